@@ -1,0 +1,1 @@
+"""HTTP API: a FastAPI adapter over ledger.service (installed as ledger.api)."""

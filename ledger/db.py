@@ -1,0 +1,143 @@
+"""SQLModel tables and database plumbing; SQLite by default, PostgreSQL for shared deployments.
+
+Alembic owns the schema (``migrations/``); these models describe it for queries. The log tables are
+append-only: database triggers refuse UPDATE and DELETE.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlmodel import Field, SQLModel
+
+from ledger.errors import StorageError
+
+__all__ = [
+    "LOG_TABLES",
+    "ApiToken",
+    "CheckpointRow",
+    "EntryArtifact",
+    "EntryRefRow",
+    "EntrySubject",
+    "LogEntry",
+    "make_engine",
+    "migrate",
+]
+
+LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", "checkpoints")
+
+
+class LogEntry(SQLModel, table=True):
+    __tablename__ = "log_entries"
+
+    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    entry_id: str = Field(max_length=64, unique=True)
+    kind: str = Field(max_length=64, index=True)
+    signer: str = Field(max_length=64, index=True)
+    collected_at: str = Field(max_length=40)
+    logged_at: str = Field(max_length=40, index=True)
+    envelope: bytes = Field(sa_type=sa.LargeBinary)
+    leaf_hash: str = Field(max_length=64)
+    prev_hash: str = Field(max_length=64)
+    chain_hash: str = Field(max_length=64)
+
+
+class EntrySubject(SQLModel, table=True):
+    __tablename__ = "entry_subjects"
+
+    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    field: str = Field(primary_key=True, max_length=64)
+    value: str = Field(max_length=512)
+
+
+class EntryRefRow(SQLModel, table=True):
+    __tablename__ = "entry_refs"
+
+    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    rel: str = Field(primary_key=True, max_length=40)
+    target_id: str = Field(primary_key=True, max_length=64, index=True)
+
+
+class EntryArtifact(SQLModel, table=True):
+    __tablename__ = "entry_artifacts"
+
+    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    name: str = Field(primary_key=True, max_length=200)
+    digest: str = Field(max_length=71, index=True)
+    stored: bool = True
+
+
+class CheckpointRow(SQLModel, table=True):
+    __tablename__ = "checkpoints"
+
+    size: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    root: str = Field(max_length=64)
+    note: str
+    created_at: str = Field(max_length=40)
+
+
+class ApiToken(SQLModel, table=True):
+    __tablename__ = "api_tokens"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=100, index=True)
+    role: str = Field(max_length=20)
+    token_hash: str = Field(max_length=64, unique=True)
+    created_at: str = Field(max_length=40)
+    revoked_at: str | None = Field(default=None, max_length=40)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    # Take the write lock at BEGIN so two appenders serialise instead of deadlocking on upgrade.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine; SQLite gets WAL, a long busy timeout and IMMEDIATE transactions."""
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 60, "isolation_level": None})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    try:
+        return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    except (sa.exc.ArgumentError, ImportError) as e:
+        raise StorageError(f"cannot use database URL {url!r}: {e}") from e
+
+
+def lock_log(conn: sa.Connection) -> None:
+    """Serialise appenders: SQLite already holds the write lock; PostgreSQL takes an advisory lock."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7715094201)")
+
+
+def migrations_dir() -> Path:
+    return Path(__file__).resolve().parent / "migrations"
+
+
+def migrate(url: str) -> None:
+    """Bring the schema to head with Alembic (the only way the schema is created)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes["configure_logger"] = False
+    try:
+        command.upgrade(cfg, "head")
+    except sa.exc.OperationalError as e:
+        raise StorageError(f"cannot migrate database {url}: {e.orig}") from e

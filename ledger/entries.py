@@ -1,0 +1,462 @@
+"""The entry statement and its payload kinds: one typed, versioned model per kind."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ledger.errors import SchemaError, UnknownKindError
+
+__all__ = [
+    "KIND_MODELS",
+    "KIND_ROLES",
+    "ROLES",
+    "STATEMENT_TYPE",
+    "ArtifactRef",
+    "Collector",
+    "EntryRef",
+    "Statement",
+    "format_time",
+    "parse_statement",
+    "parse_time",
+    "validate_payload",
+]
+
+STATEMENT_TYPE = "https://evidence-ledger.dev/entry/v1"
+ROLES = ("collector", "reviewer", "operator", "admin")
+_SUBJECT_KEY = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_ENTRY_ID = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST = re.compile(r"^blake3:[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def format_time(t: datetime) -> str:
+    """RFC 3339 UTC with microseconds, the only time format entries carry."""
+    if t.tzinfo is None:
+        raise SchemaError("naive datetime: times must carry a timezone")
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise SchemaError(f"not an RFC 3339 time: {text!r}") from e
+    if t.tzinfo is None:
+        raise SchemaError(f"time without timezone: {text!r}")
+    return t.astimezone(UTC)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+def _time_field(v: str) -> str:
+    parse_time(v)
+    return v
+
+
+class ArtifactRef(_Model):
+    """An artifact attached to an entry; ``stored`` False means recorded by reference only."""
+
+    name: str = Field(min_length=1, max_length=200)
+    digest: str
+    size: int = Field(ge=0)
+    media_type: str = "application/octet-stream"
+    sha256: str | None = None
+    stored: bool = True
+    path: str | None = None
+
+    @field_validator("digest")
+    @classmethod
+    def _digest(cls, v: str) -> str:
+        if not _DIGEST.fullmatch(v):
+            raise ValueError("digest must be blake3:<64 lowercase hex>")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not _SHA256.fullmatch(v):
+            raise ValueError("sha256 must be 64 lowercase hex")
+        return v
+
+
+class EntryRef(_Model):
+    """A typed link to an earlier entry (``supersedes``, ``job``, ``reviews``, ``accepts`` …)."""
+
+    rel: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,39}$")
+    id: str
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not _ENTRY_ID.fullmatch(v):
+            raise ValueError("entry id must be 64 lowercase hex")
+        return v
+
+
+class Collector(_Model):
+    host: str = Field(min_length=1, max_length=255)
+    tool: str = "evidence-ledger"
+    version: str = ""
+
+
+class Statement(_Model):
+    """What a collector signs: the DSSE payload, before canonicalisation."""
+
+    type_: Literal["https://evidence-ledger.dev/entry/v1"] = Field(alias="_type", default=STATEMENT_TYPE)
+    kind: str
+    kind_version: int = 1
+    subject: dict[str, str]
+    payload: dict[str, Any]
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
+    refs: list[EntryRef] = Field(default_factory=list)
+    collected_at: str
+    collector: Collector
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, v: dict[str, str]) -> dict[str, str]:
+        if not v:
+            raise ValueError("subject must name at least one field (e.g. campaign=…)")
+        for key, val in v.items():
+            if not _SUBJECT_KEY.fullmatch(key):
+                raise ValueError(f"subject key {key!r} must match {_SUBJECT_KEY.pattern}")
+            if not val or len(val) > 512:
+                raise ValueError(f"subject {key} must be 1..512 characters")
+        return v
+
+    @field_validator("collected_at")
+    @classmethod
+    def _collected_at(cls, v: str) -> str:
+        return _time_field(v)
+
+    @field_validator("artifacts")
+    @classmethod
+    def _unique_artifacts(cls, v: list[ArtifactRef]) -> list[ArtifactRef]:
+        names = [a.name for a in v]
+        if len(names) != len(set(names)):
+            raise ValueError("artifact names must be unique within an entry")
+        return v
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def refs_of(self, rel: str) -> list[str]:
+        return [r.id for r in self.refs if r.rel == rel]
+
+
+# --- payload kinds ------------------------------------------------------------------------------------
+
+
+class GpuInfo(_Model):
+    index: int | None = None
+    name: str
+    uuid: str | None = None
+    vendor: Literal["nvidia", "amd", "intel", "other"] = "nvidia"
+    driver: str | None = None
+    cuda: str | None = None
+    rocm: str | None = None
+    memory_total_mib: float | None = None
+    memory_used_mib: float | None = None
+    utilization_pct: float | None = None
+    pci_bus_id: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class HostProbe(_Model):
+    hostname: str
+    os: str
+    kernel: str
+    arch: str = ""
+    wsl2: bool = False
+    python: str = ""
+    cpu_count: int | None = None
+    memory_total_mib: float | None = None
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    gpu_source: str = "none"  # nvml | amd-smi | rocm-smi | nvidia-smi | sysfs | none
+    gpu_note: str | None = None  # e.g. "no GPU found"
+    disks: list[dict[str, Any]] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvSnapshot(_Model):
+    interpreter: str
+    python: str
+    packages: dict[str, str] = Field(default_factory=dict)  # engine/torch versions
+    env: dict[str, str] = Field(default_factory=dict)  # relevant variables, secrets redacted
+    pip_freeze_artifact: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelFile(_Model):
+    path: str
+    size: int = Field(ge=0)
+    sha256: str
+    blake3: str
+    lfs: bool = False
+    expected: str | None = None  # digest from the HF blob name, when known
+    verified: bool | None = None  # None: nothing to verify against
+
+
+class ModelPin(_Model):
+    repo_id: str | None = None
+    revision: str | None = None
+    root: str
+    layout: Literal["hf-cache", "directory"] = "directory"
+    files: list[ModelFile]
+    total_size: int = Field(ge=0)
+    verification: Literal["passed", "failed", "not_applicable"] = "not_applicable"
+    failures: list[str] = Field(default_factory=list)
+
+
+class EngineLaunch(_Model):
+    engine: str  # vllm | llamacpp | sglang | native | fault
+    command: list[str]
+    attempt: int = 1
+    bindings: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    lease_seconds: float | None = None
+    started_at: str
+    ended_at: str | None = None
+    ready: bool
+    ready_endpoint: str | None = None
+    time_to_ready_s: float | None = None
+    phases: dict[str, float] = Field(default_factory=dict)
+    exit_code: int | None = None
+    signal: int | None = None
+    lease_expired: bool = False
+    failure_signature: str | None = None
+    failure_detail: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class HealthProbe(_Model):
+    endpoint: str
+    check: str = "health"  # health | models | completion | structured | sequential | restoration
+    ok: bool
+    http_status: int | None = None
+    latency_ms: float | None = None
+    model_identity: str | None = None
+    sleeping: bool | None = None
+    expected: str | None = None
+    text: str | None = None
+    count: int | None = None
+    latencies_ms: list[float] = Field(default_factory=list)
+    max_tokens: int | None = None
+    error: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class GateResult(_Model):
+    gate: str
+    status: Literal["passed", "failed", "not_run", "not_authorized"]
+    order: int | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+    bounds: dict[str, Any] = Field(default_factory=dict)
+    reason: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+
+
+class Job(_Model):
+    job_id: str
+    state: Literal["running", "succeeded", "failed", "killed", "cancelled"]
+    lease_seconds: float | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    exit_code: int | None = None
+    cancelled_by: str | None = None
+    reason: str | None = None
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+
+class KernelEvent(_Model):
+    time: str | None = None
+    kind: str  # nvrm-xid | amdgpu-ring-timeout | gpu-reset-begin | gpu-reset-succeeded | vram-lost | mes-failure …
+    message: str
+    xid: int | None = None
+    device: str | None = None
+
+
+class KernelLog(_Model):
+    source: str  # journalctl | dmesg | file
+    readable: bool = True
+    reason: str | None = None
+    since: str | None = None
+    events: list[KernelEvent] = Field(default_factory=list)
+    last_reset_at: str | None = None
+
+
+class Finding(_Model):
+    severity: str = "P2"
+    text: str
+
+
+class Review(_Model):
+    result: Literal["PASS", "FAIL"]
+    commit: str | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    summary: str | None = None
+
+
+class Acceptance(_Model):
+    decision: Literal["accepted", "rejected"]
+    reason: str
+
+
+class Supersession(_Model):
+    reason: str
+    correction: str | None = None
+
+
+class KeyEnrol(_Model):
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+    public_key: str  # base64 raw Ed25519 public key
+    key_id: str
+    roles: list[Literal["collector", "reviewer", "operator", "admin"]] = Field(min_length=1)
+    valid_from: str | None = None
+    valid_until: str | None = None
+
+
+class KeyGrant(_Model):
+    key_id: str
+    roles: list[Literal["collector", "reviewer", "operator", "admin"]] = Field(min_length=1)
+
+
+class KeyRevoke(_Model):
+    key_id: str
+    effective_at: str
+    reason: str = ""
+
+    @field_validator("effective_at")
+    @classmethod
+    def _t(cls, v: str) -> str:
+        return _time_field(v)
+
+
+class KeyRotate(_Model):
+    old_key_id: str
+    new_key_id: str
+    effective_at: str
+    reason: str = ""
+
+
+class VerdictRecord(_Model):
+    verdict: str
+    status: str
+    policy: dict[str, str]
+    checkpoint: dict[str, Any]
+    used: list[str] = Field(default_factory=list)
+    rejected: list[dict[str, str]] = Field(default_factory=list)
+    result_digest: str | None = None
+    result: dict[str, Any] = Field(default_factory=dict)
+
+
+class RoutingChange(_Model):
+    action: str  # e.g. "restore", "route", "unroute"
+    service: str | None = None
+    port: int | None = None
+    allowed: bool | None = None
+    reasons: list[str] = Field(default_factory=list)
+    deployment: dict[str, Any] = Field(default_factory=dict)
+
+
+class Note(_Model):
+    text: str = Field(min_length=1)
+
+
+KIND_MODELS: dict[tuple[str, int], type[_Model]] = {
+    ("host.probe", 1): HostProbe,
+    ("env.snapshot", 1): EnvSnapshot,
+    ("model.pin", 1): ModelPin,
+    ("engine.launch", 1): EngineLaunch,
+    ("health.probe", 1): HealthProbe,
+    ("gate.result", 1): GateResult,
+    ("job", 1): Job,
+    ("kernel.log", 1): KernelLog,
+    ("review", 1): Review,
+    ("acceptance", 1): Acceptance,
+    ("supersession", 1): Supersession,
+    ("key.enrol", 1): KeyEnrol,
+    ("key.grant", 1): KeyGrant,
+    ("key.revoke", 1): KeyRevoke,
+    ("key.rotate", 1): KeyRotate,
+    ("verdict", 1): VerdictRecord,
+    ("routing.change", 1): RoutingChange,
+    ("note", 1): Note,
+}
+
+_EVIDENCE = frozenset({"collector", "operator"})
+KIND_ROLES: dict[str, frozenset[str]] = {
+    "host.probe": _EVIDENCE,
+    "env.snapshot": _EVIDENCE,
+    "model.pin": _EVIDENCE,
+    "engine.launch": _EVIDENCE,
+    "health.probe": _EVIDENCE,
+    "gate.result": _EVIDENCE,
+    "job": _EVIDENCE,
+    "kernel.log": _EVIDENCE,
+    "routing.change": frozenset({"operator", "admin"}),
+    "review": frozenset({"reviewer"}),
+    "acceptance": frozenset({"reviewer", "operator"}),
+    "supersession": frozenset({"reviewer", "operator"}),
+    "verdict": frozenset({"reviewer", "operator", "admin"}),
+    "key.enrol": frozenset({"admin"}),
+    "key.grant": frozenset({"admin"}),
+    "key.revoke": frozenset({"admin"}),
+    "key.rotate": frozenset({"admin"}),
+    "note": frozenset(ROLES),
+}
+
+# refs that must point at an entry of a given kind
+REF_REQUIRED: dict[str, tuple[str, ...]] = {
+    "supersession": ("supersedes",),
+    "review": ("reviews",),
+    "acceptance": ("subject",),
+}
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    return f"{loc}: {err['msg']}{more}"
+
+
+def validate_payload(kind: str, version: int, payload: dict[str, Any]) -> _Model:
+    """Validate a payload against its kind's model; unknown kinds and bad fields are refused."""
+    model = KIND_MODELS.get((kind, version))
+    if model is None:
+        known = sorted({k for k, _ in KIND_MODELS})
+        if any(k == kind for k, _ in KIND_MODELS):
+            raise UnknownKindError(f"kind {kind!r} has no version {version}")
+        raise UnknownKindError(f"unknown kind {kind!r}; known: {', '.join(known)}")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as e:
+        raise SchemaError(f"{kind} payload invalid: {_first_error(e)}") from e
+
+
+def parse_statement(value: Any) -> Statement:
+    """Validate a decoded statement and its payload; returns the typed statement or raises."""
+    if not isinstance(value, dict):
+        raise SchemaError("statement must be a JSON object")
+    try:
+        st = Statement.model_validate(value)
+    except ValidationError as e:
+        raise SchemaError(f"statement invalid: {_first_error(e)}") from e
+    validate_payload(st.kind, st.kind_version, st.payload)
+    for rel in REF_REQUIRED.get(st.kind, ()):
+        if not st.refs_of(rel):
+            raise SchemaError(f"{st.kind} needs a ref {rel}=<entry id>")
+    return st
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)

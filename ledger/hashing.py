@@ -1,0 +1,141 @@
+"""Streaming BLAKE3 (and optional SHA-256) of files and streams, parallel over files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, NewType
+
+import blake3
+
+from ledger.errors import InputError
+
+__all__ = [
+    "CHUNK_SIZE",
+    "Digest",
+    "FileDigests",
+    "HexDigest",
+    "blake3_hex",
+    "hash_file",
+    "hash_files",
+    "hash_stream",
+    "parse_digest",
+]
+
+HexDigest = NewType("HexDigest", str)
+
+CHUNK_SIZE = 8 * 1024 * 1024
+_DIGEST_RE = re.compile(r"^blake3:([0-9a-f]{64})$")
+_THREADS_MIN_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """A content address ``blake3:<64 hex>``."""
+
+    hex: HexDigest
+
+    def __str__(self) -> str:
+        return f"blake3:{self.hex}"
+
+
+def parse_digest(text: str) -> Digest:
+    """Parse ``blake3:<64 lowercase hex>``; anything else (paths, traversal tricks) is refused."""
+    m = _DIGEST_RE.fullmatch(text.strip())
+    if m is None:
+        raise InputError(f"not a content address: {text!r} (expected blake3:<64 lowercase hex>)")
+    return Digest(HexDigest(m.group(1)))
+
+
+def blake3_hex(data: bytes) -> HexDigest:
+    return HexDigest(blake3.blake3(data).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class FileDigests:
+    """Digests and size of one byte stream, computed in a single pass."""
+
+    blake3: Digest
+    size: int
+    sha256: str | None = None
+
+
+def _new_blake3() -> blake3.blake3:
+    return blake3.blake3(max_threads=blake3.blake3.AUTO)
+
+
+def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE) -> Iterator[memoryview]:
+    """Yield views into one reused buffer; each view is valid until the next one is yielded."""
+    buf = bytearray(chunk_size)
+    view = memoryview(buf)
+    while True:
+        n = stream.readinto(view)  # type: ignore[attr-defined]
+        if not n:
+            return
+        yield view[:n]
+
+
+def hash_stream(
+    stream: BinaryIO,
+    *,
+    sha256: bool = False,
+    sink: Callable[[memoryview], object] | None = None,
+    progress: Callable[[int], object] | None = None,
+    chunk_size: int = CHUNK_SIZE,
+) -> FileDigests:
+    """Hash a stream in one pass; every chunk is also handed to ``sink`` (e.g. a file being written)."""
+    b3 = _new_blake3() if chunk_size >= _THREADS_MIN_CHUNK else blake3.blake3()
+    s2 = hashlib.sha256() if sha256 else None
+    size = 0
+    for chunk in iter_chunks(stream, chunk_size):
+        b3.update(chunk)
+        if s2 is not None:
+            s2.update(chunk)
+        if sink is not None:
+            sink(chunk)
+        size += len(chunk)
+        if progress is not None:
+            progress(len(chunk))
+    return FileDigests(
+        blake3=Digest(HexDigest(b3.hexdigest())),
+        size=size,
+        sha256=s2.hexdigest() if s2 is not None else None,
+    )
+
+
+def hash_file(
+    path: str | os.PathLike[str],
+    *,
+    sha256: bool = False,
+    progress: Callable[[int], object] | None = None,
+) -> FileDigests:
+    """Hash one file, streaming; BLAKE3 alone uses memory mapping and all cores."""
+    p = Path(path)
+    if not sha256 and progress is None:
+        size = p.stat().st_size
+        if size > 0:
+            b3 = _new_blake3()
+            b3.update_mmap(str(p))
+            return FileDigests(blake3=Digest(HexDigest(b3.hexdigest())), size=size)
+    with p.open("rb") as f:
+        return hash_stream(f, sha256=sha256, progress=progress)
+
+
+def hash_files(
+    paths: Iterable[Path],
+    *,
+    sha256: bool = True,
+    workers: int | None = None,
+    progress: Callable[[int], object] | None = None,
+) -> dict[Path, FileDigests]:
+    """Hash many files in parallel threads (both hashers release the GIL on large buffers)."""
+    items = list(paths)
+    n = workers or min(len(items), os.cpu_count() or 1) or 1
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        results = pool.map(lambda p: hash_file(p, sha256=sha256, progress=progress), items)
+        return dict(zip(items, results, strict=True))

@@ -1,0 +1,110 @@
+"""The ledger home: where the configuration, database, store and private keys of one ledger live."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger.errors import ConfigError, HomeNotInitialisedError, InputError
+from ledger.signing import SigningKey
+
+__all__ = ["DEFAULT_HOME", "Home", "resolve_home"]
+
+CONFIG_NAME = "ledger.toml"
+_KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
+
+
+def _default_home() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "evidence-ledger"
+
+
+DEFAULT_HOME = _default_home()
+
+
+def resolve_home(home: str | os.PathLike[str] | None) -> Path:
+    """``--home`` wins, then ``LEDGER_HOME``, then ``$XDG_DATA_HOME/evidence-ledger``."""
+    if home:
+        return Path(home).expanduser().resolve()
+    env = os.environ.get("LEDGER_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    return _default_home()
+
+
+@dataclass(frozen=True)
+class HomeConfig:
+    origin: str
+    database_url: str
+    store: str
+    log_key: str
+    root_key_id: str
+    admin_key: str
+
+
+class Home:
+    """Paths and configuration of one ledger home."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG_NAME
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.path / "keys"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.path / "spool"
+
+    def exists(self) -> bool:
+        return self.config_path.is_file()
+
+    def config(self) -> HomeConfig:
+        if not self.exists():
+            raise HomeNotInitialisedError(f"no ledger at {self.path}")
+        try:
+            data = tomllib.loads(self.config_path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{self.config_path}: {e}") from e
+        try:
+            return HomeConfig(
+                origin=str(data["origin"]),
+                database_url=str(data["database_url"]),
+                store=str(data["store"]),
+                log_key=str(data["log_key"]),
+                root_key_id=str(data["root_key_id"]),
+                admin_key=str(data.get("admin_key", "admin")),
+            )
+        except KeyError as e:
+            raise ConfigError(f"{self.config_path}: missing setting {e}") from e
+
+    def write_config(self, cfg: HomeConfig) -> None:
+        lines = [f"{k} = {json.dumps(v)}" for k, v in cfg.__dict__.items()]
+        tmp = self.config_path.with_name(f".{CONFIG_NAME}.tmp")
+        tmp.write_text("# evidence ledger home configuration\n" + "\n".join(lines) + "\n")
+        os.replace(tmp, self.config_path)
+
+    @staticmethod
+    def new_origin() -> str:
+        return f"evidence-ledger/{socket.gethostname()}/{secrets.token_hex(4)}"
+
+    def key_path(self, name: str) -> Path:
+        if not _KEY_NAME.fullmatch(name):
+            raise InputError(f"invalid key name {name!r}: letters, digits, and _.@- only")
+        return self.keys_dir / f"{name}.key"
+
+    def load_key(self, name: str) -> SigningKey:
+        return SigningKey.load(name, self.key_path(name))
+
+    def has_key(self, name: str) -> bool:
+        return self.key_path(name).is_file()

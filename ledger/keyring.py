@@ -1,0 +1,114 @@
+"""Who may sign what, derived by replaying the log's ``key.*`` entries in sequence order."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ledger.entries import KIND_ROLES, parse_time
+from ledger.errors import KeyRevokedError, RoleError, SchemaError, UnknownSignerError
+from ledger.signing import KeyId, PublicKey
+
+__all__ = ["KeyRecord", "Keyring"]
+
+
+@dataclass
+class KeyRecord:
+    key_id: KeyId
+    name: str
+    public: PublicKey
+    roles: set[str]
+    enrolled_seq: int
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    revoked_at: datetime | None = None
+    revoke_reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key_id": self.key_id,
+            "name": self.name,
+            "public_key": self.public.b64,
+            "roles": sorted(self.roles),
+            "enrolled_seq": self.enrolled_seq,
+            "valid_from": self.valid_from.isoformat() if self.valid_from else None,
+            "valid_until": self.valid_until.isoformat() if self.valid_until else None,
+            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+            "revoke_reason": self.revoke_reason or None,
+        }
+
+
+@dataclass
+class Keyring:
+    """The enrolled keys as of ``seq`` (the size of the log replayed so far)."""
+
+    keys: dict[KeyId, KeyRecord] = field(default_factory=dict)
+    seq: int = 0
+
+    def copy(self) -> Keyring:
+        return copy.deepcopy(self)
+
+    def get(self, key_id: str) -> KeyRecord:
+        rec = self.keys.get(KeyId(key_id))
+        if rec is None:
+            raise UnknownSignerError(f"key {key_id} is not enrolled in this ledger")
+        return rec
+
+    def by_name(self, name: str) -> KeyRecord | None:
+        found = [k for k in self.keys.values() if k.name == name]
+        return found[-1] if found else None
+
+    def authorise(self, key_id: str, kind: str, at: datetime) -> KeyRecord:
+        """Raise unless ``key_id`` may sign ``kind`` at time ``at``; returns its record."""
+        rec = self.get(key_id)
+        if rec.revoked_at is not None and at >= rec.revoked_at:
+            raise KeyRevokedError(
+                f"key {rec.name} ({key_id}) was revoked at {rec.revoked_at.isoformat()}"
+                + (f": {rec.revoke_reason}" if rec.revoke_reason else "")
+            )
+        if rec.valid_from is not None and at < rec.valid_from:
+            raise KeyRevokedError(f"key {rec.name} is not valid before {rec.valid_from.isoformat()}")
+        if rec.valid_until is not None and at >= rec.valid_until:
+            raise KeyRevokedError(f"key {rec.name} expired at {rec.valid_until.isoformat()}")
+        allowed = KIND_ROLES.get(kind, frozenset())
+        if not rec.roles & allowed:
+            raise RoleError(
+                f"key {rec.name} has roles {sorted(rec.roles)}; {kind} needs one of {sorted(allowed)}"
+            )
+        return rec
+
+    def apply(self, seq: int, kind: str, payload: dict[str, Any]) -> None:
+        """Fold one ``key.*`` entry into the ring (payloads are already schema-validated)."""
+        if kind == "key.enrol":
+            public = PublicKey.from_b64(payload["public_key"])
+            if public.key_id != payload["key_id"]:
+                raise SchemaError(f"key.enrol key_id {payload['key_id']} does not match its public key")
+            if public.key_id in self.keys:
+                raise SchemaError(f"key {public.key_id} is already enrolled")
+            self.keys[public.key_id] = KeyRecord(
+                key_id=public.key_id,
+                name=payload["name"],
+                public=public,
+                roles=set(payload["roles"]),
+                enrolled_seq=seq,
+                valid_from=parse_time(payload["valid_from"]) if payload.get("valid_from") else None,
+                valid_until=parse_time(payload["valid_until"]) if payload.get("valid_until") else None,
+            )
+        elif kind == "key.grant":
+            self.get(payload["key_id"]).roles.update(payload["roles"])
+        elif kind == "key.revoke":
+            rec = self.get(payload["key_id"])
+            at = parse_time(payload["effective_at"])
+            if rec.revoked_at is None or at < rec.revoked_at:
+                rec.revoked_at = at
+                rec.revoke_reason = payload.get("reason", "")
+        elif kind == "key.rotate":
+            old = self.get(payload["old_key_id"])
+            self.get(payload["new_key_id"])
+            at = parse_time(payload["effective_at"])
+            if old.revoked_at is None or at < old.revoked_at:
+                old.revoked_at = at
+                old.revoke_reason = f"rotated to {payload['new_key_id']}"
+        self.seq = max(self.seq, seq + 1)

@@ -1,0 +1,695 @@
+"""The one service layer the CLI and the API call: every write and every read goes through here."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ledger import __version__
+from ledger.canonical import canonical_bytes
+from ledger.db import (
+    CheckpointRow,
+    EntryArtifact,
+    EntryRefRow,
+    EntrySubject,
+    LogEntry,
+    lock_log,
+    make_engine,
+    migrate,
+)
+from ledger.entries import (
+    ArtifactRef,
+    Statement,
+    format_time,
+    now_utc,
+    parse_statement,
+    parse_time,
+)
+from ledger.errors import (
+    ArtifactMissingError,
+    DanglingRefError,
+    EntryNotFoundError,
+    InputError,
+    IntegrityError,
+    KeyNotFoundError,
+    LedgerError,
+    SchemaError,
+    StorageError,
+)
+from ledger.hashing import Digest, blake3_hex, parse_digest
+from ledger.home import Home, HomeConfig
+from ledger.keyring import KeyRecord, Keyring
+from ledger.log import (
+    GENESIS_PREV,
+    Checkpoint,
+    chain_hash,
+    consistency_proof,
+    inclusion_proof,
+    leaf_hash,
+    merkle_root,
+    sign_checkpoint,
+)
+from ledger.signing import Envelope, KeyId, SigningKey, parse_envelope, sign_envelope
+from ledger.store import FilesystemStore, StoredArtifact
+
+__all__ = ["Ledger", "LoggedEntry", "open_ledger"]
+
+T_ENTRIES = LogEntry.__table__  # type: ignore[attr-defined]
+T_SUBJECTS = EntrySubject.__table__  # type: ignore[attr-defined]
+T_REFS = EntryRefRow.__table__  # type: ignore[attr-defined]
+T_ARTIFACTS = EntryArtifact.__table__  # type: ignore[attr-defined]
+T_CHECKPOINTS = CheckpointRow.__table__  # type: ignore[attr-defined]
+
+MAX_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class LoggedEntry:
+    """One entry as the log holds it: the signed statement plus the log's record around it."""
+
+    seq: int
+    entry_id: str
+    statement: Statement
+    envelope: bytes
+    signer: str
+    logged_at: str
+    prev_hash: str
+    chain_hash: str
+    duplicate: bool = False
+
+    @property
+    def kind(self) -> str:
+        return self.statement.kind
+
+    def to_json(self, signer_name: str | None = None) -> dict[str, Any]:
+        st = self.statement
+        return {
+            "id": self.entry_id,
+            "seq": self.seq,
+            "kind": st.kind,
+            "kind_version": st.kind_version,
+            "subject": dict(st.subject),
+            "payload": st.payload,
+            "artifacts": [a.model_dump(mode="json", exclude_none=True) for a in st.artifacts],
+            "refs": [r.model_dump(mode="json") for r in st.refs],
+            "signer": self.signer,
+            "signer_name": signer_name,
+            "collected_at": st.collected_at,
+            "logged_at": self.logged_at,
+            "collector": st.collector.model_dump(mode="json"),
+            "chain_hash": self.chain_hash,
+        }
+
+
+@dataclass
+class _Prepared:
+    envelope: Envelope
+    envelope_bytes: bytes
+    entry_id: str
+    statement: Statement
+
+
+@dataclass
+class VerifyProblem:
+    code: str
+    message: str
+    seq: int | None = None
+    id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "id": self.id, "code": self.code, "message": self.message}
+
+
+@dataclass
+class VerifyReport:
+    size: int = 0
+    root: str = ""
+    artifacts_checked: int = 0
+    checkpoints_checked: int = 0
+    problems: list[VerifyProblem] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": not self.problems,
+            "size": self.size,
+            "root": self.root,
+            "artifacts_checked": self.artifacts_checked,
+            "checkpoints_checked": self.checkpoints_checked,
+            "problems": [p.to_json() for p in self.problems],
+        }
+
+
+def _row_to_entry(row: Any) -> LoggedEntry:
+    env = parse_envelope(bytes(row.envelope))
+    statement = parse_statement(env.statement())
+    return LoggedEntry(
+        seq=row.seq,
+        entry_id=row.entry_id,
+        statement=statement,
+        envelope=bytes(row.envelope),
+        signer=row.signer,
+        logged_at=row.logged_at,
+        prev_hash=row.prev_hash,
+        chain_hash=row.chain_hash,
+    )
+
+
+def parse_subject_args(items: Iterable[str]) -> dict[str, str]:
+    """``["campaign=c1", "host=h"]`` → ``{"campaign": "c1", "host": "h"}``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise InputError(f"subject {item!r} must be FIELD=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class Ledger:
+    """A ledger home opened for use: database, store, keys."""
+
+    def __init__(self, home: Home, cfg: HomeConfig, *, database_url: str | None = None,
+                 store_path: str | None = None) -> None:
+        self.home = home
+        self.cfg = cfg
+        self.database_url = database_url or cfg.database_url
+        self.engine: Engine = make_engine(self.database_url)
+        self.store = FilesystemStore(Path(store_path or cfg.store))
+        self._keyring = Keyring()
+
+    # --- life cycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def init(cls, path: Path, *, database_url: str | None = None, store: str | None = None,
+             admin_key: str = "admin") -> Ledger:
+        """Create a home: migrate the database, make the store, the admin and log keys, enrol the admin."""
+        home = Home(path)
+        if home.exists():
+            raise InputError(f"a ledger already exists at {path}", hint="use it, or pick another --home")
+        path.mkdir(parents=True, exist_ok=True)
+        home.keys_dir.mkdir(mode=0o700, exist_ok=True)
+        url = database_url or f"sqlite:///{path / 'ledger.db'}"
+        store_path = store or str(path / "store")
+        migrate(url)
+        admin = SigningKey.generate(admin_key)
+        log_key = SigningKey.generate("log")
+        admin.save(home.key_path(admin_key))
+        log_key.save(home.key_path("log"))
+        cfg = HomeConfig(
+            origin=Home.new_origin(),
+            database_url=url,
+            store=store_path,
+            log_key="log",
+            root_key_id=admin.key_id,
+            admin_key=admin_key,
+        )
+        ledger = cls(home, cfg)
+        ledger.store.init()
+        if ledger.size() == 0:
+            ledger.record(
+                "key.enrol",
+                {"key": admin_key},
+                {"name": admin_key, "public_key": admin.public.b64, "key_id": admin.key_id,
+                 "roles": ["admin"]},
+                key=admin,
+            )
+        home.write_config(cfg)
+        return ledger
+
+    @classmethod
+    def open(cls, path: Path, *, database_url: str | None = None, store: str | None = None) -> Ledger:
+        home = Home(path)
+        return cls(home, home.config(), database_url=database_url, store_path=store)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- keys -----------------------------------------------------------------------------------
+
+    def keyring(self, conn: sa.Connection | None = None, *, at_size: int | None = None) -> Keyring:
+        """The keyring as of the current log (or as of ``at_size`` entries), refreshed incrementally."""
+        if at_size is not None:
+            ring = Keyring()
+            self._fold_keys(ring, conn, upto=at_size)
+            return ring
+        self._fold_keys(self._keyring, conn, upto=None)
+        return self._keyring
+
+    def _fold_keys(self, ring: Keyring, conn: sa.Connection | None, upto: int | None) -> None:
+        q = sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope).where(
+            T_ENTRIES.c.kind.like("key.%"), T_ENTRIES.c.seq >= ring.seq
+        )
+        if upto is not None:
+            q = q.where(T_ENTRIES.c.seq < upto)
+        q = q.order_by(T_ENTRIES.c.seq)
+
+        def run(c: sa.Connection) -> None:
+            for seq, env_bytes in c.execute(q):
+                st = parse_envelope(bytes(env_bytes)).statement()
+                ring.apply(seq, st["kind"], st["payload"])
+
+        if conn is not None:
+            run(conn)
+        else:
+            with self.engine.connect() as c:
+                run(c)
+
+    def signing_key(self, name: str) -> SigningKey:
+        return self.home.load_key(name)
+
+    def key_record(self, name_or_id: str) -> KeyRecord:
+        ring = self.keyring()
+        rec = ring.keys.get(KeyId(name_or_id)) or ring.by_name(name_or_id)
+        if rec is None:
+            raise KeyNotFoundError(f"no enrolled key named {name_or_id!r}")
+        return rec
+
+    def new_key(self, name: str, roles: Sequence[str], *, admin: str | None = None) -> KeyRecord:
+        """Generate a key in this home and enrol it with an entry signed by the admin key."""
+        if self.home.has_key(name) or self.keyring().by_name(name) is not None:
+            raise InputError(f"a key named {name!r} already exists")
+        key = SigningKey.generate(name)
+        self.enrol_key(name, key.public.b64, roles, admin=admin)
+        key.save(self.home.key_path(name))
+        return self.key_record(name)
+
+    def enrol_key(self, name: str, public_b64: str, roles: Sequence[str], *, admin: str | None = None,
+                  valid_until: str | None = None) -> LoggedEntry:
+        from ledger.signing import PublicKey
+
+        pub = PublicKey.from_b64(public_b64)
+        payload: dict[str, Any] = {"name": name, "public_key": pub.b64, "key_id": pub.key_id,
+                                   "roles": list(roles)}
+        if valid_until:
+            payload["valid_until"] = valid_until
+        return self.record("key.enrol", {"key": name}, payload, key=admin or self.cfg.admin_key)
+
+    def revoke_key(self, name_or_id: str, *, reason: str, effective_at: datetime | None = None,
+                   admin: str | None = None) -> LoggedEntry:
+        rec = self.key_record(name_or_id)
+        when = format_time(effective_at or now_utc())
+        return self.record("key.revoke", {"key": rec.name},
+                           {"key_id": rec.key_id, "effective_at": when, "reason": reason},
+                           key=admin or self.cfg.admin_key)
+
+    def grant_key(self, name_or_id: str, roles: Sequence[str], *, admin: str | None = None) -> LoggedEntry:
+        rec = self.key_record(name_or_id)
+        return self.record("key.grant", {"key": rec.name}, {"key_id": rec.key_id, "roles": list(roles)},
+                           key=admin or self.cfg.admin_key)
+
+    # --- artifacts ------------------------------------------------------------------------------
+
+    def put_artifact(self, stream: BinaryIO, *, sha256: bool = False, expected: Digest | None = None,
+                     max_size: int | None = None) -> StoredArtifact:
+        return self.store.put_stream(stream, sha256=sha256, expected=expected, max_size=max_size)
+
+    def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{p} is not a readable file")
+        return self.store.put_file(p, sha256=sha256)
+
+    def open_artifact(self, digest: str) -> BinaryIO:
+        return self.store.open_verified(parse_digest(digest))
+
+    def artifact_ref(self, name: str, path: Path, *, media_type: str | None = None,
+                     by_reference: bool = False, sha256: bool = False) -> ArtifactRef:
+        """Store ``path`` (or hash it in place when ``by_reference``) and describe it for an entry."""
+        from ledger.hashing import hash_file
+
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"artifact {name}: {p} is not a readable file")
+        mt = media_type or _guess_media_type(p)
+        if by_reference:
+            d = hash_file(p, sha256=True)
+            return ArtifactRef(name=name, digest=str(d.blake3), size=d.size, media_type=mt,
+                               sha256=d.sha256, stored=False, path=str(p.resolve()))
+        s = self.put_file(p, sha256=sha256)
+        return ArtifactRef(name=name, digest=str(s.digest), size=s.size, media_type=mt, sha256=s.sha256)
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def make_statement(self, kind: str, subject: dict[str, str], payload: dict[str, Any], *,
+                       artifacts: Sequence[ArtifactRef] = (), refs: Sequence[tuple[str, str]] = (),
+                       collected_at: datetime | str | None = None, kind_version: int = 1,
+                       host: str | None = None) -> dict[str, Any]:
+        when = collected_at if isinstance(collected_at, str) else format_time(collected_at or now_utc())
+        st = {
+            "_type": "https://evidence-ledger.dev/entry/v1",
+            "kind": kind,
+            "kind_version": kind_version,
+            "subject": subject,
+            "payload": payload,
+            "artifacts": [a.model_dump(mode="json", exclude_none=True) for a in artifacts],
+            "refs": [{"rel": rel, "id": self.resolve_id(i)} for rel, i in refs],
+            "collected_at": when,
+            "collector": {"host": host or socket.gethostname(), "tool": "evidence-ledger",
+                          "version": __version__},
+        }
+        parse_statement(st)  # refuse early, before anything is signed
+        return st
+
+    def sign(self, statement: dict[str, Any], key: SigningKey | str) -> Envelope:
+        k = key if isinstance(key, SigningKey) else self.signing_key(key)
+        return sign_envelope(statement, k)
+
+    def record(self, kind: str, subject: dict[str, str], payload: dict[str, Any], *,
+               key: SigningKey | str, artifacts: Sequence[ArtifactRef] = (),
+               refs: Sequence[tuple[str, str]] = (), collected_at: datetime | str | None = None,
+               kind_version: int = 1) -> LoggedEntry:
+        """Build, sign and append one entry."""
+        st = self.make_statement(kind, subject, payload, artifacts=artifacts, refs=refs,
+                                 collected_at=collected_at, kind_version=kind_version)
+        return self.append([self.sign(st, key)])[0]
+
+    def _prepare(self, env: Envelope | bytes | dict[str, Any]) -> _Prepared:
+        envelope = env if isinstance(env, Envelope) else parse_envelope(env)
+        statement = parse_statement(envelope.statement())
+        data = envelope.canonical()
+        return _Prepared(envelope, data, blake3_hex(data), statement)
+
+    def append(self, envelopes: Sequence[Envelope | bytes | dict[str, Any]],
+               *, logged_at: datetime | None = None) -> list[LoggedEntry]:
+        """Verify and append a batch atomically: all entries are stored, or none.
+
+        A re-sent envelope (same entry id) is recognised and returned with ``duplicate=True``.
+        """
+        if not envelopes:
+            return []
+        if len(envelopes) > MAX_BATCH:
+            raise InputError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
+        prepared = [self._prepare(e) for e in envelopes]
+        try:
+            with self.engine.begin() as conn:
+                lock_log(conn)
+                return self._append_locked(conn, prepared, logged_at or now_utc())
+        except LedgerError:
+            raise
+        except sa.exc.IntegrityError as e:
+            raise StorageError(f"append refused by the database: {e.orig}") from e
+        except sa.exc.OperationalError as e:
+            raise StorageError(f"database error while appending: {e.orig}") from e
+
+    def _append_locked(self, conn: sa.Connection, prepared: list[_Prepared],
+                       when: datetime) -> list[LoggedEntry]:
+        head = conn.execute(
+            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.chain_hash).order_by(T_ENTRIES.c.seq.desc()).limit(1)
+        ).first()
+        next_seq = 0 if head is None else head.seq + 1
+        prev = GENESIS_PREV if head is None else head.chain_hash
+        ring = self.keyring(conn).copy()
+        logged_at = format_time(when)
+        ids = [p.entry_id for p in prepared]
+        existing = {
+            r.entry_id: r
+            for r in conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.entry_id.in_(ids)))
+        }
+        out: list[LoggedEntry] = []
+        batch_ids: set[str] = set()
+        rows: list[dict[str, Any]] = []
+        subj_rows: list[dict[str, Any]] = []
+        ref_rows: list[dict[str, Any]] = []
+        art_rows: list[dict[str, Any]] = []
+        for p in prepared:
+            if p.entry_id in existing:
+                e = _row_to_entry(existing[p.entry_id])
+                out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
+                continue
+            if p.entry_id in batch_ids:
+                continue
+            st = p.statement
+            self._check_signature(ring, p, next_seq, when)
+            self._check_refs(conn, st, batch_ids)
+            self._check_artifacts(st)
+            if st.kind.startswith("key."):
+                try:
+                    ring.apply(next_seq, st.kind, st.payload)
+                except LedgerError:
+                    raise
+                except Exception as e:
+                    raise SchemaError(f"{st.kind}: {e}") from e
+            ch = chain_hash(next_seq, p.entry_id, prev, logged_at)
+            rows.append({
+                "seq": next_seq, "entry_id": p.entry_id, "kind": st.kind, "signer": p.envelope.signer,
+                "collected_at": st.collected_at, "logged_at": logged_at, "envelope": p.envelope_bytes,
+                "leaf_hash": leaf_hash(p.envelope_bytes).hex(), "prev_hash": prev, "chain_hash": ch,
+            })
+            subj_rows.extend({"seq": next_seq, "field": k, "value": v} for k, v in st.subject.items())
+            ref_rows.extend({"seq": next_seq, "rel": r.rel, "target_id": r.id}
+                            for r in {(r.rel, r.id): r for r in st.refs}.values())
+            art_rows.extend({"seq": next_seq, "name": a.name, "digest": a.digest, "stored": a.stored}
+                            for a in st.artifacts)
+            out.append(LoggedEntry(next_seq, p.entry_id, st, p.envelope_bytes, p.envelope.signer,
+                                   logged_at, prev, ch))
+            batch_ids.add(p.entry_id)
+            prev = ch
+            next_seq += 1
+        if rows:
+            conn.execute(sa.insert(T_ENTRIES), rows)
+            if subj_rows:
+                conn.execute(sa.insert(T_SUBJECTS), subj_rows)
+            if ref_rows:
+                conn.execute(sa.insert(T_REFS), ref_rows)
+            if art_rows:
+                conn.execute(sa.insert(T_ARTIFACTS), art_rows)
+        return out
+
+    def _check_signature(self, ring: Keyring, p: _Prepared, seq: int, when: datetime) -> None:
+        st = p.statement
+        signer = p.envelope.signer
+        if seq == 0:
+            # The genesis entry enrols the trust root and is signed by that same key.
+            if st.kind != "key.enrol" or "admin" not in st.payload.get("roles", []):
+                raise SchemaError("the first entry of a ledger must enrol an admin key")
+            if st.payload["key_id"] != signer or signer != self.cfg.root_key_id:
+                raise SchemaError("the first entry must be self-signed by the home's root key")
+            from ledger.signing import PublicKey
+
+            p.envelope.verify_with(PublicKey.from_b64(st.payload["public_key"]))
+            return
+        rec = ring.get(signer)
+        p.envelope.verify_with(rec.public)
+        ring.authorise(signer, st.kind, when)
+
+    def _check_refs(self, conn: sa.Connection, st: Statement, batch_ids: set[str]) -> None:
+        wanted = {r.id for r in st.refs} - batch_ids
+        if not wanted:
+            return
+        found = set(conn.execute(
+            sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.in_(wanted))
+        ).scalars())
+        missing = wanted - found
+        if missing:
+            raise DanglingRefError(f"ref to unknown entry {sorted(missing)[0]}")
+
+    def _check_artifacts(self, st: Statement) -> None:
+        for a in st.artifacts:
+            if not a.stored:
+                continue
+            d = parse_digest(a.digest)
+            if not self.store.has(d):
+                raise ArtifactMissingError(
+                    f"artifact {a.name} ({a.digest}) is not in the store", hint="upload it before the entry"
+                )
+            actual = self.store.size(d)
+            if actual != a.size:
+                raise IntegrityError(
+                    f"artifact {a.name}: entry says {a.size} bytes, the stored {a.digest} has {actual}"
+                )
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def size(self) -> int:
+        with self.engine.connect() as conn:
+            n = conn.execute(sa.select(sa.func.max(T_ENTRIES.c.seq))).scalar()
+        return 0 if n is None else int(n) + 1
+
+    def resolve_id(self, id_or_prefix: str) -> str:
+        """A full entry id, from a full id or a unique prefix of at least 8 hex characters."""
+        text = id_or_prefix.strip().lower()
+        if len(text) == 64:
+            return text
+        if len(text) < 8 or any(c not in "0123456789abcdef" for c in text):
+            raise InputError(f"{id_or_prefix!r} is not an entry id (64 hex, or a unique prefix of >= 8)")
+        with self.engine.connect() as conn:
+            found = list(conn.execute(
+                sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.like(text + "%")).limit(2)
+            ).scalars())
+        if not found:
+            raise EntryNotFoundError(f"no entry with id {id_or_prefix}")
+        if len(found) > 1:
+            raise InputError(f"entry id prefix {id_or_prefix} is ambiguous")
+        return str(found[0])
+
+    def get(self, id_or_prefix: str) -> LoggedEntry:
+        entry_id = self.resolve_id(id_or_prefix)
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.entry_id == entry_id)).first()
+        if row is None:
+            raise EntryNotFoundError(f"no entry with id {entry_id}")
+        return _row_to_entry(row)
+
+    def get_seq(self, seq: int) -> LoggedEntry:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.seq == seq)).first()
+        if row is None:
+            raise EntryNotFoundError(f"no entry at seq {seq}")
+        return _row_to_entry(row)
+
+    def query(self, *, subject: dict[str, str] | None = None, kind: str | None = None,
+              signer: str | None = None, since: str | None = None, until: str | None = None,
+              after_seq: int | None = None, at_size: int | None = None, limit: int | None = 100,
+              descending: bool = False) -> list[LoggedEntry]:
+        """Entries matching every filter, in sequence order; ``after_seq`` is the keyset cursor."""
+        q = sa.select(T_ENTRIES)
+        for k, v in (subject or {}).items():
+            sub = sa.select(T_SUBJECTS.c.seq).where(T_SUBJECTS.c.field == k, T_SUBJECTS.c.value == v)
+            q = q.where(T_ENTRIES.c.seq.in_(sub))
+        if kind:
+            if kind.endswith("*"):
+                q = q.where(T_ENTRIES.c.kind.like(kind[:-1] + "%"))
+            else:
+                q = q.where(T_ENTRIES.c.kind == kind)
+        if signer:
+            q = q.where(T_ENTRIES.c.signer == self.key_record(signer).key_id)
+        if since:
+            q = q.where(T_ENTRIES.c.logged_at >= format_time(parse_time(since)))
+        if until:
+            q = q.where(T_ENTRIES.c.logged_at < format_time(parse_time(until)))
+        if after_seq is not None:
+            q = q.where(T_ENTRIES.c.seq < after_seq if descending else T_ENTRIES.c.seq > after_seq)
+        if at_size is not None:
+            q = q.where(T_ENTRIES.c.seq < at_size)
+        q = q.order_by(T_ENTRIES.c.seq.desc() if descending else T_ENTRIES.c.seq)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.engine.connect() as conn:
+            return [_row_to_entry(r) for r in conn.execute(q)]
+
+    def referrers(self, entry_id: str, rel: str | None = None) -> list[LoggedEntry]:
+        """Entries that reference ``entry_id`` (supersessions, reviews, acceptances …)."""
+        sub = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id == entry_id)
+        if rel:
+            sub = sub.where(T_REFS.c.rel == rel)
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.seq.in_(sub)).order_by(T_ENTRIES.c.seq))
+            return [_row_to_entry(r) for r in rows]
+
+    def signer_names(self) -> dict[str, str]:
+        return {k: r.name for k, r in self.keyring().keys.items()}
+
+    # --- Merkle tree, checkpoints, proofs --------------------------------------------------------
+
+    def leaf_hashes(self, size: int | None = None) -> list[bytes]:
+        q = sa.select(T_ENTRIES.c.leaf_hash).order_by(T_ENTRIES.c.seq)
+        if size is not None:
+            q = q.where(T_ENTRIES.c.seq < size)
+        with self.engine.connect() as conn:
+            return [bytes.fromhex(h) for h in conn.execute(q).scalars()]
+
+    def log_public_key(self) -> Any:
+        return self.signing_key(self.cfg.log_key).public
+
+    def checkpoint(self, *, size: int | None = None, store: bool = True) -> Checkpoint:
+        """Sign a checkpoint of the log (at its current size, or an earlier one) and keep it."""
+        current = self.size()
+        n = current if size is None else size
+        if not 0 <= n <= current:
+            raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+        leaves = self.leaf_hashes(n)
+        cp = sign_checkpoint(self.cfg.origin, n, merkle_root(leaves), self.signing_key(self.cfg.log_key))
+        if store:
+            with self.engine.begin() as conn:
+                exists = conn.execute(sa.select(T_CHECKPOINTS.c.root).where(T_CHECKPOINTS.c.size == n)).first()
+                if exists is None:
+                    conn.execute(sa.insert(T_CHECKPOINTS).values(
+                        size=n, root=cp.root.hex(), note=cp.note, created_at=format_time(now_utc())))
+                elif exists.root != cp.root.hex():
+                    raise IntegrityError(f"log root at size {n} differs from the stored checkpoint")
+        return cp
+
+    def inclusion(self, id_or_prefix: str, *, size: int | None = None) -> dict[str, Any]:
+        entry = self.get(id_or_prefix)
+        cp = self.checkpoint(size=size)
+        if entry.seq >= cp.size:
+            raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {cp.size}")
+        leaves = self.leaf_hashes(cp.size)
+        proof = inclusion_proof(entry.seq, leaves)
+        return {
+            "type": "inclusion",
+            "entry_id": entry.entry_id,
+            "leaf_index": entry.seq,
+            "tree_size": cp.size,
+            "leaf_hash": leaves[entry.seq].hex(),
+            "envelope": entry.envelope.decode(),
+            "hashes": [h.hex() for h in proof],
+            "checkpoint": cp.note,
+            "log_key_name": self.cfg.log_key,
+        }
+
+    def consistency(self, old_size: int, new_size: int | None = None) -> dict[str, Any]:
+        new = self.checkpoint(size=new_size)
+        old = self.checkpoint(size=old_size)
+        leaves = self.leaf_hashes(new.size)
+        proof = consistency_proof(old.size, leaves) if old.size else []
+        return {
+            "type": "consistency",
+            "old_size": old.size,
+            "new_size": new.size,
+            "hashes": [h.hex() for h in proof],
+            "old_checkpoint": old.note,
+            "new_checkpoint": new.note,
+            "log_key_name": self.cfg.log_key,
+        }
+
+    # --- verification ----------------------------------------------------------------------------
+
+    def verify(self, *, artifacts: bool = True, workers: int | None = None) -> VerifyReport:
+        from ledger.verify import verify_ledger
+
+        return verify_ledger(self, artifacts=artifacts, workers=workers)
+
+    def iter_rows(self, batch: int = 5000) -> Iterator[Any]:
+        last = -1
+        with self.engine.connect() as conn:
+            while True:
+                rows = conn.execute(
+                    sa.select(T_ENTRIES).where(T_ENTRIES.c.seq > last).order_by(T_ENTRIES.c.seq).limit(batch)
+                ).all()
+                if not rows:
+                    return
+                yield from rows
+                last = rows[-1].seq
+
+
+def _guess_media_type(path: Path) -> str:
+    import mimetypes
+
+    if path.suffix in (".log", ".txt", ".out", ".err"):
+        return "text/plain"
+    if path.suffix == ".json":
+        return "application/json"
+    mt, _ = mimetypes.guess_type(path.name)
+    return mt or "application/octet-stream"
+
+
+def open_ledger(home: str | os.PathLike[str] | None = None) -> Ledger:
+    from ledger.home import resolve_home
+
+    return Ledger.open(resolve_home(home))
+
+
+def statement_digest(statement: dict[str, Any]) -> str:
+    return blake3_hex(canonical_bytes(statement))

@@ -1,0 +1,200 @@
+"""Ed25519 keys, DSSE envelopes and key ids."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NewType
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ledger.canonical import canonical_bytes, parse_canonical, parse_json
+from ledger.errors import EnvelopeError, InputError, KeyNotFoundError, SignatureError
+from ledger.hashing import blake3_hex
+
+__all__ = [
+    "PAYLOAD_TYPE",
+    "Envelope",
+    "KeyId",
+    "PublicKey",
+    "SigningKey",
+    "key_id_of",
+    "pae",
+    "parse_envelope",
+    "sign_envelope",
+]
+
+PAYLOAD_TYPE = "application/vnd.evidence-ledger.entry+json"
+KeyId = NewType("KeyId", str)
+
+
+def b64e(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64d(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise EnvelopeError(f"{what} is not valid base64") from e
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE pre-authentication encoding: the exact bytes an Ed25519 signature covers."""
+    t = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(t), t, len(payload), payload)
+
+
+def key_id_of(raw_public: bytes) -> KeyId:
+    """Key id: BLAKE3 of the raw 32-byte public key, first 32 hex characters."""
+    return KeyId(blake3_hex(raw_public)[:32])
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    raw: bytes
+
+    @property
+    def key_id(self) -> KeyId:
+        return key_id_of(self.raw)
+
+    @property
+    def b64(self) -> str:
+        return b64e(self.raw)
+
+    @classmethod
+    def from_b64(cls, text: str) -> PublicKey:
+        raw = b64d(text, "public key")
+        if len(raw) != 32:
+            raise InputError("an Ed25519 public key has 32 bytes")
+        return cls(raw)
+
+    def verify(self, signature: bytes, message: bytes) -> None:
+        try:
+            Ed25519PublicKey.from_public_bytes(self.raw).verify(signature, message)
+        except InvalidSignature as e:
+            raise SignatureError(f"signature by key {self.key_id} does not verify") from e
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    name: str
+    private: Ed25519PrivateKey
+
+    @classmethod
+    def generate(cls, name: str) -> SigningKey:
+        return cls(name, Ed25519PrivateKey.generate())
+
+    @property
+    def public(self) -> PublicKey:
+        raw = self.private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        return PublicKey(raw)
+
+    @property
+    def key_id(self) -> KeyId:
+        return self.public.key_id
+
+    def sign(self, message: bytes) -> bytes:
+        return self.private.sign(message)
+
+    def save(self, path: Path) -> None:
+        """Write the private key as PKCS#8 PEM, readable by the owner only, atomically."""
+        pem = self.private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, name: str, path: Path) -> SigningKey:
+        try:
+            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        except FileNotFoundError as e:
+            raise KeyNotFoundError(f"no private key {name!r} at {path}") from e
+        except ValueError as e:
+            raise InputError(f"{path} is not a PEM private key: {e}") from e
+        if not isinstance(key, Ed25519PrivateKey):
+            raise InputError(f"{path} is not an Ed25519 key")
+        return cls(name, key)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A parsed DSSE envelope: payload bytes are the canonical statement."""
+
+    payload_type: str
+    payload: bytes
+    signatures: tuple[tuple[KeyId, bytes], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "payload": b64e(self.payload),
+            "payloadType": self.payload_type,
+            "signatures": [{"keyid": k, "sig": b64e(s)} for k, s in self.signatures],
+        }
+
+    def canonical(self) -> bytes:
+        """The bytes the log stores, hashes into the entry id and into the Merkle tree."""
+        return canonical_bytes(self.to_json())
+
+    @property
+    def signer(self) -> KeyId:
+        return self.signatures[0][0]
+
+    def statement(self) -> Any:
+        return parse_canonical(self.payload)
+
+    def verify_with(self, key: PublicKey) -> None:
+        """Raise unless a signature by ``key`` covers the PAE of this payload."""
+        message = pae(self.payload_type, self.payload)
+        for kid, sig in self.signatures:
+            if kid == key.key_id:
+                key.verify(sig, message)
+                return
+        raise SignatureError(f"envelope carries no signature by key {key.key_id}")
+
+
+def sign_envelope(statement: dict[str, Any], key: SigningKey) -> Envelope:
+    payload = canonical_bytes(statement)
+    sig = key.sign(pae(PAYLOAD_TYPE, payload))
+    return Envelope(PAYLOAD_TYPE, payload, ((key.key_id, sig),))
+
+
+def parse_envelope(data: bytes | dict[str, Any]) -> Envelope:
+    """Parse a DSSE envelope (bytes or decoded JSON) strictly; exactly one signature."""
+    obj = parse_json(data) if isinstance(data, bytes | str) else data
+    if not isinstance(obj, dict):
+        raise EnvelopeError("envelope must be a JSON object")
+    extra = set(obj) - {"payload", "payloadType", "signatures"}
+    if extra:
+        raise EnvelopeError(f"unknown envelope fields: {sorted(extra)}")
+    ptype = obj.get("payloadType")
+    if ptype != PAYLOAD_TYPE:
+        raise EnvelopeError(f"payloadType must be {PAYLOAD_TYPE!r}, got {ptype!r}")
+    payload_b64 = obj.get("payload")
+    if not isinstance(payload_b64, str):
+        raise EnvelopeError("envelope payload must be a base64 string")
+    sigs = obj.get("signatures")
+    if not isinstance(sigs, list) or len(sigs) != 1:
+        raise EnvelopeError("envelope must carry exactly one signature")
+    parsed: list[tuple[KeyId, bytes]] = []
+    for s in sigs:
+        if not isinstance(s, dict) or set(s) != {"keyid", "sig"}:
+            raise EnvelopeError("each signature must be {keyid, sig}")
+        if not isinstance(s["keyid"], str) or not isinstance(s["sig"], str):
+            raise EnvelopeError("signature keyid and sig must be strings")
+        parsed.append((KeyId(s["keyid"]), b64d(s["sig"], "signature")))
+    return Envelope(ptype, b64d(payload_b64, "payload"), tuple(parsed))

@@ -1,0 +1,150 @@
+"""Filesystem artifact store: ``objects/ab/<64 hex>``; temp file + fsync + rename; verified on read."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ledger.errors import (
+    ArtifactCorruptError,
+    ArtifactMissingError,
+    ArtifactTooLargeError,
+    IntegrityError,
+    StorageError,
+)
+from ledger.hashing import CHUNK_SIZE, Digest, HexDigest, hash_file, hash_stream, iter_chunks
+from ledger.store.base import StoredArtifact
+
+__all__ = ["FilesystemStore"]
+
+
+class _SizeLimited:
+    """Wrap a stream and refuse to read past ``limit`` bytes."""
+
+    def __init__(self, stream: BinaryIO, limit: int) -> None:
+        self._stream = stream
+        self._left = limit
+
+    def readinto(self, buf: memoryview) -> int:
+        n: int = self._stream.readinto(buf)  # type: ignore[attr-defined]
+        self._left -= n
+        if self._left < 0:
+            raise ArtifactTooLargeError("artifact exceeds the size limit")
+        return n
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FilesystemStore:
+    """A content-addressed store in a folder; safe on NFS/NAS (rename within one directory tree)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.objects = self.root / "objects"
+
+    def init(self) -> None:
+        self.objects.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, digest: Digest) -> Path:
+        return self.objects / digest.hex[:2] / digest.hex
+
+    def path_of(self, digest: Digest) -> Path:
+        return self._path(digest)
+
+    def put_stream(
+        self,
+        stream: BinaryIO,
+        *,
+        sha256: bool = False,
+        expected: Digest | None = None,
+        max_size: int | None = None,
+    ) -> StoredArtifact:
+        """Stream into a temp file beside the objects, hash in the same pass, then rename into place."""
+        if not self.objects.is_dir():
+            raise StorageError(f"store not initialised at {self.root}")
+        src: BinaryIO = _SizeLimited(stream, max_size) if max_size is not None else stream  # type: ignore[assignment]
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=".incoming-", dir=self.objects)
+        except OSError as e:
+            raise StorageError(f"cannot create a file in {self.objects}: {e}") from e
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb", buffering=0) as out:
+                digests = hash_stream(src, sha256=sha256, sink=out.write)
+                out.flush()
+                os.fsync(out.fileno())
+            if expected is not None and digests.blake3 != expected:
+                raise IntegrityError(
+                    f"uploaded bytes hash to {digests.blake3}, not {expected}", hint="the upload was refused"
+                )
+            final = self._path(digests.blake3)
+            if final.exists():
+                tmp.unlink()
+                return StoredArtifact(digests.blake3, digests.size, digests.sha256, created=False)
+            final.parent.mkdir(exist_ok=True)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, final)
+            _fsync_dir(final.parent)
+            return StoredArtifact(digests.blake3, digests.size, digests.sha256, created=True)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if e.errno == errno.ENOSPC:
+                raise StorageError(f"no space left while storing an artifact in {self.root}") from e
+            raise StorageError(f"storing an artifact failed: {e}") from e
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
+        with Path(path).open("rb") as f:
+            return self.put_stream(f, sha256=sha256)
+
+    def has(self, digest: Digest) -> bool:
+        return self._path(digest).is_file()
+
+    def size(self, digest: Digest) -> int:
+        try:
+            return self._path(digest).stat().st_size
+        except FileNotFoundError as e:
+            raise ArtifactMissingError(f"artifact {digest} is not in the store") from e
+
+    def verify(self, digest: Digest) -> None:
+        """Re-hash the stored bytes; raise if they are missing or do not match their name."""
+        path = self._path(digest)
+        if not path.is_file():
+            raise ArtifactMissingError(f"artifact {digest} is not in the store")
+        actual = hash_file(path).blake3
+        if actual != digest:
+            raise ArtifactCorruptError(f"stored artifact {digest} is corrupt (its bytes hash to {actual})")
+
+    def open_verified(self, digest: Digest) -> BinaryIO:
+        """Verify the whole file first, so a corrupt artifact is never served, then open it."""
+        self.verify(digest)
+        return self._path(digest).open("rb")
+
+    def iter_chunks_verified(self, digest: Digest, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        with self.open_verified(digest) as f:
+            for chunk in iter_chunks(f, chunk_size):
+                yield bytes(chunk)
+
+    def iter_digests(self) -> Iterator[Digest]:
+        if not self.objects.is_dir():
+            return
+        for sub in sorted(self.objects.iterdir()):
+            if sub.is_dir() and len(sub.name) == 2:
+                for f in sorted(sub.iterdir()):
+                    if len(f.name) == 64 and not f.name.startswith("."):
+                        yield Digest(HexDigest(f.name))

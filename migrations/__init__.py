@@ -1,0 +1,1 @@
+"""Alembic environment and versions: the only owner of the ledger schema."""

@@ -1,0 +1,28 @@
+"""Alembic environment: runs migrations online against the URL the ledger passes in."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import context
+from sqlmodel import SQLModel
+
+import ledger.db  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+config = context.config
+target_metadata = SQLModel.metadata
+
+
+def run_migrations_online() -> None:
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline migrations are not supported; run `ledger init`")
+run_migrations_online()
