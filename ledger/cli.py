@@ -1,0 +1,441 @@
+"""``ledger``: the Typer adapter over ledger.service. Parse, call the service, render."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ledger.cliutil import (
+    EXIT_FAILED,
+    STATE,
+    HomeOption,
+    JsonOption,
+    SubjectOption,
+    exit_for,
+    get_ledger,
+    home_path,
+    print_json,
+)
+from ledger.errors import InputError, LedgerError
+
+app = typer.Typer(
+    name="ledger",
+    help="Evidence ledger for qualifying LLM inference backends.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+keys_app = typer.Typer(help="Signing keys: enrol, grant roles, revoke.", no_args_is_help=True)
+proof_app = typer.Typer(help="Inclusion and consistency proofs, and their offline verification.",
+                        no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+app.add_typer(proof_app, name="proof")
+
+err = Console(stderr=True)
+out = Console()
+
+
+@app.callback()
+def _root(home: HomeOption = None) -> None:
+    STATE.home = home
+
+
+# --- init and keys ---------------------------------------------------------------------------------
+
+
+@app.command()
+def init(
+    home: HomeOption = None,
+    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: SQLite in the home).")] = None,
+    store: Annotated[str | None, typer.Option(help="Artifact store folder (default: HOME/store).")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Create a ledger home: database (Alembic), artifact store, admin and log keys."""
+    from ledger.service import Ledger
+
+    path = home_path(home)
+    ledger = Ledger.init(path, database_url=database_url, store=store)
+    info = {"home": str(path), "database_url": ledger.database_url, "store": str(ledger.store.root),
+            "origin": ledger.cfg.origin, "admin_key_id": ledger.cfg.root_key_id,
+            "log_public_key": ledger.log_public_key().b64}
+    if json_out:
+        print_json(info)
+    else:
+        out.print(f"initialised ledger at {path}\nadmin key {ledger.cfg.root_key_id}")
+
+
+@keys_app.command("new")
+def keys_new(
+    name: str,
+    role: Annotated[list[str], typer.Option("--role", help="collector, reviewer, operator or admin.")],
+    admin: Annotated[str | None, typer.Option(help="Admin key that signs the enrolment.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Generate a key in this home and enrol it with the given roles."""
+    rec = get_ledger().new_key(name, role, admin=admin)
+    if json_out:
+        print_json(rec.to_json())
+    else:
+        out.print(f"{rec.key_id}  {rec.name}  roles={','.join(sorted(rec.roles))}")
+
+
+@keys_app.command("enrol")
+def keys_enrol(
+    name: str,
+    public_key: Annotated[str, typer.Option(help="Base64 raw Ed25519 public key (from `ledger keys export`).")],
+    role: Annotated[list[str], typer.Option("--role")],
+    admin: Annotated[str | None, typer.Option()] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Enrol a public key generated elsewhere (a collector host's)."""
+    entry = get_ledger().enrol_key(name, public_key, role, admin=admin)
+    if json_out:
+        print_json(entry.to_json())
+    else:
+        out.print(f"enrolled {name}: entry {entry.entry_id}")
+
+
+@keys_app.command("list")
+def keys_list(json_out: JsonOption = False) -> None:
+    """Enrolled keys with their roles and revocation state."""
+    ring = get_ledger().keyring()
+    recs = [r.to_json() for r in ring.keys.values()]
+    if json_out:
+        print_json(recs)
+        return
+    t = Table("key id", "name", "roles", "revoked at")
+    for r in recs:
+        t.add_row(r["key_id"], r["name"], ",".join(r["roles"]), r["revoked_at"] or "")
+    out.print(t)
+
+
+@keys_app.command("export")
+def keys_export(name: str) -> None:
+    """Print a key's public key (base64 raw Ed25519); `log` is the checkpoint key."""
+    ledger = get_ledger()
+    sys.stdout.write(ledger.signing_key(name).public.b64 + "\n")
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    name: str,
+    reason: Annotated[str, typer.Option(help="Why the key is revoked.")],
+    at: Annotated[str | None, typer.Option(help="Effective time (RFC 3339); default now.")] = None,
+    admin: Annotated[str | None, typer.Option()] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Revoke a key from an effective time on: its earlier entries stay valid, later ones are refused."""
+    from ledger.entries import parse_time
+
+    entry = get_ledger().revoke_key(name, reason=reason, effective_at=parse_time(at) if at else None, admin=admin)
+    if json_out:
+        print_json(entry.to_json())
+    else:
+        out.print(f"revoked {name}: entry {entry.entry_id}")
+
+
+@keys_app.command("grant")
+def keys_grant(
+    name: str,
+    role: Annotated[list[str], typer.Option("--role")],
+    admin: Annotated[str | None, typer.Option()] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Grant more roles to an enrolled key."""
+    entry = get_ledger().grant_key(name, role, admin=admin)
+    if json_out:
+        print_json(entry.to_json())
+    else:
+        out.print(f"granted {','.join(role)} to {name}: entry {entry.entry_id}")
+
+
+@app.command()
+def kinds(json_out: JsonOption = False) -> None:
+    """Payload kinds, their versions and the roles that may sign them."""
+    from ledger.entries import KIND_MODELS, KIND_ROLES
+
+    rows = [{"kind": k, "version": v, "roles": sorted(KIND_ROLES[k]),
+             "schema": m.model_json_schema()} for (k, v), m in sorted(KIND_MODELS.items())]
+    if json_out:
+        print_json(rows)
+        return
+    t = Table("kind", "version", "roles")
+    for r in rows:
+        t.add_row(r["kind"], str(r["version"]), ",".join(r["roles"]))
+    out.print(t)
+
+
+# --- artifacts ---------------------------------------------------------------------------------------
+
+
+@app.command()
+def put(
+    files: Annotated[list[Path], typer.Argument(help="Files to store.")],
+    sha256: Annotated[bool, typer.Option(help="Also compute SHA-256.")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Stream files into the content-addressed store; one `blake3:<hex>  PATH` line per file."""
+    ledger = get_ledger()
+    results = []
+    for f in files:
+        s = ledger.put_file(f, sha256=sha256)
+        results.append({"digest": str(s.digest), "size": s.size, "path": str(f), "sha256": s.sha256,
+                        "created": s.created})
+        if not json_out:
+            sys.stdout.write(f"{s.digest}  {f}\n")
+    if json_out:
+        print_json(results)
+
+
+@app.command()
+def cat(digest: str) -> None:
+    """Write an artifact's bytes to stdout, verified before a byte is written."""
+    ledger = get_ledger()
+    with ledger.open_artifact(digest) as f:
+        while chunk := f.read(1024 * 1024):
+            sys.stdout.buffer.write(chunk)
+    sys.stdout.buffer.flush()
+
+
+# --- entries -----------------------------------------------------------------------------------------
+
+
+def _read_data(data: str) -> Any:
+    from ledger.canonical import parse_json
+
+    if data.startswith("@"):
+        p = Path(data[1:])
+        try:
+            raw = sys.stdin.buffer.read() if data == "@-" else p.read_bytes()
+        except OSError as e:
+            raise InputError(f"cannot read {p}: {e.strerror}") from e
+        return parse_json(raw)
+    return parse_json(data)
+
+
+def _parse_pairs(items: list[str] | None, what: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k or not v:
+            raise InputError(f"{what} {item!r} must be NAME=VALUE")
+        pairs.append((k, v))
+    return pairs
+
+
+@app.command()
+def record(
+    kind: str,
+    key: Annotated[str, typer.Option(help="Name of the signing key in this home.")],
+    subject: SubjectOption = None,
+    data: Annotated[str, typer.Option(help="Payload JSON, or @FILE, or @- for stdin.")] = "{}",
+    artifact: Annotated[list[str] | None, typer.Option(help="NAME=PATH or NAME=blake3:<hex> (repeatable).")] = None,
+    by_reference: Annotated[list[str] | None, typer.Option(
+        "--by-reference", help="NAME=PATH recorded by path, size and digests, not copied.")] = None,
+    ref: Annotated[list[str] | None, typer.Option(help="REL=ENTRY_ID (repeatable), e.g. supersedes=…")] = None,
+    collected_at: Annotated[str | None, typer.Option(help="RFC 3339 time the evidence was collected.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Sign and append one entry; artifacts are stored first, then the entry refers to them."""
+    from ledger.entries import ArtifactRef
+    from ledger.hashing import parse_digest
+    from ledger.service import parse_subject_args
+
+    ledger = get_ledger()
+    payload = _read_data(data)
+    if not isinstance(payload, dict):
+        raise InputError("--data must be a JSON object")
+    arts: list[ArtifactRef] = []
+    for name, value in _parse_pairs(artifact, "--artifact"):
+        if value.startswith("blake3:"):
+            d = parse_digest(value)
+            arts.append(ArtifactRef(name=name, digest=str(d), size=ledger.store.size(d)))
+        else:
+            arts.append(ledger.artifact_ref(name, Path(value)))
+    for name, value in _parse_pairs(by_reference, "--by-reference"):
+        arts.append(ledger.artifact_ref(name, Path(value), by_reference=True))
+    entry = ledger.record(kind, parse_subject_args(subject or []), payload, key=key, artifacts=arts,
+                          refs=_parse_pairs(ref, "--ref"), collected_at=collected_at)
+    if json_out:
+        print_json(entry.to_json(ledger.signer_names().get(entry.signer)))
+    else:
+        sys.stdout.write(f"{entry.entry_id}  seq={entry.seq}  {entry.kind}\n")
+
+
+def _entry_table(entries: list[Any], names: dict[str, str]) -> Table:
+    t = Table("seq", "id", "kind", "subject", "signer", "collected at")
+    for e in entries:
+        subj = " ".join(f"{k}={v}" for k, v in sorted(e.statement.subject.items()))
+        t.add_row(str(e.seq), e.entry_id[:16], e.kind, subj, names.get(e.signer, e.signer[:12]),
+                  e.statement.collected_at)
+    return t
+
+
+@app.command()
+def show(entry_id: str, json_out: JsonOption = False, envelope: Annotated[bool, typer.Option(
+        help="Print the stored DSSE envelope bytes.")] = False) -> None:
+    """One entry, by id or unique id prefix."""
+    ledger = get_ledger()
+    e = ledger.get(entry_id)
+    if envelope:
+        sys.stdout.write(e.envelope.decode() + "\n")
+        return
+    data = e.to_json(ledger.signer_names().get(e.signer))
+    if json_out:
+        print_json(data)
+        return
+    for k in ("id", "seq", "kind", "signer_name", "signer", "collected_at", "logged_at"):
+        out.print(f"[bold]{k}[/]: {data[k]}")
+    out.print("[bold]subject[/]: " + " ".join(f"{k}={v}" for k, v in sorted(data["subject"].items())))
+    for r in data["refs"]:
+        out.print(f"[bold]ref[/] {r['rel']} → {r['id']}")
+    for a in data["artifacts"]:
+        where = "stored" if a.get("stored", True) else f"by reference {a.get('path')}"
+        out.print(f"[bold]artifact[/] {a['name']}: {a['digest']} ({a['size']} bytes, {where})")
+    out.print_json(json.dumps(data["payload"]))
+
+
+@app.command("log")
+def log_cmd(
+    subject: SubjectOption = None,
+    kind: Annotated[str | None, typer.Option(help="Kind, or a prefix ending in * (key.*).")] = None,
+    signer: Annotated[str | None, typer.Option(help="Key name or id.")] = None,
+    since: Annotated[str | None, typer.Option(help="Logged at or after (RFC 3339).")] = None,
+    until: Annotated[str | None, typer.Option(help="Logged before (RFC 3339).")] = None,
+    after: Annotated[int | None, typer.Option(help="Keyset cursor: entries after this seq.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many entries.")] = 100,
+    json_out: JsonOption = False,
+) -> None:
+    """List entries by subject fields, kind, signer and time, in sequence order."""
+    from ledger.service import parse_subject_args
+
+    ledger = get_ledger()
+    entries = ledger.query(subject=parse_subject_args(subject or []), kind=kind, signer=signer, since=since,
+                           until=until, after_seq=after, limit=limit)
+    names = ledger.signer_names()
+    if json_out:
+        print_json({"entries": [e.to_json(names.get(e.signer)) for e in entries],
+                    "next_after": entries[-1].seq if len(entries) == limit else None})
+    else:
+        out.print(_entry_table(entries, names))
+
+
+# --- integrity -----------------------------------------------------------------------------------------
+
+
+@app.command()
+def verify(
+    artifacts: Annotated[bool, typer.Option(help="Re-hash every stored artifact.")] = True,
+    workers: Annotated[int | None, typer.Option(help="Worker processes (default: all cores).")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Check every signature, chain link, Merkle root, checkpoint and artifact; exit 1 on any problem."""
+    report = get_ledger().verify(artifacts=artifacts, workers=workers)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        for p in report.problems:
+            where = f"seq {p.seq} {p.id[:16] if p.id else ''}" if p.seq is not None else "ledger"
+            err.print(f"[red]problem[/] [{p.code}] {where}: {p.message}")
+        status = "ok" if report else f"{len(report.problems)} problem(s)"
+        out.print(f"{status}: {report.size} entries, root {report.root[:16]}…, "
+                  f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints")
+    if not report:
+        raise SystemExit(EXIT_FAILED)
+
+
+@app.command()
+def checkpoint(
+    size: Annotated[int | None, typer.Option(help="Tree size (default: the whole log).")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Sign a checkpoint (C2SP signed note) of the log."""
+    ledger = get_ledger()
+    cp = ledger.checkpoint(size=size)
+    if json_out:
+        print_json({**cp.to_json(), "log_key_name": ledger.cfg.log_key,
+                    "log_public_key": ledger.log_public_key().b64})
+    else:
+        sys.stdout.write(cp.note)
+
+
+@proof_app.command("inclusion")
+def proof_inclusion(
+    entry_id: str,
+    size: Annotated[int | None, typer.Option(help="Tree size of the checkpoint (default: current).")] = None,
+) -> None:
+    """Inclusion proof of an entry against a signed checkpoint (JSON)."""
+    print_json(get_ledger().inclusion(entry_id, size=size))
+
+
+@proof_app.command("consistency")
+def proof_consistency(old_size: int, new_size: Annotated[int | None, typer.Argument()] = None) -> None:
+    """Consistency proof between two tree sizes, with both signed checkpoints (JSON)."""
+    print_json(get_ledger().consistency(old_size, new_size))
+
+
+@proof_app.command("verify")
+def proof_verify(
+    proof: Annotated[Path, typer.Argument(help="Proof JSON from `ledger proof inclusion|consistency`.")],
+    public_key: Annotated[str, typer.Option(help="Log public key: base64, or @FILE.")],
+    key_name: Annotated[str, typer.Option(help="Log key name in the checkpoint.")] = "log",
+    checkpoint_file: Annotated[Path | None, typer.Option(
+        "--checkpoint", help="A checkpoint you already hold; the proof must match it.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Verify a proof offline with only the log's public key (and optionally a checkpoint you hold)."""
+    from ledger.proofs import verify_proof_document
+
+    pk = Path(public_key[1:]).read_text().strip() if public_key.startswith("@") else public_key
+    held = checkpoint_file.read_text() if checkpoint_file else None
+    result = verify_proof_document(json.loads(proof.read_text()), pk, key_name, held)
+    if json_out:
+        print_json(result)
+    else:
+        out.print(f"proof ok: {result['detail']}")
+
+
+# --- sub-applications of other parts ---------------------------------------------------------------
+
+for _module in ("ledger.collectors.cli", "ledger.policy.cli", "ledger.api.cli"):
+    try:
+        importlib.import_module(_module).register(app)
+    except ModuleNotFoundError as _e:  # a part that is not built yet
+        if _e.name != _module:
+            raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; every LedgerError becomes one line on stderr and an exit code from one map."""
+    import click
+
+    try:
+        app(args=argv, standalone_mode=False)
+    except LedgerError as e:
+        sys.stderr.write(e.one_line() + "\n")
+        return exit_for(e)
+    except click.exceptions.Exit as e:
+        return int(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        return 2
+    except click.exceptions.Abort:
+        sys.stderr.write("aborted\n")
+        return 130
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else 1
+    except OSError as e:
+        sys.stderr.write(f"error[os-error]: {e}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
