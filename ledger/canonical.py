@@ -34,6 +34,15 @@ def _depth(value: Any, limit: int) -> None:
             stack.extend((v, depth + 1) for v in item)
 
 
+_SAFE_INT = 2**53 - 1
+
+
+def _parse_int(text: str) -> int | float:
+    """JSON numbers are IEEE doubles (RFC 8785 §3.2.2.3): integers beyond 2^53 are read as floats."""
+    value = int(text)
+    return value if -_SAFE_INT <= value <= _SAFE_INT else float(value)
+
+
 def _reject_constant(name: str) -> Any:
     raise CanonicalJsonError(f"JSON constant {name} is not allowed")
 
@@ -50,7 +59,9 @@ def parse_json(data: bytes | str) -> Any:
         return out
 
     try:
-        value = json.loads(data, object_pairs_hook=no_duplicates, parse_constant=_reject_constant)
+        value = json.loads(
+            data, object_pairs_hook=no_duplicates, parse_constant=_reject_constant, parse_int=_parse_int
+        )
     except RecursionError as e:
         raise CanonicalJsonError("JSON nested too deeply") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -33,8 +33,9 @@ app = typer.Typer(
     add_completion=False,
 )
 keys_app = typer.Typer(help="Signing keys: enrol, grant roles, revoke.", no_args_is_help=True)
-proof_app = typer.Typer(help="Inclusion and consistency proofs, and their offline verification.",
-                        no_args_is_help=True)
+proof_app = typer.Typer(
+    help="Inclusion and consistency proofs, and their offline verification.", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 app.add_typer(proof_app, name="proof")
 
@@ -53,7 +54,9 @@ def _root(home: HomeOption = None) -> None:
 @app.command()
 def init(
     home: HomeOption = None,
-    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL (default: SQLite in the home).")] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL (default: SQLite in the home).")
+    ] = None,
     store: Annotated[str | None, typer.Option(help="Artifact store folder (default: HOME/store).")] = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -62,9 +65,14 @@ def init(
 
     path = home_path(home)
     ledger = Ledger.init(path, database_url=database_url, store=store)
-    info = {"home": str(path), "database_url": ledger.database_url, "store": str(ledger.store.root),
-            "origin": ledger.cfg.origin, "admin_key_id": ledger.cfg.root_key_id,
-            "log_public_key": ledger.log_public_key().b64}
+    info = {
+        "home": str(path),
+        "database_url": ledger.database_url,
+        "store": str(ledger.store.root),
+        "origin": ledger.cfg.origin,
+        "admin_key_id": ledger.cfg.root_key_id,
+        "log_public_key": ledger.log_public_key().b64,
+    }
     if json_out:
         print_json(info)
     else:
@@ -89,7 +97,9 @@ def keys_new(
 @keys_app.command("enrol")
 def keys_enrol(
     name: str,
-    public_key: Annotated[str, typer.Option(help="Base64 raw Ed25519 public key (from `ledger keys export`).")],
+    public_key: Annotated[
+        str, typer.Option(help="Base64 raw Ed25519 public key (from `ledger keys export`).")
+    ],
     role: Annotated[list[str], typer.Option("--role")],
     admin: Annotated[str | None, typer.Option()] = None,
     json_out: JsonOption = False,
@@ -134,7 +144,9 @@ def keys_revoke(
     """Revoke a key from an effective time on: its earlier entries stay valid, later ones are refused."""
     from ledger.entries import parse_time
 
-    entry = get_ledger().revoke_key(name, reason=reason, effective_at=parse_time(at) if at else None, admin=admin)
+    entry = get_ledger().revoke_key(
+        name, reason=reason, effective_at=parse_time(at) if at else None, admin=admin
+    )
     if json_out:
         print_json(entry.to_json())
     else:
@@ -161,8 +173,10 @@ def kinds(json_out: JsonOption = False) -> None:
     """Payload kinds, their versions and the roles that may sign them."""
     from ledger.entries import KIND_MODELS, KIND_ROLES
 
-    rows = [{"kind": k, "version": v, "roles": sorted(KIND_ROLES[k]),
-             "schema": m.model_json_schema()} for (k, v), m in sorted(KIND_MODELS.items())]
+    rows: list[dict[str, Any]] = [
+        {"kind": k, "version": v, "roles": sorted(KIND_ROLES[k]), "schema": m.model_json_schema()}
+        for (k, v), m in sorted(KIND_MODELS.items())
+    ]
     if json_out:
         print_json(rows)
         return
@@ -186,8 +200,15 @@ def put(
     results = []
     for f in files:
         s = ledger.put_file(f, sha256=sha256)
-        results.append({"digest": str(s.digest), "size": s.size, "path": str(f), "sha256": s.sha256,
-                        "created": s.created})
+        results.append(
+            {
+                "digest": str(s.digest),
+                "size": s.size,
+                "path": str(f),
+                "sha256": s.sha256,
+                "created": s.created,
+            }
+        )
         if not json_out:
             sys.stdout.write(f"{s.digest}  {f}\n")
     if json_out:
@@ -236,11 +257,19 @@ def record(
     key: Annotated[str, typer.Option(help="Name of the signing key in this home.")],
     subject: SubjectOption = None,
     data: Annotated[str, typer.Option(help="Payload JSON, or @FILE, or @- for stdin.")] = "{}",
-    artifact: Annotated[list[str] | None, typer.Option(help="NAME=PATH or NAME=blake3:<hex> (repeatable).")] = None,
-    by_reference: Annotated[list[str] | None, typer.Option(
-        "--by-reference", help="NAME=PATH recorded by path, size and digests, not copied.")] = None,
-    ref: Annotated[list[str] | None, typer.Option(help="REL=ENTRY_ID (repeatable), e.g. supersedes=…")] = None,
-    collected_at: Annotated[str | None, typer.Option(help="RFC 3339 time the evidence was collected.")] = None,
+    artifact: Annotated[
+        list[str] | None, typer.Option(help="NAME=PATH or NAME=blake3:<hex> (repeatable).")
+    ] = None,
+    by_reference: Annotated[
+        list[str] | None,
+        typer.Option("--by-reference", help="NAME=PATH recorded by path, size and digests, not copied."),
+    ] = None,
+    ref: Annotated[
+        list[str] | None, typer.Option(help="REL=ENTRY_ID (repeatable), e.g. supersedes=…")
+    ] = None,
+    collected_at: Annotated[
+        str | None, typer.Option(help="RFC 3339 time the evidence was collected.")
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Sign and append one entry; artifacts are stored first, then the entry refers to them."""
@@ -261,8 +290,15 @@ def record(
             arts.append(ledger.artifact_ref(name, Path(value)))
     for name, value in _parse_pairs(by_reference, "--by-reference"):
         arts.append(ledger.artifact_ref(name, Path(value), by_reference=True))
-    entry = ledger.record(kind, parse_subject_args(subject or []), payload, key=key, artifacts=arts,
-                          refs=_parse_pairs(ref, "--ref"), collected_at=collected_at)
+    entry = ledger.record(
+        kind,
+        parse_subject_args(subject or []),
+        payload,
+        key=key,
+        artifacts=arts,
+        refs=_parse_pairs(ref, "--ref"),
+        collected_at=collected_at,
+    )
     if json_out:
         print_json(entry.to_json(ledger.signer_names().get(entry.signer)))
     else:
@@ -273,14 +309,23 @@ def _entry_table(entries: list[Any], names: dict[str, str]) -> Table:
     t = Table("seq", "id", "kind", "subject", "signer", "collected at")
     for e in entries:
         subj = " ".join(f"{k}={v}" for k, v in sorted(e.statement.subject.items()))
-        t.add_row(str(e.seq), e.entry_id[:16], e.kind, subj, names.get(e.signer, e.signer[:12]),
-                  e.statement.collected_at)
+        t.add_row(
+            str(e.seq),
+            e.entry_id[:16],
+            e.kind,
+            subj,
+            names.get(e.signer, e.signer[:12]),
+            e.statement.collected_at,
+        )
     return t
 
 
 @app.command()
-def show(entry_id: str, json_out: JsonOption = False, envelope: Annotated[bool, typer.Option(
-        help="Print the stored DSSE envelope bytes.")] = False) -> None:
+def show(
+    entry_id: str,
+    json_out: JsonOption = False,
+    envelope: Annotated[bool, typer.Option(help="Print the stored DSSE envelope bytes.")] = False,
+) -> None:
     """One entry, by id or unique id prefix."""
     ledger = get_ledger()
     e = ledger.get(entry_id)
@@ -317,12 +362,23 @@ def log_cmd(
     from ledger.service import parse_subject_args
 
     ledger = get_ledger()
-    entries = ledger.query(subject=parse_subject_args(subject or []), kind=kind, signer=signer, since=since,
-                           until=until, after_seq=after, limit=limit)
+    entries = ledger.query(
+        subject=parse_subject_args(subject or []),
+        kind=kind,
+        signer=signer,
+        since=since,
+        until=until,
+        after_seq=after,
+        limit=limit,
+    )
     names = ledger.signer_names()
     if json_out:
-        print_json({"entries": [e.to_json(names.get(e.signer)) for e in entries],
-                    "next_after": entries[-1].seq if len(entries) == limit else None})
+        print_json(
+            {
+                "entries": [e.to_json(names.get(e.signer)) for e in entries],
+                "next_after": entries[-1].seq if len(entries) == limit else None,
+            }
+        )
     else:
         out.print(_entry_table(entries, names))
 
@@ -345,8 +401,10 @@ def verify(
             where = f"seq {p.seq} {p.id[:16] if p.id else ''}" if p.seq is not None else "ledger"
             err.print(f"[red]problem[/] [{p.code}] {where}: {p.message}")
         status = "ok" if report else f"{len(report.problems)} problem(s)"
-        out.print(f"{status}: {report.size} entries, root {report.root[:16]}…, "
-                  f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints")
+        out.print(
+            f"{status}: {report.size} entries, root {report.root[:16]}…, "
+            f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints"
+        )
     if not report:
         raise SystemExit(EXIT_FAILED)
 
@@ -360,8 +418,13 @@ def checkpoint(
     ledger = get_ledger()
     cp = ledger.checkpoint(size=size)
     if json_out:
-        print_json({**cp.to_json(), "log_key_name": ledger.cfg.log_key,
-                    "log_public_key": ledger.log_public_key().b64})
+        print_json(
+            {
+                **cp.to_json(),
+                "log_key_name": ledger.cfg.log_key,
+                "log_public_key": ledger.log_public_key().b64,
+            }
+        )
     else:
         sys.stdout.write(cp.note)
 
@@ -386,8 +449,10 @@ def proof_verify(
     proof: Annotated[Path, typer.Argument(help="Proof JSON from `ledger proof inclusion|consistency`.")],
     public_key: Annotated[str, typer.Option(help="Log public key: base64, or @FILE.")],
     key_name: Annotated[str, typer.Option(help="Log key name in the checkpoint.")] = "log",
-    checkpoint_file: Annotated[Path | None, typer.Option(
-        "--checkpoint", help="A checkpoint you already hold; the proof must match it.")] = None,
+    checkpoint_file: Annotated[
+        Path | None,
+        typer.Option("--checkpoint", help="A checkpoint you already hold; the proof must match it."),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Verify a proof offline with only the log's public key (and optionally a checkpoint you hold)."""

@@ -32,8 +32,12 @@ EXIT_ERROR = 2  # usage, input, trust, integrity or system error: nothing was re
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
 HomeOption = Annotated[
     Path | None,
-    typer.Option("--home", envvar="LEDGER_HOME", help="Ledger home (default $XDG_DATA_HOME/evidence-ledger).",
-                 show_default=False),
+    typer.Option(
+        "--home",
+        envvar="LEDGER_HOME",
+        help="Ledger home (default $XDG_DATA_HOME/evidence-ledger).",
+        show_default=False,
+    ),
 ]
 SubjectOption = Annotated[
     list[str] | None, typer.Option("--subject", "-s", help="Subject field FIELD=VALUE (repeatable).")

@@ -108,7 +108,9 @@ class Collector(_Model):
 class Statement(_Model):
     """What a collector signs: the DSSE payload, before canonicalisation."""
 
-    type_: Literal["https://evidence-ledger.dev/entry/v1"] = Field(alias="_type", default=STATEMENT_TYPE)
+    type_: Literal["https://evidence-ledger.dev/entry/v1"] = Field(
+        alias="_type", default="https://evidence-ledger.dev/entry/v1"
+    )
     kind: str
     kind_version: int = 1
     subject: dict[str, str]
@@ -278,7 +280,8 @@ class Job(_Model):
 
 class KernelEvent(_Model):
     time: str | None = None
-    kind: str  # nvrm-xid | amdgpu-ring-timeout | gpu-reset-begin | gpu-reset-succeeded | vram-lost | mes-failure …
+    # nvrm-xid | amdgpu-ring-timeout | gpu-reset-begin | gpu-reset-succeeded | vram-lost | mes-failure …
+    kind: str
     message: str
     xid: int | None = None
     device: str | None = None

@@ -13,6 +13,7 @@ __all__ = [
     "ArtifactMissingError",
     "ArtifactTooLargeError",
     "AuthError",
+    "BatchTooLargeError",
     "CanonicalJsonError",
     "ChainBrokenError",
     "CollectorError",
@@ -27,8 +28,12 @@ __all__ = [
     "KeyNotFoundError",
     "KeyRevokedError",
     "LedgerError",
+    "NotAvailableError",
     "PolicyError",
     "ProofError",
+    "RangeNotSatisfiableError",
+    "RemoteUnavailableError",
+    "RequestTooLargeError",
     "RoleError",
     "SchemaError",
     "SignatureError",
@@ -101,6 +106,22 @@ class PolicyError(InputError):
 class ArtifactTooLargeError(InputError):
     code = "artifact-too-large"
     category = "too-large"
+
+
+class RequestTooLargeError(InputError):
+    code = "request-too-large"
+    category = "too-large"
+
+
+class BatchTooLargeError(InputError):
+    code = "batch-too-large"
+    category = "too-large"
+    hint = "split the batch"
+
+
+class RangeNotSatisfiableError(InputError):
+    code = "range-not-satisfiable"
+    category = "range"
 
 
 # --- not found ------------------------------------------------------------------------------------
@@ -191,6 +212,16 @@ class ProofError(IntegrityError):
 class StorageError(LedgerError):
     code = "storage"
     category = "system"
+
+
+class NotAvailableError(LedgerError):
+    code = "not-available"
+    category = "unavailable"
+
+
+class RemoteUnavailableError(StorageError):
+    code = "server-unreachable"
+    hint = "entries are spooled in the home; `ledger push` delivers them later"
 
 
 class CollectorError(LedgerError):

@@ -20,8 +20,9 @@ def _hashes(doc: dict[str, Any]) -> list[bytes]:
         raise ProofError("proof hashes must be a list of hex strings") from e
 
 
-def verify_proof_document(doc: dict[str, Any], public_key_b64: str, key_name: str = "log",
-                          held_checkpoint: str | None = None) -> dict[str, Any]:
+def verify_proof_document(
+    doc: dict[str, Any], public_key_b64: str, key_name: str = "log", held_checkpoint: str | None = None
+) -> dict[str, Any]:
     """Verify an inclusion or consistency proof; returns a summary or raises ProofError."""
     pub = PublicKey.from_b64(public_key_b64)
     kind = doc.get("type")
@@ -40,9 +41,14 @@ def verify_proof_document(doc: dict[str, Any], public_key_b64: str, key_name: st
         else:
             leaf = bytes.fromhex(doc["leaf_hash"])
         verify_inclusion(int(doc["leaf_index"]), cp.size, leaf, _hashes(doc), cp.root)
-        return {"ok": True, "type": "inclusion", "entry_id": doc.get("entry_id"), "tree_size": cp.size,
-                "root": base64.b64encode(cp.root).decode(),
-                "detail": f"entry {doc.get('entry_id', '?')} is leaf {doc['leaf_index']} of tree size {cp.size}"}
+        return {
+            "ok": True,
+            "type": "inclusion",
+            "entry_id": doc.get("entry_id"),
+            "tree_size": cp.size,
+            "root": base64.b64encode(cp.root).decode(),
+            "detail": f"entry {doc.get('entry_id', '?')} is leaf {doc['leaf_index']} of tree size {cp.size}",
+        }
     if kind == "consistency":
         old = parse_checkpoint(doc["old_checkpoint"], key_name, pub)
         new = parse_checkpoint(doc["new_checkpoint"], key_name, pub)
@@ -51,6 +57,11 @@ def verify_proof_document(doc: dict[str, Any], public_key_b64: str, key_name: st
             if (held.size, held.root) != (old.size, old.root):
                 raise ProofError("the proof's old checkpoint is not the checkpoint you hold (forked log?)")
         verify_consistency(old.size, new.size, old.root, new.root, _hashes(doc))
-        return {"ok": True, "type": "consistency", "old_size": old.size, "new_size": new.size,
-                "detail": f"tree size {old.size} is a prefix of tree size {new.size}"}
+        return {
+            "ok": True,
+            "type": "consistency",
+            "old_size": old.size,
+            "new_size": new.size,
+            "detail": f"tree size {old.size} is a prefix of tree size {new.size}",
+        }
     raise ProofError(f"unknown proof type {kind!r}")

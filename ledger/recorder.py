@@ -15,12 +15,26 @@ __all__ = ["LocalRecorder", "Recorder", "make_recorder"]
 class Recorder(Protocol):
     """The one interface collectors write through."""
 
-    def artifact(self, name: str, path: Path, *, media_type: str | None = None,
-                 by_reference: bool = False, sha256: bool = False) -> ArtifactRef: ...
+    def artifact(
+        self,
+        name: str,
+        path: Path,
+        *,
+        media_type: str | None = None,
+        by_reference: bool = False,
+        sha256: bool = False,
+    ) -> ArtifactRef: ...
 
-    def record(self, kind: str, subject: dict[str, str], payload: dict[str, Any], *,
-               artifacts: Sequence[ArtifactRef] = (), refs: Sequence[tuple[str, str]] = (),
-               collected_at: datetime | str | None = None) -> str: ...
+    def record(
+        self,
+        kind: str,
+        subject: dict[str, str],
+        payload: dict[str, Any],
+        *,
+        artifacts: Sequence[ArtifactRef] = (),
+        refs: Sequence[tuple[str, str]] = (),
+        collected_at: datetime | str | None = None,
+    ) -> str: ...
 
 
 class LocalRecorder:
@@ -31,28 +45,46 @@ class LocalRecorder:
         self.key = key
         self.ledger.signing_key(key)  # fail early when the key is not in this home
 
-    def artifact(self, name: str, path: Path, *, media_type: str | None = None,
-                 by_reference: bool = False, sha256: bool = False) -> ArtifactRef:
-        ref: ArtifactRef = self.ledger.artifact_ref(name, path, media_type=media_type,
-                                                    by_reference=by_reference, sha256=sha256)
+    def artifact(
+        self,
+        name: str,
+        path: Path,
+        *,
+        media_type: str | None = None,
+        by_reference: bool = False,
+        sha256: bool = False,
+    ) -> ArtifactRef:
+        ref: ArtifactRef = self.ledger.artifact_ref(
+            name, path, media_type=media_type, by_reference=by_reference, sha256=sha256
+        )
         return ref
 
-    def record(self, kind: str, subject: dict[str, str], payload: dict[str, Any], *,
-               artifacts: Sequence[ArtifactRef] = (), refs: Sequence[tuple[str, str]] = (),
-               collected_at: datetime | str | None = None) -> str:
-        entry = self.ledger.record(kind, subject, payload, key=self.key, artifacts=artifacts, refs=refs,
-                                   collected_at=collected_at)
+    def record(
+        self,
+        kind: str,
+        subject: dict[str, str],
+        payload: dict[str, Any],
+        *,
+        artifacts: Sequence[ArtifactRef] = (),
+        refs: Sequence[tuple[str, str]] = (),
+        collected_at: datetime | str | None = None,
+    ) -> str:
+        entry = self.ledger.record(
+            kind, subject, payload, key=self.key, artifacts=artifacts, refs=refs, collected_at=collected_at
+        )
         return str(entry.entry_id)
 
 
-def make_recorder(home: Path | None, key: str, *, server: str | None = None,
-                  token: str | None = None) -> Recorder:
+def make_recorder(
+    home: Path | None, key: str, *, server: str | None = None, token: str | None = None
+) -> Recorder:
     """A LocalRecorder, or with ``server`` a remote one that spools in the home when offline."""
     from ledger.cliutil import get_ledger
 
     ledger = get_ledger(home)
     if server:
-        from ledger.client import RemoteRecorder
+        from ledger.client import RemoteRecorder  # type: ignore[import-not-found,unused-ignore]
 
-        return RemoteRecorder(ledger, key, server=server, token=token)
+        remote: Recorder = RemoteRecorder(ledger, key, server=server, token=token)
+        return remote
     return LocalRecorder(ledger, key)

@@ -179,8 +179,9 @@ def parse_subject_args(items: Iterable[str]) -> dict[str, str]:
 class Ledger:
     """A ledger home opened for use: database, store, keys."""
 
-    def __init__(self, home: Home, cfg: HomeConfig, *, database_url: str | None = None,
-                 store_path: str | None = None) -> None:
+    def __init__(
+        self, home: Home, cfg: HomeConfig, *, database_url: str | None = None, store_path: str | None = None
+    ) -> None:
         self.home = home
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
@@ -191,8 +192,14 @@ class Ledger:
     # --- life cycle -----------------------------------------------------------------------------
 
     @classmethod
-    def init(cls, path: Path, *, database_url: str | None = None, store: str | None = None,
-             admin_key: str = "admin") -> Ledger:
+    def init(
+        cls,
+        path: Path,
+        *,
+        database_url: str | None = None,
+        store: str | None = None,
+        admin_key: str = "admin",
+    ) -> Ledger:
         """Create a home: migrate the database, make the store, the admin and log keys, enrol the admin."""
         home = Home(path)
         if home.exists():
@@ -220,8 +227,12 @@ class Ledger:
             ledger.record(
                 "key.enrol",
                 {"key": admin_key},
-                {"name": admin_key, "public_key": admin.public.b64, "key_id": admin.key_id,
-                 "roles": ["admin"]},
+                {
+                    "name": admin_key,
+                    "public_key": admin.public.b64,
+                    "key_id": admin.key_id,
+                    "roles": ["admin"],
+                },
                 key=admin,
             )
         home.write_config(cfg)
@@ -284,34 +295,59 @@ class Ledger:
         key.save(self.home.key_path(name))
         return self.key_record(name)
 
-    def enrol_key(self, name: str, public_b64: str, roles: Sequence[str], *, admin: str | None = None,
-                  valid_until: str | None = None) -> LoggedEntry:
+    def enrol_key(
+        self,
+        name: str,
+        public_b64: str,
+        roles: Sequence[str],
+        *,
+        admin: str | None = None,
+        valid_until: str | None = None,
+    ) -> LoggedEntry:
         from ledger.signing import PublicKey
 
         pub = PublicKey.from_b64(public_b64)
-        payload: dict[str, Any] = {"name": name, "public_key": pub.b64, "key_id": pub.key_id,
-                                   "roles": list(roles)}
+        payload: dict[str, Any] = {
+            "name": name,
+            "public_key": pub.b64,
+            "key_id": pub.key_id,
+            "roles": list(roles),
+        }
         if valid_until:
             payload["valid_until"] = valid_until
         return self.record("key.enrol", {"key": name}, payload, key=admin or self.cfg.admin_key)
 
-    def revoke_key(self, name_or_id: str, *, reason: str, effective_at: datetime | None = None,
-                   admin: str | None = None) -> LoggedEntry:
+    def revoke_key(
+        self, name_or_id: str, *, reason: str, effective_at: datetime | None = None, admin: str | None = None
+    ) -> LoggedEntry:
         rec = self.key_record(name_or_id)
         when = format_time(effective_at or now_utc())
-        return self.record("key.revoke", {"key": rec.name},
-                           {"key_id": rec.key_id, "effective_at": when, "reason": reason},
-                           key=admin or self.cfg.admin_key)
+        return self.record(
+            "key.revoke",
+            {"key": rec.name},
+            {"key_id": rec.key_id, "effective_at": when, "reason": reason},
+            key=admin or self.cfg.admin_key,
+        )
 
     def grant_key(self, name_or_id: str, roles: Sequence[str], *, admin: str | None = None) -> LoggedEntry:
         rec = self.key_record(name_or_id)
-        return self.record("key.grant", {"key": rec.name}, {"key_id": rec.key_id, "roles": list(roles)},
-                           key=admin or self.cfg.admin_key)
+        return self.record(
+            "key.grant",
+            {"key": rec.name},
+            {"key_id": rec.key_id, "roles": list(roles)},
+            key=admin or self.cfg.admin_key,
+        )
 
     # --- artifacts ------------------------------------------------------------------------------
 
-    def put_artifact(self, stream: BinaryIO, *, sha256: bool = False, expected: Digest | None = None,
-                     max_size: int | None = None) -> StoredArtifact:
+    def put_artifact(
+        self,
+        stream: BinaryIO,
+        *,
+        sha256: bool = False,
+        expected: Digest | None = None,
+        max_size: int | None = None,
+    ) -> StoredArtifact:
         return self.store.put_stream(stream, sha256=sha256, expected=expected, max_size=max_size)
 
     def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
@@ -323,8 +359,15 @@ class Ledger:
     def open_artifact(self, digest: str) -> BinaryIO:
         return self.store.open_verified(parse_digest(digest))
 
-    def artifact_ref(self, name: str, path: Path, *, media_type: str | None = None,
-                     by_reference: bool = False, sha256: bool = False) -> ArtifactRef:
+    def artifact_ref(
+        self,
+        name: str,
+        path: Path,
+        *,
+        media_type: str | None = None,
+        by_reference: bool = False,
+        sha256: bool = False,
+    ) -> ArtifactRef:
         """Store ``path`` (or hash it in place when ``by_reference``) and describe it for an entry."""
         from ledger.hashing import hash_file
 
@@ -334,17 +377,32 @@ class Ledger:
         mt = media_type or _guess_media_type(p)
         if by_reference:
             d = hash_file(p, sha256=True)
-            return ArtifactRef(name=name, digest=str(d.blake3), size=d.size, media_type=mt,
-                               sha256=d.sha256, stored=False, path=str(p.resolve()))
+            return ArtifactRef(
+                name=name,
+                digest=str(d.blake3),
+                size=d.size,
+                media_type=mt,
+                sha256=d.sha256,
+                stored=False,
+                path=str(p.resolve()),
+            )
         s = self.put_file(p, sha256=sha256)
         return ArtifactRef(name=name, digest=str(s.digest), size=s.size, media_type=mt, sha256=s.sha256)
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def make_statement(self, kind: str, subject: dict[str, str], payload: dict[str, Any], *,
-                       artifacts: Sequence[ArtifactRef] = (), refs: Sequence[tuple[str, str]] = (),
-                       collected_at: datetime | str | None = None, kind_version: int = 1,
-                       host: str | None = None) -> dict[str, Any]:
+    def make_statement(
+        self,
+        kind: str,
+        subject: dict[str, str],
+        payload: dict[str, Any],
+        *,
+        artifacts: Sequence[ArtifactRef] = (),
+        refs: Sequence[tuple[str, str]] = (),
+        collected_at: datetime | str | None = None,
+        kind_version: int = 1,
+        host: str | None = None,
+    ) -> dict[str, Any]:
         when = collected_at if isinstance(collected_at, str) else format_time(collected_at or now_utc())
         st = {
             "_type": "https://evidence-ledger.dev/entry/v1",
@@ -355,8 +413,11 @@ class Ledger:
             "artifacts": [a.model_dump(mode="json", exclude_none=True) for a in artifacts],
             "refs": [{"rel": rel, "id": self.resolve_id(i)} for rel, i in refs],
             "collected_at": when,
-            "collector": {"host": host or socket.gethostname(), "tool": "evidence-ledger",
-                          "version": __version__},
+            "collector": {
+                "host": host or socket.gethostname(),
+                "tool": "evidence-ledger",
+                "version": __version__,
+            },
         }
         parse_statement(st)  # refuse early, before anything is signed
         return st
@@ -365,13 +426,28 @@ class Ledger:
         k = key if isinstance(key, SigningKey) else self.signing_key(key)
         return sign_envelope(statement, k)
 
-    def record(self, kind: str, subject: dict[str, str], payload: dict[str, Any], *,
-               key: SigningKey | str, artifacts: Sequence[ArtifactRef] = (),
-               refs: Sequence[tuple[str, str]] = (), collected_at: datetime | str | None = None,
-               kind_version: int = 1) -> LoggedEntry:
+    def record(
+        self,
+        kind: str,
+        subject: dict[str, str],
+        payload: dict[str, Any],
+        *,
+        key: SigningKey | str,
+        artifacts: Sequence[ArtifactRef] = (),
+        refs: Sequence[tuple[str, str]] = (),
+        collected_at: datetime | str | None = None,
+        kind_version: int = 1,
+    ) -> LoggedEntry:
         """Build, sign and append one entry."""
-        st = self.make_statement(kind, subject, payload, artifacts=artifacts, refs=refs,
-                                 collected_at=collected_at, kind_version=kind_version)
+        st = self.make_statement(
+            kind,
+            subject,
+            payload,
+            artifacts=artifacts,
+            refs=refs,
+            collected_at=collected_at,
+            kind_version=kind_version,
+        )
         return self.append([self.sign(st, key)])[0]
 
     def _prepare(self, env: Envelope | bytes | dict[str, Any]) -> _Prepared:
@@ -380,8 +456,9 @@ class Ledger:
         data = envelope.canonical()
         return _Prepared(envelope, data, blake3_hex(data), statement)
 
-    def append(self, envelopes: Sequence[Envelope | bytes | dict[str, Any]],
-               *, logged_at: datetime | None = None) -> list[LoggedEntry]:
+    def append(
+        self, envelopes: Sequence[Envelope | bytes | dict[str, Any]], *, logged_at: datetime | None = None
+    ) -> list[LoggedEntry]:
         """Verify and append a batch atomically: all entries are stored, or none.
 
         A re-sent envelope (same entry id) is recognised and returned with ``duplicate=True``.
@@ -402,8 +479,9 @@ class Ledger:
         except sa.exc.OperationalError as e:
             raise StorageError(f"database error while appending: {e.orig}") from e
 
-    def _append_locked(self, conn: sa.Connection, prepared: list[_Prepared],
-                       when: datetime) -> list[LoggedEntry]:
+    def _append_locked(
+        self, conn: sa.Connection, prepared: list[_Prepared], when: datetime
+    ) -> list[LoggedEntry]:
         head = conn.execute(
             sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.chain_hash).order_by(T_ENTRIES.c.seq.desc()).limit(1)
         ).first()
@@ -413,8 +491,7 @@ class Ledger:
         logged_at = format_time(when)
         ids = [p.entry_id for p in prepared]
         existing = {
-            r.entry_id: r
-            for r in conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.entry_id.in_(ids)))
+            r.entry_id: r for r in conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.entry_id.in_(ids)))
         }
         out: list[LoggedEntry] = []
         batch_ids: set[str] = set()
@@ -441,18 +518,34 @@ class Ledger:
                 except Exception as e:
                     raise SchemaError(f"{st.kind}: {e}") from e
             ch = chain_hash(next_seq, p.entry_id, prev, logged_at)
-            rows.append({
-                "seq": next_seq, "entry_id": p.entry_id, "kind": st.kind, "signer": p.envelope.signer,
-                "collected_at": st.collected_at, "logged_at": logged_at, "envelope": p.envelope_bytes,
-                "leaf_hash": leaf_hash(p.envelope_bytes).hex(), "prev_hash": prev, "chain_hash": ch,
-            })
+            rows.append(
+                {
+                    "seq": next_seq,
+                    "entry_id": p.entry_id,
+                    "kind": st.kind,
+                    "signer": p.envelope.signer,
+                    "collected_at": st.collected_at,
+                    "logged_at": logged_at,
+                    "envelope": p.envelope_bytes,
+                    "leaf_hash": leaf_hash(p.envelope_bytes).hex(),
+                    "prev_hash": prev,
+                    "chain_hash": ch,
+                }
+            )
             subj_rows.extend({"seq": next_seq, "field": k, "value": v} for k, v in st.subject.items())
-            ref_rows.extend({"seq": next_seq, "rel": r.rel, "target_id": r.id}
-                            for r in {(r.rel, r.id): r for r in st.refs}.values())
-            art_rows.extend({"seq": next_seq, "name": a.name, "digest": a.digest, "stored": a.stored}
-                            for a in st.artifacts)
-            out.append(LoggedEntry(next_seq, p.entry_id, st, p.envelope_bytes, p.envelope.signer,
-                                   logged_at, prev, ch))
+            ref_rows.extend(
+                {"seq": next_seq, "rel": r.rel, "target_id": r.id}
+                for r in {(r.rel, r.id): r for r in st.refs}.values()
+            )
+            art_rows.extend(
+                {"seq": next_seq, "name": a.name, "digest": a.digest, "stored": a.stored}
+                for a in st.artifacts
+            )
+            out.append(
+                LoggedEntry(
+                    next_seq, p.entry_id, st, p.envelope_bytes, p.envelope.signer, logged_at, prev, ch
+                )
+            )
             batch_ids.add(p.entry_id)
             prev = ch
             next_seq += 1
@@ -487,9 +580,9 @@ class Ledger:
         wanted = {r.id for r in st.refs} - batch_ids
         if not wanted:
             return
-        found = set(conn.execute(
-            sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.in_(wanted))
-        ).scalars())
+        found = set(
+            conn.execute(sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.in_(wanted))).scalars()
+        )
         missing = wanted - found
         if missing:
             raise DanglingRefError(f"ref to unknown entry {sorted(missing)[0]}")
@@ -524,9 +617,11 @@ class Ledger:
         if len(text) < 8 or any(c not in "0123456789abcdef" for c in text):
             raise InputError(f"{id_or_prefix!r} is not an entry id (64 hex, or a unique prefix of >= 8)")
         with self.engine.connect() as conn:
-            found = list(conn.execute(
-                sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.like(text + "%")).limit(2)
-            ).scalars())
+            found = list(
+                conn.execute(
+                    sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.like(text + "%")).limit(2)
+                ).scalars()
+            )
         if not found:
             raise EntryNotFoundError(f"no entry with id {id_or_prefix}")
         if len(found) > 1:
@@ -548,10 +643,19 @@ class Ledger:
             raise EntryNotFoundError(f"no entry at seq {seq}")
         return _row_to_entry(row)
 
-    def query(self, *, subject: dict[str, str] | None = None, kind: str | None = None,
-              signer: str | None = None, since: str | None = None, until: str | None = None,
-              after_seq: int | None = None, at_size: int | None = None, limit: int | None = 100,
-              descending: bool = False) -> list[LoggedEntry]:
+    def query(
+        self,
+        *,
+        subject: dict[str, str] | None = None,
+        kind: str | None = None,
+        signer: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        after_seq: int | None = None,
+        at_size: int | None = None,
+        limit: int | None = 100,
+        descending: bool = False,
+    ) -> list[LoggedEntry]:
         """Entries matching every filter, in sequence order; ``after_seq`` is the keyset cursor."""
         q = sa.select(T_ENTRIES)
         for k, v in (subject or {}).items():
@@ -584,7 +688,9 @@ class Ledger:
         if rel:
             sub = sub.where(T_REFS.c.rel == rel)
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.seq.in_(sub)).order_by(T_ENTRIES.c.seq))
+            rows = conn.execute(
+                sa.select(T_ENTRIES).where(T_ENTRIES.c.seq.in_(sub)).order_by(T_ENTRIES.c.seq)
+            )
             return [_row_to_entry(r) for r in rows]
 
     def signer_names(self) -> dict[str, str]:
@@ -612,10 +718,15 @@ class Ledger:
         cp = sign_checkpoint(self.cfg.origin, n, merkle_root(leaves), self.signing_key(self.cfg.log_key))
         if store:
             with self.engine.begin() as conn:
-                exists = conn.execute(sa.select(T_CHECKPOINTS.c.root).where(T_CHECKPOINTS.c.size == n)).first()
+                exists = conn.execute(
+                    sa.select(T_CHECKPOINTS.c.root).where(T_CHECKPOINTS.c.size == n)
+                ).first()
                 if exists is None:
-                    conn.execute(sa.insert(T_CHECKPOINTS).values(
-                        size=n, root=cp.root.hex(), note=cp.note, created_at=format_time(now_utc())))
+                    conn.execute(
+                        sa.insert(T_CHECKPOINTS).values(
+                            size=n, root=cp.root.hex(), note=cp.note, created_at=format_time(now_utc())
+                        )
+                    )
                 elif exists.root != cp.root.hex():
                     raise IntegrityError(f"log root at size {n} differs from the stored checkpoint")
         return cp

@@ -41,8 +41,9 @@ class _Seen:
     key_payload: dict[str, Any] | None
 
 
-def _check_range(url: str, lo: int, hi: int, keys: dict[str, bytes]) -> tuple[list[tuple[Any, ...]],
-                                                                             list[_Seen], list[tuple[str, str]]]:
+def _check_range(
+    url: str, lo: int, hi: int, keys: dict[str, bytes]
+) -> tuple[list[tuple[Any, ...]], list[_Seen], list[tuple[str, str]]]:
     """Verify entries with lo <= seq < hi; returns problems, order facts, stored artifact digests."""
     from ledger.db import make_engine
     from ledger.entries import parse_statement
@@ -106,8 +107,18 @@ def _check_range(url: str, lo: int, hi: int, keys: dict[str, bytes]) -> tuple[li
             artifacts.extend((a.digest, a.name) for a in st.artifacts if a.stored)
         except LedgerError as e:
             problem(e.code, e.message)
-        seen.append(_Seen(row.seq, row.entry_id, row.signer, kind, row.logged_at, row.prev_hash,
-                          row.chain_hash, key_payload))
+        seen.append(
+            _Seen(
+                row.seq,
+                row.entry_id,
+                row.signer,
+                kind,
+                row.logged_at,
+                row.prev_hash,
+                row.chain_hash,
+                key_payload,
+            )
+        )
     return problems, seen, artifacts
 
 
@@ -135,10 +146,13 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
 
     report = VerifyReport()
     with ledger.engine.connect() as conn:
-        bounds = conn.execute(sa.select(sa.func.min(T_ENTRIES.c.seq), sa.func.max(T_ENTRIES.c.seq),
-                                        sa.func.count())).one()
-        leaves = [bytes.fromhex(h) for h in
-                  conn.execute(sa.select(T_ENTRIES.c.leaf_hash).order_by(T_ENTRIES.c.seq)).scalars()]
+        bounds = conn.execute(
+            sa.select(sa.func.min(T_ENTRIES.c.seq), sa.func.max(T_ENTRIES.c.seq), sa.func.count())
+        ).one()
+        leaves = [
+            bytes.fromhex(h)
+            for h in conn.execute(sa.select(T_ENTRIES.c.leaf_hash).order_by(T_ENTRIES.c.seq)).scalars()
+        ]
         checkpoints = conn.execute(sa.select(T_CHECKPOINTS).order_by(T_CHECKPOINTS.c.size)).all()
     lo, hi, count = bounds
     problems: list[VerifyProblem] = report.problems
@@ -153,16 +167,23 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
     if n > 1 and len(ranges) > 1:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            results = list(pool.map(_check_range, [url] * len(ranges), [a for a, _ in ranges],
-                                    [b for _, b in ranges], [keys] * len(ranges)))
+            results = list(
+                pool.map(
+                    _check_range,
+                    [url] * len(ranges),
+                    [a for a, _ in ranges],
+                    [b for _, b in ranges],
+                    [keys] * len(ranges),
+                )
+            )
     else:
         results = [_check_range(url, a, b, keys) for a, b in ranges]
 
     seen: list[_Seen] = []
     stored: dict[str, str] = {}
-    for probs, s, arts in results:
+    for probs, chunk_seen, arts in results:
         problems.extend(VerifyProblem(code=c, message=m, seq=q, id=i) for q, i, c, m in probs)
-        seen.extend(s)
+        seen.extend(chunk_seen)
         for digest, name in arts:
             stored.setdefault(digest, name)
 
@@ -174,20 +195,31 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
     expected_seq = 0
     for s in seen:
         if s.seq != expected_seq:
-            problems.append(VerifyProblem("seq-gap", f"expected seq {expected_seq}, found {s.seq}",
-                                          seq=s.seq, id=s.entry_id))
+            problems.append(
+                VerifyProblem(
+                    "seq-gap", f"expected seq {expected_seq}, found {s.seq}", seq=s.seq, id=s.entry_id
+                )
+            )
             expected_seq = s.seq
         if s.prev != prev_chain:
-            problems.append(VerifyProblem("chain-broken", "entry does not link to its predecessor",
-                                          seq=s.seq, id=s.entry_id))
+            problems.append(
+                VerifyProblem(
+                    "chain-broken", "entry does not link to its predecessor", seq=s.seq, id=s.entry_id
+                )
+            )
         prev_chain = s.chain
         expected_seq += 1
         try:
             if s.seq == 0:
                 if s.kind != "key.enrol" or s.signer != ledger.cfg.root_key_id:
-                    problems.append(VerifyProblem(
-                        "untrusted-root", "the first entry is not the home's root key enrolling itself",
-                        seq=s.seq, id=s.entry_id))
+                    problems.append(
+                        VerifyProblem(
+                            "untrusted-root",
+                            "the first entry is not the home's root key enrolling itself",
+                            seq=s.seq,
+                            id=s.entry_id,
+                        )
+                    )
             else:
                 ring.authorise(s.signer, s.kind, parse_time(s.logged_at))
         except LedgerError as e:
@@ -210,11 +242,16 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
             problems.append(VerifyProblem(e.code, f"checkpoint at size {cp.size}: {e.message}"))
             continue
         if parsed.size != cp.size or parsed.root.hex() != cp.root:
-            problems.append(VerifyProblem("checkpoint-mismatch", f"checkpoint row {cp.size} disagrees with its note"))
+            problems.append(
+                VerifyProblem("checkpoint-mismatch", f"checkpoint row {cp.size} disagrees with its note")
+            )
         if parsed.size > len(leaves) or merkle_root(leaves[: parsed.size]) != parsed.root:
-            problems.append(VerifyProblem(
-                "checkpoint-mismatch",
-                f"the log no longer has the root signed in the checkpoint at size {parsed.size}"))
+            problems.append(
+                VerifyProblem(
+                    "checkpoint-mismatch",
+                    f"the log no longer has the root signed in the checkpoint at size {parsed.size}",
+                )
+            )
 
     if artifacts:
         for digest, name in sorted(stored.items()):
@@ -223,8 +260,15 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
                 ledger.store.verify(parse_digest(digest))
             except LedgerError as e:
                 owners = _entries_with_artifact(ledger, digest)
-                for seq, eid in owners or [(None, None)]:
-                    problems.append(VerifyProblem(e.code, f"artifact {name}: {e.message}", seq=seq, id=eid))
+                for seq, eid in owners or [(-1, "")]:
+                    problems.append(
+                        VerifyProblem(
+                            e.code,
+                            f"artifact {name}: {e.message}",
+                            seq=seq if seq >= 0 else None,
+                            id=eid or None,
+                        )
+                    )
     problems.sort(key=lambda p: (p.seq if p.seq is not None else -1, p.code))
     return report
 

@@ -1,0 +1,108 @@
+"""API bearer tokens: created once, stored only as a hash, verified per request, revoked by name."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ledger.db import ApiToken
+from ledger.entries import format_time, now_utc
+from ledger.errors import AuthError, ForbiddenError, InputError, KeyNotFoundError
+
+__all__ = [
+    "TOKEN_ROLES",
+    "TokenRecord",
+    "create_token",
+    "hash_token",
+    "list_tokens",
+    "require_role",
+    "revoke_token",
+    "verify_token",
+]
+
+T_TOKENS = ApiToken.__table__  # type: ignore[attr-defined]
+
+# Each role includes the ones before it: a writer may read, an admin may write.
+TOKEN_ROLES = ("reader", "writer", "admin")
+_PREFIX = "elt_"
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    id: int
+    name: str
+    role: str
+    created_at: str
+    revoked_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "role": self.role, "created_at": self.created_at,
+                "revoked_at": self.revoked_at}
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 of the token text: tokens carry 256 random bits, so a fast hash is enough."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _record(row: Any) -> TokenRecord:
+    return TokenRecord(int(row.id), row.name, row.role, row.created_at, row.revoked_at)
+
+
+def create_token(engine: Engine, name: str, role: str) -> tuple[str, TokenRecord]:
+    """Make a new token; the plain text is returned once and never stored."""
+    if role not in TOKEN_ROLES:
+        raise InputError(f"token role must be one of {', '.join(TOKEN_ROLES)}, not {role!r}")
+    if not name or len(name) > 100:
+        raise InputError("token name must be 1..100 characters")
+    token = _PREFIX + secrets.token_urlsafe(32)
+    created = format_time(now_utc())
+    with engine.begin() as conn:
+        result = conn.execute(sa.insert(T_TOKENS).values(
+            name=name, role=role, token_hash=hash_token(token), created_at=created))
+        pk = result.inserted_primary_key
+    assert pk is not None
+    return token, TokenRecord(int(pk[0]), name, role, created, None)
+
+
+def verify_token(engine: Engine, token: str | None) -> TokenRecord:
+    """The record of a live token, or AuthError (missing, unknown or revoked)."""
+    if not token:
+        raise AuthError("this endpoint needs a bearer token", hint="send `Authorization: Bearer <token>`")
+    digest = hash_token(token.strip())
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(T_TOKENS).where(T_TOKENS.c.token_hash == digest)).first()
+    if row is None or not hmac.compare_digest(row.token_hash, digest):
+        raise AuthError("unknown bearer token")
+    if row.revoked_at is not None:
+        raise AuthError(f"token {row.name!r} was revoked at {row.revoked_at}")
+    return _record(row)
+
+
+def require_role(record: TokenRecord, role: str) -> None:
+    """Raise ForbiddenError unless the token's role includes ``role``."""
+    if TOKEN_ROLES.index(record.role) < TOKEN_ROLES.index(role):
+        raise ForbiddenError(f"token {record.name!r} has role {record.role}; this needs {role}")
+
+
+def list_tokens(engine: Engine) -> list[TokenRecord]:
+    with engine.connect() as conn:
+        return [_record(r) for r in conn.execute(sa.select(T_TOKENS).order_by(T_TOKENS.c.id))]
+
+
+def revoke_token(engine: Engine, name_or_id: str) -> list[TokenRecord]:
+    """Revoke every live token with this name (or the one with this id); returns what was revoked."""
+    live = [t for t in list_tokens(engine) if t.revoked_at is None
+            and (t.name == name_or_id or str(t.id) == name_or_id)]
+    if not live:
+        raise KeyNotFoundError(f"no live token named {name_or_id!r}", hint="`ledger tokens list` shows them")
+    when = format_time(now_utc())
+    with engine.begin() as conn:
+        conn.execute(sa.update(T_TOKENS).where(T_TOKENS.c.id.in_([t.id for t in live])).values(revoked_at=when))
+    return [TokenRecord(t.id, t.name, t.role, t.created_at, when) for t in live]

@@ -1,0 +1,141 @@
+"""Every refusal on ingest: a clear one-line error with a stable code, exit 2, and the ledger unchanged."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ledger.service import Ledger
+from ledger.signing import SigningKey, sign_envelope
+
+
+@pytest.fixture
+def ready(cli, home: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    assert cli("init").code == 0
+    assert cli("keys", "new", "hostA", "--role", "collector").code == 0
+    assert cli("keys", "new", "rev", "--role", "reviewer").code == 0
+    first = cli("record", "note", "-s", "campaign=c", "--data", '{"text": "first"}', "--key", "hostA", "--json")
+    return first.json()["id"]
+
+
+def assert_unchanged(cli, before: int) -> None:  # type: ignore[no-untyped-def]
+    ver = cli("verify", "--json").json()
+    assert ver["ok"] is True, ver
+    assert ver["size"] == before
+
+
+CASES = {
+    "unknown-kind": (["record", "gpu.magic", "-s", "campaign=c", "--data", "{}", "--key", "hostA"], "unknown-kind"),
+    "missing-required-field": (["record", "engine.launch", "-s", "campaign=c", "--data", '{"engine": "vllm"}',
+                                "--key", "hostA"], "schema-violation"),
+    "wrong-field-type": (["record", "job", "-s", "campaign=c", "--data",
+                          '{"job_id": "j", "state": "killed", "exit_code": "one-four-three"}', "--key", "hostA"],
+                         "schema-violation"),
+    "unknown-field": (["record", "note", "-s", "campaign=c", "--data", '{"text": "x", "colour": "red"}',
+                       "--key", "hostA"], "schema-violation"),
+    "no-subject": (["record", "note", "--data", '{"text": "x"}', "--key", "hostA"], "schema-violation"),
+    "malformed-json": (["record", "note", "-s", "campaign=c", "--data", '{"text": ', "--key", "hostA"],
+                       "non-canonical-json"),
+    "wrong-role-review-by-collector": (["record", "review", "-s", "campaign=c", "--ref", "reviews={first}",
+                                        "--data", '{"result": "PASS"}', "--key", "hostA"], "wrong-role"),
+    "collector-signs-supersession": (["record", "supersession", "-s", "campaign=c", "--ref", "supersedes={first}",
+                                      "--data", '{"reason": "x"}', "--key", "hostA"], "wrong-role"),
+    "collector-manages-keys": (["keys", "new", "evil", "--role", "admin", "--admin", "hostA"], "wrong-role"),
+    "dangling-ref": (["record", "supersession", "-s", "campaign=c", "--ref", "supersedes=" + "ab" * 32,
+                      "--data", '{"reason": "x"}', "--key", "rev"], "dangling-ref"),
+    "unknown-signing-key": (["record", "note", "-s", "campaign=c", "--data", '{"text": "x"}', "--key", "nobody"],
+                            "key-not-found"),
+    "artifact-not-in-store": (["record", "note", "-s", "campaign=c", "--data", '{"text": "x"}', "--artifact",
+                               "log=blake3:" + "0" * 64, "--key", "hostA"], "artifact-missing"),
+    "bad-subject-syntax": (["record", "note", "-s", "campaign", "--data", '{"text": "x"}', "--key", "hostA"],
+                           "bad-input"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_refused_and_ledger_unchanged(cli, ready: str, case: str) -> None:  # type: ignore[no-untyped-def]
+    args, code = CASES[case]
+    before = cli("verify", "--json").json()["size"]
+    r = cli(*[a.replace("{first}", ready) for a in args])
+    assert r.code == 2, (r.out, r.err)
+    assert f"error[{code}]" in r.err
+    assert len(r.err.strip().splitlines()) == 1
+    assert_unchanged(cli, before)
+
+
+def _append_raw(home: Path, doc: dict) -> None:  # type: ignore[type-arg]
+    led = Ledger.open(home)
+    try:
+        led.append([json.dumps(doc).encode()])
+    finally:
+        led.close()
+
+
+def test_bad_signature_refused(cli, ready: str, home: Path) -> None:  # type: ignore[no-untyped-def]
+    from ledger.errors import SignatureError
+
+    led = Ledger.open(home)
+    st = led.make_statement("note", {"campaign": "c"}, {"text": "genuine"})
+    doc = led.sign(st, "hostA").to_json()
+    forged = dict(st, payload={"text": "forged"})
+    from ledger.canonical import canonical_bytes
+
+    doc["payload"] = base64.b64encode(canonical_bytes(forged)).decode()
+    before = led.size()
+    with pytest.raises(SignatureError):
+        led.append([doc])
+    assert led.size() == before
+    assert_unchanged(cli, before)
+
+
+def test_unknown_signer_refused(cli, ready: str, home: Path) -> None:  # type: ignore[no-untyped-def]
+    from ledger.errors import UnknownSignerError
+
+    led = Ledger.open(home)
+    st = led.make_statement("note", {"campaign": "c"}, {"text": "from a stranger"})
+    env = sign_envelope(st, SigningKey.generate("stranger"))
+    with pytest.raises(UnknownSignerError):
+        led.append([env])
+    assert_unchanged(cli, led.size())
+
+
+def test_artifact_size_mismatch_refused(cli, ready: str, home: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from ledger.entries import ArtifactRef
+    from ledger.errors import IntegrityError
+
+    led = Ledger.open(home)
+    f = tmp_path / "a.log"
+    f.write_bytes(os.urandom(100))
+    real = led.artifact_ref("log", f)
+    lie = ArtifactRef(name="log", digest=real.digest, size=real.size + 1)
+    before = led.size()
+    with pytest.raises(IntegrityError):
+        led.record("note", {"campaign": "c"}, {"text": "x"}, key="hostA", artifacts=[lie])
+    assert_unchanged(cli, before)
+
+
+def test_batch_with_one_bad_entry_stores_nothing(cli, ready: str, home: Path) -> None:  # type: ignore[no-untyped-def]
+    from ledger.errors import UnknownSignerError
+
+    led = Ledger.open(home)
+    good = [led.sign(led.make_statement("note", {"campaign": "c"}, {"text": f"ok {i}"}), "hostA")
+            for i in range(5)]
+    bad = sign_envelope(led.make_statement("note", {"campaign": "c"}, {"text": "bad"}), SigningKey.generate("x"))
+    before = led.size()
+    with pytest.raises(UnknownSignerError):
+        led.append([*good, bad])
+    assert led.size() == before
+    assert_unchanged(cli, before)
+
+
+def test_resent_envelope_is_recognised_not_duplicated(ledger: Ledger) -> None:
+    ledger.new_key("hostA", ["collector"])
+    env = ledger.sign(ledger.make_statement("note", {"campaign": "c"}, {"text": "once"}), "hostA")
+    first = ledger.append([env])[0]
+    again = ledger.append([env])[0]
+    assert again.duplicate and again.entry_id == first.entry_id and again.seq == first.seq
+    assert ledger.size() == first.seq + 1

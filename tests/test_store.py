@@ -1,0 +1,83 @@
+"""Filesystem store: streaming, dedup, atomic rename, verified reads."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger.errors import ArtifactCorruptError, ArtifactMissingError, ArtifactTooLargeError, IntegrityError
+from ledger.hashing import blake3_hex, hash_file, parse_digest
+from ledger.store import FilesystemStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FilesystemStore:
+    s = FilesystemStore(tmp_path / "store")
+    s.init()
+    return s
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=70_000))
+def test_put_get_dedup(store: FilesystemStore, data: bytes) -> None:
+    first = store.put_stream(io.BytesIO(data), sha256=True)
+    second = store.put_stream(io.BytesIO(data))
+    assert first.digest == second.digest
+    assert str(first.digest) == f"blake3:{blake3_hex(data)}"
+    assert second.created is False
+    with store.open_verified(first.digest) as f:
+        assert f.read() == data
+    assert not [p for p in store.objects.iterdir() if p.name.startswith(".incoming")]
+
+
+def test_large_stream_is_hashed_in_chunks(store: FilesystemStore, tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+    got = store.put_stream(big.open("rb"))
+    assert got.digest == hash_file(big).blake3
+    assert got.size == big.stat().st_size
+
+
+def test_corrupted_artifact_is_reported_and_never_served(store: FilesystemStore) -> None:
+    s = store.put_stream(io.BytesIO(b"stderr: UVA is not available"))
+    path = store.path_of(s.digest)
+    os.chmod(path, 0o644)
+    path.write_bytes(b"stderr: all fine")
+    with pytest.raises(ArtifactCorruptError) as e:
+        store.open_verified(s.digest)
+    assert str(s.digest) in e.value.message
+
+
+def test_missing_artifact(store: FilesystemStore) -> None:
+    with pytest.raises(ArtifactMissingError):
+        store.open_verified(parse_digest("blake3:" + "0" * 64))
+
+
+def test_expected_digest_mismatch_leaves_nothing(store: FilesystemStore) -> None:
+    with pytest.raises(IntegrityError):
+        store.put_stream(io.BytesIO(b"abc"), expected=parse_digest("blake3:" + "1" * 64))
+    assert list(store.iter_digests()) == []
+    assert [p.name for p in store.objects.iterdir()] == []
+
+
+def test_size_limit_leaves_nothing(store: FilesystemStore) -> None:
+    with pytest.raises(ArtifactTooLargeError):
+        store.put_stream(io.BytesIO(b"x" * 100), max_size=10)
+    assert list(store.objects.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["blake3:../../etc/passwd", "blake3:" + "A" * 64, "sha256:" + "0" * 64, "0" * 64, "blake3:" + "0" * 63],
+    ids=["traversal", "uppercase", "wrong-algorithm", "no-prefix", "short"],
+)
+def test_digest_parser_refuses_paths_and_garbage(text: str) -> None:
+    from ledger.errors import InputError
+
+    with pytest.raises(InputError):
+        parse_digest(text)
