@@ -58,7 +58,7 @@ from ledger.log import (
     sign_checkpoint,
 )
 from ledger.signing import Envelope, KeyId, SigningKey, parse_envelope, sign_envelope
-from ledger.store import FilesystemStore, StoredArtifact
+from ledger.store import StoredArtifact, open_store
 
 __all__ = ["Ledger", "LoggedEntry", "open_ledger"]
 
@@ -186,7 +186,7 @@ class Ledger:
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
         self.engine: Engine = make_engine(self.database_url)
-        self.store = FilesystemStore(Path(store_path or cfg.store))
+        self.store = open_store(store_path or cfg.store)
         self._keyring = Keyring()
 
     # --- life cycle -----------------------------------------------------------------------------
@@ -258,8 +258,9 @@ class Ledger:
         return self._keyring
 
     def _fold_keys(self, ring: Keyring, conn: sa.Connection | None, upto: int | None) -> None:
+        # A range on the kind index (LIKE would scan the whole log on SQLite).
         q = sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope).where(
-            T_ENTRIES.c.kind.like("key.%"), T_ENTRIES.c.seq >= ring.seq
+            T_ENTRIES.c.kind >= "key.", T_ENTRIES.c.kind < "key/", T_ENTRIES.c.seq >= ring.seq
         )
         if upto is not None:
             q = q.where(T_ENTRIES.c.seq < upto)

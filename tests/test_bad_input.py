@@ -18,7 +18,9 @@ def ready(cli, home: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     assert cli("init").code == 0
     assert cli("keys", "new", "hostA", "--role", "collector").code == 0
     assert cli("keys", "new", "rev", "--role", "reviewer").code == 0
-    first = cli("record", "note", "-s", "campaign=c", "--data", '{"text": "first"}', "--key", "hostA", "--json")
+    first = cli(
+        "record", "note", "-s", "campaign=c", "--data", '{"text": "first"}', "--key", "hostA", "--json"
+    )
     return first.json()["id"]
 
 
@@ -29,30 +31,105 @@ def assert_unchanged(cli, before: int) -> None:  # type: ignore[no-untyped-def]
 
 
 CASES = {
-    "unknown-kind": (["record", "gpu.magic", "-s", "campaign=c", "--data", "{}", "--key", "hostA"], "unknown-kind"),
-    "missing-required-field": (["record", "engine.launch", "-s", "campaign=c", "--data", '{"engine": "vllm"}',
-                                "--key", "hostA"], "schema-violation"),
-    "wrong-field-type": (["record", "job", "-s", "campaign=c", "--data",
-                          '{"job_id": "j", "state": "killed", "exit_code": "one-four-three"}', "--key", "hostA"],
-                         "schema-violation"),
-    "unknown-field": (["record", "note", "-s", "campaign=c", "--data", '{"text": "x", "colour": "red"}',
-                       "--key", "hostA"], "schema-violation"),
+    "unknown-kind": (
+        ["record", "gpu.magic", "-s", "campaign=c", "--data", "{}", "--key", "hostA"],
+        "unknown-kind",
+    ),
+    "missing-required-field": (
+        ["record", "engine.launch", "-s", "campaign=c", "--data", '{"engine": "vllm"}', "--key", "hostA"],
+        "schema-violation",
+    ),
+    "wrong-field-type": (
+        [
+            "record",
+            "job",
+            "-s",
+            "campaign=c",
+            "--data",
+            '{"job_id": "j", "state": "killed", "exit_code": "one-four-three"}',
+            "--key",
+            "hostA",
+        ],
+        "schema-violation",
+    ),
+    "unknown-field": (
+        ["record", "note", "-s", "campaign=c", "--data", '{"text": "x", "colour": "red"}', "--key", "hostA"],
+        "schema-violation",
+    ),
     "no-subject": (["record", "note", "--data", '{"text": "x"}', "--key", "hostA"], "schema-violation"),
-    "malformed-json": (["record", "note", "-s", "campaign=c", "--data", '{"text": ', "--key", "hostA"],
-                       "non-canonical-json"),
-    "wrong-role-review-by-collector": (["record", "review", "-s", "campaign=c", "--ref", "reviews={first}",
-                                        "--data", '{"result": "PASS"}', "--key", "hostA"], "wrong-role"),
-    "collector-signs-supersession": (["record", "supersession", "-s", "campaign=c", "--ref", "supersedes={first}",
-                                      "--data", '{"reason": "x"}', "--key", "hostA"], "wrong-role"),
+    "malformed-json": (
+        ["record", "note", "-s", "campaign=c", "--data", '{"text": ', "--key", "hostA"],
+        "non-canonical-json",
+    ),
+    "wrong-role-review-by-collector": (
+        [
+            "record",
+            "review",
+            "-s",
+            "campaign=c",
+            "--ref",
+            "reviews={first}",
+            "--data",
+            '{"result": "PASS"}',
+            "--key",
+            "hostA",
+        ],
+        "wrong-role",
+    ),
+    "collector-signs-supersession": (
+        [
+            "record",
+            "supersession",
+            "-s",
+            "campaign=c",
+            "--ref",
+            "supersedes={first}",
+            "--data",
+            '{"reason": "x"}',
+            "--key",
+            "hostA",
+        ],
+        "wrong-role",
+    ),
     "collector-manages-keys": (["keys", "new", "evil", "--role", "admin", "--admin", "hostA"], "wrong-role"),
-    "dangling-ref": (["record", "supersession", "-s", "campaign=c", "--ref", "supersedes=" + "ab" * 32,
-                      "--data", '{"reason": "x"}', "--key", "rev"], "dangling-ref"),
-    "unknown-signing-key": (["record", "note", "-s", "campaign=c", "--data", '{"text": "x"}', "--key", "nobody"],
-                            "key-not-found"),
-    "artifact-not-in-store": (["record", "note", "-s", "campaign=c", "--data", '{"text": "x"}', "--artifact",
-                               "log=blake3:" + "0" * 64, "--key", "hostA"], "artifact-missing"),
-    "bad-subject-syntax": (["record", "note", "-s", "campaign", "--data", '{"text": "x"}', "--key", "hostA"],
-                           "bad-input"),
+    "dangling-ref": (
+        [
+            "record",
+            "supersession",
+            "-s",
+            "campaign=c",
+            "--ref",
+            "supersedes=" + "ab" * 32,
+            "--data",
+            '{"reason": "x"}',
+            "--key",
+            "rev",
+        ],
+        "dangling-ref",
+    ),
+    "unknown-signing-key": (
+        ["record", "note", "-s", "campaign=c", "--data", '{"text": "x"}', "--key", "nobody"],
+        "key-not-found",
+    ),
+    "artifact-not-in-store": (
+        [
+            "record",
+            "note",
+            "-s",
+            "campaign=c",
+            "--data",
+            '{"text": "x"}',
+            "--artifact",
+            "log=blake3:" + "0" * 64,
+            "--key",
+            "hostA",
+        ],
+        "artifact-missing",
+    ),
+    "bad-subject-syntax": (
+        ["record", "note", "-s", "campaign", "--data", '{"text": "x"}', "--key", "hostA"],
+        "bad-input",
+    ),
 }
 
 
@@ -122,9 +199,13 @@ def test_batch_with_one_bad_entry_stores_nothing(cli, ready: str, home: Path) ->
     from ledger.errors import UnknownSignerError
 
     led = Ledger.open(home)
-    good = [led.sign(led.make_statement("note", {"campaign": "c"}, {"text": f"ok {i}"}), "hostA")
-            for i in range(5)]
-    bad = sign_envelope(led.make_statement("note", {"campaign": "c"}, {"text": "bad"}), SigningKey.generate("x"))
+    good = [
+        led.sign(led.make_statement("note", {"campaign": "c"}, {"text": f"ok {i}"}), "hostA")
+        for i in range(5)
+    ]
+    bad = sign_envelope(
+        led.make_statement("note", {"campaign": "c"}, {"text": "bad"}), SigningKey.generate("x")
+    )
     before = led.size()
     with pytest.raises(UnknownSignerError):
         led.append([*good, bad])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,8 +10,11 @@ from ledger.canonical import canonical_bytes, parse_canonical, parse_json
 from ledger.errors import CanonicalJsonError
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
     max_leaves=30,
 )
@@ -64,7 +66,43 @@ def test_values_json_cannot_say_refused() -> None:
 
 
 def test_regression_float_2_pow_53_round_trips() -> None:
-    """Found by Hypothesis: 2.0**53 canonicalises to an integer literal that re-parsed beyond the safe range."""
+    """Found by Hypothesis: 2.0**53 canonicalises to an integer literal once refused on re-parse."""
     data = canonical_bytes({"x": 2.0**53})
     assert data == b'{"x":9007199254740992}'
     assert canonical_bytes(parse_canonical(data)) == data
+
+
+@given(json_values)
+def test_fast_path_equals_rfc8785_library(value: object) -> None:
+    import rfc8785
+
+    try:
+        expected = rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError:
+        with pytest.raises(CanonicalJsonError):
+            canonical_bytes(value)
+        return
+    assert canonical_bytes(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"\U0001f600": 1, "\ufb01": 2}, {"ctl": "\x00\x1f\x7f\u2028"}, {"q": '"\\/'}, [2**53 - 1, -(2**53 - 1)]],
+    ids=["non-bmp-key-order", "control-chars", "quotes-slashes", "safe-int-bounds"],
+)
+def test_fast_path_edge_cases_match_library(value: object) -> None:
+    import rfc8785
+
+    assert canonical_bytes(value) == rfc8785.dumps(value)
+
+
+def test_lone_surrogate_refused() -> None:
+    with pytest.raises(CanonicalJsonError):
+        canonical_bytes({"x": "\ud800"})
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_fast_path_floats_equal_rfc8785_library(value: float) -> None:
+    import rfc8785
+
+    assert canonical_bytes({"f": value, "l": [value]}) == rfc8785.dumps({"f": value, "l": [value]})

@@ -24,8 +24,15 @@ def test_two_processes_500_appends_each(ledger: Ledger, home: Path) -> None:
     ledger.new_key("w1", ["collector"])
     ledger.new_key("w2", ["collector"])
     base = ledger.size()
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(home), name, "500"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for name in ("w1", "w2")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(home), name, "500"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("w1", "w2")
+    ]
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err

@@ -25,17 +25,41 @@ def test_user_flow_end_to_end(cli, tmp_path: Path, home: Path) -> None:  # type:
     digest = f"blake3:{hash_file(stderr_log).blake3.hex}"
     assert lines[0] == f"{digest}  {stderr_log}"
     assert cli("put", "--json", stderr_log).json()[0] == {
-        "digest": digest, "size": stderr_log.stat().st_size, "path": str(stderr_log), "sha256": None,
+        "digest": digest,
+        "size": stderr_log.stat().st_size,
+        "path": str(stderr_log),
+        "sha256": None,
         "created": False,
     }
 
     launch = tmp_path / "launch.json"
-    launch.write_text(json.dumps({
-        "engine": "vllm", "command": ["vllm", "serve", "mistral-awq"], "started_at": "2026-09-01T10:00:00Z",
-        "ready": False, "failure_signature": "uva-unavailable", "exit_code": 1,
-    }))
-    rec = cli("record", "engine.launch", "--subject", "campaign=vllm-mistral-awq", "--subject", "host=wsl2-5090",
-              "--data", f"@{launch}", "--artifact", f"stderr={stderr_log}", "--key", "hostA", "--json")
+    launch.write_text(
+        json.dumps(
+            {
+                "engine": "vllm",
+                "command": ["vllm", "serve", "mistral-awq"],
+                "started_at": "2026-09-01T10:00:00Z",
+                "ready": False,
+                "failure_signature": "uva-unavailable",
+                "exit_code": 1,
+            }
+        )
+    )
+    rec = cli(
+        "record",
+        "engine.launch",
+        "--subject",
+        "campaign=vllm-mistral-awq",
+        "--subject",
+        "host=wsl2-5090",
+        "--data",
+        f"@{launch}",
+        "--artifact",
+        f"stderr={stderr_log}",
+        "--key",
+        "hostA",
+        "--json",
+    )
     assert rec.code == 0, rec.err
     entry = rec.json()
     for field in ("id", "seq", "kind", "subject", "payload", "artifacts", "refs", "signer", "collected_at"):
@@ -43,9 +67,19 @@ def test_user_flow_end_to_end(cli, tmp_path: Path, home: Path) -> None:  # type:
     assert entry["artifacts"][0]["digest"] == digest
     assert entry["signer_name"] == "hostA"
 
-    sup = cli("record", "supersession", "--subject", "campaign=vllm-mistral-awq", "--ref",
-              f"supersedes={entry['id'][:12]}", "--data", '{"reason": "configure failure was wrong"}',
-              "--key", "reviewer1", "--json")
+    sup = cli(
+        "record",
+        "supersession",
+        "--subject",
+        "campaign=vllm-mistral-awq",
+        "--ref",
+        f"supersedes={entry['id'][:12]}",
+        "--data",
+        '{"reason": "configure failure was wrong"}',
+        "--key",
+        "reviewer1",
+        "--json",
+    )
     assert sup.code == 0, sup.err
     assert sup.json()["refs"] == [{"rel": "supersedes", "id": entry["id"]}]
 
@@ -54,8 +88,11 @@ def test_user_flow_end_to_end(cli, tmp_path: Path, home: Path) -> None:  # type:
     logged = cli("log", "--subject", "campaign=vllm-mistral-awq", "--kind", "engine.launch", "--json").json()
     assert [e["id"] for e in logged["entries"]] == [entry["id"]]
 
-    catted = subprocess.run([sys.executable, "-m", "ledger.cli", "--home", str(home), "cat", digest],
-                            capture_output=True, check=True)
+    catted = subprocess.run(
+        [sys.executable, "-m", "ledger.cli", "--home", str(home), "cat", digest],
+        capture_output=True,
+        check=True,
+    )
     assert catted.stdout == stderr_log.read_bytes()
 
     ver = cli("verify", "--json")
@@ -102,8 +139,19 @@ def test_by_reference_artifact_is_not_copied(cli, tmp_path: Path) -> None:  # ty
     cli("keys", "new", "hostA", "--role", "collector")
     shard = tmp_path / "model-00001-of-00004.safetensors"
     shard.write_bytes(b"\x00" * 4096)
-    r = cli("record", "note", "-s", "campaign=c", "--data", '{"text": "shard"}', "--by-reference",
-            f"shard={shard}", "--key", "hostA", "--json")
+    r = cli(
+        "record",
+        "note",
+        "-s",
+        "campaign=c",
+        "--data",
+        '{"text": "shard"}',
+        "--by-reference",
+        f"shard={shard}",
+        "--key",
+        "hostA",
+        "--json",
+    )
     assert r.code == 0, r.err
     art = r.json()["artifacts"][0]
     assert art["stored"] is False and art["path"] == str(shard) and art["size"] == 4096 and art["sha256"]

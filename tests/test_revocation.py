@@ -27,8 +27,10 @@ def test_future_revocation_takes_effect_at_its_time(ledger: Ledger) -> None:
     ledger.revoke_key("hostA", reason="planned rotation", effective_at=at)
     ledger.record("note", {"campaign": "c"}, {"text": "still valid"}, key="hostA")
     with pytest.raises(KeyRevokedError):
-        ledger.append([ledger.sign(ledger.make_statement("note", {"campaign": "c"}, {"text": "late"}), "hostA")],
-                      logged_at=at + timedelta(seconds=1))
+        ledger.append(
+            [ledger.sign(ledger.make_statement("note", {"campaign": "c"}, {"text": "late"}), "hostA")],
+            logged_at=at + timedelta(seconds=1),
+        )
 
 
 def test_granted_role_allows_new_kind(ledger: Ledger) -> None:
@@ -37,7 +39,15 @@ def test_granted_role_allows_new_kind(ledger: Ledger) -> None:
     ledger.new_key("op", ["collector"])
     first = ledger.record("note", {"campaign": "c"}, {"text": "x"}, key="op")
     with pytest.raises(RoleError):
-        ledger.record("supersession", {"campaign": "c"}, {"reason": "fix"}, key="op", refs=[("supersedes", first.entry_id)])
+        ledger.record(
+            "supersession",
+            {"campaign": "c"},
+            {"reason": "fix"},
+            key="op",
+            refs=[("supersedes", first.entry_id)],
+        )
     ledger.grant_key("op", ["operator"])
-    ledger.record("supersession", {"campaign": "c"}, {"reason": "fix"}, key="op", refs=[("supersedes", first.entry_id)])
+    ledger.record(
+        "supersession", {"campaign": "c"}, {"reason": "fix"}, key="op", refs=[("supersedes", first.entry_id)]
+    )
     assert ledger.verify()

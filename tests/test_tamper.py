@@ -24,8 +24,13 @@ def filled(ledger: Ledger, tmp_path: Path) -> Ledger:
     log.write_text("Marlin gptq_marlin_repack failed after loading 4 shards\n")
     art = ledger.artifact_ref("stderr", log)
     for i in range(8):
-        ledger.record("note", {"campaign": "seed-000"}, {"text": f"attempt {i}"}, key="hostA",
-                      artifacts=[art] if i == 5 else [])
+        ledger.record(
+            "note",
+            {"campaign": "seed-000"},
+            {"text": f"attempt {i}"},
+            key="hostA",
+            artifacts=[art] if i == 5 else [],
+        )
     ledger.checkpoint()
     assert ledger.verify()
     return ledger
@@ -53,8 +58,12 @@ def codes_at(ledger: Ledger) -> dict[int | None, set[str]]:
 def test_triggers_refuse_update_and_delete(filled: Ledger) -> None:
     path = filled.database_url.removeprefix("sqlite:///")
     conn = sqlite3.connect(path)
-    for sql in ("UPDATE log_entries SET kind='x' WHERE seq=3", "DELETE FROM log_entries WHERE seq=3",
-                "DELETE FROM entry_subjects", "UPDATE checkpoints SET root='00'"):
+    for sql in (
+        "UPDATE log_entries SET kind='x' WHERE seq=3",
+        "DELETE FROM log_entries WHERE seq=3",
+        "DELETE FROM entry_subjects",
+        "UPDATE checkpoints SET root='00'",
+    ):
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute(sql)
     conn.close()
@@ -110,7 +119,9 @@ def test_swapped_artifact_file_is_named(filled: Ledger) -> None:
 
 def test_substituted_public_key_is_caught(filled: Ledger) -> None:
     conn = raw(filled)
-    seq, env = conn.execute("SELECT seq, envelope FROM log_entries WHERE kind='key.enrol' AND seq>0").fetchone()
+    seq, env = conn.execute(
+        "SELECT seq, envelope FROM log_entries WHERE kind='key.enrol' AND seq>0"
+    ).fetchone()
     doc = json.loads(env)
     st = json.loads(base64.b64decode(doc["payload"]))
     attacker = SigningKey.generate("hostA")
@@ -118,7 +129,9 @@ def test_substituted_public_key_is_caught(filled: Ledger) -> None:
     st["payload"]["key_id"] = attacker.key_id
     doc["payload"] = base64.b64encode(canonical_bytes(st)).decode()
     new = canonical_bytes(doc)
-    conn.execute("UPDATE log_entries SET envelope=?, leaf_hash=? WHERE seq=?", (new, leaf_hash(new).hex(), seq))
+    conn.execute(
+        "UPDATE log_entries SET envelope=?, leaf_hash=? WHERE seq=?", (new, leaf_hash(new).hex(), seq)
+    )
     conn.commit()
     found = codes_at(filled)
     assert {"entry-id-mismatch", "bad-signature"} <= found[seq]

@@ -1,8 +1,28 @@
-"""Content-addressed artifact store: one interface, a filesystem implementation (default, NAS-safe)."""
+"""Content-addressed artifact store: one interface; a filesystem implementation (default, NAS-safe) and S3."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ledger.store.base import ArtifactStore, StoredArtifact
 from ledger.store.filesystem import FilesystemStore
 
-__all__ = ["ArtifactStore", "FilesystemStore", "StoredArtifact"]
+if TYPE_CHECKING:
+    from ledger.store.s3 import S3Store
+
+__all__ = ["ArtifactStore", "FilesystemStore", "StoredArtifact", "open_store"]
+
+
+def open_store(spec: str, *, s3_endpoint: str | None = None) -> FilesystemStore | S3Store:
+    """A folder path → FilesystemStore; ``s3://bucket/prefix[?endpoint=URL]`` → S3Store.
+
+    The S3 endpoint comes from the spec, else ``s3_endpoint``, else boto3's own configuration
+    (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, which ``ledger serve --s3-endpoint`` sets).
+    """
+    if spec.startswith("s3://"):
+        from ledger.store.s3 import S3Store
+
+        return S3Store.from_spec(spec, endpoint_url=s3_endpoint or os.environ.get("LEDGER_S3_ENDPOINT"))
+    return FilesystemStore(Path(spec))
