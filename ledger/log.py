@@ -20,6 +20,7 @@ from ledger.signing import PublicKey, SigningKey
 __all__ = [
     "GENESIS_PREV",
     "Checkpoint",
+    "MerkleTree",
     "chain_hash",
     "consistency_proof",
     "inclusion_proof",
@@ -69,42 +70,101 @@ def merkle_root(leaves: Sequence[bytes]) -> bytes:
     return level[0]
 
 
+class MerkleTree:
+    """An append-only RFC 6962 tree that keeps every perfect subtree hash.
+
+    ``levels[k][i]`` is the hash of leaves ``[i * 2**k, (i + 1) * 2**k)``, so the root at any size and the
+    nodes of any proof come from at most ``2 log n`` cached hashes instead of rehashing the whole log.
+    """
+
+    def __init__(self, leaves: Sequence[bytes] = ()) -> None:
+        self.levels: list[list[bytes]] = [[]]
+        self.extend(leaves)
+
+    def __len__(self) -> int:
+        return len(self.levels[0])
+
+    def append(self, leaf: bytes) -> None:
+        self.levels[0].append(leaf)
+        k = 0
+        while len(self.levels[k]) % 2 == 0:
+            if len(self.levels) == k + 1:
+                self.levels.append([])
+            level = self.levels[k]
+            self.levels[k + 1].append(_node(level[-2], level[-1]))
+            k += 1
+
+    def extend(self, leaves: Sequence[bytes]) -> None:
+        for leaf in leaves:
+            self.append(leaf)
+
+    def range_hash(self, lo: int, hi: int) -> bytes:
+        """MTH(D[lo:hi]): fold the greedy power-of-two chunks of the range from the right."""
+        if hi > len(self):
+            raise InputError(f"range {lo}..{hi} beyond tree size {len(self)}")
+        if hi <= lo:
+            return _EMPTY_ROOT
+        chunks: list[bytes] = []
+        pos, rem = lo, hi - lo
+        while rem:
+            b = rem.bit_length() - 1
+            size = 1 << b
+            if pos % size == 0:
+                chunks.append(self.levels[b][pos >> b])
+            else:
+                chunks.append(merkle_root(self.levels[0][pos : pos + size]))
+            pos += size
+            rem -= size
+        h = chunks[-1]
+        for c in reversed(chunks[:-1]):
+            h = _node(c, h)
+        return h
+
+    def root(self, size: int | None = None) -> bytes:
+        return self.range_hash(0, len(self) if size is None else size)
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """RFC 6962 PATH(m, D[n])."""
+        n = len(self) if size is None else size
+        if not 0 <= index < n or n > len(self):
+            raise InputError(f"leaf {index} is not in a tree of size {n}")
+        lo, hi, m = 0, n, index
+        stack: list[bytes] = []
+        while hi - lo > 1:
+            k = _split(hi - lo)
+            if m < k:
+                stack.append(self.range_hash(lo + k, hi))
+                hi = lo + k
+            else:
+                stack.append(self.range_hash(lo, lo + k))
+                lo, m = lo + k, m - k
+        return list(reversed(stack))
+
+    def consistency_proof(self, old_size: int, size: int | None = None) -> list[bytes]:
+        """RFC 6962 PROOF(m, D[n])."""
+        n = len(self) if size is None else size
+        if not 0 < old_size <= n <= len(self):
+            raise InputError(f"consistency needs 0 < old size ({old_size}) <= new size ({n})")
+
+        def sub(m: int, lo: int, hi: int, complete: bool) -> list[bytes]:
+            if m == hi - lo:
+                return [] if complete else [self.range_hash(lo, hi)]
+            k = _split(hi - lo)
+            if m <= k:
+                return [*sub(m, lo, lo + k, complete), self.range_hash(lo + k, hi)]
+            return [*sub(m - k, lo + k, hi, False), self.range_hash(lo, lo + k)]
+
+        return sub(old_size, 0, n, True)
+
+
 def inclusion_proof(index: int, leaves: Sequence[bytes]) -> list[bytes]:
-    """RFC 6962 PATH(m, D[n])."""
-    n = len(leaves)
-    if not 0 <= index < n:
-        raise InputError(f"leaf {index} is not in a tree of size {n}")
-    out: list[bytes] = []
-    lo, hi, m = 0, n, index
-    stack: list[bytes] = []
-    while hi - lo > 1:
-        k = _split(hi - lo)
-        if m < k:
-            stack.append(merkle_root(leaves[lo + k : hi]))
-            hi = lo + k
-        else:
-            stack.append(merkle_root(leaves[lo : lo + k]))
-            lo, m = lo + k, m - k
-    out.extend(reversed(stack))
-    return out
+    """RFC 6962 PATH(m, D[n]) over a list of leaf hashes."""
+    return MerkleTree(leaves).inclusion_proof(index)
 
 
 def consistency_proof(old_size: int, leaves: Sequence[bytes]) -> list[bytes]:
-    """RFC 6962 PROOF(m, D[n])."""
-    n = len(leaves)
-    if not 0 < old_size <= n:
-        raise InputError(f"consistency needs 0 < old size ({old_size}) <= new size ({n})")
-
-    def sub(m: int, lo: int, hi: int, complete: bool) -> list[bytes]:
-        size = hi - lo
-        if m == size:
-            return [] if complete else [merkle_root(leaves[lo:hi])]
-        k = _split(size)
-        if m <= k:
-            return [*sub(m, lo, lo + k, complete), merkle_root(leaves[lo + k : hi])]
-        return [*sub(m - k, lo + k, hi, False), merkle_root(leaves[lo : lo + k])]
-
-    return sub(old_size, 0, n, True)
+    """RFC 6962 PROOF(m, D[n]) over a list of leaf hashes."""
+    return MerkleTree(leaves).consistency_proof(old_size)
 
 
 def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes) -> None:

@@ -50,11 +50,9 @@ from ledger.keyring import KeyRecord, Keyring
 from ledger.log import (
     GENESIS_PREV,
     Checkpoint,
+    MerkleTree,
     chain_hash,
-    consistency_proof,
-    inclusion_proof,
     leaf_hash,
-    merkle_root,
     sign_checkpoint,
 )
 from ledger.signing import Envelope, KeyId, SigningKey, parse_envelope, sign_envelope
@@ -188,6 +186,7 @@ class Ledger:
         self.engine: Engine = make_engine(self.database_url)
         self.store = open_store(store_path or cfg.store)
         self._keyring = Keyring()
+        self._tree = MerkleTree()
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -706,6 +705,17 @@ class Ledger:
         with self.engine.connect() as conn:
             return [bytes.fromhex(h) for h in conn.execute(q).scalars()]
 
+    def tree(self) -> MerkleTree:
+        """The Merkle tree of the log, kept in this process and extended with entries logged since."""
+        q = (
+            sa.select(T_ENTRIES.c.leaf_hash)
+            .where(T_ENTRIES.c.seq >= len(self._tree))
+            .order_by(T_ENTRIES.c.seq)
+        )
+        with self.engine.connect() as conn:
+            self._tree.extend([bytes.fromhex(h) for h in conn.execute(q).scalars()])
+        return self._tree
+
     def log_public_key(self) -> Any:
         return self.signing_key(self.cfg.log_key).public
 
@@ -715,8 +725,8 @@ class Ledger:
         n = current if size is None else size
         if not 0 <= n <= current:
             raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
-        leaves = self.leaf_hashes(n)
-        cp = sign_checkpoint(self.cfg.origin, n, merkle_root(leaves), self.signing_key(self.cfg.log_key))
+        tree = self.tree()
+        cp = sign_checkpoint(self.cfg.origin, n, tree.root(n), self.signing_key(self.cfg.log_key))
         if store:
             with self.engine.begin() as conn:
                 exists = conn.execute(
@@ -737,14 +747,14 @@ class Ledger:
         cp = self.checkpoint(size=size)
         if entry.seq >= cp.size:
             raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {cp.size}")
-        leaves = self.leaf_hashes(cp.size)
-        proof = inclusion_proof(entry.seq, leaves)
+        tree = self.tree()
+        proof = tree.inclusion_proof(entry.seq, cp.size)
         return {
             "type": "inclusion",
             "entry_id": entry.entry_id,
             "leaf_index": entry.seq,
             "tree_size": cp.size,
-            "leaf_hash": leaves[entry.seq].hex(),
+            "leaf_hash": tree.levels[0][entry.seq].hex(),
             "envelope": entry.envelope.decode(),
             "hashes": [h.hex() for h in proof],
             "checkpoint": cp.note,
@@ -754,8 +764,7 @@ class Ledger:
     def consistency(self, old_size: int, new_size: int | None = None) -> dict[str, Any]:
         new = self.checkpoint(size=new_size)
         old = self.checkpoint(size=old_size)
-        leaves = self.leaf_hashes(new.size)
-        proof = consistency_proof(old.size, leaves) if old.size else []
+        proof = self.tree().consistency_proof(old.size, new.size) if old.size else []
         return {
             "type": "consistency",
             "old_size": old.size,

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from ledger.errors import LedgerError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.keyring import Keyring
-from ledger.log import GENESIS_PREV, chain_hash, leaf_hash, merkle_root, parse_checkpoint
+from ledger.log import GENESIS_PREV, MerkleTree, chain_hash, leaf_hash, parse_checkpoint
 from ledger.signing import PublicKey, parse_envelope
 
 if TYPE_CHECKING:
@@ -231,7 +231,8 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
                 problems.append(VerifyProblem("bad-key-entry", str(e), seq=s.seq, id=s.entry_id))
 
     report.size = len(leaves)
-    root = merkle_root(leaves)
+    tree = MerkleTree(leaves)
+    root = tree.root()
     report.root = root.hex()
     pub = ledger.log_public_key()
     for cp in checkpoints:
@@ -245,7 +246,7 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
             problems.append(
                 VerifyProblem("checkpoint-mismatch", f"checkpoint row {cp.size} disagrees with its note")
             )
-        if parsed.size > len(leaves) or merkle_root(leaves[: parsed.size]) != parsed.root:
+        if parsed.size > len(leaves) or tree.root(parsed.size) != parsed.root:
             problems.append(
                 VerifyProblem(
                     "checkpoint-mismatch",

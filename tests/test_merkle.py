@@ -101,3 +101,22 @@ def test_checkpoint_is_a_c2sp_signed_note() -> None:
         parse_checkpoint(cp.note.replace("\n7\n", "\n8\n"), "log", key.public)
     with pytest.raises(ProofError):
         parse_checkpoint(cp.note, "log", SigningKey.generate("log").public)
+
+
+@given(st.integers(min_value=1, max_value=160), st.data())
+def test_incremental_tree_matches_definition_at_every_size(n: int, data: st.DataObject) -> None:
+    from ledger.log import MerkleTree
+
+    leaves = make_leaves(n)
+    tree = MerkleTree()
+    for i, leaf in enumerate(leaves):
+        tree.append(leaf)
+        assert tree.root() == mth(leaves[: i + 1])
+    lo = data.draw(st.integers(min_value=0, max_value=n - 1))
+    hi = data.draw(st.integers(min_value=lo + 1, max_value=n))
+    assert tree.range_hash(lo, hi) == mth(leaves[lo:hi])
+    size = data.draw(st.integers(min_value=1, max_value=n))
+    index = data.draw(st.integers(min_value=0, max_value=size - 1))
+    verify_inclusion(index, size, leaves[index], tree.inclusion_proof(index, size), mth(leaves[:size]))
+    old = data.draw(st.integers(min_value=1, max_value=size))
+    verify_consistency(old, size, mth(leaves[:old]), mth(leaves[:size]), tree.consistency_proof(old, size))
