@@ -102,6 +102,11 @@ class LoggedEntry:
             "signer_name": signer_name,
             "collected_at": st.collected_at,
             "logged_at": self.logged_at,
+            # How long before it was logged the collector says it saw this: large values mark
+            # back-dated or long-spooled evidence (DESIGN §3).
+            "logged_after_s": round(
+                (parse_time(self.logged_at) - parse_time(st.collected_at)).total_seconds(), 6
+            ),
             "collector": st.collector.model_dump(mode="json"),
             "chain_hash": self.chain_hash,
         }

@@ -51,3 +51,17 @@ def test_granted_role_allows_new_kind(ledger: Ledger) -> None:
         "supersession", {"campaign": "c"}, {"reason": "fix"}, key="op", refs=[("supersedes", first.entry_id)]
     )
     assert ledger.verify()
+
+
+def test_back_dated_entry_is_visible_as_such(ledger: Ledger) -> None:
+    ledger.new_key("hostA", ["collector"])
+    fresh = ledger.record("note", {"campaign": "c"}, {"text": "now"}, key="hostA")
+    old = ledger.record(
+        "note",
+        {"campaign": "c"},
+        {"text": "spooled for days"},
+        key="hostA",
+        collected_at=now_utc() - timedelta(days=3),
+    )
+    assert ledger.get(fresh.entry_id).to_json()["logged_after_s"] < 60
+    assert ledger.get(old.entry_id).to_json()["logged_after_s"] > 3 * 86400 - 60
