@@ -44,9 +44,7 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def http(
-    method: str, url: str, body: dict[str, Any] | None = None, timeout: float = 5.0
-) -> tuple[int, Any]:
+def http(method: str, url: str, body: dict[str, Any] | None = None, timeout: float = 5.0) -> tuple[int, Any]:
     """(status, parsed JSON or text); status 0 when nothing answered (closed port, reset)."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method)
@@ -83,7 +81,9 @@ class Proc:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.popen.poll() is not None:
-                pytest.fail(f"engine exited {self.popen.returncode} before {path} answered:\n{self.text()[-4000:]}")
+                pytest.fail(
+                    f"engine exited {self.popen.returncode} before {path} answered:\n{self.text()[-4000:]}"
+                )
             status, _ = http("GET", self.base + path, timeout=2)
             if status == want:
                 return time.monotonic() - t0
@@ -171,7 +171,11 @@ def test_tiny_gguf_cli(tmp_path: Path) -> None:
     out = tmp_path / "m" / "tiny.gguf"
     r = subprocess.run(
         [sys.executable, "-m", "ledger.collectors.engines.tiny_gguf", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert r.returncode == 0, r.stderr
     assert out.is_file() and str(out) in r.stdout
@@ -190,7 +194,10 @@ def test_fault_ok_serves_ready_and_json_schema(procs: list[Proc], tmp_path: Path
     assert status == 200 and body["choices"][0]["message"]["content"] == "READY"
     schema = {
         "type": "object",
-        "properties": {"status": {"type": "string", "enum": ["READY"]}, "n": {"type": "integer", "minimum": 3}},
+        "properties": {
+            "status": {"type": "string", "enum": ["READY"]},
+            "n": {"type": "integer", "minimum": 3},
+        },
         "required": ["status", "n"],
     }
     rf = {"type": "json_schema", "json_schema": {"name": "ctl", "schema": schema}}
@@ -210,7 +217,7 @@ def test_fault_vllm_flavor_port_closed_until_ready(procs: list[Proc], tmp_path: 
 
 
 def test_fault_llamacpp_flavor_503_loading_then_200(procs: list[Proc], tmp_path: Path) -> None:
-    p = fault(procs, tmp_path, "ok", "--flavor", "llamacpp", "--load-seconds", "1.5")
+    p = fault(procs, tmp_path, "ok", "--flavor", "llamacpp", "--load-seconds", "3")
     p.wait_until("/health", want=503, timeout=10)
     status, body = http("GET", p.base + "/health")
     if status == 503:
@@ -218,6 +225,15 @@ def test_fault_llamacpp_flavor_503_loading_then_200(procs: list[Proc], tmp_path:
     p.wait_until("/health", timeout=20)
     assert http("GET", p.base + "/health") == (200, {"status": "ok"})
     assert "server is listening" in p.text()
+
+
+def test_fault_llamacpp_python_flavor_no_health(procs: list[Proc], tmp_path: Path) -> None:
+    p = fault(procs, tmp_path, "ok", "--flavor", "llamacpp-python", "--load-seconds", "1.0")
+    time.sleep(0.3)
+    assert not port_open(p.port)
+    p.wait_until("/v1/models", timeout=20)
+    assert http("GET", p.base + "/health")[0] == 404
+    assert "Uvicorn running on" in p.text()
 
 
 @pytest.mark.parametrize(
@@ -236,7 +252,9 @@ def test_fault_llamacpp_flavor_503_loading_then_200(procs: list[Proc], tmp_path:
         ("die", ["Loading weights took"]),
     ],
 )
-def test_fault_dies_before_listening(procs: list[Proc], tmp_path: Path, mode: str, needles: list[str]) -> None:
+def test_fault_dies_before_listening(
+    procs: list[Proc], tmp_path: Path, mode: str, needles: list[str]
+) -> None:
     p = fault(procs, tmp_path, mode, "--load-seconds", "0.2")
     rc = p.popen.wait(timeout=30)
     assert rc == 1
@@ -338,11 +356,26 @@ def vllm_engine() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_llamacpp_server_on_tiny_gguf(llamacpp_engine: dict[str, str], procs: list[Proc], tmp_path: Path) -> None:
+def test_llamacpp_server_on_tiny_gguf(
+    llamacpp_engine: dict[str, str], procs: list[Proc], tmp_path: Path
+) -> None:
     port = free_port()
     model = llamacpp_engine["TINY_GGUF"]
-    cmd = [llamacpp_engine["LLAMACPP_PYTHON"], "-m", "llama_cpp.server", "--model", model,
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--n_threads", "2"]
+    cmd = [
+        llamacpp_engine["LLAMACPP_PYTHON"],
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "512",
+        "--n_threads",
+        "2",
+    ]
     p = launch(cmd, tmp_path / "llamacpp.log", port)
     procs.append(p)
     p.wait_until("/v1/models", timeout=120)
@@ -352,37 +385,116 @@ def test_llamacpp_server_on_tiny_gguf(llamacpp_engine: dict[str, str], procs: li
     assert status == 200 and models["data"][0]["id"]
 
     msgs = [{"role": "user", "content": "Reply with the single word READY."}]
-    status, body = http("POST", p.base + "/v1/chat/completions",
-                        {"messages": msgs, "max_tokens": 8, "temperature": 0}, timeout=60)
+    status, body = http(
+        "POST",
+        p.base + "/v1/chat/completions",
+        {"messages": msgs, "max_tokens": 8, "temperature": 0},
+        timeout=60,
+    )
     assert status == 200, body
     assert isinstance(body["choices"][0]["message"]["content"], str)
 
-    schema = {"type": "object", "properties": {"status": {"type": "string", "enum": ["READY"]}},
-              "required": ["status"]}
-    status, body = http("POST", p.base + "/v1/chat/completions",
-                        {"messages": msgs, "max_tokens": 32, "temperature": 0,
-                         "response_format": {"type": "json_object", "schema": schema}}, timeout=60)
+    schema = {
+        "type": "object",
+        "properties": {"status": {"type": "string", "enum": ["READY"]}},
+        "required": ["status"],
+    }
+    status, body = http(
+        "POST",
+        p.base + "/v1/chat/completions",
+        {
+            "messages": msgs,
+            "max_tokens": 32,
+            "temperature": 0,
+            "response_format": {"type": "json_object", "schema": schema},
+        },
+        timeout=60,
+    )
     assert status == 200, body
     assert json.loads(body["choices"][0]["message"]["content"]) == {"status": "READY"}
 
 
-def _vllm(engine: dict[str, str], model: str, port: int, util: str, log: Path) -> Proc:
-    cmd = [engine["VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-           "--max-model-len", "256", "--dtype", "float32", "--gpu-memory-utilization", util,
-           "--host", "127.0.0.1", "--port", str(port)]
+# A random model pads constrained JSON with whitespace until max_tokens; without whitespace
+# (xgrammar only) the structured-output control completes.
+NO_WS = ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+
+
+def _vllm(
+    engine: dict[str, str], model: str, port: int, util: str, log: Path, extra: list[str] | None = None
+) -> Proc:
+    cmd = [
+        engine["VLLM_PYTHON"],
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--max-model-len",
+        "256",
+        "--dtype",
+        "float32",
+        "--gpu-memory-utilization",
+        util,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *(extra or []),
+    ]
     return launch(cmd, log, port, env={"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"})
 
 
 @pytest.mark.slow
 def test_vllm_cpu_serves_tiny_llama(vllm_engine: dict[str, str], procs: list[Proc], tmp_path: Path) -> None:
     port = free_port()
-    p = _vllm(vllm_engine, vllm_engine["TINY_LLAMA_HD64"], port, "0.2", tmp_path / "vllm.log")
+    p = _vllm(vllm_engine, vllm_engine["TINY_LLAMA_HD64"], port, "0.2", tmp_path / "vllm.log", NO_WS)
     procs.append(p)
     p.wait_until("/health", timeout=300)
     status, models = http("GET", p.base + "/v1/models")
     assert status == 200 and models["data"][0]["id"] == vllm_engine["TINY_LLAMA_HD64"]
     msgs = [{"role": "user", "content": "Reply with the single word READY."}]
-    status, body = http("POST", p.base + "/v1/chat/completions",
-                        {"model": models["data"][0]["id"], "messages": msgs, "max_tokens": 8}, timeout=120)
+    status, body = http(
+        "POST",
+        p.base + "/v1/chat/completions",
+        {"model": models["data"][0]["id"], "messages": msgs, "max_tokens": 8},
+        timeout=120,
+    )
     assert status == 200, body
     assert isinstance(body["choices"][0]["message"]["content"], str)
+
+    schema = {
+        "type": "object",
+        "properties": {"status": {"type": "string", "enum": ["READY"]}},
+        "required": ["status"],
+        "additionalProperties": False,
+    }
+    rf = {"type": "json_schema", "json_schema": {"name": "ctl", "schema": schema}}
+    status, body = http(
+        "POST",
+        p.base + "/v1/chat/completions",
+        {"model": models["data"][0]["id"], "messages": msgs, "max_tokens": 40, "response_format": rf},
+        timeout=120,
+    )
+    assert status == 200, body
+    assert json.loads(body["choices"][0]["message"]["content"]) == {"status": "READY"}
+
+
+@pytest.mark.slow
+def test_vllm_cpu_head_dim16_dies_on_first_request(
+    vllm_engine: dict[str, str], procs: list[Proc], tmp_path: Path
+) -> None:
+    port = free_port()
+    p = _vllm(vllm_engine, vllm_engine["TINY_LLAMA_HD16"], port, "0.2", tmp_path / "vllm-hd16.log")
+    procs.append(p)
+    p.wait_until("/health", timeout=300)  # it does get ready
+    msgs = [{"role": "user", "content": "Reply with the single word READY."}]
+    status, body = http(
+        "POST",
+        p.base + "/v1/chat/completions",
+        {"model": vllm_engine["TINY_LLAMA_HD16"], "messages": msgs, "max_tokens": 8},
+        timeout=120,
+    )
+    assert status == 500, body
+    p.popen.wait(timeout=60)  # the API server then shuts itself down
+    out = p.text()
+    assert "Unsupported CPU attention configuration: head_dim=16" in out
+    assert "EngineDeadError" in out

@@ -59,10 +59,10 @@ def write_tiny_gguf(path: Path, seed: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
 
-    def w(*shape: int) -> "np.ndarray":
+    def w(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * WEIGHT_SCALE).astype(np.float32)
 
-    def ones(n: int) -> "np.ndarray":
+    def ones(n: int) -> np.ndarray:
         return np.ones((n,), dtype=np.float32)
 
     tmp = path.with_name(path.name + ".tmp")
@@ -116,8 +116,9 @@ def write_tiny_gguf(path: Path, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ledger.collectors.engines.tiny_gguf",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m ledger.collectors.engines.tiny_gguf", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("out", type=Path, help="output .gguf path")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 VOCAB_SIZE = 320
 HIDDEN = 256
@@ -47,8 +48,15 @@ _CORPUS = [
 ]
 
 
-def build_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def build_tokenizer() -> Any:
+    from tokenizers import (  # type: ignore[import-not-found,unused-ignore]
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -68,8 +76,11 @@ def build_tokenizer():
 
 
 def write_tiny_hf_llama(out: Path, head_dim: int = 64, seed: int = 0) -> Path:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import torch  # type: ignore[import-not-found,unused-ignore]
+    from transformers import (  # type: ignore[import-not-found,unused-ignore]
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
     if head_dim not in (64, 16):
         raise ValueError("head_dim must be 64 or 16")
@@ -102,8 +113,15 @@ def write_tiny_hf_llama(out: Path, head_dim: int = 64, seed: int = 0) -> Path:
     model.save_pretrained(str(out), safe_serialization=True)
 
     added = [
-        {"id": ids[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
+        {
+            "id": ids[t],
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
         for t in SPECIALS
     ]
     tokenizer_config = {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# ruff: noqa: E501  (log lines are quoted whole, as the real engines print them)
 """Scriptable fault-injection inference "engine" for tests (standard library only).
 
-    python fault_engine.py --port N --mode MODE [--flavor vllm|llamacpp] [--load-seconds S]
+    python fault_engine.py --port N --mode MODE [--flavor vllm|llamacpp|llamacpp-python] [--load-seconds S]
 
 It imitates the process-level behaviour and log lines of a real engine and reproduces the seed
 failure modes:
@@ -18,8 +19,10 @@ failure modes:
   sleeping  /health 200 but /is_sleeping {"is_sleeping": true}; completions hang (or 503 with
             --sleeping-503); POST /wake_up wakes it, POST /sleep puts it back to sleep
 
-Readiness per flavor: vllm = the port is closed until ready; llamacpp = /health answers 503
-{"error": {"message": "Loading model"}} while loading, then 200 {"status": "ok"}.
+Readiness per flavor: vllm = the port is closed until ready; llamacpp (C++ llama-server) =
+/health answers 503 {"error": {"message": "Loading model"}} while loading, then 200
+{"status": "ok"}; llamacpp-python (python -m llama_cpp.server) = the port is closed until the
+model is loaded, there is no /health (404) and /v1/models 200 means ready.
 """
 
 from __future__ import annotations
@@ -35,15 +38,17 @@ import time
 import traceback
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+from typing import Any, NoReturn, TextIO
 
 MODES = ("ok", "uva", "marlin", "die", "abort", "hang", "sleeping")
 SITE = "/opt/venv/lib/python3.12/site-packages"
 
 PID = os.getpid()
-ENGINE_PID = PID + 1  # vLLM logs EngineCore lines from a child; the fake one only differs in pid
 
 
 class State:
+    engine_pid = PID + 1  # vLLM logs EngineCore lines from a child; by default a fake pid
     ready = False
     sleeping = False
     aborted = False
@@ -58,22 +63,22 @@ def _ts() -> str:
     return datetime.now().strftime("%m-%d %H:%M:%S")
 
 
-def _emit(stream, line: str) -> None:
+def _emit(stream: TextIO, line: str) -> None:
     stream.write(line + "\n")
     stream.flush()
 
 
-def vlog(level: str, where: str, msg: str, proc: str = "APIServer", stream=None) -> None:
+def vlog(level: str, where: str, msg: str, proc: str = "APIServer", stream: TextIO | None = None) -> None:
     """A vLLM-style log line: (APIServer pid=N) INFO 11-29 17:30:01 [api_server.py:1234] msg"""
-    pid = PID if proc == "APIServer" else ENGINE_PID
+    pid = PID if proc == "APIServer" else State.engine_pid
     _emit(stream or sys.stdout, f"({proc} pid={pid}) {level} {_ts()} [{where}] {msg}")
 
 
-def elog(level: str, where: str, msg: str, stream=None) -> None:
+def elog(level: str, where: str, msg: str, stream: TextIO | None = None) -> None:
     vlog(level, where, msg, proc="EngineCore", stream=stream)
 
 
-def llog(msg: str, stream=None) -> None:
+def llog(msg: str, stream: TextIO | None = None) -> None:
     _emit(stream or sys.stderr, msg)
 
 
@@ -84,29 +89,46 @@ def vllm_banner(a: argparse.Namespace) -> None:
     vlog("INFO", "utils.py:302", f"  █▄█▀ █     █     █     █  model   {a.model}")
     vlog("INFO", "utils.py:302", "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀")
     vlog("INFO", "utils.py:302", "")
-    vlog("INFO", "utils.py:238",
-         f"non-default args: {{'model_tag': '{a.model}', 'port': {a.port}, 'max_model_len': 4096}}")
+    vlog(
+        "INFO",
+        "utils.py:238",
+        f"non-default args: {{'model_tag': '{a.model}', 'port': {a.port}, 'max_model_len': 4096}}",
+    )
     vlog("INFO", "model.py:631", "Resolved architecture: Mistral3ForConditionalGeneration")
     vlog("INFO", "model.py:1896", "Using max model len 4096")
     vlog("INFO", "scheduler.py:254", "Chunked prefill is enabled with max_num_batched_tokens=2048.")
-    elog("INFO", "core.py:93",
-         f"Initializing a V1 LLM engine (v{a.engine_version}) with config: model='{a.model}', "
-         "dtype=torch.bfloat16, max_seq_len=4096, quantization=awq_marlin, enforce_eager=False")
+    elog(
+        "INFO",
+        "core.py:93",
+        f"Initializing a V1 LLM engine (v{a.engine_version}) with config: model='{a.model}', "
+        "dtype=torch.bfloat16, max_seq_len=4096, quantization=awq_marlin, enforce_eager=False",
+    )
 
 
 def vllm_load_weights(a: argparse.Namespace, seconds: str = "93.66", gib: str = "12.0") -> None:
     elog("INFO", "gpu_model_runner.py:3421", f"Starting to load model {a.model}...")
-    elog("INFO", "cuda.py:412", "Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLEX_ATTENTION']")
+    elog(
+        "INFO",
+        "cuda.py:412",
+        "Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLEX_ATTENTION']",
+    )
     elog("INFO", "weight_utils.py:527", "Using model weights format ['*.safetensors']")
     n = 4
     step = max(a.load_seconds, 0.0) / (n + 1)
     for i in range(n + 1):
         pct = 100 * i // n
-        _emit(sys.stderr, f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {i}/{n} [00:{int(i * 23):02d}<00:00, 23.41s/it]")
+        _emit(
+            sys.stderr,
+            f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {i}/{n} [00:{int(i * 23):02d}<00:00, 23.41s/it]",
+        )
         if i < n:
             time.sleep(step)
     elog("INFO", "default_loader.py:314", f"Loading weights took {seconds} seconds")
-    elog("INFO", "gpu_model_runner.py:3503", f"Model loading took {gib} GiB memory and {float(seconds) + 1.52:.6f} seconds")
+    elog(
+        "INFO",
+        "gpu_model_runner.py:3503",
+        f"Model loading took {gib} GiB memory and {float(seconds) + 1.52:.6f} seconds",
+    )
 
 
 def engine_core_traceback(frames: list[tuple[str, int, str, str]], exc: str) -> None:
@@ -117,7 +139,7 @@ def engine_core_traceback(frames: list[tuple[str, int, str, str]], exc: str) -> 
         elog("ERROR", where, f'  File "{SITE}/{path}", line {line}, in {func}')
         elog("ERROR", where, f"    {code}")
     elog("ERROR", where, exc)
-    _emit(sys.stdout, f"(EngineCore pid={ENGINE_PID}) Process EngineCore:")
+    _emit(sys.stdout, f"(EngineCore pid={State.engine_pid}) Process EngineCore:")
 
 
 def api_server_init_failed() -> None:
@@ -139,40 +161,104 @@ def api_server_init_failed() -> None:
 
 
 def fail_uva(a: argparse.Namespace) -> int:
-    vlog("WARNING", "interface.py:729", "Using 'pin_memory=False' as WSL is detected. This may slow down the performance.")
+    vlog(
+        "WARNING",
+        "interface.py:729",
+        "Using 'pin_memory=False' as WSL is detected. This may slow down the performance.",
+    )
     vllm_banner(a)
-    elog("INFO", "parallel_state.py:1411", "rank 0 in world size 1 is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0")
+    elog(
+        "INFO",
+        "parallel_state.py:1411",
+        "rank 0 in world size 1 is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0",
+    )
     time.sleep(min(a.load_seconds, 1.0))
-    engine_core_traceback([
-        ("vllm/v1/engine/core.py", 1003, "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
-        ("vllm/v1/executor/uniproc_executor.py", 54, "_init_executor", 'self.driver_worker.init_device()'),
-        ("vllm/v1/worker/gpu_worker.py", 465, "init_device", "self.model_runner: GPUModelRunner = GPUModelRunnerV2("),
-        ("vllm/v1/worker/gpu/model_runner.py", 294, "__init__", "self.req_states = RequestState("),
-        ("vllm/v1/worker/gpu/states.py", 34, "__init__", "self.all_token_ids = StagedWriteTensor("),
-        ("vllm/v1/worker/gpu/buffer_utils.py", 141, "__init__", "self._uva_buf = UvaBuffer(size, dtype)"),
-        ("vllm/v1/worker/gpu/buffer_utils.py", 47, "__init__", 'raise RuntimeError("UVA is not available")'),
-    ], "RuntimeError: UVA is not available")
+    engine_core_traceback(
+        [
+            (
+                "vllm/v1/engine/core.py",
+                1003,
+                "run_engine_core",
+                "engine_core = EngineCoreProc(*args, **kwargs)",
+            ),
+            (
+                "vllm/v1/executor/uniproc_executor.py",
+                54,
+                "_init_executor",
+                "self.driver_worker.init_device()",
+            ),
+            (
+                "vllm/v1/worker/gpu_worker.py",
+                465,
+                "init_device",
+                "self.model_runner: GPUModelRunner = GPUModelRunnerV2(",
+            ),
+            ("vllm/v1/worker/gpu/model_runner.py", 294, "__init__", "self.req_states = RequestState("),
+            ("vllm/v1/worker/gpu/states.py", 34, "__init__", "self.all_token_ids = StagedWriteTensor("),
+            ("vllm/v1/worker/gpu/buffer_utils.py", 141, "__init__", "self._uva_buf = UvaBuffer(size, dtype)"),
+            (
+                "vllm/v1/worker/gpu/buffer_utils.py",
+                47,
+                "__init__",
+                'raise RuntimeError("UVA is not available")',
+            ),
+        ],
+        "RuntimeError: UVA is not available",
+    )
     api_server_init_failed()
     return 1
 
 
 def fail_marlin(a: argparse.Namespace) -> int:
     vllm_banner(a)
-    vlog("INFO", "awq_marlin.py:162", "The model is convertible to awq_marlin during runtime. Using awq_marlin kernel.")
+    vlog(
+        "INFO",
+        "awq_marlin.py:162",
+        "The model is convertible to awq_marlin during runtime. Using awq_marlin kernel.",
+    )
     vllm_load_weights(a, "93.66", "12.0")
-    engine_core_traceback([
-        ("vllm/v1/engine/core.py", 1003, "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
-        ("vllm/v1/worker/gpu_model_runner.py", 3430, "load_model", "self.model = model_loader.load_model("),
-        ("vllm/model_executor/model_loader/base_loader.py", 56, "load_model",
-         "process_weights_after_loading(model, model_config, target_device)"),
-        ("vllm/model_executor/model_loader/utils.py", 112, "process_weights_after_loading",
-         "quant_method.process_weights_after_loading(module)"),
-        ("vllm/model_executor/layers/quantization/awq_marlin.py", 383, "process_weights_after_loading",
-         "marlin_qweight = ops.awq_marlin_repack("),
-        ("vllm/_custom_ops.py", 1203, "gptq_marlin_repack",
-         "return torch.ops._C.gptq_marlin_repack(b_q_weight, perm, size_k, size_n, num_bits)"),
-    ], "RuntimeError: gptq_marlin_repack failed: CUDA error: invalid argument "
-       "(CUDA kernel errors might be asynchronously reported at some other API call)")
+    engine_core_traceback(
+        [
+            (
+                "vllm/v1/engine/core.py",
+                1003,
+                "run_engine_core",
+                "engine_core = EngineCoreProc(*args, **kwargs)",
+            ),
+            (
+                "vllm/v1/worker/gpu_model_runner.py",
+                3430,
+                "load_model",
+                "self.model = model_loader.load_model(",
+            ),
+            (
+                "vllm/model_executor/model_loader/base_loader.py",
+                56,
+                "load_model",
+                "process_weights_after_loading(model, model_config, target_device)",
+            ),
+            (
+                "vllm/model_executor/model_loader/utils.py",
+                112,
+                "process_weights_after_loading",
+                "quant_method.process_weights_after_loading(module)",
+            ),
+            (
+                "vllm/model_executor/layers/quantization/awq_marlin.py",
+                383,
+                "process_weights_after_loading",
+                "marlin_qweight = ops.awq_marlin_repack(",
+            ),
+            (
+                "vllm/_custom_ops.py",
+                1203,
+                "gptq_marlin_repack",
+                "return torch.ops._C.gptq_marlin_repack(b_q_weight, perm, size_k, size_n, num_bits)",
+            ),
+        ],
+        "RuntimeError: gptq_marlin_repack failed: CUDA error: invalid argument "
+        "(CUDA kernel errors might be asynchronously reported at some other API call)",
+    )
     api_server_init_failed()
     return 1
 
@@ -180,14 +266,18 @@ def fail_marlin(a: argparse.Namespace) -> int:
 def fail_die(a: argparse.Namespace) -> int:
     vllm_banner(a)
     vllm_load_weights(a, "91.18", "12.0")
-    elog("INFO", "backends.py:647", "Using cache directory: /root/.cache/vllm/torch_compile_cache for vLLM's torch.compile")
-    return a.exit_code
+    elog(
+        "INFO",
+        "backends.py:647",
+        "Using cache directory: /root/.cache/vllm/torch_compile_cache for vLLM's torch.compile",
+    )
+    return int(a.exit_code)
 
 
 # ----------------------------------------------------------------------------------- schema
 
 
-def sample_for_schema(schema, depth: int = 0):
+def sample_for_schema(schema: Any, depth: int = 0) -> Any:
     """Smallest JSON value valid against a simple JSON schema (objects, arrays, scalars, enum)."""
     if not isinstance(schema, dict) or depth > 8:
         return {}
@@ -205,7 +295,9 @@ def sample_for_schema(schema, depth: int = 0):
         props = schema.get("properties", {})
         return {k: sample_for_schema(props.get(k, {}), depth + 1) for k in schema.get("required", [])}
     if t == "array":
-        return [sample_for_schema(schema.get("items", {}), depth + 1) for _ in range(schema.get("minItems", 0))]
+        return [
+            sample_for_schema(schema.get("items", {}), depth + 1) for _ in range(schema.get("minItems", 0))
+        ]
     if t == "string":
         n = schema.get("minLength", 0)
         return ("READY" + "x" * n)[: max(n, 5)] if n <= 5 else "x" * n
@@ -220,7 +312,7 @@ def sample_for_schema(schema, depth: int = 0):
     return {}
 
 
-def reply_text(body: dict, default: str) -> str:
+def reply_text(body: dict[str, Any], default: str) -> str:
     rf = body.get("response_format") or {}
     if rf.get("type") == "json_schema":
         schema = (rf.get("json_schema") or {}).get("schema") or {}
@@ -238,18 +330,24 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, fmt, *args):  # access log like uvicorn / llama-server
+    def log_message(self, fmt: str, *args: Any) -> None:  # access log like uvicorn / llama-server
         a = State.args
         code = args[1] if fmt.startswith('"%s"') and len(args) > 1 else ""
+        if code:
+            phrase = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}
+            code = f"{code} {phrase.get(int(code), '')}".rstrip()
         if not code:  # an error message from http.server, not an access line
             _emit(sys.stderr, fmt % args)
         elif a.flavor == "vllm":
             host, port = self.client_address[:2]
-            _emit(sys.stdout, f'(APIServer pid={PID}) INFO:     {host}:{port} - "{self.requestline}" {code}')
+            _emit(sys.stdout, f'INFO:     {host}:{port} - "{self.requestline}" {code}')
+        elif a.flavor == "llamacpp-python":
+            host, port = self.client_address[:2]
+            _emit(sys.stderr, f'INFO:     {host}:{port} - "{self.requestline}" {code}')
         else:
             llog(f"srv  log_server_r: request: {self.command} {self.path} {self.client_address[0]} {code}")
 
-    def _json(self, code: int, obj) -> None:
+    def _json(self, code: int, obj: Any) -> None:
         data = json.dumps(obj).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -262,13 +360,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _body(self) -> dict:
+    def _body(self) -> dict[str, Any]:
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n) if n else b""
         try:
-            return json.loads(raw or b"{}")
+            body = json.loads(raw or b"{}")
         except ValueError:
             return {}
+        return body if isinstance(body, dict) else {}
 
     def _loading(self) -> bool:
         if State.ready:
@@ -276,10 +375,12 @@ class Handler(BaseHTTPRequestHandler):
         self._json(503, {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}})
         return True
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self) -> None:
         a = State.args
         path = self.path.split("?", 1)[0]
-        if path == "/health":
+        if a.flavor == "llamacpp-python" and path in ("/health", "/is_sleeping"):
+            self._json(404, {"detail": "Not Found"})
+        elif path == "/health":
             if self._loading():
                 return
             if a.flavor == "llamacpp":
@@ -293,15 +394,29 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/v1/models":
             if self._loading():
                 return
-            self._json(200, {"object": "list", "data": [
-                {"id": a.model_id, "object": "model", "created": int(time.time()), "owned_by": a.flavor,
-                 "root": a.model, "parent": None, "max_model_len": 4096}]})
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": a.model_id,
+                            "object": "model",
+                            "created": int(time.time()),
+                            "owned_by": a.flavor,
+                            "root": a.model,
+                            "parent": None,
+                            "max_model_len": 4096,
+                        }
+                    ],
+                },
+            )
         elif path == "/version":
             self._json(200, {"version": a.engine_version})
         else:
             self._json(404, {"detail": "Not Found"})
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self) -> None:
         a = State.args
         path = self.path.split("?", 1)[0]
         body = self._body()
@@ -333,14 +448,41 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(a.reply_delay)
         text = reply_text(body, a.reply)
         now = int(time.time())
-        usage = {"prompt_tokens": 12, "completion_tokens": max(1, len(text) // 4), "total_tokens": 12 + max(1, len(text) // 4)}
+        usage = {
+            "prompt_tokens": 12,
+            "completion_tokens": max(1, len(text) // 4),
+            "total_tokens": 12 + max(1, len(text) // 4),
+        }
         if path == "/v1/chat/completions":
-            self._json(200, {"id": f"chatcmpl-{now}", "object": "chat.completion", "created": now, "model": a.model_id,
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                          "finish_reason": "stop"}], "usage": usage})
+            self._json(
+                200,
+                {
+                    "id": f"chatcmpl-{now}",
+                    "object": "chat.completion",
+                    "created": now,
+                    "model": a.model_id,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": usage,
+                },
+            )
         else:
-            self._json(200, {"id": f"cmpl-{now}", "object": "text_completion", "created": now, "model": a.model_id,
-                             "choices": [{"index": 0, "text": text, "finish_reason": "stop"}], "usage": usage})
+            self._json(
+                200,
+                {
+                    "id": f"cmpl-{now}",
+                    "object": "text_completion",
+                    "created": now,
+                    "model": a.model_id,
+                    "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
+                    "usage": usage,
+                },
+            )
 
     def _abort(self) -> None:
         elog("INFO", "core.py:231", "Asynchronous scheduling is disabled (max_concurrent_batches=1)")
@@ -354,10 +496,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def serve(a: argparse.Namespace) -> int:
-    early = a.flavor == "llamacpp"  # llama-server binds first and answers 503 while loading
-    httpd = None
+    httpd: ThreadingHTTPServer | None = None
 
-    def start_http():
+    def start_http() -> None:
         nonlocal httpd
         httpd = ThreadingHTTPServer((a.host, a.port), Handler)
         httpd.daemon_threads = True
@@ -370,7 +511,15 @@ def serve(a: argparse.Namespace) -> int:
         llog(f"main: HTTP server is listening, hostname: {a.host}, port: {a.port}, http threads: 3")
         llog("main: loading model")
         llog(f"srv    load_model: loading model '{a.model}'")
-        llog(f"llama_model_loader: loaded meta data with 25 key-value pairs and 291 tensors from {a.model} (version GGUF V3 (latest))")
+        llog(
+            f"llama_model_loader: loaded meta data with 25 key-value pairs and 291 tensors from {a.model} (version GGUF V3 (latest))"
+        )
+    elif a.flavor == "llamacpp-python":
+        llog(
+            f"llama_model_loader: loaded meta data with 22 key-value pairs and 21 tensors from {a.model} (version GGUF V3 (latest))"
+        )
+        llog("print_info: file format = GGUF V3 (latest)")
+        llog("load_tensors: loading model tensors, this can take a while... (mmap = true)")
     else:
         vllm_banner(a)
         if a.mode == "hang":
@@ -384,7 +533,16 @@ def serve(a: argparse.Namespace) -> int:
         while True:  # never ready
             time.sleep(3600)
 
-    if a.flavor == "llamacpp":
+    if a.flavor == "llamacpp-python":
+        time.sleep(a.load_seconds)
+        llog("llama_context: n_ctx         = 512")
+        llog("Using gguf chat template: {% for message in messages %}...")
+        llog(f"INFO:     Started server process [{PID}]")
+        llog("INFO:     Waiting for application startup.")
+        llog("INFO:     Application startup complete.")
+        start_http()
+        llog(f"INFO:     Uvicorn running on http://{a.host}:{a.port} (Press CTRL+C to quit)")
+    elif a.flavor == "llamacpp":
         time.sleep(a.load_seconds)
         llog("llama_init_from_model: n_ctx = 4096")
         llog("srv          init: initializing slots, n_slots = 1")
@@ -392,22 +550,30 @@ def serve(a: argparse.Namespace) -> int:
         elog("INFO", "gpu_worker.py:298", "Available KV cache memory: 10.25 GiB")
         elog("INFO", "core.py:257", "init engine (profile, create kv cache, warmup model) took 3.21 seconds")
         if a.mode == "sleeping":
-            elog("INFO", "gpu_worker.py:128", "Sleep mode freed 21.40 GiB memory, 1.10 GiB memory is still in use.")
+            elog(
+                "INFO",
+                "gpu_worker.py:128",
+                "Sleep mode freed 21.40 GiB memory, 1.10 GiB memory is still in use.",
+            )
         vlog("INFO", "api_server.py:1857", f"Starting vLLM API server 0 on http://{a.host}:{a.port}")
         start_http()
     State.sleeping = a.mode == "sleeping"
     State.ready = True
     if a.flavor == "llamacpp":
-        llog(f"main: model loaded")
+        llog("main: model loaded")
         llog(f"main: server is listening on http://{a.host}:{a.port} - starting the main loop")
         llog("srv  update_slots: all slots are idle")
-    else:
+    elif a.flavor == "vllm":
         vlog("INFO", "launcher.py:46", "Available routes are:")
         for route in ("/health", "/is_sleeping", "/v1/models", "/v1/chat/completions", "/v1/completions"):
-            vlog("INFO", "launcher.py:54", f"Route: {route}, Methods: {'POST' if 'completions' in route else 'GET'}")
-        _emit(sys.stdout, f"(APIServer pid={PID}) INFO:     Started server process [{PID}]")
-        _emit(sys.stdout, f"(APIServer pid={PID}) INFO:     Waiting for application startup.")
-        _emit(sys.stdout, f"(APIServer pid={PID}) INFO:     Application startup complete.")
+            vlog(
+                "INFO",
+                "launcher.py:54",
+                f"Route: {route}, Methods: {'POST' if 'completions' in route else 'GET'}",
+            )
+        _emit(sys.stdout, f"INFO:     Started server process [{PID}]")
+        _emit(sys.stdout, "INFO:     Waiting for application startup.")
+        _emit(sys.stdout, "INFO:     Application startup complete.")
     while True:
         time.sleep(3600)
 
@@ -417,34 +583,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--mode", choices=MODES, default="ok")
-    ap.add_argument("--flavor", choices=("vllm", "llamacpp"), default="vllm")
-    ap.add_argument("--load-seconds", type=float, default=0.5, help="time spent 'loading' before ready / failing")
+    ap.add_argument("--flavor", choices=("vllm", "llamacpp", "llamacpp-python"), default="vllm")
+    ap.add_argument(
+        "--load-seconds", type=float, default=0.5, help="time spent 'loading' before ready / failing"
+    )
     ap.add_argument("--model", default="/models/fault-model", help="model path printed in logs")
     ap.add_argument("--model-id", default="fault-model", help="id served by /v1/models")
     ap.add_argument("--reply", default="READY", help="completion text for plain requests")
     ap.add_argument("--reply-delay", type=float, default=0.0)
     ap.add_argument("--exit-code", type=int, default=1, help="exit status for --mode die")
-    ap.add_argument("--sleeping-503", action="store_true", help="sleeping: answer completions 503 instead of hanging")
+    ap.add_argument(
+        "--sleeping-503", action="store_true", help="sleeping: answer completions 503 instead of hanging"
+    )
     ap.add_argument("--ignore-sigterm", action="store_true", help="ignore SIGTERM (tests SIGKILL escalation)")
     ap.add_argument("--child", action="store_true", help="spawn a sleeping child in the same process group")
     ap.add_argument("--engine-version", default="0.28.0")
     a = ap.parse_args(argv)
     State.args = a
 
-    global ENGINE_PID
     if a.child:
         child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(3600)"])
-        ENGINE_PID = child.pid
+        State.engine_pid = child.pid
     if a.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:
-        def on_term(signum, frame):
+
+        def on_term(signum: int, frame: FrameType | None) -> NoReturn:
             if a.flavor == "vllm":
                 vlog("INFO", "launcher.py:99", "Shutting down FastAPI HTTP server.")
+            elif a.flavor == "llamacpp-python":
+                llog("INFO:     Shutting down")
             else:
                 llog("srv    operator(): operator(): cleaning up before exit...")
             sys.stdout.flush()
             os._exit(0)
+
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
 
