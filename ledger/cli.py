@@ -460,7 +460,9 @@ def proof_verify(
 
     pk = Path(public_key[1:]).read_text().strip() if public_key.startswith("@") else public_key
     held = checkpoint_file.read_text() if checkpoint_file else None
-    result = verify_proof_document(json.loads(proof.read_text()), pk, key_name, held)
+    from ledger.canonical import parse_json
+
+    result = verify_proof_document(parse_json(proof.read_bytes()), pk, key_name, held)
     if json_out:
         print_json(result)
     else:
@@ -478,24 +480,20 @@ for _module in ("ledger.collectors.cli", "ledger.policy.cli", "ledger.api.cli"):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every LedgerError becomes one line on stderr and an exit code from one map."""
-    import click
+    """Run the CLI; every LedgerError becomes one line on stderr and an exit code from one map.
 
+    Click (in standalone mode) reports usage errors itself, with exit code 2.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, standalone_mode=True)
     except LedgerError as e:
         sys.stderr.write(e.one_line() + "\n")
         return exit_for(e)
-    except click.exceptions.Exit as e:
-        return int(e.exit_code)
-    except click.ClickException as e:
-        e.show()
-        return 2
-    except click.exceptions.Abort:
-        sys.stderr.write("aborted\n")
-        return 130
     except SystemExit as e:
-        return int(e.code) if isinstance(e.code, int) else 1
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
     except OSError as e:
         sys.stderr.write(f"error[os-error]: {e}\n")
         return 2

@@ -156,3 +156,10 @@ def test_by_reference_artifact_is_not_copied(cli, tmp_path: Path) -> None:  # ty
     art = r.json()["artifacts"][0]
     assert art["stored"] is False and art["path"] == str(shard) and art["size"] == 4096 and art["sha256"]
     assert cli("verify").code == 0
+
+
+def test_usage_error_exits_2_without_traceback(cli) -> None:  # type: ignore[no-untyped-def]
+    cli("init")
+    r = cli("log", "--no-such-option")
+    assert r.code == 2
+    assert "Traceback" not in r.err

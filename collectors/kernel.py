@@ -1,0 +1,200 @@
+"""GPU-relevant kernel messages (``journalctl -k`` or ``dmesg``) parsed into typed events."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ledger.entries import format_time
+from ledger.errors import InputError
+
+__all__ = [
+    "EVENT_PATTERNS",
+    "KernelRead",
+    "kernel_payload",
+    "last_reset",
+    "parse_kernel_log",
+    "parse_since",
+    "read_kernel_log",
+]
+
+# (event kind, pattern): the first matching pattern names a line's event.
+EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("nvrm-xid", re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<xid>\d+)")),
+    ("gpu-fell-off-bus", re.compile(r"NVRM: GPU (?:at )?(?P<device>\S+?):? (?:GPU )?has fallen off the bus")),
+    ("amdgpu-ring-timeout", re.compile(r"ring (?P<ring>\S+) timeout")),
+    ("gpu-reset-begin", re.compile(r"GPU reset begin", re.IGNORECASE)),
+    ("gpu-reset-succeeded", re.compile(r"GPU reset(\(\d+\))? succeeded", re.IGNORECASE)),
+    ("gpu-reset-failed", re.compile(r"GPU reset(\(\d+\))? failed|GPU Recovery Failed", re.IGNORECASE)),
+    ("vram-lost", re.compile(r"VRAM is lost", re.IGNORECASE)),
+    ("mes-unrecoverable", re.compile(r"MES might be in unrecoverable state", re.IGNORECASE)),
+    (
+        "mes-failure",
+        re.compile(
+            r"\bMES failed|mes_v\d+_\d+\S*.*\*ERROR\*|failed to (remove|add) hardware queue "
+            r"(from|to) MES",
+            re.IGNORECASE,
+        ),
+    ),
+    ("queue-eviction-failed", re.compile(r"Failed to evict (process )?queues?", re.IGNORECASE)),
+    ("gpu-page-fault", re.compile(r"\[(gfxhub|mmhub)\d*\] (no-retry )?page fault|GPU fault detected")),
+    ("gpu-hang", re.compile(r"GPU hang|HW Exception by GPU", re.IGNORECASE)),
+)
+_GPU_HINT = re.compile(r"NVRM|amdgpu|\bdrm\b|\[drm|kfd|nvidia|\bMES\b|GPU", re.IGNORECASE)
+
+# timestamp prefixes: journalctl -o short-iso(-precise), dmesg --time-format iso, dmesg raw [secs]
+_ISO = re.compile(r"^(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+(?P<rest>.*)$")
+_MONO = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]\s*(?P<rest>.*)$")
+_DEVICE = re.compile(r"(?:amdgpu|nvidia) (?P<dev>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)")
+
+
+@dataclass
+class KernelRead:
+    source: str
+    readable: bool
+    text: str = ""
+    reason: str | None = None
+    command: list[str] = field(default_factory=list)
+
+
+def _iso_time(text: str) -> str | None:
+    t = text.replace(",", ".")
+    if re.search(r"[+-]\d{4}$", t):
+        t = t[:-2] + ":" + t[-2:]
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return format_time(dt)
+
+
+def parse_kernel_log(text: str, *, boot_time: datetime | None = None) -> list[dict[str, Any]]:
+    """Typed GPU events (``KernelEvent`` payloads) from kernel log text, in order."""
+    events: list[dict[str, Any]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or not _GPU_HINT.search(line):
+            continue
+        when: str | None = None
+        m = _ISO.match(line)
+        if m is not None:
+            when = _iso_time(m.group("t"))
+            line = m.group("rest")
+        else:
+            mm = _MONO.match(line)
+            if mm is not None:
+                line = mm.group("rest")
+                if boot_time is not None:
+                    when = format_time(boot_time + timedelta(seconds=float(mm.group("s"))))
+        for kind, pat in EVENT_PATTERNS:
+            pm = pat.search(line)
+            if pm is None:
+                continue
+            groups = pm.groupdict()
+            dev = groups.get("device")
+            if not dev:
+                dm = _DEVICE.search(line)
+                dev = dm.group("dev") if dm else None
+            ev: dict[str, Any] = {"time": when, "kind": kind, "message": line[:500], "device": dev}
+            if groups.get("xid"):
+                ev["xid"] = int(groups["xid"])
+            events.append(ev)
+            break
+    return events
+
+
+def last_reset(events: list[dict[str, Any]]) -> str | None:
+    times = [
+        e["time"] for e in events if e["kind"] in ("gpu-reset-succeeded", "gpu-reset-begin") and e["time"]
+    ]
+    return max(times) if times else None
+
+
+_SINCE = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?)\s+ago\s*$"
+)
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``2 hours ago``, ``30 min ago`` or an ISO time."""
+    m = _SINCE.match(text.lower())
+    base = now or datetime.now(UTC)
+    if m is not None:
+        n, unit = float(m.group(1)), m.group(2)[0]
+        return base - timedelta(seconds=n * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
+    t = _iso_time(text.strip())
+    if t is None:
+        raise InputError(f"cannot read time {text!r}", hint="use e.g. '2 hours ago' or 2026-09-09T09:00:00Z")
+    return datetime.fromisoformat(t.replace("Z", "+00:00"))
+
+
+def boot_time() -> datetime | None:
+    try:
+        up = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return datetime.now(UTC) - timedelta(seconds=up)
+
+
+def read_kernel_log(since: datetime | None = None) -> KernelRead:
+    """Read the kernel log: journalctl -k first, then dmesg; not being allowed to is a recorded fact."""
+    reasons: list[str] = []
+    if shutil.which("journalctl"):
+        cmd = ["journalctl", "-k", "--no-pager", "-o", "short-iso-precise"]
+        if since is not None:
+            cmd += ["--since", since.astimezone().strftime("%Y-%m-%d %H:%M:%S")]
+        r = _run(cmd)
+        if r is not None and r.returncode == 0 and "No journal files were found" not in r.stderr + r.stdout:
+            return KernelRead("journalctl", True, r.stdout, command=cmd)
+        reasons.append(f"journalctl: {_why(r)}")
+    else:
+        reasons.append("journalctl: not installed")
+    if shutil.which("dmesg"):
+        cmd = ["dmesg", "--time-format", "iso"]
+        r = _run(cmd)
+        if r is not None and r.returncode != 0:
+            cmd = ["dmesg"]
+            r = _run(cmd)
+        if r is not None and r.returncode == 0:
+            return KernelRead("dmesg", True, r.stdout, command=cmd)
+        reasons.append(f"dmesg: {_why(r)}")
+    else:
+        reasons.append("dmesg: not installed")
+    return KernelRead("none", False, reason="; ".join(reasons))
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _why(r: subprocess.CompletedProcess[str] | None) -> str:
+    if r is None:
+        return "could not run"
+    msg = (r.stderr or r.stdout).strip().splitlines()
+    return f"exit {r.returncode}: {msg[-1] if msg else 'no output'}"[:300]
+
+
+def kernel_payload(read: KernelRead, *, since: datetime | None = None) -> dict[str, Any]:
+    """The ``kernel.log`` payload, events filtered to ``since`` where they carry a time."""
+    events = parse_kernel_log(read.text, boot_time=boot_time() if read.source == "dmesg" else None)
+    if since is not None:
+        cut = format_time(since)
+        events = [e for e in events if e["time"] is None or e["time"] >= cut]
+    return {
+        "source": read.source,
+        "readable": read.readable,
+        "reason": read.reason,
+        "since": format_time(since) if since else None,
+        "events": events,
+        "last_reset_at": last_reset(events),
+    }

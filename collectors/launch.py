@@ -1,0 +1,385 @@
+"""Launch an inference engine in its own process group under a lease, watch it, stop it cleanly.
+
+The engine's stdout and stderr stream to files (they become artifacts); log lines are timed as they
+arrive for phase timings; readiness is polled per engine (:mod:`readiness`); at the end the run is
+classified against the failure signatures (:mod:`signatures`). No recovery command is ever run: a
+failed engine is stopped and described, nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ledger.collectors.phases import PhaseTracker
+from ledger.collectors.readiness import ReadyState, check_ready, http_client
+from ledger.collectors.secrets import Redactor, redact_command, redact_env
+from ledger.collectors.signatures import Classification, RunOutcome, Signature, classify, load_signatures
+from ledger.entries import format_time, now_utc
+from ledger.errors import CollectorError
+
+__all__ = ["RELEVANT_ENV_PREFIXES", "EngineRun", "LaunchSpec", "group_alive", "relevant_env"]
+
+RELEVANT_ENV_PREFIXES = (
+    "VLLM_",
+    "CUDA_",
+    "HIP_",
+    "ROCR_",
+    "ROCM_",
+    "HSA_",
+    "NCCL_",
+    "LLAMA_",
+    "GGML_",
+    "SGLANG_",
+    "HF_",
+    "TORCH_",
+    "PYTORCH_",
+    "OMP_",
+    "MKL_",
+    "TRANSFORMERS_",
+    "NVIDIA_",
+)
+
+
+def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The engine-relevant variables of an environment (secrets redacted)."""
+    keep = {k: v for k, v in env.items() if k.startswith(RELEVANT_ENV_PREFIXES) or k == "LD_LIBRARY_PATH"}
+    return redact_env(keep)
+
+
+@dataclass
+class LaunchSpec:
+    """What to run and how long it may live."""
+
+    engine: str
+    command: list[str]
+    base_url: str
+    lease_seconds: float
+    env: dict[str, str] = field(default_factory=dict)
+    grace_seconds: float = 10.0
+    poll_interval: float = 0.25
+    cwd: Path | None = None
+    attempt: int = 1
+    attempt_name: str = "default"
+    bindings: dict[str, str] = field(default_factory=dict)
+
+
+class _Tee(threading.Thread):
+    """Copy one pipe to a file line by line, timing each line for phase tracking."""
+
+    def __init__(self, pipe: IO[bytes], path: Path, on_line: Callable[[str], None]) -> None:
+        super().__init__(daemon=True, name=f"tee-{path.name}")
+        self.pipe = pipe
+        self.path = path
+        self.on_line = on_line
+
+    def run(self) -> None:
+        with self.path.open("wb") as out:
+            for raw in iter(self.pipe.readline, b""):
+                out.write(raw)
+                out.flush()
+                with contextlib.suppress(Exception):
+                    self.on_line(raw.decode("utf-8", errors="replace"))
+        self.pipe.close()
+
+
+class EngineRun:
+    """One engine process group under a lease."""
+
+    def __init__(self, spec: LaunchSpec, log_dir: Path, *, signatures: list[Signature] | None = None) -> None:
+        if not spec.command:
+            raise CollectorError("no engine command given")
+        self.spec = spec
+        self.log_dir = Path(log_dir)
+        self.signatures = signatures if signatures is not None else load_signatures()
+        self.stdout_path = self.log_dir / "stdout.log"
+        self.stderr_path = self.log_dir / "stderr.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pgid: int | None = None
+        self.started_at = now_utc()
+        self.ended_at: Any = None
+        self._t0 = 0.0
+        self._deadline = 0.0
+        self._phases = PhaseTracker()
+        self._lock = threading.Lock()
+        self._tees: list[_Tee] = []
+        self.ready_state: ReadyState | None = None
+        self.time_to_ready_s: float | None = None
+        self.stop_reason: str | None = None  # exited | lease-expired | finished | cancelled | ready
+        self.lease_expired = False
+        self.failure_observed: str | None = None  # set by probes that saw the engine fail a request
+        self.stop_escalated = False
+        self._watchdog: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    # --- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the command in a new session (its own process group); stdout/stderr go to files."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.spec.env}
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.started_at = now_utc()
+        self._t0 = time.monotonic()
+        self._deadline = self._t0 + self.spec.lease_seconds
+        try:
+            self.proc = subprocess.Popen(
+                self.spec.command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=self.spec.cwd,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise CollectorError(f"cannot start engine command {self.spec.command[0]!r}: {e}") from e
+        self.pgid = self.proc.pid  # a new session: the leader's pid is the group id
+        assert self.proc.stdout is not None
+        assert self.proc.stderr is not None
+        self._tees = [
+            _Tee(self.proc.stdout, self.stdout_path, self._on_line),
+            _Tee(self.proc.stderr, self.stderr_path, self._on_line),
+        ]
+        for t in self._tees:
+            t.start()
+        self._watchdog = threading.Thread(target=self._watch_lease, daemon=True, name="lease-watchdog")
+        self._watchdog.start()
+
+    def _on_line(self, line: str) -> None:
+        with self._lock:
+            self._phases.feed(line, time.monotonic() - self._t0)
+
+    def _watch_lease(self) -> None:
+        """Stop the group when the lease runs out, even while the caller is blocked in a request."""
+        while not self._stopped.is_set():
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                if self.alive():
+                    self.lease_expired = True
+                    self.stop("lease-expired")
+                return
+            self._stopped.wait(min(left, 0.5))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def lease_left(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, should_stop: Callable[[], bool] | None = None) -> ReadyState:
+        """Poll readiness until ready, the engine exits, or the lease expires (then the group is stopped)."""
+        assert self.proc is not None
+        last = ReadyState(False, note="not polled")
+        with http_client(timeout=min(3.0, max(self.spec.poll_interval * 4, 1.0))) as client:
+            while True:
+                if should_stop is not None and should_stop():
+                    return last
+                if self.proc.poll() is not None:
+                    self._mark_exited()
+                    return last
+                if self.lease_left() <= 0 or self.lease_expired:
+                    self.lease_expired = True
+                    self.stop("lease-expired")
+                    return last
+                last = check_ready(self.spec.base_url, self.spec.engine, client)
+                if last.ready:
+                    self.ready_state = last
+                    self.time_to_ready_s = round(self.elapsed(), 3)
+                    return last
+                time.sleep(self.spec.poll_interval)
+
+    def wait_exit(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the engine to exit on its own; True when it did."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        self._mark_exited()
+        return True
+
+    def _mark_exited(self) -> None:
+        with self._lock:
+            if self.stop_reason is None:
+                self.stop_reason = "exited"
+
+    def stop(self, reason: str) -> None:
+        """Stop the whole process group: SIGTERM, a grace period, then SIGKILL. Idempotent."""
+        with self._lock:
+            if self.stop_reason is None:
+                self.stop_reason = (
+                    "exited" if (self.proc is not None and self.proc.poll() is not None) else reason
+                )
+        self._stopped.set()
+        if self.proc is None or self.pgid is None:
+            return
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=self.spec.grace_seconds)
+            except subprocess.TimeoutExpired:
+                self.stop_escalated = True
+                self._signal_group(signal.SIGKILL)
+                self.proc.wait()
+        # the leader is gone; members of its group may not be (vLLM's EngineCore, workers)
+        deadline = time.monotonic() + self.spec.grace_seconds
+        sent_term = False
+        while self._group_alive():
+            if not sent_term:
+                self._signal_group(signal.SIGTERM)
+                sent_term = True
+            if time.monotonic() > deadline:
+                self.stop_escalated = True
+                self._signal_group(signal.SIGKILL)
+                break
+            time.sleep(0.1)
+        for t in self._tees:
+            t.join(timeout=5)
+        self.ended_at = now_utc()
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        assert self.pgid is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    def _group_alive(self) -> bool:
+        assert self.pgid is not None
+        try:
+            os.killpg(self.pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return group_alive(self.pgid)
+
+    # --- results --------------------------------------------------------------------------------
+
+    @property
+    def exit_status(self) -> tuple[int | None, int | None]:
+        """(exit code, terminating signal) of the engine's leader process."""
+        if self.proc is None or self.proc.returncode is None:
+            return None, None
+        rc = self.proc.returncode
+        return (rc, None) if rc >= 0 else (None, -rc)
+
+    def log_text(self) -> str:
+        parts = []
+        for p in (self.stdout_path, self.stderr_path):
+            with contextlib.suppress(OSError):
+                parts.append(p.read_text(encoding="utf-8", errors="replace"))
+        return "\n".join(parts)
+
+    @property
+    def failed(self) -> bool:
+        return self.stop_reason in ("exited", "lease-expired") or self.failure_observed is not None
+
+    def classification(self) -> Classification:
+        """The failure signature; status-only signatures count only when the engine itself ended the run."""
+        if not self.failed:
+            return Classification(None)
+        code, sig = self.exit_status
+        outcome = RunOutcome(
+            ready=self.ready_state is not None, exit_code=code, signal=sig, lease_expired=self.lease_expired
+        )
+        sigs = self.signatures
+        if self.stop_reason not in ("exited", "lease-expired"):
+            sigs = [s for s in sigs if s.patterns]
+        result = classify(self.log_text(), outcome, sigs)
+        if result.signature is None and self.failure_observed:
+            return Classification(
+                "request-failed", "A request failed while the engine kept running", self.failure_observed, []
+            )
+        return result
+
+    def payload(self) -> dict[str, Any]:
+        """The ``engine.launch`` payload (logs attached separately)."""
+        code, sig = self.exit_status
+        c = self.classification()
+        with self._lock:
+            phases = dict(self._phases.phases)
+        details: dict[str, Any] = {
+            "attempt_name": self.spec.attempt_name,
+            "stop_reason": self.stop_reason,
+            "stop_escalated_to_sigkill": self.stop_escalated,
+            "pid": self.proc.pid if self.proc else None,
+            "base_url": self.spec.base_url,
+            "grace_seconds": self.spec.grace_seconds,
+            "duration_s": round(self.elapsed(), 3),
+        }
+        if self.proc is not None and self.proc.returncode is not None:
+            details["returncode"] = self.proc.returncode
+        if self.ready_state is not None:
+            details["ready_server"] = self.ready_state.server
+        if c.signature:
+            details["signatures_matched"] = c.matched
+            details["failure_title"] = c.title
+        if self.failure_observed:
+            details["failure_observed"] = self.failure_observed
+        env = {**relevant_env(os.environ), **redact_env(self.spec.env)}
+        return {
+            "engine": self.spec.engine,
+            "command": redact_command(self.spec.command),
+            "attempt": self.spec.attempt,
+            "bindings": dict(self.spec.bindings),
+            "env": env,
+            "lease_seconds": self.spec.lease_seconds,
+            "started_at": format_time(self.started_at),
+            "ended_at": format_time(self.ended_at or now_utc()),
+            "ready": self.ready_state is not None,
+            "ready_endpoint": self.ready_state.endpoint if self.ready_state else None,
+            "time_to_ready_s": self.time_to_ready_s,
+            "phases": phases,
+            "exit_code": code,
+            "signal": sig,
+            "lease_expired": self.lease_expired,
+            "failure_signature": c.signature,
+            "failure_detail": c.detail,
+            "details": details,
+        }
+
+    def log_files(self) -> list[tuple[str, Path, int]]:
+        """(artifact name, path to store, redactions) of both logs, secrets redacted in a copy if needed."""
+        red = Redactor.from_sources(self.spec.env, self.spec.command)
+        out: list[tuple[str, Path, int]] = []
+        for name, p in (("stdout.log", self.stdout_path), ("stderr.log", self.stderr_path)):
+            if not p.exists():
+                p.write_bytes(b"")
+            text = p.read_text(encoding="utf-8", errors="replace")
+            clean, n = red.text(text)
+            if n:
+                q = p.with_name(p.stem + ".redacted.log")
+                q.write_text(clean, encoding="utf-8")
+                out.append((name, q, n))
+            else:
+                out.append((name, p, 0))
+        return out
+
+
+def group_alive(pgid: int) -> bool:
+    """True when a non-zombie process of the group exists (zombies only await their reaper)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...
+        rest = stat[stat.rfind(")") + 2 :].split()
+        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
+            return True
+    return False

@@ -1,0 +1,280 @@
+"""Probes of an OpenAI-compatible inference server; each returns a ``health.probe`` payload."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+from ledger.collectors.readiness import check_ready, http_client
+
+__all__ = [
+    "DEFAULT_PROMPT",
+    "DEFAULT_SCHEMA",
+    "probe_completion",
+    "probe_health",
+    "probe_models",
+    "probe_sequential",
+    "probe_structured",
+]
+
+DEFAULT_PROMPT = "Reply with exactly one word: READY"
+DEFAULT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"status": {"type": "string", "enum": ["READY"]}},
+    "required": ["status"],
+    "additionalProperties": False,
+}
+_TEXT_LIMIT = 2000
+
+
+def _ms(t0: float) -> float:
+    return round((time.monotonic() - t0) * 1000, 2)
+
+
+def _error_text(r: httpx.Response) -> str:
+    try:
+        body = r.json()
+    except ValueError:
+        return r.text[:300]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:300]
+        return str(err or body.get("detail") or body)[:300]
+    return str(body)[:300]
+
+
+def probe_health(base_url: str, engine: str = "generic", *, timeout: float = 10.0) -> dict[str, Any]:
+    """Readiness as the engine family defines it, with the sleeping state where the server tells it."""
+    t0 = time.monotonic()
+    with http_client(timeout) as c:
+        state = check_ready(base_url, engine, c)
+        sleeping: bool | None = None
+        try:
+            r = c.get(base_url.rstrip("/") + "/is_sleeping")
+            if r.status_code == 200:
+                sleeping = bool(r.json().get("is_sleeping"))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            sleeping = None
+    return {
+        "endpoint": base_url.rstrip("/") + (state.endpoint or "/health"),
+        "check": "health",
+        "ok": state.ready,
+        "http_status": state.status,
+        "latency_ms": _ms(t0),
+        "sleeping": sleeping,
+        "error": None if state.ready else (state.note or "not ready"),
+        "details": {"engine": engine, "ready_endpoint": state.endpoint, "server": state.server},
+    }
+
+
+def probe_models(base_url: str, *, expect: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+    """Model identity from ``/v1/models``; with ``expect``, the served id must equal it."""
+    url = base_url.rstrip("/") + "/v1/models"
+    t0 = time.monotonic()
+    out: dict[str, Any] = {"endpoint": url, "check": "models", "ok": False, "expected": expect}
+    try:
+        with http_client(timeout) as c:
+            r = c.get(url)
+    except httpx.HTTPError as e:
+        return {**out, "latency_ms": _ms(t0), "error": f"{type(e).__name__}: {e}"}
+    out.update(http_status=r.status_code, latency_ms=_ms(t0))
+    if r.status_code != 200:
+        return {**out, "error": _error_text(r)}
+    try:
+        ids = [str(m["id"]) for m in r.json().get("data", [])]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {**out, "error": "malformed /v1/models answer"}
+    identity = ids[0] if ids else None
+    ok = bool(ids) and (expect is None or expect in ids)
+    return {
+        **out,
+        "ok": ok,
+        "model_identity": identity,
+        "details": {"served": ids},
+        "error": None if ok else (f"expected model {expect!r}, served {ids}" if ids else "no model served"),
+    }
+
+
+def _chat(c: httpx.Client, base: str, body: dict[str, Any]) -> tuple[httpx.Response | None, str | None, str]:
+    try:
+        r = c.post(base + "/v1/chat/completions", json=body)
+    except httpx.HTTPError as e:
+        return None, None, f"{type(e).__name__}: {e}"
+    if r.status_code != 200:
+        return r, None, f"HTTP {r.status_code}: {_error_text(r)}"
+    try:
+        text = r.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return r, None, "malformed chat completion"
+    return r, str(text or ""), ""
+
+
+def _body(model: str | None, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **extra,
+    }
+    if model:
+        body["model"] = model
+    return body
+
+
+def probe_completion(
+    base_url: str,
+    *,
+    expect: str = "READY",
+    prompt: str = DEFAULT_PROMPT,
+    model: str | None = None,
+    max_tokens: int = 8,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """Bounded chat completion; passes when the answer, stripped of whitespace, is exactly ``expect``."""
+    base = base_url.rstrip("/")
+    t0 = time.monotonic()
+    with http_client(timeout) as c:
+        r, text, err = _chat(c, base, _body(model, prompt, max_tokens))
+    ok = text is not None and text.strip() == expect
+    if text is not None and not ok:
+        err = f"answer {text.strip()[:80]!r} is not {expect!r}"
+    return {
+        "endpoint": base + "/v1/chat/completions",
+        "check": "completion",
+        "ok": ok,
+        "http_status": r.status_code if r is not None else None,
+        "latency_ms": _ms(t0),
+        "model_identity": model,
+        "expected": expect,
+        "max_tokens": max_tokens,
+        "text": None if text is None else text[:_TEXT_LIMIT],
+        "error": err or None,
+        "details": {"prompt": prompt},
+    }
+
+
+def _response_format(fmt: str, schema: dict[str, Any]) -> dict[str, Any]:
+    if fmt == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "control", "schema": schema, "strict": True}}
+    return {"type": "json_object", "schema": schema}  # llama-cpp-python's form
+
+
+def probe_structured(
+    base_url: str,
+    *,
+    schema: dict[str, Any] | None = None,
+    fmt: str = "auto",
+    prompt: str = 'Answer with the JSON object {"status": "READY"}.',
+    model: str | None = None,
+    max_tokens: int = 64,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """JSON-schema constrained output: the answer must parse and validate against ``schema``.
+
+    ``fmt`` is ``json_schema`` (OpenAI/vLLM form), ``json_object`` (llama-cpp-python form) or ``auto``:
+    ``json_schema`` first and, only when the server refuses that request form, ``json_object``.
+    """
+    import jsonschema  # type: ignore[import-untyped,unused-ignore]
+
+    sch = schema or DEFAULT_SCHEMA
+    base = base_url.rstrip("/")
+    tried: list[dict[str, Any]] = []
+    forms = ["json_schema", "json_object"] if fmt == "auto" else [fmt]
+    t0 = time.monotonic()
+    r: httpx.Response | None = None
+    text: str | None = None
+    err = ""
+    used = forms[0]
+    with http_client(timeout) as c:
+        for form in forms:
+            used = form
+            t1 = time.monotonic()
+            r, text, err = _chat(
+                c, base, _body(model, prompt, max_tokens, response_format=_response_format(form, sch))
+            )
+            tried.append(
+                {
+                    "format": form,
+                    "http_status": r.status_code if r is not None else None,
+                    "latency_ms": _ms(t1),
+                    "error": err or None,
+                }
+            )
+            # fall back only when the server refused the request form, not when the engine broke
+            if text is not None or r is None or r.status_code not in (400, 422, 500, 501):
+                break
+    ok = False
+    if text is not None:
+        try:
+            jsonschema.validate(json.loads(text), sch)
+            ok = True
+        except ValueError as e:
+            err = f"answer is not JSON: {e}"
+        except jsonschema.ValidationError as e:
+            err = f"answer does not match the schema: {e.message}"
+    return {
+        "endpoint": base + "/v1/chat/completions",
+        "check": "structured",
+        "ok": ok,
+        "http_status": r.status_code if r is not None else None,
+        "latency_ms": _ms(t0),
+        "model_identity": model,
+        "max_tokens": max_tokens,
+        "text": None if text is None else text[:_TEXT_LIMIT],
+        "error": err or None,
+        "details": {"format": used, "schema": sch, "attempts": tried},
+    }
+
+
+def probe_sequential(
+    base_url: str,
+    *,
+    count: int,
+    prompt: str = DEFAULT_PROMPT,
+    model: str | None = None,
+    max_tokens: int = 16,
+    max_latency_ms: float | None = None,
+    timeout: float = 60.0,
+    stop_on_failure: bool = True,
+) -> dict[str, Any]:
+    """``count`` sequential chat completions; passes when every one answers 200 (within the latency bound)."""
+    base = base_url.rstrip("/")
+    latencies: list[float] = []
+    failures: list[str] = []
+    statuses: list[int | None] = []
+    with http_client(timeout) as c:
+        for i in range(count):
+            t1 = time.monotonic()
+            r, text, err = _chat(c, base, _body(model, prompt, max_tokens))
+            ms = _ms(t1)
+            statuses.append(r.status_code if r is not None else None)
+            if text is None:
+                failures.append(f"request {i + 1}: {err}")
+            else:
+                latencies.append(ms)
+                if max_latency_ms is not None and ms > max_latency_ms:
+                    failures.append(f"request {i + 1}: {ms} ms > bound {max_latency_ms} ms")
+            if failures and stop_on_failure:
+                break
+    done = len(latencies)
+    ok = done == count and not failures
+    summary: dict[str, Any] = {"completed": done, "requested": count, "failures": failures[:20]}
+    if latencies:
+        s = sorted(latencies)
+        summary.update(p50_ms=s[len(s) // 2], max_ms=s[-1], mean_ms=round(sum(s) / len(s), 2))
+    return {
+        "endpoint": base + "/v1/chat/completions",
+        "check": "sequential",
+        "ok": ok,
+        "http_status": statuses[-1] if statuses else None,
+        "count": done,
+        "latencies_ms": latencies,
+        "model_identity": model,
+        "max_tokens": max_tokens,
+        "error": failures[0] if failures else None,
+        "details": {**summary, "max_latency_ms": max_latency_ms},
+    }

@@ -1,0 +1,135 @@
+"""Failure signatures of engine runs, loaded from a data file of patterns (``signatures.toml``)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ledger.errors import ConfigError
+
+__all__ = ["DEFAULT_SIGNATURES", "Classification", "RunOutcome", "Signature", "classify", "load_signatures"]
+
+DEFAULT_SIGNATURES = Path(__file__).with_name("signatures.toml")
+_MAX_DETAIL = 500
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What is known about an engine run when it stopped."""
+
+    ready: bool
+    exit_code: int | None = None  # exit status when it exited normally
+    signal: int | None = None  # the signal that terminated it
+    lease_expired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    id: str
+    title: str
+    patterns: tuple[re.Pattern[str], ...] = ()
+    signal: int | None = None
+    exit_codes: tuple[int, ...] = ()
+    lease_expired: bool | None = None
+    ready: bool | None = None
+    verdict: str = "runtime-reliability"
+
+    def match(self, text: str, outcome: RunOutcome) -> str | None:
+        """The evidence line when every condition holds (``""`` for status-only matches), else None."""
+        if self.signal is not None and outcome.signal != self.signal:
+            return None
+        if self.exit_codes and outcome.exit_code not in self.exit_codes:
+            return None
+        if self.lease_expired is not None and outcome.lease_expired != self.lease_expired:
+            return None
+        if self.ready is not None and outcome.ready != self.ready:
+            return None
+        if not self.patterns:
+            return ""
+        for pat in self.patterns:
+            found = list(pat.finditer(text))  # the last one: a traceback ends with the error itself
+            if found:
+                m = found[-1]
+                start = text.rfind("\n", 0, m.start()) + 1
+                end = text.find("\n", m.end())
+                return text[start : end if end >= 0 else len(text)].strip()[:_MAX_DETAIL]
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    signature: str | None
+    title: str | None = None
+    detail: str | None = None
+    matched: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "signature": self.signature,
+            "title": self.title,
+            "detail": self.detail,
+            "matched": list(self.matched),
+        }
+
+
+def _signature(raw: dict[str, Any], where: str) -> Signature:
+    known = {"id", "title", "patterns", "signal", "exit_codes", "lease_expired", "ready", "verdict"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    sid = raw.get("id")
+    if not isinstance(sid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", sid):
+        raise ConfigError(f"{where}: id must be kebab-case text")
+    try:
+        patterns = tuple(re.compile(p) for p in raw.get("patterns", []))
+    except re.error as e:
+        raise ConfigError(f"{where} ({sid}): bad pattern: {e}") from e
+    return Signature(
+        id=sid,
+        title=str(raw.get("title", sid)),
+        patterns=patterns,
+        signal=raw.get("signal"),
+        exit_codes=tuple(raw.get("exit_codes", ())),
+        lease_expired=raw.get("lease_expired"),
+        ready=raw.get("ready"),
+        verdict=str(raw.get("verdict", "runtime-reliability")),
+    )
+
+
+def load_signatures(path: Path | None = None) -> list[Signature]:
+    """Parse a signatures file (default: the shipped ``signatures.toml``)."""
+    p = path or DEFAULT_SIGNATURES
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read signatures file {p}: {e}") from e
+    raw = data.get("signature")
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{p}: no [[signature]] tables")
+    sigs = [_signature(r, f"{p} signature #{i + 1}") for i, r in enumerate(raw)]
+    ids = [s.id for s in sigs]
+    if len(ids) != len(set(ids)):
+        raise ConfigError(f"{p}: duplicate signature ids")
+    return sigs
+
+
+def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | None = None) -> Classification:
+    """The first matching signature for a failed run (and every signature that matched)."""
+    sigs = load_signatures() if signatures is None else signatures
+    first: Signature | None = None
+    detail: str | None = None
+    matched: list[str] = []
+    for sig in sigs:
+        line = sig.match(text, outcome)
+        if line is None:
+            continue
+        matched.append(sig.id)
+        if first is None:
+            first, detail = sig, line or None
+    if first is None:
+        return Classification(None)
+    return Classification(first.id, first.title, detail, matched)

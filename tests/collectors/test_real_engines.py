@@ -1,0 +1,224 @@
+"""Real engines (slow): llama.cpp (llama-cpp-python's server) on the tiny GGUF, and vLLM CPU on tiny Llamas.
+
+The engines' virtualenvs and models come from scripts/engines.sh (cached outside the repo).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.collectors.readiness import check_ready
+from ledger.service import Ledger
+
+from .conftest import LEDGER, REPO, ensure_engine, entries_of, free_port, run_ledger
+
+pytestmark = pytest.mark.slow
+
+
+def _ledger_entries(home: Path, kind: str) -> list[dict[str, Any]]:
+    lg = Ledger.open(home)
+    try:
+        return [e["payload"] for e in entries_of(lg, kind)]
+    finally:
+        lg.close()
+
+
+def _gates(home: Path) -> dict[str, str]:
+    return {p["gate"]: p["status"] for p in _ledger_entries(home, "gate.result")}
+
+
+def test_llamacpp_campaign_control_fails_honestly(home: Path) -> None:
+    env = ensure_engine("llamacpp")
+    r = run_ledger(
+        "collect",
+        "run",
+        str(REPO / "campaigns" / "llamacpp-cpu.toml"),
+        "--home",
+        str(home),
+        "--json",
+        env={"LEDGER_ENGINE_CACHE": str(Path(env["LLAMACPP_PYTHON"]).parents[2])},
+    )
+    assert r.returncode == 1, r.stderr
+    result = json.loads(r.stdout)
+    assert result["state"] == "failed"
+    assert result["verdict_hint"] == "NOT QUALIFIED — CONTROL"
+    gates = _gates(home)
+    assert gates["host-prerequisites"] == "passed"
+    assert gates["model-pinned"] == "passed"
+    assert gates["api-readiness"] == "passed"
+    assert gates["ready-control"] == "failed"
+    assert gates["structured-output"] == "not_authorized"
+    [launch] = _ledger_entries(home, "engine.launch")
+    assert launch["ready"] is True
+    assert launch["ready_endpoint"] == "/v1/models"  # llama-cpp-python's server has no /health
+    assert launch["details"]["ready_server"] == "llama-cpp-python"
+    assert launch["failure_signature"] is None
+    [pin] = _ledger_entries(home, "model.pin")
+    assert pin["files"][0]["path"] == "tiny.gguf"
+    env_snap = _ledger_entries(home, "env.snapshot")[0]
+    assert env_snap["packages"]["llama-cpp-python"] == "0.3.36"
+    control = next(p for p in _ledger_entries(home, "health.probe") if p["check"] == "completion")
+    assert control["ok"] is False
+    assert control["text"] != "READY"
+    lg = Ledger.open(home)
+    try:
+        assert lg.verify()
+    finally:
+        lg.close()
+
+
+def test_llamacpp_launch_then_probe_structured_passes(home: Path) -> None:
+    env = ensure_engine("llamacpp")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    launch = subprocess.Popen(
+        [
+            *LEDGER,
+            "collect",
+            "launch",
+            "--home",
+            str(home),
+            "--engine",
+            "llamacpp",
+            "--ready-url",
+            url,
+            "--lease",
+            "120",
+            "--campaign",
+            "c1",
+            "--json",
+            "--",
+            env["LLAMACPP_PYTHON"],
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            env["TINY_GGUF"],
+            "--port",
+            str(port),
+            "--n_ctx",
+            "512",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not check_ready(url, "llamacpp").ready:
+            assert time.monotonic() < deadline and launch.poll() is None
+            time.sleep(0.2)
+        r = run_ledger(
+            "collect",
+            "probe",
+            url,
+            "--home",
+            str(home),
+            "--campaign",
+            "c1",
+            "--expect",
+            "READY",
+            "--structured",
+            "--structured-format",
+            "json_object",
+            "--sequential",
+            "3",
+            "--json",
+        )
+        assert r.returncode == 1, r.stderr  # the READY control fails: the tiny model answers gibberish
+        probes = {p["check"]: p for p in json.loads(r.stdout)}
+        assert probes["health"]["ok"] is True
+        assert probes["models"]["ok"] is True
+        assert probes["completion"]["ok"] is False
+        assert probes["structured"]["ok"] is True
+        assert json.loads(probes["structured"]["text"]) == {"status": "READY"}
+        assert probes["sequential"]["ok"] is True
+        assert probes["sequential"]["count"] == 3
+    finally:
+        launch.send_signal(signal.SIGINT)
+        stdout, stderr = launch.communicate(timeout=60)
+    assert stdout, stderr
+    out = json.loads(stdout)
+    assert out["ready"] is True
+    assert out["details"]["stop_reason"] == "cancelled"
+    jobs = _ledger_entries(home, "job")
+    assert [j["state"] for j in jobs] == ["running", "cancelled"]
+
+
+def _vllm_campaign(tmp_path: Path, name: str, **replace: str) -> Path:
+    text = (REPO / "campaigns" / "vllm-cpu.toml").read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    p = tmp_path / f"{name}.toml"
+    p.write_text(text.replace('id = "vllm-cpu-tiny"', f'id = "{name}"'))
+    return p
+
+
+def _run_vllm(tmp_path: Path, home: Path, campaign: Path) -> dict[str, Any]:
+    env = ensure_engine("vllm")
+    cache = str(Path(env["VLLM_PYTHON"]).parents[2])
+    r = run_ledger(
+        "collect",
+        "run",
+        str(campaign),
+        "--home",
+        str(home),
+        "--json",
+        env={"LEDGER_ENGINE_CACHE": cache},
+        timeout=900,
+    )
+    assert r.returncode in (0, 1), r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def test_vllm_cpu_tiny_llama_ready_and_completion(tmp_path: Path, home: Path) -> None:
+    result = _run_vllm(tmp_path, home, _vllm_campaign(tmp_path, "vllm-ready"))
+    gates = _gates(home)
+    assert gates["api-readiness"] == "passed"
+    [launch] = _ledger_entries(home, "engine.launch")
+    assert launch["ready"] is True
+    assert launch["ready_endpoint"] == "/health"  # /is_sleeping is 404 outside dev mode
+    assert launch["time_to_ready_s"] > 1
+    assert "weights_loaded_s" in launch["phases"]
+    control = next(p for p in _ledger_entries(home, "health.probe") if p["check"] == "completion")
+    assert control["http_status"] == 200  # a real completion, whose text is not READY
+    assert gates["ready-control"] == ("passed" if control["ok"] else "failed")
+    assert result["state"] in ("failed", "succeeded")
+
+
+def test_vllm_cpu_head_dim16_first_request_kills_engine(tmp_path: Path, home: Path) -> None:
+    c = _vllm_campaign(tmp_path, "vllm-hd16", **{"models/tiny-llama-hd64": "models/tiny-llama-hd16"})
+    result = _run_vllm(tmp_path, home, c)
+    gates = _gates(home)
+    assert gates["api-readiness"] == "passed"
+    assert gates["ready-control"] == "failed"
+    assert gates["structured-output"] == "not_authorized"
+    [launch] = _ledger_entries(home, "engine.launch")
+    assert launch["ready"] is True
+    assert launch["failure_signature"] == "cpu-attention-unsupported"
+    assert launch["details"]["stop_reason"] == "exited"  # it shut itself down after EngineDeadError
+    assert result["verdict_hint"] == "NOT QUALIFIED — CONTROL"
+
+
+def test_vllm_cpu_mem_util_092_dies_before_readiness(tmp_path: Path, home: Path) -> None:
+    c = _vllm_campaign(
+        tmp_path,
+        "vllm-util092",
+        **{'"--gpu-memory-utilization", "0.2"': '"--gpu-memory-utilization", "0.92"'},
+    )
+    result = _run_vllm(tmp_path, home, c)
+    assert result["verdict_hint"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    gates = _gates(home)
+    assert gates["api-readiness"] == "failed"
+    assert gates["ready-control"] == "not_authorized"
+    [launch] = _ledger_entries(home, "engine.launch")
+    assert launch["ready"] is False
+    assert launch["failure_signature"] == "cpu-memory-utilization"
+    assert launch["exit_code"] == 1
