@@ -3,7 +3,7 @@
 #
 #   scripts/demo.sh [DEMO_HOME]        (default: ./.ledger/demo, removed and recreated)
 #
-# Needs the project venv (.venv, from the README's setup command), bash, and a C/C++ toolchain + cmake
+# Sets up the project venv itself (scripts/setup.sh); needs bash, and a C/C++ toolchain + cmake
 # the first time (scripts/engines.sh compiles llama-cpp-python once, ~4-5 min on 2 cores; cached in
 # ${LEDGER_ENGINE_CACHE:-~/.cache/evidence-ledger/engines} afterwards).
 #
@@ -15,8 +15,8 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
+bash "$REPO/scripts/setup.sh"
 LEDGER="${LEDGER_BIN:-$REPO/.venv/bin/ledger}"
-[[ -x "$LEDGER" ]] || { echo "demo: $LEDGER not found; create the project venv first (see README)" >&2; exit 2; }
 DEMO_HOME="${1:-$REPO/.ledger/demo}"
 export LEDGER_ENGINE_CACHE="${LEDGER_ENGINE_CACHE:-$HOME/.cache/evidence-ledger/engines}"
 
