@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -192,6 +193,8 @@ class Ledger:
         self.store = open_store(store_path or cfg.store)
         self._keyring = Keyring()
         self._tree = MerkleTree()
+        # The keyring and tree caches are shared by request threads of one server process.
+        self._cache_lock = threading.RLock()
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -258,8 +261,9 @@ class Ledger:
             ring = Keyring()
             self._fold_keys(ring, conn, upto=at_size)
             return ring
-        self._fold_keys(self._keyring, conn, upto=None)
-        return self._keyring
+        with self._cache_lock:
+            self._fold_keys(self._keyring, conn, upto=None)
+            return self._keyring
 
     def _fold_keys(self, ring: Keyring, conn: sa.Connection | None, upto: int | None) -> None:
         # A range on the kind index (LIKE would scan the whole log on SQLite).
@@ -712,14 +716,14 @@ class Ledger:
 
     def tree(self) -> MerkleTree:
         """The Merkle tree of the log, kept in this process and extended with entries logged since."""
-        q = (
-            sa.select(T_ENTRIES.c.leaf_hash)
-            .where(T_ENTRIES.c.seq >= len(self._tree))
-            .order_by(T_ENTRIES.c.seq)
-        )
-        with self.engine.connect() as conn:
+        with self._cache_lock, self.engine.connect() as conn:
+            q = (
+                sa.select(T_ENTRIES.c.leaf_hash)
+                .where(T_ENTRIES.c.seq >= len(self._tree))
+                .order_by(T_ENTRIES.c.seq)
+            )
             self._tree.extend([bytes.fromhex(h) for h in conn.execute(q).scalars()])
-        return self._tree
+            return self._tree
 
     def log_public_key(self) -> Any:
         return self.signing_key(self.cfg.log_key).public

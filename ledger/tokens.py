@@ -42,8 +42,13 @@ class TokenRecord:
     revoked_at: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "role": self.role, "created_at": self.created_at,
-                "revoked_at": self.revoked_at}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "role": self.role,
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }
 
 
 def hash_token(token: str) -> str:
@@ -64,8 +69,9 @@ def create_token(engine: Engine, name: str, role: str) -> tuple[str, TokenRecord
     token = _PREFIX + secrets.token_urlsafe(32)
     created = format_time(now_utc())
     with engine.begin() as conn:
-        result = conn.execute(sa.insert(T_TOKENS).values(
-            name=name, role=role, token_hash=hash_token(token), created_at=created))
+        result = conn.execute(
+            sa.insert(T_TOKENS).values(name=name, role=role, token_hash=hash_token(token), created_at=created)
+        )
         pk = result.inserted_primary_key
     assert pk is not None
     return token, TokenRecord(int(pk[0]), name, role, created, None)
@@ -98,11 +104,16 @@ def list_tokens(engine: Engine) -> list[TokenRecord]:
 
 def revoke_token(engine: Engine, name_or_id: str) -> list[TokenRecord]:
     """Revoke every live token with this name (or the one with this id); returns what was revoked."""
-    live = [t for t in list_tokens(engine) if t.revoked_at is None
-            and (t.name == name_or_id or str(t.id) == name_or_id)]
+    live = [
+        t
+        for t in list_tokens(engine)
+        if t.revoked_at is None and (t.name == name_or_id or str(t.id) == name_or_id)
+    ]
     if not live:
         raise KeyNotFoundError(f"no live token named {name_or_id!r}", hint="`ledger tokens list` shows them")
     when = format_time(now_utc())
     with engine.begin() as conn:
-        conn.execute(sa.update(T_TOKENS).where(T_TOKENS.c.id.in_([t.id for t in live])).values(revoked_at=when))
+        conn.execute(
+            sa.update(T_TOKENS).where(T_TOKENS.c.id.in_([t.id for t in live])).values(revoked_at=when)
+        )
     return [TokenRecord(t.id, t.name, t.role, t.created_at, when) for t in live]

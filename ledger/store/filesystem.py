@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import tempfile
 from collections.abc import Iterator
@@ -36,6 +37,16 @@ class _SizeLimited:
         if self._left < 0:
             raise ArtifactTooLargeError("artifact exceeds the size limit")
         return n
+
+
+def _write_all(out: io.FileIO, data: memoryview) -> None:
+    """Write every byte: an unbuffered write may be short (a filling disk), the retry then raises ENOSPC."""
+    view = memoryview(data)
+    while view:
+        n = out.write(view)
+        if not n:
+            raise OSError(errno.EIO, "write wrote nothing")
+        view = view[n:]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -80,8 +91,8 @@ class FilesystemStore:
             raise StorageError(f"cannot create a file in {self.objects}: {e}") from e
         tmp = Path(tmp_name)
         try:
-            with os.fdopen(fd, "wb", buffering=0) as out:
-                digests = hash_stream(src, sha256=sha256, sink=out.write)
+            with io.FileIO(fd, "wb") as out:
+                digests = hash_stream(src, sha256=sha256, sink=lambda chunk: _write_all(out, chunk))
                 out.flush()
                 os.fsync(out.fileno())
             if expected is not None and digests.blake3 != expected:

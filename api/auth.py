@@ -1,0 +1,50 @@
+"""Bearer-token dependencies: who may read, who may write (the entry's own signature is checked later)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ledger.tokens import TokenRecord, require_role, verify_token
+
+__all__ = ["Reader", "Writer", "caller"]
+
+_bearer = HTTPBearer(auto_error=False, description="`ledger tokens new NAME --role reader|writer|admin`")
+
+
+def _token(request: Request, creds: HTTPAuthorizationCredentials | None) -> TokenRecord:
+    from ledger.api.app import served
+
+    return verify_token(served(request).ledger.engine, creds.credentials if creds else None)
+
+
+def read_access(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> TokenRecord | None:
+    """Reads are open when the server runs with --public-reads; otherwise any live token may read."""
+    from ledger.api.app import served
+
+    if served(request).settings.public_reads and creds is None:
+        return None
+    record = _token(request, creds)
+    require_role(record, "reader")
+    return record
+
+
+def write_access(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> TokenRecord:
+    """Writes need a writer (or admin) token."""
+    record = _token(request, creds)
+    require_role(record, "writer")
+    return record
+
+
+def caller(record: TokenRecord | None) -> str:
+    return record.name if record else "anonymous"
+
+
+Reader = Annotated[TokenRecord | None, Depends(read_access)]
+Writer = Annotated[TokenRecord, Depends(write_access)]

@@ -1,0 +1,137 @@
+"""CLI commands of the HTTP part: ``serve``, ``tokens`` and ``push``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from ledger.cliutil import EXIT_FAILED, HomeOption, JsonOption, get_ledger, home_path, print_json
+
+__all__ = ["register"]
+
+tokens_app = typer.Typer(
+    help="API bearer tokens (reader, writer, admin), stored hashed.", no_args_is_help=True
+)
+
+
+def serve(
+    home: HomeOption = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    database_url: Annotated[str | None, typer.Option(help="Database URL (default: the home's).")] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Artifact store: a folder or s3://bucket/prefix (default: the home's).")
+    ] = None,
+    s3_endpoint: Annotated[
+        str | None, typer.Option(help="S3-compatible endpoint URL for an s3:// store.")
+    ] = None,
+    public_reads: Annotated[bool, typer.Option(help="Let anyone read without a token.")] = False,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    max_body: Annotated[int, typer.Option(help="Largest JSON request body, bytes.")] = 16 * 1024 * 1024,
+    max_artifact: Annotated[int, typer.Option(help="Largest artifact upload, bytes.")] = 64 * 1024**3,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the ledger over HTTP (API under /v1, reviewer pages at /, OpenAPI at /openapi.json)."""
+    import uvicorn
+
+    from ledger.api.settings import ENV_VAR, ApiSettings
+
+    if s3_endpoint:
+        os.environ["AWS_ENDPOINT_URL_S3"] = s3_endpoint
+    path = home_path(home)
+    get_ledger(path).close()  # refuse early when there is no ledger here
+    settings = ApiSettings(
+        home=str(path),
+        database_url=database_url,
+        store=store,
+        public_reads=public_reads,
+        max_body_bytes=max_body,
+        max_artifact_bytes=max_artifact,
+    )
+    os.environ[ENV_VAR] = settings.to_env()
+    uvicorn.run(
+        "ledger.api.app:create_app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        timeout_keep_alive=30,
+    )
+
+
+@tokens_app.command("new")
+def tokens_new(
+    name: str,
+    role: Annotated[str, typer.Option(help="reader, writer or admin.")],
+    json_out: JsonOption = False,
+) -> None:
+    """Create a token; it is printed once and only its hash is kept."""
+    from ledger.tokens import create_token
+
+    token, rec = create_token(get_ledger().engine, name, role)
+    if json_out:
+        print_json({**rec.to_json(), "token": token})
+    else:
+        sys.stdout.write(token + "\n")
+        sys.stderr.write(f"token {rec.name!r} (role {rec.role}) created; it is not shown again\n")
+
+
+@tokens_app.command("list")
+def tokens_list(json_out: JsonOption = False) -> None:
+    """Tokens by name and role (never their values)."""
+    from ledger.tokens import list_tokens
+
+    recs = [t.to_json() for t in list_tokens(get_ledger().engine)]
+    if json_out:
+        print_json(recs)
+        return
+    for r in recs:
+        state = f"revoked {r['revoked_at']}" if r["revoked_at"] else "live"
+        sys.stdout.write(f"{r['id']:>4}  {r['name']:<24} {r['role']:<7} {r['created_at']}  {state}\n")
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    name: Annotated[str, typer.Argument(help="Token name (all live ones) or id.")],
+    json_out: JsonOption = False,
+) -> None:
+    """Revoke tokens: requests with them are refused from now on."""
+    from ledger.tokens import revoke_token
+
+    recs = revoke_token(get_ledger().engine, name)
+    if json_out:
+        print_json([r.to_json() for r in recs])
+    else:
+        for r in recs:
+            sys.stdout.write(f"revoked token {r.id} {r.name}\n")
+
+
+def push(
+    server: Annotated[str, typer.Option(envvar="LEDGER_SERVER", help="Ledger server URL.")],
+    token: Annotated[str | None, typer.Option(envvar="LEDGER_TOKEN", help="Writer token.")] = None,
+    home: HomeOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Deliver entries and artifacts spooled while the server was unreachable, in order, exactly once."""
+    from ledger.client import push_spool
+
+    report = push_spool(get_ledger(home), server=server, token=token)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        sys.stdout.write(
+            f"delivered {report.delivered} entries ({report.duplicates} already there), "
+            f"{report.artifacts} artifacts; {report.remaining} still spooled\n"
+        )
+    if report.remaining:
+        raise SystemExit(EXIT_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.add_typer(tokens_app, name="tokens")
+    app.command("push")(push)

@@ -1,0 +1,148 @@
+"""Artifacts by address: streamed upload verified before it is visible, streamed download with Range."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Annotated, Any, BinaryIO
+
+from fastapi import APIRouter, Header, Path, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from ledger.api.auth import Reader, Writer
+from ledger.api.bodies import QueueReader, stream_to
+from ledger.api.models import ErrorOut
+from ledger.errors import ArtifactMissingError, RangeNotSatisfiableError
+from ledger.hashing import Digest, parse_digest
+
+__all__ = ["router"]
+
+router = APIRouter(
+    prefix="/v1",
+    tags=["artifacts"],
+    responses={
+        401: {"model": ErrorOut},
+        403: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        422: {"model": ErrorOut},
+    },
+)
+
+_CHUNK = 1024 * 1024
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+DigestPath = Annotated[str, Path(pattern=r"^blake3:[0-9a-f]{64}$", description="blake3:<64 hex>")]
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.put(
+    "/artifacts/{digest}",
+    openapi_extra=_UPLOAD_BODY,
+    summary="Upload an artifact's bytes to its address blake3:<hex> (idempotent)",
+)
+async def put_artifact(
+    request: Request, response: Response, _who: Writer, digest: DigestPath
+) -> dict[str, Any]:
+    from ledger.api.app import served
+
+    state = served(request)
+    expected = parse_digest(digest)
+    limit = state.settings.max_artifact_bytes
+
+    def consume(reader: QueueReader) -> Any:
+        return state.ledger.put_artifact(reader, expected=expected, max_size=limit)  # type: ignore[arg-type]
+
+    stored = await stream_to(request, consume, limit)
+    if stored.created:
+        state.metrics.artifact_bytes.inc(stored.size)
+        response.status_code = 201
+    return {"digest": str(stored.digest), "size": stored.size, "created": stored.created}
+
+
+@router.head("/artifacts/{digest}", summary="Whether the store holds an artifact, and its size")
+def head_artifact(request: Request, _who: Reader, digest: DigestPath) -> Response:
+    from ledger.api.app import served
+
+    d = parse_digest(digest)
+    size = served(request).ledger.store.size(d)
+    return Response(
+        headers={"Content-Length": str(size), "Accept-Ranges": "bytes", "ETag": f'"{d}"'},
+        media_type="application/octet-stream",
+    )
+
+
+def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``(start, end_exclusive)`` of a single byte range, None to serve the whole artifact."""
+    if not header:
+        return None
+    m = _RANGE.fullmatch(header.strip())
+    if m is None:
+        return None  # several ranges or another unit: RFC 9110 lets us serve the whole representation
+    first, last = m.group(1), m.group(2)
+    if not first and not last:
+        return None
+    if not first:
+        n = int(last)
+        if n == 0:
+            raise RangeNotSatisfiableError(f"empty suffix range of an artifact of {size} bytes")
+        return max(0, size - n), size
+    start = int(first)
+    end = min(int(last) + 1, size) if last else size
+    if start >= size or (last and int(last) < start):
+        raise RangeNotSatisfiableError(f"range {header} is outside an artifact of {size} bytes")
+    return start, end
+
+
+def _iter_file(f: BinaryIO, start: int, end: int) -> Iterator[bytes]:
+    try:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+    finally:
+        f.close()
+
+
+@router.get(
+    "/artifacts/{digest}",
+    summary="Download an artifact (verified before the first byte; HTTP Range)",
+    response_class=StreamingResponse,
+)
+async def get_artifact(
+    request: Request,
+    _who: Reader,
+    digest: str,
+    range_header: Annotated[str | None, Header(alias="Range")] = None,
+) -> StreamingResponse:
+    from ledger.api.app import served
+
+    ledger = served(request).ledger
+    d: Digest = parse_digest(digest)
+    if not await run_in_threadpool(ledger.store.has, d):
+        raise ArtifactMissingError(f"artifact {d} is not in the store")
+    size = await run_in_threadpool(ledger.store.size, d)
+    span = _parse_range(range_header, size)
+    f = await run_in_threadpool(ledger.open_artifact, str(d))
+    headers = {
+        "Accept-Ranges": "bytes",
+        "ETag": f'"{d}"',
+        "Cache-Control": "public, max-age=31536000, immutable",
+    }
+    start, end = span or (0, size)
+    headers["Content-Length"] = str(end - start)
+    status = 200
+    if span is not None:
+        status = 206
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+    return StreamingResponse(
+        _iter_file(f, start, end), status_code=status, headers=headers, media_type="application/octet-stream"
+    )

@@ -1,0 +1,140 @@
+"""Entries: search with a keyset cursor, read one, append one or a batch of signed envelopes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from ledger.api.auth import Reader, Writer
+from ledger.api.bodies import read_json_body
+from ledger.api.models import BATCH_SCHEMA, ENVELOPE_SCHEMA, ErrorOut
+from ledger.errors import BatchTooLargeError, InputError
+from ledger.service import MAX_BATCH, Ledger, LoggedEntry, parse_subject_args
+
+__all__ = ["router"]
+
+EntryIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$", description="entry id or unique prefix")]
+
+router = APIRouter(
+    prefix="/v1",
+    tags=["entries"],
+    responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+)
+
+
+def entry_json(ledger: Ledger, entry: LoggedEntry, names: dict[str, str] | None = None) -> dict[str, Any]:
+    """The CLI's `--json` shape of an entry (plus ``duplicate`` on appends)."""
+    names = names if names is not None else ledger.signer_names()
+    return entry.to_json(names.get(entry.signer))
+
+
+@router.get("/entries", summary="Search entries by subject fields, kind, signer and time")
+def list_entries(
+    request: Request,
+    _who: Reader,
+    subject: Annotated[list[str] | None, Query(description="FIELD=VALUE, repeatable; all must match")] = None,
+    kind: Annotated[str | None, Query(description="a kind, or a prefix ending in * (key.*)")] = None,
+    signer: Annotated[str | None, Query(description="key name or key id")] = None,
+    since: Annotated[str | None, Query(description="logged at or after (RFC 3339)")] = None,
+    until: Annotated[str | None, Query(description="logged before (RFC 3339)")] = None,
+    after: Annotated[
+        int | None, Query(description="keyset cursor: the next_after of the previous page")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+) -> dict[str, Any]:
+    from ledger.api.app import served
+
+    ledger = served(request).ledger
+    entries = ledger.query(
+        subject=parse_subject_args(subject or []),
+        kind=kind,
+        signer=signer,
+        since=since,
+        until=until,
+        after_seq=after,
+        limit=limit,
+        descending=order == "desc",
+    )
+    names = ledger.signer_names()
+    return {
+        "entries": [entry_json(ledger, e, names) for e in entries],
+        "next_after": entries[-1].seq if len(entries) == limit else None,
+    }
+
+
+@router.get(
+    "/entries/{entry_id}", summary="One entry by id or unique prefix (?envelope=true: the DSSE bytes)"
+)
+def get_entry(
+    request: Request,
+    _who: Reader,
+    entry_id: EntryIdPath,
+    envelope: Annotated[bool, Query(description="return the stored envelope bytes")] = False,
+) -> Any:
+    from ledger.api.app import served
+
+    ledger = served(request).ledger
+    entry = ledger.get(entry_id)
+    if envelope:
+        return Response(entry.envelope, media_type="application/json")
+    return entry_json(ledger, entry)
+
+
+def _append(request: Request, envelopes: list[Any]) -> list[dict[str, Any]]:
+    from ledger.api.app import served
+
+    state = served(request)
+    ledger = state.ledger
+    logged = ledger.append(envelopes)
+    names = ledger.signer_names()
+    out = []
+    for e in logged:
+        (state.metrics.duplicates if e.duplicate else state.metrics.appended).inc()
+        out.append({**entry_json(ledger, e, names), "duplicate": e.duplicate})
+    return out
+
+
+@router.post(
+    "/entries",
+    status_code=201,
+    openapi_extra=ENVELOPE_SCHEMA,
+    summary="Append one signed envelope (verified before it is stored)",
+)
+async def append_entry(request: Request, response: Response, _who: Writer) -> dict[str, Any]:
+    from ledger.api.app import served
+
+    body = await read_json_body(request, served(request).settings.max_body_bytes)
+    if not isinstance(body, dict):
+        raise InputError("the body must be one DSSE envelope (a JSON object)")
+    [entry] = await run_in_threadpool(_append, request, [body])
+    if entry["duplicate"]:
+        response.status_code = 200
+    return entry
+
+
+@router.post(
+    "/entries/batch",
+    status_code=201,
+    openapi_extra=BATCH_SCHEMA,
+    summary="Append a batch of signed envelopes atomically: all are stored, or none",
+)
+async def append_batch(request: Request, response: Response, _who: Writer) -> dict[str, Any]:
+    from ledger.api.app import served
+
+    body = await read_json_body(request, served(request).settings.max_body_bytes)
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("envelopes"), list)
+        or set(body) != {"envelopes"}
+    ):
+        raise InputError('the body must be {"envelopes": [DSSE envelope, …]}')
+    envelopes = body["envelopes"]
+    if len(envelopes) > MAX_BATCH:
+        raise BatchTooLargeError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
+    entries = await run_in_threadpool(_append, request, envelopes) if envelopes else []
+    if all(e["duplicate"] for e in entries):
+        response.status_code = 200
+    return {"entries": entries}

@@ -1,0 +1,172 @@
+"""Server-rendered reviewer pages (no JavaScript): subjects, one subject's timeline, one entry."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from ledger.api.auth import Reader
+from ledger.api.queries import subjects
+from ledger.entries import parse_time
+from ledger.errors import LedgerError
+from ledger.service import Ledger, LoggedEntry
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=str(Path(__file__).resolve().parent / "templates"))
+templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False)
+
+_PAGE = 500
+
+
+def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | None:
+    found = ledger.query(subject={field: value}, kind="verdict", descending=True, limit=1)
+    if not found:
+        return None
+    p = found[0].statement.payload
+    return {
+        "verdict": p.get("verdict"),
+        "status": p.get("status"),
+        "id": found[0].entry_id,
+        "policy": p.get("policy", {}),
+        "logged_at": found[0].logged_at,
+    }
+
+
+@router.get("/", response_class=HTMLResponse)
+def home(request: Request, _who: Reader) -> HTMLResponse:
+    from ledger.api.app import served
+
+    ledger = served(request).ledger
+    rows = [
+        {"s": s, "verdict": _latest_verdict(ledger, s.field, s.value)} for s in subjects(ledger, limit=200)
+    ]
+    return templates.TemplateResponse(
+        request, "subjects.html", {"rows": rows, "size": ledger.size(), "origin": ledger.cfg.origin}
+    )
+
+
+def _annotate(entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
+    """What later entries of the timeline say about earlier ones: superseded, rejected, reviewed …"""
+    notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in entries:
+        p = e.statement.payload
+        for r in e.statement.refs:
+            if e.kind == "supersession" and r.rel == "supersedes":
+                notes[r.id].append(
+                    {"tag": "superseded", "bad": True, "by": e.entry_id, "reason": p.get("reason", "")}
+                )
+            elif e.kind == "acceptance" and p.get("decision") == "rejected":
+                notes[r.id].append(
+                    {"tag": "not accepted", "bad": True, "by": e.entry_id, "reason": p.get("reason", "")}
+                )
+            elif e.kind == "acceptance":
+                notes[r.id].append(
+                    {"tag": "accepted", "bad": False, "by": e.entry_id, "reason": p.get("reason", "")}
+                )
+            elif e.kind == "review":
+                notes[r.id].append(
+                    {
+                        "tag": f"review {p.get('result', '')}",
+                        "bad": p.get("result") == "FAIL",
+                        "by": e.entry_id,
+                        "reason": p.get("summary") or "",
+                    }
+                )
+        if e.kind == "verdict":
+            for item in p.get("rejected", []):
+                target = item.get("id") or item.get("entry") or ""
+                notes[target].append(
+                    {
+                        "tag": "rejected by policy",
+                        "bad": True,
+                        "by": e.entry_id,
+                        "reason": item.get("reason", ""),
+                    }
+                )
+    return notes
+
+
+@router.get("/subjects/{field}/{value}", response_class=HTMLResponse)
+def timeline(
+    request: Request, _who: Reader, field: str, value: str, after: Annotated[int | None, Query()] = None
+) -> HTMLResponse:
+    from ledger.api.app import served
+
+    ledger = served(request).ledger
+    entries = ledger.query(subject={field: value}, after_seq=after, limit=_PAGE)
+    names = ledger.signer_names()
+    notes = _annotate(entries)
+    gates = [e for e in entries if e.kind == "gate.result"]
+    rejected = [(e, n) for e in entries for n in notes.get(e.entry_id, []) if n["bad"]]
+    return templates.TemplateResponse(
+        request,
+        "timeline.html",
+        {
+            "field": field,
+            "value": value,
+            "entries": entries,
+            "names": names,
+            "notes": notes,
+            "gates": gates,
+            "rejected": rejected,
+            "verdict": _latest_verdict(ledger, field, value),
+            "next_after": entries[-1].seq if len(entries) == _PAGE else None,
+        },
+    )
+
+
+def _signature_status(ledger: Ledger, entry: LoggedEntry) -> dict[str, Any]:
+    from ledger.signing import parse_envelope
+
+    ring = ledger.keyring()
+    try:
+        rec = ring.get(entry.signer)
+        parse_envelope(entry.envelope).verify_with(rec.public)
+        if entry.seq > 0:
+            ring.authorise(entry.signer, entry.kind, parse_time(entry.logged_at))
+    except LedgerError as e:
+        return {"ok": False, "code": e.code, "message": e.message}
+    return {
+        "ok": True,
+        "name": rec.name,
+        "roles": sorted(rec.roles),
+        "key_id": rec.key_id,
+        "revoked_at": rec.revoked_at.isoformat() if rec.revoked_at else None,
+    }
+
+
+@router.get("/entries/{entry_id}", response_class=HTMLResponse)
+def entry_page(request: Request, _who: Reader, entry_id: str) -> HTMLResponse:
+    from ledger.api.app import served
+    from ledger.api.routes_log import checkpoint_at
+    from ledger.proofs import verify_proof_document
+
+    ledger = served(request).ledger
+    entry = ledger.get(entry_id)
+    checkpoint_at(ledger, None)
+    proof = ledger.inclusion(entry.entry_id)
+    try:
+        checked = verify_proof_document(proof, ledger.log_public_key().b64, ledger.cfg.log_key)
+        proof_status = {"ok": True, "detail": checked.get("detail", "")}
+    except LedgerError as e:
+        proof_status = {"ok": False, "detail": e.message}
+    return templates.TemplateResponse(
+        request,
+        "entry.html",
+        {
+            "e": entry,
+            "data": entry.to_json(ledger.signer_names().get(entry.signer)),
+            "sig": _signature_status(ledger, entry),
+            "proof": proof,
+            "proof_status": proof_status,
+            "referrers": ledger.referrers(entry.entry_id),
+        },
+    )

@@ -1,0 +1,497 @@
+"""Every endpoint and every refusal, over real HTTP against `ledger serve`, on SQLite and PostgreSQL.
+
+Each refusal also asserts that nothing was stored: the log's size and the store are unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from typing import Any
+
+import blake3
+import httpx
+
+from ledger.canonical import canonical_bytes
+from ledger.entries import ArtifactRef
+from ledger.hashing import Digest, HexDigest
+from ledger.proofs import verify_proof_document
+from ledger.service import MAX_BATCH
+from tests.api.conftest import MAX_ARTIFACT, MAX_BODY, Deployment, Server
+
+
+def campaign() -> dict[str, str]:
+    return {"campaign": f"c-{secrets.token_hex(4)}"}
+
+
+def note(dep: Deployment, subject: dict[str, str], text: str = "observed", **kw: Any) -> dict[str, Any]:
+    return dep.sign("note", subject, {"text": text}, **kw)
+
+
+def b3(data: bytes) -> str:
+    return "blake3:" + blake3.blake3(data).hexdigest()
+
+
+def error_code(resp: httpx.Response) -> str:
+    return str(resp.json()["error"]["code"])
+
+
+class Unchanged:
+    """Context manager: the log size (and optionally a store digest's absence) must not change."""
+
+    def __init__(self, dep: Deployment, *digests: str) -> None:
+        self.dep = dep
+        self.digests = digests
+
+    def __enter__(self) -> Unchanged:
+        self.size = self.dep.ledger.size()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.dep.ledger.size() == self.size, "a refused request stored an entry"
+        for d in self.digests:
+            assert not self.dep.ledger.store.has(Digest(HexDigest(d.split(":")[1]))), f"{d} was stored"
+
+
+# --- service endpoints ---
+
+
+def test_health_reports_size_and_database(http: httpx.Client, deployment: Deployment) -> None:
+    r = http.get("/v1/health")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "ok"
+    assert body["size"] == deployment.ledger.size()
+    assert body["database"] == ("postgresql" if deployment.backend == "postgres" else "sqlite")
+
+
+def test_openapi_document_is_published(http: httpx.Client) -> None:
+    doc = http.get("/openapi.json").json()
+    for path in (
+        "/v1/entries",
+        "/v1/entries/batch",
+        "/v1/entries/{entry_id}",
+        "/v1/artifacts/{digest}",
+        "/v1/checkpoint",
+        "/v1/proofs/inclusion/{entry_id}",
+        "/v1/proofs/consistency",
+        "/v1/verdict",
+        "/v1/routing-check",
+        "/v1/health",
+    ):
+        assert path in doc["paths"], path
+
+
+def test_metrics_are_prometheus_text(http: httpx.Client) -> None:
+    http.get("/v1/health")
+    r = http.get("/metrics")
+    assert r.status_code == 200
+    assert "ledger_http_requests_total" in r.text
+    assert "ledger_log_size" in r.text
+
+
+# --- appending ---
+
+
+def test_append_one_returns_the_cli_json_shape_and_recognises_a_resend(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    env = note(deployment, campaign())
+    before = deployment.ledger.size()
+    r = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
+    assert r.status_code == 201, r.text
+    got = r.json()
+    assert got.pop("duplicate") is False
+    stored = deployment.ledger.get(got["id"])
+    assert got == stored.to_json("collector1")  # the same JSON as `ledger show --json`
+    assert got["seq"] == before
+    again = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
+    assert again.status_code == 200
+    assert again.json()["duplicate"] is True
+    assert again.json()["id"] == got["id"]
+    assert deployment.ledger.size() == before + 1
+
+
+def test_batch_is_appended_in_order_with_refs_inside_the_batch(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    subj = campaign()
+    first = note(deployment, subj, "launch")
+    first_id = blake3.blake3(canonical_bytes(first)).hexdigest()
+    second = deployment.sign(
+        "supersession",
+        subj,
+        {"reason": "wrong host recorded"},
+        key="reviewer1",
+        refs=[("supersedes", first_id)],
+    )
+    r = http.post(
+        "/v1/entries/batch", json={"envelopes": [first, second]}, headers=deployment.headers("admin")
+    )
+    assert r.status_code == 201, r.text
+    entries = r.json()["entries"]
+    assert entries[0]["id"] == first_id
+    assert entries[1]["seq"] == entries[0]["seq"] + 1
+    assert entries[1]["refs"] == [{"rel": "supersedes", "id": first_id}]
+
+
+def test_batch_is_atomic_one_bad_envelope_stores_nothing(http: httpx.Client, deployment: Deployment) -> None:
+    subj = campaign()
+    good = note(deployment, subj)
+    bad = note(deployment, subj, "tampered")
+    bad["signatures"][0]["sig"] = good["signatures"][0]["sig"]
+    with Unchanged(deployment):
+        r = http.post(
+            "/v1/entries/batch", json={"envelopes": [good, bad]}, headers=deployment.headers("writer")
+        )
+    assert r.status_code == 403
+    assert error_code(r) == "bad-signature"
+
+
+# --- refusals ---
+
+
+def test_append_without_a_token_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=note(deployment, campaign()))
+    assert r.status_code == 401
+    assert error_code(r) == "unauthenticated"
+    assert r.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_append_with_an_unknown_token_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    with Unchanged(deployment):
+        r = http.post(
+            "/v1/entries", json=note(deployment, campaign()), headers={"Authorization": "Bearer elt_nope"}
+        )
+    assert r.status_code == 401
+
+
+def test_append_with_a_reader_token_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=note(deployment, campaign()), headers=deployment.headers("reader"))
+    assert r.status_code == 403
+    assert error_code(r) == "forbidden"
+
+
+def test_a_revoked_token_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    from ledger.tokens import create_token, revoke_token
+
+    token, rec = create_token(deployment.ledger.engine, f"short-lived-{secrets.token_hex(3)}", "writer")
+    ok = http.get("/v1/entries", params={"limit": 1}, headers={"Authorization": f"Bearer {token}"})
+    assert ok.status_code == 200
+    revoke_token(deployment.ledger.engine, rec.name)
+    with Unchanged(deployment):
+        r = http.post(
+            "/v1/entries", json=note(deployment, campaign()), headers={"Authorization": f"Bearer {token}"}
+        )
+    assert r.status_code == 401
+    assert "revoked" in r.json()["error"]["message"]
+
+
+def test_a_bad_signature_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    env = note(deployment, campaign())
+    sig = bytearray(base64.b64decode(env["signatures"][0]["sig"]))
+    sig[0] ^= 0xFF
+    env["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
+    assert r.status_code == 403
+    assert error_code(r) == "bad-signature"
+
+
+def test_a_signature_by_an_unenrolled_key_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    from ledger.signing import SigningKey
+
+    stranger = SigningKey.generate("stranger")
+    st = deployment.ledger.make_statement("note", campaign(), {"text": "hello"})
+    env = deployment.ledger.sign(st, stranger).to_json()
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
+    assert r.status_code == 403
+    assert error_code(r) == "unknown-signer"
+
+
+def test_a_collector_key_may_not_sign_a_review(http: httpx.Client, deployment: Deployment) -> None:
+    target = http.post("/v1/entries", json=note(deployment, campaign()), headers=deployment.headers("writer"))
+    env = deployment.sign(
+        "review", campaign(), {"result": "PASS"}, key="collector1", refs=[("reviews", target.json()["id"])]
+    )
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
+    assert r.status_code == 403
+    assert error_code(r) == "wrong-role"
+
+
+def test_a_ref_to_an_unknown_entry_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    env = deployment.sign(
+        "supersession", campaign(), {"reason": "x"}, key="reviewer1", refs=[("supersedes", "ab" * 32)]
+    )
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
+    assert r.status_code == 422
+    assert error_code(r) == "dangling-ref"
+
+
+def test_malformed_json_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    with Unchanged(deployment):
+        r = http.post(
+            "/v1/entries",
+            content=b'{"payload": ',
+            headers={**deployment.headers("writer"), "Content-Type": "application/json"},
+        )
+    assert r.status_code == 400
+    assert error_code(r) == "non-canonical-json"
+
+
+def test_a_schema_violation_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    env = note(deployment, campaign())
+    st = json.loads(base64.b64decode(env["payload"]))
+    st["payload"] = {"text": ""}  # note text must not be empty
+    from ledger.signing import sign_envelope
+
+    bad = sign_envelope(st, deployment.ledger.signing_key("collector1")).to_json()
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=bad, headers=deployment.headers("writer"))
+    assert r.status_code == 422
+    assert error_code(r) == "schema-violation"
+
+
+def test_an_oversized_body_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    env = note(deployment, campaign(), "x" * (MAX_BODY + 10))
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
+    assert r.status_code == 413
+    assert error_code(r) == "request-too-large"
+
+
+def test_an_oversized_batch_is_refused(http: httpx.Client, deployment: Deployment) -> None:
+    with Unchanged(deployment):  # tiny items, so the count (not the body size) is what is refused
+        r = http.post(
+            "/v1/entries/batch",
+            json={"envelopes": [{}] * (MAX_BATCH + 1)},
+            headers=deployment.headers("writer"),
+        )
+    assert r.status_code == 413
+    assert error_code(r) == "batch-too-large"
+
+
+def test_an_entry_naming_an_artifact_that_was_not_uploaded_is_refused(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    data = secrets.token_bytes(100)
+    ref = ArtifactRef(name="stderr.log", digest=b3(data), size=len(data), media_type="text/plain")
+    env = note(deployment, campaign(), artifacts=[ref])
+    with Unchanged(deployment):
+        r = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
+    assert r.status_code == 404
+    assert error_code(r) == "artifact-missing"
+
+
+# --- reading ---
+
+
+def test_search_filters_and_keyset_pagination(http: httpx.Client, deployment: Deployment) -> None:
+    subj = campaign()
+    w = deployment.headers("writer")
+    envs = [note(deployment, {**subj, "host": f"h{i % 2}"}, f"n{i}") for i in range(5)]
+    r = http.post("/v1/entries/batch", json={"envelopes": envs}, headers=w)
+    ids = [e["id"] for e in r.json()["entries"]]
+    rd = deployment.headers("reader")
+    page1 = http.get(
+        "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "limit": 2}, headers=rd
+    )
+    assert page1.status_code == 200
+    body = page1.json()
+    assert [e["id"] for e in body["entries"]] == ids[:2]
+    page2 = http.get(
+        "/v1/entries",
+        params={"subject": f"campaign={subj['campaign']}", "limit": 2, "after": body["next_after"]},
+        headers=rd,
+    ).json()
+    assert [e["id"] for e in page2["entries"]] == ids[2:4]
+    both = http.get(
+        "/v1/entries",
+        params=[("subject", f"campaign={subj['campaign']}"), ("subject", "host=h1")],
+        headers=rd,
+    ).json()
+    assert [e["id"] for e in both["entries"]] == [ids[1], ids[3]]
+    assert both["next_after"] is None
+    by_signer = http.get(
+        "/v1/entries",
+        params={"signer": "collector1", "kind": "note", "order": "desc", "limit": 1},
+        headers=rd,
+    ).json()
+    assert by_signer["entries"][0]["signer_name"] == "collector1"
+    last = deployment.ledger.get(ids[-1])
+    until = http.get(
+        "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "until": last.logged_at}, headers=rd
+    ).json()
+    assert ids[-1] not in [e["id"] for e in until["entries"]]
+    since = http.get(
+        "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "since": last.logged_at}, headers=rd
+    ).json()
+    assert ids[-1] in [e["id"] for e in since["entries"]]
+
+
+def test_reads_need_a_token_unless_the_server_is_public(
+    http: httpx.Client, public_server: Server, deployment: Deployment
+) -> None:
+    assert http.get("/v1/entries").status_code == 401
+    assert http.get("/v1/entries", headers=deployment.headers("reader")).status_code == 200
+    pub = httpx.get(public_server.url + "/v1/entries", params={"limit": 1})
+    assert pub.status_code == 200
+    with Unchanged(deployment):
+        assert (
+            httpx.post(public_server.url + "/v1/entries", json=note(deployment, campaign())).status_code
+            == 401
+        )
+
+
+def test_one_entry_by_id_prefix_and_its_envelope_bytes(http: httpx.Client, deployment: Deployment) -> None:
+    entry = http.post(
+        "/v1/entries", json=note(deployment, campaign()), headers=deployment.headers("writer")
+    ).json()
+    rd = deployment.headers("reader")
+    one = http.get(f"/v1/entries/{entry['id'][:12]}", headers=rd)
+    assert one.status_code == 200
+    assert one.json()["id"] == entry["id"]
+    raw = http.get(f"/v1/entries/{entry['id']}", params={"envelope": "true"}, headers=rd)
+    assert blake3.blake3(raw.content).hexdigest() == entry["id"]
+    missing = http.get(f"/v1/entries/{'0' * 64}", headers=rd)
+    assert missing.status_code == 404
+    assert error_code(missing) == "entry-not-found"
+
+
+# --- artifacts ---
+
+
+def test_artifact_upload_is_verified_idempotent_and_downloadable_with_ranges(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    data = secrets.token_bytes(300_000)
+    d = b3(data)
+    w, rd = deployment.headers("writer"), deployment.headers("reader")
+    r = http.put(f"/v1/artifacts/{d}", content=data, headers=w)
+    assert r.status_code == 201, r.text
+    assert r.json() == {"digest": d, "size": len(data), "created": True}
+    again = http.put(f"/v1/artifacts/{d}", content=data, headers=w)
+    assert again.status_code == 200
+    assert again.json()["created"] is False
+    head = http.head(f"/v1/artifacts/{d}", headers=rd)
+    assert head.status_code == 200
+    assert int(head.headers["content-length"]) == len(data)
+    full = http.get(f"/v1/artifacts/{d}", headers=rd)
+    assert full.content == data
+    part = http.get(f"/v1/artifacts/{d}", headers={**rd, "Range": "bytes=100-199"})
+    assert part.status_code == 206
+    assert part.content == data[100:200]
+    assert part.headers["content-range"] == f"bytes 100-199/{len(data)}"
+    tail = http.get(f"/v1/artifacts/{d}", headers={**rd, "Range": "bytes=-10"})
+    assert tail.content == data[-10:]
+    beyond = http.get(f"/v1/artifacts/{d}", headers={**rd, "Range": f"bytes={len(data)}-"})
+    assert beyond.status_code == 416
+    assert http.get(f"/v1/artifacts/{d}").status_code == 401
+    # the entry that names it is now accepted
+    ref = ArtifactRef(name="blob.bin", digest=d, size=len(data))
+    entry = http.post("/v1/entries", json=note(deployment, campaign(), artifacts=[ref]), headers=w)
+    assert entry.status_code == 201, entry.text
+
+
+def test_an_upload_whose_bytes_do_not_match_the_address_is_refused(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    data = secrets.token_bytes(5000)
+    claimed = b3(secrets.token_bytes(10))
+    with Unchanged(deployment, claimed, b3(data)):
+        r = http.put(f"/v1/artifacts/{claimed}", content=data, headers=deployment.headers("writer"))
+    assert r.status_code == 422
+    assert error_code(r) == "integrity"
+    assert http.head(f"/v1/artifacts/{claimed}", headers=deployment.headers("reader")).status_code == 404
+
+
+def test_artifact_uploads_need_a_writer_and_respect_the_size_limit(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    small = secrets.token_bytes(1000)
+    with Unchanged(deployment, b3(small)):
+        assert http.put(f"/v1/artifacts/{b3(small)}", content=small).status_code == 401
+        r = http.put(f"/v1/artifacts/{b3(small)}", content=small, headers=deployment.headers("reader"))
+        assert r.status_code == 403
+    big = secrets.token_bytes(MAX_ARTIFACT + 1)
+    with Unchanged(deployment, b3(big)):
+        r = http.put(f"/v1/artifacts/{b3(big)}", content=big, headers=deployment.headers("writer"))
+    assert r.status_code == 413
+    assert error_code(r) == "artifact-too-large"
+
+    def chunks() -> Any:  # no Content-Length: the limit is enforced while streaming
+        for i in range(0, len(big), 65536):
+            yield big[i : i + 65536]
+
+    with Unchanged(deployment, b3(big)):
+        r = http.put(f"/v1/artifacts/{b3(big)}", content=chunks(), headers=deployment.headers("writer"))
+    assert r.status_code == 413
+    bad = http.put("/v1/artifacts/sha256:abc", content=small, headers=deployment.headers("writer"))
+    assert bad.status_code == 422
+
+
+# --- log proofs ---
+
+
+def test_checkpoint_and_proofs_verify_offline(http: httpx.Client, deployment: Deployment) -> None:
+    rd = deployment.headers("reader")
+    entry = http.post(
+        "/v1/entries", json=note(deployment, campaign()), headers=deployment.headers("writer")
+    ).json()
+    cp = http.get("/v1/checkpoint", headers=rd).json()
+    assert cp["size"] >= entry["seq"] + 1
+    pub = cp["log_public_key"]
+    inc = http.get(f"/v1/proofs/inclusion/{entry['id']}", headers=rd)
+    assert inc.status_code == 200
+    assert verify_proof_document(inc.json(), pub, cp["log_key_name"])
+    old = entry["seq"]
+    con = http.get("/v1/proofs/consistency", params={"old": old}, headers=rd)
+    assert con.status_code == 200, con.text
+    assert verify_proof_document(con.json(), pub, cp["log_key_name"])
+    too_big = http.get("/v1/checkpoint", params={"size": 10**9}, headers=rd)
+    assert too_big.status_code == 422
+
+
+# --- policy ---
+
+
+def test_verdict_and_routing_check_answer_or_say_the_engine_is_missing(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    rd = deployment.headers("reader")
+    r = http.get("/v1/verdict", params={"subject": "campaign=none", "policy": "default"}, headers=rd)
+    rc = http.post("/v1/routing-check", json={"action": "route", "service": "vllm-text"}, headers=rd)
+    if not _has_policy_api():
+        assert r.status_code == 501
+        assert error_code(r) == "not-available"
+        assert rc.status_code == 501
+    else:
+        assert r.status_code < 500, r.text
+        assert rc.status_code < 500, rc.text
+
+
+def _has_policy_api() -> bool:
+    try:
+        import ledger.policy as policy
+    except ImportError:
+        return False
+    return any(callable(getattr(policy, n, None)) for n in ("evaluate", "evaluate_policy"))
+
+
+# --- keys and subjects ---
+
+
+def test_keys_and_subjects(http: httpx.Client, deployment: Deployment) -> None:
+    rd = deployment.headers("reader")
+    keys = http.get("/v1/keys", headers=rd).json()
+    assert {"admin", "collector1", "reviewer1"} <= {k["name"] for k in keys}
+    subj = campaign()
+    http.post("/v1/entries", json=note(deployment, subj), headers=deployment.headers("writer"))
+    subjects = http.get("/v1/subjects", params={"field": "campaign"}, headers=rd).json()["subjects"]
+    assert subj["campaign"] in [s["value"] for s in subjects]

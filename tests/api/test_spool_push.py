@@ -1,0 +1,148 @@
+"""Remote collectors: entries and artifacts spooled while the server is down are delivered exactly once."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ledger.client import RemoteRecorder, Spool
+from ledger.errors import RoleError
+from ledger.recorder import make_recorder
+from ledger.service import Ledger
+from tests.api.conftest import BACKENDS, LEDGER_BIN, PgDatabases, free_port, make_deployment, start_server
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _collector_home(tmp_path: Path, server_ledger: Ledger) -> Ledger:
+    """A GPU host's own home, whose key `gpu01` the server's ledger trusts as a collector."""
+    home = Ledger.init(tmp_path / "gpu-host")
+    home.new_key("gpu01", ["collector"])
+    server_ledger.enrol_key("gpu01", home.signing_key("gpu01").public.b64, ["collector"])
+    return home
+
+
+def test_offline_spool_then_push_delivers_in_order_exactly_once(
+    tmp_path: Path, backend: str, pg_databases: PgDatabases
+) -> None:
+    dep = make_deployment(backend, tmp_path / "server", pg_databases)
+    host = _collector_home(tmp_path, dep.ledger)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "stderr.log"
+    log.write_bytes(b"HW Exception by GPU node-1 reason GPU Hang\n" * 100)
+
+    rec = make_recorder(host.home.path, "gpu01", server=url, token=dep.tokens["writer"])
+    assert isinstance(rec, RemoteRecorder)
+    subject = {"campaign": "strix-3053", "host": "strix"}
+    art = rec.artifact("stderr.log", log)
+    launch = rec.record(
+        "engine.launch",
+        subject,
+        {
+            "engine": "native",
+            "command": ["./adapter"],
+            "started_at": "2026-09-09T09:00:00Z",
+            "ready": False,
+            "exit_code": -6,
+            "failure_signature": "gpu-hang",
+        },
+        artifacts=[art],
+    )
+    job = rec.record(
+        "job", subject, {"job_id": "52d7df93", "state": "killed", "exit_code": 143}, refs=[("launch", launch)]
+    )
+    spool = Spool(host.home.spool_dir)
+    assert len(spool.entry_files()) == 2
+    assert len(spool.artifact_files()) == 1
+    size_before = dep.ledger.size()
+
+    server = start_server(dep.home, port=port)
+    try:
+        # the push is the CLI a collector host runs
+        out = subprocess.run(
+            [
+                LEDGER_BIN,
+                "push",
+                "--home",
+                str(host.home.path),
+                "--server",
+                url,
+                "--token",
+                dep.tokens["writer"],
+                "--json",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stderr
+        assert '"delivered": 2' in out.stdout
+        assert not spool.pending()
+        assert dep.ledger.size() == size_before + 2
+        got = [dep.ledger.get(launch), dep.ledger.get(job)]
+        assert got[1].seq == got[0].seq + 1
+        assert got[1].statement.refs[0].id == launch
+        downloaded = httpx.get(
+            f"{url}/v1/artifacts/{art.digest}", headers={"Authorization": f"Bearer {dep.tokens['reader']}"}
+        )
+        assert downloaded.content == log.read_bytes()
+
+        # A push that died after the server stored the batch but before the spool was cleared re-sends it:
+        spool.add_entry(got[0].envelope, launch)
+        again = subprocess.run(
+            [
+                LEDGER_BIN,
+                "push",
+                "--home",
+                str(host.home.path),
+                "--server",
+                url,
+                "--token",
+                dep.tokens["writer"],
+                "--json",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        assert again.returncode == 0, again.stderr
+        assert '"duplicates": 1' in again.stdout
+        assert dep.ledger.size() == size_before + 2  # recognised, never duplicated
+
+        # Online, the recorder appends directly; a refusal is raised, not spooled.
+        note = rec.record("note", subject, {"text": "restored"})
+        assert dep.ledger.get(note).kind == "note"
+        with pytest.raises(RoleError):
+            rec.record("review", subject, {"result": "PASS"}, refs=[("reviews", note)])
+        assert not spool.pending()
+        report = subprocess.run(
+            [LEDGER_BIN, "--home", str(dep.home), "verify"], check=False, capture_output=True, text=True
+        )
+        assert report.returncode == 0, report.stdout + report.stderr
+    finally:
+        server.stop()
+        dep.ledger.close()
+
+
+def test_push_with_nothing_reachable_keeps_the_spool(tmp_path: Path) -> None:
+    host = Ledger.init(tmp_path / "gpu-host")
+    host.new_key("gpu01", ["collector"])
+    url = f"http://127.0.0.1:{free_port()}"
+    rec = RemoteRecorder(host, "gpu01", server=url, token="elt_x")
+    rec.record("note", {"campaign": "c"}, {"text": "offline"})
+    out = subprocess.run(
+        [LEDGER_BIN, "push", "--home", str(host.home.path), "--server", url, "--token", "elt_x"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1
+    assert "1 still spooled" in out.stdout
+    assert len(Spool(host.home.spool_dir).entry_files()) == 1
