@@ -61,6 +61,8 @@ def canonical_bytes(value: Any) -> bytes:
         return rfc8785.dumps(value)
     except UnicodeEncodeError as e:
         raise CanonicalJsonError(f"value cannot be canonicalised: {e}") from e
+    except RecursionError as e:
+        raise CanonicalJsonError("value nested too deeply to canonicalise") from e
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as e:
         raise CanonicalJsonError(f"value cannot be canonicalised: {e}") from e
 

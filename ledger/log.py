@@ -281,15 +281,18 @@ def parse_checkpoint(note: str, key_name: str, public: PublicKey) -> Checkpoint:
         raise ProofError(f"malformed checkpoint: {e}") from e
     if size < 0 or len(root) != 32 or str(size) != size_text:
         raise ProofError("malformed checkpoint size or root")
-    signed = (body + "\n").encode()
-    want = note_key_hash(key_name, public)
+    try:
+        signed = (body + "\n").encode()
+        want = note_key_hash(key_name, public)
+    except UnicodeEncodeError as e:
+        raise ProofError(f"malformed checkpoint: {e}") from e
     for line in sigs.splitlines():
         parts = line.split(" ")
         if len(parts) != 3 or parts[0] != "\u2014" or parts[1] != key_name:
             continue
         try:
             blob = base64.b64decode(parts[2], validate=True)
-        except binascii.Error:
+        except ValueError:  # binascii.Error, or non-ASCII text
             continue
         if blob[:4] != want:
             continue

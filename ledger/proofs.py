@@ -24,6 +24,17 @@ def verify_proof_document(
     doc: dict[str, Any], public_key_b64: str, key_name: str = "log", held_checkpoint: str | None = None
 ) -> dict[str, Any]:
     """Verify an inclusion or consistency proof; returns a summary or raises ProofError."""
+    if not isinstance(doc, dict):
+        raise ProofError("a proof document must be a JSON object")
+    try:
+        return _verify_document(doc, public_key_b64, key_name, held_checkpoint)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a field missing or of the wrong type
+        raise ProofError(f"malformed proof document: {type(e).__name__}: {e}") from e
+
+
+def _verify_document(
+    doc: dict[str, Any], public_key_b64: str, key_name: str, held_checkpoint: str | None
+) -> dict[str, Any]:
     pub = PublicKey.from_b64(public_key_b64)
     kind = doc.get("type")
     if kind == "inclusion":
