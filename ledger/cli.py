@@ -36,7 +36,9 @@ keys_app = typer.Typer(help="Signing keys: enrol, grant roles, revoke.", no_args
 proof_app = typer.Typer(
     help="Inclusion and consistency proofs, and their offline verification.", no_args_is_help=True
 )
+store_app = typer.Typer(help="The artifact store.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+app.add_typer(store_app, name="store")
 app.add_typer(proof_app, name="proof")
 
 err = Console(stderr=True)
@@ -223,6 +225,27 @@ def cat(digest: str) -> None:
         while chunk := f.read(1024 * 1024):
             sys.stdout.buffer.write(chunk)
     sys.stdout.buffer.flush()
+
+
+@store_app.command("gc")
+def store_gc(
+    older_than: Annotated[
+        float, typer.Option(help="Only temp files untouched for this many seconds.")
+    ] = 3600.0,
+    json_out: JsonOption = False,
+) -> None:
+    """Remove temp files left by writers that died mid-put (stored artifacts are never touched)."""
+    store = get_ledger().store
+    remove = getattr(store, "remove_stale_incoming", None)
+    if remove is None:
+        raise InputError(
+            "this store has no local temp files (S3: use a lifecycle rule for incomplete uploads)"
+        )
+    count, size = remove(older_than)
+    if json_out:
+        print_json({"removed": count, "bytes": size})
+    else:
+        out.print(f"removed {count} incomplete upload(s), {size} bytes")
 
 
 # --- entries -----------------------------------------------------------------------------------------

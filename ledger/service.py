@@ -36,12 +36,14 @@ from ledger.entries import (
 )
 from ledger.errors import (
     ArtifactMissingError,
+    BatchTooLargeError,
     DanglingRefError,
     EntryNotFoundError,
     InputError,
     IntegrityError,
     KeyNotFoundError,
     LedgerError,
+    RequestTooLargeError,
     SchemaError,
     StorageError,
 )
@@ -68,6 +70,8 @@ T_ARTIFACTS = EntryArtifact.__table__  # type: ignore[attr-defined]
 T_CHECKPOINTS = CheckpointRow.__table__  # type: ignore[attr-defined]
 
 MAX_BATCH = 1000
+# An entry is a statement about evidence; the evidence itself (logs, manifests) goes to the store.
+MAX_ENVELOPE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,7 @@ class VerifyReport:
     root: str = ""
     artifacts_checked: int = 0
     checkpoints_checked: int = 0
+    incomplete_uploads: int = 0  # temp files of writers that died mid-put: information, never artifacts
     problems: list[VerifyProblem] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -150,6 +155,7 @@ class VerifyReport:
             "root": self.root,
             "artifacts_checked": self.artifacts_checked,
             "checkpoints_checked": self.checkpoints_checked,
+            "incomplete_uploads": self.incomplete_uploads,
             "problems": [p.to_json() for p in self.problems],
         }
 
@@ -460,9 +466,13 @@ class Ledger:
         return self.append([self.sign(st, key)])[0]
 
     def _prepare(self, env: Envelope | bytes | dict[str, Any]) -> _Prepared:
+        if isinstance(env, bytes) and len(env) > MAX_ENVELOPE_BYTES:
+            raise RequestTooLargeError(_too_large(len(env)))
         envelope = env if isinstance(env, Envelope) else parse_envelope(env)
-        statement = parse_statement(envelope.statement())
         data = envelope.canonical()
+        if len(data) > MAX_ENVELOPE_BYTES:
+            raise RequestTooLargeError(_too_large(len(data)))
+        statement = parse_statement(envelope.statement())
         return _Prepared(envelope, data, blake3_hex(data), statement)
 
     def append(
@@ -475,7 +485,7 @@ class Ledger:
         if not envelopes:
             return []
         if len(envelopes) > MAX_BATCH:
-            raise InputError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
+            raise BatchTooLargeError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
         prepared = [self._prepare(e) for e in envelopes]
         try:
             with self.engine.begin() as conn:
@@ -802,6 +812,13 @@ class Ledger:
                     return
                 yield from rows
                 last = rows[-1].seq
+
+
+def _too_large(size: int) -> str:
+    return (
+        f"entry envelope of {size} bytes exceeds {MAX_ENVELOPE_BYTES} bytes; "
+        "attach large content as an artifact instead"
+    )
 
 
 def _guess_media_type(path: Path) -> str:

@@ -254,6 +254,9 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
                 )
             )
 
+    stale = getattr(ledger.store, "stale_incoming", None)
+    if stale is not None:
+        report.incomplete_uploads = len(stale(0.0))
     if artifacts:
         for digest, name in sorted(stored.items()):
             report.artifacts_checked += 1

@@ -81,3 +81,37 @@ def test_digest_parser_refuses_paths_and_garbage(text: str) -> None:
 
     with pytest.raises(InputError):
         parse_digest(text)
+
+
+def test_stale_incoming_files_are_reported_and_collected(tmp_path: Path) -> None:
+    """A writer killed mid-put leaves a temp file: never an artifact, visible to verify, removed by gc."""
+    import time
+
+    from ledger.service import Ledger
+
+    led = Ledger.init(tmp_path / "home")
+    assert isinstance(led.store, FilesystemStore)
+    leftover = led.store.objects / ".incoming-dead"
+    leftover.write_bytes(b"half of a log")
+    fresh = led.store.objects / ".incoming-live"
+    fresh.write_bytes(b"a put in progress")
+    old = time.time() - 7200
+    os.utime(leftover, (old, old))
+    report = led.verify()
+    assert report
+    assert report.incomplete_uploads == 2
+    assert list(led.store.iter_digests()) == []
+    assert led.store.remove_stale_incoming(3600) == (1, len(b"half of a log"))
+    assert not leftover.exists()
+    assert fresh.exists()
+
+
+def test_oversized_envelope_refused(tmp_path: Path) -> None:
+    from ledger.errors import RequestTooLargeError
+    from ledger.service import MAX_ENVELOPE_BYTES, Ledger
+
+    led = Ledger.init(tmp_path / "home")
+    led.new_key("hostA", ["collector"])
+    with pytest.raises(RequestTooLargeError):
+        led.record("note", {"campaign": "c"}, {"text": "x" * (MAX_ENVELOPE_BYTES + 1)}, key="hostA")
+    assert led.size() == 2

@@ -151,6 +151,26 @@ class FilesystemStore:
             for chunk in iter_chunks(f, chunk_size):
                 yield bytes(chunk)
 
+    def stale_incoming(self, older_than_s: float = 3600.0) -> list[Path]:
+        """Temp files left by writers that died mid-put (never served: they have no digest name)."""
+        import time
+
+        cutoff = time.time() - older_than_s
+        if not self.objects.is_dir():
+            return []
+        return sorted(p for p in self.objects.glob(".incoming-*") if p.stat().st_mtime < cutoff)
+
+    def remove_stale_incoming(self, older_than_s: float = 3600.0) -> tuple[int, int]:
+        """Delete temp files untouched for ``older_than_s`` (a live put keeps its own fresh)."""
+        count = size = 0
+        for p in self.stale_incoming(older_than_s):
+            with contextlib.suppress(FileNotFoundError):
+                n = p.stat().st_size
+                p.unlink()
+                count += 1
+                size += n
+        return count, size
+
     def iter_digests(self) -> Iterator[Digest]:
         if not self.objects.is_dir():
             return

@@ -1,0 +1,424 @@
+"""Evidence filtering: which entries a verdict may credit, and for every excluded entry the rule and why.
+
+Rule codes are stable (they appear in verdict JSON). Times: revocation and key validity compare the log's
+``logged_at`` (when the ledger accepted the entry); job terminal time, freshness and GPU resets compare the
+collector's ``collected_at`` (when the evidence was observed) with the job's ``ended_at``, the reference time
+and the kernel log's ``last_reset_at``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ledger.entries import KIND_ROLES, parse_time
+from ledger.errors import LedgerError
+from ledger.hashing import parse_digest
+from ledger.policy.loader import LoadedPolicy
+from ledger.policy.snapshot import Evidence, Snapshot
+from ledger.store.base import ArtifactStore
+
+__all__ = ["ACTING_KINDS", "RULES", "Filtered", "Rejection", "filter_evidence", "render"]
+
+# Entries that act on other entries rather than being evidence of a gate.
+ACTING_KINDS = frozenset({"supersession", "acceptance", "review", "verdict", "routing.change"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "killed", "cancelled"})
+RULES = {
+    "bad-signature": "signature does not verify",
+    "unknown-signer": "signed by a key this ledger does not know",
+    "revoked": "signed by a key after its revocation took effect",
+    "outside-validity": "signed outside the key's validity window",
+    "wrong-role": "signer lacks the role the policy requires",
+    "artifact-missing": "an artifact is not in the store",
+    "artifact-corrupt": "an artifact does not match its digest",
+    "superseded": "superseded by a later supersession",
+    "rejected-by-acceptance": "explicitly rejected by an acceptance entry",
+    "after-job-terminal": "produced after its job's terminal time",
+    "killed-run": "from a cancelled or killed run: not credited as passing",
+    "bindings-mismatch": "bindings differ from the campaign's pinned manifest",
+    "review-fail": "a review FAILed it and no later PASS on a repaired commit lifts that",
+    "review-missing": "needs a review PASS it does not have",
+    "acceptance-missing": "needs an acceptance it does not have",
+    "stale": "older than the policy's freshness bound",
+    "before-gpu-reset": "older than the host's last GPU reset; the policy needs post-reset state",
+}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    entry: Evidence
+    rule: str
+    detail: str
+    by: str | None = None  # the entry that caused it (supersession, acceptance, review, job, kernel log)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "entry": self.entry.id,
+            "seq": self.entry.seq,
+            "kind": self.entry.kind,
+            "rule": self.rule,
+            "detail": self.detail,
+        }
+        if self.by:
+            out["by"] = self.by
+        return out
+
+
+@dataclass
+class Filtered:
+    accepted: list[Evidence]
+    rejected: list[Rejection]
+    manifest: dict[str, str]
+    manifest_sources: list[str]
+    support: dict[str, list[str]] = field(default_factory=dict)  # evidence id → acting entries it relies on
+    reference_time: datetime | None = None
+
+
+class _Missing(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def render(template: str, context: Mapping[str, Any]) -> str:
+    """Fill ``{e[payload][attempt]}``-style placeholders; unknown names print as ``?``."""
+    try:
+        return template.format_map(_Missing(context))
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return template
+
+
+def _trust_problem(e: Evidence, snap: Snapshot, policy: LoadedPolicy) -> tuple[str, str] | None:
+    rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
+    if rec is None:
+        return "unknown-signer", f"key {e.signer} is not enrolled in this ledger"
+    t = e.logged_time
+    if rec.revoked_at is not None and t >= rec.revoked_at:
+        why = f": {rec.revoke_reason}" if rec.revoke_reason else ""
+        return "revoked", (
+            f"key {rec.name} was revoked effective {_fmt(rec.revoked_at)}{why}; "
+            f"this entry was logged at {e.logged_at}"
+        )
+    if rec.valid_from is not None and t < rec.valid_from:
+        return (
+            "outside-validity",
+            f"key {rec.name} is valid from {_fmt(rec.valid_from)}; logged {e.logged_at}",
+        )
+    if rec.valid_until is not None and t >= rec.valid_until:
+        return "outside-validity", f"key {rec.name} expired at {_fmt(rec.valid_until)}; logged {e.logged_at}"
+    rule = policy.acceptance.signers.get(e.kind)
+    allowed = set(rule.roles) if rule else set(KIND_ROLES.get(e.kind, ()))
+    roles = set(rec.roles)
+    if not roles & allowed:
+        return (
+            "wrong-role",
+            f"signer {rec.name} holds {sorted(roles)}; {e.kind} needs one of {sorted(allowed)}",
+        )
+    if rule and roles & set(rule.forbid):
+        bad = sorted(roles & set(rule.forbid))
+        why = f" ({rule.reason})" if rule.reason else ""
+        return "wrong-role", f"signer {rec.name} holds {', '.join(bad)}; may not sign {e.kind}{why}"
+    return None
+
+
+def _fmt(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _latest(items: list[Evidence]) -> Evidence | None:
+    return max(items, key=lambda x: x.seq) if items else None
+
+
+def _artifact_problem(
+    e: Evidence, store: ArtifactStore, mode: str, cache: dict[str, tuple[str, str] | None]
+) -> tuple[str, str] | None:
+    for a in e.artifacts:
+        if not a.get("stored", True):
+            continue
+        digest = a["digest"]
+        if digest not in cache:
+            problem: tuple[str, str] | None = None
+            try:
+                d = parse_digest(digest)
+                if not store.has(d):
+                    problem = ("artifact-missing", "is not in the store")
+                elif store.size(d) != a["size"]:
+                    problem = ("artifact-corrupt", f"has {store.size(d)} bytes, the entry says {a['size']}")
+                elif mode == "verify":
+                    store.verify(d)
+            except LedgerError as ex:
+                code = "artifact-missing" if "missing" in ex.code else "artifact-corrupt"
+                problem = (code, ex.message)
+            cache[digest] = problem
+        found = cache[digest]
+        if found is not None:
+            return found[0], f"artifact {a['name']} ({digest}) {found[1]}"
+    return None
+
+
+def _manifest(trusted: list[Evidence], superseded: set[str]) -> tuple[dict[str, str], list[str]]:
+    """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin."""
+    out: dict[str, str] = {}
+    sources: list[str] = []
+    jobs = [
+        e
+        for e in trusted
+        if e.kind == "job"
+        and e.id not in superseded
+        and isinstance(e.payload.get("spec", {}).get("bindings"), dict)
+    ]
+    if jobs:
+        first = min(jobs, key=lambda x: x.seq)
+        out.update({str(k): str(v) for k, v in first.payload["spec"]["bindings"].items()})
+        sources.append(first.id)
+    pins = [e for e in trusted if e.kind == "model.pin" and e.id not in superseded]
+    pin = _latest(pins)
+    if pin is not None:
+        p = pin.payload
+        if p.get("revision"):
+            out["model_revision"] = str(p["revision"])
+        if p.get("repo_id"):
+            out["model_repo"] = str(p["repo_id"])
+        for f in p.get("files", []):
+            out[f"shard:{f['path']}"] = str(f["sha256"])
+        sources.append(pin.id)
+    return out, sources
+
+
+def filter_evidence(
+    snap: Snapshot,
+    policy: LoadedPolicy,
+    store: ArtifactStore,
+    *,
+    bad_signatures: Mapping[str, str] | None = None,
+) -> Filtered:
+    """Apply the acceptance rules in order; the first rule that excludes an entry is the one reported."""
+    acc = policy.acceptance
+    params = policy.params
+    ref = parse_time(snap.reference_time)
+    bad = dict(bad_signatures or {})
+    rejected: dict[str, Rejection] = {}
+
+    def reject(e: Evidence, rule: str, detail: str, by: str | None = None) -> None:
+        rejected.setdefault(e.id, Rejection(e, rule, detail, by))
+
+    # 1. trust: signature, signer, revocation, validity window, role
+    for e in snap.entries:
+        if e.kind.startswith("key."):
+            continue
+        if e.id in bad:
+            reject(e, "bad-signature", bad[e.id])
+            continue
+        problem = _trust_problem(e, snap, policy)
+        if problem is not None:
+            reject(e, *problem)
+    trusted = [e for e in snap.entries if e.id not in rejected and not e.kind.startswith("key.")]
+
+    # 2. what trusted acting entries say about others
+    superseded_by: dict[str, Evidence] = {}
+    for s in trusted:
+        if s.kind == "supersession":
+            for target in s.refs("supersedes"):
+                if target != s.id and target not in superseded_by:
+                    superseded_by[target] = s
+    acceptances: dict[str, list[Evidence]] = {}
+    reviews: dict[str, list[Evidence]] = {}
+    for a in trusted:
+        if a.id in superseded_by:
+            continue
+        if a.kind == "acceptance":
+            for target in a.refs("subject"):
+                acceptances.setdefault(target, []).append(a)
+        elif a.kind == "review":
+            for target in a.refs("reviews"):
+                reviews.setdefault(target, []).append(a)
+    job_entries = {e.id: e for e in trusted if e.kind == "job"}
+    terminal: dict[str, Evidence] = {}
+    for j in sorted(job_entries.values(), key=lambda x: x.seq):
+        if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
+            terminal[str(j.payload.get("job_id"))] = j
+    resets: dict[str, tuple[datetime, str]] = {}
+    for k in trusted:
+        if k.kind == "kernel.log" and k.payload.get("last_reset_at") and "host" in k.subject:
+            t = parse_time(k.payload["last_reset_at"])
+            if t <= ref and (k.subject["host"] not in resets or t > resets[k.subject["host"]][0]):
+                resets[k.subject["host"]] = (t, k.id)
+    manifest, manifest_sources = _manifest(trusted, set(superseded_by))
+    freshness = policy.freshness_seconds()
+    art_cache: dict[str, tuple[str, str] | None] = {}
+    support: dict[str, list[str]] = {}
+    post_reset = set(acc.post_reset_kinds)
+
+    for e in trusted:
+        if e.id in superseded_by:
+            s = superseded_by[e.id]
+            why = s.payload.get("reason", "")
+            reject(e, "superseded", f"superseded by {s.id[:16]} ({s.signer_name}): {why}".rstrip(": "), s.id)
+            continue
+        if e.kind in ACTING_KINDS:
+            continue
+        decisions = acceptances.get(e.id, [])
+        latest_acc = _latest(decisions)
+        if latest_acc is not None and latest_acc.payload.get("decision") == "rejected":
+            reject(
+                e,
+                "rejected-by-acceptance",
+                f"rejected by {latest_acc.signer_name}: {latest_acc.payload.get('reason', '')}",
+                latest_acc.id,
+            )
+            continue
+        job_view: dict[str, Any] | None = None
+        if e.kind != "job":
+            job_term: Evidence | None = None
+            for jid in e.refs("job"):
+                job_entry = job_entries.get(jid)
+                if job_entry is not None and str(job_entry.payload.get("job_id")) in terminal:
+                    job_term = terminal[str(job_entry.payload.get("job_id"))]
+                    break
+            if job_term is not None:
+                job_view = job_term.view()
+                p = job_term.payload
+                ended = p.get("ended_at")
+                if ended and e.collected_time > parse_time(ended):
+                    reject(
+                        e,
+                        "after-job-terminal",
+                        f"produced after job terminal time: collected_at {e.collected_at} is after job "
+                        f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} at {ended}",
+                        job_term.id,
+                    )
+                    continue
+                if p.get("state") in ("killed", "cancelled"):
+                    passing = policy.passing.get(e.kind)
+                    if passing is not None and passing.holds({"e": e.view(), "params": params}):
+                        reject(
+                            e,
+                            "killed-run",
+                            f"from job {p.get('job_id')} that was {p.get('state')} "
+                            f"(exit {p.get('exit_code')}): not credited as passing",
+                            job_term.id,
+                        )
+                        continue
+        art = _artifact_problem(e, store, acc.artifacts, art_cache) if e.artifacts else None
+        if art is not None:
+            reject(e, *art)
+            continue
+        if acc.bindings is not None and e.kind in acc.bindings.kinds:
+            problem_b = _bindings_problem(e, acc.bindings.keys, acc.bindings.require_manifest, manifest)
+            if problem_b is not None:
+                reject(e, "bindings-mismatch", problem_b, manifest_sources[0] if manifest_sources else None)
+                continue
+        ctx = {"e": e.view(), "params": params, "manifest": manifest, "job": job_view}
+        hit = False
+        for rule, cond in policy.rules:
+            if e.kind in rule.kinds and cond.holds(ctx):
+                reject(e, rule.name, render(rule.detail, ctx))
+                hit = True
+                break
+        if hit:
+            continue
+        review_list = sorted(reviews.get(e.id, []), key=lambda x: x.seq)
+        problem_r = _review_problem(review_list, acc.repaired_commit_required)
+        if problem_r is not None:
+            reject(e, "review-fail", problem_r[0], problem_r[1])
+            continue
+        if _required(policy.review_required, e, ctx):
+            passes = [r for r in review_list if r.payload.get("result") == "PASS"]
+            if not passes:
+                reject(e, "review-missing", f"{e.kind} needs a review PASS (ref reviews) and has none")
+                continue
+            support.setdefault(e.id, []).append(passes[-1].id)
+        if _required(policy.acceptance_required, e, ctx):
+            if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
+                reject(e, "acceptance-missing", f"{e.kind} needs an acceptance (ref subject) and has none")
+                continue
+            support.setdefault(e.id, []).append(latest_acc.id)
+        max_age = freshness.get(e.kind, freshness.get("*"))
+        if max_age is not None and ref - e.collected_time > timedelta(seconds=max_age):
+            reject(
+                e,
+                "stale",
+                f"collected {e.collected_at}, more than {_human(max_age)} before the "
+                f"reference time {snap.reference_time}",
+            )
+            continue
+        host = e.subject.get("host")
+        if e.kind in post_reset and host in resets and e.collected_time < resets[host][0]:
+            t, kid = resets[host]
+            reject(
+                e,
+                "before-gpu-reset",
+                f"collected {e.collected_at}, before the last GPU reset on {host} at {_fmt(t)}",
+                kid,
+            )
+            continue
+        if job_view is not None:
+            support.setdefault(e.id, []).append(job_view["id"])
+
+    accepted = [e for e in trusted if e.id not in rejected and e.kind not in ACTING_KINDS]
+    ordered = sorted(rejected.values(), key=lambda r: r.entry.seq)
+    return Filtered(
+        accepted=accepted,
+        rejected=ordered,
+        manifest=manifest,
+        manifest_sources=manifest_sources,
+        support=support,
+        reference_time=ref,
+    )
+
+
+def _required(reqs: tuple[Any, ...], e: Evidence, ctx: Mapping[str, Any]) -> bool:
+    return any(e.kind in req.kinds and (cond is None or cond.holds(ctx)) for req, cond in reqs)
+
+
+def _review_problem(review_list: list[Evidence], repaired_required: bool) -> tuple[str, str] | None:
+    """A FAIL blocks until a later PASS — on a different (repaired) commit when the policy says so."""
+    fails = [r for r in review_list if r.payload.get("result") == "FAIL"]
+    if not fails:
+        return None
+    last = review_list[-1]
+    last_fail = fails[-1]
+    fail_commit = last_fail.payload.get("commit")
+    if last.payload.get("result") == "FAIL":
+        return (
+            f"review {last_fail.id[:16]} by {last_fail.signer_name} FAILed it"
+            + (f" at commit {fail_commit}" if fail_commit else "")
+            + "; no later review PASS",
+            last_fail.id,
+        )
+    failed_commits = {r.payload.get("commit") for r in fails if r.payload.get("commit")}
+    if repaired_required and last.payload.get("commit") in failed_commits:
+        return (
+            f"review PASS {last.id[:16]} is on commit {last.payload.get('commit')}, which FAILed review; "
+            "a PASS on the repaired commit is needed",
+            last.id,
+        )
+    return None
+
+
+def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Mapping[str, str]) -> str | None:
+    bindings = e.payload.get("bindings", {}) or {}
+    wanted = [k for k in keys if k != "shard:*"]
+    if "shard:*" in keys:
+        wanted += sorted(k for k in manifest if k.startswith("shard:") and k in bindings)
+    diffs = []
+    for k in wanted:
+        if k not in manifest:
+            if require:
+                diffs.append(f"{k}: the manifest pins nothing")
+            continue
+        if k in bindings and str(bindings[k]) != manifest[k]:
+            diffs.append(f"{k} {bindings[k]} != pinned {manifest[k]}")
+        elif k not in bindings and require:
+            diffs.append(f"{k} not recorded (pinned {manifest[k]})")
+    if not diffs:
+        return None
+    return "bindings not equal to the pinned manifest: " + "; ".join(diffs)
+
+
+def _human(seconds: float) -> str:
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n and seconds % n == 0:
+            return f"{int(seconds // n)}{unit}"
+    return f"{seconds:g}s"

@@ -1,0 +1,281 @@
+"""CLI adapter for policies: ``verdict`` (``replay``), ``check routing-change``, ``policy test|list|show``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ledger.cliutil import EXIT_FAILED, HomeOption, JsonOption, SubjectOption, get_ledger, print_json
+
+__all__ = ["register"]
+
+out = Console()
+err = Console(stderr=True)
+
+PolicyOption = Annotated[
+    str | None,
+    typer.Option("--policy", help="Policy name (in the policy folder) or path to a policy TOML file."),
+]
+PolicyDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy-dir",
+        envvar="LEDGER_POLICY_DIR",
+        help="Folder of policy files (default: the shipped policies/).",
+    ),
+]
+
+verdict_app = typer.Typer(
+    help="Derive a verdict from the accepted evidence of a subject.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+check_app = typer.Typer(
+    help="Gates for production changes: exit 0 allow, 1 deny, 2 error.", no_args_is_help=True
+)
+policy_app = typer.Typer(help="Policy files: list, show, run their fixture tests.", no_args_is_help=True)
+
+
+def _subject(items: list[str] | None) -> dict[str, str]:
+    from ledger.errors import InputError
+    from ledger.service import parse_subject_args
+
+    subject = parse_subject_args(items or [])
+    if not subject:
+        raise InputError("name the subject: --subject campaign=NAME (repeatable FIELD=VALUE)")
+    return subject
+
+
+def _render_verdict(result: dict[str, Any]) -> None:
+    colour = {"qualified": "green", "inconclusive": "yellow"}.get(result["status"], "red")
+    subj = " ".join(f"{k}={v}" for k, v in sorted(result["subject"].items()))
+    out.print(f"[bold {colour}]{result['verdict']}[/]  {subj}")
+    pol = result["policy"]
+    out.print(
+        f"policy {pol['name']} {pol['digest'][:23]}…  checkpoint size {result['checkpoint']['size']} "
+        f"root {result['checkpoint']['root'][:16]}…  reference time {result['reference_time']}"
+    )
+    t = Table("gate", "status", "evidence", "reason", title="gates")
+    for g in result["gates"]:
+        style = {"passed": "green", "failed": "red", "missing": "yellow"}.get(g["status"], "dim")
+        t.add_row(g["name"], f"[{style}]{g['status']}[/]", str(len(g["evidence"])), g["reason"])
+    out.print(t)
+    if result["used"]:
+        out.print(
+            f"used ({len(result['used'])}): "
+            + " ".join(i[:12] for i in result["used"][:40])
+            + (" …" if len(result["used"]) > 40 else "")
+        )
+    if result["rejected"]:
+        rt = Table("entry", "kind", "rule", "detail", title="rejected evidence")
+        for r in result["rejected"]:
+            rt.add_row(r["entry"][:12], r["kind"], r["rule"], r["detail"])
+        out.print(rt)
+    if result["not_credited"]:
+        out.print(
+            "not credited (gate not authorized): "
+            + ", ".join(f"{x['entry'][:12]} ({x['gate']})" for x in result["not_credited"])
+        )
+
+
+@verdict_app.callback()
+def verdict(
+    ctx: typer.Context,
+    subject: SubjectOption = None,
+    policy: PolicyOption = None,
+    policy_dir: PolicyDirOption = None,
+    at: Annotated[
+        int | None, typer.Option("--at", help="Evaluate the log as it stood at this size (SEQ).")
+    ] = None,
+    record: Annotated[
+        bool, typer.Option("--record", help="Append the verdict as a signed `verdict` entry.")
+    ] = False,
+    key: Annotated[
+        str | None, typer.Option(help="Key that signs a recorded verdict (default: the admin key).")
+    ] = None,
+    home: HomeOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Gates, evidence used, and evidence rejected with its rule, for one subject."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ledger.canonical import canonical_bytes
+    from ledger.policy.evaluate import evaluate, record_verdict
+    from ledger.policy.loader import load_policy
+
+    subj = _subject(subject)
+    pol = load_policy(policy or "backend-qualification", policy_dir)
+    ledger = get_ledger(home)
+    result = evaluate(ledger, subj, pol, at_size=at)
+    entry = record_verdict(ledger, result, key=key or ledger.cfg.admin_key) if record else None
+    if json_out:
+        sys.stdout.buffer.write(canonical_bytes(result) + b"\n")
+        sys.stdout.flush()
+    else:
+        _render_verdict(result)
+    if entry is not None:
+        err.print(f"recorded verdict entry {entry.entry_id} (seq {entry.seq})")
+
+
+@verdict_app.command("replay")
+def verdict_replay(
+    entry_id: str,
+    policy: PolicyOption = None,
+    policy_dir: PolicyDirOption = None,
+    home: HomeOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Recompute a recorded verdict at its checkpoint with the current policy bytes; exit 1 if it differs."""
+    from ledger.policy.evaluate import replay_verdict
+
+    report = replay_verdict(get_ledger(home), entry_id, policy_dir=policy_dir, policy_path=policy)
+    if json_out:
+        print_json({k: v for k, v in report.items() if k != "result"})
+    elif report["same"]:
+        out.print(
+            f"[green]same[/]: {report['recorded']['verdict']} at checkpoint size "
+            f"{report['recorded']['checkpoint']['size']}, byte-identical result"
+        )
+    else:
+        out.print(
+            f"[red]differs[/]: recorded {report['recorded']['verdict']}, now {report['current']['verdict']}"
+        )
+        for d in report["differences"]:
+            out.print(f"  - {d}")
+    if not report["same"]:
+        raise SystemExit(EXIT_FAILED)
+
+
+@check_app.command("routing-change")
+def check_routing_change_cmd(
+    subject: SubjectOption = None,
+    action: Annotated[
+        str,
+        typer.Option(
+            help="route (needs a current QUALIFIED verdict) or restore "
+            "(needs fresh health, identity and READY probes)."
+        ),
+    ] = "route",
+    deployment: Annotated[
+        Path | None,
+        typer.Option(
+            help="Deployment after the change (TOML or JSON): services with gpus and gpu_memory_utilization."
+        ),
+    ] = None,
+    policy: PolicyOption = None,
+    policy_dir: PolicyDirOption = None,
+    now: Annotated[str | None, typer.Option(help="Judge as of this time (RFC 3339; default: now).")] = None,
+    home: HomeOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Allow (exit 0) or refuse (exit 1, with reasons) a production routing change."""
+    from ledger.entries import parse_time
+    from ledger.policy.loader import load_policy
+    from ledger.policy.routing import check_routing_change, load_deployment
+
+    subj = _subject(subject)
+    pol = load_policy(policy or "routing-change", policy_dir)
+    dep = load_deployment(deployment) if deployment else None
+    result = check_routing_change(
+        get_ledger(home), pol, subj, action=action, deployment=dep, now=parse_time(now) if now else None
+    )
+    if json_out:
+        print_json(result)
+    elif result["allowed"]:
+        out.print(f"[green]allowed[/]: {action} " + " ".join(f"{k}={v}" for k, v in sorted(subj.items())))
+    else:
+        out.print(f"[red]refused[/]: {action} " + " ".join(f"{k}={v}" for k, v in sorted(subj.items())))
+        for r in result["reasons"]:
+            out.print(f"  - {r}")
+    if not result["allowed"]:
+        raise SystemExit(EXIT_FAILED)
+
+
+@policy_app.command("list")
+def policy_list(policy_dir: PolicyDirOption = None, json_out: JsonOption = False) -> None:
+    """Policies in the policy folder with their kind and digest."""
+    from ledger.policy.fixtures import discover_fixtures
+    from ledger.policy.loader import list_policies, load_policy
+
+    rows: list[dict[str, Any]] = []
+    for p in list_policies(policy_dir):
+        pol = load_policy(str(p))
+        rows.append(
+            {
+                "name": pol.name,
+                "kind": pol.kind,
+                "digest": pol.digest,
+                "path": str(p),
+                "fixtures": len(discover_fixtures(p.parent, pol.name)),
+            }
+        )
+    if json_out:
+        print_json(rows)
+        return
+    t = Table("name", "kind", "fixtures", "digest")
+    for r in rows:
+        t.add_row(r["name"], r["kind"], str(r["fixtures"]), r["digest"])
+    out.print(t)
+
+
+@policy_app.command("show")
+def policy_show(name: str, policy_dir: PolicyDirOption = None, json_out: JsonOption = False) -> None:
+    """A policy's validated content (JSON) or its file text."""
+    from ledger.policy.loader import load_policy
+
+    pol = load_policy(name, policy_dir)
+    if json_out:
+        print_json(
+            {
+                "name": pol.name,
+                "kind": pol.kind,
+                "digest": pol.digest,
+                "path": str(pol.path),
+                "spec": pol.spec.model_dump(mode="json"),
+                "params": pol.params,
+            }
+        )
+    else:
+        out.print(f"# {pol.path}  {pol.digest}", markup=False, highlight=False)
+        sys.stdout.write(pol.data.decode("utf-8"))
+
+
+@policy_app.command("test")
+def policy_test(
+    names: Annotated[list[str] | None, typer.Argument(help="Policies to test (default: all).")] = None,
+    policy_dir: PolicyDirOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Run every policy's fixture tests (a ledger built from data, the verdicts it must reach)."""
+    from ledger.policy.fixtures import discover_fixtures, run_fixture
+
+    paths = []
+    for n in names or [None]:  # type: ignore[list-item]
+        paths.extend(discover_fixtures(policy_dir, n))
+    results = [run_fixture(p, policy_dir) for p in paths]
+    if json_out:
+        print_json([r.to_json() for r in results])
+    else:
+        t = Table("fixture", "result", "detail")
+        for r in results:
+            t.add_row(
+                f"{r.policy}/{r.name}",
+                "[green]pass[/]" if r.passed else "[red]FAIL[/]",
+                "\n".join(r.failures) if r.failures else r.description,
+            )
+        out.print(t)
+        out.print(f"{sum(r.passed for r in results)}/{len(results)} fixtures pass")
+    if not results or not all(r.passed for r in results):
+        raise SystemExit(EXIT_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``verdict``, ``check`` and ``policy`` to the ledger CLI."""
+    app.add_typer(verdict_app, name="verdict")
+    app.add_typer(check_app, name="check")
+    app.add_typer(policy_app, name="policy")

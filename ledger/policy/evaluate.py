@@ -1,0 +1,312 @@
+"""The gate ladder: from accepted evidence to a verdict, deterministic for one checkpoint and one policy."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from ledger.canonical import canonical_bytes
+from ledger.entries import KIND_MODELS
+from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SignatureError
+from ledger.hashing import blake3_hex
+from ledger.policy.acceptance import Filtered, filter_evidence, render
+from ledger.policy.conditions import shared_context
+from ledger.policy.loader import LoadedPolicy, load_policy
+from ledger.policy.model import INCONCLUSIVE, QUALIFIED
+from ledger.policy.snapshot import Evidence, Snapshot, check_signature, load_snapshot
+
+if TYPE_CHECKING:
+    from datetime import datetime
+    from pathlib import Path
+
+    from ledger.service import Ledger, LoggedEntry
+
+__all__ = ["IDENTITY_FIELDS", "evaluate", "record_verdict", "replay_verdict", "result_digest"]
+
+IDENTITY_FIELDS = ("backend", "backend_version", "model", "model_revision", "host", "gpu")
+STATUS = {QUALIFIED: "qualified", INCONCLUSIVE: "inconclusive"}
+MAX_SIGNATURE_ROUNDS = 5
+
+
+def result_digest(result: dict[str, Any]) -> str:
+    return "blake3:" + blake3_hex(canonical_bytes(result))
+
+
+def checkpoint_root(ledger: Ledger, size: int) -> str:
+    """The Merkle root at ``size``: the stored checkpoint's, else computed (and kept) once."""
+    from ledger.service import T_CHECKPOINTS
+
+    with ledger.engine.connect() as conn:
+        root = conn.execute(sa.select(T_CHECKPOINTS.c.root).where(T_CHECKPOINTS.c.size == size)).scalar()
+    if root is not None:
+        return str(root)
+    return ledger.checkpoint(size=size).root.hex()
+
+
+def _identity(accepted: list[Evidence]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key in IDENTITY_FIELDS:
+        values = {e.subject[key] for e in accepted if key in e.subject}
+        if len(values) == 1:
+            out[key] = values.pop()
+    return out
+
+
+def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[dict[str, Any], set[str]]:
+    params = policy.params
+    gates: list[dict[str, Any]] = []
+    not_credited: list[dict[str, str]] = []
+    used: set[str] = set()
+    stopped: tuple[str, str] | None = None  # (gate, status) of the first gate that did not pass
+    verdict = QUALIFIED
+    for g in policy.gates:
+        spec = g.spec
+
+        candidates = [e for e in filtered.accepted if _selected(e, spec, g, params)]
+        out: dict[str, Any] = {"name": spec.name, "verdict_if_failed": spec.verdict}
+        if stopped is not None:
+            out.update(
+                status="not_authorized",
+                evidence=[],
+                reason=f"not authorized: gate {stopped[0]} {stopped[1]}; evidence for it is not credited",
+            )
+            not_credited.extend({"entry": e.id, "gate": spec.name} for e in candidates)
+            gates.append(out)
+            continue
+        ctx = {
+            "evidence": [e.view() for e in candidates],
+            "params": params,
+            "manifest": filtered.manifest,
+            "count": len(candidates),
+        }
+        shared = shared_context(ctx)
+        present = g.require.holds(shared) if g.require is not None else bool(candidates)
+        out["evidence"] = [e.id for e in candidates]
+        if not present:
+            rej = [r for r in filtered.rejected if _safe_selected(r.entry, spec, g, params)]
+            reason = render(spec.missing, ctx)
+            if rej:
+                rules = Counter(r.rule for r in rej)
+                reason += "; only rejected evidence: " + ", ".join(
+                    f"{n} {rule}" for rule, n in sorted(rules.items())
+                )
+            out.update(status="missing", reason=reason)
+            stopped = (spec.name, "has no accepted evidence")
+            verdict = INCONCLUSIVE
+        else:
+            fails = [render(msg, ctx) for cond, msg in g.checks if not cond.holds(shared)]
+            out.update(
+                status="failed" if fails else "passed",
+                reason="; ".join(fails) if fails else "all checks hold",
+            )
+            if fails:
+                stopped = (spec.name, "failed")
+                verdict = spec.verdict
+        used.update(out["evidence"])
+        gates.append(out)
+    for eid in list(used):
+        used.update(filtered.support.get(eid, ()))
+    order = {e.id: e.seq for e in snap.entries}
+    used_sorted = sorted(used, key=lambda i: order.get(i, -1))
+    result: dict[str, Any] = {
+        "verdict": verdict,
+        "status": STATUS.get(verdict, "not_qualified"),
+        "subject": snap.subject,
+        "identity": _identity(filtered.accepted),
+        "policy": _policy_identity(policy),
+        "reference_time": snap.reference_time,
+        "gates": gates,
+        "used": used_sorted,
+        "rejected": [r.to_json() for r in filtered.rejected],
+        "not_credited": not_credited,
+        "manifest": {"bindings": filtered.manifest, "sources": filtered.manifest_sources},
+        "counts": {
+            "considered": len(snap.entries),
+            "accepted": len(filtered.accepted),
+            "rejected": len(filtered.rejected),
+            "used": len(used_sorted),
+        },
+    }
+    influential = set(used) | {r.by for r in filtered.rejected if r.by} | set(filtered.manifest_sources)
+    return result, influential
+
+
+def _field(e: Evidence, path: str) -> Any:
+    head, _, rest = path.partition(".")
+    value: Any
+    if head == "payload":
+        value = e.payload
+    elif head == "subject":
+        value = e.subject
+    elif head == "kind":
+        return e.kind if not rest else None
+    elif head == "in_subject":
+        return e.in_subject if not rest else None
+    else:
+        return None
+    for part in rest.split(".") if rest else ():
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _matches(e: Evidence, selector: dict[str, Any]) -> bool:
+    """Plain equality on field paths (``payload.check = "health"``); a list means one of its values."""
+    for path, want in selector.items():
+        got = _field(e, path)
+        if isinstance(want, list) and not isinstance(got, list):
+            if got not in want:
+                return False
+        elif got != want:
+            return False
+    return True
+
+
+def _selected(e: Evidence, spec: Any, g: Any, params: dict[str, Any]) -> bool:
+    if spec.select:
+        if not any(sel.get("kind") == e.kind and _matches(e, sel) for sel in spec.select):
+            return False
+    elif e.kind not in spec.kinds:
+        return False
+    return g.where is None or bool(g.where.holds({"e": e.view(), "params": params}))
+
+
+def _safe_selected(e: Evidence, spec: Any, g: Any, params: dict[str, Any]) -> bool:
+    try:
+        return _selected(e, spec, g, params)
+    except PolicyError:
+        return e.kind in spec.selected_kinds()
+
+
+def _policy_identity(policy: LoadedPolicy) -> dict[str, str]:
+    out = {"name": policy.name, "digest": policy.digest}
+    if policy.acceptance_policy is not None:
+        out["acceptance"] = policy.acceptance_policy.name
+        out["acceptance_digest"] = policy.acceptance_policy.digest
+    return out
+
+
+def evaluate(
+    ledger: Ledger, subject: dict[str, str], policy: LoadedPolicy, *, at_size: int | None = None
+) -> dict[str, Any]:
+    """The verdict JSON for ``subject`` under ``policy`` as the log stood at ``at_size`` (default: now)."""
+    if policy.kind != "qualification":
+        raise PolicyError(
+            f"{policy.path}: {policy.name} is a {policy.kind} policy; a verdict needs a qualification policy"
+        )
+    snap = load_snapshot(ledger, subject, at_size)
+    bad: dict[str, str] = {}
+    verified: set[str] = set()
+    result: dict[str, Any] = {}
+    for _ in range(MAX_SIGNATURE_ROUNDS):
+        filtered = filter_evidence(snap, policy, ledger.store, bad_signatures=bad)
+        result, influential = _judge(snap, policy, filtered)
+        if policy.acceptance.signatures == "trust-log":
+            break  # rely on the signature checks made at ingest (and `ledger verify`)
+        newly_bad = _verify(snap, influential - verified)
+        verified |= influential
+        if not newly_bad:
+            break
+        bad.update(newly_bad)
+    result["checkpoint"] = {"size": snap.size, "root": checkpoint_root(ledger, snap.size)}
+    return result
+
+
+def _verify(snap: Snapshot, ids: set[str]) -> dict[str, str]:
+    """Re-verify the signatures of the entries a verdict depends on; returns id → problem for failures."""
+    bad: dict[str, str] = {}
+    for eid in ids:
+        e = snap.by_id.get(eid)
+        if e is None:
+            continue
+        try:
+            check_signature(e, snap.keyring)
+        except SignatureError as ex:
+            bad[eid] = ex.message
+    return bad
+
+
+def record_verdict(
+    ledger: Ledger, result: dict[str, Any], *, key: str, at: datetime | None = None
+) -> LoggedEntry:
+    """Append a signed ``verdict`` entry holding the result, its digest, the policy and the checkpoint."""
+    subject = {**result["subject"], **result["identity"]}
+    payload = {
+        "verdict": result["verdict"],
+        "status": result["status"],
+        "policy": result["policy"],
+        "checkpoint": result["checkpoint"],
+        "used": result["used"],
+        "rejected": [
+            {"entry": r["entry"], "rule": r["rule"], "detail": r["detail"], "kind": r["kind"]}
+            for r in result["rejected"]
+        ],
+        "result_digest": result_digest(result),
+        "result": result,
+    }
+    KIND_MODELS[("verdict", 1)].model_validate(payload)
+    statement = ledger.make_statement("verdict", subject, payload, collected_at=at)
+    return ledger.append([ledger.sign(statement, key)], logged_at=at)[0]
+
+
+def replay_verdict(
+    ledger: Ledger, entry_id: str, *, policy_dir: Path | None = None, policy_path: str | None = None
+) -> dict[str, Any]:
+    """Recompute a recorded verdict at its checkpoint with the current policy bytes; report differences."""
+    entry = ledger.get(entry_id)
+    if entry.kind != "verdict":
+        raise InputError(f"entry {entry.entry_id} is a {entry.kind} entry, not a verdict")
+    payload = entry.statement.payload
+    recorded = payload.get("result") or {}
+    if not recorded:
+        raise InputError(f"verdict {entry.entry_id} holds no result to replay")
+    pol = payload["policy"]
+    policy = load_policy(policy_path or pol["name"], policy_dir)
+    size = int(payload["checkpoint"]["size"])
+    try:
+        current = evaluate(ledger, dict(recorded["subject"]), policy, at_size=size)
+    except EntryNotFoundError as e:
+        raise LedgerError(f"cannot replay verdict {entry.entry_id}: {e.message}") from e
+    differences: list[str] = []
+    now_policy = _policy_identity(policy)
+    if now_policy.get("digest") != pol.get("digest"):
+        differences.append(
+            f"policy digest changed: recorded {pol.get('digest')}, current {now_policy['digest']}"
+        )
+    if now_policy.get("acceptance_digest") != pol.get("acceptance_digest"):
+        differences.append(
+            f"acceptance policy digest changed: recorded {pol.get('acceptance_digest')}, "
+            f"current {now_policy.get('acceptance_digest')}"
+        )
+    if current["checkpoint"]["root"] != payload["checkpoint"]["root"]:
+        differences.append(
+            f"the log's root at size {size} is {current['checkpoint']['root']}, the verdict "
+            f"recorded {payload['checkpoint']['root']}"
+        )
+    for key in ("verdict", "status", "gates", "used", "rejected", "not_credited", "identity", "manifest"):
+        if current.get(key) != recorded.get(key):
+            differences.append(
+                f"{key} differs"
+                + (
+                    f": recorded {recorded.get(key)!r}, now {current.get(key)!r}"
+                    if key in ("verdict", "status")
+                    else ""
+                )
+            )
+    same = canonical_bytes(current) == canonical_bytes(recorded)
+    if not same and not differences:
+        differences.append("result bytes differ")
+    digest_ok = payload.get("result_digest") == result_digest(recorded)
+    if not digest_ok:
+        differences.append("the recorded result does not match its recorded result_digest")
+    return {
+        "entry": entry.entry_id,
+        "same": same and digest_ok,
+        "recorded": {"verdict": recorded.get("verdict"), "policy": pol, "checkpoint": payload["checkpoint"]},
+        "current": {"verdict": current["verdict"], "policy": now_policy, "checkpoint": current["checkpoint"]},
+        "differences": differences,
+        "result": current,
+    }

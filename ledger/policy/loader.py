@@ -1,0 +1,242 @@
+"""Find, read, validate and compile policy files; the policy digest is BLAKE3 of the file's bytes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ledger.errors import PolicyError
+from ledger.hashing import blake3_hex
+from ledger.policy.conditions import Condition, compile_condition
+from ledger.policy.model import (
+    AcceptanceSection,
+    CelRule,
+    Gate,
+    PolicyFile,
+    RequirementRule,
+    RoutingCheck,
+    key_line,
+    locate,
+    parse_duration,
+    parse_policy_text,
+)
+
+__all__ = ["CompiledGate", "LoadedPolicy", "default_policy_dir", "list_policies", "load_policy"]
+
+
+def default_policy_dir() -> Path:
+    """``$LEDGER_POLICY_DIR``, else the policies shipped with the package (``policies/``)."""
+    env = os.environ.get("LEDGER_POLICY_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "policies"
+
+
+@dataclass(frozen=True)
+class CompiledGate:
+    spec: Gate
+    where: Condition | None
+    require: Condition | None
+    checks: tuple[tuple[Condition, str], ...]
+
+
+@dataclass(frozen=True)
+class CompiledRoutingCheck:
+    spec: RoutingCheck
+    applies: Condition
+    expr: Condition
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A policy file as evaluated: its bytes (and their digest), its validated spec, its compiled CEL."""
+
+    name: str
+    path: Path
+    data: bytes
+    spec: PolicyFile
+    acceptance_policy: LoadedPolicy | None = None
+    rules: tuple[tuple[CelRule, Condition], ...] = ()
+    passing: Mapping[str, Condition] = field(default_factory=dict)
+    review_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
+    acceptance_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
+    gates: tuple[CompiledGate, ...] = ()
+    routing_checks: tuple[CompiledRoutingCheck, ...] = ()
+    host_facts: Mapping[str, Condition] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return "blake3:" + blake3_hex(self.data)
+
+    @property
+    def kind(self) -> str:
+        return self.spec.policy.kind
+
+    @property
+    def params(self) -> dict[str, Any]:
+        base = dict(self.acceptance_policy.params) if self.acceptance_policy else {}
+        base.update(self.spec.params)
+        return base
+
+    @property
+    def acceptance(self) -> AcceptanceSection:
+        if self.spec.acceptance is not None:
+            return self.spec.acceptance
+        if self.acceptance_policy is not None:
+            return self.acceptance_policy.acceptance
+        return AcceptanceSection()
+
+    def freshness_seconds(self) -> dict[str, float]:
+        return {k: parse_duration(v) for k, v in self.acceptance.freshness.items()}
+
+    def identity(self) -> dict[str, Any]:
+        """Name and digest of this policy and of the acceptance policy it uses."""
+        out: dict[str, Any] = {"name": self.name, "digest": self.digest}
+        if self.acceptance_policy is not None:
+            out["acceptance"] = {"name": self.acceptance_policy.name, "digest": self.acceptance_policy.digest}
+        return out
+
+
+def _where(filename: str, text: str, table: str, index: int | None, key: str) -> str:
+    line = key_line(text, table, index, key)
+    return f"{filename}:{line}" if line else filename
+
+
+def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    rules = []
+    for i, rule in enumerate(spec.rules):
+        rules.append((rule, compile_condition(rule.when, _where(filename, text, "rules", i, "when"))))
+    out["rules"] = tuple(rules)
+    acc = spec.acceptance
+    if acc is not None:
+        out["passing"] = {
+            kind: compile_condition(expr, _where(filename, text, "acceptance.passing", None, kind))
+            for kind, expr in acc.passing.items()
+        }
+        for section in ("review_required", "acceptance_required"):
+            items = []
+            for i, req in enumerate(getattr(acc, section)):
+                cond = (
+                    compile_condition(req.when, _where(filename, text, f"acceptance.{section}", i, "when"))
+                    if req.when
+                    else None
+                )
+                items.append((req, cond))
+            out[section] = tuple(items)
+    gates = []
+    names: set[str] = set()
+    for i, gate in enumerate(spec.gates):
+        if gate.name in names:
+            raise PolicyError(
+                f"{_where(filename, text, 'gates', i, 'name')}: gate {gate.name!r} is defined twice"
+            )
+        names.add(gate.name)
+        checks = []
+        for j, check in enumerate(gate.checks):
+            line = locate(text, ("gates", i, "checks", j, "expr"))
+            where = f"{filename}:{line}" if line else _where(filename, text, "gates", i, "checks")
+            checks.append((compile_condition(check.expr, where), check.fail))
+        gates.append(
+            CompiledGate(
+                spec=gate,
+                where=compile_condition(gate.where, _where(filename, text, "gates", i, "where"))
+                if gate.where
+                else None,
+                require=(
+                    compile_condition(gate.require, _where(filename, text, "gates", i, "require"))
+                    if gate.require
+                    else None
+                ),
+                checks=tuple(checks),
+            )
+        )
+    out["gates"] = tuple(gates)
+    if spec.routing is not None:
+        rchecks = []
+        for i, rc in enumerate(spec.routing.checks):
+            rchecks.append(
+                CompiledRoutingCheck(
+                    spec=rc,
+                    applies=compile_condition(
+                        rc.applies, _where(filename, text, "routing.checks", i, "applies")
+                    ),
+                    expr=compile_condition(rc.expr, _where(filename, text, "routing.checks", i, "expr")),
+                )
+            )
+        out["routing_checks"] = tuple(rchecks)
+        out["host_facts"] = {
+            name: compile_condition(expr, _where(filename, text, "routing.host_fact", None, name))
+            for name, expr in spec.routing.host_fact.items()
+        }
+    return out
+
+
+def _resolve(name_or_path: str, policy_dir: Path) -> Path:
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        return Path(name_or_path)
+    return policy_dir / f"{name_or_path}.toml"
+
+
+def list_policies(policy_dir: Path | None = None) -> list[Path]:
+    d = policy_dir or default_policy_dir()
+    return sorted(p for p in d.glob("*.toml") if p.is_file())
+
+
+def load_policy(
+    name_or_path: str, policy_dir: Path | None = None, *, _seen: tuple[str, ...] = ()
+) -> LoadedPolicy:
+    """Load a policy by name (``policies/NAME.toml``) or path, with the acceptance policy it names."""
+    d = policy_dir or default_policy_dir()
+    path = _resolve(name_or_path, d)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        known = ", ".join(p.stem for p in list_policies(d)) or "none"
+        raise PolicyError(
+            f"unknown policy {name_or_path!r}: no file {path}", hint=f"known policies: {known}"
+        ) from e
+    except OSError as e:
+        raise PolicyError(f"cannot read policy {path}: {e.strerror}") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PolicyError(f"{path}: not UTF-8 text") from e
+    filename = str(path)
+    spec = parse_policy_text(text, filename)
+    if path.stem != spec.policy.name:
+        raise PolicyError(
+            f"{filename}:{key_line(text, 'policy', None, 'name') or 1}: policy name "
+            f"{spec.policy.name!r} must equal the file name {path.stem!r}"
+        )
+    acceptance_policy = None
+    if spec.policy.acceptance:
+        if spec.policy.acceptance in _seen:
+            raise PolicyError(f"{filename}: policy acceptance chain loops through {spec.policy.acceptance!r}")
+        acceptance_policy = load_policy(spec.policy.acceptance, path.parent, _seen=(*_seen, spec.policy.name))
+        if acceptance_policy.kind != "acceptance":
+            raise PolicyError(
+                f"{filename}: {spec.policy.acceptance!r} is a {acceptance_policy.kind} policy, "
+                "not an acceptance policy"
+            )
+    if spec.policy.kind == "qualification" and not spec.gates:
+        raise PolicyError(f"{filename}: a qualification policy needs at least one [[gates]] table")
+    if spec.policy.kind == "routing" and spec.routing is None:
+        raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
+    compiled = _compile(spec, text, filename)
+    if acceptance_policy is not None:
+        compiled["rules"] = acceptance_policy.rules + compiled["rules"]
+        if spec.acceptance is None:
+            for key in ("passing", "review_required", "acceptance_required"):
+                compiled[key] = getattr(acceptance_policy, key)
+    return LoadedPolicy(
+        name=spec.policy.name,
+        path=path,
+        data=data,
+        spec=spec,
+        acceptance_policy=acceptance_policy,
+        **compiled,
+    )

@@ -1,0 +1,269 @@
+"""The policy file schema (TOML): typed models that refuse unknown fields; errors name file and line."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ledger.errors import PolicyError
+
+__all__ = [
+    "VERDICT_WORDS",
+    "AcceptanceSection",
+    "BindingsRule",
+    "CelRule",
+    "Check",
+    "Gate",
+    "PolicyFile",
+    "PolicyHeader",
+    "RequirementRule",
+    "RoutingCheck",
+    "RoutingSection",
+    "SignerRule",
+    "parse_duration",
+    "parse_policy_text",
+]
+
+QUALIFIED = "QUALIFIED"
+INCONCLUSIVE = "INCONCLUSIVE"
+VERDICT_WORDS = (
+    QUALIFIED,
+    "NOT QUALIFIED — PREREQUISITES",
+    "NOT QUALIFIED — RUNTIME RELIABILITY",
+    "NOT QUALIFIED — CONTROL",
+    "NOT QUALIFIED — SEMANTIC QUALITY",
+    "NOT QUALIFIED — PERFORMANCE",
+    INCONCLUSIVE,
+)
+FailingWord = Literal[
+    "NOT QUALIFIED — PREREQUISITES",
+    "NOT QUALIFIED — RUNTIME RELIABILITY",
+    "NOT QUALIFIED — CONTROL",
+    "NOT QUALIFIED — SEMANTIC QUALITY",
+    "NOT QUALIFIED — PERFORMANCE",
+]
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,63}$")]
+
+
+def parse_duration(text: str) -> float:
+    """``"90s"``, ``"15m"``, ``"24h"``, ``"30d"`` → seconds."""
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise ValueError(f"duration {text!r} must look like 90s, 15m, 24h or 30d")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PolicyHeader(_Model):
+    name: Name
+    kind: Literal["qualification", "acceptance", "routing"]
+    version: int = 1
+    description: str = ""
+    acceptance: Name | None = None  # the evidence-acceptance policy a qualification/routing policy uses
+
+
+class SignerRule(_Model):
+    """Roles a signer must hold for a kind (one of ``roles``) and roles that disqualify it."""
+
+    roles: list[str] = Field(min_length=1)
+    forbid: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+
+class CelRule(_Model):
+    """A data-driven exclusion: entries of ``kinds`` for which ``when`` holds are rejected with ``detail``."""
+
+    name: Name
+    kinds: list[str] = Field(min_length=1)
+    when: str
+    detail: str
+
+
+class RequirementRule(_Model):
+    """Entries of ``kinds`` (and ``when``, if given) need a review PASS / an acceptance to be credited."""
+
+    kinds: list[str] = Field(min_length=1)
+    when: str | None = None
+    reason: str = ""
+
+
+class BindingsRule(_Model):
+    """Engine bindings that must equal the campaign's pinned manifest."""
+
+    kinds: list[str] = Field(default_factory=lambda: ["engine.launch"])
+    keys: list[str] = Field(min_length=1)
+    require_manifest: bool = False
+
+
+class AcceptanceSection(_Model):
+    signers: dict[str, SignerRule] = Field(default_factory=dict)
+    passing: dict[str, str] = Field(default_factory=dict)
+    freshness: dict[str, str] = Field(default_factory=dict)
+    post_reset_kinds: list[str] = Field(default_factory=list)
+    artifacts: Literal["verify", "exists"] = "verify"
+    signatures: Literal["verify", "trust-log"] = "verify"
+    review_required: list[RequirementRule] = Field(default_factory=list)
+    acceptance_required: list[RequirementRule] = Field(default_factory=list)
+    bindings: BindingsRule | None = None
+    repaired_commit_required: bool = True
+
+    @field_validator("freshness")
+    @classmethod
+    def _durations(cls, v: dict[str, str]) -> dict[str, str]:
+        for text in v.values():
+            parse_duration(text)
+        return v
+
+
+class Check(_Model):
+    expr: str
+    fail: str
+
+
+class Gate(_Model):
+    """One rung of the ladder. Evidence is selected by ``select`` (plain field equalities, cheap on large
+    campaigns) or ``kinds``, then optionally narrowed by the CEL ``where``; ``checks`` judge the selection."""
+
+    name: Name
+    verdict: FailingWord
+    description: str = ""
+    kinds: list[str] = Field(default_factory=list)
+    select: list[dict[str, Any]] = Field(default_factory=list)
+    where: str | None = None
+    require: str | None = None
+    missing: str = "no accepted evidence"
+    checks: list[Check] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _selection(self) -> Gate:
+        if bool(self.kinds) == bool(self.select):
+            raise ValueError("a gate selects its evidence with exactly one of `kinds` or `select`")
+        for sel in self.select:
+            if not isinstance(sel.get("kind"), str):
+                raise ValueError("every `select` item names a `kind`")
+        return self
+
+    def selected_kinds(self) -> list[str]:
+        return list(self.kinds) if self.kinds else [str(s["kind"]) for s in self.select]
+
+
+class RoutingCheck(_Model):
+    name: Name
+    applies: str = "true"
+    for_each: str | None = None
+    expr: str
+    fail: str
+
+
+class RoutingSection(_Model):
+    qualification: Name = "backend-qualification"
+    verdict_max_age: str = "7d"
+    verdict_roles: list[str] = Field(default_factory=lambda: ["reviewer", "operator", "admin"])
+    match_subject: list[str] = Field(default_factory=lambda: ["backend", "model", "host"])
+    probe_max_age: str = "1h"
+    host_fact: dict[str, str] = Field(default_factory=dict)  # fact name → CEL per host entry `e`
+    checks: list[RoutingCheck] = Field(min_length=1)
+
+    @field_validator("verdict_max_age", "probe_max_age")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+
+class PolicyFile(_Model):
+    policy: PolicyHeader
+    params: dict[str, Any] = Field(default_factory=dict)
+    acceptance: AcceptanceSection | None = None
+    rules: list[CelRule] = Field(default_factory=list)
+    gates: list[Gate] = Field(default_factory=list)
+    routing: RoutingSection | None = None
+
+
+# --- parsing with locations -------------------------------------------------------------------------
+
+
+def _header_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, table path) for every ``[table]`` / ``[[array]]`` header."""
+    out = []
+    for no, line in enumerate(text.splitlines(), start=1):
+        s = line.strip()
+        if s.startswith("["):
+            out.append((no, s.strip("[]").strip()))
+    return out
+
+
+def locate(text: str, loc: tuple[int | str, ...]) -> int | None:
+    """Best-effort line of the TOML key at pydantic error location ``loc``."""
+    lines = text.splitlines()
+    headers = _header_lines(text)
+    table_parts: list[str] = []
+    index: int | None = None
+    start, end = 1, len(lines)
+    rest: list[int | str] = list(loc)
+    # Walk the dotted path: tables and arrays of tables narrow the region, the last string is the key.
+    while rest:
+        part = rest[0]
+        if isinstance(part, int):
+            index = part
+            rest.pop(0)
+            continue
+        candidate = ".".join([*table_parts, str(part)])
+        matches = [(no, name) for no, name in headers if name == candidate and start <= no <= end]
+        if not matches:
+            break
+        table_parts.append(str(part))
+        rest.pop(0)
+        if rest and isinstance(rest[0], int):
+            index = int(rest.pop(0))
+        chosen = matches[index] if index is not None and index < len(matches) else matches[0]
+        index = None
+        start = chosen[0]
+        later = [no for no, name in headers if no > start and not name.startswith(candidate + ".")]
+        end = (later[0] - 1) if later else len(lines)
+    key = next((p for p in rest if isinstance(p, str)), None)
+    if key is None:
+        return start if table_parts else None
+    pat = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
+    for no in range(start, end + 1):
+        if pat.match(lines[no - 1]):
+            return no
+    return start if table_parts else None
+
+
+def key_line(text: str, table: str, index: int | None, key: str) -> int | None:
+    """Line of ``key`` inside the ``index``-th ``[[table]]`` (or ``[table]``)."""
+    parts: list[int | str] = [*table.split(".")]
+    if index is not None:
+        parts.append(index)
+    parts.append(key)
+    return locate(text, tuple(parts))
+
+
+def parse_policy_text(text: str, filename: str) -> PolicyFile:
+    """Parse and validate a policy file's text; errors name the file and, where possible, the line."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        where = f"{filename}:{m.group(1)}:{m.group(2)}" if m else filename
+        raise PolicyError(f"{where}: TOML syntax error: {str(e).split(' (at line')[0]}") from e
+    try:
+        return PolicyFile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(err["loc"])
+        line = locate(text, loc)
+        where = f"{filename}:{line}" if line else filename
+        path = ".".join(str(p) for p in loc) or "(root)"
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise PolicyError(f"{where}: {path}: {msg}{more}") from e
