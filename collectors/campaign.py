@@ -38,6 +38,7 @@ from ledger.collectors.probe import (
     probe_sequential,
     probe_structured,
 )
+from ledger.collectors.secrets import Redactor, redact_command
 from ledger.collectors.signatures import Signature, load_signatures
 from ledger.entries import format_time, now_utc
 from ledger.errors import ConfigError
@@ -226,8 +227,12 @@ def load_campaign(path: Path) -> Campaign:
         data = tomllib.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read campaign {p}: {e}") from e
+    except RecursionError as e:
+        raise ConfigError(f"cannot read campaign {p}: nested too deeply") from e
     try:
         spec = CampaignFile.model_validate(data)
+    except RecursionError as e:
+        raise ConfigError(f"campaign {p}: nested too deeply") from e
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
@@ -431,6 +436,20 @@ class CampaignRunner:
             for num, handler in old.items():
                 signal.signal(num, handler)
 
+    def _campaign_copy(self) -> tuple[Path, int]:
+        """The campaign file to store: itself, or a copy with literal secrets in it redacted."""
+        try:
+            text = self.c.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read campaign {self.c.path}: {e}") from e
+        clean, n = Redactor().text(text)
+        if not n:
+            return self.c.path, 0
+        copy = self.work_dir / "campaign.redacted.toml"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(clean, encoding="utf-8")
+        return copy, n
+
     def _job_spec(self) -> dict[str, Any]:
         e = self.c.spec.engine
         return {
@@ -447,7 +466,11 @@ class CampaignRunner:
         lease = self.c.spec.campaign.lease_seconds
         self._deadline = time.monotonic() + lease
         self._started = now_utc()
-        spec_art = self.rec.artifact("campaign.toml", self.c.path, media_type="application/toml")
+        spec_path, spec_redactions = self._campaign_copy()
+        spec_art = self.rec.artifact("campaign.toml", spec_path, media_type="application/toml")
+        job_spec = self._job_spec()
+        if spec_redactions:
+            job_spec["campaign_redactions"] = spec_redactions
         self.result.job_entry = self._record(
             "job",
             {
@@ -455,7 +478,7 @@ class CampaignRunner:
                 "state": "running",
                 "lease_seconds": lease,
                 "started_at": format_time(self._started),
-                "spec": self._job_spec(),
+                "spec": job_spec,
             },
             artifacts=[spec_art],
         )
@@ -632,7 +655,7 @@ class CampaignRunner:
                 spec, self.work_dir / f"attempt-{index}-{attempt.name}", signatures=self.signatures
             )
             self.engine, self.engine_entry = run, None
-            self.log(f"attempt {index} {attempt.name}: {' '.join(spec.command)}")
+            self.log(f"attempt {index} {attempt.name}: {' '.join(redact_command(spec.command))}")
             run.start()
             with self._interruptible_section():
                 state = run.wait_ready()

@@ -16,6 +16,7 @@ from typing import Any
 
 from ledger.collectors.gpu import GpuScan, scan_gpus
 from ledger.collectors.launch import relevant_env
+from ledger.collectors.secrets import scrub_text
 from ledger.errors import CollectorError
 
 __all__ = ["ENGINE_PACKAGES", "EnvInfo", "detect_wsl2", "disk_usage", "engine_env", "host_probe"]
@@ -161,7 +162,7 @@ def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None =
         freeze = _freeze_from_metadata(py)
     details: dict[str, Any] = {"executable": info["executable"]}
     if freeze_note:
-        details["pip_freeze_note"] = freeze_note
+        details["pip_freeze_note"] = scrub_text(freeze_note)
     return EnvInfo(
         payload={
             "interpreter": py,
@@ -170,7 +171,8 @@ def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None =
             "env": relevant_env(os.environ if env is None else env),
             "details": details,
         },
-        freeze=freeze,
+        # ``pkg @ git+https://user:token@host/...`` lines carry credentials
+        freeze=scrub_text(freeze, names=False),
     )
 
 

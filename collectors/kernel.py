@@ -25,7 +25,7 @@ __all__ = [
 
 # (event kind, pattern): the first matching pattern names a line's event.
 EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("nvrm-xid", re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<xid>\d+)")),
+    ("nvrm-xid", re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?:(?P<xid>\d{1,6})\b)?")),
     ("gpu-fell-off-bus", re.compile(r"NVRM: GPU (?:at )?(?P<device>\S+?):? (?:GPU )?has fallen off the bus")),
     ("amdgpu-ring-timeout", re.compile(r"ring (?P<ring>\S+) timeout")),
     ("gpu-reset-begin", re.compile(r"GPU reset begin", re.IGNORECASE)),
@@ -50,6 +50,7 @@ _GPU_HINT = re.compile(r"NVRM|amdgpu|\bdrm\b|\[drm|kfd|nvidia|\bMES\b|GPU", re.I
 # timestamp prefixes: journalctl -o short-iso(-precise), dmesg --time-format iso, dmesg raw [secs]
 _ISO = re.compile(r"^(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+(?P<rest>.*)$")
 _MONO = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]\s*(?P<rest>.*)$")
+_MAX_LINE = 64 * 1024  # a longer "line" is not a kernel message; only its start is looked at
 _DEVICE = re.compile(r"(?:amdgpu|nvidia) (?P<dev>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)")
 
 
@@ -68,45 +69,70 @@ def _iso_time(text: str) -> str | None:
         t = t[:-2] + ":" + t[-2:]
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        return format_time(dt)
+    except (ValueError, OverflowError):  # not a time, or one that cannot be shown in UTC
         return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return format_time(dt)
+
+
+def _mono_time(seconds: str, boot_time: datetime) -> str | None:
+    """Boot time plus a ``[secs]`` stamp; an out-of-range stamp is an unknown time, not a crash."""
+    try:
+        return format_time(boot_time + timedelta(seconds=float(seconds)))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _parse_line(raw: str, boot_time: datetime | None) -> dict[str, Any] | None:
+    line = raw[:_MAX_LINE].strip()
+    if not line or not _GPU_HINT.search(line):
+        return None
+    when: str | None = None
+    m = _ISO.match(line)
+    if m is not None:
+        when = _iso_time(m.group("t"))
+        line = m.group("rest")
+    else:
+        mm = _MONO.match(line)
+        if mm is not None:
+            line = mm.group("rest")
+            if boot_time is not None:
+                when = _mono_time(mm.group("s"), boot_time)
+    for kind, pat in EVENT_PATTERNS:
+        pm = pat.search(line)
+        if pm is None:
+            continue
+        groups = pm.groupdict()
+        dev = groups.get("device")
+        if not dev:
+            dm = _DEVICE.search(line)
+            dev = dm.group("dev") if dm else None
+        ev: dict[str, Any] = {
+            "time": when,
+            "kind": kind,
+            "message": line[:500],
+            "device": dev[:200] if dev else None,
+        }
+        if groups.get("xid"):
+            ev["xid"] = int(groups["xid"])
+        return ev
+    return None
 
 
 def parse_kernel_log(text: str, *, boot_time: datetime | None = None) -> list[dict[str, Any]]:
-    """Typed GPU events (``KernelEvent`` payloads) from kernel log text, in order."""
+    """Typed GPU events (``KernelEvent`` payloads) from kernel log text, in order.
+
+    One line that cannot be understood is skipped; it never stops the parse of the others.
+    """
     events: list[dict[str, Any]] = []
     for raw in text.splitlines():
-        line = raw.strip()
-        if not line or not _GPU_HINT.search(line):
+        try:
+            ev = _parse_line(raw, boot_time)
+        except (ValueError, OverflowError, TypeError):
             continue
-        when: str | None = None
-        m = _ISO.match(line)
-        if m is not None:
-            when = _iso_time(m.group("t"))
-            line = m.group("rest")
-        else:
-            mm = _MONO.match(line)
-            if mm is not None:
-                line = mm.group("rest")
-                if boot_time is not None:
-                    when = format_time(boot_time + timedelta(seconds=float(mm.group("s"))))
-        for kind, pat in EVENT_PATTERNS:
-            pm = pat.search(line)
-            if pm is None:
-                continue
-            groups = pm.groupdict()
-            dev = groups.get("device")
-            if not dev:
-                dm = _DEVICE.search(line)
-                dev = dm.group("dev") if dm else None
-            ev: dict[str, Any] = {"time": when, "kind": kind, "message": line[:500], "device": dev}
-            if groups.get("xid"):
-                ev["xid"] = int(groups["xid"])
+        if ev is not None:
             events.append(ev)
-            break
     return events
 
 
@@ -128,7 +154,10 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     base = now or datetime.now(UTC)
     if m is not None:
         n, unit = float(m.group(1)), m.group(2)[0]
-        return base - timedelta(seconds=n * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
+        try:
+            return base - timedelta(seconds=n * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
+        except (OverflowError, ValueError) as e:
+            raise InputError(f"time {text!r} is out of range") from e
     t = _iso_time(text.strip())
     if t is None:
         raise InputError(f"cannot read time {text!r}", hint="use e.g. '2 hours ago' or 2026-09-09T09:00:00Z")

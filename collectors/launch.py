@@ -324,8 +324,9 @@ class EngineRun:
         if c.signature:
             details["signatures_matched"] = c.matched
             details["failure_title"] = c.title
+        red = self.redactor()
         if self.failure_observed:
-            details["failure_observed"] = self.failure_observed
+            details["failure_observed"] = red.text(self.failure_observed)[0]
         env = {**relevant_env(os.environ), **redact_env(self.spec.env)}
         return {
             "engine": self.spec.engine,
@@ -344,13 +345,17 @@ class EngineRun:
             "signal": sig,
             "lease_expired": self.lease_expired,
             "failure_signature": c.signature,
-            "failure_detail": c.detail,
+            "failure_detail": red.text(c.detail)[0] if c.detail else c.detail,
             "details": details,
         }
 
+    def redactor(self) -> Redactor:
+        """Redacts what the engine was handed (its inherited environment too) and secret-shaped text."""
+        return Redactor.from_sources({**os.environ, **self.spec.env}, self.spec.command)
+
     def log_files(self) -> list[tuple[str, Path, int]]:
         """(artifact name, path to store, redactions) of both logs, secrets redacted in a copy if needed."""
-        red = Redactor.from_sources(self.spec.env, self.spec.command)
+        red = self.redactor()
         out: list[tuple[str, Path, int]] = []
         for name, p in (("stdout.log", self.stdout_path), ("stderr.log", self.stderr_path)):
             if not p.exists():

@@ -3,10 +3,12 @@ and, in an HF cache, each blob verified offline against its own name."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import mmap
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ __all__ = [
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _HF_REPO_DIR = re.compile(r"^(models|datasets|spaces)--(.+)$")
+_REVISION = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,23 @@ def resolve_model(path: Path) -> ModelSource:
             return ModelSource(p, "hf-cache", m.group(2).replace("--", "/"), p.name)
     if p.is_dir() and (p / "snapshots").is_dir() and _HF_REPO_DIR.match(p.name):
         refs = p / "refs" / "main"
-        rev = refs.read_text().strip() if refs.is_file() else None
-        snaps = sorted((p / "snapshots").iterdir())
+        try:
+            rev = refs.read_text(encoding="utf-8", errors="replace").strip() if refs.is_file() else None
+            snaps = sorted((p / "snapshots").iterdir())
+        except OSError as e:
+            raise InputError(f"cannot read the HF cache folder {p}: {e}") from e
         if rev is None and len(snaps) == 1:
             rev = snaps[0].name
         if rev is None:
             raise InputError(f"{p} holds several snapshots and no refs/main: name one snapshot directory")
-        return resolve_model(p / "snapshots" / rev)
+        snap = p / "snapshots" / rev
+        # refs/main must name one of this repo's snapshots, never a path that walks elsewhere
+        if not _REVISION.match(rev) or rev in (".", "..") or snap.is_symlink() or not snap.is_dir():
+            raise InputError(
+                f"{refs if refs.is_file() else p} names revision {rev[:100]!r}, "
+                f"which is not a snapshot folder of {p}"
+            )
+        return resolve_model(snap)
     return ModelSource(p, "directory")
 
 
@@ -148,9 +161,67 @@ def git_blob_sha1(path: Path) -> str:
     return h.hexdigest()
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _check_file(p: Path, rel: str, allowed: str, hf_blobs: str | None) -> FileCheck:
+    """One listed file: where it really is, whether it may be read, and what its blob name promises.
+
+    A symlink is followed only when it resolves inside ``allowed`` (the model folder, or for a HF cache
+    snapshot the repo's own ``blobs/`` folder); anything else is a problem and is never read or stored.
+    """
+    target = p
+    if p.is_symlink():
+        try:
+            real = os.path.realpath(p)
+            link = os.readlink(p)
+        except (OSError, RuntimeError, ValueError) as e:
+            return FileCheck(rel, p, 0, None, problem=f"unreadable link: {e}")
+        if not _inside(real, allowed):
+            try:
+                os.stat(p)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    return FileCheck(rel, p, 0, None, problem=f"link to {link[:200]!r} is a symlink loop")
+            where = "the repo's blobs/ folder" if hf_blobs is not None else "the model folder"
+            return FileCheck(
+                rel, p, 0, None, problem=f"link to {link[:200]!r} points outside {where}; not read"
+            )
+        target = Path(real)
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        name = target.name if hf_blobs is not None else str(target)
+        return FileCheck(rel, target, 0, None, problem=f"missing blob {name} (dangling link)")
+    except (OSError, RuntimeError, ValueError) as e:  # a link loop (ELOOP), permissions …
+        return FileCheck(rel, p, 0, None, problem=f"cannot read: {getattr(e, 'strerror', None) or e}")
+    if not stat.S_ISREG(st.st_mode):
+        return FileCheck(rel, target, 0, None, problem="not a regular file; not read")
+    fc = FileCheck(rel, target, st.st_size, None)
+    if hf_blobs is not None and p.is_symlink():
+        blob = target.name
+        if blob.endswith(".incomplete"):
+            fc.problem = f"blob {blob} is an unfinished download"
+        elif _SHA256.match(blob):
+            fc.lfs, fc.expected = True, blob
+        elif _SHA1.match(blob):
+            fc.expected = blob
+        else:
+            fc.problem = f"blob name {blob!r} is not a SHA-256 or git SHA-1"
+    return fc
+
+
 def _list_files(src: ModelSource) -> list[FileCheck]:
     if src.root.is_file():
         return [FileCheck(src.root.name, src.root, src.root.stat().st_size, None)]
+    root = os.path.realpath(src.root)
+    hf_blobs: str | None = None
+    allowed = root
+    if src.layout == "hf-cache":
+        # …/models--org--name/snapshots/<rev>: links may only lead into …/models--org--name/blobs
+        hf_blobs = os.path.join(os.path.realpath(src.root.parent.parent), "blobs")
+        allowed = hf_blobs
     checks: list[FileCheck] = []
     for dirpath, dirnames, filenames in os.walk(src.root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in (".git", ".cache", "__pycache__"))
@@ -159,24 +230,11 @@ def _list_files(src: ModelSource) -> list[FileCheck]:
             rel = p.relative_to(src.root).as_posix()
             if src.layout == "directory" and name.startswith(".ledger-"):
                 continue
-            target = p.resolve() if p.is_symlink() else p
-            if not target.exists():
-                checks.append(
-                    FileCheck(rel, target, 0, None, problem=f"missing blob {target.name} (dangling link)")
-                )
-                continue
-            fc = FileCheck(rel, target, target.stat().st_size, None)
-            if src.layout == "hf-cache" and target.parent.name == "blobs":
-                blob = target.name
-                if blob.endswith(".incomplete"):
-                    fc.problem = f"blob {blob} is an unfinished download"
-                elif _SHA256.match(blob):
-                    fc.lfs, fc.expected = True, blob
-                elif _SHA1.match(blob):
-                    fc.expected = blob
-                else:
-                    fc.problem = f"blob name {blob!r} is not a SHA-256 or git SHA-1"
-            checks.append(fc)
+            if hf_blobs is not None and not p.is_symlink():
+                # a plain file copied into a snapshot: read where it lies, inside the snapshot
+                checks.append(_check_file(p, rel, root, None))
+            else:
+                checks.append(_check_file(p, rel, allowed, hf_blobs))
     return checks
 
 

@@ -212,8 +212,8 @@ def probe_structured(
         try:
             jsonschema.validate(json.loads(text), sch)
             ok = True
-        except ValueError as e:
-            err = f"answer is not JSON: {e}"
+        except (ValueError, RecursionError) as e:
+            err = f"answer is not JSON: {e or 'nested too deeply'}"
         except jsonschema.ValidationError as e:
             err = f"answer does not match the schema: {e.message}"
     return {

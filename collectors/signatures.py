@@ -105,8 +105,10 @@ def load_signatures(path: Path | None = None) -> list[Signature]:
     p = path or DEFAULT_SIGNATURES
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read signatures file {p}: {e}") from e
+    except RecursionError as e:
+        raise ConfigError(f"cannot read signatures file {p}: nested too deeply") from e
     raw = data.get("signature")
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{p}: no [[signature]] tables")

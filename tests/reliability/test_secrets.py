@@ -43,15 +43,7 @@ def _forms(secret: str) -> list[bytes]:
     "bearer_var",
     [
         "API_BEARER_TOKEN",
-        pytest.param(
-            "UPSTREAM_BEARER",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="collectors/secrets.py: a variable named *_BEARER is not a secret name, so its bare "
-                "token is signed into engine.launch env and stored in the stdout artifact (fix: add BEARER "
-                "to _SECRET_NAME)",
-            ),
-        ),
+        "UPSTREAM_BEARER",
     ],
 )
 def test_planted_secrets_appear_nowhere_in_store_or_database(tmp_path: Path, bearer_var: str) -> None:
