@@ -272,18 +272,25 @@ class Ledger:
             return self._keyring
 
     def _fold_keys(self, ring: Keyring, conn: sa.Connection | None, upto: int | None) -> None:
-        # A range on the kind index (LIKE would scan the whole log on SQLite).
-        q = sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope).where(
-            T_ENTRIES.c.kind >= "key.", T_ENTRIES.c.kind < "key/", T_ENTRIES.c.seq >= ring.seq
-        )
-        if upto is not None:
-            q = q.where(T_ENTRIES.c.seq < upto)
-        q = q.order_by(T_ENTRIES.c.seq)
+        """Replay ``key.*`` entries logged since the ring was last folded, up to ``upto`` (or the log size)."""
 
         def run(c: sa.Connection) -> None:
+            size = upto
+            if size is None:
+                last = c.execute(sa.select(sa.func.max(T_ENTRIES.c.seq))).scalar()
+                size = 0 if last is None else int(last) + 1
+            # A range on the kind index (LIKE would scan the whole log on SQLite), bounded by the
+            # log size seen, so the next fold starts where this one ended rather than at the last key.
+            q = (
+                sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope)
+                .where(T_ENTRIES.c.kind >= "key.", T_ENTRIES.c.kind < "key/")
+                .where(T_ENTRIES.c.seq >= ring.seq, T_ENTRIES.c.seq < size)
+                .order_by(T_ENTRIES.c.seq)
+            )
             for seq, env_bytes in c.execute(q):
                 st = parse_envelope(bytes(env_bytes)).statement()
                 ring.apply(seq, st["kind"], st["payload"])
+            ring.seq = max(ring.seq, size)
 
         if conn is not None:
             run(conn)
