@@ -272,7 +272,7 @@ class Ledger:
             return self._keyring
 
     def _fold_keys(self, ring: Keyring, conn: sa.Connection | None, upto: int | None) -> None:
-        """Replay ``key.*`` entries logged since the ring was last folded, up to ``upto`` (or the log size)."""
+        """Replay ``key.*`` entries logged since the last fold, up to ``upto`` (or the log size)."""
 
         def run(c: sa.Connection) -> None:
             size = upto
