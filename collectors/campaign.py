@@ -460,6 +460,12 @@ class CampaignRunner:
             "attempt_lease_seconds": e.lease_seconds,
             "gates": list(GATES),
             "model": str(self.c.model_path),
+            # The campaign's pinned manifest as the policy engine reads it (DESIGN §4): what every launch
+            # must be bound to, and whether the qualification is for a CPU or a GPU deployment.
+            "bindings": {
+                "engine": e.kind,
+                "device": "gpu" if self.c.spec.gates.host.require_gpu else "cpu",
+            },
         }
 
     def _run(self) -> CampaignResult:
@@ -621,7 +627,7 @@ class CampaignRunner:
             cmd.append(s)
         env = {k: expand(v) for k, v in {**e.env, **attempt.env}.items()}
         lease = min(e.lease_seconds, self._job_lease_left())
-        bindings = {"model_path": str(self.c.model_path), "attempt": attempt.name}
+        bindings = {"engine": e.kind, "model_path": str(self.c.model_path), "attempt": attempt.name}
         if "backend_version" in self.subject:
             bindings["backend_version"] = self.subject["backend_version"]
         return LaunchSpec(

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.canonical import canonical_bytes
 from ledger.entries import ArtifactRef
 from ledger.errors import InputError
-from ledger.hashing import Digest, FileDigests, HexDigest
+from ledger.hashing import Digest, FileDigests, HexDigest, blake3_hex
 
 __all__ = [
     "ModelScan",
@@ -285,6 +286,10 @@ def pin_payload(
                 "verified": f.verified if f.problem is None else False,
             }
         )
+    if not (revision or scan.source.revision):
+        # No hub revision (a local directory or file): the content itself is the immutable revision.
+        listing = sorted((f["path"], f["size"], f["sha256"]) for f in files)
+        revision = "blake3:" + blake3_hex(canonical_bytes(listing))
     return {
         "repo_id": repo_id or scan.source.repo_id,
         "revision": revision or scan.source.revision,

@@ -6,7 +6,7 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NewType
@@ -88,24 +88,68 @@ def hash_stream(
     progress: Callable[[int], object] | None = None,
     chunk_size: int = CHUNK_SIZE,
 ) -> FileDigests:
-    """Hash a stream in one pass; every chunk is also handed to ``sink`` (e.g. a file being written)."""
+    """Hash a stream in one pass; every chunk is also handed to ``sink`` (e.g. a file being written).
+
+    With a sink, reading, hashing and the sink overlap: each runs on its own thread over a ring of
+    private buffers, so the bytes hashed are exactly the bytes written, even if the source changes.
+    """
     b3 = _new_blake3() if chunk_size >= _THREADS_MIN_CHUNK else blake3.blake3()
     s2 = hashlib.sha256() if sha256 else None
-    size = 0
-    for chunk in iter_chunks(stream, chunk_size):
-        b3.update(chunk)
+
+    def digest(view: memoryview) -> None:
+        b3.update(view)
         if s2 is not None:
-            s2.update(chunk)
-        if sink is not None:
-            sink(chunk)
-        size += len(chunk)
-        if progress is not None:
-            progress(len(chunk))
+            s2.update(view)
+
+    size = 0
+    if sink is None:
+        for chunk in iter_chunks(stream, chunk_size):
+            digest(chunk)
+            size += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
+    else:
+        size = _pipeline(stream, digest, sink, progress, chunk_size)
     return FileDigests(
         blake3=Digest(HexDigest(b3.hexdigest())),
         size=size,
         sha256=s2.hexdigest() if s2 is not None else None,
     )
+
+
+def _pipeline(
+    stream: BinaryIO,
+    digest: Callable[[memoryview], object],
+    sink: Callable[[memoryview], object],
+    progress: Callable[[int], object] | None,
+    chunk_size: int,
+) -> int:
+    """Read into a ring of buffers; one thread hashes and one writes each buffer, in order."""
+    ring = [bytearray(chunk_size) for _ in range(3)]
+    pending: list[list[Future[object]]] = [[] for _ in ring]
+    size = 0
+    with ThreadPoolExecutor(1) as hasher, ThreadPoolExecutor(1) as writer:
+        try:
+            i = 0
+            while True:
+                slot = i % len(ring)
+                for f in pending[slot]:
+                    f.result()
+                view = memoryview(ring[slot])
+                n = stream.readinto(view)  # type: ignore[attr-defined]
+                if not n:
+                    break
+                part = view[:n]
+                pending[slot] = [hasher.submit(digest, part), writer.submit(sink, part)]
+                size += n
+                if progress is not None:
+                    progress(n)
+                i += 1
+        finally:
+            for futures in pending:
+                for f in futures:
+                    f.result()
+    return size
 
 
 def hash_file(

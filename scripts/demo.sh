@@ -8,8 +8,8 @@
 # ${LEDGER_ENGINE_CACHE:-~/.cache/evidence-ledger/engines} afterwards).
 #
 # Steps: build/reuse the llama.cpp engine venv and the tiny GGUF model → ledger init → collect host →
-# collect model → collect run campaigns/llamacpp-cpu.toml → ledger verify. The campaign's READY control
-# fails honestly (the tiny random model answers gibberish): the ladder result is
+# collect model → collect run campaigns/llamacpp-cpu.toml → ledger verdict --record → ledger verify. The
+# campaign's READY control fails honestly (the tiny random model answers gibberish): the verdict is
 # "NOT QUALIFIED — CONTROL", and the ledger verifies clean.
 set -euo pipefail
 
@@ -46,6 +46,9 @@ if [[ $run_rc -ne 0 && $run_rc -ne 1 ]]; then
   echo "demo: the campaign run failed to complete (exit $run_rc)" >&2
   exit "$run_rc"
 fi
+
+step "ledger verdict (policy backend-qualification, recorded as a signed verdict entry)"
+"$LEDGER" --home "$DEMO_HOME" verdict --subject campaign=llamacpp-cpu-tiny --record
 
 step "ledger verify"
 "$LEDGER" --home "$DEMO_HOME" verify
