@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from ledger import errors as _errors
+from ledger.atomic import fsync_dir, write_atomic
 from ledger.entries import ArtifactRef
 from ledger.errors import IntegrityError, LedgerError, RemoteUnavailableError
 from ledger.hashing import Digest, HexDigest, blake3_hex, hash_file
@@ -121,14 +122,6 @@ class LedgerClient:
 # --- the spool ---------------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Spool:
     """Envelopes and artifacts waiting for the server: ``entries/<order>-<id>.json``, ``artifacts/<hex>``."""
 
@@ -175,18 +168,7 @@ class Spool:
             files = self.entry_files()
             order = int(files[-1].name.split("-", 1)[0]) + 1 if files else 1
             final = self.entries_dir / f"{order:012d}-{entry_id}.json"
-            fd, tmp = tempfile.mkstemp(prefix=".spool-", dir=self.entries_dir)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(envelope)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, final)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            _fsync_dir(self.entries_dir)
+            write_atomic(final, envelope, mode=0o600)
             return final
 
     def add_artifact(self, path: Path, digest: Digest) -> Path:
@@ -209,7 +191,7 @@ class Spool:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        _fsync_dir(self.artifacts_dir)
+        fsync_dir(self.artifacts_dir)
         return final
 
     def remove(self, paths: Sequence[Path]) -> None:
@@ -217,7 +199,7 @@ class Spool:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
         if paths:
-            _fsync_dir(paths[0].parent)
+            fsync_dir(paths[0].parent)
 
 
 @dataclass

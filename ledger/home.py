@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger.atomic import write_atomic
 from ledger.errors import ConfigError, HomeNotInitialisedError, InputError
 from ledger.signing import SigningKey
 
@@ -90,9 +91,8 @@ class Home:
 
     def write_config(self, cfg: HomeConfig) -> None:
         lines = [f"{k} = {json.dumps(v)}" for k, v in cfg.__dict__.items()]
-        tmp = self.config_path.with_name(f".{CONFIG_NAME}.tmp")
-        tmp.write_text("# evidence ledger home configuration\n" + "\n".join(lines) + "\n")
-        os.replace(tmp, self.config_path)
+        text = "# evidence ledger home configuration\n" + "\n".join(lines) + "\n"
+        write_atomic(self.config_path, text.encode())
 
     @staticmethod
     def new_origin() -> str:

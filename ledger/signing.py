@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NewType
@@ -13,6 +12,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes, parse_canonical, parse_json
 from ledger.errors import EnvelopeError, InputError, KeyNotFoundError, SignatureError
 from ledger.hashing import blake3_hex
@@ -109,14 +109,7 @@ class SigningKey:
         pem = self.private.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, pem, mode=0o600)
 
     @classmethod
     def load(cls, name: str, path: Path) -> SigningKey:

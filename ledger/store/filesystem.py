@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from ledger.atomic import fsync_dir
 from ledger.errors import (
     ArtifactCorruptError,
     ArtifactMissingError,
@@ -47,14 +48,6 @@ def _write_all(out: io.FileIO, data: memoryview) -> None:
         if not n:
             raise OSError(errno.EIO, "write wrote nothing")
         view = view[n:]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FilesystemStore:
@@ -106,7 +99,7 @@ class FilesystemStore:
             final.parent.mkdir(exist_ok=True)
             os.chmod(tmp, 0o444)
             os.replace(tmp, final)
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
             return StoredArtifact(digests.blake3, digests.size, digests.sha256, created=True)
         except OSError as e:
             with contextlib.suppress(OSError):
