@@ -58,11 +58,8 @@ def list_entries(
         limit=limit,
         descending=order == "desc",
     )
-    names = ledger.signer_names()
-    return {
-        "entries": [entry_json(ledger, e, names) for e in entries],
-        "next_after": entries[-1].seq if len(entries) == limit else None,
-    }
+    page: dict[str, Any] = ledger.page_json(entries, limit)
+    return page
 
 
 @router.get(

@@ -394,16 +394,10 @@ def log_cmd(
         after_seq=after,
         limit=limit,
     )
-    names = ledger.signer_names()
     if json_out:
-        print_json(
-            {
-                "entries": [e.to_json(names.get(e.signer)) for e in entries],
-                "next_after": entries[-1].seq if len(entries) == limit else None,
-            }
-        )
+        print_json(ledger.page_json(entries, limit))
     else:
-        out.print(_entry_table(entries, names))
+        out.print(_entry_table(entries, ledger.signer_names()))
 
 
 # --- integrity -----------------------------------------------------------------------------------------

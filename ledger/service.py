@@ -719,6 +719,14 @@ class Ledger:
             )
             return [_row_to_entry(r) for r in rows]
 
+    def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]:
+        """The one JSON shape of a page of search results (CLI ``log --json`` and the API alike)."""
+        names = self.signer_names()
+        return {
+            "entries": [e.to_json(names.get(e.signer)) for e in entries],
+            "next_after": entries[-1].seq if entries and len(entries) == limit else None,
+        }
+
     def signer_names(self) -> dict[str, str]:
         return {k: r.name for k, r in self.keyring().keys.items()}
 
