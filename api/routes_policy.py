@@ -1,78 +1,153 @@
-"""Verdicts and routing-change checks, served by the policy engine (`ledger.policy`) when installed."""
+"""Verdicts and routing-change checks: the policy engine (`ledger.policy`) over HTTP.
+
+``GET /v1/verdict`` answers the bytes ``ledger verdict --json`` prints; ``POST /v1/routing-check`` answers
+what ``ledger check routing-change --json`` prints (HTTP 200 whether the change is allowed or refused: the
+answer is in ``allowed`` and ``reasons``). Errors go through the app's one error handler.
+"""
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from types import ModuleType
-from typing import Annotated, Any
+import re
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ledger.api.auth import Reader
 from ledger.api.bodies import read_json_body
 from ledger.api.models import ErrorOut
-from ledger.errors import InputError, NotAvailableError
+from ledger.canonical import canonical_bytes
+from ledger.entries import parse_time
+from ledger.errors import InputError
+from ledger.policy import check_routing_change, evaluate, load_policy
+from ledger.policy.loader import LoadedPolicy
 from ledger.service import parse_subject_args
 
-__all__ = ["router"]
+__all__ = ["RoutingCheckIn", "router"]
 
 router = APIRouter(
     prefix="/v1",
     tags=["policy"],
-    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 501: {"model": ErrorOut}},
+    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
 )
 
-
-def _policy_function(*names: str) -> Any:
-    """The first of ``names`` that the policy engine provides, or 501 when there is no engine yet."""
-    try:
-        module: ModuleType = importlib.import_module("ledger.policy")
-    except ModuleNotFoundError as e:
-        raise NotAvailableError("the policy engine is not installed on this server") from e
-    for name in names:
-        fn = getattr(module, name, None)
-        if callable(fn):
-            return fn
-    raise NotAvailableError(f"the policy engine offers none of {', '.join(names)}")
+# Over HTTP a policy is named, never a path: the server reads only its own policy folder.
+_POLICY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
 
 
-def _as_json(value: Any) -> Any:
-    to_json = getattr(value, "to_json", None)
-    return to_json() if callable(to_json) else value
+def _subject(subject: dict[str, str]) -> dict[str, str]:
+    if not subject:
+        raise InputError("name the subject: at least one FIELD=VALUE")
+    for k, v in subject.items():
+        if not k or not v or "\x00" in k or "\x00" in v or len(k) > 64 or len(v) > 512:
+            raise InputError(f"subject {k!r}={v!r} is not a FIELD=VALUE the log can hold")
+    return subject
 
 
-def _call(fn: Any, ledger: Any, **kwargs: Any) -> Any:
-    accepted = inspect.signature(fn).parameters
-    return fn(ledger, **{k: v for k, v in kwargs.items() if k in accepted})
+def _policy(name: str) -> LoadedPolicy:
+    if not _POLICY_NAME.match(name):
+        raise InputError(
+            f"policy {name!r} is not a policy name",
+            hint="name a policy of the server's policy folder, e.g. backend-qualification",
+        )
+    return load_policy(name)
 
 
-@router.get("/verdict", summary="Evaluate a policy over a subject's evidence (no entry is written)")
+@router.get(
+    "/verdict",
+    summary="Evaluate a qualification policy over a subject's evidence (no entry is written)",
+    response_description="the verdict JSON, byte for byte what `ledger verdict --json` prints",
+    responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
+    response_class=Response,
+)
 def verdict(
     request: Request,
     _who: Reader,
-    subject: Annotated[list[str], Query(description="FIELD=VALUE, repeatable")],
-    policy: Annotated[str, Query(description="policy name or path")],
-    at_size: Annotated[int | None, Query(ge=0, description="evaluate as of this log size")] = None,
-) -> Any:
+    subject: Annotated[list[str], Query(description="FIELD=VALUE, repeatable; all must match")],
+    policy: Annotated[
+        str, Query(description="policy name in the server's policy folder", max_length=100)
+    ] = "backend-qualification",
+    at: Annotated[int | None, Query(ge=1, description="evaluate the log as it stood at this size")] = None,
+) -> Response:
     from ledger.api.app import served
 
-    fn = _policy_function("evaluate", "evaluate_policy")
-    subj = parse_subject_args(subject)
-    if not subj:
-        raise InputError("a verdict needs at least one subject FIELD=VALUE")
-    return _as_json(_call(fn, served(request).ledger, subject=subj, policy=policy, at_size=at_size))
+    subj = _subject(parse_subject_args(subject))
+    result = evaluate(served(request).ledger, subj, _policy(policy), at_size=at)
+    return Response(canonical_bytes(result) + b"\n", media_type="application/json")
 
 
-@router.post("/routing-check", summary="May this routing change happen, given the recorded verdicts?")
+class Service(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    model: str | None = Field(default=None, max_length=500)
+    gpus: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1, max_length=64)
+    gpu_memory_utilization: float = Field(default=0.0, ge=0.0, le=1.0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Deployment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str | None = Field(default=None, max_length=500)
+    services: list[Service] = Field(min_length=1, max_length=256)
+
+
+class RoutingCheckIn(BaseModel):
+    """A routing change to judge; the fields mirror `ledger check routing-change`'s options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subject: dict[str, str] = Field(
+        description='at least model and host, e.g. {"model": "qwen/qwen3.8-27b", "host": "gpu-box-1"}'
+    )
+    action: Literal["route", "restore"] = "route"
+    deployment: Deployment | None = Field(
+        default=None, description="the deployment after the change (services, GPUs, utilisation)"
+    )
+    now: str | None = Field(default=None, description="judge as of this time (RFC 3339; default: now)")
+    policy: str = Field(default="routing-change", max_length=100)
+
+
+@router.post(
+    "/routing-check",
+    summary="May this routing change happen, given the recorded verdicts and probes? (nothing is written)",
+    response_description="`allowed` true/false with `reasons`, as `ledger check routing-change --json`",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": RoutingCheckIn.model_json_schema()}},
+        }
+    },
+)
 async def routing_check(request: Request, _who: Reader) -> Any:
     from ledger.api.app import served
 
     state = served(request)
     body = await read_json_body(request, state.settings.max_body_bytes)
-    if not isinstance(body, dict):
-        raise InputError("the body must be a JSON object describing the routing change")
-    fn = _policy_function("check_routing", "routing_check", "check_routing_change")
-    result = await run_in_threadpool(lambda: fn(state.ledger, body))
-    return _as_json(result)
+    try:
+        req = RoutingCheckIn.model_validate(body)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        raise InputError(f"{where}: {first.get('msg', 'invalid routing change')}") from None
+    subject = _subject(dict(req.subject))
+    try:
+        now = parse_time(req.now) if req.now else None
+    except OverflowError:
+        raise InputError(f"now: {req.now!r} is outside the range of times") from None
+    # the deployment as sent (only the fields given), as `--deployment FILE` would read it
+    deployment = req.deployment.model_dump(exclude_unset=True) if req.deployment is not None else None
+
+    def run() -> dict[str, Any]:
+        return check_routing_change(
+            state.ledger,
+            _policy(req.policy),
+            subject,
+            action=req.action,
+            deployment=deployment,
+            now=now,
+        )
+
+    return await run_in_threadpool(run)

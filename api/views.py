@@ -27,17 +27,30 @@ _PAGE = 500
 
 
 def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | None:
+    """The latest recorded ``verdict`` entry naming FIELD=VALUE (``ledger verdict --record`` writes them)."""
     found = ledger.query(subject={field: value}, kind="verdict", descending=True, limit=1)
     if not found:
         return None
     p = found[0].statement.payload
+    policy: dict[str, Any] = p["policy"] if isinstance(p.get("policy"), dict) else {}
+    checkpoint: dict[str, Any] = p["checkpoint"] if isinstance(p.get("checkpoint"), dict) else {}
     return {
         "verdict": p.get("verdict"),
         "status": p.get("status"),
         "id": found[0].entry_id,
-        "policy": p.get("policy", {}),
+        "policy": policy,
+        "policy_name": policy.get("name", ""),
+        "checkpoint_size": checkpoint.get("size"),
         "logged_at": found[0].logged_at,
     }
+
+
+def _rejection_reason(item: dict[str, Any]) -> str:
+    """A verdict's rejection as a reviewer reads it: the engine's ``rule: detail`` (older: ``reason``)."""
+    if item.get("reason"):
+        return str(item["reason"])
+    rule, detail = item.get("rule", ""), item.get("detail", "")
+    return f"{rule}: {detail}" if rule and detail else str(rule or detail)
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -88,7 +101,7 @@ def _annotate(entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
                         "tag": "rejected by policy",
                         "bad": True,
                         "by": e.entry_id,
-                        "reason": item.get("reason", ""),
+                        "reason": _rejection_reason(item),
                     }
                 )
     return notes

@@ -249,6 +249,13 @@ def filter_evidence(
     art_cache: dict[str, tuple[str, str] | None] = {}
     support: dict[str, list[str]] = {}
     post_reset = set(acc.post_reset_kinds)
+    rules_by_kind: dict[str, list[tuple[Any, Any]]] = {}
+    for rule, cond in policy.rules:  # in policy order, per kind
+        for rule_kind in dict.fromkeys(rule.kinds):
+            rules_by_kind.setdefault(rule_kind, []).append((rule, cond))
+    cel_kinds = set(rules_by_kind)
+    for reqs in (policy.review_required, policy.acceptance_required):
+        cel_kinds.update(k for req, _ in reqs for k in req.kinds)
 
     for e in trusted:
         if e.id in superseded_by:
@@ -258,8 +265,8 @@ def filter_evidence(
             continue
         if e.kind in ACTING_KINDS:
             continue
-        decisions = acceptances.get(e.id, [])
-        latest_acc = _latest(decisions)
+        decisions = acceptances.get(e.id)
+        latest_acc = _latest(decisions) if decisions else None
         if latest_acc is not None and latest_acc.payload.get("decision") == "rejected":
             reject(
                 e,
@@ -309,17 +316,23 @@ def filter_evidence(
             if problem_b is not None:
                 reject(e, "bindings-mismatch", problem_b, manifest_sources[0] if manifest_sources else None)
                 continue
-        ctx = {"e": e.view(), "params": params, "manifest": manifest, "job": job_view}
+        # CEL sees the entry only where a rule or requirement names its kind
+        ctx: dict[str, Any] = (
+            {"e": e.view(), "params": params, "manifest": manifest, "job": job_view}
+            if e.kind in cel_kinds
+            else {}
+        )
         hit = False
-        for rule, cond in policy.rules:
-            if e.kind in rule.kinds and cond.holds(ctx):
+        for rule, cond in rules_by_kind.get(e.kind, ()):
+            if cond.holds(ctx):
                 reject(e, rule.name, render(rule.detail, ctx))
                 hit = True
                 break
         if hit:
             continue
-        review_list = sorted(reviews.get(e.id, []), key=lambda x: x.seq)
-        problem_r = _review_problem(review_list, acc.repaired_commit_required)
+        reviewed = reviews.get(e.id)
+        review_list = sorted(reviewed, key=lambda x: x.seq) if reviewed else []
+        problem_r = _review_problem(review_list, acc.repaired_commit_required) if reviewed else None
         if problem_r is not None:
             reject(e, "review-fail", problem_r[0], problem_r[1])
             continue

@@ -7,15 +7,17 @@ it was written (policy file and line) so that compile and evaluation errors name
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import cel
 
 from ledger.errors import PolicyError
 
-__all__ = ["Condition", "compile_condition", "shared_context"]
+__all__ = ["Condition", "FieldsRead", "compile_condition", "fields_read", "shared_context"]
 
 
 def shared_context(variables: Mapping[str, Any]) -> cel.Context:
@@ -67,3 +69,109 @@ def compile_condition(source: str, where: str) -> Condition:
         detail = lines[1] if len(lines) > 1 else (lines[0] if lines else "syntax error")
         raise PolicyError(f"{where}: CEL syntax error in `{text}`: {detail.strip()}") from e
     return Condition(text, where, program)
+
+
+@dataclass(frozen=True)
+class FieldsRead:
+    """The fields of list elements (and of their ``payload``) that some CEL expressions read.
+
+    ``payload`` None: the payload map is used whole (so every payload field is needed). ``as_set``: the
+    list is only ever quantified with ``exists``/``all`` — whose value does not depend on how often or
+    where an element occurs — so equal elements may be passed once.
+    """
+
+    top: frozenset[str]
+    payload: frozenset[str] | None
+    as_set: bool = False
+
+
+_Q3D = '"' * 3
+_Q3S = "'" * 3
+_STRING = "|".join(
+    (
+        _Q3D + r"(?:\\.|[^\\])*?" + _Q3D,
+        _Q3S + r"(?:\\.|[^\\])*?" + _Q3S,
+        r'"(?:\\.|[^"\\\n])*"',
+        r"'(?:\\.|[^'\\\n])*'",
+    )
+)
+_TOKEN = re.compile(
+    r"(?P<str>[rRbB]{0,2}(?:" + _STRING + r"))"
+    r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|(?P<num>[0-9][0-9A-Za-z_]*(?:\.[0-9][0-9A-Za-z_]*)?)"
+    r"|(?P<ws>\s+)"
+    r"|(?P<op>.)",
+    re.DOTALL,
+)
+_ELEMENT_MACROS = frozenset({"exists", "all", "exists_one"})
+
+
+def _tokens(source: str) -> list[str] | None:
+    out: list[str] = []
+    pos = 0
+    while pos < len(source):
+        m = _TOKEN.match(source, pos)
+        if m is None:
+            return None
+        pos = m.end()
+        kind = m.lastgroup
+        if kind == "ws":
+            continue
+        out.append('""' if kind == "str" else m.group())
+    return out
+
+
+@lru_cache(maxsize=256)
+def _fields_read(list_name: str, sources: tuple[str, ...]) -> FieldsRead | None:
+    top: set[str] = set()
+    payload: set[str] | None = set()
+    as_set = True
+    for source in sources:
+        toks = _tokens(source)
+        if toks is None or "[" in toks:
+            return None  # indexing (``e['kind']``, ``evidence[0]``) may read any field
+        n = len(toks)
+
+        def at(i: int, toks: list[str] = toks, n: int = n) -> str:
+            return toks[i] if 0 <= i < n else ""
+
+        bound: set[str] = set()
+        for i, t in enumerate(toks):
+            # ``evidence.exists(v, …)``: v is an element; any other use of the list could read anything
+            if t == list_name and at(i - 1) != ".":
+                macro = at(i + 1) == "." and at(i + 2) in _ELEMENT_MACROS and at(i + 3) == "("
+                if macro and at(i + 5) == ",":
+                    bound.add(at(i + 4))
+                    as_set = as_set and at(i + 2) in ("exists", "all")
+                elif at(i - 1) == "(" and at(i - 2) == "size" and at(i + 1) == ")":
+                    as_set = False
+                else:
+                    return None
+        for i, t in enumerate(toks):
+            if t in bound and at(i - 1) != ".":
+                if at(i + 1) == ",":
+                    continue  # the binding itself
+                # an element is only ever read field by field: ``v.kind``, ``v.payload…``
+                if at(i + 1) != "." or not _is_name(at(i + 2)) or at(i + 3) == "(":
+                    return None
+                top.add(at(i + 2))
+            if t == "payload" and at(i - 1) == "." and payload is not None:
+                if at(i + 1) == "." and _is_name(at(i + 2)) and at(i + 3) != "(":
+                    payload.add(at(i + 2))
+                else:
+                    payload = None  # ``size(e.payload)``, ``'x' in e.payload``, ``e.payload.all(…)``
+    return FieldsRead(frozenset(top), None if payload is None else frozenset(payload), as_set)
+
+
+def _is_name(tok: str) -> bool:
+    return bool(tok) and (tok[0].isalpha() or tok[0] == "_")
+
+
+def fields_read(list_name: str, sources: Iterable[str]) -> FieldsRead | None:
+    """Which element fields CEL ``sources`` read from the list variable ``list_name``, or None if that
+    cannot be told for sure (then callers pass whole elements).
+
+    Elements may be used only as ``list.exists|all|exists_one(v, …)`` with ``v`` read as ``v.field``
+    (and ``size(list)``); no indexing anywhere. A conservative lexical check: anything else → None.
+    """
+    return _fields_read(list_name, tuple(sources))

@@ -12,10 +12,10 @@ from ledger.entries import KIND_MODELS
 from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SignatureError
 from ledger.hashing import blake3_hex
 from ledger.policy.acceptance import Filtered, filter_evidence, render
-from ledger.policy.conditions import shared_context
-from ledger.policy.loader import LoadedPolicy, load_policy
+from ledger.policy.conditions import FieldsRead, fields_read, shared_context
+from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
-from ledger.policy.snapshot import Evidence, Snapshot, check_signature, load_snapshot
+from ledger.policy.snapshot import Evidence, Snapshot, check_signature, load_snapshot, slim_views
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -46,12 +46,34 @@ def checkpoint_root(ledger: Ledger, size: int) -> str:
 
 
 def _identity(accepted: list[Evidence]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key in IDENTITY_FIELDS:
-        values = {e.subject[key] for e in accepted if key in e.subject}
-        if len(values) == 1:
-            out[key] = values.pop()
-    return out
+    values: dict[str, set[str]] = {key: set() for key in IDENTITY_FIELDS}
+    for e in accepted:
+        subj = e.subject
+        for key in IDENTITY_FIELDS:
+            if key in subj:
+                values[key].add(subj[key])
+    return {key: next(iter(v)) for key, v in values.items() if len(v) == 1}
+
+
+def _gate_fields(g: CompiledGate) -> FieldsRead | None:
+    """The evidence fields a gate's CEL reads (its checks get slim views), or None: whole views."""
+    sources = [c.source for c, _ in g.checks]
+    if g.require is not None:
+        sources.append(g.require.source)
+    return fields_read("evidence", sources)
+
+
+def _views(candidates: list[Evidence], fields: FieldsRead | None) -> list[dict[str, Any]]:
+    if fields is None:
+        return [e.view() for e in candidates]
+    return slim_views(candidates, fields.top, fields.payload, as_set=fields.as_set)
+
+
+def _render(template: str, ctx: dict[str, Any], candidates: list[Evidence]) -> str:
+    """Fill a gate message; a template that names the evidence gets the whole views."""
+    if "evidence" in template:
+        ctx = {**ctx, "evidence": [e.view() for e in candidates]}
+    return render(template, ctx)
 
 
 def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[dict[str, Any], set[str]]:
@@ -61,10 +83,13 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
     used: set[str] = set()
     stopped: tuple[str, str] | None = None  # (gate, status) of the first gate that did not pass
     verdict = QUALIFIED
+    by_kind: dict[str, list[Evidence]] = {}
+    for e in filtered.accepted:
+        by_kind.setdefault(e.kind, []).append(e)
+    columns: dict[tuple[str, str], list[Any]] = {}
     for g in policy.gates:
         spec = g.spec
-
-        candidates = [e for e in filtered.accepted if _selected(e, spec, g, params)]
+        candidates = _candidates(g, filtered.accepted, by_kind, params, columns)
         out: dict[str, Any] = {"name": spec.name, "verdict_if_failed": spec.verdict}
         if stopped is not None:
             out.update(
@@ -76,7 +101,7 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             gates.append(out)
             continue
         ctx = {
-            "evidence": [e.view() for e in candidates],
+            "evidence": _views(candidates, _gate_fields(g)),
             "params": params,
             "manifest": filtered.manifest,
             "count": len(candidates),
@@ -86,7 +111,7 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
         out["evidence"] = [e.id for e in candidates]
         if not present:
             rej = [r for r in filtered.rejected if _safe_selected(r.entry, spec, g, params)]
-            reason = render(spec.missing, ctx)
+            reason = _render(spec.missing, ctx, candidates)
             if rej:
                 rules = Counter(r.rule for r in rej)
                 reason += "; only rejected evidence: " + ", ".join(
@@ -96,7 +121,7 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             stopped = (spec.name, "has no accepted evidence")
             verdict = INCONCLUSIVE
         else:
-            fails = [render(msg, ctx) for cond, msg in g.checks if not cond.holds(shared)]
+            fails = [_render(msg, ctx, candidates) for cond, msg in g.checks if not cond.holds(shared)]
             out.update(
                 status="failed" if fails else "passed",
                 reason="; ".join(fails) if fails else "all checks hold",
@@ -108,8 +133,8 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
         gates.append(out)
     for eid in list(used):
         used.update(filtered.support.get(eid, ()))
-    order = {e.id: e.seq for e in snap.entries}
-    used_sorted = sorted(used, key=lambda i: order.get(i, -1))
+    by_id = snap.by_id
+    used_sorted = sorted(used, key=lambda i: by_id[i].seq if i in by_id else -1)
     result: dict[str, Any] = {
         "verdict": verdict,
         "status": STATUS.get(verdict, "not_qualified"),
@@ -163,6 +188,48 @@ def _matches(e: Evidence, selector: dict[str, Any]) -> bool:
         elif got != want:
             return False
     return True
+
+
+def _candidates(
+    g: CompiledGate,
+    accepted: list[Evidence],
+    by_kind: dict[str, list[Evidence]],
+    params: dict[str, Any],
+    columns: dict[tuple[str, str], list[Any]],
+) -> list[Evidence]:
+    """``[e for e in accepted if _selected(e, …)]``, computed per kind: a field's values are read once
+    per evaluation (``columns``) and shared by every gate that selects on it."""
+    spec = g.spec
+    if not spec.select:
+        wanted = set(spec.kinds)
+        pool = [e for e in accepted if e.kind in wanted]
+    else:
+        chosen: set[int] = set()
+        for sel in spec.select:
+            kind = sel["kind"]
+            entries = by_kind.get(kind, [])
+            keep = [True] * len(entries)
+            for path, want in sel.items():
+                if path == "kind":
+                    continue
+                col = columns.get((kind, path))
+                if col is None:
+                    col = columns[(kind, path)] = [_field(e, path) for e in entries]
+                for i, got in enumerate(col):
+                    if keep[i] and not _equal(got, want):
+                        keep[i] = False
+            chosen.update(id(e) for e, k in zip(entries, keep, strict=True) if k)
+        pool = [e for e in accepted if id(e) in chosen]
+    if g.where is None:
+        return pool
+    return [e for e in pool if g.where.holds({"e": e.view(), "params": params})]
+
+
+def _equal(got: Any, want: Any) -> bool:
+    """One selector field: equality; a list of wanted values means one of them."""
+    if isinstance(want, list) and not isinstance(got, list):
+        return got in want
+    return bool(got == want)
 
 
 def _selected(e: Evidence, spec: Any, g: Any, params: dict[str, Any]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,18 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
     return out
 
 
+# One policy file's validated spec and compiled CEL, cached by (file name, bytes): a changed file is
+# read anew, an unchanged one is not re-validated and recompiled on every verdict. Errors are not cached.
+@lru_cache(maxsize=64)
+def _parsed(filename: str, data: bytes) -> PolicyFile:
+    return parse_policy_text(data.decode("utf-8"), filename)
+
+
+@lru_cache(maxsize=64)
+def _compiled(filename: str, data: bytes) -> dict[str, Any]:
+    return _compile(_parsed(filename, data), data.decode("utf-8"), filename)
+
+
 def _resolve(name_or_path: str, policy_dir: Path) -> Path:
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         return Path(name_or_path)
@@ -206,7 +219,7 @@ def load_policy(
     except UnicodeDecodeError as e:
         raise PolicyError(f"{path}: not UTF-8 text") from e
     filename = str(path)
-    spec = parse_policy_text(text, filename)
+    spec = _parsed(filename, data)
     if path.stem != spec.policy.name:
         raise PolicyError(
             f"{filename}:{key_line(text, 'policy', None, 'name') or 1}: policy name "
@@ -226,7 +239,7 @@ def load_policy(
         raise PolicyError(f"{filename}: a qualification policy needs at least one [[gates]] table")
     if spec.policy.kind == "routing" and spec.routing is None:
         raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
-    compiled = _compile(spec, text, filename)
+    compiled = dict(_compiled(filename, data))  # the cached dict is shared: never modify it
     if acceptance_policy is not None:
         compiled["rules"] = acceptance_policy.rules + compiled["rules"]
         if spec.acceptance is None:

@@ -14,7 +14,7 @@ from ledger.errors import InputError, PolicyError, SignatureError
 from ledger.policy.acceptance import _trust_problem, render
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.model import parse_duration
-from ledger.policy.snapshot import Evidence, Snapshot, check_signature, evidence_from_row
+from ledger.policy.snapshot import Evidence, Snapshot, check_signature, evidence_from_row, keyring_at
 
 if TYPE_CHECKING:
     from ledger.service import Ledger
@@ -152,7 +152,7 @@ def check_routing_change(
         size=size,
         subject=subject,
         entries=[],
-        keyring=ledger.keyring(at_size=size),
+        keyring=keyring_at(ledger, size),
         reference_time=format_time(when),
     )
     params = policy.params

@@ -3,24 +3,92 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from ledger.entries import KIND_MODELS, parse_time
 from ledger.errors import EntryNotFoundError, IntegrityError, SignatureError
-from ledger.signing import PublicKey, pae
+from ledger.keyring import Keyring
+from ledger.signing import PublicKey, pae, parse_envelope
 
 if TYPE_CHECKING:
-    from ledger.keyring import Keyring
     from ledger.service import Ledger
 
-__all__ = ["Evidence", "Snapshot", "check_signature", "evidence_from_row", "load_snapshot"]
+__all__ = [
+    "Evidence",
+    "Snapshot",
+    "check_signature",
+    "clear_caches",
+    "evidence_from_row",
+    "keyring_at",
+    "load_snapshot",
+    "slim_views",
+]
+
+# Entries are immutable, but a row can be edited behind the log's back (the tamper test does exactly that),
+# so the caches below are keyed by the SHA-256 of the stored envelope bytes, never by the entry id alone:
+# bytes that differ from the ones parsed or verified before simply miss the cache.
+PARSE_CACHE_ENTRIES = 50_000  # parsed statements (a 10,000-entry campaign several times over)
+SIGNATURE_CACHE_ENTRIES = 500_000  # (envelope digest → public key) pairs whose signature verified
+
+
+class _Parsed:
+    """What the envelope bytes say, parsed once per process; shared between evaluations, never mutated."""
+
+    __slots__ = ("payload_bytes", "payload_type", "signature", "statement")
+
+    def __init__(self, payload_type: str, payload_bytes: bytes, signature: bytes, statement: Any) -> None:
+        self.payload_type = payload_type
+        self.payload_bytes = payload_bytes
+        self.signature = signature
+        self.statement = statement
+
+
+class _Bounded:
+    """A thread-safe dict that forgets its oldest insertions past ``limit`` entries."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.lock = threading.Lock()
+        self.data: dict[bytes, Any] = {}
+
+    def get_many(self, keys: Iterable[bytes]) -> list[Any]:
+        with self.lock:
+            get = self.data.get
+            return [get(k) for k in keys]
+
+    def get(self, key: bytes) -> Any:
+        with self.lock:
+            return self.data.get(key)
+
+    def put(self, key: bytes, value: Any) -> None:
+        with self.lock:
+            self.data[key] = value
+            if len(self.data) > self.limit:
+                for old in list(self.data)[: max(1, self.limit // 10)]:
+                    del self.data[old]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.data.clear()
+
+
+_PARSED = _Bounded(PARSE_CACHE_ENTRIES)
+_VERIFIED = _Bounded(SIGNATURE_CACHE_ENTRIES)
+
+
+def clear_caches() -> None:
+    """Forget every parsed envelope and every signature check (tests; a process never needs to)."""
+    _PARSED.clear()
+    _VERIFIED.clear()
 
 
 @cache
@@ -35,7 +103,11 @@ def _defaults(kind: str) -> dict[str, Any]:
     return out
 
 
-@dataclass(eq=False)
+# RFC 3339 text → datetime is a pure function; log times repeat (one per append batch)
+_time = lru_cache(maxsize=1 << 16)(parse_time)
+
+
+@dataclass(eq=False, slots=True)
 class Evidence:
     """One logged entry, parsed once; ``view()`` is what CEL conditions see as ``e``."""
 
@@ -48,6 +120,7 @@ class Evidence:
     payload_type: str
     payload_bytes: bytes
     signature: bytes
+    digest: bytes = b""  # SHA-256 of the stored envelope bytes ("" when built another way)
     signer_name: str = ""
     roles: tuple[str, ...] = ()
     in_subject: bool = True
@@ -73,17 +146,20 @@ class Evidence:
     @property
     def collected_time(self) -> datetime:
         if self._collected is None:
-            self._collected = parse_time(self.collected_at)
+            self._collected = _time(self.collected_at)
         return self._collected
 
     @property
     def logged_time(self) -> datetime:
         if self._logged is None:
-            self._logged = parse_time(self.logged_at)
+            self._logged = _time(self.logged_at)
         return self._logged
 
     def refs(self, rel: str) -> list[str]:
-        return [r["id"] for r in self.statement.get("refs", ()) if r["rel"] == rel]
+        refs = self.statement.get("refs")
+        if not refs:
+            return []
+        return [r["id"] for r in refs if r["rel"] == rel]
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:
@@ -91,6 +167,7 @@ class Evidence:
         return a
 
     def view(self) -> dict[str, Any]:
+        """Every field; payload filled with the kind's model defaults."""
         if self._view is None:
             refs: dict[str, list[str]] = {}
             for r in self.statement.get("refs", ()):
@@ -111,9 +188,137 @@ class Evidence:
             }
         return self._view
 
+    def slim_view(self, top: frozenset[str], payload: frozenset[str] | None) -> dict[str, Any]:
+        """``view()`` restricted to the ``top`` fields and (unless None: all) the ``payload`` fields.
+
+        Equal to the full view for any CEL expression that reads only those fields by name (see
+        ``ledger.policy.conditions.fields_read``); much cheaper to convert for long evidence lists.
+        """
+        if self._view is not None:
+            full = self._view
+            out = {k: full[k] for k in top if k in full}
+            if payload is not None and "payload" in out:
+                p = full["payload"]
+                out["payload"] = {k: p[k] for k in payload if k in p}
+            return out
+        out = {}
+        for k in top:
+            if k == "payload":
+                own = self.payload
+                defaults = _defaults(self.kind)
+                if payload is None:
+                    out[k] = {**defaults, **own}
+                else:
+                    pay: dict[str, Any] = {}
+                    for name in payload:
+                        if name in own:
+                            pay[name] = own[name]
+                        elif name in defaults:
+                            pay[name] = defaults[name]
+                    out[k] = pay
+            elif k in _SIMPLE:
+                out[k] = getattr(self, _SIMPLE[k])
+            elif k in _VIEW_FIELDS:
+                out[k] = self.view()[k]
+        return out
+
     def verify_signature(self, public: PublicKey) -> None:
-        """Re-verify the Ed25519 signature over the DSSE PAE of the stored payload bytes."""
+        """Re-verify the Ed25519 signature over the DSSE PAE of the stored payload bytes.
+
+        A success is remembered for these exact envelope bytes and this key (a failure never is), so the
+        next verdict over the same entries does not pay for Ed25519 again.
+        """
+        if self.digest and _VERIFIED.get(self.digest) == public.raw:
+            return
         public.verify(self.signature, pae(self.payload_type, self.payload_bytes))
+        if self.digest:
+            _VERIFIED.put(self.digest, public.raw)
+
+
+def slim_views(
+    entries: list[Evidence], top: frozenset[str], payload: frozenset[str] | None, *, as_set: bool = False
+) -> list[dict[str, Any]]:
+    """``[e.slim_view(top, payload) for e in entries]``, with the per-field work hoisted out of the loop.
+
+    ``as_set``: equal views are returned once (first occurrence, in order) — for lists that CEL only
+    quantifies with ``exists``/``all``. Views are equal when every value has the same type and value
+    (``1``, ``1.0`` and ``true`` stay distinct); a view holding lists or maps is always kept.
+    """
+    if payload is None or "payload" not in top or not top <= _SIMPLE.keys() | {"payload"}:
+        return [e.slim_view(top, payload) for e in entries]
+    simple = [(k, _SIMPLE[k]) for k in sorted(top) if k != "payload"]
+    names = sorted(payload)
+    defaults_by_kind: dict[str, dict[str, Any]] = {}
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for e in entries:
+        own = e.statement["payload"]
+        defaults = defaults_by_kind.get(e.kind)
+        if defaults is None:
+            d = _defaults(e.kind)
+            defaults = defaults_by_kind[e.kind] = {n: d[n] for n in names if n in d}
+        pay = {n: own[n] for n in names if n in own}
+        if len(pay) < len(names):
+            for n, v in defaults.items():
+                if n not in pay:
+                    pay[n] = v
+        view = {k: getattr(e, attr) for k, attr in simple}
+        if as_set:
+            key = _scalar_key(view, pay)
+            if key is not None:
+                if key in seen:
+                    continue
+                seen.add(key)
+        view["payload"] = pay
+        out.append(view)
+    return out
+
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def _scalar_key(view: dict[str, Any], pay: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A key equal only for views equal in CEL; None when a value is not a plain scalar."""
+    key: list[Any] = []
+    for part in (view, pay):
+        for k in sorted(part):
+            v = part[k]
+            if type(v) in _SCALARS:
+                key.append((k, type(v), v))
+            elif type(v) is float:
+                key.append((k, float, repr(v)))
+            else:
+                return None
+        key.append("|")
+    return tuple(key)
+
+
+_VIEW_FIELDS = frozenset(
+    {
+        "id",
+        "seq",
+        "kind",
+        "subject",
+        "payload",
+        "refs",
+        "signer",
+        "roles",
+        "collected_at",
+        "logged_at",
+        "artifacts",
+        "in_subject",
+    }
+)
+_SIMPLE = {
+    "id": "id",
+    "seq": "seq",
+    "kind": "kind",
+    "subject": "subject",
+    "signer": "signer_name",
+    "collected_at": "collected_at",
+    "logged_at": "logged_at",
+    "in_subject": "in_subject",
+}
 
 
 @dataclass
@@ -140,36 +345,115 @@ def evidence_from_row(row: Any) -> Evidence:
     return _parse_row(row)
 
 
-def _parse_row(row: Any) -> Evidence:
+def _parse_envelope(envelope: bytes, seq: int) -> _Parsed:
     try:
-        env = json.loads(row.envelope)
+        env = json.loads(envelope)
         payload_bytes = base64.b64decode(env["payload"], validate=True)
         sig = env["signatures"][0]
-        statement = json.loads(payload_bytes)
-        return Evidence(
-            seq=row.seq,
-            id=row.entry_id,
-            kind=row.kind,
-            signer=row.signer,
-            logged_at=row.logged_at,
-            statement=statement,
-            payload_type=env["payloadType"],
-            payload_bytes=payload_bytes,
-            signature=base64.b64decode(sig["sig"], validate=True),
+        return _Parsed(
+            env["payloadType"],
+            payload_bytes,
+            base64.b64decode(sig["sig"], validate=True),
+            json.loads(payload_bytes),
         )
     except (ValueError, KeyError, IndexError, TypeError) as e:
-        raise IntegrityError(f"stored entry at seq {row.seq} cannot be parsed: {e}") from e
+        raise IntegrityError(f"stored entry at seq {seq} cannot be parsed: {e}") from e
 
 
-def _subject_filter(t_entries: Any, t_subjects: Any, subject: dict[str, str]) -> list[Any]:
-    out = []
-    for k, v in subject.items():
-        out.append(
-            t_entries.c.seq.in_(
-                sa.select(t_subjects.c.seq).where(t_subjects.c.field == k, t_subjects.c.value == v)
-            )
-        )
+def _parse_row(row: Any) -> Evidence:
+    envelope = bytes(row.envelope)
+    digest = hashlib.sha256(envelope).digest()
+    parsed: _Parsed | None = _PARSED.get(digest)
+    if parsed is None:
+        parsed = _parse_envelope(envelope, row.seq)
+        _PARSED.put(digest, parsed)
+    return _evidence((row.seq, row.entry_id, row.kind, row.signer, row.logged_at), parsed, digest)
+
+
+def _evidence(row: Any, parsed: _Parsed, digest: bytes) -> Evidence:
+    # positional, in field order (this runs once per entry of every verdict)
+    seq, entry_id, kind, signer, logged_at = row[0], row[1], row[2], row[3], row[4]
+    return Evidence(
+        seq,
+        entry_id,
+        kind,
+        signer,
+        logged_at,
+        parsed.statement,
+        parsed.payload_type,
+        parsed.payload_bytes,
+        parsed.signature,
+        digest,
+    )
+
+
+def _parse_rows(rows: list[Any]) -> list[Evidence]:
+    """Parse many rows: one cache lookup under one lock, misses parsed and remembered."""
+    sha = hashlib.sha256
+    digests = [sha(r[5]).digest() for r in rows]
+    found = _PARSED.get_many(digests)
+    out: list[Evidence] = []
+    for r, d, hit in zip(rows, digests, found, strict=True):
+        parsed: _Parsed = hit
+        if hit is None:
+            parsed = _parse_envelope(bytes(r.envelope), r.seq)
+            _PARSED.put(d, parsed)
+        out.append(_evidence(r, parsed, d))
     return out
+
+
+def _subject_seqs(subject: dict[str, str], n: int) -> Any:
+    """SELECT seq of the subject's entries below ``n``, from the subject index alone."""
+    from ledger.service import T_SUBJECTS
+
+    s = T_SUBJECTS
+    (k0, v0), *rest = sorted(subject.items())
+    q = sa.select(s.c.seq).where(s.c.field == k0, s.c.value == v0, s.c.seq < n)
+    for k, v in rest:
+        q = q.where(s.c.seq.in_(sa.select(s.c.seq).where(s.c.field == k, s.c.value == v)))
+    return q
+
+
+def _subject_rows(conn: sa.Connection, subject: dict[str, str], n: int) -> list[Any]:
+    """The subject's rows in seq order, read through the subject index (field, value, seq)."""
+    from ledger.service import T_ENTRIES, T_SUBJECTS
+
+    (k0, v0), *rest = sorted(subject.items())
+    s = T_SUBJECTS
+    q = (
+        sa.select(*_columns(T_ENTRIES))
+        .select_from(s.join(T_ENTRIES, T_ENTRIES.c.seq == s.c.seq))
+        .where(s.c.field == k0, s.c.value == v0, s.c.seq < n)
+    )
+    for k, v in rest:
+        q = q.where(T_ENTRIES.c.seq.in_(sa.select(s.c.seq).where(s.c.field == k, s.c.value == v)))
+    return list(conn.execute(q.order_by(s.c.seq)))
+
+
+def keyring_at(ledger: Ledger, size: int, conn: sa.Connection | None = None) -> Keyring:
+    """The keyring as of ``size`` entries: ``Ledger.keyring(at_size=size)``, read through the kind index.
+
+    (Ordered by seq alone, SQLite walks the primary key over the whole log — every envelope of a
+    million-entry ledger — to find the handful of ``key.*`` entries.)
+    """
+    from ledger.service import T_ENTRIES
+
+    q = (
+        sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope)
+        .where(T_ENTRIES.c.kind >= "key.", T_ENTRIES.c.kind < "key/", T_ENTRIES.c.seq < size)
+        .order_by(T_ENTRIES.c.kind, T_ENTRIES.c.seq)
+    )
+    if conn is None:
+        with ledger.engine.connect() as c:
+            rows = list(c.execute(q))
+    else:
+        rows = list(conn.execute(q))
+    ring = Keyring()
+    for seq, env_bytes in sorted(rows, key=lambda r: int(r[0])):
+        st = parse_envelope(bytes(env_bytes)).statement()
+        ring.apply(seq, st["kind"], st["payload"])
+    ring.seq = max(ring.seq, size)
+    return ring
 
 
 def load_snapshot(
@@ -190,19 +474,17 @@ def load_snapshot(
     if not 0 < n <= current:
         raise EntryNotFoundError(f"the log has {current} entries; cannot evaluate it at size {n}")
     cols = _columns(T_ENTRIES)
-    in_subject = _subject_filter(T_ENTRIES, T_SUBJECTS, subject)
-    subject_seqs = sa.select(T_ENTRIES.c.seq).where(*in_subject, T_ENTRIES.c.seq < n)
-    subject_ids = sa.select(T_ENTRIES.c.entry_id).where(*in_subject, T_ENTRIES.c.seq < n)
-    rows: dict[int, Any] = {}
     with ledger.engine.connect() as conn:
-        for r in conn.execute(sa.select(*cols).where(*in_subject, T_ENTRIES.c.seq < n)):
-            rows[r.seq] = r
-        if not rows:
+        own = _subject_rows(conn, subject, n)
+        if not own:
             shown = " ".join(f"{k}={v}" for k, v in sorted(subject.items()))
             raise EntryNotFoundError(
                 f"no entries for subject {shown} in the first {n} entries of the log",
                 hint="check the subject with `ledger log --subject FIELD=VALUE`",
             )
+        rows: dict[int, Any] = {r.seq: r for r in own}
+        subject_seqs = _subject_seqs(subject, n)
+        subject_ids = sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.seq.in_(subject_seqs))
         referrers = sa.select(*cols).where(
             T_ENTRIES.c.seq < n,
             T_ENTRIES.c.seq.in_(sa.select(T_REFS.c.seq).where(T_REFS.c.target_id.in_(subject_ids))),
@@ -215,34 +497,41 @@ def load_snapshot(
             for r in conn.execute(q):
                 rows.setdefault(r.seq, r)
         last = conn.execute(sa.select(T_ENTRIES.c.logged_at).where(T_ENTRIES.c.seq == n - 1)).scalar_one()
-    entries = [_parse_row(rows[s]) for s in sorted(rows)]
+        ring = keyring_at(ledger, n, conn)
+    entries = _parse_rows([rows[s] for s in sorted(rows)])
+    items = list(subject.items())
     for e in entries:
-        e.in_subject = all(e.subject.get(k) == v for k, v in subject.items())
+        subj = e.subject
+        e.in_subject = all(subj.get(k) == v for k, v in items)
     hosts = sorted({e.subject["host"] for e in entries if "host" in e.subject})
     kinds = list(extra_kinds_by_host)
     if hosts and kinds:
         seen = {e.seq for e in entries}
         with ledger.engine.connect() as conn:
-            q = sa.select(*cols).where(
-                T_ENTRIES.c.seq < n,
-                T_ENTRIES.c.kind.in_(kinds),
-                T_ENTRIES.c.seq.in_(
-                    sa.select(T_SUBJECTS.c.seq).where(
-                        T_SUBJECTS.c.field == "host", T_SUBJECTS.c.value.in_(hosts)
-                    )
-                ),
+            # the (few) entries of these kinds first, through the kind index; then keep those of the hosts
+            q = (
+                sa.select(*cols)
+                .select_from(T_ENTRIES.join(T_SUBJECTS, T_SUBJECTS.c.seq == T_ENTRIES.c.seq))
+                .where(
+                    T_ENTRIES.c.kind.in_(kinds),
+                    T_ENTRIES.c.seq < n,
+                    T_SUBJECTS.c.field == "host",
+                    T_SUBJECTS.c.value.in_(hosts),
+                )
             )
-            extra = [_parse_row(r) for r in conn.execute(q) if r.seq not in seen]
+            host_rows = sorted((r for r in conn.execute(q) if r.seq not in seen), key=lambda r: r.seq)
+            extra = _parse_rows(host_rows)
             for e in extra:
                 e.in_subject = False
         if extra:
             entries = sorted([*entries, *extra], key=lambda e: e.seq)
-    ring = ledger.keyring(at_size=n)
+    names: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for kid, rec in ring.keys.items():
+        names[kid] = (rec.name, tuple(sorted(rec.roles)))
     for e in entries:
-        rec = ring.keys.get(e.signer)  # type: ignore[call-overload]
-        if rec is not None:
-            e.signer_name = rec.name
-            e.roles = tuple(sorted(rec.roles))
+        found = names.get(e.signer)
+        if found is not None:
+            e.signer_name, e.roles = found
     return Snapshot(size=n, subject=dict(subject), entries=entries, keyring=ring, reference_time=last)
 
 

@@ -1,0 +1,177 @@
+"""The verdict's speed-ups change nothing: caches, slim CEL inputs and set-valued lists give the same bytes,
+and a tampered row is still rejected — by a warm process and by a fresh one."""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.canonical import canonical_bytes
+from ledger.policy import evaluate, load_policy
+from ledger.policy.conditions import fields_read
+from ledger.policy.fixtures import build_fixture_ledger
+from ledger.policy.snapshot import _PARSED, _VERIFIED, clear_caches, slim_views
+from tests.policy.conftest import FIXTURES, POLICY_DIR
+
+# the module, not the function of the same name that ``ledger.policy`` exports
+evaluate_mod = importlib.import_module("ledger.policy.evaluate")
+LEDGER_BIN = str(Path(sys.executable).with_name("ledger"))
+QUALIFICATION = sorted((FIXTURES / "backend-qualification").glob("*.toml"))
+
+
+def _subjects(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """The subjects the fixture's verdicts are computed for (as the fixture runner does)."""
+    out: list[dict[str, str]] = []
+    for v in spec.get("verdicts", []):
+        subject = dict(v.get("subject") or spec.get("defaults", {}).get("subject", {}))
+        if subject and subject not in out:
+            out.append(subject)
+    return out
+
+
+@pytest.mark.parametrize("fixture", QUALIFICATION, ids=lambda p: p.stem)
+def test_caches_and_slim_views_do_not_change_a_verdict(
+    fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    led, spec, _builder = build_fixture_ledger(fixture, tmp_path / "home", POLICY_DIR)
+    policy = load_policy("backend-qualification", POLICY_DIR)
+    subjects = _subjects(spec)
+    assert subjects, "the fixture names a subject"
+    for subject in subjects:
+        clear_caches()
+        with monkeypatch.context() as m:  # the plain path: whole views, nothing cached
+            m.setattr(evaluate_mod, "_gate_fields", lambda g: None)
+            m.setattr(evaluate_mod, "slim_views", None)  # must not be reached
+            plain = canonical_bytes(evaluate(led, subject, policy))
+        clear_caches()
+        cold = canonical_bytes(evaluate(led, subject, policy))
+        assert _VERIFIED.data, "signature checks were remembered"
+        warm = canonical_bytes(evaluate(led, subject, policy))
+        assert plain == cold == warm, subject
+
+
+def _tamper(home: Path, seq: int, envelope: dict[str, Any]) -> None:
+    """Someone with write access to the database drops the append-only trigger and edits an envelope."""
+    db = sqlite3.connect(home / "ledger.db")
+    for (name,) in db.execute(
+        "SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name='log_entries'"
+    ).fetchall():
+        db.execute(f"DROP TRIGGER {name}")
+    db.execute("UPDATE log_entries SET envelope = ? WHERE seq = ?", (canonical_bytes(envelope), seq))
+    db.commit()
+    db.close()
+
+
+def test_a_tampered_row_is_rejected_by_a_warm_process_and_by_a_fresh_one(build) -> None:
+    b = build("backend-qualification/seed004-sleeping.toml")
+    policy = load_policy("backend-qualification")
+    subject = {"campaign": "router-ocr"}
+    before = evaluate(b.ledger, subject, policy)
+    again = evaluate(b.ledger, subject, policy)  # every signature it needs is now cached
+    assert canonical_bytes(before) == canonical_bytes(again)
+    target = b.ledger.get(b.names["health-while-sleeping"])
+    assert target.entry_id in before["used"]
+
+    env = json.loads(target.envelope)
+    statement = json.loads(base64.b64decode(env["payload"]))
+    statement["payload"]["sleeping"] = False  # hide the sleeping engine, keep the old signature
+    env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
+    _tamper(b.home, target.seq, env)
+
+    # same process, caches warm: the edited bytes miss every cache and fail the signature check
+    warm = evaluate(b.ledger, subject, policy)
+    rejected = {r["entry"]: r for r in warm["rejected"]}
+    assert rejected[target.entry_id]["rule"] == "bad-signature"
+    assert target.entry_id not in warm["used"]
+
+    # a fresh process agrees, byte for byte
+    out = subprocess.run(
+        [LEDGER_BIN, "--home", str(b.home), "verdict", "--subject", "campaign=router-ocr", "--json"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == canonical_bytes(warm) + b"\n"
+
+
+def test_a_resigned_envelope_with_the_same_bytes_hits_the_cache_only_for_its_key(build) -> None:
+    """The signature cache remembers (envelope bytes, key): the same bytes checked against another key
+    are verified again (and fail)."""
+    from ledger.errors import SignatureError
+    from ledger.policy.snapshot import check_signature, load_snapshot
+
+    b = build("backend-qualification/seed004-sleeping.toml")
+    clear_caches()
+    snap = load_snapshot(b.ledger, {"campaign": "router-ocr"})
+    e = next(x for x in snap.entries if x.kind == "health.probe")
+    check_signature(e, snap.keyring)
+    assert _VERIFIED.get(e.digest) == snap.keyring.get(e.signer).public.raw
+    other = next(k for k in snap.keyring.keys.values() if k.key_id != e.signer)
+    with pytest.raises(SignatureError):
+        e.verify_signature(other.public)
+    assert _PARSED.get(e.digest) is not None
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("evidence.exists(e, e.kind == 'x' && e.payload.ready)", ({"kind", "payload"}, {"ready"}, True)),
+        ("evidence.all(v, v.payload.events.exists(x, x.kind == 'a'))", ({"payload"}, {"events"}, True)),
+        ("evidence.exists_one(e, e.payload.ok)", ({"payload"}, {"ok"}, False)),
+        ("size(evidence) > 1 && evidence.exists(e, e.seq > 0)", ({"seq"}, set(), False)),
+        ("evidence.exists(e, size(e.payload) > 1)", ({"payload"}, None, True)),
+        ("evidence.exists(e, 'ok' in e.payload)", ({"payload"}, None, True)),
+        ("evidence.exists(e, e.payload.all(k, k == 'ok'))", ({"payload"}, None, True)),
+        ("evidence.exists(e, e.payload.text.contains('e[0]'))", ({"payload"}, {"text"}, True)),
+        ("evidence.exists(e, e == {})", None),
+        ("evidence.exists(e, 'kind' in e)", None),
+        ("evidence.exists(e, e.payload['ok'])", None),
+        ("evidence[0].kind == 'x'", None),
+        ("evidence.map(e, e.kind).exists(k, k == 'x')", None),
+        ("evidence.size() > 0", None),
+    ],
+)
+def test_fields_read_is_conservative(
+    source: str, expected: tuple[set[str], set[str] | None, bool] | None
+) -> None:
+    got = fields_read("evidence", [source])
+    if expected is None:
+        assert got is None
+        return
+    assert got is not None
+    top, payload, as_set = expected
+    assert set(got.top) == top
+    assert (None if got.payload is None else set(got.payload)) == payload
+    assert got.as_set is as_set
+
+
+def test_set_valued_views_keep_values_cel_tells_apart(build) -> None:
+    from ledger.policy.snapshot import load_snapshot
+
+    b = build("backend-qualification/seed004-sleeping.toml")
+    snap = load_snapshot(b.ledger, {"campaign": "router-ocr"})
+    probe = next(x for x in snap.entries if x.kind == "health.probe")
+    variants = []
+    for value in (True, 1, 1.0, -0.0, 0.0, "1", None, True, 1):
+        st = {**probe.statement, "payload": {**probe.payload, "ok": value}}
+        e = type(probe)(
+            **{f: getattr(probe, f) for f in ("seq", "id", "kind", "signer", "logged_at")},
+            statement=st,
+            payload_type="",
+            payload_bytes=b"",
+            signature=b"",
+        )
+        variants.append(e)
+    views = slim_views(variants, frozenset({"kind", "payload"}), frozenset({"ok"}), as_set=True)
+    assert [v["payload"]["ok"] for v in views] == [True, 1, 1.0, -0.0, 0.0, "1", None]
+    assert [type(v["payload"]["ok"]) for v in views][:3] == [bool, int, float]
+    assert len(slim_views(variants, frozenset({"kind", "payload"}), frozenset({"ok"}))) == len(variants)
