@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import subprocess
 from typing import Any
 
 import blake3
@@ -18,7 +19,7 @@ from ledger.entries import ArtifactRef
 from ledger.hashing import Digest, HexDigest
 from ledger.proofs import verify_proof_document
 from ledger.service import MAX_BATCH
-from tests.api.conftest import MAX_ARTIFACT, MAX_BODY, Deployment, Server
+from tests.api.conftest import LEDGER_BIN, MAX_ARTIFACT, MAX_BODY, Deployment, Server
 
 
 def campaign() -> dict[str, str]:
@@ -461,27 +462,219 @@ def test_checkpoint_and_proofs_verify_offline(http: httpx.Client, deployment: De
 # --- policy ---
 
 
-def test_verdict_and_routing_check_answer_or_say_the_engine_is_missing(
+def seed_campaign(dep: Deployment) -> dict[str, Any]:
+    """A small campaign: host and model pass, the only engine launch never gets ready, probes are fresh."""
+    tag = secrets.token_hex(4)
+    subj = {"campaign": f"c-{tag}", "backend": "vllm", "model": f"org/m-{tag}", "host": f"h-{tag}"}
+    rev = "1" * 40
+    led = dep.ledger
+    rec = {
+        "probe": led.record(
+            "host.probe",
+            subj,
+            {"hostname": subj["host"], "os": "linux", "kernel": "6.8", "gpus": [{"name": "GPU"}]},
+            key="collector1",
+        ),
+        "pin": led.record(
+            "model.pin",
+            subj,
+            {
+                "repo_id": subj["model"],
+                "revision": rev,
+                "root": "/m",
+                "total_size": 1,
+                "verification": "passed",
+                "files": [],
+            },
+            key="collector1",
+        ),
+        "launch": led.record(
+            "engine.launch",
+            subj,
+            {
+                "engine": "vllm",
+                "command": ["vllm", "serve"],
+                "started_at": "2026-09-10T09:00:00Z",
+                "ready": False,
+                "bindings": {"model_revision": rev},
+            },
+            key="collector1",
+        ),
+        "health": led.record(
+            "health.probe",
+            subj,
+            {"endpoint": "/health", "check": "health", "ok": True, "http_status": 200, "sleeping": False},
+            key="collector1",
+        ),
+        "models": led.record(
+            "health.probe",
+            subj,
+            {"endpoint": "/v1/models", "check": "models", "ok": True, "model_identity": subj["model"]},
+            key="collector1",
+        ),
+        "completion": led.record(
+            "health.probe",
+            subj,
+            {"endpoint": "/v1/chat", "check": "completion", "ok": True, "text": "READY"},
+            key="collector1",
+        ),
+    }
+    return {"subject": subj, "ids": {k: v.entry_id for k, v in rec.items()}}
+
+
+def ledger_cli(dep: Deployment, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [LEDGER_BIN, "--home", str(dep.home), *args], capture_output=True, timeout=120, check=False
+    )
+
+
+def test_verdict_is_the_cli_verdict_json_byte_for_byte(http: httpx.Client, deployment: Deployment) -> None:
+    seeded = seed_campaign(deployment)
+    subj, ids = seeded["subject"], seeded["ids"]
+    size = deployment.ledger.size()
+    rd = deployment.headers("reader")
+    params = {"subject": f"campaign={subj['campaign']}", "at": str(size)}
+    r = http.get("/v1/verdict", params=params, headers=rd)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    cli = ledger_cli(
+        deployment, "verdict", "--subject", f"campaign={subj['campaign']}", "--at", str(size), "--json"
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert r.content == cli.stdout  # the same canonical bytes, newline included
+    v = r.json()
+    assert r.content == canonical_bytes(v) + b"\n"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    assert v["status"] == "not_qualified"
+    assert v["subject"] == {"campaign": subj["campaign"]}
+    assert v["identity"] == {"backend": "vllm", "model": subj["model"], "host": subj["host"]}
+    assert v["policy"]["name"] == "backend-qualification"
+    assert v["checkpoint"]["size"] == size
+    gates = {g["name"]: g for g in v["gates"]}
+    assert gates["host-prerequisites"]["status"] == "passed"
+    assert gates["model-pinned"]["status"] == "passed"
+    assert gates["api-readiness"]["status"] == "failed"
+    assert "reached API readiness" in gates["api-readiness"]["reason"]
+    assert gates["ready-control"]["status"] == "not_authorized"
+    assert ids["launch"] in gates["api-readiness"]["evidence"]
+    assert {ids["probe"], ids["pin"], ids["launch"], ids["health"]} <= set(v["used"])
+    assert ids["completion"] not in v["used"]  # its gate was not reached
+    assert v["counts"]["considered"] == 6
+
+    # the default policy is backend-qualification; naming it changes nothing
+    named = http.get("/v1/verdict", params={**params, "policy": "backend-qualification"}, headers=rd)
+    assert named.content == r.content
+
+
+def test_verdict_errors_come_from_the_error_handler(http: httpx.Client, deployment: Deployment) -> None:
+    rd = deployment.headers("reader")
+    with Unchanged(deployment):
+        unknown = http.get("/v1/verdict", params={"subject": "campaign=no-such-campaign"}, headers=rd)
+        assert unknown.status_code == 404
+        assert error_code(unknown) == "entry-not-found"
+        for policy, code in (
+            ("no-such-policy", "bad-policy"),
+            ("routing-change", "bad-policy"),  # a routing policy gives no verdict
+            ("../../etc/passwd", "bad-input"),  # a name, never a path
+            ("/tmp/x.toml", "bad-input"),
+        ):
+            r = http.get("/v1/verdict", params={"subject": "campaign=x", "policy": policy}, headers=rd)
+            assert r.status_code == 422, (policy, r.text)
+            assert error_code(r) == code, policy
+        assert http.get("/v1/verdict", headers=rd).status_code == 422  # no subject
+        bad = http.get("/v1/verdict", params={"subject": "campaign"}, headers=rd)
+        assert bad.status_code == 422
+        assert http.get("/v1/verdict", params={"subject": "campaign=x"}).status_code == 401
+
+
+def test_routing_check_refuses_without_a_qualified_verdict_and_allows_a_restoration(
     http: httpx.Client, deployment: Deployment
 ) -> None:
+    from ledger.entries import format_time, now_utc
+    from ledger.policy import evaluate, load_policy, record_verdict
+
+    seeded = seed_campaign(deployment)
+    subj = seeded["subject"]
     rd = deployment.headers("reader")
-    r = http.get("/v1/verdict", params={"subject": "campaign=none", "policy": "default"}, headers=rd)
-    rc = http.post("/v1/routing-check", json={"action": "route", "service": "vllm-text"}, headers=rd)
-    if not _has_policy_api():
-        assert r.status_code == 501
-        assert error_code(r) == "not-available"
-        assert rc.status_code == 501
-    else:
-        assert r.status_code < 500, r.text
-        assert rc.status_code < 500, rc.text
+    target = {"model": subj["model"], "host": subj["host"]}
+
+    none = http.post("/v1/routing-check", json={"subject": target}, headers=rd)
+    assert none.status_code == 200, none.text
+    assert none.json()["allowed"] is False
+    assert none.json()["reasons"] == [
+        f"no trusted backend-qualification verdict recorded for host={subj['host']} model={subj['model']}"
+    ]
+
+    result = evaluate(deployment.ledger, {"campaign": subj["campaign"]}, load_policy("backend-qualification"))
+    recorded = record_verdict(deployment.ledger, result, key="reviewer1")
+    now = format_time(now_utc())
+    with Unchanged(deployment):
+        route = http.post("/v1/routing-check", json={"subject": target, "now": now}, headers=rd)
+    assert route.status_code == 200, route.text
+    body = route.json()
+    assert body["allowed"] is False
+    assert body["verdict"]["entry"] == recorded.entry_id
+    assert body["verdict"]["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    assert any("not QUALIFIED" in reason for reason in body["reasons"]), body["reasons"]
+    cli = ledger_cli(
+        deployment,
+        "check",
+        "routing-change",
+        "--subject",
+        f"model={subj['model']}",
+        "--subject",
+        f"host={subj['host']}",
+        "--now",
+        now,
+        "--json",
+    )
+    assert cli.returncode == 1, cli.stderr
+    assert json.loads(cli.stdout) == body  # the same answer as the CLI's
+
+    restore = http.post("/v1/routing-check", json={"subject": target, "action": "restore"}, headers=rd)
+    assert restore.status_code == 200, restore.text
+    assert restore.json()["allowed"] is True, restore.json()["reasons"]
+    assert restore.json()["reasons"] == []
+    assert {c["name"]: c["status"] for c in restore.json()["checks"]}["restoration-identity"] == "passed"
+
+    crowded = {
+        "subject": target,
+        "action": "restore",
+        "deployment": {
+            "host": subj["host"],
+            "services": [
+                {"name": "text", "gpus": [0], "gpu_memory_utilization": 0.85},
+                {"name": "embed", "gpus": [0], "gpu_memory_utilization": 0.25},
+            ],
+        },
+    }
+    full = http.post("/v1/routing-check", json=crowded, headers=rd)
+    assert full.status_code == 200, full.text
+    assert full.json()["allowed"] is False
+    assert full.json()["reasons"] == ["GPU0 gpu_memory_utilization sum 1.1 > 0.88 (text 0.85 + embed 0.25)"]
 
 
-def _has_policy_api() -> bool:
-    try:
-        import ledger.policy as policy
-    except ImportError:
-        return False
-    return any(callable(getattr(policy, n, None)) for n in ("evaluate", "evaluate_policy"))
+def test_routing_check_refuses_malformed_requests(http: httpx.Client, deployment: Deployment) -> None:
+    rd = deployment.headers("reader")
+    target = {"model": "m", "host": "h"}
+    with Unchanged(deployment):
+        for body, code in (
+            ({"subject": {"model": "m"}}, "bad-input"),  # no host
+            ({"subject": target, "action": "fly"}, "bad-input"),
+            ({"subject": target, "now": "yesterday"}, "schema-violation"),
+            ({"subject": target, "deployment": {"services": [{"name": "a", "gpus": "0"}]}}, "bad-input"),
+            ({"subject": target, "deployment": {"services": []}}, "bad-input"),
+            ({"subject": target, "policy": "backend-qualification"}, "bad-policy"),
+            ({"subject": target, "policy": "../routing-change"}, "bad-input"),
+            ({"subject": target, "extra": 1}, "bad-input"),
+            ([], "bad-input"),
+        ):
+            r = http.post("/v1/routing-check", json=body, headers=rd)
+            assert r.status_code == 422, (body, r.text)
+            assert error_code(r) == code, (body, r.text)
+        not_json = http.post("/v1/routing-check", content=b"{", headers=rd)
+        assert not_json.status_code == 400
+        assert http.post("/v1/routing-check", json={"subject": target}).status_code == 401
 
 
 # --- keys and subjects ---
