@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from ledger.errors import InputError
 from ledger.service import T_ENTRIES, T_SUBJECTS, Ledger
 
 __all__ = ["SubjectSummary", "subjects"]
@@ -35,6 +36,8 @@ def subjects(ledger: Ledger, *, field: str | None = None, limit: int = 500) -> l
         .limit(limit)
     )
     if field:
+        if "\x00" in field:
+            raise InputError("NUL characters are not allowed in a subject field")
         q = q.where(T_SUBJECTS.c.field == field)
     with ledger.engine.connect() as conn:
         rows = conn.execute(q).all()

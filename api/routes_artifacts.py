@@ -30,7 +30,7 @@ router = APIRouter(
 )
 
 _CHUNK = 1024 * 1024
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"^bytes=(\d{0,19})-(\d{0,19})$")  # longer numbers: not a range we serve
 DigestPath = Annotated[str, Path(pattern=r"^blake3:[0-9a-f]{64}$", description="blake3:<64 hex>")]
 _UPLOAD_BODY = {
     "requestBody": {

@@ -15,6 +15,7 @@ from ledger.service import MAX_BATCH, Ledger, LoggedEntry, parse_subject_args
 
 __all__ = ["router"]
 
+_SEQ_MAX = 2**31 - 1  # `seq` is an INTEGER column (32-bit on PostgreSQL): larger cursors cannot be bound
 EntryIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$", description="entry id or unique prefix")]
 
 router = APIRouter(
@@ -40,7 +41,8 @@ def list_entries(
     since: Annotated[str | None, Query(description="logged at or after (RFC 3339)")] = None,
     until: Annotated[str | None, Query(description="logged before (RFC 3339)")] = None,
     after: Annotated[
-        int | None, Query(description="keyset cursor: the next_after of the previous page")
+        int | None,
+        Query(ge=-_SEQ_MAX, le=_SEQ_MAX, description="keyset cursor: next_after of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",

@@ -7,7 +7,7 @@ from typing import Any
 
 import rfc8785
 
-from ledger.errors import CanonicalJsonError
+from ledger.errors import CanonicalJsonError, JsonTooDeepError
 
 __all__ = ["canonical_bytes", "parse_canonical", "parse_json"]
 
@@ -62,7 +62,7 @@ def canonical_bytes(value: Any) -> bytes:
     except UnicodeEncodeError as e:
         raise CanonicalJsonError(f"value cannot be canonicalised: {e}") from e
     except RecursionError as e:
-        raise CanonicalJsonError("value nested too deeply to canonicalise") from e
+        raise JsonTooDeepError("value nested too deeply to canonicalise") from e
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as e:
         raise CanonicalJsonError(f"value cannot be canonicalised: {e}") from e
 
@@ -72,7 +72,7 @@ def _depth(value: Any, limit: int) -> None:
     while stack:
         item, depth = stack.pop()
         if depth > limit:
-            raise CanonicalJsonError(f"JSON nested deeper than {limit} levels")
+            raise JsonTooDeepError(f"JSON nested deeper than {limit} levels")
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
@@ -81,7 +81,10 @@ def _depth(value: Any, limit: int) -> None:
 
 def _parse_int(text: str) -> int | float:
     """JSON numbers are IEEE doubles (RFC 8785 §3.2.2.3): integers beyond 2^53 are read as floats."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError as e:  # more digits than int() converts (sys.get_int_max_str_digits)
+        raise CanonicalJsonError(f"JSON number with {len(text)} digits is too long") from e
     return value if -_SAFE_INT <= value <= _SAFE_INT else float(value)
 
 
@@ -105,7 +108,7 @@ def parse_json(data: bytes | str) -> Any:
             data, object_pairs_hook=no_duplicates, parse_constant=_reject_constant, parse_int=_parse_int
         )
     except RecursionError as e:
-        raise CanonicalJsonError("JSON nested too deeply") from e
+        raise JsonTooDeepError("JSON nested too deeply") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CanonicalJsonError(f"malformed JSON: {e}") from e
     _depth(value, MAX_DEPTH)

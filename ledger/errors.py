@@ -25,6 +25,7 @@ __all__ = [
     "HomeNotInitialisedError",
     "InputError",
     "IntegrityError",
+    "JsonTooDeepError",
     "KeyNotFoundError",
     "KeyRevokedError",
     "LedgerError",
@@ -89,6 +90,12 @@ class UnknownKindError(InputError):
 
 class CanonicalJsonError(InputError):
     code = "non-canonical-json"
+
+
+class JsonTooDeepError(CanonicalJsonError):
+    """Well-formed JSON nested beyond the depth limit: refused as unprocessable (HTTP 422), not malformed."""
+
+    code = "json-too-deep"
 
 
 class EnvelopeError(InputError):

@@ -186,6 +186,13 @@ def parse_subject_args(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _refuse_nul(*texts: str) -> None:
+    """Indexed text may not hold NUL: PostgreSQL text cannot store it (it would fail as a database error)."""
+    for t in texts:
+        if "\x00" in t:
+            raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
+
+
 class Ledger:
     """A ledger home opened for use: database, store, keys."""
 
@@ -267,6 +274,12 @@ class Ledger:
             ring = Keyring()
             self._fold_keys(ring, conn, upto=at_size)
             return ring
+        if conn is None:
+            # Database transaction first, then the cache lock: the order an append takes them in (it
+            # folds keys inside its transaction). The reverse order deadlocked concurrent API requests
+            # on SQLite, whose every transaction takes the write lock, until the 60 s busy timeout.
+            with self.engine.connect() as c, c.begin():
+                return self.keyring(c)
         with self._cache_lock:
             self._fold_keys(self._keyring, conn, upto=None)
             return self._keyring
@@ -480,6 +493,8 @@ class Ledger:
         if len(data) > MAX_ENVELOPE_BYTES:
             raise RequestTooLargeError(_too_large(len(data)))
         statement = parse_statement(envelope.statement())
+        st = statement
+        _refuse_nul(*st.subject.keys(), *st.subject.values(), *(a.name for a in st.artifacts))
         return _Prepared(envelope, data, blake3_hex(data), statement)
 
     def append(
@@ -683,6 +698,7 @@ class Ledger:
         descending: bool = False,
     ) -> list[LoggedEntry]:
         """Entries matching every filter, in sequence order; ``after_seq`` is the keyset cursor."""
+        _refuse_nul(*(subject or {}).keys(), *(subject or {}).values(), kind or "", signer or "")
         q = sa.select(T_ENTRIES)
         for k, v in (subject or {}).items():
             sub = sa.select(T_SUBJECTS.c.seq).where(T_SUBJECTS.c.field == k, T_SUBJECTS.c.value == v)
@@ -741,7 +757,7 @@ class Ledger:
 
     def tree(self) -> MerkleTree:
         """The Merkle tree of the log, kept in this process and extended with entries logged since."""
-        with self._cache_lock, self.engine.connect() as conn:
+        with self.engine.connect() as conn, conn.begin(), self._cache_lock:  # same lock order as keyring()
             q = (
                 sa.select(T_ENTRIES.c.leaf_hash)
                 .where(T_ENTRIES.c.seq >= len(self._tree))
