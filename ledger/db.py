@@ -6,6 +6,8 @@ append-only: database triggers refuse UPDATE and DELETE.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ __all__ = [
     "LogEntry",
     "make_engine",
     "migrate",
+    "write_transaction",
 ]
 
 LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", "checkpoints")
@@ -101,8 +104,10 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(conn: Any) -> None:
-    # Take the write lock at BEGIN so two appenders serialise instead of deadlocking on upgrade.
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # Writers take the write lock at BEGIN, so two appenders queue on the busy timeout instead of failing
+    # on a lock upgrade; readers begin deferred and read their WAL snapshot without waiting for anyone.
+    mode = "IMMEDIATE" if conn.get_execution_options().get("ledger_write") else "DEFERRED"
+    conn.exec_driver_sql(f"BEGIN {mode}")
 
 
 def make_engine(url: str) -> Engine:
@@ -116,6 +121,15 @@ def make_engine(url: str) -> Engine:
         return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
     except (sa.exc.ArgumentError, ImportError) as e:
         raise StorageError(f"cannot use database URL {url!r}: {e}") from e
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[sa.Connection]:
+    """A transaction that writes: holds SQLite's write lock from BEGIN; commits or rolls back."""
+    with engine.connect() as conn:
+        conn.execution_options(ledger_write=True)
+        with conn.begin():
+            yield conn
 
 
 def lock_log(conn: sa.Connection) -> None:

@@ -25,6 +25,7 @@ from ledger.db import (
     lock_log,
     make_engine,
     migrate,
+    write_transaction,
 )
 from ledger.entries import (
     ArtifactRef,
@@ -276,8 +277,8 @@ class Ledger:
             return ring
         if conn is None:
             # Database transaction first, then the cache lock: the order an append takes them in (it
-            # folds keys inside its transaction). The reverse order deadlocked concurrent API requests
-            # on SQLite, whose every transaction takes the write lock, until the 60 s busy timeout.
+            # folds keys inside its write transaction). When SQLite reads also took the write lock, the
+            # reverse order deadlocked concurrent API requests until the busy timeout.
             with self.engine.connect() as c, c.begin():
                 return self.keyring(c)
         with self._cache_lock:
@@ -510,7 +511,7 @@ class Ledger:
             raise BatchTooLargeError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
         prepared = [self._prepare(e) for e in envelopes]
         try:
-            with self.engine.begin() as conn:
+            with write_transaction(self.engine) as conn:
                 lock_log(conn)
                 return self._append_locked(conn, prepared, logged_at or now_utc())
         except LedgerError:
@@ -778,7 +779,8 @@ class Ledger:
         tree = self.tree()
         cp = sign_checkpoint(self.cfg.origin, n, tree.root(n), self.signing_key(self.cfg.log_key))
         if store:
-            with self.engine.begin() as conn:
+            with write_transaction(self.engine) as conn:
+                lock_log(conn)  # two servers checkpointing the same size must not race on the insert
                 exists = conn.execute(
                     sa.select(T_CHECKPOINTS.c.root).where(T_CHECKPOINTS.c.size == n)
                 ).first()

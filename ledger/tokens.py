@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ledger.db import ApiToken
+from ledger.db import ApiToken, write_transaction
 from ledger.entries import format_time, now_utc
 from ledger.errors import AuthError, ForbiddenError, InputError, KeyNotFoundError
 
@@ -68,7 +68,7 @@ def create_token(engine: Engine, name: str, role: str) -> tuple[str, TokenRecord
         raise InputError("token name must be 1..100 characters")
     token = _PREFIX + secrets.token_urlsafe(32)
     created = format_time(now_utc())
-    with engine.begin() as conn:
+    with write_transaction(engine) as conn:
         result = conn.execute(
             sa.insert(T_TOKENS).values(name=name, role=role, token_hash=hash_token(token), created_at=created)
         )
@@ -112,7 +112,7 @@ def revoke_token(engine: Engine, name_or_id: str) -> list[TokenRecord]:
     if not live:
         raise KeyNotFoundError(f"no live token named {name_or_id!r}", hint="`ledger tokens list` shows them")
     when = format_time(now_utc())
-    with engine.begin() as conn:
+    with write_transaction(engine) as conn:
         conn.execute(
             sa.update(T_TOKENS).where(T_TOKENS.c.id.in_([t.id for t in live])).values(revoked_at=when)
         )
