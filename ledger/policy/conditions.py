@@ -11,18 +11,27 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-import cel
+if TYPE_CHECKING:
+    import cel
 
 from ledger.errors import PolicyError
 
 __all__ = ["Condition", "FieldsRead", "compile_condition", "fields_read", "shared_context"]
 
 
+def _cel() -> Any:
+    """The CEL engine, imported on first use (its package also loads a REPL, slow to import)."""
+    import cel as engine
+
+    return engine
+
+
 def shared_context(variables: Mapping[str, Any]) -> cel.Context:
     """A CEL context whose variables are converted once and reused by every condition evaluated on it."""
-    return cel.Context(variables=dict(variables))
+    context: cel.Context = _cel().Context(variables=dict(variables))
+    return context
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,9 @@ class Condition:
         conditions read the same large list.
         """
         try:
-            return self.program.execute(context if isinstance(context, cel.Context) else dict(context))
+            if not isinstance(context, _cel().Context):
+                context = dict(cast("Mapping[str, Any]", context))
+            return self.program.execute(context)
         except (RuntimeError, TypeError, ValueError, KeyError) as e:
             detail = str(e).splitlines()[0] if str(e) else type(e).__name__
             if isinstance(e, KeyError):
@@ -63,7 +74,7 @@ def compile_condition(source: str, where: str) -> Condition:
     if not text:
         raise PolicyError(f"{where}: empty CEL expression")
     try:
-        program = cel.compile(text)
+        program = _cel().compile(text)
     except (ValueError, RuntimeError) as e:
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
         detail = lines[1] if len(lines) > 1 else (lines[0] if lines else "syntax error")
