@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import mmap
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
+
+import blake3
 
 from ledger.atomic import fsync_dir
 from ledger.errors import (
@@ -19,7 +23,7 @@ from ledger.errors import (
     IntegrityError,
     StorageError,
 )
-from ledger.hashing import CHUNK_SIZE, Digest, HexDigest, hash_file, hash_stream, iter_chunks
+from ledger.hashing import CHUNK_SIZE, Digest, FileDigests, HexDigest, hash_file, hash_stream, iter_chunks
 from ledger.store.base import StoredArtifact
 
 __all__ = ["FilesystemStore"]
@@ -50,6 +54,55 @@ def _write_all(out: io.FileIO, data: memoryview) -> None:
         view = view[n:]
 
 
+class _NoKernelCopy(Exception):
+    """copy_file_range is not available between these two files; stream instead."""
+
+
+_COPY_CHUNK = 64 * 1024 * 1024
+
+
+def _copy_and_hash(src_fd: int, out: io.FileIO) -> FileDigests:
+    """Copy ``src_fd`` into ``out`` with copy_file_range and hash each copied range of ``out``.
+
+    The bytes hashed are read back from the destination, so the digest names exactly what was stored
+    even if the source changes meanwhile. Hashing a range (all cores, from the page cache) overlaps
+    with the kernel copying the next one.
+    """
+    dst_fd = out.fileno()
+    b3 = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    done = 0
+    with ThreadPoolExecutor(1) as hasher:
+        pending: Future[None] | None = None
+        while True:
+            try:
+                n = os.copy_file_range(src_fd, dst_fd, _COPY_CHUNK, done, done)
+            except OSError as e:
+                if done == 0 and e.errno in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise _NoKernelCopy from e
+                raise
+            if n == 0:
+                break
+            if pending is not None:
+                pending.result()
+            pending = hasher.submit(_hash_range, b3, dst_fd, done, n)
+            done += n
+        if pending is not None:
+            pending.result()
+    return FileDigests(blake3=Digest(HexDigest(b3.hexdigest())), size=done)
+
+
+def _hash_range(b3: blake3.blake3, fd: int, offset: int, length: int) -> None:
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    with mmap.mmap(fd, offset + length - start, offset=start, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        part = view[offset - start :]
+        try:
+            b3.update(part)
+        finally:
+            part.release()
+            view.release()
+
+
 class FilesystemStore:
     """A content-addressed store in a folder; safe on NFS/NAS (rename within one directory tree)."""
 
@@ -75,17 +128,36 @@ class FilesystemStore:
         max_size: int | None = None,
     ) -> StoredArtifact:
         """Stream into a temp file beside the objects, hash in the same pass, then rename into place."""
+        src: BinaryIO = _SizeLimited(stream, max_size) if max_size is not None else stream  # type: ignore[assignment]
+
+        def write(out: io.FileIO) -> FileDigests:
+            return hash_stream(src, sha256=sha256, sink=lambda chunk: _write_all(out, chunk))
+
+        return self._ingest(write, expected)
+
+    def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
+        """Store a regular file: copied in the kernel, each copied range hashed as it lands."""
+        with Path(path).open("rb") as f:
+            if sha256:
+                return self.put_stream(f, sha256=True)
+            try:
+                return self._ingest(lambda out: _copy_and_hash(f.fileno(), out), None)
+            except _NoKernelCopy:
+                f.seek(0)
+                return self.put_stream(f)
+
+    def _ingest(self, write: Callable[[io.FileIO], FileDigests], expected: Digest | None) -> StoredArtifact:
+        """Run ``write`` into a temp file beside the objects; fsync, then rename it to its digest."""
         if not self.objects.is_dir():
             raise StorageError(f"store not initialised at {self.root}")
-        src: BinaryIO = _SizeLimited(stream, max_size) if max_size is not None else stream  # type: ignore[assignment]
         try:
             fd, tmp_name = tempfile.mkstemp(prefix=".incoming-", dir=self.objects)
         except OSError as e:
             raise StorageError(f"cannot create a file in {self.objects}: {e}") from e
         tmp = Path(tmp_name)
         try:
-            with io.FileIO(fd, "wb") as out:
-                digests = hash_stream(src, sha256=sha256, sink=lambda chunk: _write_all(out, chunk))
+            with io.FileIO(fd, "wb+") as out:
+                digests = write(out)
                 out.flush()
                 os.fsync(out.fileno())
             if expected is not None and digests.blake3 != expected:
@@ -111,10 +183,6 @@ class FilesystemStore:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
-
-    def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
-        with Path(path).open("rb") as f:
-            return self.put_stream(f, sha256=sha256)
 
     def has(self, digest: Digest) -> bool:
         return self._path(digest).is_file()
