@@ -328,6 +328,7 @@ def main() -> int:
             "command": " ".join(sys.argv),
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        out.update(_kept(args.out, out))
         args.out.write_text(json.dumps(out, indent=2) + "\n")
         print(
             f"ledger {ledger.size():,} entries; campaign {args.campaign:,}; "
@@ -343,6 +344,27 @@ def main() -> int:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def _kept(path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
+    """What to keep from an earlier results file: the keys this run does not write (the 'before' figures,
+    other ledgers) and, for a --reuse run on a ledger of the same size, the build timing."""
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(earlier, dict):
+        return {}
+    kept = {k: v for k, v in earlier.items() if k not in fresh}
+    build = earlier.get("build")
+    if (
+        fresh["build"].get("build_s") is None
+        and isinstance(build, dict)
+        and build.get("build_s") is not None
+        and earlier.get("ledger_entries") == fresh["ledger_entries"]
+    ):
+        kept["build"] = {**build, "reused": True}  # a --reuse run: keep the timing of the build it reuses
+    return kept
 
 
 def _cpus() -> int:

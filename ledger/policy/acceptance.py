@@ -203,14 +203,20 @@ def filter_evidence(
     def reject(e: Evidence, rule: str, detail: str, by: str | None = None) -> None:
         rejected.setdefault(e.id, Rejection(e, rule, detail, by))
 
-    # 1. trust: signature, signer, revocation, validity window, role
+    # 1. trust: signature, signer, revocation, validity window, role. The answer (and its text) depends on
+    # the signer, the kind and the log time alone, and log times repeat (one per append batch): memoized.
+    trust: dict[tuple[str, str, str], tuple[str, str] | None] = {}
     for e in snap.entries:
         if e.kind.startswith("key."):
             continue
         if e.id in bad:
             reject(e, "bad-signature", bad[e.id])
             continue
-        problem = _trust_problem(e, snap, policy)
+        tkey = (e.signer, e.kind, e.logged_at)
+        if tkey in trust:
+            problem = trust[tkey]
+        else:
+            problem = trust[tkey] = _trust_problem(e, snap, policy)
         if problem is not None:
             reject(e, *problem)
     trusted = [e for e in snap.entries if e.id not in rejected and not e.kind.startswith("key.")]
@@ -254,9 +260,14 @@ def filter_evidence(
         for rule_kind in dict.fromkeys(rule.kinds):
             rules_by_kind.setdefault(rule_kind, []).append((rule, cond))
     cel_kinds = set(rules_by_kind)
+    # `_required` is false for a kind no requirement names: skip the call for those
+    review_kinds = {k for req, _ in policy.review_required for k in req.kinds}
+    acceptance_kinds = {k for req, _ in policy.acceptance_required for k in req.kinds}
     for reqs in (policy.review_required, policy.acceptance_required):
         cel_kinds.update(k for req, _ in reqs for k in req.kinds)
 
+    bindings_kinds = frozenset(acc.bindings.kinds) if acc.bindings is not None else frozenset()
+    age_limits: dict[str, tuple[Any, timedelta | None]] = {}  # per kind: freshness bound, as a timedelta
     for e in trusted:
         if e.id in superseded_by:
             s = superseded_by[e.id]
@@ -276,7 +287,7 @@ def filter_evidence(
             )
             continue
         job_view: dict[str, Any] | None = None
-        if e.kind != "job":
+        if e.kind != "job" and e.statement.get("refs"):
             job_term: Evidence | None = None
             for jid in e.refs("job"):
                 job_entry = job_entries.get(jid)
@@ -311,7 +322,7 @@ def filter_evidence(
         if art is not None:
             reject(e, *art)
             continue
-        if acc.bindings is not None and e.kind in acc.bindings.kinds:
+        if e.kind in bindings_kinds and acc.bindings is not None:
             problem_b = _bindings_problem(e, acc.bindings.keys, acc.bindings.require_manifest, manifest)
             if problem_b is not None:
                 reject(e, "bindings-mismatch", problem_b, manifest_sources[0] if manifest_sources else None)
@@ -336,19 +347,26 @@ def filter_evidence(
         if problem_r is not None:
             reject(e, "review-fail", problem_r[0], problem_r[1])
             continue
-        if _required(policy.review_required, e, ctx):
+        if e.kind in review_kinds and _required(policy.review_required, e, ctx):
             passes = [r for r in review_list if r.payload.get("result") == "PASS"]
             if not passes:
                 reject(e, "review-missing", f"{e.kind} needs a review PASS (ref reviews) and has none")
                 continue
             support.setdefault(e.id, []).append(passes[-1].id)
-        if _required(policy.acceptance_required, e, ctx):
+        if e.kind in acceptance_kinds and _required(policy.acceptance_required, e, ctx):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
                 reject(e, "acceptance-missing", f"{e.kind} needs an acceptance (ref subject) and has none")
                 continue
             support.setdefault(e.id, []).append(latest_acc.id)
-        max_age = freshness.get(e.kind, freshness.get("*"))
-        if max_age is not None and ref - e.collected_time > timedelta(seconds=max_age):
+        bound = age_limits.get(e.kind)
+        if bound is None:
+            max_age = freshness.get(e.kind, freshness.get("*"))
+            bound = age_limits[e.kind] = (
+                max_age,
+                timedelta(seconds=max_age) if max_age is not None else None,
+            )
+        max_age, limit = bound
+        if max_age is not None and limit is not None and ref - e.collected_time > limit:
             reject(
                 e,
                 "stale",

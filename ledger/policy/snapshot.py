@@ -31,6 +31,7 @@ __all__ = [
     "keyring_at",
     "load_snapshot",
     "slim_views",
+    "verified_keys",
 ]
 
 # Entries are immutable, but a row can be edited behind the log's back (the tamper test does exactly that),
@@ -235,6 +236,12 @@ class Evidence:
             _VERIFIED.put(self.digest, public.raw)
 
 
+def verified_keys(digests: list[bytes]) -> list[bytes | None]:
+    """For each envelope digest, the raw public key its signature verified with before (None: not yet)."""
+    found: list[bytes | None] = _VERIFIED.get_many(digests)
+    return found
+
+
 def slim_views(
     entries: list[Evidence], top: frozenset[str], payload: frozenset[str] | None, *, as_set: bool = False
 ) -> list[dict[str, Any]]:
@@ -251,6 +258,8 @@ def slim_views(
     defaults_by_kind: dict[str, dict[str, Any]] = {}
     out: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
+    if as_set:
+        return _slim_set(entries, simple, names)
     for e in entries:
         own = e.statement["payload"]
         defaults = defaults_by_kind.get(e.kind)
@@ -275,6 +284,58 @@ def slim_views(
 
 
 _SCALARS = (str, int, bool, type(None))
+_ABSENT = object()  # a payload field neither the entry nor its kind's defaults have
+
+
+def _slim_set(
+    entries: list[Evidence], simple: list[tuple[str, str]], names: list[str]
+) -> list[dict[str, Any]]:
+    """``slim_views(…, as_set=True)`` for plain field names: the same views, in the same order.
+
+    An entry's values (with their types, and which payload fields are present) are compared as one tuple
+    before any view is built, so the repeated views of a long list cost a tuple each; entries holding
+    anything but str/int/bool/None (floats included) take the general path of ``_scalar_key``.
+    """
+    attrs = [attr for _, attr in simple]
+    defaults_by_kind: dict[str, dict[str, Any]] = {}
+    plain_types: dict[tuple[type, ...], bool] = {}
+    plain = {str, int, bool, type(None), object}
+    out: list[dict[str, Any]] = []
+    seen_plain: set[tuple[Any, ...]] = set()
+    seen: set[tuple[Any, ...]] = set()
+    for e in entries:
+        own = e.statement["payload"]
+        defaults = defaults_by_kind.get(e.kind)
+        if defaults is None:
+            d = _defaults(e.kind)
+            defaults = defaults_by_kind[e.kind] = {n: d[n] for n in names if n in d}
+        values = [getattr(e, a) for a in attrs]
+        values += [own[n] if n in own else defaults.get(n, _ABSENT) for n in names]
+        types = tuple(map(type, values))
+        is_plain = plain_types.get(types)
+        if is_plain is None:
+            is_plain = plain_types[types] = all(t in plain for t in types)
+        if is_plain:
+            key = (tuple(values), types)
+            if key in seen_plain:
+                continue
+            seen_plain.add(key)
+        view = {k: v for (k, _), v in zip(simple, values, strict=False)}
+        # the order of ``slim_views``: the entry's own fields, then the defaults it lacks
+        pvals = list(zip(names, values[len(attrs) :], strict=True))
+        pay = {n: v for n, v in pvals if n in own}
+        for n, v in pvals:
+            if n not in own and v is not _ABSENT:
+                pay[n] = v
+        if not is_plain:
+            scalar = _scalar_key(view, pay)
+            if scalar is not None:
+                if scalar in seen:
+                    continue
+                seen.add(scalar)
+        view["payload"] = pay
+        out.append(view)
+    return out
 
 
 def _scalar_key(view: dict[str, Any], pay: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -396,7 +457,7 @@ def _parse_rows(rows: list[Any]) -> list[Evidence]:
     for r, d, hit in zip(rows, digests, found, strict=True):
         parsed: _Parsed = hit
         if hit is None:
-            parsed = _parse_envelope(bytes(r.envelope), r.seq)
+            parsed = _parse_envelope(bytes(r[5]), r[0])
             _PARSED.put(d, parsed)
         out.append(_evidence(r, parsed, d))
     return out
@@ -427,7 +488,30 @@ def _subject_rows(conn: sa.Connection, subject: dict[str, str], n: int) -> list[
     )
     for k, v in rest:
         q = q.where(T_ENTRIES.c.seq.in_(sa.select(s.c.seq).where(s.c.field == k, s.c.value == v)))
-    return list(conn.execute(q.order_by(s.c.seq)))
+    return _fetch_tuples(conn, q.order_by(s.c.seq))
+
+
+def _fetch_tuples(conn: sa.Connection, q: Any) -> list[tuple[Any, ...]]:
+    """All rows of ``q`` as plain DBAPI tuples (seq, entry_id, kind, signer, logged_at, envelope).
+
+    The selected columns are integers, strings and bytes, which need no result processing; reading them
+    from the DBAPI cursor in one ``fetchall`` skips building a SQLAlchemy Row per entry.
+    """
+    result = conn.execute(q)
+    try:
+        return [tuple(r) for r in result.cursor.fetchall()]
+    finally:
+        result.close()
+
+
+def _few_refs(conn: sa.Connection, subject_entries: int) -> bool:
+    """Whether the log holds no more refs than the subject has entries — a choice of query plan only, both
+    plans return the same rows. SQLite: one b-tree probe (the refs table is append-only, so its largest
+    rowid is its row count); other databases: False (the plan that scales with the subject)."""
+    if conn.dialect.name != "sqlite":
+        return False
+    total = conn.exec_driver_sql("SELECT max(rowid) FROM entry_refs").scalar()
+    return int(total or 0) <= subject_entries
 
 
 def keyring_at(ledger: Ledger, size: int, conn: sa.Connection | None = None) -> Keyring:
@@ -482,28 +566,38 @@ def load_snapshot(
                 f"no entries for subject {shown} in the first {n} entries of the log",
                 hint="check the subject with `ledger log --subject FIELD=VALUE`",
             )
-        rows: dict[int, Any] = {r.seq: r for r in own}
+        rows: dict[int, Any] = {r[0]: r for r in own}
         subject_seqs = _subject_seqs(subject, n)
-        subject_ids = sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.seq.in_(subject_seqs))
-        referrers = sa.select(*cols).where(
-            T_ENTRIES.c.seq < n,
-            T_ENTRIES.c.seq.in_(sa.select(T_REFS.c.seq).where(T_REFS.c.target_id.in_(subject_ids))),
-        )
+        if _few_refs(conn, len(own)):
+            # walk the (few) refs and keep those whose target is a subject entry: a probe per ref
+            target = T_ENTRIES.alias("target")
+            hits_subject = (
+                sa.select(sa.literal(1))
+                .select_from(target)
+                .where(target.c.entry_id == T_REFS.c.target_id, target.c.seq.in_(subject_seqs))
+                .exists()
+            )
+            referring = sa.select(T_REFS.c.seq).where(hits_subject)
+        else:
+            # look up the subject entries' ids and probe the refs' target index with each
+            subject_ids = sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.seq.in_(subject_seqs))
+            referring = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id.in_(subject_ids))
+        referrers = sa.select(*cols).where(T_ENTRIES.c.seq < n, T_ENTRIES.c.seq.in_(referring))
         targets = sa.select(*cols).where(
             T_ENTRIES.c.seq < n,
             T_ENTRIES.c.entry_id.in_(sa.select(T_REFS.c.target_id).where(T_REFS.c.seq.in_(subject_seqs))),
         )
         for q in (referrers, targets):
-            for r in conn.execute(q):
-                rows.setdefault(r.seq, r)
+            for r in _fetch_tuples(conn, q):
+                rows.setdefault(r[0], r)
         last = conn.execute(sa.select(T_ENTRIES.c.logged_at).where(T_ENTRIES.c.seq == n - 1)).scalar_one()
         ring = keyring_at(ledger, n, conn)
     entries = _parse_rows([rows[s] for s in sorted(rows)])
     items = list(subject.items())
-    for e in entries:
-        subj = e.subject
+    subjects = [e.statement["subject"] for e in entries]
+    for e, subj in zip(entries, subjects, strict=True):
         e.in_subject = all(subj.get(k) == v for k, v in items)
-    hosts = sorted({e.subject["host"] for e in entries if "host" in e.subject})
+    hosts = sorted({subj["host"] for subj in subjects if "host" in subj})
     kinds = list(extra_kinds_by_host)
     if hosts and kinds:
         seen = {e.seq for e in entries}
@@ -519,7 +613,7 @@ def load_snapshot(
                     T_SUBJECTS.c.value.in_(hosts),
                 )
             )
-            host_rows = sorted((r for r in conn.execute(q) if r.seq not in seen), key=lambda r: r.seq)
+            host_rows = sorted((r for r in _fetch_tuples(conn, q) if r[0] not in seen), key=lambda r: r[0])
             extra = _parse_rows(host_rows)
             for e in extra:
                 e.in_subject = False
