@@ -23,7 +23,7 @@ router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parent / "templates"))
 templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False)
 
-_PAGE = 500
+_PAGE = 100  # entries per timeline page; "next" links to the following page
 
 
 def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | None:

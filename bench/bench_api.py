@@ -377,7 +377,7 @@ def bench_search(work: Path, target: int, budget_s: float, campaigns: int) -> li
                     ),
                 )
                 p95(
-                    "subject timeline page (HTML, 500 rows)",
+                    "subject timeline page (HTML, 100 rows)",
                     lambda i: (f"/subjects/campaign/c{(i * 13) % campaigns}", {}),
                     n=50,
                 )
