@@ -309,14 +309,12 @@ class RemoteRecorder:
         by_reference: bool = False,
         sha256: bool = False,
     ) -> ArtifactRef:
-        from ledger.service import _guess_media_type
+        from ledger.service import describe_artifact, readable_artifact
 
-        p = Path(path)
         if by_reference:
-            ref: ArtifactRef = self.ledger.artifact_ref(name, p, media_type=media_type, by_reference=True)
+            ref: ArtifactRef = self.ledger.artifact_ref(name, path, media_type=media_type, by_reference=True)
             return ref
-        if not p.is_file():
-            raise _errors.InputError(f"artifact {name}: {p} is not a readable file")
+        p = readable_artifact(name, path)
         d = hash_file(p, sha256=sha256)
         try:
             if self._caught_up() and not self.client.has_artifact(d.blake3):
@@ -325,13 +323,7 @@ class RemoteRecorder:
                 self.spool.add_artifact(p, d.blake3)
         except RemoteUnavailableError:
             self.spool.add_artifact(p, d.blake3)
-        return ArtifactRef(
-            name=name,
-            digest=str(d.blake3),
-            size=d.size,
-            media_type=media_type or _guess_media_type(p),
-            sha256=d.sha256,
-        )
+        return describe_artifact(name, p, d.blake3, d.size, d.sha256, media_type)
 
     def record(
         self,

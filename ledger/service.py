@@ -407,23 +407,12 @@ class Ledger:
         """Store ``path`` (or hash it in place when ``by_reference``) and describe it for an entry."""
         from ledger.hashing import hash_file
 
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"artifact {name}: {p} is not a readable file")
-        mt = media_type or _guess_media_type(p)
+        p = readable_artifact(name, path)
         if by_reference:
             d = hash_file(p, sha256=True)
-            return ArtifactRef(
-                name=name,
-                digest=str(d.blake3),
-                size=d.size,
-                media_type=mt,
-                sha256=d.sha256,
-                stored=False,
-                path=str(p.resolve()),
-            )
+            return describe_artifact(name, p, d.blake3, d.size, d.sha256, media_type, by_reference=True)
         s = self.put_file(p, sha256=sha256)
-        return ArtifactRef(name=name, digest=str(s.digest), size=s.size, media_type=mt, sha256=s.sha256)
+        return describe_artifact(name, p, s.digest, s.size, s.sha256, media_type)
 
     # --- writes ---------------------------------------------------------------------------------
 
@@ -851,6 +840,36 @@ def _too_large(size: int) -> str:
     return (
         f"entry envelope of {size} bytes exceeds {MAX_ENVELOPE_BYTES} bytes; "
         "attach large content as an artifact instead"
+    )
+
+
+def readable_artifact(name: str, path: Path) -> Path:
+    """The path of an artifact to record, refused unless it is a readable regular file."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"artifact {name}: {p} is not a readable file")
+    return p
+
+
+def describe_artifact(
+    name: str,
+    path: Path,
+    digest: Digest,
+    size: int,
+    sha256: str | None,
+    media_type: str | None = None,
+    *,
+    by_reference: bool = False,
+) -> ArtifactRef:
+    """How an entry names an artifact: stored by digest, or by reference to its path."""
+    return ArtifactRef(
+        name=name,
+        digest=str(digest),
+        size=size,
+        media_type=media_type or _guess_media_type(path),
+        sha256=sha256,
+        stored=not by_reference,
+        path=str(path.resolve()) if by_reference else None,
     )
 
 
