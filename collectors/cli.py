@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -32,7 +32,9 @@ from ledger.cliutil import (
     print_json,
 )
 from ledger.errors import CollectorError, InputError, KeyNotFoundError
-from ledger.recorder import Recorder
+
+if TYPE_CHECKING:
+    from ledger.recorder import Recorder
 
 __all__ = ["register"]
 

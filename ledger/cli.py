@@ -20,6 +20,7 @@ from ledger.cliutil import (
     SubjectOption,
     exit_for,
     get_ledger,
+    get_store,
     home_path,
     print_json,
 )
@@ -198,10 +199,12 @@ def put(
     json_out: JsonOption = False,
 ) -> None:
     """Stream files into the content-addressed store; one `blake3:<hex>  PATH` line per file."""
-    ledger = get_ledger()
+    from ledger.store import put_file
+
+    store = get_store()
     results = []
     for f in files:
-        s = ledger.put_file(f, sha256=sha256)
+        s = put_file(store, f, sha256=sha256)
         results.append(
             {
                 "digest": str(s.digest),
@@ -220,8 +223,9 @@ def put(
 @app.command()
 def cat(digest: str) -> None:
     """Write an artifact's bytes to stdout, verified before a byte is written."""
-    ledger = get_ledger()
-    with ledger.open_artifact(digest) as f:
+    from ledger.hashing import parse_digest
+
+    with get_store().open_verified(parse_digest(digest)) as f:
         while chunk := f.read(1024 * 1024):
             sys.stdout.buffer.write(chunk)
     sys.stdout.buffer.flush()

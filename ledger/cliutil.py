@@ -21,6 +21,7 @@ __all__ = [
     "exit_for",
     "fail",
     "get_ledger",
+    "get_store",
     "home_path",
     "print_json",
 ]
@@ -62,6 +63,13 @@ def get_ledger(home: Path | None = None) -> Any:
     from ledger.service import Ledger
 
     return Ledger.open(home_path(home))
+
+
+def get_store(home: Path | None = None) -> Any:
+    """Open only the artifact store of the home: no database, no keys (fast start for ``put``/``cat``)."""
+    from ledger.home import Home
+
+    return Home(home_path(home)).open_store()
 
 
 def print_json(value: Any) -> None:

@@ -10,10 +10,15 @@ import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ledger.atomic import write_atomic
 from ledger.errors import ConfigError, HomeNotInitialisedError, InputError
-from ledger.signing import SigningKey
+
+if TYPE_CHECKING:
+    from ledger.signing import SigningKey
+    from ledger.store import FilesystemStore
+    from ledger.store.s3 import S3Store
 
 __all__ = ["DEFAULT_HOME", "Home", "resolve_home"]
 
@@ -104,7 +109,15 @@ class Home:
         return self.keys_dir / f"{name}.key"
 
     def load_key(self, name: str) -> SigningKey:
+        from ledger.signing import SigningKey
+
         return SigningKey.load(name, self.key_path(name))
+
+    def open_store(self) -> FilesystemStore | S3Store:
+        """The home's artifact store alone, without the database (``put`` and ``cat`` need no more)."""
+        from ledger.store import open_store
+
+        return open_store(self.config().store)
 
     def has_key(self, name: str) -> bool:
         return self.key_path(name).is_file()

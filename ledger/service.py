@@ -60,7 +60,7 @@ from ledger.log import (
     sign_checkpoint,
 )
 from ledger.signing import Envelope, KeyId, SigningKey, parse_envelope, sign_envelope
-from ledger.store import StoredArtifact, open_store
+from ledger.store import StoredArtifact, open_store, put_file
 
 __all__ = ["Ledger", "LoggedEntry", "open_ledger"]
 
@@ -387,10 +387,7 @@ class Ledger:
         return self.store.put_stream(stream, sha256=sha256, expected=expected, max_size=max_size)
 
     def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"{p} is not a readable file")
-        return self.store.put_file(p, sha256=sha256)
+        return put_file(self.store, path, sha256=sha256)
 
     def open_artifact(self, digest: str) -> BinaryIO:
         return self.store.open_verified(parse_digest(digest))

@@ -105,8 +105,8 @@ def verdict(
     if ctx.invoked_subcommand is not None:
         return
     from ledger.canonical import canonical_bytes
-    from ledger.policy.evaluate import evaluate, record_verdict
     from ledger.policy.loader import load_policy
+    from ledger.policy.verdict import evaluate, record_verdict
 
     subj = _subject(subject)
     pol = load_policy(policy or "backend-qualification", policy_dir)
@@ -131,7 +131,7 @@ def verdict_replay(
     json_out: JsonOption = False,
 ) -> None:
     """Recompute a recorded verdict at its checkpoint with the current policy bytes; exit 1 if it differs."""
-    from ledger.policy.evaluate import replay_verdict
+    from ledger.policy.verdict import replay_verdict
 
     report = replay_verdict(get_ledger(home), entry_id, policy_dir=policy_dir, policy_path=policy)
     if json_out:

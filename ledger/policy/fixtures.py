@@ -15,9 +15,9 @@ from typing import Any
 
 from ledger.entries import ArtifactRef, parse_time
 from ledger.errors import InputError, LedgerError, PolicyError
-from ledger.policy.evaluate import evaluate, record_verdict
 from ledger.policy.loader import default_policy_dir, load_policy
 from ledger.policy.routing import check_routing_change
+from ledger.policy.verdict import evaluate, record_verdict
 from ledger.service import Ledger, LoggedEntry
 from ledger.signing import SigningKey
 

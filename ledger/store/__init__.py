@@ -12,7 +12,7 @@ from ledger.store.filesystem import FilesystemStore
 if TYPE_CHECKING:
     from ledger.store.s3 import S3Store
 
-__all__ = ["ArtifactStore", "FilesystemStore", "StoredArtifact", "open_store"]
+__all__ = ["ArtifactStore", "FilesystemStore", "StoredArtifact", "open_store", "put_file"]
 
 
 def open_store(spec: str, *, s3_endpoint: str | None = None) -> FilesystemStore | S3Store:
@@ -26,3 +26,13 @@ def open_store(spec: str, *, s3_endpoint: str | None = None) -> FilesystemStore 
 
         return S3Store.from_spec(spec, endpoint_url=s3_endpoint or os.environ.get("LEDGER_S3_ENDPOINT"))
     return FilesystemStore(Path(spec))
+
+
+def put_file(store: FilesystemStore | S3Store, path: Path, *, sha256: bool = False) -> StoredArtifact:
+    """Store one regular file; anything else is refused before a byte is written."""
+    from ledger.errors import InputError
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p} is not a readable file")
+    return store.put_file(p, sha256=sha256)

@@ -22,7 +22,7 @@ from ledger.policy.snapshot import _PARSED, _VERIFIED, clear_caches, slim_views
 from tests.policy.conftest import FIXTURES, POLICY_DIR
 
 # the module, not the function of the same name that ``ledger.policy`` exports
-evaluate_mod = importlib.import_module("ledger.policy.evaluate")
+evaluate_mod = importlib.import_module("ledger.policy.verdict")
 LEDGER_BIN = str(Path(sys.executable).with_name("ledger"))
 QUALIFICATION = sorted((FIXTURES / "backend-qualification").glob("*.toml"))
 
