@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -124,8 +125,11 @@ def _pipeline(
     progress: Callable[[int], object] | None,
     chunk_size: int,
 ) -> int:
-    """Read into a ring of buffers; one thread hashes and one writes each buffer, in order."""
-    ring = [bytearray(chunk_size) for _ in range(3)]
+    """Read into a ring of buffers; one thread hashes and one writes each buffer, in order.
+
+    The buffers are anonymous memory maps, so page-aligned: a sink may write them with direct I/O.
+    """
+    ring = [mmap.mmap(-1, chunk_size) for _ in range(3)]
     pending: list[list[Future[object]]] = [[] for _ in ring]
     size = 0
     with ThreadPoolExecutor(1) as hasher, ThreadPoolExecutor(1) as writer:

@@ -115,3 +115,69 @@ def test_oversized_envelope_refused(tmp_path: Path) -> None:
     with pytest.raises(RequestTooLargeError):
         led.record("note", {"campaign": "c"}, {"text": "x" * (MAX_ENVELOPE_BYTES + 1)}, key="hostA")
     assert led.size() == 2
+
+
+def test_large_file_is_written_with_direct_io_and_hashed_as_written(
+    store: FilesystemStore, tmp_path: Path
+) -> None:
+    from ledger.store import filesystem
+
+    big = tmp_path / "shard.bin"
+    size = filesystem._DIRECT_MIN + 3 * 4096 + 5  # an unaligned tail after the direct chunks
+    with big.open("wb") as f:
+        f.write(os.urandom(size))
+    got = store.put_file(big, sha256=True)
+    assert got.size == size
+    assert got.digest == hash_file(big).blake3
+    with store.open_verified(got.digest) as f, big.open("rb") as src:
+        assert f.read() == src.read()
+    assert store.put_file(big).created is False
+
+
+@pytest.mark.parametrize("sizes", [[4096 * 3, 100, 8192], [8192, 4096 * 2 + 1, 7], [5], [4096]])
+def test_direct_sink_writes_every_byte_in_order(tmp_path: Path, sizes: list[int]) -> None:
+    import mmap
+
+    from ledger.store.filesystem import _DirectSink
+
+    data = os.urandom(sum(sizes))
+    target = tmp_path / "out.bin"
+    buf = mmap.mmap(-1, max(sizes))  # page-aligned, as the ingest ring is
+    with io.FileIO(target, "wb") as out:
+        sink = _DirectSink(out, direct=True)
+        at = 0
+        for n in sizes:
+            buf[:n] = data[at : at + n]
+            sink(memoryview(buf)[:n])
+            at += n
+    assert target.read_bytes() == data
+
+
+def test_direct_io_refused_by_the_filesystem_falls_back_without_losing_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Filesystems that accept the O_DIRECT flag but refuse the write (EINVAL) get buffered writes."""
+    import errno
+    import fcntl
+    import mmap
+
+    from ledger.store import filesystem
+
+    real_write = os.write
+    refused: list[int] = []
+
+    def write(fd: int, data: memoryview) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            refused.append(len(data))
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(filesystem.os, "write", write)
+    data = os.urandom(3 * 4096 + 9)
+    buf = mmap.mmap(-1, len(data))
+    buf[:] = data
+    target = tmp_path / "out.bin"
+    with io.FileIO(target, "wb") as out:
+        filesystem._DirectSink(out, direct=True)(memoryview(buf))
+    assert refused == [3 * 4096]
+    assert target.read_bytes() == data

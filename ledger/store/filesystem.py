@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import io
-import mmap
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
-
-import blake3
 
 from ledger.atomic import fsync_dir
 from ledger.errors import (
@@ -44,63 +41,51 @@ class _SizeLimited:
         return n
 
 
-def _write_all(out: io.FileIO, data: memoryview) -> None:
-    """Write every byte: an unbuffered write may be short (a filling disk), the retry then raises ENOSPC."""
-    view = memoryview(data)
-    while view:
-        n = out.write(view)
-        if not n:
-            raise OSError(errno.EIO, "write wrote nothing")
-        view = view[n:]
+_DIRECT_ALIGN = 4096  # covers every logical block size Linux direct I/O asks for
+_DIRECT_MIN = 32 * 1024 * 1024  # smaller files gain nothing from bypassing the page cache
 
 
-class _NoKernelCopy(Exception):
-    """copy_file_range is not available between these two files; stream instead."""
+class _DirectSink:
+    """Write each chunk of an ingest with O_DIRECT where the filesystem allows it.
 
-
-_COPY_CHUNK = 64 * 1024 * 1024
-
-
-def _copy_and_hash(src_fd: int, out: io.FileIO) -> FileDigests:
-    """Copy ``src_fd`` into ``out`` with copy_file_range and hash each copied range of ``out``.
-
-    The bytes hashed are read back from the destination, so the digest names exactly what was stored
-    even if the source changes meanwhile. Hashing a range (all cores, from the page cache) overlaps
-    with the kernel copying the next one.
+    The chunks come from page-aligned buffers (``hash_stream``'s ring), so the disk takes them without a
+    copy into the page cache and writes while the next chunk is read and hashed; the final ``fsync``
+    then has almost nothing left to flush. The unaligned tail, and everything after a filesystem refuses
+    direct I/O (tmpfs, some FUSE and network filesystems), go through the page cache as usual.
     """
-    dst_fd = out.fileno()
-    b3 = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    done = 0
-    with ThreadPoolExecutor(1) as hasher:
-        pending: Future[None] | None = None
-        while True:
-            try:
-                n = os.copy_file_range(src_fd, dst_fd, _COPY_CHUNK, done, done)
-            except OSError as e:
-                if done == 0 and e.errno in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-                    raise _NoKernelCopy from e
-                raise
-            if n == 0:
-                break
-            if pending is not None:
-                pending.result()
-            pending = hasher.submit(_hash_range, b3, dst_fd, done, n)
-            done += n
-        if pending is not None:
-            pending.result()
-    return FileDigests(blake3=Digest(HexDigest(b3.hexdigest())), size=done)
 
+    def __init__(self, out: io.FileIO, *, direct: bool) -> None:
+        self._fd = out.fileno()
+        self._direct = direct and hasattr(os, "O_DIRECT") and self._set_direct(True)
 
-def _hash_range(b3: blake3.blake3, fd: int, offset: int, length: int) -> None:
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    with mmap.mmap(fd, offset + length - start, offset=start, access=mmap.ACCESS_READ) as mm:
-        view = memoryview(mm)
-        part = view[offset - start :]
+    def _set_direct(self, on: bool) -> bool:
         try:
-            b3.update(part)
-        finally:
-            part.release()
-            view.release()
+            flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+            fcntl.fcntl(self._fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
+        except OSError:
+            return False
+        return on
+
+    def __call__(self, chunk: memoryview) -> None:
+        view = chunk
+        while view:
+            if self._direct and len(view) >= _DIRECT_ALIGN:
+                try:
+                    n = os.write(self._fd, view[: len(view) - len(view) % _DIRECT_ALIGN])
+                except OSError as e:
+                    if e.errno != errno.EINVAL:
+                        raise
+                    self._direct = self._set_direct(False)  # refused: nothing was written
+                    continue
+                if n % _DIRECT_ALIGN:
+                    self._direct = self._set_direct(False)
+            else:
+                if self._direct:
+                    self._direct = self._set_direct(False)
+                n = os.write(self._fd, view)
+            if not n:
+                raise OSError(errno.EIO, "write wrote nothing")
+            view = view[n:]
 
 
 class FilesystemStore:
@@ -126,25 +111,25 @@ class FilesystemStore:
         sha256: bool = False,
         expected: Digest | None = None,
         max_size: int | None = None,
+        direct: bool = False,
     ) -> StoredArtifact:
-        """Stream into a temp file beside the objects, hash in the same pass, then rename into place."""
+        """Stream into a temp file beside the objects, hash in the same pass, then rename into place.
+
+        Reading, hashing and writing overlap (``hash_stream``'s pipeline); the bytes hashed are the bytes
+        written, even if the source changes meanwhile. ``direct`` writes with O_DIRECT where possible.
+        """
         src: BinaryIO = _SizeLimited(stream, max_size) if max_size is not None else stream  # type: ignore[assignment]
 
         def write(out: io.FileIO) -> FileDigests:
-            return hash_stream(src, sha256=sha256, sink=lambda chunk: _write_all(out, chunk))
+            return hash_stream(src, sha256=sha256, sink=_DirectSink(out, direct=direct))
 
         return self._ingest(write, expected)
 
     def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
-        """Store a regular file: copied in the kernel, each copied range hashed as it lands."""
-        with Path(path).open("rb") as f:
-            if sha256:
-                return self.put_stream(f, sha256=True)
-            try:
-                return self._ingest(lambda out: _copy_and_hash(f.fileno(), out), None)
-            except _NoKernelCopy:
-                f.seek(0)
-                return self.put_stream(f)
+        """Store a regular file; a large one is written with direct I/O while it is hashed."""
+        with Path(path).open("rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            return self.put_stream(f, sha256=sha256, direct=size >= _DIRECT_MIN)
 
     def _ingest(self, write: Callable[[io.FileIO], FileDigests], expected: Digest | None) -> StoredArtifact:
         """Run ``write`` into a temp file beside the objects; fsync, then rename it to its digest."""
