@@ -86,6 +86,7 @@ def hash_stream(
     *,
     sha256: bool = False,
     sink: Callable[[memoryview], object] | None = None,
+    write_at: Callable[[memoryview, int], object] | None = None,
     progress: Callable[[int], object] | None = None,
     chunk_size: int = CHUNK_SIZE,
 ) -> FileDigests:
@@ -93,7 +94,12 @@ def hash_stream(
 
     With a sink, reading, hashing and the sink overlap: each runs on its own thread over a ring of
     private buffers, so the bytes hashed are exactly the bytes written, even if the source changes.
+    ``sink`` gets the chunks one at a time, in order. ``write_at(chunk, offset)`` instead gets them on
+    two threads at once, in any order, for a destination that writes at an offset (a disk keeps more
+    writes in flight); give one or the other.
     """
+    if sink is not None and write_at is not None:
+        raise ValueError("give sink or write_at, not both")
     b3 = _new_blake3() if chunk_size >= _THREADS_MIN_CHUNK else blake3.blake3()
     s2 = hashlib.sha256() if sha256 else None
 
@@ -103,14 +109,16 @@ def hash_stream(
             s2.update(view)
 
     size = 0
-    if sink is None:
+    if sink is not None:
+        size = _pipeline(stream, digest, lambda view, _at: sink(view), progress, chunk_size, writers=1)
+    elif write_at is not None:
+        size = _pipeline(stream, digest, write_at, progress, chunk_size, writers=2)
+    else:
         for chunk in iter_chunks(stream, chunk_size):
             digest(chunk)
             size += len(chunk)
             if progress is not None:
                 progress(len(chunk))
-    else:
-        size = _pipeline(stream, digest, sink, progress, chunk_size)
     return FileDigests(
         blake3=Digest(HexDigest(b3.hexdigest())),
         size=size,
@@ -121,18 +129,20 @@ def hash_stream(
 def _pipeline(
     stream: BinaryIO,
     digest: Callable[[memoryview], object],
-    sink: Callable[[memoryview], object],
+    write_at: Callable[[memoryview, int], object],
     progress: Callable[[int], object] | None,
     chunk_size: int,
+    writers: int,
 ) -> int:
-    """Read into a ring of buffers; one thread hashes and one writes each buffer, in order.
+    """Read into a ring of buffers; one thread hashes each buffer in order, ``writers`` threads write them.
 
     The buffers are anonymous memory maps, so page-aligned: a sink may write them with direct I/O.
+    A buffer is read into again only after its hash and its write are done.
     """
-    ring = [mmap.mmap(-1, chunk_size) for _ in range(3)]
+    ring = [mmap.mmap(-1, chunk_size) for _ in range(2 + writers)]
     pending: list[list[Future[object]]] = [[] for _ in ring]
     size = 0
-    with ThreadPoolExecutor(1) as hasher, ThreadPoolExecutor(1) as writer:
+    with ThreadPoolExecutor(1) as hasher, ThreadPoolExecutor(writers) as writer:
         try:
             i = 0
             while True:
@@ -144,7 +154,7 @@ def _pipeline(
                 if not n:
                     break
                 part = view[:n]
-                pending[slot] = [hasher.submit(digest, part), writer.submit(sink, part)]
+                pending[slot] = [hasher.submit(digest, part), writer.submit(write_at, part, size)]
                 size += n
                 if progress is not None:
                     progress(n)

@@ -148,7 +148,7 @@ def test_direct_sink_writes_every_byte_in_order(tmp_path: Path, sizes: list[int]
         at = 0
         for n in sizes:
             buf[:n] = data[at : at + n]
-            sink(memoryview(buf)[:n])
+            sink(memoryview(buf)[:n], at)
             at += n
     assert target.read_bytes() == data
 
@@ -163,21 +163,21 @@ def test_direct_io_refused_by_the_filesystem_falls_back_without_losing_bytes(
 
     from ledger.store import filesystem
 
-    real_write = os.write
+    real_pwrite = os.pwrite
     refused: list[int] = []
 
-    def write(fd: int, data: memoryview) -> int:
+    def pwrite(fd: int, data: memoryview, offset: int) -> int:
         if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
             refused.append(len(data))
             raise OSError(errno.EINVAL, "Invalid argument")
-        return real_write(fd, data)
+        return real_pwrite(fd, data, offset)
 
-    monkeypatch.setattr(filesystem.os, "write", write)
+    monkeypatch.setattr(filesystem.os, "pwrite", pwrite)
     data = os.urandom(3 * 4096 + 9)
     buf = mmap.mmap(-1, len(data))
     buf[:] = data
     target = tmp_path / "out.bin"
     with io.FileIO(target, "wb") as out:
-        filesystem._DirectSink(out, direct=True)(memoryview(buf))
+        filesystem._DirectSink(out, direct=True)(memoryview(buf), 0)
     assert refused == [3 * 4096]
     assert target.read_bytes() == data

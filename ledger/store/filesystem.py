@@ -43,15 +43,17 @@ class _SizeLimited:
 
 _DIRECT_ALIGN = 4096  # covers every logical block size Linux direct I/O asks for
 _DIRECT_MIN = 32 * 1024 * 1024  # smaller files gain nothing from bypassing the page cache
+_DIRECT_CHUNK = 32 * 1024 * 1024  # large writes keep the disk's queue full (4 in the ring: 128 MiB)
 
 
 class _DirectSink:
-    """Write each chunk of an ingest with O_DIRECT where the filesystem allows it.
+    """Write the chunks of an ingest at their offsets, with O_DIRECT where the filesystem allows it.
 
     The chunks come from page-aligned buffers (``hash_stream``'s ring), so the disk takes them without a
-    copy into the page cache and writes while the next chunk is read and hashed; the final ``fsync``
-    then has almost nothing left to flush. The unaligned tail, and everything after a filesystem refuses
-    direct I/O (tmpfs, some FUSE and network filesystems), go through the page cache as usual.
+    copy into the page cache, two writes in flight while the next chunk is read and hashed; the final
+    ``fsync`` then has almost nothing left to flush, and a large put does not evict the host's page
+    cache. The unaligned tail, and everything after a filesystem refuses direct I/O (tmpfs, some FUSE
+    and network filesystems), go through the page cache as usual.
     """
 
     def __init__(self, out: io.FileIO, *, direct: bool) -> None:
@@ -66,12 +68,12 @@ class _DirectSink:
             return False
         return on
 
-    def __call__(self, chunk: memoryview) -> None:
+    def __call__(self, chunk: memoryview, offset: int) -> None:
         view = chunk
         while view:
             if self._direct and len(view) >= _DIRECT_ALIGN:
                 try:
-                    n = os.write(self._fd, view[: len(view) - len(view) % _DIRECT_ALIGN])
+                    n = os.pwrite(self._fd, view[: len(view) - len(view) % _DIRECT_ALIGN], offset)
                 except OSError as e:
                     if e.errno != errno.EINVAL:
                         raise
@@ -82,10 +84,11 @@ class _DirectSink:
             else:
                 if self._direct:
                     self._direct = self._set_direct(False)
-                n = os.write(self._fd, view)
+                n = os.pwrite(self._fd, view, offset)
             if not n:
                 raise OSError(errno.EIO, "write wrote nothing")
             view = view[n:]
+            offset += n
 
 
 class FilesystemStore:
@@ -121,7 +124,12 @@ class FilesystemStore:
         src: BinaryIO = _SizeLimited(stream, max_size) if max_size is not None else stream  # type: ignore[assignment]
 
         def write(out: io.FileIO) -> FileDigests:
-            return hash_stream(src, sha256=sha256, sink=_DirectSink(out, direct=direct))
+            return hash_stream(
+                src,
+                sha256=sha256,
+                write_at=_DirectSink(out, direct=direct),
+                chunk_size=_DIRECT_CHUNK if direct else CHUNK_SIZE,
+            )
 
         return self._ingest(write, expected)
 
