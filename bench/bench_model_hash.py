@@ -53,9 +53,36 @@ def sha256_file(p: Path) -> str:
     return h.hexdigest()
 
 
+def hf_sha_fileobj(p: Path) -> str:
+    """The loop `hf cache verify` runs per LFS file (huggingface_hub ``utils.sha.sha_fileobj``)."""
+    sha = hashlib.sha256()
+    with p.open("rb") as f:
+        while True:
+            chunk = f.read(1024 * 1024)
+            sha.update(chunk)
+            if not chunk:
+                break
+    return sha.hexdigest()
+
+
 def sha256_single(paths: list[Path]) -> None:
     for p in paths:
-        sha256_file(p)
+        hf_sha_fileobj(p)
+
+
+def ceiling_mib_per_s(cores: int) -> tuple[float, float, float]:
+    """Per-core SHA-256 and BLAKE3 rates on a buffer in memory, and the rate of both on all cores.
+
+    Both digests cost each core 1/sha + 1/b3 seconds per MiB whoever schedules the work, so nothing
+    that computes both over every byte can beat cores / (1/sha + 1/b3).
+    """
+    import blake3
+
+    buf = os.urandom(64 * 2**20)
+    t_sha = best_of(lambda: hashlib.sha256(buf).update(b""), 5)
+    t_b3 = best_of(lambda: blake3.blake3(buf).update(b"") and None, 5)
+    sha, b3 = 64 / t_sha, 64 / t_b3
+    return sha, b3, cores / (1 / sha + 1 / b3)
 
 
 def sha256_all_cores(paths: list[Path]) -> None:
@@ -101,7 +128,7 @@ def main() -> int:
         sha256_all_cores(paths)  # warm the page cache
         contenders: dict[str, Callable[[], None]] = {
             "ledger collect model (BLAKE3+SHA-256, one read, parallel)": lambda: ledger_collect(d),
-            "hashlib.sha256 single thread (hf cache verify)": lambda: sha256_single(paths),
+            "hashlib.sha256 single thread (hf cache verify loop)": lambda: sha256_single(paths),
             "hashlib.sha256 across all cores": lambda: sha256_all_cores(paths),
         }
         if shutil.which("b3sum"):
@@ -110,9 +137,11 @@ def main() -> int:
         for name, fn in contenders.items():
             s = best_of(fn, a.repeat)
             rows[name] = {"seconds": round(s, 4), "mib_per_s": round(total / s / 2**20, 1)}
+        cores = min(len(paths), os.cpu_count() or 1)
+        sha_core, b3_core, ceiling = ceiling_mib_per_s(cores)
         ours = rows["ledger collect model (BLAKE3+SHA-256, one read, parallel)"]["mib_per_s"]
         par = rows["hashlib.sha256 across all cores"]["mib_per_s"]
-        single = rows["hashlib.sha256 single thread (hf cache verify)"]["mib_per_s"]
+        single = rows["hashlib.sha256 single thread (hf cache verify loop)"]["mib_per_s"]
         result = {
             "shards": a.shards,
             "shard_mib": a.shard_mib,
@@ -126,6 +155,14 @@ def main() -> int:
             "ratios": {
                 "ours_vs_sha256_all_cores": round(ours / par, 3),
                 "ours_vs_sha256_single": round(ours / single, 3),
+                "ours_vs_ceiling": round(ours / ceiling, 3),
+                "ceiling_vs_sha256_all_cores": round(ceiling / par, 3),
+                "ceiling_vs_sha256_single": round(ceiling / single, 3),
+            },
+            "per_core_in_memory_mib_per_s": {
+                "sha256": round(sha_core, 1),
+                "blake3": round(b3_core, 1),
+                "both_digests_all_cores_ceiling": round(ceiling, 1),
             },
             "targets": {"ours_vs_sha256_all_cores": 0.9, "ours_vs_sha256_single": 1.8},
         }
@@ -139,6 +176,12 @@ def main() -> int:
         r = result["ratios"]
         print(f"ours / sha256 all cores = {r['ours_vs_sha256_all_cores']:.2f}x (target >= 0.9)")
         print(f"ours / sha256 single    = {r['ours_vs_sha256_single']:.2f}x (target >= 1.8)")
+        print(
+            f"ceiling for both digests on {cores} cores: {ceiling:.0f} MiB/s"
+            f" (per core SHA-256 {sha_core:.0f}, BLAKE3 {b3_core:.0f} MiB/s)"
+            f" = {r['ceiling_vs_sha256_all_cores']:.2f}x sha256 all cores,"
+            f" {r['ceiling_vs_sha256_single']:.2f}x single; ours reaches {r['ours_vs_ceiling']:.0%} of it"
+        )
         print(f"wrote {RESULTS}")
     finally:
         if tmp and not a.keep:
