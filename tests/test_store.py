@@ -181,3 +181,27 @@ def test_direct_io_refused_by_the_filesystem_falls_back_without_losing_bytes(
         filesystem._DirectSink(out, direct=True)(memoryview(buf), 0)
     assert refused == [3 * 4096]
     assert target.read_bytes() == data
+
+
+@settings(max_examples=30)
+@given(st.binary(max_size=40_000), st.integers(min_value=1, max_value=5000))
+def test_hash_stream_write_at_places_every_chunk_at_its_offset(data: bytes, chunk: int) -> None:
+    """Two writer threads may take chunks in any order; each lands at its own offset."""
+    from ledger.hashing import hash_stream
+
+    out = bytearray(len(data))
+
+    def write_at(view: memoryview, offset: int) -> None:
+        out[offset : offset + len(view)] = view
+
+    got = hash_stream(io.BytesIO(data), sha256=True, write_at=write_at, chunk_size=chunk)
+    assert bytes(out) == data
+    assert got.size == len(data)
+    assert got.blake3.hex == blake3_hex(data)
+
+
+def test_hash_stream_refuses_two_destinations() -> None:
+    from ledger.hashing import hash_stream
+
+    with pytest.raises(ValueError, match="not both"):
+        hash_stream(io.BytesIO(b"x"), sink=lambda v: None, write_at=lambda v, at: None)
