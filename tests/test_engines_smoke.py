@@ -236,6 +236,20 @@ def test_fault_llamacpp_python_flavor_no_health(procs: list[Proc], tmp_path: Pat
     assert "Uvicorn running on" in p.text()
 
 
+def test_fault_sglang_flavor_503_while_warming_up_then_200(procs: list[Proc], tmp_path: Path) -> None:
+    p = fault(procs, tmp_path, "ok", "--flavor", "sglang", "--load-seconds", "2")
+    p.wait_until("/health", want=503, timeout=15)
+    status, _ = http("GET", p.base + "/health")
+    if status == 503:  # still warming up: the model list already answers, /health does not
+        assert http("GET", p.base + "/v1/models")[0] == 200
+    p.wait_until("/health", timeout=20)
+    assert http("GET", p.base + "/health_generate")[0] == 200
+    assert http("GET", p.base + "/is_sleeping")[0] == 404
+    out = p.text()
+    assert "Load weight end. elapsed=2.00 s" in out
+    assert out.index("Uvicorn running on") < out.index("The server is fired up and ready to roll!")
+
+
 @pytest.mark.parametrize(
     ("mode", "needles"),
     [

@@ -200,6 +200,45 @@ def test_health_200_while_sleeping_is_not_ready(
     assert_ladder(ledger, "api-readiness")
 
 
+def test_sglang_is_ready_only_after_warmup_not_when_models_answer(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
+) -> None:
+    """SGLang lists its model while /health still answers 503 (warming up): readiness waits for /health."""
+    c = fault_campaign(
+        tmp_path, tiny_model_dir, [{"name": "default", "args": ["--mode", "ok"]}], flavor="sglang"
+    )
+    result = run_campaign(c, recorder, tmp_path)
+    assert result.state == "succeeded"
+    [launch] = launches(ledger)
+    assert launch["engine"] == "sglang"
+    assert launch["ready_endpoint"] == "/health"
+    assert launch["phases"]["weights_loaded_s"] == 0.3
+    assert launch["phases"]["weight_memory_gib"] == 15.07
+    # weights (0.3 s) then warm-up (0.3 s) come before readiness; the fired-up line precedes it
+    assert launch["time_to_ready_s"] >= 0.6
+    assert "t_server_fired_up_s" in launch["phases"]
+    assert launch["failure_signature"] is None
+
+
+def test_sglang_stuck_warming_up_expires_the_lease(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
+) -> None:
+    c = fault_campaign(
+        tmp_path,
+        tiny_model_dir,
+        [{"name": "default", "args": ["--mode", "hang"]}],
+        flavor="sglang",
+        engine_lease=4,
+    )
+    run_campaign(c, recorder, tmp_path)
+    [launch] = launches(ledger)
+    assert launch["ready"] is False
+    assert launch["lease_expired"] is True
+    assert launch["failure_signature"] == "lease-expired"
+    assert launch["phases"]["weights_loaded_s"] == 0.3  # it got as far as the HTTP server
+    assert_ladder(ledger, "api-readiness")
+
+
 def test_healthy_engine_passes_every_gate(
     tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
 ) -> None:

@@ -2,7 +2,7 @@
 # ruff: noqa: E501  (log lines are quoted whole, as the real engines print them)
 """Scriptable fault-injection inference "engine" for tests (standard library only).
 
-    python fault_engine.py --port N --mode MODE [--flavor vllm|llamacpp|llamacpp-python] [--load-seconds S]
+    python fault_engine.py --port N --mode MODE [--flavor vllm|llamacpp|llamacpp-python|sglang] [--load-seconds S]
 
 It imitates the process-level behaviour and log lines of a real engine and reproduces the seed
 failure modes:
@@ -22,7 +22,11 @@ failure modes:
 Readiness per flavor: vllm = the port is closed until ready; llamacpp (C++ llama-server) =
 /health answers 503 {"error": {"message": "Loading model"}} while loading, then 200
 {"status": "ok"}; llamacpp-python (python -m llama_cpp.server) = the port is closed until the
-model is loaded, there is no /health (404) and /v1/models 200 means ready.
+model is loaded, there is no /health (404) and /v1/models 200 means ready; sglang
+(python -m sglang.launch_server) = weights load ("Load weight end. elapsed=…"), then the HTTP server
+starts and /health and /health_generate answer 503 with an empty body while the server warms up
+(--load-seconds again) although /v1/models already answers 200, then 200 after "The server is fired
+up and ready to roll!"; there is no /is_sleeping.
 """
 
 from __future__ import annotations
@@ -80,6 +84,12 @@ def elog(level: str, where: str, msg: str, stream: TextIO | None = None) -> None
 
 def llog(msg: str, stream: TextIO | None = None) -> None:
     _emit(stream or sys.stderr, msg)
+
+
+def slog(msg: str, rank: str = "") -> None:
+    """An SGLang-style log line: [2026-02-26 05:24:09 TP0] msg"""
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    _emit(sys.stdout, f"[{stamp}{' ' + rank if rank else ''}] {msg}")
 
 
 def vllm_banner(a: argparse.Namespace) -> None:
@@ -344,6 +354,9 @@ class Handler(BaseHTTPRequestHandler):
         elif a.flavor == "llamacpp-python":
             host, port = self.client_address[:2]
             _emit(sys.stderr, f'INFO:     {host}:{port} - "{self.requestline}" {code}')
+        elif a.flavor == "sglang":
+            host, port = self.client_address[:2]
+            slog(f'INFO:     {host}:{port} - "{self.requestline}" {code}')
         else:
             llog(f"srv  log_server_r: request: {self.command} {self.path} {self.client_address[0]} {code}")
 
@@ -378,8 +391,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         a = State.args
         path = self.path.split("?", 1)[0]
-        if a.flavor == "llamacpp-python" and path in ("/health", "/is_sleeping"):
+        if (a.flavor == "llamacpp-python" and path in ("/health", "/is_sleeping")) or (
+            a.flavor == "sglang" and path == "/is_sleeping"
+        ):
             self._json(404, {"detail": "Not Found"})
+        elif a.flavor == "sglang" and path in ("/health", "/health_generate"):
+            self._empty(200 if State.ready else 503)  # ServerStatus.Starting answers 503, no body
         elif path == "/health":
             if self._loading():
                 return
@@ -392,7 +409,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             self._json(200, {"is_sleeping": State.sleeping})
         elif path == "/v1/models":
-            if self._loading():
+            if a.flavor != "sglang" and self._loading():  # SGLang lists its model while starting
                 return
             self._json(
                 200,
@@ -514,6 +531,12 @@ def serve(a: argparse.Namespace) -> int:
         llog(
             f"llama_model_loader: loaded meta data with 25 key-value pairs and 291 tensors from {a.model} (version GGUF V3 (latest))"
         )
+    elif a.flavor == "sglang":
+        slog(
+            f"server_args=ServerArgs(model_path='{a.model}', host='{a.host}', port={a.port}, mem_fraction_static=0.85)"
+        )
+        slog("Init torch distributed ends. mem usage=0.00 GB", "TP0")
+        slog("Load weight begin. avail mem=78.48 GB", "TP0")
     elif a.flavor == "llamacpp-python":
         llog(
             f"llama_model_loader: loaded meta data with 22 key-value pairs and 21 tensors from {a.model} (version GGUF V3 (latest))"
@@ -527,6 +550,19 @@ def serve(a: argparse.Namespace) -> int:
         elif a.load_seconds:
             vllm_load_weights(a, f"{a.load_seconds:.2f}", "0.5")
 
+    if a.flavor == "sglang":
+        time.sleep(a.load_seconds)
+        slog(
+            f"Load weight end. elapsed={a.load_seconds:.2f} s, type=LlamaForCausalLM, dtype=torch.bfloat16, "
+            "avail mem=63.41 GB, mem usage=15.07 GB.",
+            "TP0",
+        )
+        slog("KV Cache is allocated. #tokens: 413544, K size: 24.46 GB, V size: 24.46 GB", "TP0")
+        slog(f"INFO:     Started server process [{PID}]")
+        slog("INFO:     Waiting for application startup.")
+        slog("INFO:     Application startup complete.")
+        start_http()
+        slog(f"INFO:     Uvicorn running on http://{a.host}:{a.port} (Press CTRL+C to quit)")
     if a.mode == "hang":
         if a.flavor == "llamacpp":
             llog("llama_model_load: loading model tensors, this can take a while... (mmap = true)")
@@ -542,6 +578,9 @@ def serve(a: argparse.Namespace) -> int:
         llog("INFO:     Application startup complete.")
         start_http()
         llog(f"INFO:     Uvicorn running on http://{a.host}:{a.port} (Press CTRL+C to quit)")
+    elif a.flavor == "sglang":
+        time.sleep(a.load_seconds)  # warm-up request
+        slog("Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00", "TP0")
     elif a.flavor == "llamacpp":
         time.sleep(a.load_seconds)
         llog("llama_init_from_model: n_ctx = 4096")
@@ -559,6 +598,8 @@ def serve(a: argparse.Namespace) -> int:
         start_http()
     State.sleeping = a.mode == "sleeping"
     State.ready = True
+    if a.flavor == "sglang":
+        slog("The server is fired up and ready to roll!")
     if a.flavor == "llamacpp":
         llog("main: model loaded")
         llog(f"main: server is listening on http://{a.host}:{a.port} - starting the main loop")
@@ -583,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--mode", choices=MODES, default="ok")
-    ap.add_argument("--flavor", choices=("vllm", "llamacpp", "llamacpp-python"), default="vllm")
+    ap.add_argument("--flavor", choices=("vllm", "llamacpp", "llamacpp-python", "sglang"), default="vllm")
     ap.add_argument(
         "--load-seconds", type=float, default=0.5, help="time spent 'loading' before ready / failing"
     )
@@ -611,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         def on_term(signum: int, frame: FrameType | None) -> NoReturn:
             if a.flavor == "vllm":
                 vlog("INFO", "launcher.py:99", "Shutting down FastAPI HTTP server.")
-            elif a.flavor == "llamacpp-python":
+            elif a.flavor in ("llamacpp-python", "sglang"):
                 llog("INFO:     Shutting down")
             else:
                 llog("srv    operator(): operator(): cleaning up before exit...")
