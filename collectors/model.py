@@ -213,6 +213,30 @@ def _check_file(p: Path, rel: str, allowed: str, hf_blobs: str | None) -> FileCh
     return fc
 
 
+def _dir_link_problem(p: Path, allowed: str, chain: frozenset[str], hf: bool) -> str | None:
+    """None to walk into ``p``; otherwise why a linked directory is not read ("" to skip silently).
+
+    A directory link is followed only when it resolves inside ``allowed`` and not to a folder on the way
+    down to it (``chain``: that would be a loop); its files are then pinned under the link's path, as
+    the engine sees them. A link elsewhere is reported, like a file link, and never read.
+    """
+    if not p.is_symlink():
+        return None
+    try:
+        link = os.readlink(p)
+        real = os.path.realpath(p)
+    except (OSError, RuntimeError, ValueError) as e:
+        return f"unreadable link: {e}"
+    if not os.path.isdir(real):
+        return ""  # os.walk lists a dangling or looping link as a directory only when it is one
+    where = "the repo's blobs/ folder" if hf else "the model folder"
+    if not _inside(real, allowed):
+        return f"directory link to {link[:200]!r} points outside {where}; not read"
+    if real in chain:
+        return f"directory link to {link[:200]!r} leads back to its own parent folder (a loop); not read"
+    return None
+
+
 def _list_files(src: ModelSource) -> list[FileCheck]:
     if src.root.is_file():
         return [FileCheck(src.root.name, src.root, src.root.stat().st_size, None)]
@@ -224,8 +248,22 @@ def _list_files(src: ModelSource) -> list[FileCheck]:
         hf_blobs = os.path.join(os.path.realpath(src.root.parent.parent), "blobs")
         allowed = hf_blobs
     checks: list[FileCheck] = []
-    for dirpath, dirnames, filenames in os.walk(src.root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", ".cache", "__pycache__"))
+    # the real folders from the root down to each folder walked: a link back to one of them is a loop
+    chains: dict[str, frozenset[str]] = {str(src.root): frozenset({root})}
+    for dirpath, dirnames, filenames in os.walk(src.root, followlinks=True):
+        chain = chains.pop(dirpath, frozenset())
+        keep = []
+        for d in sorted(dirnames):
+            if d in (".git", ".cache", "__pycache__"):
+                continue
+            sub = Path(dirpath) / d
+            problem = _dir_link_problem(sub, allowed, chain, hf_blobs is not None)
+            if problem is None:
+                keep.append(d)
+                chains[str(sub)] = chain | {os.path.realpath(sub)}
+            elif problem:
+                checks.append(FileCheck(sub.relative_to(src.root).as_posix(), sub, 0, None, problem=problem))
+        dirnames[:] = keep
         for name in sorted(filenames):
             p = Path(dirpath) / name
             rel = p.relative_to(src.root).as_posix()

@@ -309,3 +309,29 @@ def test_symlink_loop_never_raises(tmp_path: Path) -> None:
     except LedgerError:  # pragma: no cover - refusing is acceptable too
         return
     assert all(f.problem for f in scan.files)
+
+
+def test_linked_folders_inside_are_pinned_outside_and_loops_reported(tmp_path: Path) -> None:
+    """A folder link used to be skipped silently: its files were missing from the pin, unreported."""
+    model = tmp_path / "model"
+    (model / "shared" / "tok").mkdir(parents=True)
+    (model / "shared" / "tok" / "vocab.json").write_text('{"a": 1}')
+    (model / "tokenizer").symlink_to("shared/tok", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "secret.txt").write_text("s")
+    (model / "extra").symlink_to("../elsewhere", target_is_directory=True)
+    (model / "shared" / "back").symlink_to("..", target_is_directory=True)  # to the model folder
+    (model / "a").mkdir()
+    (model / "b").mkdir()
+    (model / "a" / "to_b").symlink_to("../b", target_is_directory=True)
+    (model / "b" / "to_a").symlink_to("../a", target_is_directory=True)
+    scan = scan_model(resolve_model(model))
+    by = {f.rel: f for f in scan.files}
+    assert by["tokenizer/vocab.json"].problem is None
+    assert by["tokenizer/vocab.json"].digests == by["shared/tok/vocab.json"].digests
+    assert by["extra"].problem and "outside the model folder" in by["extra"].problem
+    assert not any(rel.startswith("extra/") for rel in by)
+    assert by["shared/back"].problem and "loop" in by["shared/back"].problem
+    loops = [rel for rel, f in by.items() if f.problem and "loop" in f.problem]
+    assert "a/to_b/to_a" in loops and "b/to_a/to_b" in loops
+    assert scan.verification == "failed"
