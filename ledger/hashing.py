@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -126,6 +127,21 @@ def hash_stream(
     )
 
 
+def _io_buffer(size: int) -> mmap.mmap:
+    """A private anonymous buffer, page-aligned, in transparent huge pages where the kernel allows.
+
+    Direct I/O from 4 KiB pages splits into small requests (a request holds a limited number of
+    segments: 254 × 4 KiB ≈ 1 MiB on virtio); 2 MiB pages let each request carry its full size.
+    """
+    if not hasattr(mmap, "MAP_PRIVATE"):  # pragma: no cover - not POSIX
+        return mmap.mmap(-1, size)
+    buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):
+            buf.madvise(mmap.MADV_HUGEPAGE)
+    return buf
+
+
 def _pipeline(
     stream: BinaryIO,
     digest: Callable[[memoryview], object],
@@ -139,7 +155,7 @@ def _pipeline(
     The buffers are anonymous memory maps, so page-aligned: a sink may write them with direct I/O.
     A buffer is read into again only after its hash and its write are done.
     """
-    ring = [mmap.mmap(-1, chunk_size) for _ in range(2 + writers)]
+    ring = [_io_buffer(chunk_size) for _ in range(2 + writers)]
     pending: list[list[Future[object]]] = [[] for _ in ring]
     size = 0
     with ThreadPoolExecutor(1) as hasher, ThreadPoolExecutor(writers) as writer:
