@@ -120,7 +120,7 @@ def test_kill9_at_random_points_keeps_every_reported_entry(tmp_path: Path, forks
         out = work / f"t{n}.out"
         console = what.startswith("console-")
         if what.endswith("put"):
-            size = rng.randint(1 * MB, 20 * MB)
+            size = rng.randint(1 * MB, 48 * MB)  # from 32 MiB up, the O_DIRECT ingest path
             src = _random_file(work / f"put{n}.bin", size, rng)
             argv = ["--home", str(home), "put", str(src)]
             delay = rng.uniform(0.0, 1.5 * estimate["put"] * size / (20 * MB) + 0.01)

@@ -109,6 +109,21 @@ def test_full_disk_short_write_never_stores_a_truncated_artifact(tmpfs_home: Pat
     assert ledger_cli(tmpfs_home, "put", str(small)).returncode == 0
 
 
+def test_full_disk_during_direct_ingest_leaves_nothing(tmpfs_home: Path, tmp_path: Path) -> None:
+    """A file large enough for the O_DIRECT path (two writers in flight) meets ENOSPC the same way."""
+    from ledger.store.filesystem import _DIRECT_MIN
+
+    big = tmp_path / "model.safetensors"
+    with big.open("wb") as f:
+        for _ in range(_DIRECT_MIN // MB + 8):
+            f.write(os.urandom(MB))
+    r = ledger_cli(tmpfs_home, "put", "--sha256", str(big))
+    assert_storage_error(r)
+    assert "no space left" in r.stderr.decode()
+    assert store_files(tmpfs_home / "store") == ([], [])
+    assert_verifies(tmpfs_home, 2)
+
+
 def test_enospc_on_record_with_artifact_records_nothing(tmpfs_home: Path, tmp_path: Path) -> None:
     big = tmp_path / "stderr.log"
     big.write_bytes(os.urandom(3 * MB))
@@ -177,6 +192,20 @@ def test_file_size_limit_while_storing_is_a_storage_error(plain_home: Path, tmp_
     big = tmp_path / "shard.bin"
     big.write_bytes(os.urandom(3 * MB))
     r = ledger_cli(plain_home, "put", str(big), fsize=1 * MB)
+    assert_storage_error(r)
+    assert store_files(plain_home / "store") == ([], [])
+    assert_verifies(plain_home, 2)
+
+
+def test_file_size_limit_during_direct_ingest_is_a_storage_error(plain_home: Path, tmp_path: Path) -> None:
+    """On ext4 the large-file path writes with O_DIRECT: EFBIG mid-file still leaves nothing behind."""
+    from ledger.store.filesystem import _DIRECT_MIN
+
+    big = tmp_path / "model.safetensors"
+    with big.open("wb") as f:
+        for _ in range(_DIRECT_MIN // MB + 40):
+            f.write(os.urandom(MB))
+    r = ledger_cli(plain_home, "put", str(big), fsize=_DIRECT_MIN + 3 * MB)
     assert_storage_error(r)
     assert store_files(plain_home / "store") == ([], [])
     assert_verifies(plain_home, 2)
