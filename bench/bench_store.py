@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, timed, write_results
 
-from ledger.hashing import hash_file
+from ledger.hashing import hash_file, hash_stream
 
 
 def peak_rss_of(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
@@ -43,7 +43,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=2048)
     ap.add_argument(
-        "--rounds", type=int, default=5, help="interleaved rounds of cp&&sync&&b3sum and ledger put"
+        "--rounds", type=int, default=5, help="interleaved rounds of cp&&sync&&b3sum, cp&&sync and ledger put"
     )
     ap.add_argument("--dir", default=None, help="where to put the test file (default: a temp dir)")
     args = ap.parse_args()
@@ -64,15 +64,12 @@ def main() -> None:
 
     t_b3sum = timed(lambda: subprocess.run([b3sum, str(big)], capture_output=True, check=True), 3)
     t_hash = timed(lambda: hash_file(big), 3)
-    with big.open("rb") as f0:
-        from ledger.hashing import hash_stream
 
-        def stream_hash() -> None:
-            with big.open("rb") as f:
-                hash_stream(f)
+    def stream_hash() -> None:
+        with big.open("rb") as f:
+            hash_stream(f)
 
-        t_stream = timed(stream_hash, 3)
-    del f0
+    t_stream = timed(stream_hash, 3)
 
     home = work / "home"
     if home.exists():
@@ -105,27 +102,20 @@ def main() -> None:
         subprocess.run(["sync"], check=True)
         return peak_rss_of([ledger_bin, "put", str(big)], env)
 
-    # The disk of a shared virtual machine drifts by several times between runs: interleave the two
-    # contenders round by round and report the best and the median of each.
-    t_refs: list[float] = []
-    t_copies: list[float] = []
-    t_puts: list[float] = []
+    # The disk of a shared virtual machine drifts by several times between runs: interleave the
+    # contenders round by round, each round starting with the next one, and report best and median.
+    runs: dict[str, list[float]] = {"reference": [], "copy": [], "put": []}
     rss = 0
-
-    def put_round() -> None:
-        nonlocal rss
-        wall, kib = ours()
-        t_puts.append(wall)
-        rss = max(rss, kib)
-
-    steps = [
-        lambda: t_refs.append(reference()),
-        lambda: t_copies.append(reference(hash_too=False)),
-        put_round,
-    ]
-    for i in range(args.rounds):  # each round starts with the next contender: no one always goes first
-        for step in steps[i % 3 :] + steps[: i % 3]:
-            step()
+    order = list(runs)
+    for i in range(args.rounds):
+        for name in order[i % 3 :] + order[: i % 3]:
+            if name == "put":
+                wall, kib = ours()
+                rss = max(rss, kib)
+            else:
+                wall = reference(hash_too=name == "reference")
+            runs[name].append(wall)
+    t_refs, t_copies, t_puts = runs["reference"], runs["copy"], runs["put"]
     dest.unlink()
     t_ref_put, t_put = min(t_refs), min(t_puts)
     med_ref, med_put = statistics.median(t_refs), statistics.median(t_puts)

@@ -214,7 +214,7 @@ def _check_file(p: Path, rel: str, allowed: str, hf_blobs: str | None) -> FileCh
 
 
 def _dir_link_problem(p: Path, allowed: str, chain: frozenset[str], hf: bool) -> str | None:
-    """None to walk into ``p``; otherwise why a linked directory is not read ("" to skip silently).
+    """None to walk into ``p``; otherwise why a linked directory is not read.
 
     A directory link is followed only when it resolves inside ``allowed`` and not to a folder on the way
     down to it (``chain``: that would be a loop); its files are then pinned under the link's path, as
@@ -227,13 +227,11 @@ def _dir_link_problem(p: Path, allowed: str, chain: frozenset[str], hf: bool) ->
         real = os.path.realpath(p)
     except (OSError, RuntimeError, ValueError) as e:
         return f"unreadable link: {e}"
-    if not os.path.isdir(real):
-        return ""  # os.walk lists a dangling or looping link as a directory only when it is one
     where = "the repo's blobs/ folder" if hf else "the model folder"
     if not _inside(real, allowed):
         return f"directory link to {link[:200]!r} points outside {where}; not read"
     if real in chain:
-        return f"directory link to {link[:200]!r} leads back to its own parent folder (a loop); not read"
+        return f"directory link to {link[:200]!r} leads back to a folder above it (a loop); not read"
     return None
 
 
@@ -261,7 +259,7 @@ def _list_files(src: ModelSource) -> list[FileCheck]:
             if problem is None:
                 keep.append(d)
                 chains[str(sub)] = chain | {os.path.realpath(sub)}
-            elif problem:
+            else:
                 checks.append(FileCheck(sub.relative_to(src.root).as_posix(), sub, 0, None, problem=problem))
         dirnames[:] = keep
         for name in sorted(filenames):
