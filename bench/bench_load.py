@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:
 
 def collector_main(home: str, key: str, server: str, token: str, seconds: float, out: str) -> None:
     """One collector: record as fast as the server answers until the time is up; write what happened."""
-    from ledger.client import RemoteRecorder, Spool
+    from ledger.collectors.remote import RemoteRecorder, Spool
     from ledger.service import Ledger
 
     led = Ledger.open(Path(home))

@@ -8,9 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ledger.client import RemoteRecorder, Spool
+from ledger.collectors.remote import RemoteRecorder, Spool, make_recorder
 from ledger.errors import RoleError
-from ledger.recorder import make_recorder
 from ledger.service import Ledger
 from tests.api.conftest import BACKENDS, LEDGER_BIN, PgDatabases, free_port, make_deployment, start_server
 
@@ -38,7 +37,7 @@ def test_offline_spool_then_push_delivers_in_order_exactly_once(
     log = tmp_path / "stderr.log"
     log.write_bytes(b"HW Exception by GPU node-1 reason GPU Hang\n" * 100)
 
-    rec = make_recorder(host.home.path, "gpu01", server=url, token=dep.tokens["writer"])
+    rec = make_recorder(host, "gpu01", server=url, token=dep.tokens["writer"])
     assert isinstance(rec, RemoteRecorder)
     subject = {"campaign": "strix-3053", "host": "strix"}
     art = rec.artifact("stderr.log", log)

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ledger.client import Spool
+from ledger.collectors.remote import Spool
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.service import Ledger
 from tests.reliability import api_fixtures

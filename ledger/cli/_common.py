@@ -1,34 +1,51 @@
-"""Shared pieces of the command-line adapter: home resolution, JSON output, the error→exit map."""
+"""Shared pieces of the command-line adapter: options, home resolution, JSON output, command outcomes."""
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ledger.errors import LedgerError
+if TYPE_CHECKING:
+    from ledger.service import Ledger
+    from ledger.store import FilesystemStore
+    from ledger.store.s3 import S3Store
 
 __all__ = [
-    "EXIT_ERROR",
-    "EXIT_FAILED",
-    "EXIT_OK",
+    "STATE",
+    "Cancelled",
     "HomeOption",
     "JsonOption",
+    "Outcome",
+    "Result",
     "SubjectOption",
-    "exit_for",
-    "fail",
     "get_ledger",
     "get_store",
     "home_path",
     "print_json",
 ]
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # the command ran and its answer is "no": verify found problems, check denies …
-EXIT_ERROR = 2  # usage, input, trust, integrity or system error: nothing was recorded
+
+class Outcome(enum.Enum):
+    """What a command says about its work; ``ledger.cli.main`` alone turns it into an exit code."""
+
+    OK = "ok"
+    NO = "no"  # the command ran and its answer is "no": verify found problems, check denies …
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """A signal cancelled the command's work cleanly (``collect run``); the exit code says which."""
+
+    signum: int
+
+
+Result = Outcome | Cancelled | None  # what a command returns; None is OK
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
 HomeOption = Annotated[
@@ -47,6 +64,7 @@ SubjectOption = Annotated[
 
 class _State:
     home: Path | None = None
+    result: Result = None
 
 
 STATE = _State()
@@ -58,14 +76,14 @@ def home_path(home: Path | None = None) -> Path:
     return resolve_home(home or STATE.home)
 
 
-def get_ledger(home: Path | None = None) -> Any:
+def get_ledger(home: Path | None = None) -> Ledger:
     """Open the ledger of ``--home`` (sub-command option, then the global one, then env/default)."""
     from ledger.service import Ledger
 
     return Ledger.open(home_path(home))
 
 
-def get_store(home: Path | None = None) -> Any:
+def get_store(home: Path | None = None) -> FilesystemStore | S3Store:
     """Open only the artifact store of the home: no database, no keys (fast start for ``put``/``cat``)."""
     from ledger.home import Home
 
@@ -75,15 +93,3 @@ def get_store(home: Path | None = None) -> Any:
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-
-
-def exit_for(error: BaseException) -> int:
-    """The one map from errors to exit codes."""
-    if isinstance(error, LedgerError):
-        return EXIT_ERROR
-    return EXIT_ERROR
-
-
-def fail(error: LedgerError) -> NoReturn:
-    sys.stderr.write(error.one_line() + "\n")
-    raise SystemExit(exit_for(error))

@@ -1,4 +1,4 @@
-"""CLI commands of the HTTP part: ``serve``, ``tokens`` and ``push``."""
+"""Commands of the HTTP server: ``serve`` and ``tokens``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from ledger.cliutil import EXIT_FAILED, HomeOption, JsonOption, get_ledger, home_path, print_json
+from ledger.cli._common import HomeOption, JsonOption, get_ledger, home_path, print_json
 
-__all__ = ["register"]
+__all__ = ["serve", "tokens_app"]
 
 tokens_app = typer.Typer(
     help="API bearer tokens (reader, writer, admin), stored hashed.", no_args_is_help=True
@@ -108,30 +108,3 @@ def tokens_revoke(
     else:
         for r in recs:
             sys.stdout.write(f"revoked token {r.id} {r.name}\n")
-
-
-def push(
-    server: Annotated[str, typer.Option(envvar="LEDGER_SERVER", help="Ledger server URL.")],
-    token: Annotated[str | None, typer.Option(envvar="LEDGER_TOKEN", help="Writer token.")] = None,
-    home: HomeOption = None,
-    json_out: JsonOption = False,
-) -> None:
-    """Deliver entries and artifacts spooled while the server was unreachable, in order, exactly once."""
-    from ledger.client import push_spool
-
-    report = push_spool(get_ledger(home), server=server, token=token)
-    if json_out:
-        print_json(report.to_json())
-    else:
-        sys.stdout.write(
-            f"delivered {report.delivered} entries ({report.duplicates} already there), "
-            f"{report.artifacts} artifacts; {report.remaining} still spooled\n"
-        )
-    if report.remaining:
-        raise SystemExit(EXIT_FAILED)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("serve")(serve)
-    app.add_typer(tokens_app, name="tokens")
-    app.command("push")(push)

@@ -22,21 +22,23 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ledger.cliutil import (
-    EXIT_FAILED,
+from ledger.cli._common import (
+    Cancelled,
     HomeOption,
     JsonOption,
+    Outcome,
     SubjectOption,
     get_ledger,
     home_path,
     print_json,
 )
-from ledger.errors import CollectorError, InputError, KeyNotFoundError
+from ledger.errors import InputError, KeyNotFoundError
 
 if TYPE_CHECKING:
+    from ledger.collectors.campaign import CampaignResult
     from ledger.recorder import Recorder
 
-__all__ = ["register"]
+__all__ = ["collect_app", "push"]
 
 collect_app = typer.Typer(
     help="Collect evidence on this host: facts, kernel GPU events, model pins, "
@@ -65,13 +67,8 @@ TokenOption = Annotated[
 ]
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``collect`` sub-app to the ``ledger`` CLI."""
-    app.add_typer(collect_app, name="collect")
-
-
 def _recorder(home: Path | None, key: str, server: str | None, token: str | None) -> Recorder:
-    from ledger.recorder import make_recorder
+    from ledger.collectors.remote import make_recorder
 
     ledger = get_ledger(home)
     if not ledger.home.has_key(key):
@@ -84,15 +81,7 @@ def _recorder(home: Path | None, key: str, server: str | None, token: str | None
             )
         ledger.new_key(key, ["collector"])
         err.print(f"created and enrolled key {key!r} (role collector) in {ledger.home.path}")
-    if server:
-        try:
-            import ledger.client
-        except ModuleNotFoundError as e:
-            raise CollectorError(
-                "--server needs the remote recorder (ledger.client), which this build lacks",
-                hint="record locally (omit --server) and push later",
-            ) from e
-    return make_recorder(home, key, server=server, token=token)
+    return make_recorder(ledger, key, server=server, token=token)
 
 
 def _subject(campaign: str | None, extra: list[str] | None, **known: str | None) -> dict[str, str]:
@@ -250,7 +239,7 @@ def model_cmd(
     server: ServerOption = None,
     token: TokenOption = None,
     json_out: JsonOption = False,
-) -> None:
+) -> Outcome:
     """Record model.pin: every file hashed (BLAKE3 + SHA-256, one read), HF blobs verified.
 
     Exit 1 when a file does not match its blob name (or a pinned digest), naming the file.
@@ -306,8 +295,7 @@ def model_cmd(
         for f in scan.failures:
             err.print(f"[red]verification FAILED[/]: {f}")
         out.print(f"recorded model.pin {eid[:16]}")
-    if payload["verification"] == "failed":
-        raise SystemExit(EXIT_FAILED)
+    return Outcome.NO if payload["verification"] == "failed" else Outcome.OK
 
 
 # --- launch and probe -------------------------------------------------------------------------------------
@@ -340,7 +328,7 @@ def launch_cmd(
     server: ServerOption = None,
     token: TokenOption = None,
     json_out: JsonOption = False,
-) -> None:
+) -> Outcome:
     """Run an engine in its own process group under a lease; record job and engine.launch.
 
     It waits for readiness, then supervises the engine until it exits, the lease ends, or Ctrl-C /
@@ -431,8 +419,7 @@ def launch_cmd(
         print_json({"job": job, "job_final": final, "engine_launch": launch_id, **payload})
     else:
         _print_launch(payload, launch_id)
-    if failed:
-        raise SystemExit(EXIT_FAILED)
+    return Outcome.NO if failed else Outcome.OK
 
 
 def _print_launch(p: dict[str, Any], entry: str) -> None:
@@ -471,7 +458,7 @@ def probe_cmd(
     server: ServerOption = None,
     token: TokenOption = None,
     json_out: JsonOption = False,
-) -> None:
+) -> Outcome:
     """Record health.probe entries: health, model identity, completion, structured output, N sequential."""
     from ledger.collectors.probe import (
         probe_completion,
@@ -519,8 +506,7 @@ def probe_cmd(
                 str(detail)[:80],
             )
         out.print(t)
-    if not all(r["ok"] for r in rows):
-        raise SystemExit(EXIT_FAILED)
+    return Outcome.OK if all(r["ok"] for r in rows) else Outcome.NO
 
 
 # --- run ----------------------------------------------------------------------------------------------------
@@ -535,7 +521,7 @@ def run_cmd(
     server: ServerOption = None,
     token: TokenOption = None,
     json_out: JsonOption = False,
-) -> None:
+) -> Outcome | Cancelled:
     """Run a qualification campaign: job, gate ladder, evidence; print the summary. Exit 1 when a gate failed.
 
     Ctrl-C or SIGTERM cancels cleanly: engine stopped, job recorded cancelled (exit 128+signal).
@@ -560,12 +546,11 @@ def run_cmd(
     else:
         _print_summary(result)
     if result.state == "cancelled" and result.exit_signal:
-        raise SystemExit(128 + result.exit_signal)
-    if result.verdict_hint != "QUALIFIED":
-        raise SystemExit(EXIT_FAILED)
+        return Cancelled(result.exit_signal)
+    return Outcome.OK if result.verdict_hint == "QUALIFIED" else Outcome.NO
 
 
-def _print_summary(r: Any) -> None:
+def _print_summary(r: CampaignResult) -> None:
     colour = {"passed": "green", "failed": "red", "not_authorized": "yellow", "not_run": "dim"}
     t = Table(title=f"campaign {r.campaign} — job {r.job_id} ({r.state})")
     t.add_column("#", justify="right")
@@ -600,3 +585,26 @@ def _print_summary(r: Any) -> None:
         f"job entry {r.job_entry[:16]}, terminal entry {(r.final_entry or '')[:16]}, "
         f"{len(r.entries)} entries recorded"
     )
+
+
+# --- push -----------------------------------------------------------------------------------------------
+
+
+def push(
+    server: Annotated[str, typer.Option(envvar="LEDGER_SERVER", help="Ledger server URL.")],
+    token: Annotated[str | None, typer.Option(envvar="LEDGER_TOKEN", help="Writer token.")] = None,
+    home: HomeOption = None,
+    json_out: JsonOption = False,
+) -> Outcome:
+    """Deliver entries and artifacts spooled while the server was unreachable, in order, exactly once."""
+    from ledger.collectors.remote import push_spool
+
+    report = push_spool(get_ledger(home), server=server, token=token)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        sys.stdout.write(
+            f"delivered {report.delivered} entries ({report.duplicates} already there), "
+            f"{report.artifacts} artifacts; {report.remaining} still spooled\n"
+        )
+    return Outcome.NO if report.remaining else Outcome.OK

@@ -1,5 +1,7 @@
 """HTTP client of a ledger server, and the remote recorder collectors use on GPU hosts.
 
+An adapter (it speaks HTTP through httpx), so it lives beside the collectors, not in the core.
+
 Entries are signed locally with a key of the home and sent to the server, which verifies them before
 storing. When the server cannot be reached, envelopes and artifacts are spooled durably in
 ``HOME/spool/``; ``push_spool`` (``ledger push``, or the next remote record) delivers them in order.
@@ -17,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -26,8 +28,12 @@ from ledger.atomic import fsync_dir, write_atomic
 from ledger.entries import ArtifactRef
 from ledger.errors import IntegrityError, LedgerError, RemoteUnavailableError
 from ledger.hashing import Digest, HexDigest, blake3_hex, hash_file
+from ledger.recorder import LocalRecorder, Recorder
 
-__all__ = ["LedgerClient", "PushReport", "RemoteRecorder", "Spool", "push_spool"]
+if TYPE_CHECKING:
+    from ledger.service import Ledger
+
+__all__ = ["LedgerClient", "PushReport", "RemoteRecorder", "Spool", "make_recorder", "push_spool"]
 
 _UPLOAD_CHUNK = 1024 * 1024
 _BATCH_ENTRIES = 500
@@ -260,7 +266,7 @@ def _push_locked(spool: Spool, client: LedgerClient) -> PushReport:
 
 
 def push_spool(
-    ledger: Any, *, server: str, token: str | None, client: LedgerClient | None = None
+    ledger: Ledger, *, server: str, token: str | None, client: LedgerClient | None = None
 ) -> PushReport:
     """Deliver the home's spool: artifacts first, then envelopes in the order they were recorded."""
     spool = Spool(ledger.home.spool_dir)
@@ -280,7 +286,7 @@ def push_spool(
 class RemoteRecorder:
     """A ``Recorder`` that signs with a key of the local home and appends to a ledger server."""
 
-    def __init__(self, ledger: Any, key: str, *, server: str, token: str | None = None) -> None:
+    def __init__(self, ledger: Ledger, key: str, *, server: str, token: str | None = None) -> None:
         self.ledger = ledger
         self.key = ledger.signing_key(key)  # fail early when the key is not in this home
         self.server = server
@@ -349,3 +355,12 @@ class RemoteRecorder:
             pass
         self.spool.add_entry(data, entry_id)
         return entry_id
+
+
+def make_recorder(
+    ledger: Ledger, key: str, *, server: str | None = None, token: str | None = None
+) -> Recorder:
+    """A LocalRecorder on the opened ledger; with ``server``, a remote one that spools in its home offline."""
+    if server:
+        return RemoteRecorder(ledger, key, server=server, token=token)
+    return LocalRecorder(ledger, key)

@@ -1,4 +1,4 @@
-"""CLI adapter for policies: ``verdict`` (``replay``), ``check routing-change``, ``policy test|list|show``."""
+"""Policy commands: ``verdict`` (``replay``), ``check routing-change``, ``policy test|list|show``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ledger.cliutil import EXIT_FAILED, HomeOption, JsonOption, SubjectOption, get_ledger, print_json
+from ledger.cli._common import HomeOption, JsonOption, Outcome, SubjectOption, get_ledger, print_json
 
 __all__ = ["register"]
 
@@ -129,7 +129,7 @@ def verdict_replay(
     policy_dir: PolicyDirOption = None,
     home: HomeOption = None,
     json_out: JsonOption = False,
-) -> None:
+) -> Outcome:
     """Recompute a recorded verdict at its checkpoint with the current policy bytes; exit 1 if it differs."""
     from ledger.policy.verdict import replay_verdict
 
@@ -147,8 +147,7 @@ def verdict_replay(
         )
         for d in report["differences"]:
             out.print(f"  - {d}")
-    if not report["same"]:
-        raise SystemExit(EXIT_FAILED)
+    return Outcome.OK if report["same"] else Outcome.NO
 
 
 @check_app.command("routing-change")
@@ -172,7 +171,7 @@ def check_routing_change_cmd(
     now: Annotated[str | None, typer.Option(help="Judge as of this time (RFC 3339; default: now).")] = None,
     home: HomeOption = None,
     json_out: JsonOption = False,
-) -> None:
+) -> Outcome:
     """Allow (exit 0) or refuse (exit 1, with reasons) a production routing change."""
     from ledger.entries import parse_time
     from ledger.policy.loader import load_policy
@@ -192,8 +191,7 @@ def check_routing_change_cmd(
         out.print(f"[red]refused[/]: {action} " + " ".join(f"{k}={v}" for k, v in sorted(subj.items())))
         for r in result["reasons"]:
             out.print(f"  - {r}")
-    if not result["allowed"]:
-        raise SystemExit(EXIT_FAILED)
+    return Outcome.OK if result["allowed"] else Outcome.NO
 
 
 @policy_app.command("list")
@@ -250,7 +248,7 @@ def policy_test(
     names: Annotated[list[str] | None, typer.Argument(help="Policies to test (default: all).")] = None,
     policy_dir: PolicyDirOption = None,
     json_out: JsonOption = False,
-) -> None:
+) -> Outcome:
     """Run every policy's fixture tests (a ledger built from data, the verdicts it must reach)."""
     from ledger.policy.fixtures import discover_fixtures, run_fixture
 
@@ -270,8 +268,7 @@ def policy_test(
             )
         out.print(t)
         out.print(f"{sum(r.passed for r in results)}/{len(results)} fixtures pass")
-    if not results or not all(r.passed for r in results):
-        raise SystemExit(EXIT_FAILED)
+    return Outcome.OK if results and all(r.passed for r in results) else Outcome.NO
 
 
 def register(app: typer.Typer) -> None:

@@ -1,60 +1,52 @@
-"""``ledger``: the Typer adapter over ledger.service. Parse, call the service, render."""
+"""The core commands: init, keys, kinds, put, cat, store, record, show, log, verify, checkpoint, proof."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ledger.cliutil import (
-    EXIT_FAILED,
+from ledger.cli._common import (
     STATE,
     HomeOption,
     JsonOption,
+    Outcome,
     SubjectOption,
-    exit_for,
     get_ledger,
     get_store,
     home_path,
     print_json,
 )
-from ledger.errors import InputError, LedgerError
+from ledger.errors import InputError
 
-app = typer.Typer(
-    name="ledger",
-    help="Evidence ledger for qualifying LLM inference backends.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+if TYPE_CHECKING:
+    from ledger.service import LoggedEntry
+
+__all__ = ["register", "root"]
+
 keys_app = typer.Typer(help="Signing keys: enrol, grant roles, revoke.", no_args_is_help=True)
 proof_app = typer.Typer(
     help="Inclusion and consistency proofs, and their offline verification.", no_args_is_help=True
 )
 store_app = typer.Typer(help="The artifact store.", no_args_is_help=True)
-app.add_typer(keys_app, name="keys")
-app.add_typer(store_app, name="store")
-app.add_typer(proof_app, name="proof")
 
 err = Console(stderr=True)
 out = Console()
 
 
-@app.callback()
-def _root(home: HomeOption = None) -> None:
+def root(home: HomeOption = None) -> None:
+    # The root callback (the global ``--home``); no docstring: the app's help is its own.
     STATE.home = home
 
 
 # --- init and keys ---------------------------------------------------------------------------------
 
 
-@app.command()
 def init(
     home: HomeOption = None,
     database_url: Annotated[
@@ -171,7 +163,6 @@ def keys_grant(
         out.print(f"granted {','.join(role)} to {name}: entry {entry.entry_id}")
 
 
-@app.command()
 def kinds(json_out: JsonOption = False) -> None:
     """Payload kinds, their versions and the roles that may sign them."""
     from ledger.entries import KIND_MODELS, KIND_ROLES
@@ -192,7 +183,6 @@ def kinds(json_out: JsonOption = False) -> None:
 # --- artifacts ---------------------------------------------------------------------------------------
 
 
-@app.command()
 def put(
     files: Annotated[list[Path], typer.Argument(help="Files to store.")],
     sha256: Annotated[bool, typer.Option(help="Also compute SHA-256.")] = False,
@@ -220,7 +210,6 @@ def put(
         print_json(results)
 
 
-@app.command()
 def cat(digest: str) -> None:
     """Write an artifact's bytes to stdout, verified before a byte is written."""
     from ledger.hashing import parse_digest
@@ -278,7 +267,6 @@ def _parse_pairs(items: list[str] | None, what: str) -> list[tuple[str, str]]:
     return pairs
 
 
-@app.command()
 def record(
     kind: str,
     key: Annotated[str, typer.Option(help="Name of the signing key in this home.")],
@@ -332,7 +320,7 @@ def record(
         sys.stdout.write(f"{entry.entry_id}  seq={entry.seq}  {entry.kind}\n")
 
 
-def _entry_table(entries: list[Any], names: dict[str, str]) -> Table:
+def _entry_table(entries: list[LoggedEntry], names: dict[str, str]) -> Table:
     t = Table("seq", "id", "kind", "subject", "signer", "collected at")
     for e in entries:
         subj = " ".join(f"{k}={v}" for k, v in sorted(e.statement.subject.items()))
@@ -347,7 +335,6 @@ def _entry_table(entries: list[Any], names: dict[str, str]) -> Table:
     return t
 
 
-@app.command()
 def show(
     entry_id: str,
     json_out: JsonOption = False,
@@ -374,7 +361,6 @@ def show(
     out.print_json(json.dumps(data["payload"]))
 
 
-@app.command("log")
 def log_cmd(
     subject: SubjectOption = None,
     kind: Annotated[str | None, typer.Option(help="Kind, or a prefix ending in * (key.*).")] = None,
@@ -407,12 +393,11 @@ def log_cmd(
 # --- integrity -----------------------------------------------------------------------------------------
 
 
-@app.command()
 def verify(
     artifacts: Annotated[bool, typer.Option(help="Re-hash every stored artifact.")] = True,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: all cores).")] = None,
     json_out: JsonOption = False,
-) -> None:
+) -> Outcome:
     """Check every signature, chain link, Merkle root, checkpoint and artifact; exit 1 on any problem."""
     report = get_ledger().verify(artifacts=artifacts, workers=workers)
     if json_out:
@@ -426,11 +411,9 @@ def verify(
             f"{status}: {report.size} entries, root {report.root[:16]}…, "
             f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints"
         )
-    if not report:
-        raise SystemExit(EXIT_FAILED)
+    return Outcome.OK if report else Outcome.NO
 
 
-@app.command()
 def checkpoint(
     size: Annotated[int | None, typer.Option(help="Tree size (default: the whole log).")] = None,
     json_out: JsonOption = False,
@@ -490,36 +473,16 @@ def proof_verify(
         out.print(f"proof ok: {result['detail']}")
 
 
-# --- sub-applications of other parts ---------------------------------------------------------------
-
-for _module in ("ledger.collectors.cli", "ledger.policy.cli", "ledger.api.cli"):
-    try:
-        importlib.import_module(_module).register(app)
-    except ModuleNotFoundError as _e:  # a part that is not built yet
-        if _e.name != _module:
-            raise
+# --- registration -------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every LedgerError becomes one line on stderr and an exit code from one map.
-
-    Click (in standalone mode) reports usage errors itself, with exit code 2.
-    """
-    try:
-        app(args=argv, standalone_mode=True)
-    except LedgerError as e:
-        sys.stderr.write(e.one_line() + "\n")
-        return exit_for(e)
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130
-    except OSError as e:
-        sys.stderr.write(f"error[os-error]: {e}\n")
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def register(app: typer.Typer) -> None:
+    """Add the core commands and the ``keys``, ``store`` and ``proof`` sub-apps, in help order."""
+    for command in (init, kinds, put, cat, record, show):
+        app.command()(command)
+    app.command("log")(log_cmd)
+    app.command()(verify)
+    app.command()(checkpoint)
+    app.add_typer(keys_app, name="keys")
+    app.add_typer(store_app, name="store")
+    app.add_typer(proof_app, name="proof")
