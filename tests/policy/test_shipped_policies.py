@@ -1,4 +1,4 @@
-"""Every policy's fixture tests: the same runner as `ledger policy test`."""
+"""Every shipped policy's fixture tests (``policies/``): the same runner as `ledger policy test`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from ledger.policy.fixtures import discover_fixtures, run_fixture
 from ledger.policy.loader import list_policies, load_policy
 
-POLICY_DIR = Path(__file__).resolve().parent
+POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
 FIXTURES = discover_fixtures(POLICY_DIR)
 
 
