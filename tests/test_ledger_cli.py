@@ -163,3 +163,24 @@ def test_usage_error_exits_2_without_traceback(cli) -> None:  # type: ignore[no-
     r = cli("log", "--no-such-option")
     assert r.code == 2
     assert "Traceback" not in r.err
+
+
+def test_one_map_from_outcomes_and_errors_to_exit_codes() -> None:
+    import signal
+
+    import pytest
+
+    from ledger.cli import exit_code
+    from ledger.cli._common import Cancelled, Outcome
+    from ledger.errors import InputError, IntegrityError
+
+    assert exit_code(None) == 0
+    assert exit_code(Outcome.OK) == 0
+    assert exit_code(Outcome.NO) == 1
+    assert exit_code(InputError("bad")) == 2
+    assert exit_code(IntegrityError("tampered")) == 2
+    assert exit_code(OSError("disk")) == 2
+    assert exit_code(Cancelled(signal.SIGTERM)) == 128 + signal.SIGTERM
+    assert exit_code(KeyboardInterrupt()) == 128 + signal.SIGINT
+    with pytest.raises(TypeError):  # an unknown outcome has no exit code: it is a bug, never a silent 0
+        exit_code("not an outcome")
