@@ -21,7 +21,9 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# what a checkout may hold besides the source: VCS data, venvs, build output, caches, local ledger homes
 SKIP = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "results")
+SKIP += (".ledger", "qual-ledger")
 
 pytestmark = pytest.mark.slow
 
