@@ -389,3 +389,38 @@ def test_engines_sh_trained_target_reuses_the_cached_model(tmp_path: Path) -> No
     assert again.returncode == 0, again.stderr
     assert "cached" in again.stderr
     assert hashlib.sha256(model.read_bytes()).hexdigest() == digest
+
+
+@pytest.mark.slow
+def test_llamacpp_trained_campaign_passes_the_controls(
+    llamacpp_python: str, trained: tuple[Path, tt.TrainResult], home: Path, tmp_path: Path
+) -> None:
+    from ledger.service import Ledger
+
+    from .conftest import entries_of, run_ledger
+
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "llamacpp").symlink_to(Path(llamacpp_python).parents[1])
+    (cache / "models" / "tiny-trained.gguf").write_bytes(trained[0].read_bytes())
+    r = run_ledger(
+        "collect",
+        "run",
+        str(REPO / "campaigns" / "llamacpp-cpu-trained.toml"),
+        "--home",
+        str(home),
+        "--json",
+        env={"LEDGER_ENGINE_CACHE": str(cache)},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["state"] == "succeeded"
+    lg = Ledger.open(home)
+    try:
+        gates = {e["payload"]["gate"]: e["payload"]["status"] for e in entries_of(lg, "gate.result")}
+        probes = {e["payload"]["check"]: e["payload"] for e in entries_of(lg, "health.probe")}
+    finally:
+        lg.close()
+    for gate in ("api-readiness", "ready-control", "structured-output", "sequential-requests"):
+        assert gates[gate] == "passed", gates
+    assert probes["completion"]["text"] == "READY"
+    assert probes["structured"]["text"] == tt.STRUCTURED_ANSWER
