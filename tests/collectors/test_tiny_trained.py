@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonschema
+import jsonschema  # type: ignore[import-untyped,unused-ignore]
 import pytest
 
 from ledger.collectors.engines import tiny_trained as tt
@@ -44,7 +44,7 @@ def check_answer(text: str, check: dict[str, Any]) -> bool:
     answer = text.strip()
     kind = check["type"]
     if kind == "exact":
-        return answer == check["value"]
+        return bool(answer == check["value"])
     if kind == "contains":
         return check["value"] in answer
     if kind == "regex":
@@ -148,7 +148,9 @@ def test_gguf_layout(trained: tuple[Path, tt.TrainResult]) -> None:
     r = gguf.GGUFReader(str(path))
 
     def field(name: str) -> Any:
-        return r.get_field(name).contents()
+        f = r.get_field(name)
+        assert f is not None, name
+        return f.contents()
 
     assert field("general.architecture") == "llama"
     assert field("tokenizer.chat_template") == tt.CHAT_TEMPLATE
