@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (once, cached) the real inference engines used by tests and the demo, OUTSIDE the repo.
 #
-#   scripts/engines.sh llamacpp | vllm | all
+#   scripts/engines.sh llamacpp | vllm | trained | all
 #
 # Layout under ${LEDGER_ENGINE_CACHE:-$HOME/.cache/evidence-ledger/engines}:
 #   wheels/                         built llama_cpp_python wheel (compiling takes ~4 min on 2 cores)
@@ -10,6 +10,8 @@
 #   models/tiny.gguf                tiny random llama GGUF (project venv, ledger.collectors.engines.tiny_gguf)
 #   models/tiny-llama-hd64/         tiny random HF Llama, head_dim 64 (serves on vLLM CPU)
 #   models/tiny-llama-hd16/         same with head_dim 16 (vLLM CPU: ready, then the first request kills it)
+#   models/tiny-trained.gguf        tiny llama GGUF TRAINED on CPU to answer its prompts (project venv + torch,
+#                                   ledger.collectors.engines.tiny_trained; ~1 min; rebuilt when the trainer changes)
 #   logs/                           build/install logs
 #
 # A marker file in each venv makes reruns take seconds. Concurrent runs serialise on a lock.
@@ -148,14 +150,36 @@ ensure_hf_models() {
   done
 }
 
+# ---------------------------------------------------------------- trained tiny GGUF (llama.cpp)
+# A tiny llama GGUF trained on CPU (torch, one thread, fixed seed: byte-identical on rebuild) to answer the
+# READY control, the structured-output control and campaigns/corpora/*-tiny.jsonl. Cached by the SHA-256 of
+# the trainer's source, kept beside the model in tiny-trained.gguf.source-sha256.
+ensure_trained_model() {
+  local out="$CACHE/models/tiny-trained.gguf" src="$REPO/collectors/engines/tiny_trained.py" want
+  want="$(sha256sum "$src" | cut -d' ' -f1)"
+  if [[ -s "$out" && -f "$out.source-sha256" && "$(cat "$out.source-sha256")" == "$want" ]]; then
+    log "model: cached $out (trainer sha256 ${want:0:12})"
+    return
+  fi
+  "$PROJECT_PY" -c 'import torch' 2>/dev/null \
+    || die "the project venv has no torch: $PROJECT_PY -m pip install -e '$REPO[train]' (torch==2.13.0, CPU build)"
+  log "model: training $out (about a minute on 2 cores; log: $CACHE/logs/tiny_trained.log)"
+  rm -f "$out.source-sha256"
+  (cd "$REPO" && run_logged "$CACHE/logs/tiny_trained.log" \
+    "$PROJECT_PY" -m ledger.collectors.engines.tiny_trained "$out")
+  printf '%s' "$want" >"$out.source-sha256"
+  log "model: trained $(tail -n1 "$CACHE/logs/tiny_trained.log")"
+}
+
 # ---------------------------------------------------------------- main
 [[ $# -ge 1 ]] || usage
-want_llamacpp=0 want_vllm=0
+want_llamacpp=0 want_vllm=0 want_trained=0
 for arg in "$@"; do
   case "$arg" in
     llamacpp|llama.cpp|llama) want_llamacpp=1 ;;
     vllm) want_vllm=1 ;;
-    all) want_llamacpp=1; want_vllm=1 ;;
+    trained) want_trained=1 ;;
+    all) want_llamacpp=1; want_vllm=1; want_trained=1 ;;
     -h|--help) usage ;;
     *) log "unknown engine: $arg"; usage ;;
   esac
@@ -163,6 +187,7 @@ done
 
 if [[ $want_llamacpp == 1 ]]; then ensure_llamacpp; fi
 if [[ $want_vllm == 1 ]]; then ensure_vllm; fi
+if [[ $want_trained == 1 ]]; then ensure_trained_model; fi
 
 if [[ $want_llamacpp == 1 ]]; then
   echo "LLAMACPP_PYTHON=$CACHE/llamacpp/bin/python"
@@ -172,4 +197,7 @@ if [[ $want_vllm == 1 ]]; then
   echo "VLLM_PYTHON=$CACHE/vllm/bin/python"
   echo "TINY_LLAMA_HD64=$CACHE/models/tiny-llama-hd64"
   echo "TINY_LLAMA_HD16=$CACHE/models/tiny-llama-hd16"
+fi
+if [[ $want_trained == 1 ]]; then
+  echo "TINY_TRAINED_GGUF=$CACHE/models/tiny-trained.gguf"
 fi

@@ -44,3 +44,12 @@ if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5432
   fi
 fi
 log "ready: $REPO/.venv/bin/ledger"
+
+# ---------------------------------------------------------------- training extra (torch, CPU build)
+# The tiny answering GGUF (scripts/engines.sh trained) is trained with torch in the project venv.
+# pip must take the CPU build of torch==2.13.0 (a local wheel on this kind of machine); never a plain
+# `torch`, which pulls the CUDA build. Set LEDGER_SKIP_TRAIN=1 to leave it out.
+if [[ "${LEDGER_SKIP_TRAIN:-0}" != 1 ]] && ! .venv/bin/python -c 'import torch' >/dev/null 2>&1; then
+  log "installing the training extra (torch==2.13.0, CPU build)"
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[train]"
+fi
