@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from ledger.errors import InputError
-from ledger.service import T_ENTRIES, T_SUBJECTS, Ledger
+from ledger.db import T_ENTRIES, T_SUBJECTS
+from ledger.service import Ledger
 
 __all__ = ["SubjectSummary", "subjects"]
 

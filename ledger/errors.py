@@ -41,6 +41,7 @@ __all__ = [
     "StorageError",
     "UnknownKindError",
     "UnknownSignerError",
+    "UntrustedRootError",
 ]
 
 
@@ -81,6 +82,12 @@ class InputError(LedgerError):
 class SchemaError(InputError):
     code = "schema-violation"
     hint = "check the payload against `ledger kinds show KIND`"
+
+
+class UntrustedRootError(SchemaError):
+    """The first entry is not the home's root key enrolling itself as an admin."""
+
+    code = "untrusted-root"
 
 
 class UnknownKindError(InputError):

@@ -13,37 +13,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ledger.entries import KIND_ROLES, parse_time
+from ledger.entries import parse_time
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.loader import LoadedPolicy
+from ledger.policy.rules import RULES, trust_rejection
 from ledger.policy.snapshot import Evidence, Snapshot
 from ledger.store.base import ArtifactStore
+from ledger.trust import trust_problem
 
 __all__ = ["ACTING_KINDS", "RULES", "Filtered", "Rejection", "filter_evidence", "render"]
 
 # Entries that act on other entries rather than being evidence of a gate.
 ACTING_KINDS = frozenset({"supersession", "acceptance", "review", "verdict", "routing.change"})
 TERMINAL_STATES = frozenset({"succeeded", "failed", "killed", "cancelled"})
-RULES = {
-    "bad-signature": "signature does not verify",
-    "unknown-signer": "signed by a key this ledger does not know",
-    "revoked": "signed by a key after its revocation took effect",
-    "outside-validity": "signed outside the key's validity window",
-    "wrong-role": "signer lacks the role the policy requires",
-    "artifact-missing": "an artifact is not in the store",
-    "artifact-corrupt": "an artifact does not match its digest",
-    "superseded": "superseded by a later supersession",
-    "rejected-by-acceptance": "explicitly rejected by an acceptance entry",
-    "after-job-terminal": "produced after its job's terminal time",
-    "killed-run": "from a cancelled or killed run: not credited as passing",
-    "bindings-mismatch": "bindings differ from the campaign's pinned manifest",
-    "review-fail": "a review FAILed it and no later PASS on a repaired commit lifts that",
-    "review-missing": "needs a review PASS it does not have",
-    "acceptance-missing": "needs an acceptance it does not have",
-    "stale": "older than the policy's freshness bound",
-    "before-gpu-reset": "older than the host's last GPU reset; the policy needs post-reset state",
-}
 
 
 @dataclass(frozen=True)
@@ -90,31 +73,14 @@ def render(template: str, context: Mapping[str, Any]) -> str:
 
 
 def _trust_problem(e: Evidence, snap: Snapshot, policy: LoadedPolicy) -> tuple[str, str] | None:
-    rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
-    if rec is None:
-        return "unknown-signer", f"key {e.signer} is not enrolled in this ledger"
-    t = e.logged_time
-    if rec.revoked_at is not None and t >= rec.revoked_at:
-        why = f": {rec.revoke_reason}" if rec.revoke_reason else ""
-        return "revoked", (
-            f"key {rec.name} was revoked effective {_fmt(rec.revoked_at)}{why}; "
-            f"this entry was logged at {e.logged_at}"
-        )
-    if rec.valid_from is not None and t < rec.valid_from:
-        return (
-            "outside-validity",
-            f"key {rec.name} is valid from {_fmt(rec.valid_from)}; logged {e.logged_at}",
-        )
-    if rec.valid_until is not None and t >= rec.valid_until:
-        return "outside-validity", f"key {rec.name} expired at {_fmt(rec.valid_until)}; logged {e.logged_at}"
     rule = policy.acceptance.signers.get(e.kind)
-    allowed = set(rule.roles) if rule else set(KIND_ROLES.get(e.kind, ()))
+    problem = trust_problem(
+        snap.keyring, e.signer, e.kind, e.logged_time, allowed=rule.roles if rule else None
+    )
+    if problem is not None:
+        return trust_rejection(problem, e.logged_at)
+    rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
     roles = set(rec.roles)
-    if not roles & allowed:
-        return (
-            "wrong-role",
-            f"signer {rec.name} holds {sorted(roles)}; {e.kind} needs one of {sorted(allowed)}",
-        )
     if rule and roles & set(rule.forbid):
         bad = sorted(roles & set(rule.forbid))
         why = f" ({rule.reason})" if rule.reason else ""
