@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mimetypes
 import os
 import socket
 import threading
@@ -37,8 +38,8 @@ from ledger.errors import (
     RequestTooLargeError,
     StorageError,
 )
-from ledger.hashing import Digest, blake3_hex, parse_digest
-from ledger.home import Home, HomeConfig
+from ledger.hashing import Digest, blake3_hex, hash_file, parse_digest
+from ledger.home import Home, HomeConfig, resolve_home
 from ledger.keyring import KeyRecord, Keyring
 from ledger.log import (
     GENESIS_PREV,
@@ -262,6 +263,15 @@ class Ledger:
     def signing_key(self, name: str) -> SigningKey:
         return self.home.load_key(name)
 
+    @property
+    def admin_key_name(self) -> str:
+        """The name of the home's admin key (it signs key entries and, by default, verdicts)."""
+        return self.cfg.admin_key
+
+    def keep_key(self, key: SigningKey) -> None:
+        """Save a private key into this home's key folder under its name."""
+        key.save(self.home.key_path(key.name))
+
     def key_record(self, name_or_id: str) -> KeyRecord:
         ring = self.keyring()
         rec = ring.keys.get(KeyId(name_or_id)) or ring.by_name(name_or_id)
@@ -354,8 +364,6 @@ class Ledger:
         sha256: bool = False,
     ) -> ArtifactRef:
         """Store ``path`` (or hash it in place when ``by_reference``) and describe it for an entry."""
-        from ledger.hashing import hash_file
-
         p = readable_artifact(name, path)
         if by_reference:
             d = hash_file(p, sha256=True)
@@ -647,6 +655,24 @@ class Ledger:
         return self.cfg.log_key
 
     @property
+    def root_key_id(self) -> str:
+        """The trust root: the key id the genesis entry enrols."""
+        return self.cfg.root_key_id
+
+    @property
+    def home_path(self) -> Path:
+        return self.home.path
+
+    @property
+    def spool_dir(self) -> Path:
+        """Where envelopes and artifacts wait for ``ledger push`` when the server is unreachable."""
+        return self.home.spool_dir
+
+    def has_private_key(self, name: str) -> bool:
+        """Whether this home holds the private key ``name``."""
+        return self.home.has_key(name)
+
+    @property
     def database_dialect(self) -> str:
         return self.repo.dialect
 
@@ -657,6 +683,7 @@ class Ledger:
             "store": str(getattr(self.store, "root", "")),
             "origin": self.cfg.origin,
             "admin_key_id": self.cfg.root_key_id,
+            "log_public_key": self.log_public_key().b64,
         }
 
     # --- API tokens -------------------------------------------------------------------------------
@@ -757,7 +784,7 @@ class Ledger:
             self._tree.extend(self.repo.leaf_hashes(conn, start=len(self._tree)))
             return self._tree
 
-    def log_public_key(self) -> Any:
+    def log_public_key(self) -> PublicKey:
         return self.signing_key(self.cfg.log_key).public
 
     def checkpoint(self, *, size: int | None = None, store: bool = True) -> Checkpoint:
@@ -874,8 +901,6 @@ def describe_artifact(
 
 
 def _guess_media_type(path: Path) -> str:
-    import mimetypes
-
     if path.suffix in (".log", ".txt", ".out", ".err"):
         return "text/plain"
     if path.suffix == ".json":
@@ -885,8 +910,6 @@ def _guess_media_type(path: Path) -> str:
 
 
 def open_ledger(home: str | os.PathLike[str] | None = None) -> Ledger:
-    from ledger.home import resolve_home
-
     return Ledger.open(resolve_home(home))
 
 

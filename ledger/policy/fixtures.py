@@ -95,7 +95,7 @@ class _Builder:
         self.policy_dir = policy_dir
         self.names: dict[str, LoggedEntry] = {}
         self.keys: dict[str, SigningKey] = {}
-        self.admin = ledger.signing_key(ledger.cfg.admin_key)
+        self.admin = ledger.signing_key(ledger.admin_key_name)
 
     def _append(
         self,
@@ -125,7 +125,7 @@ class _Builder:
         start = str(self.spec.get("start", "2026-01-01T00:00:00Z"))
         for name, roles in sorted(self.spec.get("keys", {}).items()):
             key = SigningKey.generate(name)
-            key.save(self.ledger.home.key_path(name))
+            self.ledger.keep_key(key)
             self.keys[name] = key
             self._append(
                 "key.enrol",
