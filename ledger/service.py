@@ -51,6 +51,7 @@ from ledger.log import (
     leaf_hash,
     sign_checkpoint,
 )
+from ledger.logged import LoggedEntry, entry_from_row
 from ledger.policy.fixtures import FixtureResult, discover_fixtures, run_fixture
 from ledger.policy.loader import LoadedPolicy, load_policy
 from ledger.policy.routing import check_routing_change
@@ -69,70 +70,12 @@ MAX_BATCH = 1000
 MAX_ENVELOPE_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class LoggedEntry:
-    """One entry as the log holds it: the signed statement plus the log's record around it."""
-
-    seq: int
-    entry_id: EntryId
-    statement: Statement
-    envelope: bytes
-    signer: str
-    logged_at: str
-    prev_hash: str
-    chain_hash: str
-    duplicate: bool = False
-
-    @property
-    def kind(self) -> str:
-        return self.statement.kind
-
-    def to_json(self, signer_name: str | None = None) -> dict[str, Any]:
-        st = self.statement
-        return {
-            "id": self.entry_id,
-            "seq": self.seq,
-            "kind": st.kind,
-            "kind_version": st.kind_version,
-            "subject": dict(st.subject),
-            "payload": st.payload,
-            "artifacts": [a.model_dump(mode="json", exclude_none=True) for a in st.artifacts],
-            "refs": [r.model_dump(mode="json") for r in st.refs],
-            "signer": self.signer,
-            "signer_name": signer_name,
-            "collected_at": st.collected_at,
-            "logged_at": self.logged_at,
-            # How long before it was logged the collector says it saw this: large values mark
-            # back-dated or long-spooled evidence (DESIGN §3).
-            "logged_after_s": round(
-                (parse_time(self.logged_at) - parse_time(st.collected_at)).total_seconds(), 6
-            ),
-            "collector": st.collector.model_dump(mode="json"),
-            "chain_hash": self.chain_hash,
-        }
-
-
 @dataclass
 class _Prepared:
     envelope: Envelope
     envelope_bytes: bytes
     entry_id: EntryId
     statement: Statement
-
-
-def _row_to_entry(row: Any) -> LoggedEntry:
-    env = parse_envelope(bytes(row.envelope))
-    statement = parse_statement(env.statement())
-    return LoggedEntry(
-        seq=row.seq,
-        entry_id=EntryId(row.entry_id),
-        statement=statement,
-        envelope=bytes(row.envelope),
-        signer=row.signer,
-        logged_at=row.logged_at,
-        prev_hash=row.prev_hash,
-        chain_hash=row.chain_hash,
-    )
 
 
 def parse_subject_args(items: Iterable[str]) -> dict[str, str]:
@@ -484,7 +427,7 @@ class Ledger:
         art_rows: list[dict[str, Any]] = []
         for p in prepared:
             if p.entry_id in existing:
-                e = _row_to_entry(existing[p.entry_id])
+                e = entry_from_row(existing[p.entry_id])
                 out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
                 continue
             if p.entry_id in batch_ids:
@@ -576,13 +519,13 @@ class Ledger:
         row = self.repo.by_id(entry_id)
         if row is None:
             raise EntryNotFoundError(f"no entry with id {entry_id}")
-        return _row_to_entry(row)
+        return entry_from_row(row)
 
     def get_seq(self, seq: int) -> LoggedEntry:
         row = self.repo.by_seq(seq)
         if row is None:
             raise EntryNotFoundError(f"no entry at seq {seq}")
-        return _row_to_entry(row)
+        return entry_from_row(row)
 
     def query(
         self,
@@ -610,11 +553,11 @@ class Ledger:
             limit=limit,
             descending=descending,
         )
-        return [_row_to_entry(r) for r in self.repo.find(f)]
+        return [entry_from_row(r) for r in self.repo.find(f)]
 
     def referrers(self, entry_id: str, rel: str | None = None) -> list[LoggedEntry]:
         """Entries that reference ``entry_id`` (supersessions, reviews, acceptances …)."""
-        return [_row_to_entry(r) for r in self.repo.referrers(entry_id, rel)]
+        return [entry_from_row(r) for r in self.repo.referrers(entry_id, rel)]
 
     def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]:
         """The one JSON shape of a page of search results (CLI ``log --json`` and the API alike)."""

@@ -21,7 +21,10 @@ from ledger.policy.verdict import evaluate, record_verdict
 from ledger.signing import SigningKey
 
 if TYPE_CHECKING:
-    from ledger.service import Ledger, LoggedEntry
+    from ledger.logged import LoggedEntry
+
+    # the ledger as a fixture sees it (ledger.service.Ledger is one); the policy never imports the service
+    from ledger.policy.port import FixtureLedger as Ledger
 
 __all__ = ["FixtureResult", "InitHome", "build_fixture_ledger", "discover_fixtures", "run_fixture"]
 
@@ -33,9 +36,9 @@ def _init_home(init: InitHome | None) -> InitHome:
     if init is not None:
         return init
     # Callers that predate ``Ledger.policy_test`` pass no ``init``; once every caller passes one this goes.
-    from ledger.service import Ledger
+    from ledger.service import Ledger as Service
 
-    return Ledger.init
+    return Service.init
 
 
 @dataclass

@@ -18,7 +18,8 @@ from ledger.policy.rules import Rule
 from ledger.policy.snapshot import Evidence, Snapshot, check_signature, evidence_from_row, keyring_at
 
 if TYPE_CHECKING:
-    from ledger.service import Ledger
+    # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
+    from ledger.policy.port import PolicyLedger as Ledger
 
 __all__ = ["check_routing_change", "load_deployment"]
 

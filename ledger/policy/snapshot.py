@@ -20,7 +20,8 @@ from ledger.keyring import Keyring
 from ledger.signing import PublicKey, pae
 
 if TYPE_CHECKING:
-    from ledger.service import Ledger
+    # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
+    from ledger.policy.port import PolicyLedger as Ledger
 
 __all__ = [
     "Evidence",

@@ -31,7 +31,10 @@ if TYPE_CHECKING:
     from datetime import datetime
     from pathlib import Path
 
-    from ledger.service import Ledger, LoggedEntry
+    from ledger.logged import LoggedEntry
+
+    # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
+    from ledger.policy.port import PolicyLedger as Ledger
 
 __all__ = ["IDENTITY_FIELDS", "evaluate", "record_verdict", "replay_verdict", "result_digest"]
 
