@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import __version__
+from ledger.api import routes_artifacts, routes_entries, routes_log, routes_ops, routes_policy, views
+from ledger.api.deps import Served, served
 from ledger.api.errors import install_error_handlers
 from ledger.api.metrics import Metrics
 from ledger.api.settings import ApiSettings
 from ledger.service import Ledger
 
 __all__ = ["Served", "create_app", "create_app_from_env", "served"]
-
-
-@dataclass
-class Served:
-    """What every request of one process shares."""
-
-    settings: ApiSettings
-    ledger: Ledger
-    metrics: Metrics
-
-
-def served(request: Request) -> Served:
-    s: Served = request.app.state.served
-    return s
 
 
 class _MetricsMiddleware:
@@ -67,8 +54,6 @@ def open_served_ledger(settings: ApiSettings) -> Ledger:
 
 def create_app(settings: ApiSettings, ledger: Ledger | None = None) -> FastAPI:
     """Build the app for one ledger (opened from ``settings`` unless given)."""
-    from ledger.api import routes_artifacts, routes_entries, routes_log, routes_ops, routes_policy, views
-
     app = FastAPI(
         title="Evidence ledger",
         version=__version__,

@@ -4,40 +4,38 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ledger.tokens import TokenRecord, require_role, verify_token
+from ledger.api.deps import ServedDep
+from ledger.service import Ledger
+from ledger.tokens import TokenRecord, require_role
 
 __all__ = ["Reader", "Writer", "caller"]
 
 _bearer = HTTPBearer(auto_error=False, description="`ledger tokens new NAME --role reader|writer|admin`")
 
 
-def _token(request: Request, creds: HTTPAuthorizationCredentials | None) -> TokenRecord:
-    from ledger.api.app import served
-
-    return verify_token(served(request).ledger.engine, creds.credentials if creds else None)
+def _token(ledger: Ledger, creds: HTTPAuthorizationCredentials | None) -> TokenRecord:
+    return ledger.verify_token(creds.credentials if creds else None)
 
 
 def read_access(
-    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    state: ServedDep, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> TokenRecord | None:
     """Reads are open when the server runs with --public-reads; otherwise any live token may read."""
-    from ledger.api.app import served
-
-    if served(request).settings.public_reads and creds is None:
+    if state.settings.public_reads and creds is None:
         return None
-    record = _token(request, creds)
+    record = _token(state.ledger, creds)
     require_role(record, "reader")
     return record
 
 
 def write_access(
-    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    state: ServedDep, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> TokenRecord:
     """Writes need a writer (or admin) token."""
-    record = _token(request, creds)
+    record = _token(state.ledger, creds)
     require_role(record, "writer")
     return record
 

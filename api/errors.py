@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ledger.errors import LedgerError
+from ledger.errors import Category, LedgerError
 
 __all__ = ["error_body", "install_error_handlers", "status_for"]
 
@@ -18,17 +18,17 @@ _BY_CODE = {
     "artifact-corrupt": 500,  # the store holds bytes that no longer match their address
     "chain-broken": 500,
 }
-_BY_CATEGORY = {
-    "input": 422,
-    "too-large": 413,
-    "range": 416,
-    "not-found": 404,
-    "auth": 401,
-    "forbidden": 403,
-    "trust": 403,  # the entry's signature is not by a key the ledger trusts for its kind
-    "integrity": 422,  # e.g. uploaded bytes do not hash to the address they were sent to
-    "unavailable": 501,
-    "system": 503,
+_BY_CATEGORY: dict[Category, int] = {
+    Category.INPUT: 422,
+    Category.TOO_LARGE: 413,
+    Category.RANGE: 416,
+    Category.NOT_FOUND: 404,
+    Category.AUTH: 401,
+    Category.FORBIDDEN: 403,
+    Category.TRUST: 403,  # the entry's signature is not by a key the ledger trusts for its kind
+    Category.INTEGRITY: 422,  # e.g. uploaded bytes do not hash to the address they were sent to
+    Category.UNAVAILABLE: 501,
+    Category.SYSTEM: 503,
 }
 
 

@@ -12,6 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from ledger.api.auth import Reader, Writer
 from ledger.api.bodies import QueueReader, stream_to
+from ledger.api.deps import LedgerDep, ServedDep
 from ledger.api.models import ErrorOut
 from ledger.errors import ArtifactMissingError, RangeNotSatisfiableError
 from ledger.hashing import Digest, parse_digest
@@ -46,11 +47,8 @@ _UPLOAD_BODY = {
     summary="Upload an artifact's bytes to its address blake3:<hex> (idempotent)",
 )
 async def put_artifact(
-    request: Request, response: Response, _who: Writer, digest: DigestPath
+    request: Request, response: Response, _who: Writer, digest: DigestPath, state: ServedDep
 ) -> dict[str, Any]:
-    from ledger.api.app import served
-
-    state = served(request)
     expected = parse_digest(digest)
     limit = state.settings.max_artifact_bytes
 
@@ -65,11 +63,9 @@ async def put_artifact(
 
 
 @router.head("/artifacts/{digest}", summary="Whether the store holds an artifact, and its size")
-def head_artifact(request: Request, _who: Reader, digest: DigestPath) -> Response:
-    from ledger.api.app import served
-
+def head_artifact(ledger: LedgerDep, _who: Reader, digest: DigestPath) -> Response:
     d = parse_digest(digest)
-    size = served(request).ledger.store.size(d)
+    size = ledger.artifact_size(d)
     return Response(
         headers={"Content-Length": str(size), "Accept-Ranges": "bytes", "ETag": f'"{d}"'},
         media_type="application/octet-stream",
@@ -118,18 +114,15 @@ def _iter_file(f: BinaryIO, start: int, end: int) -> Iterator[bytes]:
     response_class=StreamingResponse,
 )
 async def get_artifact(
-    request: Request,
+    ledger: LedgerDep,
     _who: Reader,
     digest: str,
     range_header: Annotated[str | None, Header(alias="Range")] = None,
 ) -> StreamingResponse:
-    from ledger.api.app import served
-
-    ledger = served(request).ledger
     d: Digest = parse_digest(digest)
-    if not await run_in_threadpool(ledger.store.has, d):
+    if not await run_in_threadpool(ledger.has_artifact, d):
         raise ArtifactMissingError(f"artifact {d} is not in the store")
-    size = await run_in_threadpool(ledger.store.size, d)
+    size = await run_in_threadpool(ledger.artifact_size, d)
     span = _parse_range(range_header, size)
     f = await run_in_threadpool(ledger.open_artifact, str(d))
     headers = {

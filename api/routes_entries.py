@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from ledger.api.auth import Reader, Writer
 from ledger.api.bodies import read_json_body
+from ledger.api.deps import LedgerDep, Served, ServedDep
 from ledger.api.models import BATCH_SCHEMA, ENVELOPE_SCHEMA, ErrorOut
 from ledger.errors import BatchTooLargeError, InputError
 from ledger.service import MAX_BATCH, Ledger, LoggedEntry, parse_subject_args
@@ -33,7 +34,7 @@ def entry_json(ledger: Ledger, entry: LoggedEntry, names: dict[str, str] | None 
 
 @router.get("/entries", summary="Search entries by subject fields, kind, signer and time")
 def list_entries(
-    request: Request,
+    ledger: LedgerDep,
     _who: Reader,
     subject: Annotated[list[str] | None, Query(description="FIELD=VALUE, repeatable; all must match")] = None,
     kind: Annotated[str | None, Query(description="a kind, or a prefix ending in * (key.*)")] = None,
@@ -47,9 +48,6 @@ def list_entries(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
 ) -> dict[str, Any]:
-    from ledger.api.app import served
-
-    ledger = served(request).ledger
     entries = ledger.query(
         subject=parse_subject_args(subject or []),
         kind=kind,
@@ -68,24 +66,18 @@ def list_entries(
     "/entries/{entry_id}", summary="One entry by id or unique prefix (?envelope=true: the DSSE bytes)"
 )
 def get_entry(
-    request: Request,
+    ledger: LedgerDep,
     _who: Reader,
     entry_id: EntryIdPath,
     envelope: Annotated[bool, Query(description="return the stored envelope bytes")] = False,
 ) -> Any:
-    from ledger.api.app import served
-
-    ledger = served(request).ledger
     entry = ledger.get(entry_id)
     if envelope:
         return Response(entry.envelope, media_type="application/json")
     return entry_json(ledger, entry)
 
 
-def _append(request: Request, envelopes: list[Any]) -> list[dict[str, Any]]:
-    from ledger.api.app import served
-
-    state = served(request)
+def _append(state: Served, envelopes: list[Any]) -> list[dict[str, Any]]:
     ledger = state.ledger
     logged = ledger.append(envelopes)
     names = ledger.signer_names()
@@ -102,13 +94,13 @@ def _append(request: Request, envelopes: list[Any]) -> list[dict[str, Any]]:
     openapi_extra=ENVELOPE_SCHEMA,
     summary="Append one signed envelope (verified before it is stored)",
 )
-async def append_entry(request: Request, response: Response, _who: Writer) -> dict[str, Any]:
-    from ledger.api.app import served
-
-    body = await read_json_body(request, served(request).settings.max_body_bytes)
+async def append_entry(
+    request: Request, response: Response, _who: Writer, state: ServedDep
+) -> dict[str, Any]:
+    body = await read_json_body(request, state.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise InputError("the body must be one DSSE envelope (a JSON object)")
-    [entry] = await run_in_threadpool(_append, request, [body])
+    [entry] = await run_in_threadpool(_append, state, [body])
     if entry["duplicate"]:
         response.status_code = 200
     return entry
@@ -120,10 +112,10 @@ async def append_entry(request: Request, response: Response, _who: Writer) -> di
     openapi_extra=BATCH_SCHEMA,
     summary="Append a batch of signed envelopes atomically: all are stored, or none",
 )
-async def append_batch(request: Request, response: Response, _who: Writer) -> dict[str, Any]:
-    from ledger.api.app import served
-
-    body = await read_json_body(request, served(request).settings.max_body_bytes)
+async def append_batch(
+    request: Request, response: Response, _who: Writer, state: ServedDep
+) -> dict[str, Any]:
+    body = await read_json_body(request, state.settings.max_body_bytes)
     if (
         not isinstance(body, dict)
         or not isinstance(body.get("envelopes"), list)
@@ -133,7 +125,7 @@ async def append_batch(request: Request, response: Response, _who: Writer) -> di
     envelopes = body["envelopes"]
     if len(envelopes) > MAX_BATCH:
         raise BatchTooLargeError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
-    entries = await run_in_threadpool(_append, request, envelopes) if envelopes else []
+    entries = await run_in_threadpool(_append, state, envelopes) if envelopes else []
     if all(e["duplicate"] for e in entries):
         response.status_code = 200
     return {"entries": entries}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import sqlalchemy as sa
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 
 from ledger.api.auth import Reader
+from ledger.api.deps import LedgerDep
 from ledger.api.models import ErrorOut
 from ledger.log import Checkpoint
 from ledger.service import Ledger
@@ -25,46 +25,38 @@ router = APIRouter(
 
 def checkpoint_at(ledger: Ledger, size: int | None) -> Checkpoint:
     """Sign (and keep) a checkpoint; a concurrent request keeping the same size first is not an error."""
-    try:
-        return ledger.checkpoint(size=size)
-    except sa.exc.IntegrityError:
-        return ledger.checkpoint(size=size)
+    return ledger.keep_checkpoint(size)
 
 
 @router.get("/checkpoint", summary="A signed checkpoint (C2SP signed note) of the log")
 def get_checkpoint(
-    request: Request,
+    ledger: LedgerDep,
     _who: Reader,
     size: Annotated[int | None, Query(ge=0, description="tree size (default: whole log)")] = None,
 ) -> dict[str, Any]:
-    from ledger.api.app import served
-
-    ledger = served(request).ledger
     cp = checkpoint_at(ledger, size)
-    return {**cp.to_json(), "log_key_name": ledger.cfg.log_key, "log_public_key": ledger.log_public_key().b64}
+    return {
+        **cp.to_json(),
+        "log_key_name": ledger.log_key_name,
+        "log_public_key": ledger.log_public_key().b64,
+    }
 
 
 @router.get("/proofs/inclusion/{entry_id}", summary="Inclusion proof of an entry against a signed checkpoint")
 def proof_inclusion(
-    request: Request, _who: Reader, entry_id: EntryIdPath, size: Annotated[int | None, Query(ge=1)] = None
+    ledger: LedgerDep, _who: Reader, entry_id: EntryIdPath, size: Annotated[int | None, Query(ge=1)] = None
 ) -> dict[str, Any]:
-    from ledger.api.app import served
-
-    ledger = served(request).ledger
     checkpoint_at(ledger, size)
     return ledger.inclusion(entry_id, size=size)
 
 
 @router.get("/proofs/consistency", summary="Consistency proof between two tree sizes, with both checkpoints")
 def proof_consistency(
-    request: Request,
+    ledger: LedgerDep,
     _who: Reader,
     old: Annotated[int, Query(ge=0)],
     new: Annotated[int | None, Query(ge=0)] = None,
 ) -> dict[str, Any]:
-    from ledger.api.app import served
-
-    ledger = served(request).ledger
     checkpoint_at(ledger, new)
     checkpoint_at(ledger, old)
     return ledger.consistency(old, new)

@@ -16,13 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ledger.api.auth import Reader
 from ledger.api.bodies import read_json_body
+from ledger.api.deps import LedgerDep, ServedDep
 from ledger.api.models import ErrorOut
 from ledger.canonical import canonical_bytes
 from ledger.entries import parse_time
 from ledger.errors import InputError
-from ledger.policy import check_routing_change, evaluate, load_policy
 from ledger.policy.loader import LoadedPolicy
-from ledger.service import parse_subject_args
+from ledger.service import Ledger, parse_subject_args
 
 __all__ = ["RoutingCheckIn", "router"]
 
@@ -51,7 +51,7 @@ def _policy(name: str) -> LoadedPolicy:
             f"policy {name!r} is not a policy name",
             hint="name a policy of the server's policy folder, e.g. backend-qualification",
         )
-    return load_policy(name)
+    return Ledger.load_policy(name)
 
 
 @router.get(
@@ -62,7 +62,7 @@ def _policy(name: str) -> LoadedPolicy:
     response_class=Response,
 )
 def verdict(
-    request: Request,
+    ledger: LedgerDep,
     _who: Reader,
     subject: Annotated[list[str], Query(description="FIELD=VALUE, repeatable; all must match")],
     policy: Annotated[
@@ -70,10 +70,8 @@ def verdict(
     ] = "backend-qualification",
     at: Annotated[int | None, Query(ge=1, description="evaluate the log as it stood at this size")] = None,
 ) -> Response:
-    from ledger.api.app import served
-
     subj = _subject(parse_subject_args(subject))
-    result = evaluate(served(request).ledger, subj, _policy(policy), at_size=at)
+    result = ledger.evaluate_verdict(subj, _policy(policy), at_size=at)
     return Response(canonical_bytes(result) + b"\n", media_type="application/json")
 
 
@@ -121,10 +119,7 @@ class RoutingCheckIn(BaseModel):
         }
     },
 )
-async def routing_check(request: Request, _who: Reader) -> Any:
-    from ledger.api.app import served
-
-    state = served(request)
+async def routing_check(request: Request, _who: Reader, state: ServedDep) -> Any:
     body = await read_json_body(request, state.settings.max_body_bytes)
     try:
         req = RoutingCheckIn.model_validate(body)
@@ -141,10 +136,9 @@ async def routing_check(request: Request, _who: Reader) -> Any:
     deployment = req.deployment.model_dump(exclude_unset=True) if req.deployment is not None else None
 
     def run() -> dict[str, Any]:
-        return check_routing_change(
-            state.ledger,
-            _policy(req.policy),
+        return state.ledger.check_routing(
             subject,
+            _policy(req.policy),
             action=req.action,
             deployment=deployment,
             now=now,

@@ -12,9 +12,9 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from ledger.api.auth import Reader
-from ledger.api.queries import subjects
-from ledger.entries import parse_time
+from ledger.api.deps import LedgerDep
 from ledger.errors import LedgerError
+from ledger.proofs import verify_proof_document
 from ledger.service import Ledger, LoggedEntry
 
 __all__ = ["router"]
@@ -54,15 +54,12 @@ def _rejection_reason(item: dict[str, Any]) -> str:
 
 
 @router.get("/", response_class=HTMLResponse)
-def home(request: Request, _who: Reader) -> HTMLResponse:
-    from ledger.api.app import served
-
-    ledger = served(request).ledger
+def home(request: Request, ledger: LedgerDep, _who: Reader) -> HTMLResponse:
     rows = [
-        {"s": s, "verdict": _latest_verdict(ledger, s.field, s.value)} for s in subjects(ledger, limit=200)
+        {"s": s, "verdict": _latest_verdict(ledger, s.field, s.value)} for s in ledger.subjects(limit=200)
     ]
     return templates.TemplateResponse(
-        request, "subjects.html", {"rows": rows, "size": ledger.size(), "origin": ledger.cfg.origin}
+        request, "subjects.html", {"rows": rows, "size": ledger.size(), "origin": ledger.origin}
     )
 
 
@@ -109,11 +106,13 @@ def _annotate(entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
 
 @router.get("/subjects/{field}/{value}", response_class=HTMLResponse)
 def timeline(
-    request: Request, _who: Reader, field: str, value: str, after: Annotated[int | None, Query()] = None
+    request: Request,
+    ledger: LedgerDep,
+    _who: Reader,
+    field: str,
+    value: str,
+    after: Annotated[int | None, Query()] = None,
 ) -> HTMLResponse:
-    from ledger.api.app import served
-
-    ledger = served(request).ledger
     entries = ledger.query(subject={field: value}, after_seq=after, limit=_PAGE)
     names = ledger.signer_names()
     notes = _annotate(entries)
@@ -137,14 +136,8 @@ def timeline(
 
 
 def _signature_status(ledger: Ledger, entry: LoggedEntry) -> dict[str, Any]:
-    from ledger.signing import parse_envelope
-
-    ring = ledger.keyring()
     try:
-        rec = ring.get(entry.signer)
-        parse_envelope(entry.envelope).verify_with(rec.public)
-        if entry.seq > 0:
-            ring.authorise(entry.signer, entry.kind, parse_time(entry.logged_at))
+        rec = ledger.signature_status(entry)
     except LedgerError as e:
         return {"ok": False, "code": e.code, "message": e.message}
     return {
@@ -157,17 +150,12 @@ def _signature_status(ledger: Ledger, entry: LoggedEntry) -> dict[str, Any]:
 
 
 @router.get("/entries/{entry_id}", response_class=HTMLResponse)
-def entry_page(request: Request, _who: Reader, entry_id: str) -> HTMLResponse:
-    from ledger.api.app import served
-    from ledger.api.routes_log import checkpoint_at
-    from ledger.proofs import verify_proof_document
-
-    ledger = served(request).ledger
+def entry_page(request: Request, ledger: LedgerDep, _who: Reader, entry_id: str) -> HTMLResponse:
     entry = ledger.get(entry_id)
-    checkpoint_at(ledger, None)
+    ledger.keep_checkpoint(None)
     proof = ledger.inclusion(entry.entry_id)
     try:
-        checked = verify_proof_document(proof, ledger.log_public_key().b64, ledger.cfg.log_key)
+        checked = verify_proof_document(proof, ledger.log_public_key().b64, ledger.log_key_name)
         proof_status = {"ok": True, "detail": checked.get("detail", "")}
     except LedgerError as e:
         proof_status = {"ok": False, "detail": e.message}

@@ -20,6 +20,11 @@ from ledger.errors import StorageError
 
 __all__ = [
     "LOG_TABLES",
+    "T_ARTIFACTS",
+    "T_CHECKPOINTS",
+    "T_ENTRIES",
+    "T_REFS",
+    "T_SUBJECTS",
     "ApiToken",
     "CheckpointRow",
     "EntryArtifact",
@@ -81,6 +86,14 @@ class CheckpointRow(SQLModel, table=True):
     root: str = Field(max_length=64)
     note: str
     created_at: str = Field(max_length=40)
+
+
+# Core table handles of the log tables, for SQLAlchemy Core queries (``ledger.repo`` writes them all).
+T_ENTRIES: sa.Table = LogEntry.__table__  # type: ignore[attr-defined]
+T_SUBJECTS: sa.Table = EntrySubject.__table__  # type: ignore[attr-defined]
+T_REFS: sa.Table = EntryRefRow.__table__  # type: ignore[attr-defined]
+T_ARTIFACTS: sa.Table = EntryArtifact.__table__  # type: ignore[attr-defined]
+T_CHECKPOINTS: sa.Table = CheckpointRow.__table__  # type: ignore[attr-defined]
 
 
 class ApiToken(SQLModel, table=True):

@@ -1,20 +1,25 @@
 """Every error the ledger raises, grouped by origin, each with a stable kebab-case code.
 
-This module imports nothing from the package. Adapters map ``LedgerError.category`` to an exit code
-(CLI) or an HTTP status (API) in one place each.
+This module imports nothing from the package. Adapters map ``LedgerError.category`` (a ``Category``) to an
+exit code (CLI) or an HTTP status (API) in one place each. A class's category is its parent's, or one that
+refines it (``REFINES``: a too-large request is still bad input); tests/test_errors.py checks that, and that
+every code is unique and kebab-case.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import ClassVar
 
 __all__ = [
+    "REFINES",
     "ArtifactCorruptError",
     "ArtifactMissingError",
     "ArtifactTooLargeError",
     "AuthError",
     "BatchTooLargeError",
     "CanonicalJsonError",
+    "Category",
     "ChainBrokenError",
     "CollectorError",
     "ConfigError",
@@ -41,14 +46,34 @@ __all__ = [
     "StorageError",
     "UnknownKindError",
     "UnknownSignerError",
+    "UntrustedRootError",
 ]
+
+
+class Category(StrEnum):
+    """What kind of failure an error is: the adapters' exit codes and HTTP statuses follow it."""
+
+    INPUT = "input"  # the caller gave something malformed or inconsistent
+    TOO_LARGE = "too-large"
+    RANGE = "range"
+    NOT_FOUND = "not-found"
+    TRUST = "trust"  # a signature or a key the ledger does not trust for this
+    AUTH = "auth"
+    FORBIDDEN = "forbidden"
+    INTEGRITY = "integrity"  # stored or sent bytes do not match what they claim
+    UNAVAILABLE = "unavailable"
+    SYSTEM = "system"  # storage, database, collection
+
+
+# Categories that narrow another: their classes derive from that category's classes.
+REFINES: dict[Category, Category] = {Category.TOO_LARGE: Category.INPUT, Category.RANGE: Category.INPUT}
 
 
 class LedgerError(Exception):
     """Base of all ledger errors; ``code`` is stable, ``hint`` says what to do next."""
 
     code: ClassVar[str] = "ledger-error"
-    category: ClassVar[str] = "system"
+    category: ClassVar[Category] = Category.SYSTEM
     hint: ClassVar[str] = ""
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
@@ -75,12 +100,23 @@ class LedgerError(Exception):
 
 class InputError(LedgerError):
     code = "bad-input"
-    category = "input"
+    category = Category.INPUT
 
 
 class SchemaError(InputError):
     code = "schema-violation"
     hint = "check the payload against `ledger kinds show KIND`"
+
+
+class UntrustedRootError(SchemaError):
+    """The first entry is not the home's root key enrolling itself as an admin."""
+
+    code = "untrusted-root"
+
+
+class DanglingRefError(InputError):
+    code = "dangling-ref"
+    hint = "a ref must name an entry already in the ledger"
 
 
 class UnknownKindError(InputError):
@@ -112,23 +148,23 @@ class PolicyError(InputError):
 
 class ArtifactTooLargeError(InputError):
     code = "artifact-too-large"
-    category = "too-large"
+    category = Category.TOO_LARGE
 
 
 class RequestTooLargeError(InputError):
     code = "request-too-large"
-    category = "too-large"
+    category = Category.TOO_LARGE
 
 
 class BatchTooLargeError(InputError):
     code = "batch-too-large"
-    category = "too-large"
+    category = Category.TOO_LARGE
     hint = "split the batch"
 
 
 class RangeNotSatisfiableError(InputError):
     code = "range-not-satisfiable"
-    category = "range"
+    category = Category.RANGE
 
 
 # --- not found ------------------------------------------------------------------------------------
@@ -136,24 +172,23 @@ class RangeNotSatisfiableError(InputError):
 
 class EntryNotFoundError(LedgerError):
     code = "entry-not-found"
-    category = "not-found"
+    category = Category.NOT_FOUND
 
 
 class KeyNotFoundError(LedgerError):
     code = "key-not-found"
-    category = "not-found"
+    category = Category.NOT_FOUND
     hint = "`ledger keys list` shows enrolled keys; `ledger keys new NAME --role ROLE` makes one"
 
 
-class HomeNotInitialisedError(LedgerError):
+class HomeNotInitialisedError(InputError):
     code = "home-not-initialised"
-    category = "input"
     hint = "run `ledger init` (or pass --home / set LEDGER_HOME)"
 
 
 class ArtifactMissingError(LedgerError):
     code = "artifact-missing"
-    category = "not-found"
+    category = Category.NOT_FOUND
 
 
 # --- signature and trust ---------------------------------------------------------------------------
@@ -161,7 +196,7 @@ class ArtifactMissingError(LedgerError):
 
 class SignatureError(LedgerError):
     code = "bad-signature"
-    category = "trust"
+    category = Category.TRUST
 
 
 class UnknownSignerError(SignatureError):
@@ -179,12 +214,12 @@ class RoleError(SignatureError):
 
 class AuthError(LedgerError):
     code = "unauthenticated"
-    category = "auth"
+    category = Category.AUTH
 
 
 class ForbiddenError(LedgerError):
     code = "forbidden"
-    category = "forbidden"
+    category = Category.FORBIDDEN
 
 
 # --- integrity ---------------------------------------------------------------------------------------
@@ -192,7 +227,7 @@ class ForbiddenError(LedgerError):
 
 class IntegrityError(LedgerError):
     code = "integrity"
-    category = "integrity"
+    category = Category.INTEGRITY
 
 
 class ArtifactCorruptError(IntegrityError):
@@ -201,12 +236,6 @@ class ArtifactCorruptError(IntegrityError):
 
 class ChainBrokenError(IntegrityError):
     code = "chain-broken"
-
-
-class DanglingRefError(IntegrityError):
-    code = "dangling-ref"
-    category = "input"
-    hint = "a ref must name an entry already in the ledger"
 
 
 class ProofError(IntegrityError):
@@ -218,12 +247,12 @@ class ProofError(IntegrityError):
 
 class StorageError(LedgerError):
     code = "storage"
-    category = "system"
+    category = Category.SYSTEM
 
 
 class NotAvailableError(LedgerError):
     code = "not-available"
-    category = "unavailable"
+    category = Category.UNAVAILABLE
 
 
 class RemoteUnavailableError(StorageError):
@@ -233,4 +262,4 @@ class RemoteUnavailableError(StorageError):
 
 class CollectorError(LedgerError):
     code = "collector"
-    category = "system"
+    category = Category.SYSTEM

@@ -1,4 +1,6 @@
-"""Who may sign what, derived by replaying the log's ``key.*`` entries in sequence order."""
+"""The enrolled keys, derived by replaying the log's ``key.*`` entries in sequence order.
+
+Whether a key may sign a kind at a time is decided in ``ledger.trust``."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ledger.entries import KIND_ROLES, parse_time
-from ledger.errors import KeyRevokedError, RoleError, SchemaError, UnknownSignerError
+from ledger.entries import parse_time
+from ledger.errors import SchemaError, UnknownSignerError
 from ledger.signing import KeyId, PublicKey
 
 __all__ = ["KeyRecord", "Keyring"]
@@ -59,25 +61,6 @@ class Keyring:
     def by_name(self, name: str) -> KeyRecord | None:
         found = [k for k in self.keys.values() if k.name == name]
         return found[-1] if found else None
-
-    def authorise(self, key_id: str, kind: str, at: datetime) -> KeyRecord:
-        """Raise unless ``key_id`` may sign ``kind`` at time ``at``; returns its record."""
-        rec = self.get(key_id)
-        if rec.revoked_at is not None and at >= rec.revoked_at:
-            raise KeyRevokedError(
-                f"key {rec.name} ({key_id}) was revoked at {rec.revoked_at.isoformat()}"
-                + (f": {rec.revoke_reason}" if rec.revoke_reason else "")
-            )
-        if rec.valid_from is not None and at < rec.valid_from:
-            raise KeyRevokedError(f"key {rec.name} is not valid before {rec.valid_from.isoformat()}")
-        if rec.valid_until is not None and at >= rec.valid_until:
-            raise KeyRevokedError(f"key {rec.name} expired at {rec.valid_until.isoformat()}")
-        allowed = KIND_ROLES.get(kind, frozenset())
-        if not rec.roles & allowed:
-            raise RoleError(
-                f"key {rec.name} has roles {sorted(rec.roles)}; {kind} needs one of {sorted(allowed)}"
-            )
-        return rec
 
     def apply(self, seq: int, kind: str, payload: dict[str, Any]) -> None:
         """Fold one ``key.*`` entry into the ring (payloads are already schema-validated)."""

@@ -10,7 +10,7 @@ import binascii
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NewType
 
 from ledger.canonical import canonical_bytes
 from ledger.errors import InputError, ProofError, SignatureError
@@ -20,9 +20,11 @@ from ledger.signing import PublicKey, SigningKey
 __all__ = [
     "GENESIS_PREV",
     "Checkpoint",
+    "EntryId",
     "MerkleTree",
     "chain_hash",
     "consistency_proof",
+    "entry_id_of",
     "inclusion_proof",
     "leaf_hash",
     "merkle_root",
@@ -34,6 +36,16 @@ __all__ = [
 ]
 
 GENESIS_PREV = "0" * 64
+
+EntryId = NewType("EntryId", str)
+"""An entry's id: 64 hex characters of BLAKE3 over its canonical envelope bytes."""
+
+
+def entry_id_of(envelope_bytes: bytes) -> EntryId:
+    """The id of the entry whose stored (canonical) envelope bytes these are: the only place it is made."""
+    return EntryId(blake3_hex(envelope_bytes))
+
+
 _EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 

@@ -6,8 +6,7 @@ import base64
 from typing import Any
 
 from ledger.errors import ProofError
-from ledger.hashing import blake3_hex
-from ledger.log import leaf_hash, parse_checkpoint, verify_consistency, verify_inclusion
+from ledger.log import entry_id_of, leaf_hash, parse_checkpoint, verify_consistency, verify_inclusion
 from ledger.signing import PublicKey
 
 __all__ = ["verify_proof_document"]
@@ -47,7 +46,7 @@ def _verify_document(
         if isinstance(envelope, str):
             data = envelope.encode()
             leaf = leaf_hash(data)
-            if doc.get("entry_id") and blake3_hex(data) != doc["entry_id"]:
+            if doc.get("entry_id") and entry_id_of(data) != doc["entry_id"]:
                 raise ProofError("the envelope does not hash to the entry id")
         else:
             leaf = bytes.fromhex(doc["leaf_hash"])

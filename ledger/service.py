@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import mimetypes
 import os
 import socket
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -16,17 +17,7 @@ from sqlalchemy.engine import Engine
 
 from ledger import __version__
 from ledger.canonical import canonical_bytes
-from ledger.db import (
-    CheckpointRow,
-    EntryArtifact,
-    EntryRefRow,
-    EntrySubject,
-    LogEntry,
-    lock_log,
-    make_engine,
-    migrate,
-    write_transaction,
-)
+from ledger.db import make_engine, migrate
 from ledger.entries import (
     ArtifactRef,
     Statement,
@@ -45,135 +36,46 @@ from ledger.errors import (
     KeyNotFoundError,
     LedgerError,
     RequestTooLargeError,
-    SchemaError,
     StorageError,
 )
-from ledger.hashing import Digest, blake3_hex, parse_digest
-from ledger.home import Home, HomeConfig
+from ledger.hashing import Digest, blake3_hex, hash_file, parse_digest
+from ledger.home import Home, HomeConfig, resolve_home
 from ledger.keyring import KeyRecord, Keyring
 from ledger.log import (
     GENESIS_PREV,
     Checkpoint,
+    EntryId,
     MerkleTree,
     chain_hash,
+    entry_id_of,
     leaf_hash,
     sign_checkpoint,
 )
-from ledger.signing import Envelope, KeyId, SigningKey, parse_envelope, sign_envelope
+from ledger.logged import LoggedEntry, entry_from_row
+from ledger.policy.fixtures import FixtureResult, discover_fixtures, run_fixture
+from ledger.policy.loader import LoadedPolicy, load_policy
+from ledger.policy.routing import check_routing_change
+from ledger.policy.verdict import checkpoint_root, evaluate, record_verdict, replay_verdict
+from ledger.repo import EntryFilter, LogRepo, SubjectSummary
+from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
+from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
+from ledger.trust import TrustedLog, authorise, replay_keys
+from ledger.verify import VerifyProblem, VerifyReport, verify_log
 
-__all__ = ["Ledger", "LoggedEntry", "open_ledger"]
-
-T_ENTRIES = LogEntry.__table__  # type: ignore[attr-defined]
-T_SUBJECTS = EntrySubject.__table__  # type: ignore[attr-defined]
-T_REFS = EntryRefRow.__table__  # type: ignore[attr-defined]
-T_ARTIFACTS = EntryArtifact.__table__  # type: ignore[attr-defined]
-T_CHECKPOINTS = CheckpointRow.__table__  # type: ignore[attr-defined]
+__all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger"]
 
 MAX_BATCH = 1000
 # An entry is a statement about evidence; the evidence itself (logs, manifests) goes to the store.
 MAX_ENVELOPE_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class LoggedEntry:
-    """One entry as the log holds it: the signed statement plus the log's record around it."""
-
-    seq: int
-    entry_id: str
-    statement: Statement
-    envelope: bytes
-    signer: str
-    logged_at: str
-    prev_hash: str
-    chain_hash: str
-    duplicate: bool = False
-
-    @property
-    def kind(self) -> str:
-        return self.statement.kind
-
-    def to_json(self, signer_name: str | None = None) -> dict[str, Any]:
-        st = self.statement
-        return {
-            "id": self.entry_id,
-            "seq": self.seq,
-            "kind": st.kind,
-            "kind_version": st.kind_version,
-            "subject": dict(st.subject),
-            "payload": st.payload,
-            "artifacts": [a.model_dump(mode="json", exclude_none=True) for a in st.artifacts],
-            "refs": [r.model_dump(mode="json") for r in st.refs],
-            "signer": self.signer,
-            "signer_name": signer_name,
-            "collected_at": st.collected_at,
-            "logged_at": self.logged_at,
-            # How long before it was logged the collector says it saw this: large values mark
-            # back-dated or long-spooled evidence (DESIGN §3).
-            "logged_after_s": round(
-                (parse_time(self.logged_at) - parse_time(st.collected_at)).total_seconds(), 6
-            ),
-            "collector": st.collector.model_dump(mode="json"),
-            "chain_hash": self.chain_hash,
-        }
-
-
 @dataclass
 class _Prepared:
     envelope: Envelope
     envelope_bytes: bytes
-    entry_id: str
+    entry_id: EntryId
     statement: Statement
-
-
-@dataclass
-class VerifyProblem:
-    code: str
-    message: str
-    seq: int | None = None
-    id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "id": self.id, "code": self.code, "message": self.message}
-
-
-@dataclass
-class VerifyReport:
-    size: int = 0
-    root: str = ""
-    artifacts_checked: int = 0
-    checkpoints_checked: int = 0
-    incomplete_uploads: int = 0  # temp files of writers that died mid-put: information, never artifacts
-    problems: list[VerifyProblem] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return not self.problems
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": not self.problems,
-            "size": self.size,
-            "root": self.root,
-            "artifacts_checked": self.artifacts_checked,
-            "checkpoints_checked": self.checkpoints_checked,
-            "incomplete_uploads": self.incomplete_uploads,
-            "problems": [p.to_json() for p in self.problems],
-        }
-
-
-def _row_to_entry(row: Any) -> LoggedEntry:
-    env = parse_envelope(bytes(row.envelope))
-    statement = parse_statement(env.statement())
-    return LoggedEntry(
-        seq=row.seq,
-        entry_id=row.entry_id,
-        statement=statement,
-        envelope=bytes(row.envelope),
-        signer=row.signer,
-        logged_at=row.logged_at,
-        prev_hash=row.prev_hash,
-        chain_hash=row.chain_hash,
-    )
 
 
 def parse_subject_args(items: Iterable[str]) -> dict[str, str]:
@@ -204,6 +106,7 @@ class Ledger:
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
         self.engine: Engine = make_engine(self.database_url)
+        self.repo = LogRepo(self.engine)
         self.store = open_store(store_path or cfg.store)
         self._keyring = Keyring()
         self._tree = MerkleTree()
@@ -279,7 +182,7 @@ class Ledger:
             # Database transaction first, then the cache lock: the order an append takes them in (it
             # folds keys inside its write transaction). When SQLite reads also took the write lock, the
             # reverse order deadlocked concurrent API requests until the busy timeout.
-            with self.engine.connect() as c, c.begin():
+            with self.repo.read(snapshot=True) as c:
                 return self.keyring(c)
         with self._cache_lock:
             self._fold_keys(self._keyring, conn, upto=None)
@@ -289,31 +192,28 @@ class Ledger:
         """Replay ``key.*`` entries logged since the last fold, up to ``upto`` (or the log size)."""
 
         def run(c: sa.Connection) -> None:
-            size = upto
-            if size is None:
-                last = c.execute(sa.select(sa.func.max(T_ENTRIES.c.seq))).scalar()
-                size = 0 if last is None else int(last) + 1
-            # A range on the kind index (LIKE would scan the whole log on SQLite), bounded by the
-            # log size seen, so the next fold starts where this one ended rather than at the last key.
-            q = (
-                sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope)
-                .where(T_ENTRIES.c.kind >= "key.", T_ENTRIES.c.kind < "key/")
-                .where(T_ENTRIES.c.seq >= ring.seq, T_ENTRIES.c.seq < size)
-                .order_by(T_ENTRIES.c.seq)
-            )
-            for seq, env_bytes in c.execute(q):
-                st = parse_envelope(bytes(env_bytes)).statement()
-                ring.apply(seq, st["kind"], st["payload"])
-            ring.seq = max(ring.seq, size)
+            # Bounded by the log size seen, so the next fold starts where this one ended rather than
+            # at the last key.
+            size = self.repo.size(c) if upto is None else upto
+            replay_keys(ring, self.repo.key_rows(c, ring.seq, size), size)
 
         if conn is not None:
             run(conn)
         else:
-            with self.engine.connect() as c:
+            with self.repo.read() as c:
                 run(c)
 
     def signing_key(self, name: str) -> SigningKey:
         return self.home.load_key(name)
+
+    @property
+    def admin_key_name(self) -> str:
+        """The name of the home's admin key (it signs key entries and, by default, verdicts)."""
+        return self.cfg.admin_key
+
+    def keep_key(self, key: SigningKey) -> None:
+        """Save a private key into this home's key folder under its name."""
+        key.save(self.home.key_path(key.name))
 
     def key_record(self, name_or_id: str) -> KeyRecord:
         ring = self.keyring()
@@ -340,8 +240,6 @@ class Ledger:
         admin: str | None = None,
         valid_until: str | None = None,
     ) -> LoggedEntry:
-        from ledger.signing import PublicKey
-
         pub = PublicKey.from_b64(public_b64)
         payload: dict[str, Any] = {
             "name": name,
@@ -389,6 +287,13 @@ class Ledger:
     def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
         return put_file(self.store, path, sha256=sha256)
 
+    def has_artifact(self, digest: str | Digest) -> bool:
+        return self.store.has(digest if isinstance(digest, Digest) else parse_digest(digest))
+
+    def artifact_size(self, digest: str | Digest) -> int:
+        """Size in bytes of a stored artifact (ArtifactMissingError when the store lacks it)."""
+        return self.store.size(digest if isinstance(digest, Digest) else parse_digest(digest))
+
     def open_artifact(self, digest: str) -> BinaryIO:
         return self.store.open_verified(parse_digest(digest))
 
@@ -402,8 +307,6 @@ class Ledger:
         sha256: bool = False,
     ) -> ArtifactRef:
         """Store ``path`` (or hash it in place when ``by_reference``) and describe it for an entry."""
-        from ledger.hashing import hash_file
-
         p = readable_artifact(name, path)
         if by_reference:
             d = hash_file(p, sha256=True)
@@ -482,7 +385,7 @@ class Ledger:
         statement = parse_statement(envelope.statement())
         st = statement
         _refuse_nul(*st.subject.keys(), *st.subject.values(), *(a.name for a in st.artifacts))
-        return _Prepared(envelope, data, blake3_hex(data), statement)
+        return _Prepared(envelope, data, entry_id_of(data), statement)
 
     def append(
         self, envelopes: Sequence[Envelope | bytes | dict[str, Any]], *, logged_at: datetime | None = None
@@ -497,8 +400,7 @@ class Ledger:
             raise BatchTooLargeError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
         prepared = [self._prepare(e) for e in envelopes]
         try:
-            with write_transaction(self.engine) as conn:
-                lock_log(conn)
+            with self.repo.append_transaction() as conn:
                 return self._append_locked(conn, prepared, logged_at or now_utc())
         except LedgerError:
             raise
@@ -510,17 +412,13 @@ class Ledger:
     def _append_locked(
         self, conn: sa.Connection, prepared: list[_Prepared], when: datetime
     ) -> list[LoggedEntry]:
-        head = conn.execute(
-            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.chain_hash).order_by(T_ENTRIES.c.seq.desc()).limit(1)
-        ).first()
+        head = self.repo.head(conn)
         next_seq = 0 if head is None else head.seq + 1
         prev = GENESIS_PREV if head is None else head.chain_hash
-        ring = self.keyring(conn).copy()
+        trusted = TrustedLog(self.cfg.root_key_id, self.keyring(conn).copy())
         logged_at = format_time(when)
         ids = [p.entry_id for p in prepared]
-        existing = {
-            r.entry_id: r for r in conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.entry_id.in_(ids)))
-        }
+        existing = self.repo.by_ids(conn, ids)
         out: list[LoggedEntry] = []
         batch_ids: set[str] = set()
         rows: list[dict[str, Any]] = []
@@ -529,22 +427,16 @@ class Ledger:
         art_rows: list[dict[str, Any]] = []
         for p in prepared:
             if p.entry_id in existing:
-                e = _row_to_entry(existing[p.entry_id])
+                e = entry_from_row(existing[p.entry_id])
                 out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
                 continue
             if p.entry_id in batch_ids:
                 continue
             st = p.statement
-            self._check_signature(ring, p, next_seq, when)
+            trusted.admit(next_seq, p.envelope, st.kind, st.payload, when)
             self._check_refs(conn, st, batch_ids)
             self._check_artifacts(st)
-            if st.kind.startswith("key."):
-                try:
-                    ring.apply(next_seq, st.kind, st.payload)
-                except LedgerError:
-                    raise
-                except Exception as e:
-                    raise SchemaError(f"{st.kind}: {e}") from e
+            trusted.update(next_seq, st.kind, st.payload)
             ch = chain_hash(next_seq, p.entry_id, prev, logged_at)
             rows.append(
                 {
@@ -577,41 +469,14 @@ class Ledger:
             batch_ids.add(p.entry_id)
             prev = ch
             next_seq += 1
-        if rows:
-            conn.execute(sa.insert(T_ENTRIES), rows)
-            if subj_rows:
-                conn.execute(sa.insert(T_SUBJECTS), subj_rows)
-            if ref_rows:
-                conn.execute(sa.insert(T_REFS), ref_rows)
-            if art_rows:
-                conn.execute(sa.insert(T_ARTIFACTS), art_rows)
+        self.repo.insert(conn, rows, subj_rows, ref_rows, art_rows)
         return out
-
-    def _check_signature(self, ring: Keyring, p: _Prepared, seq: int, when: datetime) -> None:
-        st = p.statement
-        signer = p.envelope.signer
-        if seq == 0:
-            # The genesis entry enrols the trust root and is signed by that same key.
-            if st.kind != "key.enrol" or "admin" not in st.payload.get("roles", []):
-                raise SchemaError("the first entry of a ledger must enrol an admin key")
-            if st.payload["key_id"] != signer or signer != self.cfg.root_key_id:
-                raise SchemaError("the first entry must be self-signed by the home's root key")
-            from ledger.signing import PublicKey
-
-            p.envelope.verify_with(PublicKey.from_b64(st.payload["public_key"]))
-            return
-        rec = ring.get(signer)
-        p.envelope.verify_with(rec.public)
-        ring.authorise(signer, st.kind, when)
 
     def _check_refs(self, conn: sa.Connection, st: Statement, batch_ids: set[str]) -> None:
         wanted = {r.id for r in st.refs} - batch_ids
         if not wanted:
             return
-        found = set(
-            conn.execute(sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.in_(wanted))).scalars()
-        )
-        missing = wanted - found
+        missing = wanted - self.repo.known_ids(conn, wanted)
         if missing:
             raise DanglingRefError(f"ref to unknown entry {sorted(missing)[0]}")
 
@@ -633,43 +498,34 @@ class Ledger:
     # --- reads ----------------------------------------------------------------------------------
 
     def size(self) -> int:
-        with self.engine.connect() as conn:
-            n = conn.execute(sa.select(sa.func.max(T_ENTRIES.c.seq))).scalar()
-        return 0 if n is None else int(n) + 1
+        return self.repo.size()
 
-    def resolve_id(self, id_or_prefix: str) -> str:
+    def resolve_id(self, id_or_prefix: str) -> EntryId:
         """A full entry id, from a full id or a unique prefix of at least 8 hex characters."""
         text = id_or_prefix.strip().lower()
         if len(text) == 64:
-            return text
+            return EntryId(text)
         if len(text) < 8 or any(c not in "0123456789abcdef" for c in text):
             raise InputError(f"{id_or_prefix!r} is not an entry id (64 hex, or a unique prefix of >= 8)")
-        with self.engine.connect() as conn:
-            found = list(
-                conn.execute(
-                    sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.like(text + "%")).limit(2)
-                ).scalars()
-            )
+        found = self.repo.ids_with_prefix(text, limit=2)
         if not found:
             raise EntryNotFoundError(f"no entry with id {id_or_prefix}")
         if len(found) > 1:
             raise InputError(f"entry id prefix {id_or_prefix} is ambiguous")
-        return str(found[0])
+        return EntryId(found[0])
 
     def get(self, id_or_prefix: str) -> LoggedEntry:
         entry_id = self.resolve_id(id_or_prefix)
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.entry_id == entry_id)).first()
+        row = self.repo.by_id(entry_id)
         if row is None:
             raise EntryNotFoundError(f"no entry with id {entry_id}")
-        return _row_to_entry(row)
+        return entry_from_row(row)
 
     def get_seq(self, seq: int) -> LoggedEntry:
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.seq == seq)).first()
+        row = self.repo.by_seq(seq)
         if row is None:
             raise EntryNotFoundError(f"no entry at seq {seq}")
-        return _row_to_entry(row)
+        return entry_from_row(row)
 
     def query(
         self,
@@ -686,41 +542,22 @@ class Ledger:
     ) -> list[LoggedEntry]:
         """Entries matching every filter, in sequence order; ``after_seq`` is the keyset cursor."""
         _refuse_nul(*(subject or {}).keys(), *(subject or {}).values(), kind or "", signer or "")
-        q = sa.select(T_ENTRIES)
-        for k, v in (subject or {}).items():
-            sub = sa.select(T_SUBJECTS.c.seq).where(T_SUBJECTS.c.field == k, T_SUBJECTS.c.value == v)
-            q = q.where(T_ENTRIES.c.seq.in_(sub))
-        if kind:
-            if kind.endswith("*"):
-                q = q.where(T_ENTRIES.c.kind.like(kind[:-1] + "%"))
-            else:
-                q = q.where(T_ENTRIES.c.kind == kind)
-        if signer:
-            q = q.where(T_ENTRIES.c.signer == self.key_record(signer).key_id)
-        if since:
-            q = q.where(T_ENTRIES.c.logged_at >= format_time(parse_time(since)))
-        if until:
-            q = q.where(T_ENTRIES.c.logged_at < format_time(parse_time(until)))
-        if after_seq is not None:
-            q = q.where(T_ENTRIES.c.seq < after_seq if descending else T_ENTRIES.c.seq > after_seq)
-        if at_size is not None:
-            q = q.where(T_ENTRIES.c.seq < at_size)
-        q = q.order_by(T_ENTRIES.c.seq.desc() if descending else T_ENTRIES.c.seq)
-        if limit is not None:
-            q = q.limit(limit)
-        with self.engine.connect() as conn:
-            return [_row_to_entry(r) for r in conn.execute(q)]
+        f = EntryFilter(
+            subject=subject,
+            kind=kind,
+            signer_id=self.key_record(signer).key_id if signer else None,
+            since=format_time(parse_time(since)) if since else None,
+            until=format_time(parse_time(until)) if until else None,
+            after_seq=after_seq,
+            at_size=at_size,
+            limit=limit,
+            descending=descending,
+        )
+        return [entry_from_row(r) for r in self.repo.find(f)]
 
     def referrers(self, entry_id: str, rel: str | None = None) -> list[LoggedEntry]:
         """Entries that reference ``entry_id`` (supersessions, reviews, acceptances …)."""
-        sub = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id == entry_id)
-        if rel:
-            sub = sub.where(T_REFS.c.rel == rel)
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(T_ENTRIES).where(T_ENTRIES.c.seq.in_(sub)).order_by(T_ENTRIES.c.seq)
-            )
-            return [_row_to_entry(r) for r in rows]
+        return [entry_from_row(r) for r in self.repo.referrers(entry_id, rel)]
 
     def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]:
         """The one JSON shape of a page of search results (CLI ``log --json`` and the API alike)."""
@@ -730,30 +567,167 @@ class Ledger:
             "next_after": entries[-1].seq if entries and len(entries) == limit else None,
         }
 
+    def signature_status(self, entry: LoggedEntry) -> KeyRecord:
+        """The signer's record when ``entry``'s signature verifies with an enrolled key that may sign its
+        kind at its log time, by today's keys (the reviewer pages show it); else the coded error."""
+        ring = self.keyring()
+        rec = ring.get(entry.signer)
+        parse_envelope(entry.envelope).verify_with(rec.public)
+        if entry.seq > 0:
+            authorise(ring, entry.signer, entry.kind, parse_time(entry.logged_at))
+        return rec
+
     def signer_names(self) -> dict[str, str]:
         return {k: r.name for k, r in self.keyring().keys.items()}
+
+    def subjects(self, *, field: str | None = None, limit: int = 500) -> list[SubjectSummary]:
+        """Distinct subject FIELD=VALUE pairs (key entries excluded), most recently active first."""
+        if field and "\x00" in field:
+            raise InputError("NUL characters are not allowed in a subject field")
+        return self.repo.subjects(field=field, limit=limit)
+
+    # --- what this ledger is ----------------------------------------------------------------------
+
+    @property
+    def origin(self) -> str:
+        """The log's origin line (the name its checkpoints carry)."""
+        return self.cfg.origin
+
+    @property
+    def log_key_name(self) -> str:
+        return self.cfg.log_key
+
+    @property
+    def root_key_id(self) -> str:
+        """The trust root: the key id the genesis entry enrols."""
+        return self.cfg.root_key_id
+
+    @property
+    def home_path(self) -> Path:
+        return self.home.path
+
+    @property
+    def spool_dir(self) -> Path:
+        """Where envelopes and artifacts wait for ``ledger push`` when the server is unreachable."""
+        return self.home.spool_dir
+
+    def has_private_key(self, name: str) -> bool:
+        """Whether this home holds the private key ``name``."""
+        return self.home.has_key(name)
+
+    @property
+    def database_dialect(self) -> str:
+        return self.repo.dialect
+
+    def describe(self) -> dict[str, Any]:
+        """Where this ledger keeps its data and who its root is (``ledger init --json``)."""
+        return {
+            "database_url": self.database_url,
+            "store": str(getattr(self.store, "root", "")),
+            "origin": self.cfg.origin,
+            "admin_key_id": self.cfg.root_key_id,
+            "log_public_key": self.log_public_key().b64,
+        }
+
+    # --- API tokens -------------------------------------------------------------------------------
+
+    def create_token(self, name: str, role: str) -> tuple[str, TokenRecord]:
+        return create_token(self.engine, name, role)
+
+    def verify_token(self, token: str | None) -> TokenRecord:
+        return verify_token(self.engine, token)
+
+    def list_tokens(self) -> list[TokenRecord]:
+        return list_tokens(self.engine)
+
+    def revoke_token(self, name_or_id: str) -> list[TokenRecord]:
+        return revoke_token(self.engine, name_or_id)
+
+    # --- policy: verdicts, routing checks, fixture tests -----------------------------------------
+
+    @staticmethod
+    def load_policy(name_or_path: str, policy_dir: Path | None = None) -> LoadedPolicy:
+        return load_policy(name_or_path, policy_dir)
+
+    def _policy(self, policy: LoadedPolicy | str, policy_dir: Path | None) -> LoadedPolicy:
+        return policy if isinstance(policy, LoadedPolicy) else load_policy(policy, policy_dir)
+
+    def evaluate_verdict(
+        self,
+        subject: dict[str, str],
+        policy: LoadedPolicy | str = "backend-qualification",
+        *,
+        at_size: int | None = None,
+        policy_dir: Path | None = None,
+    ) -> dict[str, Any]:
+        """The verdict JSON for ``subject`` under ``policy``, the log as it stood at ``at_size`` (or now)."""
+        return evaluate(self, subject, self._policy(policy, policy_dir), at_size=at_size)
+
+    def record_verdict(
+        self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
+    ) -> LoggedEntry:
+        """Append a signed ``verdict`` entry for ``result`` (signed by ``key``, default the admin key)."""
+        return record_verdict(self, result, key=key or self.cfg.admin_key, at=at)
+
+    def replay_verdict(
+        self, entry_id: str, *, policy_dir: Path | None = None, policy_path: str | None = None
+    ) -> dict[str, Any]:
+        """Recompute a recorded verdict at its checkpoint with today's policy bytes; report differences."""
+        return replay_verdict(self, entry_id, policy_dir=policy_dir, policy_path=policy_path)
+
+    def check_routing(
+        self,
+        subject: dict[str, str],
+        policy: LoadedPolicy | str = "routing-change",
+        *,
+        action: str = "route",
+        deployment: dict[str, Any] | None = None,
+        now: datetime | None = None,
+        at_size: int | None = None,
+        policy_dir: Path | None = None,
+    ) -> dict[str, Any]:
+        """May this routing change happen? ``allowed`` with the reasons (nothing is written)."""
+        return check_routing_change(
+            self,
+            self._policy(policy, policy_dir),
+            subject,
+            action=action,
+            deployment=deployment,
+            now=now,
+            at_size=at_size,
+        )
+
+    @classmethod
+    def policy_test(
+        cls,
+        names: Sequence[str | None] | None = None,
+        policy_dir: Path | None = None,
+        *,
+        workdir: Path | None = None,
+    ) -> list[FixtureResult]:
+        """Run the fixture tests of the named policies (default: all), each in a fresh ledger home."""
+        paths: list[Path] = []
+        for n in names or [None]:
+            paths.extend(discover_fixtures(policy_dir, n))
+        return [run_fixture(p, policy_dir, workdir, init=cls.init) for p in paths]
+
+    def checkpoint_root(self, size: int) -> str:
+        """The Merkle root at ``size``: the stored checkpoint's, else signed (and kept) now."""
+        return checkpoint_root(self, size)
 
     # --- Merkle tree, checkpoints, proofs --------------------------------------------------------
 
     def leaf_hashes(self, size: int | None = None) -> list[bytes]:
-        q = sa.select(T_ENTRIES.c.leaf_hash).order_by(T_ENTRIES.c.seq)
-        if size is not None:
-            q = q.where(T_ENTRIES.c.seq < size)
-        with self.engine.connect() as conn:
-            return [bytes.fromhex(h) for h in conn.execute(q).scalars()]
+        return self.repo.leaf_hashes(size=size)
 
     def tree(self) -> MerkleTree:
         """The Merkle tree of the log, kept in this process and extended with entries logged since."""
-        with self.engine.connect() as conn, conn.begin(), self._cache_lock:  # same lock order as keyring()
-            q = (
-                sa.select(T_ENTRIES.c.leaf_hash)
-                .where(T_ENTRIES.c.seq >= len(self._tree))
-                .order_by(T_ENTRIES.c.seq)
-            )
-            self._tree.extend([bytes.fromhex(h) for h in conn.execute(q).scalars()])
+        # same lock order as keyring(): the database transaction first, then the cache lock
+        with self.repo.read(snapshot=True) as conn, self._cache_lock:
+            self._tree.extend(self.repo.leaf_hashes(conn, start=len(self._tree)))
             return self._tree
 
-    def log_public_key(self) -> Any:
+    def log_public_key(self) -> PublicKey:
         return self.signing_key(self.cfg.log_key).public
 
     def checkpoint(self, *, size: int | None = None, store: bool = True) -> Checkpoint:
@@ -765,20 +739,21 @@ class Ledger:
         tree = self.tree()
         cp = sign_checkpoint(self.cfg.origin, n, tree.root(n), self.signing_key(self.cfg.log_key))
         if store:
-            with write_transaction(self.engine) as conn:
-                lock_log(conn)  # two servers checkpointing the same size must not race on the insert
-                exists = conn.execute(
-                    sa.select(T_CHECKPOINTS.c.root).where(T_CHECKPOINTS.c.size == n)
-                ).first()
-                if exists is None:
-                    conn.execute(
-                        sa.insert(T_CHECKPOINTS).values(
-                            size=n, root=cp.root.hex(), note=cp.note, created_at=format_time(now_utc())
-                        )
-                    )
-                elif exists.root != cp.root.hex():
+            # two servers checkpointing the same size must not race on the insert: the appenders' lock
+            with self.repo.append_transaction() as conn:
+                stored = self.repo.checkpoint_root(n, conn)
+                if stored is None:
+                    self.repo.insert_checkpoint(conn, n, cp.root.hex(), cp.note, format_time(now_utc()))
+                elif stored != cp.root.hex():
                     raise IntegrityError(f"log root at size {n} differs from the stored checkpoint")
         return cp
+
+    def keep_checkpoint(self, size: int | None = None) -> Checkpoint:
+        """Sign (and keep) a checkpoint; another process keeping the same size first is not an error."""
+        try:
+            return self.checkpoint(size=size)
+        except sa.exc.IntegrityError:
+            return self.checkpoint(size=size)
 
     def inclusion(self, id_or_prefix: str, *, size: int | None = None) -> dict[str, Any]:
         entry = self.get(id_or_prefix)
@@ -816,21 +791,19 @@ class Ledger:
     # --- verification ----------------------------------------------------------------------------
 
     def verify(self, *, artifacts: bool = True, workers: int | None = None) -> VerifyReport:
-        from ledger.verify import verify_ledger
-
-        return verify_ledger(self, artifacts=artifacts, workers=workers)
+        return verify_log(
+            self.repo,
+            self.store,
+            database_url=self.database_url,
+            root_key_id=self.cfg.root_key_id,
+            log_key_name=self.cfg.log_key,
+            log_public_key=self.log_public_key(),
+            artifacts=artifacts,
+            workers=workers,
+        )
 
     def iter_rows(self, batch: int = 5000) -> Iterator[Any]:
-        last = -1
-        with self.engine.connect() as conn:
-            while True:
-                rows = conn.execute(
-                    sa.select(T_ENTRIES).where(T_ENTRIES.c.seq > last).order_by(T_ENTRIES.c.seq).limit(batch)
-                ).all()
-                if not rows:
-                    return
-                yield from rows
-                last = rows[-1].seq
+        return self.repo.iter_rows(batch)
 
 
 def _too_large(size: int) -> str:
@@ -871,8 +844,6 @@ def describe_artifact(
 
 
 def _guess_media_type(path: Path) -> str:
-    import mimetypes
-
     if path.suffix in (".log", ".txt", ".out", ".err"):
         return "text/plain"
     if path.suffix == ".json":
@@ -882,8 +853,6 @@ def _guess_media_type(path: Path) -> str:
 
 
 def open_ledger(home: str | os.PathLike[str] | None = None) -> Ledger:
-    from ledger.home import resolve_home
-
     return Ledger.open(resolve_home(home))
 
 

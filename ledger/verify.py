@@ -8,25 +8,77 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
 
-import sqlalchemy as sa
-
-from ledger.errors import LedgerError
-from ledger.hashing import blake3_hex, parse_digest
-from ledger.keyring import Keyring
-from ledger.log import GENESIS_PREV, MerkleTree, chain_hash, leaf_hash, parse_checkpoint
+from ledger.db import make_engine
+from ledger.entries import parse_statement, parse_time
+from ledger.errors import CanonicalJsonError, ChainBrokenError, LedgerError, UnknownSignerError
+from ledger.hashing import parse_digest
+from ledger.log import GENESIS_PREV, MerkleTree, chain_hash, entry_id_of, leaf_hash, parse_checkpoint
+from ledger.repo import LogRepo
 from ledger.signing import PublicKey, parse_envelope
+from ledger.store.base import ArtifactStore
+from ledger.trust import TrustedLog
 
-if TYPE_CHECKING:
-    from ledger.service import Ledger, VerifyProblem, VerifyReport
-
-__all__ = ["verify_ledger"]
+__all__ = ["Problem", "VerifyProblem", "VerifyReport", "verify_log"]
 
 _CHUNK = 4000
+
+
+class Problem(StrEnum):
+    """The problem codes ``ledger verify`` finds by itself (docs/RELIABILITY.md lists them).
+
+    A problem may also carry the code of the ``LedgerError`` a check raised (``bad-signature``,
+    ``unknown-signer``, ``key-revoked``, ``wrong-role``, ``untrusted-root``, ``schema-violation``,
+    ``artifact-missing``, ``artifact-corrupt`` …): the same codes ingest raises.
+    """
+
+    ENTRY_ID_MISMATCH = "entry-id-mismatch"
+    LEAF_HASH_MISMATCH = "leaf-hash-mismatch"
+    CHAIN_BROKEN = ChainBrokenError.code
+    NON_CANONICAL_JSON = CanonicalJsonError.code
+    INDEX_MISMATCH = "index-mismatch"
+    SEQ_GAP = "seq-gap"
+    BAD_KEY_ENTRY = "bad-key-entry"
+    CHECKPOINT_MISMATCH = "checkpoint-mismatch"
+
+
+@dataclass
+class VerifyProblem:
+    code: str  # a ``Problem``, or the code of a ``LedgerError``
+    message: str
+    seq: int | None = None
+    id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "id": self.id, "code": str(self.code), "message": self.message}
+
+
+@dataclass
+class VerifyReport:
+    size: int = 0
+    root: str = ""
+    artifacts_checked: int = 0
+    checkpoints_checked: int = 0
+    incomplete_uploads: int = 0  # temp files of writers that died mid-put: information, never artifacts
+    problems: list[VerifyProblem] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": not self.problems,
+            "size": self.size,
+            "root": self.root,
+            "artifacts_checked": self.artifacts_checked,
+            "checkpoints_checked": self.checkpoints_checked,
+            "incomplete_uploads": self.incomplete_uploads,
+            "problems": [p.to_json() for p in self.problems],
+        }
 
 
 @dataclass(frozen=True)
@@ -45,65 +97,53 @@ def _check_range(
     url: str, lo: int, hi: int, keys: dict[str, bytes]
 ) -> tuple[list[tuple[Any, ...]], list[_Seen], list[tuple[str, str]]]:
     """Verify entries with lo <= seq < hi; returns problems, order facts, stored artifact digests."""
-    from ledger.db import make_engine
-    from ledger.entries import parse_statement
-    from ledger.service import T_ARTIFACTS, T_ENTRIES, T_REFS, T_SUBJECTS
-
     engine = make_engine(url)
+    try:
+        got = LogRepo(engine).range_rows(lo, hi)
+    finally:
+        engine.dispose()
     problems: list[tuple[Any, ...]] = []
     seen: list[_Seen] = []
     artifacts: list[tuple[str, str]] = []
-    subjects: dict[int, dict[str, str]] = defaultdict(dict)
-    refs: dict[int, set[tuple[str, str]]] = defaultdict(set)
-    arts: dict[int, set[tuple[str, str, bool]]] = defaultdict(set)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(T_ENTRIES).where(T_ENTRIES.c.seq >= lo, T_ENTRIES.c.seq < hi).order_by(T_ENTRIES.c.seq)
-        ).all()
-        for r in conn.execute(sa.select(T_SUBJECTS).where(T_SUBJECTS.c.seq >= lo, T_SUBJECTS.c.seq < hi)):
-            subjects[r.seq][r.field] = r.value
-        for r in conn.execute(sa.select(T_REFS).where(T_REFS.c.seq >= lo, T_REFS.c.seq < hi)):
-            refs[r.seq].add((r.rel, r.target_id))
-        for r in conn.execute(sa.select(T_ARTIFACTS).where(T_ARTIFACTS.c.seq >= lo, T_ARTIFACTS.c.seq < hi)):
-            arts[r.seq].add((r.name, r.digest, bool(r.stored)))
-    engine.dispose()
-    for row in rows:
+    subjects, refs, arts = got.subjects, got.refs, got.artifacts
+    for row in got.entries:
         env_bytes = bytes(row.envelope)
 
         def problem(code: str, msg: str, row: Any = row) -> None:
             problems.append((row.seq, row.entry_id, code, msg))
 
-        if blake3_hex(env_bytes) != row.entry_id:
-            problem("entry-id-mismatch", "stored envelope bytes do not hash to the entry id")
+        if entry_id_of(env_bytes) != row.entry_id:
+            problem(Problem.ENTRY_ID_MISMATCH, "stored envelope bytes do not hash to the entry id")
         if leaf_hash(env_bytes).hex() != row.leaf_hash:
-            problem("leaf-hash-mismatch", "stored leaf hash does not match the envelope bytes")
+            problem(Problem.LEAF_HASH_MISMATCH, "stored leaf hash does not match the envelope bytes")
         if chain_hash(row.seq, row.entry_id, row.prev_hash, row.logged_at) != row.chain_hash:
-            problem("chain-broken", "chain hash does not match the log record")
+            problem(Problem.CHAIN_BROKEN, "chain hash does not match the log record")
         key_payload: dict[str, Any] | None = None
         kind = row.kind
         try:
             env = parse_envelope(env_bytes)
             if env.canonical() != env_bytes:
-                problem("non-canonical-json", "stored envelope is not in canonical form")
+                problem(Problem.NON_CANONICAL_JSON, "stored envelope is not in canonical form")
             st = parse_statement(env.statement())
             kind = st.kind
             if env.signer != row.signer or st.kind != row.kind or st.collected_at != row.collected_at:
-                problem("index-mismatch", "signer/kind/collected_at columns disagree with the envelope")
+                problem(Problem.INDEX_MISMATCH, "signer/kind/collected_at columns disagree with the envelope")
             if st.kind.startswith("key."):
                 key_payload = dict(st.payload)
             raw = keys.get(env.signer)
             if raw is None and st.kind == "key.enrol" and st.payload.get("key_id") == env.signer:
                 raw = PublicKey.from_b64(st.payload["public_key"]).raw
+            # the signature, with the key enrolled under the signer's id (when it was is checked in order)
             if raw is None:
-                problem("unknown-signer", f"signer {env.signer} is not enrolled")
+                problem(UnknownSignerError.code, f"signer {env.signer} is not enrolled")
             else:
                 env.verify_with(PublicKey(raw))
             if dict(st.subject) != subjects.get(row.seq, {}):
-                problem("index-mismatch", "subject index rows disagree with the entry")
+                problem(Problem.INDEX_MISMATCH, "subject index rows disagree with the entry")
             if {(r.rel, r.id) for r in st.refs} != refs.get(row.seq, set()):
-                problem("index-mismatch", "ref index rows disagree with the entry")
+                problem(Problem.INDEX_MISMATCH, "ref index rows disagree with the entry")
             if {(a.name, a.digest, a.stored) for a in st.artifacts} != arts.get(row.seq, set()):
-                problem("index-mismatch", "artifact index rows disagree with the entry")
+                problem(Problem.INDEX_MISMATCH, "artifact index rows disagree with the entry")
             artifacts.extend((a.digest, a.name) for a in st.artifacts if a.stored)
         except LedgerError as e:
             problem(e.code, e.message)
@@ -122,47 +162,44 @@ def _check_range(
     return problems, seen, artifacts
 
 
-def _public_keys(ledger: Ledger) -> dict[str, bytes]:
+def _public_keys(repo: LogRepo) -> dict[str, bytes]:
     """Public keys of every enrolled key, straight from the key.enrol entries (checked per entry)."""
-    from ledger.service import T_ENTRIES
-
     out: dict[str, bytes] = {}
-    with ledger.engine.connect() as conn:
-        for (env_bytes,) in conn.execute(
-            sa.select(T_ENTRIES.c.envelope).where(T_ENTRIES.c.kind == "key.enrol").order_by(T_ENTRIES.c.seq)
-        ):
-            try:
-                st = parse_envelope(bytes(env_bytes)).statement()
-                pub = PublicKey.from_b64(st["payload"]["public_key"])
-                out.setdefault(pub.key_id, pub.raw)
-            except (LedgerError, KeyError, TypeError):
-                continue
+    for env_bytes in repo.enrol_envelopes():
+        try:
+            st = parse_envelope(env_bytes).statement()
+            pub = PublicKey.from_b64(st["payload"]["public_key"])
+            out.setdefault(pub.key_id, pub.raw)
+        except (LedgerError, KeyError, TypeError):
+            continue
     return out
 
 
-def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None = None) -> VerifyReport:
-    from ledger.entries import parse_time
-    from ledger.service import T_CHECKPOINTS, T_ENTRIES, VerifyProblem, VerifyReport
-
+def verify_log(
+    repo: LogRepo,
+    store: ArtifactStore,
+    *,
+    database_url: str,
+    root_key_id: str,
+    log_key_name: str,
+    log_public_key: PublicKey,
+    artifacts: bool = True,
+    workers: int | None = None,
+) -> VerifyReport:
+    """Check the whole log (and, with ``artifacts``, every stored artifact); every problem is reported."""
     report = VerifyReport()
-    with ledger.engine.connect() as conn:
-        bounds = conn.execute(
-            sa.select(sa.func.min(T_ENTRIES.c.seq), sa.func.max(T_ENTRIES.c.seq), sa.func.count())
-        ).one()
-        leaves = [
-            bytes.fromhex(h)
-            for h in conn.execute(sa.select(T_ENTRIES.c.leaf_hash).order_by(T_ENTRIES.c.seq)).scalars()
-        ]
-        checkpoints = conn.execute(sa.select(T_CHECKPOINTS).order_by(T_CHECKPOINTS.c.size)).all()
-    lo, hi, count = bounds
+    with repo.read() as conn:
+        lo, hi, count = repo.bounds(conn)
+        leaves = repo.leaf_hashes(conn)
+        checkpoints = repo.checkpoints(conn)
     problems: list[VerifyProblem] = report.problems
-    if count == 0:
+    if count == 0 or lo is None or hi is None:
         report.size = 0
         return report
-    keys = _public_keys(ledger)
+    keys = _public_keys(repo)
     ranges = [(a, min(a + _CHUNK, hi + 1)) for a in range(0, hi + 1, _CHUNK)]
     n = workers or os.cpu_count() or 1
-    url = ledger.database_url
+    url = database_url
     results: list[tuple[list[tuple[Any, ...]], list[_Seen], list[tuple[str, str]]]]
     if n > 1 and len(ranges) > 1:
         ctx = multiprocessing.get_context("fork")
@@ -187,83 +224,74 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
         for digest, name in arts:
             stored.setdefault(digest, name)
 
-    # Order-dependent checks: contiguous sequence, chain links, trust root, roles and revocations.
+    # Order-dependent checks: contiguous sequence, chain links, trust root, roles and revocations,
+    # by the same trust rules ingest applied (signatures were checked per entry above).
     if lo != 0:
-        problems.append(VerifyProblem("seq-gap", f"the log starts at seq {lo}, not 0", seq=lo))
-    ring = Keyring()
+        problems.append(VerifyProblem(Problem.SEQ_GAP, f"the log starts at seq {lo}, not 0", seq=lo))
+    trusted = TrustedLog(root_key_id)
     prev_chain = GENESIS_PREV
     expected_seq = 0
     for s in seen:
         if s.seq != expected_seq:
             problems.append(
                 VerifyProblem(
-                    "seq-gap", f"expected seq {expected_seq}, found {s.seq}", seq=s.seq, id=s.entry_id
+                    Problem.SEQ_GAP, f"expected seq {expected_seq}, found {s.seq}", seq=s.seq, id=s.entry_id
                 )
             )
             expected_seq = s.seq
         if s.prev != prev_chain:
             problems.append(
                 VerifyProblem(
-                    "chain-broken", "entry does not link to its predecessor", seq=s.seq, id=s.entry_id
+                    Problem.CHAIN_BROKEN, "entry does not link to its predecessor", seq=s.seq, id=s.entry_id
                 )
             )
         prev_chain = s.chain
         expected_seq += 1
         try:
-            if s.seq == 0:
-                if s.kind != "key.enrol" or s.signer != ledger.cfg.root_key_id:
-                    problems.append(
-                        VerifyProblem(
-                            "untrusted-root",
-                            "the first entry is not the home's root key enrolling itself",
-                            seq=s.seq,
-                            id=s.entry_id,
-                        )
-                    )
-            else:
-                ring.authorise(s.signer, s.kind, parse_time(s.logged_at))
+            trusted.authorise(s.seq, s.signer, s.kind, s.key_payload, parse_time(s.logged_at))
         except LedgerError as e:
             problems.append(VerifyProblem(e.code, e.message, seq=s.seq, id=s.entry_id))
         if s.key_payload is not None:
             try:
-                ring.apply(s.seq, s.kind, s.key_payload)
-            except (LedgerError, KeyError) as e:
-                problems.append(VerifyProblem("bad-key-entry", str(e), seq=s.seq, id=s.entry_id))
+                trusted.update(s.seq, s.kind, s.key_payload)
+            except LedgerError as e:
+                problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, e.message, seq=s.seq, id=s.entry_id))
 
     report.size = len(leaves)
     tree = MerkleTree(leaves)
     root = tree.root()
     report.root = root.hex()
-    pub = ledger.log_public_key()
     for cp in checkpoints:
         report.checkpoints_checked += 1
         try:
-            parsed = parse_checkpoint(cp.note, ledger.cfg.log_key, pub)
+            parsed = parse_checkpoint(cp.note, log_key_name, log_public_key)
         except LedgerError as e:
             problems.append(VerifyProblem(e.code, f"checkpoint at size {cp.size}: {e.message}"))
             continue
         if parsed.size != cp.size or parsed.root.hex() != cp.root:
             problems.append(
-                VerifyProblem("checkpoint-mismatch", f"checkpoint row {cp.size} disagrees with its note")
+                VerifyProblem(
+                    Problem.CHECKPOINT_MISMATCH, f"checkpoint row {cp.size} disagrees with its note"
+                )
             )
         if parsed.size > len(leaves) or tree.root(parsed.size) != parsed.root:
             problems.append(
                 VerifyProblem(
-                    "checkpoint-mismatch",
+                    Problem.CHECKPOINT_MISMATCH,
                     f"the log no longer has the root signed in the checkpoint at size {parsed.size}",
                 )
             )
 
-    stale = getattr(ledger.store, "stale_incoming", None)
+    stale = getattr(store, "stale_incoming", None)
     if stale is not None:
         report.incomplete_uploads = len(stale(0.0))
     if artifacts:
         for digest, name in sorted(stored.items()):
             report.artifacts_checked += 1
             try:
-                ledger.store.verify(parse_digest(digest))
+                store.verify(parse_digest(digest))
             except LedgerError as e:
-                owners = _entries_with_artifact(ledger, digest)
+                owners = repo.with_artifact(digest)
                 for seq, eid in owners or [(-1, "")]:
                     problems.append(
                         VerifyProblem(
@@ -275,15 +303,3 @@ def verify_ledger(ledger: Ledger, *, artifacts: bool = True, workers: int | None
                     )
     problems.sort(key=lambda p: (p.seq if p.seq is not None else -1, p.code))
     return report
-
-
-def _entries_with_artifact(ledger: Ledger, digest: str) -> list[tuple[int, str]]:
-    from ledger.service import T_ARTIFACTS, T_ENTRIES
-
-    with ledger.engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.entry_id)
-            .where(T_ENTRIES.c.seq.in_(sa.select(T_ARTIFACTS.c.seq).where(T_ARTIFACTS.c.digest == digest)))
-            .order_by(T_ENTRIES.c.seq)
-        ).all()
-    return [(r.seq, r.entry_id) for r in rows]

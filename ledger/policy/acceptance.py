@@ -13,37 +13,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ledger.entries import KIND_ROLES, parse_time
+from ledger.entries import parse_time
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.loader import LoadedPolicy
+from ledger.policy.rules import RULES, Rule, trust_rejection
 from ledger.policy.snapshot import Evidence, Snapshot
 from ledger.store.base import ArtifactStore
+from ledger.trust import trust_problem
 
 __all__ = ["ACTING_KINDS", "RULES", "Filtered", "Rejection", "filter_evidence", "render"]
 
 # Entries that act on other entries rather than being evidence of a gate.
 ACTING_KINDS = frozenset({"supersession", "acceptance", "review", "verdict", "routing.change"})
 TERMINAL_STATES = frozenset({"succeeded", "failed", "killed", "cancelled"})
-RULES = {
-    "bad-signature": "signature does not verify",
-    "unknown-signer": "signed by a key this ledger does not know",
-    "revoked": "signed by a key after its revocation took effect",
-    "outside-validity": "signed outside the key's validity window",
-    "wrong-role": "signer lacks the role the policy requires",
-    "artifact-missing": "an artifact is not in the store",
-    "artifact-corrupt": "an artifact does not match its digest",
-    "superseded": "superseded by a later supersession",
-    "rejected-by-acceptance": "explicitly rejected by an acceptance entry",
-    "after-job-terminal": "produced after its job's terminal time",
-    "killed-run": "from a cancelled or killed run: not credited as passing",
-    "bindings-mismatch": "bindings differ from the campaign's pinned manifest",
-    "review-fail": "a review FAILed it and no later PASS on a repaired commit lifts that",
-    "review-missing": "needs a review PASS it does not have",
-    "acceptance-missing": "needs an acceptance it does not have",
-    "stale": "older than the policy's freshness bound",
-    "before-gpu-reset": "older than the host's last GPU reset; the policy needs post-reset state",
-}
 
 
 @dataclass(frozen=True)
@@ -58,7 +41,7 @@ class Rejection:
             "entry": self.entry.id,
             "seq": self.entry.seq,
             "kind": self.entry.kind,
-            "rule": self.rule,
+            "rule": str(self.rule),
             "detail": self.detail,
         }
         if self.by:
@@ -90,35 +73,18 @@ def render(template: str, context: Mapping[str, Any]) -> str:
 
 
 def _trust_problem(e: Evidence, snap: Snapshot, policy: LoadedPolicy) -> tuple[str, str] | None:
-    rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
-    if rec is None:
-        return "unknown-signer", f"key {e.signer} is not enrolled in this ledger"
-    t = e.logged_time
-    if rec.revoked_at is not None and t >= rec.revoked_at:
-        why = f": {rec.revoke_reason}" if rec.revoke_reason else ""
-        return "revoked", (
-            f"key {rec.name} was revoked effective {_fmt(rec.revoked_at)}{why}; "
-            f"this entry was logged at {e.logged_at}"
-        )
-    if rec.valid_from is not None and t < rec.valid_from:
-        return (
-            "outside-validity",
-            f"key {rec.name} is valid from {_fmt(rec.valid_from)}; logged {e.logged_at}",
-        )
-    if rec.valid_until is not None and t >= rec.valid_until:
-        return "outside-validity", f"key {rec.name} expired at {_fmt(rec.valid_until)}; logged {e.logged_at}"
     rule = policy.acceptance.signers.get(e.kind)
-    allowed = set(rule.roles) if rule else set(KIND_ROLES.get(e.kind, ()))
+    problem = trust_problem(
+        snap.keyring, e.signer, e.kind, e.logged_time, allowed=rule.roles if rule else None
+    )
+    if problem is not None:
+        return trust_rejection(problem, e.logged_at)
+    rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
     roles = set(rec.roles)
-    if not roles & allowed:
-        return (
-            "wrong-role",
-            f"signer {rec.name} holds {sorted(roles)}; {e.kind} needs one of {sorted(allowed)}",
-        )
     if rule and roles & set(rule.forbid):
         bad = sorted(roles & set(rule.forbid))
         why = f" ({rule.reason})" if rule.reason else ""
-        return "wrong-role", f"signer {rec.name} holds {', '.join(bad)}; may not sign {e.kind}{why}"
+        return Rule.WRONG_ROLE, f"signer {rec.name} holds {', '.join(bad)}; may not sign {e.kind}{why}"
     return None
 
 
@@ -142,13 +108,16 @@ def _artifact_problem(
             try:
                 d = parse_digest(digest)
                 if not store.has(d):
-                    problem = ("artifact-missing", "is not in the store")
+                    problem = (Rule.ARTIFACT_MISSING, "is not in the store")
                 elif store.size(d) != a["size"]:
-                    problem = ("artifact-corrupt", f"has {store.size(d)} bytes, the entry says {a['size']}")
+                    problem = (
+                        Rule.ARTIFACT_CORRUPT,
+                        f"has {store.size(d)} bytes, the entry says {a['size']}",
+                    )
                 elif mode == "verify":
                     store.verify(d)
             except LedgerError as ex:
-                code = "artifact-missing" if "missing" in ex.code else "artifact-corrupt"
+                code = Rule.ARTIFACT_MISSING if "missing" in ex.code else Rule.ARTIFACT_CORRUPT
                 problem = (code, ex.message)
             cache[digest] = problem
         found = cache[digest]
@@ -210,7 +179,7 @@ def filter_evidence(
         if e.kind.startswith("key."):
             continue
         if e.id in bad:
-            reject(e, "bad-signature", bad[e.id])
+            reject(e, Rule.BAD_SIGNATURE, bad[e.id])
             continue
         tkey = (e.signer, e.kind, e.logged_at)
         if tkey in trust:
@@ -272,7 +241,9 @@ def filter_evidence(
         if e.id in superseded_by:
             s = superseded_by[e.id]
             why = s.payload.get("reason", "")
-            reject(e, "superseded", f"superseded by {s.id[:16]} ({s.signer_name}): {why}".rstrip(": "), s.id)
+            reject(
+                e, Rule.SUPERSEDED, f"superseded by {s.id[:16]} ({s.signer_name}): {why}".rstrip(": "), s.id
+            )
             continue
         if e.kind in ACTING_KINDS:
             continue
@@ -281,7 +252,7 @@ def filter_evidence(
         if latest_acc is not None and latest_acc.payload.get("decision") == "rejected":
             reject(
                 e,
-                "rejected-by-acceptance",
+                Rule.REJECTED_BY_ACCEPTANCE,
                 f"rejected by {latest_acc.signer_name}: {latest_acc.payload.get('reason', '')}",
                 latest_acc.id,
             )
@@ -301,7 +272,7 @@ def filter_evidence(
                 if ended and e.collected_time > parse_time(ended):
                     reject(
                         e,
-                        "after-job-terminal",
+                        Rule.AFTER_JOB_TERMINAL,
                         f"produced after job terminal time: collected_at {e.collected_at} is after job "
                         f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} at {ended}",
                         job_term.id,
@@ -312,7 +283,7 @@ def filter_evidence(
                     if passing is not None and passing.holds({"e": e.view(), "params": params}):
                         reject(
                             e,
-                            "killed-run",
+                            Rule.KILLED_RUN,
                             f"from job {p.get('job_id')} that was {p.get('state')} "
                             f"(exit {p.get('exit_code')}): not credited as passing",
                             job_term.id,
@@ -325,7 +296,9 @@ def filter_evidence(
         if e.kind in bindings_kinds and acc.bindings is not None:
             problem_b = _bindings_problem(e, acc.bindings.keys, acc.bindings.require_manifest, manifest)
             if problem_b is not None:
-                reject(e, "bindings-mismatch", problem_b, manifest_sources[0] if manifest_sources else None)
+                reject(
+                    e, Rule.BINDINGS_MISMATCH, problem_b, manifest_sources[0] if manifest_sources else None
+                )
                 continue
         # CEL sees the entry only where a rule or requirement names its kind
         ctx: dict[str, Any] = (
@@ -345,17 +318,17 @@ def filter_evidence(
         review_list = sorted(reviewed, key=lambda x: x.seq) if reviewed else []
         problem_r = _review_problem(review_list, acc.repaired_commit_required) if reviewed else None
         if problem_r is not None:
-            reject(e, "review-fail", problem_r[0], problem_r[1])
+            reject(e, Rule.REVIEW_FAIL, problem_r[0], problem_r[1])
             continue
         if e.kind in review_kinds and _required(policy.review_required, e, ctx):
             passes = [r for r in review_list if r.payload.get("result") == "PASS"]
             if not passes:
-                reject(e, "review-missing", f"{e.kind} needs a review PASS (ref reviews) and has none")
+                reject(e, Rule.REVIEW_MISSING, f"{e.kind} needs a review PASS (ref reviews) and has none")
                 continue
             support.setdefault(e.id, []).append(passes[-1].id)
         if e.kind in acceptance_kinds and _required(policy.acceptance_required, e, ctx):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
-                reject(e, "acceptance-missing", f"{e.kind} needs an acceptance (ref subject) and has none")
+                reject(e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none")
                 continue
             support.setdefault(e.id, []).append(latest_acc.id)
         bound = age_limits.get(e.kind)
@@ -369,7 +342,7 @@ def filter_evidence(
         if max_age is not None and limit is not None and ref - e.collected_time > limit:
             reject(
                 e,
-                "stale",
+                Rule.STALE,
                 f"collected {e.collected_at}, more than {_human(max_age)} before the "
                 f"reference time {snap.reference_time}",
             )
@@ -379,7 +352,7 @@ def filter_evidence(
             t, kid = resets[host]
             reject(
                 e,
-                "before-gpu-reset",
+                Rule.BEFORE_GPU_RESET,
                 f"collected {e.collected_at}, before the last GPU reset on {host} at {_fmt(t)}",
                 kid,
             )

@@ -8,20 +8,37 @@ import io
 import os
 import tempfile
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.entries import ArtifactRef, parse_time
 from ledger.errors import InputError, LedgerError, PolicyError
 from ledger.policy.loader import default_policy_dir, load_policy
 from ledger.policy.routing import check_routing_change
 from ledger.policy.verdict import evaluate, record_verdict
-from ledger.service import Ledger, LoggedEntry
 from ledger.signing import SigningKey
 
-__all__ = ["FixtureResult", "build_fixture_ledger", "discover_fixtures", "run_fixture"]
+if TYPE_CHECKING:
+    from ledger.logged import LoggedEntry
+
+    # the ledger as a fixture sees it (ledger.service.Ledger is one); the policy never imports the service
+    from ledger.policy.port import FixtureLedger as Ledger
+
+__all__ = ["FixtureResult", "InitHome", "build_fixture_ledger", "discover_fixtures", "run_fixture"]
+
+# Makes a fresh ledger home (``Ledger.init``): the service passes it in, so this module never imports it.
+InitHome = Callable[[Path], "Ledger"]
+
+
+def _init_home(init: InitHome | None) -> InitHome:
+    if init is not None:
+        return init
+    # Callers that predate ``Ledger.policy_test`` pass no ``init``; once every caller passes one this goes.
+    from ledger.service import Ledger as Service
+
+    return Service.init
 
 
 @dataclass
@@ -81,7 +98,7 @@ class _Builder:
         self.policy_dir = policy_dir
         self.names: dict[str, LoggedEntry] = {}
         self.keys: dict[str, SigningKey] = {}
-        self.admin = ledger.signing_key(ledger.cfg.admin_key)
+        self.admin = ledger.signing_key(ledger.admin_key_name)
 
     def _append(
         self,
@@ -111,7 +128,7 @@ class _Builder:
         start = str(self.spec.get("start", "2026-01-01T00:00:00Z"))
         for name, roles in sorted(self.spec.get("keys", {}).items()):
             key = SigningKey.generate(name)
-            key.save(self.ledger.home.key_path(name))
+            self.ledger.keep_key(key)
             self.keys[name] = key
             self._append(
                 "key.enrol",
@@ -203,10 +220,10 @@ class _Builder:
 
 
 def build_fixture_ledger(
-    path: Path, home: Path, policy_dir: Path | None = None
+    path: Path, home: Path, policy_dir: Path | None = None, *, init: InitHome | None = None
 ) -> tuple[Ledger, dict[str, Any], _Builder]:
     spec = _load_spec(path)
-    ledger = Ledger.init(home)
+    ledger = _init_home(init)(home)
     builder = _Builder(ledger, spec, policy_dir)
     builder.enrol_keys()
     for item in spec["entries"]:
@@ -289,7 +306,9 @@ def _check_routing(expect: Mapping[str, Any], result: Mapping[str, Any], label: 
     return fails
 
 
-def run_fixture(path: Path, policy_dir: Path | None = None, workdir: Path | None = None) -> FixtureResult:
+def run_fixture(
+    path: Path, policy_dir: Path | None = None, workdir: Path | None = None, *, init: InitHome | None = None
+) -> FixtureResult:
     """Build the fixture's ledger in a fresh home and compare every expectation; never raises for a
     failed expectation (it is reported), but policy and fixture errors propagate."""
     spec = _load_spec(path)
@@ -297,7 +316,7 @@ def run_fixture(path: Path, policy_dir: Path | None = None, workdir: Path | None
         path=path, policy=path.parent.name, name=path.stem, description=str(spec.get("description", ""))
     )
     with _home(workdir) as home:
-        ledger, spec, builder = build_fixture_ledger(path, home, policy_dir)
+        ledger, spec, builder = build_fixture_ledger(path, home, policy_dir, init=init)
         try:
             for i, v in enumerate(spec.get("verdicts", [])):
                 label = v.get("label", f"verdict[{i}]")
@@ -353,6 +372,8 @@ class _home:
             self.tmp.cleanup()
 
 
-def iter_results(paths: list[Path], policy_dir: Path | None = None) -> Iterator[FixtureResult]:
+def iter_results(
+    paths: list[Path], policy_dir: Path | None = None, *, init: InitHome | None = None
+) -> Iterator[FixtureResult]:
     for p in paths:
-        yield run_fixture(p, policy_dir)
+        yield run_fixture(p, policy_dir, init=init)

@@ -14,10 +14,12 @@ from ledger.errors import InputError, PolicyError, SignatureError
 from ledger.policy.acceptance import _trust_problem, render
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.model import parse_duration
+from ledger.policy.rules import Rule
 from ledger.policy.snapshot import Evidence, Snapshot, check_signature, evidence_from_row, keyring_at
 
 if TYPE_CHECKING:
-    from ledger.service import Ledger
+    # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
+    from ledger.policy.port import PolicyLedger as Ledger
 
 __all__ = ["check_routing_change", "load_deployment"]
 
@@ -162,18 +164,21 @@ def check_routing_change(
     def usable(e: Evidence, roles: list[str] | None = None) -> bool:
         problem = _trust_problem(e, snap, policy)
         if problem is None and roles is not None and not set(e.roles) & set(roles):
-            problem = ("wrong-role", f"signer {e.signer_name} holds {list(e.roles)}; needs one of {roles}")
+            problem = (Rule.WRONG_ROLE, f"signer {e.signer_name} holds {list(e.roles)}; needs one of {roles}")
         if problem is None:
             why = _cancelled(ledger, e, size, snap, policy)
             if why is not None:
-                problem = ("superseded" if why.startswith("superseded") else "rejected-by-acceptance", why)
+                problem = (
+                    Rule.SUPERSEDED if why.startswith("superseded") else Rule.REJECTED_BY_ACCEPTANCE,
+                    why,
+                )
         if problem is None:
             try:
                 check_signature(e, snap.keyring)
             except SignatureError as ex:
-                problem = ("bad-signature", ex.message)
+                problem = (Rule.BAD_SIGNATURE, ex.message)
         if problem is not None:
-            ignored.append({"entry": e.id, "kind": e.kind, "rule": problem[0], "detail": problem[1]})
+            ignored.append({"entry": e.id, "kind": e.kind, "rule": str(problem[0]), "detail": problem[1]})
             return False
         return True
 

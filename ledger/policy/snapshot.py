@@ -17,10 +17,11 @@ import sqlalchemy as sa
 from ledger.entries import KIND_MODELS, parse_time
 from ledger.errors import EntryNotFoundError, IntegrityError, SignatureError
 from ledger.keyring import Keyring
-from ledger.signing import PublicKey, pae, parse_envelope
+from ledger.signing import PublicKey, pae
 
 if TYPE_CHECKING:
-    from ledger.service import Ledger
+    # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
+    from ledger.policy.port import PolicyLedger as Ledger
 
 __all__ = [
     "Evidence",
@@ -397,10 +398,6 @@ class Snapshot:
         self.by_id = {e.id: e for e in self.entries}
 
 
-def _columns(t: Any) -> list[Any]:
-    return [t.c.seq, t.c.entry_id, t.c.kind, t.c.signer, t.c.logged_at, t.c.envelope]
-
-
 def evidence_from_row(row: Any) -> Evidence:
     """Parse a log row (or a LoggedEntry: same attribute names) for evaluation."""
     return _parse_row(row)
@@ -463,81 +460,9 @@ def _parse_rows(rows: list[Any]) -> list[Evidence]:
     return out
 
 
-def _subject_seqs(subject: dict[str, str], n: int) -> Any:
-    """SELECT seq of the subject's entries below ``n``, from the subject index alone."""
-    from ledger.service import T_SUBJECTS
-
-    s = T_SUBJECTS
-    (k0, v0), *rest = sorted(subject.items())
-    q = sa.select(s.c.seq).where(s.c.field == k0, s.c.value == v0, s.c.seq < n)
-    for k, v in rest:
-        q = q.where(s.c.seq.in_(sa.select(s.c.seq).where(s.c.field == k, s.c.value == v)))
-    return q
-
-
-def _subject_rows(conn: sa.Connection, subject: dict[str, str], n: int) -> list[Any]:
-    """The subject's rows in seq order, read through the subject index (field, value, seq)."""
-    from ledger.service import T_ENTRIES, T_SUBJECTS
-
-    (k0, v0), *rest = sorted(subject.items())
-    s = T_SUBJECTS
-    q = (
-        sa.select(*_columns(T_ENTRIES))
-        .select_from(s.join(T_ENTRIES, T_ENTRIES.c.seq == s.c.seq))
-        .where(s.c.field == k0, s.c.value == v0, s.c.seq < n)
-    )
-    for k, v in rest:
-        q = q.where(T_ENTRIES.c.seq.in_(sa.select(s.c.seq).where(s.c.field == k, s.c.value == v)))
-    return _fetch_tuples(conn, q.order_by(s.c.seq))
-
-
-def _fetch_tuples(conn: sa.Connection, q: Any) -> list[tuple[Any, ...]]:
-    """All rows of ``q`` as plain DBAPI tuples (seq, entry_id, kind, signer, logged_at, envelope).
-
-    The selected columns are integers, strings and bytes, which need no result processing; reading them
-    from the DBAPI cursor in one ``fetchall`` skips building a SQLAlchemy Row per entry.
-    """
-    result = conn.execute(q)
-    try:
-        return [tuple(r) for r in result.cursor.fetchall()]
-    finally:
-        result.close()
-
-
-def _few_refs(conn: sa.Connection, subject_entries: int) -> bool:
-    """Whether the log holds no more refs than the subject has entries — a choice of query plan only, both
-    plans return the same rows. SQLite: one b-tree probe (the refs table is append-only, so its largest
-    rowid is its row count); other databases: False (the plan that scales with the subject)."""
-    if conn.dialect.name != "sqlite":
-        return False
-    total = conn.exec_driver_sql("SELECT max(rowid) FROM entry_refs").scalar()
-    return int(total or 0) <= subject_entries
-
-
 def keyring_at(ledger: Ledger, size: int, conn: sa.Connection | None = None) -> Keyring:
-    """The keyring as of ``size`` entries: ``Ledger.keyring(at_size=size)``, read through the kind index.
-
-    (Ordered by seq alone, SQLite walks the primary key over the whole log — every envelope of a
-    million-entry ledger — to find the handful of ``key.*`` entries.)
-    """
-    from ledger.service import T_ENTRIES
-
-    q = (
-        sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope)
-        .where(T_ENTRIES.c.kind >= "key.", T_ENTRIES.c.kind < "key/", T_ENTRIES.c.seq < size)
-        .order_by(T_ENTRIES.c.kind, T_ENTRIES.c.seq)
-    )
-    if conn is None:
-        with ledger.engine.connect() as c:
-            rows = list(c.execute(q))
-    else:
-        rows = list(conn.execute(q))
-    ring = Keyring()
-    for seq, env_bytes in sorted(rows, key=lambda r: int(r[0])):
-        st = parse_envelope(bytes(env_bytes)).statement()
-        ring.apply(seq, st["kind"], st["payload"])
-    ring.seq = max(ring.seq, size)
-    return ring
+    """The keyring as of ``size`` entries: ``Ledger.keyring(at_size=size)``."""
+    return ledger.keyring(conn, at_size=size)
 
 
 def load_snapshot(
@@ -549,17 +474,15 @@ def load_snapshot(
 ) -> Snapshot:
     """The subject's entries, the entries they reference, the entries that reference them, and the
     GPU-relevant host entries (kernel logs) of the hosts they name — all as of ``size``."""
-    from ledger.service import T_ENTRIES, T_REFS, T_SUBJECTS
-
     if not subject:
         raise EntryNotFoundError("a verdict needs a subject, e.g. --subject campaign=NAME")
     current = ledger.size()
     n = current if size is None else size
     if not 0 < n <= current:
         raise EntryNotFoundError(f"the log has {current} entries; cannot evaluate it at size {n}")
-    cols = _columns(T_ENTRIES)
-    with ledger.engine.connect() as conn:
-        own = _subject_rows(conn, subject, n)
+    repo = ledger.repo
+    with repo.read() as conn:
+        own = repo.subject_rows(conn, subject, n)
         if not own:
             shown = " ".join(f"{k}={v}" for k, v in sorted(subject.items()))
             raise EntryNotFoundError(
@@ -567,30 +490,9 @@ def load_snapshot(
                 hint="check the subject with `ledger log --subject FIELD=VALUE`",
             )
         rows: dict[int, Any] = {r[0]: r for r in own}
-        subject_seqs = _subject_seqs(subject, n)
-        if _few_refs(conn, len(own)):
-            # walk the (few) refs and keep those whose target is a subject entry: a probe per ref
-            target = T_ENTRIES.alias("target")
-            hits_subject = (
-                sa.select(sa.literal(1))
-                .select_from(target)
-                .where(target.c.entry_id == T_REFS.c.target_id, target.c.seq.in_(subject_seqs))
-                .exists()
-            )
-            referring = sa.select(T_REFS.c.seq).where(hits_subject)
-        else:
-            # look up the subject entries' ids and probe the refs' target index with each
-            subject_ids = sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.seq.in_(subject_seqs))
-            referring = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id.in_(subject_ids))
-        referrers = sa.select(*cols).where(T_ENTRIES.c.seq < n, T_ENTRIES.c.seq.in_(referring))
-        targets = sa.select(*cols).where(
-            T_ENTRIES.c.seq < n,
-            T_ENTRIES.c.entry_id.in_(sa.select(T_REFS.c.target_id).where(T_REFS.c.seq.in_(subject_seqs))),
-        )
-        for q in (referrers, targets):
-            for r in _fetch_tuples(conn, q):
-                rows.setdefault(r[0], r)
-        last = conn.execute(sa.select(T_ENTRIES.c.logged_at).where(T_ENTRIES.c.seq == n - 1)).scalar_one()
+        for r in repo.linked_rows(conn, subject, n, len(own)):
+            rows.setdefault(r[0], r)
+        last = repo.logged_at(conn, n - 1)
         ring = keyring_at(ledger, n, conn)
     entries = _parse_rows([rows[s] for s in sorted(rows)])
     items = list(subject.items())
@@ -601,19 +503,10 @@ def load_snapshot(
     kinds = list(extra_kinds_by_host)
     if hosts and kinds:
         seen = {e.seq for e in entries}
-        with ledger.engine.connect() as conn:
-            # the (few) entries of these kinds first, through the kind index; then keep those of the hosts
-            q = (
-                sa.select(*cols)
-                .select_from(T_ENTRIES.join(T_SUBJECTS, T_SUBJECTS.c.seq == T_ENTRIES.c.seq))
-                .where(
-                    T_ENTRIES.c.kind.in_(kinds),
-                    T_ENTRIES.c.seq < n,
-                    T_SUBJECTS.c.field == "host",
-                    T_SUBJECTS.c.value.in_(hosts),
-                )
+        with repo.read() as conn:
+            host_rows = sorted(
+                (r for r in repo.host_rows(conn, kinds, hosts, n) if r[0] not in seen), key=lambda r: r[0]
             )
-            host_rows = sorted((r for r in _fetch_tuples(conn, q) if r[0] not in seen), key=lambda r: r[0])
             extra = _parse_rows(host_rows)
             for e in extra:
                 e.in_subject = False

@@ -10,8 +10,6 @@ from contextlib import contextmanager
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from ledger.canonical import canonical_bytes
 from ledger.entries import KIND_MODELS
 from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SignatureError
@@ -33,7 +31,10 @@ if TYPE_CHECKING:
     from datetime import datetime
     from pathlib import Path
 
-    from ledger.service import Ledger, LoggedEntry
+    from ledger.logged import LoggedEntry
+
+    # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
+    from ledger.policy.port import PolicyLedger as Ledger
 
 __all__ = ["IDENTITY_FIELDS", "evaluate", "record_verdict", "replay_verdict", "result_digest"]
 
@@ -48,12 +49,9 @@ def result_digest(result: dict[str, Any]) -> str:
 
 def checkpoint_root(ledger: Ledger, size: int) -> str:
     """The Merkle root at ``size``: the stored checkpoint's, else computed (and kept) once."""
-    from ledger.service import T_CHECKPOINTS
-
-    with ledger.engine.connect() as conn:
-        root = conn.execute(sa.select(T_CHECKPOINTS.c.root).where(T_CHECKPOINTS.c.size == size)).scalar()
+    root = ledger.repo.checkpoint_root(size)
     if root is not None:
-        return str(root)
+        return root
     return ledger.checkpoint(size=size).root.hex()
 
 

@@ -182,13 +182,14 @@ def test_both_plans_for_referencing_entries_give_the_same_snapshot(
     fixture: Path, tmp_path: Path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     """The refs-table shortcut is a query-plan choice only: forcing either plan reads the same entries."""
+    from ledger import repo as repo_mod
     from ledger.policy import snapshot as snap_mod
 
     ledger, spec, _builder = build_fixture_ledger(fixture, tmp_path / "home", POLICY_DIR)
     for subject in _subjects(spec):
         seen = []
         for forced in (True, False):
-            monkeypatch.setattr(snap_mod, "_few_refs", lambda _conn, _n, forced=forced: forced)
+            monkeypatch.setattr(repo_mod, "_few_refs", lambda _conn, _n, forced=forced: forced)
             snap = snap_mod.load_snapshot(ledger, subject)
             seen.append(sorted(e.id for e in snap.entries))
         assert seen[0] == seen[1]

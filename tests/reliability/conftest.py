@@ -17,9 +17,10 @@ import pytest
 import sqlalchemy as sa
 
 from ledger.canonical import canonical_bytes
+from ledger.db import T_ENTRIES
 from ledger.hashing import blake3_hex, hash_file
 from ledger.log import GENESIS_PREV, chain_hash, leaf_hash
-from ledger.service import T_ENTRIES, Ledger
+from ledger.service import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

@@ -1,0 +1,99 @@
+"""What the policy engine needs of a ledger, as a Protocol: the policy never imports the service.
+
+``ledger.service.Ledger`` satisfies both protocols (mypy checks it where the service passes itself in);
+the policy modules type their ``ledger`` parameter with them, so the service sits above the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, BinaryIO, Protocol
+
+import sqlalchemy as sa
+
+from ledger.entries import ArtifactRef
+from ledger.hashing import Digest
+from ledger.keyring import Keyring
+from ledger.log import Checkpoint
+from ledger.logged import LoggedEntry
+from ledger.repo import LogRepo
+from ledger.signing import Envelope, SigningKey
+from ledger.store.base import ArtifactStore, StoredArtifact
+
+__all__ = ["FixtureLedger", "PolicyLedger"]
+
+
+class PolicyLedger(Protocol):
+    """Reads a verdict or a routing check makes, and the append that records a verdict."""
+
+    @property
+    def repo(self) -> LogRepo: ...
+
+    @property
+    def store(self) -> ArtifactStore: ...
+
+    def size(self) -> int: ...
+
+    def keyring(self, conn: sa.Connection | None = None, *, at_size: int | None = None) -> Keyring: ...
+
+    def checkpoint(self, *, size: int | None = None, store: bool = True) -> Checkpoint: ...
+
+    def get(self, id_or_prefix: str) -> LoggedEntry: ...
+
+    def query(
+        self,
+        *,
+        subject: dict[str, str] | None = None,
+        kind: str | None = None,
+        signer: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        after_seq: int | None = None,
+        at_size: int | None = None,
+        limit: int | None = 100,
+        descending: bool = False,
+    ) -> list[LoggedEntry]: ...
+
+    def referrers(self, entry_id: str, rel: str | None = None) -> list[LoggedEntry]: ...
+
+    def make_statement(
+        self,
+        kind: str,
+        subject: dict[str, str],
+        payload: dict[str, Any],
+        *,
+        artifacts: Sequence[ArtifactRef] = (),
+        refs: Sequence[tuple[str, str]] = (),
+        collected_at: datetime | str | None = None,
+        kind_version: int = 1,
+        host: str | None = None,
+    ) -> dict[str, Any]: ...
+
+    def sign(self, statement: dict[str, Any], key: SigningKey | str) -> Envelope: ...
+
+    def append(
+        self, envelopes: Sequence[Envelope | bytes | dict[str, Any]], *, logged_at: datetime | None = None
+    ) -> list[LoggedEntry]: ...
+
+
+class FixtureLedger(PolicyLedger, Protocol):
+    """What a policy fixture needs besides: keys kept in the home, artifacts put in the store."""
+
+    @property
+    def admin_key_name(self) -> str: ...
+
+    def signing_key(self, name: str) -> SigningKey: ...
+
+    def keep_key(self, key: SigningKey) -> None: ...
+
+    def put_artifact(
+        self,
+        stream: BinaryIO,
+        *,
+        sha256: bool = False,
+        expected: Digest | None = None,
+        max_size: int | None = None,
+    ) -> StoredArtifact: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,458 @@
+"""Every query on the log tables, in one place: the service, verification, the policy and the API call these.
+
+The log tables (``log_entries``, ``entry_subjects``, ``entry_refs``, ``entry_artifacts``, ``checkpoints``)
+are append-only. A ``LogRepo`` wraps one engine; its methods take an open connection where the caller
+needs several reads to see one snapshot (or a write transaction), and open their own otherwise.
+Rows come back as SQLAlchemy rows or plain tuples; parsing them is the caller's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ledger.db import (
+    T_ARTIFACTS,
+    T_CHECKPOINTS,
+    T_ENTRIES,
+    T_REFS,
+    T_SUBJECTS,
+    lock_log,
+    write_transaction,
+)
+
+__all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "LogRepo", "RangeRows", "SubjectSummary"]
+
+# The columns a policy evaluation reads, in this order: (seq, entry_id, kind, signer, logged_at, envelope)
+EVIDENCE_COLUMNS = (
+    T_ENTRIES.c.seq,
+    T_ENTRIES.c.entry_id,
+    T_ENTRIES.c.kind,
+    T_ENTRIES.c.signer,
+    T_ENTRIES.c.logged_at,
+    T_ENTRIES.c.envelope,
+)
+
+
+@dataclass(frozen=True)
+class EntryFilter:
+    """What ``LogRepo.find`` selects; every field given must match (the service resolves names first)."""
+
+    subject: dict[str, str] | None = None
+    kind: str | None = None  # a kind, or a prefix ending in *
+    signer_id: str | None = None
+    since: str | None = None  # formatted log times
+    until: str | None = None
+    after_seq: int | None = None
+    at_size: int | None = None
+    limit: int | None = 100
+    descending: bool = False
+
+
+@dataclass(frozen=True)
+class SubjectSummary:
+    field: str
+    value: str
+    entries: int
+    last_seq: int
+    last_logged_at: str
+
+
+@dataclass
+class RangeRows:
+    """The rows of one sequence range and their index rows, for verification."""
+
+    entries: list[Any]
+    subjects: dict[int, dict[str, str]]
+    refs: dict[int, set[tuple[str, str]]]
+    artifacts: dict[int, set[tuple[str, str, bool]]]
+
+
+def _fetch_tuples(conn: sa.Connection, q: Any) -> list[tuple[Any, ...]]:
+    """All rows of ``q`` as plain DBAPI tuples.
+
+    The evidence columns are integers, strings and bytes, which need no result processing; reading them
+    from the DBAPI cursor in one ``fetchall`` skips building a SQLAlchemy Row per entry.
+    """
+    result = conn.execute(q)
+    try:
+        return [tuple(r) for r in result.cursor.fetchall()]
+    finally:
+        result.close()
+
+
+def _subject_seqs(subject: dict[str, str], n: int) -> Any:
+    """SELECT seq of the subject's entries below ``n``, from the subject index alone."""
+    s = T_SUBJECTS
+    (k0, v0), *rest = sorted(subject.items())
+    q = sa.select(s.c.seq).where(s.c.field == k0, s.c.value == v0, s.c.seq < n)
+    for k, v in rest:
+        q = q.where(s.c.seq.in_(sa.select(s.c.seq).where(s.c.field == k, s.c.value == v)))
+    return q
+
+
+def _few_refs(conn: sa.Connection, subject_entries: int) -> bool:
+    """Whether the log holds no more refs than the subject has entries — a choice of query plan only,
+    both plans return the same rows. SQLite: one b-tree probe (the refs table is append-only, so its
+    largest rowid is its row count); other databases: False (the plan that scales with the subject)."""
+    if conn.dialect.name != "sqlite":
+        return False
+    total = conn.exec_driver_sql("SELECT max(rowid) FROM entry_refs").scalar()
+    return int(total or 0) <= subject_entries
+
+
+class LogRepo:
+    """The queries on the log tables of one database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # --- connections ------------------------------------------------------------------------------
+
+    @contextmanager
+    def read(self, *, snapshot: bool = False) -> Iterator[sa.Connection]:
+        """A connection for reads; ``snapshot``: inside one transaction (one consistent view)."""
+        with self.engine.connect() as conn:
+            if snapshot:
+                with conn.begin():
+                    yield conn
+            else:
+                yield conn
+
+    @contextmanager
+    def append_transaction(self) -> Iterator[sa.Connection]:
+        """A write transaction holding the appenders' lock (SQLite's write lock, or a PostgreSQL one)."""
+        with write_transaction(self.engine) as conn:
+            lock_log(conn)
+            yield conn
+
+    @property
+    def dialect(self) -> str:
+        return str(self.engine.dialect.name)
+
+    # --- size and heads ---------------------------------------------------------------------------
+
+    def size(self, conn: sa.Connection | None = None) -> int:
+        """Number of entries (the highest seq + 1)."""
+        if conn is None:
+            with self.read() as c:
+                return self.size(c)
+        n = conn.execute(sa.select(sa.func.max(T_ENTRIES.c.seq))).scalar()
+        return 0 if n is None else int(n) + 1
+
+    def head(self, conn: sa.Connection) -> Any:
+        """(seq, chain_hash) of the last entry, or None for an empty log."""
+        return conn.execute(
+            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.chain_hash).order_by(T_ENTRIES.c.seq.desc()).limit(1)
+        ).first()
+
+    def bounds(self, conn: sa.Connection) -> tuple[int | None, int | None, int]:
+        """(min seq, max seq, count)."""
+        lo, hi, count = conn.execute(
+            sa.select(sa.func.min(T_ENTRIES.c.seq), sa.func.max(T_ENTRIES.c.seq), sa.func.count())
+        ).one()
+        return lo, hi, int(count)
+
+    def logged_at(self, conn: sa.Connection, seq: int) -> str:
+        return str(conn.execute(sa.select(T_ENTRIES.c.logged_at).where(T_ENTRIES.c.seq == seq)).scalar_one())
+
+    # --- entries by id and seq --------------------------------------------------------------------
+
+    def ids_with_prefix(self, prefix: str, limit: int = 2) -> list[str]:
+        with self.read() as conn:
+            return [
+                str(i)
+                for i in conn.execute(
+                    sa.select(T_ENTRIES.c.entry_id)
+                    .where(T_ENTRIES.c.entry_id.like(prefix + "%"))
+                    .limit(limit)
+                ).scalars()
+            ]
+
+    def by_id(self, entry_id: str) -> Any:
+        with self.read() as conn:
+            return conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.entry_id == entry_id)).first()
+
+    def by_seq(self, seq: int) -> Any:
+        with self.read() as conn:
+            return conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.seq == seq)).first()
+
+    def by_ids(self, conn: sa.Connection, ids: Sequence[str]) -> dict[str, Any]:
+        """Rows of the given entry ids that the log holds, by id."""
+        return {
+            r.entry_id: r for r in conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.entry_id.in_(ids)))
+        }
+
+    def known_ids(self, conn: sa.Connection, ids: set[str]) -> set[str]:
+        """The subset of ``ids`` the log holds."""
+        return set(
+            conn.execute(sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.entry_id.in_(ids))).scalars()
+        )
+
+    # --- search -----------------------------------------------------------------------------------
+
+    def find(self, f: EntryFilter) -> list[Any]:
+        """Entry rows matching every filter, in sequence order; ``after_seq`` is the keyset cursor."""
+        q = sa.select(T_ENTRIES)
+        for k, v in (f.subject or {}).items():
+            sub = sa.select(T_SUBJECTS.c.seq).where(T_SUBJECTS.c.field == k, T_SUBJECTS.c.value == v)
+            q = q.where(T_ENTRIES.c.seq.in_(sub))
+        if f.kind:
+            if f.kind.endswith("*"):
+                q = q.where(T_ENTRIES.c.kind.like(f.kind[:-1] + "%"))
+            else:
+                q = q.where(T_ENTRIES.c.kind == f.kind)
+        if f.signer_id:
+            q = q.where(T_ENTRIES.c.signer == f.signer_id)
+        if f.since:
+            q = q.where(T_ENTRIES.c.logged_at >= f.since)
+        if f.until:
+            q = q.where(T_ENTRIES.c.logged_at < f.until)
+        if f.after_seq is not None:
+            q = q.where(T_ENTRIES.c.seq < f.after_seq if f.descending else T_ENTRIES.c.seq > f.after_seq)
+        if f.at_size is not None:
+            q = q.where(T_ENTRIES.c.seq < f.at_size)
+        q = q.order_by(T_ENTRIES.c.seq.desc() if f.descending else T_ENTRIES.c.seq)
+        if f.limit is not None:
+            q = q.limit(f.limit)
+        with self.read() as conn:
+            return list(conn.execute(q))
+
+    def referrers(self, entry_id: str, rel: str | None = None) -> list[Any]:
+        """Rows of the entries that reference ``entry_id``, in sequence order."""
+        sub = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id == entry_id)
+        if rel:
+            sub = sub.where(T_REFS.c.rel == rel)
+        with self.read() as conn:
+            return list(
+                conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.seq.in_(sub)).order_by(T_ENTRIES.c.seq))
+            )
+
+    def with_artifact(self, digest: str) -> list[tuple[int, str]]:
+        """(seq, entry_id) of the entries naming a stored artifact."""
+        with self.read() as conn:
+            rows = conn.execute(
+                sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.entry_id)
+                .where(
+                    T_ENTRIES.c.seq.in_(sa.select(T_ARTIFACTS.c.seq).where(T_ARTIFACTS.c.digest == digest))
+                )
+                .order_by(T_ENTRIES.c.seq)
+            ).all()
+        return [(int(r.seq), str(r.entry_id)) for r in rows]
+
+    def iter_rows(self, batch: int = 5000) -> Iterator[Any]:
+        """Every entry row in sequence order, read in keyset pages."""
+        last = -1
+        with self.read() as conn:
+            while True:
+                rows = conn.execute(
+                    sa.select(T_ENTRIES).where(T_ENTRIES.c.seq > last).order_by(T_ENTRIES.c.seq).limit(batch)
+                ).all()
+                if not rows:
+                    return
+                yield from rows
+                last = rows[-1].seq
+
+    def subjects(self, *, field: str | None = None, limit: int = 500) -> list[SubjectSummary]:
+        """Distinct subject FIELD=VALUE pairs (key entries excluded), most recently active first."""
+        q = (
+            sa.select(
+                T_SUBJECTS.c.field,
+                T_SUBJECTS.c.value,
+                sa.func.count().label("n"),
+                sa.func.max(T_SUBJECTS.c.seq).label("last"),
+            )
+            .where(T_SUBJECTS.c.field != "key")
+            .group_by(T_SUBJECTS.c.field, T_SUBJECTS.c.value)
+            .order_by(sa.desc("last"))
+            .limit(limit)
+        )
+        if field:
+            q = q.where(T_SUBJECTS.c.field == field)
+        with self.read() as conn:
+            rows = conn.execute(q).all()
+            when: dict[int, str] = (
+                dict(
+                    conn.execute(
+                        sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.logged_at).where(
+                            T_ENTRIES.c.seq.in_([r.last for r in rows])
+                        )
+                    )
+                    .tuples()
+                    .all()
+                )
+                if rows
+                else {}
+            )
+        return [SubjectSummary(r.field, r.value, int(r.n), int(r.last), when.get(r.last, "")) for r in rows]
+
+    # --- keys -------------------------------------------------------------------------------------
+
+    def key_rows(self, conn: sa.Connection, start: int, size: int) -> list[tuple[int, bytes]]:
+        """(seq, envelope) of the ``key.*`` entries with start <= seq < size, in sequence order.
+
+        A range on the kind index, ordered by (kind, seq) and sorted here: ordered by seq alone, SQLite
+        walks the primary key over the whole log — every envelope of a million-entry ledger — to find
+        the handful of ``key.*`` entries (LIKE would scan it too).
+        """
+        q = (
+            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope)
+            .where(T_ENTRIES.c.kind >= "key.", T_ENTRIES.c.kind < "key/")
+            .where(T_ENTRIES.c.seq >= start, T_ENTRIES.c.seq < size)
+            .order_by(T_ENTRIES.c.kind, T_ENTRIES.c.seq)
+        )
+        rows = [(int(seq), bytes(env)) for seq, env in conn.execute(q)]
+        rows.sort(key=lambda r: r[0])
+        return rows
+
+    def enrol_envelopes(self) -> list[bytes]:
+        """Envelopes of every ``key.enrol`` entry, in sequence order."""
+        with self.read() as conn:
+            return [
+                bytes(e)
+                for e in conn.execute(
+                    sa.select(T_ENTRIES.c.envelope)
+                    .where(T_ENTRIES.c.kind == "key.enrol")
+                    .order_by(T_ENTRIES.c.seq)
+                ).scalars()
+            ]
+
+    # --- appends ----------------------------------------------------------------------------------
+
+    def insert(
+        self,
+        conn: sa.Connection,
+        entries: list[dict[str, Any]],
+        subjects: list[dict[str, Any]],
+        refs: list[dict[str, Any]],
+        artifacts: list[dict[str, Any]],
+    ) -> None:
+        """Insert log rows and their index rows (inside the caller's append transaction)."""
+        if not entries:
+            return
+        conn.execute(sa.insert(T_ENTRIES), entries)
+        if subjects:
+            conn.execute(sa.insert(T_SUBJECTS), subjects)
+        if refs:
+            conn.execute(sa.insert(T_REFS), refs)
+        if artifacts:
+            conn.execute(sa.insert(T_ARTIFACTS), artifacts)
+
+    # --- Merkle leaves and checkpoints --------------------------------------------------------------
+
+    def leaf_hashes(
+        self, conn: sa.Connection | None = None, *, start: int = 0, size: int | None = None
+    ) -> list[bytes]:
+        """Leaf hashes of the entries start <= seq (< size), in sequence order."""
+        if conn is None:
+            with self.read() as c:
+                return self.leaf_hashes(c, start=start, size=size)
+        q = sa.select(T_ENTRIES.c.leaf_hash).order_by(T_ENTRIES.c.seq)
+        if start:
+            q = q.where(T_ENTRIES.c.seq >= start)
+        if size is not None:
+            q = q.where(T_ENTRIES.c.seq < size)
+        return [bytes.fromhex(h) for h in conn.execute(q).scalars()]
+
+    def checkpoint_root(self, size: int, conn: sa.Connection | None = None) -> str | None:
+        """The root of the stored checkpoint at ``size`` (hex), or None."""
+        if conn is None:
+            with self.read() as c:
+                return self.checkpoint_root(size, c)
+        root = conn.execute(sa.select(T_CHECKPOINTS.c.root).where(T_CHECKPOINTS.c.size == size)).scalar()
+        return None if root is None else str(root)
+
+    def insert_checkpoint(
+        self, conn: sa.Connection, size: int, root: str, note: str, created_at: str
+    ) -> None:
+        conn.execute(sa.insert(T_CHECKPOINTS).values(size=size, root=root, note=note, created_at=created_at))
+
+    def checkpoints(self, conn: sa.Connection) -> list[Any]:
+        return list(conn.execute(sa.select(T_CHECKPOINTS).order_by(T_CHECKPOINTS.c.size)).all())
+
+    # --- verification -------------------------------------------------------------------------------
+
+    def range_rows(self, lo: int, hi: int) -> RangeRows:
+        """Entry rows with lo <= seq < hi and their subject, ref and artifact index rows."""
+        subjects: dict[int, dict[str, str]] = {}
+        refs: dict[int, set[tuple[str, str]]] = {}
+        arts: dict[int, set[tuple[str, str, bool]]] = {}
+        with self.read() as conn:
+            rows = conn.execute(
+                sa.select(T_ENTRIES)
+                .where(T_ENTRIES.c.seq >= lo, T_ENTRIES.c.seq < hi)
+                .order_by(T_ENTRIES.c.seq)
+            ).all()
+            for r in conn.execute(sa.select(T_SUBJECTS).where(T_SUBJECTS.c.seq >= lo, T_SUBJECTS.c.seq < hi)):
+                subjects.setdefault(r.seq, {})[r.field] = r.value
+            for r in conn.execute(sa.select(T_REFS).where(T_REFS.c.seq >= lo, T_REFS.c.seq < hi)):
+                refs.setdefault(r.seq, set()).add((r.rel, r.target_id))
+            for r in conn.execute(
+                sa.select(T_ARTIFACTS).where(T_ARTIFACTS.c.seq >= lo, T_ARTIFACTS.c.seq < hi)
+            ):
+                arts.setdefault(r.seq, set()).add((r.name, r.digest, bool(r.stored)))
+        return RangeRows(list(rows), subjects, refs, arts)
+
+    # --- policy evaluation --------------------------------------------------------------------------
+
+    def subject_rows(self, conn: sa.Connection, subject: dict[str, str], n: int) -> list[tuple[Any, ...]]:
+        """The subject's evidence tuples below ``n`` in seq order, read through the subject index."""
+        (k0, v0), *rest = sorted(subject.items())
+        s = T_SUBJECTS
+        q = (
+            sa.select(*EVIDENCE_COLUMNS)
+            .select_from(s.join(T_ENTRIES, T_ENTRIES.c.seq == s.c.seq))
+            .where(s.c.field == k0, s.c.value == v0, s.c.seq < n)
+        )
+        for k, v in rest:
+            q = q.where(T_ENTRIES.c.seq.in_(sa.select(s.c.seq).where(s.c.field == k, s.c.value == v)))
+        return _fetch_tuples(conn, q.order_by(s.c.seq))
+
+    def linked_rows(
+        self, conn: sa.Connection, subject: dict[str, str], n: int, subject_entries: int
+    ) -> list[tuple[Any, ...]]:
+        """Evidence tuples below ``n`` that reference a subject entry, then those a subject entry references
+        (either list may repeat subject entries)."""
+        subject_seqs = _subject_seqs(subject, n)
+        if _few_refs(conn, subject_entries):
+            # walk the (few) refs and keep those whose target is a subject entry: a probe per ref
+            target = T_ENTRIES.alias("target")
+            hits_subject = (
+                sa.select(sa.literal(1))
+                .select_from(target)
+                .where(target.c.entry_id == T_REFS.c.target_id, target.c.seq.in_(subject_seqs))
+                .exists()
+            )
+            referring = sa.select(T_REFS.c.seq).where(hits_subject)
+        else:
+            # look up the subject entries' ids and probe the refs' target index with each
+            subject_ids = sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.seq.in_(subject_seqs))
+            referring = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id.in_(subject_ids))
+        referrers = sa.select(*EVIDENCE_COLUMNS).where(T_ENTRIES.c.seq < n, T_ENTRIES.c.seq.in_(referring))
+        targets = sa.select(*EVIDENCE_COLUMNS).where(
+            T_ENTRIES.c.seq < n,
+            T_ENTRIES.c.entry_id.in_(sa.select(T_REFS.c.target_id).where(T_REFS.c.seq.in_(subject_seqs))),
+        )
+        return _fetch_tuples(conn, referrers) + _fetch_tuples(conn, targets)
+
+    def host_rows(
+        self, conn: sa.Connection, kinds: Sequence[str], hosts: Sequence[str], n: int
+    ) -> list[tuple[Any, ...]]:
+        """Evidence tuples below ``n`` of these kinds whose subject names one of these hosts."""
+        # the (few) entries of these kinds first, through the kind index; then keep those of the hosts
+        q = (
+            sa.select(*EVIDENCE_COLUMNS)
+            .select_from(T_ENTRIES.join(T_SUBJECTS, T_SUBJECTS.c.seq == T_ENTRIES.c.seq))
+            .where(
+                T_ENTRIES.c.kind.in_(list(kinds)),
+                T_ENTRIES.c.seq < n,
+                T_SUBJECTS.c.field == "host",
+                T_SUBJECTS.c.value.in_(list(hosts)),
+            )
+        )
+        return _fetch_tuples(conn, q)
