@@ -51,7 +51,7 @@ def parse_time(text: str) -> datetime:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _time_field(v: str) -> str:

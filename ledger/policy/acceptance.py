@@ -31,6 +31,7 @@ RULES = {
     "revoked": "signed by a key after its revocation took effect",
     "outside-validity": "signed outside the key's validity window",
     "wrong-role": "signer lacks the role the policy requires",
+    "schema-invalid": "the stored payload does not validate against its kind's strict model",
     "artifact-missing": "an artifact is not in the store",
     "artifact-corrupt": "an artifact does not match its digest",
     "superseded": "superseded by a later supersession",
@@ -219,6 +220,10 @@ def filter_evidence(
             problem = trust[tkey] = _trust_problem(e, snap, policy)
         if problem is not None:
             reject(e, *problem)
+            continue
+        schema = e.schema_problem()
+        if schema is not None:
+            reject(e, "schema-invalid", schema)
     trusted = [e for e in snap.entries if e.id not in rejected and not e.kind.startswith("key.")]
 
     # 2. what trusted acting entries say about others
@@ -244,6 +249,7 @@ def filter_evidence(
     for j in sorted(job_entries.values(), key=lambda x: x.seq):
         if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
             terminal[str(j.payload.get("job_id"))] = j
+    _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds))
     resets: dict[str, tuple[datetime, str]] = {}
     for k in trusted:
         if k.kind == "kernel.log" and k.payload.get("last_reset_at") and "host" in k.subject:
@@ -287,13 +293,27 @@ def filter_evidence(
             )
             continue
         job_view: dict[str, Any] | None = None
-        if e.kind != "job" and e.statement.get("refs"):
-            job_term: Evidence | None = None
-            for jid in e.refs("job"):
-                job_entry = job_entries.get(jid)
-                if job_entry is not None and str(job_entry.payload.get("job_id")) in terminal:
-                    job_term = terminal[str(job_entry.payload.get("job_id"))]
-                    break
+        if e.kind != "job":
+            # the jobs it belongs to: the one it names (ref job) and the one the log knows it ran in
+            job_ids = [
+                str(job_entries[jid].payload.get("job_id")) for jid in e.refs("job") if jid in job_entries
+            ]
+            derived_job = e.derived["job"]
+            if derived_job is not None and derived_job not in job_ids:
+                job_ids.append(derived_job)
+            ends = [terminal[j] for j in job_ids if j in terminal]
+            # the job it was produced after the end of decides; else a killed/cancelled one; else any
+            job_term: Evidence | None = next(
+                (
+                    t
+                    for t in ends
+                    if t.payload.get("ended_at") and e.collected_time > parse_time(t.payload["ended_at"])
+                ),
+                next(
+                    (t for t in ends if t.payload.get("state") in ("killed", "cancelled")),
+                    ends[0] if ends else None,
+                ),
+            )
             if job_term is not None:
                 job_view = job_term.view()
                 p = job_term.payload
@@ -343,7 +363,7 @@ def filter_evidence(
             continue
         reviewed = reviews.get(e.id)
         review_list = sorted(reviewed, key=lambda x: x.seq) if reviewed else []
-        problem_r = _review_problem(review_list, acc.repaired_commit_required) if reviewed else None
+        problem_r = _review_problem(e, review_list, acc.repaired_commit_required) if reviewed else None
         if problem_r is not None:
             reject(e, "review-fail", problem_r[0], problem_r[1])
             continue
@@ -403,33 +423,60 @@ def _required(reqs: tuple[Any, ...], e: Evidence, ctx: Mapping[str, Any]) -> boo
     return any(e.kind in req.kinds and (cond is None or cond.holds(ctx)) for req, cond in reqs)
 
 
-def _review_problem(review_list: list[Evidence], repaired_required: bool) -> tuple[str, str] | None:
-    """A FAIL blocks until a later PASS — on a different (repaired) commit when the policy says so."""
+def _review_problem(
+    e: Evidence, review_list: list[Evidence], repaired_required: bool
+) -> tuple[str, str] | None:
+    """Which PASS lifts which FAIL (docs/POLICY.md): the evidence is blocked by its latest review FAIL
+    unless a PASS logged after that FAIL names a commit, that commit is not one any FAIL named, and it
+    is the commit the reviewed evidence itself was produced at (its subject's ``commit``) — a PASS that
+    names the repaired commit but is attached to the failed commit's evidence lifts nothing: the
+    repaired commit's evidence is a new entry with its own review."""
     fails = [r for r in review_list if r.payload.get("result") == "FAIL"]
     if not fails:
         return None
-    last = review_list[-1]
     last_fail = fails[-1]
     fail_commit = last_fail.payload.get("commit")
-    if last.payload.get("result") == "FAIL":
+    later = [r for r in review_list if r.seq > last_fail.seq and r.payload.get("result") == "PASS"]
+    if not later:
         return (
             f"review {last_fail.id[:16]} by {last_fail.signer_name} FAILed it"
             + (f" at commit {fail_commit}" if fail_commit else "")
             + "; no later review PASS",
             last_fail.id,
         )
+    last = later[-1]
+    commit = last.payload.get("commit")
+    if not repaired_required:
+        return None
     failed_commits = {r.payload.get("commit") for r in fails if r.payload.get("commit")}
-    if repaired_required and last.payload.get("commit") in failed_commits:
-        return (
-            f"review PASS {last.id[:16]} is on commit {last.payload.get('commit')}, which FAILed review; "
-            "a PASS on the repaired commit is needed",
-            last.id,
+    own = e.subject.get("commit")
+    if not commit:
+        why = "names no commit; a PASS on the repaired commit is needed"
+    elif commit in failed_commits:
+        why = f"is on commit {commit}, which FAILed review; a PASS on the repaired commit is needed"
+    elif own != commit:
+        why = (
+            f"names commit {commit} but is attached to evidence of "
+            + (f"commit {own}" if own else "no named commit")
+            + "; the repaired commit's evidence needs its own review"
         )
-    return None
+    else:
+        return None
+    return f"review PASS {last.id[:16]} {why}", last.id
 
 
 def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Mapping[str, str]) -> str | None:
     bindings = e.payload.get("bindings", {}) or {}
+    pinned = [k for k in keys if k in manifest] + (
+        [k for k in manifest if k.startswith("shard:")] if "shard:*" in keys else []
+    )
+    if not bindings and pinned:
+        return (
+            "records no bindings, but the campaign pins "
+            + ", ".join(f"{k}={manifest[k]}" for k in pinned[:4])
+            + (f" (+{len(pinned) - 4} more)" if len(pinned) > 4 else "")
+            + ": an unbound launch cannot be compared to the pin"
+        )
     wanted = [k for k in keys if k != "shard:*"]
     if "shard:*" in keys:
         wanted += sorted(k for k in manifest if k.startswith("shard:") and k in bindings)
@@ -446,6 +493,68 @@ def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Map
     if not diffs:
         return None
     return "bindings not equal to the pinned manifest: " + "; ".join(diffs)
+
+
+def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozenset[str]) -> None:
+    """Facts the log itself establishes, set as ``e.derived`` (CEL: ``e.derived.*``), never taken from
+    the entry's own claims:
+
+    * ``attempt`` — for an ``engine.launch`` of the evaluated subject, its position among the subject's
+      trusted, not superseded launches in log order (1, 2, …); for any other entry, the attempt of the
+      latest such launch started at or before the entry was collected (0: before any launch). Probes of
+      an attempt beyond the budget are thereby beyond it too.
+    * ``job`` — for kinds in ``output_kinds``, the ``job_id`` of the latest job of the same campaign whose
+      ``running`` entry precedes it in the log (None: none): the job it ran in, whether or not it says so.
+    * ``failure_class`` — for an ``engine.launch`` with a ``failure_signature``, the class the signature
+      table gives it; ``unknown`` for an id the table lacks (policies fail those closed).
+    """
+    from bisect import bisect_right
+
+    from ledger.collectors.signatures import UNKNOWN_CLASS, signature_classes
+
+    classes = signature_classes()
+    starts: list[tuple[datetime, int]] = []
+    running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
+    n = 0
+    for e in trusted:  # in seq order
+        kind = e.kind
+        if kind == "job":
+            if e.id not in superseded and e.payload.get("state") == "running":
+                running[e.subject.get("campaign")] = str(e.payload.get("job_id"))
+            continue
+        derived: dict[str, Any] = {"attempt": 0, "job": None, "failure_class": None}
+        if kind in output_kinds and e.in_subject:
+            derived["job"] = running.get(e.subject.get("campaign"))
+        if kind == "engine.launch":
+            sig = e.payload.get("failure_signature")
+            if sig is not None:
+                derived["failure_class"] = classes.get(str(sig), UNKNOWN_CLASS)
+            if e.in_subject and e.id not in superseded:
+                n += 1
+                derived["attempt"] = n
+                started = e.payload.get("started_at")
+                try:
+                    t = min(parse_time(started), e.collected_time) if started else e.collected_time
+                except LedgerError:
+                    t = e.collected_time
+                starts.append((t, n))
+        e.derived_ = derived
+    if not starts:
+        return
+    # attempt in progress at time t: the highest attempt number started at or before t
+    starts.sort()
+    times = [t for t, _ in starts]
+    best: list[int] = []
+    top = 0
+    for _, k in starts:
+        top = max(top, k)
+        best.append(top)
+    for e in trusted:
+        if e.kind in ("job", "engine.launch") or e.derived_ is None:
+            continue
+        i = bisect_right(times, e.collected_time)
+        if i:
+            e.derived_["attempt"] = best[i - 1]
 
 
 def _human(seconds: float) -> str:

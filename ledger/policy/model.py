@@ -114,6 +114,8 @@ class AcceptanceSection(_Model):
     acceptance_required: list[RequirementRule] = Field(default_factory=list)
     bindings: BindingsRule | None = None
     repaired_commit_required: bool = True
+    # kinds an engine run outputs: each belongs to the job the log knows it ran in (see `derived.job`)
+    job_output_kinds: list[str] = Field(default_factory=lambda: ["engine.launch", "health.probe"])
 
     @field_validator("freshness")
     @classmethod
