@@ -540,7 +540,7 @@ def run_cmd(
 
     Ctrl-C or SIGTERM cancels cleanly: engine stopped, job recorded cancelled (exit 128+signal).
     """
-    from ledger.collectors.campaign import CampaignRunner, load_campaign
+    from ledger.collectors.campaign import CampaignRunner, load_campaign, policy_verdict
 
     c = load_campaign(campaign_file)
     rec = _recorder(home, key, server, token)
@@ -555,13 +555,15 @@ def run_cmd(
         runner.subject["campaign"] = campaign
         runner.result.campaign = campaign
     result = runner.run()
+    derived = policy_verdict(rec, runner.subject, runner.policy)
+    result.policy_verdict = derived["verdict"] if derived is not None else None
     if json_out:
         print_json(result.to_json())
     else:
         _print_summary(result)
     if result.state == "cancelled" and result.exit_signal:
         raise SystemExit(128 + result.exit_signal)
-    if result.verdict_hint != "QUALIFIED":
+    if (result.policy_verdict or result.verdict_hint) != "QUALIFIED":  # the policy's word decides
         raise SystemExit(EXIT_FAILED)
 
 
@@ -592,10 +594,17 @@ def _print_summary(r: Any) -> None:
                 x["failure_signature"] or "",
             )
         out.print(a)
-    out.print(
-        f"ladder result: [bold]{r.verdict_hint}[/] (collector's view; the recorded verdict comes from "
-        f"`ledger policy`)"
-    )
+    out.print(f"collector gates: {r.verdict_hint} (the collector's own view of its steps)", markup=False)
+    if r.policy_verdict is not None:
+        out.print(
+            f"policy verdict: {r.policy_verdict} (`ledger verdict --subject campaign={r.campaign}`)",
+            markup=False,
+        )
+    else:
+        out.print(
+            f"policy verdict: run `ledger verdict --subject campaign={r.campaign}` where it was recorded",
+            markup=False,
+        )
     out.print(
         f"job entry {r.job_entry[:16]}, terminal entry {(r.final_entry or '')[:16]}, "
         f"{len(r.entries)} entries recorded"

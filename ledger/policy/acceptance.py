@@ -248,7 +248,8 @@ def filter_evidence(
     terminal: dict[str, Evidence] = {}
     for j in sorted(job_entries.values(), key=lambda x: x.seq):
         if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
-            terminal[str(j.payload.get("job_id"))] = j
+            # a job ends once: its first terminal entry in the log; a later one does not reopen it
+            terminal.setdefault(str(j.payload.get("job_id")), j)
     _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds))
     resets: dict[str, tuple[datetime, str]] = {}
     for k in trusted:

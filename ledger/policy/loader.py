@@ -188,6 +188,22 @@ def _compiled(filename: str, data: bytes) -> dict[str, Any]:
     return _compile(_parsed(filename, data), data.decode("utf-8"), filename)
 
 
+def _check_classes(spec: PolicyFile, text: str, filename: str) -> None:
+    """Params naming failure classes (``*fault_classes``) use the one closed set, ``FailureClass``."""
+    from ledger.collectors.signatures import FailureClass
+
+    known = {c.value for c in FailureClass}
+    for name, value in spec.params.items():
+        if not name.endswith("fault_classes"):
+            continue
+        bad = [v for v in value if v not in known] if isinstance(value, list) else [value]
+        if bad:
+            raise PolicyError(
+                f"{_where(filename, text, 'params', None, name)}: params.{name}: unknown failure "
+                f"class(es) {', '.join(map(repr, bad))}; known: {', '.join(sorted(known))}"
+            )
+
+
 def _resolve(name_or_path: str, policy_dir: Path) -> Path:
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         return Path(name_or_path)
@@ -239,6 +255,7 @@ def load_policy(
         raise PolicyError(f"{filename}: a qualification policy needs at least one [[gates]] table")
     if spec.policy.kind == "routing" and spec.routing is None:
         raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
+    _check_classes(spec, text, filename)
     compiled = dict(_compiled(filename, data))  # the cached dict is shared: never modify it
     if acceptance_policy is not None:
         compiled["rules"] = acceptance_policy.rules + compiled["rules"]
