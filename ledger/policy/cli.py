@@ -170,6 +170,10 @@ def check_routing_change_cmd(
     policy: PolicyOption = None,
     policy_dir: PolicyDirOption = None,
     now: Annotated[str | None, typer.Option(help="Judge as of this time (RFC 3339; default: now).")] = None,
+    record: Annotated[
+        bool, typer.Option("--record", help="Append the decision as a signed routing.change entry.")
+    ] = False,
+    key: Annotated[str | None, typer.Option(help="Key that signs --record (operator/admin).")] = None,
     home: HomeOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -181,9 +185,14 @@ def check_routing_change_cmd(
     subj = _subject(subject)
     pol = load_policy(policy or "routing-change", policy_dir)
     dep = load_deployment(deployment) if deployment else None
+    led = get_ledger(home)
     result = check_routing_change(
-        get_ledger(home), pol, subj, action=action, deployment=dep, now=parse_time(now) if now else None
+        led, pol, subj, action=action, deployment=dep, now=parse_time(now) if now else None
     )
+    if record:
+        from ledger.policy.routing import record_routing_change
+
+        result["recorded"] = record_routing_change(led, result, key=key or led.cfg.admin_key).entry_id
     if json_out:
         print_json(result)
     elif result["allowed"]:
@@ -191,7 +200,7 @@ def check_routing_change_cmd(
     else:
         out.print(f"[red]refused[/]: {action} " + " ".join(f"{k}={v}" for k, v in sorted(subj.items())))
         for r in result["reasons"]:
-            out.print(f"  - {r}")
+            out.print(f"  - {r}", markup=False)
     if not result["allowed"]:
         raise SystemExit(EXIT_FAILED)
 
