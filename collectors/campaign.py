@@ -257,7 +257,10 @@ def load_campaign(path: Path) -> Campaign:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"campaign {p}: {loc}: {err['msg']}") from e
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"campaign {p}: unknown key {loc!r}{more}") from e
+        raise ConfigError(f"campaign {p}: {loc}: {err['msg']}{more}") from e
     model_path = Path(expand(spec.model.path))
     if not model_path.is_absolute():
         model_path = (p.parent / model_path).absolute()

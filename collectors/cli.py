@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ledger.cliutil import (
     EXIT_FAILED,
@@ -577,7 +578,7 @@ def _print_summary(r: Any) -> None:
     t.add_column("evidence")
     for i, g in enumerate(r.gates, start=1):
         c = colour.get(g.status, "white")
-        t.add_row(str(i), g.gate, f"[{c}]{g.status}[/]", (g.reason or "")[:70], str(len(g.evidence)))
+        t.add_row(str(i), g.gate, f"[{c}]{g.status}[/]", Text((g.reason or "")[:70]), str(len(g.evidence)))
     out.print(t)
     if r.attempts:
         a = Table(title="engine attempts")

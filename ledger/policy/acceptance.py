@@ -83,11 +83,27 @@ class _Missing(dict[str, Any]):
 
 
 def render(template: str, context: Mapping[str, Any]) -> str:
-    """Fill ``{e[payload][attempt]}``-style placeholders; unknown names print as ``?``."""
+    """Fill ``{e[payload][attempt]}``-style placeholders; a name or key that is not there prints as ``?``
+    (never the placeholder itself)."""
+    import string
+
+    out: list[str] = []
+    ctx = _Missing(context)
     try:
-        return template.format_map(_Missing(context))
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:
         return template
+    for literal, field_name, spec, conv in parsed:
+        out.append(literal)
+        if field_name is None:
+            continue
+        piece = "{" + field_name + ("!" + conv if conv else "") + (":" + spec if spec else "") + "}"
+        try:
+            value = piece.format_map(ctx)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            value = "?"
+        out.append(value)
+    return "".join(out)
 
 
 def _trust_problem(e: Evidence, snap: Snapshot, policy: LoadedPolicy) -> tuple[str, str] | None:
@@ -356,8 +372,16 @@ def filter_evidence(
         )
         hit = False
         for rule, cond in rules_by_kind.get(e.kind, ()):
-            if cond.holds(ctx):
+            if not cond.holds(ctx):
+                continue
+            compared = policy.rule_differences.get(rule.name)
+            if compared is None:
                 reject(e, rule.name, render(rule.detail, ctx))
+                hit = True
+                break
+            differs = _differences(compared, ctx)
+            if differs:
+                reject(e, rule.name, render(rule.detail, ctx) + ": " + "; ".join(differs))
                 hit = True
                 break
         if hit:
@@ -494,6 +518,33 @@ def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Map
     if not diffs:
         return None
     return "bindings not equal to the pinned manifest: " + "; ".join(diffs)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "/".join(_show(v) for v in value) or "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "none" if value is None else str(value)
+
+
+def _differences(compared: tuple[tuple[str, Any, Any], ...], ctx: Mapping[str, Any]) -> list[str]:
+    """What differs, one phrase each (``requests 6, approved 96``); an unreadable value is "not recorded"."""
+    from ledger.errors import PolicyError
+
+    out = []
+    for label, got_c, want_c in compared:
+        want = want_c.value(ctx)
+        try:
+            got = got_c.value(ctx)
+        except PolicyError:
+            out.append(f"{label} not recorded, approved {_show(want)}")
+            continue
+        if got is None:
+            out.append(f"{label} not recorded, approved {_show(want)}")
+        elif got != want:
+            out.append(f"{label} {_show(got)}, approved {_show(want)}")
+    return out
 
 
 def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozenset[str]) -> None:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ledger.cliutil import EXIT_FAILED, HomeOption, JsonOption, SubjectOption, get_ledger, print_json
 
@@ -54,7 +55,7 @@ def _subject(items: list[str] | None) -> dict[str, str]:
 def _render_verdict(result: dict[str, Any]) -> None:
     colour = {"qualified": "green", "inconclusive": "yellow"}.get(result["status"], "red")
     subj = " ".join(f"{k}={v}" for k, v in sorted(result["subject"].items()))
-    out.print(f"[bold {colour}]{result['verdict']}[/]  {subj}")
+    out.print(Text(result["verdict"], style=f"bold {colour}"), Text(subj))
     pol = result["policy"]
     out.print(
         f"policy {pol['name']} {pol['digest'][:23]}…  checkpoint size {result['checkpoint']['size']} "
@@ -63,7 +64,7 @@ def _render_verdict(result: dict[str, Any]) -> None:
     t = Table("gate", "status", "evidence", "reason", title="gates")
     for g in result["gates"]:
         style = {"passed": "green", "failed": "red", "missing": "yellow"}.get(g["status"], "dim")
-        t.add_row(g["name"], f"[{style}]{g['status']}[/]", str(len(g["evidence"])), g["reason"])
+        t.add_row(g["name"], f"[{style}]{g['status']}[/]", str(len(g["evidence"])), Text(g["reason"]))
     out.print(t)
     if result["used"]:
         out.print(
@@ -74,7 +75,7 @@ def _render_verdict(result: dict[str, Any]) -> None:
     if result["rejected"]:
         rt = Table("entry", "kind", "rule", "detail", title="rejected evidence")
         for r in result["rejected"]:
-            rt.add_row(r["entry"][:12], r["kind"], r["rule"], r["detail"])
+            rt.add_row(r["entry"][:12], Text(r["kind"]), r["rule"], Text(r["detail"]))
         out.print(rt)
     if result["not_credited"]:
         out.print(
@@ -90,7 +91,12 @@ def verdict(
     policy: PolicyOption = None,
     policy_dir: PolicyDirOption = None,
     at: Annotated[
-        int | None, typer.Option("--at", help="Evaluate the log as it stood at this size (SEQ).")
+        int | None,
+        typer.Option(
+            "--at",
+            metavar="SIZE",
+            help="Evaluate the log as it stood at this size: its first SIZE entries (seq 0..SIZE-1).",
+        ),
     ] = None,
     record: Annotated[
         bool, typer.Option("--record", help="Append the verdict as a signed `verdict` entry.")

@@ -61,6 +61,8 @@ class LoadedPolicy:
     spec: PolicyFile
     acceptance_policy: LoadedPolicy | None = None
     rules: tuple[tuple[CelRule, Condition], ...] = ()
+    # rule name → its compiled differences: (label, got, want)
+    rule_differences: Mapping[str, tuple[tuple[str, Condition, Condition], ...]] = field(default_factory=dict)
     passing: Mapping[str, Condition] = field(default_factory=dict)
     review_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
     acceptance_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
@@ -112,6 +114,15 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
     for i, rule in enumerate(spec.rules):
         rules.append((rule, compile_condition(rule.when, _where(filename, text, "rules", i, "when"))))
     out["rules"] = tuple(rules)
+    diffs: dict[str, tuple[tuple[str, Condition, Condition], ...]] = {}
+    for i, rule in enumerate(spec.rules):
+        if rule.differences:
+            where = _where(filename, text, "rules", i, "differences")
+            diffs[rule.name] = tuple(
+                (d.label, compile_condition(d.got, where), compile_condition(d.want, where))
+                for d in rule.differences
+            )
+    out["rule_differences"] = diffs
     acc = spec.acceptance
     if acc is not None:
         out["passing"] = {
@@ -259,6 +270,7 @@ def load_policy(
     compiled = dict(_compiled(filename, data))  # the cached dict is shared: never modify it
     if acceptance_policy is not None:
         compiled["rules"] = acceptance_policy.rules + compiled["rules"]
+        compiled["rule_differences"] = {**acceptance_policy.rule_differences, **compiled["rule_differences"]}
         if spec.acceptance is None:
             for key in ("passing", "review_required", "acceptance_required"):
                 compiled[key] = getattr(acceptance_policy, key)

@@ -365,9 +365,7 @@ def _rederive(ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int
         }
     result = evaluate(ledger, dict(subject), qual, at_size=size)
     failing = [g for g in result["gates"] if g["status"] != "passed"]
-    reason = (
-        f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
-    )
+    reason = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
     same_policy = result["policy"].get("digest") == (verdict.payload.get("policy") or {}).get("digest")
     return {
         "verdict": result["verdict"],

@@ -351,3 +351,98 @@ def test_dropped_or_renamed_field_never_passes(tmp_path: Path, which: tuple[str,
     except SchemaError:
         return  # refused at ingest: nothing stored, nothing passes
     assert v["verdict"] != "QUALIFIED", (which, how)
+
+
+# --- messages --------------------------------------------------------------------------------------------
+
+
+def _bench(tmp_path: Path, counts: dict[str, Any], bounds: dict[str, Any]) -> str:
+    es = qualified_entries()
+    b = entry(es, "benchmark")["payload"]
+    b["counts"], b["bounds"] = counts, bounds
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != "QUALIFIED"
+    return next(r["detail"] for r in v["rejected"] if r["rule"] == "spec-mismatch")
+
+
+def test_spec_mismatch_detail_says_what_differs(tmp_path: Path) -> None:
+    d = _bench(tmp_path, {"requests": 96}, {"concurrency": [1, 4]})
+    assert "concurrency levels 1/4, approved 1/4/32" in d
+    assert "requests" not in d.split(":", 1)[1]  # the request count matches: not named as a difference
+    d = _bench(tmp_path, {"requests": 6}, {"concurrency": [1, 4, 32]})
+    assert "requests 6, approved 96" in d and "concurrency" not in d.split(":", 1)[1]
+
+
+def test_spec_mismatch_detail_has_no_unfilled_placeholder(tmp_path: Path) -> None:
+    d = _bench(tmp_path, {}, {})
+    assert "{" not in d and "}" not in d
+    assert "requests not recorded, approved 96" in d
+    assert "concurrency levels not recorded, approved 1/4/32" in d
+
+
+def test_render_never_prints_placeholders() -> None:
+    from ledger.policy.acceptance import render
+
+    assert (
+        render("a {e[payload][counts][requests]}-request run of {x}", {"e": {"payload": {}}})
+        == "a ?-request run of ?"
+    )
+    assert render("{e}", {}) == "?"
+
+
+def test_verdict_table_prints_bracketed_evidence_text_verbatim(build, cli, monkeypatch) -> None:
+    from ledger.entries import parse_time
+
+    monkeypatch.setenv("COLUMNS", "400")
+    b = build("backend-qualification/seed003-review.toml")
+    st = b.ledger.make_statement(
+        "supersession",
+        {"campaign": "strix-native-control"},
+        {"reason": "[bold]wrong[/bold] [engine failure: engine-dead]"},
+        refs=[("supersedes", b.names["pin"])],
+        collected_at="2026-09-10T16:00:00Z",
+    )
+    b.ledger.append([b.ledger.sign(st, "operator")], logged_at=parse_time("2026-09-10T16:00:00Z"))
+    r = cli("verdict", "--home", str(b.home), "--subject", "campaign=strix-native-control")
+    assert "[bold]wrong[/bold] [engine failure: engine-dead]" in r.out, r.out
+
+
+def test_schema_error_hint_names_a_real_command() -> None:
+    from ledger.errors import SchemaError
+
+    hint = SchemaError("x").hint or ""
+    assert "kinds show" not in hint and "ledger kinds" in hint
+
+
+def test_verdict_at_is_labelled_a_log_size(cli) -> None:
+    r = cli("verdict", "--help")
+    assert "SIZE" in r.out and "(SEQ)" not in r.out
+
+
+@pytest.mark.parametrize(
+    ("section", "bad"),
+    [
+        ("campaign", "lease_secnds = 5"),
+        ("engine", "gpu_memory_utilisation = 0.5"),
+        ("gates.control", "expcet = 'X'"),
+    ],
+)
+def test_campaign_file_unknown_key_is_an_error_naming_key_and_file(
+    tmp_path: Path, section: str, bad: str
+) -> None:
+    from ledger.collectors.campaign import load_campaign
+    from ledger.errors import ConfigError
+
+    text = {
+        "campaign": 'id = "neighbour"\n',
+        "model": 'path = "m"\n',
+        "engine": 'kind = "generic"\ncommand = ["x"]\n',
+        "gates.control": "enabled = true\n",
+    }
+    text[section] += bad + "\n"
+    p = tmp_path / "c.toml"
+    p.write_text("".join(f"[{k}]\n{v}" for k, v in text.items()))
+    with pytest.raises(ConfigError) as ei:
+        load_campaign(p)
+    key = bad.split(" =", maxsplit=1)[0]
+    assert f"unknown key '{section}.{key}'" in ei.value.message and str(p) in ei.value.message
