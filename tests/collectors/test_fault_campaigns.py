@@ -326,3 +326,24 @@ def test_sigterm_mid_campaign_cancels_cleanly(tmp_path: Path, tiny_model_dir: Pa
         assert_every_entry_refs_the_job(ledger)
     finally:
         ledger.close()
+
+
+def test_engine_dead_after_ready_campaign_policy_verdict_is_runtime_reliability(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
+) -> None:
+    """Issue 11: ready, then the engine dies on the first completion. The collector's own gates stop at
+    ready-control, but the policy — judging the recorded launch's signature class — says RUNTIME
+    RELIABILITY with runtime-stability failed, and the collector reports that verdict."""
+    from ledger.collectors.campaign import policy_verdict
+
+    c = fault_campaign(tmp_path, tiny_model_dir, [{"name": "default", "args": ["--mode", "abort"]}])
+    c.write_text(
+        c.read_text().replace('\nname = "fault-model"\n', f'\nname = "fault-model"\nrevision = "{"1" * 40}"\n')
+    )
+    runner = CampaignRunner(load_campaign(c), recorder, work_dir=tmp_path / "work", handle_signals=False)
+    result = runner.run()
+    assert result.verdict_hint != "QUALIFIED"
+    v = policy_verdict(recorder, runner.subject)
+    assert v is not None
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+    assert {g["name"]: g["status"] for g in v["gates"]}["runtime-stability"] == "failed"

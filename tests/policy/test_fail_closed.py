@@ -128,6 +128,9 @@ def test_every_recordable_name_is_known_to_the_policy() -> None:
         assert judged, f"policy judges no class of signature {sig.id} ({sig.failure_class})"
     gate_names = [g.spec.name for g in policy.gates]
     assert list(collector_gates(policy)) == gate_names
+    from ledger.collectors.campaign import STEP_FOR_GATE
+
+    assert set(STEP_FOR_GATE) <= set(gate_names), set(STEP_FOR_GATE) - set(gate_names)
     # every probe `check` value the collectors write is selected by some gate (or is restoration-only)
     import ast
     import inspect
@@ -452,3 +455,25 @@ def test_campaign_file_unknown_key_is_an_error_naming_key_and_file(
         load_campaign(p)
     key = bad.split(" =", maxsplit=1)[0]
     assert f"unknown key '{section}.{key}'" in ei.value.message and str(p) in ei.value.message
+
+
+def test_payload_stored_before_strict_models_is_rejected_not_judged(tmp_path: Path, monkeypatch) -> None:
+    """An `"ok": "false"` stored by an older, lenient ingest: rejected `schema-invalid` with the field
+    named, never judged truthy, never a policy error."""
+    import ledger.entries as entries_mod
+    import ledger.service as service_mod
+
+    real = entries_mod.parse_statement
+
+    def lenient(value: Any) -> Any:
+        if isinstance(value, dict) and value.get("payload", {}).get("ok") == "false":
+            return entries_mod.Statement.model_validate(value)
+        return real(value)
+
+    monkeypatch.setattr(service_mod, "parse_statement", lenient)
+    es = qualified_entries()
+    entry(es, "completion")["payload"]["ok"] = "false"
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["completion"] == "schema-invalid"
+    assert "ok" in next(r["detail"] for r in v["rejected"] if r["rule"] == "schema-invalid")
+    assert v["verdict"] != "QUALIFIED"
