@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -218,7 +219,7 @@ def kernel_cmd(
         out.print(f"kernel log not readable: {read.reason} (recorded as such)")
     t = Table("time", "event", "device", "message")
     for ev in payload["events"]:
-        t.add_row(ev["time"] or "", ev["kind"], ev["device"] or "", ev["message"][:90])
+        t.add_row(ev["time"] or "", ev["kind"], ev["device"] or "", Text(ev["message"][:90]))
     if payload["events"]:
         out.print(t)
     out.print(
@@ -444,7 +445,10 @@ def _print_launch(p: dict[str, Any], entry: str) -> None:
         + ("; lease expired" if p["lease_expired"] else "")
     )
     if p["failure_signature"]:
-        out.print(f"[red]failure signature[/]: {p['failure_signature']} — {p['failure_detail'] or ''}")
+        out.print(
+            f"[red]failure signature[/]: {escape(p['failure_signature'])} — "
+            + escape(p["failure_detail"] or "")
+        )
     if p["phases"]:
         out.print("phases: " + ", ".join(f"{k}={v}" for k, v in sorted(p["phases"].items())))
     out.print(f"recorded engine.launch {entry[:16]}")
@@ -517,7 +521,7 @@ def probe_cmd(
                 "[green]yes[/]" if r["ok"] else "[red]no[/]",
                 str(r.get("http_status") or ""),
                 str(r.get("latency_ms") or ""),
-                str(detail)[:80],
+                Text(str(detail)[:80]),
             )
         out.print(t)
     if not all(r["ok"] for r in rows):

@@ -337,9 +337,6 @@ def test_engine_dead_after_ready_campaign_policy_verdict_is_runtime_reliability(
     from ledger.collectors.campaign import policy_verdict
 
     c = fault_campaign(tmp_path, tiny_model_dir, [{"name": "default", "args": ["--mode", "abort"]}])
-    c.write_text(
-        c.read_text().replace('\nname = "fault-model"\n', f'\nname = "fault-model"\nrevision = "{"1" * 40}"\n')
-    )
     runner = CampaignRunner(load_campaign(c), recorder, work_dir=tmp_path / "work", handle_signals=False)
     result = runner.run()
     assert result.verdict_hint != "QUALIFIED"
