@@ -154,6 +154,9 @@ def test_every_recordable_name_is_known_to_the_policy() -> None:
     known = selected | {"models", "restoration"}
     assert checks <= known, checks - known
     assert HealthProbe.model_fields["check"].default in selected
+    import typing
+
+    assert checks <= set(typing.get_args(HealthProbe.model_fields["check"].annotation))
 
 
 def test_policy_with_unknown_fault_class_is_refused(policy_copy: Path) -> None:
@@ -477,3 +480,19 @@ def test_payload_stored_before_strict_models_is_rejected_not_judged(tmp_path: Pa
     assert rejected(v)["completion"] == "schema-invalid"
     assert "ok" in next(r["detail"] for r in v["rejected"] if r["rule"] == "schema-invalid")
     assert v["verdict"] != "QUALIFIED"
+
+
+def test_sleeping_probe_with_misspelled_check_never_passes_readiness(tmp_path: Path) -> None:
+    es = qualified_entries()
+    health = entry(es, "health")["payload"]
+    health["check"] = "healthz"
+    health["sleeping"] = True
+    with pytest.raises(SchemaError, match="check"):
+        verdict_of(tmp_path, es)
+
+
+def test_sleeping_flag_on_any_probe_fails_readiness(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "structured")["payload"]["sleeping"] = True
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["api-readiness"] == "failed"
