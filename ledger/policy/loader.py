@@ -200,12 +200,12 @@ def _compiled(filename: str, data: bytes) -> dict[str, Any]:
 
 
 def _check_classes(spec: PolicyFile, text: str, filename: str) -> None:
-    """Params naming failure classes (``*fault_classes``) use the one closed set, ``FailureClass``."""
+    """Params naming failure classes (``*_classes``) use the one closed set, ``FailureClass``."""
     from ledger.collectors.signatures import FailureClass
 
     known = {c.value for c in FailureClass}
     for name, value in spec.params.items():
-        if not name.endswith("fault_classes"):
+        if not name.endswith("_classes"):
             continue
         bad = [v for v in value if v not in known] if isinstance(value, list) else [value]
         if bad:
