@@ -684,6 +684,8 @@ def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozens
                     t = e.collected_time
                 starts.append((t, n))
         e.derived_ = derived
+        if e._view is not None:  # a view built in an earlier round shows this round's facts
+            e._view["derived"] = derived
     if not starts:
         return
     # attempt in progress at time t: the highest attempt number started at or before t
