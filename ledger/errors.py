@@ -105,7 +105,7 @@ class InputError(LedgerError):
 
 class SchemaError(InputError):
     code = "schema-violation"
-    hint = "check the payload against `ledger kinds show KIND`"
+    hint = "check the payload against its kind's schema: `ledger kinds --json`"
 
 
 class UntrustedRootError(SchemaError):

@@ -54,7 +54,7 @@ from ledger.log import (
 from ledger.logged import LoggedEntry, entry_from_row
 from ledger.policy.fixtures import FixtureResult, discover_fixtures, run_fixture
 from ledger.policy.loader import LoadedPolicy, load_policy
-from ledger.policy.routing import check_routing_change
+from ledger.policy.routing import check_routing_change, record_routing_change
 from ledger.policy.verdict import checkpoint_root, evaluate, record_verdict, replay_verdict
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
@@ -696,6 +696,13 @@ class Ledger:
             now=now,
             at_size=at_size,
         )
+
+    def record_routing_change(
+        self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
+    ) -> LoggedEntry:
+        """Append a routing decision (``check_routing``'s result) as a signed ``routing.change`` entry."""
+        entry: LoggedEntry = record_routing_change(self, result, key=key or self.cfg.admin_key, at=at)
+        return entry
 
     @classmethod
     def policy_test(

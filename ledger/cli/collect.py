@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ledger.cli._common import (
     Cancelled,
@@ -71,16 +73,16 @@ def _recorder(home: Path | None, key: str, server: str | None, token: str | None
     from ledger.collectors.remote import make_recorder
 
     ledger = get_ledger(home)
-    if not ledger.home.has_key(key):
+    if not ledger.has_private_key(key):
         if key != "collector":
-            raise KeyNotFoundError(f"no private key named {key!r} in {ledger.home.path}")
+            raise KeyNotFoundError(f"no private key named {key!r} in {ledger.home_path}")
         if ledger.keyring().by_name(key) is not None:
             raise KeyNotFoundError(
                 f"a key named {key!r} is enrolled but its private key is not in this home",
                 hint="pass --key NAME with a key of this home",
             )
         ledger.new_key(key, ["collector"])
-        err.print(f"created and enrolled key {key!r} (role collector) in {ledger.home.path}")
+        err.print(f"created and enrolled key {key!r} (role collector) in {ledger.home_path}")
     return make_recorder(ledger, key, server=server, token=token)
 
 
@@ -206,7 +208,7 @@ def kernel_cmd(
         out.print(f"kernel log not readable: {read.reason} (recorded as such)")
     t = Table("time", "event", "device", "message")
     for ev in payload["events"]:
-        t.add_row(ev["time"] or "", ev["kind"], ev["device"] or "", ev["message"][:90])
+        t.add_row(ev["time"] or "", ev["kind"], ev["device"] or "", Text(ev["message"][:90]))
     if payload["events"]:
         out.print(t)
     out.print(
@@ -430,7 +432,10 @@ def _print_launch(p: dict[str, Any], entry: str) -> None:
         + ("; lease expired" if p["lease_expired"] else "")
     )
     if p["failure_signature"]:
-        out.print(f"[red]failure signature[/]: {p['failure_signature']} — {p['failure_detail'] or ''}")
+        out.print(
+            f"[red]failure signature[/]: {escape(p['failure_signature'])} — "
+            + escape(p["failure_detail"] or "")
+        )
     if p["phases"]:
         out.print("phases: " + ", ".join(f"{k}={v}" for k, v in sorted(p["phases"].items())))
     out.print(f"recorded engine.launch {entry[:16]}")
@@ -503,7 +508,7 @@ def probe_cmd(
                 "[green]yes[/]" if r["ok"] else "[red]no[/]",
                 str(r.get("http_status") or ""),
                 str(r.get("latency_ms") or ""),
-                str(detail)[:80],
+                Text(str(detail)[:80]),
             )
         out.print(t)
     return Outcome.OK if all(r["ok"] for r in rows) else Outcome.NO
@@ -526,7 +531,7 @@ def run_cmd(
 
     Ctrl-C or SIGTERM cancels cleanly: engine stopped, job recorded cancelled (exit 128+signal).
     """
-    from ledger.collectors.campaign import CampaignRunner, load_campaign
+    from ledger.collectors.campaign import CampaignRunner, load_campaign, policy_verdict
 
     c = load_campaign(campaign_file)
     rec = _recorder(home, key, server, token)
@@ -541,13 +546,16 @@ def run_cmd(
         runner.subject["campaign"] = campaign
         runner.result.campaign = campaign
     result = runner.run()
+    derived = policy_verdict(rec, runner.subject, runner.policy)
+    result.policy_verdict = derived["verdict"] if derived is not None else None
     if json_out:
         print_json(result.to_json())
     else:
         _print_summary(result)
     if result.state == "cancelled" and result.exit_signal:
         return Cancelled(result.exit_signal)
-    return Outcome.OK if result.verdict_hint == "QUALIFIED" else Outcome.NO
+    # the policy's word decides
+    return Outcome.OK if (result.policy_verdict or result.verdict_hint) == "QUALIFIED" else Outcome.NO
 
 
 def _print_summary(r: CampaignResult) -> None:
@@ -560,7 +568,7 @@ def _print_summary(r: CampaignResult) -> None:
     t.add_column("evidence")
     for i, g in enumerate(r.gates, start=1):
         c = colour.get(g.status, "white")
-        t.add_row(str(i), g.gate, f"[{c}]{g.status}[/]", (g.reason or "")[:70], str(len(g.evidence)))
+        t.add_row(str(i), g.gate, f"[{c}]{g.status}[/]", Text((g.reason or "")[:70]), str(len(g.evidence)))
     out.print(t)
     if r.attempts:
         a = Table(title="engine attempts")
@@ -577,10 +585,17 @@ def _print_summary(r: CampaignResult) -> None:
                 x["failure_signature"] or "",
             )
         out.print(a)
-    out.print(
-        f"ladder result: [bold]{r.verdict_hint}[/] (collector's view; the recorded verdict comes from "
-        f"`ledger policy`)"
-    )
+    out.print(f"collector gates: {r.verdict_hint} (the collector's own view of its steps)", markup=False)
+    if r.policy_verdict is not None:
+        out.print(
+            f"policy verdict: {r.policy_verdict} (`ledger verdict --subject campaign={r.campaign}`)",
+            markup=False,
+        )
+    else:
+        out.print(
+            f"policy verdict: run `ledger verdict --subject campaign={r.campaign}` where it was recorded",
+            markup=False,
+        )
     out.print(
         f"job entry {r.job_entry[:16]}, terminal entry {(r.final_entry or '')[:16]}, "
         f"{len(r.entries)} entries recorded"

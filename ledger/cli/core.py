@@ -60,18 +60,11 @@ def init(
 
     path = home_path(home)
     ledger = Ledger.init(path, database_url=database_url, store=store)
-    info = {
-        "home": str(path),
-        "database_url": ledger.database_url,
-        "store": str(ledger.store.root),
-        "origin": ledger.cfg.origin,
-        "admin_key_id": ledger.cfg.root_key_id,
-        "log_public_key": ledger.log_public_key().b64,
-    }
+    info = {"home": str(path), **ledger.describe()}
     if json_out:
         print_json(info)
     else:
-        out.print(f"initialised ledger at {path}\nadmin key {ledger.cfg.root_key_id}")
+        out.print(f"initialised ledger at {path}\nadmin key {ledger.root_key_id}")
 
 
 @keys_app.command("new")
@@ -300,7 +293,7 @@ def record(
     for name, value in _parse_pairs(artifact, "--artifact"):
         if value.startswith("blake3:"):
             d = parse_digest(value)
-            arts.append(ArtifactRef(name=name, digest=str(d), size=ledger.store.size(d)))
+            arts.append(ArtifactRef(name=name, digest=str(d), size=ledger.artifact_size(d)))
         else:
             arts.append(ledger.artifact_ref(name, Path(value)))
     for name, value in _parse_pairs(by_reference, "--by-reference"):
@@ -425,7 +418,7 @@ def checkpoint(
         print_json(
             {
                 **cp.to_json(),
-                "log_key_name": ledger.cfg.log_key,
+                "log_key_name": ledger.log_key_name,
                 "log_public_key": ledger.log_public_key().b64,
             }
         )

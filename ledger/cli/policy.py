@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ledger.cli._common import HomeOption, JsonOption, Outcome, SubjectOption, get_ledger, print_json
 
@@ -54,7 +55,7 @@ def _subject(items: list[str] | None) -> dict[str, str]:
 def _render_verdict(result: dict[str, Any]) -> None:
     colour = {"qualified": "green", "inconclusive": "yellow"}.get(result["status"], "red")
     subj = " ".join(f"{k}={v}" for k, v in sorted(result["subject"].items()))
-    out.print(f"[bold {colour}]{result['verdict']}[/]  {subj}")
+    out.print(Text(result["verdict"], style=f"bold {colour}"), Text(subj))
     pol = result["policy"]
     out.print(
         f"policy {pol['name']} {pol['digest'][:23]}…  checkpoint size {result['checkpoint']['size']} "
@@ -63,7 +64,7 @@ def _render_verdict(result: dict[str, Any]) -> None:
     t = Table("gate", "status", "evidence", "reason", title="gates")
     for g in result["gates"]:
         style = {"passed": "green", "failed": "red", "missing": "yellow"}.get(g["status"], "dim")
-        t.add_row(g["name"], f"[{style}]{g['status']}[/]", str(len(g["evidence"])), g["reason"])
+        t.add_row(g["name"], f"[{style}]{g['status']}[/]", str(len(g["evidence"])), Text(g["reason"]))
     out.print(t)
     if result["used"]:
         out.print(
@@ -74,7 +75,7 @@ def _render_verdict(result: dict[str, Any]) -> None:
     if result["rejected"]:
         rt = Table("entry", "kind", "rule", "detail", title="rejected evidence")
         for r in result["rejected"]:
-            rt.add_row(r["entry"][:12], r["kind"], r["rule"], r["detail"])
+            rt.add_row(r["entry"][:12], Text(r["kind"]), r["rule"], Text(r["detail"]))
         out.print(rt)
     if result["not_credited"]:
         out.print(
@@ -90,7 +91,12 @@ def verdict(
     policy: PolicyOption = None,
     policy_dir: PolicyDirOption = None,
     at: Annotated[
-        int | None, typer.Option("--at", help="Evaluate the log as it stood at this size (SEQ).")
+        int | None,
+        typer.Option(
+            "--at",
+            metavar="SIZE",
+            help="Evaluate the log as it stood at this size: its first SIZE entries (seq 0..SIZE-1).",
+        ),
     ] = None,
     record: Annotated[
         bool, typer.Option("--record", help="Append the verdict as a signed `verdict` entry.")
@@ -105,14 +111,14 @@ def verdict(
     if ctx.invoked_subcommand is not None:
         return
     from ledger.canonical import canonical_bytes
-    from ledger.policy.loader import load_policy
-    from ledger.policy.verdict import evaluate, record_verdict
+    from ledger.service import Ledger
 
     subj = _subject(subject)
-    pol = load_policy(policy or "backend-qualification", policy_dir)
+    # the policy loads before the ledger opens: a bad policy is reported before a missing home
+    pol = Ledger.load_policy(policy or "backend-qualification", policy_dir)
     ledger = get_ledger(home)
-    result = evaluate(ledger, subj, pol, at_size=at)
-    entry = record_verdict(ledger, result, key=key or ledger.cfg.admin_key) if record else None
+    result = ledger.evaluate_verdict(subj, pol, at_size=at)
+    entry = ledger.record_verdict(result, key=key) if record else None
     if json_out:
         sys.stdout.buffer.write(canonical_bytes(result) + b"\n")
         sys.stdout.flush()
@@ -131,9 +137,7 @@ def verdict_replay(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Recompute a recorded verdict at its checkpoint with the current policy bytes; exit 1 if it differs."""
-    from ledger.policy.verdict import replay_verdict
-
-    report = replay_verdict(get_ledger(home), entry_id, policy_dir=policy_dir, policy_path=policy)
+    report = get_ledger(home).replay_verdict(entry_id, policy_dir=policy_dir, policy_path=policy)
     if json_out:
         print_json({k: v for k, v in report.items() if k != "result"})
     elif report["same"]:
@@ -169,20 +173,25 @@ def check_routing_change_cmd(
     policy: PolicyOption = None,
     policy_dir: PolicyDirOption = None,
     now: Annotated[str | None, typer.Option(help="Judge as of this time (RFC 3339; default: now).")] = None,
+    record: Annotated[
+        bool, typer.Option("--record", help="Append the decision as a signed routing.change entry.")
+    ] = False,
+    key: Annotated[str | None, typer.Option(help="Key that signs --record (operator/admin).")] = None,
     home: HomeOption = None,
     json_out: JsonOption = False,
 ) -> Outcome:
     """Allow (exit 0) or refuse (exit 1, with reasons) a production routing change."""
     from ledger.entries import parse_time
-    from ledger.policy.loader import load_policy
-    from ledger.policy.routing import check_routing_change, load_deployment
+    from ledger.policy.routing import load_deployment
+    from ledger.service import Ledger
 
     subj = _subject(subject)
-    pol = load_policy(policy or "routing-change", policy_dir)
+    pol = Ledger.load_policy(policy or "routing-change", policy_dir)
     dep = load_deployment(deployment) if deployment else None
-    result = check_routing_change(
-        get_ledger(home), pol, subj, action=action, deployment=dep, now=parse_time(now) if now else None
-    )
+    led = get_ledger(home)
+    result = led.check_routing(subj, pol, action=action, deployment=dep, now=parse_time(now) if now else None)
+    if record:
+        result["recorded"] = led.record_routing_change(result, key=key).entry_id
     if json_out:
         print_json(result)
     elif result["allowed"]:
@@ -190,7 +199,7 @@ def check_routing_change_cmd(
     else:
         out.print(f"[red]refused[/]: {action} " + " ".join(f"{k}={v}" for k, v in sorted(subj.items())))
         for r in result["reasons"]:
-            out.print(f"  - {r}")
+            out.print(f"  - {r}", markup=False)
     return Outcome.OK if result["allowed"] else Outcome.NO
 
 
@@ -250,12 +259,9 @@ def policy_test(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Run every policy's fixture tests (a ledger built from data, the verdicts it must reach)."""
-    from ledger.policy.fixtures import discover_fixtures, run_fixture
+    from ledger.service import Ledger
 
-    paths = []
-    for n in names or [None]:  # type: ignore[list-item]
-        paths.extend(discover_fixtures(policy_dir, n))
-    results = [run_fixture(p, policy_dir) for p in paths]
+    results = Ledger.policy_test(names, policy_dir)
     if json_out:
         print_json([r.to_json() for r in results])
     else:

@@ -70,9 +70,7 @@ def tokens_new(
     json_out: JsonOption = False,
 ) -> None:
     """Create a token; it is printed once and only its hash is kept."""
-    from ledger.tokens import create_token
-
-    token, rec = create_token(get_ledger().engine, name, role)
+    token, rec = get_ledger().create_token(name, role)
     if json_out:
         print_json({**rec.to_json(), "token": token})
     else:
@@ -83,9 +81,7 @@ def tokens_new(
 @tokens_app.command("list")
 def tokens_list(json_out: JsonOption = False) -> None:
     """Tokens by name and role (never their values)."""
-    from ledger.tokens import list_tokens
-
-    recs = [t.to_json() for t in list_tokens(get_ledger().engine)]
+    recs = [t.to_json() for t in get_ledger().list_tokens()]
     if json_out:
         print_json(recs)
         return
@@ -100,9 +96,7 @@ def tokens_revoke(
     json_out: JsonOption = False,
 ) -> None:
     """Revoke tokens: requests with them are refused from now on."""
-    from ledger.tokens import revoke_token
-
-    recs = revoke_token(get_ledger().engine, name)
+    recs = get_ledger().revoke_token(name)
     if json_out:
         print_json([r.to_json() for r in recs])
     else:

@@ -8,6 +8,7 @@ and the kernel log's ``last_reset_at``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -65,11 +66,27 @@ class _Missing(dict[str, Any]):
 
 
 def render(template: str, context: Mapping[str, Any]) -> str:
-    """Fill ``{e[payload][attempt]}``-style placeholders; unknown names print as ``?``."""
+    """Fill ``{e[payload][attempt]}``-style placeholders; a name or key that is not there prints as ``?``
+    (never the placeholder itself)."""
+    import string
+
+    out: list[str] = []
+    ctx = _Missing(context)
     try:
-        return template.format_map(_Missing(context))
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:
         return template
+    for literal, field_name, spec, conv in parsed:
+        out.append(literal)
+        if field_name is None:
+            continue
+        piece = "{" + field_name + ("!" + conv if conv else "") + (":" + spec if spec else "") + "}"
+        try:
+            value = piece.format_map(ctx)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            value = "?"
+        out.append(value)
+    return "".join(out)
 
 
 def _trust_problem(e: Evidence, snap: Snapshot, policy: LoadedPolicy) -> tuple[str, str] | None:
@@ -188,6 +205,10 @@ def filter_evidence(
             problem = trust[tkey] = _trust_problem(e, snap, policy)
         if problem is not None:
             reject(e, *problem)
+            continue
+        schema = e.schema_problem()
+        if schema is not None:
+            reject(e, Rule.SCHEMA_INVALID, schema)
     trusted = [e for e in snap.entries if e.id not in rejected and not e.kind.startswith("key.")]
 
     # 2. what trusted acting entries say about others
@@ -212,7 +233,13 @@ def filter_evidence(
     terminal: dict[str, Evidence] = {}
     for j in sorted(job_entries.values(), key=lambda x: x.seq):
         if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
-            terminal[str(j.payload.get("job_id"))] = j
+            # a job ends once: its first terminal entry in the log; a later one does not reopen it
+            terminal.setdefault(str(j.payload.get("job_id")), j)
+    _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds))
+    ended_at = {
+        t.id: (parse_time(t.payload["ended_at"]) if t.payload.get("ended_at") else None)
+        for t in terminal.values()
+    }
     resets: dict[str, tuple[datetime, str]] = {}
     for k in trusted:
         if k.kind == "kernel.log" and k.payload.get("last_reset_at") and "host" in k.subject:
@@ -228,12 +255,11 @@ def filter_evidence(
     for rule, cond in policy.rules:  # in policy order, per kind
         for rule_kind in dict.fromkeys(rule.kinds):
             rules_by_kind.setdefault(rule_kind, []).append((rule, cond))
-    cel_kinds = set(rules_by_kind)
+    rule_reads = {rule.name: _e_reads(cond.source) for rule, cond in policy.rules}
+    rule_memo: dict[tuple[Any, ...], bool] = {}
     # `_required` is false for a kind no requirement names: skip the call for those
     review_kinds = {k for req, _ in policy.review_required for k in req.kinds}
     acceptance_kinds = {k for req, _ in policy.acceptance_required for k in req.kinds}
-    for reqs in (policy.review_required, policy.acceptance_required):
-        cel_kinds.update(k for req, _ in reqs for k in req.kinds)
 
     bindings_kinds = frozenset(acc.bindings.kinds) if acc.bindings is not None else frozenset()
     age_limits: dict[str, tuple[Any, timedelta | None]] = {}  # per kind: freshness bound, as a timedelta
@@ -258,13 +284,27 @@ def filter_evidence(
             )
             continue
         job_view: dict[str, Any] | None = None
-        if e.kind != "job" and e.statement.get("refs"):
+        if e.kind != "job":
+            # the jobs it belongs to: the one it names (ref job) and the one the log knows it ran in
+            job_ids = (
+                [str(job_entries[jid].payload.get("job_id")) for jid in e.refs("job") if jid in job_entries]
+                if e.statement.get("refs")
+                else []
+            )
+            derived_job = e.derived["job"]
+            if derived_job is not None and derived_job not in job_ids:
+                job_ids.append(derived_job)
             job_term: Evidence | None = None
-            for jid in e.refs("job"):
-                job_entry = job_entries.get(jid)
-                if job_entry is not None and str(job_entry.payload.get("job_id")) in terminal:
-                    job_term = terminal[str(job_entry.payload.get("job_id"))]
-                    break
+            if terminal:
+                ends = [terminal[j] for j in job_ids if j in terminal]
+                if ends:
+                    # the job it was produced after the end of decides; else a killed/cancelled one
+                    t_e = e.collected_time
+                    job_term = next(
+                        (t for t in ends if (end := ended_at[t.id]) is not None and t_e > end), None
+                    )
+                    if job_term is None:
+                        job_term = next((t for t in ends if t.payload.get("state") in _STOPPED), ends[0])
             if job_term is not None:
                 job_view = job_term.view()
                 p = job_term.payload
@@ -300,33 +340,48 @@ def filter_evidence(
                     e, Rule.BINDINGS_MISMATCH, problem_b, manifest_sources[0] if manifest_sources else None
                 )
                 continue
-        # CEL sees the entry only where a rule or requirement names its kind
-        ctx: dict[str, Any] = (
-            {"e": e.view(), "params": params, "manifest": manifest, "job": job_view}
-            if e.kind in cel_kinds
-            else {}
-        )
+        # CEL sees the entry only where a rule or requirement names its kind; the context (the entry's
+        # full view) is built only when needed: a rule that reads a few plain fields of `e` is decided
+        # once per distinct value of those fields (`rule_memo`) — a 10,000-probe campaign is a handful
+        # of CEL calls, not 10,000.
+        context = _LazyContext(e, params, manifest, job_view)
+
         hit = False
         for rule, cond in rules_by_kind.get(e.kind, ()):
-            if cond.holds(ctx):
+            key = _memo_key(rule.name, rule_reads.get(rule.name), e)
+            holds = rule_memo.get(key) if key is not None else None
+            if holds is None:
+                holds = cond.holds(context())
+                if key is not None:
+                    rule_memo[key] = holds
+            if not holds:
+                continue
+            ctx = context()
+            compared = policy.rule_differences.get(rule.name)
+            if compared is None:
                 reject(e, rule.name, render(rule.detail, ctx))
+                hit = True
+                break
+            differs = _differences(compared, ctx)
+            if differs:
+                reject(e, rule.name, render(rule.detail, ctx) + ": " + "; ".join(differs))
                 hit = True
                 break
         if hit:
             continue
         reviewed = reviews.get(e.id)
         review_list = sorted(reviewed, key=lambda x: x.seq) if reviewed else []
-        problem_r = _review_problem(review_list, acc.repaired_commit_required) if reviewed else None
+        problem_r = _review_problem(e, review_list, acc.repaired_commit_required) if reviewed else None
         if problem_r is not None:
             reject(e, Rule.REVIEW_FAIL, problem_r[0], problem_r[1])
             continue
-        if e.kind in review_kinds and _required(policy.review_required, e, ctx):
+        if e.kind in review_kinds and _required(policy.review_required, e, context()):
             passes = [r for r in review_list if r.payload.get("result") == "PASS"]
             if not passes:
                 reject(e, Rule.REVIEW_MISSING, f"{e.kind} needs a review PASS (ref reviews) and has none")
                 continue
             support.setdefault(e.id, []).append(passes[-1].id)
-        if e.kind in acceptance_kinds and _required(policy.acceptance_required, e, ctx):
+        if e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
                 reject(e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none")
                 continue
@@ -372,37 +427,84 @@ def filter_evidence(
     )
 
 
+class _LazyContext:
+    """The CEL context of one entry (its full view), built on first use."""
+
+    __slots__ = ("built", "e", "job", "manifest", "params")
+
+    def __init__(self, e: Evidence, params: Any, manifest: Any, job: dict[str, Any] | None) -> None:
+        self.e, self.params, self.manifest, self.job = e, params, manifest, job
+        self.built: dict[str, Any] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        if self.built is None:
+            self.built = {
+                "e": self.e.view(),
+                "params": self.params,
+                "manifest": self.manifest,
+                "job": self.job,
+            }
+        return self.built
+
+
 def _required(reqs: tuple[Any, ...], e: Evidence, ctx: Mapping[str, Any]) -> bool:
     return any(e.kind in req.kinds and (cond is None or cond.holds(ctx)) for req, cond in reqs)
 
 
-def _review_problem(review_list: list[Evidence], repaired_required: bool) -> tuple[str, str] | None:
-    """A FAIL blocks until a later PASS — on a different (repaired) commit when the policy says so."""
+def _review_problem(
+    e: Evidence, review_list: list[Evidence], repaired_required: bool
+) -> tuple[str, str] | None:
+    """Which PASS lifts which FAIL (docs/POLICY.md): the evidence is blocked by its latest review FAIL
+    unless a PASS logged after that FAIL names a commit, that commit is not one any FAIL named, and it
+    is the commit the reviewed evidence itself was produced at (its subject's ``commit``) — a PASS that
+    names the repaired commit but is attached to the failed commit's evidence lifts nothing: the
+    repaired commit's evidence is a new entry with its own review."""
     fails = [r for r in review_list if r.payload.get("result") == "FAIL"]
     if not fails:
         return None
-    last = review_list[-1]
     last_fail = fails[-1]
     fail_commit = last_fail.payload.get("commit")
-    if last.payload.get("result") == "FAIL":
+    later = [r for r in review_list if r.seq > last_fail.seq and r.payload.get("result") == "PASS"]
+    if not later:
         return (
             f"review {last_fail.id[:16]} by {last_fail.signer_name} FAILed it"
             + (f" at commit {fail_commit}" if fail_commit else "")
             + "; no later review PASS",
             last_fail.id,
         )
+    last = later[-1]
+    commit = last.payload.get("commit")
+    if not repaired_required:
+        return None
     failed_commits = {r.payload.get("commit") for r in fails if r.payload.get("commit")}
-    if repaired_required and last.payload.get("commit") in failed_commits:
-        return (
-            f"review PASS {last.id[:16]} is on commit {last.payload.get('commit')}, which FAILed review; "
-            "a PASS on the repaired commit is needed",
-            last.id,
+    own = e.subject.get("commit")
+    if not commit:
+        why = "names no commit; a PASS on the repaired commit is needed"
+    elif commit in failed_commits:
+        why = f"is on commit {commit}, which FAILed review; a PASS on the repaired commit is needed"
+    elif own != commit:
+        why = (
+            f"names commit {commit} but is attached to evidence of "
+            + (f"commit {own}" if own else "no named commit")
+            + "; the repaired commit's evidence needs its own review"
         )
-    return None
+    else:
+        return None
+    return f"review PASS {last.id[:16]} {why}", last.id
 
 
 def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Mapping[str, str]) -> str | None:
     bindings = e.payload.get("bindings", {}) or {}
+    pinned = [k for k in keys if k in manifest] + (
+        [k for k in manifest if k.startswith("shard:")] if "shard:*" in keys else []
+    )
+    if not bindings and pinned:
+        return (
+            "records no bindings, but the campaign pins "
+            + ", ".join(f"{k}={manifest[k]}" for k in pinned[:4])
+            + (f" (+{len(pinned) - 4} more)" if len(pinned) > 4 else "")
+            + ": an unbound launch cannot be compared to the pin"
+        )
     wanted = [k for k in keys if k != "shard:*"]
     if "shard:*" in keys:
         wanted += sorted(k for k in manifest if k.startswith("shard:") and k in bindings)
@@ -419,6 +521,159 @@ def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Map
     if not diffs:
         return None
     return "bindings not equal to the pinned manifest: " + "; ".join(diffs)
+
+
+_PLAIN = (str, int, bool, type(None))
+_STOPPED = ("killed", "cancelled")
+_ATTEMPT_ONLY = (("derived", "attempt"),)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _e_reads(source: str) -> tuple[tuple[str, ...], ...] | None:
+    """The field paths of ``e`` a CEL condition reads (``e.derived.attempt`` → ("derived", "attempt")),
+    or None when it may read more than named fields of ``e`` (or the per-entry ``job``)."""
+    from ledger.policy.conditions import _tokens
+
+    toks = _tokens(source)
+    if toks is None or "[" in toks or "job" in toks:
+        return None
+    n = len(toks)
+    paths: set[tuple[str, ...]] = set()
+    for i, t in enumerate(toks):
+        if t != "e" or (i and toks[i - 1] == "."):
+            continue
+        path: list[str] = []
+        j = i
+        while j + 2 < n and toks[j + 1] == "." and _NAME.fullmatch(toks[j + 2]):
+            if j + 3 < n and toks[j + 3] == "(":
+                break  # a method call (`.contains(…)`): the value read is the path so far
+            path.append(toks[j + 2])
+            j += 2
+        if not path:
+            return None  # `e` used whole
+        paths.add(tuple(path))
+    return tuple(sorted(paths))
+
+
+def _memo_key(rule: str, reads: tuple[tuple[str, ...], ...] | None, e: Evidence) -> tuple[Any, ...] | None:
+    """(rule, kind, the read values with their types) when every read value is a plain scalar."""
+    if reads is None:
+        return None
+    if reads == _ATTEMPT_ONLY:  # the attempt-budget rule: one int
+        return (rule, e.kind, e.derived["attempt"])
+    out: list[Any] = [rule, e.kind]
+    for path in reads:
+        head = path[0]
+        value: Any
+        if head == "payload":
+            value = e.typed_payload
+        elif head == "derived":
+            value = e.derived
+        elif head == "subject":
+            value = e.subject
+        elif head in ("kind", "in_subject", "collected_at", "logged_at", "seq", "id"):
+            value = getattr(e, head)
+        else:
+            return None
+        for part in path[1:]:
+            if not isinstance(value, dict) or part not in value:
+                return None  # let CEL decide (and report) what a missing key means
+            value = value[part]
+        if type(value) not in _PLAIN:
+            return None
+        out.append((type(value), value))
+    return tuple(out)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "/".join(_show(v) for v in value) or "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "none" if value is None else str(value)
+
+
+def _differences(compared: tuple[tuple[str, Any, Any], ...], ctx: Mapping[str, Any]) -> list[str]:
+    """What differs, one phrase each (``requests 6, approved 96``); an unreadable value is "not recorded"."""
+    from ledger.errors import PolicyError
+
+    out = []
+    for label, got_c, want_c in compared:
+        want = want_c.value(ctx)
+        try:
+            got = got_c.value(ctx)
+        except PolicyError:
+            out.append(f"{label} not recorded, approved {_show(want)}")
+            continue
+        if got is None:
+            out.append(f"{label} not recorded, approved {_show(want)}")
+        elif got != want:
+            out.append(f"{label} {_show(got)}, approved {_show(want)}")
+    return out
+
+
+def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozenset[str]) -> None:
+    """Facts the log itself establishes, set as ``e.derived`` (CEL: ``e.derived.*``), never taken from
+    the entry's own claims:
+
+    * ``attempt`` — for an ``engine.launch`` of the evaluated subject, its position among the subject's
+      trusted, not superseded launches in log order (1, 2, …); for any other entry, the attempt of the
+      latest such launch started at or before the entry was collected (0: before any launch). Probes of
+      an attempt beyond the budget are thereby beyond it too.
+    * ``job`` — for kinds in ``output_kinds``, the ``job_id`` of the latest job of the same campaign whose
+      ``running`` entry precedes it in the log (None: none): the job it ran in, whether or not it says so.
+    * ``failure_class`` — for an ``engine.launch`` with a ``failure_signature``, the class the signature
+      table gives it; ``unknown`` for an id the table lacks (policies fail those closed).
+    """
+    from bisect import bisect_right
+
+    from ledger.signatures import UNKNOWN_CLASS, signature_classes
+
+    classes = signature_classes()
+    starts: list[tuple[datetime, int]] = []
+    running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
+    n = 0
+    for e in trusted:  # in seq order
+        kind = e.kind
+        if kind == "job":
+            if e.id not in superseded and e.payload.get("state") == "running":
+                running[e.subject.get("campaign")] = str(e.payload.get("job_id"))
+            continue
+        derived: dict[str, Any] = {"attempt": 0, "job": None, "failure_class": None}
+        if kind in output_kinds and e.in_subject:
+            derived["job"] = running.get(e.subject.get("campaign"))
+        if kind == "engine.launch":
+            sig = e.payload.get("failure_signature")
+            if sig is not None:
+                derived["failure_class"] = classes.get(str(sig), UNKNOWN_CLASS)
+            if e.in_subject and e.id not in superseded:
+                n += 1
+                derived["attempt"] = n
+                started = e.payload.get("started_at")
+                try:
+                    t = min(parse_time(started), e.collected_time) if started else e.collected_time
+                except LedgerError:
+                    t = e.collected_time
+                starts.append((t, n))
+        e.derived_ = derived
+        if e._view is not None:  # a view built in an earlier round shows this round's facts
+            e._view["derived"] = derived
+    if not starts:
+        return
+    # attempt in progress at time t: the highest attempt number started at or before t
+    starts.sort()
+    times = [t for t, _ in starts]
+    best: list[int] = []
+    top = 0
+    for _, k in starts:
+        top = max(top, k)
+        best.append(top)
+    for e in trusted:
+        if e.kind in ("job", "engine.launch") or e.derived_ is None:
+            continue
+        i = bisect_right(times, e.collected_time)
+        if i:
+            e.derived_["attempt"] = best[i - 1]
 
 
 def _human(seconds: float) -> str:

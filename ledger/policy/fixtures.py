@@ -8,7 +8,7 @@ import io
 import os
 import tempfile
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,15 +30,6 @@ __all__ = ["FixtureResult", "InitHome", "build_fixture_ledger", "discover_fixtur
 
 # Makes a fresh ledger home (``Ledger.init``): the service passes it in, so this module never imports it.
 InitHome = Callable[[Path], "Ledger"]
-
-
-def _init_home(init: InitHome | None) -> InitHome:
-    if init is not None:
-        return init
-    # Callers that predate ``Ledger.policy_test`` pass no ``init``; once every caller passes one this goes.
-    from ledger.service import Ledger as Service
-
-    return Service.init
 
 
 @dataclass
@@ -220,10 +211,10 @@ class _Builder:
 
 
 def build_fixture_ledger(
-    path: Path, home: Path, policy_dir: Path | None = None, *, init: InitHome | None = None
+    path: Path, home: Path, policy_dir: Path | None = None, *, init: InitHome
 ) -> tuple[Ledger, dict[str, Any], _Builder]:
     spec = _load_spec(path)
-    ledger = _init_home(init)(home)
+    ledger = init(home)
     builder = _Builder(ledger, spec, policy_dir)
     builder.enrol_keys()
     for item in spec["entries"]:
@@ -307,7 +298,7 @@ def _check_routing(expect: Mapping[str, Any], result: Mapping[str, Any], label: 
 
 
 def run_fixture(
-    path: Path, policy_dir: Path | None = None, workdir: Path | None = None, *, init: InitHome | None = None
+    path: Path, policy_dir: Path | None = None, workdir: Path | None = None, *, init: InitHome
 ) -> FixtureResult:
     """Build the fixture's ledger in a fresh home and compare every expectation; never raises for a
     failed expectation (it is reported), but policy and fixture errors propagate."""
@@ -371,9 +362,3 @@ class _home:
         if self.tmp is not None:
             self.tmp.cleanup()
 
-
-def iter_results(
-    paths: list[Path], policy_dir: Path | None = None, *, init: InitHome | None = None
-) -> Iterator[FixtureResult]:
-    for p in paths:
-        yield run_fixture(p, policy_dir, init=init)

@@ -61,6 +61,8 @@ class LoadedPolicy:
     spec: PolicyFile
     acceptance_policy: LoadedPolicy | None = None
     rules: tuple[tuple[CelRule, Condition], ...] = ()
+    # rule name → its compiled differences: (label, got, want)
+    rule_differences: Mapping[str, tuple[tuple[str, Condition, Condition], ...]] = field(default_factory=dict)
     passing: Mapping[str, Condition] = field(default_factory=dict)
     review_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
     acceptance_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
@@ -112,6 +114,15 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
     for i, rule in enumerate(spec.rules):
         rules.append((rule, compile_condition(rule.when, _where(filename, text, "rules", i, "when"))))
     out["rules"] = tuple(rules)
+    diffs: dict[str, tuple[tuple[str, Condition, Condition], ...]] = {}
+    for i, rule in enumerate(spec.rules):
+        if rule.differences:
+            where = _where(filename, text, "rules", i, "differences")
+            diffs[rule.name] = tuple(
+                (d.label, compile_condition(d.got, where), compile_condition(d.want, where))
+                for d in rule.differences
+            )
+    out["rule_differences"] = diffs
     acc = spec.acceptance
     if acc is not None:
         out["passing"] = {
@@ -188,6 +199,22 @@ def _compiled(filename: str, data: bytes) -> dict[str, Any]:
     return _compile(_parsed(filename, data), data.decode("utf-8"), filename)
 
 
+def _check_classes(spec: PolicyFile, text: str, filename: str) -> None:
+    """Params naming failure classes (``*_classes``) use the one closed set, ``FailureClass``."""
+    from ledger.signatures import FailureClass
+
+    known = {c.value for c in FailureClass}
+    for name, value in spec.params.items():
+        if not name.endswith("_classes"):
+            continue
+        bad = [v for v in value if v not in known] if isinstance(value, list) else [value]
+        if bad:
+            raise PolicyError(
+                f"{_where(filename, text, 'params', None, name)}: params.{name}: unknown failure "
+                f"class(es) {', '.join(map(repr, bad))}; known: {', '.join(sorted(known))}"
+            )
+
+
 def _resolve(name_or_path: str, policy_dir: Path) -> Path:
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         return Path(name_or_path)
@@ -239,9 +266,11 @@ def load_policy(
         raise PolicyError(f"{filename}: a qualification policy needs at least one [[gates]] table")
     if spec.policy.kind == "routing" and spec.routing is None:
         raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
+    _check_classes(spec, text, filename)
     compiled = dict(_compiled(filename, data))  # the cached dict is shared: never modify it
     if acceptance_policy is not None:
         compiled["rules"] = acceptance_policy.rules + compiled["rules"]
+        compiled["rule_differences"] = {**acceptance_policy.rule_differences, **compiled["rule_differences"]}
         if spec.acceptance is None:
             for key in ("passing", "review_required", "acceptance_required"):
                 compiled[key] = getattr(acceptance_policy, key)

@@ -16,6 +16,7 @@ __all__ = [
     "BindingsRule",
     "CelRule",
     "Check",
+    "Difference",
     "Gate",
     "PolicyFile",
     "PolicyHeader",
@@ -78,13 +79,26 @@ class SignerRule(_Model):
     reason: str = ""
 
 
+class Difference(_Model):
+    """One compared property of a rule: ``got`` (CEL over ``e``) against ``want`` (CEL, e.g. a param).
+    A ``got`` that cannot be read (the entry lacks the field) counts as different: "not recorded"."""
+
+    label: str = Field(min_length=1)
+    got: str
+    want: str
+
+
 class CelRule(_Model):
-    """A data-driven exclusion: entries of ``kinds`` for which ``when`` holds are rejected with ``detail``."""
+    """A data-driven exclusion: entries of ``kinds`` for which ``when`` holds are rejected with ``detail``.
+
+    With ``differences``, ``when`` only scopes the rule: it rejects when any difference differs, and the
+    detail names each one that does (``requests 6, approved 96``)."""
 
     name: Name
     kinds: list[str] = Field(min_length=1)
     when: str
     detail: str
+    differences: list[Difference] = Field(default_factory=list)
 
 
 class RequirementRule(_Model):
@@ -114,6 +128,8 @@ class AcceptanceSection(_Model):
     acceptance_required: list[RequirementRule] = Field(default_factory=list)
     bindings: BindingsRule | None = None
     repaired_commit_required: bool = True
+    # kinds an engine run outputs: each belongs to the job the log knows it ran in (see `derived.job`)
+    job_output_kinds: list[str] = Field(default_factory=lambda: ["engine.launch", "health.probe"])
 
     @field_validator("freshness")
     @classmethod

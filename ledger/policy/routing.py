@@ -9,6 +9,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import InputError, PolicyError, SignatureError
 from ledger.policy.acceptance import _trust_problem, render
@@ -21,10 +23,34 @@ if TYPE_CHECKING:
     # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
     from ledger.policy.port import PolicyLedger as Ledger
 
-__all__ = ["check_routing_change", "load_deployment"]
+__all__ = ["Deployment", "Service", "check_routing_change", "load_deployment", "record_routing_change"]
 
 REQUIRED_SUBJECT = ("model", "host")
 ACTIONS = ("route", "restore")
+
+
+# What a service's engine reserves when the deployment does not say (its own default): vLLM's
+# ``--gpu-memory-utilization`` is 0.9. A service of another engine must state its value.
+ENGINE_DEFAULT_UTIL = {"vllm": 0.9}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Service(_Strict):
+    name: str = Field(min_length=1)
+    gpus: list[int] = Field(min_length=1)
+    engine: str = "vllm"
+    model: str | None = None
+    port: int | None = None
+    gpu_memory_utilization: float | None = Field(default=None, ge=0, le=1)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Deployment(_Strict):
+    host: str = Field(min_length=1)
+    services: list[Service] = Field(min_length=1)
 
 
 def load_deployment(path: Path) -> dict[str, Any]:
@@ -39,22 +65,36 @@ def load_deployment(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: not a valid deployment file: {e}") from e
     if not isinstance(data, dict):
         raise InputError(f"{path}: a deployment must be an object with services")
-    _validate_deployment(data, str(path))
-    return data
+    return _validate_deployment(data, str(path))
 
 
-def _validate_deployment(data: Mapping[str, Any], where: str) -> None:
-    services = data.get("services")
-    if not isinstance(services, list) or not services:
-        raise InputError(f"{where}: a deployment needs a non-empty `services` list")
-    for i, s in enumerate(services):
-        if not isinstance(s, dict) or "name" not in s or "gpus" not in s:
-            raise InputError(f"{where}: services[{i}] needs `name` and `gpus`")
-        if not all(isinstance(g, int) for g in s["gpus"]):
-            raise InputError(f"{where}: services[{i}].gpus must be GPU indices")
-        util = s.get("gpu_memory_utilization", 0.0)
-        if not isinstance(util, int | float) or not 0 <= util <= 1:
-            raise InputError(f"{where}: services[{i}].gpu_memory_utilization must be within 0..1")
+def _validate_deployment(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Validate strictly (unknown keys, wrong types and missing fields are errors naming the key and
+    the file) and fill each service's ``gpu_memory_utilization`` with its engine's default."""
+    try:
+        dep = Deployment.model_validate(dict(data))
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key {loc!r}"
+        elif err["type"] == "missing":
+            msg = f"{loc}: required"
+        else:
+            msg = f"{loc}: {err['msg']}"
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise InputError(f"{where}: deployment {msg}{more}") from e
+    out = dep.model_dump(mode="json")
+    for i, s in enumerate(out["services"]):
+        if s["gpu_memory_utilization"] is None:
+            default = ENGINE_DEFAULT_UTIL.get(s["engine"])
+            if default is None:
+                raise InputError(
+                    f"{where}: services[{i}] ({s['name']}): no gpu_memory_utilization and engine "
+                    f"{s['engine']!r} has no known default; state it"
+                )
+            s["gpu_memory_utilization"] = default
+    return out
 
 
 def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -63,7 +103,7 @@ def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[d
     names: dict[int, list[str]] = {}
     services = []
     for s in deployment["services"]:
-        util = float(s.get("gpu_memory_utilization", 0.0))
+        util = float(s["gpu_memory_utilization"])  # filled with the engine's default when absent
         gpus = [int(g) for g in s["gpus"]]
         for g in gpus:
             sums[g] = sums.get(g, 0.0) + util
@@ -211,7 +251,7 @@ def check_routing_change(
                 deployment_source = e.id
                 break
     if deployment is not None:
-        _validate_deployment(deployment, deployment_source or "deployment")
+        deployment = _validate_deployment(deployment, deployment_source or "deployment")
     gpus, services = _layout(deployment) if deployment is not None else ([], [])
     max_probe_age = parse_duration(routing.probe_max_age)
     probes = []
@@ -220,6 +260,13 @@ def check_routing_change(
         if 0 <= age <= max_probe_age and usable(e):
             probes.append(e)
     verdict_age = (when - verdict.logged_time).total_seconds() if verdict is not None else None
+    if verdict is not None and verdict_age is not None and verdict_age < 0:
+        raise InputError(
+            f"the reference time {format_time(when)} is before the verdict it would rely on "
+            f"(entry {verdict.id[:16]}, logged {verdict.logged_at}); judge as of a time after it"
+        )
+    current = _rederive(ledger, policy, verdict, size) if verdict is not None else None
+    host_gpus = _host_gpus(host_entries, usable)
     identities = sorted({p.payload["model_identity"] for p in probes if p.payload.get("model_identity")})
     ctx: dict[str, Any] = {
         "request": {
@@ -231,7 +278,13 @@ def check_routing_change(
         "verdict_age_s": verdict_age,
         "verdict_age_text": _age_text(verdict_age) if verdict_age is not None else "",
         "max_verdict_age_s": parse_duration(routing.verdict_max_age),
-        "host": {"name": host_name, **facts},
+        "host": {
+            "name": host_name,
+            **facts,
+            "gpu_indexes": host_gpus[0],
+            "gpu_text": host_gpus[1],
+        },
+        "current": current,
         "deployment": deployment,
         "gpus": gpus,
         "services": services,
@@ -286,15 +339,79 @@ def check_routing_change(
                 "verdict": verdict.payload.get("verdict"),
                 "logged_at": verdict.logged_at,
                 "age_s": round(verdict_age or 0.0, 3),
+                "current": current,
             }
             if verdict is not None
             else None
         ),
         "host": {"name": host_name, "facts": facts, "fact_sources": fact_sources},
         "deployment": {"source": deployment_source, "gpus": gpus} if deployment is not None else None,
+        "deployment_spec": deployment,
         "probes": [p.id for p in probes],
         "ignored": ignored,
     }
+
+
+def _rederive(ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int) -> dict[str, Any]:
+    """The recorded verdict judged again on the ledger as it stands (``size``), with the qualification
+    policy the routing policy names: a supersession, an acceptance rejecting evidence or a revoked
+    collector key since the verdict was recorded changes the answer at once."""
+    from ledger.policy.loader import load_policy
+    from ledger.policy.verdict import evaluate
+
+    assert policy.spec.routing is not None
+    qual = load_policy(policy.spec.routing.qualification, policy.path.parent)
+    recorded = verdict.payload.get("result") or {}
+    subject = recorded.get("subject") if isinstance(recorded, dict) else None
+    if not isinstance(subject, dict) or not subject:
+        return {
+            "verdict": None,
+            "reason": f"verdict {verdict.id[:16]} records no evaluated subject: it cannot be re-derived",
+        }
+    result = evaluate(ledger, dict(subject), qual, at_size=size)
+    failing = [g for g in result["gates"] if g["status"] != "passed"]
+    reason = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
+    same_policy = result["policy"].get("digest") == (verdict.payload.get("policy") or {}).get("digest")
+    return {
+        "verdict": result["verdict"],
+        "subject": dict(subject),
+        "size": size,
+        "reason": reason,
+        "policy_changed": not same_policy,
+    }
+
+
+def _host_gpus(host_entries: list[Evidence], usable: Any) -> tuple[list[int] | None, str]:
+    """GPU indexes on the latest usable host probe of the host (None: no such probe)."""
+    for e in reversed(host_entries):
+        if e.kind != "host.probe" or not usable(e):
+            continue
+        gpus = e.payload.get("gpus") or []
+        idx = [g["index"] if g.get("index") is not None else i for i, g in enumerate(gpus)]
+        text = ", ".join(f"GPU{i}" for i in idx) or "no GPU"
+        return idx, f"{text} on host probe {e.id[:16]} ({e.collected_at})"
+    return None, "no accepted host probe"
+
+
+def record_routing_change(
+    ledger: Ledger, result: dict[str, Any], *, key: str, at: datetime | None = None
+) -> Any:
+    """Append the decision as a signed ``routing.change`` entry (refs the verdict it relied on)."""
+    from ledger.entries import KIND_MODELS
+
+    dep = result.get("deployment_spec") or {}
+    payload = {
+        "action": result["action"],
+        "allowed": bool(result["allowed"]),
+        "reasons": list(result["reasons"]),
+        "deployment": dep,
+    }
+    KIND_MODELS[("routing.change", 1)].model_validate(payload)
+    refs = [("verdict", result["verdict"]["entry"])] if result.get("verdict") else []
+    statement = ledger.make_statement(
+        "routing.change", dict(result["subject"]), payload, refs=refs, collected_at=at
+    )
+    return ledger.append([ledger.sign(statement, key)], logged_at=at)[0]
 
 
 def parse_now(text: str | None) -> datetime | None:

@@ -22,6 +22,7 @@ class Rule(StrEnum):
     REVOKED = "revoked"
     OUTSIDE_VALIDITY = "outside-validity"
     WRONG_ROLE = "wrong-role"
+    SCHEMA_INVALID = "schema-invalid"
     SUPERSEDED = "superseded"
     REJECTED_BY_ACCEPTANCE = "rejected-by-acceptance"
     AFTER_JOB_TERMINAL = "after-job-terminal"
@@ -42,6 +43,7 @@ _DESCRIPTIONS: dict[Rule, str] = {
     Rule.REVOKED: "signed by a key after its revocation took effect",
     Rule.OUTSIDE_VALIDITY: "signed outside the key's validity window",
     Rule.WRONG_ROLE: "signer lacks the role the policy requires",
+    Rule.SCHEMA_INVALID: "the stored payload does not validate against its kind's strict model",
     Rule.ARTIFACT_MISSING: "an artifact is not in the store",
     Rule.ARTIFACT_CORRUPT: "an artifact does not match its digest",
     Rule.SUPERSEDED: "superseded by a later supersession",

@@ -45,13 +45,14 @@ SIGNATURE_CACHE_ENTRIES = 500_000  # (envelope digest → public key) pairs whos
 class _Parsed:
     """What the envelope bytes say, parsed once per process; shared between evaluations, never mutated."""
 
-    __slots__ = ("payload_bytes", "payload_type", "signature", "statement")
+    __slots__ = ("payload_bytes", "payload_type", "schema", "signature", "statement")
 
     def __init__(self, payload_type: str, payload_bytes: bytes, signature: bytes, statement: Any) -> None:
         self.payload_type = payload_type
         self.payload_bytes = payload_bytes
         self.signature = signature
         self.statement = statement
+        self.schema: str | bool | None = False  # False: not checked yet; None: valid; str: the problem
 
 
 class _Bounded:
@@ -105,6 +106,27 @@ def _defaults(kind: str) -> dict[str, Any]:
     return out
 
 
+def payload_problem(statement: Any) -> str | None:
+    """Why a stored payload does not validate against its kind's strict model (None: it does).
+
+    Ingest refuses such payloads; this catches entries stored before a model became stricter, so that
+    selection and CEL never see a value of the wrong type.
+    """
+    from ledger.entries import validate_payload
+    from ledger.errors import LedgerError
+
+    try:
+        validate_payload(statement["kind"], int(statement.get("kind_version", 1)), statement["payload"])
+    except LedgerError as ex:
+        return ex.message
+    except (KeyError, TypeError, ValueError) as ex:
+        return f"payload cannot be read: {ex}"
+    return None
+
+
+NO_DERIVED: dict[str, Any] = {"attempt": 0, "job": None, "failure_class": None}
+
+
 # RFC 3339 text → datetime is a pure function; log times repeat (one per append batch)
 _time = lru_cache(maxsize=1 << 16)(parse_time)
 
@@ -126,6 +148,9 @@ class Evidence:
     signer_name: str = ""
     roles: tuple[str, ...] = ()
     in_subject: bool = True
+    parsed: _Parsed | None = field(default=None, repr=False)
+    # facts derived from the log by the acceptance filter (attempt number, job, failure class)
+    derived_: dict[str, Any] | None = field(default=None, repr=False)
     _view: dict[str, Any] | None = field(default=None, repr=False)
     _collected: datetime | None = field(default=None, repr=False)
     _logged: datetime | None = field(default=None, repr=False)
@@ -139,6 +164,27 @@ class Evidence:
     def payload(self) -> dict[str, Any]:
         p: dict[str, Any] = self.statement["payload"]
         return p
+
+    @property
+    def typed_payload(self) -> dict[str, Any]:
+        """The payload as CEL and gate selection see it: every model field, defaults where absent."""
+        if self._view is not None:
+            p: dict[str, Any] = self._view["payload"]
+            return p
+        return {**_defaults(self.kind), **self.payload}
+
+    @property
+    def derived(self) -> dict[str, Any]:
+        return self.derived_ if self.derived_ is not None else NO_DERIVED
+
+    def schema_problem(self) -> str | None:
+        """``payload_problem`` of this entry, remembered with its parsed envelope (one check per process)."""
+        parsed = self.parsed
+        if parsed is None:
+            return payload_problem(self.statement)
+        if parsed.schema is False:
+            parsed.schema = payload_problem(self.statement)
+        return parsed.schema if isinstance(parsed.schema, str) else None
 
     @property
     def collected_at(self) -> str:
@@ -180,6 +226,7 @@ class Evidence:
                 "kind": self.kind,
                 "subject": self.subject,
                 "payload": {**_defaults(self.kind), **self.payload},
+                "derived": self.derived,
                 "refs": refs,
                 "signer": self.signer_name,
                 "roles": list(self.roles),
@@ -369,6 +416,7 @@ _VIEW_FIELDS = frozenset(
         "logged_at",
         "artifacts",
         "in_subject",
+        "derived",
     }
 )
 _SIMPLE = {
@@ -380,6 +428,7 @@ _SIMPLE = {
     "collected_at": "collected_at",
     "logged_at": "logged_at",
     "in_subject": "in_subject",
+    "derived": "derived",
 }
 
 
@@ -442,6 +491,7 @@ def _evidence(row: Any, parsed: _Parsed, digest: bytes) -> Evidence:
         parsed.payload_bytes,
         parsed.signature,
         digest,
+        parsed=parsed,
     )
 
 

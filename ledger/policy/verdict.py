@@ -21,6 +21,7 @@ from ledger.policy.model import INCONCLUSIVE, QUALIFIED
 from ledger.policy.snapshot import (
     Evidence,
     Snapshot,
+    _defaults,
     check_signature,
     load_snapshot,
     slim_views,
@@ -171,7 +172,9 @@ def _field(e: Evidence, path: str) -> Any:
     head, _, rest = path.partition(".")
     value: Any
     if head == "payload":
-        value = e.payload
+        value = e.typed_payload  # what CEL sees: the model's defaults where the entry has no value
+    elif head == "derived":
+        value = e.derived
     elif head == "subject":
         value = e.subject
     elif head == "kind":
@@ -257,7 +260,19 @@ def _column(entries: list[Evidence], path: str) -> list[Any]:
     """``[_field(e, path) for e in entries]``; a top-level payload field is read straight from the dict."""
     head, _, rest = path.partition(".")
     if head == "payload" and rest and "." not in rest:
-        return [p.get(rest) if isinstance(p := e.statement["payload"], dict) else None for e in entries]
+        # the entry's value, else its model's default: selection sees the payload CEL sees
+        out: list[Any] = []
+        defaults_by_kind: dict[str, Any] = {}
+        for e in entries:
+            p = e.statement["payload"]
+            if rest in p:
+                out.append(p[rest])
+                continue
+            d = defaults_by_kind.get(e.kind)
+            if d is None:
+                d = defaults_by_kind[e.kind] = _defaults(e.kind)
+            out.append(d.get(rest))
+        return out
     return [_field(e, path) for e in entries]
 
 

@@ -245,9 +245,9 @@ def test_healthy_engine_passes_every_gate(
     c = fault_campaign(tmp_path, tiny_model_dir, [{"name": "default", "args": ["--mode", "ok"]}])
     result = run_campaign(c, recorder, tmp_path)
     assert result.state == "succeeded"
-    assert result.verdict_hint == "QUALIFIED"
+    assert result.verdict_hint == "INCONCLUSIVE"  # semantic and benchmark not run: not a pass (issue 11)
     statuses = gate_statuses(ledger)
-    assert [statuses[g] for g in GATES] == ["passed"] * 6 + ["not_run"] * 2
+    assert [statuses[g] for g in GATES] == ["passed"] * 7 + ["not_run"] * 2
     [launch] = launches(ledger)
     assert launch["failure_signature"] is None
     assert launch["details"]["stop_reason"] == "finished"
@@ -326,3 +326,21 @@ def test_sigterm_mid_campaign_cancels_cleanly(tmp_path: Path, tiny_model_dir: Pa
         assert_every_entry_refs_the_job(ledger)
     finally:
         ledger.close()
+
+
+def test_engine_dead_after_ready_campaign_policy_verdict_is_runtime_reliability(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
+) -> None:
+    """Issue 11: ready, then the engine dies on the first completion. The collector's own gates stop at
+    ready-control, but the policy — judging the recorded launch's signature class — says RUNTIME
+    RELIABILITY with runtime-stability failed, and the collector reports that verdict."""
+    from ledger.collectors.campaign import policy_verdict
+
+    c = fault_campaign(tmp_path, tiny_model_dir, [{"name": "default", "args": ["--mode", "abort"]}])
+    runner = CampaignRunner(load_campaign(c), recorder, work_dir=tmp_path / "work", handle_signals=False)
+    result = runner.run()
+    assert result.verdict_hint != "QUALIFIED"
+    v = policy_verdict(recorder, runner.subject)
+    assert v is not None
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+    assert {g["name"]: g["status"] for g in v["gates"]}["runtime-stability"] == "failed"

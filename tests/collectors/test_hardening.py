@@ -21,9 +21,9 @@ from ledger.collectors.secrets import (
     redact_env,
     scrub_text,
 )
-from ledger.collectors.signatures import load_signatures
 from ledger.errors import ConfigError, InputError, LedgerError
 from ledger.service import Ledger
+from ledger.signatures import load_signatures
 
 from .conftest import run_ledger
 

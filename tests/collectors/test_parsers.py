@@ -17,8 +17,8 @@ from ledger.collectors.host import detect_wsl2
 from ledger.collectors.kernel import last_reset, parse_kernel_log, parse_since
 from ledger.collectors.phases import parse_phases
 from ledger.collectors.secrets import REDACTED, Redactor, redact_command, redact_env
-from ledger.collectors.signatures import RunOutcome, classify, load_signatures
 from ledger.errors import ConfigError, InputError
+from ledger.signatures import RunOutcome, classify, load_signatures
 
 from .conftest import FIXTURES
 

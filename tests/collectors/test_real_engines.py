@@ -204,7 +204,9 @@ def test_vllm_cpu_head_dim16_first_request_kills_engine(tmp_path: Path, home: Pa
     assert launch["ready"] is True
     assert launch["failure_signature"] == "cpu-attention-unsupported"
     assert launch["details"]["stop_reason"] == "exited"  # it shut itself down after EngineDeadError
-    assert result["verdict_hint"] == "NOT QUALIFIED — CONTROL"
+    assert result["verdict_hint"] == "NOT QUALIFIED — CONTROL"  # the collector's own gates
+    # the policy judges the recorded launch: ready, then EngineDeadError → a runtime fault (issue 11)
+    assert result["policy_verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
 
 
 def test_vllm_cpu_mem_util_092_dies_before_readiness(tmp_path: Path, home: Path) -> None:

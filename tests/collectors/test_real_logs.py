@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ledger.collectors.phases import parse_phases
-from ledger.collectors.signatures import RunOutcome, classify
+from ledger.signatures import RunOutcome, classify
 
 from .conftest import ENGINE_LOGS
 

@@ -35,7 +35,7 @@ class CliResult:
 def build(tmp_path: Path) -> Callable[[str], Built]:
     def make(fixture: str) -> Built:
         home = tmp_path / "home"
-        ledger, _spec, builder = build_fixture_ledger(FIXTURES / fixture, home, POLICY_DIR)
+        ledger, _spec, builder = build_fixture_ledger(FIXTURES / fixture, home, POLICY_DIR, init=Ledger.init)
         return Built(home, ledger, {n: e.entry_id for n, e in builder.names.items()})
 
     return make

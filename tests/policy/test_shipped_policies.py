@@ -8,6 +8,7 @@ import pytest
 
 from ledger.policy.fixtures import discover_fixtures, run_fixture
 from ledger.policy.loader import list_policies, load_policy
+from ledger.service import Ledger
 
 POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
 FIXTURES = discover_fixtures(POLICY_DIR)
@@ -22,5 +23,5 @@ def test_every_shipped_policy_has_fixtures() -> None:
 
 @pytest.mark.parametrize("path", FIXTURES, ids=[f"{p.parent.name}/{p.stem}" for p in FIXTURES])
 def test_fixture(path: Path, tmp_path: Path) -> None:
-    result = run_fixture(path, POLICY_DIR, workdir=tmp_path)
+    result = run_fixture(path, POLICY_DIR, workdir=tmp_path, init=Ledger.init)
     assert result.passed, "\n".join(result.failures)

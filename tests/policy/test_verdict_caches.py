@@ -19,6 +19,7 @@ from ledger.policy import evaluate, load_policy
 from ledger.policy.conditions import fields_read
 from ledger.policy.fixtures import build_fixture_ledger
 from ledger.policy.snapshot import _PARSED, _VERIFIED, clear_caches, slim_views
+from ledger.service import Ledger
 from tests.policy.conftest import FIXTURES, POLICY_DIR
 
 # the module, not the function of the same name that ``ledger.policy`` exports
@@ -41,7 +42,7 @@ def _subjects(spec: dict[str, Any]) -> list[dict[str, str]]:
 def test_caches_and_slim_views_do_not_change_a_verdict(
     fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    led, spec, _builder = build_fixture_ledger(fixture, tmp_path / "home", POLICY_DIR)
+    led, spec, _builder = build_fixture_ledger(fixture, tmp_path / "home", POLICY_DIR, init=Ledger.init)
     policy = load_policy("backend-qualification", POLICY_DIR)
     subjects = _subjects(spec)
     assert subjects, "the fixture names a subject"
@@ -185,7 +186,7 @@ def test_both_plans_for_referencing_entries_give_the_same_snapshot(
     from ledger import repo as repo_mod
     from ledger.policy import snapshot as snap_mod
 
-    ledger, spec, _builder = build_fixture_ledger(fixture, tmp_path / "home", POLICY_DIR)
+    ledger, spec, _builder = build_fixture_ledger(fixture, tmp_path / "home", POLICY_DIR, init=Ledger.init)
     for subject in _subjects(spec):
         seen = []
         for forced in (True, False):

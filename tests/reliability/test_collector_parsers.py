@@ -18,9 +18,9 @@ from ledger.collectors.campaign import load_campaign
 from ledger.collectors.kernel import parse_kernel_log, parse_since
 from ledger.collectors.model import resolve_model, scan_model
 from ledger.collectors.phases import parse_phases
-from ledger.collectors.signatures import RunOutcome, classify, load_signatures
 from ledger.entries import KernelEvent
 from ledger.errors import LedgerError
+from ledger.signatures import RunOutcome, classify, load_signatures
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ = settings(

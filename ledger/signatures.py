@@ -6,15 +6,45 @@ import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ledger.errors import ConfigError
 
-__all__ = ["DEFAULT_SIGNATURES", "Classification", "RunOutcome", "Signature", "classify", "load_signatures"]
+__all__ = [
+    "DEFAULT_SIGNATURES",
+    "Classification",
+    "FailureClass",
+    "RunOutcome",
+    "Signature",
+    "classify",
+    "load_signatures",
+    "signature_classes",
+]
 
-DEFAULT_SIGNATURES = Path(__file__).with_name("signatures.toml")
+# the table is the collectors' data (they classify runs with it); the policy reads the classes it names
+DEFAULT_SIGNATURES = Path(__file__).parent / "collectors" / "signatures.toml"
 _MAX_DETAIL = 500
+
+
+class FailureClass(StrEnum):
+    """The closed set of failure classes: every signature names one; policies judge these, not ids.
+
+    Defined here once; ``signatures.toml`` and the policies (``params.fault_classes``) are checked
+    against it when they load.
+    """
+
+    STARTUP = "startup"  # the engine never came up: config, kernels, weights, platform
+    RUNTIME_FAULT = "runtime-fault"  # it came up and then crashed / died on requests
+    GPU_FAULT = "gpu-fault"  # the device hung or faulted
+    RESOURCE = "resource"  # memory (host or device) exhausted, OOM-killed
+    LEASE = "lease"  # it hung: the lease ran out before it finished
+    OPERATOR_STOP = "operator-stop"  # stopped from outside (SIGTERM by an operator or supervisor)
+
+
+UNKNOWN_CLASS = "unknown"  # what the policy engine reports for an id the signature table lacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +55,7 @@ class RunOutcome:
     exit_code: int | None = None  # exit status when it exited normally
     signal: int | None = None  # the signal that terminated it
     lease_expired: bool = False
+    request_failed: bool = False  # the collector saw a request fail server-side
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +67,8 @@ class Signature:
     exit_codes: tuple[int, ...] = ()
     lease_expired: bool | None = None
     ready: bool | None = None
-    verdict: str = "runtime-reliability"
+    request_failed: bool | None = None
+    failure_class: FailureClass = FailureClass.STARTUP
 
     def match(self, text: str, outcome: RunOutcome) -> str | None:
         """The evidence line when every condition holds (``""`` for status-only matches), else None."""
@@ -47,6 +79,8 @@ class Signature:
         if self.lease_expired is not None and outcome.lease_expired != self.lease_expired:
             return None
         if self.ready is not None and outcome.ready != self.ready:
+            return None
+        if self.request_failed is not None and outcome.request_failed != self.request_failed:
             return None
         if not self.patterns:
             return ""
@@ -66,10 +100,12 @@ class Classification:
     title: str | None = None
     detail: str | None = None
     matched: list[str] = field(default_factory=list)
+    failure_class: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "signature": self.signature,
+            "class": self.failure_class,
             "title": self.title,
             "detail": self.detail,
             "matched": list(self.matched),
@@ -77,13 +113,29 @@ class Classification:
 
 
 def _signature(raw: dict[str, Any], where: str) -> Signature:
-    known = {"id", "title", "patterns", "signal", "exit_codes", "lease_expired", "ready", "verdict"}
+    known = {
+        "id",
+        "title",
+        "patterns",
+        "signal",
+        "exit_codes",
+        "lease_expired",
+        "ready",
+        "request_failed",
+        "class",
+    }
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     sid = raw.get("id")
     if not isinstance(sid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", sid):
         raise ConfigError(f"{where}: id must be kebab-case text")
+    cls = raw.get("class")
+    choices = ", ".join(c.value for c in FailureClass)
+    if cls is None:
+        raise ConfigError(f"{where} ({sid}): `class` is required (one of {choices})")
+    if cls not in {c.value for c in FailureClass}:
+        raise ConfigError(f"{where} ({sid}): unknown class {cls!r} (one of {choices})")
     try:
         patterns = tuple(re.compile(p) for p in raw.get("patterns", []))
     except re.error as e:
@@ -96,7 +148,8 @@ def _signature(raw: dict[str, Any], where: str) -> Signature:
         exit_codes=tuple(raw.get("exit_codes", ())),
         lease_expired=raw.get("lease_expired"),
         ready=raw.get("ready"),
-        verdict=str(raw.get("verdict", "runtime-reliability")),
+        request_failed=raw.get("request_failed"),
+        failure_class=FailureClass(cls),
     )
 
 
@@ -119,6 +172,21 @@ def load_signatures(path: Path | None = None) -> list[Signature]:
     return sigs
 
 
+@lru_cache(maxsize=8)
+def _classes(path: str, mtime_ns: int) -> dict[str, str]:
+    return {s.id: s.failure_class.value for s in load_signatures(Path(path))}
+
+
+def signature_classes(path: Path | None = None) -> dict[str, str]:
+    """Signature id → failure class, from ``path`` (default: the shipped table)."""
+    p = path or DEFAULT_SIGNATURES
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError as e:
+        raise ConfigError(f"cannot read signatures file {p}: {e.strerror}") from e
+    return dict(_classes(str(p), mtime))
+
+
 def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | None = None) -> Classification:
     """The first matching signature for a failed run (and every signature that matched)."""
     sigs = load_signatures() if signatures is None else signatures
@@ -134,4 +202,4 @@ def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | N
             first, detail = sig, line or None
     if first is None:
         return Classification(None)
-    return Classification(first.id, first.title, detail, matched)
+    return Classification(first.id, first.title, detail, matched, first.failure_class.value)

@@ -1,0 +1,499 @@
+"""Issue 11: verdicts fail closed, in one vocabulary. One regression per finding, named after it."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from ledger.errors import SchemaError
+from ledger.policy.fixtures import _Builder
+from ledger.policy.loader import load_policy
+from ledger.policy.verdict import evaluate
+from ledger.service import Ledger
+from ledger.signatures import FailureClass, load_signatures
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY_DIR = REPO / "policies"
+SHARED = POLICY_DIR / "fixtures" / "_shared"
+SUBJECT = {"campaign": "neighbour-campaign-7", "backend": "vllm", "model": "m-7", "host": "gpu-box-1"}
+KEYS = {"collector": ["collector"], "reviewer": ["reviewer"], "operator": ["operator"]}
+
+
+def _shared(*names: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for n in names:
+        out.extend(tomllib.loads((SHARED / f"{n}.toml").read_text())["entries"])
+    return copy.deepcopy(out)
+
+
+def qualified_entries() -> list[dict[str, Any]]:
+    return _shared("ready-campaign", "semantic-benchmark")
+
+
+def verdict_of(
+    tmp_path: Path, entries: list[dict[str, Any]], subject: dict[str, str] | None = None
+) -> dict[str, Any]:
+    home = tmp_path / f"home-{len(list(tmp_path.glob('home-*')))}"
+    ledger = Ledger.init(home)
+    try:
+        spec = {
+            "start": "2026-09-10T09:00:00Z",
+            "keys": KEYS,
+            "defaults": {"subject": SUBJECT},
+            "entries": entries,
+        }
+        b = _Builder(ledger, spec, POLICY_DIR)
+        b.enrol_keys()
+        for item in entries:
+            b.add(item)
+        out = evaluate(ledger, dict(subject or SUBJECT), load_policy("backend-qualification", POLICY_DIR))
+        out["_names"] = {e.entry_id: n for n, e in b.names.items()}
+        return out
+    finally:
+        ledger.close()
+
+
+def gates(v: dict[str, Any]) -> dict[str, str]:
+    return {g["name"]: g["status"] for g in v["gates"]}
+
+
+def rejected(v: dict[str, Any]) -> dict[str, str]:
+    return {v["_names"][r["entry"]]: r["rule"] for r in v["rejected"] if r["entry"] in v["_names"]}
+
+
+def entry(entries: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(e for e in entries if e.get("name") == name)
+
+
+def test_neighbour_qualified_baseline(tmp_path: Path) -> None:
+    assert verdict_of(tmp_path, qualified_entries())["verdict"] == "QUALIFIED"
+
+
+# --- one vocabulary --------------------------------------------------------------------------------------
+
+
+def test_engine_dead_after_ready_is_runtime_reliability(tmp_path: Path) -> None:
+    """Seed 003 shape: ready, then EngineDeadError / abort -6 on the first completion."""
+    for sig, extra in (
+        ("engine-dead", {"exit_code": -6, "signal": 6}),
+        ("engine-exited-after-readiness", {"exit_code": 1}),
+        ("cpu-attention-unsupported", {"exit_code": 1}),
+        ("request-failed", {}),
+    ):
+        es = qualified_entries()
+        entry(es, "launch")["payload"].update(failure_signature=sig, **extra)
+        c = entry(es, "completion")["payload"]
+        c.update(ok=False, text=None, error="EngineDeadError")
+        v = verdict_of(tmp_path, es)
+        assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", (sig, v["gates"])
+        assert gates(v)["runtime-stability"] == "failed", sig
+
+
+def test_unknown_signature_fails_closed(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["failure_signature"] = "brand-new-crash-mode"
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != "QUALIFIED"
+    g = next(g for g in v["gates"] if g["name"] == "runtime-stability")
+    assert g["status"] == "failed" and "does not know" in g["reason"]
+
+
+def test_startup_failure_then_ready_fallback_is_not_a_runtime_fault(tmp_path: Path) -> None:
+    es = qualified_entries()
+    first = copy.deepcopy(entry(es, "launch"))
+    first["name"] = "launch-uva"
+    first["at"] = "2026-09-10T10:00:30Z"
+    first["payload"].update(ready=False, exit_code=1, failure_signature="uva-unavailable")
+    es.insert(es.index(entry(es, "launch")), first)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_every_recordable_name_is_known_to_the_policy() -> None:
+    """Every signature, gate name and probe `check` the collectors can record is known to the policy."""
+    from ledger.collectors.campaign import collector_gates
+    from ledger.entries import HealthProbe
+
+    policy = load_policy("backend-qualification", POLICY_DIR)
+    faults, stops = set(policy.params["fault_classes"]), set(policy.params["stop_classes"])
+    assert faults | stops <= {c.value for c in FailureClass}
+    assert not faults & stops
+    for sig in load_signatures():
+        assert sig.failure_class in FailureClass, sig.id
+    # every class but the stop classes fails a launch that had reached readiness: closed by construction
+    assert stops == {FailureClass.OPERATOR_STOP.value}
+    gate_names = [g.spec.name for g in policy.gates]
+    assert list(collector_gates(policy)) == gate_names
+    from ledger.collectors.campaign import STEP_FOR_GATE
+
+    assert set(STEP_FOR_GATE) <= set(gate_names), set(STEP_FOR_GATE) - set(gate_names)
+    # every probe `check` value the collectors write is selected by some gate (or is restoration-only)
+    import ast
+    import inspect
+
+    import ledger.collectors.probe as probe
+
+    checks = {
+        n.value
+        for n in ast.walk(ast.parse(inspect.getsource(probe)))
+        if isinstance(n, ast.Dict)
+        for k, n in zip(n.keys, n.values, strict=True)
+        if isinstance(k, ast.Constant) and k.value == "check" and isinstance(n, ast.Constant)
+    }
+    assert checks, "found no probe check values"
+    selected = {
+        sel.get("payload.check")
+        for g in policy.gates
+        for sel in g.spec.select
+        if sel.get("kind") == "health.probe"
+    }
+    known = selected | {"models", "restoration"}
+    assert checks <= known, checks - known
+    assert HealthProbe.model_fields["check"].default in selected
+    import typing
+
+    assert checks <= set(typing.get_args(HealthProbe.model_fields["check"].annotation))
+
+
+def test_policy_with_unknown_fault_class_is_refused(policy_copy: Path) -> None:
+    from ledger.errors import PolicyError
+
+    p = policy_copy / "backend-qualification.toml"
+    p.write_text(
+        p.read_text().replace('fault_classes = ["runtime-fault"', 'fault_classes = ["runtime-faults"')
+    )
+    with pytest.raises(PolicyError, match="runtime-faults"):
+        load_policy(str(p))
+
+
+def test_signature_without_class_is_refused(tmp_path: Path) -> None:
+    from ledger.errors import ConfigError
+
+    p = tmp_path / "s.toml"
+    p.write_text('[[signature]]\nid = "x"\ntitle = "x"\nready = true\n')
+    with pytest.raises(ConfigError, match="class"):
+        load_signatures(p)
+    p.write_text('[[signature]]\nid = "x"\ntitle = "x"\nready = true\nclass = "cosmic-ray"\n')
+    with pytest.raises(ConfigError, match="cosmic-ray"):
+        load_signatures(p)
+
+
+# --- fail closed by construction ------------------------------------------------------------------------
+
+
+def test_sleeping_probe_without_check_field_fails_readiness(tmp_path: Path) -> None:
+    es = qualified_entries()
+    health = entry(es, "health")["payload"]
+    del health["check"]
+    health["sleeping"] = True
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["api-readiness"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+def test_string_false_is_refused_at_ingest(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "completion")["payload"]["ok"] = "false"
+    with pytest.raises(SchemaError, match="ok"):
+        verdict_of(tmp_path, es)
+
+
+def test_int_for_float_is_still_accepted(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["time_to_ready_s"] = 40
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_launch_without_attempt_is_counted_from_the_log(tmp_path: Path) -> None:
+    """Four launches, none (or a wrong) `attempt` claimed: the 4th is beyond the budget, its probes too."""
+    es = qualified_entries()
+    base = entry(es, "launch")
+    i = es.index(base)
+    fails = []
+    for n in range(3):
+        f = copy.deepcopy(base)
+        f["name"] = f"fail-{n}"
+        f["at"] = f"2026-09-10T10:00:2{n}Z"
+        f["payload"].update(
+            ready=False, exit_code=1, failure_signature="engine-died-before-readiness", attempt=1
+        )
+        fails.append(f)
+    del base["payload"]["attempt"]
+    base["payload"]["started_at"] = "2026-09-10T10:00:30Z"
+    es[i:i] = fails
+    v = verdict_of(tmp_path, es)
+    r = rejected(v)
+    assert r["launch"] == "beyond-attempt-budget"
+    assert r["completion"] == "beyond-attempt-budget"
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_output_after_kill_without_job_ref_is_rejected(tmp_path: Path) -> None:
+    es = qualified_entries()
+    kill = {
+        "name": "killed",
+        "kind": "job",
+        "key": "operator",
+        "at": "2026-09-10T10:01:30Z",
+        "payload": {
+            "job_id": "campaign-1",
+            "state": "killed",
+            "ended_at": "2026-09-10T10:01:30Z",
+            "exit_code": 143,
+        },
+    }
+    seq = entry(es, "sequential")
+    es.insert(es.index(seq), kill)
+    del seq["refs"]
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["sequential"] == "after-job-terminal"
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_launch_without_bindings_is_rejected_when_the_campaign_pins(tmp_path: Path) -> None:
+    es = qualified_entries()
+    del entry(es, "launch")["payload"]["bindings"]
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["launch"] == "bindings-mismatch"
+    assert v["verdict"] != "QUALIFIED"
+
+
+def _review_case(
+    tmp_path: Path, pass_payload: dict[str, Any], *, pass_before_fail: bool = False
+) -> dict[str, Any]:
+    es = qualified_entries()
+    entry(es, "semantic")["subject"] = {"commit": "f" * 40}
+    fail = {
+        "name": "fail",
+        "kind": "review",
+        "key": "reviewer",
+        "at": "2026-09-10T10:21:00Z",
+        "refs": {"reviews": "semantic"},
+        "payload": {"result": "FAIL", "commit": "f" * 40},
+    }
+    late_pass = {
+        "name": "pass",
+        "kind": "review",
+        "key": "reviewer",
+        "at": "2026-09-10T10:22:00Z",
+        "refs": {"reviews": "semantic"},
+        "payload": pass_payload,
+    }
+    i = es.index(entry(es, "semantic-review")) + 1
+    es[i:i] = [late_pass, fail] if pass_before_fail else [fail, late_pass]
+    return verdict_of(tmp_path, es)
+
+
+def test_review_pass_without_commit_does_not_lift_fail(tmp_path: Path) -> None:
+    v = _review_case(tmp_path, {"result": "PASS"})
+    assert rejected(v)["semantic"] == "review-fail"
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_review_pass_on_repaired_commit_attached_to_failed_evidence_does_not_lift_fail(
+    tmp_path: Path,
+) -> None:
+    v = _review_case(tmp_path, {"result": "PASS", "commit": "a" * 40})
+    assert rejected(v)["semantic"] == "review-fail"
+    assert "attached to evidence of commit" in next(
+        r["detail"] for r in v["rejected"] if r["rule"] == "review-fail"
+    )
+
+
+def test_review_pass_earlier_than_fail_does_not_lift_it(tmp_path: Path) -> None:
+    v = _review_case(tmp_path, {"result": "PASS", "commit": "a" * 40}, pass_before_fail=True)
+    assert rejected(v)["semantic"] == "review-fail"
+
+
+# --- property: drop or rename any one field a gate reads to pass ---------------------------------------
+
+# (entry, payload path) pairs the qualified campaign's gates read to PASS (fields whose absence the
+# model's defaults would otherwise fill: every selector, flag, text, count and spec field).
+NEEDED = [
+    ("host", "gpus"),
+    ("pin", "revision"),
+    ("launch", "ready"),
+    ("launch", "bindings"),
+    ("health", "check"),
+    ("completion", "check"),
+    ("completion", "ok"),
+    ("completion", "text"),
+    ("structured", "check"),
+    ("structured", "ok"),
+    ("sequential", "check"),
+    ("sequential", "ok"),
+    ("sequential", "count"),
+    ("semantic", "gate"),
+    ("semantic", "status"),
+    ("benchmark", "gate"),
+    ("benchmark", "status"),
+    ("benchmark", "counts.requests"),
+    ("benchmark", "bounds.concurrency"),
+    ("benchmark-acceptance", "decision"),
+    ("semantic-review", "result"),
+]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from(NEEDED), how=st.sampled_from(["drop", "rename", "typo"]))
+def test_dropped_or_renamed_field_never_passes(tmp_path: Path, which: tuple[str, str], how: str) -> None:
+    name, path = which
+    es = qualified_entries()
+    holder = entry(es, name)["payload"]
+    *parents, leaf = path.split(".")
+    for p in parents:
+        holder = holder[p]
+    value = holder.pop(leaf)
+    if not parents:
+        from ledger.entries import KIND_MODELS
+
+        f = KIND_MODELS[(entry(es, name)["kind"], 1)].model_fields[leaf]
+        # dropping a field whose value is its model's default changes nothing (e.g. check = "health")
+        assume(how != "drop" or f.is_required() or f.get_default(call_default_factory=True) != value)
+    if how == "rename":
+        holder[leaf.upper()] = value
+    elif how == "typo":
+        holder[leaf[:-1] + leaf[-1] * 2] = value
+    try:
+        v = verdict_of(tmp_path, es)
+    except SchemaError:
+        return  # refused at ingest: nothing stored, nothing passes
+    assert v["verdict"] != "QUALIFIED", (which, how)
+
+
+# --- messages --------------------------------------------------------------------------------------------
+
+
+def _bench(tmp_path: Path, counts: dict[str, Any], bounds: dict[str, Any]) -> str:
+    es = qualified_entries()
+    b = entry(es, "benchmark")["payload"]
+    b["counts"], b["bounds"] = counts, bounds
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != "QUALIFIED"
+    return next(r["detail"] for r in v["rejected"] if r["rule"] == "spec-mismatch")
+
+
+def test_spec_mismatch_detail_says_what_differs(tmp_path: Path) -> None:
+    d = _bench(tmp_path, {"requests": 96}, {"concurrency": [1, 4]})
+    assert "concurrency levels 1/4, approved 1/4/32" in d
+    assert "requests" not in d.split(":", 1)[1]  # the request count matches: not named as a difference
+    d = _bench(tmp_path, {"requests": 6}, {"concurrency": [1, 4, 32]})
+    assert "requests 6, approved 96" in d and "concurrency" not in d.split(":", 1)[1]
+
+
+def test_spec_mismatch_detail_has_no_unfilled_placeholder(tmp_path: Path) -> None:
+    d = _bench(tmp_path, {}, {})
+    assert "{" not in d and "}" not in d
+    assert "requests not recorded, approved 96" in d
+    assert "concurrency levels not recorded, approved 1/4/32" in d
+
+
+def test_render_never_prints_placeholders() -> None:
+    from ledger.policy.acceptance import render
+
+    assert (
+        render("a {e[payload][counts][requests]}-request run of {x}", {"e": {"payload": {}}})
+        == "a ?-request run of ?"
+    )
+    assert render("{e}", {}) == "?"
+
+
+def test_verdict_table_prints_bracketed_evidence_text_verbatim(build, cli, monkeypatch) -> None:
+    from ledger.entries import parse_time
+
+    monkeypatch.setenv("COLUMNS", "400")
+    b = build("backend-qualification/seed003-review.toml")
+    st = b.ledger.make_statement(
+        "supersession",
+        {"campaign": "strix-native-control"},
+        {"reason": "[bold]wrong[/bold] [engine failure: engine-dead]"},
+        refs=[("supersedes", b.names["pin"])],
+        collected_at="2026-09-10T16:00:00Z",
+    )
+    b.ledger.append([b.ledger.sign(st, "operator")], logged_at=parse_time("2026-09-10T16:00:00Z"))
+    r = cli("verdict", "--home", str(b.home), "--subject", "campaign=strix-native-control")
+    assert "[bold]wrong[/bold] [engine failure: engine-dead]" in r.out, r.out
+
+
+def test_schema_error_hint_names_a_real_command() -> None:
+    from ledger.errors import SchemaError
+
+    hint = SchemaError("x").hint or ""
+    assert "kinds show" not in hint and "ledger kinds" in hint
+
+
+def test_verdict_at_is_labelled_a_log_size(cli) -> None:
+    r = cli("verdict", "--help")
+    assert "SIZE" in r.out and "(SEQ)" not in r.out
+
+
+@pytest.mark.parametrize(
+    ("section", "bad"),
+    [
+        ("campaign", "lease_secnds = 5"),
+        ("engine", "gpu_memory_utilisation = 0.5"),
+        ("gates.control", "expcet = 'X'"),
+    ],
+)
+def test_campaign_file_unknown_key_is_an_error_naming_key_and_file(
+    tmp_path: Path, section: str, bad: str
+) -> None:
+    from ledger.collectors.campaign import load_campaign
+    from ledger.errors import ConfigError
+
+    text = {
+        "campaign": 'id = "neighbour"\n',
+        "model": 'path = "m"\n',
+        "engine": 'kind = "generic"\ncommand = ["x"]\n',
+        "gates.control": "enabled = true\n",
+    }
+    text[section] += bad + "\n"
+    p = tmp_path / "c.toml"
+    p.write_text("".join(f"[{k}]\n{v}" for k, v in text.items()))
+    with pytest.raises(ConfigError) as ei:
+        load_campaign(p)
+    key = bad.split(" =", maxsplit=1)[0]
+    assert f"unknown key '{section}.{key}'" in ei.value.message and str(p) in ei.value.message
+
+
+def test_payload_stored_before_strict_models_is_rejected_not_judged(tmp_path: Path, monkeypatch) -> None:
+    """An `"ok": "false"` stored by an older, lenient ingest: rejected `schema-invalid` with the field
+    named, never judged truthy, never a policy error."""
+    import ledger.entries as entries_mod
+    import ledger.service as service_mod
+
+    real = entries_mod.parse_statement
+
+    def lenient(value: Any) -> Any:
+        if isinstance(value, dict) and value.get("payload", {}).get("ok") == "false":
+            return entries_mod.Statement.model_validate(value)
+        return real(value)
+
+    monkeypatch.setattr(service_mod, "parse_statement", lenient)
+    es = qualified_entries()
+    entry(es, "completion")["payload"]["ok"] = "false"
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["completion"] == "schema-invalid"
+    assert "ok" in next(r["detail"] for r in v["rejected"] if r["rule"] == "schema-invalid")
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_sleeping_probe_with_misspelled_check_never_passes_readiness(tmp_path: Path) -> None:
+    es = qualified_entries()
+    health = entry(es, "health")["payload"]
+    health["check"] = "healthz"
+    health["sleeping"] = True
+    with pytest.raises(SchemaError, match="check"):
+        verdict_of(tmp_path, es)
+
+
+def test_sleeping_flag_on_any_probe_fails_readiness(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "structured")["payload"]["sleeping"] = True
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["api-readiness"] == "failed"
