@@ -26,13 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import httpx
 import jsonschema  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
 from ledger.atomic import write_atomic
-from ledger.collectors.benchmark import NO_AGGREGATE, RequestRecord, send_request
+from ledger.collectors.benchmark import NO_AGGREGATE, RequestRecord, http_session, send_request
 from ledger.collectors.corpus import read_pinned_jsonl
 from ledger.entries import format_time, validate_payload
 from ledger.errors import ConfigError, PolicyError
@@ -338,8 +337,7 @@ async def run_semantic_async(
     items: list[ItemResult] = []
     outcome: Literal["completed", "fault", "lease-expired"] = "completed"
     stopped: str | None = None
-    timeout = httpx.Timeout(spec.request_timeout_s, connect=min(spec.request_timeout_s, 10.0))
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False, headers=headers) as client:
+    async with http_session(2, spec.request_timeout_s, headers) as client:
         for index, item in enumerate(corpus.items):
             left = deadline - time.perf_counter()
             if left <= 0:

@@ -218,7 +218,7 @@ def test_minimum_duration_is_enforced(tmp_path: Path) -> None:
     ("cfg", "expect"),
     [
         (StubConfig(fail_after=5), "HTTP 500: EngineDeadError (scripted)"),
-        (StubConfig(reset_after=5, tokens=4), "RemoteProtocolError"),
+        (StubConfig(reset_after=5, tokens=4), "ClientPayloadError: Response payload is not completed"),
     ],
     ids=["http-500", "connection-reset"],
 )
@@ -259,11 +259,13 @@ def test_connection_refused_is_a_fault_before_any_request(tmp_path: Path) -> Non
     corpus = _corpus(tmp_path)
     base = f"http://127.0.0.1:{free_port()}"
     result = run_benchmark(_spec(corpus), base, out_dir=tmp_path / "o")
-    assert result.outcome == "fault" and "bindings unavailable: ConnectError" in (result.stopped or "")
+    assert result.outcome == "fault" and "bindings unavailable: ClientConnectorError" in (
+        result.stopped or ""
+    )
     assert result.records == [] and result.aggregate is None
     result = run_benchmark(_spec(corpus), base, out_dir=tmp_path / "p", bindings=lambda: {"engine": "x"})
     assert result.outcome == "fault" and len(result.records) == 1 and result.records[0].fault
-    assert "ConnectError" in (result.records[0].error or "")
+    assert "ClientConnectorError" in (result.records[0].error or "")
 
 
 def test_an_error_from_a_dead_engine_is_a_fault(tmp_path: Path) -> None:
@@ -461,3 +463,15 @@ def test_gate_payload_carries_what_the_spec_mismatch_rule_reads(tmp_path: Path, 
     names = {a.name for a in stored.statement.artifacts}
     assert names == {"benchmark-requests.jsonl", "benchmark-result.json"}
     assert stored.statement.payload["bounds"]["corpus_digest"] == corpus_digest(corpus)
+
+
+def test_shipped_corpora_load_with_their_pinned_digests() -> None:
+    from ledger.collectors.semantic import load_semantic_corpus
+
+    folder = REPO / "campaigns" / "corpora"
+    pins = dict(reversed(line.split("  ", 1)) for line in (folder / "digests.b3").read_text().splitlines())
+    bench = load_benchmark_corpus(folder / "benchmark-tiny.jsonl", "blake3:" + pins["benchmark-tiny.jsonl"])
+    assert 1 <= len(bench.prompts) <= 16 and all(p.max_tokens <= 32 for p in bench.prompts)
+    semantic = load_semantic_corpus(folder / "semantic-tiny.jsonl", "blake3:" + pins["semantic-tiny.jsonl"])
+    assert 1 <= len(semantic.items) <= 16
+    assert {p.id for p in bench.prompts} >= {"control-ready", "structured-status"}

@@ -116,7 +116,8 @@ def build_app(cfg: StubConfig) -> FastAPI:
         text = reply_for(_prompt_key(body))
         words = text.split(" ")
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
-        pieces = pieces[: int(body.get("max_tokens") or len(pieces))]
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")  # vllm bench sends the former
+        pieces = pieces[: int(limit or len(pieces))]
         rid = f"stub-{number}"
         if not body.get("stream"):
             out = "".join(pieces)
