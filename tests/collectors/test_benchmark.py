@@ -475,3 +475,100 @@ def test_shipped_corpora_load_with_their_pinned_digests() -> None:
     semantic = load_semantic_corpus(folder / "semantic-tiny.jsonl", "blake3:" + pins["semantic-tiny.jsonl"])
     assert 1 <= len(semantic.items) <= 16
     assert {p.id for p in bench.prompts} >= {"control-ready", "structured-status"}
+
+
+def _start_llamacpp(env: dict[str, str], *extra: str) -> tuple[Any, str]:
+    import subprocess
+    import time
+
+    import httpx
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [
+        env["LLAMACPP_PYTHON"],
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        env["TINY_GGUF"],
+        "--model_alias",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "512",
+        *extra,
+    ]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        assert server.poll() is None and time.monotonic() < deadline, "llama.cpp server did not start"
+        try:
+            if httpx.get(base + "/v1/models", timeout=2).status_code == 200:
+                return server, base
+        except httpx.HTTPError:
+            time.sleep(0.3)
+
+
+@pytest.mark.slow
+def test_real_llamacpp_server_benchmark_and_semantic_runs(tmp_path: Path) -> None:
+    """llama-cpp-python's server on the tiny GGUF: a real mid-stream fault, a full run, the semantic set."""
+    from ledger.collectors.semantic import SemanticSpec, run_semantic, semantic_gate_payload
+
+    from .conftest import ensure_engine
+
+    env = ensure_engine("llamacpp")
+    folder = REPO / "campaigns" / "corpora"
+    corpus = folder / "benchmark-tiny.jsonl"
+    spec = BenchmarkSpec(
+        corpus,
+        corpus_digest(corpus),
+        concurrency=(1, 4),
+        requests_per_level=8,
+        repetitions=2,
+        saturation="report",
+        request_timeout_s=60,
+    )
+
+    # By default llama-cpp-python's server interrupts the stream in progress when another request
+    # arrives (interrupt_requests=True): at c4 the first cut-off stream is an engine fault, the run stops.
+    server, base = _start_llamacpp(env)
+    try:
+        cut = run_benchmark(spec, base, out_dir=tmp_path / "cut")
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert cut.outcome == "fault" and cut.aggregate is None, cut.stopped
+    assert "at c4 repetition 0" in (cut.stopped or "") and "ClientPayloadError" in (cut.stopped or "")
+    assert all(r.ok for r in cut.records if r.level == 1)
+
+    server, base = _start_llamacpp(env, "--interrupt_requests", "False")
+    try:
+        result = run_benchmark(spec, base, out_dir=tmp_path / "bench")
+        assert result.outcome == "completed", result.stopped
+        assert result.bindings == [{"served_models": "tiny"}] * 2
+        assert len(result.records) == 2 * 2 * 8 and all(r.ok for r in result.records)
+        assert all(r.ttft_ms is not None and r.output_tokens and r.finish_reason for r in result.records)
+        assert result.figures["error_rate"] == 0.0 and result.figures["request_throughput@c4"] > 0
+        assert result.parity is not None and result.parity["compared"] == 2 * 8 - 8
+        assert result.parity["fraction"] == 1.0  # temperature 0 on one CPU slot: the same tokens every time
+        payload = benchmark_gate_payload(result, {"error_rate": {"max": 0}, "c1_parity": {"min": 1.0}})
+        assert payload["status"] == "passed", payload["reason"]
+
+        sem = folder / "semantic-tiny.jsonl"
+        semantic = run_semantic(
+            SemanticSpec(sem, corpus_digest(sem), model="tiny"), base, out_dir=tmp_path / "sem"
+        )
+        assert semantic.outcome == "completed" and semantic.score is not None
+        assert all(i.error is None and i.checks for i in semantic.items)
+        gate = semantic_gate_payload(semantic, min_score=1.0)
+        assert gate["status"] == (
+            "passed" if semantic.score == 1.0 else "failed"
+        )  # the random model answers noise
+    finally:
+        server.terminate()
+        server.wait(30)
+    gone = run_benchmark(spec, base, out_dir=tmp_path / "gone", bindings=lambda: {"served_models": "tiny"})
+    assert gone.outcome == "fault" and len(gone.records) == 1 and gone.aggregate is None
