@@ -773,6 +773,9 @@ async def _run_level(
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
     await asyncio.gather(*tasks, return_exceptions=True)
+    for t in tasks:  # a bug in a worker is not a short run: raise it
+        if not t.cancelled() and (error := t.exception()) is not None:
+            raise error
     return sorted(records, key=lambda r: r.index)
 
 
