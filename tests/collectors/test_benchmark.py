@@ -572,3 +572,73 @@ def test_real_llamacpp_server_benchmark_and_semantic_runs(tmp_path: Path) -> Non
         server.wait(30)
     gone = run_benchmark(spec, base, out_dir=tmp_path / "gone", bindings=lambda: {"served_models": "tiny"})
     assert gone.outcome == "fault" and len(gone.records) == 1 and gone.aggregate is None
+
+
+@pytest.mark.slow
+def test_real_vllm_cpu_token_parity_by_token_ids(tmp_path: Path) -> None:
+    """vLLM returns the token ids of each streamed chunk when asked: c1 parity is then judged on tokens."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import httpx
+
+    from .conftest import ensure_engine
+
+    env = ensure_engine("vllm")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [
+        env["VLLM_PYTHON"],
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        env["TINY_LLAMA_HD64"],
+        "--served-model-name",
+        "tiny-llama",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "256",
+        "--dtype",
+        "float32",
+        "--gpu-memory-utilization",
+        "0.2",
+    ]
+    server = subprocess.Popen(
+        cmd,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, "vLLM did not start"
+            try:
+                if httpx.get(base + "/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        corpus = REPO / "campaigns" / "corpora" / "benchmark-tiny.jsonl"
+        spec = BenchmarkSpec(
+            corpus,
+            corpus_digest(corpus),
+            concurrency=(1,),
+            requests_per_level=8,
+            repetitions=2,
+            request_token_ids=True,
+            request_timeout_s=120,
+        )
+        result = run_benchmark(spec, base, out_dir=tmp_path / "bench")
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(60)
+    assert result.outcome == "completed" and result.valid, result.invalid_reasons
+    assert all(r.token_ids_digest and r.tokens_from == "usage" for r in result.records)
+    assert result.parity is not None and result.parity["by"] == "token_ids"
+    assert (result.parity["compared"], result.parity["fraction"]) == (8, 1.0)
