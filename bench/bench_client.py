@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("LEDGER_ENGINE_CACHE", Path.home() / ".cache" / "evidence-ledger" / "engines"))
 VLLM_PY = CACHE / "vllm" / "bin" / "python"
 MODEL = CACHE / "models" / "tiny-llama-hd64"
-CORPUS = REPO / "campaigns" / "corpora" / "benchmark-tiny.jsonl"
+CORPUS = REPO / "campaigns" / "corpora" / "bench-tiny.jsonl"
 SERVED = "tiny-llama"
 VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
 # vllm bench's custom dataset reads JSONL with pandas (vLLM's "bench" extra), which the engine venv lacks;

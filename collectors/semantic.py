@@ -1,6 +1,6 @@
 """The semantic harness: a frozen corpus of prompts with checks on the answers, pinned by digest.
 
-Each corpus line is ``{"id", "messages", "max_tokens", "checks": [...]}``; a check is one of
+Each corpus line is ``{"id", "messages", "checks": [...]}`` (``max_tokens`` optional, default 64); a check:
 
   {"type": "exact", "value": "READY"}            the answer, stripped, equals ``value``
   {"type": "contains", "value": "Paris"}         the answer contains ``value``
@@ -58,6 +58,7 @@ __all__ = [
 
 HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+1"
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
+DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
 ITEMS_ARTIFACT = "semantic-items.jsonl"
 FAILURES_ARTIFACT = "semantic-failures.jsonl"
 
@@ -107,7 +108,7 @@ class _ItemLine(BaseModel):
 
     id: str = Field(min_length=1, max_length=200)
     messages: list[dict[str, Any]] = Field(min_length=1)
-    max_tokens: int = Field(gt=0, le=65536)
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, gt=0, le=65536)
     checks: list[Check] = Field(min_length=1)
 
 

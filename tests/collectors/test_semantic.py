@@ -126,6 +126,13 @@ def test_bad_checks_refuse_the_corpus(tmp_path: Path, check: dict[str, Any], mes
     assert message in str(e.value)
 
 
+def test_max_tokens_is_optional_in_a_semantic_item(tmp_path: Path) -> None:
+    row = _item("a", "q", {"type": "exact", "value": "x"})
+    del row["max_tokens"]
+    path = _write(tmp_path, [row])
+    assert load_semantic_corpus(path, corpus_digest(path)).items[0].max_tokens == 64
+
+
 def test_an_item_without_checks_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, [_item("a", "q")])
     with pytest.raises(ConfigError, match="checks"):
