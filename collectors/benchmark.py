@@ -1,0 +1,1026 @@
+"""The benchmark harness: a pinned prompt corpus streamed at fixed concurrency levels to an OpenAI API.
+
+A run is ``repetitions`` × ``concurrency`` levels; each level sends ``requests_per_level`` streaming
+requests (prompts cycled in corpus order) through that many closed-loop workers. Every request is one
+line of the JSONL artifact. Each (repetition, level) run is judged valid or invalid the way MLPerf
+LoadGen and GuideLLM judge runs: enough completed requests over a long enough time, an error rate
+within bound, no over-saturation (a queue building up inside a level, or throughput that stops rising
+while latency climbs), and the same corpus bytes and engine bindings in every repetition.
+
+The first engine fault (connection refused or reset, an HTTP 5xx, an engine that is no longer alive)
+stops the whole run: no retry. A run that stopped returns no aggregate result — its figures are
+absent, never zero — and its gate fails with "no aggregate result".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import ledger
+from ledger.atomic import write_atomic
+from ledger.collectors.corpus import PinnedFile, read_pinned_jsonl
+from ledger.entries import format_time, validate_payload
+from ledger.errors import ConfigError
+from ledger.hashing import blake3_hex, parse_digest
+from ledger.recorder import Recorder
+
+__all__ = [
+    "HARNESS",
+    "NO_AGGREGATE",
+    "PERCENTILES",
+    "BenchmarkCorpus",
+    "BenchmarkPrompt",
+    "BenchmarkResult",
+    "BenchmarkSpec",
+    "RequestRecord",
+    "benchmark_gate_payload",
+    "http_session",
+    "judge_bounds",
+    "load_benchmark_corpus",
+    "percentile",
+    "record_benchmark_gate",
+    "run_benchmark",
+    "run_benchmark_async",
+    "send_request",
+]
+
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+1"
+NO_AGGREGATE = "no aggregate result"
+PERCENTILES = (50, 95, 99)
+REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
+RESULT_ARTIFACT = "benchmark-result.json"
+
+Outcome = Literal["completed", "fault", "lease-expired"]
+
+
+# --- percentiles: the one method every figure uses -------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: int) -> float | None:
+    """The ``q``-th percentile by linear interpolation between closest ranks (Hyndman–Fan type 7,
+    numpy's default and ``statistics.quantiles(method="inclusive")``); None for no values."""
+    if not 0 < q < 100:
+        raise ValueError(f"percentile {q} is not in 1..99")
+    if not values:
+        return None
+    if len(values) == 1:
+        return float(values[0])
+    return float(statistics.quantiles(values, n=100, method="inclusive")[q - 1])
+
+
+# --- corpus ----------------------------------------------------------------------------------------
+
+
+class _PromptLine(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    id: str = Field(min_length=1, max_length=200)
+    messages: list[dict[str, Any]] | None = Field(default=None, min_length=1)
+    prompt: str | None = None
+    max_tokens: int = Field(gt=0, le=65536)
+
+
+@dataclass(frozen=True)
+class BenchmarkPrompt:
+    """One canonical prompt: chat ``messages`` or a completions ``prompt``, and its token budget."""
+
+    id: str
+    max_tokens: int
+    messages: tuple[dict[str, Any], ...] | None = None
+    prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkCorpus:
+    path: Path
+    digest: str
+    prompts: tuple[BenchmarkPrompt, ...]
+
+
+def load_benchmark_corpus(path: Path, expected_digest: str) -> BenchmarkCorpus:
+    """Read a benchmark corpus (JSONL: ``id``, ``messages`` | ``prompt``, ``max_tokens``) pinned by digest."""
+    pinned: PinnedFile = read_pinned_jsonl(path, expected_digest)
+    prompts: list[BenchmarkPrompt] = []
+    seen: set[str] = set()
+    for number, row in pinned.rows:
+        try:
+            line = _PromptLine.model_validate(row)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "(line)"
+            raise ConfigError(f"{path}:{number}: {where}: {err['msg']}") from e
+        if (line.messages is None) == (line.prompt is None):
+            raise ConfigError(f"{path}:{number}: give exactly one of messages (chat) or prompt (completions)")
+        if line.id in seen:
+            raise ConfigError(f"{path}:{number}: prompt id {line.id!r} appears twice")
+        seen.add(line.id)
+        messages = tuple(line.messages) if line.messages is not None else None
+        prompts.append(BenchmarkPrompt(line.id, line.max_tokens, messages, line.prompt))
+    return BenchmarkCorpus(path, pinned.digest, tuple(prompts))
+
+
+# --- spec -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """What the approved benchmark is; a mismatch with the policy's approved spec is not the approved run.
+
+    ``min_requests`` (default: every request of a level) and ``min_duration_s`` are MLPerf's minimum
+    query count and minimum duration per run; ``max_error_rate`` bounds failed requests per run;
+    ``saturation`` says whether over-saturation makes a run invalid (default) or is only reported.
+    """
+
+    corpus: Path
+    corpus_digest: str
+    concurrency: tuple[int, ...] = (1, 4, 32)
+    requests_per_level: int = 96
+    repetitions: int = 1
+    temperature: float = 0.0
+    request_timeout_s: float = 120.0
+    lease_s: float = 900.0
+    api: Literal["chat", "completions"] = "chat"
+    model: str | None = None
+    request_token_ids: bool = False  # ask vLLM for token ids (``return_token_ids``) for token parity
+    min_requests: int | None = None
+    min_duration_s: float = 0.0
+    max_error_rate: float = 0.0
+    saturation: Literal["invalid", "report"] = "invalid"
+    saturation_min_gain: float = 0.10  # throughput must rise ≥ 10 % from one level to the next …
+    saturation_latency_factor: float = 2.0  # … when TTFT p50 grows by this factor or more
+    saturation_min_points: int = 10  # GuideLLM: enough points for a slope …
+    saturation_min_duration_s: float = 30.0  # … over a long enough time (GuideLLM's minimum duration)
+
+    def __post_init__(self) -> None:
+        parse_digest(self.corpus_digest)
+        levels = self.concurrency
+        if not levels or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in levels):
+            raise ConfigError(f"concurrency levels must be positive integers, not {list(levels)!r}")
+        if len(set(levels)) != len(levels):
+            raise ConfigError(f"concurrency levels repeat: {list(levels)}")
+        if self.requests_per_level < 1 or self.repetitions < 1:
+            raise ConfigError("requests_per_level and repetitions must be at least 1")
+        if self.min_requests is not None and not 1 <= self.min_requests <= self.requests_per_level:
+            raise ConfigError(f"min_requests must be in 1..{self.requests_per_level}")
+        if self.temperature < 0 or self.request_timeout_s <= 0 or self.lease_s <= 0:
+            raise ConfigError("temperature must be ≥ 0, request_timeout_s and lease_s > 0")
+        if not 0 <= self.max_error_rate <= 1 or self.min_duration_s < 0:
+            raise ConfigError("max_error_rate must be in 0..1 and min_duration_s ≥ 0")
+        if self.saturation not in ("invalid", "report") or self.api not in ("chat", "completions"):
+            raise ConfigError(f"unknown saturation {self.saturation!r} or api {self.api!r}")
+
+    @property
+    def required_requests(self) -> int:
+        return self.requests_per_level if self.min_requests is None else self.min_requests
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["corpus"] = str(self.corpus)
+        out["concurrency"] = list(self.concurrency)
+        return out
+
+
+# --- one request ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RequestRecord:
+    """One streamed request, as written to the JSONL artifact. Times are seconds since the run began."""
+
+    prompt_id: str
+    level: int
+    repetition: int
+    index: int
+    started_at: str
+    start_s: float
+    end_s: float | None = None
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    output_tokens: int | None = None
+    tokens_from: Literal["usage", "chunks"] | None = None
+    finish_reason: str | None = None
+    http_status: int | None = None
+    output_digest: str | None = None
+    token_ids_digest: str | None = None
+    text: str | None = None
+    error: str | None = None
+    fault: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first (vLLM's TPOT); None below two tokens."""
+        if self.ttft_ms is None or self.e2e_ms is None or not self.output_tokens or self.output_tokens < 2:
+            return None
+        return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tpot_ms"] = self.tpot_ms
+        return out
+
+
+def _digest_text(text: str) -> str:
+    return f"blake3:{blake3_hex(text.encode('utf-8'))}"
+
+
+def _digest_ids(ids: Sequence[int]) -> str:
+    return f"blake3:{blake3_hex(json.dumps(list(ids), separators=(',', ':')).encode())}"
+
+
+# refused, reset, disconnected, a body cut short: the engine failed the connection
+_FAULTS = (aiohttp.ClientOSError, aiohttp.ServerConnectionError, aiohttp.ClientPayloadError)
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return body[:200].decode("utf-8", "replace")
+    err = value.get("error") if isinstance(value, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message") or err)[:200]
+    return str(err or value)[:200]
+
+
+def request_body(prompt: BenchmarkPrompt, spec: BenchmarkSpec, model: str | None) -> dict[str, Any]:
+    """The streamed request for one prompt: temperature from the spec, usage in the last chunk."""
+    body: dict[str, Any] = {
+        "max_tokens": prompt.max_tokens,
+        "temperature": spec.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if model:
+        body["model"] = model
+    if prompt.messages is not None:
+        body["messages"] = list(prompt.messages)
+    else:
+        body["prompt"] = prompt.prompt
+    if spec.request_token_ids:
+        body["return_token_ids"] = True
+    return body
+
+
+def http_session(
+    pool: int, timeout_s: float, headers: Mapping[str, str] | None = None
+) -> aiohttp.ClientSession:
+    """The client session every harness request goes through (aiohttp: httpx's async client costs ~3× the
+    CPU per streamed request, which at c32 against a fast engine would measure the client)."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(timeout_s, 10.0), sock_read=timeout_s)
+    connector = aiohttp.TCPConnector(limit=pool, limit_per_host=pool)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers, trust_env=False)
+
+
+async def send_request(
+    client: aiohttp.ClientSession,
+    url: str,
+    body: Mapping[str, Any],
+    record: RequestRecord,
+    *,
+    clock_origin: float,
+    timeout_s: float,
+) -> RequestRecord:
+    """Send one streaming request and fill ``record``; never raises (bar cancellation).
+
+    Connection refused/reset, a truncated stream and HTTP 5xx (or an error object with a 5xx code in
+    the stream) mark the record a ``fault``; timeouts, 4xx and malformed streams are plain errors.
+    """
+    chat = "messages" in body
+    t0 = time.perf_counter()
+    last: float | None = None
+    parts: list[str] = []
+    token_ids: list[int] = []
+    has_ids = False
+    usage_tokens: int | None = None
+    chunks = 0
+    try:
+        async with asyncio.timeout(timeout_s), client.post(url, json=dict(body)) as r:
+            record.http_status = r.status
+            if r.status >= 400:
+                message = _error_message(await r.read())
+                record.error = f"HTTP {r.status}: {message}"
+                record.fault = r.status >= 500
+                return record
+            async for raw in r.content:  # one SSE line at a time; read to the end so the connection is reused
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    continue
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    record.error = f"malformed stream chunk: {data[:80]!r}"
+                    return record
+                if not isinstance(chunk, dict):
+                    record.error = f"malformed stream chunk: {data[:80]!r}"
+                    return record
+                if chunk.get("error"):
+                    err = chunk["error"]
+                    code = err.get("code") if isinstance(err, dict) else None
+                    record.error = f"error in stream: {_error_message(json.dumps(chunk).encode())}"
+                    record.fault = not isinstance(code, int) or code >= 500
+                    return record
+                usage = chunk.get("usage")
+                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                    usage_tokens = usage["completion_tokens"]
+                for choice in chunk.get("choices") or ():
+                    piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+                    ids = choice.get("token_ids")
+                    if isinstance(ids, list):
+                        has_ids = True
+                        token_ids.extend(int(i) for i in ids)
+                    if piece:
+                        now = time.perf_counter()
+                        if last is None:
+                            record.ttft_ms = (now - t0) * 1000
+                        else:
+                            record.itl_ms.append((now - last) * 1000)
+                        last = now
+                        chunks += 1
+                        parts.append(piece)
+                    if choice.get("finish_reason"):
+                        record.finish_reason = str(choice["finish_reason"])
+    except aiohttp.ConnectionTimeoutError as e:  # the engine does not even accept the connection
+        record.error, record.fault = f"{type(e).__name__}: {e}"[:300], True
+        return record
+    except TimeoutError as e:
+        record.error = f"timeout after {timeout_s:g} s ({type(e).__name__})"
+        return record
+    except _FAULTS as e:
+        record.error, record.fault = f"{type(e).__name__}: {e}"[:300], True
+        return record
+    except (aiohttp.ClientError, ValueError) as e:
+        record.error = f"{type(e).__name__}: {e}"[:300]
+        return record
+    finally:
+        end = time.perf_counter()
+        record.end_s = end - clock_origin
+        record.e2e_ms = (end - t0) * 1000
+    text = "".join(parts)
+    record.text = text
+    record.output_digest = _digest_text(text)
+    if has_ids:
+        record.token_ids_digest = _digest_ids(token_ids)
+    if usage_tokens is not None:
+        record.output_tokens, record.tokens_from = usage_tokens, "usage"
+    else:
+        record.output_tokens, record.tokens_from = chunks, "chunks"
+    if record.finish_reason is None:
+        record.error = "the stream ended without a finish_reason"
+    return record
+
+
+# --- statistics per run and per level ----------------------------------------------------------------
+
+
+def _round(v: float | None, digits: int = 3) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v, digits)
+
+
+def _distribution(values: Sequence[float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {f"p{q}": _round(percentile(values, q)) for q in PERCENTILES}
+    out["mean"] = _round(statistics.fmean(values)) if values else None
+    return out
+
+
+def level_figures(records: Sequence[RequestRecord], duration_s: float | None) -> dict[str, Any]:
+    """Latency distributions, throughput and error rate of the requests of one level (or one run)."""
+    done = [r for r in records if r.ok]
+    issued = len(records)
+    out_tokens = sum(r.output_tokens or 0 for r in done)
+    rate = (len(done) / duration_s) if duration_s else None
+    tok_rate = (out_tokens / duration_s) if duration_s else None
+    return {
+        "issued": issued,
+        "completed": len(done),
+        "errors": issued - len(done),
+        "error_rate": _round((issued - len(done)) / issued, 6) if issued else None,
+        "duration_s": _round(duration_s),
+        "request_throughput": _round(rate),
+        "output_throughput": _round(tok_rate),
+        "output_tokens": out_tokens,
+        "ttft_ms": _distribution([r.ttft_ms for r in done if r.ttft_ms is not None]),
+        "tpot_ms": _distribution([t for r in done if (t := r.tpot_ms) is not None]),
+        "itl_ms": _distribution([x for r in done for x in r.itl_ms]),
+        "e2e_ms": _distribution([r.e2e_ms for r in done if r.e2e_ms is not None]),
+    }
+
+
+def _duration(records: Sequence[RequestRecord]) -> float | None:
+    ends = [r.end_s for r in records if r.end_s is not None]
+    if not records or not ends:
+        return None
+    return max(ends) - min(r.start_s for r in records)
+
+
+# t-distribution two-sided 95 % critical values by degrees of freedom (GuideLLM's margin of error)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+
+
+def _t95(df: int) -> float:
+    if df <= len(_T95):
+        return _T95[df - 1]
+    return 2.000 if df <= 60 else 1.980 if df <= 120 else 1.960
+
+
+def queue_growth(records: Sequence[RequestRecord], level: int, min_points: int) -> dict[str, Any] | None:
+    """GuideLLM-style slope test on one run: TTFT against request start, after the first wave.
+
+    The first ``level`` requests start together and queue behind each other by design, so they are
+    left out (warm-up). A closed loop keeps the number in flight constant, so a TTFT slope that is
+    positive beyond its 95 % margin of error means a queue grows inside the engine. Returns the fit,
+    or None when there are too few points to tell.
+    """
+    done = sorted((r for r in records if r.ok and r.ttft_ms is not None), key=lambda r: r.start_s)
+    points = [(r.start_s, float(r.ttft_ms or 0.0)) for r in done[level:]]
+    n = len(points)
+    if n < max(min_points, 3):
+        return None
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    intercept = my - slope * mx
+    resid = sum((y - (intercept + slope * x)) ** 2 for x, y in points)
+    se = math.sqrt(resid / (n - 2) / sxx) if n > 2 else math.inf
+    moe = _t95(n - 2) * se
+    first, last = intercept + slope * xs[0], intercept + slope * xs[-1]
+    return {
+        "points": n,
+        "slope_ms_per_s": _round(slope),
+        "margin_ms_per_s": _round(moe),
+        "ttft_fit_first_ms": _round(first),
+        "ttft_fit_last_ms": _round(last),
+        "significant": slope > moe,
+    }
+
+
+# --- the result ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class LevelRun:
+    level: int
+    repetition: int
+    records: list[RequestRecord]
+    figures: dict[str, Any]
+    valid: bool
+    invalid_reasons: list[str]
+    queue: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)  # over-saturation when only reported
+
+
+@dataclass
+class BenchmarkResult:
+    """A benchmark run: its spec, every (repetition, level) run, the per-level aggregate (or none)."""
+
+    spec: BenchmarkSpec
+    corpus_digest: str
+    harness: str
+    started_at: str
+    ended_at: str
+    outcome: Outcome
+    stopped: str | None  # why the run stopped early: the first fault or the lease
+    runs: list[LevelRun]
+    records: list[RequestRecord]
+    bindings: list[dict[str, str]]
+    aggregate: dict[str, Any] | None  # per level "c4" → figures; None: no aggregate result
+    figures: dict[str, float | None]  # flat, the names bounds refer to
+    valid: bool
+    invalid_reasons: list[str]
+    parity: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+    artifacts: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def has_aggregate(self) -> bool:
+        return self.aggregate is not None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "harness": self.harness,
+            "spec": self.spec.to_json(),
+            "corpus_digest": self.corpus_digest,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "outcome": self.outcome,
+            "stopped": self.stopped,
+            "aggregate": self.aggregate if self.aggregate is not None else NO_AGGREGATE,
+            "figures": self.figures,
+            "valid": self.valid,
+            "invalid_reasons": self.invalid_reasons,
+            "parity": self.parity,
+            "notes": self.notes,
+            "bindings": self.bindings,
+            "runs": [
+                {
+                    "level": r.level,
+                    "repetition": r.repetition,
+                    "valid": r.valid,
+                    "invalid_reasons": r.invalid_reasons,
+                    "queue": r.queue,
+                    "notes": r.notes,
+                    "figures": r.figures,
+                }
+                for r in self.runs
+            ],
+        }
+
+
+def _judge_run(run: LevelRun, spec: BenchmarkSpec) -> None:
+    f = run.figures
+    why = run.invalid_reasons
+    where = f"c{run.level} repetition {run.repetition}"
+    if f["completed"] < spec.required_requests:
+        why.append(
+            f"{where}: {f['completed']} of {f['issued']} requests completed "
+            f"(minimum {spec.required_requests})"
+        )
+    if f["duration_s"] is None or f["duration_s"] < spec.min_duration_s:
+        why.append(f"{where}: ran {f['duration_s']} s, minimum duration {spec.min_duration_s:g} s")
+    if f["error_rate"] is None or f["error_rate"] > spec.max_error_rate:
+        why.append(f"{where}: error rate {f['error_rate']} above the maximum {spec.max_error_rate:g}")
+    q = run.queue if (f["duration_s"] or 0.0) >= spec.saturation_min_duration_s else None
+    if (
+        q
+        and q["significant"]
+        and q["ttft_fit_last_ms"] >= spec.saturation_latency_factor * max(q["ttft_fit_first_ms"], 1e-9)
+    ):
+        msg = (
+            f"{where}: over-saturated: TTFT grows {q['slope_ms_per_s']} ms/s (± {q['margin_ms_per_s']}),"
+            f" {q['ttft_fit_first_ms']} → {q['ttft_fit_last_ms']} ms"
+        )
+        (why if spec.saturation == "invalid" else run.notes).append(msg)
+    run.valid = not why
+
+
+def _saturation_across_levels(aggregate: Mapping[str, Any], spec: BenchmarkSpec) -> list[str]:
+    """Throughput that does not rise while TTFT climbs from one level to the next: over-saturated."""
+    out: list[str] = []
+    levels = sorted(spec.concurrency)
+    for low, high in itertools.pairwise(levels):
+        a, b = aggregate[f"c{low}"], aggregate[f"c{high}"]
+        ra, rb = a["request_throughput"], b["request_throughput"]
+        ta, tb = a["ttft_ms"]["p50"], b["ttft_ms"]["p50"]
+        if None in (ra, rb, ta, tb) or ra <= 0 or ta <= 0:
+            continue
+        gain, growth = rb / ra - 1, tb / ta
+        if gain < spec.saturation_min_gain and growth >= spec.saturation_latency_factor:
+            out.append(
+                f"c{high}: over-saturated: request throughput {ra:g} → {rb:g}/s ({gain:+.0%}) "
+                f"while TTFT p50 grew {growth:.1f}× ({ta:g} → {tb:g} ms)"
+            )
+    return out
+
+
+def repeatability(records: Sequence[RequestRecord], level: int = 1) -> dict[str, Any] | None:
+    """Prompt-by-prompt parity of the outputs at ``level`` (temperature 0: c1), across repetitions.
+
+    Each prompt's reference is its first completed output (repetition 0); every other completed output
+    of that prompt at that level is compared with it — by token ids where both carry them, else by the
+    digest of the text. None when nothing could be compared.
+    """
+    by_prompt: dict[str, list[RequestRecord]] = {}
+    for r in sorted(records, key=lambda r: (r.repetition, r.index)):
+        if r.level == level and r.ok:
+            by_prompt.setdefault(r.prompt_id, []).append(r)
+    compared = matched = 0
+    mismatched: list[str] = []
+    for pid, outs in by_prompt.items():
+        ref = outs[0]
+        ok = True
+        for other in outs[1:]:
+            compared += 1
+            if ref.token_ids_digest and other.token_ids_digest:
+                same = ref.token_ids_digest == other.token_ids_digest
+            else:
+                same = ref.output_digest == other.output_digest
+            matched += same
+            ok = ok and same
+        if not ok:
+            mismatched.append(pid)
+    if compared == 0:
+        return None
+    return {
+        "level": level,
+        "compared": compared,
+        "matched": matched,
+        "fraction": round(matched / compared, 6),
+        "prompts": len(by_prompt),
+        "prompts_mismatched": sorted(mismatched),
+        "by": "token_ids" if all(r.token_ids_digest for o in by_prompt.values() for r in o) else "text",
+    }
+
+
+def _flat_figures(aggregate: Mapping[str, Any] | None, parity: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if aggregate is None:
+        return out
+    errors = issued = 0
+    for name, f in aggregate.items():
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            for stat, v in f[metric].items():
+                out[f"{metric}.{stat}@{name}"] = v
+        for metric in ("request_throughput", "output_throughput", "error_rate", "duration_s"):
+            out[f"{metric}@{name}"] = f[metric]
+        errors += f["errors"]
+        issued += f["issued"]
+    out["error_rate"] = round(errors / issued, 6) if issued else None
+    if parity is not None:
+        out["c1_parity"] = parity["fraction"]
+    return out
+
+
+# --- running ------------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return format_time(datetime.now(UTC))
+
+
+async def _served_models(client: aiohttp.ClientSession, base: str, timeout_s: float) -> dict[str, str]:
+    async with asyncio.timeout(timeout_s), client.get(base + "/v1/models") as r:
+        if r.status != 200:
+            raise ValueError(f"/v1/models answered HTTP {r.status}")
+        body = await r.json(content_type=None)
+    ids = sorted(str(m.get("id")) for m in (body.get("data") or []) if isinstance(m, dict))
+    return {"served_models": ",".join(ids)}
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.outcome: Outcome = "completed"
+
+    def fault(self, text: str) -> None:
+        if self.reason is None:
+            self.reason, self.outcome = text, "fault"
+
+
+async def _run_level(
+    client: aiohttp.ClientSession,
+    url: str,
+    spec: BenchmarkSpec,
+    corpus: BenchmarkCorpus,
+    model: str | None,
+    level: int,
+    repetition: int,
+    origin: float,
+    deadline: float,
+    stop: _Stop,
+    engine_alive: Callable[[], bool] | None,
+) -> list[RequestRecord]:
+    records: list[RequestRecord] = []
+    prompts = corpus.prompts
+    next_index = 0
+    tasks: list[asyncio.Task[None]] = []
+
+    async def worker() -> None:
+        nonlocal next_index
+        while stop.reason is None and next_index < spec.requests_per_level:
+            i = next_index
+            next_index += 1
+            prompt = prompts[i % len(prompts)]
+            rec = RequestRecord(prompt.id, level, repetition, i, _now(), time.perf_counter() - origin)
+            records.append(rec)
+            try:
+                await send_request(
+                    client,
+                    url,
+                    request_body(prompt, spec, model),
+                    rec,
+                    clock_origin=origin,
+                    timeout_s=spec.request_timeout_s,
+                )
+            except asyncio.CancelledError:
+                if rec.error is None:
+                    rec.end_s = time.perf_counter() - origin
+                    rec.error = f"stopped: {stop.reason or 'lease expired'}"
+                raise
+            if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
+                rec.fault = True
+                rec.error += " (the engine is no longer alive)"
+            if rec.fault:
+                stop.fault(
+                    f"engine fault at c{level} repetition {repetition} request {i} "
+                    f"(prompt {prompt.id}): {rec.error}"
+                )
+                for t in tasks:
+                    if t is not asyncio.current_task():
+                        t.cancel()
+                return
+
+    tasks.extend(asyncio.create_task(worker()) for _ in range(level))
+    _done, pending = await asyncio.wait(tasks, timeout=max(deadline - time.perf_counter(), 0.0))
+    if pending:
+        if stop.reason is None:
+            stop.reason = f"the lease of {spec.lease_s:g} s expired during c{level}"
+            stop.outcome = "lease-expired"
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for t in tasks:  # a bug in a worker is not a short run: raise it
+        if not t.cancelled() and (error := t.exception()) is not None:
+            raise error
+    return sorted(records, key=lambda r: r.index)
+
+
+async def run_benchmark_async(
+    spec: BenchmarkSpec,
+    base_url: str,
+    *,
+    out_dir: Path,
+    bindings: Callable[[], Mapping[str, str]] | None = None,
+    engine_alive: Callable[[], bool] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> BenchmarkResult:
+    """Run the benchmark against ``base_url``; write the request JSONL and the summary under ``out_dir``.
+
+    ``bindings`` gives the engine/model identities that must not change between repetitions (default:
+    the ids ``/v1/models`` serves). ``engine_alive``, when given, turns any failed request of a dead
+    engine into a fault. A corpus digest mismatch raises before any request is sent.
+    """
+    corpus = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
+    base = base_url.rstrip("/")
+    url = base + ("/v1/chat/completions" if spec.api == "chat" else "/v1/completions")
+    started = _now()
+    origin = time.perf_counter()
+    deadline = origin + spec.lease_s
+    stop = _Stop()
+    runs: list[LevelRun] = []
+    seen_bindings: list[dict[str, str]] = []
+    cross: list[str] = []
+    pool = max(spec.concurrency) + 4
+    async with http_session(pool, spec.request_timeout_s, headers) as client:
+        model = spec.model
+        for repetition in range(spec.repetitions):
+            if stop.reason is not None:
+                break
+            if repetition:  # the same bytes in every repetition: re-read and re-hash
+                again = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
+                if again.prompts != corpus.prompts:
+                    cross.append(f"repetition {repetition}: corpus changed")
+            try:
+                if bindings is not None:
+                    bound = dict(bindings())
+                else:
+                    bound = await _served_models(client, base, spec.request_timeout_s)
+            except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as e:
+                stop.fault(
+                    f"engine fault before repetition {repetition}: bindings unavailable: "
+                    f"{type(e).__name__}: {e}"
+                )
+                break
+            if seen_bindings and bound != seen_bindings[0]:
+                cross.append(f"repetition {repetition}: bindings changed: {seen_bindings[0]} → {bound}")
+            seen_bindings.append(bound)
+            if model is None and bound.get("served_models"):
+                model = bound["served_models"].split(",")[0]
+            for level in spec.concurrency:
+                records = await _run_level(
+                    client, url, spec, corpus, model, level, repetition, origin, deadline, stop, engine_alive
+                )
+                if stop.reason is not None:
+                    runs.append(LevelRun(level, repetition, records, {}, False, [stop.reason], None))
+                    break
+                figures = level_figures(records, _duration(records))
+                queue = queue_growth(records, level, spec.saturation_min_points)
+                run = LevelRun(level, repetition, records, figures, True, [], queue)
+                _judge_run(run, spec)
+                runs.append(run)
+    all_records = [r for run in runs for r in run.records]
+    aggregate: dict[str, Any] | None = None
+    reasons: list[str] = []
+    parity: dict[str, Any] | None = None
+    if stop.reason is None:
+        aggregate = {}
+        for level in spec.concurrency:
+            mine = [run for run in runs if run.level == level]
+            recs = [r for run in mine for r in run.records]
+            total = sum(run.figures["duration_s"] or 0.0 for run in mine)
+            aggregate[f"c{level}"] = level_figures(recs, total or None)
+        sat = _saturation_across_levels(aggregate, spec)
+        reasons = [why for run in runs for why in run.invalid_reasons] + cross
+        reasons += sat if spec.saturation == "invalid" else []
+        if 1 in spec.concurrency:
+            parity = repeatability(all_records, 1)
+        notes = [n for run in runs for n in run.notes] + (sat if spec.saturation == "report" else [])
+    else:
+        reasons = [f"{NO_AGGREGATE}: {stop.reason}"]
+        notes = []
+    result = BenchmarkResult(
+        spec=spec,
+        corpus_digest=corpus.digest,
+        harness=HARNESS,
+        started_at=started,
+        ended_at=_now(),
+        outcome=stop.outcome,
+        stopped=stop.reason,
+        runs=runs,
+        records=all_records,
+        bindings=seen_bindings,
+        aggregate=aggregate,
+        figures=_flat_figures(aggregate, parity),
+        valid=stop.reason is None and not reasons,
+        invalid_reasons=reasons,
+        parity=parity,
+        notes=notes,
+    )
+    _write_artifacts(result, out_dir)
+    return result
+
+
+def run_benchmark(
+    spec: BenchmarkSpec,
+    base_url: str,
+    *,
+    out_dir: Path,
+    bindings: Callable[[], Mapping[str, str]] | None = None,
+    engine_alive: Callable[[], bool] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> BenchmarkResult:
+    """:func:`run_benchmark_async` from synchronous code (the campaign runner)."""
+    return asyncio.run(
+        run_benchmark_async(
+            spec, base_url, out_dir=out_dir, bindings=bindings, engine_alive=engine_alive, headers=headers
+        )
+    )
+
+
+def _write_artifacts(result: BenchmarkResult, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in result.records)
+    req = out_dir / REQUESTS_ARTIFACT
+    write_atomic(req, lines.encode())
+    summary = out_dir / RESULT_ARTIFACT
+    write_atomic(summary, (json.dumps(result.summary(), indent=2, sort_keys=True) + "\n").encode())
+    result.artifacts = {REQUESTS_ARTIFACT: req, RESULT_ARTIFACT: summary}
+
+
+# --- the gate ------------------------------------------------------------------------------------------
+
+
+def judge_bounds(
+    figures: Mapping[str, Any], bounds: Mapping[str, Any]
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Judge figures against bounds ``{figure: {"max": x} | {"min": x} | both}``; fail closed.
+
+    Returns the failures and, per bound, what was measured. A bound whose figure is missing (or None:
+    no aggregate result) fails with that reason; a malformed bound is a ConfigError.
+    """
+    failures: list[str] = []
+    judged: dict[str, dict[str, Any]] = {}
+    for name, bound in bounds.items():
+        if not isinstance(bound, Mapping) or not bound or set(bound) - {"max", "min"}:
+            raise ConfigError(f"bound {name!r} must be a table of max and/or min, not {bound!r}")
+        for side, limit in bound.items():
+            if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
+                raise ConfigError(f"bound {name}.{side} must be a finite number, not {limit!r}")
+        value = figures.get(name)
+        judged[name] = {"value": value, **bound}
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            failures.append(f"{name}: figure missing ({NO_AGGREGATE if not figures else 'not measured'})")
+            continue
+        if "max" in bound and value > bound["max"]:
+            failures.append(f"{name} = {value:g} above the bound {bound['max']:g}")
+        if "min" in bound and value < bound["min"]:
+            failures.append(f"{name} = {value:g} below the bound {bound['min']:g}")
+    return failures, judged
+
+
+def benchmark_gate_payload(
+    result: BenchmarkResult,
+    bounds: Mapping[str, Any],
+    *,
+    order: int | None = None,
+    evidence: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The ``gate.result`` payload for gate ``benchmark``: passed only for a valid, complete run whose
+    figures meet every bound; no bounds at all is a failure, not a pass."""
+    spec = result.spec
+    failures, judged = judge_bounds(result.figures, bounds)
+    reasons: list[str] = []
+    if result.aggregate is None:
+        reasons.append(f"{NO_AGGREGATE}: {result.stopped}")
+    elif not result.valid:
+        reasons.append("invalid run: " + "; ".join(result.invalid_reasons))
+    if not bounds:
+        reasons.append("no bounds to judge the figures against")
+    reasons += failures
+    issued = sum(1 for r in result.records)
+    completed = sum(1 for r in result.records if r.ok)
+    counts: dict[str, int] = {
+        "requests": spec.requests_per_level,
+        "repetitions": spec.repetitions,
+        "levels": len(spec.concurrency),
+        "issued": issued,
+        "completed": completed,
+        "errors": issued - completed,
+        "prompts": len({r.prompt_id for r in result.records}),
+    }
+    for level in spec.concurrency:
+        counts[f"completed@c{level}"] = sum(1 for r in result.records if r.ok and r.level == level)
+    payload: dict[str, Any] = {
+        "gate": "benchmark",
+        "status": "failed" if reasons else "passed",
+        "order": order,
+        "counts": counts,
+        "bounds": {
+            "concurrency": list(spec.concurrency),
+            "requests": spec.requests_per_level,
+            "repetitions": spec.repetitions,
+            "corpus_digest": result.corpus_digest,
+            "temperature": spec.temperature,
+            "api": spec.api,
+            "harness": result.harness,
+            "outcome": result.outcome,
+            "aggregate": result.aggregate is not None,
+            "valid": result.valid,
+            "invalid_reasons": result.invalid_reasons,
+            "limits": judged,
+            "figures": result.figures,
+            "parity": result.parity,
+            "bindings": result.bindings[0] if result.bindings else {},
+        },
+        "reason": "; ".join(reasons) if reasons else None,
+        "evidence": list(evidence),
+    }
+    validate_payload("gate.result", 1, payload)
+    return payload
+
+
+def record_benchmark_gate(
+    recorder: Recorder,
+    subject: Mapping[str, str],
+    result: BenchmarkResult,
+    bounds: Mapping[str, Any],
+    *,
+    order: int | None = None,
+    evidence: Sequence[str] = (),
+    refs: Sequence[tuple[str, str]] = (),
+) -> tuple[str, dict[str, Any]]:
+    """Store the request JSONL and summary as artifacts and record the gate; returns (entry id, payload)."""
+    artifacts = [
+        recorder.artifact(name, result.artifacts[name], media_type=media)
+        for name, media in (
+            (REQUESTS_ARTIFACT, "application/x-ndjson"),
+            (RESULT_ARTIFACT, "application/json"),
+        )
+    ]
+    payload = benchmark_gate_payload(result, bounds, order=order, evidence=evidence)
+    entry = recorder.record("gate.result", dict(subject), payload, artifacts=artifacts, refs=refs)
+    return entry, payload

@@ -1,0 +1,494 @@
+"""The semantic harness: a frozen corpus of prompts with checks on the answers, pinned by digest.
+
+Each corpus line is ``{"id", "messages", "checks": [...]}`` (``max_tokens`` optional, default 64); a check:
+
+  {"type": "exact", "value": "READY"}            the answer, stripped, equals ``value``
+  {"type": "contains", "value": "Paris"}         the answer contains ``value``
+  {"type": "regex", "pattern": "^[0-9]+$"}       ``re.search`` of ``pattern`` on the stripped answer
+  {"type": "json_schema", "schema": {...}}       the answer parses as JSON and validates (JSON Schema 2020-12)
+  {"type": "cel", "expr": "answer.n == 4"}       CEL over ``answer`` (the parsed JSON) and ``text``
+
+An unknown check type, an unknown key, a bad regex, schema or CEL expression refuses the corpus before
+any request. An item passes when every one of its checks passes; the score is the fraction of items
+that pass, judged against the policy's threshold. The first engine fault stops the run (no retry) and
+the gate fails with "no aggregate result".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import jsonschema  # type: ignore[import-untyped,unused-ignore]
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import ledger
+from ledger.atomic import write_atomic
+from ledger.collectors.benchmark import NO_AGGREGATE, RequestRecord, http_session, send_request
+from ledger.collectors.corpus import read_pinned_jsonl
+from ledger.entries import format_time, validate_payload
+from ledger.errors import ConfigError, PolicyError
+from ledger.hashing import blake3_hex, parse_digest
+from ledger.policy.conditions import Condition, compile_condition
+from ledger.recorder import Recorder
+
+__all__ = [
+    "HARNESS",
+    "HARNESS_DIGEST",
+    "CheckOutcome",
+    "ItemResult",
+    "SemanticCorpus",
+    "SemanticItem",
+    "SemanticResult",
+    "SemanticSpec",
+    "load_semantic_corpus",
+    "record_semantic_gate",
+    "run_semantic",
+    "run_semantic_async",
+    "score_answer",
+    "semantic_gate_payload",
+]
+
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+1"
+HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
+DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
+ITEMS_ARTIFACT = "semantic-items.jsonl"
+FAILURES_ARTIFACT = "semantic-failures.jsonl"
+
+
+# --- corpus ----------------------------------------------------------------------------------------
+
+
+class _Check(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ExactCheck(_Check):
+    type: Literal["exact"]
+    value: str
+
+
+class ContainsCheck(_Check):
+    type: Literal["contains"]
+    value: str = Field(min_length=1)
+
+
+class RegexCheck(_Check):
+    type: Literal["regex"]
+    pattern: str = Field(min_length=1)
+
+
+class JsonSchemaCheck(_Check):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+
+class CelCheck(_Check):
+    type: Literal["cel"]
+    expr: str = Field(min_length=1)
+
+
+Check = Annotated[
+    ExactCheck | ContainsCheck | RegexCheck | JsonSchemaCheck | CelCheck, Field(discriminator="type")
+]
+CHECK_TYPES = ("exact", "contains", "regex", "json_schema", "cel")
+
+
+class _ItemLine(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    id: str = Field(min_length=1, max_length=200)
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, gt=0, le=65536)
+    checks: list[Check] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """A check ready to run: its regex, schema validator or CEL program built once at load."""
+
+    check: ExactCheck | ContainsCheck | RegexCheck | JsonSchemaCheck | CelCheck
+    regex: re.Pattern[str] | None = None
+    validator: Any = None
+    program: Condition | None = None
+
+
+@dataclass(frozen=True)
+class SemanticItem:
+    id: str
+    messages: tuple[dict[str, Any], ...]
+    max_tokens: int
+    checks: tuple[_Compiled, ...]
+
+
+@dataclass(frozen=True)
+class SemanticCorpus:
+    path: Path
+    digest: str
+    items: tuple[SemanticItem, ...]
+
+
+def _compile(check: Any, where: str) -> _Compiled:
+    if isinstance(check, RegexCheck):
+        try:
+            return _Compiled(check, regex=re.compile(check.pattern))
+        except re.error as e:
+            raise ConfigError(f"{where}: bad regex {check.pattern!r}: {e}") from e
+    if isinstance(check, JsonSchemaCheck):
+        cls = jsonschema.validators.validator_for(check.schema_, default=jsonschema.Draft202012Validator)
+        try:
+            cls.check_schema(check.schema_)
+        except jsonschema.SchemaError as e:
+            raise ConfigError(f"{where}: bad JSON schema: {e.message}") from e
+        return _Compiled(check, validator=cls(check.schema_))
+    if isinstance(check, CelCheck):
+        try:
+            return _Compiled(check, program=compile_condition(check.expr, where))
+        except PolicyError as e:
+            raise ConfigError(e.message) from e
+    return _Compiled(check)
+
+
+def _validation_message(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(line)"
+    msg = str(err["msg"])
+    if err["type"] == "union_tag_invalid" or "does not match any of the expected tags" in msg:
+        ctx = err.get("ctx") or {}
+        msg = f"unknown check type {ctx.get('tag')!r} (known: {', '.join(CHECK_TYPES)})"
+    elif err["type"] == "union_tag_not_found":
+        msg = f"a check needs a type (one of {', '.join(CHECK_TYPES)})"
+    return f"{where}: {msg}"
+
+
+def load_semantic_corpus(path: Path, expected_digest: str) -> SemanticCorpus:
+    """Read a semantic corpus pinned by digest; every check is validated and compiled here."""
+    pinned = read_pinned_jsonl(path, expected_digest)
+    items: list[SemanticItem] = []
+    seen: set[str] = set()
+    for number, row in pinned.rows:
+        try:
+            line = _ItemLine.model_validate(row)
+        except ValidationError as e:
+            raise ConfigError(f"{path}:{number}: {_validation_message(e)}") from e
+        if line.id in seen:
+            raise ConfigError(f"{path}:{number}: item id {line.id!r} appears twice")
+        seen.add(line.id)
+        checks = tuple(_compile(c, f"{path}:{number}: checks[{i}]") for i, c in enumerate(line.checks))
+        items.append(SemanticItem(line.id, tuple(line.messages), line.max_tokens, checks))
+    return SemanticCorpus(path, pinned.digest, tuple(items))
+
+
+# --- scoring ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    type: str
+    passed: bool
+    reason: str | None = None
+
+
+_NOT_JSON = object()
+
+
+def _parse(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_JSON
+
+
+def score_answer(item: SemanticItem, text: str) -> list[CheckOutcome]:
+    """Run every check of ``item`` on the answer ``text``; a check that cannot be evaluated fails."""
+    stripped = text.strip()
+    answer = _parse(stripped)
+    out: list[CheckOutcome] = []
+    for compiled in item.checks:
+        c = compiled.check
+        if isinstance(c, ExactCheck):
+            ok = stripped == c.value
+            out.append(
+                CheckOutcome(c.type, ok, None if ok else f"answer {stripped[:80]!r} is not {c.value!r}")
+            )
+        elif isinstance(c, ContainsCheck):
+            ok = c.value in stripped
+            out.append(CheckOutcome(c.type, ok, None if ok else f"answer does not contain {c.value!r}"))
+        elif isinstance(c, RegexCheck):
+            assert compiled.regex is not None
+            ok = compiled.regex.search(stripped) is not None
+            out.append(CheckOutcome(c.type, ok, None if ok else f"answer does not match /{c.pattern}/"))
+        elif answer is _NOT_JSON:
+            out.append(CheckOutcome(c.type, False, f"answer is not JSON: {stripped[:80]!r}"))
+        elif isinstance(c, JsonSchemaCheck):
+            error = next(iter(compiled.validator.iter_errors(answer)), None)
+            if error is None:
+                out.append(CheckOutcome(c.type, True))
+            else:
+                where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+                out.append(CheckOutcome(c.type, False, f"schema: {where}: {error.message}"[:300]))
+        else:
+            assert compiled.program is not None
+            try:
+                ok = compiled.program.holds({"answer": answer, "text": stripped})
+                out.append(CheckOutcome(c.type, ok, None if ok else f"CEL `{c.expr}` is false"))
+            except PolicyError as e:
+                out.append(CheckOutcome(c.type, False, e.message[:300]))
+    return out
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SemanticSpec:
+    """The semantic run: the pinned corpus and how to ask; the threshold lives in the policy."""
+
+    corpus: Path
+    corpus_digest: str
+    temperature: float = 0.0
+    request_timeout_s: float = 120.0
+    lease_s: float = 600.0
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        parse_digest(self.corpus_digest)
+        if self.temperature < 0 or self.request_timeout_s <= 0 or self.lease_s <= 0:
+            raise ConfigError("temperature must be ≥ 0, request_timeout_s and lease_s > 0")
+
+
+@dataclass
+class ItemResult:
+    id: str
+    passed: bool
+    checks: list[CheckOutcome]
+    text: str | None
+    output_digest: str | None
+    finish_reason: str | None
+    e2e_ms: float | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SemanticResult:
+    spec: SemanticSpec
+    corpus_digest: str
+    harness: str
+    harness_digest: str
+    started_at: str
+    ended_at: str
+    outcome: Literal["completed", "fault", "lease-expired"]
+    stopped: str | None
+    items: list[ItemResult]
+    total: int
+    artifacts: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float | None:
+        """The fraction of corpus items that passed; None when the run returned no aggregate result."""
+        if self.outcome != "completed" or not self.total:
+            return None
+        return round(sum(i.passed for i in self.items) / self.total, 6)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "harness": self.harness,
+            "harness_digest": self.harness_digest,
+            "corpus_digest": self.corpus_digest,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "outcome": self.outcome,
+            "stopped": self.stopped,
+            "score": self.score if self.score is not None else NO_AGGREGATE,
+            "items": self.total,
+            "passed": sum(i.passed for i in self.items),
+        }
+
+
+def _now() -> str:
+    return format_time(datetime.now(UTC))
+
+
+async def run_semantic_async(
+    spec: SemanticSpec,
+    base_url: str,
+    *,
+    out_dir: Path,
+    engine_alive: Callable[[], bool] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> SemanticResult:
+    """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts."""
+    corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
+    url = base_url.rstrip("/") + "/v1/chat/completions"
+    started = _now()
+    origin = time.perf_counter()
+    deadline = origin + spec.lease_s
+    items: list[ItemResult] = []
+    outcome: Literal["completed", "fault", "lease-expired"] = "completed"
+    stopped: str | None = None
+    async with http_session(2, spec.request_timeout_s, headers) as client:
+        for index, item in enumerate(corpus.items):
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                outcome, stopped = (
+                    "lease-expired",
+                    f"the lease of {spec.lease_s:g} s expired before item {item.id}",
+                )
+                break
+            body: dict[str, Any] = {
+                "messages": list(item.messages),
+                "max_tokens": item.max_tokens,
+                "temperature": spec.temperature,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            if spec.model:
+                body["model"] = spec.model
+            rec = RequestRecord(item.id, 1, 0, index, _now(), time.perf_counter() - origin)
+            await send_request(
+                client, url, body, rec, clock_origin=origin, timeout_s=min(spec.request_timeout_s, left)
+            )
+            if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
+                rec.fault, rec.error = True, rec.error + " (the engine is no longer alive)"
+            if rec.fault:
+                outcome, stopped = "fault", f"engine fault at item {item.id}: {rec.error}"
+                break
+            checks = [] if rec.error else score_answer(item, rec.text or "")
+            passed = rec.error is None and all(c.passed for c in checks)
+            items.append(
+                ItemResult(
+                    item.id,
+                    passed,
+                    checks,
+                    rec.text,
+                    rec.output_digest,
+                    rec.finish_reason,
+                    rec.e2e_ms,
+                    rec.error,
+                )
+            )
+    result = SemanticResult(
+        spec,
+        corpus.digest,
+        HARNESS,
+        HARNESS_DIGEST,
+        started,
+        _now(),
+        outcome,
+        stopped,
+        items,
+        len(corpus.items),
+    )
+    _write_artifacts(result, out_dir)
+    return result
+
+
+def run_semantic(
+    spec: SemanticSpec,
+    base_url: str,
+    *,
+    out_dir: Path,
+    engine_alive: Callable[[], bool] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> SemanticResult:
+    """:func:`run_semantic_async` from synchronous code (the campaign runner)."""
+    return asyncio.run(
+        run_semantic_async(spec, base_url, out_dir=out_dir, engine_alive=engine_alive, headers=headers)
+    )
+
+
+def _write_artifacts(result: SemanticResult, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    every = "".join(json.dumps(i.to_json(), sort_keys=True) + "\n" for i in result.items)
+    failed = "".join(json.dumps(i.to_json(), sort_keys=True) + "\n" for i in result.items if not i.passed)
+    write_atomic(out_dir / ITEMS_ARTIFACT, every.encode())
+    write_atomic(out_dir / FAILURES_ARTIFACT, failed.encode())
+    result.artifacts = {
+        ITEMS_ARTIFACT: out_dir / ITEMS_ARTIFACT,
+        FAILURES_ARTIFACT: out_dir / FAILURES_ARTIFACT,
+    }
+
+
+# --- the gate --------------------------------------------------------------------------------------
+
+
+def semantic_gate_payload(
+    result: SemanticResult,
+    *,
+    min_score: float,
+    order: int | None = None,
+    evidence: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The ``gate.result`` payload for gate ``semantic``: passed only when the whole corpus was asked
+    and the score reaches the policy's ``min_score``."""
+    if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 < min_score <= 1:
+        raise ConfigError(f"the semantic threshold must be a number in (0, 1], not {min_score!r}")
+    score = result.score
+    failed = [i for i in result.items if not i.passed]
+    reasons: list[str] = []
+    if score is None:
+        reasons.append(f"{NO_AGGREGATE}: {result.stopped or 'no items'}")
+    elif score < min_score:
+        shown = ", ".join(i.id for i in failed[:10]) + (" …" if len(failed) > 10 else "")
+        reasons.append(
+            f"score {score:g} below the threshold {min_score:g}: {len(failed)} item(s) failed ({shown})"
+        )
+    counts = {
+        "items": result.total,
+        "asked": len(result.items),
+        "passed": len(result.items) - len(failed),
+        "failed": len(failed),
+        "errors": sum(1 for i in result.items if i.error),
+    }
+    payload: dict[str, Any] = {
+        "gate": "semantic",
+        "status": "failed" if reasons else "passed",
+        "order": order,
+        "counts": counts,
+        "bounds": {
+            "min_score": min_score,
+            "score": score,
+            "corpus_digest": result.corpus_digest,
+            "harness": result.harness,
+            "harness_digest": result.harness_digest,
+            "outcome": result.outcome,
+            "aggregate": score is not None,
+            "failed_items": [i.id for i in failed[:100]],
+        },
+        "reason": "; ".join(reasons) if reasons else None,
+        "evidence": list(evidence),
+    }
+    validate_payload("gate.result", 1, payload)
+    return payload
+
+
+def record_semantic_gate(
+    recorder: Recorder,
+    subject: Mapping[str, str],
+    result: SemanticResult,
+    *,
+    min_score: float,
+    order: int | None = None,
+    evidence: Sequence[str] = (),
+    refs: Sequence[tuple[str, str]] = (),
+) -> tuple[str, dict[str, Any]]:
+    """Store the item and failure JSONL as artifacts and record the gate; returns (entry id, payload)."""
+    payload = semantic_gate_payload(result, min_score=min_score, order=order, evidence=evidence)
+    artifacts = [
+        recorder.artifact(name, path, media_type="application/x-ndjson")
+        for name, path in result.artifacts.items()
+    ]
+    entry = recorder.record("gate.result", dict(subject), payload, artifacts=artifacts, refs=refs)
+    return entry, payload

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""A deterministic OpenAI-compatible streaming server for harness tests and client benchmarks.
+
+FastAPI + uvicorn on 127.0.0.1. It serves ``/v1/models``, ``/v1/chat/completions`` and
+``/v1/completions`` (streaming SSE with ``stream_options.include_usage``, or a plain JSON reply). The
+reply to a prompt is looked up in ``answers`` (by the last user message or the prompt text), else it is
+``tok0 tok1 …`` (``tokens`` words); each word is one chunk. Behaviour is scripted by :class:`StubConfig`:
+
+  ttft_s / itl_s     delay before the first chunk / between chunks
+  ttft_growth_s      the n-th request waits n × this longer for its first chunk (a growing queue)
+  serial             one request at a time (a single-slot engine: throughput flat, queueing grows)
+  vary_on_repeat     the n-th time a prompt is seen (n ≥ 1), its reply starts "again{n} " (all
+                     prompts, or a set of prompt texts)
+  error_every        every k-th request is answered 400 (a client error, not an engine fault)
+  fail_after         requests after the first k are answered 500 (an engine fault)
+  reset_after        requests after the first k lose their connection mid-stream (an engine reset)
+
+In tests: ``with serve_stub(StubConfig(...)) as base_url: ...`` (a thread). For benchmarks, as a process:
+``python tests/engines/stub_openai.py --port N [--tokens 16] [--itl-ms 0]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+__all__ = ["StubConfig", "build_app", "serve_stub"]
+
+
+@dataclass
+class StubConfig:
+    model_id: str = "stub-model"
+    tokens: int = 8
+    answers: dict[str, str] = field(default_factory=dict)
+    ttft_s: float = 0.0
+    ttft_growth_s: float = 0.0  # the n-th request waits ttft_s + n × this (a queue that keeps growing)
+    itl_s: float = 0.0
+    serial: bool = False
+    vary_on_repeat: bool | frozenset[str] = False  # True: every prompt; a set: those prompts
+    error_every: int = 0
+    fail_after: int | None = None
+    reset_after: int | None = None
+    token_ids: bool = False  # include vLLM-style ``token_ids`` in each chunk when asked
+
+
+class _Reset(Exception):
+    """Raised inside a streaming body: uvicorn drops the connection mid-response."""
+
+
+def _prompt_key(body: dict[str, Any]) -> str:
+    if "messages" in body:
+        users = [m for m in body["messages"] if isinstance(m, dict) and m.get("role") == "user"]
+        content = users[-1].get("content") if users else ""
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        return str(content)
+    return str(body.get("prompt", ""))
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
+
+
+def _usage(completion: int) -> dict[str, int]:
+    return {"prompt_tokens": 4, "completion_tokens": completion, "total_tokens": 4 + completion}
+
+
+def build_app(cfg: StubConfig) -> FastAPI:
+    app = FastAPI()
+    state: dict[str, Any] = {"count": 0, "seen": {}}
+    lock = asyncio.Lock()
+
+    def reply_for(key: str) -> str:
+        seen: dict[str, int] = state["seen"]
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        text = cfg.answers.get(key) or " ".join(f"tok{i}" for i in range(cfg.tokens))
+        vary = cfg.vary_on_repeat is True or (
+            isinstance(cfg.vary_on_repeat, frozenset) and key in cfg.vary_on_repeat
+        )
+        return f"again{n} {text}" if vary and n else text
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": cfg.model_id, "object": "model"}]}
+
+    async def complete(request: Request, chat: bool) -> Response:
+        body = await request.json()
+        state["count"] += 1
+        number = state["count"]
+        if cfg.error_every and number % cfg.error_every == 0:
+            return JSONResponse(
+                {"error": {"message": "bad request (scripted)", "code": 400}}, status_code=400
+            )
+        if cfg.fail_after is not None and number > cfg.fail_after:
+            return JSONResponse(
+                {"error": {"message": "EngineDeadError (scripted)", "code": 500}}, status_code=500
+            )
+        reset = cfg.reset_after is not None and number > cfg.reset_after
+        text = reply_for(_prompt_key(body))
+        words = text.split(" ")
+        pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")  # vllm bench sends the former
+        pieces = pieces[: int(limit or len(pieces))]
+        rid = f"stub-{number}"
+        if not body.get("stream"):
+            out = "".join(pieces)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": out}
+            else:
+                choice["text"] = out
+            reply = {
+                "id": rid,
+                "object": "chat.completion",
+                "choices": [choice],
+                "usage": _usage(len(pieces)),
+            }
+            return JSONResponse(reply)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        want_ids = cfg.token_ids and bool(body.get("return_token_ids"))
+
+        def chunk(piece: str | None, finish: str | None, index: int) -> str:
+            c: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if chat:
+                c["delta"] = {"content": piece} if piece is not None else {}
+            else:
+                c["text"] = piece or ""
+            if want_ids and piece is not None:
+                c["token_ids"] = [sum(map(ord, piece)) % 32000, index]
+            return "data: " + json.dumps({"id": rid, "object": "chunk", "choices": [c]}) + "\n\n"
+
+        async def stream() -> AsyncIterator[str]:
+            if cfg.serial:
+                await lock.acquire()
+            try:
+                if cfg.ttft_s or cfg.ttft_growth_s:
+                    await asyncio.sleep(cfg.ttft_s + number * cfg.ttft_growth_s)
+                for i, piece in enumerate(pieces):
+                    if i and cfg.itl_s:
+                        await asyncio.sleep(cfg.itl_s)
+                    if reset and i == 1:
+                        raise _Reset("scripted connection reset")
+                    finish = "stop" if i == len(pieces) - 1 else None
+                    yield chunk(piece, finish, i)
+                if include_usage:
+                    usage = {
+                        "prompt_tokens": 4,
+                        "completion_tokens": len(pieces),
+                        "total_tokens": 4 + len(pieces),
+                    }
+                    yield (
+                        "data: "
+                        + json.dumps({"id": rid, "object": "chunk", "choices": [], "usage": usage})
+                        + "\n\n"
+                    )
+                yield "data: [DONE]\n\n"
+            finally:
+                if cfg.serial:
+                    lock.release()
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await complete(request, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await complete(request, chat=False)
+
+    return app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_stub(cfg: StubConfig | None = None, port: int | None = None) -> Iterator[str]:
+    """Serve a stub in a thread for the duration of the block; yields its base URL."""
+    port = port or free_port()
+    config = uvicorn.Config(build_app(cfg or StubConfig()), host="127.0.0.1", port=port, log_level="error")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the stub server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="deterministic OpenAI-compatible streaming stub")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--model-id", default="stub-model")
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--ttft-ms", type=float, default=0.0)
+    ap.add_argument("--itl-ms", type=float, default=0.0)
+    ap.add_argument("--serial", action="store_true")
+    a = ap.parse_args(argv)
+    cfg = StubConfig(a.model_id, a.tokens, ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000, serial=a.serial)
+    uvicorn.run(build_app(cfg), host="127.0.0.1", port=a.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
