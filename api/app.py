@@ -7,13 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import __version__
-from ledger.api import routes_artifacts, routes_entries, routes_log, routes_ops, routes_policy, views
+from ledger.api import routes_artifacts, routes_entries, routes_log, routes_ops, routes_policy, session, views
 from ledger.api.deps import Served, served
 from ledger.api.errors import install_error_handlers
 from ledger.api.metrics import Metrics
+from ledger.api.requestlog import RequestLogMiddleware, configure_logging
 from ledger.api.settings import ApiSettings
 from ledger.service import Ledger
 
@@ -54,22 +56,29 @@ def open_served_ledger(settings: ApiSettings) -> Ledger:
 
 def create_app(settings: ApiSettings, ledger: Ledger | None = None) -> FastAPI:
     """Build the app for one ledger (opened from ``settings`` unless given)."""
-    app = FastAPI(
+    # Swagger UI and ReDoc from assets the app serves itself (the fastapi-offline package): no CDN
+    app = FastAPIOffline(
         title="Evidence ledger",
         version=__version__,
         description="Signed, append-only evidence for qualifying LLM inference backends. "
-        "JSON field names equal the CLI's `--json` output.",
+        "JSON field names equal the CLI's `--json` output. Errors are RFC 9457 problem documents "
+        "(`application/problem+json`) with the ledger's stable error `code` and a `hint`.",
+        static_url="/static/docs",
+        favicon_url="/static/docs/favicon.png",
     )
     state = Served(settings, ledger or open_served_ledger(settings), Metrics())
     app.state.served = state
     state.metrics.track_size(state.ledger)
     install_error_handlers(app)
-    for module in (routes_ops, routes_entries, routes_artifacts, routes_log, routes_policy, views):
+    for module in (routes_ops, routes_entries, routes_artifacts, routes_log, routes_policy, session, views):
         app.include_router(module.router)
     app.add_middleware(_MetricsMiddleware, metrics=lambda: state.metrics)
+    app.add_middleware(RequestLogMiddleware)  # outermost: every request gets its id first
     return app
 
 
 def create_app_from_env() -> FastAPI:
     """Factory for uvicorn worker processes (``ledger serve --workers N``)."""
-    return create_app(ApiSettings.from_env())
+    settings = ApiSettings.from_env()
+    configure_logging(settings.log_format)
+    return create_app(settings)
