@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["BATCH_SCHEMA", "ENVELOPE_SCHEMA", "PROBLEM", "ErrorOut"]
+__all__ = ["BATCH_SCHEMA", "ENVELOPE_SCHEMA", "PROBLEM", "ErrorOut", "inline_schema"]
 
 
 class ErrorDetail(BaseModel):
@@ -92,3 +92,25 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 
 ENVELOPE_SCHEMA = _body(_ENVELOPE)
 BATCH_SCHEMA = _body(_BATCH)
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema with its ``$defs`` substituted in place: an ``openapi_extra`` body cannot
+    refer to ``#/$defs/…`` (that pointer is not in the OpenAPI document; ReDoc refuses to render it)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def sub(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return sub(
+                    {**defs[ref.removeprefix("#/$defs/")], **{k: v for k, v in node.items() if k != "$ref"}}
+                )
+            return {k: sub(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [sub(v) for v in node]
+        return node
+
+    out: dict[str, Any] = sub(schema)
+    return out
