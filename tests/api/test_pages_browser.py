@@ -138,7 +138,7 @@ def test_every_page_opens_and_shows_what_a_reviewer_needs(
     assert ids["benchmark"][:10] in page.inner_text("main")
     _shot(page, shots, "diff")
 
-    # the failed launch: exit, signature, time to ready, phases; its stderr inline with the failure line marked
+    # the failed launch: exit, signature, time to ready, phases; its stderr inline, the failure line marked
     page.goto(f"{srv.url}/entries/{ids['launch']}")
     summary = page.inner_text("table.summary")
     for text in ("gpu-hang", "signal", "time to ready", "HW Exception"):
