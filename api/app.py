@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import __version__
 from ledger.api import routes_artifacts, routes_entries, routes_log, routes_ops, routes_policy, session, views
+from ledger.api.caching import DefaultCacheControl
 from ledger.api.deps import Served, served
 from ledger.api.errors import install_error_handlers
 from ledger.api.metrics import Metrics
@@ -117,6 +118,7 @@ def create_app(settings: ApiSettings, ledger: Ledger | None = None) -> FastAPI:
     for module in (routes_ops, routes_entries, routes_artifacts, routes_log, routes_policy, session, views):
         app.include_router(module.router)
     app.add_middleware(_MetricsMiddleware, metrics=lambda: state.metrics)
+    app.add_middleware(DefaultCacheControl, settings=lambda: state.settings)
     app.add_middleware(RequestLogMiddleware)  # outermost: every request gets its id first
     return app
 

@@ -7,11 +7,22 @@ started with ``--public-reads`` lets shared caches keep them (``public``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import Request, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.api.settings import ApiSettings
 
-__all__ = ["IMMUTABLE", "REVALIDATE", "cache_control", "etag", "matches", "not_modified"]
+__all__ = [
+    "IMMUTABLE",
+    "REVALIDATE",
+    "DefaultCacheControl",
+    "cache_control",
+    "etag",
+    "matches",
+    "not_modified",
+]
 
 IMMUTABLE = "max-age=31536000, immutable"
 REVALIDATE = "no-cache"  # keep it, but ask (If-None-Match) before each use
@@ -41,3 +52,30 @@ def not_modified(request: Request, tag: str, cache: str) -> Response | None:
     if request.method not in ("GET", "HEAD") or not matches(request.headers.get("if-none-match"), tag):
         return None
     return Response(status_code=304, headers={"ETag": tag, "Cache-Control": cache})
+
+
+class DefaultCacheControl:
+    """Pure ASGI: a read answer that names no caching of its own gets ``private, no-cache`` (``public`` with
+    --public-reads), so no shared cache keeps a token-protected answer; errors and writes get ``no-store``."""
+
+    def __init__(self, app: ASGIApp, settings: Callable[[], ApiSettings]) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        read = scope.get("method") in ("GET", "HEAD")
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == b"cache-control" for k, _ in headers):
+                    ok = read and int(message["status"]) in (200, 203, 206, 304)
+                    value = cache_control(self.settings()) if ok else "no-store"
+                    headers.append((b"cache-control", value.encode()))
+                    message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)

@@ -109,6 +109,10 @@ def test_entries_carry_their_digest_as_etag_and_answer_304(
     assert env.headers["cache-control"] == "private, max-age=31536000, immutable"
     pub = httpx.get(f"{public_server.url}/v1/entries/{entry['id']}")
     assert pub.headers["cache-control"] == "public, no-cache"
+    # every other read names its caching too: private behind a token, public only with --public-reads
+    assert http.get("/v1/checkpoint", headers=rd).headers["cache-control"] == "private, no-cache"
+    assert httpx.get(f"{public_server.url}/v1/entries").headers["cache-control"] == "public, no-cache"
+    assert http.get("/v1/entries").headers["cache-control"] == "no-store"  # the 401
 
 
 def test_artifacts_are_served_with_their_recorded_type_name_and_etag(

@@ -5,6 +5,7 @@ subjects page, checks what a reviewer must see, and keeps screenshots as test ar
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,11 @@ def _signed_in(browser: Any, srv: Server, made: CampaignLedger, offline: bool = 
     cookie = next(c for c in ctx.cookies() if c["name"] == "ledger_session")
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
     return page
+
+
+def _title(page: Any, srv: Server, path: str) -> str:
+    page.goto(srv.url + path)
+    return str(page.title())
 
 
 def _shot(page: Any, shots: Path, name: str) -> Path:
@@ -170,6 +176,25 @@ def test_every_page_opens_and_shows_what_a_reviewer_needs(
     main = page.inner_text("main")
     assert "exit 0" in main and "sequential · ok" in main and "gate benchmark: passed" in main
     _shot(page, shots, "timeline")
+
+    # the model pin: every shard with size, SHA-256 and BLAKE3; a sequential probe: result and latencies
+    pin = next(p for p in seen if p.startswith("/entries/") and "model.pin" in _title(page, srv, p))
+    page.goto(srv.url + pin)
+    shards = page.locator("table:has(th:text('BLAKE3')) tbody tr")
+    assert shards.count() == 2
+    row = shards.filter(has_text="model.safetensors").inner_text()
+    assert "64.0 KiB" in row and "blake3:" in row and re.search(r"\b[0-9a-f]{64}\b", row)
+    _shot(page, shots, "model-pin")
+    probe = next(
+        p
+        for p in seen
+        if p.startswith("/entries/")
+        and "health.probe" in _title(page, srv, p)
+        and "sequential" in page.inner_text("table.summary")
+    )
+    page.goto(srv.url + probe)
+    assert "ok" in page.inner_text("table.summary")
+    assert page.locator("svg.chart title", has_text="Sequential request latency").count() == 1
 
     # the host: OS, GPUs, the campaigns on it
     page.goto(srv.url + "/hosts/page-test-host")
