@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ledger.api.auth import SESSION_COOKIE
 from ledger.errors import Category, LedgerError
 
 __all__ = [
@@ -146,7 +147,10 @@ def problem(
         path = request.url.path
         if status == 401 and not path.startswith("/v1/") and request.method in ("GET", "HEAD"):
             target = path + (f"?{request.url.query}" if request.url.query else "")
-            return RedirectResponse(f"/signin?next={quote(target, safe='')}", status_code=303)
+            resp = RedirectResponse(f"/signin?next={quote(target, safe='')}", status_code=303)
+            if request.cookies.get(SESSION_COOKIE):  # a revoked or unknown token's session ends here
+                resp.delete_cookie(SESSION_COOKIE, path="/")
+            return resp
         from ledger.api.pages import render_error
 
         return render_error(request, status, code, message, _hint(code, status, hint), rid, headers)

@@ -193,6 +193,18 @@ def test_browser_sign_in_session_cookie_and_sign_out(server: Server, deployment:
         assert out.status_code == 303 and out.headers["location"] == "/signin"
         assert "ledger_session" not in b.cookies
         assert b.get("/").status_code == 303
+        # a session whose token is revoked ends: the next page sends the browser to sign in, cookie cleared
+        token, _ = deployment.ledger.create_token(f"browser-{secrets.token_hex(3)}", "reader")
+        signed = b.post("/signin", data={"token": token, "csrf": _csrf(b.get("/signin").text)})
+        assert signed.status_code == 303 and b.get("/").status_code == 200
+        deployment.ledger.revoke_token(token_name(deployment, token))
+        gone = b.get("/")
+        assert gone.status_code == 303 and gone.headers["location"].startswith("/signin")
+        assert "ledger_session" not in b.cookies
+
+
+def token_name(dep: Deployment, token: str) -> str:
+    return dep.ledger.verify_token(token).name
 
 
 def _wait_for(log: Path, needle: str) -> str:
