@@ -6,14 +6,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fastapi import FastAPI
+import fastapi_offline
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import __version__
-from ledger.api import routes_artifacts, routes_entries, routes_log, routes_ops, routes_policy, views
+from ledger.api import routes_artifacts, routes_entries, routes_log, routes_ops, routes_policy, session, views
+from ledger.api.caching import DefaultCacheControl
 from ledger.api.deps import Served, served
 from ledger.api.errors import install_error_handlers
 from ledger.api.metrics import Metrics
+from ledger.api.requestlog import RequestLogMiddleware, configure_logging
 from ledger.api.settings import ApiSettings
 from ledger.service import Ledger
 
@@ -48,6 +54,47 @@ class _MetricsMiddleware:
             self.metrics().observe(scope.get("method", ""), template, status, time.perf_counter() - start)
 
 
+_DOCS_ASSETS = Path(fastapi_offline.__file__).resolve().parent / "static"  # Swagger UI and ReDoc bundles
+_DOCS_URL = "/static/docs"
+
+
+def _offline_docs(app: FastAPI) -> None:
+    """/docs (Swagger UI) and /redoc from assets the app serves itself (the fastapi-offline package): no
+    CDN, so they work on a machine without internet. Routes as FastAPI's own docs (GET and HEAD)."""
+    app.mount(_DOCS_URL, StaticFiles(directory=_DOCS_ASSETS), name="docs-assets")
+
+    def base(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    async def swagger(request: Request) -> HTMLResponse:
+        root = base(request)
+        return get_swagger_ui_html(
+            openapi_url=f"{root}/openapi.json",
+            title=f"{app.title} - Swagger UI",
+            oauth2_redirect_url=f"{root}/docs/oauth2-redirect",
+            swagger_js_url=f"{root}{_DOCS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{_DOCS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{_DOCS_URL}/favicon.png",
+        )
+
+    async def oauth2_redirect(_request: Request) -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    async def redoc(request: Request) -> HTMLResponse:
+        root = base(request)
+        return get_redoc_html(
+            openapi_url=f"{root}/openapi.json",
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}{_DOCS_URL}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{_DOCS_URL}/favicon.png",
+            with_google_fonts=False,
+        )
+
+    app.add_route("/docs", swagger, include_in_schema=False)
+    app.add_route("/docs/oauth2-redirect", oauth2_redirect, include_in_schema=False)
+    app.add_route("/redoc", redoc, include_in_schema=False)
+
+
 def open_served_ledger(settings: ApiSettings) -> Ledger:
     return Ledger.open(Path(settings.home), database_url=settings.database_url, store=settings.store)
 
@@ -58,18 +105,26 @@ def create_app(settings: ApiSettings, ledger: Ledger | None = None) -> FastAPI:
         title="Evidence ledger",
         version=__version__,
         description="Signed, append-only evidence for qualifying LLM inference backends. "
-        "JSON field names equal the CLI's `--json` output.",
+        "JSON field names equal the CLI's `--json` output. Errors are RFC 9457 problem documents "
+        "(`application/problem+json`) with the ledger's stable error `code` and a `hint`.",
+        docs_url=None,  # served by _offline_docs
+        redoc_url=None,
     )
+    _offline_docs(app)
     state = Served(settings, ledger or open_served_ledger(settings), Metrics())
     app.state.served = state
     state.metrics.track_size(state.ledger)
     install_error_handlers(app)
-    for module in (routes_ops, routes_entries, routes_artifacts, routes_log, routes_policy, views):
+    for module in (routes_ops, routes_entries, routes_artifacts, routes_log, routes_policy, session, views):
         app.include_router(module.router)
     app.add_middleware(_MetricsMiddleware, metrics=lambda: state.metrics)
+    app.add_middleware(DefaultCacheControl, settings=lambda: state.settings)
+    app.add_middleware(RequestLogMiddleware)  # outermost: every request gets its id first
     return app
 
 
 def create_app_from_env() -> FastAPI:
     """Factory for uvicorn worker processes (``ledger serve --workers N``)."""
-    return create_app(ApiSettings.from_env())
+    settings = ApiSettings.from_env()
+    configure_logging(settings.log_format)
+    return create_app(settings)

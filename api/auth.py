@@ -1,19 +1,55 @@
-"""Bearer-token dependencies: who may read, who may write (the entry's own signature is checked later)."""
+"""Who may read, who may write (the entry's own signature is checked later).
+
+A client sends ``Authorization: Bearer TOKEN``. A browser signs in once with a token (``/signin``): the
+token is then kept in an HttpOnly, SameSite=Strict session cookie that is verified on every request, so a
+revoked token ends its sessions at once. The cookie grants reads only; writes always need the header.
+Forms that change state (sign-out) carry an anti-forgery token derived from the session's token.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ledger.api.deps import ServedDep
+from ledger.errors import ForbiddenError
 from ledger.service import Ledger
 from ledger.tokens import TokenRecord, require_role
 
-__all__ = ["Reader", "Writer", "caller"]
+__all__ = [
+    "SESSION_COOKIE",
+    "Reader",
+    "Writer",
+    "caller",
+    "csrf_matches",
+    "csrf_token",
+    "session_token",
+]
 
+SESSION_COOKIE = "ledger_session"
 _bearer = HTTPBearer(auto_error=False, description="`ledger tokens new NAME --role reader|writer|admin`")
+
+
+def session_token(request: Request) -> str | None:
+    return request.cookies.get(SESSION_COOKIE) or None
+
+
+def csrf_token(secret: str) -> str:
+    """The anti-forgery token of a session (or of a sign-in form's nonce): HMAC-SHA256, never the secret."""
+    return hmac.new(secret.encode("utf-8"), b"evidence-ledger csrf v1", hashlib.sha256).hexdigest()
+
+
+def csrf_matches(secret: str | None, sent: str | None) -> bool:
+    return bool(secret and sent) and hmac.compare_digest(csrf_token(secret or ""), sent or "")
+
+
+def _remember(request: Request, record: TokenRecord | None) -> None:
+    """Name the caller for the request log."""
+    request.state.token_name = record.name if record else "anonymous"
 
 
 def _token(ledger: Ledger, creds: HTTPAuthorizationCredentials | None) -> TokenRecord:
@@ -21,22 +57,33 @@ def _token(ledger: Ledger, creds: HTTPAuthorizationCredentials | None) -> TokenR
 
 
 def read_access(
-    state: ServedDep, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request,
+    state: ServedDep,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> TokenRecord | None:
-    """Reads are open when the server runs with --public-reads; otherwise any live token may read."""
-    if state.settings.public_reads and creds is None:
+    """Reads are open when the server runs with --public-reads; otherwise any live token may read, sent
+    as a bearer token or held by a signed-in browser's session cookie."""
+    cookie = session_token(request) if creds is None else None
+    if state.settings.public_reads and creds is None and cookie is None:
+        _remember(request, None)
         return None
-    record = _token(state.ledger, creds)
+    record = state.ledger.verify_token(creds.credentials if creds else cookie)
     require_role(record, "reader")
+    _remember(request, record)
     return record
 
 
 def write_access(
-    state: ServedDep, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request,
+    state: ServedDep,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> TokenRecord:
-    """Writes need a writer (or admin) token."""
+    """Writes need a writer (or admin) bearer token; a session cookie never writes."""
+    if creds is None and session_token(request):
+        raise ForbiddenError("a browser session only reads; writes need `Authorization: Bearer TOKEN`")
     record = _token(state.ledger, creds)
     require_role(record, "writer")
+    _remember(request, record)
     return record
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["BATCH_SCHEMA", "ENVELOPE_SCHEMA", "ErrorOut"]
+__all__ = ["BATCH_SCHEMA", "ENVELOPE_SCHEMA", "PROBLEM", "ErrorOut", "inline_schema"]
 
 
 class ErrorDetail(BaseModel):
@@ -16,7 +16,50 @@ class ErrorDetail(BaseModel):
 
 
 class ErrorOut(BaseModel):
-    error: ErrorDetail
+    """An RFC 9457 problem document with the ledger's stable error ``code`` and a ``hint``."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    hint: str
+    instance: str | None = None
+    request_id: str | None = None
+    error: ErrorDetail  # the same code, message and hint (the shape before problem documents)
+
+
+# An error response as the OpenAPI document publishes it: application/problem+json.
+PROBLEM: dict[str, Any] = {
+    "description": "An RFC 9457 problem document (`code` is the ledger's stable error code)",
+    "content": {
+        "application/problem+json": {
+            "schema": {
+                "type": "object",
+                "required": ["type", "title", "status", "detail", "code", "hint"],
+                "properties": {
+                    "type": {"type": "string", "description": "/errors/CODE"},
+                    "title": {"type": "string"},
+                    "status": {"type": "integer"},
+                    "detail": {"type": "string"},
+                    "code": {"type": "string", "description": "the stable error code, e.g. entry-not-found"},
+                    "hint": {"type": "string", "description": "what to do next (never empty)"},
+                    "instance": {"type": "string"},
+                    "request_id": {"type": "string", "description": "as the X-Request-ID header and the log"},
+                    "error": {
+                        "type": "object",
+                        "required": ["code", "message", "hint"],
+                        "properties": {
+                            "code": {"type": "string"},
+                            "message": {"type": "string"},
+                            "hint": {"type": "string"},
+                        },
+                    },
+                },
+            }
+        }
+    },
+}
 
 
 _SIGNATURE = {
@@ -49,3 +92,25 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 
 ENVELOPE_SCHEMA = _body(_ENVELOPE)
 BATCH_SCHEMA = _body(_BATCH)
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema with its ``$defs`` substituted in place: an ``openapi_extra`` body cannot
+    refer to ``#/$defs/…`` (that pointer is not in the OpenAPI document; ReDoc refuses to render it)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def sub(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return sub(
+                    {**defs[ref.removeprefix("#/$defs/")], **{k: v for k, v in node.items() if k != "$ref"}}
+                )
+            return {k: sub(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [sub(v) for v in node]
+        return node
+
+    out: dict[str, Any] = sub(schema)
+    return out

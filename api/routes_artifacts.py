@@ -6,14 +6,16 @@ import re
 from collections.abc import Iterator
 from typing import Annotated, Any, BinaryIO
 
-from fastapi import APIRouter, Header, Path, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from ledger.api.auth import Reader, Writer
 from ledger.api.bodies import QueueReader, stream_to
-from ledger.api.deps import LedgerDep, ServedDep
-from ledger.api.models import ErrorOut
+from ledger.api.caching import IMMUTABLE, cache_control, etag, not_modified
+from ledger.api.deps import Served, ServedDep
+from ledger.api.lookup import artifact_info, content_disposition, is_text, response_media_type
+from ledger.api.models import PROBLEM
 from ledger.errors import ArtifactMissingError, RangeNotSatisfiableError
 from ledger.hashing import Digest, parse_digest
 
@@ -23,10 +25,10 @@ router = APIRouter(
     prefix="/v1",
     tags=["artifacts"],
     responses={
-        401: {"model": ErrorOut},
-        403: {"model": ErrorOut},
-        404: {"model": ErrorOut},
-        422: {"model": ErrorOut},
+        401: PROBLEM,
+        403: PROBLEM,
+        404: PROBLEM,
+        422: PROBLEM,
     },
 )
 
@@ -62,14 +64,30 @@ async def put_artifact(
     return {"digest": str(stored.digest), "size": stored.size, "created": stored.created}
 
 
+def _describe(state: Served, d: Digest, download: bool) -> tuple[str, dict[str, str]]:
+    """Content-Type and headers of an artifact: the media type and name its entry recorded."""
+    info = artifact_info(state.ledger, str(d))
+    media = response_media_type(info.media_type if info else "application/octet-stream")
+    headers = {
+        "Accept-Ranges": "bytes",
+        "ETag": etag(str(d)),
+        "Cache-Control": cache_control(state.settings, IMMUTABLE),
+        "X-Content-Type-Options": "nosniff",
+        # shown inline, an artifact is evidence to read, never a page of this origin that runs
+        "Content-Security-Policy": "sandbox; default-src 'none'",
+        "Content-Disposition": content_disposition(
+            info.name if info else str(d).replace(":", "-"), inline=is_text(media) and not download
+        ),
+    }
+    return media, headers
+
+
 @router.head("/artifacts/{digest}", summary="Whether the store holds an artifact, and its size")
-def head_artifact(ledger: LedgerDep, _who: Reader, digest: DigestPath) -> Response:
+def head_artifact(state: ServedDep, _who: Reader, digest: DigestPath) -> Response:
     d = parse_digest(digest)
-    size = ledger.artifact_size(d)
-    return Response(
-        headers={"Content-Length": str(size), "Accept-Ranges": "bytes", "ETag": f'"{d}"'},
-        media_type="application/octet-stream",
-    )
+    size = state.ledger.artifact_size(d)
+    media, headers = _describe(state, d, download=False)
+    return Response(headers={**headers, "Content-Length": str(size)}, media_type=media)
 
 
 def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -114,28 +132,28 @@ def _iter_file(f: BinaryIO, start: int, end: int) -> Iterator[bytes]:
     response_class=StreamingResponse,
 )
 async def get_artifact(
-    ledger: LedgerDep,
+    request: Request,
+    state: ServedDep,
     _who: Reader,
     digest: str,
     range_header: Annotated[str | None, Header(alias="Range")] = None,
-) -> StreamingResponse:
+    download: Annotated[bool, Query(description="Content-Disposition: attachment, even for text")] = False,
+) -> Response:
+    """Served with the media type and file name its entry recorded; ETag: the digest (304 on a match)."""
+    ledger = state.ledger
     d: Digest = parse_digest(digest)
     if not await run_in_threadpool(ledger.has_artifact, d):
         raise ArtifactMissingError(f"artifact {d} is not in the store")
+    media, headers = await run_in_threadpool(_describe, state, d, download)
+    if (unchanged := not_modified(request, headers["ETag"], headers["Cache-Control"])) is not None:
+        return unchanged
     size = await run_in_threadpool(ledger.artifact_size, d)
     span = _parse_range(range_header, size)
     f = await run_in_threadpool(ledger.open_artifact, str(d))
-    headers = {
-        "Accept-Ranges": "bytes",
-        "ETag": f'"{d}"',
-        "Cache-Control": "public, max-age=31536000, immutable",
-    }
     start, end = span or (0, size)
     headers["Content-Length"] = str(end - start)
     status = 200
     if span is not None:
         status = 206
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
-    return StreamingResponse(
-        _iter_file(f, start, end), status_code=status, headers=headers, media_type="application/octet-stream"
-    )
+    return StreamingResponse(_iter_file(f, start, end), status_code=status, headers=headers, media_type=media)

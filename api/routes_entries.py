@@ -6,11 +6,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from ledger.api.auth import Reader, Writer
 from ledger.api.bodies import read_json_body
+from ledger.api.caching import IMMUTABLE, REVALIDATE, cache_control, etag, not_modified
 from ledger.api.deps import LedgerDep, Served, ServedDep
-from ledger.api.models import BATCH_SCHEMA, ENVELOPE_SCHEMA, ErrorOut
+from ledger.api.models import BATCH_SCHEMA, ENVELOPE_SCHEMA, PROBLEM
 from ledger.errors import BatchTooLargeError, InputError
 from ledger.service import MAX_BATCH, Ledger, LoggedEntry, parse_subject_args
 
@@ -22,7 +24,7 @@ EntryIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$", description="entr
 router = APIRouter(
     prefix="/v1",
     tags=["entries"],
-    responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    responses={401: PROBLEM, 403: PROBLEM, 422: PROBLEM},
 )
 
 
@@ -66,15 +68,26 @@ def list_entries(
     "/entries/{entry_id}", summary="One entry by id or unique prefix (?envelope=true: the DSSE bytes)"
 )
 def get_entry(
-    ledger: LedgerDep,
+    request: Request,
+    state: ServedDep,
     _who: Reader,
     entry_id: EntryIdPath,
     envelope: Annotated[bool, Query(description="return the stored envelope bytes")] = False,
 ) -> Any:
+    """ETag: the entry id (the digest of its envelope); ``If-None-Match`` with it answers 304."""
+    ledger = state.ledger
     entry = ledger.get(entry_id)
+    tag = etag(entry.entry_id, "envelope" if envelope else "")
+    # the envelope by its full id is immutable bytes; the JSON view (it names the signer) and a prefix
+    # (it may become ambiguous) are revalidated with the ETag
+    full = envelope and entry_id == entry.entry_id
+    cache = cache_control(state.settings, IMMUTABLE if full else REVALIDATE)
+    if (unchanged := not_modified(request, tag, cache)) is not None:
+        return unchanged
+    headers = {"ETag": tag, "Cache-Control": cache}
     if envelope:
-        return Response(entry.envelope, media_type="application/json")
-    return entry_json(ledger, entry)
+        return Response(entry.envelope, media_type="application/json", headers=headers)
+    return JSONResponse(entry_json(ledger, entry), headers=headers)
 
 
 def _append(state: Served, envelopes: list[Any]) -> list[dict[str, Any]]:

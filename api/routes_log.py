@@ -8,7 +8,8 @@ from fastapi import APIRouter, Path, Query
 
 from ledger.api.auth import Reader
 from ledger.api.deps import LedgerDep
-from ledger.api.models import ErrorOut
+from ledger.api.models import PROBLEM
+from ledger.errors import EntryNotFoundError
 from ledger.log import Checkpoint
 from ledger.service import Ledger
 
@@ -19,12 +20,18 @@ EntryIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$", description="entr
 router = APIRouter(
     prefix="/v1",
     tags=["log"],
-    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    responses={401: PROBLEM, 404: PROBLEM, 422: PROBLEM},
 )
 
 
 def checkpoint_at(ledger: Ledger, size: int | None) -> Checkpoint:
-    """Sign (and keep) a checkpoint; a concurrent request keeping the same size first is not an error."""
+    """Sign (and keep) a checkpoint; a concurrent request keeping the same size first is not an error.
+    A size beyond the log names a tree that does not exist (yet): 404."""
+    if size is not None and size > (current := ledger.size()):
+        raise EntryNotFoundError(
+            f"the log has {current} entries; there is no checkpoint at size {size}",
+            hint=f"ask for a size from 0 to {current}, or leave size out for the whole log",
+        )
     return ledger.keep_checkpoint(size)
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ledger.api.auth import Reader
 from ledger.api.bodies import read_json_body
 from ledger.api.deps import LedgerDep, ServedDep
-from ledger.api.models import ErrorOut
+from ledger.api.models import PROBLEM, inline_schema
 from ledger.canonical import canonical_bytes
 from ledger.entries import parse_time
 from ledger.errors import InputError
@@ -29,7 +29,7 @@ __all__ = ["RoutingCheckIn", "router"]
 router = APIRouter(
     prefix="/v1",
     tags=["policy"],
-    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    responses={401: PROBLEM, 404: PROBLEM, 422: PROBLEM},
 )
 
 # Over HTTP a policy is named, never a path: the server reads only its own policy folder.
@@ -115,7 +115,7 @@ class RoutingCheckIn(BaseModel):
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": RoutingCheckIn.model_json_schema()}},
+            "content": {"application/json": {"schema": inline_schema(RoutingCheckIn)}},
         }
     },
 )

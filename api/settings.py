@@ -20,6 +20,7 @@ class ApiSettings:
     max_body_bytes: int = 16 * 1024 * 1024  # JSON requests (one envelope or a batch)
     max_artifact_bytes: int = 64 * 1024 * 1024 * 1024  # one artifact upload
     max_page: int = 1000
+    log_format: str = "text"  # request logs: text (key=value) or json (one object per line)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -1,29 +1,33 @@
-"""Server-rendered reviewer pages (no JavaScript): subjects, one subject's timeline, one entry."""
+"""Server-rendered reviewer pages (no JavaScript): subjects, a subject's timeline, the verdict ladder and
+the diff of two verdicts, entries summarised by kind, an inline log viewer, hosts, error types."""
 
 from __future__ import annotations
 
-import json
+import re
 from collections import defaultdict
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
-from fastapi.templating import Jinja2Templates
 
+from ledger.api import summaries
 from ledger.api.auth import Reader
 from ledger.api.deps import LedgerDep
-from ledger.errors import LedgerError
+from ledger.api.lookup import artifact_info, is_text
+from ledger.api.pages import page
+from ledger.errors import EntryNotFoundError, InputError, LedgerError
+from ledger.hashing import parse_digest
 from ledger.proofs import verify_proof_document
-from ledger.service import Ledger, LoggedEntry
+from ledger.service import Ledger, LoggedEntry, parse_subject_args
 
 __all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
-templates = Jinja2Templates(directory=str(Path(__file__).resolve().parent / "templates"))
-templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False)
 
 _PAGE = 100  # entries per timeline page; "next" links to the following page
+_VIEW_BYTES = 4 * 1024 * 1024  # the log viewer shows at most this much of an artifact
+_POLICY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
 
 
 def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | None:
@@ -58,9 +62,7 @@ def home(request: Request, ledger: LedgerDep, _who: Reader) -> HTMLResponse:
     rows = [
         {"s": s, "verdict": _latest_verdict(ledger, s.field, s.value)} for s in ledger.subjects(limit=200)
     ]
-    return templates.TemplateResponse(
-        request, "subjects.html", {"rows": rows, "size": ledger.size(), "origin": ledger.origin}
-    )
+    return page(request, "subjects.html", {"rows": rows, "size": ledger.size(), "origin": ledger.origin})
 
 
 def _annotate(entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
@@ -104,6 +106,24 @@ def _annotate(entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
     return notes
 
 
+def _policy_name(name: str) -> str:
+    if not _POLICY_NAME.match(name):
+        raise InputError(f"policy {name!r} is not a policy name", hint="e.g. backend-qualification")
+    return name
+
+
+def _evaluate(ledger: Ledger, subject: dict[str, str], policy: str, at: int | None) -> dict[str, Any]:
+    return ledger.evaluate_verdict(subject, Ledger.load_policy(_policy_name(policy)), at_size=at)
+
+
+def _try_evaluate(ledger: Ledger, subject: dict[str, str], policy: str) -> dict[str, Any] | None:
+    """The verdict now, for a subject the policy can judge (a campaign); None when it cannot."""
+    try:
+        return _evaluate(ledger, subject, policy, None)
+    except LedgerError:
+        return None
+
+
 @router.get("/subjects/{field}/{value}", response_class=HTMLResponse)
 def timeline(
     request: Request,
@@ -114,11 +134,16 @@ def timeline(
     after: Annotated[int | None, Query()] = None,
 ) -> HTMLResponse:
     entries = ledger.query(subject={field: value}, after_seq=after, limit=_PAGE)
+    if not entries and after is None:
+        raise EntryNotFoundError(
+            f"no entry names {field}={value}", hint="the subjects page (/) lists the subjects the log knows"
+        )
     names = ledger.signer_names()
     notes = _annotate(entries)
-    gates = [e for e in entries if e.kind == "gate.result"]
     rejected = [(e, n) for e in entries for n in notes.get(e.entry_id, []) if n["bad"]]
-    return templates.TemplateResponse(
+    result = _try_evaluate(ledger, {field: value}, "backend-qualification") if field == "campaign" else None
+    verdicts = ledger.query(subject={field: value}, kind="verdict", limit=200)
+    return page(
         request,
         "timeline.html",
         {
@@ -127,11 +152,94 @@ def timeline(
             "entries": entries,
             "names": names,
             "notes": notes,
-            "gates": gates,
+            "summary": {e.entry_id: summaries.row_note(e) for e in entries},
             "rejected": rejected,
             "verdict": _latest_verdict(ledger, field, value),
+            "result": result,
+            "charts": summaries.subject_charts(entries, verdicts),
+            "verdicts": verdicts,
             "next_after": entries[-1].seq if len(entries) == _PAGE else None,
         },
+    )
+
+
+def _entry_links(ledger: Ledger, ids: set[str]) -> dict[str, dict[str, Any]]:
+    """Kind and a one-line note of each entry a verdict names (ids the log does not hold are left out)."""
+    out: dict[str, dict[str, Any]] = {}
+    for i in ids:
+        try:
+            e = ledger.get(i)
+        except LedgerError:
+            continue
+        out[i] = {"kind": e.kind, "seq": e.seq, "note": summaries.row_note(e)}
+    return out
+
+
+def _verdict_context(ledger: Ledger, result: dict[str, Any]) -> dict[str, Any]:
+    ids = {i for g in result.get("gates", []) for i in g.get("evidence", [])}
+    ids |= {r.get("entry", "") for r in result.get("rejected", [])}
+    ids |= {r.get("by", "") for r in result.get("rejected", []) if r.get("by")}
+    ids |= {r.get("entry", "") for r in result.get("not_credited", [])}
+    return {"r": result, "links": _entry_links(ledger, {i for i in ids if i})}
+
+
+@router.get("/verdict", response_class=HTMLResponse)
+def verdict_page(
+    request: Request,
+    ledger: LedgerDep,
+    _who: Reader,
+    subject: Annotated[list[str], Query(description="FIELD=VALUE")],
+    policy: Annotated[str, Query(max_length=100)] = "backend-qualification",
+    at: Annotated[int | None, Query(ge=1)] = None,
+) -> HTMLResponse:
+    """The policy's gate ladder over the subject's evidence, evaluated now (or at log size ``at``)."""
+    subj = parse_subject_args(subject)
+    if not subj:
+        raise InputError("name the subject: ?subject=FIELD=VALUE")
+    result = _evaluate(ledger, subj, policy, at)
+    recorded = ledger.query(subject=subj, kind="verdict", descending=True, limit=20)
+    return page(
+        request,
+        "verdict.html",
+        {
+            **_verdict_context(ledger, result),
+            "recorded": recorded,
+            "evaluated": True,
+            "at": at,
+            "policy_name": policy,
+        },
+    )
+
+
+def _side(ledger: Ledger, ref: str) -> tuple[str, dict[str, Any]]:
+    """A verdict to compare: a recorded verdict entry (id or prefix)."""
+    e = ledger.get(ref)
+    if e.kind != "verdict":
+        raise InputError(f"entry {e.entry_id} is a {e.kind} entry, not a verdict")
+    result = e.statement.payload.get("result")
+    if not isinstance(result, dict):
+        raise InputError(f"verdict {e.entry_id} holds no result to compare")
+    return e.entry_id, result
+
+
+@router.get("/verdicts/diff", response_class=HTMLResponse)
+def verdict_diff(
+    request: Request,
+    ledger: LedgerDep,
+    _who: Reader,
+    a: Annotated[str, Query(pattern=r"^[0-9a-f]{8,64}$", description="the earlier verdict entry")],
+    b: Annotated[str, Query(pattern=r"^[0-9a-f]{8,64}$", description="the later verdict entry")],
+) -> HTMLResponse:
+    """What flipped between two recorded verdicts: the word, each gate, the evidence rejected or used."""
+    id_a, ra = _side(ledger, a)
+    id_b, rb = _side(ledger, b)
+    diff = summaries.diff_verdicts(ra, rb)
+    ids = {r["entry"] for r in diff["newly_rejected"] + diff["no_longer_rejected"]}
+    ids |= set(diff["used_gained"]) | set(diff["used_lost"])
+    return page(
+        request,
+        "diff.html",
+        {"a": id_a, "b": id_b, "ra": ra, "rb": rb, "d": diff, "links": _entry_links(ledger, ids)},
     )
 
 
@@ -159,15 +267,95 @@ def entry_page(request: Request, ledger: LedgerDep, _who: Reader, entry_id: str)
         proof_status = {"ok": True, "detail": checked.get("detail", "")}
     except LedgerError as e:
         proof_status = {"ok": False, "detail": e.message}
-    return templates.TemplateResponse(
+    data = entry.to_json(ledger.signer_names().get(entry.signer))
+    ctx: dict[str, Any] = {
+        "e": entry,
+        "data": data,
+        "sig": _signature_status(ledger, entry),
+        "proof": proof,
+        "proof_status": proof_status,
+        "referrers": ledger.referrers(entry.entry_id),
+        "s": summaries.entry_summary(entry),
+        "text_artifacts": {a.digest for a in entry.statement.artifacts if a.stored and is_text(a.media_type)},
+    }
+    result = entry.statement.payload.get("result") if entry.kind == "verdict" else None
+    if isinstance(result, dict):
+        ctx.update(_verdict_context(ledger, result))
+        ctx["previous"] = summaries.previous_verdict(ledger, entry)
+    return page(request, "entry.html", ctx)
+
+
+def _failure_lines(ledger: Ledger, digest: str) -> list[str]:
+    """The failure details of the launches that recorded this artifact (the lines to highlight)."""
+    out = []
+    for _seq, eid in ledger.repo.with_artifact(digest)[:20]:
+        e = ledger.get(eid)
+        detail = e.statement.payload.get("failure_detail") if e.kind == "engine.launch" else None
+        if isinstance(detail, str) and detail.strip():
+            out.append(detail.strip())
+    return out
+
+
+@router.get("/artifacts/{digest}", response_class=HTMLResponse)
+async def log_viewer(
+    request: Request,
+    ledger: LedgerDep,
+    _who: Reader,
+    digest: str,
+    q: Annotated[str | None, Query(max_length=200, description="show lines containing this text")] = None,
+) -> HTMLResponse:
+    """A text artifact shown inline: numbered lines, a search, the launch's failure line highlighted."""
+    d = str(parse_digest(digest))
+    info = await run_in_threadpool(artifact_info, ledger, d)
+    if info is None or not await run_in_threadpool(ledger.has_artifact, d):
+        raise EntryNotFoundError(f"no stored artifact {d} is named by an entry")
+    ctx: dict[str, Any] = {"info": info, "digest": d, "q": q or "", "text": is_text(info.media_type)}
+    if ctx["text"]:
+
+        def read() -> bytes:
+            with ledger.open_artifact(d) as f:
+                return f.read(_VIEW_BYTES + 1)
+
+        raw = await run_in_threadpool(read)
+        failures = await run_in_threadpool(_failure_lines, ledger, d)
+        ctx.update(summaries.log_lines(raw[:_VIEW_BYTES].decode("utf-8", "replace"), q or "", failures))
+        ctx["truncated"] = len(raw) > _VIEW_BYTES
+        ctx["failures"] = failures
+    return page(request, "log.html", ctx)
+
+
+@router.get("/hosts/{host}", response_class=HTMLResponse)
+def host_page(request: Request, ledger: LedgerDep, _who: Reader, host: str) -> HTMLResponse:
+    """A host: its latest probe (OS, GPUs, driver), and the campaigns whose evidence names it."""
+    probes = ledger.query(subject={"host": host}, kind="host.probe", descending=True, limit=20)
+    campaigns = ledger.repo.co_subjects("host", host, "campaign")
+    if not probes and not campaigns:
+        raise EntryNotFoundError(f"no entry names host={host}", hint="the subjects page (/) lists the hosts")
+    rows = [
+        {"campaign": c, "entries": n, "last": last, "verdict": _latest_verdict(ledger, "campaign", c)}
+        for c, n, last in campaigns
+    ]
+    return page(
         request,
-        "entry.html",
+        "host.html",
         {
-            "e": entry,
-            "data": entry.to_json(ledger.signer_names().get(entry.signer)),
-            "sig": _signature_status(ledger, entry),
-            "proof": proof,
-            "proof_status": proof_status,
-            "referrers": ledger.referrers(entry.entry_id),
+            "host": host,
+            "probe": probes[0] if probes else None,
+            "facts": summaries.host_facts(probes[0]) if probes else [],
+            "gpus": probes[0].statement.payload.get("gpus") or [] if probes else [],
+            "campaigns": rows,
         },
     )
+
+
+@router.get("/errors/{code}", response_class=HTMLResponse)
+def error_type(request: Request, code: str) -> HTMLResponse:
+    """The page an error document's ``type`` names: what the code means and what to do."""
+    from ledger.api.errors import describe_code
+
+    about = describe_code(code)
+    if about is None:
+        raise EntryNotFoundError(
+            f"no error has the code {code!r}", hint="codes are listed in ledger/errors.py"
+        )
+    return page(request, "error_type.html", about)

@@ -456,3 +456,28 @@ class LogRepo:
             )
         )
         return _fetch_tuples(conn, q)
+
+    # --- reviewer pages -------------------------------------------------------------------------------
+
+    def co_subjects(self, field: str, value: str, other: str, limit: int = 500) -> list[tuple[str, int, str]]:
+        """(value of ``other``, entries, last logged_at) over the entries whose subject has FIELD=VALUE:
+        e.g. the campaigns whose evidence names a host, most recently active first."""
+        s, o = T_SUBJECTS, T_SUBJECTS.alias("other")
+        q = (
+            sa.select(o.c.value, sa.func.count().label("n"), sa.func.max(o.c.seq).label("last"))
+            .select_from(s.join(o, o.c.seq == s.c.seq))
+            .where(s.c.field == field, s.c.value == value, o.c.field == other)
+            .group_by(o.c.value)
+            .order_by(sa.desc("last"))
+            .limit(limit)
+        )
+        with self.read() as conn:
+            rows = conn.execute(q).all()
+            when = dict(
+                conn.execute(
+                    sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.logged_at).where(
+                        T_ENTRIES.c.seq.in_([r.last for r in rows])
+                    )
+                ).tuples().all()
+            ) if rows else {}
+        return [(str(r.value), int(r.n), str(when.get(r.last, ""))) for r in rows]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh machine of this kind; idempotent and quick on reruns.
 #   - the project virtualenv .venv with the package (editable) and its test tools
-#   - Debian packages the tests use: chromium (HTML view screenshots), b3sum (benchmarks)
+#   - Debian packages the tests use: chromium (reviewer pages driven by Playwright), b3sum (benchmarks)
 #   - the PostgreSQL server the shared-deployment tests talk to (started if it is installed but down)
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -33,6 +33,9 @@ def serve(
     max_body: Annotated[int, typer.Option(help="Largest JSON request body, bytes.")] = 16 * 1024 * 1024,
     max_artifact: Annotated[int, typer.Option(help="Largest artifact upload, bytes.")] = 64 * 1024**3,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_format: Annotated[
+        str, typer.Option(help="Request logs: text (key=value) or json (one object per line).")
+    ] = "text",
 ) -> None:
     """Serve the ledger over HTTP (API under /v1, reviewer pages at /, OpenAPI at /openapi.json)."""
     import uvicorn
@@ -41,8 +44,14 @@ def serve(
 
     if s3_endpoint:
         os.environ["AWS_ENDPOINT_URL_S3"] = s3_endpoint
+    from ledger.errors import InputError
+
+    if log_format not in ("text", "json"):
+        raise InputError(f"--log-format must be text or json, not {log_format!r}")
     path = home_path(home)
-    get_ledger(path).close()  # refuse early when there is no ledger here
+    opened = get_ledger(path)  # refuse early when there is no ledger here
+    described = opened.describe()
+    opened.close()
     settings = ApiSettings(
         home=str(path),
         database_url=database_url,
@@ -50,8 +59,12 @@ def serve(
         public_reads=public_reads,
         max_body_bytes=max_body,
         max_artifact_bytes=max_artifact,
+        log_format=log_format,
     )
     os.environ[ENV_VAR] = settings.to_env()
+    _announce(
+        path, database_url or described["database_url"], store or described["store"], settings, host, port
+    )
     uvicorn.run(
         "ledger.api.app:create_app_from_env",
         factory=True,
@@ -59,8 +72,37 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        access_log=False,  # the app writes its own request log (request id, token name, latency)
         timeout_keep_alive=30,
     )
+
+
+def _announce(path: object, db: str, store: str, settings: object, host: str, port: int) -> None:
+    """The start-up line: which home, database and store are served, and whether reads need a token."""
+    import json
+
+    from sqlalchemy.engine import make_url
+
+    try:
+        db_shown = make_url(db).render_as_string(hide_password=True)
+    except Exception:
+        db_shown = "(unparsable database URL)"
+    public = bool(getattr(settings, "public_reads", False))
+    fields = {
+        "home": str(path),
+        "database": db_shown,
+        "store": store,
+        "reads": "public" if public else "token required",
+        "url": f"http://{host}:{port}",
+    }
+    if getattr(settings, "log_format", "text") == "json":
+        sys.stderr.write(json.dumps({"message": "ledger serve starting", **fields}) + "\n")
+    else:
+        sys.stderr.write(
+            f"ledger serve: home {fields['home']} · database {db_shown} · store {store} · "
+            f"reads {fields['reads']} · {fields['url']}\n"
+        )
+    sys.stderr.flush()
 
 
 @tokens_app.command("new")

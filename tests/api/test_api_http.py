@@ -35,7 +35,11 @@ def b3(data: bytes) -> str:
 
 
 def error_code(resp: httpx.Response) -> str:
-    return str(resp.json()["error"]["code"])
+    """The stable code of an RFC 9457 problem document (and of its compatibility member ``error``)."""
+    body = resp.json()
+    assert body["code"] == body["error"]["code"]
+    assert body["hint"], f"an error without a hint: {body}"
+    return str(body["code"])
 
 
 class Unchanged:
@@ -456,7 +460,9 @@ def test_checkpoint_and_proofs_verify_offline(http: httpx.Client, deployment: De
     assert con.status_code == 200, con.text
     assert verify_proof_document(con.json(), pub, cp["log_key_name"])
     too_big = http.get("/v1/checkpoint", params={"size": 10**9}, headers=rd)
-    assert too_big.status_code == 422
+    assert too_big.status_code == 404  # no tree of that size exists: not found, not malformed
+    assert error_code(too_big) == "entry-not-found"
+    assert too_big.headers["content-type"] == "application/problem+json"
 
 
 # --- policy ---

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from ledger.api.app import create_app
 from ledger.api.settings import ApiSettings
@@ -139,6 +139,30 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/"): Rule("read", _fixed("/")),
     ("GET", "/subjects/{field}/{value}"): Rule("read", _fixed("/subjects/campaign/auth")),
     ("GET", "/entries/{entry_id}"): Rule("read", lambda c: f"/entries/{c.entry_id}"),
+    # Swagger UI and ReDoc assets, served by the app (no CDN)
+    ("GET", "/static/docs/{path}"): Rule("public", _fixed("/static/docs/swagger-ui.css")),
+    # the page an error document's `type` names
+    ("GET", "/errors/{code}"): Rule("public", _fixed("/errors/entry-not-found")),
+    # browser sign-in: the form is public; a POST without the form's anti-forgery token is refused (403)
+    # whoever sends it, and so is a sign-out without the session's
+    ("GET", "/signin"): Rule("public", _fixed("/signin")),
+    ("POST", "/signin"): Rule(
+        "public", _fixed("/signin"), lambda c: {"data": {"token": c.dep.tokens["reader"]}}, frozenset({403})
+    ),
+    ("POST", "/signout"): Rule("public", _fixed("/signout"), lambda _c: {"data": {}}, frozenset({403})),
+    # reviewer pages: the verdict ladder (the subject has no verdict-worthy evidence: 404/422), the diff
+    # of two verdicts (the seed entry is no verdict: 422), the log viewer (the artifact is named by no
+    # entry: 404), a host (none is recorded: 404)
+    ("GET", "/verdict"): Rule(
+        "read", _fixed("/verdict?subject=campaign%3Dauth"), ok=frozenset({200, 404, 422})
+    ),
+    ("GET", "/verdicts/diff"): Rule(
+        "read", lambda c: f"/verdicts/diff?a={c.entry_id}&b={c.entry_id}", ok=frozenset({422})
+    ),
+    ("GET", "/artifacts/{digest}"): Rule(
+        "read", lambda c: f"/artifacts/{c.digest}", ok=frozenset({200, 404})
+    ),
+    ("GET", "/hosts/{host}"): Rule("read", _fixed("/hosts/auth-host"), ok=frozenset({404})),
 }
 
 
@@ -165,6 +189,8 @@ def _flatten(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
                 yield m, prefix + r.path
         elif hasattr(r, "original_router") and hasattr(r, "include_context"):
             yield from _flatten(list(r.original_router.routes), prefix + r.include_context.prefix)
+        elif isinstance(r, Mount) and not r.routes:  # static files: one GET row for the whole folder
+            yield "GET", prefix + r.path + "/{path}"
         else:  # a kind of route this test does not know: it must not be skipped silently
             raise AssertionError(f"unknown route type {type(r).__name__}: {r!r}")
 

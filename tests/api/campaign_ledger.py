@@ -1,0 +1,168 @@
+"""A ledger made by real campaigns (the fault-injection engine, real processes and HTTP) for the page tests.
+
+Campaign ``gpu-hang``: the engine is ready, then aborts on its first request (GPU hang) — NOT QUALIFIED.
+Campaign ``healthy``: the same engine passes every collector gate; a semantic gate and the approved
+c1/c4/c32 benchmark (figures as the benchmark harness records them) are added, reviewed and accepted;
+a verdict is recorded before and after a reviewer rejects the benchmark, so two verdicts differ.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.recorder import LocalRecorder
+from ledger.service import Ledger
+from ledger.tokens import create_token
+
+REPO = Path(__file__).resolve().parents[2]
+FAULT_ENGINE = REPO / "tests" / "engines" / "fault_engine.py"
+HOST = "page-test-host"
+
+
+@dataclass
+class CampaignLedger:
+    home: Path
+    reader_token: str
+    ids: dict[str, str]
+
+
+def _campaign_toml(tmp: Path, model_dir: Path, name: str, mode: str) -> Path:
+    text = f"""
+[campaign]
+id = "{name}"
+lease_seconds = 120
+
+[model]
+path = "{model_dir}"
+name = "fault-model"
+served_name = "fault-model"
+
+[engine]
+kind = "vllm"
+python = "{sys.executable}"
+command = ["{{python}}", "{FAULT_ENGINE}", "--port", "{{port}}", "--flavor", "vllm", "--load-seconds", "0.3"]
+lease_seconds = 30
+grace_seconds = 3
+exit_wait_seconds = 3
+
+[[engine.attempts]]
+name = "default"
+extra_args = ["--mode", "{mode}"]
+
+[gates.sequential]
+count = 20
+"""
+    p = tmp / f"{name}.toml"
+    p.write_text(text)
+    return p
+
+
+def _benchmark_figures() -> dict[str, Any]:
+    """Flat per-level figures named as the benchmark harness names them (``metric.stat@cN``)."""
+    out: dict[str, Any] = {}
+    for level, ttft, tpot, rps, tps in (
+        (1, 41.0, 9.8, 2.1, 240.0),
+        (4, 63.5, 12.4, 7.4, 880.0),
+        (32, 212.0, 25.1, 21.0, 2750.0),
+    ):
+        for stat, f in (("p50", 1.0), ("p90", 1.3), ("p99", 1.7)):
+            out[f"ttft_ms.{stat}@c{level}"] = round(ttft * f, 3)
+            out[f"tpot_ms.{stat}@c{level}"] = round(tpot * f, 3)
+        out[f"request_throughput@c{level}"] = rps
+        out[f"output_throughput@c{level}"] = tps
+        out[f"error_rate@c{level}"] = 0.0
+    out["error_rate"] = 0.0
+    return out
+
+
+def build(tmp: Path) -> CampaignLedger:
+    from ledger.collectors.campaign import CampaignRunner, load_campaign
+
+    home = tmp / "home"
+    led = Ledger.init(home)
+    for name, roles in (("collector", ["collector"]), ("reviewer", ["reviewer"]), ("operator", ["operator"])):
+        led.new_key(name, roles)
+    token, _ = create_token(led.engine, "page-reader", "reader")
+    model_dir = tmp / "fault-model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text('{"architectures": ["FaultForCausalLM"]}')
+    (model_dir / "model.safetensors").write_bytes(os.urandom(64 * 1024))
+    rec = LocalRecorder(led, "collector")
+    ids: dict[str, str] = {}
+    for name, mode in (("gpu-hang", "abort"), ("healthy", "ok")):
+        c = load_campaign(_campaign_toml(tmp, model_dir, name, mode))
+        CampaignRunner(c, rec, work_dir=tmp / f"work-{name}", handle_signals=False, host_name=HOST).run()
+    [launch] = led.query(subject={"campaign": "gpu-hang"}, kind="engine.launch", limit=5)
+    ids["launch"] = launch.entry_id
+    ids["log"] = next(a.digest for a in launch.statement.artifacts if a.name == "stderr.log")
+    subj = dict(
+        led.query(subject={"campaign": "healthy"}, kind="engine.launch", limit=1)[0].statement.subject
+    )
+    semantic = led.record(
+        "gate.result",
+        subj,
+        {"gate": "semantic", "status": "passed", "counts": {"sources": 6}},
+        key="collector",
+    )
+    led.record(
+        "review",
+        subj,
+        {"result": "PASS", "commit": "c" * 40},
+        key="reviewer",
+        refs=[("reviews", semantic.entry_id)],
+    )
+    bench = led.record(
+        "gate.result",
+        subj,
+        {
+            "gate": "benchmark",
+            "status": "passed",
+            "counts": {"requests": 96, "repetitions": 1, "levels": 3},
+            "bounds": {"concurrency": [1, 4, 32], "requests": 96, "figures": _benchmark_figures()},
+        },
+        key="collector",
+    )
+    ids["benchmark"] = bench.entry_id
+    led.record(
+        "review",
+        subj,
+        {"result": "PASS", "commit": "c" * 40},
+        key="reviewer",
+        refs=[("reviews", bench.entry_id)],
+    )
+    led.record(
+        "acceptance",
+        subj,
+        {"decision": "accepted", "reason": "approved c1/c4/c32 run"},
+        key="operator",
+        refs=[("subject", bench.entry_id)],
+    )
+    for campaign in ("gpu-hang", "healthy"):
+        result = led.evaluate_verdict({"campaign": campaign})
+        ids[f"verdict-{campaign}"] = led.record_verdict(result, key="reviewer").entry_id
+    led.record(
+        "acceptance",
+        subj,
+        {"decision": "rejected", "reason": "the benchmark host was shared"},
+        key="reviewer",
+        refs=[("subject", bench.entry_id)],
+    )
+    ids["verdict-healthy-2"] = led.record_verdict(
+        led.evaluate_verdict({"campaign": "healthy"}), key="reviewer"
+    ).entry_id
+    for k, v in {k: v for k, v in ids.items() if k.startswith("verdict")}.items():
+        ids[k + "-word"] = str(led.get(v).statement.payload["verdict"])
+    led.close()
+    return CampaignLedger(home, token, ids)
+
+
+if __name__ == "__main__":
+    import json
+    import tempfile
+
+    out = build(Path(tempfile.mkdtemp(prefix="pages-")))
+    print(json.dumps({"home": str(out.home), "token": out.reader_token, **out.ids}, indent=1))
