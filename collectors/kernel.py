@@ -12,10 +12,12 @@ from typing import Any
 
 from ledger.entries import format_time
 from ledger.errors import InputError
+from ledger.gpu_faults import Catalogue, classify_events, load_catalogue
 
 __all__ = [
     "EVENT_PATTERNS",
     "KernelRead",
+    "classify_kernel_events",
     "kernel_payload",
     "last_reset",
     "parse_kernel_log",
@@ -213,8 +215,36 @@ def _why(r: subprocess.CompletedProcess[str] | None) -> str:
     return f"exit {r.returncode}: {msg[-1] if msg else 'no output'}"[:300]
 
 
-def kernel_payload(read: KernelRead, *, since: datetime | None = None) -> dict[str, Any]:
-    """The ``kernel.log`` payload, events filtered to ``since`` where they carry a time."""
+def classify_kernel_events(
+    events: list[dict[str, Any]], catalogue: Catalogue | None = None
+) -> list[dict[str, Any]]:
+    """The events with their catalogue class (``collectors/gpu_faults.toml``), in order; none is dropped.
+
+    Each gets ``fault_class`` (``unknown`` — contact support — for a code the catalogue lacks), and an
+    NVRM Xid its ``mnemonic``; an Xid 154 also gets ``recovery_action`` and ``related_xid``.
+    """
+    cat = catalogue or load_catalogue()
+    out: list[dict[str, Any]] = []
+    for ev, fact in zip(events, classify_events(events, cat), strict=True):
+        item = dict(ev)
+        item["fault_class"] = fact["fault_class"]
+        row = cat.xids.get(ev["xid"]) if ev.get("kind") == "nvrm-xid" and "xid" in ev else None
+        if row is not None:
+            item["mnemonic"] = row.mnemonic
+        if fact["recovery_action"] is not None:
+            item["recovery_action"] = fact["recovery_action"]
+        if fact["related_xid"] is not None:
+            item["related_xid"] = fact["related_xid"]
+        out.append(item)
+    return out
+
+
+def kernel_payload(
+    read: KernelRead, *, since: datetime | None = None, catalogue: Catalogue | None = None
+) -> dict[str, Any]:
+    """The ``kernel.log`` payload, events filtered to ``since`` where they carry a time, each classified
+    by the GPU-fault catalogue, which the payload cites (name, version, BLAKE3 digest of its bytes)."""
+    cat = catalogue or load_catalogue()
     events = parse_kernel_log(read.text, boot_time=boot_time() if read.source == "dmesg" else None)
     if since is not None:
         cut = format_time(since)
@@ -224,6 +254,7 @@ def kernel_payload(read: KernelRead, *, since: datetime | None = None) -> dict[s
         "readable": read.readable,
         "reason": read.reason,
         "since": format_time(since) if since else None,
-        "events": events,
+        "events": classify_kernel_events(events, cat),
         "last_reset_at": last_reset(events),
+        "catalogue": cat.cite(),
     }

@@ -286,6 +286,11 @@ class KernelEvent(_Model):
     message: str
     xid: int | None = None
     device: str | None = None
+    # from the GPU-fault catalogue the payload cites (policies derive the class again, never trust it)
+    fault_class: str | None = None
+    mnemonic: str | None = None
+    recovery_action: str | None = None  # Xid 154: the recovery action it changed to
+    related_xid: int | None = None  # Xid 154: the earlier linked Xid of the same device
 
 
 class KernelLog(_Model):
@@ -295,6 +300,7 @@ class KernelLog(_Model):
     since: str | None = None
     events: list[KernelEvent] = Field(default_factory=list)
     last_reset_at: str | None = None
+    catalogue: dict[str, Any] | None = None  # the GPU-fault catalogue cited: name, version, digest
 
 
 class Finding(_Model):

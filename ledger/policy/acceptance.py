@@ -624,12 +624,17 @@ def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozens
       ``running`` entry precedes it in the log (None: none): the job it ran in, whether or not it says so.
     * ``failure_class`` — for an ``engine.launch`` with a ``failure_signature``, the class the signature
       table gives it; ``unknown`` for an id the table lacks (policies fail those closed).
+    * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
+      ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
+      whatever class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
     """
     from bisect import bisect_right
 
+    from ledger.gpu_faults import classify_events, load_catalogue
     from ledger.signatures import UNKNOWN_CLASS, signature_classes
 
     classes = signature_classes()
+    catalogue = None
     starts: list[tuple[datetime, int]] = []
     running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
     n = 0
@@ -639,7 +644,15 @@ def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozens
             if e.id not in superseded and e.payload.get("state") == "running":
                 running[e.subject.get("campaign")] = str(e.payload.get("job_id"))
             continue
-        derived: dict[str, Any] = {"attempt": 0, "job": None, "failure_class": None}
+        derived: dict[str, Any] = {"attempt": 0, "job": None, "failure_class": None, "gpu_events": []}
+        if kind == "kernel.log":
+            catalogue = catalogue or load_catalogue()
+            events = e.payload.get("events")
+            derived["gpu_events"] = (
+                classify_events([v if isinstance(v, dict) else {} for v in events], catalogue)
+                if isinstance(events, list)
+                else []
+            )
         if kind in output_kinds and e.in_subject:
             derived["job"] = running.get(e.subject.get("campaign"))
         if kind == "engine.launch":

@@ -200,17 +200,21 @@ def _compiled(filename: str, data: bytes) -> dict[str, Any]:
 
 
 def _check_classes(spec: PolicyFile, text: str, filename: str) -> None:
-    """Params naming failure classes (``*_classes``) use the one closed set, ``FailureClass``."""
+    """Params naming failure classes (``*_classes``) use the one closed set, ``FailureClass``; those naming
+    GPU event classes (``gpu_*_classes``) the GPU-fault catalogue's closed set, ``GpuEventClass``."""
+    from ledger.gpu_faults import GpuEventClass
     from ledger.signatures import FailureClass
 
-    known = {c.value for c in FailureClass}
+    failure = {c.value for c in FailureClass}
+    gpu = {c.value for c in GpuEventClass}
     for name, value in spec.params.items():
         if not name.endswith("_classes"):
             continue
+        known, what = (gpu, "GPU event") if name.startswith("gpu_") else (failure, "failure")
         bad = [v for v in value if v not in known] if isinstance(value, list) else [value]
         if bad:
             raise PolicyError(
-                f"{_where(filename, text, 'params', None, name)}: params.{name}: unknown failure "
+                f"{_where(filename, text, 'params', None, name)}: params.{name}: unknown {what} "
                 f"class(es) {', '.join(map(repr, bad))}; known: {', '.join(sorted(known))}"
             )
 

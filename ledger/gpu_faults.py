@@ -1,0 +1,258 @@
+"""The GPU-fault catalogue (``collectors/gpu_faults.toml``): what a kernel-log GPU event means, as data.
+
+The kernel collector classifies the events it records with it and cites it by digest; the policy engine
+classifies them again from the same file (``e.derived.gpu_events``), never trusting an entry's own class.
+An Xid code or event kind the catalogue lacks is class ``unknown`` ("contact support"): kept, never dropped,
+and policies fail it closed.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ledger.errors import ConfigError
+from ledger.hashing import blake3_hex
+
+__all__ = [
+    "DEFAULT_CATALOGUE",
+    "Catalogue",
+    "EventRow",
+    "GpuEventClass",
+    "XidRow",
+    "classify_events",
+    "load_catalogue",
+]
+
+# the collectors' data file; the policy reads it by path (as ledger.signatures reads signatures.toml)
+DEFAULT_CATALOGUE = Path(__file__).parent / "collectors" / "gpu_faults.toml"
+
+
+class GpuEventClass(StrEnum):
+    """The closed set of GPU event classes; the catalogue's ``[classes]`` table must name exactly these."""
+
+    GPU_FAULT = "gpu-fault"
+    MEMORY_ECC = "memory-ecc"
+    INTERCONNECT = "interconnect"
+    DRIVER = "driver"
+    APPLICATION = "application"
+    THERMAL = "thermal"
+    INFORMATIONAL = "informational"
+    UNKNOWN = "unknown"  # not in the catalogue: contact support; no row may name it
+
+
+_BUCKET = re.compile(r"^[A-Za-z0-9_/ ();:.,-]{1,120}$")
+_KIND = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class XidRow:
+    code: int
+    mnemonic: str
+    description: str
+    immediate: str  # NVIDIA's resolution bucket, immediate action
+    investigatory: str  # NVIDIA's resolution bucket, investigatory action
+    fault_class: GpuEventClass
+    xid154: str | None = None  # "Xid 154 linkage": the driver from which an Xid 154 reports its action
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    kind: str
+    description: str
+    fault_class: GpuEventClass
+    same_as_xid: int | None = None
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    name: str
+    version: int
+    digest: str  # blake3:<hex> of the file bytes
+    path: Path
+    xids: dict[int, XidRow]
+    events: dict[str, EventRow]
+    xid154_pattern: re.Pattern[str]
+    recovery_actions: dict[int, str] = field(default_factory=dict)
+
+    def cite(self) -> dict[str, Any]:
+        """What a ``kernel.log`` payload records of the catalogue it was classified with."""
+        return {"name": self.name, "version": self.version, "digest": self.digest}
+
+    def recovery_action(self, message: str) -> str | None:
+        """The action an Xid 154 line changes to (``Node Reboot Required``); an unlisted value is named so."""
+        m = self.xid154_pattern.search(message)
+        if m is None:
+            return None
+        value = int(m.group("to"), 16)
+        return self.recovery_actions.get(value, f"unknown recovery action 0x{value:x}")
+
+    def classify(self, event: Mapping[str, Any]) -> tuple[GpuEventClass, str]:
+        """(class, code) of one event: ``xid:<n>`` for NVRM Xid lines, else the event kind."""
+        kind = event.get("kind")
+        if kind == "nvrm-xid":
+            xid = event.get("xid")
+            if type(xid) is not int:
+                return GpuEventClass.UNKNOWN, "xid:?"
+            row = self.xids.get(xid)
+            return (row.fault_class if row else GpuEventClass.UNKNOWN), f"xid:{xid}"
+        if not isinstance(kind, str):
+            return GpuEventClass.UNKNOWN, "?"
+        ev = self.events.get(kind)
+        return (ev.fault_class if ev else GpuEventClass.UNKNOWN), kind
+
+
+def classify_events(events: Iterable[Mapping[str, Any]], catalogue: Catalogue) -> list[dict[str, Any]]:
+    """One fact per event, in order: ``fault_class``, ``code``, and for an Xid 154 its ``recovery_action``
+    and ``related_xid`` (the latest earlier Xid of the same device whose row has an Xid 154 linkage)."""
+    out: list[dict[str, Any]] = []
+    last_linked: dict[Any, int] = {}
+    for ev in events:
+        cls, code = catalogue.classify(ev)
+        fact: dict[str, Any] = {
+            "fault_class": str(cls),
+            "code": code,
+            "recovery_action": None,
+            "related_xid": None,
+        }
+        xid = ev.get("xid")
+        if ev.get("kind") == "nvrm-xid" and type(xid) is int:
+            if xid == 154:
+                message = ev.get("message")
+                action = catalogue.recovery_action(message) if isinstance(message, str) else None
+                # an Xid 154 whose action cannot be read is not "None": it is unknown
+                fact["recovery_action"] = action or "unreadable recovery action"
+                fact["related_xid"] = last_linked.get(ev.get("device"))
+            else:
+                row = catalogue.xids.get(xid)
+                if row is not None and row.xid154:
+                    last_linked[ev.get("device")] = xid
+        out.append(fact)
+    return out
+
+
+def _row_class(raw: Mapping[str, Any], where: str) -> GpuEventClass:
+    cls = raw.get("class")
+    allowed = [c.value for c in GpuEventClass if c is not GpuEventClass.UNKNOWN]
+    if cls not in allowed:
+        raise ConfigError(f"{where}: class {cls!r} is not one of {', '.join(allowed)}")
+    return GpuEventClass(cls)
+
+
+def _check_fields(raw: Mapping[str, Any], known: set[str], where: str) -> None:
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+
+
+def _text(raw: Mapping[str, Any], key: str, where: str, pattern: re.Pattern[str] | None = None) -> str:
+    v = raw.get(key)
+    if not isinstance(v, str) or not v or (pattern is not None and not pattern.fullmatch(v)):
+        raise ConfigError(f"{where}: `{key}` must be non-empty text")
+    return v
+
+
+def _parse(data: dict[str, Any], p: Path, digest: str) -> Catalogue:
+    _check_fields(data, {"catalogue", "classes", "xid154", "event", "xid"}, str(p))
+    head = data.get("catalogue")
+    if not isinstance(head, dict):
+        raise ConfigError(f"{p}: no [catalogue] table")
+    _check_fields(head, {"name", "version", "unknown_class", "unknown_action"}, f"{p} [catalogue]")
+    version = head.get("version")
+    if type(version) is not int or version < 1:
+        raise ConfigError(f"{p} [catalogue]: version must be a positive integer")
+    if head.get("unknown_class") != GpuEventClass.UNKNOWN.value:
+        raise ConfigError(f"{p} [catalogue]: unknown_class must be {GpuEventClass.UNKNOWN.value!r}")
+    classes = data.get("classes")
+    if not isinstance(classes, dict) or set(classes) != {c.value for c in GpuEventClass}:
+        raise ConfigError(
+            f"{p} [classes]: must name exactly the classes {', '.join(c.value for c in GpuEventClass)}"
+        )
+    xids: dict[int, XidRow] = {}
+    for i, raw in enumerate(data.get("xid", [])):
+        where = f"{p} xid #{i + 1}"
+        _check_fields(
+            raw, {"code", "mnemonic", "description", "immediate", "investigatory", "class", "xid154"}, where
+        )
+        code = raw.get("code")
+        if type(code) is not int or not 0 < code < 1_000_000:
+            raise ConfigError(f"{where}: code must be a positive integer")
+        if code in xids:
+            raise ConfigError(f"{where}: duplicate Xid code {code}")
+        link = raw.get("xid154")
+        if link is not None and (not isinstance(link, str) or not link):
+            raise ConfigError(f"{where} (Xid {code}): xid154 must be text")
+        xids[code] = XidRow(
+            code=code,
+            mnemonic=_text(raw, "mnemonic", where),
+            description=_text(raw, "description", where),
+            immediate=_text(raw, "immediate", where, _BUCKET),
+            investigatory=_text(raw, "investigatory", where, _BUCKET),
+            fault_class=_row_class(raw, f"{where} (Xid {code})"),
+            xid154=link,
+        )
+    if not xids:
+        raise ConfigError(f"{p}: no [[xid]] rows")
+    events: dict[str, EventRow] = {}
+    for i, raw in enumerate(data.get("event", [])):
+        where = f"{p} event #{i + 1}"
+        _check_fields(raw, {"kind", "description", "class", "same_as_xid"}, where)
+        kind = _text(raw, "kind", where, _KIND)
+        if kind in events or kind == "nvrm-xid":
+            raise ConfigError(f"{where}: duplicate or reserved event kind {kind!r}")
+        same = raw.get("same_as_xid")
+        if same is not None and same not in xids:
+            raise ConfigError(f"{where} ({kind}): same_as_xid {same!r} is not a listed Xid")
+        events[kind] = EventRow(kind, _text(raw, "description", where), _row_class(raw, where), same)
+    x154 = data.get("xid154")
+    if not isinstance(x154, dict):
+        raise ConfigError(f"{p}: no [xid154] table")
+    _check_fields(x154, {"pattern", "actions"}, f"{p} [xid154]")
+    try:
+        pattern = re.compile(_text(x154, "pattern", f"{p} [xid154]"))
+    except re.error as e:
+        raise ConfigError(f"{p} [xid154]: bad pattern: {e}") from e
+    if "to" not in pattern.groupindex:
+        raise ConfigError(f"{p} [xid154]: the pattern needs a (?P<to>…) group")
+    actions: dict[int, str] = {}
+    for key, value in (x154.get("actions") or {}).items():
+        if not re.fullmatch(r"0x[0-9a-fA-F]{1,8}", key) or not isinstance(value, str) or not value:
+            raise ConfigError(f"{p} [xid154.actions]: {key!r} must be 0x<hex> = text")
+        actions[int(key, 16)] = value
+    return Catalogue(
+        name=_text(head, "name", f"{p} [catalogue]"),
+        version=version,
+        digest=digest,
+        path=p,
+        xids=xids,
+        events=events,
+        xid154_pattern=pattern,
+        recovery_actions=actions,
+    )
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime_ns: int, size: int) -> Catalogue:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read GPU-fault catalogue {p}: {e}") from e
+    return _parse(data, p, f"blake3:{blake3_hex(raw)}")
+
+
+def load_catalogue(path: Path | None = None) -> Catalogue:
+    """The catalogue at ``path`` (default: the shipped one), parsed once per file version."""
+    p = path or DEFAULT_CATALOGUE
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise ConfigError(f"cannot read GPU-fault catalogue {p}: {e.strerror}") from e
+    return _load(str(p), st.st_mtime_ns, st.st_size)

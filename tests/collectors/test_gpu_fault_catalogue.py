@@ -1,0 +1,172 @@
+"""The GPU-fault catalogue (collectors/gpu_faults.toml): every parsed kernel event gets its class, the
+payload cites the catalogue by digest, an unknown code is its own class, and a bad catalogue is refused."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ledger.collectors.kernel import KernelRead, classify_kernel_events, kernel_payload, parse_kernel_log
+from ledger.entries import validate_payload
+from ledger.errors import ConfigError
+from ledger.gpu_faults import DEFAULT_CATALOGUE, GpuEventClass, classify_events, load_catalogue
+from ledger.hashing import blake3_hex
+
+from .conftest import FIXTURES
+
+KERNEL = FIXTURES / "kernel"
+BOOT = datetime(2026, 9, 1, 17, 0, 0, tzinfo=UTC)
+
+
+def _classified(name: str) -> list[dict[str, object]]:
+    return classify_kernel_events(parse_kernel_log((KERNEL / name).read_text(), boot_time=BOOT))
+
+
+def test_catalogue_codes_from_real_looking_nvrm_lines() -> None:
+    events = _classified("xid_catalogue_codes.dmesg")
+    got = [(e.get("xid", e["kind"]), e["fault_class"]) for e in events]
+    assert got == [
+        (13, "application"),
+        (31, "application"),
+        (43, "application"),
+        (48, "memory-ecc"),
+        (63, "informational"),
+        (64, "memory-ecc"),
+        (74, "interconnect"),
+        (79, "gpu-fault"),
+        ("gpu-fell-off-bus", "gpu-fault"),
+        (154, "informational"),
+        (92, "memory-ecc"),
+        (94, "memory-ecc"),
+        (95, "memory-ecc"),
+        (119, "driver"),
+        (154, "informational"),
+        (999, "unknown"),
+    ]
+    by_xid = {e["xid"]: e for e in events if "xid" in e}
+    assert by_xid[79]["mnemonic"] == "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"
+    assert by_xid[48]["mnemonic"] == "ROBUST_CHANNEL_GPU_ECC_DBE"
+    assert "mnemonic" not in by_xid[999]  # nothing is invented for an unknown code; it is still kept
+    assert not any("e1000e" in str(e["message"]) for e in events)
+
+
+def test_xid154_names_the_recovery_action_and_the_xid_it_summarises() -> None:
+    events = _classified("xid_catalogue_codes.dmesg")
+    x154 = [e for e in events if e.get("xid") == 154]
+    # after Xid 79 on 3b:00: reboot; on 86:00 the latest linked Xid is 95 (119 has no Xid 154 linkage)
+    assert [(e["device"], e["recovery_action"], e["related_xid"]) for e in x154] == [
+        ("PCI:0000:3b:00", "Node Reboot Required", 79),
+        ("PCI:0000:86:00", "GPU Reset Required", 95),
+    ]
+    assert all("recovery_action" not in e for e in events if e.get("xid") != 154)
+
+
+def test_xid79_fallen_off_bus_incident() -> None:
+    events = _classified("xid79_fallen_off_bus.dmesg")
+    assert [(e["kind"], e.get("xid"), e["fault_class"]) for e in events] == [
+        ("nvrm-xid", 79, "gpu-fault"),
+        ("gpu-fell-off-bus", None, "gpu-fault"),
+        ("nvrm-xid", 154, "informational"),
+    ]
+    assert events[2]["recovery_action"] == "Node Reboot Required"
+    cat = load_catalogue()
+    assert cat.xids[79].immediate == "RESTART_BM"
+    assert cat.xids[79].investigatory == "CONTACT_SUPPORT"
+    assert cat.xids[79].xid154  # NVIDIA's "Xid 154 linkage" column
+    assert cat.events["gpu-fell-off-bus"].same_as_xid == 79
+
+
+def test_mes_unrecoverable_reset_incident() -> None:
+    events = _classified("mes_unrecoverable_reset.log")
+    assert [(e["kind"], e["fault_class"]) for e in events] == [
+        ("mes-failure", "driver"),
+        ("mes-unrecoverable", "gpu-fault"),
+        ("mes-failure", "driver"),
+        ("queue-eviction-failed", "driver"),
+        ("amdgpu-ring-timeout", "gpu-fault"),
+        ("gpu-reset-begin", "gpu-fault"),
+        ("vram-lost", "gpu-fault"),
+        ("gpu-reset-succeeded", "informational"),
+    ]
+
+
+def test_payload_cites_the_catalogue_by_digest_and_validates() -> None:
+    text = (KERNEL / "xid_catalogue_codes.dmesg").read_text()
+    payload = kernel_payload(KernelRead("file", True, text))
+    assert payload["catalogue"] == {
+        "name": "gpu-faults",
+        "version": load_catalogue().version,
+        "digest": "blake3:" + blake3_hex(DEFAULT_CATALOGUE.read_bytes()),
+    }
+    assert len(payload["events"]) == 16  # the unknown Xid 999 is kept
+    assert payload["events"][-1]["fault_class"] == "unknown"
+    validate_payload("kernel.log", 1, payload)  # the strict model accepts the classified payload
+
+
+def test_every_event_kind_the_collector_names_has_a_catalogue_class() -> None:
+    from ledger.collectors.kernel import EVENT_PATTERNS
+
+    cat = load_catalogue()
+    kinds = {k for k, _ in EVENT_PATTERNS} - {"nvrm-xid"}
+    assert kinds == set(cat.events), "add the new event kind to collectors/gpu_faults.toml"
+
+
+def test_unknown_kinds_and_codes_are_unknown_never_dropped() -> None:
+    cat = load_catalogue()
+    facts = classify_events(
+        [
+            {"kind": "nvrm-xid", "xid": 424242, "message": "m"},
+            {"kind": "nvrm-xid", "message": "no code"},
+            {"kind": "nvrm-xid", "xid": "79", "message": "a string is not a code"},
+            {"kind": "some-new-event", "message": "m"},
+            {"message": "no kind"},
+        ],
+        cat,
+    )
+    assert [f["fault_class"] for f in facts] == ["unknown"] * 5
+    assert facts[0]["code"] == "xid:424242"
+
+
+def test_an_unreadable_xid154_action_is_not_none() -> None:
+    facts = classify_events(
+        [{"kind": "nvrm-xid", "xid": 154, "message": "GPU recovery action garbled"}], load_catalogue()
+    )
+    assert facts[0]["recovery_action"] == "unreadable recovery action"
+    facts = classify_events(
+        [{"kind": "nvrm-xid", "xid": 154, "message": "recovery action changed from 0x0 (None) to 0x9 (New)"}],
+        load_catalogue(),
+    )
+    assert facts[0]["recovery_action"] == "unknown recovery action 0x9"
+
+
+def test_catalogue_classes_are_the_closed_set() -> None:
+    cat = load_catalogue()
+    assert {r.fault_class for r in cat.xids.values()} | {r.fault_class for r in cat.events.values()} <= set(
+        GpuEventClass
+    ) - {GpuEventClass.UNKNOWN}
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s.replace('class = "gpu-fault"\n', 'class = "catastrophic"\n', 1), "class 'catastrophic'"),
+        (lambda s: s.replace('class = "gpu-fault"\n', 'class = "unknown"\n', 1), "class 'unknown'"),
+        (
+            lambda s: (
+                s + '\n[[xid]]\ncode = 79\nmnemonic = "X"\ndescription = "d"\nimmediate = "IGNORE"\n'
+                'investigatory = "IGNORE"\nclass = "gpu-fault"\n'
+            ),
+            "duplicate Xid code 79",
+        ),
+        (lambda s: s.replace("code = 13\n", "code = 13\nseverity = 3\n"), "unknown field(s) severity"),
+        (lambda s: s.replace("version = 1\n", 'version = "1"\n', 1), "version must be a positive integer"),
+        (lambda s: s.replace('thermal = "', 'heat = "', 1), "must name exactly the classes"),
+    ],
+)
+def test_a_bad_catalogue_is_refused(tmp_path: Path, edit: object, message: str) -> None:
+    bad = tmp_path / "gpu_faults.toml"
+    bad.write_text(edit(DEFAULT_CATALOGUE.read_text()))  # type: ignore[operator]
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_catalogue(bad)
