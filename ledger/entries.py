@@ -26,7 +26,9 @@ __all__ = [
 ]
 
 STATEMENT_TYPE = "https://evidence-ledger.dev/entry/v1"
-ROLES = ("collector", "reviewer", "operator", "admin")
+# exporter: signs attestations exported for other tools (`ledger export attestation`); it signs no entry kind
+ROLES = ("collector", "reviewer", "operator", "admin", "exporter")
+Role = Literal["collector", "reviewer", "operator", "admin", "exporter"]
 _SUBJECT_KEY = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _ENTRY_ID = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST = re.compile(r"^blake3:[0-9a-f]{64}$")
@@ -329,14 +331,14 @@ class KeyEnrol(_Model):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
     public_key: str  # base64 raw Ed25519 public key
     key_id: str
-    roles: list[Literal["collector", "reviewer", "operator", "admin"]] = Field(min_length=1)
+    roles: list[Role] = Field(min_length=1)
     valid_from: str | None = None
     valid_until: str | None = None
 
 
 class KeyGrant(_Model):
     key_id: str
-    roles: list[Literal["collector", "reviewer", "operator", "admin"]] = Field(min_length=1)
+    roles: list[Role] = Field(min_length=1)
 
 
 class KeyRevoke(_Model):
@@ -421,7 +423,7 @@ KIND_ROLES: dict[str, frozenset[str]] = {
     "key.grant": frozenset({"admin"}),
     "key.revoke": frozenset({"admin"}),
     "key.rotate": frozenset({"admin"}),
-    "note": frozenset(ROLES),
+    "note": frozenset(ROLES) - {"exporter"},
 }
 
 # refs that must point at an entry of a given kind

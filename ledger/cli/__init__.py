@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from ledger.cli import collect, core, policy, serve
+from ledger.cli import collect, core, export, policy, serve
 from ledger.cli._common import STATE, Cancelled, Outcome
 from ledger.errors import LedgerError
 
@@ -46,6 +46,7 @@ policy.register(app)
 app.command("serve")(serve.serve)
 app.add_typer(serve.tokens_app, name="tokens")
 app.command("push")(collect.push)
+export.register(app)
 
 
 def exit_code(result: object) -> int:
