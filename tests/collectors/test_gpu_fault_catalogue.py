@@ -3,16 +3,21 @@ payload cites the catalogue by digest, an unknown code is its own class, and a b
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from ledger.cli import main
 from ledger.collectors.kernel import KernelRead, classify_kernel_events, kernel_payload, parse_kernel_log
 from ledger.entries import validate_payload
 from ledger.errors import ConfigError
 from ledger.gpu_faults import DEFAULT_CATALOGUE, GpuEventClass, classify_events, load_catalogue
 from ledger.hashing import blake3_hex
+from ledger.service import Ledger
 
 from .conftest import FIXTURES
 
@@ -170,3 +175,30 @@ def test_a_bad_catalogue_is_refused(tmp_path: Path, edit: object, message: str) 
     bad.write_text(edit(DEFAULT_CATALOGUE.read_text()))  # type: ignore[operator]
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_catalogue(bad)
+
+
+def test_collect_kernel_records_classes_and_the_catalogue_then_exports(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """End to end: `ledger collect kernel --file` records the classified events and the catalogue it used;
+    `ledger export attestation` turns that entry into a bundle whose subject is the raw log (sha256 too)."""
+    log = KERNEL / "xid79_fallen_off_bus.dmesg"
+    args = ["--home", str(home), "collect", "kernel", "--file", str(log), "--campaign", "c1", "--json"]
+    assert main(args) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    led = Ledger.open(home)
+    try:
+        entry = led.get(recorded["entry"])
+        payload = entry.statement.payload
+        assert payload["catalogue"]["digest"] == "blake3:" + blake3_hex(DEFAULT_CATALOGUE.read_bytes())
+        assert [e["fault_class"] for e in payload["events"]] == ["gpu-fault", "gpu-fault", "informational"]
+        led.new_key("exporter", ["exporter"])
+    finally:
+        led.close()
+    assert main(["--home", str(home), "export", "attestation", recorded["entry"]]) == 0
+    bundle = json.loads(capsys.readouterr().out)
+    statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    (subject,) = statement["subject"]
+    assert subject["name"] == "kernel.log"
+    assert subject["digest"]["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
+    assert statement["predicate"]["payload"]["catalogue"] == payload["catalogue"]
