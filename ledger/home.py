@@ -85,8 +85,8 @@ class Home:
         try:
             return HomeConfig(
                 origin=str(data["origin"]),
-                database_url=str(data["database_url"]),
-                store=str(data["store"]),
+                database_url=self._absolute_url(str(data["database_url"])),
+                store=self._absolute_store(str(data["store"])),
                 log_key=str(data["log_key"]),
                 root_key_id=str(data["root_key_id"]),
                 admin_key=str(data.get("admin_key", "admin")),
@@ -94,8 +94,44 @@ class Home:
         except KeyError as e:
             raise ConfigError(f"{self.config_path}: missing setting {e}") from e
 
+    # Paths inside the home are kept relative to it, so a copy of the home (``cp -a``) is a ledger of its
+    # own that writes only into itself; paths outside it (and other databases) are kept as given.
+    _SQLITE = "sqlite:///"
+
+    def _inside(self, p: Path) -> str | None:
+        try:
+            return p.resolve().relative_to(self.path.resolve()).as_posix()
+        except ValueError:
+            return None
+
+    def _absolute_url(self, url: str) -> str:
+        if url.startswith(self._SQLITE) and url != self._SQLITE and not url.startswith(self._SQLITE + ":"):
+            p = Path(url.removeprefix(self._SQLITE))
+            if not p.is_absolute():
+                return self._SQLITE + str(self.path / p)
+        return url
+
+    def _absolute_store(self, store: str) -> str:
+        if "://" in store or Path(store).is_absolute():
+            return store
+        return str(self.path / store)
+
+    def _relative(self, cfg: HomeConfig) -> dict[str, str]:
+        out = dict(cfg.__dict__)
+        url = cfg.database_url
+        if url.startswith(self._SQLITE) and Path(url.removeprefix(self._SQLITE)).is_absolute():
+            rel = self._inside(Path(url.removeprefix(self._SQLITE)))
+            if rel is not None:
+                out["database_url"] = self._SQLITE + rel
+        if "://" not in cfg.store and Path(cfg.store).is_absolute():
+            rel = self._inside(Path(cfg.store))
+            if rel is not None:
+                out["store"] = rel
+        return out
+
     def write_config(self, cfg: HomeConfig) -> None:
-        lines = [f"{k} = {json.dumps(v)}" for k, v in cfg.__dict__.items()]
+        """Write the configuration, paths inside the home relative to it (a copied home stays itself)."""
+        lines = [f"{k} = {json.dumps(v)}" for k, v in self._relative(cfg).items()]
         text = "# evidence ledger home configuration\n" + "\n".join(lines) + "\n"
         write_atomic(self.config_path, text.encode())
 

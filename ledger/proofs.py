@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import base64
+import binascii
 from typing import Any
 
-from ledger.errors import ProofError
-from ledger.log import entry_id_of, leaf_hash, parse_checkpoint, verify_consistency, verify_inclusion
+from ledger.errors import ProofError, ProofUncheckedEntryError
+from ledger.log import (
+    LogRecord,
+    parse_checkpoint,
+    parse_record,
+    parse_verifier_key,
+    record_leaf,
+    verify_consistency,
+    verify_inclusion,
+)
 from ledger.signing import PublicKey
 
 __all__ = ["verify_proof_document"]
@@ -19,10 +28,41 @@ def _hashes(doc: dict[str, Any]) -> list[bytes]:
         raise ProofError("proof hashes must be a list of hex strings") from e
 
 
+def _is_vkey(text: str) -> bool:
+    """A C2SP verifier key (``name+hash+key``), not a base64 raw key (base64 may hold ``+`` too)."""
+    parts = text.strip().split("+", 2)
+    return len(parts) == 3 and len(parts[1]) == 8 and all(c in "0123456789abcdef" for c in parts[1])
+
+
+def _trust(public_key: str, key_name: str | None, origin_of: str) -> tuple[str, PublicKey]:
+    """The (note key name, public key) to check signatures with: from a C2SP verifier key, or a base64
+    key and a name (default: the checkpoint's origin, the name the ledger signs under)."""
+    if _is_vkey(public_key):
+        name, pub = parse_verifier_key(public_key)
+        if key_name is not None and key_name != name:
+            raise ProofError(f"--key-name {key_name!r} is not the verifier key's name {name!r}")
+        return name, pub
+    return key_name or origin_of, PublicKey.from_b64(public_key)
+
+
+def _origin(note: Any) -> str:
+    if not isinstance(note, str):
+        raise ProofError("a checkpoint must be a signed note (text)")
+    return note.split("\n", 1)[0]
+
+
 def verify_proof_document(
-    doc: dict[str, Any], public_key_b64: str, key_name: str = "log", held_checkpoint: str | None = None
+    doc: dict[str, Any],
+    public_key_b64: str,
+    key_name: str | None = None,
+    held_checkpoint: str | None = None,
 ) -> dict[str, Any]:
-    """Verify an inclusion or consistency proof; returns a summary or raises ProofError."""
+    """Verify an inclusion or consistency proof; returns a summary or raises ProofError.
+
+    ``public_key_b64``: the log key, base64 raw Ed25519 (then ``key_name`` names it, default the
+    checkpoint's origin) or its C2SP verifier key ``name+hash+key``. An inclusion proof must carry the
+    entry it names: its log record (the leaf) and its envelope (the record names its BLAKE3 id).
+    """
     if not isinstance(doc, dict):
         raise ProofError("a proof document must be a JSON object")
     try:
@@ -31,40 +71,68 @@ def verify_proof_document(
         raise ProofError(f"malformed proof document: {type(e).__name__}: {e}") from e
 
 
+def _checked_record(doc: dict[str, Any]) -> tuple[LogRecord, bytes]:
+    """The log record the inclusion proof is for, checked against the envelope and the document's claims;
+    ``ProofUncheckedEntryError`` when the document does not carry both."""
+    envelope, record_b64 = doc.get("envelope"), doc.get("record")
+    if not isinstance(envelope, str) or not isinstance(record_b64, str):
+        raise ProofUncheckedEntryError(
+            "the proof document does not carry the entry's envelope and log record, so the entry it names "
+            "cannot be checked"
+        )
+    try:
+        record_bytes = base64.b64decode(record_b64, validate=True)
+    except (ValueError, binascii.Error) as e:
+        raise ProofUncheckedEntryError(f"the proof's log record is not base64: {e}") from e
+    record = parse_record(record_bytes)
+    try:
+        record.check_envelope(envelope.encode())
+    except ProofError as e:
+        raise ProofUncheckedEntryError(e.message) from e
+    if "entry_id" in doc and doc["entry_id"] != record.entry_id:
+        raise ProofUncheckedEntryError("the proof's entry_id is not the one its log record names")
+    if int(doc["leaf_index"]) != record.index:
+        raise ProofError(f"leaf_index {doc['leaf_index']} is not the record's index {record.index}")
+    leaf = record_leaf(record_bytes)
+    if "leaf_hash" in doc and doc["leaf_hash"] != leaf.hex():
+        raise ProofError("the proof's leaf_hash is not the hash of its log record")
+    return record, leaf
+
+
 def _verify_document(
-    doc: dict[str, Any], public_key_b64: str, key_name: str, held_checkpoint: str | None
+    doc: dict[str, Any], public_key: str, key_name: str | None, held_checkpoint: str | None
 ) -> dict[str, Any]:
-    pub = PublicKey.from_b64(public_key_b64)
     kind = doc.get("type")
     if kind == "inclusion":
-        cp = parse_checkpoint(doc["checkpoint"], key_name, pub)
+        name, pub = _trust(public_key, key_name, _origin(doc["checkpoint"]))
+        cp = parse_checkpoint(doc["checkpoint"], name, pub)
         if held_checkpoint is not None:
-            held = parse_checkpoint(held_checkpoint, key_name, pub)
-            if (held.size, held.root) != (cp.size, cp.root):
+            held = parse_checkpoint(held_checkpoint, name, pub)
+            if (held.origin, held.size, held.root) != (cp.origin, cp.size, cp.root):
                 raise ProofError("the proof's checkpoint is not the checkpoint you hold")
-        envelope = doc.get("envelope")
-        if isinstance(envelope, str):
-            data = envelope.encode()
-            leaf = leaf_hash(data)
-            if doc.get("entry_id") and entry_id_of(data) != doc["entry_id"]:
-                raise ProofError("the envelope does not hash to the entry id")
-        else:
-            leaf = bytes.fromhex(doc["leaf_hash"])
-        verify_inclusion(int(doc["leaf_index"]), cp.size, leaf, _hashes(doc), cp.root)
+        record, leaf = _checked_record(doc)
+        verify_inclusion(record.index, cp.size, leaf, _hashes(doc), cp.root)
         return {
             "ok": True,
             "type": "inclusion",
-            "entry_id": doc.get("entry_id"),
+            "entry_id": record.entry_id,
+            "leaf_index": record.index,
+            "logged_at": record.logged_at,
             "tree_size": cp.size,
+            "origin": cp.origin,
             "root": base64.b64encode(cp.root).decode(),
-            "detail": f"entry {doc.get('entry_id', '?')} is leaf {doc['leaf_index']} of tree size {cp.size}",
+            "detail": f"entry {record.entry_id} (logged {record.logged_at}) is leaf {record.index} "
+            f"of tree size {cp.size}",
         }
     if kind == "consistency":
-        old = parse_checkpoint(doc["old_checkpoint"], key_name, pub)
-        new = parse_checkpoint(doc["new_checkpoint"], key_name, pub)
+        name, pub = _trust(public_key, key_name, _origin(doc["new_checkpoint"]))
+        old = parse_checkpoint(doc["old_checkpoint"], name, pub)
+        new = parse_checkpoint(doc["new_checkpoint"], name, pub)
+        if old.origin != new.origin:
+            raise ProofError("the two checkpoints are of different logs (origins differ)")
         if held_checkpoint is not None:
-            held = parse_checkpoint(held_checkpoint, key_name, pub)
-            if (held.size, held.root) != (old.size, old.root):
+            held = parse_checkpoint(held_checkpoint, name, pub)
+            if (held.origin, held.size, held.root) != (old.origin, old.size, old.root):
                 raise ProofError("the proof's old checkpoint is not the checkpoint you hold (forked log?)")
         verify_consistency(old.size, new.size, old.root, new.root, _hashes(doc))
         return {

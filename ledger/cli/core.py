@@ -122,9 +122,24 @@ def keys_list(json_out: JsonOption = False) -> None:
 
 
 @keys_app.command("export")
-def keys_export(name: str) -> None:
-    """Print a key's public key (base64 raw Ed25519); `log` is the checkpoint key."""
+def keys_export(
+    name: str,
+    vkey: Annotated[
+        bool,
+        typer.Option(
+            "--vkey", help="The C2SP signed-note verifier key (`log` only): <origin>+<key hash>+<key>."
+        ),
+    ] = False,
+) -> None:
+    """Print a key's public key (base64 raw Ed25519); `log` is the checkpoint and receipt key."""
     ledger = get_ledger()
+    if vkey:
+        if name != ledger.log_key_name:
+            raise InputError(
+                f"--vkey is the log key's ({ledger.log_key_name!r}): its note name is the origin"
+            )
+        sys.stdout.write(ledger.verifier_key() + "\n")
+        return
     sys.stdout.write(ledger.signing_key(name).public.b64 + "\n")
 
 
@@ -396,10 +411,19 @@ def log_cmd(
 def verify(
     artifacts: Annotated[bool, typer.Option(help="Re-hash every stored artifact.")] = True,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: all cores).")] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Verify this database (SQLAlchemy URL) instead of the home's, with the home's keys."
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> Outcome:
     """Check every signature, chain link, Merkle root, checkpoint and artifact; exit 1 on any problem."""
-    report = get_ledger().verify(artifacts=artifacts, workers=workers)
+    from ledger.service import Ledger
+
+    ledger = Ledger.open(home_path(), database_url=database_url) if database_url else get_ledger()
+    report = ledger.verify(artifacts=artifacts, workers=workers)
     if json_out:
         print_json(report.to_json())
     else:
@@ -414,18 +438,45 @@ def verify(
     return Outcome.OK if report else Outcome.NO
 
 
+def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
+    """Upgrade a home made by an older ledger, in place: its database to this ledger's log format (Alembic
+    revision 0002: every Merkle leaf commits the log record; 64-bit seq on PostgreSQL) and its configuration
+    to paths relative to the home. Checkpoints signed before stay checkable; run `ledger verify` after."""
+    from ledger.db import SCHEMA_HEAD, make_engine, schema_revision
+    from ledger.db import migrate as upgrade
+    from ledger.home import Home
+
+    h = Home(home_path(home))
+    cfg = h.config()
+    engine = make_engine(cfg.database_url)
+    try:
+        before = schema_revision(engine)
+    finally:
+        engine.dispose()
+    upgrade(cfg.database_url)
+    h.write_config(cfg)
+    info = {"home": str(h.path), "from_revision": before, "to_revision": SCHEMA_HEAD}
+    if json_out:
+        print_json(info)
+    elif before == SCHEMA_HEAD:
+        out.print(f"already at revision {SCHEMA_HEAD}")
+    else:
+        out.print(f"migrated {h.path}: revision {before} -> {SCHEMA_HEAD}")
+
+
 def checkpoint(
     size: Annotated[int | None, typer.Option(help="Tree size (default: the whole log).")] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Sign a checkpoint (C2SP signed note) of the log."""
+    """Sign and publish a checkpoint (C2SP signed note, key name = the origin) of the log."""
     ledger = get_ledger()
     cp = ledger.checkpoint(size=size)
     if json_out:
         print_json(
             {
                 **cp.to_json(),
-                "log_key_name": ledger.cfg.log_key,
+                "log_key_name": ledger.note_key_name,
+                "log_vkey": ledger.verifier_key(),
                 "log_public_key": ledger.log_public_key().b64,
             }
         )
@@ -452,7 +503,10 @@ def proof_consistency(old_size: int, new_size: Annotated[int | None, typer.Argum
 def proof_verify(
     proof: Annotated[Path, typer.Argument(help="Proof JSON from `ledger proof inclusion|consistency`.")],
     public_key: Annotated[str, typer.Option(help="Log public key: base64, or @FILE.")],
-    key_name: Annotated[str, typer.Option(help="Log key name in the checkpoint.")] = "log",
+    key_name: Annotated[
+        str | None,
+        typer.Option(help="Key name in the checkpoint's signature (default: the proof's origin)."),
+    ] = None,
     checkpoint_file: Annotated[
         Path | None,
         typer.Option("--checkpoint", help="A checkpoint you already hold; the proof must match it."),
@@ -483,6 +537,7 @@ def register(app: typer.Typer) -> None:
     app.command("log")(log_cmd)
     app.command()(verify)
     app.command()(checkpoint)
+    app.command()(migrate)
     app.add_typer(keys_app, name="keys")
     app.add_typer(store_app, name="store")
     app.add_typer(proof_app, name="proof")
