@@ -208,16 +208,21 @@ def test_back_dating_an_existing_entry_logged_at_fails_verify(revoked: Ledger, a
         assert "checkpoint-mismatch" in found[None], found
 
 
-def test_append_refuses_a_logged_at_before_the_head(revoked: Ledger) -> None:
-    """Ingest keeps the order too: a caller-given log time before the head's is refused, nothing stored."""
-    from ledger.errors import LogOrderError
+def test_the_log_clock_never_runs_back_and_a_given_earlier_time_is_named(
+    revoked: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingest on a system clock stepped back logs at the head's time (never earlier); a caller-given
+    earlier log time (only code passes one) is named by verify."""
+    import ledger.service as service
 
     led = revoked
-    size = led.size()
     with led.engine.connect() as conn:
         last = parse_time(_head(conn).logged_at)
-    st = led.make_statement("note", {"campaign": "c"}, {"text": "late"})
-    env = led.sign(st, led.admin_key_name)
-    with pytest.raises(LogOrderError):
-        led.append([env], logged_at=last - timedelta(seconds=1))
-    assert led.size() == size
+    monkeypatch.setattr(service, "now_utc", lambda: last - timedelta(hours=1))
+    e = led.record("note", {"campaign": "c"}, {"text": "clock stepped back"}, key=led.admin_key_name)
+    assert parse_time(e.logged_at) == last
+    assert led.verify()
+    monkeypatch.undo()
+    st = led.make_statement("note", {"campaign": "c"}, {"text": "given an earlier time"})
+    (late,) = led.append([led.sign(st, led.admin_key_name)], logged_at=last - timedelta(seconds=1))
+    assert _codes(led) == {late.seq: {"logged-at-decreasing"}}
