@@ -84,7 +84,10 @@ def _append(state: Served, envelopes: list[Any]) -> list[dict[str, Any]]:
     out = []
     for e in logged:
         (state.metrics.duplicates if e.duplicate else state.metrics.appended).inc()
-        out.append({**entry_json(ledger, e, names), "duplicate": e.duplicate})
+        # the log's signed receipt: the collector keeps it, and `ledger audit` checks it later
+        out.append(
+            {**entry_json(ledger, e, names), "duplicate": e.duplicate, "receipt": ledger.receipt(e).to_json()}
+        )
     return out
 
 

@@ -268,7 +268,7 @@ class LogFormatError(ConfigError):
     """The home's database is in an older log format (or none this code knows)."""
 
     code = "log-format"
-    hint = "run `ledger migrate` (docs/OPERATIONS.md: upgrading a home)"
+    hint = "run `ledger migrate` (docs/LOG.md: upgrading a home)"
 
 
 # --- storage and collection --------------------------------------------------------------------------

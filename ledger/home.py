@@ -10,7 +10,7 @@ import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ledger.atomic import write_atomic
 from ledger.errors import ConfigError, HomeNotInitialisedError, InputError
@@ -71,6 +71,40 @@ class Home:
     @property
     def spool_dir(self) -> Path:
         return self.path / "spool"
+
+    @property
+    def receipts_path(self) -> Path:
+        """The receipts the logs this home appended to signed (JSON lines; ``ledger audit`` reads them)."""
+        return self.path / "receipts.jsonl"
+
+    def keep_receipts(self, receipts: list[dict[str, Any]]) -> None:
+        """Append receipts durably (one write of whole lines, then fsync): a crash loses none it returned."""
+        if not receipts:
+            return
+        data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in receipts).encode()
+        fd = os.open(self.receipts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def receipts(self) -> list[dict[str, Any]]:
+        """The kept receipts, oldest first; a line that is not JSON (a torn last write) is refused."""
+        if not self.receipts_path.is_file():
+            return []
+        out: list[dict[str, Any]] = []
+        for n, line in enumerate(self.receipts_path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError as e:
+                raise ConfigError(f"{self.receipts_path}:{n}: not a receipt ({e})") from e
+            if not isinstance(doc, dict):
+                raise ConfigError(f"{self.receipts_path}:{n}: not a receipt")
+            out.append(doc)
+        return out
 
     def exists(self) -> bool:
         return self.config_path.is_file()

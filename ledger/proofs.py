@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.errors import ProofError, ProofUncheckedEntryError
+from ledger.errors import LedgerError, ProofError, ProofUncheckedEntryError, ReceiptMismatchError
 from ledger.log import (
     LogRecord,
     parse_checkpoint,
+    parse_receipt,
     parse_record,
     parse_verifier_key,
     record_leaf,
@@ -18,7 +21,7 @@ from ledger.log import (
 )
 from ledger.signing import PublicKey
 
-__all__ = ["verify_proof_document"]
+__all__ = ["AuditReport", "audit_receipts", "verify_proof_document"]
 
 
 def _hashes(doc: dict[str, Any]) -> list[bytes]:
@@ -143,3 +146,85 @@ def _verify_document(
             "detail": f"tree size {old.size} is a prefix of tree size {new.size}",
         }
     raise ProofError(f"unknown proof type {kind!r}")
+
+
+# --- receipts: a collector's check that what the log received is still there ----------------------------
+
+
+@dataclass
+class AuditReport:
+    origin: str
+    receipts: int = 0  # receipts of this log checked
+    other_logs: int = 0  # receipts of other logs, skipped
+    newest_index: int | None = None
+    tree_size: int | None = None
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": not self.problems,
+            "origin": self.origin,
+            "receipts": self.receipts,
+            "other_logs": self.other_logs,
+            "newest_index": self.newest_index,
+            "tree_size": self.tree_size,
+            "problems": self.problems,
+        }
+
+
+def audit_receipts(
+    receipts: Iterable[dict[str, Any]],
+    public_key: str,
+    fetch: Callable[[str], dict[str, Any] | None],
+    *,
+    origin: str,
+) -> AuditReport:
+    """Check every receipt of the log ``origin``: signed by the log key, and its entry still in the log
+    with the same log record (index, logged_at, entry id …), proved included under a checkpoint the log
+    signs now. The newest receipts matter most (no checkpoint anyone holds may cover them yet): each is
+    checked, whatever its age. A missing entry, an altered record or a bad proof is a problem."""
+    report = AuditReport(origin)
+    latest: dict[str, dict[str, Any]] = {}
+    for doc in receipts:
+        if doc.get("origin") != origin:
+            report.other_logs += 1
+            continue
+        latest[str(doc.get("entry_id"))] = doc
+    name, pub = _trust(public_key, None, origin)
+    for entry_id, doc in latest.items():
+        report.receipts += 1
+        index = doc.get("index")
+
+        def problem(code: str, message: str, index: Any = index, eid: str = entry_id) -> None:
+            report.problems.append({"entry_id": eid, "index": index, "code": code, "message": message})
+
+        try:
+            receipt = parse_receipt(doc, pub, key_name=name)
+        except LedgerError as e:
+            problem(e.code, f"the receipt is not one this log signed: {e.message}")
+            continue
+        rec = receipt.record
+        if report.newest_index is None or rec.index > report.newest_index:
+            report.newest_index = rec.index
+        proof = fetch(rec.entry_id)
+        if proof is None:
+            problem(ReceiptMismatchError.code, f"the log no longer has entry {rec.entry_id} it received")
+            continue
+        try:
+            result = verify_proof_document(proof, public_key, name)
+            got = base64.b64decode(str(proof["record"]), validate=True)
+        except (LedgerError, KeyError, ValueError) as e:
+            problem(getattr(e, "code", ProofError.code), f"the log's inclusion proof fails: {e}")
+            continue
+        if got != rec.to_bytes() or result["origin"] != origin:
+            problem(
+                ReceiptMismatchError.code,
+                f"the log holds entry {rec.entry_id} at index {result['leaf_index']} logged "
+                f"{result['logged_at']}; its receipt says index {rec.index} logged {rec.logged_at}",
+            )
+            continue
+        report.tree_size = max(report.tree_size or 0, int(result["tree_size"]))
+    return report

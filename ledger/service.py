@@ -8,7 +8,7 @@ import mimetypes
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -64,6 +64,7 @@ from ledger.policy.fixtures import FixtureResult, discover_fixtures, run_fixture
 from ledger.policy.loader import LoadedPolicy, load_policy
 from ledger.policy.routing import check_routing_change
 from ledger.policy.verdict import checkpoint_root, evaluate, record_verdict, replay_verdict
+from ledger.proofs import AuditReport, audit_receipts
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
@@ -137,7 +138,7 @@ class Ledger:
         self._keyring_chain = GENESIS_PREV  # chain hash of the last entry the cached keyring folded
         self._tree = MerkleTree()
         self._tree_chain = GENESIS_PREV  # chain hash of the last entry the cached tree holds
-        self._last_publish = 0.0  # monotonic time this process last looked at publishing a checkpoint
+        self._log_key: SigningKey | None = None
         # The keyring and tree caches are shared by request threads of one server process.
         self._cache_lock = threading.RLock()
 
@@ -241,6 +242,13 @@ class Ledger:
 
     def signing_key(self, name: str) -> SigningKey:
         return self.home.load_key(name)
+
+    def _log_signing_key(self) -> SigningKey:
+        """The log key, read from the home once per process (it signs every receipt)."""
+        key = self._log_key
+        if key is None:
+            key = self._log_key = self.signing_key(self.cfg.log_key)
+        return key
 
     @property
     def admin_key_name(self) -> str:
@@ -809,7 +817,7 @@ class Ledger:
 
     def _sign(self, size: int, root: bytes) -> Checkpoint:
         return sign_checkpoint(
-            self.cfg.origin, size, root, self.signing_key(self.cfg.log_key), key_name=self.note_key_name
+            self.cfg.origin, size, root, self._log_signing_key(), key_name=self.note_key_name
         )
 
     def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint:
@@ -883,8 +891,37 @@ class Ledger:
     def receipt(self, entry: LoggedEntry) -> Receipt:
         """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin."""
         record = LogRecord(entry.seq, entry.logged_at, entry.entry_id, entry.kind, entry.signer)
-        return sign_receipt(
-            self.cfg.origin, record, self.signing_key(self.cfg.log_key), key_name=self.note_key_name
+        return sign_receipt(self.cfg.origin, record, self._log_signing_key(), key_name=self.note_key_name)
+
+    def keep_receipts(self, receipts: Sequence[Receipt | dict[str, Any]]) -> None:
+        """Keep receipts in this home (``ledger record`` and collectors; the spool's from ``ledger push``)."""
+        self.home.keep_receipts([r.to_json() if isinstance(r, Receipt) else dict(r) for r in receipts])
+
+    def audit(
+        self,
+        receipts: Sequence[dict[str, Any]] | None = None,
+        *,
+        fetch: Callable[[str], dict[str, Any] | None] | None = None,
+        public_key: str | None = None,
+        origin: str | None = None,
+    ) -> AuditReport:
+        """Check the kept receipts of one log (default: this home's own) against it: each received entry
+        must still stand where and as its receipt says, under the log's current signed checkpoint.
+
+        ``fetch(entry_id)`` returns the log's inclusion proof document, or None when it has no such entry
+        (default: this ledger's own); ``public_key``: the log key (base64 or C2SP verifier key)."""
+
+        def local(entry_id: str) -> dict[str, Any] | None:
+            try:
+                return self.inclusion(entry_id)
+            except EntryNotFoundError:
+                return None
+
+        return audit_receipts(
+            self.home.receipts() if receipts is None else receipts,
+            public_key or self.log_public_key().b64,
+            fetch or local,
+            origin=origin or self.cfg.origin,
         )
 
     def inclusion(self, id_or_prefix: str, *, size: int | None = None) -> dict[str, Any]:

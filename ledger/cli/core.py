@@ -329,8 +329,10 @@ def record(
         refs=_parse_pairs(ref, "--ref"),
         collected_at=collected_at,
     )
+    receipt = ledger.receipt(entry)
+    ledger.keep_receipts([receipt])  # `ledger audit` checks the entry is still there, as it was received
     if json_out:
-        print_json(entry.to_json(ledger.signer_names().get(entry.signer)))
+        print_json({**entry.to_json(ledger.signer_names().get(entry.signer)), "receipt": receipt.to_json()})
     else:
         sys.stdout.write(f"{entry.entry_id}  seq={entry.seq}  {entry.kind}\n")
 
@@ -438,6 +440,57 @@ def verify(
     return Outcome.OK if report else Outcome.NO
 
 
+def audit(
+    server: Annotated[
+        str | None,
+        typer.Option("--server", envvar="LEDGER_SERVER", help="Audit the receipts of this ledger server."),
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option("--token", envvar="LEDGER_TOKEN", help="Bearer token for --server.")
+    ] = None,
+    public_key: Annotated[
+        str | None,
+        typer.Option(
+            help="The log's key: base64, C2SP verifier key, or @FILE (default: this home's log key; with "
+            "--server, the key the server names, trusted on first use)."
+        ),
+    ] = None,
+    json_out: JsonOption = False,
+) -> Outcome:
+    """Check every receipt this home kept (HOME/receipts.jsonl): each received entry is still in the log,
+    at the index and log time its receipt says, under a checkpoint the log signs now. Exit 1 if not."""
+    ledger = get_ledger()
+    key = (
+        Path(public_key[1:]).read_text().strip() if public_key and public_key.startswith("@") else public_key
+    )
+    if server:
+        from ledger.collectors.remote import LedgerClient
+
+        client = LedgerClient(server, token)
+        try:
+            cp = client.checkpoint()
+            report = ledger.audit(
+                fetch=client.inclusion, public_key=key or str(cp["log_public_key"]), origin=str(cp["origin"])
+            )
+        finally:
+            client.close()
+    else:
+        report = ledger.audit(public_key=key)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        for p in report.problems:
+            err.print(
+                f"[red]problem[/] [{p['code']}] index {p['index']} {p['entry_id'][:16]}: {p['message']}"
+            )
+        status = "ok" if report else f"{len(report.problems)} problem(s)"
+        out.print(
+            f"{status}: {report.receipts} receipts of {report.origin} checked, "
+            f"newest index {report.newest_index}"
+        )
+    return Outcome.OK if report else Outcome.NO
+
+
 def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
     """Upgrade a home made by an older ledger, in place: its database to this ledger's log format (Alembic
     revision 0002: every Merkle leaf commits the log record; 64-bit seq on PostgreSQL) and its configuration
@@ -537,6 +590,7 @@ def register(app: typer.Typer) -> None:
     app.command("log")(log_cmd)
     app.command()(verify)
     app.command()(checkpoint)
+    app.command()(audit)
     app.command()(migrate)
     app.add_typer(keys_app, name="keys")
     app.add_typer(store_app, name="store")
