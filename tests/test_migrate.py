@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,29 @@ def test_config_with_paths_outside_the_home_keeps_them(tmp_path: Path) -> None:
     h = Home(tmp_path / "h")
     assert h.config().store == str(store)
     assert dataclasses.replace(h.config(), store=str(store)) == h.config()
+
+
+def test_verify_database_url_checks_another_database(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """`ledger verify --database-url`: a copy of the database (a replica, a restored backup) is verified
+    with the home's keys and origin; a tampered copy is named, the home's own database untouched."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("LEDGER_HOME", str(home))
+    assert cli("init").code == 0
+    assert cli("record", "note", "--key", "admin", "-s", "campaign=c", "--data", '{"text": "x"}').code == 0
+    copy = tmp_path / "replica.db"
+    src = sqlite3.connect(home / "ledger.db")
+    dst = sqlite3.connect(copy)
+    src.backup(dst)
+    src.close()
+    r = cli("verify", "--database-url", f"sqlite:///{copy}", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["size"] == 2
+    dst.execute("DROP TRIGGER log_entries_no_update")
+    dst.execute("UPDATE log_entries SET logged_at='2020-01-01T00:00:00Z' WHERE seq=1")
+    dst.commit()
+    dst.close()
+    r = cli("verify", "--database-url", f"sqlite:///{copy}", "--json")
+    assert r.code == 1 and "record-mismatch" in {p["code"] for p in r.json()["problems"]}
+    assert cli("verify").code == 0
