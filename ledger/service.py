@@ -8,6 +8,7 @@ import mimetypes
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -139,6 +140,7 @@ class Ledger:
         self._tree = MerkleTree()
         self._tree_chain = GENESIS_PREV  # chain hash of the last entry the cached tree holds
         self._log_key: SigningKey | None = None
+        self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
         # The keyring and tree caches are shared by request threads of one server process.
         self._cache_lock = threading.RLock()
 
@@ -218,11 +220,14 @@ class Ledger:
             # at (the chain hash commits every entry before it); after a rollback or a failover it is
             # thrown away and folded again from the database.
             ring = self._keyring
-            if ring.seq and self.repo.chain_at(conn, ring.seq - 1) != self._keyring_chain:
-                self._keyring = ring = Keyring()
-            self._fold_keys(ring, conn, upto=None)
+            head = self.repo.head(conn)
+            size = 0 if head is None else int(head.seq) + 1
             if ring.seq:
-                self._keyring_chain = self.repo.chain_at(conn, ring.seq - 1) or GENESIS_PREV
+                at_end = head.chain_hash if ring.seq == size else self.repo.chain_at(conn, ring.seq - 1)
+                if ring.seq > size or at_end != self._keyring_chain:
+                    self._keyring = ring = Keyring()
+            replay_keys(ring, self.repo.key_rows(conn, ring.seq, size), size)
+            self._keyring_chain = GENESIS_PREV if head is None else str(head.chain_hash)
             return ring
 
     def _fold_keys(self, ring: Keyring, conn: sa.Connection | None, upto: int | None) -> None:
@@ -446,7 +451,8 @@ class Ledger:
         try:
             with self.repo.append_transaction() as conn:
                 out = self._append_locked(conn, prepared, logged_at)
-                due = any(not e.duplicate for e in out) and self._publish_due(conn, self.repo.size(conn))
+                new = [e.seq for e in out if not e.duplicate]
+                due = bool(new) and self._publish_due(conn, max(new) + 1)
             if due:
                 # the sequencer's step, after the entries are committed: a failure here loses no entry
                 # (the next append publishes again) and never signs what the database does not hold
@@ -848,7 +854,9 @@ class Ledger:
 
     def publish_checkpoint(self) -> Checkpoint:
         """The sequencer's step: sign and keep a checkpoint of the whole log."""
-        return self.checkpoint()
+        cp = self.checkpoint()
+        self._published = (cp.size, time.monotonic())
+        return cp
 
     def _store_checkpoint(self, cp: Checkpoint) -> None:
         # two servers publishing the same size must not race on the insert: the appenders' lock
@@ -877,7 +885,14 @@ class Ledger:
 
     def _publish_due(self, conn: sa.Connection, size: int) -> bool:
         """Whether the sequencer publishes after this append: every ``CHECKPOINT_EVERY`` entries, or when
-        the newest published checkpoint is older than ``CHECKPOINT_INTERVAL_S`` (or there is none)."""
+        the newest published checkpoint is older than ``CHECKPOINT_INTERVAL_S`` (or there is none).
+
+        This process's own last publication answers "not yet" without a query; the database's newest
+        checkpoint (another replica's too) decides otherwise."""
+        mine = self._published
+        interval = checkpoint_interval_s()
+        if mine is not None and size - mine[0] < CHECKPOINT_EVERY and time.monotonic() - mine[1] < interval:
+            return False
         last = self.repo.latest_checkpoint(conn)
         if last is None:
             return True
@@ -886,7 +901,7 @@ class Ledger:
         if size == int(last.size):
             return False
         age = (now_utc() - parse_time(last.created_at)).total_seconds()
-        return age >= checkpoint_interval_s()
+        return age >= interval
 
     def receipt(self, entry: LoggedEntry) -> Receipt:
         """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin."""
