@@ -391,6 +391,15 @@ class LogRepo:
             .limit(1)
         ).first()
 
+    def records(self, conn: sa.Connection, lo: int, hi: int) -> list[bytes | None]:
+        """The stored log records of lo <= seq < hi, in sequence order."""
+        q = (
+            sa.select(T_ENTRIES.c.record)
+            .where(T_ENTRIES.c.seq >= lo, T_ENTRIES.c.seq < hi)
+            .order_by(T_ENTRIES.c.seq)
+        )
+        return [None if r is None else bytes(r) for r in conn.execute(q).scalars()]
+
     def record_at(self, conn: sa.Connection, seq: int) -> bytes | None:
         """The stored log record of the entry at ``seq``."""
         r = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()

@@ -39,6 +39,7 @@ from ledger.errors import (
     IntegrityError,
     KeyNotFoundError,
     LedgerError,
+    LogFormatError,
     RequestTooLargeError,
     StorageError,
 )
@@ -76,6 +77,8 @@ from ledger.verify import VerifyProblem, VerifyReport, verify_log
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger"]
 
 MAX_BATCH = 1000
+TILE_HEIGHT = 8  # C2SP tlog-tiles: a tile is a subtree of height 8 ...
+TILE_WIDTH = 256  # ... of 256 hashes
 # The sequencer publishes a checkpoint after an append every CHECKPOINT_EVERY entries, or when the newest
 # published one is older than the interval (LEDGER_CHECKPOINT_INTERVAL seconds, default 1).
 CHECKPOINT_EVERY = 1000
@@ -902,6 +905,37 @@ class Ledger:
             return False
         age = (now_utc() - parse_time(last.created_at)).total_seconds()
         return age >= interval
+
+    # --- C2SP tlog-tiles ---------------------------------------------------------------------------
+
+    def tile(self, level: int, index: int, width: int | None = None) -> bytes:
+        """The C2SP tlog-tiles hash tile ``level``/``index`` (full: 256 hashes; or partial of ``width``),
+        from the tree checked against the database. ``EntryNotFoundError`` when the log has no such tile."""
+        if not 0 <= level <= 63 or index < 0 or (width is not None and not 1 <= width <= 255):
+            raise InputError("no such tile (level 0..63, index >= 0, width 1..255)")
+        w = TILE_WIDTH if width is None else width
+        with self.repo.read(snapshot=True) as conn, self._cache_lock:
+            tree, _size = self._tree_at(conn)
+            k = TILE_HEIGHT * level
+            nodes = tree.levels[k] if k < len(tree.levels) else []
+            lo = index * TILE_WIDTH
+            if lo + w > len(nodes):
+                raise EntryNotFoundError(f"the log has no tile {level}/{index} of width {w} yet")
+            return b"".join(nodes[lo : lo + w])
+
+    def entry_bundle(self, index: int, width: int | None = None) -> bytes:
+        """The C2SP entry bundle ``index``: the log records, each after its big-endian uint16 length."""
+        if index < 0 or (width is not None and not 1 <= width <= 255):
+            raise InputError("no such entry bundle (index >= 0, width 1..255)")
+        w = TILE_WIDTH if width is None else width
+        lo = index * TILE_WIDTH
+        with self.repo.read(snapshot=True) as conn:
+            records = self.repo.records(conn, lo, lo + w)
+        if len(records) < w:
+            raise EntryNotFoundError(f"the log has no entry bundle {index} of width {w} yet")
+        if any(r is None for r in records):
+            raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
+        return b"".join(len(r).to_bytes(2, "big") + r for r in records if r is not None)
 
     def receipt(self, entry: LoggedEntry) -> Receipt:
         """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin."""
