@@ -117,6 +117,7 @@ def create_app(settings: ApiSettings, ledger: Ledger | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (routes_ops, routes_entries, routes_artifacts, routes_log, routes_policy, session, views):
         app.include_router(module.router)
+    app.include_router(routes_log.tiles)  # C2SP tlog-tiles at the server's root
     app.add_middleware(_MetricsMiddleware, metrics=lambda: state.metrics)
     app.add_middleware(DefaultCacheControl, settings=lambda: state.settings)
     app.add_middleware(RequestLogMiddleware)  # outermost: every request gets its id first

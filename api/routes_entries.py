@@ -18,7 +18,7 @@ from ledger.service import MAX_BATCH, Ledger, LoggedEntry, parse_subject_args
 
 __all__ = ["router"]
 
-_SEQ_MAX = 2**31 - 1  # `seq` is an INTEGER column (32-bit on PostgreSQL): larger cursors cannot be bound
+_SEQ_MAX = 2**63 - 1  # `seq` is a 64-bit integer (BIGINT on PostgreSQL): larger cursors cannot be bound
 EntryIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$", description="entry id or unique prefix")]
 
 router = APIRouter(
@@ -97,7 +97,10 @@ def _append(state: Served, envelopes: list[Any]) -> list[dict[str, Any]]:
     out = []
     for e in logged:
         (state.metrics.duplicates if e.duplicate else state.metrics.appended).inc()
-        out.append({**entry_json(ledger, e, names), "duplicate": e.duplicate})
+        # the log's signed receipt: the collector keeps it, and `ledger audit` checks it later
+        out.append(
+            {**entry_json(ledger, e, names), "duplicate": e.duplicate, "receipt": ledger.receipt(e).to_json()}
+        )
     return out
 
 

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 
 from ledger.api.auth import Reader
 from ledger.api.deps import LedgerDep
 from ledger.api.models import PROBLEM
-from ledger.errors import EntryNotFoundError
+from ledger.errors import EntryNotFoundError, InputError
 from ledger.log import Checkpoint
 from ledger.service import Ledger
 
-__all__ = ["router"]
+__all__ = ["router", "tiles"]
 
 EntryIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$", description="entry id or unique prefix")]
 
@@ -25,14 +26,15 @@ router = APIRouter(
 
 
 def checkpoint_at(ledger: Ledger, size: int | None) -> Checkpoint:
-    """Sign (and keep) a checkpoint; a concurrent request keeping the same size first is not an error.
-    A size beyond the log names a tree that does not exist (yet): 404."""
+    """A checkpoint signed over the log as the database holds it now: a read, so nothing is written and
+    no lock is taken (the sequencer publishes the kept ones after appends). A size beyond the log names a
+    tree that does not exist (yet): 404."""
     if size is not None and size > (current := ledger.size()):
         raise EntryNotFoundError(
             f"the log has {current} entries; there is no checkpoint at size {size}",
             hint=f"ask for a size from 0 to {current}, or leave size out for the whole log",
         )
-    return ledger.keep_checkpoint(size)
+    return ledger.signed_checkpoint(size=size)
 
 
 @router.get("/checkpoint", summary="A signed checkpoint (C2SP signed note) of the log")
@@ -44,8 +46,9 @@ def get_checkpoint(
     cp = checkpoint_at(ledger, size)
     return {
         **cp.to_json(),
-        "log_key_name": ledger.log_key_name,
+        "log_key_name": ledger.note_key_name,
         "log_public_key": ledger.log_public_key().b64,
+        "log_vkey": ledger.verifier_key(),
     }
 
 
@@ -53,7 +56,6 @@ def get_checkpoint(
 def proof_inclusion(
     ledger: LedgerDep, _who: Reader, entry_id: EntryIdPath, size: Annotated[int | None, Query(ge=1)] = None
 ) -> dict[str, Any]:
-    checkpoint_at(ledger, size)
     return ledger.inclusion(entry_id, size=size)
 
 
@@ -64,6 +66,47 @@ def proof_consistency(
     old: Annotated[int, Query(ge=0)],
     new: Annotated[int | None, Query(ge=0)] = None,
 ) -> dict[str, Any]:
-    checkpoint_at(ledger, new)
-    checkpoint_at(ledger, old)
     return ledger.consistency(old, new)
+
+
+# --- C2SP tlog-tiles: <prefix>/checkpoint, <prefix>/tile/<L>/<N>[.p/<W>], <prefix>/tile/entries/<N>[.p/<W>]
+# The prefix is the server's root. Tiles and bundles are computed from the database on each request.
+
+tiles = APIRouter(tags=["tiles"], responses={401: PROBLEM, 404: PROBLEM})
+
+_IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
+_TILE_PATH = re.compile(r"^((?:x[0-9]{3}/)*)([0-9]{3})(?:\.p/([1-9][0-9]{0,2}))?$")
+
+
+def _tile_index(path: str) -> tuple[int, int | None]:
+    """``x001/x234/067[.p/W]`` -> (1234067, W): zero-padded 3-digit groups, all but the last after an x."""
+    m = _TILE_PATH.match(path)
+    if m is None:
+        raise InputError(f"{path!r} is not a tile index (x001/x234/067, optionally .p/<width>)")
+    groups = [g[1:] for g in m.group(1).split("/") if g] + [m.group(2)]
+    if len(groups) > 1 and groups[0] == "000":
+        raise InputError(f"{path!r}: a tile index has no leading zero group")
+    width = int(m.group(3)) if m.group(3) else None
+    if width is not None and width > 255:
+        raise InputError(f"{path!r}: a partial tile is 1..255 wide")
+    return int("".join(groups)), width
+
+
+@tiles.get("/checkpoint", summary="C2SP: the log's signed checkpoint (text/plain)")
+def c2sp_checkpoint(ledger: LedgerDep, _who: Reader) -> Response:
+    cp = checkpoint_at(ledger, None)
+    return Response(cp.note, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "max-age=2"})
+
+
+@tiles.get("/tile/entries/{index:path}", summary="C2SP: an entry bundle (the log records)")
+def c2sp_entries(ledger: LedgerDep, _who: Reader, index: str) -> Response:
+    n, width = _tile_index(index)
+    return Response(ledger.entry_bundle(n, width), media_type="application/octet-stream", headers=_IMMUTABLE)
+
+
+@tiles.get("/tile/{level}/{index:path}", summary="C2SP: a Merkle tree hash tile")
+def c2sp_tile(
+    ledger: LedgerDep, _who: Reader, level: Annotated[int, Path(ge=0, le=63)], index: str
+) -> Response:
+    n, width = _tile_index(index)
+    return Response(ledger.tile(level, n, width), media_type="application/octet-stream", headers=_IMMUTABLE)

@@ -260,7 +260,7 @@ def _signature_status(ledger: Ledger, entry: LoggedEntry) -> dict[str, Any]:
 @router.get("/entries/{entry_id}", response_class=HTMLResponse)
 def entry_page(request: Request, ledger: LedgerDep, _who: Reader, entry_id: str) -> HTMLResponse:
     entry = ledger.get(entry_id)
-    ledger.keep_checkpoint(None)
+    ledger.signed_checkpoint()
     proof = ledger.inclusion(entry.entry_id)
     try:
         checked = verify_proof_document(proof, ledger.log_public_key().b64, ledger.log_key_name)

@@ -15,7 +15,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -118,6 +118,23 @@ class LedgerClient:
             content=_iter_file(path),
             headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"},
         )
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The server's current signed checkpoint, with its origin and log public key."""
+        data: dict[str, Any] = self._request("GET", "/v1/checkpoint").json()
+        return data
+
+    def inclusion(self, entry_id: str) -> dict[str, Any] | None:
+        """The server's inclusion proof of an entry at its current size, or None when it has no such entry."""
+        try:
+            resp = self.http.get(f"/v1/proofs/inclusion/{entry_id}")
+        except httpx.TransportError as e:
+            raise RemoteUnavailableError(f"cannot reach {self.server}: {e}") from e
+        if resp.status_code == 404:
+            return None
+        _raise_for(resp)
         data: dict[str, Any] = resp.json()
         return data
 
@@ -241,7 +258,9 @@ def _batches(files: list[Path]) -> Iterator[list[tuple[Path, bytes]]]:
         yield batch
 
 
-def _push_locked(spool: Spool, client: LedgerClient) -> PushReport:
+def _push_locked(
+    spool: Spool, client: LedgerClient, keep_receipts: Callable[[list[dict[str, Any]]], None]
+) -> PushReport:
     report = PushReport()
     try:
         for art in spool.artifact_files():
@@ -257,6 +276,7 @@ def _push_locked(spool: Spool, client: LedgerClient) -> PushReport:
             for (path, data), got in zip(batch, entries, strict=True):
                 if got["id"] != entry_id_of(data):
                     raise IntegrityError(f"server logged {got['id']} for spooled {path.name}")
+            keep_receipts(entries)  # before the spool forgets them: `ledger audit` checks them later
             spool.remove([p for p, _ in batch])
             report.delivered += sum(1 for e in entries if not e.get("duplicate"))
             report.duplicates += sum(1 for e in entries if e.get("duplicate"))
@@ -275,10 +295,15 @@ def push_spool(
     c = client or LedgerClient(server, token)
     try:
         with spool.locked():
-            return _push_locked(spool, c)
+            return _push_locked(spool, c, lambda entries: _keep_receipts(ledger, entries))
     finally:
         if own:
             c.close()
+
+
+def _keep_receipts(ledger: Ledger, entries: list[dict[str, Any]]) -> None:
+    """Keep the server's receipts of appended entries in the home (``ledger audit --server``)."""
+    ledger.keep_receipts([e["receipt"] for e in entries if isinstance(e.get("receipt"), dict)])
 
 
 # --- the recorder ------------------------------------------------------------------------------------
@@ -350,7 +375,7 @@ class RemoteRecorder:
         entry_id = entry_id_of(data)
         try:
             if self._caught_up():
-                self.client.append([env.to_json()])
+                _keep_receipts(self.ledger, self.client.append([env.to_json()]))
                 return entry_id
         except RemoteUnavailableError:
             pass

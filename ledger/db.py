@@ -16,10 +16,11 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
-from ledger.errors import StorageError
+from ledger.errors import LogFormatError, StorageError
 
 __all__ = [
     "LOG_TABLES",
+    "SCHEMA_HEAD",
     "T_ARTIFACTS",
     "T_CHECKPOINTS",
     "T_ENTRIES",
@@ -31,8 +32,10 @@ __all__ = [
     "EntryRefRow",
     "EntrySubject",
     "LogEntry",
+    "check_schema",
     "make_engine",
     "migrate",
+    "schema_revision",
     "write_transaction",
 ]
 
@@ -42,13 +45,15 @@ LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", 
 class LogEntry(SQLModel, table=True):
     __tablename__ = "log_entries"
 
-    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    seq: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
     entry_id: str = Field(max_length=64, unique=True)
     kind: str = Field(max_length=64, index=True)
     signer: str = Field(max_length=64, index=True)
     collected_at: str = Field(max_length=40)
     logged_at: str = Field(max_length=40, index=True)
     envelope: bytes = Field(sa_type=sa.LargeBinary)
+    # the log record (``ledger.log.LogRecord`` bytes) the Merkle leaf hashes; NULL only before migration 0002
+    record: bytes | None = Field(default=None, sa_type=sa.LargeBinary)
     leaf_hash: str = Field(max_length=64)
     prev_hash: str = Field(max_length=64)
     chain_hash: str = Field(max_length=64)
@@ -57,7 +62,7 @@ class LogEntry(SQLModel, table=True):
 class EntrySubject(SQLModel, table=True):
     __tablename__ = "entry_subjects"
 
-    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    seq: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
     field: str = Field(primary_key=True, max_length=64)
     value: str = Field(max_length=512)
 
@@ -65,7 +70,7 @@ class EntrySubject(SQLModel, table=True):
 class EntryRefRow(SQLModel, table=True):
     __tablename__ = "entry_refs"
 
-    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    seq: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
     rel: str = Field(primary_key=True, max_length=40)
     target_id: str = Field(primary_key=True, max_length=64, index=True)
 
@@ -73,7 +78,7 @@ class EntryRefRow(SQLModel, table=True):
 class EntryArtifact(SQLModel, table=True):
     __tablename__ = "entry_artifacts"
 
-    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    seq: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
     name: str = Field(primary_key=True, max_length=200)
     digest: str = Field(max_length=71, index=True)
     stored: bool = True
@@ -82,10 +87,12 @@ class EntryArtifact(SQLModel, table=True):
 class CheckpointRow(SQLModel, table=True):
     __tablename__ = "checkpoints"
 
-    size: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    size: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
     root: str = Field(max_length=64)
     note: str
     created_at: str = Field(max_length=40)
+    # the log format the root was computed in (``ledger.log.LOG_FORMAT``); 1 for checkpoints of old homes
+    format: int = 1
 
 
 # Core table handles of the log tables, for SQLAlchemy Core queries (``ledger.repo`` writes them all).
@@ -149,6 +156,29 @@ def lock_log(conn: sa.Connection) -> None:
     """Serialise appenders: SQLite already holds the write lock; PostgreSQL takes an advisory lock."""
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7715094201)")
+
+
+SCHEMA_HEAD = "0002"
+"""The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``)."""
+
+
+def schema_revision(engine: Engine) -> str | None:
+    """The Alembic revision of the database, or None when it has none (never migrated)."""
+    try:
+        with engine.connect() as conn:
+            return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    except sa.exc.DBAPIError:
+        return None
+
+
+def check_schema(engine: Engine) -> None:
+    """Refuse a database of another schema revision: an old home is upgraded by ``ledger migrate``."""
+    rev = schema_revision(engine)
+    if rev is not None and rev != SCHEMA_HEAD:
+        raise LogFormatError(
+            f"the database is at schema revision {rev}; this ledger needs {SCHEMA_HEAD}"
+            + (" (log format 2)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")
+        )
 
 
 def migrations_dir() -> Path:

@@ -34,10 +34,14 @@ __all__ = [
     "KeyNotFoundError",
     "KeyRevokedError",
     "LedgerError",
+    "LogFormatError",
+    "LogOrderError",
     "NotAvailableError",
     "PolicyError",
     "ProofError",
+    "ProofUncheckedEntryError",
     "RangeNotSatisfiableError",
+    "ReceiptMismatchError",
     "RemoteUnavailableError",
     "RequestTooLargeError",
     "RoleError",
@@ -240,6 +244,31 @@ class ChainBrokenError(IntegrityError):
 
 class ProofError(IntegrityError):
     code = "proof-invalid"
+
+
+class ProofUncheckedEntryError(ProofError):
+    """An inclusion proof that does not carry the entry (its envelope and log record) it would name."""
+
+    code = "proof-entry-unchecked"
+
+
+class LogOrderError(IntegrityError):
+    """An entry logged earlier than its predecessor: ``logged_at`` never decreases along the log."""
+
+    code = "logged-at-decreasing"
+
+
+class ReceiptMismatchError(IntegrityError):
+    """A receipt the log signed names an entry the log no longer holds as it was received."""
+
+    code = "receipt-mismatch"
+
+
+class LogFormatError(ConfigError):
+    """The home's database is in an older log format (or none this code knows)."""
+
+    code = "log-format"
+    hint = "run `ledger migrate` (docs/LOG.md: upgrading a home)"
 
 
 # --- storage and collection --------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from urllib.parse import quote
 from ledger.canonical import canonical_bytes, parse_canonical
 from ledger.entries import parse_time
 from ledger.errors import ArtifactMissingError, InputError, ProofError, RoleError, SignatureError
-from ledger.log import entry_id_of, leaf_hash, parse_checkpoint, verify_inclusion
+from ledger.log import parse_checkpoint, parse_record, record_leaf, verify_inclusion
 from ledger.signing import PublicKey, SigningKey, pae
 
 if TYPE_CHECKING:
@@ -258,7 +258,9 @@ def attestation_bundle(ledger: Ledger, entry_id: str, *, key: str) -> dict[str, 
                         "hashes": [_b64(bytes.fromhex(h)) for h in proof["hashes"]],
                         "checkpoint": {"envelope": cp.note},
                     },
-                    "canonicalizedBody": _b64(entry.envelope),
+                    # the Merkle leaf commits the log's record (index, logged_at, entry id); the record
+                    # names the entry by id, and the statement binds that id
+                    "canonicalizedBody": proof["record"],
                 }
             ],
         },
@@ -279,7 +281,7 @@ class Checked:
 
 
 def verify_bundle(
-    bundle: dict[str, Any], exporter: PublicKey, log_key: PublicKey, log_key_name: str = "log"
+    bundle: dict[str, Any], exporter: PublicKey, log_key: PublicKey, log_key_name: str
 ) -> Checked:
     """Check a bundle offline with two public keys: the DSSE signature (exporter), the source entry's
     inclusion proof against the checkpoint, and the checkpoint's signature (log). Raises on any failure."""
@@ -303,8 +305,11 @@ def verify_bundle(
         raise ProofError("the inclusion proof's root or size is not the checkpoint's")
     body = base64.b64decode(tlog["canonicalizedBody"], validate=True)
     index = int(ip["logIndex"])
-    verify_inclusion(index, cp.size, leaf_hash(body), [base64.b64decode(h) for h in ip["hashes"]], cp.root)
-    entry_id = entry_id_of(body)
+    record = parse_record(body)
+    if record.index != index:
+        raise ProofError(f"the log record is at index {record.index}, the proof at {index}")
+    verify_inclusion(index, cp.size, record_leaf(body), [base64.b64decode(h) for h in ip["hashes"]], cp.root)
+    entry_id = record.entry_id
     _check_binding(statement, entry_id)
     return Checked(statement, entry_id, index, cp.size)
 

@@ -10,7 +10,7 @@ import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ledger.atomic import write_atomic
 from ledger.errors import ConfigError, HomeNotInitialisedError, InputError
@@ -72,6 +72,40 @@ class Home:
     def spool_dir(self) -> Path:
         return self.path / "spool"
 
+    @property
+    def receipts_path(self) -> Path:
+        """The receipts the logs this home appended to signed (JSON lines; ``ledger audit`` reads them)."""
+        return self.path / "receipts.jsonl"
+
+    def keep_receipts(self, receipts: list[dict[str, Any]]) -> None:
+        """Append receipts durably (one write of whole lines, then fsync): a crash loses none it returned."""
+        if not receipts:
+            return
+        data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in receipts).encode()
+        fd = os.open(self.receipts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def receipts(self) -> list[dict[str, Any]]:
+        """The kept receipts, oldest first; a line that is not JSON (a torn last write) is refused."""
+        if not self.receipts_path.is_file():
+            return []
+        out: list[dict[str, Any]] = []
+        for n, line in enumerate(self.receipts_path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError as e:
+                raise ConfigError(f"{self.receipts_path}:{n}: not a receipt ({e})") from e
+            if not isinstance(doc, dict):
+                raise ConfigError(f"{self.receipts_path}:{n}: not a receipt")
+            out.append(doc)
+        return out
+
     def exists(self) -> bool:
         return self.config_path.is_file()
 
@@ -85,8 +119,8 @@ class Home:
         try:
             return HomeConfig(
                 origin=str(data["origin"]),
-                database_url=str(data["database_url"]),
-                store=str(data["store"]),
+                database_url=self._absolute_url(str(data["database_url"])),
+                store=self._absolute_store(str(data["store"])),
                 log_key=str(data["log_key"]),
                 root_key_id=str(data["root_key_id"]),
                 admin_key=str(data.get("admin_key", "admin")),
@@ -94,8 +128,44 @@ class Home:
         except KeyError as e:
             raise ConfigError(f"{self.config_path}: missing setting {e}") from e
 
+    # Paths inside the home are kept relative to it, so a copy of the home (``cp -a``) is a ledger of its
+    # own that writes only into itself; paths outside it (and other databases) are kept as given.
+    _SQLITE = "sqlite:///"
+
+    def _inside(self, p: Path) -> str | None:
+        try:
+            return p.resolve().relative_to(self.path.resolve()).as_posix()
+        except ValueError:
+            return None
+
+    def _absolute_url(self, url: str) -> str:
+        if url.startswith(self._SQLITE) and url != self._SQLITE and not url.startswith(self._SQLITE + ":"):
+            p = Path(url.removeprefix(self._SQLITE))
+            if not p.is_absolute():
+                return self._SQLITE + str(self.path / p)
+        return url
+
+    def _absolute_store(self, store: str) -> str:
+        if "://" in store or Path(store).is_absolute():
+            return store
+        return str(self.path / store)
+
+    def _relative(self, cfg: HomeConfig) -> dict[str, str]:
+        out = dict(cfg.__dict__)
+        url = cfg.database_url
+        if url.startswith(self._SQLITE) and Path(url.removeprefix(self._SQLITE)).is_absolute():
+            rel = self._inside(Path(url.removeprefix(self._SQLITE)))
+            if rel is not None:
+                out["database_url"] = self._SQLITE + rel
+        if "://" not in cfg.store and Path(cfg.store).is_absolute():
+            rel = self._inside(Path(cfg.store))
+            if rel is not None:
+                out["store"] = rel
+        return out
+
     def write_config(self, cfg: HomeConfig) -> None:
-        lines = [f"{k} = {json.dumps(v)}" for k, v in cfg.__dict__.items()]
+        """Write the configuration, paths inside the home relative to it (a copied home stays itself)."""
+        lines = [f"{k} = {json.dumps(v)}" for k, v in self._relative(cfg).items()]
         text = "# evidence ledger home configuration\n" + "\n".join(lines) + "\n"
         write_atomic(self.config_path, text.encode())
 

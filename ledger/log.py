@@ -12,16 +12,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NewType
 
-from ledger.canonical import canonical_bytes
-from ledger.errors import InputError, ProofError, SignatureError
+from ledger.canonical import canonical_bytes, parse_canonical
+from ledger.errors import InputError, LedgerError, ProofError, SignatureError
 from ledger.hashing import blake3_hex
 from ledger.signing import PublicKey, SigningKey
 
 __all__ = [
     "GENESIS_PREV",
+    "LOG_FORMAT",
+    "MAX_RECORD_BYTES",
     "Checkpoint",
     "EntryId",
+    "LogRecord",
     "MerkleTree",
+    "Receipt",
     "chain_hash",
     "consistency_proof",
     "entry_id_of",
@@ -30,7 +34,13 @@ __all__ = [
     "merkle_root",
     "note_key_hash",
     "parse_checkpoint",
+    "parse_receipt",
+    "parse_record",
+    "parse_verifier_key",
+    "record_leaf",
     "sign_checkpoint",
+    "sign_receipt",
+    "verifier_key",
     "verify_consistency",
     "verify_inclusion",
 ]
@@ -55,8 +65,88 @@ def chain_hash(seq: int, entry_id: str, prev: str, logged_at: str) -> str:
     return blake3_hex(canonical_bytes(record))
 
 
-def leaf_hash(envelope_bytes: bytes) -> bytes:
-    return hashlib.sha256(b"\x00" + envelope_bytes).digest()
+def leaf_hash(data: bytes) -> bytes:
+    """RFC 6962 leaf hash of ``data``: SHA-256(0x00 || data). The log's leaves are its record bytes."""
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+# --- the log record: what each Merkle leaf commits -----------------------------------------------------
+
+LOG_FORMAT = 2
+"""The log format. 1: each leaf was the bare envelope (nothing committed ``logged_at`` or the position).
+2: each leaf is a ``LogRecord`` (index, ``logged_at``, entry id, kind, signer), so a checkpoint commits
+the time and position that revocation and validity are judged at; checkpoint key name = the origin."""
+
+MAX_RECORD_BYTES = 65535  # a C2SP entry bundle carries entries of at most 2^16 - 1 bytes
+
+_RECORD_FIELDS = {"v", "index", "logged_at", "entry_id", "kind", "signer"}
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """The log's own record of one entry: the bytes its Merkle leaf hashes (RFC 8785 canonical JSON).
+
+    ``entry_id`` is BLAKE3 of the stored envelope bytes: the envelope is fetched by that id and checked
+    against the record; ``kind`` and ``signer`` are what the log indexed it under.
+    """
+
+    index: int
+    logged_at: str
+    entry_id: str
+    kind: str
+    signer: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": LOG_FORMAT,
+            "index": self.index,
+            "logged_at": self.logged_at,
+            "entry_id": self.entry_id,
+            "kind": self.kind,
+            "signer": self.signer,
+        }
+
+    def to_bytes(self) -> bytes:
+        data = canonical_bytes(self.to_json())
+        if len(data) > MAX_RECORD_BYTES:
+            raise InputError(f"log record of {len(data)} bytes exceeds {MAX_RECORD_BYTES} bytes")
+        return data
+
+    def leaf(self) -> bytes:
+        return leaf_hash(self.to_bytes())
+
+    def check_envelope(self, envelope_bytes: bytes) -> None:
+        """Raise ``ProofError`` unless ``envelope_bytes`` is the envelope this record names."""
+        if entry_id_of(envelope_bytes) != self.entry_id:
+            raise ProofError(f"the envelope does not hash to the entry id {self.entry_id} the record names")
+
+
+def parse_record(data: bytes) -> LogRecord:
+    """A log record from its canonical bytes; ``ProofError`` for anything else (another format included)."""
+    if len(data) > MAX_RECORD_BYTES:
+        raise ProofError(f"log record of {len(data)} bytes exceeds {MAX_RECORD_BYTES} bytes")
+    try:
+        doc = parse_canonical(data)
+    except LedgerError as e:
+        raise ProofError(f"log record is not canonical JSON: {e.message}") from e
+    if not isinstance(doc, dict) or set(doc) != _RECORD_FIELDS:
+        raise ProofError(f"a log record has exactly the fields {sorted(_RECORD_FIELDS)}")
+    if doc["v"] != LOG_FORMAT:
+        raise ProofError(f"log record format {doc['v']!r} is not {LOG_FORMAT}")
+    index = doc["index"]
+    if type(index) is not int or index < 0:
+        raise ProofError("log record index must be a non-negative integer")
+    texts = [doc[k] for k in ("logged_at", "entry_id", "kind", "signer")]
+    if not all(isinstance(t, str) for t in texts):
+        raise ProofError("log record logged_at, entry_id, kind and signer must be strings")
+    if len(doc["entry_id"]) != 64 or any(c not in "0123456789abcdef" for c in doc["entry_id"]):
+        raise ProofError("log record entry_id must be 64 lowercase hex characters")
+    return LogRecord(index, doc["logged_at"], doc["entry_id"], doc["kind"], doc["signer"])
+
+
+def record_leaf(record_bytes: bytes) -> bytes:
+    """The Merkle leaf hash of a log record."""
+    return leaf_hash(record_bytes)
 
 
 def _node(left: bytes, right: bytes) -> bytes:
@@ -269,12 +359,81 @@ class Checkpoint:
         return {"origin": self.origin, "size": self.size, "root": self.root.hex(), "note": self.note}
 
 
-def sign_checkpoint(origin: str, size: int, root: bytes, key: SigningKey) -> Checkpoint:
-    body = f"{origin}\n{size}\n{base64.b64encode(root).decode()}\n"
+def verifier_key(name: str, public: PublicKey) -> str:
+    """The C2SP signed-note verifier key: ``<name>+<hex key hash>+<base64(0x01 || public key)>``."""
+    _check_key_name(name)
+    blob = base64.b64encode(b"\x01" + public.raw).decode()
+    return f"{name}+{note_key_hash(name, public).hex()}+{blob}"
+
+
+def parse_verifier_key(vkey: str) -> tuple[str, PublicKey]:
+    """(name, public key) of a C2SP signed-note Ed25519 verifier key; ``ProofError`` when it is not one
+    or its key hash does not match its name and key."""
+    parts = vkey.strip().split("+", 2)
+    if len(parts) != 3:
+        raise ProofError("a verifier key is <name>+<hex key hash>+<base64 key>")
+    name, hash_hex, blob_b64 = parts
+    try:
+        blob = base64.b64decode(blob_b64, validate=True)
+        want = bytes.fromhex(hash_hex)
+    except ValueError as e:
+        raise ProofError(f"malformed verifier key: {e}") from e
+    if len(blob) != 33 or blob[0] != 1:
+        raise ProofError("the verifier key is not an Ed25519 (type 0x01) key")
+    pub = PublicKey(blob[1:])
+    if not name or note_key_hash(name, pub) != want:
+        raise ProofError("the verifier key's hash does not match its name and key")
+    return name, pub
+
+
+def _check_key_name(name: str) -> None:
+    # signed-note: a key name is non-empty and has no Unicode spaces or plus signs
+    if not name or "+" in name or any(c.isspace() for c in name):
+        raise InputError(f"{name!r} cannot be a signed-note key name (no spaces or '+')")
+
+
+def _sign_note(body: str, key: SigningKey, name: str) -> str:
+    _check_key_name(name)
     sig = key.sign(body.encode())
-    line = base64.b64encode(note_key_hash(key.name, key.public) + sig).decode()
-    note = f"{body}\n\u2014 {key.name} {line}\n"
-    return Checkpoint(origin, size, root, note)
+    line = base64.b64encode(note_key_hash(name, key.public) + sig).decode()
+    return f"{body}\n\u2014 {name} {line}\n"
+
+
+def sign_checkpoint(
+    origin: str, size: int, root: bytes, key: SigningKey, *, key_name: str | None = None
+) -> Checkpoint:
+    """A C2SP checkpoint signed by ``key`` under ``key_name`` (default: the key's own name; the ledger
+    passes its origin, as C2SP tlog-checkpoint asks)."""
+    body = f"{origin}\n{size}\n{base64.b64encode(root).decode()}\n"
+    return Checkpoint(origin, size, root, _sign_note(body, key, key_name or key.name))
+
+
+def _verify_note(note: str, key_name: str, public: PublicKey) -> str:
+    """The body of a signed note carrying a valid signature by ``key_name``/``public``; raise otherwise."""
+    body, sep, sigs = note.partition("\n\n")
+    if not sep:
+        raise ProofError("signed note has no signature block")
+    try:
+        signed = (body + "\n").encode()
+        want = note_key_hash(key_name, public)
+    except UnicodeEncodeError as e:
+        raise ProofError(f"malformed signed note: {e}") from e
+    for line in sigs.splitlines():
+        parts = line.split(" ")
+        if len(parts) != 3 or parts[0] != "\u2014" or parts[1] != key_name:
+            continue
+        try:
+            blob = base64.b64decode(parts[2], validate=True)
+        except ValueError:
+            continue
+        if blob[:4] != want:
+            continue
+        try:
+            public.verify(blob[4:], signed)
+        except SignatureError as e:
+            raise ProofError("signed note signature does not verify") from e
+        return body
+    raise ProofError(f"signed note carries no signature by {key_name}")
 
 
 def parse_checkpoint(note: str, key_name: str, public: PublicKey) -> Checkpoint:
@@ -314,3 +473,66 @@ def parse_checkpoint(note: str, key_name: str, public: PublicKey) -> Checkpoint:
             raise ProofError("checkpoint signature does not verify") from e
         return Checkpoint(origin, size, root, note)
     raise ProofError(f"checkpoint carries no signature by {key_name}")
+
+
+# --- receipts: what an append returns ------------------------------------------------------------------
+
+RECEIPT_HEADER = "evidence-ledger/receipt/v1"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The log's signed promise, returned by an append: entry ``record`` stands at ``record.index`` of the
+    log ``origin`` with leaf hash ``leaf``. A signed note whose first line is ``RECEIPT_HEADER`` (never a
+    checkpoint: its second line is no tree size)."""
+
+    origin: str
+    record: LogRecord
+    note: str
+
+    @property
+    def leaf(self) -> bytes:
+        return self.record.leaf()
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        return {
+            "type": "receipt",
+            "origin": self.origin,
+            "index": r.index,
+            "entry_id": r.entry_id,
+            "logged_at": r.logged_at,
+            "record": base64.b64encode(r.to_bytes()).decode(),
+            "note": self.note,
+        }
+
+
+def _receipt_body(origin: str, record: LogRecord) -> str:
+    leaf = base64.b64encode(record.leaf()).decode()
+    return f"{RECEIPT_HEADER}\n{origin}\n{record.index}\n{record.entry_id}\n{record.logged_at}\n{leaf}\n"
+
+
+def sign_receipt(origin: str, record: LogRecord, key: SigningKey, *, key_name: str | None = None) -> Receipt:
+    return Receipt(origin, record, _sign_note(_receipt_body(origin, record), key, key_name or origin))
+
+
+def parse_receipt(doc: Any, public: PublicKey, *, key_name: str | None = None) -> Receipt:
+    """A receipt (its JSON) whose note is signed by the log key and names exactly its record; else raise."""
+    try:
+        if not isinstance(doc, dict) or doc.get("type") != "receipt":
+            raise ProofError("not a receipt")
+        origin = str(doc["origin"])
+        record = parse_record(base64.b64decode(str(doc["record"]), validate=True))
+        note = str(doc["note"])
+    except (KeyError, ValueError, binascii.Error) as e:
+        raise ProofError(f"malformed receipt: {e}") from e
+    body = _verify_note(note, key_name or origin, public)
+    if body + "\n" != _receipt_body(origin, record):
+        raise ProofError("the receipt's signed note does not name its record")
+    if (doc.get("index"), doc.get("entry_id"), doc.get("logged_at")) != (
+        record.index,
+        record.entry_id,
+        record.logged_at,
+    ):
+        raise ProofError("the receipt's fields disagree with its record")
+    return Receipt(origin, record, note)

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import base64
+import binascii
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.errors import ProofError
-from ledger.log import entry_id_of, leaf_hash, parse_checkpoint, verify_consistency, verify_inclusion
+from ledger.errors import LedgerError, ProofError, ProofUncheckedEntryError, ReceiptMismatchError
+from ledger.log import (
+    LogRecord,
+    parse_checkpoint,
+    parse_receipt,
+    parse_record,
+    parse_verifier_key,
+    record_leaf,
+    verify_consistency,
+    verify_inclusion,
+)
 from ledger.signing import PublicKey
 
-__all__ = ["verify_proof_document"]
+__all__ = ["AuditReport", "audit_receipts", "verify_proof_document"]
 
 
 def _hashes(doc: dict[str, Any]) -> list[bytes]:
@@ -19,10 +31,41 @@ def _hashes(doc: dict[str, Any]) -> list[bytes]:
         raise ProofError("proof hashes must be a list of hex strings") from e
 
 
+def _is_vkey(text: str) -> bool:
+    """A C2SP verifier key (``name+hash+key``), not a base64 raw key (base64 may hold ``+`` too)."""
+    parts = text.strip().split("+", 2)
+    return len(parts) == 3 and len(parts[1]) == 8 and all(c in "0123456789abcdef" for c in parts[1])
+
+
+def _trust(public_key: str, key_name: str | None, origin_of: str) -> tuple[str, PublicKey]:
+    """The (note key name, public key) to check signatures with: from a C2SP verifier key, or a base64
+    key and a name (default: the checkpoint's origin, the name the ledger signs under)."""
+    if _is_vkey(public_key):
+        name, pub = parse_verifier_key(public_key)
+        if key_name is not None and key_name != name:
+            raise ProofError(f"--key-name {key_name!r} is not the verifier key's name {name!r}")
+        return name, pub
+    return key_name or origin_of, PublicKey.from_b64(public_key)
+
+
+def _origin(note: Any) -> str:
+    if not isinstance(note, str):
+        raise ProofError("a checkpoint must be a signed note (text)")
+    return note.split("\n", 1)[0]
+
+
 def verify_proof_document(
-    doc: dict[str, Any], public_key_b64: str, key_name: str = "log", held_checkpoint: str | None = None
+    doc: dict[str, Any],
+    public_key_b64: str,
+    key_name: str | None = None,
+    held_checkpoint: str | None = None,
 ) -> dict[str, Any]:
-    """Verify an inclusion or consistency proof; returns a summary or raises ProofError."""
+    """Verify an inclusion or consistency proof; returns a summary or raises ProofError.
+
+    ``public_key_b64``: the log key, base64 raw Ed25519 (then ``key_name`` names it, default the
+    checkpoint's origin) or its C2SP verifier key ``name+hash+key``. An inclusion proof must carry the
+    entry it names: its log record (the leaf) and its envelope (the record names its BLAKE3 id).
+    """
     if not isinstance(doc, dict):
         raise ProofError("a proof document must be a JSON object")
     try:
@@ -31,40 +74,68 @@ def verify_proof_document(
         raise ProofError(f"malformed proof document: {type(e).__name__}: {e}") from e
 
 
+def _checked_record(doc: dict[str, Any]) -> tuple[LogRecord, bytes]:
+    """The log record the inclusion proof is for, checked against the envelope and the document's claims;
+    ``ProofUncheckedEntryError`` when the document does not carry both."""
+    envelope, record_b64 = doc.get("envelope"), doc.get("record")
+    if not isinstance(envelope, str) or not isinstance(record_b64, str):
+        raise ProofUncheckedEntryError(
+            "the proof document does not carry the entry's envelope and log record, so the entry it names "
+            "cannot be checked"
+        )
+    try:
+        record_bytes = base64.b64decode(record_b64, validate=True)
+    except (ValueError, binascii.Error) as e:
+        raise ProofUncheckedEntryError(f"the proof's log record is not base64: {e}") from e
+    record = parse_record(record_bytes)
+    try:
+        record.check_envelope(envelope.encode())
+    except ProofError as e:
+        raise ProofUncheckedEntryError(e.message) from e
+    if "entry_id" in doc and doc["entry_id"] != record.entry_id:
+        raise ProofUncheckedEntryError("the proof's entry_id is not the one its log record names")
+    if int(doc["leaf_index"]) != record.index:
+        raise ProofError(f"leaf_index {doc['leaf_index']} is not the record's index {record.index}")
+    leaf = record_leaf(record_bytes)
+    if "leaf_hash" in doc and doc["leaf_hash"] != leaf.hex():
+        raise ProofError("the proof's leaf_hash is not the hash of its log record")
+    return record, leaf
+
+
 def _verify_document(
-    doc: dict[str, Any], public_key_b64: str, key_name: str, held_checkpoint: str | None
+    doc: dict[str, Any], public_key: str, key_name: str | None, held_checkpoint: str | None
 ) -> dict[str, Any]:
-    pub = PublicKey.from_b64(public_key_b64)
     kind = doc.get("type")
     if kind == "inclusion":
-        cp = parse_checkpoint(doc["checkpoint"], key_name, pub)
+        name, pub = _trust(public_key, key_name, _origin(doc["checkpoint"]))
+        cp = parse_checkpoint(doc["checkpoint"], name, pub)
         if held_checkpoint is not None:
-            held = parse_checkpoint(held_checkpoint, key_name, pub)
-            if (held.size, held.root) != (cp.size, cp.root):
+            held = parse_checkpoint(held_checkpoint, name, pub)
+            if (held.origin, held.size, held.root) != (cp.origin, cp.size, cp.root):
                 raise ProofError("the proof's checkpoint is not the checkpoint you hold")
-        envelope = doc.get("envelope")
-        if isinstance(envelope, str):
-            data = envelope.encode()
-            leaf = leaf_hash(data)
-            if doc.get("entry_id") and entry_id_of(data) != doc["entry_id"]:
-                raise ProofError("the envelope does not hash to the entry id")
-        else:
-            leaf = bytes.fromhex(doc["leaf_hash"])
-        verify_inclusion(int(doc["leaf_index"]), cp.size, leaf, _hashes(doc), cp.root)
+        record, leaf = _checked_record(doc)
+        verify_inclusion(record.index, cp.size, leaf, _hashes(doc), cp.root)
         return {
             "ok": True,
             "type": "inclusion",
-            "entry_id": doc.get("entry_id"),
+            "entry_id": record.entry_id,
+            "leaf_index": record.index,
+            "logged_at": record.logged_at,
             "tree_size": cp.size,
+            "origin": cp.origin,
             "root": base64.b64encode(cp.root).decode(),
-            "detail": f"entry {doc.get('entry_id', '?')} is leaf {doc['leaf_index']} of tree size {cp.size}",
+            "detail": f"entry {record.entry_id} (logged {record.logged_at}) is leaf {record.index} "
+            f"of tree size {cp.size}",
         }
     if kind == "consistency":
-        old = parse_checkpoint(doc["old_checkpoint"], key_name, pub)
-        new = parse_checkpoint(doc["new_checkpoint"], key_name, pub)
+        name, pub = _trust(public_key, key_name, _origin(doc["new_checkpoint"]))
+        old = parse_checkpoint(doc["old_checkpoint"], name, pub)
+        new = parse_checkpoint(doc["new_checkpoint"], name, pub)
+        if old.origin != new.origin:
+            raise ProofError("the two checkpoints are of different logs (origins differ)")
         if held_checkpoint is not None:
-            held = parse_checkpoint(held_checkpoint, key_name, pub)
-            if (held.size, held.root) != (old.size, old.root):
+            held = parse_checkpoint(held_checkpoint, name, pub)
+            if (held.origin, held.size, held.root) != (old.origin, old.size, old.root):
                 raise ProofError("the proof's old checkpoint is not the checkpoint you hold (forked log?)")
         verify_consistency(old.size, new.size, old.root, new.root, _hashes(doc))
         return {
@@ -75,3 +146,85 @@ def _verify_document(
             "detail": f"tree size {old.size} is a prefix of tree size {new.size}",
         }
     raise ProofError(f"unknown proof type {kind!r}")
+
+
+# --- receipts: a collector's check that what the log received is still there ----------------------------
+
+
+@dataclass
+class AuditReport:
+    origin: str
+    receipts: int = 0  # receipts of this log checked
+    other_logs: int = 0  # receipts of other logs, skipped
+    newest_index: int | None = None
+    tree_size: int | None = None
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": not self.problems,
+            "origin": self.origin,
+            "receipts": self.receipts,
+            "other_logs": self.other_logs,
+            "newest_index": self.newest_index,
+            "tree_size": self.tree_size,
+            "problems": self.problems,
+        }
+
+
+def audit_receipts(
+    receipts: Iterable[dict[str, Any]],
+    public_key: str,
+    fetch: Callable[[str], dict[str, Any] | None],
+    *,
+    origin: str,
+) -> AuditReport:
+    """Check every receipt of the log ``origin``: signed by the log key, and its entry still in the log
+    with the same log record (index, logged_at, entry id …), proved included under a checkpoint the log
+    signs now. The newest receipts matter most (no checkpoint anyone holds may cover them yet): each is
+    checked, whatever its age. A missing entry, an altered record or a bad proof is a problem."""
+    report = AuditReport(origin)
+    latest: dict[str, dict[str, Any]] = {}
+    for doc in receipts:
+        if doc.get("origin") != origin:
+            report.other_logs += 1
+            continue
+        latest[str(doc.get("entry_id"))] = doc
+    name, pub = _trust(public_key, None, origin)
+    for entry_id, doc in latest.items():
+        report.receipts += 1
+        index = doc.get("index")
+
+        def problem(code: str, message: str, index: Any = index, eid: str = entry_id) -> None:
+            report.problems.append({"entry_id": eid, "index": index, "code": code, "message": message})
+
+        try:
+            receipt = parse_receipt(doc, pub, key_name=name)
+        except LedgerError as e:
+            problem(e.code, f"the receipt is not one this log signed: {e.message}")
+            continue
+        rec = receipt.record
+        if report.newest_index is None or rec.index > report.newest_index:
+            report.newest_index = rec.index
+        proof = fetch(rec.entry_id)
+        if proof is None:
+            problem(ReceiptMismatchError.code, f"the log no longer has entry {rec.entry_id} it received")
+            continue
+        try:
+            result = verify_proof_document(proof, public_key, name)
+            got = base64.b64decode(str(proof["record"]), validate=True)
+        except (LedgerError, KeyError, ValueError) as e:
+            problem(getattr(e, "code", ProofError.code), f"the log's inclusion proof fails: {e}")
+            continue
+        if got != rec.to_bytes() or result["origin"] != origin:
+            problem(
+                ReceiptMismatchError.code,
+                f"the log holds entry {rec.entry_id} at index {result['leaf_index']} logged "
+                f"{result['logged_at']}; its receipt says index {rec.index} logged {rec.logged_at}",
+            )
+            continue
+        report.tree_size = max(report.tree_size or 0, int(result["tree_size"]))
+    return report

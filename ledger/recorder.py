@@ -77,4 +77,5 @@ class LocalRecorder:
         entry = self.ledger.record(
             kind, subject, payload, key=self.key, artifacts=artifacts, refs=refs, collected_at=collected_at
         )
+        self.ledger.keep_receipts([self.ledger.receipt(entry)])  # for `ledger audit`
         return str(entry.entry_id)

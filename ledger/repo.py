@@ -146,9 +146,11 @@ class LogRepo:
         return 0 if n is None else int(n) + 1
 
     def head(self, conn: sa.Connection) -> Any:
-        """(seq, chain_hash) of the last entry, or None for an empty log."""
+        """(seq, chain_hash, logged_at) of the last entry, or None for an empty log."""
         return conn.execute(
-            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.chain_hash).order_by(T_ENTRIES.c.seq.desc()).limit(1)
+            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.chain_hash, T_ENTRIES.c.logged_at)
+            .order_by(T_ENTRIES.c.seq.desc())
+            .limit(1)
         ).first()
 
     def bounds(self, conn: sa.Connection) -> tuple[int | None, int | None, int]:
@@ -157,6 +159,11 @@ class LogRepo:
             sa.select(sa.func.min(T_ENTRIES.c.seq), sa.func.max(T_ENTRIES.c.seq), sa.func.count())
         ).one()
         return lo, hi, int(count)
+
+    def chain_at(self, conn: sa.Connection, seq: int) -> str | None:
+        """The chain hash of the entry at ``seq`` (it commits every entry up to it), or None."""
+        h = conn.execute(sa.select(T_ENTRIES.c.chain_hash).where(T_ENTRIES.c.seq == seq)).scalar()
+        return None if h is None else str(h)
 
     def logged_at(self, conn: sa.Connection, seq: int) -> str:
         return str(conn.execute(sa.select(T_ENTRIES.c.logged_at).where(T_ENTRIES.c.seq == seq)).scalar_one())
@@ -368,9 +375,35 @@ class LogRepo:
         return None if root is None else str(root)
 
     def insert_checkpoint(
-        self, conn: sa.Connection, size: int, root: str, note: str, created_at: str
+        self, conn: sa.Connection, size: int, root: str, note: str, created_at: str, fmt: int
     ) -> None:
-        conn.execute(sa.insert(T_CHECKPOINTS).values(size=size, root=root, note=note, created_at=created_at))
+        conn.execute(
+            sa.insert(T_CHECKPOINTS).values(
+                size=size, root=root, note=note, created_at=created_at, format=fmt
+            )
+        )
+
+    def latest_checkpoint(self, conn: sa.Connection) -> Any:
+        """(size, created_at) of the largest published checkpoint, or None."""
+        return conn.execute(
+            sa.select(T_CHECKPOINTS.c.size, T_CHECKPOINTS.c.created_at)
+            .order_by(T_CHECKPOINTS.c.size.desc())
+            .limit(1)
+        ).first()
+
+    def records(self, conn: sa.Connection, lo: int, hi: int) -> list[bytes | None]:
+        """The stored log records of lo <= seq < hi, in sequence order."""
+        q = (
+            sa.select(T_ENTRIES.c.record)
+            .where(T_ENTRIES.c.seq >= lo, T_ENTRIES.c.seq < hi)
+            .order_by(T_ENTRIES.c.seq)
+        )
+        return [None if r is None else bytes(r) for r in conn.execute(q).scalars()]
+
+    def record_at(self, conn: sa.Connection, seq: int) -> bytes | None:
+        """The stored log record of the entry at ``seq``."""
+        r = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
+        return None if r is None else bytes(r)
 
     def checkpoints(self, conn: sa.Connection) -> list[Any]:
         return list(conn.execute(sa.select(T_CHECKPOINTS).order_by(T_CHECKPOINTS.c.size)).all())

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import mimetypes
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +20,7 @@ from sqlalchemy.engine import Engine
 
 from ledger import __version__
 from ledger.canonical import canonical_bytes
-from ledger.db import make_engine, migrate
+from ledger.db import check_schema, make_engine, migrate
 from ledger.entries import (
     ArtifactRef,
     Statement,
@@ -29,12 +32,14 @@ from ledger.entries import (
 from ledger.errors import (
     ArtifactMissingError,
     BatchTooLargeError,
+    ConfigError,
     DanglingRefError,
     EntryNotFoundError,
     InputError,
     IntegrityError,
     KeyNotFoundError,
     LedgerError,
+    LogFormatError,
     RequestTooLargeError,
     StorageError,
 )
@@ -43,19 +48,25 @@ from ledger.home import Home, HomeConfig, resolve_home
 from ledger.keyring import KeyRecord, Keyring
 from ledger.log import (
     GENESIS_PREV,
+    LOG_FORMAT,
     Checkpoint,
     EntryId,
+    LogRecord,
     MerkleTree,
+    Receipt,
     chain_hash,
     entry_id_of,
-    leaf_hash,
+    record_leaf,
     sign_checkpoint,
+    sign_receipt,
+    verifier_key,
 )
 from ledger.logged import LoggedEntry, entry_from_row
 from ledger.policy.fixtures import FixtureResult, discover_fixtures, run_fixture
 from ledger.policy.loader import LoadedPolicy, load_policy
 from ledger.policy.routing import check_routing_change, record_routing_change
 from ledger.policy.verdict import checkpoint_root, evaluate, record_verdict, replay_verdict
+from ledger.proofs import AuditReport, audit_receipts
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
@@ -66,6 +77,24 @@ from ledger.verify import VerifyProblem, VerifyReport, verify_log
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger"]
 
 MAX_BATCH = 1000
+TILE_HEIGHT = 8  # C2SP tlog-tiles: a tile is a subtree of height 8 ...
+TILE_WIDTH = 256  # ... of 256 hashes
+# The sequencer publishes a checkpoint after an append every CHECKPOINT_EVERY entries, or when the newest
+# published one is older than the interval (LEDGER_CHECKPOINT_INTERVAL seconds, default 1).
+CHECKPOINT_EVERY = 1000
+
+
+def checkpoint_interval_s() -> float:
+    text = os.environ.get("LEDGER_CHECKPOINT_INTERVAL", "1")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN and negatives too
+        raise ConfigError(f"LEDGER_CHECKPOINT_INTERVAL={text!r}: seconds, a number >= 0")
+    return value
+
+
 # An entry is a statement about evidence; the evidence itself (logs, manifests) goes to the store.
 MAX_ENVELOPE_BYTES = 1024 * 1024
 
@@ -106,10 +135,15 @@ class Ledger:
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
         self.engine: Engine = make_engine(self.database_url)
+        check_schema(self.engine)
         self.repo = LogRepo(self.engine)
         self.store = open_store(store_path or cfg.store)
         self._keyring = Keyring()
+        self._keyring_chain = GENESIS_PREV  # chain hash of the last entry the cached keyring folded
         self._tree = MerkleTree()
+        self._tree_chain = GENESIS_PREV  # chain hash of the last entry the cached tree holds
+        self._log_key: SigningKey | None = None
+        self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
         # The keyring and tree caches are shared by request threads of one server process.
         self._cache_lock = threading.RLock()
 
@@ -185,8 +219,19 @@ class Ledger:
             with self.repo.read(snapshot=True) as c:
                 return self.keyring(c)
         with self._cache_lock:
-            self._fold_keys(self._keyring, conn, upto=None)
-            return self._keyring
+            # The cache is a prefix of the log only while the database still holds the entry it ended
+            # at (the chain hash commits every entry before it); after a rollback or a failover it is
+            # thrown away and folded again from the database.
+            ring = self._keyring
+            head = self.repo.head(conn)
+            size = 0 if head is None else int(head.seq) + 1
+            if ring.seq:
+                at_end = head.chain_hash if ring.seq == size else self.repo.chain_at(conn, ring.seq - 1)
+                if ring.seq > size or at_end != self._keyring_chain:
+                    self._keyring = ring = Keyring()
+            replay_keys(ring, self.repo.key_rows(conn, ring.seq, size), size)
+            self._keyring_chain = GENESIS_PREV if head is None else str(head.chain_hash)
+            return ring
 
     def _fold_keys(self, ring: Keyring, conn: sa.Connection | None, upto: int | None) -> None:
         """Replay ``key.*`` entries logged since the last fold, up to ``upto`` (or the log size)."""
@@ -205,6 +250,13 @@ class Ledger:
 
     def signing_key(self, name: str) -> SigningKey:
         return self.home.load_key(name)
+
+    def _log_signing_key(self) -> SigningKey:
+        """The log key, read from the home once per process (it signs every receipt)."""
+        key = self._log_key
+        if key is None:
+            key = self._log_key = self.signing_key(self.cfg.log_key)
+        return key
 
     @property
     def admin_key_name(self) -> str:
@@ -401,7 +453,15 @@ class Ledger:
         prepared = [self._prepare(e) for e in envelopes]
         try:
             with self.repo.append_transaction() as conn:
-                return self._append_locked(conn, prepared, logged_at or now_utc())
+                out = self._append_locked(conn, prepared, logged_at)
+                new = [e.seq for e in out if not e.duplicate]
+                due = bool(new) and self._publish_due(conn, max(new) + 1)
+            if due:
+                # the sequencer's step, after the entries are committed: a failure here loses no entry
+                # (the next append publishes again) and never signs what the database does not hold
+                with contextlib.suppress(LedgerError, sa.exc.SQLAlchemyError):
+                    self.publish_checkpoint()
+            return out
         except LedgerError:
             raise
         except sa.exc.IntegrityError as e:
@@ -410,12 +470,19 @@ class Ledger:
             raise StorageError(f"database error while appending: {e.orig}") from e
 
     def _append_locked(
-        self, conn: sa.Connection, prepared: list[_Prepared], when: datetime
+        self, conn: sa.Connection, prepared: list[_Prepared], given: datetime | None
     ) -> list[LoggedEntry]:
         head = self.repo.head(conn)
         next_seq = 0 if head is None else head.seq + 1
         prev = GENESIS_PREV if head is None else head.chain_hash
-        trusted = TrustedLog(self.cfg.root_key_id, self.keyring(conn).copy())
+        last = None if head is None else parse_time(head.logged_at)
+        # The log's clock never runs backwards: a system clock stepped back logs at the head's time.
+        # A caller-given time (no adapter passes one: the policy fixtures replay a history with it) is
+        # taken as given, and ``ledger verify`` names it (``logged-at-decreasing``) if it runs back.
+        when = given if given is not None else (now_utc() if last is None else max(now_utc(), last))
+        trusted = TrustedLog(
+            self.cfg.root_key_id, self.keyring(conn).copy(), last_logged_at=last if given is None else None
+        )
         logged_at = format_time(when)
         ids = [p.entry_id for p in prepared]
         existing = self.repo.by_ids(conn, ids)
@@ -436,8 +503,9 @@ class Ledger:
             trusted.admit(next_seq, p.envelope, st.kind, st.payload, when)
             self._check_refs(conn, st, batch_ids)
             self._check_artifacts(st)
-            trusted.update(next_seq, st.kind, st.payload)
+            trusted.update(next_seq, st.kind, st.payload, when)
             ch = chain_hash(next_seq, p.entry_id, prev, logged_at)
+            record = LogRecord(next_seq, logged_at, p.entry_id, st.kind, p.envelope.signer).to_bytes()
             rows.append(
                 {
                     "seq": next_seq,
@@ -447,7 +515,8 @@ class Ledger:
                     "collected_at": st.collected_at,
                     "logged_at": logged_at,
                     "envelope": p.envelope_bytes,
-                    "leaf_hash": leaf_hash(p.envelope_bytes).hex(),
+                    "record": record,
+                    "leaf_hash": record_leaf(record).hex(),
                     "prev_hash": prev,
                     "chain_hash": ch,
                 }
@@ -722,77 +791,244 @@ class Ledger:
         """The Merkle root at ``size``: the stored checkpoint's, else signed (and kept) now."""
         return checkpoint_root(self, size)
 
-    # --- Merkle tree, checkpoints, proofs --------------------------------------------------------
+    # --- Merkle tree, checkpoints, proofs, receipts -----------------------------------------------
 
     def leaf_hashes(self, size: int | None = None) -> list[bytes]:
         return self.repo.leaf_hashes(size=size)
+
+    def _tree_at(self, conn: sa.Connection) -> tuple[MerkleTree, int]:
+        """The process's tree, checked against and extended from the database snapshot ``conn`` reads,
+        and the log size in that snapshot. Call with the cache lock held.
+
+        The cached tree is a prefix of the log only while the database still holds, at its last index,
+        the entry whose chain hash (it commits every entry before it) the cache recorded; after a rollback
+        or a failover it is rebuilt from the database, so a stale tree never signs.
+        """
+        n = len(self._tree)
+        if n and self.repo.chain_at(conn, n - 1) != self._tree_chain:
+            self._tree = MerkleTree()
+        size = self.repo.size(conn)
+        if size > len(self._tree):
+            self._tree.extend(self.repo.leaf_hashes(conn, start=len(self._tree), size=size))
+            self._tree_chain = self.repo.chain_at(conn, size - 1) or GENESIS_PREV
+        return self._tree, size
 
     def tree(self) -> MerkleTree:
         """The Merkle tree of the log, kept in this process and extended with entries logged since."""
         # same lock order as keyring(): the database transaction first, then the cache lock
         with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            self._tree.extend(self.repo.leaf_hashes(conn, start=len(self._tree)))
-            return self._tree
+            return self._tree_at(conn)[0]
 
     def log_public_key(self) -> PublicKey:
         return self.signing_key(self.cfg.log_key).public
 
-    def checkpoint(self, *, size: int | None = None, store: bool = True) -> Checkpoint:
-        """Sign a checkpoint of the log (at its current size, or an earlier one) and keep it."""
-        current = self.size()
-        n = current if size is None else size
-        if not 0 <= n <= current:
-            raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
-        tree = self.tree()
-        cp = sign_checkpoint(self.cfg.origin, n, tree.root(n), self.signing_key(self.cfg.log_key))
-        if store:
-            # two servers checkpointing the same size must not race on the insert: the appenders' lock
-            with self.repo.append_transaction() as conn:
-                stored = self.repo.checkpoint_root(n, conn)
-                if stored is None:
-                    self.repo.insert_checkpoint(conn, n, cp.root.hex(), cp.note, format_time(now_utc()))
-                elif stored != cp.root.hex():
-                    raise IntegrityError(f"log root at size {n} differs from the stored checkpoint")
-        return cp
+    @property
+    def note_key_name(self) -> str:
+        """The signed-note key name of checkpoints and receipts: the origin (C2SP tlog-checkpoint)."""
+        return self.cfg.origin
+
+    def verifier_key(self) -> str:
+        """The log's C2SP signed-note verifier key (``ledger keys export log --vkey``)."""
+        return verifier_key(self.note_key_name, self.log_public_key())
+
+    def _sign(self, size: int, root: bytes) -> Checkpoint:
+        return sign_checkpoint(
+            self.cfg.origin, size, root, self._log_signing_key(), key_name=self.note_key_name
+        )
+
+    def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint:
+        """A checkpoint of the log as the database holds it now (or at an earlier size), signed and not
+        stored: reads never write. The published ones are the sequencer's (``publish_checkpoint``)."""
+        with self.repo.read(snapshot=True) as conn, self._cache_lock:
+            tree, current = self._tree_at(conn)
+            n = current if size is None else size
+            if not 0 <= n <= current:
+                raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+            root = tree.root(n)
+        return self._sign(n, root)
 
     def keep_checkpoint(self, size: int | None = None) -> Checkpoint:
-        """Sign (and keep) a checkpoint; another process keeping the same size first is not an error."""
-        try:
-            return self.checkpoint(size=size)
-        except sa.exc.IntegrityError:
-            return self.checkpoint(size=size)
+        """A signed checkpoint for a reader (kept name for callers): nothing is written."""
+        return self.signed_checkpoint(size=size)
+
+    def checkpoint(self, *, size: int | None = None, store: bool = True) -> Checkpoint:
+        """Sign a checkpoint of the log (at its current size, or an earlier one) and publish it (``store``).
+
+        ``ledger checkpoint`` publishes on demand; appends publish on the sequencer's schedule
+        (``publish_due``). Without ``store`` it is ``signed_checkpoint``.
+        """
+        cp = self.signed_checkpoint(size=size)
+        if store:
+            self._store_checkpoint(cp)
+        return cp
+
+    def publish_checkpoint(self) -> Checkpoint:
+        """The sequencer's step: sign and keep a checkpoint of the whole log."""
+        cp = self.checkpoint()
+        self._published = (cp.size, time.monotonic())
+        return cp
+
+    def _store_checkpoint(self, cp: Checkpoint) -> None:
+        # two servers publishing the same size must not race on the insert: the appenders' lock
+        for attempt in (1, 2):
+            try:
+                with self.repo.append_transaction() as conn:
+                    stored = self.repo.checkpoint_root(cp.size, conn)
+                    if stored is None:
+                        # the root is what the database holds now, not only what this process computed
+                        tree, current = self._tree_at_locked(conn)
+                        if cp.size > current or tree.root(cp.size) != cp.root:
+                            raise IntegrityError(f"log root at size {cp.size} changed while it was signed")
+                        self.repo.insert_checkpoint(
+                            conn, cp.size, cp.root.hex(), cp.note, format_time(now_utc()), LOG_FORMAT
+                        )
+                    elif stored != cp.root.hex():
+                        raise IntegrityError(f"log root at size {cp.size} differs from the stored checkpoint")
+                return
+            except sa.exc.IntegrityError:
+                if attempt == 2:
+                    raise
+
+    def _tree_at_locked(self, conn: sa.Connection) -> tuple[MerkleTree, int]:
+        with self._cache_lock:
+            return self._tree_at(conn)
+
+    def _publish_due(self, conn: sa.Connection, size: int) -> bool:
+        """Whether the sequencer publishes after this append: every ``CHECKPOINT_EVERY`` entries, or when
+        the newest published checkpoint is older than ``CHECKPOINT_INTERVAL_S`` (or there is none).
+
+        This process's own last publication answers "not yet" without a query; the database's newest
+        checkpoint (another replica's too) decides otherwise."""
+        mine = self._published
+        interval = checkpoint_interval_s()
+        if mine is not None and size - mine[0] < CHECKPOINT_EVERY and time.monotonic() - mine[1] < interval:
+            return False
+        last = self.repo.latest_checkpoint(conn)
+        if last is None:
+            return True
+        if size - int(last.size) >= CHECKPOINT_EVERY:
+            return True
+        if size == int(last.size):
+            return False
+        age = (now_utc() - parse_time(last.created_at)).total_seconds()
+        return age >= interval
+
+    # --- C2SP tlog-tiles ---------------------------------------------------------------------------
+
+    def tile(self, level: int, index: int, width: int | None = None) -> bytes:
+        """The C2SP tlog-tiles hash tile ``level``/``index`` (full: 256 hashes; or partial of ``width``),
+        from the tree checked against the database. ``EntryNotFoundError`` when the log has no such tile."""
+        if not 0 <= level <= 63 or index < 0 or (width is not None and not 1 <= width <= 255):
+            raise InputError("no such tile (level 0..63, index >= 0, width 1..255)")
+        w = TILE_WIDTH if width is None else width
+        with self.repo.read(snapshot=True) as conn, self._cache_lock:
+            tree, _size = self._tree_at(conn)
+            k = TILE_HEIGHT * level
+            nodes = tree.levels[k] if k < len(tree.levels) else []
+            lo = index * TILE_WIDTH
+            if lo + w > len(nodes):
+                raise EntryNotFoundError(f"the log has no tile {level}/{index} of width {w} yet")
+            return b"".join(nodes[lo : lo + w])
+
+    def entry_bundle(self, index: int, width: int | None = None) -> bytes:
+        """The C2SP entry bundle ``index``: the log records, each after its big-endian uint16 length."""
+        if index < 0 or (width is not None and not 1 <= width <= 255):
+            raise InputError("no such entry bundle (index >= 0, width 1..255)")
+        w = TILE_WIDTH if width is None else width
+        lo = index * TILE_WIDTH
+        with self.repo.read(snapshot=True) as conn:
+            records = self.repo.records(conn, lo, lo + w)
+        if len(records) < w:
+            raise EntryNotFoundError(f"the log has no entry bundle {index} of width {w} yet")
+        if any(r is None for r in records):
+            raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
+        return b"".join(len(r).to_bytes(2, "big") + r for r in records if r is not None)
+
+    def receipt(self, entry: LoggedEntry) -> Receipt:
+        """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin."""
+        record = LogRecord(entry.seq, entry.logged_at, entry.entry_id, entry.kind, entry.signer)
+        return sign_receipt(self.cfg.origin, record, self._log_signing_key(), key_name=self.note_key_name)
+
+    def keep_receipts(self, receipts: Sequence[Receipt | dict[str, Any]]) -> None:
+        """Keep receipts in this home (``ledger record`` and collectors; the spool's from ``ledger push``)."""
+        self.home.keep_receipts([r.to_json() if isinstance(r, Receipt) else dict(r) for r in receipts])
+
+    def audit(
+        self,
+        receipts: Sequence[dict[str, Any]] | None = None,
+        *,
+        fetch: Callable[[str], dict[str, Any] | None] | None = None,
+        public_key: str | None = None,
+        origin: str | None = None,
+    ) -> AuditReport:
+        """Check the kept receipts of one log (default: this home's own) against it: each received entry
+        must still stand where and as its receipt says, under the log's current signed checkpoint.
+
+        ``fetch(entry_id)`` returns the log's inclusion proof document, or None when it has no such entry
+        (default: this ledger's own); ``public_key``: the log key (base64 or C2SP verifier key)."""
+
+        def local(entry_id: str) -> dict[str, Any] | None:
+            try:
+                return self.inclusion(entry_id)
+            except EntryNotFoundError:
+                return None
+
+        return audit_receipts(
+            self.home.receipts() if receipts is None else receipts,
+            public_key or self.log_public_key().b64,
+            fetch or local,
+            origin=origin or self.cfg.origin,
+        )
 
     def inclusion(self, id_or_prefix: str, *, size: int | None = None) -> dict[str, Any]:
+        """An inclusion proof of the entry's log record, with the record and envelope it names (read only)."""
         entry = self.get(id_or_prefix)
-        cp = self.checkpoint(size=size)
-        if entry.seq >= cp.size:
-            raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {cp.size}")
-        tree = self.tree()
-        proof = tree.inclusion_proof(entry.seq, cp.size)
+        with self.repo.read(snapshot=True) as conn, self._cache_lock:
+            tree, current = self._tree_at(conn)
+            n = current if size is None else size
+            if not 0 <= n <= current:
+                raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+            if entry.seq >= n:
+                raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {n}")
+            root = tree.root(n)
+            proof = tree.inclusion_proof(entry.seq, n)
+            leaf = tree.levels[0][entry.seq]
+            record = self.repo.record_at(conn, entry.seq)
+        cp = self._sign(n, root)
         return {
             "type": "inclusion",
             "entry_id": entry.entry_id,
             "leaf_index": entry.seq,
             "tree_size": cp.size,
-            "leaf_hash": tree.levels[0][entry.seq].hex(),
+            "leaf_hash": leaf.hex(),
+            "record": base64.b64encode(record).decode() if record is not None else None,
             "envelope": entry.envelope.decode(),
             "hashes": [h.hex() for h in proof],
             "checkpoint": cp.note,
-            "log_key_name": self.cfg.log_key,
+            "log_key_name": self.note_key_name,
         }
 
     def consistency(self, old_size: int, new_size: int | None = None) -> dict[str, Any]:
-        new = self.checkpoint(size=new_size)
-        old = self.checkpoint(size=old_size)
-        proof = self.tree().consistency_proof(old.size, new.size) if old.size else []
+        """A consistency proof between two sizes, with both signed checkpoints (read only)."""
+        with self.repo.read(snapshot=True) as conn, self._cache_lock:
+            tree, current = self._tree_at(conn)
+            new = current if new_size is None else new_size
+            for n in (old_size, new):
+                if not 0 <= n <= current:
+                    raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+            if old_size > new:
+                raise InputError(f"consistency needs old size ({old_size}) <= new size ({new})")
+            proof = tree.consistency_proof(old_size, new) if old_size else []
+            roots = tree.root(old_size), tree.root(new)
+        old_cp, new_cp = self._sign(old_size, roots[0]), self._sign(new, roots[1])
         return {
             "type": "consistency",
-            "old_size": old.size,
-            "new_size": new.size,
+            "old_size": old_cp.size,
+            "new_size": new_cp.size,
             "hashes": [h.hex() for h in proof],
-            "old_checkpoint": old.note,
-            "new_checkpoint": new.note,
-            "log_key_name": self.cfg.log_key,
+            "old_checkpoint": old_cp.note,
+            "new_checkpoint": new_cp.note,
+            "log_key_name": self.note_key_name,
         }
 
     # --- verification ----------------------------------------------------------------------------
@@ -803,6 +1039,7 @@ class Ledger:
             self.store,
             database_url=self.database_url,
             root_key_id=self.cfg.root_key_id,
+            origin=self.cfg.origin,
             log_key_name=self.cfg.log_key,
             log_public_key=self.log_public_key(),
             artifacts=artifacts,

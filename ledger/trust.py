@@ -21,6 +21,7 @@ from ledger.entries import KIND_ROLES
 from ledger.errors import (
     KeyRevokedError,
     LedgerError,
+    LogOrderError,
     RoleError,
     SchemaError,
     SignatureError,
@@ -149,9 +150,22 @@ class TrustedLog:
     ``key.*`` entry. ``ring`` is the keyring as of the entries fed so far.
     """
 
-    def __init__(self, root_key_id: str, ring: Keyring | None = None) -> None:
+    def __init__(
+        self, root_key_id: str, ring: Keyring | None = None, *, last_logged_at: datetime | None = None
+    ) -> None:
         self.root_key_id = root_key_id
         self.ring = ring if ring is not None else Keyring()
+        # the log time of the last entry fed: ``logged_at`` never decreases along the log, so revocation
+        # and validity, judged at ``logged_at``, are judged in log order
+        self.last_logged_at = last_logged_at
+
+    def in_order(self, at: datetime) -> None:
+        """Raise ``LogOrderError`` when ``at`` is earlier than the log time of the entry before."""
+        if self.last_logged_at is not None and at < self.last_logged_at:
+            raise LogOrderError(
+                f"logged at {at.isoformat()}, before the entry ahead of it "
+                f"({self.last_logged_at.isoformat()})"
+            )
 
     def signer_key(self, seq: int, signer: str, kind: str, payload: Mapping[str, Any] | None) -> PublicKey:
         """The public key the envelope at ``seq`` must verify with (the trust root's, for seq 0)."""
@@ -162,7 +176,8 @@ class TrustedLog:
     def authorise(
         self, seq: int, signer: str, kind: str, payload: Mapping[str, Any] | None, at: datetime
     ) -> None:
-        """The order-dependent part of ``admit``: the genesis rule, or key state and role at ``at``."""
+        """The order-dependent part of ``admit`` but the log-time order (``in_order``): the genesis rule, or
+        key state and role at ``at`` (the keys as of the entries before ``seq``)."""
         if seq == 0:
             check_root(signer, kind, payload, self.root_key_id)
         else:
@@ -172,13 +187,18 @@ class TrustedLog:
         self, seq: int, envelope: Envelope, kind: str, payload: Mapping[str, Any], at: datetime
     ) -> None:
         """Raise unless ``envelope`` (a statement of ``kind`` with ``payload``) may stand at ``seq``, logged
-        at ``at``: its signature verifies with the signer's key, which may sign the kind then."""
+        at ``at``: its signature verifies with the signer's key, which may sign the kind then, and ``at`` is
+        not earlier than the entry before it."""
+        self.in_order(at)
         envelope.verify_with(self.signer_key(seq, envelope.signer, kind, payload))
         if seq != 0:
             authorise(self.ring, envelope.signer, kind, at)
 
-    def update(self, seq: int, kind: str, payload: Mapping[str, Any]) -> None:
-        """Fold an admitted entry: ``key.*`` entries change the keys; others only advance the position."""
+    def update(self, seq: int, kind: str, payload: Mapping[str, Any], at: datetime | None = None) -> None:
+        """Fold an admitted entry: ``key.*`` entries change the keys; others only advance the position (and
+        the log time, ``at``)."""
+        if at is not None and (self.last_logged_at is None or at > self.last_logged_at):
+            self.last_logged_at = at
         if kind.startswith("key."):
             try:
                 self.ring.apply(seq, kind, dict(payload))

@@ -15,9 +15,24 @@ from typing import Any
 
 from ledger.db import make_engine
 from ledger.entries import parse_statement, parse_time
-from ledger.errors import CanonicalJsonError, ChainBrokenError, LedgerError, UnknownSignerError
+from ledger.errors import (
+    CanonicalJsonError,
+    ChainBrokenError,
+    LedgerError,
+    LogFormatError,
+    LogOrderError,
+    UnknownSignerError,
+)
 from ledger.hashing import parse_digest
-from ledger.log import GENESIS_PREV, MerkleTree, chain_hash, entry_id_of, leaf_hash, parse_checkpoint
+from ledger.log import (
+    GENESIS_PREV,
+    LogRecord,
+    MerkleTree,
+    chain_hash,
+    entry_id_of,
+    leaf_hash,
+    parse_checkpoint,
+)
 from ledger.repo import LogRepo
 from ledger.signing import PublicKey, parse_envelope
 from ledger.store.base import ArtifactStore
@@ -38,6 +53,9 @@ class Problem(StrEnum):
 
     ENTRY_ID_MISMATCH = "entry-id-mismatch"
     LEAF_HASH_MISMATCH = "leaf-hash-mismatch"
+    RECORD_MISMATCH = "record-mismatch"
+    LOG_FORMAT = LogFormatError.code
+    LOGGED_AT_DECREASING = LogOrderError.code
     CHAIN_BROKEN = ChainBrokenError.code
     NON_CANONICAL_JSON = CanonicalJsonError.code
     INDEX_MISMATCH = "index-mismatch"
@@ -91,10 +109,11 @@ class _Seen:
     prev: str
     chain: str
     key_payload: dict[str, Any] | None
+    v1_leaf: bytes | None  # the format-1 leaf (the bare envelope's), when format-1 checkpoints need it
 
 
 def _check_range(
-    url: str, lo: int, hi: int, keys: dict[str, bytes]
+    url: str, lo: int, hi: int, keys: dict[str, bytes], v1: bool = False
 ) -> tuple[list[tuple[Any, ...]], list[_Seen], list[tuple[str, str]]]:
     """Verify entries with lo <= seq < hi; returns problems, order facts, stored artifact digests."""
     engine = make_engine(url)
@@ -114,8 +133,19 @@ def _check_range(
 
         if entry_id_of(env_bytes) != row.entry_id:
             problem(Problem.ENTRY_ID_MISMATCH, "stored envelope bytes do not hash to the entry id")
-        if leaf_hash(env_bytes).hex() != row.leaf_hash:
-            problem(Problem.LEAF_HASH_MISMATCH, "stored leaf hash does not match the envelope bytes")
+        # The leaf commits the log's record of the row (index, logged_at, entry id, kind, signer); the
+        # envelope is tied to it by the entry id above.
+        try:
+            record = LogRecord(row.seq, row.logged_at, row.entry_id, row.kind, row.signer).to_bytes()
+        except LedgerError as e:
+            problem(Problem.RECORD_MISMATCH, e.message)
+            record = b""
+        if row.record is None:
+            problem(Problem.LOG_FORMAT, "the row has no log record (log format 1): run `ledger migrate`")
+        elif bytes(row.record) != record:
+            problem(Problem.RECORD_MISMATCH, "stored log record disagrees with the row's seq/logged_at/id")
+        if leaf_hash(record).hex() != row.leaf_hash:
+            problem(Problem.LEAF_HASH_MISMATCH, "stored leaf hash does not match the log record")
         if chain_hash(row.seq, row.entry_id, row.prev_hash, row.logged_at) != row.chain_hash:
             problem(Problem.CHAIN_BROKEN, "chain hash does not match the log record")
         key_payload: dict[str, Any] | None = None
@@ -157,6 +187,7 @@ def _check_range(
                 row.prev_hash,
                 row.chain_hash,
                 key_payload,
+                leaf_hash(env_bytes) if v1 else None,
             )
         )
     return problems, seen, artifacts
@@ -181,6 +212,7 @@ def verify_log(
     *,
     database_url: str,
     root_key_id: str,
+    origin: str,
     log_key_name: str,
     log_public_key: PublicKey,
     artifacts: bool = True,
@@ -197,6 +229,7 @@ def verify_log(
         report.size = 0
         return report
     keys = _public_keys(repo)
+    v1 = any(cp.format == 1 for cp in checkpoints)
     ranges = [(a, min(a + _CHUNK, hi + 1)) for a in range(0, hi + 1, _CHUNK)]
     n = workers or os.cpu_count() or 1
     url = database_url
@@ -211,10 +244,11 @@ def verify_log(
                     [a for a, _ in ranges],
                     [b for _, b in ranges],
                     [keys] * len(ranges),
+                    [v1] * len(ranges),
                 )
             )
     else:
-        results = [_check_range(url, a, b, keys) for a, b in ranges]
+        results = [_check_range(url, a, b, keys, v1) for a, b in ranges]
 
     seen: list[_Seen] = []
     stored: dict[str, str] = {}
@@ -248,23 +282,40 @@ def verify_log(
         prev_chain = s.chain
         expected_seq += 1
         try:
-            trusted.authorise(s.seq, s.signer, s.kind, s.key_payload, parse_time(s.logged_at))
+            at = parse_time(s.logged_at)
+        except LedgerError as e:
+            problems.append(VerifyProblem(e.code, f"logged_at: {e.message}", seq=s.seq, id=s.entry_id))
+            continue
+        # In log order: the log time never decreases, and the key may sign the kind at that time by the
+        # keys as of the entries before it (so a revoked key cannot be slipped in "earlier").
+        try:
+            trusted.in_order(at)
         except LedgerError as e:
             problems.append(VerifyProblem(e.code, e.message, seq=s.seq, id=s.entry_id))
-        if s.key_payload is not None:
-            try:
-                trusted.update(s.seq, s.kind, s.key_payload)
-            except LedgerError as e:
-                problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, e.message, seq=s.seq, id=s.entry_id))
+        try:
+            trusted.authorise(s.seq, s.signer, s.kind, s.key_payload, at)
+        except LedgerError as e:
+            problems.append(VerifyProblem(e.code, e.message, seq=s.seq, id=s.entry_id))
+        try:
+            if s.key_payload is not None or not s.kind.startswith("key."):
+                trusted.update(s.seq, s.kind, s.key_payload or {}, at)
+            else:
+                trusted.update(s.seq, "", {}, at)
+        except LedgerError as e:
+            problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, e.message, seq=s.seq, id=s.entry_id))
 
     report.size = len(leaves)
     tree = MerkleTree(leaves)
     root = tree.root()
     report.root = root.hex()
+    # checkpoints signed before ``ledger migrate`` (format 1) commit the bare envelopes' tree, under the
+    # log key's own name; later ones the records' tree, under the origin (C2SP)
+    v1_tree = MerkleTree([s.v1_leaf for s in seen if s.v1_leaf is not None]) if v1 else tree
     for cp in checkpoints:
         report.checkpoints_checked += 1
+        fmt1 = cp.format == 1
         try:
-            parsed = parse_checkpoint(cp.note, log_key_name, log_public_key)
+            parsed = parse_checkpoint(cp.note, log_key_name if fmt1 else origin, log_public_key)
         except LedgerError as e:
             problems.append(VerifyProblem(e.code, f"checkpoint at size {cp.size}: {e.message}"))
             continue
@@ -274,7 +325,8 @@ def verify_log(
                     Problem.CHECKPOINT_MISMATCH, f"checkpoint row {cp.size} disagrees with its note"
                 )
             )
-        if parsed.size > len(leaves) or tree.root(parsed.size) != parsed.root:
+        t = v1_tree if fmt1 else tree
+        if parsed.origin != origin or parsed.size > len(t) or t.root(parsed.size) != parsed.root:
             problems.append(
                 VerifyProblem(
                     Problem.CHECKPOINT_MISMATCH,

@@ -220,7 +220,7 @@ def test_our_offline_check_of_signature_inclusion_and_checkpoint(built: Built) -
     led = built.ledger
     exporter = led.key_record("exporter").public
     bundle = _bundle(built, "launch")
-    checked = verify_bundle(bundle, exporter, led.log_public_key(), led.log_key_name)
+    checked = verify_bundle(bundle, exporter, led.log_public_key(), led.note_key_name)
     assert checked.entry_id == built.names["launch"]
     assert checked.log_index == led.get(built.names["launch"]).seq
     # another entry's body with this proof fails; so does a statement about another entry
@@ -230,13 +230,13 @@ def test_our_offline_check_of_signature_inclusion_and_checkpoint(built: Built) -
         "tlogEntries"
     ][0]["canonicalizedBody"]
     with pytest.raises(ProofError):
-        verify_bundle(swapped, exporter, led.log_public_key(), led.log_key_name)
+        verify_bundle(swapped, exporter, led.log_public_key(), led.note_key_name)
     mixed = json.loads(json.dumps(other))
     mixed["dsseEnvelope"] = bundle["dsseEnvelope"]
     with pytest.raises(ProofError, match="does not name the logged entry"):
-        verify_bundle(mixed, exporter, led.log_public_key(), led.log_key_name)
+        verify_bundle(mixed, exporter, led.log_public_key(), led.note_key_name)
     with pytest.raises(SignatureError):
-        verify_bundle(bundle, led.key_record("collector").public, led.log_public_key(), led.log_key_name)
+        verify_bundle(bundle, led.key_record("collector").public, led.log_public_key(), led.note_key_name)
 
 
 def test_only_an_exporter_key_signs(built: Built) -> None:

@@ -62,6 +62,13 @@ def test_user_flow_end_to_end(cli, tmp_path: Path, home: Path) -> None:  # type:
     )
     assert rec.code == 0, rec.err
     entry = rec.json()
+    receipt = entry.pop("receipt")  # the log's signed receipt, kept in the home for `ledger audit`
+    assert (receipt["entry_id"], receipt["index"], receipt["logged_at"]) == (
+        entry["id"],
+        entry["seq"],
+        entry["logged_at"],
+    )
+    assert receipt in [json.loads(x) for x in (home / "receipts.jsonl").read_text().splitlines()]
     for field in ("id", "seq", "kind", "subject", "payload", "artifacts", "refs", "signer", "collected_at"):
         assert field in entry
     assert entry["artifacts"][0]["digest"] == digest

@@ -115,9 +115,24 @@ def keys_list(json_out: JsonOption = False) -> None:
 
 
 @keys_app.command("export")
-def keys_export(name: str) -> None:
-    """Print a key's public key (base64 raw Ed25519); `log` is the checkpoint key."""
+def keys_export(
+    name: str,
+    vkey: Annotated[
+        bool,
+        typer.Option(
+            "--vkey", help="The C2SP signed-note verifier key (`log` only): <origin>+<key hash>+<key>."
+        ),
+    ] = False,
+) -> None:
+    """Print a key's public key (base64 raw Ed25519); `log` is the checkpoint and receipt key."""
     ledger = get_ledger()
+    if vkey:
+        if name != ledger.log_key_name:
+            raise InputError(
+                f"--vkey is the log key's ({ledger.log_key_name!r}): its note name is the origin"
+            )
+        sys.stdout.write(ledger.verifier_key() + "\n")
+        return
     sys.stdout.write(ledger.signing_key(name).public.b64 + "\n")
 
 
@@ -307,8 +322,10 @@ def record(
         refs=_parse_pairs(ref, "--ref"),
         collected_at=collected_at,
     )
+    receipt = ledger.receipt(entry)
+    ledger.keep_receipts([receipt])  # `ledger audit` checks the entry is still there, as it was received
     if json_out:
-        print_json(entry.to_json(ledger.signer_names().get(entry.signer)))
+        print_json({**entry.to_json(ledger.signer_names().get(entry.signer)), "receipt": receipt.to_json()})
     else:
         sys.stdout.write(f"{entry.entry_id}  seq={entry.seq}  {entry.kind}\n")
 
@@ -389,10 +406,19 @@ def log_cmd(
 def verify(
     artifacts: Annotated[bool, typer.Option(help="Re-hash every stored artifact.")] = True,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: all cores).")] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Verify this database (SQLAlchemy URL) instead of the home's, with the home's keys."
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> Outcome:
     """Check every signature, chain link, Merkle root, checkpoint and artifact; exit 1 on any problem."""
-    report = get_ledger().verify(artifacts=artifacts, workers=workers)
+    from ledger.service import Ledger
+
+    ledger = Ledger.open(home_path(), database_url=database_url) if database_url else get_ledger()
+    report = ledger.verify(artifacts=artifacts, workers=workers)
     if json_out:
         print_json(report.to_json())
     else:
@@ -407,18 +433,96 @@ def verify(
     return Outcome.OK if report else Outcome.NO
 
 
+def audit(
+    server: Annotated[
+        str | None,
+        typer.Option("--server", envvar="LEDGER_SERVER", help="Audit the receipts of this ledger server."),
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option("--token", envvar="LEDGER_TOKEN", help="Bearer token for --server.")
+    ] = None,
+    public_key: Annotated[
+        str | None,
+        typer.Option(
+            help="The log's key: base64, C2SP verifier key, or @FILE (default: this home's log key; with "
+            "--server, the key the server names, trusted on first use)."
+        ),
+    ] = None,
+    json_out: JsonOption = False,
+) -> Outcome:
+    """Check every receipt this home kept (HOME/receipts.jsonl): each received entry is still in the log,
+    at the index and log time its receipt says, under a checkpoint the log signs now. Exit 1 if not."""
+    ledger = get_ledger()
+    key = (
+        Path(public_key[1:]).read_text().strip() if public_key and public_key.startswith("@") else public_key
+    )
+    if server:
+        from ledger.collectors.remote import LedgerClient
+
+        client = LedgerClient(server, token)
+        try:
+            cp = client.checkpoint()
+            report = ledger.audit(
+                fetch=client.inclusion, public_key=key or str(cp["log_public_key"]), origin=str(cp["origin"])
+            )
+        finally:
+            client.close()
+    else:
+        report = ledger.audit(public_key=key)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        for p in report.problems:
+            err.print(
+                f"[red]problem[/] [{p['code']}] index {p['index']} {p['entry_id'][:16]}: {p['message']}"
+            )
+        status = "ok" if report else f"{len(report.problems)} problem(s)"
+        out.print(
+            f"{status}: {report.receipts} receipts of {report.origin} checked, "
+            f"newest index {report.newest_index}"
+        )
+    return Outcome.OK if report else Outcome.NO
+
+
+def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
+    """Upgrade a home made by an older ledger, in place: its database to this ledger's log format (Alembic
+    revision 0002: every Merkle leaf commits the log record; 64-bit seq on PostgreSQL) and its configuration
+    to paths relative to the home. Checkpoints signed before stay checkable; run `ledger verify` after."""
+    from ledger.db import SCHEMA_HEAD, make_engine, schema_revision
+    from ledger.db import migrate as upgrade
+    from ledger.home import Home
+
+    h = Home(home_path(home))
+    cfg = h.config()
+    engine = make_engine(cfg.database_url)
+    try:
+        before = schema_revision(engine)
+    finally:
+        engine.dispose()
+    upgrade(cfg.database_url)
+    h.write_config(cfg)
+    info = {"home": str(h.path), "from_revision": before, "to_revision": SCHEMA_HEAD}
+    if json_out:
+        print_json(info)
+    elif before == SCHEMA_HEAD:
+        out.print(f"already at revision {SCHEMA_HEAD}")
+    else:
+        out.print(f"migrated {h.path}: revision {before} -> {SCHEMA_HEAD}")
+
+
 def checkpoint(
     size: Annotated[int | None, typer.Option(help="Tree size (default: the whole log).")] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Sign a checkpoint (C2SP signed note) of the log."""
+    """Sign and publish a checkpoint (C2SP signed note, key name = the origin) of the log."""
     ledger = get_ledger()
     cp = ledger.checkpoint(size=size)
     if json_out:
         print_json(
             {
                 **cp.to_json(),
-                "log_key_name": ledger.log_key_name,
+                "log_key_name": ledger.note_key_name,
+                "log_vkey": ledger.verifier_key(),
                 "log_public_key": ledger.log_public_key().b64,
             }
         )
@@ -445,7 +549,10 @@ def proof_consistency(old_size: int, new_size: Annotated[int | None, typer.Argum
 def proof_verify(
     proof: Annotated[Path, typer.Argument(help="Proof JSON from `ledger proof inclusion|consistency`.")],
     public_key: Annotated[str, typer.Option(help="Log public key: base64, or @FILE.")],
-    key_name: Annotated[str, typer.Option(help="Log key name in the checkpoint.")] = "log",
+    key_name: Annotated[
+        str | None,
+        typer.Option(help="Key name in the checkpoint's signature (default: the proof's origin)."),
+    ] = None,
     checkpoint_file: Annotated[
         Path | None,
         typer.Option("--checkpoint", help="A checkpoint you already hold; the proof must match it."),
@@ -476,6 +583,8 @@ def register(app: typer.Typer) -> None:
     app.command("log")(log_cmd)
     app.command()(verify)
     app.command()(checkpoint)
+    app.command()(audit)
+    app.command()(migrate)
     app.add_typer(keys_app, name="keys")
     app.add_typer(store_app, name="store")
     app.add_typer(proof_app, name="proof")

@@ -49,11 +49,11 @@ def result_digest(result: dict[str, Any]) -> str:
 
 
 def checkpoint_root(ledger: Ledger, size: int) -> str:
-    """The Merkle root at ``size``: the stored checkpoint's, else computed (and kept) once."""
+    """The Merkle root at ``size``: the stored checkpoint's, else computed (reads never write)."""
     root = ledger.repo.checkpoint_root(size)
     if root is not None:
         return root
-    return ledger.checkpoint(size=size).root.hex()
+    return ledger.signed_checkpoint(size=size).root.hex()
 
 
 def _identity(accepted: list[Evidence]) -> dict[str, str]:

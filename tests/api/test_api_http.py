@@ -17,6 +17,7 @@ import httpx
 from ledger.canonical import canonical_bytes
 from ledger.entries import ArtifactRef
 from ledger.hashing import Digest, HexDigest
+from ledger.log import parse_receipt
 from ledger.proofs import verify_proof_document
 from ledger.service import MAX_BATCH
 from tests.api.conftest import LEDGER_BIN, MAX_ARTIFACT, MAX_BODY, Deployment, Server
@@ -108,8 +109,14 @@ def test_append_one_returns_the_cli_json_shape_and_recognises_a_resend(
     assert r.status_code == 201, r.text
     got = r.json()
     assert got.pop("duplicate") is False
+    receipt = parse_receipt(got.pop("receipt"), deployment.ledger.log_public_key())  # signed by the log
     stored = deployment.ledger.get(got["id"])
     assert got == stored.to_json("collector1")  # the same JSON as `ledger show --json`
+    assert (receipt.record.entry_id, receipt.record.index, receipt.record.logged_at) == (
+        stored.entry_id,
+        stored.seq,
+        stored.logged_at,
+    )
     assert got["seq"] == before
     again = http.post("/v1/entries", json=env, headers=deployment.headers("writer"))
     assert again.status_code == 200

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from ledger.canonical import canonical_bytes
 from ledger.db import T_ENTRIES
 from ledger.hashing import blake3_hex, hash_file
-from ledger.log import GENESIS_PREV, chain_hash, leaf_hash
+from ledger.log import GENESIS_PREV, LogRecord, chain_hash, leaf_hash
 from ledger.service import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,6 +102,9 @@ class LogWatch:
             T_ENTRIES.c.prev_hash,
             T_ENTRIES.c.chain_hash,
             T_ENTRIES.c.logged_at,
+            T_ENTRIES.c.kind,
+            T_ENTRIES.c.signer,
+            T_ENTRIES.c.record,
         )
         with ledger.engine.connect() as conn:
             rows = conn.execute(
@@ -120,7 +123,9 @@ class LogWatch:
                 continue
             env = bytes(r.envelope)
             assert blake3_hex(env) == r.entry_id, f"seq {i}: envelope does not hash to its id"
-            assert leaf_hash(env).hex() == r.leaf_hash, f"seq {i}: leaf hash"
+            record = LogRecord(i, r.logged_at, r.entry_id, r.kind, r.signer).to_bytes()
+            assert bytes(r.record) == record, f"seq {i}: log record"
+            assert leaf_hash(record).hex() == r.leaf_hash, f"seq {i}: leaf hash (of the log record)"
             assert r.prev_hash == prev, f"seq {i}: does not link to seq {i - 1}"
             assert chain_hash(i, r.entry_id, r.prev_hash, r.logged_at) == r.chain_hash, f"seq {i}: chain hash"
             prev = r.chain_hash
