@@ -474,7 +474,9 @@ def _decide(kind: str, entry_id: str, rel: str, key: str, payload: dict[str, Any
     """Record a ``kind`` entry that refs ``entry_id`` with ``rel``; its subject is the target's."""
     ledger = get_ledger()
     target = ledger.get(entry_id)
-    entry = ledger.record(kind, dict(target.statement.subject), payload, key=key, refs=[(rel, target.entry_id)])
+    entry = ledger.record(
+        kind, dict(target.statement.subject), payload, key=key, refs=[(rel, target.entry_id)]
+    )
     if json_out:
         print_json(entry.to_json(ledger.signer_names().get(entry.signer)))
     else:
