@@ -32,7 +32,7 @@ BENCH_DIGEST = "blake3:bfef1eb8aa1c4ed5c7c2a49036f79dd2653cb993594020b1e6c7f66b5
 READY = "Reply with exactly one word: READY"
 STRUCTURED = 'Answer with the JSON object {"status": "READY"}.'
 ANSWERS = {READY: "READY", STRUCTURED: '{"status": "READY"}', "What is 2 + 3? Answer with a number.": "5"}
-DEFAULT_BENCHMARK = "levels = [1, 4, 32]\nrequests = 96\nrepetitions = 2\nsaturation = \"report\""
+DEFAULT_BENCHMARK = 'levels = [1, 4, 32]\nrequests = 96\nrepetitions = 2\nsaturation = "report"'
 SEMANTIC_ITEMS = [
     {
         "id": "ready",
