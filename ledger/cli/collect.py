@@ -653,6 +653,7 @@ def run_cmd(
     campaign: CampaignOption = None,
     server: ServerOption = None,
     token: TokenOption = None,
+    policy: PolicyOption = "backend-qualification",
     json_out: JsonOption = False,
 ) -> Outcome | Cancelled:
     """Run a qualification campaign: job, gate ladder, evidence; print the summary. Exit 1 when a gate failed.
@@ -669,6 +670,7 @@ def run_cmd(
         rec,
         work_dir=_work_dir(home, cid, "run"),
         log=(lambda _m: None) if json_out else (lambda m: err.print(f"[dim]{m}[/]")),
+        policy=_harness_policy(policy),
     )
     if campaign:
         runner.subject["campaign"] = campaign
