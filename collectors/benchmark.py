@@ -51,6 +51,7 @@ __all__ = [
     "judge_bounds",
     "load_benchmark_corpus",
     "percentile",
+    "policy_bounds",
     "record_benchmark_gate",
     "run_benchmark",
     "run_benchmark_async",
@@ -996,11 +997,25 @@ def benchmark_gate_payload(
             "parity": result.parity,
             "bindings": result.bindings[0] if result.bindings else {},
         },
+        "figures": dict(result.figures),
         "reason": "; ".join(reasons) if reasons else None,
         "evidence": list(evidence),
     }
     validate_payload("gate.result", 1, payload)
     return payload
+
+
+def policy_bounds(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The benchmark bounds a policy sets (``benchmark_max`` / ``benchmark_min``: figure → limit) in the
+    form :func:`judge_bounds` reads; empty when the policy sets none (the gate then fails)."""
+    out: dict[str, dict[str, Any]] = {}
+    for side in ("max", "min"):
+        table = params.get(f"benchmark_{side}") or {}
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"policy param benchmark_{side} must be a table of figure = limit")
+        for name, limit in table.items():
+            out.setdefault(str(name), {})[side] = limit
+    return out
 
 
 def record_benchmark_gate(

@@ -24,8 +24,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ledger.collectors.benchmark import (
+    BenchmarkResult,
+    BenchmarkSpec,
+    benchmark_gate_payload,
+    policy_bounds,
+    run_benchmark,
+)
 from ledger.collectors.host import engine_env, host_probe
 from ledger.collectors.launch import EngineRun, LaunchSpec
 from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
@@ -39,9 +46,10 @@ from ledger.collectors.probe import (
     probe_structured,
 )
 from ledger.collectors.secrets import Redactor, redact_command
+from ledger.collectors.semantic import SemanticResult, SemanticSpec, run_semantic, semantic_gate_payload
 from ledger.entries import format_time, now_utc
-from ledger.errors import ConfigError
-from ledger.hashing import hash_file
+from ledger.errors import ConfigError, LedgerError
+from ledger.hashing import hash_file, parse_digest
 from ledger.recorder import Recorder
 from ledger.signatures import Signature, load_signatures
 
@@ -179,9 +187,43 @@ class SequentialGate(_Section):
     timeout_seconds: float = 120
 
 
-class OptionalGate(_Section):
-    enabled: bool = False
+class _HarnessGate(_Section):
+    """A harness gate: a pinned corpus run inside the job against the engine under test. The bar it is
+    judged by (threshold, bounds, the approved spec) is the policy's, never the campaign's."""
+
+    enabled: bool = True
     description: str = ""
+    corpus: str | None = None  # JSONL; relative paths are relative to the campaign file
+    digest: str | None = None  # blake3:… of the corpus bytes
+    request_timeout_seconds: float = Field(default=120, gt=0)
+    lease_seconds: float = Field(default=600, gt=0)  # bound on the harness run (and the job's lease)
+
+    @model_validator(mode="after")
+    def _corpus_when_enabled(self) -> _HarnessGate:
+        if self.enabled and (not self.corpus or not self.digest):
+            raise ValueError("an enabled harness gate needs corpus and digest")
+        if self.digest is not None:
+            try:
+                parse_digest(self.digest)
+            except LedgerError as e:
+                raise ValueError(str(e)) from e
+        return self
+
+
+class SemanticGate(_HarnessGate):
+    enabled: bool = False
+
+
+class BenchmarkGate(_HarnessGate):
+    enabled: bool = False
+    levels: list[int] = Field(default_factory=lambda: [1, 4, 32], min_length=1)
+    requests: int = Field(default=96, ge=1)  # per level
+    repetitions: int = Field(default=2, ge=1)
+    saturation: Literal["invalid", "report"] = "invalid"
+    api: Literal["chat", "completions"] = "chat"
+    min_duration_seconds: float = Field(default=0.0, ge=0)
+    max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    request_token_ids: bool = False
 
 
 class GatesSection(_Section):
@@ -189,8 +231,8 @@ class GatesSection(_Section):
     control: ControlGate = ControlGate()
     structured: StructuredGate = StructuredGate()
     sequential: SequentialGate = SequentialGate()
-    semantic: OptionalGate = OptionalGate()
-    benchmark: OptionalGate = OptionalGate()
+    semantic: SemanticGate = SemanticGate()
+    benchmark: BenchmarkGate = BenchmarkGate()
 
 
 class CampaignFile(_Section):
@@ -353,10 +395,11 @@ class CampaignResult:
 
 
 class _GateFailed(Exception):
-    def __init__(self, reason: str, evidence: list[str]) -> None:
+    def __init__(self, reason: str, evidence: list[str], *, recorded: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.evidence = evidence
+        self.recorded = recorded  # the step recorded its own gate.result (a harness gate, with artifacts)
 
 
 class CampaignRunner:
@@ -547,9 +590,12 @@ class CampaignRunner:
                     status, why, evidence, counts = step()
                 except _GateFailed as f:
                     self._finish_engine("finished")
-                    self._gate(order, name, "failed", reason=f.reason, evidence=f.evidence)
+                    if not f.recorded:
+                        self._gate(order, name, "failed", reason=f.reason, evidence=f.evidence)
                     state, reason = "failed", f"gate {name} failed: {f.reason}"
                     break
+                if self.result.gates and self.result.gates[-1].gate == name:
+                    continue  # a harness gate recorded its own gate.result
                 self._gate(order, name, status, reason=why, evidence=evidence, counts=counts)
             for later, name in enumerate(gates[order:], start=order + 1):
                 if state == "failed":
@@ -819,27 +865,147 @@ class CampaignRunner:
     def _gate_policy_only(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         return "not_run", "judged by the policy from the recorded evidence", [], {}
 
+    def _corpus_path(self, corpus: str) -> Path:
+        path = Path(expand(corpus))
+        return path if path.is_absolute() else (self.c.path.parent / path).absolute()
+
+    def _param(self, name: str) -> Any:
+        return self.policy.params.get(name)
+
+    def _harness_fault(self, stopped: str | None) -> list[str]:
+        """The first engine fault stopped a harness: no retry, no reset. Let the engine die on its own
+        (``exit_wait_seconds``), stop it and record its ``engine.launch`` with the failure signature."""
+        run = self.engine
+        if run is None or self.engine_entry is not None:
+            return []
+        run.failure_observed = (stopped or "request failed")[:300]
+        with self._interruptible_section():
+            run.wait_exit(self.c.spec.engine.exit_wait_seconds)
+        launch = self._finish_engine("finished")
+        return [launch] if launch else []
+
+    def _record_harness_gate(
+        self, name: str, payload: dict[str, Any], artifacts: dict[str, Path], media: dict[str, str]
+    ) -> GateOutcome:
+        arts = [
+            self.rec.artifact(n, path, media_type=media.get(n, "application/octet-stream"))
+            for n, path in artifacts.items()
+        ]
+        eid = self._record("gate.result", payload, artifacts=arts)
+        out = GateOutcome(name, payload["status"], payload.get("reason"), list(payload["evidence"]), eid)
+        self.result.gates.append(out)
+        self.log(
+            f"gate {payload['order']} {name}: {payload['status']}"
+            + (f" — {out.reason}" if out.reason else "")
+        )
+        return out
+
+    def _harness_outcome(
+        self, name: str, payload: dict[str, Any], evidence: list[str]
+    ) -> tuple[str, str | None, list[str], dict[str, int]]:
+        if payload["status"] != "passed":
+            raise _GateFailed(str(payload.get("reason") or f"{name} failed"), evidence, recorded=True)
+        return "passed", None, evidence, dict(payload["counts"])
+
     def _gate_semantic(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         g = self.c.spec.gates.semantic
-        if g.enabled:
-            return (
-                "not_run",
-                "configured, but the collector has no semantic harness: record it separately",
-                [],
-                {},
+        if not g.enabled:
+            return "not_run", "not configured", [], {}
+        base = self._require_engine()
+        order = self._order("semantic")
+        run = self.engine
+        if run is None or g.corpus is None or g.digest is None:  # _require_engine / the model checked
+            raise _GateFailed("no running engine or no corpus", [])
+        min_score = self._param("semantic_min_score")
+        spec = SemanticSpec(
+            corpus=self._corpus_path(g.corpus),
+            corpus_digest=g.digest,
+            request_timeout_s=g.request_timeout_seconds,
+            lease_s=max(1.0, min(g.lease_seconds, self._job_lease_left())),
+            model=self.model_id,
+        )
+        with self._interruptible_section():
+            result: SemanticResult = run_semantic(
+                spec, base, out_dir=self.work_dir / "semantic", engine_alive=run.alive
             )
-        return "not_run", "not configured", [], {}
+        evidence: list[str] = []
+        fault = result.outcome == "fault" or not run.alive()
+        if fault:
+            evidence += self._harness_fault(result.stopped)
+        if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 < min_score <= 1:
+            payload = semantic_gate_payload(result, min_score=1.0, order=order, evidence=evidence)
+            payload["status"] = "failed"
+            payload["bounds"]["min_score"] = None
+            payload["reason"] = (
+                f"the policy {self.policy.identity().get('name')} sets no semantic_min_score in (0, 1]"
+            )
+        else:
+            payload = semantic_gate_payload(
+                result, min_score=float(min_score), order=order, evidence=evidence
+            )
+        if fault:
+            payload["status"] = "failed"
+            payload["reason"] = self._fault_reason(payload.get("reason"), result.stopped)
+        self._record_harness_gate("semantic", payload, result.artifacts, {})
+        return self._harness_outcome("semantic", payload, evidence)
 
     def _gate_benchmark(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         g = self.c.spec.gates.benchmark
-        if g.enabled:
-            return (
-                "not_run",
-                "configured, but the collector has no benchmark harness: record it separately",
-                [],
-                {},
+        if not g.enabled:
+            return "not_run", "not configured", [], {}
+        base = self._require_engine()
+        order = self._order("benchmark")
+        run = self.engine
+        if run is None or g.corpus is None or g.digest is None:  # _require_engine / the model checked
+            raise _GateFailed("no running engine or no corpus", [])
+        try:
+            spec = BenchmarkSpec(
+                corpus=self._corpus_path(g.corpus),
+                corpus_digest=g.digest,
+                concurrency=tuple(g.levels),
+                requests_per_level=g.requests,
+                repetitions=g.repetitions,
+                request_timeout_s=g.request_timeout_seconds,
+                lease_s=max(1.0, min(g.lease_seconds, self._job_lease_left())),
+                api=g.api,
+                model=self.model_id,
+                request_token_ids=g.request_token_ids,
+                min_duration_s=g.min_duration_seconds,
+                max_error_rate=g.max_error_rate,
+                saturation=g.saturation,
             )
-        return "not_run", "not configured", [], {}
+        except ConfigError as e:
+            raise ConfigError(f"campaign {self.c.path}: gates.benchmark: {e}") from e
+        bounds = policy_bounds(self.policy.params)  # the policy's bar; empty → the gate fails
+        with self._interruptible_section():
+            result: BenchmarkResult = run_benchmark(
+                spec, base, out_dir=self.work_dir / "benchmark", engine_alive=run.alive
+            )
+        evidence: list[str] = []
+        fault = result.outcome == "fault" or not run.alive()
+        if fault:
+            evidence += self._harness_fault(result.stopped)
+        payload = benchmark_gate_payload(result, bounds, order=order, evidence=evidence)
+        if fault:
+            payload["status"] = "failed"
+            payload["reason"] = self._fault_reason(payload.get("reason"), result.stopped)
+        self._record_harness_gate(
+            "benchmark",
+            payload,
+            result.artifacts,
+            {"benchmark-requests.jsonl": "application/x-ndjson", "benchmark-result.json": "application/json"},
+        )
+        return self._harness_outcome("benchmark", payload, evidence)
+
+    def _fault_reason(self, reason: str | None, stopped: str | None) -> str:
+        sig = self.result.attempts[-1].get("failure_signature") if self.result.attempts else None
+        why = reason or f"no aggregate result: {stopped or 'the engine is no longer alive'}"
+        return f"{why}; the first engine fault stops the gate (no retry, no reset)" + (
+            f" [engine failure: {sig}]" if sig else ""
+        )
+
+    def _order(self, name: str) -> int:
+        return [n for n, _ in self.ladder].index(name) + 1
 
     # --- engine end -------------------------------------------------------------------------------
 

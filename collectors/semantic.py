@@ -467,6 +467,7 @@ def semantic_gate_payload(
             "aggregate": score is not None,
             "failed_items": [i.id for i in failed[:100]],
         },
+        "figures": {"score": score},
         "reason": "; ".join(reasons) if reasons else None,
         "evidence": list(evidence),
     }

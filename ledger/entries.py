@@ -265,6 +265,9 @@ class GateResult(_Model):
     order: int | None = None
     counts: dict[str, int] = Field(default_factory=dict)
     bounds: dict[str, Any] = Field(default_factory=dict)
+    # the measured figures a policy judges (benchmark: ``ttft_ms.p95@c4`` …; semantic: ``score``); None:
+    # not measured (no aggregate result), never zero
+    figures: dict[str, float | None] = Field(default_factory=dict)
     reason: str | None = None
     evidence: list[str] = Field(default_factory=list)
 

@@ -1,4 +1,5 @@
-"""``ledger collect``: the command-line adapter over the collectors (host, kernel, model, launch, probe, run).
+"""``ledger collect``: the command-line adapter over the collectors (host, kernel, model, launch, probe,
+benchmark, semantic, run).
 
 Every command signs with ``--key`` (default ``collector``). When the home has no key named ``collector``,
 the command creates one and enrols it with the role ``collector``, signed by the home's admin key; any
@@ -514,6 +515,133 @@ def probe_cmd(
     return Outcome.OK if all(r["ok"] for r in rows) else Outcome.NO
 
 
+# --- harnesses: benchmark and semantic, standalone ---------------------------------------------------------
+
+PolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--policy", help="Qualification policy whose bounds and threshold judge the run (name or path)."
+    ),
+]
+
+
+def _harness_policy(policy: str) -> Any:
+    from ledger.policy.loader import load_policy
+
+    return load_policy(policy)
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as e:
+        raise InputError(f"--levels must be comma-separated integers, not {text!r}") from e
+    if not levels:
+        raise InputError("--levels names no concurrency level")
+    return levels
+
+
+def _print_gate(entry: str, payload: dict[str, Any], figures: list[str]) -> None:
+    colour = "green" if payload["status"] == "passed" else "red"
+    out.print(Text.assemble(f"gate {payload['gate']}: ", (payload["status"], colour), f"  entry {entry}"))
+    if payload.get("reason"):
+        out.print(Text(f"  {payload['reason']}"))
+    shown = payload.get("figures") or {}
+    for name in figures:
+        if name in shown:
+            out.print(Text(f"  {name} = {shown[name]}"))
+
+
+@collect_app.command("benchmark")
+def benchmark_cmd(
+    url: Annotated[str, typer.Argument(help="Base URL of the engine's OpenAI-compatible API.")],
+    corpus: Annotated[Path, typer.Option(help="Benchmark corpus (JSONL; campaigns/README.md).")],
+    digest: Annotated[str, typer.Option(help="blake3:… of the corpus bytes (refused if it differs).")],
+    levels: Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")] = "1,4,32",
+    requests: Annotated[int, typer.Option(help="Requests per level.")] = 96,
+    repetitions: Annotated[int, typer.Option(help="Repetitions of the whole level sequence.")] = 2,
+    saturation: Annotated[
+        str, typer.Option(help="invalid (over-saturation invalidates the run) or report.")
+    ] = "invalid",
+    model: Annotated[str | None, typer.Option(help="Model id (default: the first one served).")] = None,
+    lease: Annotated[float, typer.Option(help="Bound on the whole run, seconds.")] = 900.0,
+    policy: PolicyOption = "backend-qualification",
+    job: Annotated[str | None, typer.Option(help="Entry id of the job this run belongs to.")] = None,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    campaign: CampaignOption = None,
+    subject: SubjectOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> Outcome:
+    """Run the benchmark harness against URL and record its `gate.result` (bounds: the policy's)."""
+    from ledger.collectors.benchmark import BenchmarkSpec, policy_bounds, record_benchmark_gate, run_benchmark
+
+    if saturation not in ("invalid", "report"):
+        raise InputError("--saturation must be invalid or report")
+    pol = _harness_policy(policy)
+    spec = BenchmarkSpec(
+        corpus=corpus,
+        corpus_digest=digest,
+        concurrency=_levels(levels),
+        requests_per_level=requests,
+        repetitions=repetitions,
+        saturation=saturation,  # type: ignore[arg-type]
+        model=model,
+        lease_s=lease,
+    )
+    rec = _recorder(home, key, server, token)
+    subj = _subject(campaign, subject)
+    result = run_benchmark(spec, url, out_dir=_work_dir(home, subj["campaign"], "benchmark"))
+    entry, payload = record_benchmark_gate(
+        rec, subj, result, policy_bounds(pol.params), refs=[("job", job)] if job else []
+    )
+    if json_out:
+        print_json({"entry": entry, **payload})
+    else:
+        _print_gate(entry, payload, ["ttft_ms.p95@c4", "error_rate", "c1_parity"])
+    return Outcome.OK if payload["status"] == "passed" else Outcome.NO
+
+
+@collect_app.command("semantic")
+def semantic_cmd(
+    url: Annotated[str, typer.Argument(help="Base URL of the engine's OpenAI-compatible API.")],
+    corpus: Annotated[Path, typer.Option(help="Semantic corpus (JSONL; campaigns/README.md).")],
+    digest: Annotated[str, typer.Option(help="blake3:… of the corpus bytes (refused if it differs).")],
+    model: Annotated[str | None, typer.Option(help="Model id (default: the first one served).")] = None,
+    lease: Annotated[float, typer.Option(help="Bound on the whole run, seconds.")] = 600.0,
+    policy: PolicyOption = "backend-qualification",
+    job: Annotated[str | None, typer.Option(help="Entry id of the job this run belongs to.")] = None,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    campaign: CampaignOption = None,
+    subject: SubjectOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> Outcome:
+    """Score the semantic corpus against URL and record its `gate.result` (threshold: the policy's)."""
+    from ledger.collectors.semantic import SemanticSpec, record_semantic_gate, run_semantic
+
+    pol = _harness_policy(policy)
+    min_score = pol.params.get("semantic_min_score")
+    if isinstance(min_score, bool) or not isinstance(min_score, int | float):
+        raise InputError(f"policy {policy} sets no semantic_min_score")
+    spec = SemanticSpec(corpus=corpus, corpus_digest=digest, model=model, lease_s=lease)
+    rec = _recorder(home, key, server, token)
+    subj = _subject(campaign, subject)
+    result = run_semantic(spec, url, out_dir=_work_dir(home, subj["campaign"], "semantic"))
+    entry, payload = record_semantic_gate(
+        rec, subj, result, min_score=float(min_score), refs=[("job", job)] if job else []
+    )
+    if json_out:
+        print_json({"entry": entry, **payload})
+    else:
+        _print_gate(entry, payload, ["score"])
+    return Outcome.OK if payload["status"] == "passed" else Outcome.NO
+
+
 # --- run ----------------------------------------------------------------------------------------------------
 
 
@@ -525,6 +653,7 @@ def run_cmd(
     campaign: CampaignOption = None,
     server: ServerOption = None,
     token: TokenOption = None,
+    policy: PolicyOption = "backend-qualification",
     json_out: JsonOption = False,
 ) -> Outcome | Cancelled:
     """Run a qualification campaign: job, gate ladder, evidence; print the summary. Exit 1 when a gate failed.
@@ -541,6 +670,7 @@ def run_cmd(
         rec,
         work_dir=_work_dir(home, cid, "run"),
         log=(lambda _m: None) if json_out else (lambda m: err.print(f"[dim]{m}[/]")),
+        policy=_harness_policy(policy),
     )
     if campaign:
         runner.subject["campaign"] = campaign

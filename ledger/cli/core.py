@@ -1,4 +1,5 @@
-"""The core commands: init, keys, kinds, put, cat, store, record, show, log, verify, checkpoint, proof."""
+"""The core commands: init, keys, kinds, put, cat, store, record, review, accept, supersede, show, log,
+verify, checkpoint, proof."""
 
 from __future__ import annotations
 
@@ -573,12 +574,85 @@ def proof_verify(
         out.print(f"proof ok: {result['detail']}")
 
 
+# --- review, acceptance, supersession: one command each, over Ledger.record ---------------------------
+
+
+def _decide(kind: str, entry_id: str, rel: str, key: str, payload: dict[str, Any], json_out: bool) -> None:
+    """Record a ``kind`` entry that refs ``entry_id`` with ``rel``; its subject is the target's."""
+    ledger = get_ledger()
+    target = ledger.get(entry_id)
+    entry = ledger.record(
+        kind, dict(target.statement.subject), payload, key=key, refs=[(rel, target.entry_id)]
+    )
+    if json_out:
+        print_json(entry.to_json(ledger.signer_names().get(entry.signer)))
+    else:
+        sys.stdout.write(f"{entry.entry_id}  seq={entry.seq}  {entry.kind} {rel} {target.entry_id}\n")
+
+
+def review(
+    entry_id: Annotated[
+        str, typer.Argument(metavar="ENTRY", help="The entry reviewed (id or unique prefix).")
+    ],
+    key: Annotated[str, typer.Option(help="The reviewer's signing key in this home.")],
+    passed: Annotated[
+        bool | None, typer.Option("--pass/--fail", help="The review's result (required).", show_default=False)
+    ] = None,
+    commit: Annotated[
+        str | None, typer.Option(help="The commit reviewed (a PASS lifts a FAIL only on a repaired commit).")
+    ] = None,
+    summary: Annotated[str | None, typer.Option(help="One line of findings.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Record a review PASS or FAIL of an entry (a `review` that refs it with rel `reviews`)."""
+    if passed is None:
+        raise InputError("say --pass or --fail")
+    payload: dict[str, Any] = {"result": "PASS" if passed else "FAIL"}
+    if commit:
+        payload["commit"] = commit
+    if summary:
+        payload["summary"] = summary
+    _decide("review", entry_id, "reviews", key, payload, json_out)
+
+
+def accept(
+    entry_id: Annotated[
+        str, typer.Argument(metavar="ENTRY", help="The entry decided (id or unique prefix).")
+    ],
+    key: Annotated[str, typer.Option(help="A reviewer's or operator's signing key in this home.")],
+    reason: Annotated[str, typer.Option(help="Why (recorded).")],
+    reject: Annotated[
+        bool, typer.Option("--reject", help="Record `rejected` instead of `accepted`.")
+    ] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Record an acceptance decision on an entry (an `acceptance` that refs it with rel `subject`)."""
+    payload = {"decision": "rejected" if reject else "accepted", "reason": reason}
+    _decide("acceptance", entry_id, "subject", key, payload, json_out)
+
+
+def supersede(
+    entry_id: Annotated[
+        str, typer.Argument(metavar="ENTRY", help="The entry superseded (id or unique prefix).")
+    ],
+    key: Annotated[str, typer.Option(help="A reviewer's or operator's signing key in this home.")],
+    reason: Annotated[str, typer.Option(help="Why it no longer counts (recorded).")],
+    correction: Annotated[str | None, typer.Option(help="The entry that corrects it, if any.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Record a `supersession` of an entry: from then on no verdict credits it."""
+    payload: dict[str, Any] = {"reason": reason}
+    if correction:
+        payload["correction"] = get_ledger().resolve_id(correction)
+    _decide("supersession", entry_id, "supersedes", key, payload, json_out)
+
+
 # --- registration -------------------------------------------------------------------------------------
 
 
 def register(app: typer.Typer) -> None:
     """Add the core commands and the ``keys``, ``store`` and ``proof`` sub-apps, in help order."""
-    for command in (init, kinds, put, cat, record, show):
+    for command in (init, kinds, put, cat, record, review, accept, supersede, show):
         app.command()(command)
     app.command("log")(log_cmd)
     app.command()(verify)

@@ -432,10 +432,22 @@ def test_gate_with_no_bounds_fails_rather_than_passes(tmp_path: Path) -> None:
     assert payload["status"] == "failed" and payload["reason"] == "no bounds to judge the figures against"
 
 
-def _spec_mismatch_rule() -> tuple[str, dict[str, Any]]:
+def _spec_mismatch_rule() -> tuple[str, list[dict[str, str]], dict[str, Any]]:
     policy = tomllib.loads((REPO / "policies" / "backend-qualification.toml").read_text())
     [rule] = [r for r in policy["rules"] if r["name"] == "spec-mismatch"]
-    return rule["when"], policy["params"]
+    return rule["when"], rule["differences"], policy["params"]
+
+
+def _differences(differences: list[dict[str, str]], context: dict[str, Any]) -> list[str]:
+    """The labels of the rule's differences whose `got` is not its `want` (as the policy engine reads
+    them: `when` only scopes the rule)."""
+    out = []
+    for d in differences:
+        got = compile_condition(d["got"], "got").value(context)
+        want = compile_condition(d["want"], "want").value(context)
+        if got != want:
+            out.append(d["label"])
+    return out
 
 
 def test_gate_payload_carries_what_the_spec_mismatch_rule_reads(tmp_path: Path, ledger: Ledger) -> None:
@@ -444,12 +456,25 @@ def test_gate_payload_carries_what_the_spec_mismatch_rule_reads(tmp_path: Path, 
         result = run_benchmark(_spec(corpus), base, out_dir=tmp_path / "o")
     assert result.valid, result.invalid_reasons
     payload = benchmark_gate_payload(result, {"ttft_ms.p95@c4": {"max": 10_000}})
-    when, params = _spec_mismatch_rule()
+    when, differences, params = _spec_mismatch_rule()
     rule = compile_condition(when, "backend-qualification.toml:spec-mismatch")
     context = {"e": {"payload": payload}}
-    assert rule.holds({**context, "params": params})  # a 12-request c1/c4 run is not the approved spec
-    same = {**params, "benchmark_requests": 12, "benchmark_concurrency": [1, 4]}
-    assert not rule.holds({**context, "params": same})
+    assert rule.holds({**context, "params": params})  # the rule applies to a benchmark result …
+    # … and a 12-request c1/c4 run of one repetition on another corpus is not the approved spec
+    assert _differences(differences, {**context, "params": params}) == [
+        "requests",
+        "concurrency levels",
+        "repetitions",
+        "corpus digest",
+    ]
+    same = {
+        **params,
+        "benchmark_requests": 12,
+        "benchmark_concurrency": [1, 4],
+        "benchmark_repetitions": 1,
+        "benchmark_corpus_digest": corpus_digest(corpus),
+    }
+    assert _differences(differences, {**context, "params": same}) == []
 
     entry, recorded = record_benchmark_gate(
         LocalRecorder(ledger, "collector"),

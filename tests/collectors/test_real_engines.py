@@ -74,6 +74,55 @@ def test_llamacpp_campaign_control_fails_honestly(home: Path) -> None:
         lg.close()
 
 
+def test_llamacpp_trained_campaign_ends_qualified_under_the_policy(home: Path) -> None:
+    """Issue 11: a campaign earns QUALIFIED through the tool — nine gates on the real engine, the
+    harnesses included, then the review PASSes and the acceptance the policy needs."""
+    env = ensure_engine("llamacpp")
+    ensure_engine("trained")
+    r = run_ledger(
+        "collect",
+        "run",
+        str(REPO / "campaigns" / "llamacpp-cpu-trained.toml"),
+        "--home",
+        str(home),
+        "--json",
+        env={"LEDGER_ENGINE_CACHE": str(Path(env["LLAMACPP_PYTHON"]).parents[2])},
+        timeout=900,
+    )
+    assert r.returncode == 1, r.stderr  # INCONCLUSIVE until the harness results are reviewed
+    result = json.loads(r.stdout)
+    assert [g["status"] for g in result["gates"]] == ["passed"] * 9, result["gates"]
+    assert result["policy_verdict"] == "INCONCLUSIVE"
+    lg = Ledger.open(home)
+    try:
+        bench = next(e for e in entries_of(lg, "gate.result") if e["payload"]["gate"] == "benchmark")
+        assert bench["payload"]["counts"]["requests"] == 96
+        assert bench["payload"]["counts"]["completed"] == 96 * 3 * 2
+        assert bench["payload"]["figures"]["c1_parity"] == 1.0
+        assert bench["payload"]["figures"]["ttft_ms.p95@c4"] <= 2000
+        sem = next(e for e in entries_of(lg, "gate.result") if e["payload"]["gate"] == "semantic")
+        assert sem["payload"]["figures"]["score"] == 1.0
+    finally:
+        lg.close()
+    for name, role in (("rev", "reviewer"), ("ops", "operator")):
+        assert run_ledger("--home", str(home), "keys", "new", name, "--role", role).returncode == 0
+    for entry in (sem["id"], bench["id"]):
+        assert (
+            run_ledger(
+                "--home", str(home), "review", entry, "--pass", "--commit", "c" * 40, "--key", "rev"
+            ).returncode
+            == 0
+        )
+    assert (
+        run_ledger("--home", str(home), "accept", bench["id"], "--key", "ops", "--reason", "ok").returncode
+        == 0
+    )
+    v = json.loads(
+        run_ledger("--home", str(home), "verdict", "-s", "campaign=llamacpp-cpu-trained", "--json").stdout
+    )
+    assert v["verdict"] == "QUALIFIED", v["gates"]
+
+
 def test_llamacpp_launch_then_probe_structured_passes(home: Path) -> None:
     env = ensure_engine("llamacpp")
     port = free_port()

@@ -14,6 +14,7 @@ reply to a prompt is looked up in ``answers`` (by the last user message or the p
   error_every        every k-th request is answered 400 (a client error, not an engine fault)
   fail_after         requests after the first k are answered 500 (an engine fault)
   reset_after        requests after the first k lose their connection mid-stream (an engine reset)
+  exit_after         (as a process, ``--exit-after``) the process dies on request k+1 (an engine crash)
 
 In tests: ``with serve_stub(StubConfig(...)) as base_url: ...`` (a thread). For benchmarks, as a process:
 ``python tests/engines/stub_openai.py --port N [--tokens 16] [--itl-ms 0]``.
@@ -25,11 +26,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -53,6 +57,7 @@ class StubConfig:
     fail_after: int | None = None
     reset_after: int | None = None
     token_ids: bool = False  # include vLLM-style ``token_ids`` in each chunk when asked
+    exit_after: int | None = None  # as a process: the (N+1)-th completion request kills it (exit 1)
 
 
 class _Reset(Exception):
@@ -104,6 +109,13 @@ def build_app(cfg: StubConfig) -> FastAPI:
         body = await request.json()
         state["count"] += 1
         number = state["count"]
+        if cfg.exit_after is not None and number > cfg.exit_after:
+            sys.stderr.write(
+                "RuntimeError: scripted engine crash\nvllm.v1.engine.exceptions.EngineDeadError: "
+                "EngineCore encountered an issue. See stack trace (above) for the root cause.\n"
+            )
+            sys.stderr.flush()
+            os._exit(1)
         if cfg.error_every and number % cfg.error_every == 0:
             return JSONResponse(
                 {"error": {"message": "bad request (scripted)", "code": 400}}, status_code=400
@@ -222,8 +234,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft-ms", type=float, default=0.0)
     ap.add_argument("--itl-ms", type=float, default=0.0)
     ap.add_argument("--serial", action="store_true")
+    ap.add_argument("--answers", help="JSON file: prompt text → reply")
+    ap.add_argument("--fail-after", type=int, help="answer requests after the first N with HTTP 500")
+    ap.add_argument(
+        "--exit-after", type=int, help="after N completion requests the process dies (an engine that crashes)"
+    )
     a = ap.parse_args(argv)
-    cfg = StubConfig(a.model_id, a.tokens, ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000, serial=a.serial)
+    answers = json.loads(Path(a.answers).read_text()) if a.answers else {}
+    cfg = StubConfig(
+        a.model_id,
+        a.tokens,
+        answers=answers,
+        ttft_s=a.ttft_ms / 1000,
+        itl_s=a.itl_ms / 1000,
+        serial=a.serial,
+        fail_after=a.fail_after,
+        exit_after=a.exit_after,
+    )
     uvicorn.run(build_app(cfg), host="127.0.0.1", port=a.port, log_level="warning")
     return 0
 

@@ -1,0 +1,121 @@
+"""`ledger collect benchmark|semantic` (standalone harness runs) and the one-command review steps
+(`ledger review`, `ledger accept`, `ledger supersede`), through the real CLI against the stub server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.engines.stub_openai import StubConfig, serve_stub
+
+from .conftest import REPO, run_ledger
+
+BENCH = REPO / "campaigns" / "corpora" / "bench-tiny.jsonl"
+BENCH_DIGEST = "blake3:bfef1eb8aa1c4ed5c7c2a49036f79dd2653cb993594020b1e6c7f66b5f8e7254"
+SEMANTIC = REPO / "campaigns" / "corpora" / "semantic-tiny.jsonl"
+SEMANTIC_DIGEST = "blake3:f34c93923611acb5921d0b7c24ae05bdce3c2458940a75878c5a851a7635812f"
+
+
+def _json(home: Path, *args: str) -> tuple[int, Any]:
+    r = run_ledger(*args, "--home", str(home), "--json")
+    return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else r.stderr)
+
+
+def _core(home: Path, *args: str) -> tuple[int, Any]:
+    """A core command: the home is the global option."""
+    r = run_ledger("--home", str(home), *args, "--json")
+    return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else r.stderr)
+
+
+def test_collect_benchmark_records_a_gate_result_judged_by_the_policys_bounds(home: Path) -> None:
+    with serve_stub(StubConfig(tokens=4)) as url:
+        rc, out = _json(
+            home,
+            "collect",
+            "benchmark",
+            url,
+            "--corpus",
+            str(BENCH),
+            "--digest",
+            BENCH_DIGEST,
+            "--levels",
+            "1,4",
+            "--requests",
+            "8",
+            "--repetitions",
+            "2",
+            "--saturation",
+            "report",
+            "-c",
+            "cli-bench",
+        )
+    # a c1/c4 run measures every figure the shipped policy bounds (ttft_ms.p95@c4, error_rate,
+    # c1_parity), so it passes the bounds …
+    assert rc == 0, out
+    assert out["gate"] == "benchmark"
+    assert out["status"] == "passed"
+    assert out["bounds"]["limits"]["ttft_ms.p95@c4"]["max"] == 2000
+    assert out["figures"]["c1_parity"] == 1.0
+    # … and the policy still rejects it: it is not the approved 96-request c1/c4/c32 spec
+    r = run_ledger("--home", str(home), "verdict", "-s", "campaign=cli-bench", "--json")
+    v = json.loads(r.stdout)
+    [rej] = [x for x in v["rejected"] if x["entry"] == out["entry"]]
+    assert rej["rule"] == "spec-mismatch"
+    assert "requests 8, approved 96" in rej["detail"]
+
+
+def test_collect_benchmark_engine_fault_is_no_aggregate_result(home: Path) -> None:
+    with serve_stub(StubConfig(tokens=4, fail_after=5)) as url:
+        rc, out = _json(
+            home, "collect", "benchmark", url, "--corpus", str(BENCH), "--digest", BENCH_DIGEST,
+            "--levels", "1", "--requests", "10", "--repetitions", "1", "-c", "cli-fault",
+        )  # fmt: skip
+    assert rc == 1
+    assert out["status"] == "failed"
+    assert out["figures"] == {}
+    assert "no aggregate result" in out["reason"]
+
+
+def test_collect_semantic_fails_below_the_policy_threshold_and_itemises(home: Path) -> None:
+    with serve_stub(StubConfig(tokens=2)) as url:  # answers "tok0 tok1" to everything
+        rc, out = _json(
+            home, "collect", "semantic", url, "--corpus", str(SEMANTIC), "--digest", SEMANTIC_DIGEST,
+            "-c", "cli-sem",
+        )  # fmt: skip
+    assert rc == 1
+    assert out["status"] == "failed"
+    assert out["figures"]["score"] == 0.0
+    assert out["bounds"]["min_score"] == 1.0  # the shipped policy's semantic_min_score
+    assert "below the threshold 1" in out["reason"]
+
+
+def test_review_accept_supersede_one_command_each(home: Path) -> None:
+    with serve_stub(StubConfig(tokens=2)) as url:
+        _rc, sem = _json(
+            home, "collect", "semantic", url, "--corpus", str(SEMANTIC), "--digest", SEMANTIC_DIGEST,
+            "-c", "cli-rev",
+        )  # fmt: skip
+    entry = sem["entry"]
+    for name, role in (("rev1", "reviewer"), ("ops1", "operator")):
+        assert run_ledger("--home", str(home), "keys", "new", name, "--role", role).returncode == 0
+    rc, review = _core(home, "review", entry[:16], "--pass", "--commit", "a" * 40, "--key", "rev1")
+    assert rc == 0, review
+    assert review["kind"] == "review"
+    assert review["payload"]["result"] == "PASS"
+    assert review["payload"]["commit"] == "a" * 40
+    assert {"rel": "reviews", "id": entry} in review["refs"]
+    assert review["subject"]["campaign"] == "cli-rev"  # the target's subject
+    rc, acc = _core(home, "accept", entry, "--key", "ops1", "--reason", "ok")
+    assert rc == 0, acc
+    assert acc["payload"]["decision"] == "accepted"
+    assert {"rel": "subject", "id": entry} in acc["refs"]
+    rc, sup = _core(home, "supersede", entry, "--key", "ops1", "--reason", "rerun")
+    assert rc == 0, sup
+    assert {"rel": "supersedes", "id": entry} in sup["refs"]
+    # neither --pass nor --fail: a usage error, nothing recorded
+    r = run_ledger("--home", str(home), "review", entry, "--commit", "b" * 40, "--key", "rev1")
+    assert r.returncode == 2
+    # a collector key may not sign a review
+    r = run_ledger("--home", str(home), "review", entry, "--fail", "--key", "collector")
+    assert r.returncode == 2

@@ -1,0 +1,314 @@
+"""The semantic and benchmark gates inside a campaign run (issue 11: "no campaign can earn QUALIFIED").
+
+Each test runs a real campaign whose engine is a real process — the OpenAI stub server
+(tests/engines/stub_openai.py) — with the runner's harnesses, a real ledger, and the policy's verdict on
+what was recorded. The bar is the policy's: a copy of the shipped policies whose params are changed
+where a test needs another bar (the collector reads them from the policy it runs under).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.collectors.campaign import CampaignRunner, load_campaign
+from ledger.hashing import blake3_hex
+from ledger.policy.loader import load_policy
+from ledger.policy.verdict import evaluate
+from ledger.recorder import LocalRecorder
+from ledger.service import Ledger
+
+from .conftest import REPO, entries_of
+
+STUB = REPO / "tests" / "engines" / "stub_openai.py"
+BENCH = REPO / "campaigns" / "corpora" / "bench-tiny.jsonl"
+BENCH_DIGEST = "blake3:bfef1eb8aa1c4ed5c7c2a49036f79dd2653cb993594020b1e6c7f66b5f8e7254"
+READY = "Reply with exactly one word: READY"
+STRUCTURED = 'Answer with the JSON object {"status": "READY"}.'
+ANSWERS = {READY: "READY", STRUCTURED: '{"status": "READY"}', "What is 2 + 3? Answer with a number.": "5"}
+DEFAULT_BENCHMARK = 'levels = [1, 4, 32]\nrequests = 96\nrepetitions = 2\nsaturation = "report"'
+SEMANTIC_ITEMS = [
+    {
+        "id": "ready",
+        "messages": [{"role": "user", "content": READY}],
+        "checks": [{"type": "exact", "value": "READY"}],
+    },
+    {
+        "id": "add",
+        "messages": [{"role": "user", "content": "What is 2 + 3? Answer with a number."}],
+        "checks": [{"type": "exact", "value": "5"}, {"type": "regex", "pattern": "^[0-9]+$"}],
+    },
+]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> tuple[Path, str]:
+    p = tmp_path / "semantic.jsonl"
+    p.write_text("".join(json.dumps(i) + "\n" for i in SEMANTIC_ITEMS))
+    return p, f"blake3:{blake3_hex(p.read_bytes())}"
+
+
+def policy_with(tmp_path: Path, semantic_digest: str, **params: str) -> Any:
+    """The shipped policies, with the approved semantic corpus set to the test's and params replaced
+    (``name="TOML value"``)."""
+    d = tmp_path / "policies"
+    d.mkdir(parents=True, exist_ok=True)
+    for f in (REPO / "policies").glob("*.toml"):
+        shutil.copy(f, d / f.name)
+    p = d / "backend-qualification.toml"
+    text = p.read_text()
+    text = re.sub(
+        r'(?m)^semantic_corpus_digest = ".*"$', f'semantic_corpus_digest = "{semantic_digest}"', text
+    )
+    for name, value in params.items():
+        text, n = re.subn(rf"(?m)^{name} = .*$", f"{name} = {value}", text)
+        assert n == 1, name
+    p.write_text(text)
+    return load_policy(str(p), d)
+
+
+def stub_campaign(
+    tmp_path: Path,
+    model_dir: Path,
+    semantic: tuple[Path, str],
+    *,
+    stub_args: tuple[str, ...] = (),
+    benchmark: str = "",
+    name: str = "harness",
+) -> Path:
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps(ANSWERS))
+    args = ", ".join(f'"{a}"' for a in ("--answers", str(answers), "--model-id", "stub-model", *stub_args))
+    text = f"""
+[campaign]
+id = "{name}"
+lease_seconds = 300
+
+[model]
+path = "{model_dir}"
+name = "stub-model"
+served_name = "stub-model"
+
+[engine]
+kind = "generic"
+python = "{sys.executable}"
+command = ["{{python}}", "{STUB}", "--port", "{{port}}", {args}]
+lease_seconds = 240
+grace_seconds = 3
+exit_wait_seconds = 3
+
+[gates.structured]
+format = "json_object"
+
+[gates.sequential]
+count = 20
+
+[gates.semantic]
+enabled = true
+corpus = "{semantic[0]}"
+digest = "{semantic[1]}"
+
+[gates.benchmark]
+enabled = true
+corpus = "{BENCH}"
+digest = "{BENCH_DIGEST}"
+{benchmark or DEFAULT_BENCHMARK}
+"""
+    p = tmp_path / f"{name}.toml"
+    p.write_text(text)
+    return p
+
+
+def run(path: Path, recorder: LocalRecorder, tmp_path: Path, policy: Any) -> Any:
+    runner = CampaignRunner(
+        load_campaign(path), recorder, work_dir=tmp_path / "work", handle_signals=False, policy=policy
+    )
+    return runner.run()
+
+
+def gate(ledger: Ledger, name: str) -> dict[str, Any]:
+    [e] = [e for e in entries_of(ledger, "gate.result") if e["payload"]["gate"] == name]
+    return e
+
+
+def review_and_accept(ledger: Ledger, *entries: str) -> None:
+    if ledger.keyring().by_name("reviewer") is None:
+        ledger.new_key("reviewer", ["reviewer"])
+        ledger.new_key("operator", ["operator"])
+    for eid in entries:
+        subject = dict(ledger.get(eid).statement.subject)
+        ledger.record(
+            "review", subject, {"result": "PASS", "commit": "c" * 40}, key="reviewer", refs=[("reviews", eid)]
+        )
+        ledger.record(
+            "acceptance",
+            subject,
+            {"decision": "accepted", "reason": "ok"},
+            key="operator",
+            refs=[("subject", eid)],
+        )
+
+
+def test_harness_gates_pass_and_the_policy_qualifies_after_review_and_acceptance(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
+) -> None:
+    policy = policy_with(tmp_path, corpus[1])
+    result = run(stub_campaign(tmp_path, tiny_model_dir, corpus), recorder, tmp_path, policy)
+    assert [g.status for g in result.gates] == ["passed"] * 9, [
+        (g.gate, g.reason) for g in result.gates if g.status != "passed"
+    ]
+    sem, bench = gate(ledger, "semantic"), gate(ledger, "benchmark")
+    assert sem["payload"]["figures"] == {"score": 1.0}
+    assert {a["name"] for a in sem["artifacts"]} == {"semantic-items.jsonl", "semantic-failures.jsonl"}
+    assert {a["name"] for a in bench["artifacts"]} == {"benchmark-requests.jsonl", "benchmark-result.json"}
+    assert bench["payload"]["counts"]["requests"] == 96
+    assert bench["payload"]["counts"]["completed"] == 96 * 3 * 2
+    assert bench["payload"]["figures"]["c1_parity"] == 1.0
+    job = next(e for e in entries_of(ledger, "job") if e["payload"]["state"] == "running")
+    assert {"rel": "job", "id": job["id"]} in bench["refs"]
+    # not yet credited: the policy needs review PASSes and the benchmark's acceptance
+    v = evaluate(ledger, {"campaign": "harness"}, policy)
+    assert v["verdict"] == "INCONCLUSIVE"
+    assert {r["rule"] for r in v["rejected"]} == {"review-missing"}
+    review_and_accept(ledger, sem["id"], bench["id"])
+    v = evaluate(ledger, {"campaign": "harness"}, policy)
+    assert v["verdict"] == "QUALIFIED", v["gates"]
+
+
+def test_benchmark_fails_on_the_policys_bound(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
+) -> None:
+    policy = policy_with(tmp_path, corpus[1], benchmark_max='{ "ttft_ms.p95@c4" = 0.0001, "error_rate" = 0 }')
+    result = run(
+        stub_campaign(tmp_path, tiny_model_dir, corpus, stub_args=("--ttft-ms", "5")),
+        recorder,
+        tmp_path,
+        policy,
+    )
+    assert result.gates[-1].gate == "benchmark"
+    assert result.gates[-1].status == "failed"
+    assert "ttft_ms.p95@c4" in (result.gates[-1].reason or "")
+    assert "above the bound" in (result.gates[-1].reason or "")
+    assert result.verdict_hint == "NOT QUALIFIED — PERFORMANCE"
+    bench = gate(ledger, "benchmark")
+    review_and_accept(ledger, gate(ledger, "semantic")["id"], bench["id"])
+    assert evaluate(ledger, {"campaign": "harness"}, policy)["verdict"] == "NOT QUALIFIED — PERFORMANCE"
+
+
+def test_policy_rejudges_a_passed_benchmark_against_its_own_bounds(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
+) -> None:
+    """The collector said passed; the policy's bar is stricter: the recorded figures decide."""
+    loose = policy_with(tmp_path, corpus[1])
+    run(
+        stub_campaign(tmp_path, tiny_model_dir, corpus, stub_args=("--ttft-ms", "5")),
+        recorder,
+        tmp_path,
+        loose,
+    )
+    bench = gate(ledger, "benchmark")
+    assert bench["payload"]["status"] == "passed"
+    review_and_accept(ledger, gate(ledger, "semantic")["id"], bench["id"])
+    assert evaluate(ledger, {"campaign": "harness"}, loose)["verdict"] == "QUALIFIED"
+    strict = policy_with(
+        tmp_path / "strict", corpus[1], benchmark_max='{ "ttft_ms.p95@c4" = 1, "error_rate" = 0 }'
+    )
+    v = evaluate(ledger, {"campaign": "harness"}, strict)
+    assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE"
+    [g] = [g for g in v["gates"] if g["name"] == "benchmark"]
+    assert "miss the policy's bounds" in g["reason"]
+
+
+def test_a_bounded_figure_that_is_missing_fails_closed(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
+) -> None:
+    policy = policy_with(tmp_path, corpus[1], benchmark_max='{ "ttft_ms.p95@c8" = 2000, "error_rate" = 0 }')
+    result = run(stub_campaign(tmp_path, tiny_model_dir, corpus), recorder, tmp_path, policy)
+    assert result.gates[-1].status == "failed"
+    assert "ttft_ms.p95@c8: figure missing" in (result.gates[-1].reason or "")
+    # a gate.result that claims "passed" without the figure is not passed by the policy either (recorded
+    # outside the job, so nothing but the figures can reject it; reviewed and accepted)
+    bench = gate(ledger, "benchmark")
+    forged = {**bench["payload"], "status": "passed", "reason": None}
+    del forged["figures"]["ttft_ms.p95@c4"]
+    eid = ledger.record("gate.result", bench["subject"], forged, key="collector").entry_id
+    review_and_accept(ledger, gate(ledger, "semantic")["id"], eid)
+    v = evaluate(ledger, {"campaign": "harness"}, policy)
+    assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE", v["gates"]
+    assert eid in next(g for g in v["gates"] if g["name"] == "benchmark")["evidence"]
+    # and with the shipped bounds, the same forged result lacks ttft_ms.p95@c4: still not passed
+    shipped = policy_with(tmp_path / "shipped", corpus[1])
+    assert evaluate(ledger, {"campaign": "harness"}, shipped)["verdict"] == "NOT QUALIFIED — PERFORMANCE"
+
+
+def test_engine_dies_mid_benchmark_first_engine_fault_stops_the_gate(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
+) -> None:
+    policy = policy_with(tmp_path, corpus[1])
+    # 1 control + 1 structured + 20 sequential + 2 semantic requests, then 40 benchmark requests
+    c = stub_campaign(tmp_path, tiny_model_dir, corpus, stub_args=("--exit-after", "64"))
+    result = run(c, recorder, tmp_path, policy)
+    bench = result.gates[-1]
+    assert (bench.gate, bench.status) == ("benchmark", "failed")
+    assert "first engine fault stops the gate" in (bench.reason or "")
+    assert "no aggregate result" in (bench.reason or "")
+    [launch] = [e["payload"] for e in entries_of(ledger, "engine.launch")]
+    assert launch["ready"] is True
+    assert launch["failure_signature"] is not None
+    payload = gate(ledger, "benchmark")["payload"]
+    assert payload["figures"] == {}  # no aggregate result: absent, never zero
+    assert payload["evidence"] == [e["id"] for e in entries_of(ledger, "engine.launch")]
+    review_and_accept(ledger, gate(ledger, "semantic")["id"])
+    v = evaluate(ledger, {"campaign": "harness"}, policy)
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    assert result.state == "failed"
+
+
+def test_six_request_diagnostic_is_spec_mismatch(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
+) -> None:
+    # bounds a c1-only run can meet: the diagnostic passes them, and is still not the approved benchmark
+    policy = policy_with(tmp_path, corpus[1], benchmark_max='{ "error_rate" = 0 }', benchmark_min="{}")
+    c = stub_campaign(
+        tmp_path, tiny_model_dir, corpus, benchmark="levels = [1]\nrequests = 6\nrepetitions = 1"
+    )
+    result = run(c, recorder, tmp_path, policy)
+    assert result.gates[-1].status == "passed"  # within the bounds it measured …
+    bench = gate(ledger, "benchmark")
+    review_and_accept(ledger, gate(ledger, "semantic")["id"], bench["id"])
+    v = evaluate(ledger, {"campaign": "harness"}, policy)
+    assert v["verdict"] == "INCONCLUSIVE"  # … but it is not the approved benchmark
+    [r] = [r for r in v["rejected"] if r["entry"] == bench["id"]]
+    assert r["rule"] == "spec-mismatch"
+    assert "requests 6, approved 96" in r["detail"]
+    assert "concurrency levels 1, approved 1/4/32" in r["detail"]
+    assert "repetitions 1, approved 2" in r["detail"]
+
+
+def test_campaign_harness_sections_are_strict(
+    tmp_path: Path, tiny_model_dir: Path, corpus: tuple[Path, str]
+) -> None:
+    from ledger.errors import ConfigError
+
+    good = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    load_campaign(good)
+    for bad, why in (
+        ("requests = 96", "unknown key"),  # replaced by a misspelling below
+        ('digest = "' + BENCH_DIGEST + '"', "corpus and digest"),
+    ):
+        text = good.read_text().replace(bad, "request = 96" if why == "unknown key" else "")
+        p = tmp_path / "bad.toml"
+        p.write_text(text)
+        with pytest.raises(ConfigError, match=why):
+            load_campaign(p)
+    # the threshold is the policy's: a campaign cannot set its own
+    p = tmp_path / "own-bar.toml"
+    p.write_text(good.read_text().replace("[gates.semantic]\n", "[gates.semantic]\nmin_score = 0.1\n"))
+    with pytest.raises(ConfigError, match=re.escape("unknown key 'gates.semantic.min_score'")):
+        load_campaign(p)
