@@ -456,3 +456,19 @@ class LogRepo:
             )
         )
         return _fetch_tuples(conn, q)
+
+    def subject_hosts(
+        self, conn: sa.Connection, subject: dict[str, str], n: int, seqs: Sequence[int] = ()
+    ) -> list[str]:
+        """The distinct ``host`` subject values, from the subject index, of the subject's entries below ``n``
+        and of the entries at ``seqs`` (sorted)."""
+        s = T_SUBJECTS
+        found: set[str] = set()
+        q = sa.select(s.c.value).distinct().where(s.c.field == "host", s.c.seq.in_(_subject_seqs(subject, n)))
+        found.update(v for (v,) in _fetch_tuples(conn, q))
+        todo = sorted(set(seqs))
+        for i in range(0, len(todo), 500):
+            chunk = todo[i : i + 500]
+            q = sa.select(s.c.value).distinct().where(s.c.field == "host", s.c.seq.in_(chunk))
+            found.update(v for (v,) in _fetch_tuples(conn, q))
+        return sorted(found)
