@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_bytes
 from ledger.hashing import blake3_hex
+from ledger.policy import snapshot as _snapshot
 
 if TYPE_CHECKING:
     from ledger.policy.loader import LoadedPolicy
     from ledger.policy.port import PolicyLedger as Ledger
-    from ledger.policy.snapshot import SnapshotRows
 
 __all__ = ["MEMORY_ENTRIES", "clear", "get", "key_for", "put"]
 
@@ -42,15 +42,21 @@ CACHE_DIR = ("cache", "verdicts")
 
 _LOCK = threading.Lock()
 _MEMORY: OrderedDict[bytes, bytes] = OrderedDict()
-_SALT = [b""]  # changed by ``clear``: later keys differ from every key computed before (a cell)
 _CODE: list[bytes] = []
 
 
-def clear() -> None:
-    """Forget the process's results and stop reading any home's results written before (tests)."""
+def _forget() -> None:
     with _LOCK:
         _MEMORY.clear()
-        _SALT[0] = os.urandom(16)
+
+
+def clear() -> None:
+    """Forget the process's results and stop reading any home's results written before (tests):
+    ``snapshot.clear_caches``, which changes the salt of every later key."""
+    _snapshot.clear_caches()
+
+
+_snapshot.CLEAR_HOOKS.append(_forget)
 
 
 def _code_digest() -> bytes:
@@ -94,10 +100,10 @@ def _policy_digest(policy: LoadedPolicy) -> bytes:
     return digest
 
 
-def key_for(raw: SnapshotRows, policy: LoadedPolicy) -> bytes:
+def key_for(raw: _snapshot.SnapshotRows, policy: LoadedPolicy) -> bytes:
     """The digest that names one evaluation (see the module docstring)."""
     h = hashlib.sha256(FORMAT)
-    h.update(_SALT[0])
+    h.update(_snapshot.RESULT_SALT[0])
     h.update(_code_digest())
     head = {
         "policy": _policy_digest(policy).hex(),
@@ -108,6 +114,7 @@ def key_for(raw: SnapshotRows, policy: LoadedPolicy) -> bytes:
             "seq": raw.keyring.seq,
             "keys": sorted((r.to_json() for r in raw.keyring.keys.values()), key=lambda k: k["key_id"]),
         },
+        "candidates": raw.candidates,
         "hosts": raw.hosts,
         "kinds": list(raw.kinds),
         "rows": len(raw.rows),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,14 @@ from ledger.policy.acceptance import _trust_problem, render
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.model import parse_duration
 from ledger.policy.rules import Rule
-from ledger.policy.snapshot import Evidence, Snapshot, check_signature, evidence_from_row, keyring_at
+from ledger.policy.snapshot import (
+    Evidence,
+    Snapshot,
+    _parse_rows,
+    check_signature,
+    evidence_from_row,
+    keyring_at,
+)
 
 if TYPE_CHECKING:
     # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
@@ -26,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["Deployment", "Service", "check_routing_change", "load_deployment", "record_routing_change"]
 
 REQUIRED_SUBJECT = ("model", "host")
+_probe_time = lru_cache(maxsize=1 << 16)(parse_time)
 ACTIONS = ("route", "restore")
 
 
@@ -128,17 +137,27 @@ def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[d
 
 
 def _entries(
-    ledger: Ledger, *, subject: dict[str, str], kinds: tuple[str, ...], size: int, snap: Snapshot
+    ledger: Ledger,
+    *,
+    subject: dict[str, str],
+    kinds: tuple[str, ...],
+    size: int,
+    snap: Snapshot,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> list[Evidence]:
-    out: list[Evidence] = []
-    for kind in kinds:
-        for le in ledger.query(subject=subject, kind=kind, at_size=size, limit=None):
-            e = evidence_from_row(le)
-            rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
-            if rec is not None:
-                e.signer_name, e.roles = rec.name, tuple(sorted(rec.roles))
-            out.append(e)
-    return sorted(out, key=lambda x: x.seq)
+    """The entries below ``size`` of these kinds whose subject has every field of ``subject``, parsed
+    (through the snapshot's parse cache), in seq order."""
+    for t in (*subject.keys(), *subject.values()):
+        if "\x00" in t:  # as the service's query says: indexed text never holds NUL
+            raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
+    with ledger.repo.read() as conn:
+        rows = ledger.repo.subject_kind_rows(conn, subject, kinds, size)
+    out = _parse_rows(rows, keep=keep)
+    for e in out:
+        rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
+        if rec is not None:
+            e.signer_name, e.roles = rec.name, tuple(sorted(rec.roles))
+    return out
 
 
 def _cancelled(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> str | None:
@@ -255,7 +274,17 @@ def check_routing_change(
     gpus, services = _layout(deployment) if deployment is not None else ([], [])
     max_probe_age = parse_duration(routing.probe_max_age)
     probes = []
-    for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap):
+    oldest = when - timedelta(seconds=max_probe_age)
+
+    def recent(statement: dict[str, Any]) -> bool:
+        """A cheap first cut on the statement (the age test below decides): collected no earlier than
+        ``oldest``, or a time that does not parse (kept, so that the test below sees it as before)."""
+        try:
+            return _probe_time(statement["collected_at"]) >= oldest
+        except (KeyError, TypeError, ValueError):
+            return True
+
+    for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, keep=recent):
         age = (when - e.collected_time).total_seconds()
         if 0 <= age <= max_probe_age and usable(e):
             probes.append(e)

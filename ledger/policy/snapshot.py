@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, lru_cache
@@ -90,14 +91,20 @@ _PARSED = _Bounded(PARSE_CACHE_ENTRIES)
 _VERIFIED = _Bounded(SIGNATURE_CACHE_ENTRIES)
 
 
+# ``ledger.policy.result_cache`` keys remembered verdicts with this salt (empty: as every process does) and
+# registers the hook that forgets its results
+RESULT_SALT = [b""]
+CLEAR_HOOKS: list[Callable[[], None]] = []
+
+
 def clear_caches() -> None:
     """Forget every parsed envelope, every signature check and every remembered verdict, and read no
     verdict a home remembered before (tests; a process never needs to)."""
-    from ledger.policy import result_cache
-
     _PARSED.clear()
     _VERIFIED.clear()
-    result_cache.clear()
+    RESULT_SALT[0] = os.urandom(16)
+    for hook in CLEAR_HOOKS:
+        hook()
 
 
 @cache
@@ -501,8 +508,13 @@ def _evidence(row: Any, parsed: _Parsed, digest: bytes) -> Evidence:
     )
 
 
-def _parse_rows(rows: list[Any], digests: list[bytes] | None = None) -> list[Evidence]:
-    """Parse many rows: one cache lookup under one lock, misses parsed and remembered."""
+def _parse_rows(
+    rows: list[Any],
+    digests: list[bytes] | None = None,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
+) -> list[Evidence]:
+    """Parse many rows: one cache lookup under one lock, misses parsed and remembered. ``keep``: only the
+    rows whose parsed statement it accepts become evidence."""
     if digests is None:
         digests = envelope_digests(rows)
     found = _PARSED.get_many(digests)
@@ -512,7 +524,8 @@ def _parse_rows(rows: list[Any], digests: list[bytes] | None = None) -> list[Evi
         if hit is None:
             parsed = _parse_envelope(bytes(r[5]), r[0])
             _PARSED.put(d, parsed)
-        out.append(_evidence(r, parsed, d))
+        if keep is None or keep(parsed.statement):
+            out.append(_evidence(r, parsed, d))
     return out
 
 
@@ -531,9 +544,10 @@ def keyring_at(ledger: Ledger, size: int, conn: sa.Connection | None = None) -> 
 class SnapshotRows:
     """What a snapshot is built from, as read from the log (nothing parsed yet).
 
-    ``rows``: the subject's evidence tuples and the entries linked to them, in seq order; ``hosts``: the
-    hosts those entries name according to the subject index; ``host_rows``: the host entries (of
-    ``kinds``) of those hosts that are not in ``rows``, in seq order. Every input of a verdict but the
+    ``rows``: the subject's evidence tuples and the entries linked to them, in seq order; ``candidates``:
+    the hosts that have entries of ``kinds`` below ``size`` (subject index); ``hosts``: those of them that
+    the ``rows`` name according to the subject index; ``host_rows``: the entries (of ``kinds``) of those
+    hosts that are not in ``rows``, in seq order. Every input of a verdict but the
     policy and the artifact store is here, so a digest of it (``ledger.policy.result_cache``) names the
     evaluation.
     """
@@ -541,6 +555,7 @@ class SnapshotRows:
     size: int
     subject: dict[str, str]
     rows: list[tuple[Any, ...]]
+    candidates: list[str]
     hosts: list[str]
     kinds: tuple[str, ...]
     host_rows: list[tuple[Any, ...]]
@@ -580,13 +595,15 @@ def read_snapshot_rows(
                 linked.append(r[0])
         last = repo.logged_at(conn, n - 1)
         ring = keyring_at(ledger, n, conn)
-        hosts = repo.subject_hosts(conn, subject, n, linked) if kinds else []
+        candidates = repo.kind_hosts(conn, kinds, n) if kinds else []
+        hosts = repo.subject_hosts(conn, subject, n, linked, among=candidates) if candidates else []
         host_rows = _host_rows(ledger, conn, kinds, hosts, n, rows)
     ordered = [rows[s] for s in sorted(rows)]
     return SnapshotRows(
         size=n,
         subject=dict(subject),
         rows=ordered,
+        candidates=candidates,
         hosts=hosts,
         kinds=kinds,
         host_rows=host_rows,
@@ -622,7 +639,7 @@ def snapshot_from_rows(ledger: Ledger, raw: SnapshotRows) -> tuple[Snapshot, boo
     hosts = sorted({subj["host"] for subj in subjects if "host" in subj})
     consistent = True
     host_rows = raw.host_rows
-    if raw.kinds and hosts != raw.hosts:
+    if raw.kinds and sorted(set(hosts) & set(raw.candidates)) != raw.hosts:
         consistent = False
         with ledger.repo.read() as conn:
             host_rows = _host_rows(ledger, conn, raw.kinds, hosts, raw.size, {e.seq: e for e in entries})
