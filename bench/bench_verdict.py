@@ -491,7 +491,8 @@ def main() -> int:
         args.out.write_text(json.dumps(out, indent=2) + "\n")
         f, w = fresh_res, warm_res
         print(
-            f"ledger {size:,} entries; campaign {campaign_n:,}; build {build_info.get('build_s')}s; "
+            f"ledger {size:,} entries; campaign {campaign_n:,} (with the recorded verdict); "
+            f"build {'reused' if build_info.get('build_s') is None else str(build_info['build_s']) + ' s'}; "
             f"load average {os.getloadavg()[0]:.1f}"
         )
         print(f"{'fresh process':<44}{'p50 ms':>9}{'p95 ms':>9}{'min ms':>9}{'RSS MiB':>9}")
