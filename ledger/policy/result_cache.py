@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ledger.policy.loader import LoadedPolicy
     from ledger.policy.port import PolicyLedger as Ledger
 
-__all__ = ["MEMORY_ENTRIES", "clear", "get", "key_for", "put"]
+__all__ = ["MEMORY_ENTRIES", "clear", "get", "key_for", "put", "put_value", "rows_key"]
 
 FORMAT = b"evidence-ledger verdict cache v1"
 MEMORY_ENTRIES = 32  # results kept in the process
@@ -129,6 +129,18 @@ def key_for(raw: _snapshot.SnapshotRows, policy: LoadedPolicy) -> bytes:
     return h.digest()
 
 
+def rows_key(label: str, rows: list[tuple[Any, ...]]) -> bytes:
+    """The digest that names a pure function (``label``) of exactly these evidence tuples."""
+    h = hashlib.sha256(FORMAT)
+    h.update(_snapshot.RESULT_SALT[0])
+    h.update(_code_digest())
+    h.update(label.encode() + b"\0")
+    h.update(_columns(rows))
+    h.update(b"\0")
+    h.update(blake3_hex(b"".join(bytes(r[5]) for r in rows)).encode())
+    return h.digest()
+
+
 def _columns(rows: list[tuple[Any, ...]]) -> bytes:
     """The rows' seq, id, kind, signer, log time and envelope length, one line each; repr'd instead when a
     value holds a tab or a newline (never in a valid log), so that different rows never give equal text."""
@@ -215,7 +227,10 @@ def _remember(key: bytes, body: bytes) -> None:
 def put(ledger: Ledger, key: bytes, result: dict[str, Any], artifacts: list[Any]) -> None:
     """Remember ``result`` (without its checkpoint) and the store answers it relied on, in the process
     and, when the home can be written, in the home."""
-    body = canonical_bytes({"result": result, "artifacts": artifacts})
+    _store(ledger, key, canonical_bytes({"result": result, "artifacts": artifacts}))
+
+
+def _store(ledger: Ledger, key: bytes, body: bytes) -> None:
     _remember(key, body)
     folder = _folder(ledger)
     if folder is None:
@@ -232,6 +247,11 @@ def put(ledger: Ledger, key: bytes, result: dict[str, Any], artifacts: list[Any]
         _prune(folder)
     except OSError:
         tmp.unlink(missing_ok=True)
+
+
+def put_value(ledger: Ledger, key: bytes, value: Any) -> None:
+    """Remember any JSON value under ``key`` (read back as ``get(…)["value"]``)."""
+    _store(ledger, key, canonical_bytes({"value": value}))
 
 
 def _prune(folder: Path) -> None:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import InputError, PolicyError, SignatureError
+from ledger.policy import result_cache
 from ledger.policy.acceptance import _trust_problem, render
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.model import parse_duration
@@ -143,7 +144,7 @@ def _entries(
     kinds: tuple[str, ...],
     size: int,
     snap: Snapshot,
-    keep: Callable[[dict[str, Any]], bool] | None = None,
+    keep: Callable[[Any], bool] | None = None,
 ) -> list[Evidence]:
     """The entries below ``size`` of these kinds whose subject has every field of ``subject``, parsed
     (through the snapshot's parse cache), in seq order."""
@@ -152,12 +153,29 @@ def _entries(
             raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
     with ledger.repo.read() as conn:
         rows = ledger.repo.subject_kind_rows(conn, subject, kinds, size)
-    out = _parse_rows(rows, keep=keep)
+    if keep is not None:
+        times = _collected_times(ledger, rows)
+        rows = [r for r, t in zip(rows, times, strict=True) if keep(t)]
+    out = _parse_rows(rows)
     for e in out:
         rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
         if rec is not None:
             e.signer_name, e.roles = rec.name, tuple(sorted(rec.roles))
     return out
+
+
+def _collected_times(ledger: Ledger, rows: list[tuple[Any, ...]]) -> list[Any]:
+    """Each row's ``collected_at`` (None where its statement has none), remembered for exactly these rows
+    (``result_cache.rows_key``: their columns and envelope bytes), so that a fresh process picks the
+    recent probes of a long campaign without parsing every envelope again."""
+    key = result_cache.rows_key("collected_at", rows)
+    got = result_cache.get(ledger, key)
+    times = got.get("value") if got is not None else None
+    if isinstance(times, list) and len(times) == len(rows):
+        return times
+    times = [e.statement.get("collected_at") for e in _parse_rows(rows)]
+    result_cache.put_value(ledger, key, times)
+    return times
 
 
 def _cancelled(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> str | None:
@@ -276,12 +294,12 @@ def check_routing_change(
     probes = []
     oldest = when - timedelta(seconds=max_probe_age)
 
-    def recent(statement: dict[str, Any]) -> bool:
-        """A cheap first cut on the statement (the age test below decides): collected no earlier than
-        ``oldest``, or a time that does not parse (kept, so that the test below sees it as before)."""
+    def recent(collected_at: Any) -> bool:
+        """A cheap first cut (the age test below decides): collected no earlier than ``oldest``, or a
+        time that is absent or does not parse (kept, so that the test below sees it as before)."""
         try:
-            return _probe_time(statement["collected_at"]) >= oldest
-        except (KeyError, TypeError, ValueError):
+            return bool(_probe_time(collected_at) >= oldest)
+        except (TypeError, ValueError, AttributeError):
             return True
 
     for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, keep=recent):
