@@ -125,7 +125,7 @@ def key_for(raw: _snapshot.SnapshotRows, policy: LoadedPolicy) -> bytes:
         # the columns a verdict reads beside the envelope, with each envelope's length (unambiguous)
         h.update(_columns(rows))
         h.update(b"\0")
-        h.update(blake3_hex(b"".join(bytes(r[5]) for r in rows)).encode())
+        h.update(blake3_hex(b"".join([r[5] if type(r[5]) is bytes else bytes(r[5]) for r in rows])).encode())
     return h.digest()
 
 
@@ -137,7 +137,7 @@ def rows_key(label: str, rows: list[tuple[Any, ...]]) -> bytes:
     h.update(label.encode() + b"\0")
     h.update(_columns(rows))
     h.update(b"\0")
-    h.update(blake3_hex(b"".join(bytes(r[5]) for r in rows)).encode())
+    h.update(blake3_hex(b"".join([r[5] if type(r[5]) is bytes else bytes(r[5]) for r in rows])).encode())
     return h.digest()
 
 
