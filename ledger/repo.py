@@ -490,6 +490,50 @@ class LogRepo:
         )
         return _fetch_tuples(conn, q)
 
+    def subject_hosts(
+        self,
+        conn: sa.Connection,
+        subject: dict[str, str],
+        n: int,
+        seqs: Sequence[int] = (),
+        among: Sequence[str] | None = None,
+    ) -> list[str]:
+        """The distinct ``host`` subject values, from the subject index, of the subject's entries below ``n``
+        and of the entries at ``seqs`` (sorted); only those in ``among`` when given."""
+        s = T_SUBJECTS
+        found: set[str] = set()
+        base = sa.select(s.c.value).distinct().where(s.c.field == "host")
+        if among is not None:
+            if not among:
+                return []
+            base = base.where(s.c.value.in_(list(among)))
+        found.update(v for (v,) in _fetch_tuples(conn, base.where(s.c.seq.in_(_subject_seqs(subject, n)))))
+        todo = sorted(set(seqs))
+        for i in range(0, len(todo), 500):
+            found.update(v for (v,) in _fetch_tuples(conn, base.where(s.c.seq.in_(todo[i : i + 500]))))
+        return sorted(found)
+
+    def kind_hosts(self, conn: sa.Connection, kinds: Sequence[str], n: int) -> list[str]:
+        """The distinct ``host`` subject values of the entries of these kinds below ``n`` (sorted)."""
+        q = (
+            sa.select(T_SUBJECTS.c.value)
+            .distinct()
+            .select_from(T_ENTRIES.join(T_SUBJECTS, T_SUBJECTS.c.seq == T_ENTRIES.c.seq))
+            .where(T_ENTRIES.c.kind.in_(list(kinds)), T_ENTRIES.c.seq < n, T_SUBJECTS.c.field == "host")
+        )
+        return sorted(v for (v,) in _fetch_tuples(conn, q))
+
+    def subject_kind_rows(
+        self, conn: sa.Connection, subject: dict[str, str], kinds: Sequence[str], n: int
+    ) -> list[tuple[Any, ...]]:
+        """Evidence tuples below ``n`` of these kinds whose subject has every field of ``subject``, in seq
+        order (``find`` with a subject and kinds, as the tuples a policy parses)."""
+        q = sa.select(*EVIDENCE_COLUMNS).where(T_ENTRIES.c.kind.in_(list(kinds)), T_ENTRIES.c.seq < n)
+        for k, v in subject.items():
+            sub = sa.select(T_SUBJECTS.c.seq).where(T_SUBJECTS.c.field == k, T_SUBJECTS.c.value == v)
+            q = q.where(T_ENTRIES.c.seq.in_(sub))
+        return _fetch_tuples(conn, q.order_by(T_ENTRIES.c.seq))
+
     # --- reviewer pages -------------------------------------------------------------------------------
 
     def co_subjects(self, field: str, value: str, other: str, limit: int = 500) -> list[tuple[str, int, str]]:
@@ -506,11 +550,17 @@ class LogRepo:
         )
         with self.read() as conn:
             rows = conn.execute(q).all()
-            when = dict(
-                conn.execute(
-                    sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.logged_at).where(
-                        T_ENTRIES.c.seq.in_([r.last for r in rows])
+            when = (
+                dict(
+                    conn.execute(
+                        sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.logged_at).where(
+                            T_ENTRIES.c.seq.in_([r.last for r in rows])
+                        )
                     )
-                ).tuples().all()
-            ) if rows else {}
+                    .tuples()
+                    .all()
+                )
+                if rows
+                else {}
+            )
         return [(str(r.value), int(r.n), str(when.get(r.last, ""))) for r in rows]

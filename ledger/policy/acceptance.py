@@ -58,6 +58,8 @@ class Filtered:
     manifest_sources: list[str]
     support: dict[str, list[str]] = field(default_factory=dict)  # evidence id → acting entries it relies on
     reference_time: datetime | None = None
+    # the artifact checks made, in order: [digest, size the entry states, mode, problem or None]
+    artifact_checks: list[list[Any]] = field(default_factory=list)
 
 
 class _Missing(dict[str, Any]):
@@ -121,26 +123,45 @@ def _artifact_problem(
             continue
         digest = a["digest"]
         if digest not in cache:
-            problem: tuple[str, str] | None = None
-            try:
-                d = parse_digest(digest)
-                if not store.has(d):
-                    problem = (Rule.ARTIFACT_MISSING, "is not in the store")
-                elif store.size(d) != a["size"]:
-                    problem = (
-                        Rule.ARTIFACT_CORRUPT,
-                        f"has {store.size(d)} bytes, the entry says {a['size']}",
-                    )
-                elif mode == "verify":
-                    store.verify(d)
-            except LedgerError as ex:
-                code = Rule.ARTIFACT_MISSING if "missing" in ex.code else Rule.ARTIFACT_CORRUPT
-                problem = (code, ex.message)
-            cache[digest] = problem
+            cache[digest] = check_artifact(store, digest, a["size"], mode)
+            if isinstance(cache, _ArtifactAnswers):
+                found_now = cache[digest]
+                cache.checked.append(
+                    [digest, a["size"], mode, [str(found_now[0]), found_now[1]] if found_now else None]
+                )
         found = cache[digest]
         if found is not None:
             return found[0], f"artifact {a['name']} ({digest}) {found[1]}"
     return None
+
+
+def check_artifact(store: ArtifactStore, digest: str, size: Any, mode: str) -> tuple[str, str] | None:
+    """What the store says about one artifact an entry names: None (present, the size the entry states,
+    and with ``mode == "verify"`` its content hashes to its digest) or (rule, detail)."""
+    problem: tuple[str, str] | None = None
+    try:
+        d = parse_digest(digest)
+        if not store.has(d):
+            problem = (Rule.ARTIFACT_MISSING, "is not in the store")
+        elif store.size(d) != size:
+            problem = (
+                Rule.ARTIFACT_CORRUPT,
+                f"has {store.size(d)} bytes, the entry says {size}",
+            )
+        elif mode == "verify":
+            store.verify(d)
+    except LedgerError as ex:
+        code = Rule.ARTIFACT_MISSING if "missing" in ex.code else Rule.ARTIFACT_CORRUPT
+        problem = (code, ex.message)
+    return problem
+
+
+class _ArtifactAnswers(dict[str, tuple[str, str] | None]):
+    """The per-evaluation artifact answers, and the checks made in order (for the result cache)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checked: list[list[Any]] = []
 
 
 def _manifest(trusted: list[Evidence], superseded: set[str]) -> tuple[dict[str, str], list[str]]:
@@ -248,7 +269,7 @@ def filter_evidence(
                 resets[k.subject["host"]] = (t, k.id)
     manifest, manifest_sources = _manifest(trusted, set(superseded_by))
     freshness = policy.freshness_seconds()
-    art_cache: dict[str, tuple[str, str] | None] = {}
+    art_cache = _ArtifactAnswers()
     support: dict[str, list[str]] = {}
     post_reset = set(acc.post_reset_kinds)
     rules_by_kind: dict[str, list[tuple[Any, Any]]] = {}
@@ -424,6 +445,7 @@ def filter_evidence(
         manifest_sources=manifest_sources,
         support=support,
         reference_time=ref,
+        artifact_checks=art_cache.checked,
     )
 
 

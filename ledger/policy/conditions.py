@@ -7,10 +7,14 @@ it was written (policy file and line) so that compile and evaluation errors name
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
@@ -22,10 +26,47 @@ __all__ = ["Condition", "FieldsRead", "compile_condition", "fields_read", "share
 
 
 def _cel() -> Any:
-    """The CEL engine, imported on first use (its package also loads a REPL, slow to import)."""
-    import cel as engine
+    """The CEL engine, imported on first use.
 
+    The package's ``__init__`` also imports ``cel.cli``, its interactive REPL (typer, prompt_toolkit,
+    pygments, rich: a quarter of a second of a fresh ``ledger verdict``), which conditions never use. That
+    submodule is registered first as a lazy module: it runs only if something reads an attribute of it.
+    """
+    engine = sys.modules.get("cel")
+    if engine is None:
+        _defer_cel_cli()
+        import cel as engine
     return engine
+
+
+def _defer_cel_cli() -> None:
+    """Put a stand-in for ``cel.cli`` in ``sys.modules``: the first attribute read from it executes the
+    real module (into a module of its own) and answers from that."""
+    if "cel.cli" in sys.modules:
+        return
+    spec = importlib.util.find_spec("cel")  # a top-level package: found, not executed
+    if spec is None or not spec.submodule_search_locations:
+        return
+    paths = [Path(d) / "cli.py" for d in spec.submodule_search_locations]
+    path = next((p for p in paths if p.is_file()), None)
+    cli_spec = importlib.util.spec_from_file_location("cel.cli", path) if path else None
+    if cli_spec is None or cli_spec.loader is None:
+        return
+    loader = cli_spec.loader
+    stand_in = types.ModuleType("cel.cli", "cel's REPL; executed on first use")
+    stand_in.__spec__ = cli_spec
+    real: list[types.ModuleType] = []
+
+    def load(name: str) -> Any:
+        if not real:
+            module = importlib.util.module_from_spec(cli_spec)
+            sys.modules["cel.cli"] = module
+            loader.exec_module(module)
+            real.append(module)
+        return getattr(real[0], name)
+
+    stand_in.__getattr__ = load  # type: ignore[method-assign]
+    sys.modules["cel.cli"] = stand_in
 
 
 def shared_context(variables: Mapping[str, Any]) -> cel.Context:

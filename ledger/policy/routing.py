@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,11 +14,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import InputError, PolicyError, SignatureError
+from ledger.policy import result_cache
 from ledger.policy.acceptance import _trust_problem, render
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.model import parse_duration
 from ledger.policy.rules import Rule
-from ledger.policy.snapshot import Evidence, Snapshot, check_signature, evidence_from_row, keyring_at
+from ledger.policy.snapshot import (
+    Evidence,
+    Snapshot,
+    _parse_rows,
+    check_signature,
+    evidence_from_row,
+    keyring_at,
+)
 
 if TYPE_CHECKING:
     # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
@@ -26,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Deployment", "Service", "check_routing_change", "load_deployment", "record_routing_change"]
 
 REQUIRED_SUBJECT = ("model", "host")
+_probe_time = lru_cache(maxsize=1 << 16)(parse_time)
 ACTIONS = ("route", "restore")
 
 
@@ -128,17 +138,44 @@ def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[d
 
 
 def _entries(
-    ledger: Ledger, *, subject: dict[str, str], kinds: tuple[str, ...], size: int, snap: Snapshot
+    ledger: Ledger,
+    *,
+    subject: dict[str, str],
+    kinds: tuple[str, ...],
+    size: int,
+    snap: Snapshot,
+    keep: Callable[[Any], bool] | None = None,
 ) -> list[Evidence]:
-    out: list[Evidence] = []
-    for kind in kinds:
-        for le in ledger.query(subject=subject, kind=kind, at_size=size, limit=None):
-            e = evidence_from_row(le)
-            rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
-            if rec is not None:
-                e.signer_name, e.roles = rec.name, tuple(sorted(rec.roles))
-            out.append(e)
-    return sorted(out, key=lambda x: x.seq)
+    """The entries below ``size`` of these kinds whose subject has every field of ``subject``, parsed
+    (through the snapshot's parse cache), in seq order."""
+    for t in (*subject.keys(), *subject.values()):
+        if "\x00" in t:  # as the service's query says: indexed text never holds NUL
+            raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
+    with ledger.repo.read() as conn:
+        rows = ledger.repo.subject_kind_rows(conn, subject, kinds, size)
+    if keep is not None:
+        times = _collected_times(ledger, rows)
+        rows = [r for r, t in zip(rows, times, strict=True) if keep(t)]
+    out = _parse_rows(rows)
+    for e in out:
+        rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
+        if rec is not None:
+            e.signer_name, e.roles = rec.name, tuple(sorted(rec.roles))
+    return out
+
+
+def _collected_times(ledger: Ledger, rows: list[tuple[Any, ...]]) -> list[Any]:
+    """Each row's ``collected_at`` (None where its statement has none), remembered for exactly these rows
+    (``result_cache.rows_key``: their columns and envelope bytes), so that a fresh process picks the
+    recent probes of a long campaign without parsing every envelope again."""
+    key = result_cache.rows_key("collected_at", rows)
+    got = result_cache.get(ledger, key)
+    times = got.get("value") if got is not None else None
+    if isinstance(times, list) and len(times) == len(rows):
+        return times
+    times = [e.statement.get("collected_at") for e in _parse_rows(rows)]
+    result_cache.put_value(ledger, key, times)
+    return times
 
 
 def _cancelled(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> str | None:
@@ -255,7 +292,17 @@ def check_routing_change(
     gpus, services = _layout(deployment) if deployment is not None else ([], [])
     max_probe_age = parse_duration(routing.probe_max_age)
     probes = []
-    for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap):
+    oldest = when - timedelta(seconds=max_probe_age)
+
+    def recent(collected_at: Any) -> bool:
+        """A cheap first cut (the age test below decides): collected no earlier than ``oldest``, or a
+        time that is absent or does not parse (kept, so that the test below sees it as before)."""
+        try:
+            return bool(_probe_time(collected_at) >= oldest)
+        except (TypeError, ValueError, AttributeError):
+            return True
+
+    for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, keep=recent):
         age = (when - e.collected_time).total_seconds()
         if 0 <= age <= max_probe_age and usable(e):
             probes.append(e)

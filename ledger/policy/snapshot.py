@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, lru_cache
@@ -31,7 +32,9 @@ __all__ = [
     "evidence_from_row",
     "keyring_at",
     "load_snapshot",
+    "read_snapshot_rows",
     "slim_views",
+    "snapshot_from_rows",
     "verified_keys",
 ]
 
@@ -88,10 +91,20 @@ _PARSED = _Bounded(PARSE_CACHE_ENTRIES)
 _VERIFIED = _Bounded(SIGNATURE_CACHE_ENTRIES)
 
 
+# ``ledger.policy.result_cache`` keys remembered verdicts with this salt (empty: as every process does) and
+# registers the hook that forgets its results
+RESULT_SALT = [b""]
+CLEAR_HOOKS: list[Callable[[], None]] = []
+
+
 def clear_caches() -> None:
-    """Forget every parsed envelope and every signature check (tests; a process never needs to)."""
+    """Forget every parsed envelope, every signature check and every remembered verdict, and read no
+    verdict a home remembered before (tests; a process never needs to)."""
     _PARSED.clear()
     _VERIFIED.clear()
+    RESULT_SALT[0] = os.urandom(16)
+    for hook in CLEAR_HOOKS:
+        hook()
 
 
 @cache
@@ -495,10 +508,15 @@ def _evidence(row: Any, parsed: _Parsed, digest: bytes) -> Evidence:
     )
 
 
-def _parse_rows(rows: list[Any]) -> list[Evidence]:
-    """Parse many rows: one cache lookup under one lock, misses parsed and remembered."""
-    sha = hashlib.sha256
-    digests = [sha(r[5]).digest() for r in rows]
+def _parse_rows(
+    rows: list[Any],
+    digests: list[bytes] | None = None,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
+) -> list[Evidence]:
+    """Parse many rows: one cache lookup under one lock, misses parsed and remembered. ``keep``: only the
+    rows whose parsed statement it accepts become evidence."""
+    if digests is None:
+        digests = envelope_digests(rows)
     found = _PARSED.get_many(digests)
     out: list[Evidence] = []
     for r, d, hit in zip(rows, digests, found, strict=True):
@@ -506,13 +524,145 @@ def _parse_rows(rows: list[Any]) -> list[Evidence]:
         if hit is None:
             parsed = _parse_envelope(bytes(r[5]), r[0])
             _PARSED.put(d, parsed)
-        out.append(_evidence(r, parsed, d))
+        if keep is None or keep(parsed.statement):
+            out.append(_evidence(r, parsed, d))
     return out
+
+
+def envelope_digests(rows: list[Any]) -> list[bytes]:
+    """SHA-256 of each evidence tuple's stored envelope bytes (the key of every cache here)."""
+    sha = hashlib.sha256
+    return [sha(r[5]).digest() for r in rows]
 
 
 def keyring_at(ledger: Ledger, size: int, conn: sa.Connection | None = None) -> Keyring:
     """The keyring as of ``size`` entries: ``Ledger.keyring(at_size=size)``."""
     return ledger.keyring(conn, at_size=size)
+
+
+@dataclass
+class SnapshotRows:
+    """What a snapshot is built from, as read from the log (nothing parsed yet).
+
+    ``rows``: the subject's evidence tuples and the entries linked to them, in seq order; ``candidates``:
+    the hosts that have entries of ``kinds`` below ``size`` (subject index); ``hosts``: those of them that
+    the ``rows`` name according to the subject index; ``host_rows``: the entries (of ``kinds``) of those
+    hosts that are not in ``rows``, in seq order. Every input of a verdict but the
+    policy and the artifact store is here, so a digest of it (``ledger.policy.result_cache``) names the
+    evaluation.
+    """
+
+    size: int
+    subject: dict[str, str]
+    rows: list[tuple[Any, ...]]
+    candidates: list[str]
+    hosts: list[str]
+    kinds: tuple[str, ...]
+    host_rows: list[tuple[Any, ...]]
+    keyring: Keyring
+    reference_time: str
+
+
+def read_snapshot_rows(
+    ledger: Ledger,
+    subject: dict[str, str],
+    size: int | None = None,
+    *,
+    extra_kinds_by_host: Iterable[str] = ("kernel.log",),
+) -> SnapshotRows:
+    """The log rows ``load_snapshot`` parses, read in one transaction."""
+    if not subject:
+        raise EntryNotFoundError("a verdict needs a subject, e.g. --subject campaign=NAME")
+    current = ledger.size()
+    n = current if size is None else size
+    if not 0 < n <= current:
+        raise EntryNotFoundError(f"the log has {current} entries; cannot evaluate it at size {n}")
+    repo = ledger.repo
+    kinds = tuple(extra_kinds_by_host)
+    with repo.read() as conn:
+        own = repo.subject_rows(conn, subject, n)
+        if not own:
+            shown = " ".join(f"{k}={v}" for k, v in sorted(subject.items()))
+            raise EntryNotFoundError(
+                f"no entries for subject {shown} in the first {n} entries of the log",
+                hint="check the subject with `ledger log --subject FIELD=VALUE`",
+            )
+        rows: dict[int, Any] = {r[0]: r for r in own}
+        linked: list[int] = []
+        for r in repo.linked_rows(conn, subject, n, len(own)):
+            if r[0] not in rows:
+                rows[r[0]] = r
+                linked.append(r[0])
+        last = repo.logged_at(conn, n - 1)
+        ring = keyring_at(ledger, n, conn)
+        candidates = repo.kind_hosts(conn, kinds, n) if kinds else []
+        hosts = repo.subject_hosts(conn, subject, n, linked, among=candidates) if candidates else []
+        host_rows = _host_rows(ledger, conn, kinds, hosts, n, rows)
+    ordered = [rows[s] for s in sorted(rows)]
+    return SnapshotRows(
+        size=n,
+        subject=dict(subject),
+        rows=ordered,
+        candidates=candidates,
+        hosts=hosts,
+        kinds=kinds,
+        host_rows=host_rows,
+        keyring=ring,
+        reference_time=last,
+    )
+
+
+def _host_rows(
+    ledger: Ledger,
+    conn: sa.Connection,
+    kinds: tuple[str, ...],
+    hosts: list[str],
+    n: int,
+    seen: dict[int, Any],
+) -> list[tuple[Any, ...]]:
+    if not hosts or not kinds:
+        return []
+    return sorted(
+        (r for r in ledger.repo.host_rows(conn, kinds, hosts, n) if r[0] not in seen), key=lambda r: r[0]
+    )
+
+
+def snapshot_from_rows(ledger: Ledger, raw: SnapshotRows) -> tuple[Snapshot, bool]:
+    """Parse ``raw`` into the snapshot ``load_snapshot`` returns; the flag says whether the hosts named by
+    the parsed entries are the ones the subject index gave (if not, the host entries were read again for
+    the parsed hosts, and ``raw`` does not describe the snapshot)."""
+    entries = _parse_rows(raw.rows)
+    items = list(raw.subject.items())
+    subjects = [e.statement["subject"] for e in entries]
+    for e, subj in zip(entries, subjects, strict=True):
+        e.in_subject = all(subj.get(k) == v for k, v in items)
+    hosts = sorted({subj["host"] for subj in subjects if "host" in subj})
+    consistent = True
+    host_rows = raw.host_rows
+    if raw.kinds and sorted(set(hosts) & set(raw.candidates)) != raw.hosts:
+        consistent = False
+        with ledger.repo.read() as conn:
+            host_rows = _host_rows(ledger, conn, raw.kinds, hosts, raw.size, {e.seq: e for e in entries})
+    if host_rows:
+        extra = _parse_rows(host_rows)
+        for e in extra:
+            e.in_subject = False
+        entries = sorted([*entries, *extra], key=lambda e: e.seq)
+    names: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for kid, rec in raw.keyring.keys.items():
+        names[kid] = (rec.name, tuple(sorted(rec.roles)))
+    for e in entries:
+        found = names.get(e.signer)
+        if found is not None:
+            e.signer_name, e.roles = found
+    snap = Snapshot(
+        size=raw.size,
+        subject=dict(raw.subject),
+        entries=entries,
+        keyring=raw.keyring,
+        reference_time=raw.reference_time,
+    )
+    return snap, consistent
 
 
 def load_snapshot(
@@ -524,52 +674,8 @@ def load_snapshot(
 ) -> Snapshot:
     """The subject's entries, the entries they reference, the entries that reference them, and the
     GPU-relevant host entries (kernel logs) of the hosts they name — all as of ``size``."""
-    if not subject:
-        raise EntryNotFoundError("a verdict needs a subject, e.g. --subject campaign=NAME")
-    current = ledger.size()
-    n = current if size is None else size
-    if not 0 < n <= current:
-        raise EntryNotFoundError(f"the log has {current} entries; cannot evaluate it at size {n}")
-    repo = ledger.repo
-    with repo.read() as conn:
-        own = repo.subject_rows(conn, subject, n)
-        if not own:
-            shown = " ".join(f"{k}={v}" for k, v in sorted(subject.items()))
-            raise EntryNotFoundError(
-                f"no entries for subject {shown} in the first {n} entries of the log",
-                hint="check the subject with `ledger log --subject FIELD=VALUE`",
-            )
-        rows: dict[int, Any] = {r[0]: r for r in own}
-        for r in repo.linked_rows(conn, subject, n, len(own)):
-            rows.setdefault(r[0], r)
-        last = repo.logged_at(conn, n - 1)
-        ring = keyring_at(ledger, n, conn)
-    entries = _parse_rows([rows[s] for s in sorted(rows)])
-    items = list(subject.items())
-    subjects = [e.statement["subject"] for e in entries]
-    for e, subj in zip(entries, subjects, strict=True):
-        e.in_subject = all(subj.get(k) == v for k, v in items)
-    hosts = sorted({subj["host"] for subj in subjects if "host" in subj})
-    kinds = list(extra_kinds_by_host)
-    if hosts and kinds:
-        seen = {e.seq for e in entries}
-        with repo.read() as conn:
-            host_rows = sorted(
-                (r for r in repo.host_rows(conn, kinds, hosts, n) if r[0] not in seen), key=lambda r: r[0]
-            )
-            extra = _parse_rows(host_rows)
-            for e in extra:
-                e.in_subject = False
-        if extra:
-            entries = sorted([*entries, *extra], key=lambda e: e.seq)
-    names: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for kid, rec in ring.keys.items():
-        names[kid] = (rec.name, tuple(sorted(rec.roles)))
-    for e in entries:
-        found = names.get(e.signer)
-        if found is not None:
-            e.signer_name, e.roles = found
-    return Snapshot(size=n, subject=dict(subject), entries=entries, keyring=ring, reference_time=last)
+    raw = read_snapshot_rows(ledger, subject, size, extra_kinds_by_host=extra_kinds_by_host)
+    return snapshot_from_rows(ledger, raw)[0]
 
 
 def check_signature(e: Evidence, ring: Keyring) -> None:

@@ -14,7 +14,8 @@ from ledger.canonical import canonical_bytes
 from ledger.entries import KIND_MODELS
 from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SignatureError
 from ledger.hashing import blake3_hex
-from ledger.policy.acceptance import Filtered, filter_evidence, render
+from ledger.policy import result_cache
+from ledger.policy.acceptance import Filtered, check_artifact, filter_evidence, render
 from ledger.policy.conditions import FieldsRead, fields_read, shared_context
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
@@ -23,8 +24,9 @@ from ledger.policy.snapshot import (
     Snapshot,
     _defaults,
     check_signature,
-    load_snapshot,
+    read_snapshot_rows,
     slim_views,
+    snapshot_from_rows,
     verified_keys,
 )
 
@@ -351,12 +353,41 @@ def _evaluate(
         raise PolicyError(
             f"{policy.path}: {policy.name} is a {policy.kind} policy; a verdict needs a qualification policy"
         )
-    snap = load_snapshot(ledger, subject, at_size)
+    raw = read_snapshot_rows(ledger, subject, at_size)
+    key = result_cache.key_for(raw, policy)
+    hit = result_cache.get(ledger, key)
+    if hit is not None and _store_agrees(ledger, hit.get("artifacts")):
+        result: dict[str, Any] = hit["result"]
+    else:
+        snap, consistent = snapshot_from_rows(ledger, raw)
+        result, artifacts = _compute(ledger, snap, policy)
+        if consistent:
+            result_cache.put(ledger, key, result, artifacts)
+    result["checkpoint"] = {"size": raw.size, "root": checkpoint_root(ledger, raw.size)}
+    return result
+
+
+def _store_agrees(ledger: Ledger, checks: Any) -> bool:
+    """Whether the artifact store still answers every check a remembered result relied on as it did."""
+    if not isinstance(checks, list):
+        return False
+    store = ledger.store
+    for c in checks:
+        digest, size, mode, problem = c
+        now = check_artifact(store, digest, size, mode)
+        if (None if now is None else [str(now[0]), now[1]]) != problem:
+            return False
+    return True
+
+
+def _compute(ledger: Ledger, snap: Snapshot, policy: LoadedPolicy) -> tuple[dict[str, Any], list[Any]]:
     bad: dict[str, str] = {}
     verified: set[str] = set()
     result: dict[str, Any] = {}
+    artifacts: list[Any] = []
     for _ in range(MAX_SIGNATURE_ROUNDS):
         filtered = filter_evidence(snap, policy, ledger.store, bad_signatures=bad)
+        artifacts.extend(filtered.artifact_checks)
         result, influential = _judge(snap, policy, filtered)
         if policy.acceptance.signatures == "trust-log":
             break  # rely on the signature checks made at ingest (and `ledger verify`)
@@ -365,8 +396,7 @@ def _evaluate(
         if not newly_bad:
             break
         bad.update(newly_bad)
-    result["checkpoint"] = {"size": snap.size, "root": checkpoint_root(ledger, snap.size)}
-    return result
+    return result, artifacts
 
 
 def _verify(snap: Snapshot, ids: set[str]) -> dict[str, str]:

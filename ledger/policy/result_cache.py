@@ -1,0 +1,266 @@
+"""Verdicts remembered by everything they were computed from, in the process and in the ledger home.
+
+A verdict is a pure function of: the snapshot's rows (their seq, id, kind, signer, log time and the SHA-256
+of their stored envelope bytes), the log size and the reference time, the keyring at that size, the policy
+(its bytes and its validated spec, with its acceptance policy), the code that evaluates it, and the
+artifact store's answers for the artifacts it checked. The key below digests all but the last; the
+store's answers are recorded with the result and asked again before a remembered result is served.
+
+So an append (a supersession, a revocation, a new probe) changes the size and misses; an envelope edited
+behind the log's back changes its digest and misses; a changed policy file, or a changed ``ledger``
+source file, misses. A hit saves parsing, Ed25519 and the evaluation; the rows are still read and hashed.
+
+The home's copy (``cache/verdicts/``) is what a fresh CLI process finds: each file carries an HMAC-SHA256
+under a secret kept beside it (mode 0600), and a file that fails it, or cannot be read, is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger.canonical import canonical_bytes
+from ledger.hashing import blake3_hex
+from ledger.policy import snapshot as _snapshot
+
+if TYPE_CHECKING:
+    from ledger.policy.loader import LoadedPolicy
+    from ledger.policy.port import PolicyLedger as Ledger
+
+__all__ = ["MEMORY_ENTRIES", "clear", "get", "key_for", "put", "put_value", "rows_key"]
+
+FORMAT = b"evidence-ledger verdict cache v1"
+MEMORY_ENTRIES = 32  # results kept in the process
+HOME_ENTRIES = 64  # result files kept in a home (oldest removed first)
+CACHE_DIR = ("cache", "verdicts")
+
+_LOCK = threading.Lock()
+_MEMORY: OrderedDict[bytes, bytes] = OrderedDict()
+_CODE: list[bytes] = []
+
+
+def _forget() -> None:
+    with _LOCK:
+        _MEMORY.clear()
+
+
+def clear() -> None:
+    """Forget the process's results and stop reading any home's results written before (tests):
+    ``snapshot.clear_caches``, which changes the salt of every later key."""
+    _snapshot.clear_caches()
+
+
+_snapshot.CLEAR_HOOKS.append(_forget)
+
+
+def _code_digest() -> bytes:
+    """SHA-256 of the source of the modules a verdict runs (the ``ledger`` package minus its adapters)."""
+    if not _CODE:
+        root = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for folder in (root, root / "policy", root / "store"):
+            for f in sorted(folder.glob("*.py")):
+                h.update(f.name.encode() + b"\0")
+                h.update(f.read_bytes())
+                h.update(b"\0")
+        _CODE.append(h.digest())
+    return _CODE[0]
+
+
+def _policy_identity(policy: LoadedPolicy) -> Any:
+    acc = policy.acceptance_policy
+    return {
+        "digest": policy.digest,
+        "path": str(policy.path),
+        "spec": policy.spec.model_dump(mode="json"),
+        "acceptance": _policy_identity(acc) if acc is not None else None,
+    }
+
+
+_POLICIES: OrderedDict[int, tuple[LoadedPolicy, bytes]] = OrderedDict()
+
+
+def _policy_digest(policy: LoadedPolicy) -> bytes:
+    """SHA-256 of ``_policy_identity``, remembered per policy object (a loaded policy is never changed)."""
+    with _LOCK:
+        got = _POLICIES.get(id(policy))
+    if got is not None and got[0] is policy:
+        return got[1]
+    digest = hashlib.sha256(canonical_bytes(_policy_identity(policy))).digest()
+    with _LOCK:
+        _POLICIES[id(policy)] = (policy, digest)
+        while len(_POLICIES) > MEMORY_ENTRIES:
+            _POLICIES.popitem(last=False)
+    return digest
+
+
+def key_for(raw: _snapshot.SnapshotRows, policy: LoadedPolicy) -> bytes:
+    """The digest that names one evaluation (see the module docstring)."""
+    h = hashlib.sha256(FORMAT)
+    h.update(_snapshot.RESULT_SALT[0])
+    h.update(_code_digest())
+    head = {
+        "policy": _policy_digest(policy).hex(),
+        "subject": raw.subject,
+        "size": raw.size,
+        "reference_time": raw.reference_time,
+        "keyring": {
+            "seq": raw.keyring.seq,
+            "keys": sorted((r.to_json() for r in raw.keyring.keys.values()), key=lambda k: k["key_id"]),
+        },
+        "candidates": raw.candidates,
+        "hosts": raw.hosts,
+        "kinds": list(raw.kinds),
+        "rows": len(raw.rows),
+        "host_rows": len(raw.host_rows),
+    }
+    h.update(canonical_bytes(head))
+    for rows in (raw.rows, raw.host_rows):
+        # the columns a verdict reads beside the envelope, with each envelope's length (unambiguous)
+        h.update(_columns(rows))
+        h.update(b"\0")
+        h.update(blake3_hex(b"".join([r[5] if type(r[5]) is bytes else bytes(r[5]) for r in rows])).encode())
+    return h.digest()
+
+
+def rows_key(label: str, rows: list[tuple[Any, ...]]) -> bytes:
+    """The digest that names a pure function (``label``) of exactly these evidence tuples."""
+    h = hashlib.sha256(FORMAT)
+    h.update(_snapshot.RESULT_SALT[0])
+    h.update(_code_digest())
+    h.update(label.encode() + b"\0")
+    h.update(_columns(rows))
+    h.update(b"\0")
+    h.update(blake3_hex(b"".join([r[5] if type(r[5]) is bytes else bytes(r[5]) for r in rows])).encode())
+    return h.digest()
+
+
+def _columns(rows: list[tuple[Any, ...]]) -> bytes:
+    """The rows' seq, id, kind, signer, log time and envelope length, one line each; repr'd instead when a
+    value holds a tab or a newline (never in a valid log), so that different rows never give equal text."""
+    text = "\n".join([f"{r[0]}\t{r[1]}\t{r[2]}\t{r[3]}\t{r[4]}\t{len(r[5])}" for r in rows])
+    if text.count("\t") != 5 * len(rows) or text.count("\n") != max(0, len(rows) - 1):
+        text = repr([(r[0], r[1], r[2], r[3], r[4], len(r[5])) for r in rows])
+    return text.encode()
+
+
+def _folder(ledger: Ledger) -> Path | None:
+    home = getattr(ledger, "home", None)
+    path = getattr(home, "path", None)
+    return Path(path).joinpath(*CACHE_DIR) if path is not None else None
+
+
+def _secret(folder: Path, create: bool) -> bytes | None:
+    path = folder / ".secret"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        if not create:
+            return None
+    except OSError:
+        return None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, os.urandom(32))
+        finally:
+            os.close(fd)
+        return path.read_bytes()
+    except FileExistsError:
+        try:
+            return path.read_bytes()
+        except OSError:
+            return None
+    except OSError:
+        return None
+
+
+def get(ledger: Ledger, key: bytes) -> dict[str, Any] | None:
+    """The remembered body (``result`` and ``artifacts``) for ``key``, or None."""
+    with _LOCK:
+        body = _MEMORY.get(key)
+        if body is not None:
+            _MEMORY.move_to_end(key)
+    if body is None:
+        body = _read_home(ledger, key)
+        if body is None:
+            return None
+        _remember(key, body)
+    try:
+        out = json.loads(body)
+    except ValueError:
+        return None
+    return out if isinstance(out, dict) else None
+
+
+def _read_home(ledger: Ledger, key: bytes) -> bytes | None:
+    folder = _folder(ledger)
+    if folder is None:
+        return None
+    try:
+        data = (folder / (key.hex() + ".json")).read_bytes()
+    except OSError:
+        return None
+    secret = _secret(folder, create=False)
+    mac, sep, body = data.partition(b"\n")
+    if secret is None or not sep:
+        return None
+    want = hmac.new(secret, key + body, hashlib.sha256).hexdigest().encode()
+    return body if hmac.compare_digest(mac, want) else None
+
+
+def _remember(key: bytes, body: bytes) -> None:
+    with _LOCK:
+        _MEMORY[key] = body
+        _MEMORY.move_to_end(key)
+        while len(_MEMORY) > MEMORY_ENTRIES:
+            _MEMORY.popitem(last=False)
+
+
+def put(ledger: Ledger, key: bytes, result: dict[str, Any], artifacts: list[Any]) -> None:
+    """Remember ``result`` (without its checkpoint) and the store answers it relied on, in the process
+    and, when the home can be written, in the home."""
+    _store(ledger, key, canonical_bytes({"result": result, "artifacts": artifacts}))
+
+
+def _store(ledger: Ledger, key: bytes, body: bytes) -> None:
+    _remember(key, body)
+    folder = _folder(ledger)
+    if folder is None:
+        return
+    secret = _secret(folder, create=True)
+    if secret is None:
+        return
+    mac = hmac.new(secret, key + body, hashlib.sha256).hexdigest().encode()
+    path = folder / (key.hex() + ".json")
+    tmp = folder / f".{key.hex()}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        tmp.write_bytes(mac + b"\n" + body)
+        os.replace(tmp, path)
+        _prune(folder)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def put_value(ledger: Ledger, key: bytes, value: Any) -> None:
+    """Remember any JSON value under ``key`` (read back as ``get(…)["value"]``)."""
+    _store(ledger, key, canonical_bytes({"value": value}))
+
+
+def _prune(folder: Path) -> None:
+    files = []
+    for f in folder.glob("*.json"):
+        try:
+            files.append((f.stat().st_mtime_ns, f))
+        except OSError:
+            continue
+    files.sort()
+    for _, f in files[: max(0, len(files) - HOME_ENTRIES)]:
+        f.unlink(missing_ok=True)

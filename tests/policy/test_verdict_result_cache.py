@@ -1,0 +1,157 @@
+"""The remembered verdict (``ledger.policy.result_cache``) is the computed one, byte for byte, and is never
+served once anything it was computed from changed: an append (supersession, revocation), an edited row, a
+cache file that fails its MAC."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ledger.canonical import canonical_bytes
+from ledger.entries import parse_time
+from ledger.policy import evaluate, load_policy, result_cache, snapshot
+from ledger.policy.routing import check_routing_change
+from ledger.policy.snapshot import clear_caches
+from tests.policy.test_routing_current import OK, SUBJECT, append
+from tests.policy.test_verdict_caches import _tamper
+
+LEDGER_BIN = str(Path(sys.executable).with_name("ledger"))
+NOW = parse_time("2026-09-11T09:00:00Z")
+
+
+def _fresh_verdict(home: Path, campaign: str) -> bytes:
+    out = subprocess.run(
+        [LEDGER_BIN, "--home", str(home), "verdict", "--subject", f"campaign={campaign}", "--json"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _cache_files(home: Path) -> list[Path]:
+    return sorted((home / "cache" / "verdicts").glob("*.json"))
+
+
+def test_a_fresh_process_serves_the_computed_verdict_byte_for_byte(build) -> None:
+    b = build("backend-qualification/seed004-sleeping.toml")
+    first = _fresh_verdict(b.home, "router-ocr")  # computed, and remembered in the home
+    assert len(_cache_files(b.home)) == 1
+    second = _fresh_verdict(b.home, "router-ocr")  # served from the home
+    clear_caches()  # this process computes it from scratch
+    computed = canonical_bytes(
+        evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
+    )
+    assert first == second == computed + b"\n"
+
+
+def test_a_row_edited_after_its_verdict_was_remembered_is_rejected_by_the_next_fresh_process(build) -> None:
+    b = build("backend-qualification/seed004-sleeping.toml")
+    before = json.loads(_fresh_verdict(b.home, "router-ocr"))
+    target = b.ledger.get(b.names["health-while-sleeping"])
+    assert target.entry_id in before["used"]
+    env = json.loads(target.envelope)
+    statement = json.loads(base64.b64decode(env["payload"]))
+    statement["payload"]["sleeping"] = False
+    env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
+    _tamper(b.home, target.seq, env)  # same log size, same checkpoint: only the row's bytes differ
+
+    after = json.loads(_fresh_verdict(b.home, "router-ocr"))
+    rejected = {r["entry"]: r for r in after["rejected"]}
+    assert rejected[target.entry_id]["rule"] == "bad-signature"
+    assert target.entry_id not in after["used"]
+    assert after["checkpoint"] == before["checkpoint"]
+
+
+def test_a_supersession_after_a_remembered_check_refuses_at_once(build) -> None:
+    b = build("routing-change/seed004-router.toml")
+    policy = load_policy("routing-change")
+    assert check_routing_change(b.ledger, policy, dict(SUBJECT), deployment=OK, now=NOW)["allowed"] is True
+    assert check_routing_change(b.ledger, policy, dict(SUBJECT), deployment=OK, now=NOW)["allowed"] is True
+    append(
+        b,
+        "supersession",
+        {"campaign": "router-embed"},
+        {"reason": "benchmark rerun was mislabelled"},
+        "operator",
+        [("supersedes", b.names["benchmark"])],
+    )
+    r = check_routing_change(b.ledger, policy, dict(SUBJECT), deployment=OK, now=NOW)
+    assert r["allowed"] is False
+    assert r["verdict"]["current"]["verdict"] == "INCONCLUSIVE"
+
+
+def test_a_revocation_after_a_remembered_verdict_changes_it_in_a_fresh_process(build) -> None:
+    b = build("routing-change/seed004-router.toml")
+    from ledger.signing import SigningKey
+
+    before = json.loads(_fresh_verdict(b.home, "router-embed"))
+    assert before["verdict"] == "QUALIFIED"
+    key = SigningKey.load("collector", b.ledger.home.key_path("collector"))
+    st = b.ledger.make_statement(
+        "key.revoke",
+        {"key": "collector"},
+        {"key_id": key.key_id, "effective_at": "2026-09-10T09:30:00Z", "reason": "leaked"},
+        collected_at="2026-09-10T12:00:00Z",
+    )
+    b.ledger.append([b.ledger.sign(st, b.ledger.cfg.admin_key)], logged_at=parse_time("2026-09-10T12:00:00Z"))
+    after = json.loads(_fresh_verdict(b.home, "router-embed"))
+    assert after["verdict"] != "QUALIFIED"
+    assert after["checkpoint"]["size"] == before["checkpoint"]["size"] + 1
+
+
+def _forge(path: Path, change: Any) -> None:
+    mac, _, body = path.read_bytes().partition(b"\n")
+    doc = json.loads(body)
+    change(doc)
+    path.write_bytes(mac + b"\n" + canonical_bytes(doc))
+
+
+def test_a_cache_file_that_fails_its_mac_is_ignored(build, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])  # read the home as a fresh process does
+    b = build("backend-qualification/seed004-sleeping.toml")
+    real = _fresh_verdict(b.home, "router-ocr")
+    assert json.loads(real)["verdict"] != "QUALIFIED"
+    (path,) = _cache_files(b.home)
+
+    def lift(doc: dict[str, Any]) -> None:
+        doc["result"]["verdict"] = "QUALIFIED"
+
+    _forge(path, lift)  # the body says QUALIFIED; its MAC is the old one
+    assert _fresh_verdict(b.home, "router-ocr") == real
+    # and in a process that has the result only in the home (nothing in memory)
+    with result_cache._LOCK:
+        result_cache._MEMORY.clear()
+    _forge(path, lift)
+    got = evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
+    assert canonical_bytes(got) + b"\n" == real
+
+
+def test_a_store_answer_that_changed_is_asked_again(build, tmp_path: Path) -> None:
+    """A remembered result lists the artifact checks it relied on; one that now answers differently
+    makes the result computed again (here: the store's answer is recorded as different)."""
+    b = build("backend-qualification/seed004-sleeping.toml")
+    real = _fresh_verdict(b.home, "router-ocr")
+    (path,) = _cache_files(b.home)
+
+    def claim(doc: dict[str, Any]) -> None:
+        doc["result"]["verdict"] = "QUALIFIED"
+        doc["artifacts"] = [["blake3:" + "0" * 64, 1, "exists", None]]  # "present": the store says missing
+
+    mac, _, _ = path.read_bytes().partition(b"\n")
+    _forge(path, claim)
+    # re-sign the forged body with the home's secret: only the store check stands between it and a hit
+    import hashlib
+    import hmac
+
+    secret = (path.parent / ".secret").read_bytes()
+    body = path.read_bytes().partition(b"\n")[2]
+    key = bytes.fromhex(path.stem)
+    path.write_bytes(hmac.new(secret, key + body, hashlib.sha256).hexdigest().encode() + b"\n" + body)
+    assert mac  # the original had one
+    assert _fresh_verdict(b.home, "router-ocr") == real
