@@ -7,19 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import ConfigError, IntegrityError
+from ledger.errors import ConfigError, CorpusDigestError
 from ledger.hashing import blake3_hex, parse_digest
 
 __all__ = ["CorpusDigestError", "PinnedFile", "corpus_digest", "read_pinned_jsonl"]
 
 _MAX_CORPUS_BYTES = 16 * 1024 * 1024
-
-
-class CorpusDigestError(IntegrityError):
-    """The corpus file's bytes are not the ones the campaign pinned."""
-
-    code = "corpus-digest-mismatch"
-    hint = "the campaign pins the corpus by digest: restore the pinned file or pin the new digest on purpose"
 
 
 @dataclass(frozen=True)

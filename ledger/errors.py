@@ -23,6 +23,7 @@ __all__ = [
     "ChainBrokenError",
     "CollectorError",
     "ConfigError",
+    "CorpusDigestError",
     "DanglingRefError",
     "EntryNotFoundError",
     "EnvelopeError",
@@ -232,6 +233,13 @@ class ForbiddenError(LedgerError):
 class IntegrityError(LedgerError):
     code = "integrity"
     category = Category.INTEGRITY
+
+
+class CorpusDigestError(IntegrityError):
+    """A benchmark or semantic corpus file's bytes are not the ones the campaign pinned."""
+
+    code = "corpus-digest-mismatch"
+    hint = "the campaign pins the corpus by digest: restore the pinned file or pin the new digest on purpose"
 
 
 class ArtifactCorruptError(IntegrityError):
