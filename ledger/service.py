@@ -507,11 +507,14 @@ class Ledger:
             return EntryId(text)
         if len(text) < 8 or any(c not in "0123456789abcdef" for c in text):
             raise InputError(f"{id_or_prefix!r} is not an entry id (64 hex, or a unique prefix of >= 8)")
-        found = self.repo.ids_with_prefix(text, limit=2)
+        found = self.repo.ids_with_prefix(text, limit=6)
         if not found:
             raise EntryNotFoundError(f"no entry with id {id_or_prefix}")
         if len(found) > 1:
-            raise InputError(f"entry id prefix {id_or_prefix} is ambiguous")
+            shown = ", ".join(str(i)[:16] for i in found[:5]) + (", …" if len(found) > 5 else "")
+            raise InputError(
+                f"entry id prefix {id_or_prefix} is ambiguous: {shown}", hint="give more characters of the id"
+            )
         return EntryId(found[0])
 
     def get(self, id_or_prefix: str) -> LoggedEntry:

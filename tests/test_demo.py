@@ -30,7 +30,7 @@ def test_demo_qualifies_llamacpp_and_records_not_qualified_control(tmp_path: Pat
         subprocess.run(
             [*ledger, "log", "--kind", "verdict", "--json"], capture_output=True, text=True, check=True
         ).stdout
-    )["entries"]
+    )["items"]
     assert [v["payload"]["verdict"] for v in verdicts] == ["NOT QUALIFIED — CONTROL"]
     gates = {g["name"]: g["status"] for g in verdicts[0]["payload"]["result"]["gates"]}
     assert gates["api-readiness"] == "passed"
