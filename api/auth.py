@@ -11,7 +11,7 @@ from ledger.api.deps import ServedDep
 from ledger.service import Ledger
 from ledger.tokens import TokenRecord, require_role
 
-__all__ = ["Reader", "Writer", "caller"]
+__all__ = ["Admin", "Reader", "Writer", "caller"]
 
 _bearer = HTTPBearer(auto_error=False, description="`ledger tokens new NAME --role reader|writer|admin`")
 
@@ -40,9 +40,19 @@ def write_access(
     return record
 
 
+def admin_access(
+    state: ServedDep, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> TokenRecord:
+    """Administration (enrolling a collector host's key) needs an admin token."""
+    record = _token(state.ledger, creds)
+    require_role(record, "admin")
+    return record
+
+
 def caller(record: TokenRecord | None) -> str:
     return record.name if record else "anonymous"
 
 
 Reader = Annotated[TokenRecord | None, Depends(read_access)]
 Writer = Annotated[TokenRecord, Depends(write_access)]
+Admin = Annotated[TokenRecord, Depends(admin_access)]

@@ -129,6 +129,14 @@ class LedgerClient:
         data: dict[str, Any] = resp.json()
         return data
 
+    def enrol_collector(self, name: str, public_key: str) -> tuple[dict[str, Any], bool]:
+        """``POST /v1/keys`` (admin token): the server enrols the key with role collector.
+
+        Returns the key's record and whether it was new (False: already enrolled under this name)."""
+        resp = self._request("POST", "/v1/keys", json={"name": name, "public_key": public_key})
+        data: dict[str, Any] = resp.json()
+        return data, resp.status_code == 201
+
     def get_entry(self, entry_id: str) -> dict[str, Any]:
         data: dict[str, Any] = self._request("GET", f"/v1/entries/{entry_id}").json()
         return data

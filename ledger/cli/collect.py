@@ -129,6 +129,57 @@ def _work_dir(home: Path | None, campaign: str, what: str) -> Path:
     return d
 
 
+# --- enrol -------------------------------------------------------------------------------------------
+
+
+@collect_app.command("enrol")
+def enrol_cmd(
+    server: Annotated[str, typer.Option("--server", envvar="LEDGER_SERVER", help="Ledger server URL.")],
+    token: Annotated[
+        str, typer.Option("--token", envvar="LEDGER_ADMIN_TOKEN", help="An admin token of that server.")
+    ],
+    name: Annotated[str | None, typer.Option(help="Key name on the server (default: KEY@HOSTNAME).")] = None,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    json_out: JsonOption = False,
+) -> None:
+    """Enrol this host's collector key on a ledger server (one command per new GPU host).
+
+    Creates the local home (it keeps the private key and the offline spool) and the key when they are
+    absent, then sends the public key to the server (`POST /v1/keys`, admin token), which enrols it with
+    role collector, signed by its admin key. Re-running it is harmless.
+    """
+    from ledger.collectors.remote import LedgerClient
+    from ledger.errors import HomeNotInitialisedError
+    from ledger.service import Ledger
+
+    path = home_path(home)
+    try:
+        ledger = Ledger.open(path)
+    except HomeNotInitialisedError:
+        ledger = Ledger.init(path)
+        err.print(f"initialised a local home at {path} (this host's keys and spool)")
+    if not ledger.has_private_key(key):
+        ledger.new_key(key, ["collector"])
+        err.print(f"created key {key!r} in {path}")
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname()) or "host"
+    server_name = name or f"{key}@{host}"
+    client = LedgerClient(server, token)
+    try:
+        rec, created = client.enrol_collector(server_name, ledger.signing_key(key).public.b64)
+    finally:
+        client.close()
+    if json_out:
+        print_json({**rec, "created": created, "server": server, "local_key": key, "home": str(path)})
+        return
+    state = "enrolled" if created else "already enrolled"
+    out.print(
+        f"{state} {rec['name']} (key {rec['key_id'][:16]}, roles {','.join(rec['roles'])}) on {server}; "
+        f"collect with: ledger collect host --campaign C --server {server} --token WRITER_TOKEN",
+        soft_wrap=True,
+    )
+
+
 # --- host and kernel ---------------------------------------------------------------------------------
 
 
