@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -52,16 +52,16 @@ from ledger.log import (
     sign_checkpoint,
 )
 from ledger.logged import LoggedEntry, entry_from_row
-from ledger.policy.fixtures import FixtureResult, discover_fixtures, run_fixture
-from ledger.policy.loader import LoadedPolicy, load_policy
-from ledger.policy.routing import check_routing_change, record_routing_change
-from ledger.policy.verdict import checkpoint_root, evaluate, record_verdict, replay_verdict
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
 from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
 from ledger.trust import TrustedLog, authorise, replay_keys
 from ledger.verify import VerifyProblem, VerifyReport, verify_log
+
+if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log` / `show` start without it
+    from ledger.policy.fixtures import FixtureResult
+    from ledger.policy.loader import LoadedPolicy
 
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger"]
 
@@ -650,9 +650,13 @@ class Ledger:
 
     @staticmethod
     def load_policy(name_or_path: str, policy_dir: Path | None = None) -> LoadedPolicy:
+        from ledger.policy.loader import load_policy
+
         return load_policy(name_or_path, policy_dir)
 
     def _policy(self, policy: LoadedPolicy | str, policy_dir: Path | None) -> LoadedPolicy:
+        from ledger.policy.loader import LoadedPolicy, load_policy
+
         return policy if isinstance(policy, LoadedPolicy) else load_policy(policy, policy_dir)
 
     def evaluate_verdict(
@@ -664,18 +668,24 @@ class Ledger:
         policy_dir: Path | None = None,
     ) -> dict[str, Any]:
         """The verdict JSON for ``subject`` under ``policy``, the log as it stood at ``at_size`` (or now)."""
+        from ledger.policy.verdict import evaluate
+
         return evaluate(self, subject, self._policy(policy, policy_dir), at_size=at_size)
 
     def record_verdict(
         self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
     ) -> LoggedEntry:
         """Append a signed ``verdict`` entry for ``result`` (signed by ``key``, default the admin key)."""
+        from ledger.policy.verdict import record_verdict
+
         return record_verdict(self, result, key=key or self.cfg.admin_key, at=at)
 
     def replay_verdict(
         self, entry_id: str, *, policy_dir: Path | None = None, policy_path: str | None = None
     ) -> dict[str, Any]:
         """Recompute a recorded verdict at its checkpoint with today's policy bytes; report differences."""
+        from ledger.policy.verdict import replay_verdict
+
         return replay_verdict(self, entry_id, policy_dir=policy_dir, policy_path=policy_path)
 
     def check_routing(
@@ -690,6 +700,8 @@ class Ledger:
         policy_dir: Path | None = None,
     ) -> dict[str, Any]:
         """May this routing change happen? ``allowed`` with the reasons (nothing is written)."""
+        from ledger.policy.routing import check_routing_change
+
         return check_routing_change(
             self,
             self._policy(policy, policy_dir),
@@ -704,6 +716,8 @@ class Ledger:
         self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
     ) -> LoggedEntry:
         """Append a routing decision (``check_routing``'s result) as a signed ``routing.change`` entry."""
+        from ledger.policy.routing import record_routing_change
+
         entry: LoggedEntry = record_routing_change(self, result, key=key or self.cfg.admin_key, at=at)
         return entry
 
@@ -716,6 +730,8 @@ class Ledger:
         workdir: Path | None = None,
     ) -> list[FixtureResult]:
         """Run the fixture tests of the named policies (default: all), each in a fresh ledger home."""
+        from ledger.policy.fixtures import discover_fixtures, run_fixture
+
         paths: list[Path] = []
         for n in names or [None]:
             paths.extend(discover_fixtures(policy_dir, n))
@@ -723,6 +739,8 @@ class Ledger:
 
     def checkpoint_root(self, size: int) -> str:
         """The Merkle root at ``size``: the stored checkpoint's, else signed (and kept) now."""
+        from ledger.policy.verdict import checkpoint_root
+
         return checkpoint_root(self, size)
 
     # --- Merkle tree, checkpoints, proofs --------------------------------------------------------
