@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,36 @@ def test_collect_enrol_registers_the_host_key_on_the_server(tmp_path: Path) -> N
     finally:
         served.close()
     assert kinds == ["kernel.log"]
+
+
+def test_healthy_launch_stopped_at_lease_end_succeeds(tmp_path: Path) -> None:
+    """A launch that became ready and was stopped by the collector when its lease ended ran as planned."""
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "LEDGER_HOME": str(home)}
+    assert subprocess.run([LEDGER_BIN, "init"], env=env, capture_output=True, check=False).returncode == 0
+    port = free_port()
+    engine = Path(__file__).resolve().parent / "engines" / "fault_engine.py"
+    r = subprocess.run(
+        [LEDGER_BIN, "collect", "launch", "--engine", "vllm", "--ready-url", f"http://127.0.0.1:{port}",
+         "--lease", "6", "--grace", "2", "--campaign", "c1", "--json",
+         "--", sys.executable, str(engine), "--port", str(port), "--mode", "ok", "--flavor", "vllm",
+         "--load-seconds", "0.2"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    launch = json.loads(r.stdout)
+    assert launch["ready"] is True and launch["failure_signature"] is None
+    assert launch["details"]["stop_reason"] == "lease-end" and launch["lease_expired"] is False
+    jobs = [
+        e["payload"]["state"]
+        for e in json.loads(
+            subprocess.run(
+                [LEDGER_BIN, "log", "--kind", "job", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )["items"]
+    ]
+    assert jobs == ["running", "succeeded"]

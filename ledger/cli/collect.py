@@ -436,6 +436,7 @@ def launch_cmd(
         env=_parse_env(env),
         grace_seconds=grace,
         attempt=attempt,
+        lease_ends_run=True,  # a ready engine stopped at the end of its lease ran as planned
     )
     run = EngineRun(spec, _work_dir(home, subj["campaign"], "launch"))
     job_id = str(uuid.uuid4())
@@ -466,7 +467,7 @@ def launch_cmd(
                 f"ready in {run.time_to_ready_s} s via {state.endpoint}"
                 + ("" if stop_when_ready else "; supervising until exit, lease end or Ctrl-C")
             )
-            while not stop_when_ready and not cancelled and run.alive() and not run.lease_expired:
+            while not stop_when_ready and not cancelled and run.alive() and run.stop_reason is None:
                 time.sleep(0.2)
         reason = "cancelled" if cancelled else ("ready" if stop_when_ready and state.ready else "finished")
         run.stop(reason)
