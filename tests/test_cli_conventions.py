@@ -4,6 +4,7 @@ output, relative times, subject-field warnings, option validation, spooled entri
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -39,9 +40,13 @@ def test_version_and_completion(cli: Any) -> None:
     r = cli("--version")
     assert r.code == 0 and r.out.startswith("ledger (evidence-ledger) ")
     shown = subprocess.run(
-        [LEDGER_BIN, "--show-completion", "bash"], capture_output=True, text=True, check=False
+        [LEDGER_BIN, "--show-completion", "bash"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home())},
     )
-    assert shown.returncode == 0 and "_LEDGER_COMPLETE" in shown.stdout
+    assert shown.returncode == 0 and "_LEDGER_COMPLETE" in shown.stdout, shown.stderr
 
 
 def test_every_list_read_has_one_json_shape(cli: Any, tmp_path: Path) -> None:
