@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ledger.entries import parse_when
@@ -190,6 +191,16 @@ def test_collect_enrol_registers_the_host_key_on_the_server(tmp_path: Path) -> N
         assert rec["created"] is True and rec["roles"] == ["collector"] and rec["name"] == "gpu01"
         again = ledger("collect", "enrol", "--server", server.url, "--token", admin, "--name", "gpu01")
         assert again.returncode == 0 and again.stdout.startswith("already enrolled gpu01")
+        renamed = ledger("collect", "enrol", "--server", server.url, "--token", admin, "--name", "other")
+        assert renamed.returncode == 2 and "already enrolled as 'gpu01'" in renamed.stderr
+        auth = {"Authorization": f"Bearer {admin}"}
+        for body in (
+            {"name": "x", "public_key": "!!"},
+            {"name": "x"},
+            {"name": "x y", "public_key": rec["public_key"]},
+        ):
+            bad = httpx.post(f"{server.url}/v1/keys", json=body, headers=auth, timeout=10)
+            assert 400 <= bad.status_code < 500, (body, bad.status_code, bad.text)
         klog = tmp_path / "kernel.log"
         klog.write_text("nothing\n")
         sent = ledger(
