@@ -36,6 +36,7 @@ __all__ = [
     "LedgerError",
     "NotAvailableError",
     "PolicyError",
+    "PortInUseError",
     "ProofError",
     "RangeNotSatisfiableError",
     "RemoteUnavailableError",
@@ -263,3 +264,11 @@ class RemoteUnavailableError(StorageError):
 class CollectorError(LedgerError):
     code = "collector"
     category = Category.SYSTEM
+
+
+class PortInUseError(LedgerError):
+    """The address ``ledger serve`` should listen on is taken (or not this host's)."""
+
+    code = "port-in-use"
+    category = Category.SYSTEM
+    hint = "stop the other server or pass --port with a free port"

@@ -6,22 +6,14 @@ import errno
 import os
 import socket
 import sys
-from typing import Annotated, ClassVar
+from typing import Annotated
 
 import typer
 
 from ledger.cli._common import HomeOption, JsonOption, get_ledger, home_path, print_items, print_json
-from ledger.errors import Category, LedgerError
+from ledger.errors import PortInUseError
 
-__all__ = ["PortInUseError", "serve", "tokens_app"]
-
-
-class PortInUseError(LedgerError):
-    """The address ``serve`` should listen on is taken (or not this host's)."""
-
-    code: ClassVar[str] = "port-in-use"
-    category: ClassVar[Category] = Category.SYSTEM
-    hint: ClassVar[str] = "stop the other server or pass --port with a free port"
+__all__ = ["serve", "tokens_app"]
 
 
 def _check_bindable(host: str, port: int) -> None:
