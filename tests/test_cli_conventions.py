@@ -41,13 +41,26 @@ def test_version_and_completion(cli: Any) -> None:
     r = cli("--version")
     assert r.code == 0 and r.out.startswith("ledger (evidence-ledger) ")
     shown = subprocess.run(
-        [LEDGER_BIN, "--show-completion", "bash"],
+        [LEDGER_BIN, "completion", "bash"],
         capture_output=True,
         text=True,
         check=False,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home())},
     )
     assert shown.returncode == 0 and "_LEDGER_COMPLETE" in shown.stdout, shown.stderr
+    completed = subprocess.run(
+        [LEDGER_BIN],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "_LEDGER_COMPLETE": "complete_bash",
+            "COMP_WORDS": "ledger ke",
+            "COMP_CWORD": "1",
+        },
+    )
+    assert completed.stdout.split() == ["keys"], completed.stderr
 
 
 def test_every_list_read_has_one_json_shape(cli: Any, tmp_path: Path) -> None:

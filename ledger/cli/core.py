@@ -528,6 +528,25 @@ def proof_verify(
         sys.stdout.write(f"proof ok: {result['detail']}\n")
 
 
+# --- shell completion --------------------------------------------------------------------------------
+
+
+def completion(
+    shell: Annotated[str, typer.Argument(help="bash, zsh, fish or powershell.")],
+) -> None:
+    """Print the shell completion script, e.g. `eval "$(ledger completion bash)"` in ~/.bashrc.
+
+    (`ledger --install-completion` installs it for the shell it detects.)
+    """
+    from typer._completion_shared import get_completion_script
+
+    shells = ("bash", "zsh", "fish", "powershell")
+    if shell not in shells:
+        raise InputError(f"unknown shell {shell!r} (choose from {', '.join(shells)})")
+    sys.stdout.write(get_completion_script(prog_name="ledger", complete_var="_LEDGER_COMPLETE", shell=shell))
+    sys.stdout.write("\n")
+
+
 # --- registration -------------------------------------------------------------------------------------
 
 
@@ -538,6 +557,7 @@ def register(app: typer.Typer) -> None:
     app.command("log")(log_cmd)
     app.command()(verify)
     app.command()(checkpoint)
+    app.command()(completion)
     app.add_typer(keys_app, name="keys")
     app.add_typer(store_app, name="store")
     app.add_typer(proof_app, name="proof")
