@@ -22,6 +22,7 @@ from ledger.tokens import TokenRecord, require_role
 
 __all__ = [
     "SESSION_COOKIE",
+    "Admin",
     "Reader",
     "Writer",
     "caller",
@@ -87,9 +88,19 @@ def write_access(
     return record
 
 
+def admin_access(
+    state: ServedDep, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> TokenRecord:
+    """Administration (enrolling a collector host's key) needs an admin token."""
+    record = _token(state.ledger, creds)
+    require_role(record, "admin")
+    return record
+
+
 def caller(record: TokenRecord | None) -> str:
     return record.name if record else "anonymous"
 
 
 Reader = Annotated[TokenRecord | None, Depends(read_access)]
 Writer = Annotated[TokenRecord, Depends(write_access)]
+Admin = Annotated[TokenRecord, Depends(admin_access)]

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ledger import __version__
-from ledger.api.auth import Reader
+from ledger.api.auth import Admin, Reader
+from ledger.api.bodies import read_json_body
 from ledger.api.deps import LedgerDep, MetricsDep
+from ledger.errors import InputError
+from ledger.service import Ledger
 
 __all__ = ["router"]
 
@@ -37,6 +41,46 @@ def metrics(m: MetricsDep) -> Response:
 )
 def keys(ledger: LedgerDep, _who: Reader) -> list[dict[str, Any]]:
     return [r.to_json() for r in ledger.keyring().keys.values()]
+
+
+def _enrol_collector(ledger: Ledger, name: str, public_key: str) -> tuple[dict[str, Any], bool]:
+    from ledger.signing import PublicKey
+
+    pub = PublicKey.from_b64(public_key)
+    ring = ledger.keyring()
+    if pub.key_id in ring.keys:
+        rec = ring.keys[pub.key_id]
+        if rec.name != name or "collector" not in rec.roles or rec.revoked_at:
+            raise InputError(
+                f"key {pub.key_id} is already enrolled as {rec.name!r} "
+                f"(roles {','.join(sorted(rec.roles))}{', revoked' if rec.revoked_at else ''})"
+            )
+        return rec.to_json(), False
+    entry = ledger.enrol_key(name, pub.b64, ["collector"])
+    return {**ledger.keyring().get(pub.key_id).to_json(), "entry": entry.entry_id}, True
+
+
+@router.post(
+    "/v1/keys",
+    status_code=201,
+    summary="Enrol a collector host's public key (role collector), signed by this ledger's admin key",
+)
+async def enrol_collector(
+    request: Request, response: Response, ledger: LedgerDep, _who: Admin
+) -> dict[str, Any]:
+    """Body ``{"name": NAME, "public_key": BASE64}``; an admin token. Enrolling the same key under the same
+    name again answers 200 with its record (so a host's set-up can be re-run)."""
+    body = await read_json_body(request, 64 * 1024)
+    if (
+        not isinstance(body, dict)
+        or set(body) != {"name", "public_key"}
+        or not all(isinstance(v, str) for v in body.values())
+    ):
+        raise InputError('the body must be {"name": NAME, "public_key": BASE64}')
+    rec, created = await run_in_threadpool(_enrol_collector, ledger, body["name"], body["public_key"])
+    if not created:
+        response.status_code = 200
+    return rec
 
 
 @router.get("/v1/subjects", summary="Distinct subject FIELD=VALUE pairs, most recently active first")

@@ -10,8 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ledger.entries import format_time
-from ledger.errors import InputError
+from ledger.entries import format_time, parse_when
 from ledger.gpu_faults import Catalogue, classify_events, load_catalogue
 
 __all__ = [
@@ -145,25 +144,9 @@ def last_reset(events: list[dict[str, Any]]) -> str | None:
     return max(times) if times else None
 
 
-_SINCE = re.compile(
-    r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?)\s+ago\s*$"
-)
-
-
 def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``2 hours ago``, ``30 min ago`` or an ISO time."""
-    m = _SINCE.match(text.lower())
-    base = now or datetime.now(UTC)
-    if m is not None:
-        n, unit = float(m.group(1)), m.group(2)[0]
-        try:
-            return base - timedelta(seconds=n * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit])
-        except (OverflowError, ValueError) as e:
-            raise InputError(f"time {text!r} is out of range") from e
-    t = _iso_time(text.strip())
-    if t is None:
-        raise InputError(f"cannot read time {text!r}", hint="use e.g. '2 hours ago' or 2026-09-09T09:00:00Z")
-    return datetime.fromisoformat(t.replace("Z", "+00:00"))
+    """``2 hours ago``, ``30 min ago``, ``yesterday`` or an ISO time: the core's one parser."""
+    return parse_when(text, now)
 
 
 def boot_time() -> datetime | None:

@@ -70,6 +70,10 @@ class LaunchSpec:
     attempt: int = 1
     attempt_name: str = "default"
     bindings: dict[str, str] = field(default_factory=dict)
+    # The lease is the planned length of a supervised run (`ledger collect launch`): an engine that became
+    # ready and is still serving when it ends is stopped with reason `lease-end`, a planned stop, not a
+    # failure. False (campaigns): the lease running out is the job being killed, `lease-expired`.
+    lease_ends_run: bool = False
 
 
 class _Tee(threading.Thread):
@@ -113,7 +117,8 @@ class EngineRun:
         self._tees: list[_Tee] = []
         self.ready_state: ReadyState | None = None
         self.time_to_ready_s: float | None = None
-        self.stop_reason: str | None = None  # exited | lease-expired | finished | cancelled | ready
+        # exited | lease-expired | lease-end | finished | cancelled | ready
+        self.stop_reason: str | None = None
         self.lease_expired = False
         self.failure_observed: str | None = None  # set by probes that saw the engine fail a request
         self.stop_escalated = False
@@ -163,7 +168,9 @@ class EngineRun:
         while not self._stopped.is_set():
             left = self._deadline - time.monotonic()
             if left <= 0:
-                if self.alive():
+                if self.alive() and self.spec.lease_ends_run and self.ready_state is not None:
+                    self.stop("lease-end")
+                elif self.alive():
                     self.lease_expired = True
                     self.stop("lease-expired")
                 return

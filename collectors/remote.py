@@ -34,7 +34,15 @@ from ledger.recorder import LocalRecorder, Recorder
 if TYPE_CHECKING:
     from ledger.service import Ledger
 
-__all__ = ["LedgerClient", "PushReport", "RemoteRecorder", "Spool", "make_recorder", "push_spool"]
+__all__ = [
+    "LedgerClient",
+    "PushReport",
+    "RemoteRecorder",
+    "Spool",
+    "make_recorder",
+    "push_spool",
+    "spool_size",
+]
 
 _UPLOAD_CHUNK = 1024 * 1024
 _BATCH_ENTRIES = 500
@@ -138,6 +146,14 @@ class LedgerClient:
         data: dict[str, Any] = resp.json()
         return data
 
+    def enrol_collector(self, name: str, public_key: str) -> tuple[dict[str, Any], bool]:
+        """``POST /v1/keys`` (admin token): the server enrols the key with role collector.
+
+        Returns the key's record and whether it was new (False: already enrolled under this name)."""
+        resp = self._request("POST", "/v1/keys", json={"name": name, "public_key": public_key})
+        data: dict[str, Any] = resp.json()
+        return data, resp.status_code == 201
+
     def get_entry(self, entry_id: str) -> dict[str, Any]:
         data: dict[str, Any] = self._request("GET", f"/v1/entries/{entry_id}").json()
         return data
@@ -232,6 +248,7 @@ class PushReport:
     duplicates: int = 0
     artifacts: int = 0
     remaining: int = 0
+    remaining_artifacts: int = 0
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -240,6 +257,7 @@ class PushReport:
             "duplicates": self.duplicates,
             "artifacts": self.artifacts,
             "remaining": self.remaining,
+            "remaining_artifacts": self.remaining_artifacts,
             "error": self.error,
         }
 
@@ -259,9 +277,13 @@ def _batches(files: list[Path]) -> Iterator[list[tuple[Path, bytes]]]:
 
 
 def _push_locked(
-    spool: Spool, client: LedgerClient, keep_receipts: Callable[[list[dict[str, Any]]], None]
+    spool: Spool,
+    client: LedgerClient,
+    keep_receipts: Callable[[list[dict[str, Any]]], None],
+    progress: Callable[[int], None] | None = None,
 ) -> PushReport:
     report = PushReport()
+    advance = progress or (lambda _n: None)
     try:
         for art in spool.artifact_files():
             digest = Digest(HexDigest(art.name))
@@ -269,6 +291,7 @@ def _push_locked(
                 client.upload_file(art, digest, art.stat().st_size)
             spool.remove([art])
             report.artifacts += 1
+            advance(1)
         for batch in _batches(spool.entry_files()):
             import json
 
@@ -280,22 +303,38 @@ def _push_locked(
             spool.remove([p for p, _ in batch])
             report.delivered += sum(1 for e in entries if not e.get("duplicate"))
             report.duplicates += sum(1 for e in entries if e.get("duplicate"))
+            advance(len(batch))
     except RemoteUnavailableError as e:
         report.error = e.message
     report.remaining = len(spool.entry_files())
+    report.remaining_artifacts = len(spool.artifact_files())
     return report
 
 
+def spool_size(ledger: Ledger) -> tuple[int, int]:
+    """How many entries and artifacts wait in the home's spool."""
+    spool = Spool(ledger.spool_dir)
+    return len(spool.entry_files()), len(spool.artifact_files())
+
+
 def push_spool(
-    ledger: Ledger, *, server: str, token: str | None, client: LedgerClient | None = None
+    ledger: Ledger,
+    *,
+    server: str,
+    token: str | None,
+    client: LedgerClient | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> PushReport:
-    """Deliver the home's spool: artifacts first, then envelopes in the order they were recorded."""
+    """Deliver the home's spool: artifacts first, then envelopes in the order they were recorded.
+
+    ``progress`` is called with the number of artifacts / entries each step delivered.
+    """
     spool = Spool(ledger.spool_dir)
     own = client is None
     c = client or LedgerClient(server, token)
     try:
         with spool.locked():
-            return _push_locked(spool, c, lambda entries: _keep_receipts(ledger, entries))
+            return _push_locked(spool, c, lambda entries: _keep_receipts(ledger, entries), progress)
     finally:
         if own:
             c.close()
@@ -319,6 +358,8 @@ class RemoteRecorder:
         self.token = token
         self.client = LedgerClient(server, token)
         self.spool = Spool(ledger.spool_dir)
+        self.spooled: list[str] = []  # ids of the entries this recorder could only spool
+        self.unreachable: str | None = None  # why the server could not take them
 
     def close(self) -> None:
         self.client.close()
@@ -353,7 +394,8 @@ class RemoteRecorder:
                 self.client.upload_file(p, d.blake3, d.size)
             elif self.spool.pending():
                 self.spool.add_artifact(p, d.blake3)
-        except RemoteUnavailableError:
+        except RemoteUnavailableError as e:
+            self.unreachable = e.message
             self.spool.add_artifact(p, d.blake3)
         return describe_artifact(name, p, d.blake3, d.size, d.sha256, media_type)
 
@@ -377,9 +419,10 @@ class RemoteRecorder:
             if self._caught_up():
                 _keep_receipts(self.ledger, self.client.append([env.to_json()]))
                 return entry_id
-        except RemoteUnavailableError:
-            pass
+        except RemoteUnavailableError as e:
+            self.unreachable = e.message
         self.spool.add_entry(data, entry_id)
+        self.spooled.append(entry_id)
         return entry_id
 
 

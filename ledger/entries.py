@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ledger.errors import SchemaError, UnknownKindError
+from ledger.errors import InputError, SchemaError, UnknownKindError
 
 __all__ = [
     "KIND_MODELS",
@@ -22,6 +22,7 @@ __all__ = [
     "format_time",
     "parse_statement",
     "parse_time",
+    "parse_when",
     "validate_payload",
 ]
 
@@ -50,6 +51,41 @@ def parse_time(text: str) -> datetime:
     if t.tzinfo is None:
         raise SchemaError(f"time without timezone: {text!r}")
     return t.astimezone(UTC)
+
+
+_AGO = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?|w|weeks?)\s+ago\s*$"
+)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_when(text: str, now: datetime | None = None) -> datetime:
+    """A time a person types: ``2 hours ago``, ``30 min ago``, ``now``, ``today`` / ``yesterday`` (UTC
+    midnight), or an ISO / RFC 3339 time (UTC when it names no zone). The one parser every command uses."""
+    base = now or datetime.now(UTC)
+    word = text.strip().lower()
+    midnight = base.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    named = {"now": base, "today": midnight, "yesterday": midnight - timedelta(days=1)}
+    if word in named:
+        return named[word]
+    m = _AGO.match(word)
+    if m is not None:
+        n, unit = float(m.group(1)), m.group(2)[0]
+        try:
+            return base - timedelta(seconds=n * _UNIT_SECONDS[unit])
+        except (OverflowError, ValueError) as e:
+            raise InputError(f"time {text!r} is out of range") from e
+    t = text.strip().replace(",", ".").replace("Z", "+00:00").replace("z", "+00:00")
+    if re.search(r"[+-]\d{4}$", t):
+        t = t[:-2] + ":" + t[-2:]
+    try:
+        dt = datetime.fromisoformat(t)
+        return (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise InputError(
+            f"cannot read time {text!r}",
+            hint="use e.g. '2 hours ago', yesterday, today, now or 2026-09-09T09:00:00Z",
+        ) from None
 
 
 class _Model(BaseModel):

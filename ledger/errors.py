@@ -39,6 +39,7 @@ __all__ = [
     "LogOrderError",
     "NotAvailableError",
     "PolicyError",
+    "PortInUseError",
     "ProofError",
     "ProofUncheckedEntryError",
     "RangeNotSatisfiableError",
@@ -300,3 +301,11 @@ class RemoteUnavailableError(StorageError):
 class CollectorError(LedgerError):
     code = "collector"
     category = Category.SYSTEM
+
+
+class PortInUseError(LedgerError):
+    """The address ``ledger serve`` should listen on is taken (or not this host's)."""
+
+    code = "port-in-use"
+    category = Category.SYSTEM
+    hint = "stop the other server or pass --port with a free port"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -62,10 +62,6 @@ from ledger.log import (
     verifier_key,
 )
 from ledger.logged import LoggedEntry, entry_from_row
-from ledger.policy.fixtures import FixtureResult, discover_fixtures, run_fixture
-from ledger.policy.loader import LoadedPolicy, load_policy
-from ledger.policy.routing import check_routing_change, record_routing_change
-from ledger.policy.verdict import checkpoint_root, evaluate, record_verdict, replay_verdict
 from ledger.proofs import AuditReport, audit_receipts
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
@@ -73,6 +69,10 @@ from ledger.store import StoredArtifact, open_store, put_file
 from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
 from ledger.trust import TrustedLog, authorise, replay_keys
 from ledger.verify import VerifyProblem, VerifyReport, verify_log
+
+if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log` / `show` start without it
+    from ledger.policy.fixtures import FixtureResult
+    from ledger.policy.loader import LoadedPolicy
 
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger"]
 
@@ -576,11 +576,14 @@ class Ledger:
             return EntryId(text)
         if len(text) < 8 or any(c not in "0123456789abcdef" for c in text):
             raise InputError(f"{id_or_prefix!r} is not an entry id (64 hex, or a unique prefix of >= 8)")
-        found = self.repo.ids_with_prefix(text, limit=2)
+        found = self.repo.ids_with_prefix(text, limit=6)
         if not found:
             raise EntryNotFoundError(f"no entry with id {id_or_prefix}")
         if len(found) > 1:
-            raise InputError(f"entry id prefix {id_or_prefix} is ambiguous")
+            shown = ", ".join(str(i)[:16] for i in found[:5]) + (", …" if len(found) > 5 else "")
+            raise InputError(
+                f"entry id prefix {id_or_prefix} is ambiguous: {shown}", hint="give more characters of the id"
+            )
         return EntryId(found[0])
 
     def get(self, id_or_prefix: str) -> LoggedEntry:
@@ -716,9 +719,13 @@ class Ledger:
 
     @staticmethod
     def load_policy(name_or_path: str, policy_dir: Path | None = None) -> LoadedPolicy:
+        from ledger.policy.loader import load_policy
+
         return load_policy(name_or_path, policy_dir)
 
     def _policy(self, policy: LoadedPolicy | str, policy_dir: Path | None) -> LoadedPolicy:
+        from ledger.policy.loader import LoadedPolicy, load_policy
+
         return policy if isinstance(policy, LoadedPolicy) else load_policy(policy, policy_dir)
 
     def evaluate_verdict(
@@ -730,18 +737,24 @@ class Ledger:
         policy_dir: Path | None = None,
     ) -> dict[str, Any]:
         """The verdict JSON for ``subject`` under ``policy``, the log as it stood at ``at_size`` (or now)."""
+        from ledger.policy.verdict import evaluate
+
         return evaluate(self, subject, self._policy(policy, policy_dir), at_size=at_size)
 
     def record_verdict(
         self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
     ) -> LoggedEntry:
         """Append a signed ``verdict`` entry for ``result`` (signed by ``key``, default the admin key)."""
+        from ledger.policy.verdict import record_verdict
+
         return record_verdict(self, result, key=key or self.cfg.admin_key, at=at)
 
     def replay_verdict(
         self, entry_id: str, *, policy_dir: Path | None = None, policy_path: str | None = None
     ) -> dict[str, Any]:
         """Recompute a recorded verdict at its checkpoint with today's policy bytes; report differences."""
+        from ledger.policy.verdict import replay_verdict
+
         return replay_verdict(self, entry_id, policy_dir=policy_dir, policy_path=policy_path)
 
     def check_routing(
@@ -756,6 +769,8 @@ class Ledger:
         policy_dir: Path | None = None,
     ) -> dict[str, Any]:
         """May this routing change happen? ``allowed`` with the reasons (nothing is written)."""
+        from ledger.policy.routing import check_routing_change
+
         return check_routing_change(
             self,
             self._policy(policy, policy_dir),
@@ -770,6 +785,8 @@ class Ledger:
         self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
     ) -> LoggedEntry:
         """Append a routing decision (``check_routing``'s result) as a signed ``routing.change`` entry."""
+        from ledger.policy.routing import record_routing_change
+
         entry: LoggedEntry = record_routing_change(self, result, key=key or self.cfg.admin_key, at=at)
         return entry
 
@@ -782,6 +799,8 @@ class Ledger:
         workdir: Path | None = None,
     ) -> list[FixtureResult]:
         """Run the fixture tests of the named policies (default: all), each in a fresh ledger home."""
+        from ledger.policy.fixtures import discover_fixtures, run_fixture
+
         paths: list[Path] = []
         for n in names or [None]:
             paths.extend(discover_fixtures(policy_dir, n))
@@ -789,6 +808,8 @@ class Ledger:
 
     def checkpoint_root(self, size: int) -> str:
         """The Merkle root at ``size``: the stored checkpoint's, else signed (and kept) now."""
+        from ledger.policy.verdict import checkpoint_root
+
         return checkpoint_root(self, size)
 
     # --- Merkle tree, checkpoints, proofs, receipts -----------------------------------------------

@@ -42,7 +42,7 @@ def test_demo_qualifies_trained_llamacpp_then_refuses_after_supersession(tmp_pat
     assert [g["gate"] for g in trained["gates"]][-2:] == ["semantic", "benchmark"]
     assert all(g["status"] == "passed" for g in trained["gates"])
 
-    verdicts = _ledger_json(home, "log", "--kind", "verdict")["entries"]
+    verdicts = _ledger_json(home, "log", "--kind", "verdict")["items"]
     by_campaign = {v["subject"]["campaign"]: v["payload"] for v in verdicts}
     assert by_campaign["llamacpp-cpu-trained"]["verdict"] == "QUALIFIED"
     gates = {g["name"]: g["status"] for g in by_campaign["llamacpp-cpu-trained"]["result"]["gates"]}
@@ -56,17 +56,17 @@ def test_demo_qualifies_trained_llamacpp_then_refuses_after_supersession(tmp_pat
 
     # the benchmark result the verdict used is reviewed and accepted (one command each), then superseded
     bench = next(g["entry_id"] for g in trained["gates"] if g["gate"] == "benchmark")
-    reviews = _ledger_json(home, "log", "--kind", "review")["entries"]
+    reviews = _ledger_json(home, "log", "--kind", "review")["items"]
     assert any(
         {"rel": "reviews", "id": bench} in r["refs"] and r["payload"]["result"] == "PASS" for r in reviews
     )
-    accepts = _ledger_json(home, "log", "--kind", "acceptance")["entries"]
+    accepts = _ledger_json(home, "log", "--kind", "acceptance")["items"]
     assert any({"rel": "subject", "id": bench} in a["refs"] for a in accepts)
-    [sup] = _ledger_json(home, "log", "--kind", "supersession")["entries"]
+    [sup] = _ledger_json(home, "log", "--kind", "supersession")["items"]
     assert {"rel": "supersedes", "id": bench} in sup["refs"]
 
     # the routing gate: allowed on the QUALIFIED verdict, refused once its evidence is superseded
-    changes = _ledger_json(home, "log", "--kind", "routing.change")["entries"]
+    changes = _ledger_json(home, "log", "--kind", "routing.change")["items"]
     assert [c["payload"]["allowed"] for c in changes] == [True, False]
     assert any("no longer holds" in r for r in changes[1]["payload"]["reasons"])
 

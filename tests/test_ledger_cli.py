@@ -24,7 +24,7 @@ def test_user_flow_end_to_end(cli, tmp_path: Path, home: Path) -> None:  # type:
     lines = put.out.strip().splitlines()
     digest = f"blake3:{hash_file(stderr_log).blake3.hex}"
     assert lines[0] == f"{digest}  {stderr_log}"
-    assert cli("put", "--json", stderr_log).json()[0] == {
+    assert cli("put", "--json", stderr_log).json()["items"][0] == {
         "digest": digest,
         "size": stderr_log.stat().st_size,
         "path": str(stderr_log),
@@ -93,7 +93,8 @@ def test_user_flow_end_to_end(cli, tmp_path: Path, home: Path) -> None:  # type:
     shown = cli("show", entry["id"][:10], "--json").json()
     assert shown == {**entry}
     logged = cli("log", "--subject", "campaign=vllm-mistral-awq", "--kind", "engine.launch", "--json").json()
-    assert [e["id"] for e in logged["entries"]] == [entry["id"]]
+    assert [e["id"] for e in logged["items"]] == [entry["id"]]
+    assert logged["next"] is None
 
     catted = subprocess.run(
         [sys.executable, "-m", "ledger.cli", "--home", str(home), "cat", digest],

@@ -101,7 +101,7 @@ def test_installed_wheel_runs_init_policy_test_and_serve(
     assert info["home"] == str(home)
     assert Path(info["store"]).is_dir()
     # the shipped policies and their fixtures, found in the installed package (exit 0: every one passes)
-    tested = json.loads(_run(ledger, "policy", "test", "--json", cwd=outside, env=env))
+    tested = json.loads(_run(ledger, "policy", "test", "--json", cwd=outside, env=env))["items"]
     assert {t["fixture"].split("/")[0] for t in tested} >= {"backend-qualification", "routing-change"}
     assert all(t["passed"] for t in tested), [t for t in tested if not t["passed"]]
 

@@ -8,11 +8,17 @@ to exit codes.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from typing import Any
 
 import typer
+
+try:  # Typer >= 0.22 ships its own Click; its usage errors are these classes (typer exports only their base)
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older Typer runs on Click itself
+    from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
 from ledger.cli import collect, core, export, policy, serve
 from ledger.cli._common import STATE, Cancelled, Outcome
@@ -35,7 +41,7 @@ app = typer.Typer(
     help="Evidence ledger for qualifying LLM inference backends.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish]
     result_callback=_keep_result,
 )
 app.callback()(core.root)
@@ -65,26 +71,67 @@ def exit_code(result: object) -> int:
     raise TypeError(f"no exit code for {result!r}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every LedgerError becomes one line on stderr and an exit code from the one map.
+def _json_mode(argv: list[str]) -> bool:
+    """``--json`` among the options (not after ``--``, where an engine's own arguments start)."""
+    args = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in args
 
-    Click (in standalone mode) reports usage errors itself, with exit code 2.
+
+def _print_error(error: dict[str, str], json_mode: bool) -> None:
+    """The one error line (``error[code]: message (hint: …)``), or its JSON object under ``--json``."""
+    if json_mode:
+        sys.stderr.write(json.dumps({"error": error}, ensure_ascii=False) + "\n")
+        return
+    text = f"error[{error['code']}]: {error['message']}"
+    if error.get("hint"):
+        text += f" (hint: {error['hint']})"
+    sys.stderr.write(text.replace("\n", " ") + "\n")
+
+
+def _usage_error(e: UsageError) -> dict[str, str]:
+    command = e.ctx.command_path if e.ctx is not None else "ledger"
+    return {"code": "usage", "message": e.format_message(), "hint": f"see `{command} --help`"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; every error becomes one line on stderr (JSON under ``--json``) and an exit code.
+
+    Usage errors (Click's) are ``error[usage]: …`` with exit code 2, like every other error.
     """
     STATE.home = None
     STATE.result = None
+    STATE.after = []
+    args = list(sys.argv[1:] if argv is None else argv)
+    json_mode = _json_mode(args)
     try:
-        app(args=argv, standalone_mode=True)
+        try:
+            rv = app(args=args, prog_name="ledger", standalone_mode=False)
+        finally:
+            for notice in STATE.after:
+                notice()
     except LedgerError as e:
-        sys.stderr.write(e.one_line() + "\n")
+        _print_error(e.to_dict(), json_mode)
         return exit_code(e)
-    except SystemExit as e:  # Click ends every run so: 0 after a command, 2 on usage, 1 when aborted
-        if e.code == 0 or e.code is None:
-            return exit_code(STATE.result)
-        return e.code if isinstance(e.code, int) else 1
+    except NoArgsIsHelpError as e:  # `ledger keys`: the help, and 2 as before
+        e.show()
+        return EXIT_ERROR
+    except UsageError as e:
+        _print_error(_usage_error(e), json_mode)
+        return EXIT_ERROR
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        return EXIT_NO
+    except typer.TyperException as e:
+        _print_error({"code": "usage", "message": e.format_message(), "hint": ""}, json_mode)
+        return e.exit_code
+    except SystemExit as e:  # a library that exits (uvicorn when it cannot start)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_ERROR)
     except KeyboardInterrupt as e:
         sys.stderr.write("interrupted\n")
         return exit_code(e)
     except OSError as e:
-        sys.stderr.write(f"error[os-error]: {e}\n")
+        _print_error({"code": "os-error", "message": str(e), "hint": ""}, json_mode)
         return exit_code(e)
+    if isinstance(rv, int) and rv != 0:  # typer.Exit(code) / ctx.exit(code) in non-standalone mode
+        return rv
     return exit_code(STATE.result)

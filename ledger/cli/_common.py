@@ -1,15 +1,33 @@
-"""Shared pieces of the command-line adapter: options, home resolution, JSON output, command outcomes."""
+"""Shared pieces of the command-line adapter: options, home resolution, output conventions, outcomes.
+
+Output conventions (every command follows them):
+
+- ``--json``: one object on stdout; a list read is ``{"items": [...], "next": CURSOR|null}``
+  (``print_items``);
+  a single-object read is that object. Under ``--json`` errors are ``{"error": {"code", "message", "hint"}}``
+  on stderr (``ledger.cli.main``).
+- Tables (``print_table``): a Rich table on a terminal; tab-separated lines, no header, no width limit when
+  stdout is piped.
+- Data (ids, subjects, messages, evidence text) is printed verbatim: the consoles have markup and
+  highlighting off; styling is given as ``rich.text.Text`` styles, never as markup in data.
+- Progress bars (``progress``) on stderr, only when stderr is a terminal and not under ``--json``.
+- Warnings go to stderr as ``warning: …`` and never change the exit code.
+"""
 
 from __future__ import annotations
 
 import enum
 import json
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.text import Text
 
 if TYPE_CHECKING:
     from ledger.service import Ledger
@@ -18,17 +36,32 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATE",
+    "SUBJECT_FIELDS",
     "Cancelled",
     "HomeOption",
     "JsonOption",
     "Outcome",
     "Result",
     "SubjectOption",
+    "err",
     "get_ledger",
     "get_store",
     "home_path",
+    "out",
+    "parse_subject",
+    "print_items",
     "print_json",
+    "print_table",
+    "progress",
+    "time_arg",
+    "warn",
 ]
+
+# Subject fields the collectors, the policies and the README use; others are accepted with a warning.
+SUBJECT_FIELDS = ("campaign", "backend", "backend_version", "model", "host", "deployment", "job")
+
+out = Console(highlight=False, markup=False, emoji=False)
+err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 
 
 class Outcome(enum.Enum):
@@ -47,7 +80,9 @@ class Cancelled:
 
 Result = Outcome | Cancelled | None  # what a command returns; None is OK
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Machine-readable JSON output (lists: {items, next}).")
+]
 HomeOption = Annotated[
     Path | None,
     typer.Option(
@@ -65,6 +100,12 @@ SubjectOption = Annotated[
 class _State:
     home: Path | None = None
     result: Result = None
+    # called by ``main`` once the command has ended (its output printed), in order: notices such as
+    # "these entries are only spooled"
+    after: list[Callable[[], None]]
+
+    def __init__(self) -> None:
+        self.after = []
 
 
 STATE = _State()
@@ -93,3 +134,97 @@ def get_store(home: Path | None = None) -> FilesystemStore | S3Store:
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def print_items(items: Sequence[Any], next_cursor: Any = None) -> None:
+    """The one ``--json`` shape of a list read: the items and the cursor of the next page (or null)."""
+    print_json({"items": list(items), "next": next_cursor})
+
+
+def _tsv_cell(value: object) -> str:
+    text = value.plain if isinstance(value, Text) else str(value)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def print_table(
+    columns: Sequence[str], rows: Iterable[Sequence[object]], *, title: str | None = None
+) -> None:
+    """A table: Rich on a terminal; on a pipe one tab-separated line per row (no header, no cut)."""
+    if not sys.stdout.isatty():
+        for row in rows:
+            sys.stdout.write("\t".join(_tsv_cell(c) for c in row) + "\n")
+        sys.stdout.flush()
+        return
+    from rich.table import Table
+
+    t = Table(*columns, title=title)
+    for row in rows:
+        t.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in row))
+    out.print(t)
+
+
+def warn(message: str) -> None:
+    """A warning on stderr: the command goes on and its exit code does not change."""
+    sys.stderr.write(f"warning: {message}\n")
+
+
+def parse_subject(items: list[str] | None) -> dict[str, str]:
+    """``--subject FIELD=VALUE`` options as a dict; a field outside ``SUBJECT_FIELDS`` gets a warning."""
+    from ledger.service import parse_subject_args
+
+    subject = parse_subject_args(items or [])
+    for field in subject:
+        if field not in SUBJECT_FIELDS:
+            warn(f"unknown subject field {field!r} (known: {', '.join(SUBJECT_FIELDS)})")
+    return subject
+
+
+def time_arg(text: str | None) -> str | None:
+    """A time option (``2 hours ago``, ``yesterday``, RFC 3339 …) as the RFC 3339 UTC text entries carry."""
+    if text is None:
+        return None
+    from ledger.entries import format_time, parse_when
+
+    return format_time(parse_when(text))
+
+
+class _Bar:
+    """What a command calls while it works; a no-op when the bar is not shown."""
+
+    def __init__(self, bar: Any = None, task: Any = None) -> None:
+        self._bar, self._task = bar, task
+
+    def advance(self, n: float = 1) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def total(self, total: float | None) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, total=total)
+
+
+@contextmanager
+def progress(
+    what: str, *, total: float | None = None, unit: str = "bytes", quiet: bool = False
+) -> Iterator[_Bar]:
+    """A progress bar on stderr while the block runs, only when stderr is a terminal (and not ``quiet``)."""
+    if quiet or not sys.stderr.isatty():
+        yield _Bar()
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TransferSpeedColumn,
+    )
+
+    columns: list[Any] = [SpinnerColumn(), TextColumn(what), BarColumn()]
+    columns += [DownloadColumn(), TransferSpeedColumn()] if unit == "bytes" else [MofNCompleteColumn()]
+    columns.append(TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield _Bar(bar, task)

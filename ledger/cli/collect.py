@@ -20,20 +20,25 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from ledger.cli._common import (
+    STATE,
     Cancelled,
     HomeOption,
     JsonOption,
     Outcome,
     SubjectOption,
+    err,
     get_ledger,
     home_path,
+    out,
+    parse_subject,
+    print_items,
     print_json,
+    print_table,
+    progress,
+    warn,
 )
 from ledger.errors import InputError, KeyNotFoundError
 
@@ -48,8 +53,6 @@ collect_app = typer.Typer(
     "engine launches, probes and whole qualification campaigns.",
     no_args_is_help=True,
 )
-out = Console()
-err = Console(stderr=True)
 
 KeyOption = Annotated[
     str,
@@ -84,15 +87,38 @@ def _recorder(home: Path | None, key: str, server: str | None, token: str | None
             )
         ledger.new_key(key, ["collector"])
         err.print(f"created and enrolled key {key!r} (role collector) in {ledger.home_path}")
-    return make_recorder(ledger, key, server=server, token=token)
+    rec = make_recorder(ledger, key, server=server, token=token)
+    if server:
+        STATE.after.append(lambda: _spool_notice(rec, server))
+    return rec
+
+
+def _recorded(rec: Recorder) -> str:
+    """The word for what happened to the entries: ``recorded``, or ``spooled`` when the server was away."""
+    return "spooled (not yet on the server)" if getattr(rec, "spooled", None) else "recorded"
+
+
+def _spool_notice(rec: Recorder, server: str) -> None:
+    """After a ``--server`` command: say which entries are only spooled, and how to deliver them."""
+    from ledger.collectors.remote import RemoteRecorder, spool_size
+
+    if not isinstance(rec, RemoteRecorder) or not rec.spooled:
+        return
+    entries, artifacts = spool_size(rec.ledger)
+    n = len(rec.spooled)
+    warn(
+        f"{n} entr{'y' if n == 1 else 'ies'} of this command only spooled, not recorded on {server} "
+        f"({rec.unreachable or 'the server did not take them'}); {entries} entries and {artifacts} "
+        f"artifacts wait in {rec.ledger.spool_dir}: deliver them with `ledger push --server {server}`"
+    )
 
 
 def _subject(campaign: str | None, extra: list[str] | None, **known: str | None) -> dict[str, str]:
-    from ledger.service import parse_subject_args
-
     subject = {"campaign": campaign or "adhoc", "host": socket.gethostname()}
     subject.update({k: v for k, v in known.items() if v})
-    subject.update(parse_subject_args(extra or []))
+    subject.update(parse_subject(extra))
+    if subject["campaign"] == "adhoc":
+        warn("no --campaign: the entries go to campaign 'adhoc' (a verdict is per campaign)")
     return subject
 
 
@@ -102,6 +128,57 @@ def _work_dir(home: Path | None, campaign: str, what: str) -> Path:
     d = home_path(home) / "runs" / safe / f"{stamp}-{what}-{uuid.uuid4().hex[:6]}"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+# --- enrol -------------------------------------------------------------------------------------------
+
+
+@collect_app.command("enrol")
+def enrol_cmd(
+    server: Annotated[str, typer.Option("--server", envvar="LEDGER_SERVER", help="Ledger server URL.")],
+    token: Annotated[
+        str, typer.Option("--token", envvar="LEDGER_ADMIN_TOKEN", help="An admin token of that server.")
+    ],
+    name: Annotated[str | None, typer.Option(help="Key name on the server (default: KEY@HOSTNAME).")] = None,
+    home: HomeOption = None,
+    key: KeyOption = "collector",
+    json_out: JsonOption = False,
+) -> None:
+    """Enrol this host's collector key on a ledger server (one command per new GPU host).
+
+    Creates the local home (it keeps the private key and the offline spool) and the key when they are
+    absent, then sends the public key to the server (`POST /v1/keys`, admin token), which enrols it with
+    role collector, signed by its admin key. Re-running it is harmless.
+    """
+    from ledger.collectors.remote import LedgerClient
+    from ledger.errors import HomeNotInitialisedError
+    from ledger.service import Ledger
+
+    path = home_path(home)
+    try:
+        ledger = Ledger.open(path)
+    except HomeNotInitialisedError:
+        ledger = Ledger.init(path)
+        err.print(f"initialised a local home at {path} (this host's keys and spool)")
+    if not ledger.has_private_key(key):
+        ledger.new_key(key, ["collector"])
+        err.print(f"created key {key!r} in {path}")
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname()) or "host"
+    server_name = name or f"{key}@{host}"
+    client = LedgerClient(server, token)
+    try:
+        rec, created = client.enrol_collector(server_name, ledger.signing_key(key).public.b64)
+    finally:
+        client.close()
+    if json_out:
+        print_json({**rec, "created": created, "server": server, "local_key": key, "home": str(path)})
+        return
+    state = "enrolled" if created else "already enrolled"
+    out.print(
+        f"{state} {rec['name']} (key {rec['key_id'][:16]}, roles {','.join(rec['roles'])}) on {server}; "
+        f"collect with: ledger collect host --campaign C --server {server} --token WRITER_TOKEN",
+        soft_wrap=True,
+    )
 
 
 # --- host and kernel ---------------------------------------------------------------------------------
@@ -158,16 +235,20 @@ def host_cmd(
         return
     gpus = ", ".join(f"{g['name']} ({g.get('memory_total_mib')} MiB)" for g in hp["gpus"]) or hp["gpu_note"]
     out.print(
-        f"[bold]{hp['hostname']}[/]: {hp['os']}, kernel {hp['kernel']}, {hp['arch']}, "
-        f"WSL2={'yes' if hp['wsl2'] else 'no'}, Python {hp['python']}"
+        Text.assemble(
+            (hp["hostname"], "bold"),
+            f": {hp['os']}, kernel {hp['kernel']}, {hp['arch']}, "
+            f"WSL2={'yes' if hp['wsl2'] else 'no'}, Python {hp['python']}",
+        ),
+        soft_wrap=True,
     )
-    out.print(f"GPUs ({hp['gpu_source']}): {gpus}")
+    out.print(f"GPUs ({hp['gpu_source']}): {gpus}", soft_wrap=True)
     for d in hp["disks"]:
-        out.print(f"disk {d['role']}: {d['path']}: {d.get('free_gib', '?')} GiB free")
+        out.print(f"disk {d['role']}: {d['path']}: {d.get('free_gib', '?')} GiB free", soft_wrap=True)
     for s in snapshots:
         pk = ", ".join(f"{k} {v}" for k, v in s["packages"].items()) or "no engine packages"
-        out.print(f"env {s['interpreter']}: Python {s['python']}; {pk}")
-    out.print(f"recorded host.probe {ids['host.probe'][:16]} and {len(snapshots)} env.snapshot")
+        out.print(f"env {s['interpreter']}: Python {s['python']}; {pk}", soft_wrap=True)
+    out.print(f"{_recorded(rec)} host.probe {ids['host.probe'][:16]} and {len(snapshots)} env.snapshot")
 
 
 @collect_app.command("kernel")
@@ -206,15 +287,16 @@ def kernel_cmd(
         print_json({"entry": eid, **payload})
         return
     if not read.readable:
-        out.print(f"kernel log not readable: {read.reason} (recorded as such)")
-    t = Table("time", "event", "device", "message")
-    for ev in payload["events"]:
-        t.add_row(ev["time"] or "", ev["kind"], ev["device"] or "", Text(ev["message"][:90]))
+        out.print(f"kernel log not readable: {read.reason} (recorded as such)", soft_wrap=True)
     if payload["events"]:
-        out.print(t)
+        print_table(
+            ("time", "event", "device", "message"),
+            [(ev["time"] or "", ev["kind"], ev["device"] or "", ev["message"]) for ev in payload["events"]],
+        )
     out.print(
         f"{len(payload['events'])} GPU event(s) from {read.source}; last reset {payload['last_reset_at']}; "
-        f"recorded kernel.log {eid[:16]}"
+        f"{_recorded(rec)} kernel.log {eid[:16]}",
+        soft_wrap=True,
     )
 
 
@@ -293,11 +375,12 @@ def model_cmd(
     else:
         out.print(
             f"{len(scan.files)} file(s), {scan.total_size / 2**20:.1f} MiB hashed in {elapsed:.2f} s "
-            f"({rate:.0f} MiB/s); layout {src.layout}; verification {payload['verification']}"
+            f"({rate:.0f} MiB/s); layout {src.layout}; verification {payload['verification']}",
+            soft_wrap=True,
         )
         for f in scan.failures:
-            err.print(f"[red]verification FAILED[/]: {f}")
-        out.print(f"recorded model.pin {eid[:16]}")
+            err.print(Text.assemble(("verification FAILED", "red"), f": {f}"), soft_wrap=True)
+        out.print(f"{_recorded(rec)} model.pin {eid[:16]}")
     return Outcome.NO if payload["verification"] == "failed" else Outcome.OK
 
 
@@ -354,6 +437,7 @@ def launch_cmd(
         env=_parse_env(env),
         grace_seconds=grace,
         attempt=attempt,
+        lease_ends_run=True,  # a ready engine stopped at the end of its lease ran as planned
     )
     run = EngineRun(spec, _work_dir(home, subj["campaign"], "launch"))
     job_id = str(uuid.uuid4())
@@ -384,7 +468,7 @@ def launch_cmd(
                 f"ready in {run.time_to_ready_s} s via {state.endpoint}"
                 + ("" if stop_when_ready else "; supervising until exit, lease end or Ctrl-C")
             )
-            while not stop_when_ready and not cancelled and run.alive() and not run.lease_expired:
+            while not stop_when_ready and not cancelled and run.alive() and run.stop_reason is None:
                 time.sleep(0.2)
         reason = "cancelled" if cancelled else ("ready" if stop_when_ready and state.ready else "finished")
         run.stop(reason)
@@ -421,25 +505,28 @@ def launch_cmd(
     if json_out:
         print_json({"job": job, "job_final": final, "engine_launch": launch_id, **payload})
     else:
-        _print_launch(payload, launch_id)
+        _print_launch(payload, launch_id, _recorded(rec))
     return Outcome.NO if failed else Outcome.OK
 
 
-def _print_launch(p: dict[str, Any], entry: str) -> None:
+def _print_launch(p: dict[str, Any], entry: str, recorded: str = "recorded") -> None:
     status = f"ready in {p['time_to_ready_s']} s ({p['ready_endpoint']})" if p["ready"] else "never ready"
     ended = f"exit {p['exit_code']}" if p["exit_code"] is not None else f"signal {p['signal']}"
     out.print(
         f"engine {p['engine']}: {status}; {ended}; stop: {p['details']['stop_reason']}"
-        + ("; lease expired" if p["lease_expired"] else "")
+        + ("; lease expired" if p["lease_expired"] else ""),
+        soft_wrap=True,
     )
     if p["failure_signature"]:
         out.print(
-            f"[red]failure signature[/]: {escape(p['failure_signature'])} — "
-            + escape(p["failure_detail"] or "")
+            Text.assemble(
+                ("failure signature", "red"), f": {p['failure_signature']} — {p['failure_detail'] or ''}"
+            ),
+            soft_wrap=True,
         )
     if p["phases"]:
-        out.print("phases: " + ", ".join(f"{k}={v}" for k, v in sorted(p["phases"].items())))
-    out.print(f"recorded engine.launch {entry[:16]}")
+        out.print("phases: " + ", ".join(f"{k}={v}" for k, v in sorted(p["phases"].items())), soft_wrap=True)
+    out.print(f"{recorded} engine.launch {entry[:16]}")
 
 
 @collect_app.command("probe")
@@ -496,22 +583,26 @@ def probe_cmd(
         eid = rec.record("health.probe", subj, r, refs=refs)
         rows.append({"entry": eid, **r})
     if json_out:
-        print_json(rows)
+        print_items(rows)
     else:
-        t = Table("check", "ok", "status", "latency ms", "detail")
+        table = []
         for r in rows:
             detail = r.get("error") or r.get("model_identity") or (r.get("text") or "")
             if r["check"] == "sequential" and r.get("details"):
                 d = r["details"]
                 detail = f"{r['count']} done, p50 {d.get('p50_ms')} ms, max {d.get('max_ms')} ms"
-            t.add_row(
-                r["check"],
-                "[green]yes[/]" if r["ok"] else "[red]no[/]",
-                str(r.get("http_status") or ""),
-                str(r.get("latency_ms") or ""),
-                Text(str(detail)[:80]),
+            table.append(
+                (
+                    r["check"],
+                    Text("yes", style="green") if r["ok"] else Text("no", style="red"),
+                    r.get("http_status") or "",
+                    r.get("latency_ms") or "",
+                    str(detail),
+                )
             )
-        out.print(t)
+        print_table(("check", "ok", "status", "latency ms", "detail"), table)
+        if getattr(rec, "spooled", None):
+            out.print(f"{len(rows)} health.probe {_recorded(rec)}")
     return Outcome.OK if all(r["ok"] for r in rows) else Outcome.NO
 
 
@@ -669,7 +760,7 @@ def run_cmd(
         c,
         rec,
         work_dir=_work_dir(home, cid, "run"),
-        log=(lambda _m: None) if json_out else (lambda m: err.print(f"[dim]{m}[/]")),
+        log=(lambda _m: None) if json_out else (lambda m: err.print(Text(m, style="dim"), soft_wrap=True)),
         policy=_harness_policy(policy),
     )
     if campaign:
@@ -681,54 +772,55 @@ def run_cmd(
     if json_out:
         print_json(result.to_json())
     else:
-        _print_summary(result)
+        _print_summary(result, _recorded(rec))
     if result.state == "cancelled" and result.exit_signal:
         return Cancelled(result.exit_signal)
     # the policy's word decides
     return Outcome.OK if (result.policy_verdict or result.verdict_hint) == "QUALIFIED" else Outcome.NO
 
 
-def _print_summary(r: CampaignResult) -> None:
+def _print_summary(r: CampaignResult, recorded: str = "recorded") -> None:
     colour = {"passed": "green", "failed": "red", "not_authorized": "yellow", "not_run": "dim"}
-    t = Table(title=f"campaign {r.campaign} — job {r.job_id} ({r.state})")
-    t.add_column("#", justify="right")
-    t.add_column("gate")
-    t.add_column("status")
-    t.add_column("reason")
-    t.add_column("evidence")
-    for i, g in enumerate(r.gates, start=1):
-        c = colour.get(g.status, "white")
-        t.add_row(str(i), g.gate, f"[{c}]{g.status}[/]", Text((g.reason or "")[:70]), str(len(g.evidence)))
-    out.print(t)
+    print_table(
+        ("#", "gate", "status", "reason", "evidence"),
+        [
+            (i, g.gate, Text(g.status, style=colour.get(g.status, "")), g.reason or "", len(g.evidence))
+            for i, g in enumerate(r.gates, start=1)
+        ],
+        title=f"campaign {r.campaign} — job {r.job_id} ({r.state})",
+    )
     if r.attempts:
-        a = Table(title="engine attempts")
-        for col in ("#", "attempt", "ready", "time to ready", "exit", "signature"):
-            a.add_column(col)
+        rows = []
         for x in r.attempts:
             ended = f"exit {x['exit_code']}" if x["exit_code"] is not None else f"signal {x['signal']}"
-            a.add_row(
-                str(x["attempt"]),
-                x["name"],
-                "yes" if x["ready"] else "no",
-                f"{x['time_to_ready_s']} s" if x["time_to_ready_s"] is not None else "—",
-                ended,
-                x["failure_signature"] or "",
+            rows.append(
+                (
+                    x["attempt"],
+                    x["name"],
+                    "yes" if x["ready"] else "no",
+                    f"{x['time_to_ready_s']} s" if x["time_to_ready_s"] is not None else "—",
+                    ended,
+                    x["failure_signature"] or "",
+                )
             )
-        out.print(a)
-    out.print(f"collector gates: {r.verdict_hint} (the collector's own view of its steps)", markup=False)
+        print_table(
+            ("#", "attempt", "ready", "time to ready", "exit", "signature"), rows, title="engine attempts"
+        )
+    out.print(f"collector gates: {r.verdict_hint} (the collector's own view of its steps)", soft_wrap=True)
     if r.policy_verdict is not None:
         out.print(
             f"policy verdict: {r.policy_verdict} (`ledger verdict --subject campaign={r.campaign}`)",
-            markup=False,
+            soft_wrap=True,
         )
     else:
         out.print(
             f"policy verdict: run `ledger verdict --subject campaign={r.campaign}` where it was recorded",
-            markup=False,
+            soft_wrap=True,
         )
     out.print(
         f"job entry {r.job_entry[:16]}, terminal entry {(r.final_entry or '')[:16]}, "
-        f"{len(r.entries)} entries recorded"
+        f"{len(r.entries)} entries {recorded}",
+        soft_wrap=True,
     )
 
 
@@ -742,14 +834,23 @@ def push(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Deliver entries and artifacts spooled while the server was unreachable, in order, exactly once."""
-    from ledger.collectors.remote import push_spool
+    from ledger.collectors.remote import push_spool, spool_size
 
-    report = push_spool(get_ledger(home), server=server, token=token)
+    ledger = get_ledger(home)
+    entries, artifacts = spool_size(ledger)
+    with progress("pushing", total=entries + artifacts, unit="items", quiet=json_out) as bar:
+        report = push_spool(ledger, server=server, token=token, progress=bar.advance)
     if json_out:
         print_json(report.to_json())
     else:
         sys.stdout.write(
             f"delivered {report.delivered} entries ({report.duplicates} already there), "
-            f"{report.artifacts} artifacts; {report.remaining} still spooled\n"
+            f"{report.artifacts} artifacts; {report.remaining} still spooled "
+            f"(and {report.remaining_artifacts} artifacts)\n"
         )
-    return Outcome.NO if report.remaining else Outcome.OK
+        if report.remaining or report.remaining_artifacts:
+            warn(
+                f"not delivered: {report.error or 'the server did not take them'}; "
+                f"run `ledger push --server {server}` again when it is reachable"
+            )
+    return Outcome.NO if report.remaining or report.remaining_artifacts else Outcome.OK

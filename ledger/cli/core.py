@@ -3,14 +3,15 @@ verify, checkpoint, proof."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from ledger.cli._common import (
     STATE,
@@ -18,10 +19,17 @@ from ledger.cli._common import (
     JsonOption,
     Outcome,
     SubjectOption,
+    err,
     get_ledger,
     get_store,
     home_path,
+    out,
+    parse_subject,
+    print_items,
     print_json,
+    print_table,
+    progress,
+    time_arg,
 )
 from ledger.errors import InputError
 
@@ -36,12 +44,33 @@ proof_app = typer.Typer(
 )
 store_app = typer.Typer(help="The artifact store.", no_args_is_help=True)
 
-err = Console(stderr=True)
-out = Console()
+
+def _roles(roles: list[str]) -> list[str]:
+    """``--role`` values, checked here so that a typo reads as one (not as a payload schema error)."""
+    from ledger.entries import ROLES
+
+    for r in roles:
+        if r not in ROLES:
+            raise InputError(f"unknown role {r!r} (choose from {', '.join(ROLES)})")
+    return roles
 
 
-def root(home: HomeOption = None) -> None:
-    # The root callback (the global ``--home``); no docstring: the app's help is its own.
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"ledger (evidence-ledger) {version('evidence-ledger')}\n")
+        raise typer.Exit()
+
+
+def root(
+    home: HomeOption = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    # The root callback (the global ``--home``, ``--version``); no docstring: the app's help is its own.
     STATE.home = home
 
 
@@ -76,7 +105,7 @@ def keys_new(
     json_out: JsonOption = False,
 ) -> None:
     """Generate a key in this home and enrol it with the given roles."""
-    rec = get_ledger().new_key(name, role, admin=admin)
+    rec = get_ledger().new_key(name, _roles(role), admin=admin)
     if json_out:
         print_json(rec.to_json())
     else:
@@ -94,7 +123,7 @@ def keys_enrol(
     json_out: JsonOption = False,
 ) -> None:
     """Enrol a public key generated elsewhere (a collector host's)."""
-    entry = get_ledger().enrol_key(name, public_key, role, admin=admin)
+    entry = get_ledger().enrol_key(name, public_key, _roles(role), admin=admin)
     if json_out:
         print_json(entry.to_json())
     else:
@@ -107,12 +136,12 @@ def keys_list(json_out: JsonOption = False) -> None:
     ring = get_ledger().keyring()
     recs = [r.to_json() for r in ring.keys.values()]
     if json_out:
-        print_json(recs)
+        print_items(recs)
         return
-    t = Table("key id", "name", "roles", "revoked at")
-    for r in recs:
-        t.add_row(r["key_id"], r["name"], ",".join(r["roles"]), r["revoked_at"] or "")
-    out.print(t)
+    print_table(
+        ("key id", "name", "roles", "revoked at"),
+        [(r["key_id"], r["name"], ",".join(r["roles"]), r["revoked_at"] or "") for r in recs],
+    )
 
 
 @keys_app.command("export")
@@ -141,15 +170,17 @@ def keys_export(
 def keys_revoke(
     name: str,
     reason: Annotated[str, typer.Option(help="Why the key is revoked.")],
-    at: Annotated[str | None, typer.Option(help="Effective time (RFC 3339); default now.")] = None,
+    at: Annotated[
+        str | None, typer.Option(help="Effective time (RFC 3339, or e.g. '2 hours ago'); default now.")
+    ] = None,
     admin: Annotated[str | None, typer.Option()] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Revoke a key from an effective time on: its earlier entries stay valid, later ones are refused."""
-    from ledger.entries import parse_time
+    from ledger.entries import parse_when
 
     entry = get_ledger().revoke_key(
-        name, reason=reason, effective_at=parse_time(at) if at else None, admin=admin
+        name, reason=reason, effective_at=parse_when(at) if at else None, admin=admin
     )
     if json_out:
         print_json(entry.to_json())
@@ -165,7 +196,7 @@ def keys_grant(
     json_out: JsonOption = False,
 ) -> None:
     """Grant more roles to an enrolled key."""
-    entry = get_ledger().grant_key(name, role, admin=admin)
+    entry = get_ledger().grant_key(name, _roles(role), admin=admin)
     if json_out:
         print_json(entry.to_json())
     else:
@@ -181,12 +212,9 @@ def kinds(json_out: JsonOption = False) -> None:
         for (k, v), m in sorted(KIND_MODELS.items())
     ]
     if json_out:
-        print_json(rows)
+        print_items(rows)
         return
-    t = Table("kind", "version", "roles")
-    for r in rows:
-        t.add_row(r["kind"], str(r["version"]), ",".join(r["roles"]))
-    out.print(t)
+    print_table(("kind", "version", "roles"), [(r["kind"], r["version"], ",".join(r["roles"])) for r in rows])
 
 
 # --- artifacts ---------------------------------------------------------------------------------------
@@ -202,31 +230,49 @@ def put(
 
     store = get_store()
     results = []
+    total = 0
     for f in files:
-        s = put_file(store, f, sha256=sha256)
-        results.append(
-            {
-                "digest": str(s.digest),
-                "size": s.size,
-                "path": str(f),
-                "sha256": s.sha256,
-                "created": s.created,
-            }
-        )
-        if not json_out:
-            sys.stdout.write(f"{s.digest}  {f}\n")
+        with contextlib.suppress(OSError):  # put_file reports it
+            total += f.stat().st_size
+    with progress("storing", total=total or None, quiet=json_out) as bar:
+        for f in files:
+            s = put_file(store, f, sha256=sha256)
+            bar.advance(s.size)
+            results.append(
+                {
+                    "digest": str(s.digest),
+                    "size": s.size,
+                    "path": str(f),
+                    "sha256": s.sha256,
+                    "created": s.created,
+                }
+            )
+            if not json_out:
+                sys.stdout.write(f"{s.digest}  {f}\n")
+                sys.stdout.flush()
     if json_out:
-        print_json(results)
+        print_items(results)
 
 
 def cat(digest: str) -> None:
     """Write an artifact's bytes to stdout, verified before a byte is written."""
     from ledger.hashing import parse_digest
 
-    with get_store().open_verified(parse_digest(digest)) as f:
+    d = parse_digest(digest)
+    store = get_store()
+    with progress("verifying", total=None) as bar, store.open_verified(d) as f:
+        bar.total(_size_of(f))
         while chunk := f.read(1024 * 1024):
             sys.stdout.buffer.write(chunk)
+            bar.advance(len(chunk))
     sys.stdout.buffer.flush()
+
+
+def _size_of(f: Any) -> int | None:
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 @store_app.command("gc")
@@ -292,15 +338,15 @@ def record(
         list[str] | None, typer.Option(help="REL=ENTRY_ID (repeatable), e.g. supersedes=…")
     ] = None,
     collected_at: Annotated[
-        str | None, typer.Option(help="RFC 3339 time the evidence was collected.")
+        str | None, typer.Option(help="Time the evidence was collected (RFC 3339, or e.g. '10 min ago').")
     ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Sign and append one entry; artifacts are stored first, then the entry refers to them."""
     from ledger.entries import ArtifactRef
     from ledger.hashing import parse_digest
-    from ledger.service import parse_subject_args
 
+    subj = parse_subject(subject)
     ledger = get_ledger()
     payload = _read_data(data)
     if not isinstance(payload, dict):
@@ -316,12 +362,12 @@ def record(
         arts.append(ledger.artifact_ref(name, Path(value), by_reference=True))
     entry = ledger.record(
         kind,
-        parse_subject_args(subject or []),
+        subj,
         payload,
         key=key,
         artifacts=arts,
         refs=_parse_pairs(ref, "--ref"),
-        collected_at=collected_at,
+        collected_at=time_arg(collected_at),
     )
     receipt = ledger.receipt(entry)
     ledger.keep_receipts([receipt])  # `ledger audit` checks the entry is still there, as it was received
@@ -331,19 +377,22 @@ def record(
         sys.stdout.write(f"{entry.entry_id}  seq={entry.seq}  {entry.kind}\n")
 
 
-def _entry_table(entries: list[LoggedEntry], names: dict[str, str]) -> Table:
-    t = Table("seq", "id", "kind", "subject", "signer", "collected at")
-    for e in entries:
-        subj = " ".join(f"{k}={v}" for k, v in sorted(e.statement.subject.items()))
-        t.add_row(
-            str(e.seq),
-            e.entry_id[:16],
-            e.kind,
-            subj,
-            names.get(e.signer, e.signer[:12]),
-            e.statement.collected_at,
-        )
-    return t
+def _print_entries(entries: list[LoggedEntry], names: dict[str, str]) -> None:
+    piped = not sys.stdout.isatty()  # a pipe gets the whole id, a terminal a readable prefix
+    print_table(
+        ("seq", "id", "kind", "subject", "signer", "collected at"),
+        [
+            (
+                e.seq,
+                e.entry_id if piped else e.entry_id[:16],
+                e.kind,
+                " ".join(f"{k}={v}" for k, v in sorted(e.statement.subject.items())),
+                names.get(e.signer, e.signer[:12]),
+                e.statement.collected_at,
+            )
+            for e in entries
+        ],
+    )
 
 
 def show(
@@ -361,44 +410,52 @@ def show(
     if json_out:
         print_json(data)
         return
+
+    def line(label: str, value: str) -> None:
+        out.print(Text.assemble((label, "bold"), value), soft_wrap=True)
+
     for k in ("id", "seq", "kind", "signer_name", "signer", "collected_at", "logged_at"):
-        out.print(f"[bold]{k}[/]: {data[k]}")
-    out.print("[bold]subject[/]: " + " ".join(f"{k}={v}" for k, v in sorted(data["subject"].items())))
+        line(f"{k}: ", str(data[k]))
+    line("subject: ", " ".join(f"{k}={v}" for k, v in sorted(data["subject"].items())))
     for r in data["refs"]:
-        out.print(f"[bold]ref[/] {r['rel']} → {r['id']}")
+        line("ref ", f"{r['rel']} → {r['id']}")
     for a in data["artifacts"]:
         where = "stored" if a.get("stored", True) else f"by reference {a.get('path')}"
-        out.print(f"[bold]artifact[/] {a['name']}: {a['digest']} ({a['size']} bytes, {where})")
-    out.print_json(json.dumps(data["payload"]))
+        line("artifact ", f"{a['name']}: {a['digest']} ({a['size']} bytes, {where})")
+    out.file.flush()
+    # the payload verbatim: indented JSON, no highlighting
+    sys.stdout.write(json.dumps(data["payload"], indent=2, ensure_ascii=False) + "\n")
 
 
 def log_cmd(
     subject: SubjectOption = None,
     kind: Annotated[str | None, typer.Option(help="Kind, or a prefix ending in * (key.*).")] = None,
     signer: Annotated[str | None, typer.Option(help="Key name or id.")] = None,
-    since: Annotated[str | None, typer.Option(help="Logged at or after (RFC 3339).")] = None,
-    until: Annotated[str | None, typer.Option(help="Logged before (RFC 3339).")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Logged at or after: RFC 3339, 'yesterday', '2 hours ago' …")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Logged before (same forms as --since).")] = None,
     after: Annotated[int | None, typer.Option(help="Keyset cursor: entries after this seq.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many entries.")] = 100,
     json_out: JsonOption = False,
 ) -> None:
     """List entries by subject fields, kind, signer and time, in sequence order."""
-    from ledger.service import parse_subject_args
-
+    subj = parse_subject(subject)
     ledger = get_ledger()
     entries = ledger.query(
-        subject=parse_subject_args(subject or []),
+        subject=subj,
         kind=kind,
         signer=signer,
-        since=since,
-        until=until,
+        since=time_arg(since),
+        until=time_arg(until),
         after_seq=after,
         limit=limit,
     )
     if json_out:
-        print_json(ledger.page_json(entries, limit))
+        page = ledger.page_json(entries, limit)
+        print_items(page["entries"], page["next_after"])
     else:
-        out.print(_entry_table(entries, ledger.signer_names()))
+        _print_entries(entries, ledger.signer_names())
 
 
 # --- integrity -----------------------------------------------------------------------------------------
@@ -419,17 +476,18 @@ def verify(
     from ledger.service import Ledger
 
     ledger = Ledger.open(home_path(), database_url=database_url) if database_url else get_ledger()
-    report = ledger.verify(artifacts=artifacts, workers=workers)
+    with progress("verifying the ledger", unit="entries", quiet=json_out):
+        report = ledger.verify(artifacts=artifacts, workers=workers)
     if json_out:
         print_json(report.to_json())
     else:
         for p in report.problems:
             where = f"seq {p.seq} {p.id[:16] if p.id else ''}" if p.seq is not None else "ledger"
-            err.print(f"[red]problem[/] [{p.code}] {where}: {p.message}")
+            err.print(Text.assemble(("problem", "red"), f" [{p.code}] {where}: {p.message}"), soft_wrap=True)
         status = "ok" if report else f"{len(report.problems)} problem(s)"
-        out.print(
+        sys.stdout.write(
             f"{status}: {report.size} entries, root {report.root[:16]}…, "
-            f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints"
+            f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints\n"
         )
     return Outcome.OK if report else Outcome.NO
 
@@ -535,14 +593,17 @@ def checkpoint(
 def proof_inclusion(
     entry_id: str,
     size: Annotated[int | None, typer.Option(help="Tree size of the checkpoint (default: current).")] = None,
+    json_out: JsonOption = False,
 ) -> None:
-    """Inclusion proof of an entry against a signed checkpoint (JSON)."""
+    """Inclusion proof of an entry against a signed checkpoint (JSON; `--json` is accepted)."""
     print_json(get_ledger().inclusion(entry_id, size=size))
 
 
 @proof_app.command("consistency")
-def proof_consistency(old_size: int, new_size: Annotated[int | None, typer.Argument()] = None) -> None:
-    """Consistency proof between two tree sizes, with both signed checkpoints (JSON)."""
+def proof_consistency(
+    old_size: int, new_size: Annotated[int | None, typer.Argument()] = None, json_out: JsonOption = False
+) -> None:
+    """Consistency proof between two tree sizes, with both signed checkpoints (JSON; `--json` is accepted)."""
     print_json(get_ledger().consistency(old_size, new_size))
 
 
@@ -571,7 +632,26 @@ def proof_verify(
     if json_out:
         print_json(result)
     else:
-        out.print(f"proof ok: {result['detail']}")
+        sys.stdout.write(f"proof ok: {result['detail']}\n")
+
+
+# --- shell completion --------------------------------------------------------------------------------
+
+
+def completion(
+    shell: Annotated[str, typer.Argument(help="bash, zsh, fish or powershell.")],
+) -> None:
+    """Print the shell completion script, e.g. `eval "$(ledger completion bash)"` in ~/.bashrc.
+
+    (`ledger --install-completion` installs it for the shell it detects.)
+    """
+    from typer._completion_shared import get_completion_script
+
+    shells = ("bash", "zsh", "fish", "powershell")
+    if shell not in shells:
+        raise InputError(f"unknown shell {shell!r} (choose from {', '.join(shells)})")
+    sys.stdout.write(get_completion_script(prog_name="ledger", complete_var="_LEDGER_COMPLETE", shell=shell))
+    sys.stdout.write("\n")
 
 
 # --- review, acceptance, supersession: one command each, over Ledger.record ---------------------------
@@ -659,6 +739,7 @@ def register(app: typer.Typer) -> None:
     app.command()(checkpoint)
     app.command()(audit)
     app.command()(migrate)
+    app.command()(completion)
     app.add_typer(keys_app, name="keys")
     app.add_typer(store_app, name="store")
     app.add_typer(proof_app, name="proof")

@@ -7,16 +7,23 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from ledger.cli._common import HomeOption, JsonOption, Outcome, SubjectOption, get_ledger, print_json
+from ledger.cli._common import (
+    HomeOption,
+    JsonOption,
+    Outcome,
+    SubjectOption,
+    err,
+    get_ledger,
+    out,
+    parse_subject,
+    print_items,
+    print_json,
+    print_table,
+)
 
 __all__ = ["register"]
-
-out = Console()
-err = Console(stderr=True)
 
 PolicyOption = Annotated[
     str | None,
@@ -44,9 +51,8 @@ policy_app = typer.Typer(help="Policy files: list, show, run their fixture tests
 
 def _subject(items: list[str] | None) -> dict[str, str]:
     from ledger.errors import InputError
-    from ledger.service import parse_subject_args
 
-    subject = parse_subject_args(items or [])
+    subject = parse_subject(items)
     if not subject:
         raise InputError("name the subject: --subject campaign=NAME (repeatable FIELD=VALUE)")
     return subject
@@ -55,32 +61,45 @@ def _subject(items: list[str] | None) -> dict[str, str]:
 def _render_verdict(result: dict[str, Any]) -> None:
     colour = {"qualified": "green", "inconclusive": "yellow"}.get(result["status"], "red")
     subj = " ".join(f"{k}={v}" for k, v in sorted(result["subject"].items()))
-    out.print(Text(result["verdict"], style=f"bold {colour}"), Text(subj))
+    out.print(Text(result["verdict"], style=f"bold {colour}"), Text(subj), soft_wrap=True)
     pol = result["policy"]
     out.print(
         f"policy {pol['name']} {pol['digest'][:23]}…  checkpoint size {result['checkpoint']['size']} "
-        f"root {result['checkpoint']['root'][:16]}…  reference time {result['reference_time']}"
+        f"root {result['checkpoint']['root'][:16]}…  reference time {result['reference_time']}",
+        soft_wrap=True,
     )
-    t = Table("gate", "status", "evidence", "reason", title="gates")
-    for g in result["gates"]:
-        style = {"passed": "green", "failed": "red", "missing": "yellow"}.get(g["status"], "dim")
-        t.add_row(g["name"], f"[{style}]{g['status']}[/]", str(len(g["evidence"])), Text(g["reason"]))
-    out.print(t)
+    styles = {"passed": "green", "failed": "red", "missing": "yellow"}
+    print_table(
+        ("gate", "status", "evidence", "reason"),
+        [
+            (
+                g["name"],
+                Text(g["status"], style=styles.get(g["status"], "dim")),
+                len(g["evidence"]),
+                g["reason"],
+            )
+            for g in result["gates"]
+        ],
+        title="gates",
+    )
     if result["used"]:
         out.print(
             f"used ({len(result['used'])}): "
             + " ".join(i[:12] for i in result["used"][:40])
-            + (" …" if len(result["used"]) > 40 else "")
+            + (" …" if len(result["used"]) > 40 else ""),
+            soft_wrap=True,
         )
     if result["rejected"]:
-        rt = Table("entry", "kind", "rule", "detail", title="rejected evidence")
-        for r in result["rejected"]:
-            rt.add_row(r["entry"][:12], Text(r["kind"]), r["rule"], Text(r["detail"]))
-        out.print(rt)
+        print_table(
+            ("entry", "kind", "rule", "detail"),
+            [(r["entry"][:12], r["kind"], r["rule"], r["detail"]) for r in result["rejected"]],
+            title="rejected evidence",
+        )
     if result["not_credited"]:
         out.print(
             "not credited (gate not authorized): "
-            + ", ".join(f"{x['entry'][:12]} ({x['gate']})" for x in result["not_credited"])
+            + ", ".join(f"{x['entry'][:12]} ({x['gate']})" for x in result["not_credited"]),
+            soft_wrap=True,
         )
 
 
@@ -142,15 +161,23 @@ def verdict_replay(
         print_json({k: v for k, v in report.items() if k != "result"})
     elif report["same"]:
         out.print(
-            f"[green]same[/]: {report['recorded']['verdict']} at checkpoint size "
-            f"{report['recorded']['checkpoint']['size']}, byte-identical result"
+            Text.assemble(
+                ("same", "green"),
+                f": {report['recorded']['verdict']} at checkpoint size "
+                f"{report['recorded']['checkpoint']['size']}, byte-identical result",
+            ),
+            soft_wrap=True,
         )
     else:
         out.print(
-            f"[red]differs[/]: recorded {report['recorded']['verdict']}, now {report['current']['verdict']}"
+            Text.assemble(
+                ("differs", "red"),
+                f": recorded {report['recorded']['verdict']}, now {report['current']['verdict']}",
+            ),
+            soft_wrap=True,
         )
         for d in report["differences"]:
-            out.print(f"  - {d}")
+            out.print(f"  - {d}", soft_wrap=True)
     return Outcome.OK if report["same"] else Outcome.NO
 
 
@@ -172,7 +199,9 @@ def check_routing_change_cmd(
     ] = None,
     policy: PolicyOption = None,
     policy_dir: PolicyDirOption = None,
-    now: Annotated[str | None, typer.Option(help="Judge as of this time (RFC 3339; default: now).")] = None,
+    now: Annotated[
+        str | None, typer.Option(help="Judge as of this time (RFC 3339, or e.g. '1 hour ago'; default: now).")
+    ] = None,
     record: Annotated[
         bool, typer.Option("--record", help="Append the decision as a signed routing.change entry.")
     ] = False,
@@ -181,7 +210,7 @@ def check_routing_change_cmd(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Allow (exit 0) or refuse (exit 1, with reasons) a production routing change."""
-    from ledger.entries import parse_time
+    from ledger.entries import parse_when
     from ledger.policy.routing import load_deployment
     from ledger.service import Ledger
 
@@ -189,17 +218,17 @@ def check_routing_change_cmd(
     pol = Ledger.load_policy(policy or "routing-change", policy_dir)
     dep = load_deployment(deployment) if deployment else None
     led = get_ledger(home)
-    result = led.check_routing(subj, pol, action=action, deployment=dep, now=parse_time(now) if now else None)
+    result = led.check_routing(subj, pol, action=action, deployment=dep, now=parse_when(now) if now else None)
     if record:
         result["recorded"] = led.record_routing_change(result, key=key).entry_id
     if json_out:
         print_json(result)
-    elif result["allowed"]:
-        out.print(f"[green]allowed[/]: {action} " + " ".join(f"{k}={v}" for k, v in sorted(subj.items())))
     else:
-        out.print(f"[red]refused[/]: {action} " + " ".join(f"{k}={v}" for k, v in sorted(subj.items())))
-        for r in result["reasons"]:
-            out.print(f"  - {r}", markup=False)
+        word, style = ("allowed", "green") if result["allowed"] else ("refused", "red")
+        shown = " ".join(f"{k}={v}" for k, v in sorted(subj.items()))
+        out.print(Text.assemble((word, style), f": {action} {shown}"), soft_wrap=True)
+        for r in result["reasons"] if not result["allowed"] else []:
+            out.print(f"  - {r}", soft_wrap=True)
     return Outcome.OK if result["allowed"] else Outcome.NO
 
 
@@ -222,12 +251,12 @@ def policy_list(policy_dir: PolicyDirOption = None, json_out: JsonOption = False
             }
         )
     if json_out:
-        print_json(rows)
+        print_items(rows)
         return
-    t = Table("name", "kind", "fixtures", "digest")
-    for r in rows:
-        t.add_row(r["name"], r["kind"], str(r["fixtures"]), r["digest"])
-    out.print(t)
+    print_table(
+        ("name", "kind", "fixtures", "digest"),
+        [(r["name"], r["kind"], r["fixtures"], r["digest"]) for r in rows],
+    )
 
 
 @policy_app.command("show")
@@ -248,7 +277,7 @@ def policy_show(name: str, policy_dir: PolicyDirOption = None, json_out: JsonOpt
             }
         )
     else:
-        out.print(f"# {pol.path}  {pol.digest}", markup=False, highlight=False)
+        out.print(f"# {pol.path}  {pol.digest}", soft_wrap=True)
         sys.stdout.write(pol.data.decode("utf-8"))
 
 
@@ -263,16 +292,19 @@ def policy_test(
 
     results = Ledger.policy_test(names, policy_dir)
     if json_out:
-        print_json([r.to_json() for r in results])
+        print_items([r.to_json() for r in results])
     else:
-        t = Table("fixture", "result", "detail")
-        for r in results:
-            t.add_row(
-                f"{r.policy}/{r.name}",
-                "[green]pass[/]" if r.passed else "[red]FAIL[/]",
-                "\n".join(r.failures) if r.failures else r.description,
-            )
-        out.print(t)
+        print_table(
+            ("fixture", "result", "detail"),
+            [
+                (
+                    f"{r.policy}/{r.name}",
+                    Text("pass", style="green") if r.passed else Text("FAIL", style="red"),
+                    "\n".join(r.failures) if r.failures else r.description,
+                )
+                for r in results
+            ],
+        )
         out.print(f"{sum(r.passed for r in results)}/{len(results)} fixtures pass")
     return Outcome.OK if results and all(r.passed for r in results) else Outcome.NO
 

@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 from typing import Annotated
 
 import typer
 
-from ledger.cli._common import HomeOption, JsonOption, get_ledger, home_path, print_json
+from ledger.cli._common import HomeOption, JsonOption, get_ledger, home_path, print_items, print_json
+from ledger.errors import PortInUseError
 
 __all__ = ["serve", "tokens_app"]
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """Bind and release the address first, so a busy port is one clear error (exit 2), not uvicorn's."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise PortInUseError(f"cannot listen on {host}:{port}: {e.strerror}", hint="check --host") from e
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise PortInUseError(f"port {port} on {host} is already in use") from e
+            raise PortInUseError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+
 
 tokens_app = typer.Typer(
     help="API bearer tokens (reader, writer, admin), stored hashed.", no_args_is_help=True
@@ -20,7 +41,7 @@ tokens_app = typer.Typer(
 def serve(
     home: HomeOption = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port (1..65535).")] = 8000,
     database_url: Annotated[str | None, typer.Option(help="Database URL (default: the home's).")] = None,
     store: Annotated[
         str | None, typer.Option(help="Artifact store: a folder or s3://bucket/prefix (default: the home's).")
@@ -52,6 +73,7 @@ def serve(
     opened = get_ledger(path)  # refuse early when there is no ledger here
     described = opened.describe()
     opened.close()
+    _check_bindable(host, port)
     settings = ApiSettings(
         home=str(path),
         database_url=database_url,
@@ -125,7 +147,7 @@ def tokens_list(json_out: JsonOption = False) -> None:
     """Tokens by name and role (never their values)."""
     recs = [t.to_json() for t in get_ledger().list_tokens()]
     if json_out:
-        print_json(recs)
+        print_items(recs)
         return
     for r in recs:
         state = f"revoked {r['revoked_at']}" if r["revoked_at"] else "live"
@@ -140,7 +162,7 @@ def tokens_revoke(
     """Revoke tokens: requests with them are refused from now on."""
     recs = get_ledger().revoke_token(name)
     if json_out:
-        print_json([r.to_json() for r in recs])
+        print_items([r.to_json() for r in recs])
     else:
         for r in recs:
             sys.stdout.write(f"revoked token {r.id} {r.name}\n")

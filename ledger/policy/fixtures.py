@@ -361,4 +361,3 @@ class _home:
     def __exit__(self, *exc: object) -> None:
         if self.tmp is not None:
             self.tmp.cleanup()
-

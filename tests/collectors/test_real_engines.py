@@ -181,7 +181,7 @@ def test_llamacpp_launch_then_probe_structured_passes(home: Path) -> None:
             "--json",
         )
         assert r.returncode == 1, r.stderr  # the READY control fails: the tiny model answers gibberish
-        probes = {p["check"]: p for p in json.loads(r.stdout)}
+        probes = {p["check"]: p for p in json.loads(r.stdout)["items"]}
         assert probes["health"]["ok"] is True
         assert probes["models"]["ok"] is True
         assert probes["completion"]["ok"] is False

@@ -208,7 +208,7 @@ def test_routing_change_exit_codes(build, cli, tmp_path: Path) -> None:
 def test_policy_test_and_list(cli, policy_copy: Path) -> None:
     r = cli("policy", "list", "--json")
     assert r.code == 0
-    assert {p["name"] for p in json.loads(r.out)} >= {
+    assert {p["name"] for p in json.loads(r.out)["items"]} >= {
         "backend-qualification",
         "evidence-acceptance",
         "routing-change",
@@ -235,7 +235,7 @@ def test_policy_test_fails_when_an_expectation_is_wrong(cli, policy_copy: Path) 
     )
     r = cli("policy", "test", "--policy-dir", str(policy_copy), "--json")
     assert r.code == 1
-    failures = json.loads(r.out)[0]["failures"]
+    failures = json.loads(r.out)["items"][0]["failures"]
     assert any("expected 'QUALIFIED'" in f for f in failures)
 
 

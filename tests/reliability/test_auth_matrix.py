@@ -55,7 +55,7 @@ Request = Callable[[Ctx], dict[str, Any]]  # → kwargs of httpx.Client.request 
 
 @dataclass(frozen=True)
 class Rule:
-    access: str  # "public" | "read" | "write"
+    access: str  # "public" | "read" | "write" | "admin"
     path: Callable[[Ctx], str]
     request: Request = lambda _ctx: {}
     ok: frozenset[int] = frozenset({200})
@@ -75,6 +75,13 @@ def _envelope(ctx: Ctx) -> dict[str, Any]:
         )
     key = "revoked1" if ctx.caller == "revoked-key" else "collector1"
     return ctx.dep.sign("note", {"campaign": "auth"}, {"text": tag}, key=key)
+
+
+def _new_collector_key(_ctx: Ctx) -> dict[str, Any]:
+    from ledger.signing import SigningKey
+
+    name = f"host-{secrets.token_hex(4)}"
+    return {"json": {"name": name, "public_key": SigningKey.generate(name).public.b64}}
 
 
 def _upload(ctx: Ctx) -> dict[str, Any]:
@@ -99,6 +106,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/health"): Rule("public", _fixed("/v1/health")),
     ("GET", "/metrics"): Rule("public", _fixed("/metrics")),  # decision: scrapers need no token
     ("GET", "/v1/keys"): Rule("read", _fixed("/v1/keys")),
+    ("POST", "/v1/keys"): Rule("admin", _fixed("/v1/keys"), _new_collector_key, frozenset({201})),
     ("GET", "/v1/subjects"): Rule("read", _fixed("/v1/subjects")),
     ("GET", "/v1/entries"): Rule("read", _fixed("/v1/entries?limit=5")),
     ("GET", ENTRY): Rule("read", lambda c: f"/v1/entries/{c.entry_id}"),
@@ -178,6 +186,8 @@ def expected(rule: Rule, caller: str, *, public_reads: bool) -> frozenset[int] |
         return rule.ok if rule.access == "read" and public_reads else frozenset({401})
     if rule.access == "read":
         return rule.ok
+    if rule.access == "admin":
+        return rule.ok if caller == "admin" else frozenset({403})
     return rule.ok if caller in ("writer", "admin") else frozenset({403})
 
 

@@ -86,7 +86,7 @@ def test_symlink_to_regular_file_is_followed_and_stored_by_content(ready, tmp_pa
     link.symlink_to(blob)
     r = ready("put", str(link), "--json")
     assert r.code == 0, r.err
-    digest = r.json()[0]["digest"]
+    digest = r.json()["items"][0]["digest"]
     assert ready("cat", digest).out == "safetensors bytes"
 
 

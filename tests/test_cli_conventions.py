@@ -1,0 +1,264 @@
+"""CLI conventions (issue 13): version, completion, one --json shape, one-line errors, verbatim and piped
+output, relative times, subject-field warnings, option validation, spooled entries and key enrolment."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ledger.entries import parse_when
+from ledger.errors import InputError
+from ledger.service import Ledger
+from tests.api.conftest import LEDGER_BIN, free_port, start_server
+
+
+def _note(cli: Any, text: str, campaign: str = "c1") -> dict[str, Any]:
+    r = cli(
+        "record",
+        "note",
+        "--key",
+        "admin",
+        "-s",
+        f"campaign={campaign}",
+        "--data",
+        json.dumps({"text": text}),
+        "--json",
+    )
+    assert r.code == 0, r.err
+    return dict(r.json())
+
+
+def test_version_and_completion(cli: Any) -> None:
+    r = cli("--version")
+    assert r.code == 0 and r.out.startswith("ledger (evidence-ledger) ")
+    shown = subprocess.run(
+        [LEDGER_BIN, "completion", "bash"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home())},
+    )
+    assert shown.returncode == 0 and "_LEDGER_COMPLETE" in shown.stdout, shown.stderr
+    completed = subprocess.run(
+        [LEDGER_BIN],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "_LEDGER_COMPLETE": "complete_bash",
+            "COMP_WORDS": "ledger ke",
+            "COMP_CWORD": "1",
+        },
+    )
+    assert completed.stdout.split() == ["keys"], completed.stderr
+
+
+def test_every_list_read_has_one_json_shape(cli: Any, tmp_path: Path) -> None:
+    assert cli("init").code == 0
+    e = _note(cli, "first")
+    assert cli("tokens", "new", "readers", "--role", "reader").code == 0
+    f = tmp_path / "a.txt"
+    f.write_text("x")
+    for args in (
+        ("log",),
+        ("keys", "list"),
+        ("put", str(f)),
+        ("tokens", "list"),
+        ("policy", "list"),
+        ("kinds",),
+    ):
+        r = cli(*args, "--json")
+        assert r.code == 0, (args, r.err)
+        doc = r.json()
+        assert set(doc) == {"items", "next"}, args
+        assert isinstance(doc["items"], list) and doc["items"], args
+    page = cli("log", "--limit", "1", "--json").json()
+    assert page["next"] == 0  # the keyset cursor: pass it as --after
+    assert cli("log", "--after", str(page["next"]), "--json").json()["items"][0]["id"] == e["id"]
+    # single-object reads stay objects; proof inclusion accepts --json
+    proof = cli("proof", "inclusion", e["id"], "--json")
+    assert proof.code == 0 and isinstance(proof.json(), dict) and "checkpoint" in json.dumps(proof.json())
+    assert cli("show", e["id"], "--json").json()["id"] == e["id"]
+
+
+def test_errors_are_one_line_or_json(cli: Any) -> None:
+    r = cli("show", "0123456789", "--json")
+    assert r.code == 2
+    err = json.loads(r.err)["error"]
+    assert set(err) == {"code", "message", "hint"} and err["code"] == "home-not-initialised"
+    assert cli("init").code == 0
+    usage = cli("keys", "new", "x", "--rol", "collector")
+    assert usage.code == 2
+    assert usage.err.count("\n") == 1 and usage.err.startswith("error[usage]: No such option: --rol")
+    assert "╭" not in usage.err
+    missing = cli("log", "--limit", "many", "--json")
+    assert missing.code == 2 and json.loads(missing.err)["error"]["code"] == "usage"
+    role = cli("keys", "new", "x", "--role", "colector")
+    assert role.code == 2
+    assert role.err.strip() == (
+        "error[bad-input]: unknown role 'colector' (choose from collector, reviewer, operator, admin)"
+    )
+
+
+def test_serve_port_validation_and_busy_port(cli: Any) -> None:
+    assert cli("init").code == 0
+    r = cli("serve", "--port", "80000")
+    assert r.code == 2 and r.err.startswith("error[usage]: Invalid value for '--port'")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        r = cli("serve", "--port", str(busy))
+    assert r.code == 2
+    assert r.err.startswith(f"error[port-in-use]: port {busy} on 127.0.0.1 is already in use")
+
+
+def test_ambiguous_prefix_lists_candidates(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = ["abcdef01" + "0" * 56, "abcdef01" + "1" * 56]
+    monkeypatch.setattr(ledger.repo, "ids_with_prefix", lambda prefix, limit=2: ids)
+    with pytest.raises(InputError) as e:
+        ledger.resolve_id("abcdef01")
+    assert ids[0][:16] in e.value.message and ids[1][:16] in e.value.message
+
+
+def test_piped_output_is_tab_separated_and_verbatim(cli: Any) -> None:
+    assert cli("init").code == 0
+    text = "[red]not markup[/] 0xdeadbeef 127.0.0.1 " + "long " * 40
+    e = _note(cli, text)
+    logged = cli("log", "-s", "campaign=c1")
+    assert logged.code == 0
+    [row] = logged.out.splitlines()
+    cols = row.split("\t")
+    assert cols[1] == e["id"] and cols[2] == "note" and "campaign=c1" in cols[3]
+    assert not set("│┃━─╭") & set(logged.out)
+    shown = cli("show", e["id"])
+    assert text in shown.out and "\x1b[" not in shown.out
+
+
+def test_relative_times_and_subject_warnings(cli: Any) -> None:
+    now = datetime(2026, 9, 9, 12, 0, tzinfo=UTC)
+    assert parse_when("yesterday", now) == datetime(2026, 9, 8, tzinfo=UTC)
+    assert parse_when("2 hours ago", now) == now - timedelta(hours=2)
+    assert parse_when("2026-09-09T09:00:00+0200") == datetime(2026, 9, 9, 7, tzinfo=UTC)
+    with pytest.raises(InputError):
+        parse_when("the day before")
+    assert cli("init").code == 0
+    e = _note(cli, "x")
+    assert [
+        i["id"] for i in cli("log", "--since", "yesterday", "--kind", "note", "--json").json()["items"]
+    ] == [e["id"]]
+    assert cli("log", "--since", "2 hours ago", "--kind", "note", "--json").json()["items"]
+    assert cli("log", "--until", "1 hour ago", "--kind", "note", "--json").json()["items"] == []
+    bad = cli("log", "--since", "last blue moon")
+    assert bad.code == 2 and bad.err.startswith("error[bad-input]: cannot read time")
+    typo = cli("log", "-s", "campain=c1")
+    assert typo.code == 0
+    assert "warning: unknown subject field 'campain' (known: campaign, backend," in typo.err
+
+
+def test_unreachable_server_says_spooled_and_push_reports_what_is_left(cli: Any, tmp_path: Path) -> None:
+    assert cli("init").code == 0
+    klog = tmp_path / "kernel.log"
+    klog.write_text("[    1.0] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus\n")
+    url = f"http://127.0.0.1:{free_port()}"
+    r = cli("collect", "kernel", "--file", str(klog), "--campaign", "c1", "--server", url, "--token", "t")
+    assert r.code == 0, r.err
+    assert "recorded" not in r.out and "spooled (not yet on the server) kernel.log" in r.out
+    assert "only spooled, not recorded on" in r.err and f"ledger push --server {url}" in r.err
+    pushed = cli("push", "--server", url, "--token", "t", "--json")
+    assert pushed.code == 1
+    report = pushed.json()
+    assert report["remaining"] == 1 and report["remaining_artifacts"] == 1 and report["error"]
+
+
+def test_collect_enrol_registers_the_host_key_on_the_server(tmp_path: Path) -> None:
+    server_home = tmp_path / "server"
+    srv_ledger = Ledger.init(server_home)
+    admin = srv_ledger.create_token("ops", "admin")[0]
+    writer = srv_ledger.create_token("gpu-hosts", "writer")[0]
+    srv_ledger.close()
+    server = start_server(server_home)
+    host_home = tmp_path / "gpu-host"
+    try:
+
+        def ledger(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [LEDGER_BIN, *args, "--home", str(host_home)], capture_output=True, text=True, check=False
+            )
+
+        refused = ledger("collect", "enrol", "--server", server.url, "--token", writer)
+        assert refused.returncode == 2 and "error[forbidden]" in refused.stderr
+        r = ledger("collect", "enrol", "--server", server.url, "--token", admin, "--name", "gpu01", "--json")
+        assert r.returncode == 0, r.stderr
+        rec = json.loads(r.stdout)
+        assert rec["created"] is True and rec["roles"] == ["collector"] and rec["name"] == "gpu01"
+        again = ledger("collect", "enrol", "--server", server.url, "--token", admin, "--name", "gpu01")
+        assert again.returncode == 0 and again.stdout.startswith("already enrolled gpu01")
+        renamed = ledger("collect", "enrol", "--server", server.url, "--token", admin, "--name", "other")
+        assert renamed.returncode == 2 and "already enrolled as 'gpu01'" in renamed.stderr
+        auth = {"Authorization": f"Bearer {admin}"}
+        for body in (
+            {"name": "x", "public_key": "!!"},
+            {"name": "x"},
+            {"name": "x y", "public_key": rec["public_key"]},
+        ):
+            bad = httpx.post(f"{server.url}/v1/keys", json=body, headers=auth, timeout=10)
+            assert 400 <= bad.status_code < 500, (body, bad.status_code, bad.text)
+        klog = tmp_path / "kernel.log"
+        klog.write_text("nothing\n")
+        sent = ledger(
+            "collect", "kernel", "--file", str(klog), "-c", "c1", "--server", server.url, "--token", writer
+        )
+        assert sent.returncode == 0, sent.stderr
+        assert "recorded kernel.log" in sent.stdout and "spooled" not in sent.stderr
+    finally:
+        server.stop()
+    served = Ledger.open(server_home)
+    try:
+        kinds = [e.kind for e in served.query(subject={"campaign": "c1"}, limit=10)]
+    finally:
+        served.close()
+    assert kinds == ["kernel.log"]
+
+
+def test_healthy_launch_stopped_at_lease_end_succeeds(tmp_path: Path) -> None:
+    """A launch that became ready and was stopped by the collector when its lease ended ran as planned."""
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "LEDGER_HOME": str(home)}
+    assert subprocess.run([LEDGER_BIN, "init"], env=env, capture_output=True, check=False).returncode == 0
+    port = free_port()
+    engine = Path(__file__).resolve().parent / "engines" / "fault_engine.py"
+    r = subprocess.run(
+        [LEDGER_BIN, "collect", "launch", "--engine", "vllm", "--ready-url", f"http://127.0.0.1:{port}",
+         "--lease", "6", "--grace", "2", "--campaign", "c1", "--json",
+         "--", sys.executable, str(engine), "--port", str(port), "--mode", "ok", "--flavor", "vllm",
+         "--load-seconds", "0.2"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    launch = json.loads(r.stdout)
+    assert launch["ready"] is True and launch["failure_signature"] is None
+    assert launch["details"]["stop_reason"] == "lease-end" and launch["lease_expired"] is False
+    jobs = [
+        e["payload"]["state"]
+        for e in json.loads(
+            subprocess.run(
+                [LEDGER_BIN, "log", "--kind", "job", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )["items"]
+    ]
+    assert jobs == ["running", "succeeded"]
