@@ -38,7 +38,7 @@ class ArtifactInfo:
 
 
 def artifact_info(ledger: Ledger, digest: str) -> ArtifactInfo | None:
-    for _seq, entry_id in ledger.repo.with_artifact(digest)[:1]:
+    for _seq, entry_id in ledger.entries_with_artifact(digest)[:1]:
         entry = ledger.get(entry_id)
         for a in entry.statement.artifacts:
             if a.digest == digest:

@@ -288,7 +288,7 @@ def entry_page(request: Request, ledger: LedgerDep, _who: Reader, entry_id: str)
 def _failure_lines(ledger: Ledger, digest: str) -> list[str]:
     """The failure details of the launches that recorded this artifact (the lines to highlight)."""
     out = []
-    for _seq, eid in ledger.repo.with_artifact(digest)[:20]:
+    for _seq, eid in ledger.entries_with_artifact(digest)[:20]:
         e = ledger.get(eid)
         detail = e.statement.payload.get("failure_detail") if e.kind == "engine.launch" else None
         if isinstance(detail, str) and detail.strip():
@@ -328,7 +328,7 @@ async def log_viewer(
 def host_page(request: Request, ledger: LedgerDep, _who: Reader, host: str) -> HTMLResponse:
     """A host: its latest probe (OS, GPUs, driver), and the campaigns whose evidence names it."""
     probes = ledger.query(subject={"host": host}, kind="host.probe", descending=True, limit=20)
-    campaigns = ledger.repo.co_subjects("host", host, "campaign")
+    campaigns = ledger.co_subjects("host", host, "campaign")
     if not probes and not campaigns:
         raise EntryNotFoundError(f"no entry names host={host}", hint="the subjects page (/) lists the hosts")
     rows = [

@@ -627,6 +627,15 @@ class Ledger:
         )
         return [entry_from_row(r) for r in self.repo.find(f)]
 
+    def entries_with_artifact(self, digest: str) -> list[tuple[int, str]]:
+        """(seq, entry id) of the entries that name a stored artifact, in log order."""
+        return self.repo.with_artifact(digest)
+
+    def co_subjects(self, field: str, value: str, other: str) -> list[tuple[str, int, str]]:
+        """The values of subject field ``other`` among the entries whose subject has ``field=value``,
+        with their entry count and last logged time (e.g. the campaigns on a host), most recent first."""
+        return self.repo.co_subjects(field, value, other)
+
     def referrers(self, entry_id: str, rel: str | None = None) -> list[LoggedEntry]:
         """Entries that reference ``entry_id`` (supersessions, reviews, acceptances …)."""
         return [entry_from_row(r) for r in self.repo.referrers(entry_id, rel)]
