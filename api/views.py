@@ -260,10 +260,9 @@ def _signature_status(ledger: Ledger, entry: LoggedEntry) -> dict[str, Any]:
 @router.get("/entries/{entry_id}", response_class=HTMLResponse)
 def entry_page(request: Request, ledger: LedgerDep, _who: Reader, entry_id: str) -> HTMLResponse:
     entry = ledger.get(entry_id)
-    ledger.signed_checkpoint()
     proof = ledger.inclusion(entry.entry_id)
     try:
-        checked = verify_proof_document(proof, ledger.log_public_key().b64, ledger.log_key_name)
+        checked = verify_proof_document(proof, ledger.log_public_key().b64, ledger.note_key_name)
         proof_status = {"ok": True, "detail": checked.get("detail", "")}
     except LedgerError as e:
         proof_status = {"ok": False, "detail": e.message}
