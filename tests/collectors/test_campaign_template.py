@@ -14,7 +14,9 @@ from ledger.policy.loader import load_policy
 TEMPLATE = Path(__file__).resolve().parents[2] / "campaigns" / "templates" / "vllm-gpu.toml"
 
 
-def test_vllm_gpu_template_loads_with_its_variables_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_vllm_gpu_template_loads_with_its_variables_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("MODEL_DIR", str(tmp_path / "snapshot"))
     monkeypatch.setenv("VLLM_PYTHON", "/opt/vllm/bin/python")
     c = load_campaign(TEMPLATE)
@@ -37,7 +39,10 @@ def test_vllm_gpu_template_pins_the_corpora_the_policy_approves(monkeypatch: pyt
     c = load_campaign(TEMPLATE)
     params = load_policy("backend-qualification").params
     gates = c.spec.gates
-    for gate, param in ((gates.semantic, "semantic_corpus_digest"), (gates.benchmark, "benchmark_corpus_digest")):
+    for gate, param in (
+        (gates.semantic, "semantic_corpus_digest"),
+        (gates.benchmark, "benchmark_corpus_digest"),
+    ):
         assert gate.enabled
         assert gate.corpus is not None
         assert gate.digest == corpus_digest(TEMPLATE.parent / gate.corpus) == params[param]
