@@ -8,6 +8,7 @@ with token-protected reads and one with ``--public-reads``.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -129,6 +130,10 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("HEAD", "/v1/artifacts/{digest}"): Rule("read", lambda c: f"/v1/artifacts/{c.digest}"),
     ("GET", "/v1/artifacts/{digest}"): Rule("read", lambda c: f"/v1/artifacts/{c.digest}"),
     ("GET", "/v1/checkpoint"): Rule("read", _fixed("/v1/checkpoint")),
+    # C2SP tlog-tiles: the log holds at least one entry, so tile 0 and entry bundle 0 have a width-1 partial
+    ("GET", "/checkpoint"): Rule("read", _fixed("/checkpoint")),
+    ("GET", "/tile/{level}/{index}"): Rule("read", _fixed("/tile/0/000.p/1")),
+    ("GET", "/tile/entries/{index}"): Rule("read", _fixed("/tile/entries/000.p/1")),
     ("GET", "/v1/proofs/inclusion/{entry_id}"): Rule("read", lambda c: f"/v1/proofs/inclusion/{c.entry_id}"),
     ("GET", "/v1/proofs/consistency"): Rule("read", _fixed("/v1/proofs/consistency?old=1")),
     # the policy engine answers 200, or 404/422 for a policy or subject it does not know, 501 if absent;
@@ -195,8 +200,8 @@ def _flatten(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
     """(method, path) of every route, descending into included routers (FastAPI ≥ 0.16x keeps them nested)."""
     for r in routes:
         if isinstance(r, Route):
-            for m in r.methods or ():
-                yield m, prefix + r.path
+            for m in r.methods or ():  # a path converter ({index:path}) is not part of the template
+                yield m, re.sub(r"\{(\w+):\w+\}", r"{\1}", prefix + r.path)
         elif hasattr(r, "original_router") and hasattr(r, "include_context"):
             yield from _flatten(list(r.original_router.routes), prefix + r.include_context.prefix)
         elif isinstance(r, Mount) and not r.routes:  # static files: one GET row for the whole folder
