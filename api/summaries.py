@@ -94,7 +94,9 @@ def row_note(e: LoggedEntry) -> str:
 def benchmark_levels(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """The per-level table of a benchmark gate result, from the harness's flat ``metric.stat@cN`` figures."""
     bounds = payload.get("bounds")
-    figures = bounds.get("figures") if isinstance(bounds, dict) else None
+    figures = payload.get("figures")  # the gate.result's own figures; older results kept them in bounds
+    if not isinstance(figures, dict) and isinstance(bounds, dict):
+        figures = bounds.get("figures")
     if not isinstance(figures, dict):
         return []
     levels: dict[int, dict[str, Any]] = {}

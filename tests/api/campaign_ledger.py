@@ -61,6 +61,11 @@ count = 20
     return p
 
 
+# the corpora the shipped policy approves (policies/backend-qualification.toml params)
+SEMANTIC_CORPUS = "blake3:f34c93923611acb5921d0b7c24ae05bdce3c2458940a75878c5a851a7635812f"
+BENCH_CORPUS = "blake3:bfef1eb8aa1c4ed5c7c2a49036f79dd2653cb993594020b1e6c7f66b5f8e7254"
+
+
 def _benchmark_figures() -> dict[str, Any]:
     """Flat per-level figures named as the benchmark harness names them (``metric.stat@cN``)."""
     out: dict[str, Any] = {}
@@ -69,13 +74,14 @@ def _benchmark_figures() -> dict[str, Any]:
         (4, 63.5, 12.4, 7.4, 880.0),
         (32, 212.0, 25.1, 21.0, 2750.0),
     ):
-        for stat, f in (("p50", 1.0), ("p90", 1.3), ("p99", 1.7)):
+        for stat, f in (("p50", 1.0), ("p90", 1.3), ("p95", 1.5), ("p99", 1.7)):
             out[f"ttft_ms.{stat}@c{level}"] = round(ttft * f, 3)
             out[f"tpot_ms.{stat}@c{level}"] = round(tpot * f, 3)
         out[f"request_throughput@c{level}"] = rps
         out[f"output_throughput@c{level}"] = tps
         out[f"error_rate@c{level}"] = 0.0
     out["error_rate"] = 0.0
+    out["c1_parity"] = 1.0
     return out
 
 
@@ -105,7 +111,13 @@ def build(tmp: Path) -> CampaignLedger:
     semantic = led.record(
         "gate.result",
         subj,
-        {"gate": "semantic", "status": "passed", "counts": {"sources": 6}},
+        {
+            "gate": "semantic",
+            "status": "passed",
+            "counts": {"sources": 6},
+            "bounds": {"corpus_digest": SEMANTIC_CORPUS},
+            "figures": {"score": 1.0},
+        },
         key="collector",
     )
     led.record(
@@ -121,8 +133,16 @@ def build(tmp: Path) -> CampaignLedger:
         {
             "gate": "benchmark",
             "status": "passed",
-            "counts": {"requests": 96, "repetitions": 1, "levels": 3},
-            "bounds": {"concurrency": [1, 4, 32], "requests": 96, "figures": _benchmark_figures()},
+            "counts": {"requests": 96, "repetitions": 2, "levels": 3},
+            "bounds": {
+                "concurrency": [1, 4, 32],
+                "requests": 96,
+                "repetitions": 2,
+                "corpus_digest": BENCH_CORPUS,
+                "valid": True,
+                "figures": _benchmark_figures(),
+            },
+            "figures": _benchmark_figures(),
         },
         key="collector",
     )
