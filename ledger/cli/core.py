@@ -100,7 +100,9 @@ def init(
 @keys_app.command("new")
 def keys_new(
     name: str,
-    role: Annotated[list[str], typer.Option("--role", help="collector, reviewer, operator, admin or exporter.")],
+    role: Annotated[
+        list[str], typer.Option("--role", help="collector, reviewer, operator, admin or exporter.")
+    ],
     admin: Annotated[str | None, typer.Option(help="Admin key that signs the enrolment.")] = None,
     json_out: JsonOption = False,
 ) -> None:
