@@ -106,7 +106,8 @@ def test_errors_are_one_line_or_json(cli: Any) -> None:
     role = cli("keys", "new", "x", "--role", "colector")
     assert role.code == 2
     assert role.err.strip() == (
-        "error[bad-input]: unknown role 'colector' (choose from collector, reviewer, operator, admin, exporter)"
+        "error[bad-input]: unknown role 'colector' "
+        "(choose from collector, reviewer, operator, admin, exporter)"
     )
 
 
