@@ -18,6 +18,7 @@ __all__ = [
     "ArtifactTooLargeError",
     "AuthError",
     "BatchTooLargeError",
+    "BundleError",
     "CanonicalJsonError",
     "Category",
     "ChainBrokenError",
@@ -150,6 +151,12 @@ class ConfigError(InputError):
 
 class PolicyError(InputError):
     code = "bad-policy"
+
+
+class BundleError(InputError):
+    """A reviewer bundle that cannot be read at all (not a ZIP, no manifest, another format)."""
+
+    code = "bad-bundle"
 
 
 class ArtifactTooLargeError(InputError):

@@ -20,7 +20,7 @@ try:  # Typer >= 0.22 ships its own Click; its usage errors are these classes (t
 except ImportError:  # pragma: no cover - older Typer runs on Click itself
     from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
-from ledger.cli import collect, core, export, policy, serve
+from ledger.cli import bundle, collect, core, export, policy, serve
 from ledger.cli._common import STATE, Cancelled, Outcome
 from ledger.errors import LedgerError
 
@@ -53,6 +53,7 @@ app.command("serve")(serve.serve)
 app.add_typer(serve.tokens_app, name="tokens")
 app.command("push")(collect.push)
 export.register(app)
+bundle.register(app)
 
 
 def exit_code(result: object) -> int:

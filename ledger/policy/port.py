@@ -7,35 +7,70 @@ the policy modules type their ``ledger`` parameter with them, so the service sit
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, BinaryIO, Protocol
-
-import sqlalchemy as sa
 
 from ledger.entries import ArtifactRef
 from ledger.hashing import Digest
 from ledger.keyring import Keyring
 from ledger.log import Checkpoint
 from ledger.logged import LoggedEntry
-from ledger.repo import LogRepo
 from ledger.signing import Envelope, SigningKey
 from ledger.store.base import ArtifactStore, StoredArtifact
 
-__all__ = ["FixtureLedger", "PolicyLedger"]
+__all__ = ["FixtureLedger", "PolicyLedger", "PolicyRepo"]
+
+
+class PolicyRepo(Protocol):
+    """The reads a verdict makes of the log tables: ``ledger.repo.LogRepo`` (SQL) and
+    ``ledger.bundle.MemoryRepo`` (a reviewer bundle's rows, in memory) are both one. ``conn`` is what
+    ``read()`` yields (a database connection, or nothing)."""
+
+    def read(self, *, snapshot: bool = False) -> AbstractContextManager[Any]: ...
+
+    def subject_rows(self, conn: Any, subject: dict[str, str], n: int) -> list[tuple[Any, ...]]: ...
+
+    def linked_rows(
+        self, conn: Any, subject: dict[str, str], n: int, subject_entries: int
+    ) -> list[tuple[Any, ...]]: ...
+
+    def logged_at(self, conn: Any, seq: int) -> str: ...
+
+    def host_rows(
+        self, conn: Any, kinds: Sequence[str], hosts: Sequence[str], n: int
+    ) -> list[tuple[Any, ...]]: ...
+
+    def subject_hosts(
+        self,
+        conn: Any,
+        subject: dict[str, str],
+        n: int,
+        seqs: Sequence[int] = (),
+        among: Sequence[str] | None = None,
+    ) -> list[str]: ...
+
+    def kind_hosts(self, conn: Any, kinds: Sequence[str], n: int) -> list[str]: ...
+
+    def subject_kind_rows(
+        self, conn: Any, subject: dict[str, str], kinds: Sequence[str], n: int
+    ) -> list[tuple[Any, ...]]: ...
+
+    def checkpoint_root(self, size: int, conn: Any | None = None) -> str | None: ...
 
 
 class PolicyLedger(Protocol):
     """Reads a verdict or a routing check makes, and the append that records a verdict."""
 
     @property
-    def repo(self) -> LogRepo: ...
+    def repo(self) -> PolicyRepo: ...
 
     @property
     def store(self) -> ArtifactStore: ...
 
     def size(self) -> int: ...
 
-    def keyring(self, conn: sa.Connection | None = None, *, at_size: int | None = None) -> Keyring: ...
+    def keyring(self, conn: Any | None = None, *, at_size: int | None = None) -> Keyring: ...
 
     def checkpoint(self, *, size: int | None = None, store: bool = True) -> Checkpoint: ...
 
