@@ -668,10 +668,12 @@ def _verify(z: _Zip, manifest: dict[str, Any], public_key: str | None, report: B
             f"the signed checkpoint is size {cp.size} root {cp.root.hex()}; the manifest names size "
             f"{report.checkpoint['size']} root {report.checkpoint['root']}",
         )
-    size = report.checkpoint["size"]
-    root = bytes.fromhex(report.checkpoint["root"])
-    if cp is None:
-        cp = Checkpoint(report.origin or "", size, root, "")
+    if cp is None:  # nothing signed to prove against: the manifest's claim, so other problems are named
+        cp = Checkpoint(
+            report.origin or "", report.checkpoint["size"], bytes.fromhex(report.checkpoint["root"]), ""
+        )
+    # proofs lead to the signed checkpoint's root, never to what the manifest claims
+    size, root = cp.size, cp.root
 
     # entries: envelope ↔ id, record ↔ envelope and index, inclusion under the checkpoint's root
     rows: list[_Row] = []
