@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -166,7 +167,10 @@ def test_catalogue_classes_are_the_closed_set() -> None:
             "duplicate Xid code 79",
         ),
         (lambda s: s.replace("code = 13\n", "code = 13\nseverity = 3\n"), "unknown field(s) severity"),
-        (lambda s: s.replace("version = 1\n", 'version = "1"\n', 1), "version must be a positive integer"),
+        (
+            lambda s: re.sub(r"version = \d+\n", 'version = "1"\n', s, count=1),
+            "version must be a positive integer",
+        ),
         (lambda s: s.replace('thermal = "', 'heat = "', 1), "must name exactly the classes"),
     ],
 )
@@ -202,3 +206,154 @@ def test_collect_kernel_records_classes_and_the_catalogue_then_exports(
     assert subject["name"] == "kernel.log"
     assert subject["digest"]["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
     assert statement["predicate"]["payload"]["catalogue"] == payload["catalogue"]
+
+
+# --- NVIDIA's Xid table (Ampere and newer), catalogue version 2 ---------------------------------------------
+
+# every code the catalogue lists: NVIDIA's rows 1-172 minus the "Unused" ones and the DLA rows (152, 153)
+LISTED = (
+    {8, 11, 13, 25, 31, 32, 37, 38, 39, 40, 41, 43, 44, 45, 46, 48, 54, 60, 62, 63, 64, 66, 67, 68, 69}
+    | {70, 71, 72, 74, 75, 76, 77, 78, 79, 80, 82, 83, 84, 85, 86, 88, 89, 92, 93, 94, 95}
+    | set(range(96, 108))
+    | {109, 110, 119, 120, 121}
+    | set(range(126, 138))
+    | {139, 140, 141, 142, 143}
+    | set(range(144, 152))
+    | set(range(154, 173))
+)
+UNUSED = (
+    set(range(1, 8))
+    | {9, 10, 12}
+    | set(range(14, 25))
+    | set(range(26, 31))
+    | set(range(33, 37))
+    | {42, 47}
+    | set(range(49, 54))
+    | set(range(55, 60))
+    | {61, 65, 73, 81, 87, 90, 91, 108}
+    | set(range(111, 119))
+    | set(range(122, 126))
+    | {138, 152, 153}
+)
+
+
+def test_the_catalogue_lists_exactly_nvidias_used_rows() -> None:
+    cat = load_catalogue()
+    assert cat.version == 2
+    assert set(cat.xids) == LISTED
+    assert not LISTED & UNUSED
+    assert set(range(1, 173)) == LISTED | UNUSED
+
+
+@pytest.mark.parametrize(
+    ("codes", "mnemonic", "immediate", "investigatory", "cls", "linked"),
+    [
+        ([39, 40, 41], "ROBUST_CHANNEL_CE{n}_ERROR", "RESTART_APP", "CONTACT_SUPPORT", "application", False),
+        (
+            [70, 71, 72, 75, 76, 77, 85],
+            "ROBUST_CHANNEL_CE{n}_ERROR",
+            "RESTART_APP",
+            "CONTACT_SUPPORT",
+            "application",
+            False,
+        ),
+        (
+            list(range(126, 136)),
+            "ROBUST_CHANNEL_CE{n}_ERROR",
+            "RESTART_APP",
+            "CONTACT_SUPPORT",
+            "application",
+            False,
+        ),
+        (
+            [68, 83, 84, 88, 89, 96, 97, 98],
+            "ROBUST_CHANNEL_NVDEC{n}_ERROR",
+            "RESTART_APP",
+            "CONTACT_SUPPORT",
+            "application",
+            False,
+        ),
+        (
+            [82, *range(99, 106)],
+            "ROBUST_CHANNEL_NVJPG{n}_ERROR",
+            "RESTART_APP",
+            "CONTACT_SUPPORT",
+            "application",
+            False,
+        ),
+        ([86, 139], "ROBUST_CHANNEL_OFA{n}_ERROR", "RESTART_APP", "CONTACT_SUPPORT", "application", False),
+        (
+            list(range(144, 151)),
+            "NVLINK_{n}_ERROR",
+            "WORKFLOW_NVLINK5_ERR",
+            "WORKFLOW_NVLINK5_ERR",
+            "interconnect",
+            True,
+        ),
+        ([160, 161], "CHANNEL_RETIREMENT_{n}", "IGNORE", "INVESTIGATE_SW", "driver", True),
+        ([163, 164, 165], "PSHC_{n}", "N/A (guidance only)", "N/A (not listed)", "thermal", False),
+        ([171, 172], "UNCORRECTABLE_{n}_ERROR", "N/A (not listed)", "N/A (not listed)", "memory-ecc", False),
+    ],
+)
+def test_added_code_ranges(
+    codes: list[int], mnemonic: str, immediate: str, investigatory: str, cls: str, linked: bool
+) -> None:
+    cat = load_catalogue()
+    prefix, _, suffix = mnemonic.partition("{n}")
+    for code in codes:
+        row = cat.xids[code]
+        assert row.mnemonic.startswith(prefix) and row.mnemonic.endswith(suffix), (code, row.mnemonic)
+        assert (row.immediate, row.investigatory, str(row.fault_class)) == (immediate, investigatory, cls), (
+            code
+        )
+        assert bool(row.xid154) is linked, code
+
+
+def test_single_added_rows_carry_nvidias_buckets() -> None:
+    cat = load_catalogue()
+    rows = {c: cat.xids[c] for c in (25, 60, 93, 141, 142, 151, 159, 162, 166, 167, 168, 169, 170)}
+    got = {c: (r.mnemonic, r.immediate, r.investigatory, str(r.fault_class)) for c, r in rows.items()}
+    assert got == {
+        25: ("ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY", "RESTART_APP", "CHECK_APP/CUDA", "application"),
+        60: ("ROBUST_CHANNEL_SEC2_ERROR", "RESTART_APP", "INVESTIGATE_SW", "application"),
+        93: ("INFOROM_ERASE_LIMIT_EXCEEDED", "IGNORE", "CONTACT_SUPPORT", "driver"),
+        141: ("ROBUST_CHANNEL_FAST_PATH_ERROR", "IGNORE", "CONTACT_SUPPORT", "driver"),
+        142: ("ROBUST_CHANNEL_NVENC3_ERROR", "CONTACT_SUPPORT", "N/A (not listed)", "application"),
+        151: ("ROBUST_CHANNEL_KEY_ROTATION_ERROR", "RESTART_VM", "CONTACT_SUPPORT", "driver"),
+        159: ("ROBUST_CHANNEL_CHI_NON_DATA_ERROR", "CHECK_UVM", "SYMPATHETIC_REPORT_SOLO", "interconnect"),
+        162: ("PSHC_REENGAGED", "N/A (not listed)", "N/A (not listed)", "informational"),
+        166: ("NVLINK_SECURE_CRYPTO_ERR", "N/A (guidance only)", "N/A (not listed)", "interconnect"),
+        167: ("PCIE_FATAL_TIMEOUT", "N/A (not listed)", "N/A (not listed)", "interconnect"),
+        168: ("REDUCED_GPU_MEMORY_CAPACITY", "N/A (guidance only)", "N/A (not listed)", "memory-ecc"),
+        169: ("SEC2_HALT_ERROR", "N/A (not listed)", "N/A (not listed)", "gpu-fault"),
+        170: ("NVLINK_SECURE_OTHER", "N/A (guidance only)", "N/A (not listed)", "interconnect"),
+    }
+
+
+@pytest.mark.parametrize("code", [1, 14, 47, 108, 138, 152, 153, 173, 999])
+def test_unused_and_unlisted_codes_are_unknown_contact_support(code: int) -> None:
+    """NVIDIA's "Unused" rows (bucketed CONTACT_SUPPORT), the DLA rows and codes past the table are the
+    class `unknown`, kept with their code, never dropped."""
+    (fact,) = classify_events([{"kind": "nvrm-xid", "xid": code, "message": "m"}], load_catalogue())
+    assert fact == {
+        "fault_class": "unknown",
+        "code": f"xid:{code}",
+        "recovery_action": None,
+        "related_xid": None,
+    }
+
+
+def test_xid154_follows_a_new_nvlink5_xid_and_reads_the_newer_actions() -> None:
+    """Xid 145 has an Xid 154 linkage: the Xid 154 after it names it; 0x7 is NVML's SYSTEM_REBOOT."""
+    events = [
+        {"kind": "nvrm-xid", "xid": 145, "device": "PCI:0000:3b:00", "message": "NVLINK: RLW Error"},
+        {
+            "kind": "nvrm-xid",
+            "xid": 154,
+            "device": "PCI:0000:3b:00",
+            "message": "GPU recovery action changed from 0x0 (None) to 0x7 (System Reboot)",
+        },
+    ]
+    facts = classify_events(events, load_catalogue())
+    assert [f["fault_class"] for f in facts] == ["interconnect", "informational"]
+    assert (facts[1]["recovery_action"], facts[1]["related_xid"]) == ("System Reboot", 145)

@@ -105,3 +105,23 @@ def test_an_unreadable_xid154_fails(tmp_path: Path) -> None:
     result = _verdict(tmp_path, [_xid(154, "GPU recovery action changed (format unknown)")])
     assert _stability(result)["status"] == "failed"
     assert ACTION_REASON in _stability(result)["reason"]
+
+
+def test_a_catalogue_v2_nvlink5_xid_is_judged_by_its_class(tmp_path: Path) -> None:
+    """Xid 145 (NVLINK: RLW Error, added in catalogue version 2) is class interconnect: a fault."""
+    result = _verdict(tmp_path, [_xid(145, "NVLINK: RLW Error")])
+    gate = _stability(result)
+    assert result["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    assert FAULT_REASON in gate["reason"] and UNKNOWN_REASON not in gate["reason"]
+
+
+def test_a_catalogue_v2_informational_xid_passes(tmp_path: Path) -> None:
+    """Xid 162 (power smoothing capability re-engaged) is informational: not a fault."""
+    result = _verdict(tmp_path, [_xid(162, "Power Smoothing HW Circuitry capability reengaged")])
+    assert result["verdict"] == "QUALIFIED"
+
+
+def test_an_unused_xid_row_fails_closed_as_unknown(tmp_path: Path) -> None:
+    """Xid 47 is an "Unused" row of NVIDIA's table (CONTACT_SUPPORT): not listed, so unknown."""
+    gate = _stability(_verdict(tmp_path, [_xid(47, "ROBUST_CHANNEL_NVENC0_ERROR")]))
+    assert gate["status"] == "failed" and UNKNOWN_REASON in gate["reason"]
