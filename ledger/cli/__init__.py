@@ -1,7 +1,8 @@
 """``ledger``: the Typer adapter over ledger.service. Parse, call the service, render.
 
 Every command lives in this package: ``core`` (init, keys, put, cat, record, show, log, verify, checkpoint,
-proof …), ``collect`` (collect …, push), ``policy`` (verdict, check, policy) and ``serve`` (serve, tokens).
+proof …), ``collect`` (collect …, push), ``policy`` (verdict, check, policy), ``serve`` (serve, tokens),
+``export`` (export attestation) and ``bundle`` (bundle create, verify, report).
 Commands return an outcome (or raise a ``LedgerError``); ``main`` owns the one map from outcomes and errors
 to exit codes.
 """
