@@ -382,3 +382,65 @@ def test_not_a_bundle_is_a_usage_error(tmp_path: Path) -> None:
     junk.write_bytes(b"not a zip")
     code, _out, err = _run("bundle", "verify", str(junk))
     assert code == 2 and "bad-bundle" in err
+
+
+@pytest.mark.parametrize(
+    ("fixture", "subject"),
+    [
+        ("seed003-gpu-hang", None),
+        ("xid79_fallen_off_bus", None),
+        ("seed000-runtime-reliability", None),
+        ("seed003-review", None),
+    ],
+)
+def test_fixture_ledgers_round_trip(fixture: str, subject: dict[str, str] | None, tmp_path: Path) -> None:
+    """Rejections (supersessions, kills, reviews), kernel logs of the host and artifacts: every shipped
+    incident's verdict re-derives from its bundle byte for byte."""
+    from ledger.bundle import create_bundle
+
+    path = POLICY_DIR / "fixtures" / "backend-qualification" / f"{fixture}.toml"
+    led, spec, _b = build_fixture_ledger(path, tmp_path / "home", POLICY_DIR, init=Ledger.init)
+    try:
+        subj = subject or {"campaign": spec["defaults"]["subject"]["campaign"]}
+        live = led.evaluate_verdict(subj)
+        buf = io.BytesIO()
+        create_bundle(led, subj, Ledger.load_policy("backend-qualification"), buf)
+        vkey = led.verifier_key()
+    finally:
+        led.close()
+    buf.seek(0)
+    with zipfile.ZipFile(buf) as zf:
+        assert zf.read("verdict.json") == canonical_bytes(live)
+    buf.seek(0)
+    report = verify_bundle(buf, public_key=vkey)
+    assert report.problems == []
+    assert report.rederived_digest == report.result_digest == "blake3:" + blake3_hex(canonical_bytes(live))
+
+
+def test_a_verifier_with_another_catalogue_says_so(made: Made, tmp_path: Path) -> None:
+    members = _members(made.bundle)
+    manifest = _manifest(members)
+    manifest["vocabularies"]["gpu-faults"] = "blake3:" + "0" * 64  # type: ignore[index]
+    members["manifest.json"] = canonical_bytes(manifest)
+    assert _codes(_rewrite(members, tmp_path / "vocab.zip"), made.vkey) == {BundleProblem.VOCABULARY_DIFFERS}
+
+
+def test_the_stored_checkpoint_note_is_bundled_with_its_cosignature_lines(made: Made, tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    shutil.copytree(made.home, home)
+    cosig = "\u2014 witness.example/w1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n"
+    led = Ledger.open(home)
+    try:
+        cp = led.signed_checkpoint()
+        assert led.repo.checkpoint_root(cp.size) is None  # nothing published at this size yet
+        # published as a witnessed log stores it: the log's signature line, then a cosignature line
+        with led.repo.append_transaction() as conn:
+            led.repo.insert_checkpoint(
+                conn, cp.size, cp.root.hex(), cp.note + cosig, "2026-09-10T11:00:00Z", 2
+            )
+    finally:
+        led.close()
+    out = tmp_path / "cosigned.zip"
+    assert _run("--home", str(home), "bundle", "create", "--subject", SUBJECT, str(out))[0] == 0
+    assert _members(out)["checkpoint.txt"].decode() == cp.note + cosig
+    assert _codes(out, made.vkey) == set()
