@@ -40,6 +40,7 @@ from ledger.errors import (
     ArtifactCorruptError,
     ArtifactMissingError,
     BundleError,
+    EntryNotFoundError,
     InputError,
     IntegrityError,
     LedgerError,
@@ -357,7 +358,9 @@ class MemoryRepo:
     def logged_at(self, conn: object, seq: int) -> str:
         row = self.by_seq.get(seq)
         if row is None:
-            raise ArtifactMissingError(f"the bundle lacks the entry at seq {seq} (the reference time)")
+            raise EntryNotFoundError(
+                f"the bundle lacks the entry at seq {seq} (its logged_at is the reference time)"
+            )
         return row.logged_at
 
     def host_rows(
