@@ -444,3 +444,14 @@ def test_the_stored_checkpoint_note_is_bundled_with_its_cosignature_lines(made: 
     assert _run("--home", str(home), "bundle", "create", "--subject", SUBJECT, str(out))[0] == 0
     assert _members(out)["checkpoint.txt"].decode() == cp.note + cosig
     assert _codes(out, made.vkey) == set()
+
+
+def test_another_log_key_is_refused(made: Made) -> None:
+    from ledger.log import verifier_key
+    from ledger.signing import SigningKey
+
+    origin = str(_manifest(_members(made.bundle))["log"]["origin"])  # type: ignore[index]
+    other = verifier_key(origin, SigningKey.generate("other").public)
+    codes = _codes(made.bundle, other)
+    assert {BundleProblem.CHECKPOINT_SIGNATURE, BundleProblem.LOG_KEY} <= codes
+    assert _run("bundle", "verify", str(made.bundle), "--public-key", other)[0] == 1
