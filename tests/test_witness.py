@@ -401,6 +401,13 @@ def test_two_witnesses_cosign_each_published_checkpoint(
     assert json.loads(out.out)["trust_policy"]["ok"] is True
     # each witness's state is the log's size: it verified every consistency proof on the way
     assert json.loads(httpx.get(w1.url + "/").text)["logs"][0]["size"] == 5
+    # over HTTP: a stale old size is 409 with exactly text/x.tlog.size; garbage is 400; another origin 404
+    stale = httpx.post(w1.url + "/add-checkpoint", content=format_add_checkpoint(0, [], cp.note))
+    assert (stale.status_code, stale.text, stale.headers["content-type"]) == (409, "5\n", SIZE_MEDIA_TYPE)
+    assert httpx.post(w1.url + "/add-checkpoint", content=b"old x\n").status_code == 400
+    other = cp.note.replace(cp.origin, "evidence-ledger/elsewhere/0")
+    unknown = httpx.post(w1.url + "/add-checkpoint", content=format_add_checkpoint(0, [], other))
+    assert unknown.status_code == 404
 
 
 def test_checkpoint_served_over_http_carries_the_cosignatures(
@@ -456,16 +463,19 @@ def test_a_witness_that_is_down_never_stops_the_log(
     assert "witness two" in capsys.readouterr().err
     assert main([*verdict, str(any1)]) == 0
     capsys.readouterr()
-    code = main(
-        ["--home", str(home), "check", "routing-change", "--subject", "model=m", "--subject", "host=h",
-         "--trust-policy", str(all2), "--json"]
-    )  # fmt: skip
+    routing = ["--home", str(home), "check", "routing-change", "--subject", "model=m", "--subject", "host=h",
+               "--trust-policy", str(all2), "--json"]  # fmt: skip
+    code = main(routing)
     got = capsys.readouterr()
     assert code == 1, got.err
     result = json.loads(got.out)
     assert code == 1 and result["allowed"] is False
     assert result["trust_policy"]["ok"] is False
     assert any("witness two (witness.test/w2): no cosignature" in r for r in result["reasons"])
+    routing[routing.index(str(all2))] = str(any1)
+    main(routing)
+    trusted = json.loads(capsys.readouterr().out)["trust_policy"]
+    assert trusted == {"source": str(any1), "ok": True, "problems": []}
 
 
 def test_forked_log_is_refused_by_the_witness_and_detected_by_the_client(
