@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import http.client
 import struct
 import urllib.error
 import urllib.request
@@ -255,6 +256,8 @@ def submit(url: str, body: bytes, *, timeout: float) -> WitnessReply:
             )
     except urllib.error.HTTPError as e:
         return WitnessReply(e.code, e.read().decode("utf-8", "replace"), e.headers.get_content_type())
+    except (ValueError, http.client.HTTPException) as e:  # a bad URL, a broken reply: unreachable too
+        raise OSError(f"{type(e).__name__}: {e}") from e
 
 
 def request_cosignature(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from ledger.cli import main
-from ledger.errors import ConfigError, CosignatureQuorumError
+from ledger.errors import ConfigError, CosignatureQuorumError, ProofError
 from ledger.home import Home, WitnessConfig
 from ledger.log import MerkleTree, sign_checkpoint, verifier_key
 from ledger.proofs import verify_with_policy
@@ -26,6 +27,7 @@ from ledger.service import Ledger
 from ledger.signing import SigningKey
 from ledger.witness import (
     SIZE_MEDIA_TYPE,
+    WitnessReply,
     add_cosignatures,
     check_cosigned,
     cosign,
@@ -33,6 +35,7 @@ from ledger.witness import (
     format_add_checkpoint,
     parse_trust_policy,
     parse_witness_vkey,
+    request_cosignature,
     verify_cosignature,
     witness_vkey,
 )
@@ -145,8 +148,37 @@ def test_policy_log_signature_by_another_key_is_refused() -> None:
 )
 def test_policy_errors_name_the_line(tail: str, message: str) -> None:
     log, w1, w2 = _keys()
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=rf"^p\.txt(:\d+)?: .*{re.escape(message)}"):
         parse_trust_policy(_policy(log, w1, w2, tail), source="p.txt")
+
+
+def test_unknown_policy_line_names_its_line_number() -> None:
+    log, w1, w2 = _keys()
+    with pytest.raises(ConfigError, match=r"^p\.txt:5: unknown line 'frobnicate'"):
+        parse_trust_policy(_policy(log, w1, w2, "frobnicate A\nquorum A\n"), source="p.txt")
+
+
+def _no_proof(_old: int) -> list[bytes]:
+    return []
+
+
+def test_the_log_keeps_no_line_that_is_not_the_witness_cosignature(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A witness answering 200 with a line by another key (or none) gives the log no cosignature."""
+    import ledger.witness as witness_mod
+
+    log, w1, _ = _keys()
+    cp = sign_checkpoint("log.test", 1, hashlib.sha256(b"x").digest(), log, key_name="log.test")
+    forged = cosign(cp.note, SigningKey.generate("x"), "w.test/a", 1)
+    for body in (forged, "", "hello\n"):
+        monkeypatch.setattr(
+            witness_mod, "submit", lambda *_a, b=body, **_k: WitnessReply(200, b, "text/plain")
+        )
+        with pytest.raises(ProofError, match="no cosignature"):
+            request_cosignature("http://w", witness_vkey("w.test/a", w1.public), cp, 0, _no_proof, timeout=1)
+    good = cosign(cp.note, w1, "w.test/a", 7)
+    monkeypatch.setattr(witness_mod, "submit", lambda *_a, **_k: WitnessReply(200, good, "text/plain"))
+    vkey = witness_vkey("w.test/a", w1.public)
+    assert request_cosignature("http://w", vkey, cp, 0, _no_proof, timeout=1) == good
 
 
 def test_policy_without_a_log_line_is_refused() -> None:
