@@ -37,18 +37,21 @@ def checkpoint_at(ledger: Ledger, size: int | None) -> Checkpoint:
     return ledger.signed_checkpoint(size=size)
 
 
-@router.get("/checkpoint", summary="A signed checkpoint (C2SP signed note) of the log")
+@router.get("/checkpoint", summary="A signed checkpoint (C2SP signed note, with witness cosignatures)")
 def get_checkpoint(
     ledger: LedgerDep,
     _who: Reader,
     size: Annotated[int | None, Query(ge=0, description="tree size (default: whole log)")] = None,
 ) -> dict[str, Any]:
-    cp = checkpoint_at(ledger, size)
+    cp = ledger.served_checkpoint() if size is None else ledger.cosigned(checkpoint_at(ledger, size))
+    witnesses = ledger.witness_status(cp)
     return {
         **cp.to_json(),
         "log_key_name": ledger.note_key_name,
         "log_public_key": ledger.log_public_key().b64,
         "log_vkey": ledger.verifier_key(),
+        "witnesses": witnesses,
+        "missing_cosignatures": [w["witness"] for w in witnesses if not w["cosigned"]],
     }
 
 
@@ -94,7 +97,7 @@ def _tile_index(path: str) -> tuple[int, int | None]:
 
 @tiles.get("/checkpoint", summary="C2SP: the log's signed checkpoint (text/plain)")
 def c2sp_checkpoint(ledger: LedgerDep, _who: Reader) -> Response:
-    cp = checkpoint_at(ledger, None)
+    cp = ledger.served_checkpoint()  # with the witnesses' cosignatures where the log has witnesses
     return Response(cp.note, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "max-age=2"})
 
 

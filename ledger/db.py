@@ -23,11 +23,13 @@ __all__ = [
     "SCHEMA_HEAD",
     "T_ARTIFACTS",
     "T_CHECKPOINTS",
+    "T_COSIGNATURES",
     "T_ENTRIES",
     "T_REFS",
     "T_SUBJECTS",
     "ApiToken",
     "CheckpointRow",
+    "CosignatureRow",
     "EntryArtifact",
     "EntryRefRow",
     "EntrySubject",
@@ -95,12 +97,25 @@ class CheckpointRow(SQLModel, table=True):
     format: int = 1
 
 
+class CosignatureRow(SQLModel, table=True):
+    """A witness's cosignature line on the published checkpoint of ``size`` (migration 0003)."""
+
+    __tablename__ = "cosignatures"
+
+    size: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
+    witness: str = Field(primary_key=True, max_length=512)  # the witness's signed-note key name
+    root: str = Field(max_length=64)
+    line: str
+    created_at: str = Field(max_length=40)
+
+
 # Core table handles of the log tables, for SQLAlchemy Core queries (``ledger.repo`` writes them all).
 T_ENTRIES: sa.Table = LogEntry.__table__  # type: ignore[attr-defined]
 T_SUBJECTS: sa.Table = EntrySubject.__table__  # type: ignore[attr-defined]
 T_REFS: sa.Table = EntryRefRow.__table__  # type: ignore[attr-defined]
 T_ARTIFACTS: sa.Table = EntryArtifact.__table__  # type: ignore[attr-defined]
 T_CHECKPOINTS: sa.Table = CheckpointRow.__table__  # type: ignore[attr-defined]
+T_COSIGNATURES: sa.Table = CosignatureRow.__table__  # type: ignore[attr-defined]
 
 
 class ApiToken(SQLModel, table=True):
@@ -158,8 +173,9 @@ def lock_log(conn: sa.Connection) -> None:
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7715094201)")
 
 
-SCHEMA_HEAD = "0002"
-"""The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``)."""
+SCHEMA_HEAD = "0003"
+"""The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``;
+0003: witness cosignatures)."""
 
 
 def schema_revision(engine: Engine) -> str | None:
@@ -177,7 +193,7 @@ def check_schema(engine: Engine) -> None:
     if rev is not None and rev != SCHEMA_HEAD:
         raise LogFormatError(
             f"the database is at schema revision {rev}; this ledger needs {SCHEMA_HEAD}"
-            + (" (log format 2)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")
+            + (" (run `ledger migrate`)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")
         )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "CollectorError",
     "ConfigError",
     "CorpusDigestError",
+    "CosignatureQuorumError",
     "DanglingRefError",
     "EntryNotFoundError",
     "EnvelopeError",
@@ -266,6 +267,13 @@ class ProofUncheckedEntryError(ProofError):
     """An inclusion proof that does not carry the entry (its envelope and log record) it would name."""
 
     code = "proof-entry-unchecked"
+
+
+class CosignatureQuorumError(ProofError):
+    """A checkpoint a trust policy judges: the log's signature or the quorum of witness cosignatures fails."""
+
+    code = "cosignature-quorum"
+    hint = "the checkpoint is not cosigned as the trust policy asks; the problems name the witnesses"
 
 
 class LogOrderError(IntegrityError):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ledger.store import FilesystemStore
     from ledger.store.s3 import S3Store
 
-__all__ = ["DEFAULT_HOME", "Home", "resolve_home"]
+__all__ = ["DEFAULT_HOME", "Home", "WitnessConfig", "resolve_home"]
 
 CONFIG_NAME = "ledger.toml"
 _KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
@@ -45,6 +45,15 @@ def resolve_home(home: str | os.PathLike[str] | None) -> Path:
 
 
 @dataclass(frozen=True)
+class WitnessConfig:
+    """A witness the log submits its checkpoints to (``[[witness]]`` in ledger.toml): its add-checkpoint
+    URL prefix and its cosignature/v1 verifier key."""
+
+    url: str
+    vkey: str
+
+
+@dataclass(frozen=True)
 class HomeConfig:
     origin: str
     database_url: str
@@ -52,6 +61,7 @@ class HomeConfig:
     log_key: str
     root_key_id: str
     admin_key: str
+    witnesses: tuple[WitnessConfig, ...] = ()
 
 
 class Home:
@@ -124,8 +134,11 @@ class Home:
                 log_key=str(data["log_key"]),
                 root_key_id=str(data["root_key_id"]),
                 admin_key=str(data.get("admin_key", "admin")),
+                witnesses=tuple(
+                    WitnessConfig(url=str(w["url"]), vkey=str(w["vkey"])) for w in data.get("witness", [])
+                ),
             )
-        except KeyError as e:
+        except (KeyError, TypeError) as e:
             raise ConfigError(f"{self.config_path}: missing setting {e}") from e
 
     # Paths inside the home are kept relative to it, so a copy of the home (``cp -a``) is a ledger of its
@@ -151,7 +164,7 @@ class Home:
         return str(self.path / store)
 
     def _relative(self, cfg: HomeConfig) -> dict[str, str]:
-        out = dict(cfg.__dict__)
+        out = {k: v for k, v in cfg.__dict__.items() if k != "witnesses"}
         url = cfg.database_url
         if url.startswith(self._SQLITE) and Path(url.removeprefix(self._SQLITE)).is_absolute():
             rel = self._inside(Path(url.removeprefix(self._SQLITE)))
@@ -166,6 +179,8 @@ class Home:
     def write_config(self, cfg: HomeConfig) -> None:
         """Write the configuration, paths inside the home relative to it (a copied home stays itself)."""
         lines = [f"{k} = {json.dumps(v)}" for k, v in self._relative(cfg).items()]
+        for w in cfg.witnesses:
+            lines += ["", "[[witness]]", f"url = {json.dumps(w.url)}", f"vkey = {json.dumps(w.vkey)}"]
         text = "# evidence ledger home configuration\n" + "\n".join(lines) + "\n"
         write_atomic(self.config_path, text.encode())
 

@@ -8,7 +8,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.errors import LedgerError, ProofError, ProofUncheckedEntryError, ReceiptMismatchError
+from ledger.errors import (
+    CosignatureQuorumError,
+    LedgerError,
+    ProofError,
+    ProofUncheckedEntryError,
+    ReceiptMismatchError,
+)
 from ledger.log import (
     LogRecord,
     parse_checkpoint,
@@ -16,12 +22,14 @@ from ledger.log import (
     parse_record,
     parse_verifier_key,
     record_leaf,
+    verifier_key,
     verify_consistency,
     verify_inclusion,
 )
 from ledger.signing import PublicKey
+from ledger.witness import TrustPolicy, check_cosigned
 
-__all__ = ["AuditReport", "audit_receipts", "verify_proof_document"]
+__all__ = ["AuditReport", "audit_receipts", "require_cosigned", "verify_proof_document", "verify_with_policy"]
 
 
 def _hashes(doc: dict[str, Any]) -> list[bytes]:
@@ -146,6 +154,33 @@ def _verify_document(
             "detail": f"tree size {old.size} is a prefix of tree size {new.size}",
         }
     raise ProofError(f"unknown proof type {kind!r}")
+
+
+def require_cosigned(note: Any, policy: TrustPolicy) -> str:
+    """The log's verifier key for ``note`` when the trust policy accepts it (log signature and quorum);
+    ``CosignatureQuorumError`` naming each missing or invalid witness otherwise."""
+    if not isinstance(note, str):
+        raise ProofError("a checkpoint must be a signed note (text)")
+    cp, problems = check_cosigned(note, policy)
+    if problems or cp is None:
+        raise CosignatureQuorumError(f"checkpoint refused by {policy.source}: " + "; ".join(problems))
+    log = policy.log_for(cp.origin)
+    assert log is not None  # check_cosigned accepted it under this log
+    return verifier_key(*log)
+
+
+def verify_with_policy(
+    doc: dict[str, Any], policy: TrustPolicy, held_checkpoint: str | None = None
+) -> dict[str, Any]:
+    """``verify_proof_document`` with the log key from a trust policy, the proof's checkpoint (for a
+    consistency proof: its new one) accepted only when cosigned by the policy's quorum."""
+    if not isinstance(doc, dict):
+        raise ProofError("a proof document must be a JSON object")
+    note = doc.get("new_checkpoint") if doc.get("type") == "consistency" else doc.get("checkpoint")
+    vkey = require_cosigned(note, policy)
+    result = verify_proof_document(doc, vkey, None, held_checkpoint)
+    result["trust_policy"] = {"source": policy.source, "quorum": policy.quorum, "ok": True}
+    return result
 
 
 # --- receipts: a collector's check that what the log received is still there ----------------------------

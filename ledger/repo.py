@@ -19,6 +19,7 @@ from sqlalchemy.engine import Engine
 from ledger.db import (
     T_ARTIFACTS,
     T_CHECKPOINTS,
+    T_COSIGNATURES,
     T_ENTRIES,
     T_REFS,
     T_SUBJECTS,
@@ -407,6 +408,35 @@ class LogRepo:
 
     def checkpoints(self, conn: sa.Connection) -> list[Any]:
         return list(conn.execute(sa.select(T_CHECKPOINTS).order_by(T_CHECKPOINTS.c.size)).all())
+
+    # --- witness cosignatures (migration 0003) ------------------------------------------------------
+
+    def cosignatures(self, conn: sa.Connection, size: int, root: str) -> dict[str, str]:
+        """Witness key name -> cosignature line kept for the checkpoint of ``size`` with ``root`` (hex)."""
+        q = sa.select(T_COSIGNATURES.c.witness, T_COSIGNATURES.c.line).where(
+            T_COSIGNATURES.c.size == size, T_COSIGNATURES.c.root == root
+        )
+        return {str(w): str(line) for w, line in conn.execute(q).all()}
+
+    def insert_cosignature(
+        self, conn: sa.Connection, size: int, witness: str, root: str, line: str, created_at: str
+    ) -> None:
+        conn.execute(
+            sa.delete(T_COSIGNATURES).where(
+                T_COSIGNATURES.c.size == size, T_COSIGNATURES.c.witness == witness
+            )
+        )
+        conn.execute(
+            sa.insert(T_COSIGNATURES).values(
+                size=size, witness=witness, root=root, line=line, created_at=created_at
+            )
+        )
+
+    def witness_size(self, conn: sa.Connection, witness: str) -> int:
+        """The largest checkpoint size ``witness`` cosigned for this log (0: none)."""
+        q = sa.select(sa.func.max(T_COSIGNATURES.c.size)).where(T_COSIGNATURES.c.witness == witness)
+        value = conn.execute(q).scalar()
+        return 0 if value is None else int(value)
 
     # --- verification -------------------------------------------------------------------------------
 

@@ -893,10 +893,55 @@ class Ledger:
         return cp
 
     def publish_checkpoint(self) -> Checkpoint:
-        """The sequencer's step: sign and keep a checkpoint of the whole log."""
+        """The sequencer's step: sign and keep a checkpoint of the whole log, then ask each configured
+        witness to cosign it (a witness that fails is a warning: the checkpoint stands without it)."""
         cp = self.checkpoint()
         self._published = (cp.size, time.monotonic())
+        if self.cfg.witnesses:
+            from ledger.witnessing import submit_to_witnesses
+
+            def proof_for(old: int) -> list[bytes]:
+                return self.tree().consistency_proof(old, cp.size)
+
+            submit_to_witnesses(self.repo, self.cfg.witnesses, cp, proof_for)
         return cp
+
+    def cosigned(self, cp: Checkpoint) -> Checkpoint:
+        """``cp`` with the witness cosignatures kept for its size and root appended (a read)."""
+        from ledger.witness import add_cosignatures
+
+        with self.repo.read() as conn:
+            lines = self.repo.cosignatures(conn, cp.size, cp.root.hex())
+        return Checkpoint(cp.origin, cp.size, cp.root, add_cosignatures(cp.note, sorted(lines.values())))
+
+    def served_checkpoint(self) -> Checkpoint:
+        """The checkpoint ``/checkpoint`` serves: with witnesses configured, the newest published one with
+        its cosignatures; otherwise one signed now over the whole log."""
+        if self.cfg.witnesses:
+            with self.repo.read() as conn:
+                last = self.repo.latest_checkpoint(conn)
+            if last is not None:
+                return self.cosigned(self.signed_checkpoint(size=int(last.size)))
+        return self.signed_checkpoint()
+
+    def witness_status(self, cp: Checkpoint) -> list[dict[str, Any]]:
+        """Each configured witness and whether ``cp`` carries its cosignature (a missing one is named)."""
+        from ledger.witness import parse_witness_vkey
+
+        with self.repo.read() as conn:
+            have = self.repo.cosignatures(conn, cp.size, cp.root.hex())
+            out = []
+            for w in self.cfg.witnesses:
+                name, _ = parse_witness_vkey(w.vkey)
+                out.append(
+                    {
+                        "witness": name,
+                        "url": w.url,
+                        "cosigned": name in have,
+                        "last_cosigned_size": self.repo.witness_size(conn, name),
+                    }
+                )
+        return out
 
     def _store_checkpoint(self, cp: Checkpoint) -> None:
         # two servers publishing the same size must not race on the insert: the appenders' lock
@@ -1034,7 +1079,7 @@ class Ledger:
             "record": base64.b64encode(record).decode() if record is not None else None,
             "envelope": entry.envelope.decode(),
             "hashes": [h.hex() for h in proof],
-            "checkpoint": cp.note,
+            "checkpoint": self.cosigned(cp).note,  # with the witnesses' cosignatures kept for it
             "log_key_name": self.note_key_name,
         }
 
@@ -1056,8 +1101,8 @@ class Ledger:
             "old_size": old_cp.size,
             "new_size": new_cp.size,
             "hashes": [h.hex() for h in proof],
-            "old_checkpoint": old_cp.note,
-            "new_checkpoint": new_cp.note,
+            "old_checkpoint": self.cosigned(old_cp).note,
+            "new_checkpoint": self.cosigned(new_cp).note,
             "log_key_name": self.note_key_name,
         }
 

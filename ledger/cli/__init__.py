@@ -2,7 +2,7 @@
 
 Every command lives in this package: ``core`` (init, keys, put, cat, record, show, log, verify, checkpoint,
 proof …), ``collect`` (collect …, push), ``policy`` (verdict, check, policy), ``serve`` (serve, tokens),
-``export`` (export attestation) and ``bundle`` (bundle create, verify, report).
+``export`` (export attestation), ``bundle`` (bundle create, verify, report) and ``witness`` (witness …).
 Commands return an outcome (or raise a ``LedgerError``); ``main`` owns the one map from outcomes and errors
 to exit codes.
 """
@@ -21,7 +21,7 @@ try:  # Typer >= 0.22 ships its own Click; its usage errors are these classes (t
 except ImportError:  # pragma: no cover - older Typer runs on Click itself
     from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
-from ledger.cli import bundle, collect, core, export, policy, serve
+from ledger.cli import bundle, collect, core, export, policy, serve, witness
 from ledger.cli._common import STATE, Cancelled, Outcome
 from ledger.errors import LedgerError
 
@@ -55,6 +55,7 @@ app.add_typer(serve.tokens_app, name="tokens")
 app.command("push")(collect.push)
 export.register(app)
 bundle.register(app)
+witness.register(app)
 
 
 def exit_code(result: object) -> int:

@@ -31,6 +31,7 @@ from ledger.cli._common import (
     progress,
     time_arg,
 )
+from ledger.cli.witness import TrustPolicyOption, load_policy_option
 from ledger.errors import InputError
 
 if TYPE_CHECKING:
@@ -575,13 +576,17 @@ def checkpoint(
     size: Annotated[int | None, typer.Option(help="Tree size (default: the whole log).")] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Sign and publish a checkpoint (C2SP signed note, key name = the origin) of the log."""
+    """Sign and publish a checkpoint (C2SP signed note, key name = the origin), cosigned by the witnesses."""
     ledger = get_ledger()
-    cp = ledger.checkpoint(size=size)
+    # the whole log: the sequencer's step (submitted to the home's witnesses too)
+    cp = ledger.cosigned(ledger.publish_checkpoint() if size is None else ledger.checkpoint(size=size))
     if json_out:
+        witnesses = ledger.witness_status(cp)
         print_json(
             {
                 **cp.to_json(),
+                "witnesses": witnesses,
+                "missing_cosignatures": [w["witness"] for w in witnesses if not w["cosigned"]],
                 "log_key_name": ledger.note_key_name,
                 "log_vkey": ledger.verifier_key(),
                 "log_public_key": ledger.log_public_key().b64,
@@ -612,7 +617,10 @@ def proof_consistency(
 @proof_app.command("verify")
 def proof_verify(
     proof: Annotated[Path, typer.Argument(help="Proof JSON from `ledger proof inclusion|consistency`.")],
-    public_key: Annotated[str, typer.Option(help="Log public key: base64, or @FILE.")],
+    public_key: Annotated[
+        str | None, typer.Option(help="Log public key: base64, or @FILE (or give --trust-policy).")
+    ] = None,
+    trust_policy: TrustPolicyOption = None,
     key_name: Annotated[
         str | None,
         typer.Option(help="Key name in the checkpoint's signature (default: the proof's origin)."),
@@ -623,14 +631,28 @@ def proof_verify(
     ] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Verify a proof offline with only the log's public key (and optionally a checkpoint you hold)."""
-    from ledger.proofs import verify_proof_document
+    """Verify a proof offline with only the log's public key (and optionally a checkpoint you hold).
 
-    pk = Path(public_key[1:]).read_text().strip() if public_key.startswith("@") else public_key
-    held = checkpoint_file.read_text() if checkpoint_file else None
+    With --trust-policy the log key is the policy's and the proof's checkpoint must carry its quorum of
+    witness cosignatures (refused, exit 2, naming each missing or invalid witness)."""
     from ledger.canonical import parse_json
+    from ledger.errors import InputError
+    from ledger.proofs import verify_proof_document, verify_with_policy
 
-    result = verify_proof_document(parse_json(proof.read_bytes()), pk, key_name, held)
+    held = checkpoint_file.read_text() if checkpoint_file else None
+    doc = parse_json(proof.read_bytes())
+    policy = load_policy_option(trust_policy)
+    if policy is not None:
+        if public_key is not None or key_name is not None:
+            raise InputError(
+                "--trust-policy names the log key: give it alone, without --public-key/--key-name"
+            )
+        result = verify_with_policy(doc, policy, held)
+    elif public_key is None:
+        raise InputError("give the log's --public-key or a --trust-policy")
+    else:
+        pk = Path(public_key[1:]).read_text().strip() if public_key.startswith("@") else public_key
+        result = verify_proof_document(doc, pk, key_name, held)
     if json_out:
         print_json(result)
     else:

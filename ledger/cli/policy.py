@@ -22,6 +22,7 @@ from ledger.cli._common import (
     print_json,
     print_table,
 )
+from ledger.cli.witness import TrustPolicyOption, checkpoint_problems, load_policy_option
 
 __all__ = ["register"]
 
@@ -123,6 +124,7 @@ def verdict(
     key: Annotated[
         str | None, typer.Option(help="Key that signs a recorded verdict (default: the admin key).")
     ] = None,
+    trust_policy: TrustPolicyOption = None,
     home: HomeOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -135,8 +137,18 @@ def verdict(
     subj = _subject(subject)
     # the policy loads before the ledger opens: a bad policy is reported before a missing home
     pol = Ledger.load_policy(policy or "backend-qualification", policy_dir)
+    trust = load_policy_option(trust_policy)
     ledger = get_ledger(home)
     result = ledger.evaluate_verdict(subj, pol, at_size=at)
+    if trust is not None:  # the checkpoint the verdict was judged at must carry the policy's quorum
+        problems = checkpoint_problems(ledger, int(result["checkpoint"]["size"]), trust)
+        if problems:
+            from ledger.errors import CosignatureQuorumError
+
+            raise CosignatureQuorumError(
+                f"the verdict's checkpoint (size {result['checkpoint']['size']}) is refused by "
+                f"{trust.source}: " + "; ".join(problems)
+            )
     entry = ledger.record_verdict(result, key=key) if record else None
     if json_out:
         sys.stdout.buffer.write(canonical_bytes(result) + b"\n")
@@ -206,10 +218,13 @@ def check_routing_change_cmd(
         bool, typer.Option("--record", help="Append the decision as a signed routing.change entry.")
     ] = False,
     key: Annotated[str | None, typer.Option(help="Key that signs --record (operator/admin).")] = None,
+    trust_policy: TrustPolicyOption = None,
     home: HomeOption = None,
     json_out: JsonOption = False,
 ) -> Outcome:
-    """Allow (exit 0) or refuse (exit 1, with reasons) a production routing change."""
+    """Allow (exit 0) or refuse (exit 1, with reasons) a production routing change.
+
+    With --trust-policy the checkpoint it is judged at must carry the policy's witness quorum."""
     from ledger.entries import parse_when
     from ledger.policy.routing import load_deployment
     from ledger.service import Ledger
@@ -218,7 +233,17 @@ def check_routing_change_cmd(
     pol = Ledger.load_policy(policy or "routing-change", policy_dir)
     dep = load_deployment(deployment) if deployment else None
     led = get_ledger(home)
+    trust = load_policy_option(trust_policy)
     result = led.check_routing(subj, pol, action=action, deployment=dep, now=parse_when(now) if now else None)
+    if trust is not None:
+        problems = checkpoint_problems(led, int(result["checkpoint"]["size"]), trust)
+        result["trust_policy"] = {"source": trust.source, "ok": not problems, "problems": problems}
+        if problems:
+            result["allowed"] = False
+            result["reasons"].append(
+                f"the checkpoint (size {result['checkpoint']['size']}) is not cosigned as {trust.source} "
+                "asks: " + "; ".join(problems)
+            )
     if record:
         result["recorded"] = led.record_routing_change(result, key=key).entry_id
     if json_out:
