@@ -211,10 +211,23 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
     # the reviewed semantic gate and the reviewed, accepted benchmark close the campaign
     subj = {"campaign": CAMPAIGN, "backend": "vllm", "model": "bench/model", "host": "bench-host"}
     t = T0 + timedelta(days=1)
+    # the approved specs, bounds and thresholds come from the policy itself (one copy)
+    params = load_policy("backend-qualification").params
     sem = ledger.append(
         [
             sign_envelope(
-                statement("gate.result", subj, {"gate": "semantic", "status": "passed"}, t), keys["collector"]
+                statement(
+                    "gate.result",
+                    subj,
+                    {
+                        "gate": "semantic",
+                        "status": "passed",
+                        "bounds": {"corpus_digest": params["semantic_corpus_digest"]},
+                        "figures": {"score": float(params["semantic_min_score"])},
+                    },
+                    t,
+                ),
+                keys["collector"],
             )
         ],
         logged_at=t,
@@ -228,8 +241,15 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                     {
                         "gate": "benchmark",
                         "status": "passed",
-                        "counts": {"requests": 96},
-                        "bounds": {"concurrency": [1, 4, 32]},
+                        "counts": {"requests": params["benchmark_requests"]},
+                        "bounds": {
+                            "concurrency": params["benchmark_concurrency"],
+                            "repetitions": params["benchmark_repetitions"],
+                            "corpus_digest": params["benchmark_corpus_digest"],
+                            "valid": True,
+                        },
+                        # each bounded figure at its bound
+                        "figures": {**params["benchmark_max"], **params["benchmark_min"]},
                     },
                     t,
                 ),
