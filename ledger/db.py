@@ -16,7 +16,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
-from ledger.errors import LogFormatError, StorageError
+from ledger.errors import StorageError
+from ledger.reads import SCHEMA_HEAD, check_revision
 
 __all__ = [
     "LOG_TABLES",
@@ -158,10 +159,6 @@ def lock_log(conn: sa.Connection) -> None:
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7715094201)")
 
 
-SCHEMA_HEAD = "0002"
-"""The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``)."""
-
-
 def schema_revision(engine: Engine) -> str | None:
     """The Alembic revision of the database, or None when it has none (never migrated)."""
     try:
@@ -173,12 +170,7 @@ def schema_revision(engine: Engine) -> str | None:
 
 def check_schema(engine: Engine) -> None:
     """Refuse a database of another schema revision: an old home is upgraded by ``ledger migrate``."""
-    rev = schema_revision(engine)
-    if rev is not None and rev != SCHEMA_HEAD:
-        raise LogFormatError(
-            f"the database is at schema revision {rev}; this ledger needs {SCHEMA_HEAD}"
-            + (" (log format 2)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")
-        )
+    check_revision(schema_revision(engine))
 
 
 def migrations_dir() -> Path:
