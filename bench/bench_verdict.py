@@ -211,10 +211,23 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
     # the reviewed semantic gate and the reviewed, accepted benchmark close the campaign
     subj = {"campaign": CAMPAIGN, "backend": "vllm", "model": "bench/model", "host": "bench-host"}
     t = T0 + timedelta(days=1)
+    # the approved specs, bounds and thresholds come from the policy itself (one copy)
+    params = load_policy("backend-qualification").params
     sem = ledger.append(
         [
             sign_envelope(
-                statement("gate.result", subj, {"gate": "semantic", "status": "passed"}, t), keys["collector"]
+                statement(
+                    "gate.result",
+                    subj,
+                    {
+                        "gate": "semantic",
+                        "status": "passed",
+                        "bounds": {"corpus_digest": params["semantic_corpus_digest"]},
+                        "figures": {"score": float(params["semantic_min_score"])},
+                    },
+                    t,
+                ),
+                keys["collector"],
             )
         ],
         logged_at=t,
@@ -228,8 +241,15 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                     {
                         "gate": "benchmark",
                         "status": "passed",
-                        "counts": {"requests": 96},
-                        "bounds": {"concurrency": [1, 4, 32]},
+                        "counts": {"requests": params["benchmark_requests"]},
+                        "bounds": {
+                            "concurrency": params["benchmark_concurrency"],
+                            "repetitions": params["benchmark_repetitions"],
+                            "corpus_digest": params["benchmark_corpus_digest"],
+                            "valid": True,
+                        },
+                        # each bounded figure at its bound
+                        "figures": {**params["benchmark_max"], **params["benchmark_min"]},
                     },
                     t,
                 ),
@@ -308,7 +328,7 @@ def ensure_verdict(ledger: Ledger) -> str:
 TIME_BIN = Path("/usr/bin/time")
 
 
-def _run(argv: list[str]) -> tuple[float, int, int, bytes]:
+def _run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int, bytes]:
     """Run a fresh process: (wall s, its peak RSS in KiB, exit status, stdout).
 
     The peak RSS is GNU time's ``%M`` (a child forked straight from this process would count the pages
@@ -317,7 +337,7 @@ def _run(argv: list[str]) -> tuple[float, int, int, bytes]:
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as f:
         wrapped = [str(TIME_BIN), "-f", "%M", "-o", f.name, *argv] if TIME_BIN.exists() else argv
         t = time.perf_counter()
-        proc = subprocess.run(wrapped, capture_output=True, check=False)
+        proc = subprocess.run(wrapped, capture_output=True, check=False, env=env)
         wall = time.perf_counter() - t
         text = Path(f.name).read_text().strip().splitlines()
     peak = int(text[-1]) if text and text[-1].isdigit() else 0
@@ -337,8 +357,9 @@ def _stats(samples: list[float]) -> dict[str, float]:
     }
 
 
-def fresh(home: Path, deployment: Path, rounds: int) -> dict[str, Any]:
-    """Fresh processes, interleaved per round: --help, verdict --json, check routing-change."""
+def fresh(home: Path, deployment: Path, rounds: int, baseline: Path | None = None) -> dict[str, Any]:
+    """Fresh processes, interleaved per round: --help, verdict --json, check routing-change (and, with
+    ``baseline``, the same three on an older checkout's code: PYTHONPATH=baseline)."""
     verdict_cmd = [LEDGER_BIN, "--home", str(home), "verdict", "-s", f"campaign={CAMPAIGN}", "--json"]
     check_cmd = [LEDGER_BIN, "--home", str(home), "check", "routing-change"]
     for k, v in ROUTE_SUBJECT.items():
@@ -352,6 +373,12 @@ def fresh(home: Path, deployment: Path, rounds: int) -> dict[str, Any]:
         "import_sqlalchemy": [sys.executable, "-c", "import sqlalchemy"],
         "import_service": [sys.executable, "-c", "import ledger.service"],
     }
+    envs: dict[str, dict[str, str] | None] = dict.fromkeys(cmds)
+    if baseline is not None:
+        old = {**os.environ, "PYTHONPATH": str(baseline.resolve())}
+        for name in ("help", "verdict", "check_routing"):
+            cmds[f"{name}_baseline"] = cmds[name]
+            envs[f"{name}_baseline"] = old
     # nothing remembered: the home's verdict cache emptied, then one fresh verdict and one fresh check
     shutil.rmtree(home / "cache" / "verdicts", ignore_errors=True)
     cold_v = _run(verdict_cmd)
@@ -364,7 +391,7 @@ def fresh(home: Path, deployment: Path, rounds: int) -> dict[str, Any]:
     outputs: dict[str, bytes] = {}
     for _ in range(rounds):
         for name, argv in cmds.items():
-            wall, peak, rc, out = _run(argv)
+            wall, peak, rc, out = _run(argv, envs[name])
             assert rc == 0, (name, out[-2000:])
             walls[name].append(wall)
             rss[name] = max(rss[name], peak)
@@ -377,6 +404,8 @@ def fresh(home: Path, deployment: Path, rounds: int) -> dict[str, Any]:
     res: dict[str, Any] = {
         name: {**_stats(w), "peak_rss_mib": round(rss[name] / 1024, 1)} for name, w in walls.items()
     }
+    for name in walls:  # the ratio to `ledger --help` in the same rounds (the machine is shared)
+        res[name]["x_help_p50"] = round(res[name]["p50_ms"] / res["help"]["p50_ms"], 2)
     res["verdict_nothing_cached"] = {
         "ms": round(cold_v[0] * 1000, 1),
         "peak_rss_mib": round(cold_v[1] / 1024, 1),
@@ -447,6 +476,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7, help="fresh-process rounds")
     ap.add_argument("--home", type=Path, help="where to build (kept); default: a temporary folder")
     ap.add_argument("--reuse", action="store_true", help="time an existing --home without rebuilding")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="an older checkout (`git archive main | tar -x -C DIR`): its --help, verdict and check are "
+        "timed in the same fresh-process rounds",
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "verdict.json")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-verdict-"))
@@ -465,7 +500,7 @@ def main() -> int:
         deployment.write_text(DEPLOYMENT)
         size = ledger.size()
         campaign_n = len(ledger.query(subject=SUBJECT, limit=None))
-        fresh_res = fresh(home, deployment, args.rounds)
+        fresh_res = fresh(home, deployment, args.rounds, args.baseline)
         warm_res = warm(ledger, deployment, args.runs)
         sql = raw_sql(home, 5)
         out = {
@@ -503,9 +538,18 @@ def main() -> int:
             ("python_pass", "python -c pass"),
             ("import_sqlalchemy", "python -c 'import sqlalchemy'"),
             ("import_service", "python -c 'import ledger.service'"),
+            ("help_baseline", "ledger --help (baseline code)"),
+            ("verdict_baseline", "ledger verdict --json (baseline code)"),
+            ("check_routing_baseline", "ledger check routing-change (baseline code)"),
         ):
+            if name not in f:
+                continue
             r = f[name]
-            print(f"{label:<44}{r['p50_ms']:>9}{r['p95_ms']:>9}{r['min_ms']:>9}{r['peak_rss_mib']:>9}")
+            ratio = r["p50_ms"] / f["help"]["p50_ms"]
+            print(
+                f"{label:<44}{r['p50_ms']:>9}{r['p95_ms']:>9}{r['min_ms']:>9}{r['peak_rss_mib']:>9}"
+                f"{ratio:>8.2f}× help"
+            )
         for name, label in (
             ("verdict_nothing_cached", "ledger verdict --json, nothing cached"),
             ("check_routing_nothing_cached", "ledger check routing-change, nothing cached"),

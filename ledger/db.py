@@ -1,4 +1,4 @@
-"""SQLModel tables and database plumbing; SQLite by default, PostgreSQL for shared deployments.
+"""The tables (SQLAlchemy Core) and database plumbing; SQLite by default, PostgreSQL for shared deployments.
 
 Alembic owns the schema (``migrations/``); these models describe it for queries. The log tables are
 append-only: database triggers refuse UPDATE and DELETE.
@@ -14,12 +14,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlmodel import Field, SQLModel
 
-from ledger.errors import LogFormatError, StorageError
+from ledger.errors import StorageError
+from ledger.reads import SCHEMA_HEAD, check_revision
 
 __all__ = [
     "LOG_TABLES",
+    "METADATA",
     "SCHEMA_HEAD",
     "T_ARTIFACTS",
     "T_CHECKPOINTS",
@@ -27,13 +28,7 @@ __all__ = [
     "T_ENTRIES",
     "T_REFS",
     "T_SUBJECTS",
-    "ApiToken",
-    "CheckpointRow",
-    "CosignatureRow",
-    "EntryArtifact",
-    "EntryRefRow",
-    "EntrySubject",
-    "LogEntry",
+    "T_TOKENS",
     "check_schema",
     "make_engine",
     "migrate",
@@ -44,89 +39,89 @@ __all__ = [
 LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", "checkpoints")
 
 
-class LogEntry(SQLModel, table=True):
-    __tablename__ = "log_entries"
-
-    seq: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
-    entry_id: str = Field(max_length=64, unique=True)
-    kind: str = Field(max_length=64, index=True)
-    signer: str = Field(max_length=64, index=True)
-    collected_at: str = Field(max_length=40)
-    logged_at: str = Field(max_length=40, index=True)
-    envelope: bytes = Field(sa_type=sa.LargeBinary)
-    # the log record (``ledger.log.LogRecord`` bytes) the Merkle leaf hashes; NULL only before migration 0002
-    record: bytes | None = Field(default=None, sa_type=sa.LargeBinary)
-    leaf_hash: str = Field(max_length=64)
-    prev_hash: str = Field(max_length=64)
-    chain_hash: str = Field(max_length=64)
+# The tables, declared with SQLAlchemy Core (Alembic creates and migrates them; these declarations are what
+# queries are compiled against). Core only: no ORM and no SQLModel to import, which a fresh `ledger verdict`
+# would otherwise pay for on every start.
+METADATA = sa.MetaData()
 
 
-class EntrySubject(SQLModel, table=True):
-    __tablename__ = "entry_subjects"
-
-    seq: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
-    field: str = Field(primary_key=True, max_length=64)
-    value: str = Field(max_length=512)
+def _pk(name: str) -> sa.Column[Any]:
+    return sa.Column(name, sa.BigInteger, primary_key=True, autoincrement=False)
 
 
-class EntryRefRow(SQLModel, table=True):
-    __tablename__ = "entry_refs"
-
-    seq: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
-    rel: str = Field(primary_key=True, max_length=40)
-    target_id: str = Field(primary_key=True, max_length=64, index=True)
-
-
-class EntryArtifact(SQLModel, table=True):
-    __tablename__ = "entry_artifacts"
-
-    seq: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
-    name: str = Field(primary_key=True, max_length=200)
-    digest: str = Field(max_length=71, index=True)
-    stored: bool = True
-
-
-class CheckpointRow(SQLModel, table=True):
-    __tablename__ = "checkpoints"
-
-    size: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
-    root: str = Field(max_length=64)
-    note: str
-    created_at: str = Field(max_length=40)
-    # the log format the root was computed in (``ledger.log.LOG_FORMAT``); 1 for checkpoints of old homes
-    format: int = 1
-
-
-class CosignatureRow(SQLModel, table=True):
-    """A witness's cosignature line on the published checkpoint of ``size`` (migration 0003)."""
-
-    __tablename__ = "cosignatures"
-
-    size: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
-    witness: str = Field(primary_key=True, max_length=512)  # the witness's signed-note key name
-    root: str = Field(max_length=64)
-    line: str
-    created_at: str = Field(max_length=40)
+def _text(name: str, length: int | None = None, **kw: Any) -> sa.Column[Any]:
+    return sa.Column(name, sa.String(length), nullable=kw.pop("nullable", False), **kw)
 
 
 # Core table handles of the log tables, for SQLAlchemy Core queries (``ledger.repo`` writes them all).
-T_ENTRIES: sa.Table = LogEntry.__table__  # type: ignore[attr-defined]
-T_SUBJECTS: sa.Table = EntrySubject.__table__  # type: ignore[attr-defined]
-T_REFS: sa.Table = EntryRefRow.__table__  # type: ignore[attr-defined]
-T_ARTIFACTS: sa.Table = EntryArtifact.__table__  # type: ignore[attr-defined]
-T_CHECKPOINTS: sa.Table = CheckpointRow.__table__  # type: ignore[attr-defined]
-T_COSIGNATURES: sa.Table = CosignatureRow.__table__  # type: ignore[attr-defined]
-
-
-class ApiToken(SQLModel, table=True):
-    __tablename__ = "api_tokens"
-
-    id: int | None = Field(default=None, primary_key=True)
-    name: str = Field(max_length=100, index=True)
-    role: str = Field(max_length=20)
-    token_hash: str = Field(max_length=64, unique=True)
-    created_at: str = Field(max_length=40)
-    revoked_at: str | None = Field(default=None, max_length=40)
+T_ENTRIES = sa.Table(
+    "log_entries",
+    METADATA,
+    _pk("seq"),
+    _text("entry_id", 64, unique=True),
+    _text("kind", 64, index=True),
+    _text("signer", 64, index=True),
+    _text("collected_at", 40),
+    _text("logged_at", 40, index=True),
+    sa.Column("envelope", sa.LargeBinary, nullable=False),
+    # the log record (``ledger.log.LogRecord`` bytes) the Merkle leaf hashes; NULL only before migration 0002
+    sa.Column("record", sa.LargeBinary, nullable=True),
+    _text("leaf_hash", 64),
+    _text("prev_hash", 64),
+    _text("chain_hash", 64),
+)
+T_SUBJECTS = sa.Table(
+    "entry_subjects",
+    METADATA,
+    _pk("seq"),
+    sa.Column("field", sa.String(64), primary_key=True),
+    _text("value", 512),
+)
+T_REFS = sa.Table(
+    "entry_refs",
+    METADATA,
+    _pk("seq"),
+    sa.Column("rel", sa.String(40), primary_key=True),
+    sa.Column("target_id", sa.String(64), primary_key=True, index=True),
+)
+T_ARTIFACTS = sa.Table(
+    "entry_artifacts",
+    METADATA,
+    _pk("seq"),
+    sa.Column("name", sa.String(200), primary_key=True),
+    _text("digest", 71, index=True),
+    sa.Column("stored", sa.Boolean, nullable=False, default=True),
+)
+T_CHECKPOINTS = sa.Table(
+    "checkpoints",
+    METADATA,
+    sa.Column("size", sa.BigInteger, primary_key=True, autoincrement=False),
+    _text("root", 64),
+    _text("note"),
+    _text("created_at", 40),
+    # the log format the root was computed in (``ledger.log.LOG_FORMAT``); 1 for checkpoints of old homes
+    sa.Column("format", sa.Integer, nullable=False, default=1),
+)
+T_TOKENS = sa.Table(
+    "api_tokens",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True),
+    _text("name", 100, index=True),
+    _text("role", 20),
+    _text("token_hash", 64, unique=True),
+    _text("created_at", 40),
+    _text("revoked_at", 40, nullable=True, default=None),
+)
+# a witness's cosignature line on the published checkpoint of ``size`` (migration 0003)
+T_COSIGNATURES = sa.Table(
+    "cosignatures",
+    METADATA,
+    sa.Column("size", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("witness", sa.String(512), primary_key=True),  # the witness's signed-note key name
+    _text("root", 64),
+    _text("line"),
+    _text("created_at", 40),
+)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -173,11 +168,6 @@ def lock_log(conn: sa.Connection) -> None:
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7715094201)")
 
 
-SCHEMA_HEAD = "0003"
-"""The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``;
-0003: witness cosignatures)."""
-
-
 def schema_revision(engine: Engine) -> str | None:
     """The Alembic revision of the database, or None when it has none (never migrated)."""
     try:
@@ -189,12 +179,7 @@ def schema_revision(engine: Engine) -> str | None:
 
 def check_schema(engine: Engine) -> None:
     """Refuse a database of another schema revision: an old home is upgraded by ``ledger migrate``."""
-    rev = schema_revision(engine)
-    if rev is not None and rev != SCHEMA_HEAD:
-        raise LogFormatError(
-            f"the database is at schema revision {rev}; this ledger needs {SCHEMA_HEAD}"
-            + (" (run `ledger migrate`)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")
-        )
+    check_revision(schema_revision(engine))
 
 
 def migrations_dir() -> Path:

@@ -89,7 +89,9 @@ def parse_when(text: str, now: datetime | None = None) -> datetime:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # defer_build: a kind's validator is built when that kind is first validated, not at import (a
+    # command that reads a few kinds, such as `ledger log`, does not pay for building every model)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 def _time_field(v: str) -> str:

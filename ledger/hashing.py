@@ -8,12 +8,14 @@ import mmap
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NewType
+from typing import TYPE_CHECKING, BinaryIO, NewType
 
 import blake3
+
+if TYPE_CHECKING:  # the thread pools (and the logging module they load) are imported where files are hashed
+    from concurrent.futures import Future
 
 from ledger.errors import InputError
 
@@ -155,6 +157,8 @@ def _pipeline(
     The buffers are anonymous memory maps, so page-aligned: a sink may write them with direct I/O.
     A buffer is read into again only after its hash and its write are done.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     ring = [_io_buffer(chunk_size) for _ in range(2 + writers)]
     pending: list[list[Future[object]]] = [[] for _ in ring]
     size = 0
@@ -208,6 +212,8 @@ def hash_files(
     progress: Callable[[int], object] | None = None,
 ) -> dict[Path, FileDigests]:
     """Hash many files in parallel threads (both hashers release the GIL on large buffers)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     items = list(paths)
     n = workers or min(len(items), os.cpu_count() or 1) or 1
     with ThreadPoolExecutor(max_workers=n) as pool:

@@ -9,7 +9,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +37,6 @@ from ledger.errors import (
     EntryNotFoundError,
     InputError,
     IntegrityError,
-    KeyNotFoundError,
     LedgerError,
     LogFormatError,
     RequestTooLargeError,
@@ -63,8 +62,16 @@ from ledger.log import (
 )
 from ledger.logged import LoggedEntry, entry_from_row
 from ledger.proofs import AuditReport, audit_receipts
+from ledger.reads import (  # parse_subject_args: defined there, imported by the CLI without the service
+    find_key,
+    page_json,
+    parse_subject_args,
+    refuse_nul,
+    resolve_entry_id,
+    signer_names,
+)
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
-from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
+from ledger.signing import Envelope, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
 from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
 from ledger.trust import TrustedLog, authorise, replay_keys
@@ -74,7 +81,7 @@ if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log`
     from ledger.policy.fixtures import FixtureResult
     from ledger.policy.loader import LoadedPolicy
 
-__all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger"]
+__all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger", "parse_subject_args"]
 
 MAX_BATCH = 1000
 TILE_HEIGHT = 8  # C2SP tlog-tiles: a tile is a subtree of height 8 ...
@@ -107,22 +114,7 @@ class _Prepared:
     statement: Statement
 
 
-def parse_subject_args(items: Iterable[str]) -> dict[str, str]:
-    """``["campaign=c1", "host=h"]`` → ``{"campaign": "c1", "host": "h"}``."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise InputError(f"subject {item!r} must be FIELD=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _refuse_nul(*texts: str) -> None:
-    """Indexed text may not hold NUL: PostgreSQL text cannot store it (it would fail as a database error)."""
-    for t in texts:
-        if "\x00" in t:
-            raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
+_refuse_nul = refuse_nul  # defined in ledger.reads, beside the SQLite read path that checks the same
 
 
 class Ledger:
@@ -268,11 +260,7 @@ class Ledger:
         key.save(self.home.key_path(key.name))
 
     def key_record(self, name_or_id: str) -> KeyRecord:
-        ring = self.keyring()
-        rec = ring.keys.get(KeyId(name_or_id)) or ring.by_name(name_or_id)
-        if rec is None:
-            raise KeyNotFoundError(f"no enrolled key named {name_or_id!r}")
-        return rec
+        return find_key(self.keyring(), name_or_id)
 
     def new_key(self, name: str, roles: Sequence[str], *, admin: str | None = None) -> KeyRecord:
         """Generate a key in this home and enrol it with an entry signed by the admin key."""
@@ -571,20 +559,7 @@ class Ledger:
 
     def resolve_id(self, id_or_prefix: str) -> EntryId:
         """A full entry id, from a full id or a unique prefix of at least 8 hex characters."""
-        text = id_or_prefix.strip().lower()
-        if len(text) == 64:
-            return EntryId(text)
-        if len(text) < 8 or any(c not in "0123456789abcdef" for c in text):
-            raise InputError(f"{id_or_prefix!r} is not an entry id (64 hex, or a unique prefix of >= 8)")
-        found = self.repo.ids_with_prefix(text, limit=6)
-        if not found:
-            raise EntryNotFoundError(f"no entry with id {id_or_prefix}")
-        if len(found) > 1:
-            shown = ", ".join(str(i)[:16] for i in found[:5]) + (", …" if len(found) > 5 else "")
-            raise InputError(
-                f"entry id prefix {id_or_prefix} is ambiguous: {shown}", hint="give more characters of the id"
-            )
-        return EntryId(found[0])
+        return resolve_entry_id(id_or_prefix, self.repo.ids_with_prefix)
 
     def get(self, id_or_prefix: str) -> LoggedEntry:
         entry_id = self.resolve_id(id_or_prefix)
@@ -642,11 +617,7 @@ class Ledger:
 
     def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]:
         """The one JSON shape of a page of search results (CLI ``log --json`` and the API alike)."""
-        names = self.signer_names()
-        return {
-            "entries": [e.to_json(names.get(e.signer)) for e in entries],
-            "next_after": entries[-1].seq if entries and len(entries) == limit else None,
-        }
+        return page_json(entries, limit, self.signer_names())
 
     def signature_status(self, entry: LoggedEntry) -> KeyRecord:
         """The signer's record when ``entry``'s signature verifies with an enrolled key that may sign its
@@ -659,7 +630,7 @@ class Ledger:
         return rec
 
     def signer_names(self) -> dict[str, str]:
-        return {k: r.name for k, r in self.keyring().keys.items()}
+        return signer_names(self.keyring())
 
     def subjects(self, *, field: str | None = None, limit: int = 500) -> list[SubjectSummary]:
         """Distinct subject FIELD=VALUE pairs (key entries excluded), most recently active first."""

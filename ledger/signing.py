@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any, NewType
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes, parse_canonical, parse_json
 from ledger.errors import EnvelopeError, InputError, KeyNotFoundError, SignatureError
 from ledger.hashing import blake3_hex
+
+# cryptography's ``serialization`` (PEM, PKCS#8; it loads the SSH, cipher and curve modules too) is
+# imported where keys are saved or loaded: reading and verifying entries does not need it.
 
 __all__ = [
     "PAYLOAD_TYPE",
@@ -92,6 +94,8 @@ class SigningKey:
 
     @property
     def public(self) -> PublicKey:
+        from cryptography.hazmat.primitives import serialization
+
         raw = self.private.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
@@ -106,6 +110,8 @@ class SigningKey:
 
     def save(self, path: Path) -> None:
         """Write the private key as PKCS#8 PEM, readable by the owner only, atomically."""
+        from cryptography.hazmat.primitives import serialization
+
         pem = self.private.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
@@ -113,6 +119,8 @@ class SigningKey:
 
     @classmethod
     def load(cls, name: str, path: Path) -> SigningKey:
+        from cryptography.hazmat.primitives import serialization
+
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except FileNotFoundError as e:

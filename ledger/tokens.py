@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ledger.db import ApiToken, write_transaction
+from ledger.db import T_TOKENS, write_transaction
 from ledger.entries import format_time, now_utc
 from ledger.errors import AuthError, ForbiddenError, InputError, KeyNotFoundError
 
@@ -26,7 +26,6 @@ __all__ = [
     "verify_token",
 ]
 
-T_TOKENS = ApiToken.__table__  # type: ignore[attr-defined]
 
 # Each role includes the ones before it: a writer may read, an admin may write.
 TOKEN_ROLES = ("reader", "writer", "admin")

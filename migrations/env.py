@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import context
-from sqlmodel import SQLModel
 
-import ledger.db  # noqa: F401  (registers the tables on SQLModel.metadata)
+from ledger.db import METADATA
 
 config = context.config
-target_metadata = SQLModel.metadata
+target_metadata = METADATA
 
 
 def run_migrations_online() -> None:

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from ledger.reads import EntryReader
     from ledger.service import Ledger
     from ledger.store import FilesystemStore
     from ledger.store.s3 import S3Store
@@ -45,6 +46,7 @@ __all__ = [
     "SubjectOption",
     "err",
     "get_ledger",
+    "get_reader",
     "get_store",
     "home_path",
     "out",
@@ -124,6 +126,17 @@ def get_ledger(home: Path | None = None) -> Ledger:
     return Ledger.open(home_path(home))
 
 
+def get_reader(home: Path | None = None) -> EntryReader:
+    """What ``log`` and ``show`` read: on a SQLite home the stdlib driver (no SQLAlchemy, no service to
+    import: a fast start), else the service (``ledger.reads``)."""
+    from ledger.home import Home
+    from ledger.reads import SqliteEntries
+
+    path = home_path(home)
+    reader = SqliteEntries.open(Home(path).config().database_url)
+    return reader if reader is not None else get_ledger(path)
+
+
 def get_store(home: Path | None = None) -> FilesystemStore | S3Store:
     """Open only the artifact store of the home: no database, no keys (fast start for ``put``/``cat``)."""
     from ledger.home import Home
@@ -170,7 +183,7 @@ def warn(message: str) -> None:
 
 def parse_subject(items: list[str] | None) -> dict[str, str]:
     """``--subject FIELD=VALUE`` options as a dict; a field outside ``SUBJECT_FIELDS`` gets a warning."""
-    from ledger.service import parse_subject_args
+    from ledger.reads import parse_subject_args
 
     subject = parse_subject_args(items or [])
     for field in subject:

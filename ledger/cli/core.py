@@ -21,6 +21,7 @@ from ledger.cli._common import (
     SubjectOption,
     err,
     get_ledger,
+    get_reader,
     get_store,
     home_path,
     out,
@@ -404,7 +405,7 @@ def show(
     envelope: Annotated[bool, typer.Option(help="Print the stored DSSE envelope bytes.")] = False,
 ) -> None:
     """One entry, by id or unique id prefix."""
-    ledger = get_ledger()
+    ledger = get_reader()
     e = ledger.get(entry_id)
     if envelope:
         sys.stdout.write(e.envelope.decode() + "\n")
@@ -444,7 +445,7 @@ def log_cmd(
 ) -> None:
     """List entries by subject fields, kind, signer and time, in sequence order."""
     subj = parse_subject(subject)
-    ledger = get_ledger()
+    ledger = get_reader()
     entries = ledger.query(
         subject=subj,
         kind=kind,

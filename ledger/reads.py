@@ -1,0 +1,318 @@
+"""Entry reads shared by the service and by a fast start of `ledger log` / `ledger show` on SQLite homes.
+
+``ledger log`` and ``ledger show`` are the commands people type most; as fresh processes they should start
+in well under half a second (issue 13: ≤ 0.3 s beside ``ledger --help``). Importing SQLAlchemy, SQLModel
+and the service alone takes longer than that, so on a home whose database is a SQLite file these two
+commands read through ``SqliteEntries``: the stdlib ``sqlite3`` driver, read-only, the same four queries
+``ledger.repo.LogRepo`` runs for them (``find``, ``by_id``, ``ids_with_prefix``, ``key_rows``; the SQL
+below is written to return the same rows in the same order — ``tests/test_reads.py`` compares them),
+and the same parsing (``ledger.logged.entry_from_row``, ``ledger.trust.replay_keys``). The rest of what
+the two commands do (id resolution, filters, the page shape, signer names) is defined once here and
+called by ``ledger.service.Ledger`` too. Any other database (PostgreSQL), or a SQLite file this module
+cannot read as a migrated ledger, goes through the service, so its errors are the service's.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+from ledger.entries import format_time, parse_time
+from ledger.errors import EntryNotFoundError, InputError, KeyNotFoundError, LogFormatError
+from ledger.keyring import KeyRecord, Keyring
+from ledger.log import EntryId
+from ledger.logged import LoggedEntry, entry_from_row
+from ledger.signing import KeyId
+from ledger.trust import replay_keys
+
+__all__ = [
+    "SCHEMA_HEAD",
+    "EntryReader",
+    "SqliteEntries",
+    "check_revision",
+    "find_key",
+    "page_json",
+    "parse_subject_args",
+    "refuse_nul",
+    "resolve_entry_id",
+    "sqlite_file",
+]
+
+SCHEMA_HEAD = "0003"
+"""The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``;
+0003: witness cosignatures)."""
+
+_SQLITE = "sqlite:///"
+
+
+class EntryReader(Protocol):
+    """What `ledger log` and `ledger show` read: ``ledger.service.Ledger``, or ``SqliteEntries``."""
+
+    def get(self, id_or_prefix: str) -> LoggedEntry: ...
+
+    def query(
+        self,
+        *,
+        subject: dict[str, str] | None = None,
+        kind: str | None = None,
+        signer: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        after_seq: int | None = None,
+        limit: int | None = 100,
+    ) -> list[LoggedEntry]: ...
+
+    def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]: ...
+
+    def signer_names(self) -> dict[str, str]: ...
+
+    def close(self) -> None: ...
+
+
+# --- shared by the service and SqliteEntries ------------------------------------------------------------
+
+
+def parse_subject_args(items: Iterable[str]) -> dict[str, str]:
+    """``["campaign=c1", "host=h"]`` → ``{"campaign": "c1", "host": "h"}``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise InputError(f"subject {item!r} must be FIELD=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def check_revision(rev: str | None) -> None:
+    """Refuse a database of another schema revision: an old home is upgraded by ``ledger migrate``."""
+    if rev is not None and rev != SCHEMA_HEAD:
+        raise LogFormatError(
+            f"the database is at schema revision {rev}; this ledger needs {SCHEMA_HEAD}"
+            + (" (run `ledger migrate`)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")
+        )
+
+
+def refuse_nul(*texts: str) -> None:
+    """Indexed text may not hold NUL: PostgreSQL text cannot store it (it would fail as a database error)."""
+    for t in texts:
+        if "\x00" in t:
+            raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
+
+
+def resolve_entry_id(id_or_prefix: str, ids_with_prefix: Callable[[str, int], list[str]]) -> EntryId:
+    """A full entry id, from a full id or a unique prefix of at least 8 hex characters."""
+    text = id_or_prefix.strip().lower()
+    if len(text) == 64:
+        return EntryId(text)
+    if len(text) < 8 or any(c not in "0123456789abcdef" for c in text):
+        raise InputError(f"{id_or_prefix!r} is not an entry id (64 hex, or a unique prefix of >= 8)")
+    found = ids_with_prefix(text, 6)
+    if not found:
+        raise EntryNotFoundError(f"no entry with id {id_or_prefix}")
+    if len(found) > 1:
+        shown = ", ".join(str(i)[:16] for i in found[:5]) + (", …" if len(found) > 5 else "")
+        raise InputError(
+            f"entry id prefix {id_or_prefix} is ambiguous: {shown}", hint="give more characters of the id"
+        )
+    return EntryId(found[0])
+
+
+def find_key(ring: Keyring, name_or_id: str) -> KeyRecord:
+    """The enrolled key of that id, else the last one of that name."""
+    rec = ring.keys.get(KeyId(name_or_id)) or ring.by_name(name_or_id)
+    if rec is None:
+        raise KeyNotFoundError(f"no enrolled key named {name_or_id!r}")
+    return rec
+
+
+def log_time(text: str | None) -> str | None:
+    """A ``--since``/``--until`` filter as the log's own time text."""
+    return format_time(parse_time(text)) if text else None
+
+
+def page_json(entries: Sequence[LoggedEntry], limit: int | None, names: dict[str, str]) -> dict[str, Any]:
+    """The one JSON shape of a page of search results (CLI ``log --json`` and the API alike)."""
+    return {
+        "entries": [e.to_json(names.get(e.signer)) for e in entries],
+        "next_after": entries[-1].seq if entries and len(entries) == limit else None,
+    }
+
+
+def signer_names(ring: Keyring) -> dict[str, str]:
+    return {k: r.name for k, r in ring.keys.items()}
+
+
+# --- the SQLite read path -----------------------------------------------------------------------------------
+
+
+class EntryRow(NamedTuple):
+    """The ``log_entries`` columns ``entry_from_row`` reads."""
+
+    seq: int
+    entry_id: str
+    signer: str
+    logged_at: str
+    envelope: bytes
+    prev_hash: str
+    chain_hash: str
+
+
+_ROW = "e.seq, e.entry_id, e.signer, e.logged_at, e.envelope, e.prev_hash, e.chain_hash"
+
+
+def sqlite_file(database_url: str) -> Path | None:
+    """The database file of a plain ``sqlite:///PATH`` URL (no query options), else None."""
+    if not database_url.startswith(_SQLITE) or "?" in database_url:
+        return None
+    path = database_url.removeprefix(_SQLITE)
+    if not path or path.startswith(":"):
+        return None
+    return Path(path)
+
+
+class SqliteEntries:
+    """``get``, ``query``, ``page_json`` and ``signer_names`` of the service, on a SQLite file, read-only."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._ring: Keyring | None = None
+
+    @classmethod
+    def open(cls, database_url: str) -> SqliteEntries | None:
+        """The reader of a migrated SQLite ledger; None when the service should read it (another database,
+        a file this driver cannot open read-only, or a database without a schema revision)."""
+        path = sqlite_file(database_url)
+        if path is None or not path.is_file():
+            return None
+        try:
+            conn = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60, isolation_level=None
+            )
+        except sqlite3.Error:
+            return None
+        try:
+            conn.execute("PRAGMA busy_timeout=60000")
+            rev = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.Error:
+            conn.close()
+            return None
+        if rev is None:
+            conn.close()
+            return None
+        try:
+            check_revision(str(rev[0]))
+        except LogFormatError:
+            conn.close()
+            raise
+        return cls(conn)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every query inside sees the same WAL snapshot."""
+        self._conn.execute("BEGIN DEFERRED")
+        try:
+            yield self._conn
+        finally:
+            self._conn.execute("COMMIT")
+
+    def _rows(self, sql: str, params: Sequence[Any]) -> list[EntryRow]:
+        return [EntryRow(*r) for r in self._conn.execute(sql, params)]
+
+    # --- keys -------------------------------------------------------------------------------------------
+
+    def keyring(self) -> Keyring:
+        """The keyring as of the current log (``LogRepo.key_rows`` over the whole log, folded once)."""
+        if self._ring is None:
+            with self._snapshot() as c:
+                head = c.execute("SELECT max(seq) FROM log_entries").fetchone()[0]
+                size = 0 if head is None else int(head) + 1
+                rows = [
+                    (int(seq), bytes(env))
+                    for seq, env in c.execute(
+                        "SELECT seq, envelope FROM log_entries WHERE kind >= 'key.' AND kind < 'key/'"
+                        " AND seq >= 0 AND seq < ? ORDER BY kind, seq",
+                        (size,),
+                    )
+                ]
+            rows.sort(key=lambda r: r[0])
+            self._ring = replay_keys(Keyring(), rows, size)
+        return self._ring
+
+    def signer_names(self) -> dict[str, str]:
+        return signer_names(self.keyring())
+
+    # --- entries ----------------------------------------------------------------------------------------
+
+    def _ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
+        return [
+            str(r[0])
+            for r in self._conn.execute(
+                "SELECT entry_id FROM log_entries WHERE entry_id LIKE ? LIMIT ?", (prefix + "%", limit)
+            )
+        ]
+
+    def get(self, id_or_prefix: str) -> LoggedEntry:
+        entry_id = resolve_entry_id(id_or_prefix, self._ids_with_prefix)
+        sql = f"SELECT {_ROW} FROM log_entries AS e WHERE e.entry_id = ?"  # noqa: S608 (constant columns)
+        rows = self._rows(sql, (entry_id,))
+        if not rows:
+            raise EntryNotFoundError(f"no entry with id {entry_id}")
+        return entry_from_row(rows[0])
+
+    def query(
+        self,
+        *,
+        subject: dict[str, str] | None = None,
+        kind: str | None = None,
+        signer: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        after_seq: int | None = None,
+        limit: int | None = 100,
+    ) -> list[LoggedEntry]:
+        """``Ledger.query``: entries matching every filter, in sequence order (``LogRepo.find``'s rows)."""
+        refuse_nul(*(subject or {}).keys(), *(subject or {}).values(), kind or "", signer or "")
+        signer_id = find_key(self.keyring(), signer).key_id if signer else None
+        since_t, until_t = log_time(since), log_time(until)
+        where: list[str] = []
+        params: list[Any] = []
+        for k, v in (subject or {}).items():
+            where.append("e.seq IN (SELECT seq FROM entry_subjects WHERE field = ? AND value = ?)")
+            params += [k, v]
+        if kind:
+            if kind.endswith("*"):
+                where.append("e.kind LIKE ?")
+                params.append(kind[:-1] + "%")
+            else:
+                where.append("e.kind = ?")
+                params.append(kind)
+        if signer_id:
+            where.append("e.signer = ?")
+            params.append(signer_id)
+        if since_t:
+            where.append("e.logged_at >= ?")
+            params.append(since_t)
+        if until_t:
+            where.append("e.logged_at < ?")
+            params.append(until_t)
+        if after_seq is not None:
+            where.append("e.seq > ?")
+            params.append(after_seq)
+        # constant text and ``?`` placeholders only: every value is a bound parameter
+        sql = f"SELECT {_ROW} FROM log_entries AS e"  # noqa: S608
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY e.seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [entry_from_row(r) for r in self._rows(sql, params)]
+
+    def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]:
+        return page_json(entries, limit, self.signer_names())
