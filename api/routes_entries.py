@@ -93,7 +93,8 @@ def get_entry(
 def _append(state: Served, envelopes: list[Any]) -> list[dict[str, Any]]:
     ledger = state.ledger
     logged = ledger.append(envelopes)
-    names = ledger.signer_names()
+    # the signers' names from the keys the append was judged by: no further read per request
+    names = {s: n for s in {e.signer for e in logged} if (n := ledger.signer_name(s)) is not None}
     out = []
     for e in logged:
         (state.metrics.duplicates if e.duplicate else state.metrics.appended).inc()

@@ -39,6 +39,7 @@ __all__ = [
     "LedgerError",
     "LogFormatError",
     "LogOrderError",
+    "LogTimeBackwardsError",
     "NotAvailableError",
     "PolicyError",
     "PortInUseError",
@@ -140,6 +141,14 @@ class JsonTooDeepError(CanonicalJsonError):
     """Well-formed JSON nested beyond the depth limit: refused as unprocessable (HTTP 422), not malformed."""
 
     code = "json-too-deep"
+
+
+class LogTimeBackwardsError(InputError):
+    """An append given a log time earlier than the head's ``logged_at``: the log's clock never runs back,
+    so revocation and validity (judged at ``logged_at``) are judged in log order."""
+
+    code = "logged-at-before-head"
+    hint = "append in time order: give no time (the log's clock) or one not before the newest entry's"
 
 
 class EnvelopeError(InputError):

@@ -9,7 +9,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ from ledger.errors import (
     IntegrityError,
     LedgerError,
     LogFormatError,
+    LogTimeBackwardsError,
     RequestTooLargeError,
     StorageError,
 )
@@ -71,7 +73,7 @@ from ledger.reads import (  # parse_subject_args: defined there, imported by the
     signer_names,
 )
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
-from ledger.signing import Envelope, PublicKey, SigningKey, parse_envelope, sign_envelope
+from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
 from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
 from ledger.trust import TrustedLog, authorise, replay_keys
@@ -112,6 +114,36 @@ class _Prepared:
     envelope_bytes: bytes
     entry_id: EntryId
     statement: Statement
+    verified_with: PublicKey | None = None  # the key its signature verified with before ordering
+
+
+@dataclass(eq=False)
+class _AppendRequest:
+    """One ``Ledger.append`` call waiting for the sequencer: its batch, and its answer once committed."""
+
+    prepared: list[_Prepared]
+    given: datetime | None
+    done: bool = False
+    entries: list[LoggedEntry] | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _Plan:
+    """What one group transaction wrote: each request's entries or refusal, the keys and chain hash at
+    the new head, and whether a checkpoint is due."""
+
+    outcomes: list[list[LoggedEntry] | LedgerError]
+    ring: Keyring
+    chain: str
+    due: bool
+
+
+def _db_refusal(e: sa.exc.SQLAlchemyError) -> str:
+    orig = getattr(e, "orig", None) or e
+    if isinstance(e, sa.exc.IntegrityError):
+        return f"append refused by the database: {orig}"
+    return f"database error while appending: {orig}"
 
 
 _refuse_nul = refuse_nul  # defined in ledger.reads, beside the SQLite read path that checks the same
@@ -138,6 +170,10 @@ class Ledger:
         self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
         # The keyring and tree caches are shared by request threads of one server process.
         self._cache_lock = threading.RLock()
+        # The sequencer (``append``): batches checked outside the lock wait here; whoever holds the
+        # commit lock appends every waiting batch in one transaction (group commit).
+        self._pending: deque[_AppendRequest] = deque()
+        self._commit_lock = threading.Lock()
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -149,8 +185,12 @@ class Ledger:
         database_url: str | None = None,
         store: str | None = None,
         admin_key: str = "admin",
+        genesis_at: datetime | None = None,
     ) -> Ledger:
-        """Create a home: migrate the database, make the store, the admin and log keys, enrol the admin."""
+        """Create a home: migrate the database, make the store, the admin and log keys, enrol the admin.
+
+        ``genesis_at``: the log time of the first entry (default: now). The log's clock never runs back,
+        so a history replayed with given times (the policy fixtures) starts its log at its own start."""
         home = Home(path)
         if home.exists():
             raise InputError(f"a ledger already exists at {path}", hint="use it, or pick another --home")
@@ -174,7 +214,7 @@ class Ledger:
         ledger = cls(home, cfg)
         ledger.store.init()
         if ledger.size() == 0:
-            ledger.record(
+            genesis = ledger.make_statement(
                 "key.enrol",
                 {"key": admin_key},
                 {
@@ -183,8 +223,9 @@ class Ledger:
                     "key_id": admin.key_id,
                     "roles": ["admin"],
                 },
-                key=admin,
+                collected_at=genesis_at,
             )
+            ledger.append([ledger.sign(genesis, admin)], logged_at=genesis_at)
         home.write_config(cfg)
         return ledger
 
@@ -416,6 +457,7 @@ class Ledger:
         return self.append([self.sign(st, key)])[0]
 
     def _prepare(self, env: Envelope | bytes | dict[str, Any]) -> _Prepared:
+        """What an envelope is, checked before ordering: size, DSSE shape, the statement's schema."""
         if isinstance(env, bytes) and len(env) > MAX_ENVELOPE_BYTES:
             raise RequestTooLargeError(_too_large(len(env)))
         envelope = env if isinstance(env, Envelope) else parse_envelope(env)
@@ -427,115 +469,229 @@ class Ledger:
         _refuse_nul(*st.subject.keys(), *st.subject.values(), *(a.name for a in st.artifacts))
         return _Prepared(envelope, data, entry_id_of(data), statement)
 
+    def _precheck(self, prepared: Sequence[_Prepared]) -> None:
+        """The sequencer's checks outside the lock: each signature against the keys this process knows
+        now (a key id is the hash of its public key, so a signature that verifies with the key of its id
+        verifies at any position), and the artifacts present in the store (content-addressed: once there,
+        they stay). What depends on the order — key state and role at the entry's log time, refs,
+        duplicates — is decided in the lock (``_append_locked``)."""
+        with self._cache_lock:
+            keys = self._keyring.keys
+            known = {p.envelope.signer: keys.get(p.envelope.signer) for p in prepared}
+        for p in prepared:
+            rec = known[p.envelope.signer]
+            if rec is not None:
+                p.envelope.verify_with(rec.public)
+                p.verified_with = rec.public
+            self._check_artifacts(p.statement)
+
     def append(
         self, envelopes: Sequence[Envelope | bytes | dict[str, Any]], *, logged_at: datetime | None = None
     ) -> list[LoggedEntry]:
         """Verify and append a batch atomically: all entries are stored, or none.
 
         A re-sent envelope (same entry id) is recognised and returned with ``duplicate=True``.
+        ``logged_at``: a caller-given log time (the policy fixtures replay a history with it); one earlier
+        than the head's is refused (``LogTimeBackwardsError``).
+
+        Concurrent calls in one process are group-committed (docs/LOG.md, "The sequencer"): each call is
+        checked outside the lock, queued, and the first caller to take the commit lock appends every
+        queued batch in one transaction; each batch stays atomic and is refused alone.
         """
         if not envelopes:
             return []
         if len(envelopes) > MAX_BATCH:
             raise BatchTooLargeError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
+        if logged_at is not None:
+            format_time(logged_at)  # a naive time is refused before it is queued
         prepared = [self._prepare(e) for e in envelopes]
-        try:
-            with self.repo.append_transaction() as conn:
-                out = self._append_locked(conn, prepared, logged_at)
-                new = [e.seq for e in out if not e.duplicate]
-                due = bool(new) and self._publish_due(conn, max(new) + 1)
-            if due:
-                # the sequencer's step, after the entries are committed: a failure here loses no entry
-                # (the next append publishes again) and never signs what the database does not hold
-                with contextlib.suppress(LedgerError, sa.exc.SQLAlchemyError):
-                    self.publish_checkpoint()
-            return out
-        except LedgerError:
-            raise
-        except sa.exc.IntegrityError as e:
-            raise StorageError(f"append refused by the database: {e.orig}") from e
-        except sa.exc.OperationalError as e:
-            raise StorageError(f"database error while appending: {e.orig}") from e
+        self._precheck(prepared)
+        req = _AppendRequest(prepared, logged_at)
+        self._pending.append(req)
+        due = False
+        with self._commit_lock:
+            if not req.done:  # nobody took it into their group: lead a group of all that wait
+                group: list[_AppendRequest] = []
+                while self._pending:
+                    group.append(self._pending.popleft())
+                try:
+                    due = self._commit(group)
+                except BaseException as e:  # never leave a queued caller without an answer
+                    for r in group:
+                        if not r.done:
+                            r.error, r.done = e, True
+                    raise
+        if due:
+            # the sequencer's step, after the entries are committed: a failure here loses no entry
+            # (the next append publishes again) and never signs what the database does not hold
+            with contextlib.suppress(LedgerError, sa.exc.SQLAlchemyError):
+                self.publish_checkpoint()
+        if req.error is not None:
+            raise req.error
+        assert req.entries is not None
+        return req.entries
 
-    def _append_locked(
-        self, conn: sa.Connection, prepared: list[_Prepared], given: datetime | None
-    ) -> list[LoggedEntry]:
+    def _commit(self, group: list[_AppendRequest]) -> bool:
+        """Append the group's batches in one transaction; resolve each request. Returns whether a
+        checkpoint is due. A database refusal of the group is retried one request per transaction, so
+        it sinks only the request it belongs to."""
+        try:
+            try:
+                with self.repo.append_transaction() as conn:
+                    plan = self._append_locked(conn, group)
+            except sa.exc.SQLAlchemyError as e:
+                if len(group) > 1:
+                    dues = [self._commit([r]) for r in group]  # every request, then any due
+                    return any(dues)
+                raise StorageError(_db_refusal(e)) from e
+        except LedgerError as e:
+            for r in group:
+                r.error, r.done = e, True
+            return False
+        with self._cache_lock:  # committed: the keys as of the new head are this process's cache
+            self._keyring, self._keyring_chain = plan.ring, plan.chain
+        for r, outcome in zip(group, plan.outcomes, strict=True):
+            if isinstance(outcome, LedgerError):
+                r.error = outcome
+            else:
+                r.entries = outcome
+            r.done = True
+        return plan.due
+
+    def _ring_at(self, conn: sa.Connection, head: Any) -> Keyring:
+        """The keys as of ``head`` (inside the append lock): the process's cache when it ends at the
+        head (no query), else folded from the database."""
+        size = 0 if head is None else int(head.seq) + 1
+        chain = GENESIS_PREV if head is None else str(head.chain_hash)
+        with self._cache_lock:
+            ring, at = self._keyring, self._keyring_chain
+        if ring.seq == size and at == chain:
+            return ring
+        return self.keyring(conn)
+
+    def _append_locked(self, conn: sa.Connection, group: list[_AppendRequest]) -> _Plan:
+        """Inside the lock, only what depends on the order: read the head, assign indexes and log
+        times, decide each entry against the keys as of its position, refs and duplicates, write
+        the rows (one INSERT per table for the whole group)."""
         head = self.repo.head(conn)
         next_seq = 0 if head is None else head.seq + 1
-        prev = GENESIS_PREV if head is None else head.chain_hash
+        prev = GENESIS_PREV if head is None else str(head.chain_hash)
         last = None if head is None else parse_time(head.logged_at)
-        # The log's clock never runs backwards: a system clock stepped back logs at the head's time.
-        # A caller-given time (no adapter passes one: the policy fixtures replay a history with it) is
-        # taken as given, and ``ledger verify`` names it (``logged-at-decreasing``) if it runs back.
-        when = given if given is not None else (now_utc() if last is None else max(now_utc(), last))
-        trusted = TrustedLog(
-            self.cfg.root_key_id, self.keyring(conn).copy(), last_logged_at=last if given is None else None
-        )
-        logged_at = format_time(when)
-        ids = [p.entry_id for p in prepared]
+        cached = self._ring_at(conn, head)
+        kinds = {p.statement.kind for r in group for p in r.prepared}
+        # the group folds key entries into its own copy; without any it only advances the position
+        ring = cached.copy() if any(k.startswith("key.") for k in kinds) else Keyring(dict(cached.keys))
+        ring.seq = cached.seq
+        trusted = TrustedLog(self.cfg.root_key_id, ring, last_logged_at=last)
+        now = now_utc()
+        ids = list(dict.fromkeys(p.entry_id for r in group for p in r.prepared))
         existing = self.repo.by_ids(conn, ids)
-        out: list[LoggedEntry] = []
-        batch_ids: set[str] = set()
+        ref_ids = {ref.id for r in group for p in r.prepared for ref in p.statement.refs} - set(ids)
+        known = self.repo.known_ids(conn, ref_ids) if ref_ids else set()
+        accepted: dict[str, LoggedEntry] = {}  # entries of the group's earlier requests
         rows: list[dict[str, Any]] = []
         subj_rows: list[dict[str, Any]] = []
         ref_rows: list[dict[str, Any]] = []
         art_rows: list[dict[str, Any]] = []
-        for p in prepared:
-            if p.entry_id in existing:
-                e = entry_from_row(existing[p.entry_id])
-                out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
+        outcomes: list[list[LoggedEntry] | LedgerError] = []
+        for req in group:
+            mark = (next_seq, prev, len(rows), len(subj_rows), len(ref_rows), len(art_rows))
+            saved_ring = (
+                ring.copy() if any(p.statement.kind.startswith("key.") for p in req.prepared) else None
+            )
+            saved_seq, saved_last = ring.seq, trusted.last_logged_at
+            out: list[LoggedEntry] = []
+            batch_ids: set[str] = set()
+            try:
+                latest = trusted.last_logged_at
+                if req.given is None:
+                    # the log's clock never runs back: a system clock stepped back logs at the head's time
+                    when = now if latest is None else max(now, latest)
+                elif latest is not None and req.given < latest:
+                    raise LogTimeBackwardsError(
+                        f"logged_at {format_time(req.given)} is before the newest entry's "
+                        f"({format_time(latest)})"
+                    )
+                else:
+                    when = req.given
+                logged_at = format_time(when)
+                for p in req.prepared:
+                    seen = accepted.get(p.entry_id)
+                    if p.entry_id in existing or seen is not None:
+                        e = seen if seen is not None else entry_from_row(existing[p.entry_id])
+                        out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
+                        continue
+                    if p.entry_id in batch_ids:
+                        continue
+                    st = p.statement
+                    pub = p.verified_with
+                    trusted.admit(next_seq, p.envelope, st.kind, st.payload, when, verified=pub)
+                    self._check_refs(st, batch_ids, known, accepted)
+                    trusted.update(next_seq, st.kind, st.payload, when)
+                    ch = chain_hash(next_seq, p.entry_id, prev, logged_at)
+                    record = LogRecord(next_seq, logged_at, p.entry_id, st.kind, p.envelope.signer).to_bytes()
+                    rows.append(
+                        {
+                            "seq": next_seq,
+                            "entry_id": p.entry_id,
+                            "kind": st.kind,
+                            "signer": p.envelope.signer,
+                            "collected_at": st.collected_at,
+                            "logged_at": logged_at,
+                            "envelope": p.envelope_bytes,
+                            "record": record,
+                            "leaf_hash": record_leaf(record).hex(),
+                            "prev_hash": prev,
+                            "chain_hash": ch,
+                        }
+                    )
+                    subj_rows.extend({"seq": next_seq, "field": k, "value": v} for k, v in st.subject.items())
+                    ref_rows.extend(
+                        {"seq": next_seq, "rel": r.rel, "target_id": r.id}
+                        for r in {(r.rel, r.id): r for r in st.refs}.values()
+                    )
+                    art_rows.extend(
+                        {"seq": next_seq, "name": a.name, "digest": a.digest, "stored": a.stored}
+                        for a in st.artifacts
+                    )
+                    out.append(
+                        LoggedEntry(
+                            next_seq, p.entry_id, st, p.envelope_bytes, p.envelope.signer, logged_at, prev, ch
+                        )
+                    )
+                    batch_ids.add(p.entry_id)
+                    prev = ch
+                    next_seq += 1
+            except LedgerError as e:  # this request alone is refused: undo what it added
+                next_seq, prev = mark[0], mark[1]
+                del rows[mark[2] :], subj_rows[mark[3] :], ref_rows[mark[4] :], art_rows[mark[5] :]
+                if saved_ring is not None:
+                    trusted.ring = ring = saved_ring
+                ring.seq, trusted.last_logged_at = saved_seq, saved_last
+                outcomes.append(e)
                 continue
-            if p.entry_id in batch_ids:
-                continue
-            st = p.statement
-            trusted.admit(next_seq, p.envelope, st.kind, st.payload, when)
-            self._check_refs(conn, st, batch_ids)
-            self._check_artifacts(st)
-            trusted.update(next_seq, st.kind, st.payload, when)
-            ch = chain_hash(next_seq, p.entry_id, prev, logged_at)
-            record = LogRecord(next_seq, logged_at, p.entry_id, st.kind, p.envelope.signer).to_bytes()
-            rows.append(
-                {
-                    "seq": next_seq,
-                    "entry_id": p.entry_id,
-                    "kind": st.kind,
-                    "signer": p.envelope.signer,
-                    "collected_at": st.collected_at,
-                    "logged_at": logged_at,
-                    "envelope": p.envelope_bytes,
-                    "record": record,
-                    "leaf_hash": record_leaf(record).hex(),
-                    "prev_hash": prev,
-                    "chain_hash": ch,
-                }
-            )
-            subj_rows.extend({"seq": next_seq, "field": k, "value": v} for k, v in st.subject.items())
-            ref_rows.extend(
-                {"seq": next_seq, "rel": r.rel, "target_id": r.id}
-                for r in {(r.rel, r.id): r for r in st.refs}.values()
-            )
-            art_rows.extend(
-                {"seq": next_seq, "name": a.name, "digest": a.digest, "stored": a.stored}
-                for a in st.artifacts
-            )
-            out.append(
-                LoggedEntry(
-                    next_seq, p.entry_id, st, p.envelope_bytes, p.envelope.signer, logged_at, prev, ch
-                )
-            )
-            batch_ids.add(p.entry_id)
-            prev = ch
-            next_seq += 1
+            accepted.update((e.entry_id, e) for e in out if not e.duplicate)
+            outcomes.append(out)
         self.repo.insert(conn, rows, subj_rows, ref_rows, art_rows)
-        return out
+        ring.seq = next_seq
+        due = bool(rows) and self._publish_due(conn, next_seq)
+        return _Plan(outcomes, ring, prev, due)
 
-    def _check_refs(self, conn: sa.Connection, st: Statement, batch_ids: set[str]) -> None:
-        wanted = {r.id for r in st.refs} - batch_ids
-        if not wanted:
-            return
-        missing = wanted - self.repo.known_ids(conn, wanted)
+    def signer_name(self, key_id: str) -> str | None:
+        """The enrolled name of ``key_id`` from this process's keys (a key's name never changes), read
+        from the database only when this process does not know the key yet."""
+        with self._cache_lock:
+            rec = self._keyring.keys.get(KeyId(key_id))
+        if rec is None:
+            rec = self.keyring().keys.get(KeyId(key_id))
+        return None if rec is None else rec.name
+
+    @staticmethod
+    def _check_refs(st: Statement, *known: Container[str]) -> None:
+        """Every ref names an entry the log holds, or one before it in its batch or group."""
+        missing = sorted(r.id for r in st.refs if not any(r.id in k for k in known))
         if missing:
-            raise DanglingRefError(f"ref to unknown entry {sorted(missing)[0]}")
+            raise DanglingRefError(f"ref to unknown entry {missing[0]}")
 
     def _check_artifacts(self, st: Statement) -> None:
         for a in st.artifacts:

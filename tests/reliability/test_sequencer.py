@@ -1,0 +1,293 @@
+"""The sequencer (issue 12): checks outside the lock, only ordering inside, group commit.
+
+Each test queues requests while it holds the process's commit lock, then lets go: whoever takes the lock
+next appends every queued request in one transaction, so the groups are deterministic. SQLite and
+PostgreSQL alike; named after issue 12's throughput finding ("signature checks, key folding and ~8 round
+trips sit inside the global lock").
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from ledger.entries import parse_time
+from ledger.errors import (
+    DanglingRefError,
+    KeyRevokedError,
+    LedgerError,
+    LogTimeBackwardsError,
+    SignatureError,
+    StorageError,
+    UnknownSignerError,
+)
+from ledger.logged import LoggedEntry
+from ledger.service import Ledger
+from ledger.signing import Envelope, SigningKey
+from tests.reliability import api_fixtures
+from tests.reliability.api_fixtures import LEDGER_BIN, PgDatabases, make_deployment, start_server
+
+pg_databases = api_fixtures.pg_databases
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def led(request: pytest.FixtureRequest, tmp_path: Path, pg_databases: PgDatabases) -> Iterator[Ledger]:
+    if request.param == "postgres":
+        api_fixtures.require_postgres()
+        url = pg_databases.new()
+    else:
+        url = f"sqlite:///{tmp_path / 'home' / 'ledger.db'}"
+    ledger = Ledger.init(tmp_path / "home", database_url=url)
+    ledger.new_key("hostA", ["collector"])
+    ledger.new_key("hostB", ["collector"])
+    yield ledger
+    ledger.close()
+
+
+def _note(led: Ledger, text: str, key: str = "hostA", **kw: Any) -> Envelope:
+    return led.sign(led.make_statement("note", {"campaign": "seq"}, {"text": text}, **kw), key)
+
+
+class _Counting:
+    """Counts the append transactions a ledger opens."""
+
+    def __init__(self, led: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        inner = led.repo.append_transaction
+
+        @contextmanager
+        def counted() -> Iterator[sa.Connection]:
+            self.n += 1
+            with inner() as conn:
+                yield conn
+
+        monkeypatch.setattr(led.repo, "append_transaction", counted)
+
+
+def _grouped(
+    led: Ledger, calls: list[Callable[[], list[LoggedEntry]]]
+) -> list[list[LoggedEntry] | LedgerError]:
+    """Run the calls in threads while the commit lock is held, wait until all are queued, let go."""
+    out: list[list[LoggedEntry] | LedgerError | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            out[i] = calls[i]()
+        except LedgerError as e:
+            out[i] = e
+
+    with led._commit_lock:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+        for i, t in enumerate(threads):
+            t.start()
+            deadline = time.monotonic() + 30
+            while len(led._pending) < i + 1 and out[i] is None:  # queued in this order (or refused before)
+                assert time.monotonic() < deadline, "a request never reached the queue"
+                time.sleep(0.005)
+    for t in threads:
+        t.join(60)
+    assert all(o is not None for o in out)
+    return out  # type: ignore[return-value]
+
+
+def test_signatures_outside_the_lock_group_commit_one_transaction(
+    led: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sixteen concurrent appends: one transaction, contiguous indexes, each its own entry and receipt."""
+    base = led.size()
+    led.record("note", {"campaign": "seq"}, {"text": "warm the keys"}, key="hostA")
+    envs = [_note(led, f"#{i}", key="hostA" if i % 2 else "hostB") for i in range(16)]
+    counting = _Counting(led, monkeypatch)
+    got = _grouped(led, [lambda e=e: led.append([e]) for e in envs])
+    assert counting.n == 1  # one group, one transaction (plus none for the checkpoint: not due yet)
+    seqs = []
+    for env, res in zip(envs, got, strict=True):
+        assert isinstance(res, list), res
+        (entry,) = res
+        assert entry.envelope == env.canonical() and not entry.duplicate
+        receipt = led.receipt(entry).to_json()
+        assert receipt["entry_id"] == entry.entry_id and receipt["index"] == entry.seq
+        seqs.append(entry.seq)
+    assert seqs == list(range(base + 1, base + 17))  # the queue's order
+    assert led.verify()
+
+
+def test_a_bad_signature_by_a_known_key_is_refused_before_the_lock(led: Ledger) -> None:
+    """The signature is checked before ordering: a forged envelope is refused while another holds the lock."""
+    led.record("note", {"campaign": "seq"}, {"text": "warm the keys"}, key="hostA")
+    good, other = _note(led, "genuine"), _note(led, "signed by another key", key="hostB")
+    forged = Envelope(good.payload_type, good.payload, ((good.signer, other.signatures[0][1]),))
+    with led._commit_lock:
+        with pytest.raises(SignatureError):
+            led.append([forged])
+        assert not led._pending
+
+
+def test_a_bad_request_in_a_group_does_not_sink_the_others(led: Ledger) -> None:
+    """Refused in the lock, each alone: a dangling ref, a revoked key, an earlier given time, an unknown
+    signer (not checkable before ordering); the good requests of the same group commit around them."""
+    led.record("note", {"campaign": "seq"}, {"text": "warm the keys"}, key="hostA")
+    head = led.get_seq(led.size() - 1)
+    base = led.size()
+    stranger = SigningKey.generate("stranger")
+    calls: list[Callable[[], list[LoggedEntry]]] = [
+        lambda: led.append([_note(led, "good 1")]),
+        lambda: led.append([_note(led, "dangling", refs=[("about", "ab" * 32)])]),
+        lambda: led.append([_note(led, "good 2", key="hostB")]),
+        lambda: led.append(
+            [_note(led, "early")], logged_at=parse_time(head.logged_at) - timedelta(seconds=1)
+        ),
+        lambda: led.append(
+            [led.sign(led.make_statement("note", {"campaign": "seq"}, {"text": "?"}), stranger)]
+        ),
+        # a batch whose second entry fails is refused whole; its first entry is not stored
+        lambda: led.append([_note(led, "batch ok"), _note(led, "batch bad", refs=[("about", "cd" * 32)])]),
+        lambda: led.append([_note(led, "good 3")]),
+    ]
+    got = _grouped(led, calls)
+    assert isinstance(got[1], DanglingRefError)
+    assert isinstance(got[3], LogTimeBackwardsError)
+    assert isinstance(got[4], UnknownSignerError)
+    assert isinstance(got[5], DanglingRefError)
+    good = [got[0], got[2], got[6]]
+    assert all(isinstance(g, list) for g in good)
+    assert [g[0].seq for g in good if isinstance(g, list)] == [base, base + 1, base + 2]
+    assert led.size() == base + 3
+    # a revoked key in a group: revoked by an earlier request of the same group
+    led.revoke_key("hostB", reason="leaked")
+    got = _grouped(led, [lambda: led.append([_note(led, "after revoke", key="hostB")])])
+    assert isinstance(got[0], KeyRevokedError)
+    assert led.verify()
+
+
+def test_a_key_enrolled_earlier_in_the_group_signs_later_in_it(led: Ledger) -> None:
+    """The keys are those as of each position: a key enrolled by an earlier request of the group may sign
+    a later one (its signature, unknown before ordering, is verified in the lock); before it, it may not."""
+    new = SigningKey.generate("hostC")
+    led.keep_key(new)
+    enrol = led.sign(
+        led.make_statement(
+            "key.enrol",
+            {"key": "hostC"},
+            {"name": "hostC", "public_key": new.public.b64, "key_id": new.key_id, "roles": ["collector"]},
+        ),
+        led.admin_key_name,
+    )
+    early, late = _note(led, "too early", key="hostC"), _note(led, "enrolled", key="hostC")
+    got = _grouped(
+        led, [lambda: led.append([early]), lambda: led.append([enrol]), lambda: led.append([late])]
+    )
+    assert isinstance(got[0], UnknownSignerError)
+    assert isinstance(got[1], list) and isinstance(got[2], list)
+    assert got[2][0].seq == got[1][0].seq + 1
+    assert led.signer_name(new.key_id) == "hostC"
+    assert led.verify()
+
+
+def test_the_same_envelope_twice_in_a_group_is_one_entry(led: Ledger) -> None:
+    env = _note(led, "sent twice")
+    got = _grouped(led, [lambda: led.append([env]), lambda: led.append([env])])
+    assert isinstance(got[0], list) and isinstance(got[1], list)
+    assert got[1][0].duplicate and got[1][0].seq == got[0][0].seq and not got[0][0].duplicate
+    assert led.verify()
+
+
+def test_a_database_refusal_sinks_only_its_own_request(led: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the database refuses a group, each request is retried in its own transaction."""
+    bad = _note(led, "the database refuses this one")
+    bad_id = led._prepare(bad).entry_id
+    insert = led.repo.insert
+
+    def refusing(conn: sa.Connection, rows: list[dict[str, Any]], *rest: Any) -> None:
+        if any(r["entry_id"] == bad_id for r in rows):
+            raise sa.exc.IntegrityError("INSERT", {}, Exception("refused"))
+        insert(conn, rows, *rest)
+
+    monkeypatch.setattr(led.repo, "insert", refusing)
+    base = led.size()
+    got = _grouped(
+        led,
+        [
+            lambda: led.append([_note(led, "a")]),
+            lambda: led.append([bad]),
+            lambda: led.append([_note(led, "b")]),
+        ],
+    )
+    assert isinstance(got[1], StorageError)
+    assert isinstance(got[0], list) and isinstance(got[2], list)
+    assert [got[0][0].seq, got[2][0].seq] == [base, base + 1]
+    monkeypatch.undo()
+    assert led.verify()
+
+
+def test_many_threads_appending_one_contiguous_chain(led: Ledger, tmp_path: Path) -> None:
+    """Free-running threads (no held lock): contiguous indexes, every call its own entry, `ledger verify`."""
+    base = led.size()
+
+    def writer(i: int) -> list[int]:
+        seqs = []
+        for n in range(10):
+            env = _note(led, f"w{i} n{n}", key="hostA" if i % 2 else "hostB")
+            (e,) = led.append([env])
+            assert e.envelope == env.canonical()
+            seqs.append(e.seq)
+        return seqs
+
+    with ThreadPoolExecutor(12) as pool:
+        seqs = sorted(s for chunk in pool.map(writer, range(12)) for s in chunk)
+    assert seqs == list(range(base, base + 120))
+    out = subprocess.run(
+        [LEDGER_BIN, "--home", str(led.home_path), "verify", "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("backend", api_fixtures.BACKENDS)
+def test_http_ingest_concurrent_collectors_verify_green(
+    backend: str, tmp_path: Path, pg_databases: PgDatabases
+) -> None:
+    """Eight collectors, one entry per request, against `ledger serve`: each its own receipt, no gaps,
+    `ledger verify` green."""
+    dep = make_deployment(backend, tmp_path / "home", pg_databases)
+    srv = start_server(dep.home)
+    start = dep.ledger.size()
+    try:
+
+        def collector(i: int) -> list[tuple[int, str]]:
+            got = []
+            with httpx.Client(base_url=srv.url, timeout=60, headers=dep.headers("writer")) as c:
+                for n in range(15):
+                    env = dep.sign("note", {"campaign": "ingest", "collector": str(i)}, {"text": f"{i}/{n}"})
+                    r = c.post("/v1/entries", json=env)
+                    assert r.status_code == 201, r.text
+                    doc = r.json()
+                    assert doc["receipt"]["entry_id"] == doc["id"] and doc["receipt"]["index"] == doc["seq"]
+                    assert doc["signer_name"] == "collector1"
+                    got.append((doc["seq"], doc["id"]))
+            return got
+
+        with ThreadPoolExecutor(8) as pool:
+            got = [g for chunk in pool.map(collector, range(8)) for g in chunk]
+        assert sorted(s for s, _ in got) == list(range(start, start + 120))
+        assert len({i for _, i in got}) == 120
+    finally:
+        srv.stop()
+    out = subprocess.run(
+        [LEDGER_BIN, "--home", str(dep.home), "verify", "--json"], check=False, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    dep.ledger.close()
