@@ -8,10 +8,11 @@ import io
 import os
 import tempfile
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ledger.entries import ArtifactRef, parse_time
 from ledger.errors import InputError, LedgerError, PolicyError
@@ -28,8 +29,12 @@ if TYPE_CHECKING:
 
 __all__ = ["FixtureResult", "InitHome", "build_fixture_ledger", "discover_fixtures", "run_fixture"]
 
-# Makes a fresh ledger home (``Ledger.init``): the service passes it in, so this module never imports it.
-InitHome = Callable[[Path], "Ledger"]
+
+class InitHome(Protocol):
+    """Makes a fresh ledger home (``Ledger.init``): the service passes it in, so this module never
+    imports it. ``genesis_at``: the log time of its first entry (a fixture's ``start``)."""
+
+    def __call__(self, path: Path, *, genesis_at: datetime | None = None) -> Ledger: ...
 
 
 @dataclass
@@ -80,6 +85,21 @@ def _load_spec(path: Path) -> dict[str, Any]:
     return spec
 
 
+def _start(spec: Mapping[str, Any]) -> str:
+    """When a fixture's history starts: its log's genesis and key enrolments are logged then."""
+    return str(spec.get("start", "2026-01-01T00:00:00Z"))
+
+
+def _logged_time(item: Mapping[str, Any]) -> datetime:
+    """When a fixture entry is logged (its ``logged_at``, else its ``at``). A fixture may list its
+    history in any order; it is logged in time order (ties in the order listed), as a log whose clock
+    never runs back would have logged it."""
+    when = item.get("logged_at") or item.get("at")
+    if not isinstance(when, str):
+        raise InputError(f"fixture entry {item.get('name') or item.get('kind')!r} has no time (at)")
+    return parse_time(when)
+
+
 class _Builder:
     """Appends a fixture's entries one by one with their stated log times."""
 
@@ -116,7 +136,7 @@ class _Builder:
         return self.ledger.append([env], logged_at=parse_time(logged_at or at))[0]
 
     def enrol_keys(self) -> None:
-        start = str(self.spec.get("start", "2026-01-01T00:00:00Z"))
+        start = _start(self.spec)
         for name, roles in sorted(self.spec.get("keys", {}).items()):
             key = SigningKey.generate(name)
             self.ledger.keep_key(key)
@@ -135,6 +155,11 @@ class _Builder:
         if name not in self.keys:
             raise InputError(f"fixture entry names unknown key {name!r}")
         return self.keys[name]
+
+    def add_all(self, items: Sequence[Mapping[str, Any]]) -> None:
+        """Append the fixture's entries in time order (``_logged_time``)."""
+        for item in sorted(items, key=_logged_time):
+            self.add(item)
 
     def add(self, item: Mapping[str, Any]) -> None:
         name = item.get("name")
@@ -214,11 +239,11 @@ def build_fixture_ledger(
     path: Path, home: Path, policy_dir: Path | None = None, *, init: InitHome
 ) -> tuple[Ledger, dict[str, Any], _Builder]:
     spec = _load_spec(path)
-    ledger = init(home)
+    # the log's clock never runs back (``logged-at-before-head``): the fixture's log starts at its start
+    ledger = init(home, genesis_at=parse_time(_start(spec)))
     builder = _Builder(ledger, spec, policy_dir)
     builder.enrol_keys()
-    for item in spec["entries"]:
-        builder.add(item)
+    builder.add_all(spec["entries"])
     return ledger, spec, builder
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from ledger.entries import parse_time
 from ledger.errors import SchemaError
 from ledger.policy.fixtures import _Builder
 from ledger.policy.loader import load_policy
@@ -40,7 +41,7 @@ def verdict_of(
     tmp_path: Path, entries: list[dict[str, Any]], subject: dict[str, str] | None = None
 ) -> dict[str, Any]:
     home = tmp_path / f"home-{len(list(tmp_path.glob('home-*')))}"
-    ledger = Ledger.init(home)
+    ledger = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))
     try:
         spec = {
             "start": "2026-09-10T09:00:00Z",
@@ -50,8 +51,7 @@ def verdict_of(
         }
         b = _Builder(ledger, spec, POLICY_DIR)
         b.enrol_keys()
-        for item in entries:
-            b.add(item)
+        b.add_all(entries)
         out = evaluate(ledger, dict(subject or SUBJECT), load_policy("backend-qualification", POLICY_DIR))
         out["_names"] = {e.entry_id: n for n, e in b.names.items()}
         return out

@@ -208,12 +208,17 @@ def test_back_dating_an_existing_entry_logged_at_fails_verify(revoked: Ledger, a
         assert "checkpoint-mismatch" in found[None], found
 
 
-def test_the_log_clock_never_runs_back_and_a_given_earlier_time_is_named(
+def test_the_log_clock_never_runs_back_and_a_given_earlier_time_is_refused(
     revoked: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ingest on a system clock stepped back logs at the head's time (never earlier); a caller-given
-    earlier log time (only code passes one) is named by verify."""
+    log time earlier than the head's is refused at ingest (``logged-at-before-head``), nothing stored.
+
+    Regression (issue 12, "the log's own record is committed by nothing"): an append given an earlier
+    ``logged_at`` used to be stored, so a revoked key's entry could be slipped in "before" its revocation
+    by code that passes a time; only ``ledger verify`` named it afterwards."""
     import ledger.service as service
+    from ledger.errors import LogTimeBackwardsError
 
     led = revoked
     with led.engine.connect() as conn:
@@ -223,6 +228,19 @@ def test_the_log_clock_never_runs_back_and_a_given_earlier_time_is_named(
     assert parse_time(e.logged_at) == last
     assert led.verify()
     monkeypatch.undo()
+    size = led.size()
     st = led.make_statement("note", {"campaign": "c"}, {"text": "given an earlier time"})
-    (late,) = led.append([led.sign(st, led.admin_key_name)], logged_at=last - timedelta(seconds=1))
-    assert _codes(led) == {late.seq: {"logged-at-decreasing"}}
+    env = led.sign(st, led.admin_key_name)
+    with pytest.raises(LogTimeBackwardsError) as err:
+        led.append([env], logged_at=last - timedelta(seconds=1))
+    assert err.value.code == "logged-at-before-head"
+    assert led.size() == size
+    # the revoked key's note, given a time before its revocation: refused for the time, not stored
+    st = led.make_statement("note", {"campaign": "c"}, {"text": "back-dated by a revoked key"})
+    with pytest.raises(LogTimeBackwardsError):
+        led.append([led.sign(st, "hostA")], logged_at=last - timedelta(days=1))
+    assert led.size() == size
+    # the head's own time is not earlier: accepted
+    (same,) = led.append([env], logged_at=last)
+    assert parse_time(same.logged_at) == last and same.seq == size
+    assert led.verify()
