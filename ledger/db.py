@@ -19,6 +19,7 @@ from ledger.errors import StorageError
 from ledger.reads import SCHEMA_HEAD, check_revision
 
 __all__ = [
+    "LOG_LOCK_KEY",
     "LOG_TABLES",
     "METADATA",
     "SCHEMA_HEAD",
@@ -162,10 +163,13 @@ def write_transaction(engine: Engine) -> Iterator[sa.Connection]:
             yield conn
 
 
+LOG_LOCK_KEY = 7715094201  # the PostgreSQL advisory lock every appender of a log takes
+
+
 def lock_log(conn: sa.Connection) -> None:
     """Serialise appenders: SQLite already holds the write lock; PostgreSQL takes an advisory lock."""
     if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7715094201)")
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({LOG_LOCK_KEY})")
 
 
 def schema_revision(engine: Engine) -> str | None:

@@ -8,15 +8,16 @@ Rows come back as SQLAlchemy rows or plain tuples; parsing them is the caller's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ledger.db import (
+    LOG_LOCK_KEY,
     T_ARTIFACTS,
     T_CHECKPOINTS,
     T_COSIGNATURES,
@@ -27,7 +28,7 @@ from ledger.db import (
     write_transaction,
 )
 
-__all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "LogRepo", "RangeRows", "SubjectSummary"]
+__all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "Head", "LogRepo", "RangeRows", "SubjectSummary"]
 
 # The columns a policy evaluation reads, in this order: (seq, entry_id, kind, signer, logged_at, envelope)
 EVIDENCE_COLUMNS = (
@@ -72,6 +73,42 @@ class RangeRows:
     subjects: dict[int, dict[str, str]]
     refs: dict[int, set[tuple[str, str]]]
     artifacts: dict[int, set[tuple[str, str, bool]]]
+
+
+class Head(NamedTuple):
+    """The last entry of the log: where the next append starts."""
+
+    seq: int
+    chain_hash: str
+    logged_at: str
+
+
+def _psycopg(conn: sa.Connection) -> Any:
+    """The psycopg connection under ``conn`` (PostgreSQL), for pipelined round trips; else None."""
+    if conn.dialect.name != "postgresql" or conn.dialect.driver != "psycopg":
+        return None
+    return conn.connection.driver_connection
+
+
+def _pg_insert(table: str, cols: list[str]) -> Any:
+    """``INSERT INTO table (cols) VALUES (%s, …)``, composed by psycopg (identifiers quoted)."""
+    from psycopg import sql
+
+    return sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        sql.Identifier(table),
+        sql.SQL(", ").join(map(sql.Identifier, cols)),
+        sql.SQL(", ").join(sql.Placeholder() * len(cols)),
+    )
+
+
+def _db_error(e: Exception, statement: str) -> Exception:
+    """A driver error as SQLAlchemy's class for it (an ``IntegrityError`` for a constraint), as the
+    SQLAlchemy path raises it; other errors unchanged."""
+    import psycopg
+
+    if isinstance(e, psycopg.Error):
+        return sa.exc.DBAPIError.instance(statement, None, e, psycopg.Error)
+    return e
 
 
 def _fetch_tuples(conn: sa.Connection, q: Any) -> list[tuple[Any, ...]]:
@@ -132,6 +169,36 @@ class LogRepo:
             lock_log(conn)
             yield conn
 
+    @contextmanager
+    def sequence(self, ids: Collection[str]) -> Iterator[tuple[sa.Connection, Head | None, set[str]]]:
+        """The sequencer's transaction: take the appenders' lock, then read the head and which of ``ids``
+        the log holds. Yields (connection, head, present). On PostgreSQL with psycopg the lock and both
+        reads go in one round trip (a pipeline: the server runs them in order, so the reads see every
+        append committed before the lock was granted)."""
+        with write_transaction(self.engine) as conn:
+            raw = _psycopg(conn)
+            if raw is None:
+                lock_log(conn)
+                head = self.head(conn)
+                present = self.known_ids(conn, set(ids)) if ids else set()
+            else:
+                try:
+                    with raw.cursor() as lock, raw.cursor() as h, raw.cursor() as known:
+                        with raw.pipeline():
+                            lock.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK_KEY})")
+                            h.execute(
+                                "SELECT seq, chain_hash, logged_at FROM log_entries ORDER BY seq DESC LIMIT 1"
+                            )
+                            known.execute(
+                                "SELECT entry_id FROM log_entries WHERE entry_id = ANY(%s)", (list(ids),)
+                            )
+                        row = h.fetchone()
+                        present = {str(r[0]) for r in known.fetchall()}
+                except Exception as e:
+                    raise _db_error(e, "sequence") from e
+                head = None if row is None else Head(int(row[0]), str(row[1]), str(row[2]))
+            yield conn, head, present
+
     @property
     def dialect(self) -> str:
         return str(self.engine.dialect.name)
@@ -146,13 +213,14 @@ class LogRepo:
         n = conn.execute(sa.select(sa.func.max(T_ENTRIES.c.seq))).scalar()
         return 0 if n is None else int(n) + 1
 
-    def head(self, conn: sa.Connection) -> Any:
+    def head(self, conn: sa.Connection) -> Head | None:
         """(seq, chain_hash, logged_at) of the last entry, or None for an empty log."""
-        return conn.execute(
+        row = conn.execute(
             sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.chain_hash, T_ENTRIES.c.logged_at)
             .order_by(T_ENTRIES.c.seq.desc())
             .limit(1)
         ).first()
+        return None if row is None else Head(int(row.seq), str(row.chain_hash), str(row.logged_at))
 
     def bounds(self, conn: sa.Connection) -> tuple[int | None, int | None, int]:
         """(min seq, max seq, count)."""
@@ -340,8 +408,28 @@ class LogRepo:
         refs: list[dict[str, Any]],
         artifacts: list[dict[str, Any]],
     ) -> None:
-        """Insert log rows and their index rows (inside the caller's append transaction)."""
+        """Insert log rows and their index rows (inside the caller's append transaction): one INSERT per
+        table; on PostgreSQL with psycopg all of them in one round trip (a pipeline)."""
         if not entries:
+            return
+        raw = _psycopg(conn)
+        if raw is not None:
+            try:
+                tables = (
+                    (T_ENTRIES, entries),
+                    (T_SUBJECTS, subjects),
+                    (T_REFS, refs),
+                    (T_ARTIFACTS, artifacts),
+                )
+                with raw.pipeline(), raw.cursor() as cur:
+                    for table, rows in tables:
+                        if rows:
+                            cols = [c.name for c in table.columns if c.name in rows[0]]
+                            cur.executemany(
+                                _pg_insert(table.name, cols), [tuple(r[c] for c in cols) for r in rows]
+                            )
+            except Exception as e:
+                raise _db_error(e, "INSERT") from e
             return
         conn.execute(sa.insert(T_ENTRIES), entries)
         if subjects:

@@ -9,7 +9,6 @@ import os
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,7 +71,7 @@ from ledger.reads import (  # parse_subject_args: defined there, imported by the
     resolve_entry_id,
     signer_names,
 )
-from ledger.repo import EntryFilter, LogRepo, SubjectSummary
+from ledger.repo import EntryFilter, Head, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
 from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
@@ -170,10 +169,11 @@ class Ledger:
         self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
         # The keyring and tree caches are shared by request threads of one server process.
         self._cache_lock = threading.RLock()
-        # The sequencer (``append``): batches checked outside the lock wait here; whoever holds the
-        # commit lock appends every waiting batch in one transaction (group commit).
-        self._pending: deque[_AppendRequest] = deque()
-        self._commit_lock = threading.Lock()
+        # The sequencer (``append``): batches checked outside the lock wait here; one caller at a time
+        # leads, appending every waiting batch in one transaction (group commit), and wakes the rest.
+        self._pending: list[_AppendRequest] = []
+        self._sequencer = threading.Condition(threading.Lock())
+        self._leading = False  # a caller is committing a group; the others wait on ``_sequencer``
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -259,7 +259,11 @@ class Ledger:
             head = self.repo.head(conn)
             size = 0 if head is None else int(head.seq) + 1
             if ring.seq:
-                at_end = head.chain_hash if ring.seq == size else self.repo.chain_at(conn, ring.seq - 1)
+                at_end = (
+                    head.chain_hash
+                    if head is not None and ring.seq == size
+                    else self.repo.chain_at(conn, ring.seq - 1)
+                )
                 if ring.seq > size or at_end != self._keyring_chain:
                     self._keyring = ring = Keyring()
             replay_keys(ring, self.repo.key_rows(conn, ring.seq, size), size)
@@ -495,8 +499,8 @@ class Ledger:
         than the head's is refused (``LogTimeBackwardsError``).
 
         Concurrent calls in one process are group-committed (docs/LOG.md, "The sequencer"): each call is
-        checked outside the lock, queued, and the first caller to take the commit lock appends every
-        queued batch in one transaction; each batch stays atomic and is refused alone.
+        checked outside the lock and queued; while no caller is committing, the next one leads and
+        appends every queued batch in one transaction; each batch stays atomic and is refused alone.
         """
         if not envelopes:
             return []
@@ -507,20 +511,29 @@ class Ledger:
         prepared = [self._prepare(e) for e in envelopes]
         self._precheck(prepared)
         req = _AppendRequest(prepared, logged_at)
-        self._pending.append(req)
-        due = False
-        with self._commit_lock:
-            if not req.done:  # nobody took it into their group: lead a group of all that wait
+        with self._sequencer:
+            self._pending.append(req)
+            while self._leading and not req.done:  # another caller is committing a group: wait
+                self._sequencer.wait()
+            if req.done:  # committed (or refused) in that caller's group
                 group: list[_AppendRequest] = []
-                while self._pending:
-                    group.append(self._pending.popleft())
-                try:
-                    due = self._commit(group)
-                except BaseException as e:  # never leave a queued caller without an answer
-                    for r in group:
-                        if not r.done:
-                            r.error, r.done = e, True
-                    raise
+            else:  # lead a group of every batch that waits, this one among them
+                self._leading = True
+                group = list(self._pending)
+                self._pending.clear()
+        due = False
+        if group:
+            try:
+                due = self._commit(group)
+            except BaseException as e:  # never leave a queued caller without an answer
+                for r in group:
+                    if not r.done:
+                        r.error, r.done = e, True
+                raise
+            finally:
+                with self._sequencer:
+                    self._leading = False
+                    self._sequencer.notify_all()
         if due:
             # the sequencer's step, after the entries are committed: a failure here loses no entry
             # (the next append publishes again) and never signs what the database does not hold
@@ -537,8 +550,10 @@ class Ledger:
         it sinks only the request it belongs to."""
         try:
             try:
-                with self.repo.append_transaction() as conn:
-                    plan = self._append_locked(conn, group)
+                ids = {p.entry_id for r in group for p in r.prepared}
+                asked = ids | {ref.id for r in group for p in r.prepared for ref in p.statement.refs}
+                with self.repo.sequence(asked) as (conn, head, present):
+                    plan = self._append_locked(conn, group, head, present)
             except sa.exc.SQLAlchemyError as e:
                 if len(group) > 1:
                     dues = [self._commit([r]) for r in group]  # every request, then any due
@@ -558,7 +573,7 @@ class Ledger:
             r.done = True
         return plan.due
 
-    def _ring_at(self, conn: sa.Connection, head: Any) -> Keyring:
+    def _ring_at(self, conn: sa.Connection, head: Head | None) -> Keyring:
         """The keys as of ``head`` (inside the append lock): the process's cache when it ends at the
         head (no query), else folded from the database."""
         size = 0 if head is None else int(head.seq) + 1
@@ -569,11 +584,13 @@ class Ledger:
             return ring
         return self.keyring(conn)
 
-    def _append_locked(self, conn: sa.Connection, group: list[_AppendRequest]) -> _Plan:
-        """Inside the lock, only what depends on the order: read the head, assign indexes and log
-        times, decide each entry against the keys as of its position, refs and duplicates, write
-        the rows (one INSERT per table for the whole group)."""
-        head = self.repo.head(conn)
+    def _append_locked(
+        self, conn: sa.Connection, group: list[_AppendRequest], head: Head | None, present: set[str]
+    ) -> _Plan:
+        """Inside the lock, only what depends on the order: from the head (and ``present``: which of the
+        group's entry and ref ids the log holds, read with it), assign indexes and log times, decide
+        each entry against the keys as of its position, refs and duplicates, write the rows (one INSERT
+        per table for the whole group)."""
         next_seq = 0 if head is None else head.seq + 1
         prev = GENESIS_PREV if head is None else str(head.chain_hash)
         last = None if head is None else parse_time(head.logged_at)
@@ -584,10 +601,10 @@ class Ledger:
         ring.seq = cached.seq
         trusted = TrustedLog(self.cfg.root_key_id, ring, last_logged_at=last)
         now = now_utc()
-        ids = list(dict.fromkeys(p.entry_id for r in group for p in r.prepared))
-        existing = self.repo.by_ids(conn, ids)
-        ref_ids = {ref.id for r in group for p in r.prepared for ref in p.statement.refs} - set(ids)
-        known = self.repo.known_ids(conn, ref_ids) if ref_ids else set()
+        ids = {p.entry_id for r in group for p in r.prepared}
+        # duplicates: the rows of re-sent envelopes (rare) are read only when there are any
+        existing = self.repo.by_ids(conn, sorted(ids & present)) if ids & present else {}
+        known = present  # of the refs' targets, those the log holds
         accepted: dict[str, LoggedEntry] = {}  # entries of the group's earlier requests
         rows: list[dict[str, Any]] = []
         subj_rows: list[dict[str, Any]] = []

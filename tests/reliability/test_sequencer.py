@@ -1,7 +1,7 @@
 """The sequencer (issue 12): checks outside the lock, only ordering inside, group commit.
 
-Each test queues requests while it holds the process's commit lock, then lets go: whoever takes the lock
-next appends every queued request in one transaction, so the groups are deterministic. SQLite and
+Each test queues requests while it stands as the caller committing a group, then lets go: the next caller
+to lead appends every queued request in one transaction, so the groups are deterministic. SQLite and
 PostgreSQL alike; named after issue 12's throughput finding ("signature checks, key folding and ~8 round
 trips sit inside the global lock").
 """
@@ -60,25 +60,38 @@ def _note(led: Ledger, text: str, key: str = "hostA", **kw: Any) -> Envelope:
 
 
 class _Counting:
-    """Counts the append transactions a ledger opens."""
+    """Counts the sequencer's transactions a ledger opens."""
 
     def __init__(self, led: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
         self.n = 0
-        inner = led.repo.append_transaction
+        inner = led.repo.sequence
 
         @contextmanager
-        def counted() -> Iterator[sa.Connection]:
+        def counted(ids: Any) -> Iterator[Any]:
             self.n += 1
-            with inner() as conn:
-                yield conn
+            with inner(ids) as opened:
+                yield opened
 
-        monkeypatch.setattr(led.repo, "append_transaction", counted)
+        monkeypatch.setattr(led.repo, "sequence", counted)
+
+
+@contextmanager
+def _leading(led: Ledger) -> Iterator[None]:
+    """Act as the caller committing a group: appends queue meanwhile; on exit the next one leads them all."""
+    with led._sequencer:
+        led._leading = True
+    try:
+        yield
+    finally:
+        with led._sequencer:
+            led._leading = False
+            led._sequencer.notify_all()
 
 
 def _grouped(
     led: Ledger, calls: list[Callable[[], list[LoggedEntry]]]
 ) -> list[list[LoggedEntry] | LedgerError]:
-    """Run the calls in threads while the commit lock is held, wait until all are queued, let go."""
+    """Run the calls in threads while a group is being committed, wait until all are queued, let go."""
     out: list[list[LoggedEntry] | LedgerError | None] = [None] * len(calls)
 
     def run(i: int) -> None:
@@ -87,7 +100,7 @@ def _grouped(
         except LedgerError as e:
             out[i] = e
 
-    with led._commit_lock:
+    with _leading(led):
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
         for i, t in enumerate(threads):
             t.start()
@@ -128,7 +141,7 @@ def test_a_bad_signature_by_a_known_key_is_refused_before_the_lock(led: Ledger) 
     led.record("note", {"campaign": "seq"}, {"text": "warm the keys"}, key="hostA")
     good, other = _note(led, "genuine"), _note(led, "signed by another key", key="hostB")
     forged = Envelope(good.payload_type, good.payload, ((good.signer, other.signatures[0][1]),))
-    with led._commit_lock:
+    with _leading(led):
         with pytest.raises(SignatureError):
             led.append([forged])
         assert not led._pending
