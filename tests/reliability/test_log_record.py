@@ -208,7 +208,7 @@ def test_back_dating_an_existing_entry_logged_at_fails_verify(revoked: Ledger, a
         assert "checkpoint-mismatch" in found[None], found
 
 
-def test_the_log_clock_never_runs_back_and_a_given_earlier_time_is_refused(
+def test_log_record_committed_by_nothing_an_explicit_earlier_logged_at_is_refused_at_ingest(
     revoked: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ingest on a system clock stepped back logs at the head's time (never earlier); a caller-given
