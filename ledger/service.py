@@ -573,16 +573,19 @@ class Ledger:
             r.done = True
         return plan.due
 
-    def _ring_at(self, conn: sa.Connection, head: Head | None) -> Keyring:
-        """The keys as of ``head`` (inside the append lock): the process's cache when it ends at the
-        head (no query), else folded from the database."""
+    def _ring_at(self, conn: sa.Connection, head: Head | None, *, deep: bool) -> Keyring:
+        """A copy of the keys as of ``head`` (inside the append lock) for the group to fold into: of the
+        process's cache when it ends at the head (no query), else folded from the database. ``deep``
+        when the group holds ``key.*`` entries (they change records); else the records are shared."""
         size = 0 if head is None else int(head.seq) + 1
         chain = GENESIS_PREV if head is None else str(head.chain_hash)
         with self._cache_lock:
-            ring, at = self._keyring, self._keyring_chain
-        if ring.seq == size and at == chain:
-            return ring
-        return self.keyring(conn)
+            ring = self._keyring
+            if not (ring.seq == size and self._keyring_chain == chain):
+                ring = self.keyring(conn)
+            copied = ring.copy() if deep else Keyring(dict(ring.keys))
+            copied.seq = ring.seq
+            return copied
 
     def _append_locked(
         self, conn: sa.Connection, group: list[_AppendRequest], head: Head | None, present: set[str]
@@ -594,11 +597,10 @@ class Ledger:
         next_seq = 0 if head is None else head.seq + 1
         prev = GENESIS_PREV if head is None else str(head.chain_hash)
         last = None if head is None else parse_time(head.logged_at)
-        cached = self._ring_at(conn, head)
-        kinds = {p.statement.kind for r in group for p in r.prepared}
         # the group folds key entries into its own copy; without any it only advances the position
-        ring = cached.copy() if any(k.startswith("key.") for k in kinds) else Keyring(dict(cached.keys))
-        ring.seq = cached.seq
+        ring = self._ring_at(
+            conn, head, deep=any(p.statement.kind.startswith("key.") for r in group for p in r.prepared)
+        )
         trusted = TrustedLog(self.cfg.root_key_id, ring, last_logged_at=last)
         now = now_utc()
         ids = {p.entry_id for r in group for p in r.prepared}
