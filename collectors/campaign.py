@@ -122,6 +122,9 @@ class CampaignSection(_Section):
     lease_seconds: float = Field(default=1800, gt=0)
     backend: str | None = None  # subject "backend"; default: the engine family
     backend_version: str | None = None  # default: detected from the engine's interpreter
+    # subject "host": the name the fleet knows the host by (what a deployment file's `host` names);
+    # default: this machine's hostname
+    host: str | None = Field(default=None, min_length=1, max_length=255)
 
 
 class ModelSection(_Section):
@@ -429,7 +432,7 @@ class CampaignRunner:
             "campaign": campaign.id,
             "backend": campaign.backend,
             "model": campaign.model_name,
-            "host": host_name or socket.gethostname(),
+            "host": host_name or campaign.spec.campaign.host or socket.gethostname(),
         }
         if campaign.spec.campaign.backend_version:
             self.subject["backend_version"] = campaign.spec.campaign.backend_version
