@@ -642,11 +642,13 @@ class Ledger:
 
     def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]:
         """The one JSON shape of a page of search results (CLI ``log --json`` and the API alike)."""
+        from ledger.listing import list_json
+
         names = self.signer_names()
-        return {
-            "entries": [e.to_json(names.get(e.signer)) for e in entries],
-            "next_after": entries[-1].seq if entries and len(entries) == limit else None,
-        }
+        return list_json(
+            (e.to_json(names.get(e.signer)) for e in entries),
+            entries[-1].seq if entries and len(entries) == limit else None,
+        )
 
     def signature_status(self, entry: LoggedEntry) -> KeyRecord:
         """The signer's record when ``entry``'s signature verifies with an enrolled key that may sign its

@@ -138,7 +138,9 @@ def print_json(value: Any) -> None:
 
 def print_items(items: Sequence[Any], next_cursor: Any = None) -> None:
     """The one ``--json`` shape of a list read: the items and the cursor of the next page (or null)."""
-    print_json({"items": list(items), "next": next_cursor})
+    from ledger.listing import list_json
+
+    print_json(list_json(items, next_cursor))
 
 
 def _tsv_cell(value: object) -> str:

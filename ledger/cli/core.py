@@ -455,7 +455,7 @@ def log_cmd(
     )
     if json_out:
         page = ledger.page_json(entries, limit)
-        print_items(page["entries"], page["next_after"])
+        print_json(page)
     else:
         _print_entries(entries, ledger.signer_names())
 
