@@ -296,3 +296,81 @@ def test_healthy_launch_stopped_at_lease_end_succeeds(tmp_path: Path) -> None:
         )["items"]
     ]
     assert jobs == ["running", "succeeded"]
+
+
+# --- progress: on a terminal only; the core reports bytes through a callback ---
+
+
+def test_a_multi_mb_put_calls_the_progress_callback_with_increasing_byte_counts(tmp_path: Path) -> None:
+    from ledger.store import FilesystemStore, put_file
+
+    store = FilesystemStore(tmp_path / "store")
+    store.init()
+    f = tmp_path / "big.bin"
+    f.write_bytes(os.urandom(20 * 1024 * 1024 + 123))
+    steps: list[int] = []
+    stored = put_file(store, f, progress=steps.append)
+    done = [sum(steps[: i + 1]) for i in range(len(steps))]
+    assert len(steps) >= 3  # chunk by chunk, not once at the end
+    assert all(b > a for a, b in zip([0, *done], done, strict=False))  # increasing byte counts
+    assert done[-1] == stored.size == f.stat().st_size
+
+
+def _ledger(home: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [LEDGER_BIN, "--home", str(home), *args], capture_output=True, timeout=120, check=False, **kw
+    )
+
+
+def test_piped_put_and_cat_print_no_progress(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert _ledger(home, "init").returncode == 0
+    f = tmp_path / "big.bin"
+    data = os.urandom(12 * 1024 * 1024)
+    f.write_bytes(data)
+    put = _ledger(home, "put", str(f))
+    assert put.returncode == 0, put.stderr
+    assert put.stderr == b""  # no bar, no spinner, no carriage returns on a pipe
+    [line] = put.stdout.decode().splitlines()
+    digest = line.split()[0]
+    cat = _ledger(home, "cat", digest)
+    assert cat.returncode == 0, cat.stderr
+    assert cat.stdout == data
+    assert cat.stderr == b""
+
+
+def test_put_on_a_terminal_draws_a_progress_bar_on_stderr(tmp_path: Path) -> None:
+    import pty
+
+    home = tmp_path / "home"
+    assert _ledger(home, "init").returncode == 0
+    f = tmp_path / "big.bin"
+    f.write_bytes(os.urandom(64 * 1024 * 1024))
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run(
+            [LEDGER_BIN, "--home", str(home), "put", str(f)],
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            timeout=120,
+            check=False,
+            env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
+        )
+        os.close(slave)
+        slave = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    assert r.returncode == 0
+    assert b"storing" in drawn  # the bar, on the terminal only
+    assert b"storing" not in r.stdout  # the digest line stays clean

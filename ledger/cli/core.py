@@ -238,8 +238,7 @@ def put(
             total += f.stat().st_size
     with progress("storing", total=total or None, quiet=json_out) as bar:
         for f in files:
-            s = put_file(store, f, sha256=sha256)
-            bar.advance(s.size)
+            s = put_file(store, f, sha256=sha256, progress=bar.advance)
             results.append(
                 {
                     "digest": str(s.digest),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -27,7 +27,11 @@ class ArtifactStore(Protocol):
         sha256: bool = False,
         expected: Digest | None = None,
         max_size: int | None = None,
-    ) -> StoredArtifact: ...
+        progress: Callable[[int], object] | None = None,
+    ) -> StoredArtifact:
+        """Store the stream's bytes; ``progress(n)`` is called as each chunk of ``n`` bytes is read (their
+        running sum is the bytes stored so far: what a CLI progress bar advances by)."""
+        ...
 
     def has(self, digest: Digest) -> bool: ...
 
