@@ -339,17 +339,14 @@ def test_piped_put_and_cat_print_no_progress(tmp_path: Path) -> None:
     assert cat.stderr == b""
 
 
-def test_put_on_a_terminal_draws_a_progress_bar_on_stderr(tmp_path: Path) -> None:
+def _on_terminal(argv: list[str]) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` with stderr on a pseudo-terminal (stdout piped): exit code, stdout, what stderr drew."""
     import pty
 
-    home = tmp_path / "home"
-    assert _ledger(home, "init").returncode == 0
-    f = tmp_path / "big.bin"
-    f.write_bytes(os.urandom(64 * 1024 * 1024))
     master, slave = pty.openpty()
     try:
         r = subprocess.run(
-            [LEDGER_BIN, "--home", str(home), "put", str(f)],
+            argv,
             stdout=subprocess.PIPE,
             stderr=slave,
             timeout=120,
@@ -371,6 +368,35 @@ def test_put_on_a_terminal_draws_a_progress_bar_on_stderr(tmp_path: Path) -> Non
         if slave >= 0:
             os.close(slave)
         os.close(master)
-    assert r.returncode == 0
+    return r.returncode, r.stdout, drawn
+
+
+def test_put_and_cat_on_a_terminal_draw_progress_bars_on_stderr(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert _ledger(home, "init").returncode == 0
+    f = tmp_path / "big.bin"
+    data = os.urandom(64 * 1024 * 1024)
+    f.write_bytes(data)
+    rc, out, drawn = _on_terminal([LEDGER_BIN, "--home", str(home), "put", str(f)])
+    assert rc == 0
     assert b"storing" in drawn  # the bar, on the terminal only
-    assert b"storing" not in r.stdout  # the digest line stays clean
+    assert b"storing" not in out  # the digest line stays clean
+    digest = out.decode().split()[0]
+    rc, out, drawn = _on_terminal([LEDGER_BIN, "--home", str(home), "cat", digest])
+    assert rc == 0
+    assert out == data
+    assert b"verifying" in drawn or b"writing" in drawn
+
+
+def test_opening_an_artifact_verified_reports_the_bytes_checked(tmp_path: Path) -> None:
+    from ledger.store import FilesystemStore, put_file
+
+    store = FilesystemStore(tmp_path / "store")
+    store.init()
+    f = tmp_path / "big.bin"
+    f.write_bytes(os.urandom(20 * 1024 * 1024))
+    stored = put_file(store, f)
+    steps: list[int] = []
+    with store.open_verified(stored.digest, progress=steps.append) as opened:
+        assert opened.read(4) == f.read_bytes()[:4]
+    assert len(steps) >= 2 and sum(steps) == stored.size

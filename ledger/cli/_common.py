@@ -204,6 +204,12 @@ class _Bar:
         if self._bar is not None:
             self._bar.update(self._task, total=total)
 
+    @property
+    def hook(self) -> Callable[[int], None] | None:
+        """The callback to hand the core (``progress=``): None when no bar is shown, so that the core
+        keeps its fastest path (a piped ``cat`` verifies with every core, no per-chunk calls)."""
+        return self.advance if self._bar is not None else None
+
 
 @contextmanager
 def progress(
@@ -227,6 +233,8 @@ def progress(
     columns: list[Any] = [SpinnerColumn(), TextColumn(what), BarColumn()]
     columns += [DownloadColumn(), TransferSpeedColumn()] if unit == "bytes" else [MofNCompleteColumn()]
     columns.append(TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as bar:
+    # stdout stays the command's: Rich would otherwise route what it prints through the bar's console
+    # (stderr), so `ledger put F > list` on a terminal would leave the list empty
+    with Progress(*columns, console=err, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
         task = bar.add_task(what, total=total)
         yield _Bar(bar, task)

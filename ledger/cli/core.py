@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -238,7 +237,7 @@ def put(
             total += f.stat().st_size
     with progress("storing", total=total or None, quiet=json_out) as bar:
         for f in files:
-            s = put_file(store, f, sha256=sha256, progress=bar.advance)
+            s = put_file(store, f, sha256=sha256, progress=bar.hook)
             results.append(
                 {
                     "digest": str(s.digest),
@@ -261,19 +260,14 @@ def cat(digest: str) -> None:
 
     d = parse_digest(digest)
     store = get_store()
-    with progress("verifying", total=None) as bar, store.open_verified(d) as f:
-        bar.total(_size_of(f))
+    size = store.size(d)
+    with progress("verifying", total=size) as bar:
+        f = store.open_verified(d, progress=bar.hook)  # every byte checked before one is written
+    with f, progress("writing", total=size) as bar:
         while chunk := f.read(1024 * 1024):
             sys.stdout.buffer.write(chunk)
             bar.advance(len(chunk))
     sys.stdout.buffer.flush()
-
-
-def _size_of(f: Any) -> int | None:
-    try:
-        return os.fstat(f.fileno()).st_size
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 @store_app.command("gc")

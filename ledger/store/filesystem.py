@@ -190,18 +190,18 @@ class FilesystemStore:
         except FileNotFoundError as e:
             raise ArtifactMissingError(f"artifact {digest} is not in the store") from e
 
-    def verify(self, digest: Digest) -> None:
+    def verify(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> None:
         """Re-hash the stored bytes; raise if they are missing or do not match their name."""
         path = self._path(digest)
         if not path.is_file():
             raise ArtifactMissingError(f"artifact {digest} is not in the store")
-        actual = hash_file(path).blake3
+        actual = hash_file(path, progress=progress).blake3
         if actual != digest:
             raise ArtifactCorruptError(f"stored artifact {digest} is corrupt (its bytes hash to {actual})")
 
-    def open_verified(self, digest: Digest) -> BinaryIO:
+    def open_verified(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> BinaryIO:
         """Verify the whole file first, so a corrupt artifact is never served, then open it."""
-        self.verify(digest)
+        self.verify(digest, progress=progress)
         return self._path(digest).open("rb")
 
     def iter_chunks_verified(self, digest: Digest, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:

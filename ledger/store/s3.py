@@ -220,7 +220,7 @@ class S3Store:
             raise ArtifactMissingError(f"artifact {digest} is not in the store")
         return int(head["ContentLength"])
 
-    def _download(self, digest: Digest) -> BinaryIO:
+    def _download(self, digest: Digest, progress: Callable[[int], object] | None = None) -> BinaryIO:
         """Download into a spooled temp file while hashing; raise unless the bytes match their address."""
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -236,7 +236,9 @@ class S3Store:
             out.close()
             raise self._wrap("download", e) from e
         try:
-            digests = hash_stream(cast(BinaryIO, _ReadIntoAdapter(obj["Body"])), sink=out.write)
+            digests = hash_stream(
+                cast(BinaryIO, _ReadIntoAdapter(obj["Body"])), sink=out.write, progress=progress
+            )
         except BaseException:
             out.close()
             raise
@@ -248,11 +250,11 @@ class S3Store:
         out.seek(0)
         return out  # type: ignore[return-value]
 
-    def verify(self, digest: Digest) -> None:
-        self._download(digest).close()
+    def verify(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> None:
+        self._download(digest, progress).close()
 
-    def open_verified(self, digest: Digest) -> BinaryIO:
-        return self._download(digest)
+    def open_verified(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> BinaryIO:
+        return self._download(digest, progress)
 
     def iter_digests(self) -> Iterator[Digest]:
         prefix = f"{self.prefix}/objects/".lstrip("/")
