@@ -1074,7 +1074,14 @@ class Ledger:
 
     # --- verification ----------------------------------------------------------------------------
 
-    def verify(self, *, artifacts: bool = True, workers: int | None = None) -> VerifyReport:
+    def verify(
+        self,
+        *,
+        artifacts: bool = True,
+        workers: int | None = None,
+        progress: Callable[[int], object] | None = None,
+    ) -> VerifyReport:
+        """``progress(n)``: n more entries checked (per range of the log; the CLI's bar)."""
         return verify_log(
             self.repo,
             self.store,
@@ -1085,6 +1092,7 @@ class Ledger:
             log_public_key=self.log_public_key(),
             artifacts=artifacts,
             workers=workers,
+            progress=progress,
         )
 
     def iter_rows(self, batch: int = 5000) -> Iterator[Any]:

@@ -337,6 +337,22 @@ def test_piped_put_and_cat_print_no_progress(tmp_path: Path) -> None:
     assert cat.returncode == 0, cat.stderr
     assert cat.stdout == data
     assert cat.stderr == b""
+    verify = _ledger(home, "verify")
+    assert verify.returncode == 0, verify.stderr
+    assert verify.stderr == b""
+    assert verify.stdout.startswith(b"ok: ")
+
+
+def test_verify_reports_the_entries_checked_through_its_callback(tmp_path: Path) -> None:
+    ledger = Ledger.init(tmp_path / "home")
+    for i in range(5):
+        ledger.record("note", {"campaign": "p"}, {"text": f"n{i}"}, key=ledger.cfg.admin_key)
+    steps: list[int] = []
+    report = ledger.verify(workers=1, progress=steps.append)
+    assert report
+    assert steps and all(n > 0 for n in steps)
+    assert sum(steps) == ledger.size()
+    ledger.close()
 
 
 def _on_terminal(argv: list[str]) -> tuple[int, bytes, bytes]:

@@ -471,8 +471,8 @@ def verify(
     from ledger.service import Ledger
 
     ledger = Ledger.open(home_path(), database_url=database_url) if database_url else get_ledger()
-    with progress("verifying the ledger", unit="entries", quiet=json_out):
-        report = ledger.verify(artifacts=artifacts, workers=workers)
+    with progress("verifying the ledger", total=ledger.size(), unit="entries", quiet=json_out) as bar:
+        report = ledger.verify(artifacts=artifacts, workers=workers, progress=bar.hook)
     if json_out:
         print_json(report.to_json())
     else:
