@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-__all__ = ["BATCH_SCHEMA", "ENVELOPE_SCHEMA", "PROBLEM", "ErrorOut", "inline_schema"]
+__all__ = ["BATCH_SCHEMA", "ENVELOPE_SCHEMA", "PROBLEM", "ErrorOut", "Page", "inline_schema"]
+
+
+class Page(BaseModel):
+    """Every list the API answers (and the CLI prints with ``--json``): ``ledger.listing.list_json``."""
+
+    items: list[dict[str, Any]] = Field(description="the items of this page, in order")
+    next: int | None = Field(
+        description="cursor of the next page (pass it as ?after=), or null when this is the last page"
+    )
 
 
 class ErrorDetail(BaseModel):

@@ -12,8 +12,9 @@ from ledger.api.auth import Reader, Writer
 from ledger.api.bodies import read_json_body
 from ledger.api.caching import IMMUTABLE, REVALIDATE, cache_control, etag, not_modified
 from ledger.api.deps import LedgerDep, Served, ServedDep
-from ledger.api.models import BATCH_SCHEMA, ENVELOPE_SCHEMA, PROBLEM
+from ledger.api.models import BATCH_SCHEMA, ENVELOPE_SCHEMA, PROBLEM, Page
 from ledger.errors import BatchTooLargeError, InputError
+from ledger.listing import list_json
 from ledger.service import MAX_BATCH, Ledger, LoggedEntry, parse_subject_args
 
 __all__ = ["router"]
@@ -34,7 +35,9 @@ def entry_json(ledger: Ledger, entry: LoggedEntry, names: dict[str, str] | None 
     return entry.to_json(names.get(entry.signer))
 
 
-@router.get("/entries", summary="Search entries by subject fields, kind, signer and time")
+@router.get(
+    "/entries", summary="Search entries by subject fields, kind, signer and time", response_model=Page
+)
 def list_entries(
     ledger: LedgerDep,
     _who: Reader,
@@ -45,7 +48,7 @@ def list_entries(
     until: Annotated[str | None, Query(description="logged before (RFC 3339)")] = None,
     after: Annotated[
         int | None,
-        Query(ge=-_SEQ_MAX, le=_SEQ_MAX, description="keyset cursor: next_after of the previous page"),
+        Query(ge=-_SEQ_MAX, le=_SEQ_MAX, description="keyset cursor: `next` of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
@@ -128,6 +131,7 @@ async def append_entry(
     status_code=201,
     openapi_extra=BATCH_SCHEMA,
     summary="Append a batch of signed envelopes atomically: all are stored, or none",
+    response_model=Page,
 )
 async def append_batch(
     request: Request, response: Response, _who: Writer, state: ServedDep
@@ -145,4 +149,4 @@ async def append_batch(
     entries = await run_in_threadpool(_append, state, envelopes) if envelopes else []
     if all(e["duplicate"] for e in entries):
         response.status_code = 200
-    return {"entries": entries}
+    return list_json(entries)

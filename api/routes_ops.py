@@ -12,7 +12,9 @@ from ledger import __version__
 from ledger.api.auth import Admin, Reader
 from ledger.api.bodies import read_json_body
 from ledger.api.deps import LedgerDep, MetricsDep
+from ledger.api.models import Page
 from ledger.errors import InputError
+from ledger.listing import list_json
 from ledger.service import Ledger
 
 __all__ = ["router"]
@@ -37,10 +39,12 @@ def metrics(m: MetricsDep) -> Response:
 
 
 @router.get(
-    "/v1/keys", summary="Enrolled keys with roles and revocation state (as `ledger keys list --json`)"
+    "/v1/keys",
+    summary="Enrolled keys with roles and revocation state (as `ledger keys list --json`)",
+    response_model=Page,
 )
-def keys(ledger: LedgerDep, _who: Reader) -> list[dict[str, Any]]:
-    return [r.to_json() for r in ledger.keyring().keys.values()]
+def keys(ledger: LedgerDep, _who: Reader) -> dict[str, Any]:
+    return list_json(r.to_json() for r in ledger.keyring().keys.values())
 
 
 def _enrol_collector(ledger: Ledger, name: str, public_key: str) -> tuple[dict[str, Any], bool]:
@@ -83,7 +87,11 @@ async def enrol_collector(
     return rec
 
 
-@router.get("/v1/subjects", summary="Distinct subject FIELD=VALUE pairs, most recently active first")
+@router.get(
+    "/v1/subjects",
+    summary="Distinct subject FIELD=VALUE pairs, most recently active first",
+    response_model=Page,
+)
 def list_subjects(
     ledger: LedgerDep,
     _who: Reader,
@@ -91,4 +99,4 @@ def list_subjects(
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> dict[str, Any]:
     rows = ledger.subjects(field=field, limit=limit)
-    return {"subjects": [r.__dict__ for r in rows]}
+    return list_json(r.__dict__ for r in rows)

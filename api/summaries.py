@@ -10,6 +10,7 @@ from markupsafe import Markup
 
 from ledger.api.charts import bar_chart, line_chart
 from ledger.api.pages import verdict_class
+from ledger.policy.verdict import evaluated_subject
 from ledger.service import Ledger, LoggedEntry
 
 __all__ = [
@@ -326,7 +327,7 @@ def diff_verdicts(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def previous_verdict(ledger: Ledger, entry: LoggedEntry) -> LoggedEntry | None:
     """The verdict recorded for the same subject just before this one (to diff against)."""
-    subject = entry.statement.payload.get("result", {}).get("subject") or dict(entry.statement.subject)
+    subject = evaluated_subject(entry.statement.payload) or dict(entry.statement.subject)
     earlier = [
         v
         for v in ledger.query(subject=dict(subject), kind="verdict", descending=True, limit=50)

@@ -65,7 +65,7 @@ def home(request: Request, ledger: LedgerDep, _who: Reader) -> HTMLResponse:
     return page(request, "subjects.html", {"rows": rows, "size": ledger.size(), "origin": ledger.origin})
 
 
-def _annotate(entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
+def _annotate(ledger: Ledger, entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
     """What later entries of the timeline say about earlier ones: superseded, rejected, reviewed …"""
     notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in entries:
@@ -93,7 +93,14 @@ def _annotate(entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
                     }
                 )
         if e.kind == "verdict":
-            for item in p.get("rejected", []):
+            try:
+                recorded = ledger.verdict_result(e)
+            except LedgerError as ex:
+                notes[e.entry_id].append(
+                    {"tag": "result unreadable", "bad": True, "by": e.entry_id, "reason": ex.message}
+                )
+                continue
+            for item in recorded.get("rejected", []):
                 target = item.get("id") or item.get("entry") or ""
                 notes[target].append(
                     {
@@ -139,7 +146,7 @@ def timeline(
             f"no entry names {field}={value}", hint="the subjects page (/) lists the subjects the log knows"
         )
     names = ledger.signer_names()
-    notes = _annotate(entries)
+    notes = _annotate(ledger, entries)
     rejected = [(e, n) for e in entries for n in notes.get(e.entry_id, []) if n["bad"]]
     result = _try_evaluate(ledger, {field: value}, "backend-qualification") if field == "campaign" else None
     verdicts = ledger.query(subject={field: value}, kind="verdict", limit=200)
@@ -216,10 +223,7 @@ def _side(ledger: Ledger, ref: str) -> tuple[str, dict[str, Any]]:
     e = ledger.get(ref)
     if e.kind != "verdict":
         raise InputError(f"entry {e.entry_id} is a {e.kind} entry, not a verdict")
-    result = e.statement.payload.get("result")
-    if not isinstance(result, dict):
-        raise InputError(f"verdict {e.entry_id} holds no result to compare")
-    return e.entry_id, result
+    return e.entry_id, ledger.verdict_result(e)
 
 
 @router.get("/verdicts/diff", response_class=HTMLResponse)
@@ -277,9 +281,11 @@ def entry_page(request: Request, ledger: LedgerDep, _who: Reader, entry_id: str)
         "s": summaries.entry_summary(entry),
         "text_artifacts": {a.digest for a in entry.statement.artifacts if a.stored and is_text(a.media_type)},
     }
-    result = entry.statement.payload.get("result") if entry.kind == "verdict" else None
-    if isinstance(result, dict):
-        ctx.update(_verdict_context(ledger, result))
+    if entry.kind == "verdict":
+        try:
+            ctx.update(_verdict_context(ledger, ledger.verdict_result(entry)))
+        except LedgerError as ex:
+            ctx["result_problem"] = ex.message
         ctx["previous"] = summaries.previous_verdict(ledger, entry)
     return page(request, "entry.html", ctx)
 

@@ -12,11 +12,10 @@ campaign's rows. Writes bench/results/verdict.json and prints a table.
 
 The ledger is built with `Ledger.append` in batches of 1000 signed envelopes (every append verifies every
 signature, as ingest always does); build time is reported. The routing check needs a recorded verdict for
-the subject: the bench appends one (signed by the admin key, logged a day after the campaign) whose payload
-holds the verdict, policy, checkpoint and evaluated subject but not the 10,000 used ids — `ledger verdict
---record` refuses the full one for a campaign this size (its envelope exceeds the 1 MiB entry limit). The
-check re-derives the verdict from the ledger as it stands, so its cost does not depend on what the recorded
-payload lists.
+the subject: the bench records one as `ledger verdict --record` does (signed by the admin key, logged a day
+after the campaign); its full result, with the 10,000 used ids, is the entry's stored result artifact, the
+payload holds the verdict, policy, checkpoint, counts and the result digest. The check re-derives the
+verdict from the ledger as it stands, so its cost does not depend on what the recorded result lists.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from ledger import __version__
 from ledger.entries import format_time
 from ledger.policy import evaluate, load_policy
 from ledger.policy.routing import check_routing_change, load_deployment
-from ledger.policy.verdict import result_digest
+from ledger.policy.verdict import record_verdict
 from ledger.service import Ledger
 from ledger.signing import SigningKey, sign_envelope
 
@@ -310,19 +309,7 @@ def ensure_verdict(ledger: Ledger) -> str:
         return found[0].entry_id
     result = evaluate(ledger, SUBJECT, load_policy("backend-qualification"))
     assert result["verdict"] == "QUALIFIED", result["verdict"]
-    payload = {
-        "verdict": result["verdict"],
-        "status": result["status"],
-        "policy": result["policy"],
-        "checkpoint": result["checkpoint"],
-        "used": [],  # the 10,000 ids would exceed the 1 MiB entry limit (see the module docstring)
-        "rejected": [],
-        "result_digest": result_digest(result),
-        "result": {"subject": result["subject"], "verdict": result["verdict"]},
-    }
-    t = T0 + timedelta(days=1)
-    st = ledger.make_statement("verdict", {**SUBJECT, **result["identity"]}, payload, collected_at=t)
-    return ledger.append([ledger.sign(st, ledger.cfg.admin_key)], logged_at=t)[0].entry_id
+    return record_verdict(ledger, result, key=ledger.cfg.admin_key, at=T0 + timedelta(days=1)).entry_id
 
 
 TIME_BIN = Path("/usr/bin/time")

@@ -64,7 +64,12 @@ PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
 RESULT_ARTIFACT = "benchmark-result.json"
 
-Outcome = Literal["completed", "fault", "lease-expired"]
+# how a harness run ended; "operator-stop" is FailureClass.OPERATOR_STOP's word (a signal from outside)
+Outcome = Literal["completed", "fault", "lease-expired", "operator-stop"]
+OPERATOR_STOP: Outcome = "operator-stop"
+STOP_POLL_S = 0.1  # how often a run asks ``should_stop`` while requests are in flight
+# asked between and during requests: the reason to stop now (an operator's signal), or None
+StopCheck = Callable[[], str | None]
 
 
 # --- percentiles: the one method every figure uses -------------------------------------------------
@@ -710,6 +715,25 @@ class _Stop:
         if self.reason is None:
             self.reason, self.outcome = text, "fault"
 
+    def operator(self, text: str) -> None:
+        if self.reason is None:
+            self.reason, self.outcome = text, OPERATOR_STOP
+
+
+async def until_stopped(awaitable: Any, should_stop: StopCheck | None) -> str | None:
+    """Await ``awaitable``; when ``should_stop`` gives a reason first, cancel it and return the reason."""
+    task = asyncio.ensure_future(awaitable)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=STOP_POLL_S if should_stop is not None else None)
+        if done:
+            task.result()
+            return None
+        why = should_stop() if should_stop is not None else None
+        if why:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return why
+
 
 async def _run_level(
     client: aiohttp.ClientSession,
@@ -723,6 +747,7 @@ async def _run_level(
     deadline: float,
     stop: _Stop,
     engine_alive: Callable[[], bool] | None,
+    should_stop: StopCheck | None = None,
 ) -> list[RequestRecord]:
     records: list[RequestRecord] = []
     prompts = corpus.prompts
@@ -765,7 +790,17 @@ async def _run_level(
                 return
 
     tasks.extend(asyncio.create_task(worker()) for _ in range(level))
-    _done, pending = await asyncio.wait(tasks, timeout=max(deadline - time.perf_counter(), 0.0))
+    pending: set[asyncio.Task[None]] = set(tasks)
+    while pending:
+        left = max(deadline - time.perf_counter(), 0.0)
+        step = min(left, STOP_POLL_S) if should_stop is not None else left
+        _done, pending = await asyncio.wait(pending, timeout=step)
+        why = should_stop() if should_stop is not None and pending else None
+        if why:
+            stop.operator(f"{why} during c{level} repetition {repetition}")
+            break
+        if pending and time.perf_counter() >= deadline:
+            break
     if pending:
         if stop.reason is None:
             stop.reason = f"the lease of {spec.lease_s:g} s expired during c{level}"
@@ -788,12 +823,15 @@ async def run_benchmark_async(
     bindings: Callable[[], Mapping[str, str]] | None = None,
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
+    should_stop: StopCheck | None = None,
 ) -> BenchmarkResult:
     """Run the benchmark against ``base_url``; write the request JSONL and the summary under ``out_dir``.
 
     ``bindings`` gives the engine/model identities that must not change between repetitions (default:
     the ids ``/v1/models`` serves). ``engine_alive``, when given, turns any failed request of a dead
-    engine into a fault. A corpus digest mismatch raises before any request is sent.
+    engine into a fault. ``should_stop``, asked while requests are in flight, stops the run at once
+    (outcome ``operator-stop``: the requests in flight are cut, what was seen is written, and the run
+    has no aggregate result). A corpus digest mismatch raises before any request is sent.
     """
     corpus = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
     base = base_url.rstrip("/")
@@ -809,6 +847,9 @@ async def run_benchmark_async(
     async with http_session(pool, spec.request_timeout_s, headers) as client:
         model = spec.model
         for repetition in range(spec.repetitions):
+            why = should_stop() if should_stop is not None else None
+            if why:
+                stop.operator(f"{why} before repetition {repetition}")
             if stop.reason is not None:
                 break
             if repetition:  # the same bytes in every repetition: re-read and re-hash
@@ -833,7 +874,18 @@ async def run_benchmark_async(
                 model = bound["served_models"].split(",")[0]
             for level in spec.concurrency:
                 records = await _run_level(
-                    client, url, spec, corpus, model, level, repetition, origin, deadline, stop, engine_alive
+                    client,
+                    url,
+                    spec,
+                    corpus,
+                    model,
+                    level,
+                    repetition,
+                    origin,
+                    deadline,
+                    stop,
+                    engine_alive,
+                    should_stop,
                 )
                 if stop.reason is not None:
                     runs.append(LevelRun(level, repetition, records, {}, False, [stop.reason], None))
@@ -893,11 +945,18 @@ def run_benchmark(
     bindings: Callable[[], Mapping[str, str]] | None = None,
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
+    should_stop: StopCheck | None = None,
 ) -> BenchmarkResult:
     """:func:`run_benchmark_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
         run_benchmark_async(
-            spec, base_url, out_dir=out_dir, bindings=bindings, engine_alive=engine_alive, headers=headers
+            spec,
+            base_url,
+            out_dir=out_dir,
+            bindings=bindings,
+            engine_alive=engine_alive,
+            headers=headers,
+            should_stop=should_stop,
         )
     )
 

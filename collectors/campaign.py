@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ledger.collectors.benchmark import (
+    NO_AGGREGATE,
     BenchmarkResult,
     BenchmarkSpec,
     benchmark_gate_payload,
@@ -51,7 +52,7 @@ from ledger.entries import format_time, now_utc
 from ledger.errors import ConfigError, LedgerError
 from ledger.hashing import hash_file, parse_digest
 from ledger.recorder import Recorder
-from ledger.signatures import Signature, load_signatures
+from ledger.signatures import FailureClass, Signature, load_signatures
 
 __all__ = [
     "STEP_FOR_GATE",
@@ -122,6 +123,9 @@ class CampaignSection(_Section):
     lease_seconds: float = Field(default=1800, gt=0)
     backend: str | None = None  # subject "backend"; default: the engine family
     backend_version: str | None = None  # default: detected from the engine's interpreter
+    # subject "host": the name the fleet knows the host by (what a deployment file's `host` names);
+    # default: this machine's hostname
+    host: str | None = Field(default=None, min_length=1, max_length=255)
 
 
 class ModelSection(_Section):
@@ -429,7 +433,7 @@ class CampaignRunner:
             "campaign": campaign.id,
             "backend": campaign.backend,
             "model": campaign.model_name,
-            "host": host_name or socket.gethostname(),
+            "host": host_name or campaign.spec.campaign.host or socket.gethostname(),
         }
         if campaign.spec.campaign.backend_version:
             self.subject["backend_version"] = campaign.spec.campaign.backend_version
@@ -924,10 +928,14 @@ class CampaignRunner:
             lease_s=max(1.0, min(g.lease_seconds, self._job_lease_left())),
             model=self.model_id,
         )
-        with self._interruptible_section():
-            result: SemanticResult = run_semantic(
-                spec, base, out_dir=self.work_dir / "semantic", engine_alive=run.alive
-            )
+        self._check_cancel()
+        result: SemanticResult = run_semantic(
+            spec,
+            base,
+            out_dir=self.work_dir / "semantic",
+            engine_alive=run.alive,
+            should_stop=self._stop_requested,
+        )
         evidence: list[str] = []
         fault = result.outcome == "fault" or not run.alive()
         if fault:
@@ -946,7 +954,9 @@ class CampaignRunner:
         if fault:
             payload["status"] = "failed"
             payload["reason"] = self._fault_reason(payload.get("reason"), result.stopped)
+        self._operator_stopped(payload, result.outcome)
         self._record_harness_gate("semantic", payload, result.artifacts, {})
+        self._check_cancel()
         return self._harness_outcome("semantic", payload, evidence)
 
     def _gate_benchmark(self) -> tuple[str, str | None, list[str], dict[str, int]]:
@@ -977,10 +987,14 @@ class CampaignRunner:
         except ConfigError as e:
             raise ConfigError(f"campaign {self.c.path}: gates.benchmark: {e}") from e
         bounds = policy_bounds(self.policy.params)  # the policy's bar; empty → the gate fails
-        with self._interruptible_section():
-            result: BenchmarkResult = run_benchmark(
-                spec, base, out_dir=self.work_dir / "benchmark", engine_alive=run.alive
-            )
+        self._check_cancel()
+        result: BenchmarkResult = run_benchmark(
+            spec,
+            base,
+            out_dir=self.work_dir / "benchmark",
+            engine_alive=run.alive,
+            should_stop=self._stop_requested,
+        )
         evidence: list[str] = []
         fault = result.outcome == "fault" or not run.alive()
         if fault:
@@ -989,13 +1003,34 @@ class CampaignRunner:
         if fault:
             payload["status"] = "failed"
             payload["reason"] = self._fault_reason(payload.get("reason"), result.stopped)
+        self._operator_stopped(payload, result.outcome)
         self._record_harness_gate(
             "benchmark",
             payload,
             result.artifacts,
             {"benchmark-requests.jsonl": "application/x-ndjson", "benchmark-result.json": "application/json"},
         )
+        self._check_cancel()
         return self._harness_outcome("benchmark", payload, evidence)
+
+    def _stop_requested(self) -> str | None:
+        """What a harness asks while it runs: why to stop now (a signal arrived), or None."""
+        signum = self._cancel_signum
+        if signum is None:
+            return None
+        return f"stopped by the operator ({signal.Signals(signum).name}, {FailureClass.OPERATOR_STOP})"
+
+    def _operator_stopped(self, payload: dict[str, Any], outcome: str) -> None:
+        """A harness cut short by a signal: its partial results are recorded as what they are — no
+        aggregate result, the gate failed — and the job then ends cancelled (exit 128+N)."""
+        if outcome != FailureClass.OPERATOR_STOP and self._cancel_signum is None:
+            return
+        payload["status"] = "failed"
+        if payload.get("reason") is None or NO_AGGREGATE not in str(payload["reason"]):
+            why = self._stop_requested() or "stopped by the operator"
+            payload["reason"] = f"{NO_AGGREGATE}: {why}" + (
+                f"; {payload['reason']}" if payload.get("reason") else ""
+            )
 
     def _fault_reason(self, reason: str | None, stopped: str | None) -> str:
         sig = self.result.attempts[-1].get("failure_signature") if self.result.attempts else None

@@ -105,7 +105,9 @@ class LedgerClient:
     def append(self, envelopes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Append a batch atomically; each returned entry says whether it was a ``duplicate``."""
         resp = self._request("POST", "/v1/entries/batch", json={"envelopes": list(envelopes)})
-        entries: list[dict[str, Any]] = resp.json()["entries"]
+        body = resp.json()
+        # the one list shape {"items", "next"}; a server older than it answered {"entries"}
+        entries: list[dict[str, Any]] = body["items"] if "items" in body else body["entries"]
         return entries
 
     def has_artifact(self, digest: Digest) -> bool:

@@ -31,7 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
 from ledger.atomic import write_atomic
-from ledger.collectors.benchmark import NO_AGGREGATE, RequestRecord, http_session, send_request
+from ledger.collectors.benchmark import (
+    NO_AGGREGATE,
+    Outcome,
+    RequestRecord,
+    StopCheck,
+    http_session,
+    send_request,
+    until_stopped,
+)
 from ledger.collectors.corpus import read_pinned_jsonl
 from ledger.entries import format_time, validate_payload
 from ledger.errors import ConfigError, PolicyError
@@ -289,7 +297,7 @@ class SemanticResult:
     harness_digest: str
     started_at: str
     ended_at: str
-    outcome: Literal["completed", "fault", "lease-expired"]
+    outcome: Outcome
     stopped: str | None
     items: list[ItemResult]
     total: int
@@ -328,15 +336,18 @@ async def run_semantic_async(
     out_dir: Path,
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
+    should_stop: StopCheck | None = None,
 ) -> SemanticResult:
-    """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts."""
+    """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts.
+    ``should_stop`` (asked before and during each request) stops the run at once: outcome
+    ``operator-stop``, the items so far written, no aggregate result."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
     url = base_url.rstrip("/") + "/v1/chat/completions"
     started = _now()
     origin = time.perf_counter()
     deadline = origin + spec.lease_s
     items: list[ItemResult] = []
-    outcome: Literal["completed", "fault", "lease-expired"] = "completed"
+    outcome: Outcome = "completed"
     stopped: str | None = None
     async with http_session(2, spec.request_timeout_s, headers) as client:
         for index, item in enumerate(corpus.items):
@@ -356,10 +367,20 @@ async def run_semantic_async(
             }
             if spec.model:
                 body["model"] = spec.model
+            why = should_stop() if should_stop is not None else None
+            if why:
+                outcome, stopped = "operator-stop", f"{why} before item {item.id}"
+                break
             rec = RequestRecord(item.id, 1, 0, index, _now(), time.perf_counter() - origin)
-            await send_request(
-                client, url, body, rec, clock_origin=origin, timeout_s=min(spec.request_timeout_s, left)
+            why = await until_stopped(
+                send_request(
+                    client, url, body, rec, clock_origin=origin, timeout_s=min(spec.request_timeout_s, left)
+                ),
+                should_stop,
             )
+            if why:
+                outcome, stopped = "operator-stop", f"{why} during item {item.id}"
+                break
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault, rec.error = True, rec.error + " (the engine is no longer alive)"
             if rec.fault:
@@ -402,10 +423,18 @@ def run_semantic(
     out_dir: Path,
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
+    should_stop: StopCheck | None = None,
 ) -> SemanticResult:
     """:func:`run_semantic_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
-        run_semantic_async(spec, base_url, out_dir=out_dir, engine_alive=engine_alive, headers=headers)
+        run_semantic_async(
+            spec,
+            base_url,
+            out_dir=out_dir,
+            engine_alive=engine_alive,
+            headers=headers,
+            should_stop=should_stop,
+        )
     )
 
 

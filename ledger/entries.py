@@ -401,13 +401,19 @@ class KeyRotate(_Model):
 
 
 class VerdictRecord(_Model):
+    """A recorded verdict. The full result (gates, used, rejected, not credited …) is the entry's
+    ``verdict-result.json`` artifact, whose BLAKE3 digest is ``result_digest``; ``used``, ``rejected`` and
+    ``result`` are read only from entries recorded before the result moved out of the payload."""
+
     verdict: str
     status: str
     policy: dict[str, str]
     checkpoint: dict[str, Any]
+    subject: dict[str, str] | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+    result_digest: str | None = None
     used: list[str] = Field(default_factory=list)
     rejected: list[dict[str, str]] = Field(default_factory=list)
-    result_digest: str | None = None
     result: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -153,7 +153,8 @@ def _vsa(ledger: Ledger, entry: LoggedEntry) -> dict[str, Any]:
     if not hexd:
         raise InputError(f"verdict {entry.entry_id} names no policy digest: it cannot be summarised")
     cp = p.get("checkpoint") or {}
-    inputs = [{"uri": entry_uri(i), "digest": {"blake3": i}} for i in p.get("used", [])]
+    result = ledger.verdict_result(entry)
+    inputs = [{"uri": entry_uri(i), "digest": {"blake3": i}} for i in result.get("used", [])]
     if cp.get("size") is not None and cp.get("root"):
         # the log as the verdict saw it: its RFC 6962 (SHA-256) Merkle root at that size
         inputs.append(
@@ -163,7 +164,7 @@ def _vsa(ledger: Ledger, entry: LoggedEntry) -> dict[str, Any]:
             }
         )
     status = p.get("status")
-    evaluated = p.get("result", {}).get("subject") or dict(entry.statement.subject)
+    evaluated = result.get("subject") or dict(entry.statement.subject)
     return {
         "verifier": {"id": f"urn:evidence-ledger:verifier:{quote(ledger.origin, safe='')}"},
         "timeVerified": entry.logged_at,

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Protocol
 from ledger.entries import format_time, parse_time
 from ledger.errors import EntryNotFoundError, InputError, KeyNotFoundError, LogFormatError
 from ledger.keyring import KeyRecord, Keyring
+from ledger.listing import list_json
 from ledger.log import EntryId
 from ledger.logged import LoggedEntry, entry_from_row
 from ledger.signing import KeyId
@@ -135,10 +136,10 @@ def log_time(text: str | None) -> str | None:
 
 def page_json(entries: Sequence[LoggedEntry], limit: int | None, names: dict[str, str]) -> dict[str, Any]:
     """The one JSON shape of a page of search results (CLI ``log --json`` and the API alike)."""
-    return {
-        "entries": [e.to_json(names.get(e.signer)) for e in entries],
-        "next_after": entries[-1].seq if entries and len(entries) == limit else None,
-    }
+    return list_json(
+        (e.to_json(names.get(e.signer)) for e in entries),
+        entries[-1].seq if entries and len(entries) == limit else None,
+    )
 
 
 def signer_names(ring: Keyring) -> dict[str, str]:

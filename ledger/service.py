@@ -904,6 +904,15 @@ class Ledger:
 
         return record_verdict(self, result, key=key or self.cfg.admin_key, at=at)
 
+    def verdict_result(self, entry: LoggedEntry) -> dict[str, Any]:
+        """The full result a ``verdict`` entry recorded (its stored result artifact, read verified; the
+        inline result of older entries). Raises when it cannot be read: never an empty result."""
+        from ledger.policy.verdict import recorded_result
+
+        if entry.kind != "verdict":
+            raise InputError(f"entry {entry.entry_id} is a {entry.kind} entry, not a verdict")
+        return recorded_result(self.store, entry.statement.payload, entry.entry_id)
+
     def replay_verdict(
         self, entry_id: str, *, policy_dir: Path | None = None, policy_path: str | None = None
     ) -> dict[str, Any]:
@@ -1254,7 +1263,14 @@ class Ledger:
 
     # --- verification ----------------------------------------------------------------------------
 
-    def verify(self, *, artifacts: bool = True, workers: int | None = None) -> VerifyReport:
+    def verify(
+        self,
+        *,
+        artifacts: bool = True,
+        workers: int | None = None,
+        progress: Callable[[int], object] | None = None,
+    ) -> VerifyReport:
+        """``progress(n)``: n more entries checked (per range of the log; the CLI's bar)."""
         return verify_log(
             self.repo,
             self.store,
@@ -1265,6 +1281,7 @@ class Ledger:
             log_public_key=self.log_public_key(),
             artifacts=artifacts,
             workers=workers,
+            progress=progress,
         )
 
     def iter_rows(self, batch: int = 5000) -> Iterator[Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -217,6 +218,7 @@ def verify_log(
     log_public_key: PublicKey,
     artifacts: bool = True,
     workers: int | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> VerifyReport:
     """Check the whole log (and, with ``artifacts``, every stored artifact); every problem is reported."""
     report = VerifyReport()
@@ -237,18 +239,25 @@ def verify_log(
     if n > 1 and len(ranges) > 1:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            results = list(
-                pool.map(
-                    _check_range,
-                    [url] * len(ranges),
-                    [a for a, _ in ranges],
-                    [b for _, b in ranges],
-                    [keys] * len(ranges),
-                    [v1] * len(ranges),
-                )
+            results = []
+            checked = pool.map(
+                _check_range,
+                [url] * len(ranges),
+                [a for a, _ in ranges],
+                [b for _, b in ranges],
+                [keys] * len(ranges),
+                [v1] * len(ranges),
             )
+            for (a, b), result in zip(ranges, checked, strict=True):
+                results.append(result)
+                if progress is not None:
+                    progress(b - a)  # entries whose signatures and records are checked
     else:
-        results = [_check_range(url, a, b, keys, v1) for a, b in ranges]
+        results = []
+        for a, b in ranges:
+            results.append(_check_range(url, a, b, keys, v1))
+            if progress is not None:
+                progress(b - a)
 
     seen: list[_Seen] = []
     stored: dict[str, str] = {}

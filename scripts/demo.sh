@@ -15,7 +15,8 @@
 #  4. the steps the policy needs before it credits them: a review PASS of each harness result
 #     (`ledger review`), an acceptance of the benchmark (`ledger accept`)
 #  5. ledger verdict --record → QUALIFIED
-#  6. ledger check routing-change → allowed (exit 0)
+#  6. ledger check routing-change --deployment campaigns/deployments/llamacpp-cpu-trained.toml (a CPU
+#     service: device = "cpu", no GPU index to check) → allowed (exit 0)
 #  7. ledger supersede the benchmark result → the same check refuses (exit 1)
 #  8. ledger collect run campaigns/vllm-cpu-hd16.toml: vLLM is ready, then its first completion kills
 #     it (head_dim 16 is not supported by its CPU attention) → NOT QUALIFIED — RUNTIME RELIABILITY
@@ -80,9 +81,12 @@ ROUTE=(--subject "backend=$(field "$WORK/verdict-trained.json" "r['identity']['b
        --subject "model=$(field "$WORK/verdict-trained.json" "r['identity']['model']")"
        --subject "host=$(field "$WORK/verdict-trained.json" "r['identity']['host']")")
 
-step "ledger check routing-change → allowed"
+# the deployment after the change: llama.cpp on the CPU of the campaign's host (device = "cpu", no GPU)
+DEPLOYMENT="$REPO/campaigns/deployments/$TRAINED.toml"
+
+step "ledger check routing-change --deployment → allowed"
 set +e
-L check routing-change "${ROUTE[@]}" --record --key operator
+L check routing-change "${ROUTE[@]}" --deployment "$DEPLOYMENT" --record --key operator
 rc=$?
 set -e
 [[ $rc -eq 0 ]] || fail "routing change refused (exit $rc), expected allowed"
@@ -90,7 +94,7 @@ set -e
 step "ledger supersede the benchmark result → the same routing check refuses"
 L supersede "$BENCH" --key operator --reason "superseded: the benchmark must be rerun after an engine upgrade"
 set +e
-L check routing-change "${ROUTE[@]}" --record --key operator
+L check routing-change "${ROUTE[@]}" --deployment "$DEPLOYMENT" --record --key operator
 rc=$?
 set -e
 [[ $rc -eq 1 ]] || fail "routing change after the supersession exited $rc, expected 1 (refused)"

@@ -63,25 +63,58 @@ def test_version_and_completion(cli: Any) -> None:
     assert completed.stdout.split() == ["keys"], completed.stderr
 
 
+def _list_commands() -> set[tuple[str, ...]]:
+    """Every CLI command whose code prints a list (``print_items`` / the log's page)."""
+    import inspect
+
+    import typer
+
+    from ledger.cli import app
+
+    found: set[tuple[str, ...]] = set()
+
+    def walk(cmd: Any, path: tuple[str, ...]) -> None:
+        if hasattr(cmd, "commands"):
+            for name, sub in cmd.commands.items():
+                walk(sub, (*path, name))
+        elif cmd.callback is not None:
+            src = inspect.getsource(inspect.unwrap(cmd.callback))
+            if any(x in src for x in ("print_items(", "page_json(", "list_json(")):
+                found.add(path)
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
 def test_every_list_read_has_one_json_shape(cli: Any, tmp_path: Path) -> None:
+    from ledger.listing import LIST_FIELDS
+
     assert cli("init").code == 0
     e = _note(cli, "first")
     assert cli("tokens", "new", "readers", "--role", "reader").code == 0
+    assert cli("tokens", "new", "gone", "--role", "reader").code == 0
     f = tmp_path / "a.txt"
     f.write_text("x")
-    for args in (
-        ("log",),
-        ("keys", "list"),
-        ("put", str(f)),
-        ("tokens", "list"),
-        ("policy", "list"),
-        ("kinds",),
-    ):
-        r = cli(*args, "--json")
-        assert r.code == 0, (args, r.err)
+    cases: dict[tuple[str, ...], tuple[str, ...]] = {
+        ("log",): (),
+        ("keys", "list"): (),
+        ("put",): (str(f),),
+        ("tokens", "list"): (),
+        ("tokens", "revoke"): ("gone",),
+        ("policy", "list"): (),
+        ("policy", "test"): ("routing-change",),
+        ("kinds",): (),
+        # an engine that is not there: the failed probes are recorded and listed
+        ("collect", "probe"): ("http://127.0.0.1:9", "--campaign", "c1"),
+    }
+    # a list command added without a case here fails: every one is run below
+    assert _list_commands() == set(cases)
+    for command, args in cases.items():
+        r = cli(*command, *args, "--json")
+        assert r.code in (0, 1), (command, r.err)
         doc = r.json()
-        assert set(doc) == {"items", "next"}, args
-        assert isinstance(doc["items"], list) and doc["items"], args
+        assert tuple(doc) == LIST_FIELDS, command
+        assert isinstance(doc["items"], list) and doc["items"], command
     page = cli("log", "--limit", "1", "--json").json()
     assert page["next"] == 0  # the keyset cursor: pass it as --after
     assert cli("log", "--after", str(page["next"]), "--json").json()["items"][0]["id"] == e["id"]
@@ -263,3 +296,123 @@ def test_healthy_launch_stopped_at_lease_end_succeeds(tmp_path: Path) -> None:
         )["items"]
     ]
     assert jobs == ["running", "succeeded"]
+
+
+# --- progress: on a terminal only; the core reports bytes through a callback ---
+
+
+def test_a_multi_mb_put_calls_the_progress_callback_with_increasing_byte_counts(tmp_path: Path) -> None:
+    from ledger.store import FilesystemStore, put_file
+
+    store = FilesystemStore(tmp_path / "store")
+    store.init()
+    f = tmp_path / "big.bin"
+    f.write_bytes(os.urandom(20 * 1024 * 1024 + 123))
+    steps: list[int] = []
+    stored = put_file(store, f, progress=steps.append)
+    done = [sum(steps[: i + 1]) for i in range(len(steps))]
+    assert len(steps) >= 3  # chunk by chunk, not once at the end
+    assert all(b > a for a, b in zip([0, *done], done, strict=False))  # increasing byte counts
+    assert done[-1] == stored.size == f.stat().st_size
+
+
+def _ledger(home: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [LEDGER_BIN, "--home", str(home), *args], capture_output=True, timeout=120, check=False, **kw
+    )
+
+
+def test_piped_put_and_cat_print_no_progress(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert _ledger(home, "init").returncode == 0
+    f = tmp_path / "big.bin"
+    data = os.urandom(12 * 1024 * 1024)
+    f.write_bytes(data)
+    put = _ledger(home, "put", str(f))
+    assert put.returncode == 0, put.stderr
+    assert put.stderr == b""  # no bar, no spinner, no carriage returns on a pipe
+    [line] = put.stdout.decode().splitlines()
+    digest = line.split()[0]
+    cat = _ledger(home, "cat", digest)
+    assert cat.returncode == 0, cat.stderr
+    assert cat.stdout == data
+    assert cat.stderr == b""
+    verify = _ledger(home, "verify")
+    assert verify.returncode == 0, verify.stderr
+    assert verify.stderr == b""
+    assert verify.stdout.startswith(b"ok: ")
+
+
+def test_verify_reports_the_entries_checked_through_its_callback(tmp_path: Path) -> None:
+    ledger = Ledger.init(tmp_path / "home")
+    for i in range(5):
+        ledger.record("note", {"campaign": "p"}, {"text": f"n{i}"}, key=ledger.cfg.admin_key)
+    steps: list[int] = []
+    report = ledger.verify(workers=1, progress=steps.append)
+    assert report
+    assert steps and all(n > 0 for n in steps)
+    assert sum(steps) == ledger.size()
+    ledger.close()
+
+
+def _on_terminal(argv: list[str]) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` with stderr on a pseudo-terminal (stdout piped): exit code, stdout, what stderr drew."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            timeout=120,
+            check=False,
+            env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
+        )
+        os.close(slave)
+        slave = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    return r.returncode, r.stdout, drawn
+
+
+def test_put_and_cat_on_a_terminal_draw_progress_bars_on_stderr(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert _ledger(home, "init").returncode == 0
+    f = tmp_path / "big.bin"
+    data = os.urandom(64 * 1024 * 1024)
+    f.write_bytes(data)
+    rc, out, drawn = _on_terminal([LEDGER_BIN, "--home", str(home), "put", str(f)])
+    assert rc == 0
+    assert b"storing" in drawn  # the bar, on the terminal only
+    assert b"storing" not in out  # the digest line stays clean
+    digest = out.decode().split()[0]
+    rc, out, drawn = _on_terminal([LEDGER_BIN, "--home", str(home), "cat", digest])
+    assert rc == 0
+    assert out == data
+    assert b"verifying" in drawn or b"writing" in drawn
+
+
+def test_opening_an_artifact_verified_reports_the_bytes_checked(tmp_path: Path) -> None:
+    from ledger.store import FilesystemStore, put_file
+
+    store = FilesystemStore(tmp_path / "store")
+    store.init()
+    f = tmp_path / "big.bin"
+    f.write_bytes(os.urandom(20 * 1024 * 1024))
+    stored = put_file(store, f)
+    steps: list[int] = []
+    with store.open_verified(stored.digest, progress=steps.append) as opened:
+        assert opened.read(4) == f.read_bytes()[:4]
+    assert len(steps) >= 2 and sum(steps) == stored.size

@@ -68,6 +68,10 @@ def test_demo_qualifies_trained_llamacpp_then_refuses_after_supersession(tmp_pat
     # the routing gate: allowed on the QUALIFIED verdict, refused once its evidence is superseded
     changes = _ledger_json(home, "log", "--kind", "routing.change")["items"]
     assert [c["payload"]["allowed"] for c in changes] == [True, False]
+    # judged with the shipped deployment file: one CPU service on the campaign's host
+    for c in changes:
+        assert c["payload"]["deployment"]["host"] == "demo-cpu-host"
+        assert [s["device"] for s in c["payload"]["deployment"]["services"]] == ["cpu"]
     assert any("no longer holds" in r for r in changes[1]["payload"]["reasons"])
 
     for v in verdicts:

@@ -49,6 +49,7 @@ app.callback()(core.root)
 # Registration order is help order: commands first, then sub-apps, each in the order added here.
 core.register(app)
 app.add_typer(collect.collect_app, name="collect")
+app.add_typer(collect.campaign_app, name="campaign")
 policy.register(app)
 app.command("serve")(serve.serve)
 app.add_typer(serve.tokens_app, name="tokens")

@@ -151,7 +151,9 @@ def print_json(value: Any) -> None:
 
 def print_items(items: Sequence[Any], next_cursor: Any = None) -> None:
     """The one ``--json`` shape of a list read: the items and the cursor of the next page (or null)."""
-    print_json({"items": list(items), "next": next_cursor})
+    from ledger.listing import list_json
+
+    print_json(list_json(items, next_cursor))
 
 
 def _tsv_cell(value: object) -> str:
@@ -215,6 +217,12 @@ class _Bar:
         if self._bar is not None:
             self._bar.update(self._task, total=total)
 
+    @property
+    def hook(self) -> Callable[[int], None] | None:
+        """The callback to hand the core (``progress=``): None when no bar is shown, so that the core
+        keeps its fastest path (a piped ``cat`` verifies with every core, no per-chunk calls)."""
+        return self.advance if self._bar is not None else None
+
 
 @contextmanager
 def progress(
@@ -238,6 +246,8 @@ def progress(
     columns: list[Any] = [SpinnerColumn(), TextColumn(what), BarColumn()]
     columns += [DownloadColumn(), TransferSpeedColumn()] if unit == "bytes" else [MofNCompleteColumn()]
     columns.append(TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as bar:
+    # stdout stays the command's: Rich would otherwise route what it prints through the bar's console
+    # (stderr), so `ledger put F > list` on a terminal would leave the list empty
+    with Progress(*columns, console=err, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
         task = bar.add_task(what, total=total)
         yield _Bar(bar, task)

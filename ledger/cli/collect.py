@@ -46,13 +46,14 @@ if TYPE_CHECKING:
     from ledger.collectors.campaign import CampaignResult
     from ledger.recorder import Recorder
 
-__all__ = ["collect_app", "push"]
+__all__ = ["campaign_app", "collect_app", "push"]
 
 collect_app = typer.Typer(
     help="Collect evidence on this host: facts, kernel GPU events, model pins, "
     "engine launches, probes and whole qualification campaigns.",
     no_args_is_help=True,
 )
+campaign_app = typer.Typer(help="Campaign files: write one from a shipped template.", no_args_is_help=True)
 
 KeyOption = Annotated[
     str,
@@ -734,6 +735,50 @@ def semantic_cmd(
 
 
 # --- run ----------------------------------------------------------------------------------------------------
+
+
+@campaign_app.command("init")
+def campaign_init_cmd(
+    engine: Annotated[str, typer.Option(help="The engine: vllm or llamacpp.")],
+    model: Annotated[
+        str,
+        typer.Option(help="A local model path (folder or GGUF file) or a Hugging Face repo id (org/name)."),
+    ],
+    host: Annotated[
+        str, typer.Option(help="The host the campaign runs on (subject host; what a deployment file names).")
+    ],
+    gpus: Annotated[
+        str | None, typer.Option(help="GPU indexes the engine uses, e.g. 0,1 (CUDA_VISIBLE_DEVICES).")
+    ] = None,
+    python: Annotated[
+        str | None, typer.Option(help="The engine's interpreter (default: $VLLM_PYTHON / $LLAMACPP_PYTHON).")
+    ] = None,
+    campaign: CampaignOption = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Where to write it (default: <campaign id>.toml here).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Write a campaign file for ENGINE + MODEL on HOST from campaigns/templates, checked by the loader
+    `ledger collect run` uses; the corpora and the benchmark spec stay the ones the policy approves."""
+    from ledger.collectors.campaign_init import init_campaign
+
+    gpu_list = _gpu_indexes(gpus) if gpus is not None else None
+    c = init_campaign(
+        engine, model, host, out=out, force=force, gpus=gpu_list, python=python, campaign=campaign
+    )
+    if json_out:
+        print_json({"path": str(c.path), "campaign": c.id, "host": c.spec.campaign.host, "engine": engine})
+    else:
+        sys.stdout.write(f"wrote {c.path} (campaign {c.id}); run it with: ledger collect run {c.path}\n")
+
+
+def _gpu_indexes(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise InputError(f"--gpus must be comma-separated GPU indexes, not {text!r}") from e
 
 
 @collect_app.command("run")

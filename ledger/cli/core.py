@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -240,8 +239,7 @@ def put(
             total += f.stat().st_size
     with progress("storing", total=total or None, quiet=json_out) as bar:
         for f in files:
-            s = put_file(store, f, sha256=sha256)
-            bar.advance(s.size)
+            s = put_file(store, f, sha256=sha256, progress=bar.hook)
             results.append(
                 {
                     "digest": str(s.digest),
@@ -264,19 +262,14 @@ def cat(digest: str) -> None:
 
     d = parse_digest(digest)
     store = get_store()
-    with progress("verifying", total=None) as bar, store.open_verified(d) as f:
-        bar.total(_size_of(f))
+    size = store.size(d)
+    with progress("verifying", total=size) as bar:
+        f = store.open_verified(d, progress=bar.hook)  # every byte checked before one is written
+    with f, progress("writing", total=size) as bar:
         while chunk := f.read(1024 * 1024):
             sys.stdout.buffer.write(chunk)
             bar.advance(len(chunk))
     sys.stdout.buffer.flush()
-
-
-def _size_of(f: Any) -> int | None:
-    try:
-        return os.fstat(f.fileno()).st_size
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 @store_app.command("gc")
@@ -457,7 +450,7 @@ def log_cmd(
     )
     if json_out:
         page = ledger.page_json(entries, limit)
-        print_items(page["entries"], page["next_after"])
+        print_json(page)
     else:
         _print_entries(entries, ledger.signer_names())
 
@@ -480,8 +473,8 @@ def verify(
     from ledger.service import Ledger
 
     ledger = Ledger.open(home_path(), database_url=database_url) if database_url else get_ledger()
-    with progress("verifying the ledger", unit="entries", quiet=json_out):
-        report = ledger.verify(artifacts=artifacts, workers=workers)
+    with progress("verifying the ledger", total=ledger.size(), unit="entries", quiet=json_out) as bar:
+        report = ledger.verify(artifacts=artifacts, workers=workers, progress=bar.hook)
     if json_out:
         print_json(report.to_json())
     else:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -32,7 +32,14 @@ if TYPE_CHECKING:
     # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
     from ledger.policy.port import PolicyLedger as Ledger
 
-__all__ = ["Deployment", "Service", "check_routing_change", "load_deployment", "record_routing_change"]
+__all__ = [
+    "DEVICES",
+    "Deployment",
+    "Service",
+    "check_routing_change",
+    "load_deployment",
+    "record_routing_change",
+]
 
 REQUIRED_SUBJECT = ("model", "host")
 _probe_time = lru_cache(maxsize=1 << 16)(parse_time)
@@ -48,9 +55,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+Device = Literal["gpu", "cpu"]  # what a deployment's service runs on
+DEVICES: tuple[str, ...] = get_args(Device)
+
+
 class Service(_Strict):
     name: str = Field(min_length=1)
-    gpus: list[int] = Field(min_length=1)
+    # "gpu" needs its gpus (indexes on the host); "cpu" takes none. Left out, a service that lists gpus is
+    # a GPU service (the form before device existed); one that lists none must say device = "cpu".
+    device: Device | None = None
+    gpus: list[int] | None = None
     engine: str = "vllm"
     model: str | None = None
     port: int | None = None
@@ -96,6 +110,24 @@ def _validate_deployment(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise InputError(f"{where}: deployment {msg}{more}") from e
     out = dep.model_dump(mode="json")
     for i, s in enumerate(out["services"]):
+        which = f"{where}: deployment services[{i}] ({s['name']})"
+        gpus = s["gpus"]
+        if s["device"] is None:
+            if not gpus:
+                raise InputError(
+                    f'{which}: device: required: a service without gpus says device = "cpu" '
+                    '(or device = "gpu" with its gpus = [...])'
+                )
+            s["device"] = "gpu"
+        if s["device"] == "cpu":
+            if gpus:
+                raise InputError(f'{which}: device "cpu" takes no gpus (it lists {gpus})')
+            if s["gpu_memory_utilization"] is not None:
+                raise InputError(f'{which}: device "cpu" takes no gpu_memory_utilization')
+            s["gpus"] = []
+            continue
+        if not gpus:
+            raise InputError(f'{which}: device "gpu" needs its gpus: the GPU indexes on the host it uses')
         if s["gpu_memory_utilization"] is None:
             default = ENGINE_DEFAULT_UTIL.get(s["engine"])
             if default is None:
@@ -113,7 +145,9 @@ def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[d
     names: dict[int, list[str]] = {}
     services = []
     for s in deployment["services"]:
-        util = float(s["gpu_memory_utilization"])  # filled with the engine's default when absent
+        cpu = s["device"] == "cpu"
+        # filled with the engine's default when absent (a GPU service); a CPU service reserves no GPU
+        util = 0.0 if cpu else float(s["gpu_memory_utilization"])
         gpus = [int(g) for g in s["gpus"]]
         for g in gpus:
             sums[g] = sums.get(g, 0.0) + util
@@ -122,12 +156,13 @@ def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[d
         services.append(
             {
                 "name": str(s["name"]),
+                "device": str(s["device"]),
                 "model": str(s.get("model", "")),
                 "gpus": gpus,
                 "gpus_text": "+".join(str(g) for g in gpus),
                 "multi_gpu": len(gpus) > 1,
                 "env": env,
-                "gpu_memory_utilization": util,
+                "gpu_memory_utilization": None if cpu else util,
             }
         )
     gpus_out = [
@@ -404,18 +439,17 @@ def _rederive(ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int
     policy the routing policy names: a supersession, an acceptance rejecting evidence or a revoked
     collector key since the verdict was recorded changes the answer at once."""
     from ledger.policy.loader import load_policy
-    from ledger.policy.verdict import evaluate
+    from ledger.policy.verdict import evaluate, evaluated_subject
 
     assert policy.spec.routing is not None
     qual = load_policy(policy.spec.routing.qualification, policy.path.parent)
-    recorded = verdict.payload.get("result") or {}
-    subject = recorded.get("subject") if isinstance(recorded, dict) else None
-    if not isinstance(subject, dict) or not subject:
+    subject = evaluated_subject(verdict.payload)
+    if subject is None:
         return {
             "verdict": None,
             "reason": f"verdict {verdict.id[:16]} records no evaluated subject: it cannot be re-derived",
         }
-    result = evaluate(ledger, dict(subject), qual, at_size=size)
+    result = evaluate(ledger, subject, qual, at_size=size)
     failing = [g for g in result["gates"] if g["status"] != "passed"]
     reason = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
     same_policy = result["policy"].get("digest") == (verdict.payload.get("policy") or {}).get("digest")

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import gc
+import io
+import json
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_bytes
-from ledger.entries import KIND_MODELS
+from ledger.entries import KIND_MODELS, ArtifactRef
 from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SignatureError
-from ledger.hashing import blake3_hex
+from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy import result_cache
 from ledger.policy.acceptance import Filtered, check_artifact, filter_evidence, render
 from ledger.policy.conditions import FieldsRead, fields_read, shared_context
@@ -38,12 +40,23 @@ if TYPE_CHECKING:
 
     # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
     from ledger.policy.port import PolicyLedger as Ledger
+    from ledger.store.base import ArtifactStore
 
-__all__ = ["IDENTITY_FIELDS", "evaluate", "record_verdict", "replay_verdict", "result_digest"]
+__all__ = [
+    "IDENTITY_FIELDS",
+    "RESULT_ARTIFACT",
+    "evaluate",
+    "evaluated_subject",
+    "record_verdict",
+    "recorded_result",
+    "replay_verdict",
+    "result_digest",
+]
 
 IDENTITY_FIELDS = ("backend", "backend_version", "model", "model_revision", "host", "gpu")
 STATUS = {QUALIFIED: "qualified", INCONCLUSIVE: "inconclusive"}
 MAX_SIGNATURE_ROUNDS = 5
+RESULT_ARTIFACT = "verdict-result.json"  # the artifact of a verdict entry that holds its full result
 
 
 def result_digest(result: dict[str, Any]) -> str:
@@ -425,24 +438,57 @@ def _verify(snap: Snapshot, ids: set[str]) -> dict[str, str]:
 def record_verdict(
     ledger: Ledger, result: dict[str, Any], *, key: str, at: datetime | None = None
 ) -> LoggedEntry:
-    """Append a signed ``verdict`` entry holding the result, its digest, the policy and the checkpoint."""
+    """Append a signed ``verdict`` entry: the verdict word, status, policy, checkpoint, evaluated subject,
+    counts and the result's digest; the full result (gates, used and rejected ids) is a stored artifact
+    addressed by that digest, so a campaign of any size fits the envelope limit."""
+    data = canonical_bytes(result)
+    digest = result_digest(result)
+    stored = ledger.store.put_stream(io.BytesIO(data), expected=parse_digest(digest))
+    artifact = ArtifactRef(
+        name=RESULT_ARTIFACT, digest=str(stored.digest), size=stored.size, media_type="application/json"
+    )
     subject = {**result["subject"], **result["identity"]}
     payload = {
         "verdict": result["verdict"],
         "status": result["status"],
+        "subject": dict(result["subject"]),
         "policy": result["policy"],
         "checkpoint": result["checkpoint"],
-        "used": result["used"],
-        "rejected": [
-            {"entry": r["entry"], "rule": r["rule"], "detail": r["detail"], "kind": r["kind"]}
-            for r in result["rejected"]
-        ],
-        "result_digest": result_digest(result),
-        "result": result,
+        "counts": {
+            **{k: int(v) for k, v in (result.get("counts") or {}).items()},
+            "not_credited": len(result.get("not_credited") or []),
+        },
+        "result_digest": digest,
     }
     KIND_MODELS[("verdict", 1)].model_validate(payload)
-    statement = ledger.make_statement("verdict", subject, payload, collected_at=at)
+    statement = ledger.make_statement("verdict", subject, payload, artifacts=[artifact], collected_at=at)
     return ledger.append([ledger.sign(statement, key)], logged_at=at)[0]
+
+
+def recorded_result(store: ArtifactStore, payload: Mapping[str, Any], entry_id: str = "") -> dict[str, Any]:
+    """The full result a verdict entry recorded: the stored artifact its ``result_digest`` names (read
+    verified), or, in entries recorded before results moved out of the payload, the inline ``result``.
+    A verdict whose result cannot be read raises (ArtifactMissingError, InputError): never an empty one."""
+    inline = payload.get("result")
+    if isinstance(inline, dict) and inline:
+        return inline
+    digest = payload.get("result_digest")
+    if not isinstance(digest, str):
+        raise InputError(f"verdict {entry_id} holds no result and no result_digest")
+    with store.open_verified(parse_digest(digest)) as f:
+        value = json.loads(f.read())
+    if not isinstance(value, dict):
+        raise InputError(f"verdict {entry_id}: its result artifact {digest} is not a JSON object")
+    return value
+
+
+def evaluated_subject(payload: Mapping[str, Any]) -> dict[str, str] | None:
+    """The subject a verdict entry evaluated (in the payload; inline in the result of older entries)."""
+    subject = payload.get("subject")
+    if not isinstance(subject, dict):
+        inline = payload.get("result")
+        subject = inline.get("subject") if isinstance(inline, dict) else None
+    return dict(subject) if isinstance(subject, dict) and subject else None
 
 
 def replay_verdict(
@@ -453,9 +499,7 @@ def replay_verdict(
     if entry.kind != "verdict":
         raise InputError(f"entry {entry.entry_id} is a {entry.kind} entry, not a verdict")
     payload = entry.statement.payload
-    recorded = payload.get("result") or {}
-    if not recorded:
-        raise InputError(f"verdict {entry.entry_id} holds no result to replay")
+    recorded = recorded_result(ledger.store, payload, entry.entry_id)
     pol = payload["policy"]
     policy = load_policy(policy_path or pol["name"], policy_dir)
     size = int(payload["checkpoint"]["size"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,11 +29,18 @@ def open_store(spec: str, *, s3_endpoint: str | None = None) -> FilesystemStore 
     return FilesystemStore(Path(spec))
 
 
-def put_file(store: FilesystemStore | S3Store, path: Path, *, sha256: bool = False) -> StoredArtifact:
-    """Store one regular file; anything else is refused before a byte is written."""
+def put_file(
+    store: FilesystemStore | S3Store,
+    path: Path,
+    *,
+    sha256: bool = False,
+    progress: Callable[[int], object] | None = None,
+) -> StoredArtifact:
+    """Store one regular file; anything else is refused before a byte is written. ``progress(n)`` is
+    called with each chunk's size as it is read (the core's hook for a progress bar; it imports no UI)."""
     from ledger.errors import InputError
 
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p} is not a readable file")
-    return store.put_file(p, sha256=sha256)
+    return store.put_file(p, sha256=sha256, progress=progress)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -27,14 +27,20 @@ class ArtifactStore(Protocol):
         sha256: bool = False,
         expected: Digest | None = None,
         max_size: int | None = None,
-    ) -> StoredArtifact: ...
+        progress: Callable[[int], object] | None = None,
+    ) -> StoredArtifact:
+        """Store the stream's bytes; ``progress(n)`` is called as each chunk of ``n`` bytes is read (their
+        running sum is the bytes stored so far: what a CLI progress bar advances by)."""
+        ...
 
     def has(self, digest: Digest) -> bool: ...
 
     def size(self, digest: Digest) -> int: ...
 
-    def verify(self, digest: Digest) -> None: ...
+    def verify(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> None: ...
 
-    def open_verified(self, digest: Digest) -> BinaryIO: ...
+    def open_verified(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> BinaryIO:
+        """Open the bytes once they are checked against their address (``progress(n)`` as they are)."""
+        ...
 
     def iter_digests(self) -> Iterator[Digest]: ...

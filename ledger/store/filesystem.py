@@ -115,6 +115,7 @@ class FilesystemStore:
         expected: Digest | None = None,
         max_size: int | None = None,
         direct: bool = False,
+        progress: Callable[[int], object] | None = None,
     ) -> StoredArtifact:
         """Stream into a temp file beside the objects, hash in the same pass, then rename into place.
 
@@ -128,16 +129,19 @@ class FilesystemStore:
                 src,
                 sha256=sha256,
                 write_at=_DirectSink(out, direct=direct),
+                progress=progress,
                 chunk_size=_DIRECT_CHUNK if direct else CHUNK_SIZE,
             )
 
         return self._ingest(write, expected)
 
-    def put_file(self, path: Path, *, sha256: bool = False) -> StoredArtifact:
+    def put_file(
+        self, path: Path, *, sha256: bool = False, progress: Callable[[int], object] | None = None
+    ) -> StoredArtifact:
         """Store a regular file; a large one is written with direct I/O while it is hashed."""
         with Path(path).open("rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
-            return self.put_stream(f, sha256=sha256, direct=size >= _DIRECT_MIN)
+            return self.put_stream(f, sha256=sha256, direct=size >= _DIRECT_MIN, progress=progress)
 
     def _ingest(self, write: Callable[[io.FileIO], FileDigests], expected: Digest | None) -> StoredArtifact:
         """Run ``write`` into a temp file beside the objects; fsync, then rename it to its digest."""
@@ -186,18 +190,18 @@ class FilesystemStore:
         except FileNotFoundError as e:
             raise ArtifactMissingError(f"artifact {digest} is not in the store") from e
 
-    def verify(self, digest: Digest) -> None:
+    def verify(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> None:
         """Re-hash the stored bytes; raise if they are missing or do not match their name."""
         path = self._path(digest)
         if not path.is_file():
             raise ArtifactMissingError(f"artifact {digest} is not in the store")
-        actual = hash_file(path).blake3
+        actual = hash_file(path, progress=progress).blake3
         if actual != digest:
             raise ArtifactCorruptError(f"stored artifact {digest} is corrupt (its bytes hash to {actual})")
 
-    def open_verified(self, digest: Digest) -> BinaryIO:
+    def open_verified(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> BinaryIO:
         """Verify the whole file first, so a corrupt artifact is never served, then open it."""
-        self.verify(digest)
+        self.verify(digest, progress=progress)
         return self._path(digest).open("rb")
 
     def iter_chunks_verified(self, digest: Digest, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:

@@ -11,7 +11,7 @@ import queue
 import secrets
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, cast
 from urllib.parse import parse_qs, urlparse
 
@@ -135,6 +135,7 @@ class S3Store:
         sha256: bool = False,
         expected: Digest | None = None,
         max_size: int | None = None,
+        progress: Callable[[int], object] | None = None,
     ) -> StoredArtifact:
         """Multipart-upload to a temporary key while hashing; copy to the content address once verified."""
         from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]
@@ -152,7 +153,10 @@ class S3Store:
             """Pull the incoming bytes, hash them, and pass them on to the uploader through the sink."""
             try:
                 result["digests"] = hash_stream(
-                    cast(BinaryIO, _ReadIntoAdapter(reader)), sha256=sha256, sink=sink.write
+                    cast(BinaryIO, _ReadIntoAdapter(reader)),
+                    sha256=sha256,
+                    sink=sink.write,
+                    progress=progress,
                 )
             except BaseException as e:  # re-raised on the caller's side
                 result["error"] = e
@@ -201,9 +205,11 @@ class S3Store:
         with contextlib.suppress(Exception):
             self.s3.delete_object(Bucket=self.bucket, Key=key)
 
-    def put_file(self, path: Any, *, sha256: bool = False) -> StoredArtifact:
+    def put_file(
+        self, path: Any, *, sha256: bool = False, progress: Callable[[int], object] | None = None
+    ) -> StoredArtifact:
         with open(path, "rb") as f:
-            return self.put_stream(f, sha256=sha256)
+            return self.put_stream(f, sha256=sha256, progress=progress)
 
     def has(self, digest: Digest) -> bool:
         return self._head(digest) is not None
@@ -214,7 +220,7 @@ class S3Store:
             raise ArtifactMissingError(f"artifact {digest} is not in the store")
         return int(head["ContentLength"])
 
-    def _download(self, digest: Digest) -> BinaryIO:
+    def _download(self, digest: Digest, progress: Callable[[int], object] | None = None) -> BinaryIO:
         """Download into a spooled temp file while hashing; raise unless the bytes match their address."""
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -230,7 +236,9 @@ class S3Store:
             out.close()
             raise self._wrap("download", e) from e
         try:
-            digests = hash_stream(cast(BinaryIO, _ReadIntoAdapter(obj["Body"])), sink=out.write)
+            digests = hash_stream(
+                cast(BinaryIO, _ReadIntoAdapter(obj["Body"])), sink=out.write, progress=progress
+            )
         except BaseException:
             out.close()
             raise
@@ -242,11 +250,11 @@ class S3Store:
         out.seek(0)
         return out  # type: ignore[return-value]
 
-    def verify(self, digest: Digest) -> None:
-        self._download(digest).close()
+    def verify(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> None:
+        self._download(digest, progress).close()
 
-    def open_verified(self, digest: Digest) -> BinaryIO:
-        return self._download(digest)
+    def open_verified(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> BinaryIO:
+        return self._download(digest, progress)
 
     def iter_digests(self) -> Iterator[Digest]:
         prefix = f"{self.prefix}/objects/".lstrip("/")

@@ -142,7 +142,7 @@ def test_batch_is_appended_in_order_with_refs_inside_the_batch(
         "/v1/entries/batch", json={"envelopes": [first, second]}, headers=deployment.headers("admin")
     )
     assert r.status_code == 201, r.text
-    entries = r.json()["entries"]
+    entries = r.json()["items"]
     assert entries[0]["id"] == first_id
     assert entries[1]["seq"] == entries[0]["seq"] + 1
     assert entries[1]["refs"] == [{"rel": "supersedes", "id": first_id}]
@@ -309,42 +309,42 @@ def test_search_filters_and_keyset_pagination(http: httpx.Client, deployment: De
     w = deployment.headers("writer")
     envs = [note(deployment, {**subj, "host": f"h{i % 2}"}, f"n{i}") for i in range(5)]
     r = http.post("/v1/entries/batch", json={"envelopes": envs}, headers=w)
-    ids = [e["id"] for e in r.json()["entries"]]
+    ids = [e["id"] for e in r.json()["items"]]
     rd = deployment.headers("reader")
     page1 = http.get(
         "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "limit": 2}, headers=rd
     )
     assert page1.status_code == 200
     body = page1.json()
-    assert [e["id"] for e in body["entries"]] == ids[:2]
+    assert [e["id"] for e in body["items"]] == ids[:2]
     page2 = http.get(
         "/v1/entries",
-        params={"subject": f"campaign={subj['campaign']}", "limit": 2, "after": body["next_after"]},
+        params={"subject": f"campaign={subj['campaign']}", "limit": 2, "after": body["next"]},
         headers=rd,
     ).json()
-    assert [e["id"] for e in page2["entries"]] == ids[2:4]
+    assert [e["id"] for e in page2["items"]] == ids[2:4]
     both = http.get(
         "/v1/entries",
         params=[("subject", f"campaign={subj['campaign']}"), ("subject", "host=h1")],
         headers=rd,
     ).json()
-    assert [e["id"] for e in both["entries"]] == [ids[1], ids[3]]
-    assert both["next_after"] is None
+    assert [e["id"] for e in both["items"]] == [ids[1], ids[3]]
+    assert both["next"] is None
     by_signer = http.get(
         "/v1/entries",
         params={"signer": "collector1", "kind": "note", "order": "desc", "limit": 1},
         headers=rd,
     ).json()
-    assert by_signer["entries"][0]["signer_name"] == "collector1"
+    assert by_signer["items"][0]["signer_name"] == "collector1"
     last = deployment.ledger.get(ids[-1])
     until = http.get(
         "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "until": last.logged_at}, headers=rd
     ).json()
-    assert ids[-1] not in [e["id"] for e in until["entries"]]
+    assert ids[-1] not in [e["id"] for e in until["items"]]
     since = http.get(
         "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "since": last.logged_at}, headers=rd
     ).json()
-    assert ids[-1] in [e["id"] for e in since["entries"]]
+    assert ids[-1] in [e["id"] for e in since["items"]]
 
 
 def test_reads_need_a_token_unless_the_server_is_public(
@@ -695,9 +695,70 @@ def test_routing_check_refuses_malformed_requests(http: httpx.Client, deployment
 
 def test_keys_and_subjects(http: httpx.Client, deployment: Deployment) -> None:
     rd = deployment.headers("reader")
-    keys = http.get("/v1/keys", headers=rd).json()
+    keys = http.get("/v1/keys", headers=rd).json()["items"]
     assert {"admin", "collector1", "reviewer1"} <= {k["name"] for k in keys}
     subj = campaign()
     http.post("/v1/entries", json=note(deployment, subj), headers=deployment.headers("writer"))
-    subjects = http.get("/v1/subjects", params={"field": "campaign"}, headers=rd).json()["subjects"]
+    subjects = http.get("/v1/subjects", params={"field": "campaign"}, headers=rd).json()["items"]
     assert subj["campaign"] in [s["value"] for s in subjects]
+
+
+# --- one list shape ---
+
+
+def _list_operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    """Operations of the OpenAPI document that answer a list: their 2xx schema is the Page, or an array."""
+    out: set[tuple[str, str]] = set()
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            for status, resp in op.get("responses", {}).items():
+                if not status.startswith("2"):
+                    continue
+                for media in resp.get("content", {}).values():
+                    schema = media.get("schema", {})
+                    if schema.get("$ref", "").endswith("/Page") or schema.get("type") == "array":
+                        out.add((method.upper(), path))
+    return out
+
+
+def test_every_list_endpoint_answers_the_clis_list_shape(http: httpx.Client, deployment: Deployment) -> None:
+    from ledger.listing import LIST_FIELDS
+
+    rd = deployment.headers("reader")
+    doc = http.get("/openapi.json").json()
+    page = doc["components"]["schemas"]["Page"]
+    assert tuple(page["properties"]) == LIST_FIELDS
+    # no endpoint answers a bare array: every list is the Page (a new list endpoint must be run below)
+    for path, ops in doc["paths"].items():
+        for op in ops.values():
+            for status, resp in op.get("responses", {}).items():
+                for media in resp.get("content", {}).values():
+                    assert media.get("schema", {}).get("type") != "array", (path, status)
+    subj = campaign()
+    first, second = note(deployment, subj, "one"), note(deployment, subj, "two")
+    calls = {
+        ("POST", "/v1/entries/batch"): lambda: http.post(
+            "/v1/entries/batch", json={"envelopes": [first, second]}, headers=deployment.headers("writer")
+        ),
+        ("GET", "/v1/entries"): lambda: http.get(
+            "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "limit": 1}, headers=rd
+        ),
+        ("GET", "/v1/keys"): lambda: http.get("/v1/keys", headers=rd),
+        ("GET", "/v1/subjects"): lambda: http.get("/v1/subjects", headers=rd),
+    }
+    assert _list_operations(doc) == set(calls)
+    bodies = {}
+    for op, call in calls.items():
+        r = call()
+        assert r.status_code in (200, 201), (op, r.text)
+        bodies[op] = r.json()
+        assert tuple(bodies[op]) == LIST_FIELDS, op
+        assert isinstance(bodies[op]["items"], list), op
+    # the batch appended two entries; the search page of one names the cursor of the next
+    assert [e["duplicate"] for e in bodies[("POST", "/v1/entries/batch")]["items"]] == [False, False]
+    one = bodies[("GET", "/v1/entries")]
+    assert len(one["items"]) == 1 and isinstance(one["next"], int)
+    rest = http.get(
+        "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "after": one["next"]}, headers=rd
+    ).json()
+    assert [e["payload"]["text"] for e in rest["items"]] == ["two"] and rest["next"] is None

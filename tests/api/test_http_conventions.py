@@ -243,3 +243,42 @@ def test_request_logs_name_request_token_status_latency_and_startup_names_home(
         assert first["reads"] == "public" and first["home"] == str(deployment.home)
     finally:
         srv.stop()
+
+
+# --- Swagger UI and ReDoc offline ---
+
+# what would make a browser fetch from outside the app: an element's src, a CSS url() or @import (links a
+# reader may follow, href on <a>, are not fetched)
+_FETCHED = re.compile(
+    rb"""src\s*[:=]\s*["'](?:https?:)?//|url\(\s*["']?(?:https?:)?//|@import\s+["']?(?:https?:)?//"""
+)
+
+
+def test_docs_and_redoc_load_nothing_from_outside_the_app(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from ledger.api.app import REDOC_CDN_LOGO, create_app
+    from ledger.api.settings import ApiSettings
+    from ledger.service import Ledger
+
+    ledger = Ledger.init(tmp_path / "home")
+    client = TestClient(create_app(ApiSettings(home=str(tmp_path / "home")), ledger=ledger))
+    for page in ("/docs", "/redoc"):
+        r = client.get(page)
+        assert r.status_code == 200
+        html = r.text
+        assert "http://" not in html and "https://" not in html, page  # no external URL at all
+        assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+        assert any(a.endswith(".js") for a in assets), page
+        for asset in assets:
+            assert asset.startswith("/static/docs/"), (page, asset)  # served by the app itself
+            got = client.get(asset)
+            assert got.status_code == 200, asset
+            if asset.endswith((".js", ".css")):
+                hits = _FETCHED.findall(got.content)
+                assert not hits, (asset, hits[:3])
+        if page == "/docs":
+            assert '"validatorUrl": null' in html  # no badge fetched from validator.swagger.io
+    redoc_js = client.get("/static/docs/redoc.standalone.js").content
+    assert REDOC_CDN_LOGO not in redoc_js and b"cdn.redoc.ly" not in redoc_js
+    ledger.close()

@@ -312,3 +312,98 @@ def test_campaign_harness_sections_are_strict(
     p.write_text(good.read_text().replace("[gates.semantic]\n", "[gates.semantic]\nmin_score = 0.1\n"))
     with pytest.raises(ConfigError, match=re.escape("unknown key 'gates.semantic.min_score'")):
         load_campaign(p)
+
+
+def _wait_for_gate(home: Path, name: str, proc: Any, timeout: float = 120) -> None:
+    """Until the running campaign has recorded gate ``name`` (read from the ledger it writes)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        lg = Ledger.open(home)
+        try:
+            if any(e["payload"]["gate"] == name for e in entries_of(lg, "gate.result")):
+                return
+        finally:
+            lg.close()
+        time.sleep(0.2)
+    raise AssertionError(f"gate {name} was never recorded")
+
+
+@pytest.mark.parametrize(
+    ("harness", "before", "signame"),
+    [("benchmark", "semantic", "SIGTERM"), ("semantic", "sequential-requests", "SIGINT")],
+)
+def test_a_signal_during_a_harness_gate_stops_the_run_records_the_operator_stop_and_never_qualifies(
+    tmp_path: Path, tiny_model_dir: Path, home: Path, harness: str, before: str, signame: str
+) -> None:
+    import signal
+    import subprocess
+
+    from ledger.collectors.benchmark import OPERATOR_STOP
+    from ledger.signatures import FailureClass
+
+    from .conftest import LEDGER
+
+    assert OPERATOR_STOP == FailureClass.OPERATOR_STOP  # one word for a stop from outside
+    # a long semantic corpus (one item answers in ~0.1 s): the signal lands while it runs
+    items = [{**SEMANTIC_ITEMS[i % 2], "id": f"item-{i}"} for i in range(400)]
+    sem = tmp_path / "semantic-long.jsonl"
+    sem.write_text("".join(json.dumps(i) + "\n" for i in items))
+    corpus = (sem, f"blake3:{blake3_hex(sem.read_bytes())}")
+    policy = policy_with(tmp_path, corpus[1])
+    c = stub_campaign(tmp_path, tiny_model_dir, corpus, stub_args=("--ttft-ms", "100"), name="stopped")
+    proc = subprocess.Popen(
+        [*LEDGER, "collect", "run", str(c), "--home", str(home), "--policy", str(policy.path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for_gate(home, before, proc)
+        import time
+
+        time.sleep(1.0)  # inside the harness now: it has requests in flight
+        signum = getattr(signal, signame)
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signum, stderr
+    out = json.loads(stdout)
+    assert out["state"] == "cancelled"
+    ledger = Ledger.open(home)
+    try:
+        g = gate(ledger, harness)
+        p = g["payload"]
+        # the partial run is recorded as what it is: no aggregate result (figures absent, never zero)
+        assert p["status"] == "failed"
+        assert p["reason"].startswith("no aggregate result: stopped by the operator")
+        assert signame in p["reason"] and "operator-stop" in p["reason"]
+        assert p["bounds"]["outcome"] == "operator-stop"
+        assert all(v is None for v in p["figures"].values())
+        assert g["artifacts"], "the partial results are kept as the gate's artifacts"
+        # the job ends cancelled by the signal; the engine was stopped, not failed
+        final = next(j for j in entries_of(ledger, "job") if j["payload"]["state"] != "running")
+        assert final["payload"]["state"] == "cancelled"
+        assert signame in final["payload"]["cancelled_by"]
+        [launch] = [e["payload"] for e in entries_of(ledger, "engine.launch")]
+        assert launch["details"]["stop_reason"] == "cancelled"
+        assert launch["failure_signature"] is None
+        statuses = {e["payload"]["gate"]: e["payload"]["status"] for e in entries_of(ledger, "gate.result")}
+        if harness == "semantic":
+            assert statuses["benchmark"] == "not_run"
+        # never QUALIFIED, even once a reviewer passes and an operator accepts what was recorded
+        v = evaluate(ledger, {"campaign": "stopped"}, policy)
+        assert v["verdict"] != "QUALIFIED"
+        harness_ids = [gate(ledger, n)["id"] for n in ("semantic", "benchmark") if statuses[n] != "not_run"]
+        review_and_accept(ledger, *harness_ids)
+        v = evaluate(ledger, {"campaign": "stopped"}, policy)
+        assert v["verdict"] != "QUALIFIED"
+        assert v["verdict"] == "INCONCLUSIVE" or v["verdict"].startswith("NOT QUALIFIED"), v["verdict"]
+        assert ledger.verify()
+    finally:
+        ledger.close()

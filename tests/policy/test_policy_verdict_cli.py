@@ -79,7 +79,14 @@ def test_record_then_replay_is_same_and_a_changed_policy_differs(build, cli, pol
     entry = b.ledger.get_seq(size)
     assert entry.kind == "verdict"
     assert entry.statement.payload["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
-    assert entry.statement.payload["result"] == json.loads(r.out)
+    # the full result is the entry's stored artifact, addressed by the digest the payload holds
+    assert "result" not in entry.statement.payload
+    assert b.ledger.verdict_result(entry) == json.loads(r.out)
+    (art,) = entry.statement.artifacts
+    assert art.name == "verdict-result.json"
+    assert art.digest == entry.statement.payload["result_digest"]
+    assert entry.statement.payload["subject"] == {"campaign": "vllm-mistral-awq"}
+    assert entry.statement.payload["counts"]["used"] == len(json.loads(r.out)["used"])
     assert entry.statement.subject["host"] == "wsl-rtx5090"  # identity travels with the recorded verdict
 
     same = cli("verdict", "replay", entry.entry_id, "--home", str(b.home))
@@ -263,3 +270,87 @@ def test_tampered_envelope_is_rejected_as_bad_signature(build) -> None:
     rejected = {r["entry"]: r for r in result["rejected"]}
     assert rejected[target.entry_id]["rule"] == "bad-signature"
     assert target.entry_id not in result["used"]
+
+
+def _bench_verdict_module():  # type: ignore[no-untyped-def]
+    """bench/bench_verdict.py (not a package): how the bench makes a big, signed campaign."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_verdict.py"
+    spec = importlib.util.spec_from_file_location("bench_verdict", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_recording_a_verdict_over_a_10k_entry_campaign_fits_the_envelope_limit(tmp_path: Path, cli) -> None:
+    from ledger.service import MAX_ENVELOPE_BYTES, Ledger
+
+    bench = _bench_verdict_module()
+    home = tmp_path / "home"
+    bench.build(home, 10_000, 10_000)  # signed entries appended in batches of 1000, as the bench does
+    subject = f"campaign={bench.CAMPAIGN}"
+    ledger = Ledger.open(home)
+    size = ledger.size()
+    r = cli("verdict", "--home", str(home), "--subject", subject, "--record", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert len(result["used"]) > 9_000
+    # the full result would not fit in an entry; recorded, it is an artifact the entry names by digest
+    assert len(canonical_bytes(result)) > MAX_ENVELOPE_BYTES
+    entry = ledger.get_seq(size)
+    assert entry.kind == "verdict"
+    assert len(entry.envelope) < 64 * 1024
+    payload = entry.statement.payload
+    assert payload["verdict"] == result["verdict"]
+    assert payload["counts"]["used"] == len(result["used"])
+    assert payload["counts"]["rejected"] == len(result["rejected"])
+    assert ledger.verdict_result(entry) == result
+    replay = cli("verdict", "replay", entry.entry_id, "--home", str(home), "--json")
+    assert replay.code == 0, replay.out + replay.err
+    assert json.loads(replay.out)["same"] is True
+
+
+def test_a_verdict_recorded_with_its_result_inline_still_replays(build, cli) -> None:
+    """Entries recorded before the result moved to an artifact hold it in the payload: they still replay."""
+    from ledger.policy.verdict import result_digest
+
+    b = build("backend-qualification/seed000-runtime-reliability.toml")
+    result = evaluate(b.ledger, {"campaign": "vllm-mistral-awq"}, load_policy("backend-qualification"))
+    payload = {
+        "verdict": result["verdict"],
+        "status": result["status"],
+        "policy": result["policy"],
+        "checkpoint": result["checkpoint"],
+        "used": result["used"],
+        "rejected": [
+            {"entry": x["entry"], "rule": x["rule"], "detail": x["detail"], "kind": x["kind"]}
+            for x in result["rejected"]
+        ],
+        "result_digest": result_digest(result),
+        "result": result,
+    }
+    st = b.ledger.make_statement("verdict", {**result["subject"], **result["identity"]}, payload)
+    entry = b.ledger.append([b.ledger.sign(st, b.ledger.cfg.admin_key)])[0]
+    assert b.ledger.verdict_result(entry) == result
+    r = cli("verdict", "replay", entry.entry_id, "--home", str(b.home), "--json")
+    assert r.code == 0, r.out + r.err
+    assert json.loads(r.out)["same"] is True
+
+
+def test_a_verdict_whose_result_artifact_is_gone_does_not_replay(build, cli) -> None:
+    b = build("backend-qualification/seed000-runtime-reliability.toml")
+    r = cli("verdict", "--home", str(b.home), "--subject", CAMPAIGN, "--record", "--json")
+    assert r.code == 0, r.err
+    entry = b.ledger.query(kind="verdict", descending=True, limit=1)[0]
+    digest = entry.statement.payload["result_digest"]
+    from ledger.hashing import parse_digest
+
+    path = b.ledger.store._path(parse_digest(digest))  # type: ignore[attr-defined]
+    path.chmod(0o644)
+    path.unlink()
+    replay = cli("verdict", "replay", entry.entry_id, "--home", str(b.home), "--json")
+    assert replay.code == 2, replay.out + replay.err
+    assert "artifact" in (replay.out + replay.err)

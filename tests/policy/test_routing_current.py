@@ -137,3 +137,82 @@ def test_routing_check_record_appends_routing_change(build, cli, tmp_path: Path)
     assert e.kind == "routing.change"
     assert e.statement.payload["allowed"] is True
     assert e.statement.payload["deployment"]["host"] == "gpu-box-1"
+
+
+CPU_ONLY = {"host": "gpu-box-1", "services": [{"name": "vllm-embed", "device": "cpu"}]}
+
+
+def _dep_error(tmp_path: Path, services: list[dict[str, Any]]) -> str:
+    p = tmp_path / "dep.json"
+    p.write_text(json.dumps({"host": "h", "services": services}))
+    with pytest.raises(InputError) as ei:
+        load_deployment(p)
+    return ei.value.message
+
+
+def test_a_cpu_deployment_has_no_gpu_indexes_and_is_allowed_on_a_host_with_gpus(build) -> None:
+    b = build("routing-change/seed004-router.toml")
+    r = check(b, CPU_ONLY)
+    assert r["allowed"] is True, r["reasons"]
+    assert r["deployment_spec"]["services"][0]["device"] == "cpu"
+    assert r["deployment_spec"]["services"][0]["gpus"] == []
+    checks = {c["name"]: c["status"] for c in r["checks"]}
+    assert checks["deployment-host"] == "passed"
+
+
+def test_a_gpu_deployment_on_a_host_without_gpus_fails_closed(build) -> None:
+    b = build("routing-change/seed004-router.toml")
+    append(
+        b,
+        "host.probe",
+        {"host": "gpu-box-1"},
+        {"hostname": "gpu-box-1", "os": "linux", "kernel": "6.8", "gpus": []},
+        "collector",
+    )
+    assert check(b, CPU_ONLY)["allowed"] is True  # the CPU service needs no GPU
+    dep = {"host": "gpu-box-1", "services": [{"name": "x", "device": "gpu", "gpus": [0]}]}
+    r = check(b, dep)
+    assert r["allowed"] is False
+    assert any("GPU0" in x and "no GPU" in x for x in r["reasons"]), r["reasons"]
+
+
+def test_a_service_with_neither_device_nor_gpus_is_an_error_naming_device(tmp_path: Path) -> None:
+    msg = _dep_error(tmp_path, [{"name": "a"}])
+    assert "device" in msg and "services[0] (a)" in msg
+
+
+def test_device_gpu_without_gpu_indexes_is_an_error(tmp_path: Path) -> None:
+    for services in ([{"name": "a", "device": "gpu"}], [{"name": "a", "device": "gpu", "gpus": []}]):
+        assert "needs its gpus" in _dep_error(tmp_path, services)
+
+
+@pytest.mark.parametrize("word", ["GPU", "cuda", "tpu", ""])
+def test_an_unknown_device_word_is_an_error(tmp_path: Path, word: str) -> None:
+    msg = _dep_error(tmp_path, [{"name": "a", "device": word, "gpus": [0]}])
+    assert "services.0.device" in msg and "'gpu' or 'cpu'" in msg
+
+
+def test_a_cpu_service_takes_no_gpus_and_no_gpu_memory_utilization(tmp_path: Path) -> None:
+    assert "takes no gpus" in _dep_error(tmp_path, [{"name": "a", "device": "cpu", "gpus": [0]}])
+    msg = _dep_error(tmp_path, [{"name": "a", "device": "cpu", "gpu_memory_utilization": 0.5}])
+    assert "takes no gpu_memory_utilization" in msg
+
+
+def test_a_service_listing_gpus_without_device_is_a_gpu_service(tmp_path: Path) -> None:
+    p = tmp_path / "dep.json"
+    p.write_text(json.dumps({"host": "h", "services": [{"name": "a", "gpus": [1]}]}))
+    assert load_deployment(p)["services"][0]["device"] == "gpu"
+
+
+def test_the_demo_deployment_file_is_a_cpu_service_on_the_demo_campaigns_host() -> None:
+    from ledger.collectors.campaign import load_campaign
+
+    repo = Path(__file__).resolve().parents[2]
+    dep = load_deployment(repo / "campaigns" / "deployments" / "llamacpp-cpu-trained.toml")
+    assert [s["device"] for s in dep["services"]] == ["cpu"]
+    assert [s["gpus"] for s in dep["services"]] == [[]]
+    campaign = load_campaign(repo / "campaigns" / "llamacpp-cpu-trained.toml")
+    assert campaign.spec.campaign.host == dep["host"]
+    assert (
+        'DEPLOYMENT="$REPO/campaigns/deployments/$TRAINED.toml"' in (repo / "scripts" / "demo.sh").read_text()
+    )

@@ -62,7 +62,7 @@ for name in sorted(os.listdir(batch_dir)):
     resp = conn.getresponse()
     data = resp.read()
     if 200 <= resp.status < 300:
-        ids = [e["id"] for e in json.loads(data)["entries"]]
+        ids = [e["id"] for e in json.loads(data)["items"]]
         os.write(fd, ("ok %s %s\n" % (name, " ".join(ids))).encode())
     else:
         why = data[:200].decode(errors="replace")
@@ -235,7 +235,7 @@ class _Load:
                 if r.status_code >= 300:
                     self.errors.append(f"{r.status_code} {r.text[:200]}")
                     return
-                self.entries_ok.extend(e["id"] for e in r.json()["entries"])
+                self.entries_ok.extend(e["id"] for e in r.json()["items"])
 
     def uploader(self) -> None:
         with httpx.Client(

@@ -63,7 +63,7 @@ def _record_notes(server: Server, dep: Deployment, n: int, campaign: str = "tamp
     envs = [dep.sign("note", {"campaign": campaign}, {"text": f"attempt {i}"}) for i in range(n)]
     r = _post(server, dep, "/v1/entries/batch", {"envelopes": envs})
     assert r.status_code == 201, r.text
-    entries: list[dict[str, Any]] = r.json()["entries"]
+    entries: list[dict[str, Any]] = r.json()["items"]
     return entries
 
 
@@ -337,7 +337,7 @@ def test_replayed_envelope_via_the_api_is_a_200_duplicate(served: tuple[Deployme
     fresh = dep.sign("note", {"campaign": "replay"}, {"text": "new"})
     batch = _post(srv, dep, "/v1/entries/batch", {"envelopes": [env, fresh, env]})
     assert batch.status_code == 201
-    assert [e["duplicate"] for e in batch.json()["entries"]] == [True, False, True]
+    assert [e["duplicate"] for e in batch.json()["items"]] == [True, False, True]
     all_dup = _post(srv, dep, "/v1/entries/batch", {"envelopes": [env, fresh]})
     assert all_dup.status_code == 200
     assert dep.ledger.size() == size + 1
@@ -396,7 +396,7 @@ def test_back_dated_entry_via_the_api_is_visible(served: tuple[Deployment, Serve
     assert got["logged_after_s"] > 29 * 86400, got
     listed = httpx.get(
         f"{srv.url}/v1/entries", params={"subject": "campaign=backdated"}, headers=dep.headers("reader")
-    ).json()["entries"]
+    ).json()["items"]
     assert listed[0]["logged_after_s"] > 29 * 86400
     # an honest entry is logged within seconds of its collection
     fresh = _post(srv, dep, "/v1/entries", dep.sign("note", {"campaign": "backdated"}, {"text": "now"}))

@@ -154,6 +154,9 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/entries/{entry_id}"): Rule("read", lambda c: f"/entries/{c.entry_id}"),
     # Swagger UI and ReDoc assets, served by the app (no CDN)
     ("GET", "/static/docs/{path}"): Rule("public", _fixed("/static/docs/swagger-ui.css")),
+    # the ReDoc bundle, served without its CDN logo
+    ("GET", "/static/docs/redoc.standalone.js"): Rule("public", _fixed("/static/docs/redoc.standalone.js")),
+    ("HEAD", "/static/docs/redoc.standalone.js"): Rule("public", _fixed("/static/docs/redoc.standalone.js")),
     # the page an error document's `type` names
     ("GET", "/errors/{code}"): Rule("public", _fixed("/errors/entry-not-found")),
     # browser sign-in: the form is public; a POST without the form's anti-forgery token is refused (403)

@@ -168,7 +168,7 @@ def test_warm_server_after_rollback_signs_the_database_log(tmp_path: Path, pg_da
         envs = [dep.sign("note", {"campaign": "c"}, {"text": f"#{i}"}) for i in range(10)]
         r = httpx.post(srv.url + "/v1/entries/batch", json={"envelopes": envs}, headers=dep.headers("writer"))
         assert r.status_code == 201, r.text
-        last = r.json()["entries"][-1]["id"]
+        last = r.json()["items"][-1]["id"]
         assert httpx.get(f"{srv.url}/v1/proofs/inclusion/{last}", headers=h).status_code == 200
         _roll_back(dep.ledger, 5)
         cp = httpx.get(srv.url + "/v1/checkpoint", headers=h).json()

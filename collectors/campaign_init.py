@@ -1,0 +1,202 @@
+"""``ledger campaign init``: a campaign file for one engine + model + host, filled in from a shipped template.
+
+The template (``campaigns/templates/<engine>-gpu.toml``) keeps what the policy pins — the corpora, their
+digests and the approved benchmark spec — and the gate ladder; this fills in the campaign id, the host the
+campaign runs on (the subject ``host``, what a deployment file names), the model (a local path, or a Hugging
+Face repo id looked up in the HF cache), the engine's interpreter and the GPUs. Values are written as TOML
+basic strings and arrays (JSON's string and array syntax is TOML's), the template's comments stay, and the
+result is loaded by the campaign loader (strictly, as ``ledger collect run`` loads it) before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ledger.atomic import write_atomic
+from ledger.collectors.campaign import Campaign, load_campaign
+from ledger.collectors.corpus import corpus_digest
+from ledger.errors import ConfigError, InputError
+
+__all__ = ["ENGINES", "TEMPLATES", "campaign_id", "init_campaign", "render_campaign"]
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "campaigns" / "templates"
+# engine → (template file, the interpreter variable it names)
+ENGINES: dict[str, tuple[str, str]] = {
+    "vllm": ("vllm-gpu.toml", "VLLM_PYTHON"),
+    "llamacpp": ("llamacpp-gpu.toml", "LLAMACPP_PYTHON"),
+}
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+def campaign_id(engine: str, model_name: str, host: str) -> str:
+    return f"{engine}-{_slug(model_name.rsplit('/', 1)[-1])}-{_slug(host)}"[:200]
+
+
+def _model(model: str) -> tuple[str, str, str | None]:
+    """(path as the campaign names it, model name, repo id or None) for a local path or an HF repo id."""
+    local = Path(model).expanduser()
+    if local.exists():
+        return str(local.resolve()), local.resolve().name, None
+    if _REPO_ID.fullmatch(model):
+        # a Hugging Face repo id: its folder in the HF cache (refs/main names the snapshot)
+        return "${HF_HOME:-~/.cache/huggingface}/hub/models--" + model.replace("/", "--"), model, model
+    raise InputError(f"--model {model!r} is neither an existing path nor a Hugging Face repo id (org/name)")
+
+
+def _toml(value: Any) -> str:
+    """A TOML value for a string, an int or a list of them (JSON writes them in TOML's own syntax)."""
+    return json.dumps(value)
+
+
+def _span(lines: list[str], start: int, end: int, key: str) -> tuple[int, int] | None:
+    """Lines ``i..stop`` of ``key = …`` between ``start`` and ``end`` (an array may span several)."""
+    key_re = re.compile(rf"^{re.escape(key)}\s*=")
+    for i in range(start, end):
+        if key_re.match(lines[i]):
+            stop = i
+            depth = lines[i].count("[") - lines[i].count("]")
+            while depth > 0 and stop + 1 < end:
+                stop += 1
+                depth += lines[stop].count("[") - lines[stop].count("]")
+            return i, stop
+    return None
+
+
+def _set(lines: list[str], section: str, key: str, value: Any, *, after: str | None = None) -> None:
+    """Replace ``key = …`` in ``[section]``; when the section has no such key, insert it after the value
+    of key ``after`` (or right after the header)."""
+    try:
+        start = lines.index(f"[{section}]")
+    except ValueError:
+        raise ConfigError(f"template has no [{section}] section") from None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+    line = f"{key} = {value}" if isinstance(value, _Raw) else f"{key} = {_toml(value)}"
+    found = _span(lines, start + 1, end, key)
+    if found is not None:
+        lines[found[0] : found[1] + 1] = [line]
+        return
+    prev = _span(lines, start + 1, end, after) if after is not None else None
+    lines.insert(prev[1] + 1 if prev is not None else start + 1, line)
+
+
+class _Raw(str):
+    """A value already written as TOML (an inline table)."""
+
+
+def _command(lines: list[str]) -> list[str]:
+    """The template's ``[engine] command`` as a list (read back through the TOML parser)."""
+    import tomllib
+
+    data = tomllib.loads("\n".join(lines))
+    command = data.get("engine", {}).get("command")
+    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+        raise ConfigError("template has no [engine] command list")
+    return list(command)
+
+
+def render_campaign(
+    engine: str,
+    model: str,
+    host: str,
+    *,
+    gpus: list[int] | None = None,
+    python: str | None = None,
+    campaign: str | None = None,
+) -> str:
+    """The campaign TOML text (not yet validated: :func:`init_campaign` loads it before writing)."""
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
+    if not _HOST.fullmatch(host):
+        raise InputError(f"--host {host!r} is not a host name (letters, digits, '.', '-', '_')")
+    template_name, python_var = ENGINES[engine]
+    template = TEMPLATES / template_name
+    try:
+        lines = template.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ConfigError(f"cannot read the campaign template {template}: {e.strerror}") from e
+    model_path, name, repo_id = _model(model)
+    model_name = name if repo_id is not None else None
+    cid = campaign or campaign_id(engine, name, host)
+    _set(lines, "campaign", "id", cid)
+    _set(lines, "campaign", "host", host, after="id")
+    _set(lines, "campaign", "description", f"{engine} + {name} on {host}: bounded qualification")
+    _set(lines, "model", "path", model_path)
+    if model_name is not None:
+        _set(lines, "model", "name", model_name, after="path")
+    if repo_id is not None:
+        _set(lines, "model", "repo_id", repo_id, after="path")
+    _set(lines, "engine", "python", python or f"${{{python_var}:-python3}}")
+    if gpus is not None:
+        if not gpus or len(set(gpus)) != len(gpus) or any(g < 0 for g in gpus):
+            raise InputError("--gpus names distinct GPU indexes, e.g. 0,1")
+        visible = ",".join(str(g) for g in gpus)
+        env = {"CUDA_VISIBLE_DEVICES": visible}
+        if engine == "vllm":
+            env["HF_HUB_OFFLINE"] = "1"
+        table = "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in env.items()) + " }"
+        _set(lines, "engine", "env", _Raw(table), after="command")
+        command = _command(lines)
+        if engine == "vllm" and len(gpus) > 1 and "--tensor-parallel-size" not in command:
+            _set(lines, "engine", "command", [*command, "--tensor-parallel-size", str(len(gpus))])
+    # the pinned corpora by absolute path: the file works wherever it is written
+    for gate in ("semantic", "benchmark"):
+        section = f"gates.{gate}"
+        data = _section(lines, section)
+        corpus = data.get("corpus")
+        if isinstance(corpus, str):
+            path = (template.parent / corpus).resolve()
+            if corpus_digest(path) != data.get("digest"):
+                raise ConfigError(f"template {template}: {section} corpus {path} is not the pinned one")
+            _set(lines, section, "corpus", str(path))
+    gpu_text = f" --gpus {','.join(str(g) for g in gpus)}" if gpus is not None else ""
+    header = [
+        f"# Written by `ledger campaign init --engine {engine} --model {model} --host {host}{gpu_text}`",
+        f"# from the template {template_name} (its notes follow). Run it with `ledger collect run FILE`.",
+        "",
+    ]
+    return "\n".join(header + lines) + "\n"
+
+
+def _section(lines: list[str], dotted: str) -> dict[str, Any]:
+    import tomllib
+
+    data: Any = tomllib.loads("\n".join(lines))
+    for part in dotted.split("."):
+        data = data.get(part, {}) if isinstance(data, dict) else {}
+    return data if isinstance(data, dict) else {}
+
+
+def init_campaign(
+    engine: str,
+    model: str,
+    host: str,
+    *,
+    out: Path | None = None,
+    force: bool = False,
+    gpus: list[int] | None = None,
+    python: str | None = None,
+    campaign: str | None = None,
+) -> Campaign:
+    """Render, load (as ``collect run`` would) and only then write the campaign file ``out`` (default:
+    ``<campaign id>.toml`` in the current folder)."""
+    if out is None:
+        out = Path(f"{campaign or campaign_id(engine, _model(model)[1], host)}.toml")
+    if out.exists() and not force:
+        raise InputError(f"{out} exists; not overwritten", hint="pass --force to replace it")
+    text = render_campaign(engine, model, host, gpus=gpus, python=python, campaign=campaign)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".campaign-init-") as tmp:
+        probe = Path(tmp) / out.name
+        probe.write_text(text, encoding="utf-8")
+        load_campaign(probe)  # strict: unknown keys, wrong types, unset variables are errors
+    write_atomic(out, text.encode("utf-8"))
+    return load_campaign(out)
