@@ -432,6 +432,7 @@ class MemoryStore:
         sha256: bool = False,
         expected: Digest | None = None,
         max_size: int | None = None,
+        progress: Callable[[int], object] | None = None,
     ) -> StoredArtifact:
         raise NotAvailableError("a bundle's store is read-only")
 
@@ -443,13 +444,16 @@ class MemoryStore:
     def size(self, digest: Digest) -> int:
         return len(self._get(digest))
 
-    def verify(self, digest: Digest) -> None:
-        actual = blake3_hex(self._get(digest))
+    def verify(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> None:
+        data = self._get(digest)
+        if progress is not None:
+            progress(len(data))
+        actual = blake3_hex(data)
         if actual != digest.hex:
             raise ArtifactCorruptError(f"artifact {digest} is corrupt (its bytes hash to blake3:{actual})")
 
-    def open_verified(self, digest: Digest) -> BinaryIO:
-        self.verify(digest)
+    def open_verified(self, digest: Digest, *, progress: Callable[[int], object] | None = None) -> BinaryIO:
+        self.verify(digest, progress=progress)
         return io.BytesIO(self._get(digest))
 
     def iter_digests(self) -> Iterator[Digest]:
