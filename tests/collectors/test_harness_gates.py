@@ -402,8 +402,11 @@ def test_a_signal_during_a_harness_gate_stops_the_run_records_the_operator_stop_
         harness_ids = [gate(ledger, n)["id"] for n in ("semantic", "benchmark") if statuses[n] != "not_run"]
         review_and_accept(ledger, *harness_ids)
         v = evaluate(ledger, {"campaign": "stopped"}, policy)
-        assert v["verdict"] != "QUALIFIED"
-        assert v["verdict"] == "INCONCLUSIVE" or v["verdict"].startswith("NOT QUALIFIED"), v["verdict"]
+        # the stopped run measured nothing: not credited (operator-stopped), so the verdict cannot judge
+        # the engine on it — INCONCLUSIVE with that reason, never a performance/quality failure
+        assert v["verdict"] == "INCONCLUSIVE", v["verdict"]
+        stopped = gate(ledger, harness)["id"]
+        assert {r["entry"]: r["rule"] for r in v["rejected"]}.get(stopped) == "operator-stopped", v["rejected"]
         assert ledger.verify()
     finally:
         ledger.close()
