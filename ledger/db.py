@@ -26,12 +26,14 @@ __all__ = [
     "T_ENTRIES",
     "T_REFS",
     "T_SUBJECTS",
+    "T_TILES",
     "ApiToken",
     "CheckpointRow",
     "EntryArtifact",
     "EntryRefRow",
     "EntrySubject",
     "LogEntry",
+    "TileRow",
     "check_schema",
     "make_engine",
     "migrate",
@@ -39,7 +41,7 @@ __all__ = [
     "write_transaction",
 ]
 
-LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", "checkpoints")
+LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", "checkpoints", "tiles")
 
 
 class LogEntry(SQLModel, table=True):
@@ -95,12 +97,29 @@ class CheckpointRow(SQLModel, table=True):
     format: int = 1
 
 
+class TileRow(SQLModel, table=True):
+    """A full C2SP hash tile (``ledger.tiles``) of the log whose entry at ``last_seq`` has ``chain_hash``.
+
+    The chain hash commits every entry up to the tile's last leaf, so a tile is read only while the log
+    holds those entries (a join on ``log_entries``): a tile of a log lost to a rollback is never used."""
+
+    __tablename__ = "tiles"
+
+    level: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    idx: int = Field(sa_type=sa.BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False})
+    chain_hash: str = Field(primary_key=True, max_length=64)
+    last_seq: int = Field(sa_type=sa.BigInteger, index=True)
+    hashes: bytes = Field(sa_type=sa.LargeBinary)  # 256 * 32 bytes
+    root: bytes = Field(sa_type=sa.LargeBinary)  # 32 bytes: the hash of the subtree the tile spans
+
+
 # Core table handles of the log tables, for SQLAlchemy Core queries (``ledger.repo`` writes them all).
 T_ENTRIES: sa.Table = LogEntry.__table__  # type: ignore[attr-defined]
 T_SUBJECTS: sa.Table = EntrySubject.__table__  # type: ignore[attr-defined]
 T_REFS: sa.Table = EntryRefRow.__table__  # type: ignore[attr-defined]
 T_ARTIFACTS: sa.Table = EntryArtifact.__table__  # type: ignore[attr-defined]
 T_CHECKPOINTS: sa.Table = CheckpointRow.__table__  # type: ignore[attr-defined]
+T_TILES: sa.Table = TileRow.__table__  # type: ignore[attr-defined]
 
 
 class ApiToken(SQLModel, table=True):
@@ -158,8 +177,9 @@ def lock_log(conn: sa.Connection) -> None:
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7715094201)")
 
 
-SCHEMA_HEAD = "0002"
-"""The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``)."""
+SCHEMA_HEAD = "0003"
+"""The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``;
+0003: the full hash tiles, ``tiles``)."""
 
 
 def schema_revision(engine: Engine) -> str | None:
@@ -177,7 +197,7 @@ def check_schema(engine: Engine) -> None:
     if rev is not None and rev != SCHEMA_HEAD:
         raise LogFormatError(
             f"the database is at schema revision {rev}; this ledger needs {SCHEMA_HEAD}"
-            + (" (log format 2)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")
+            + (" (log format 2, hash tiles)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")
         )
 
 

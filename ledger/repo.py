@@ -1,8 +1,8 @@
 """Every query on the log tables, in one place: the service, verification, the policy and the API call these.
 
-The log tables (``log_entries``, ``entry_subjects``, ``entry_refs``, ``entry_artifacts``, ``checkpoints``)
-are append-only. A ``LogRepo`` wraps one engine; its methods take an open connection where the caller
-needs several reads to see one snapshot (or a write transaction), and open their own otherwise.
+The log tables (``log_entries``, ``entry_subjects``, ``entry_refs``, ``entry_artifacts``, ``checkpoints``,
+``tiles``) are append-only. A ``LogRepo`` wraps one engine; its methods take an open connection where the
+caller needs several reads to see one snapshot (or a write transaction), and open their own otherwise.
 Rows come back as SQLAlchemy rows or plain tuples; parsing them is the caller's business.
 """
 
@@ -22,11 +22,12 @@ from ledger.db import (
     T_ENTRIES,
     T_REFS,
     T_SUBJECTS,
+    T_TILES,
     lock_log,
     write_transaction,
 )
 
-__all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "LogRepo", "RangeRows", "SubjectSummary"]
+__all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "LogRepo", "RangeRows", "RepoTiles", "SubjectSummary"]
 
 # The columns a policy evaluation reads, in this order: (seq, entry_id, kind, signer, logged_at, envelope)
 EVIDENCE_COLUMNS = (
@@ -104,6 +105,50 @@ def _few_refs(conn: sa.Connection, subject_entries: int) -> bool:
         return False
     total = conn.exec_driver_sql("SELECT max(rowid) FROM entry_refs").scalar()
     return int(total or 0) <= subject_entries
+
+
+def _valid_tiles() -> Any:
+    """``tiles`` joined to the entry at each tile's last leaf with the tile's chain hash: only the tiles of
+    the log the database holds now (one a rollback lost has no such entry)."""
+    return T_TILES.join(
+        T_ENTRIES,
+        sa.and_(T_ENTRIES.c.seq == T_TILES.c.last_seq, T_ENTRIES.c.chain_hash == T_TILES.c.chain_hash),
+    )
+
+
+class RepoTiles:
+    """``ledger.tiles.TileSource`` over one connection (one snapshot): stored full tiles and leaf hashes."""
+
+    def __init__(self, repo: LogRepo, conn: sa.Connection | None) -> None:
+        self.repo = repo
+        self.conn = conn
+
+    @contextmanager
+    def _conn(self) -> Iterator[sa.Connection]:
+        if self.conn is not None:
+            yield self.conn
+        else:
+            with self.repo.read() as c:
+                yield c
+
+    def _column(self, column: Any, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        q = (
+            sa.select(T_TILES.c.idx, column)
+            .select_from(_valid_tiles())
+            .where(T_TILES.c.level == level, T_TILES.c.idx >= lo, T_TILES.c.idx < hi)
+        )
+        with self._conn() as c:
+            return {int(i): bytes(v) for i, v in c.execute(q)}
+
+    def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        return self._column(T_TILES.c.hashes, level, lo, hi)
+
+    def roots(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        return self._column(T_TILES.c.root, level, lo, hi)
+
+    def leaves(self, lo: int, hi: int) -> list[bytes]:
+        with self._conn() as c:
+            return self.repo.leaf_hashes(c, start=lo, size=hi)
 
 
 class LogRepo:
@@ -407,6 +452,76 @@ class LogRepo:
 
     def checkpoints(self, conn: sa.Connection) -> list[Any]:
         return list(conn.execute(sa.select(T_CHECKPOINTS).order_by(T_CHECKPOINTS.c.size)).all())
+
+    def iter_checkpoints(self, start: int = 0, batch: int = 1000) -> Iterator[Any]:
+        """Checkpoint rows of size >= ``start`` in size order, read in keyset pages."""
+        last = start - 1
+        with self.read() as conn:
+            while True:
+                rows = conn.execute(
+                    sa.select(T_CHECKPOINTS)
+                    .where(T_CHECKPOINTS.c.size > last)
+                    .order_by(T_CHECKPOINTS.c.size)
+                    .limit(batch)
+                ).all()
+                if not rows:
+                    return
+                yield from rows
+                last = rows[-1].size
+
+    # --- hash tiles ---------------------------------------------------------------------------------
+
+    def tile_source(self, conn: sa.Connection | None = None) -> RepoTiles:
+        """The stored tiles and leaves as a ``ledger.tiles.TileSource``: over ``conn`` (one snapshot), or a
+        connection per read."""
+        return RepoTiles(self, conn)
+
+    def has_tile(self, conn: sa.Connection, level: int, idx: int) -> bool:
+        """Whether the log the database holds has its full tile ``level``/``idx`` stored."""
+        q = sa.select(T_TILES.c.idx).select_from(_valid_tiles())
+        q = q.where(T_TILES.c.level == level, T_TILES.c.idx == idx).limit(1)
+        return conn.execute(q).first() is not None
+
+    def insert_tiles(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert full tiles (inside the caller's append transaction)."""
+        if rows:
+            conn.execute(sa.insert(T_TILES), rows)
+
+    def tile_rows(self, conn: sa.Connection, lo: int, hi: int) -> list[Any]:
+        """Every stored tile row whose last leaf is lo <= seq < hi (whatever log it was written for)."""
+        return list(
+            conn.execute(sa.select(T_TILES).where(T_TILES.c.last_seq >= lo, T_TILES.c.last_seq < hi)).all()
+        )
+
+    def stored_artifacts(self, start: int = 0) -> Iterator[tuple[str, str]]:
+        """(digest, name) of every stored artifact the entries from seq ``start`` on name, one per digest
+        (its first name), in digest order: streamed, so checking them holds no set of the log's artifacts."""
+        q = (
+            sa.select(T_ARTIFACTS.c.digest, T_ARTIFACTS.c.name)
+            .where(T_ARTIFACTS.c.stored == sa.true(), T_ARTIFACTS.c.seq >= start)
+            .order_by(T_ARTIFACTS.c.digest, T_ARTIFACTS.c.seq)
+        )
+        last = None
+        with self.read() as conn:
+            for digest, name in conn.execution_options(stream_results=True, max_row_buffer=1000).execute(q):
+                if digest != last:
+                    last = digest
+                    yield str(digest), str(name)
+
+    def key_entries(self, conn: sa.Connection, start: int, size: int) -> list[Any]:
+        """Rows (seq, entry_id, kind, signer, logged_at, envelope) of the ``key.*`` entries with
+        start <= seq < size, in sequence order (through the kind index, as ``key_rows``)."""
+        e = T_ENTRIES
+        q = (
+            sa.select(e.c.seq, e.c.entry_id, e.c.kind, e.c.signer, e.c.logged_at, e.c.envelope)
+            .where(e.c.kind >= "key.", e.c.kind < "key/", e.c.seq >= start, e.c.seq < size)
+            .order_by(e.c.kind, e.c.seq)
+        )
+        return sorted(conn.execute(q).all(), key=lambda r: int(r.seq))
+
+    def row_at(self, conn: sa.Connection, seq: int) -> Any:
+        """The entry row at ``seq``, or None."""
+        return conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.seq == seq)).first()
 
     # --- verification -------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from ledger.errors import (
     KeyNotFoundError,
     LedgerError,
     LogFormatError,
+    ProofError,
     RequestTooLargeError,
     StorageError,
 )
@@ -52,10 +53,10 @@ from ledger.log import (
     Checkpoint,
     EntryId,
     LogRecord,
-    MerkleTree,
     Receipt,
     chain_hash,
     entry_id_of,
+    parse_checkpoint,
     record_leaf,
     sign_checkpoint,
     sign_receipt,
@@ -66,6 +67,7 @@ from ledger.proofs import AuditReport, audit_receipts
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
+from ledger.tiles import TILE_HEIGHT, TILE_WIDTH, TileTree, full_tiles, tile_last_seq
 from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
 from ledger.trust import TrustedLog, authorise, replay_keys
 from ledger.verify import VerifyProblem, VerifyReport, verify_log
@@ -77,8 +79,6 @@ if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log`
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger"]
 
 MAX_BATCH = 1000
-TILE_HEIGHT = 8  # C2SP tlog-tiles: a tile is a subtree of height 8 ...
-TILE_WIDTH = 256  # ... of 256 hashes
 # The sequencer publishes a checkpoint after an append every CHECKPOINT_EVERY entries, or when the newest
 # published one is older than the interval (LEDGER_CHECKPOINT_INTERVAL seconds, default 1).
 CHECKPOINT_EVERY = 1000
@@ -140,11 +140,10 @@ class Ledger:
         self.store = open_store(store_path or cfg.store)
         self._keyring = Keyring()
         self._keyring_chain = GENESIS_PREV  # chain hash of the last entry the cached keyring folded
-        self._tree = MerkleTree()
-        self._tree_chain = GENESIS_PREV  # chain hash of the last entry the cached tree holds
         self._log_key: SigningKey | None = None
         self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
-        # The keyring and tree caches are shared by request threads of one server process.
+        # The keyring cache is shared by request threads of one server process (the tree is not cached:
+        # it is read from the database's hash tiles, ``ledger.tiles``).
         self._cache_lock = threading.RLock()
 
     # --- life cycle -----------------------------------------------------------------------------
@@ -826,28 +825,24 @@ class Ledger:
     def leaf_hashes(self, size: int | None = None) -> list[bytes]:
         return self.repo.leaf_hashes(size=size)
 
-    def _tree_at(self, conn: sa.Connection) -> tuple[MerkleTree, int]:
-        """The process's tree, checked against and extended from the database snapshot ``conn`` reads,
-        and the log size in that snapshot. Call with the cache lock held.
+    def _tree_at(self, conn: sa.Connection, size: int | None = None) -> TileTree:
+        """The log's Merkle tree in the database snapshot ``conn`` reads (at its size, or ``size``), read
+        from the stored hash tiles and, for the right edge, the leaf hashes: nothing of it is kept in this
+        process, so after a rollback or a failover what is signed is what the database holds."""
+        current = self.repo.size(conn)
+        n = current if size is None else size
+        if not 0 <= n <= current:
+            raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+        return TileTree(self.repo.tile_source(conn), n)
 
-        The cached tree is a prefix of the log only while the database still holds, at its last index,
-        the entry whose chain hash (it commits every entry before it) the cache recorded; after a rollback
-        or a failover it is rebuilt from the database, so a stale tree never signs.
-        """
-        n = len(self._tree)
-        if n and self.repo.chain_at(conn, n - 1) != self._tree_chain:
-            self._tree = MerkleTree()
-        size = self.repo.size(conn)
-        if size > len(self._tree):
-            self._tree.extend(self.repo.leaf_hashes(conn, start=len(self._tree), size=size))
-            self._tree_chain = self.repo.chain_at(conn, size - 1) or GENESIS_PREV
-        return self._tree, size
+    def tree(self) -> TileTree:
+        """The log's Merkle tree as the database holds it now (read from its tiles, a connection a read)."""
+        return TileTree(self.repo.tile_source(), self.repo.size())
 
-    def tree(self) -> MerkleTree:
-        """The Merkle tree of the log, kept in this process and extended with entries logged since."""
-        # same lock order as keyring(): the database transaction first, then the cache lock
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            return self._tree_at(conn)[0]
+    def root(self, size: int | None = None) -> bytes:
+        """The Merkle root of the log (or of its first ``size`` entries), from the tiles."""
+        with self.repo.read(snapshot=True) as conn:
+            return self._tree_at(conn, size).root()
 
     def log_public_key(self) -> PublicKey:
         return self.signing_key(self.cfg.log_key).public
@@ -869,13 +864,10 @@ class Ledger:
     def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint:
         """A checkpoint of the log as the database holds it now (or at an earlier size), signed and not
         stored: reads never write. The published ones are the sequencer's (``publish_checkpoint``)."""
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            tree, current = self._tree_at(conn)
-            n = current if size is None else size
-            if not 0 <= n <= current:
-                raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
-            root = tree.root(n)
-        return self._sign(n, root)
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, size)
+            root = tree.root()
+        return self._sign(tree.size, root)
 
     def keep_checkpoint(self, size: int | None = None) -> Checkpoint:
         """A signed checkpoint for a reader (kept name for callers): nothing is written."""
@@ -906,9 +898,10 @@ class Ledger:
                     stored = self.repo.checkpoint_root(cp.size, conn)
                     if stored is None:
                         # the root is what the database holds now, not only what this process computed
-                        tree, current = self._tree_at_locked(conn)
-                        if cp.size > current or tree.root(cp.size) != cp.root:
+                        current = self.repo.size(conn)
+                        if cp.size > current or self._tree_at(conn, cp.size).root() != cp.root:
                             raise IntegrityError(f"log root at size {cp.size} changed while it was signed")
+                        self._write_tiles(conn, cp.size)
                         self.repo.insert_checkpoint(
                             conn, cp.size, cp.root.hex(), cp.note, format_time(now_utc()), LOG_FORMAT
                         )
@@ -919,9 +912,48 @@ class Ledger:
                 if attempt == 2:
                     raise
 
-    def _tree_at_locked(self, conn: sa.Connection) -> tuple[MerkleTree, int]:
-        with self._cache_lock:
-            return self._tree_at(conn)
+    def _write_tiles(self, conn: sa.Connection, size: int) -> int:
+        """Store the full hash tiles a checkpoint of ``size`` covers that the database lacks, level by
+        level, inside the publishing transaction (it holds the appenders' lock, so two servers on one
+        database never write the same tile twice). Returns how many were written.
+
+        The stored tiles of each level are a prefix of that level's full tiles (a rollback loses a tail
+        of the log and so the tiles of that tail): the first missing one is found by bisection."""
+        written = 0
+        level = 0
+        while (full := full_tiles(level, size)) > 0:
+            lo, hi = 0, full  # tiles [0, lo) are stored; [hi, full) are not
+            if self.repo.has_tile(conn, level, full - 1):
+                lo = hi = full
+            else:
+                hi = full - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.repo.has_tile(conn, level, mid):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < full:
+                tree = TileTree(self.repo.tile_source(conn), size)
+                rows = []
+                for idx in range(lo, full):
+                    hashes = tree.tile(level, idx)
+                    root = tree.node(TILE_HEIGHT * (level + 1), idx)
+                    last = tile_last_seq(level, idx)
+                    rows.append(
+                        {
+                            "level": level,
+                            "idx": idx,
+                            "chain_hash": self.repo.chain_at(conn, last),
+                            "last_seq": last,
+                            "hashes": hashes,
+                            "root": root,
+                        }
+                    )
+                self.repo.insert_tiles(conn, rows)
+                written += len(rows)
+            level += 1
+        return written
 
     def _publish_due(self, conn: sa.Connection, size: int) -> bool:
         """Whether the sequencer publishes after this append: every ``CHECKPOINT_EVERY`` entries, or when
@@ -947,18 +979,15 @@ class Ledger:
 
     def tile(self, level: int, index: int, width: int | None = None) -> bytes:
         """The C2SP tlog-tiles hash tile ``level``/``index`` (full: 256 hashes; or partial of ``width``),
-        from the tree checked against the database. ``EntryNotFoundError`` when the log has no such tile."""
+        from the stored tiles. ``EntryNotFoundError`` when the log has no such tile."""
         if not 0 <= level <= 63 or index < 0 or (width is not None and not 1 <= width <= 255):
             raise InputError("no such tile (level 0..63, index >= 0, width 1..255)")
         w = TILE_WIDTH if width is None else width
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            tree, _size = self._tree_at(conn)
-            k = TILE_HEIGHT * level
-            nodes = tree.levels[k] if k < len(tree.levels) else []
-            lo = index * TILE_WIDTH
-            if lo + w > len(nodes):
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn)
+            if (index * TILE_WIDTH + w) << (TILE_HEIGHT * level) > tree.size:
                 raise EntryNotFoundError(f"the log has no tile {level}/{index} of width {w} yet")
-            return b"".join(nodes[lo : lo + w])
+            return tree.tile(level, index, width)
 
     def entry_bundle(self, index: int, width: int | None = None) -> bytes:
         """The C2SP entry bundle ``index``: the log records, each after its big-endian uint16 length."""
@@ -1013,16 +1042,14 @@ class Ledger:
     def inclusion(self, id_or_prefix: str, *, size: int | None = None) -> dict[str, Any]:
         """An inclusion proof of the entry's log record, with the record and envelope it names (read only)."""
         entry = self.get(id_or_prefix)
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            tree, current = self._tree_at(conn)
-            n = current if size is None else size
-            if not 0 <= n <= current:
-                raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, size)
+            n = tree.size
             if entry.seq >= n:
                 raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {n}")
-            root = tree.root(n)
-            proof = tree.inclusion_proof(entry.seq, n)
-            leaf = tree.levels[0][entry.seq]
+            root = tree.root()
+            proof = tree.inclusion_proof(entry.seq)
+            leaf = tree.leaf(entry.seq)
             record = self.repo.record_at(conn, entry.seq)
         cp = self._sign(n, root)
         return {
@@ -1040,16 +1067,15 @@ class Ledger:
 
     def consistency(self, old_size: int, new_size: int | None = None) -> dict[str, Any]:
         """A consistency proof between two sizes, with both signed checkpoints (read only)."""
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            tree, current = self._tree_at(conn)
-            new = current if new_size is None else new_size
-            for n in (old_size, new):
-                if not 0 <= n <= current:
-                    raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
-            if old_size > new:
-                raise InputError(f"consistency needs old size ({old_size}) <= new size ({new})")
-            proof = tree.consistency_proof(old_size, new) if old_size else []
-            roots = tree.root(old_size), tree.root(new)
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, new_size)
+            new = tree.size
+            if not 0 <= old_size <= new:
+                if 0 <= old_size <= self.repo.size(conn):
+                    raise InputError(f"consistency needs old size ({old_size}) <= new size ({new})")
+                raise InputError(f"the log has {new} entries; no checkpoint at size {old_size}")
+            proof = tree.consistency_proof(old_size) if old_size else []
+            roots = tree.root(old_size), tree.root()
         old_cp, new_cp = self._sign(old_size, roots[0]), self._sign(new, roots[1])
         return {
             "type": "consistency",
@@ -1063,7 +1089,20 @@ class Ledger:
 
     # --- verification ----------------------------------------------------------------------------
 
-    def verify(self, *, artifacts: bool = True, workers: int | None = None) -> VerifyReport:
+    def held_checkpoint(self, note: str) -> Checkpoint:
+        """A checkpoint of this log someone holds (its signed note), its signature checked with the log
+        key under the origin; ``ProofError`` for a note of another log or key, or one that does not verify."""
+        cp = parse_checkpoint(note, self.note_key_name, self.log_public_key())
+        if cp.origin != self.cfg.origin:
+            raise ProofError(f"the checkpoint is of the log {cp.origin!r}, not {self.cfg.origin!r}")
+        return cp
+
+    def verify(
+        self, *, artifacts: bool = True, workers: int | None = None, since: str | Checkpoint | None = None
+    ) -> VerifyReport:
+        """Verify the log (``ledger.verify``); ``since``: a held signed checkpoint (note text or parsed) to
+        verify incrementally from."""
+        held = self.held_checkpoint(since) if isinstance(since, str) else since
         return verify_log(
             self.repo,
             self.store,
@@ -1074,6 +1113,7 @@ class Ledger:
             log_public_key=self.log_public_key(),
             artifacts=artifacts,
             workers=workers,
+            since=held,
         )
 
     def iter_rows(self, batch: int = 5000) -> Iterator[Any]:
