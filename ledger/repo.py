@@ -445,6 +445,23 @@ class LogRepo:
         )
         return [None if r is None else bytes(r) for r in conn.execute(q).scalars()]
 
+    def iter_records(self, conn: sa.Connection, size: int, batch: int = 5000) -> Iterator[Any]:
+        """(seq, record, leaf_hash) of the entries below ``size``, in sequence order, in keyset pages read
+        through ``conn`` (one snapshot)."""
+        e = T_ENTRIES
+        last = -1
+        while True:
+            rows = conn.execute(
+                sa.select(e.c.seq, e.c.record, e.c.leaf_hash)
+                .where(e.c.seq > last, e.c.seq < size)
+                .order_by(e.c.seq)
+                .limit(batch)
+            ).all()
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1].seq
+
     def record_at(self, conn: sa.Connection, seq: int) -> bytes | None:
         """The stored log record of the entry at ``seq``."""
         r = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ledger import __version__
+from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes
 from ledger.db import check_schema, make_engine, migrate
 from ledger.entries import (
@@ -67,7 +68,15 @@ from ledger.proofs import AuditReport, audit_receipts
 from ledger.repo import EntryFilter, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
-from ledger.tiles import TILE_HEIGHT, TILE_WIDTH, TileTree, full_tiles, tile_last_seq
+from ledger.tiles import (
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    TileBuilder,
+    TileTree,
+    full_tiles,
+    tile_last_seq,
+    tile_path,
+)
 from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
 from ledger.trust import TrustedLog, authorise, replay_keys
 from ledger.verify import VerifyProblem, VerifyReport, verify_log
@@ -1002,6 +1011,57 @@ class Ledger:
         if any(r is None for r in records):
             raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
         return b"".join(len(r).to_bytes(2, "big") + r for r in records if r is not None)
+
+    def export_tiles(self, directory: Path, *, size: int | None = None) -> dict[str, Any]:
+        """Write the log (at its size, or ``size``) as C2SP tlog-tiles static files under ``directory``:
+        ``checkpoint``, ``tile/<L>/<N>[.p/<W>]`` and ``tile/entries/<N>[.p/<W>]``, each replaced
+        atomically, the checkpoint last (a reader never sees a checkpoint whose tiles are not there yet).
+
+        One read snapshot; the leaves stream through a ``TileBuilder`` (bounded memory), whose root must
+        be the one the tiles give. A full tile or bundle already there with the same bytes is kept."""
+        out = Path(directory)
+        written = kept = 0
+
+        def put(rel: str, data: bytes) -> None:
+            nonlocal written, kept
+            path = out / rel
+            with contextlib.suppress(OSError):
+                if path.stat().st_size == len(data) and path.read_bytes() == data:
+                    kept += 1
+                    return
+            write_atomic(path, data)
+            written += 1
+
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, size)
+            n, root = tree.size, tree.root()
+            builder = TileBuilder()
+            bundle: list[bytes] = []
+            for seq, record, leaf in self.repo.iter_records(conn, n):
+                if record is None:
+                    raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
+                if int(seq) != len(builder):
+                    raise IntegrityError(f"the log skips from seq {len(builder) - 1} to {seq}")
+                for t in builder.append(bytes.fromhex(str(leaf))):
+                    put(f"tile/{t.level}/{tile_path(t.index)}", t.hashes)
+                rec = bytes(record)
+                bundle.append(len(rec).to_bytes(2, "big") + rec)
+                if len(bundle) == TILE_WIDTH:
+                    put(f"tile/entries/{tile_path(int(seq) // TILE_WIDTH)}", b"".join(bundle))
+                    bundle = []
+            if builder.root() != root:
+                raise IntegrityError("the log's leaves do not give the root its tiles give")
+        for level in range(builder.levels):
+            part = builder.partial(level)
+            if part:
+                count = n >> (TILE_HEIGHT * level)
+                width = len(part) // 32
+                put(f"tile/{level}/{tile_path(count // TILE_WIDTH)}.p/{width}", part)
+        if bundle:
+            put(f"tile/entries/{tile_path(n // TILE_WIDTH)}.p/{len(bundle)}", b"".join(bundle))
+        cp = self._sign(n, root)
+        write_atomic(out / "checkpoint", cp.note.encode())
+        return {"directory": str(out), "size": n, "root": root.hex(), "written": written + 1, "kept": kept}
 
     def receipt(self, entry: LoggedEntry) -> Receipt:
         """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin."""
