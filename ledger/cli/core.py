@@ -563,7 +563,8 @@ def audit(
 def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
     """Upgrade a home made by an older ledger, in place: its database to this ledger's log format (Alembic
     revision 0002: every Merkle leaf commits the log record; 64-bit seq on PostgreSQL; 0003: the hash
-    tiles) and its configuration to paths relative to the home. Checkpoints signed before stay checkable; run `ledger verify` after."""
+    tiles) and its configuration to paths relative to the home. Checkpoints signed before stay checkable;
+    run `ledger verify` after."""
     from ledger.db import SCHEMA_HEAD, make_engine, schema_revision
     from ledger.db import migrate as upgrade
     from ledger.home import Home
