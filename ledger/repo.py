@@ -116,6 +116,22 @@ def _valid_tiles() -> Any:
     )
 
 
+def _tile_column_query(column: Any) -> Any:
+    return (
+        sa.select(T_TILES.c.idx, column)
+        .select_from(_valid_tiles())
+        .where(
+            T_TILES.c.level == sa.bindparam("level"),
+            T_TILES.c.idx >= sa.bindparam("lo"),
+            T_TILES.c.idx < sa.bindparam("hi"),
+        )
+    )
+
+
+# built once: a proof runs a few of these, and building a statement costs as much as running it
+_TILE_COLUMN_QUERIES = {c.name: _tile_column_query(c) for c in (T_TILES.c.hashes, T_TILES.c.root)}
+
+
 class RepoTiles:
     """``ledger.tiles.TileSource`` over one connection (one snapshot): stored full tiles and leaf hashes."""
 
@@ -132,13 +148,9 @@ class RepoTiles:
                 yield c
 
     def _column(self, column: Any, level: int, lo: int, hi: int) -> dict[int, bytes]:
-        q = (
-            sa.select(T_TILES.c.idx, column)
-            .select_from(_valid_tiles())
-            .where(T_TILES.c.level == level, T_TILES.c.idx >= lo, T_TILES.c.idx < hi)
-        )
+        q = _TILE_COLUMN_QUERIES[column.name]
         with self._conn() as c:
-            return {int(i): bytes(v) for i, v in c.execute(q)}
+            return {int(i): bytes(v) for i, v in c.execute(q, {"level": level, "lo": lo, "hi": hi})}
 
     def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
         return self._column(T_TILES.c.hashes, level, lo, hi)

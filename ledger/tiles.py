@@ -97,6 +97,7 @@ class TileTree:
         self._tiles: dict[tuple[int, int], bytes | None] = {}
         self._levels: dict[tuple[int, int], list[list[bytes]]] = {}
         self._nodes: dict[tuple[int, int], bytes] = {}
+        self._edge: dict[tuple[int, int], list[bytes]] = {}
 
     def __len__(self) -> int:
         return self.size
@@ -135,30 +136,35 @@ class TileTree:
             raise InputError(f"level-{level} hashes {lo}..{hi} are beyond tree size {self.size}")
         out: list[bytes] = []
         for t in range(lo // TILE_WIDTH, (hi - 1) // TILE_WIDTH + 1):
-            a, b = max(lo, t * TILE_WIDTH), min(hi, (t + 1) * TILE_WIDTH)
+            a, b = max(lo, t * TILE_WIDTH) - t * TILE_WIDTH, min(hi, (t + 1) * TILE_WIDTH) - t * TILE_WIDTH
             data = self._tile(level, t) if full_tiles(level, self.size) > t else None
             if data is not None:
-                base = t * TILE_WIDTH
-                out.extend(data[(i - base) * HASH : (i - base + 1) * HASH] for i in range(a, b))
+                out.extend(data[i * HASH : (i + 1) * HASH] for i in range(a, b))
             else:
-                out.extend(self._compute(level, a, b))
+                out.extend(self._unstored(level, t)[a:b])
         return out
 
-    def _compute(self, level: int, lo: int, hi: int) -> list[bytes]:
-        """Hashes not in a stored tile: leaves at level 0; above, the roots of the full tiles below."""
-        if level == 0:
-            got = self.source.leaves(lo, hi)
-            if len(got) != hi - lo:
-                raise IntegrityError(f"the log has {len(got)} leaves in {lo}..{hi}, not {hi - lo}")
-            return got
-        roots = self.source.roots(level - 1, lo, hi)
-        out = []
-        for j in range(lo, hi):
-            r = roots.get(j)
-            if r is None:
-                r = merkle_root(self.hashes(level - 1, j * TILE_WIDTH, (j + 1) * TILE_WIDTH))
-            out.append(r)
-        return out
+    def _unstored(self, level: int, t: int) -> list[bytes]:
+        """The hashes of tile ``level``/``t`` the database does not store (the partial right edge, or a
+        full tile not written yet), as far as this size has them: read once, at most 255 (or 256) leaf
+        hashes at level 0, the roots of the full tiles below above (computed where not stored)."""
+        key = (level, t)
+        got = self._edge.get(key)
+        if got is None:
+            lo = t * TILE_WIDTH
+            hi = min(lo + TILE_WIDTH, self.size >> (TILE_HEIGHT * level))
+            if level == 0:
+                got = self.source.leaves(lo, hi)
+                if len(got) != hi - lo:
+                    raise IntegrityError(f"the log has {len(got)} leaves in {lo}..{hi}, not {hi - lo}")
+            else:
+                roots = self.source.roots(level - 1, lo, hi)
+                got = [
+                    roots.get(j) or merkle_root(self.hashes(level - 1, j * TILE_WIDTH, (j + 1) * TILE_WIDTH))
+                    for j in range(lo, hi)
+                ]
+            self._edge[key] = got
+        return got
 
     # --- nodes, roots, proofs -------------------------------------------------------------------
 
