@@ -153,6 +153,45 @@ def run_verify(home: Path, workers: int | None) -> dict[str, Any]:
     return {"seconds": dt, "report": report, "max_rss_mb": max_rss / 1024, "tree_rss_mb": peak_tree / 1024}
 
 
+_REFERENCE = """
+import importlib.util, json, sys, time
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("verify_reference", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+sys.modules["verify_reference"] = mod
+spec.loader.exec_module(mod)
+from ledger.service import Ledger
+led = Ledger.open(Path(sys.argv[2]))
+t = time.perf_counter()
+r = mod.verify_log(led.repo, led.store, database_url=led.database_url, root_key_id=led.cfg.root_key_id,
+    origin=led.cfg.origin, log_key_name=led.cfg.log_key, log_public_key=led.log_public_key(), artifacts=False)
+print(json.dumps({"ok": bool(r), "size": r.size, "seconds": time.perf_counter() - t}))
+"""
+
+
+def reference_verify(home: Path, ref: str) -> dict[str, Any] | None:
+    """The verify this change replaces (``git show REF:ledger/verify.py``: every leaf and the whole tree in
+    memory), run on the same ledger in the same run, for the side-by-side figures."""
+    src = subprocess.run(
+        ["git", "show", f"{ref}:ledger/verify.py"], capture_output=True, text=True, check=False
+    )
+    if src.returncode != 0:
+        return None
+    path = home.parent / "verify_reference.py"
+    path.write_text(src.stdout)
+    r = subprocess.run(
+        ["/usr/bin/time", "-v", sys.executable, "-c", _REFERENCE, str(path), str(home)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if r.returncode != 0:
+        return {"error": r.stderr[-500:]}
+    doc = dict(json.loads(r.stdout.strip().splitlines()[-1]))
+    doc["max_rss_mb"] = (
+        int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1)) / 1024
+    )  # type: ignore[union-attr]
+    return doc
+
+
 def raw_ed25519(home: Path, n: int) -> float:
     led = Ledger.open(home)
     try:
@@ -252,6 +291,7 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=1_000_000)
     ap.add_argument("--home", default=None, help="reuse (or keep) the big ledger here")
     ap.add_argument("--proofs", type=int, default=500)
+    ap.add_argument("--reference", default="main", help="git ref of the verify to compare with ('' = none)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-tiles-"))
     try:
@@ -264,6 +304,7 @@ def main() -> None:
         v = run_verify(big, None)
         size = int(v["report"]["size"])
         rate = size / v["seconds"]
+        ref = reference_verify(big, args.reference) if args.reference else None
         pr = proofs(big, args.proofs)
         srv_small = server_rss(small, 200)
         srv_big = server_rss(big, 200)
@@ -318,6 +359,21 @@ def main() -> None:
                 "target": "<= 1.2",
             },
         ]
+        if ref and "seconds" in ref:
+            ref_rate = ref["size"] / ref["seconds"]
+            rows[2:2] = [
+                {
+                    "what": f"reference verify ({args.reference}: whole tree in memory)",
+                    "entries": ref["size"],
+                    "per_s": ref_rate,
+                    "value": ref_rate / (cores * raw),
+                },
+                {
+                    "what": "reference verify peak RSS (MB)",
+                    "entries": ref["size"],
+                    "value": ref["max_rss_mb"],
+                },
+            ]
         print_table(rows, ["what", "entries", "per_s", "value", "target"])
         extra = {
             "entries": size,
@@ -326,6 +382,7 @@ def main() -> None:
             "verify_seconds": v["seconds"],
             "verify_tiles_checked": v["report"]["tiles_checked"],
             "proofs": pr,
+            "reference_verify": ref,
             "server_small": srv_small,
             "server_big": srv_big,
         }
