@@ -29,6 +29,7 @@ __all__ = [
     "T_ENTRIES",
     "T_REFS",
     "T_SUBJECTS",
+    "T_TILES",
     "T_TOKENS",
     "check_schema",
     "make_engine",
@@ -37,7 +38,7 @@ __all__ = [
     "write_transaction",
 ]
 
-LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", "checkpoints")
+LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", "checkpoints", "tiles")
 
 
 # The tables, declared with SQLAlchemy Core (Alembic creates and migrates them; these declarations are what
@@ -122,6 +123,19 @@ T_COSIGNATURES = sa.Table(
     _text("root", 64),
     _text("line"),
     _text("created_at", 40),
+)
+# a full C2SP hash tile (``ledger.tiles``) of the log whose entry at ``last_seq`` has ``chain_hash``: the
+# chain hash commits every entry up to the tile's last leaf, so a tile is read only while the log holds
+# those entries (a join on ``log_entries``): a tile of a log lost to a rollback is never used (migration 0004)
+T_TILES = sa.Table(
+    "tiles",
+    METADATA,
+    sa.Column("level", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("idx", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("chain_hash", sa.String(64), primary_key=True),
+    sa.Column("last_seq", sa.BigInteger, nullable=False, index=True),
+    sa.Column("hashes", sa.LargeBinary, nullable=False),  # 256 * 32 bytes
+    sa.Column("root", sa.LargeBinary, nullable=False),  # 32 bytes: the hash of the subtree the tile spans
 )
 
 

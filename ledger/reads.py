@@ -42,9 +42,9 @@ __all__ = [
     "sqlite_file",
 ]
 
-SCHEMA_HEAD = "0003"
+SCHEMA_HEAD = "0004"
 """The Alembic revision this code reads and writes (0002: log format 2, ``ledger.log.LOG_FORMAT``;
-0003: witness cosignatures)."""
+0003: witness cosignatures; 0004: the full hash tiles, ``tiles``)."""
 
 _SQLITE = "sqlite:///"
 

@@ -1,8 +1,8 @@
 """Every query on the log tables, in one place: the service, verification, the policy and the API call these.
 
-The log tables (``log_entries``, ``entry_subjects``, ``entry_refs``, ``entry_artifacts``, ``checkpoints``)
-are append-only. A ``LogRepo`` wraps one engine; its methods take an open connection where the caller
-needs several reads to see one snapshot (or a write transaction), and open their own otherwise.
+The log tables (``log_entries``, ``entry_subjects``, ``entry_refs``, ``entry_artifacts``, ``checkpoints``,
+``tiles``) are append-only. A ``LogRepo`` wraps one engine; its methods take an open connection where the
+caller needs several reads to see one snapshot (or a write transaction), and open their own otherwise.
 Rows come back as SQLAlchemy rows or plain tuples; parsing them is the caller's business.
 """
 
@@ -24,11 +24,12 @@ from ledger.db import (
     T_ENTRIES,
     T_REFS,
     T_SUBJECTS,
+    T_TILES,
     lock_log,
     write_transaction,
 )
 
-__all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "Head", "LogRepo", "RangeRows", "SubjectSummary"]
+__all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "Head", "LogRepo", "RangeRows", "RepoTiles", "SubjectSummary"]
 
 # The columns a policy evaluation reads, in this order: (seq, entry_id, kind, signer, logged_at, envelope)
 EVIDENCE_COLUMNS = (
@@ -142,6 +143,62 @@ def _few_refs(conn: sa.Connection, subject_entries: int) -> bool:
         return False
     total = conn.exec_driver_sql("SELECT max(rowid) FROM entry_refs").scalar()
     return int(total or 0) <= subject_entries
+
+
+def _valid_tiles() -> Any:
+    """``tiles`` joined to the entry at each tile's last leaf with the tile's chain hash: only the tiles of
+    the log the database holds now (one a rollback lost has no such entry)."""
+    return T_TILES.join(
+        T_ENTRIES,
+        sa.and_(T_ENTRIES.c.seq == T_TILES.c.last_seq, T_ENTRIES.c.chain_hash == T_TILES.c.chain_hash),
+    )
+
+
+def _tile_column_query(column: Any) -> Any:
+    return (
+        sa.select(T_TILES.c.idx, column)
+        .select_from(_valid_tiles())
+        .where(
+            T_TILES.c.level == sa.bindparam("level"),
+            T_TILES.c.idx >= sa.bindparam("lo"),
+            T_TILES.c.idx < sa.bindparam("hi"),
+        )
+    )
+
+
+# built once: a proof runs a few of these, and building a statement costs as much as running it
+_TILE_COLUMN_QUERIES = {c.name: _tile_column_query(c) for c in (T_TILES.c.hashes, T_TILES.c.root)}
+
+
+class RepoTiles:
+    """``ledger.tiles.TileSource`` over one connection (one snapshot): stored full tiles and leaf hashes."""
+
+    def __init__(self, repo: LogRepo, conn: sa.Connection | None) -> None:
+        self.repo = repo
+        self.conn = conn
+
+    @contextmanager
+    def _conn(self) -> Iterator[sa.Connection]:
+        if self.conn is not None:
+            yield self.conn
+        else:
+            with self.repo.read() as c:
+                yield c
+
+    def _column(self, column: Any, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        q = _TILE_COLUMN_QUERIES[column.name]
+        with self._conn() as c:
+            return {int(i): bytes(v) for i, v in c.execute(q, {"level": level, "lo": lo, "hi": hi})}
+
+    def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        return self._column(T_TILES.c.hashes, level, lo, hi)
+
+    def roots(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        return self._column(T_TILES.c.root, level, lo, hi)
+
+    def leaves(self, lo: int, hi: int) -> list[bytes]:
+        with self._conn() as c:
+            return self.repo.leaf_hashes(c, start=lo, size=hi)
 
 
 class LogRepo:
@@ -489,6 +546,23 @@ class LogRepo:
         )
         return [None if r is None else bytes(r) for r in conn.execute(q).scalars()]
 
+    def iter_records(self, conn: sa.Connection, size: int, batch: int = 5000) -> Iterator[Any]:
+        """(seq, record, leaf_hash) of the entries below ``size``, in sequence order, in keyset pages read
+        through ``conn`` (one snapshot)."""
+        e = T_ENTRIES
+        last = -1
+        while True:
+            rows = conn.execute(
+                sa.select(e.c.seq, e.c.record, e.c.leaf_hash)
+                .where(e.c.seq > last, e.c.seq < size)
+                .order_by(e.c.seq)
+                .limit(batch)
+            ).all()
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1].seq
+
     def record_at(self, conn: sa.Connection, seq: int) -> bytes | None:
         """The stored log record of the entry at ``seq``."""
         r = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
@@ -525,6 +599,76 @@ class LogRepo:
         q = sa.select(sa.func.max(T_COSIGNATURES.c.size)).where(T_COSIGNATURES.c.witness == witness)
         value = conn.execute(q).scalar()
         return 0 if value is None else int(value)
+
+    def iter_checkpoints(self, start: int = 0, batch: int = 1000) -> Iterator[Any]:
+        """Checkpoint rows of size >= ``start`` in size order, read in keyset pages."""
+        last = start - 1
+        with self.read() as conn:
+            while True:
+                rows = conn.execute(
+                    sa.select(T_CHECKPOINTS)
+                    .where(T_CHECKPOINTS.c.size > last)
+                    .order_by(T_CHECKPOINTS.c.size)
+                    .limit(batch)
+                ).all()
+                if not rows:
+                    return
+                yield from rows
+                last = rows[-1].size
+
+    # --- hash tiles ---------------------------------------------------------------------------------
+
+    def tile_source(self, conn: sa.Connection | None = None) -> RepoTiles:
+        """The stored tiles and leaves as a ``ledger.tiles.TileSource``: over ``conn`` (one snapshot), or a
+        connection per read."""
+        return RepoTiles(self, conn)
+
+    def has_tile(self, conn: sa.Connection, level: int, idx: int) -> bool:
+        """Whether the log the database holds has its full tile ``level``/``idx`` stored."""
+        q = sa.select(T_TILES.c.idx).select_from(_valid_tiles())
+        q = q.where(T_TILES.c.level == level, T_TILES.c.idx == idx).limit(1)
+        return conn.execute(q).first() is not None
+
+    def insert_tiles(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert full tiles (inside the caller's append transaction)."""
+        if rows:
+            conn.execute(sa.insert(T_TILES), rows)
+
+    def tile_rows(self, conn: sa.Connection, lo: int, hi: int) -> list[Any]:
+        """Every stored tile row whose last leaf is lo <= seq < hi (whatever log it was written for)."""
+        return list(
+            conn.execute(sa.select(T_TILES).where(T_TILES.c.last_seq >= lo, T_TILES.c.last_seq < hi)).all()
+        )
+
+    def stored_artifacts(self, start: int = 0) -> Iterator[tuple[str, str]]:
+        """(digest, name) of every stored artifact the entries from seq ``start`` on name, one per digest
+        (its first name), in digest order: streamed, so checking them holds no set of the log's artifacts."""
+        q = (
+            sa.select(T_ARTIFACTS.c.digest, T_ARTIFACTS.c.name)
+            .where(T_ARTIFACTS.c.stored == sa.true(), T_ARTIFACTS.c.seq >= start)
+            .order_by(T_ARTIFACTS.c.digest, T_ARTIFACTS.c.seq)
+        )
+        last = None
+        with self.read() as conn:
+            for digest, name in conn.execution_options(stream_results=True, max_row_buffer=1000).execute(q):
+                if digest != last:
+                    last = digest
+                    yield str(digest), str(name)
+
+    def key_entries(self, conn: sa.Connection, start: int, size: int) -> list[Any]:
+        """Rows (seq, entry_id, kind, signer, logged_at, envelope) of the ``key.*`` entries with
+        start <= seq < size, in sequence order (through the kind index, as ``key_rows``)."""
+        e = T_ENTRIES
+        q = (
+            sa.select(e.c.seq, e.c.entry_id, e.c.kind, e.c.signer, e.c.logged_at, e.c.envelope)
+            .where(e.c.kind >= "key.", e.c.kind < "key/", e.c.seq >= start, e.c.seq < size)
+            .order_by(e.c.kind, e.c.seq)
+        )
+        return sorted(conn.execute(q).all(), key=lambda r: int(r.seq))
+
+    def row_at(self, conn: sa.Connection, seq: int) -> Any:
+        """The entry row at ``seq``, or None."""
+        return conn.execute(sa.select(T_ENTRIES).where(T_ENTRIES.c.seq == seq)).first()
 
     # --- verification -------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ledger import __version__
+from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes
 from ledger.db import check_schema, make_engine, migrate
 from ledger.entries import (
@@ -40,6 +41,7 @@ from ledger.errors import (
     LedgerError,
     LogFormatError,
     LogTimeBackwardsError,
+    ProofError,
     RequestTooLargeError,
     StorageError,
 )
@@ -52,10 +54,10 @@ from ledger.log import (
     Checkpoint,
     EntryId,
     LogRecord,
-    MerkleTree,
     Receipt,
     chain_hash,
     entry_id_of,
+    parse_checkpoint,
     record_leaf,
     sign_checkpoint,
     sign_receipt,
@@ -74,6 +76,15 @@ from ledger.reads import (  # parse_subject_args: defined there, imported by the
 from ledger.repo import EntryFilter, Head, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
+from ledger.tiles import (
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    TileBuilder,
+    TileTree,
+    full_tiles,
+    tile_last_seq,
+    tile_path,
+)
 from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
 from ledger.trust import TrustedLog, authorise, replay_keys
 from ledger.verify import VerifyProblem, VerifyReport, verify_log
@@ -85,8 +96,6 @@ if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log`
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger", "parse_subject_args"]
 
 MAX_BATCH = 1000
-TILE_HEIGHT = 8  # C2SP tlog-tiles: a tile is a subtree of height 8 ...
-TILE_WIDTH = 256  # ... of 256 hashes
 # The sequencer publishes a checkpoint after an append every CHECKPOINT_EVERY entries, or when the newest
 # published one is older than the interval (LEDGER_CHECKPOINT_INTERVAL seconds, default 1).
 CHECKPOINT_EVERY = 1000
@@ -163,11 +172,10 @@ class Ledger:
         self.store = open_store(store_path or cfg.store)
         self._keyring = Keyring()
         self._keyring_chain = GENESIS_PREV  # chain hash of the last entry the cached keyring folded
-        self._tree = MerkleTree()
-        self._tree_chain = GENESIS_PREV  # chain hash of the last entry the cached tree holds
         self._log_key: SigningKey | None = None
         self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
-        # The keyring and tree caches are shared by request threads of one server process.
+        # The keyring cache is shared by request threads of one server process (the tree is not cached:
+        # it is read from the database's hash tiles, ``ledger.tiles``).
         self._cache_lock = threading.RLock()
         # The sequencer (``append``): batches checked outside the lock wait here; one caller at a time
         # leads, appending every waiting batch in one transaction (group commit), and wakes the rest.
@@ -981,28 +989,24 @@ class Ledger:
     def leaf_hashes(self, size: int | None = None) -> list[bytes]:
         return self.repo.leaf_hashes(size=size)
 
-    def _tree_at(self, conn: sa.Connection) -> tuple[MerkleTree, int]:
-        """The process's tree, checked against and extended from the database snapshot ``conn`` reads,
-        and the log size in that snapshot. Call with the cache lock held.
+    def _tree_at(self, conn: sa.Connection, size: int | None = None) -> TileTree:
+        """The log's Merkle tree in the database snapshot ``conn`` reads (at its size, or ``size``), read
+        from the stored hash tiles and, for the right edge, the leaf hashes: nothing of it is kept in this
+        process, so after a rollback or a failover what is signed is what the database holds."""
+        current = self.repo.size(conn)
+        n = current if size is None else size
+        if not 0 <= n <= current:
+            raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+        return TileTree(self.repo.tile_source(conn), n)
 
-        The cached tree is a prefix of the log only while the database still holds, at its last index,
-        the entry whose chain hash (it commits every entry before it) the cache recorded; after a rollback
-        or a failover it is rebuilt from the database, so a stale tree never signs.
-        """
-        n = len(self._tree)
-        if n and self.repo.chain_at(conn, n - 1) != self._tree_chain:
-            self._tree = MerkleTree()
-        size = self.repo.size(conn)
-        if size > len(self._tree):
-            self._tree.extend(self.repo.leaf_hashes(conn, start=len(self._tree), size=size))
-            self._tree_chain = self.repo.chain_at(conn, size - 1) or GENESIS_PREV
-        return self._tree, size
+    def tree(self) -> TileTree:
+        """The log's Merkle tree as the database holds it now (read from its tiles, a connection a read)."""
+        return TileTree(self.repo.tile_source(), self.repo.size())
 
-    def tree(self) -> MerkleTree:
-        """The Merkle tree of the log, kept in this process and extended with entries logged since."""
-        # same lock order as keyring(): the database transaction first, then the cache lock
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            return self._tree_at(conn)[0]
+    def root(self, size: int | None = None) -> bytes:
+        """The Merkle root of the log (or of its first ``size`` entries), from the tiles."""
+        with self.repo.read(snapshot=True) as conn:
+            return self._tree_at(conn, size).root()
 
     def log_public_key(self) -> PublicKey:
         return self.signing_key(self.cfg.log_key).public
@@ -1024,13 +1028,10 @@ class Ledger:
     def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint:
         """A checkpoint of the log as the database holds it now (or at an earlier size), signed and not
         stored: reads never write. The published ones are the sequencer's (``publish_checkpoint``)."""
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            tree, current = self._tree_at(conn)
-            n = current if size is None else size
-            if not 0 <= n <= current:
-                raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
-            root = tree.root(n)
-        return self._sign(n, root)
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, size)
+            root = tree.root()
+        return self._sign(tree.size, root)
 
     def keep_checkpoint(self, size: int | None = None) -> Checkpoint:
         """A signed checkpoint for a reader (kept name for callers): nothing is written."""
@@ -1106,9 +1107,10 @@ class Ledger:
                     stored = self.repo.checkpoint_root(cp.size, conn)
                     if stored is None:
                         # the root is what the database holds now, not only what this process computed
-                        tree, current = self._tree_at_locked(conn)
-                        if cp.size > current or tree.root(cp.size) != cp.root:
+                        current = self.repo.size(conn)
+                        if cp.size > current or self._tree_at(conn, cp.size).root() != cp.root:
                             raise IntegrityError(f"log root at size {cp.size} changed while it was signed")
+                        self._write_tiles(conn, cp.size)
                         self.repo.insert_checkpoint(
                             conn, cp.size, cp.root.hex(), cp.note, format_time(now_utc()), LOG_FORMAT
                         )
@@ -1119,9 +1121,48 @@ class Ledger:
                 if attempt == 2:
                     raise
 
-    def _tree_at_locked(self, conn: sa.Connection) -> tuple[MerkleTree, int]:
-        with self._cache_lock:
-            return self._tree_at(conn)
+    def _write_tiles(self, conn: sa.Connection, size: int) -> int:
+        """Store the full hash tiles a checkpoint of ``size`` covers that the database lacks, level by
+        level, inside the publishing transaction (it holds the appenders' lock, so two servers on one
+        database never write the same tile twice). Returns how many were written.
+
+        The stored tiles of each level are a prefix of that level's full tiles (a rollback loses a tail
+        of the log and so the tiles of that tail): the first missing one is found by bisection."""
+        written = 0
+        level = 0
+        while (full := full_tiles(level, size)) > 0:
+            lo, hi = 0, full  # tiles [0, lo) are stored; [hi, full) are not
+            if self.repo.has_tile(conn, level, full - 1):
+                lo = hi = full
+            else:
+                hi = full - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.repo.has_tile(conn, level, mid):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < full:
+                tree = TileTree(self.repo.tile_source(conn), size)
+                rows = []
+                for idx in range(lo, full):
+                    hashes = tree.tile(level, idx)
+                    root = tree.node(TILE_HEIGHT * (level + 1), idx)
+                    last = tile_last_seq(level, idx)
+                    rows.append(
+                        {
+                            "level": level,
+                            "idx": idx,
+                            "chain_hash": self.repo.chain_at(conn, last),
+                            "last_seq": last,
+                            "hashes": hashes,
+                            "root": root,
+                        }
+                    )
+                self.repo.insert_tiles(conn, rows)
+                written += len(rows)
+            level += 1
+        return written
 
     def _publish_due(self, conn: sa.Connection, size: int) -> bool:
         """Whether the sequencer publishes after this append: every ``CHECKPOINT_EVERY`` entries, or when
@@ -1147,18 +1188,15 @@ class Ledger:
 
     def tile(self, level: int, index: int, width: int | None = None) -> bytes:
         """The C2SP tlog-tiles hash tile ``level``/``index`` (full: 256 hashes; or partial of ``width``),
-        from the tree checked against the database. ``EntryNotFoundError`` when the log has no such tile."""
+        from the stored tiles. ``EntryNotFoundError`` when the log has no such tile."""
         if not 0 <= level <= 63 or index < 0 or (width is not None and not 1 <= width <= 255):
             raise InputError("no such tile (level 0..63, index >= 0, width 1..255)")
         w = TILE_WIDTH if width is None else width
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            tree, _size = self._tree_at(conn)
-            k = TILE_HEIGHT * level
-            nodes = tree.levels[k] if k < len(tree.levels) else []
-            lo = index * TILE_WIDTH
-            if lo + w > len(nodes):
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn)
+            if (index * TILE_WIDTH + w) << (TILE_HEIGHT * level) > tree.size:
                 raise EntryNotFoundError(f"the log has no tile {level}/{index} of width {w} yet")
-            return b"".join(nodes[lo : lo + w])
+            return tree.tile(level, index, width)
 
     def entry_bundle(self, index: int, width: int | None = None) -> bytes:
         """The C2SP entry bundle ``index``: the log records, each after its big-endian uint16 length."""
@@ -1173,6 +1211,57 @@ class Ledger:
         if any(r is None for r in records):
             raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
         return b"".join(len(r).to_bytes(2, "big") + r for r in records if r is not None)
+
+    def export_tiles(self, directory: Path, *, size: int | None = None) -> dict[str, Any]:
+        """Write the log (at its size, or ``size``) as C2SP tlog-tiles static files under ``directory``:
+        ``checkpoint``, ``tile/<L>/<N>[.p/<W>]`` and ``tile/entries/<N>[.p/<W>]``, each replaced
+        atomically, the checkpoint last (a reader never sees a checkpoint whose tiles are not there yet).
+
+        One read snapshot; the leaves stream through a ``TileBuilder`` (bounded memory), whose root must
+        be the one the tiles give. A full tile or bundle already there with the same bytes is kept."""
+        out = Path(directory)
+        written = kept = 0
+
+        def put(rel: str, data: bytes) -> None:
+            nonlocal written, kept
+            path = out / rel
+            with contextlib.suppress(OSError):
+                if path.stat().st_size == len(data) and path.read_bytes() == data:
+                    kept += 1
+                    return
+            write_atomic(path, data)
+            written += 1
+
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, size)
+            n, root = tree.size, tree.root()
+            builder = TileBuilder()
+            bundle: list[bytes] = []
+            for seq, record, leaf in self.repo.iter_records(conn, n):
+                if record is None:
+                    raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
+                if int(seq) != len(builder):
+                    raise IntegrityError(f"the log skips from seq {len(builder) - 1} to {seq}")
+                for t in builder.append(bytes.fromhex(str(leaf))):
+                    put(f"tile/{t.level}/{tile_path(t.index)}", t.hashes)
+                rec = bytes(record)
+                bundle.append(len(rec).to_bytes(2, "big") + rec)
+                if len(bundle) == TILE_WIDTH:
+                    put(f"tile/entries/{tile_path(int(seq) // TILE_WIDTH)}", b"".join(bundle))
+                    bundle = []
+            if builder.root() != root:
+                raise IntegrityError("the log's leaves do not give the root its tiles give")
+        for level in range(builder.levels):
+            part = builder.partial(level)
+            if part:
+                count = n >> (TILE_HEIGHT * level)
+                width = len(part) // 32
+                put(f"tile/{level}/{tile_path(count // TILE_WIDTH)}.p/{width}", part)
+        if bundle:
+            put(f"tile/entries/{tile_path(n // TILE_WIDTH)}.p/{len(bundle)}", b"".join(bundle))
+        cp = self._sign(n, root)
+        write_atomic(out / "checkpoint", cp.note.encode())
+        return {"directory": str(out), "size": n, "root": root.hex(), "written": written + 1, "kept": kept}
 
     def receipt(self, entry: LoggedEntry) -> Receipt:
         """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin."""
@@ -1213,16 +1302,14 @@ class Ledger:
     def inclusion(self, id_or_prefix: str, *, size: int | None = None) -> dict[str, Any]:
         """An inclusion proof of the entry's log record, with the record and envelope it names (read only)."""
         entry = self.get(id_or_prefix)
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            tree, current = self._tree_at(conn)
-            n = current if size is None else size
-            if not 0 <= n <= current:
-                raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, size)
+            n = tree.size
             if entry.seq >= n:
                 raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {n}")
-            root = tree.root(n)
-            proof = tree.inclusion_proof(entry.seq, n)
-            leaf = tree.levels[0][entry.seq]
+            root = tree.root()
+            proof = tree.inclusion_proof(entry.seq)
+            leaf = tree.leaf(entry.seq)
             record = self.repo.record_at(conn, entry.seq)
         cp = self._sign(n, root)
         return {
@@ -1240,16 +1327,15 @@ class Ledger:
 
     def consistency(self, old_size: int, new_size: int | None = None) -> dict[str, Any]:
         """A consistency proof between two sizes, with both signed checkpoints (read only)."""
-        with self.repo.read(snapshot=True) as conn, self._cache_lock:
-            tree, current = self._tree_at(conn)
-            new = current if new_size is None else new_size
-            for n in (old_size, new):
-                if not 0 <= n <= current:
-                    raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
-            if old_size > new:
-                raise InputError(f"consistency needs old size ({old_size}) <= new size ({new})")
-            proof = tree.consistency_proof(old_size, new) if old_size else []
-            roots = tree.root(old_size), tree.root(new)
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, new_size)
+            new = tree.size
+            if not 0 <= old_size <= new:
+                if 0 <= old_size <= self.repo.size(conn):
+                    raise InputError(f"consistency needs old size ({old_size}) <= new size ({new})")
+                raise InputError(f"the log has {new} entries; no checkpoint at size {old_size}")
+            proof = tree.consistency_proof(old_size) if old_size else []
+            roots = tree.root(old_size), tree.root()
         old_cp, new_cp = self._sign(old_size, roots[0]), self._sign(new, roots[1])
         return {
             "type": "consistency",
@@ -1263,14 +1349,25 @@ class Ledger:
 
     # --- verification ----------------------------------------------------------------------------
 
+    def held_checkpoint(self, note: str) -> Checkpoint:
+        """A checkpoint of this log someone holds (its signed note), its signature checked with the log
+        key under the origin; ``ProofError`` for a note of another log or key, or one that does not verify."""
+        cp = parse_checkpoint(note, self.note_key_name, self.log_public_key())
+        if cp.origin != self.cfg.origin:
+            raise ProofError(f"the checkpoint is of the log {cp.origin!r}, not {self.cfg.origin!r}")
+        return cp
+
     def verify(
         self,
         *,
         artifacts: bool = True,
         workers: int | None = None,
+        since: str | Checkpoint | None = None,
         progress: Callable[[int], object] | None = None,
     ) -> VerifyReport:
-        """``progress(n)``: n more entries checked (per range of the log; the CLI's bar)."""
+        """Verify the log (``ledger.verify``); ``since``: a held signed checkpoint (note text or parsed) to
+        verify incrementally from; ``progress(n)``: n more entries checked (the CLI's bar)."""
+        held = self.held_checkpoint(since) if isinstance(since, str) else since
         return verify_log(
             self.repo,
             self.store,
@@ -1282,6 +1379,7 @@ class Ledger:
             artifacts=artifacts,
             workers=workers,
             progress=progress,
+            since=held,
         )
 
     def iter_rows(self, batch: int = 5000) -> Iterator[Any]:

@@ -1,15 +1,20 @@
-"""Full-ledger verification: entry ids, signatures, schema, chain, Merkle root, checkpoints, artifacts.
+"""Ledger verification: entry ids, signatures, schema, chain, Merkle root, tiles, checkpoints, artifacts.
 
-Per-entry work (hashing, parsing, signature checks) runs in worker processes over sequence ranges;
-what depends on order (chain links, key roles and revocations) is checked afterwards in one pass.
+Streaming, in bounded memory: per-entry work (hashing, parsing, signature checks) runs in worker processes
+over sequence ranges, a few ranges in flight; what depends on order (chain links, key roles and
+revocations, the tree) is checked as each range comes back, in log order, keeping only the tree's right
+edge (``ledger.tiles.TileBuilder``). Stored checkpoints are checked as the log passes their size, stored
+tiles as they complete. From a held signed checkpoint (``since``) only the entries after it are checked,
+once the log is proved consistent with it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -22,22 +27,26 @@ from ledger.errors import (
     LedgerError,
     LogFormatError,
     LogOrderError,
+    ProofError,
     UnknownSignerError,
 )
 from ledger.hashing import parse_digest
+from ledger.keyring import Keyring
 from ledger.log import (
     GENESIS_PREV,
+    Checkpoint,
     LogRecord,
-    MerkleTree,
     chain_hash,
     entry_id_of,
     leaf_hash,
     parse_checkpoint,
+    verify_consistency,
 )
 from ledger.repo import LogRepo
 from ledger.signing import PublicKey, parse_envelope
 from ledger.store.base import ArtifactStore
-from ledger.trust import TrustedLog
+from ledger.tiles import TileBuilder, TileTree, tile_last_seq
+from ledger.trust import TrustedLog, replay_keys
 
 __all__ = ["Problem", "VerifyProblem", "VerifyReport", "verify_log"]
 
@@ -63,6 +72,8 @@ class Problem(StrEnum):
     SEQ_GAP = "seq-gap"
     BAD_KEY_ENTRY = "bad-key-entry"
     CHECKPOINT_MISMATCH = "checkpoint-mismatch"
+    TILE_MISMATCH = "tile-mismatch"
+    LOG_INCONSISTENT = "log-inconsistent"
 
 
 @dataclass
@@ -82,6 +93,8 @@ class VerifyReport:
     root: str = ""
     artifacts_checked: int = 0
     checkpoints_checked: int = 0
+    tiles_checked: int = 0
+    checked_from: int = 0  # the size of the held checkpoint verification started from (0: the whole log)
     incomplete_uploads: int = 0  # temp files of writers that died mid-put: information, never artifacts
     problems: list[VerifyProblem] = field(default_factory=list)
 
@@ -95,6 +108,8 @@ class VerifyReport:
             "root": self.root,
             "artifacts_checked": self.artifacts_checked,
             "checkpoints_checked": self.checkpoints_checked,
+            "tiles_checked": self.tiles_checked,
+            "checked_from": self.checked_from,
             "incomplete_uploads": self.incomplete_uploads,
             "problems": [p.to_json() for p in self.problems],
         }
@@ -110,21 +125,29 @@ class _Seen:
     prev: str
     chain: str
     key_payload: dict[str, Any] | None
+    leaf: bytes  # the stored leaf hash (the one the served tree is made of)
     v1_leaf: bytes | None  # the format-1 leaf (the bare envelope's), when format-1 checkpoints need it
 
 
-def _check_range(
-    url: str, lo: int, hi: int, keys: dict[str, bytes], v1: bool = False
-) -> tuple[list[tuple[Any, ...]], list[_Seen], list[tuple[str, str]]]:
-    """Verify entries with lo <= seq < hi; returns problems, order facts, stored artifact digests."""
+_Result = tuple[list[tuple[Any, ...]], list[_Seen], list[Any]]
+
+
+def _check_range(url: str, lo: int, hi: int, keys: dict[str, bytes], v1: bool = False) -> _Result:
+    """Verify entries with lo <= seq < hi; returns problems, order facts, and the stored tiles whose last
+    leaf is in the range (checked in order)."""
     engine = make_engine(url)
     try:
-        got = LogRepo(engine).range_rows(lo, hi)
+        repo = LogRepo(engine)
+        got = repo.range_rows(lo, hi)
+        with repo.read() as conn:
+            tiles = [
+                (int(t.level), int(t.idx), str(t.chain_hash), int(t.last_seq), bytes(t.hashes), bytes(t.root))
+                for t in repo.tile_rows(conn, lo, hi)
+            ]
     finally:
         engine.dispose()
     problems: list[tuple[Any, ...]] = []
     seen: list[_Seen] = []
-    artifacts: list[tuple[str, str]] = []
     subjects, refs, arts = got.subjects, got.refs, got.artifacts
     for row in got.entries:
         env_bytes = bytes(row.envelope)
@@ -147,6 +170,12 @@ def _check_range(
             problem(Problem.RECORD_MISMATCH, "stored log record disagrees with the row's seq/logged_at/id")
         if leaf_hash(record).hex() != row.leaf_hash:
             problem(Problem.LEAF_HASH_MISMATCH, "stored leaf hash does not match the log record")
+        try:
+            leaf = bytes.fromhex(row.leaf_hash)
+        except (TypeError, ValueError):
+            leaf = b""
+        if len(leaf) != 32:
+            leaf = leaf_hash(record)
         if chain_hash(row.seq, row.entry_id, row.prev_hash, row.logged_at) != row.chain_hash:
             problem(Problem.CHAIN_BROKEN, "chain hash does not match the log record")
         key_payload: dict[str, Any] | None = None
@@ -175,7 +204,6 @@ def _check_range(
                 problem(Problem.INDEX_MISMATCH, "ref index rows disagree with the entry")
             if {(a.name, a.digest, a.stored) for a in st.artifacts} != arts.get(row.seq, set()):
                 problem(Problem.INDEX_MISMATCH, "artifact index rows disagree with the entry")
-            artifacts.extend((a.digest, a.name) for a in st.artifacts if a.stored)
         except LedgerError as e:
             problem(e.code, e.message)
         seen.append(
@@ -188,10 +216,11 @@ def _check_range(
                 row.prev_hash,
                 row.chain_hash,
                 key_payload,
+                leaf,
                 leaf_hash(env_bytes) if v1 else None,
             )
         )
-    return problems, seen, artifacts
+    return problems, seen, tiles
 
 
 def _public_keys(repo: LogRepo) -> dict[str, bytes]:
@@ -207,6 +236,82 @@ def _public_keys(repo: LogRepo) -> dict[str, bytes]:
     return out
 
 
+@dataclass
+class _Order:
+    """What the in-order pass carries from one range to the next: O(log n) hashes and the key state."""
+
+    trusted: TrustedLog
+    prev_chain: str
+    expected_seq: int
+    builder: TileBuilder
+    v1_builder: TileBuilder | None
+    checkpoints: Iterator[Any]
+    next_cp: Any
+
+
+def _held_start(
+    repo: LogRepo, since: Checkpoint, root_key_id: str, problems: list[VerifyProblem]
+) -> tuple[_Order, int] | None:
+    """The in-order state at a held checkpoint's size, read from the tiles and the key entries before it,
+    after proving the log consistent with it. None (with the problem named) when it is not."""
+    s = since.size
+    with repo.read(snapshot=True) as conn:
+        current = repo.size(conn)
+        if s > current:
+            problems.append(
+                VerifyProblem(
+                    Problem.LOG_INCONSISTENT,
+                    f"the held checkpoint is of size {s}; the log has {current} entries (entries lost)",
+                )
+            )
+            return None
+        now = TileTree(repo.tile_source(conn), current)
+        try:
+            proof = now.consistency_proof(s) if s else []
+            if s:
+                verify_consistency(s, current, since.root, now.root(), proof)
+            elif since.root != now.root(0):
+                raise ProofError("the held checkpoint of size 0 has another root than the empty tree")
+        except LedgerError as e:
+            problems.append(
+                VerifyProblem(
+                    Problem.LOG_INCONSISTENT,
+                    f"the log is not consistent with the held checkpoint at size {s}: {e.message}",
+                )
+            )
+            return None
+        # Below the checkpoint the tree is proved; each key entry and the last entry are checked against
+        # its leaves (so the keys and the log time carried over are the ones the checkpoint commits).
+        held = TileTree(repo.tile_source(conn), s)
+        rows = list(repo.key_entries(conn, 0, s))
+        last = repo.row_at(conn, s - 1) if s else None
+        for r in rows + ([last] if last is not None else []):
+            record = LogRecord(int(r.seq), r.logged_at, r.entry_id, r.kind, r.signer)
+            if record.leaf() != held.leaf(int(r.seq)) or entry_id_of(bytes(r.envelope)) != r.entry_id:
+                problems.append(
+                    VerifyProblem(
+                        Problem.LOG_INCONSISTENT,
+                        "an entry before the held checkpoint is not the one its tree commits",
+                        seq=int(r.seq),
+                        id=str(r.entry_id),
+                    )
+                )
+                return None
+        ring = replay_keys(Keyring(), [(int(r.seq), bytes(r.envelope)) for r in rows], s)
+        last_at = parse_time(last.logged_at) if last is not None else None
+        builder = held.builder()
+    order = _Order(
+        TrustedLog(root_key_id, ring, last_logged_at=last_at),
+        str(last.chain_hash) if last is not None else GENESIS_PREV,
+        s,
+        builder,
+        None,
+        iter(()),
+        None,
+    )
+    return order, current
+
+
 def verify_log(
     repo: LogRepo,
     store: ArtifactStore,
@@ -219,77 +324,161 @@ def verify_log(
     artifacts: bool = True,
     workers: int | None = None,
     progress: Callable[[int], object] | None = None,
+    since: Checkpoint | None = None,
 ) -> VerifyReport:
-    """Check the whole log (and, with ``artifacts``, every stored artifact); every problem is reported."""
+    """Check the whole log (and, with ``artifacts``, every stored artifact); every problem is reported.
+
+    ``since``: a signed checkpoint of this log the caller holds (its signature already checked): the log
+    must be consistent with it, and only the entries after it (and the checkpoints and tiles they
+    complete) are checked again."""
     report = VerifyReport()
+    problems: list[VerifyProblem] = report.problems
     with repo.read() as conn:
         lo, hi, count = repo.bounds(conn)
-        leaves = repo.leaf_hashes(conn)
-        checkpoints = repo.checkpoints(conn)
-    problems: list[VerifyProblem] = report.problems
-    if count == 0 or lo is None or hi is None:
-        report.size = 0
-        return report
+    v1 = since is None and any(cp.format == 1 for cp in repo.iter_checkpoints())
+
+    if since is not None:
+        report.checked_from = since.size
+        started = _held_start(repo, since, root_key_id, problems)
+        if started is None:
+            report.size = count
+            return report
+        order, end = started
+        order.checkpoints = repo.iter_checkpoints(since.size)
+    else:
+        end = 0 if hi is None else hi + 1
+        order = _Order(
+            TrustedLog(root_key_id),
+            GENESIS_PREV,
+            0,
+            TileBuilder(),
+            TileBuilder() if v1 else None,
+            repo.iter_checkpoints(),
+            None,
+        )
+        if count and lo != 0:
+            problems.append(VerifyProblem(Problem.SEQ_GAP, f"the log starts at seq {lo}, not 0", seq=lo))
+    order.next_cp = next(order.checkpoints, None)
+    start = order.expected_seq
+
+    def checkpoints_upto(size: int) -> None:
+        """Check the stored checkpoints of ``size`` (the tree stands at it) and below not yet checked."""
+        while order.next_cp is not None and order.next_cp.size <= size:
+            _check_checkpoint(order, order.next_cp, origin, log_key_name, log_public_key, report, since)
+            order.next_cp = next(order.checkpoints, None)
+
+    checkpoints_upto(start)
     keys = _public_keys(repo)
-    v1 = any(cp.format == 1 for cp in checkpoints)
-    ranges = [(a, min(a + _CHUNK, hi + 1)) for a in range(0, hi + 1, _CHUNK)]
+    ranges = [(a, min(a + _CHUNK, end)) for a in range(start, end, _CHUNK)]
     n = workers or os.cpu_count() or 1
-    url = database_url
-    results: list[tuple[list[tuple[Any, ...]], list[_Seen], list[tuple[str, str]]]]
+
+    def consume(res: _Result) -> None:
+        _in_order(order, res, report, checkpoints_upto)
+        if progress is not None:
+            progress(len(res[1]))  # entries whose signatures, records and order are checked
+
     if n > 1 and len(ranges) > 1:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            results = []
-            checked = pool.map(
-                _check_range,
-                [url] * len(ranges),
-                [a for a, _ in ranges],
-                [b for _, b in ranges],
-                [keys] * len(ranges),
-                [v1] * len(ranges),
-            )
-            for (a, b), result in zip(ranges, checked, strict=True):
-                results.append(result)
-                if progress is not None:
-                    progress(b - a)  # entries whose signatures and records are checked
+            todo = iter(ranges)
+            window: deque[Future[_Result]] = deque()
+
+            def submit() -> None:
+                nxt = next(todo, None)
+                if nxt is not None:
+                    window.append(pool.submit(_check_range, database_url, nxt[0], nxt[1], keys, v1))
+
+            for _ in range(2 * n):
+                submit()
+            while window:
+                res = window.popleft().result()
+                submit()
+                consume(res)
     else:
-        results = []
         for a, b in ranges:
-            results.append(_check_range(url, a, b, keys, v1))
-            if progress is not None:
-                progress(b - a)
+            consume(_check_range(database_url, a, b, keys, v1))
 
-    seen: list[_Seen] = []
-    stored: dict[str, str] = {}
-    for probs, chunk_seen, arts in results:
-        problems.extend(VerifyProblem(code=c, message=m, seq=q, id=i) for q, i, c, m in probs)
-        seen.extend(chunk_seen)
-        for digest, name in arts:
-            stored.setdefault(digest, name)
+    # checkpoints beyond the log: the log no longer has what they signed
+    while order.next_cp is not None:
+        _check_checkpoint(order, order.next_cp, origin, log_key_name, log_public_key, report, since)
+        order.next_cp = next(order.checkpoints, None)
+    report.size = len(order.builder)
+    report.root = order.builder.root().hex()
 
-    # Order-dependent checks: contiguous sequence, chain links, trust root, roles and revocations,
-    # by the same trust rules ingest applied (signatures were checked per entry above).
-    if lo != 0:
-        problems.append(VerifyProblem(Problem.SEQ_GAP, f"the log starts at seq {lo}, not 0", seq=lo))
-    trusted = TrustedLog(root_key_id)
-    prev_chain = GENESIS_PREV
-    expected_seq = 0
-    for s in seen:
-        if s.seq != expected_seq:
+    stale = getattr(store, "stale_incoming", None)
+    if stale is not None:
+        report.incomplete_uploads = len(stale(0.0))
+    if artifacts:
+        for digest, name in repo.stored_artifacts(start):
+            report.artifacts_checked += 1
+            try:
+                store.verify(parse_digest(digest))
+            except LedgerError as e:
+                owners = [o for o in repo.with_artifact(digest) if o[0] >= start]
+                for seq, eid in owners or [(-1, "")]:
+                    problems.append(
+                        VerifyProblem(
+                            e.code,
+                            f"artifact {name}: {e.message}",
+                            seq=seq if seq >= 0 else None,
+                            id=eid or None,
+                        )
+                    )
+    problems.sort(key=lambda p: (p.seq if p.seq is not None else -1, p.code))
+    return report
+
+
+def _in_order(
+    order: _Order, result: _Result, report: VerifyReport, checkpoints_upto: Callable[[int], None]
+) -> None:
+    """The order-dependent checks of one range's results, in log order: contiguous sequence, chain links,
+    trust root, roles and revocations (by the trust rules ingest applied; signatures were checked per
+    entry), the tree, its stored tiles and the checkpoints the range passes."""
+    probs, chunk_seen, tile_rows = result
+    problems = report.problems
+    problems.extend(VerifyProblem(code=c, message=m, seq=q, id=i) for q, i, c, m in probs)
+    stored: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
+    for t in tile_rows:
+        stored.setdefault((t[0], t[1]), []).append(t)
+    chains: dict[int, str] = {}
+    trusted = order.trusted
+    for s in chunk_seen:
+        if s.seq != order.expected_seq:
             problems.append(
                 VerifyProblem(
-                    Problem.SEQ_GAP, f"expected seq {expected_seq}, found {s.seq}", seq=s.seq, id=s.entry_id
+                    Problem.SEQ_GAP,
+                    f"expected seq {order.expected_seq}, found {s.seq}",
+                    seq=s.seq,
+                    id=s.entry_id,
                 )
             )
-            expected_seq = s.seq
-        if s.prev != prev_chain:
+            order.expected_seq = s.seq
+        if s.prev != order.prev_chain:
             problems.append(
                 VerifyProblem(
                     Problem.CHAIN_BROKEN, "entry does not link to its predecessor", seq=s.seq, id=s.entry_id
                 )
             )
-        prev_chain = s.chain
-        expected_seq += 1
+        order.prev_chain = s.chain
+        order.expected_seq += 1
+        chains[s.seq] = s.chain
+        for tile in order.builder.append(s.leaf):
+            report.tiles_checked += 1
+            for level, idx, chain, last_seq, hashes, root in stored.pop((tile.level, tile.index), []):
+                if chain != s.chain:
+                    continue  # a tile of another log (one a rollback lost): never read
+                if last_seq != tile.last_seq or hashes != tile.hashes or root != tile.root:
+                    problems.append(
+                        VerifyProblem(
+                            Problem.TILE_MISMATCH,
+                            f"stored tile {level}/{idx} is not the log's (proofs from it would not verify)",
+                            seq=s.seq,
+                            id=s.entry_id,
+                        )
+                    )
+        if order.v1_builder is not None and s.v1_leaf is not None:
+            order.v1_builder.append(s.v1_leaf)
+        checkpoints_upto(len(order.builder))
         try:
             at = parse_time(s.logged_at)
         except LedgerError as e:
@@ -312,55 +501,57 @@ def verify_log(
                 trusted.update(s.seq, "", {}, at)
         except LedgerError as e:
             problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, e.message, seq=s.seq, id=s.entry_id))
+    # stored tiles the range's leaves did not complete, at a position the log holds with their chain hash
+    for rows in stored.values():
+        for level, idx, chain, last_seq, _hashes, _root in rows:
+            if chains.get(last_seq) == chain:
+                problems.append(
+                    VerifyProblem(
+                        Problem.TILE_MISMATCH,
+                        f"stored tile {level}/{idx} names leaf {last_seq}, not its last "
+                        f"({tile_last_seq(level, idx)})",
+                        seq=last_seq,
+                    )
+                )
 
-    report.size = len(leaves)
-    tree = MerkleTree(leaves)
-    root = tree.root()
-    report.root = root.hex()
+
+def _check_checkpoint(
+    order: _Order,
+    cp: Any,
+    origin: str,
+    log_key_name: str,
+    log_public_key: PublicKey,
+    report: VerifyReport,
+    since: Checkpoint | None,
+) -> None:
+    """Check one stored checkpoint against the tree standing at its size (or beyond the log)."""
+    problems = report.problems
+    fmt1 = cp.format == 1
+    if fmt1 and since is not None:
+        problems.append(
+            VerifyProblem(
+                Problem.LOG_FORMAT,
+                f"the format-1 checkpoint at size {cp.size} is checked only by a full `ledger verify`",
+            )
+        )
+        return
+    report.checkpoints_checked += 1
+    try:
+        parsed = parse_checkpoint(cp.note, log_key_name if fmt1 else origin, log_public_key)
+    except LedgerError as e:
+        problems.append(VerifyProblem(e.code, f"checkpoint at size {cp.size}: {e.message}"))
+        return
+    if parsed.size != cp.size or parsed.root.hex() != cp.root:
+        problems.append(
+            VerifyProblem(Problem.CHECKPOINT_MISMATCH, f"checkpoint row {cp.size} disagrees with its note")
+        )
     # checkpoints signed before ``ledger migrate`` (format 1) commit the bare envelopes' tree, under the
     # log key's own name; later ones the records' tree, under the origin (C2SP)
-    v1_tree = MerkleTree([s.v1_leaf for s in seen if s.v1_leaf is not None]) if v1 else tree
-    for cp in checkpoints:
-        report.checkpoints_checked += 1
-        fmt1 = cp.format == 1
-        try:
-            parsed = parse_checkpoint(cp.note, log_key_name if fmt1 else origin, log_public_key)
-        except LedgerError as e:
-            problems.append(VerifyProblem(e.code, f"checkpoint at size {cp.size}: {e.message}"))
-            continue
-        if parsed.size != cp.size or parsed.root.hex() != cp.root:
-            problems.append(
-                VerifyProblem(
-                    Problem.CHECKPOINT_MISMATCH, f"checkpoint row {cp.size} disagrees with its note"
-                )
+    b = order.v1_builder if fmt1 else order.builder
+    if b is None or parsed.origin != origin or parsed.size != len(b) or b.root() != parsed.root:
+        problems.append(
+            VerifyProblem(
+                Problem.CHECKPOINT_MISMATCH,
+                f"the log no longer has the root signed in the checkpoint at size {parsed.size}",
             )
-        t = v1_tree if fmt1 else tree
-        if parsed.origin != origin or parsed.size > len(t) or t.root(parsed.size) != parsed.root:
-            problems.append(
-                VerifyProblem(
-                    Problem.CHECKPOINT_MISMATCH,
-                    f"the log no longer has the root signed in the checkpoint at size {parsed.size}",
-                )
-            )
-
-    stale = getattr(store, "stale_incoming", None)
-    if stale is not None:
-        report.incomplete_uploads = len(stale(0.0))
-    if artifacts:
-        for digest, name in sorted(stored.items()):
-            report.artifacts_checked += 1
-            try:
-                store.verify(parse_digest(digest))
-            except LedgerError as e:
-                owners = repo.with_artifact(digest)
-                for seq, eid in owners or [(-1, "")]:
-                    problems.append(
-                        VerifyProblem(
-                            e.code,
-                            f"artifact {name}: {e.message}",
-                            seq=seq if seq >= 0 else None,
-                            id=eid or None,
-                        )
-                    )
-    problems.sort(key=lambda p: (p.seq if p.seq is not None else -1, p.code))
-    return report
+        )

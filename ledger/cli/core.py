@@ -44,6 +44,7 @@ proof_app = typer.Typer(
     help="Inclusion and consistency proofs, and their offline verification.", no_args_is_help=True
 )
 store_app = typer.Typer(help="The artifact store.", no_args_is_help=True)
+tiles_app = typer.Typer(help="The log as C2SP tlog-tiles static files.", no_args_is_help=True)
 
 
 def _roles(roles: list[str]) -> list[str]:
@@ -467,14 +468,27 @@ def verify(
             help="Verify this database (SQLAlchemy URL) instead of the home's, with the home's keys."
         ),
     ] = None,
+    since: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            "--since-checkpoint",
+            help="A signed checkpoint of this log held from before (C2SP note file): prove the log "
+            "consistent with it and check only the entries after it.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> Outcome:
-    """Check every signature, chain link, Merkle root, checkpoint and artifact; exit 1 on any problem."""
+    """Check every signature, chain link, Merkle root, tile, checkpoint and artifact (streaming, in
+    bounded memory); exit 1 on any problem."""
     from ledger.service import Ledger
 
     ledger = Ledger.open(home_path(), database_url=database_url) if database_url else get_ledger()
+    note = since.read_text(encoding="utf-8") if since is not None else None
     with progress("verifying the ledger", total=ledger.size(), unit="entries", quiet=json_out) as bar:
-        report = ledger.verify(artifacts=artifacts, workers=workers, progress=bar.hook)
+        report = ledger.verify(artifacts=artifacts, workers=workers, since=note, progress=bar.hook)
     if json_out:
         print_json(report.to_json())
     else:
@@ -482,8 +496,9 @@ def verify(
             where = f"seq {p.seq} {p.id[:16] if p.id else ''}" if p.seq is not None else "ledger"
             err.print(Text.assemble(("problem", "red"), f" [{p.code}] {where}: {p.message}"), soft_wrap=True)
         status = "ok" if report else f"{len(report.problems)} problem(s)"
+        start = f" (from the held checkpoint at {report.checked_from})" if since is not None else ""
         sys.stdout.write(
-            f"{status}: {report.size} entries, root {report.root[:16]}…, "
+            f"{status}: {report.size} entries{start}, root {report.root[:16]}…, "
             f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints\n"
         )
     return Outcome.OK if report else Outcome.NO
@@ -542,8 +557,9 @@ def audit(
 
 def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
     """Upgrade a home made by an older ledger, in place: its database to this ledger's log format (Alembic
-    revision 0002: every Merkle leaf commits the log record; 64-bit seq on PostgreSQL) and its configuration
-    to paths relative to the home. Checkpoints signed before stay checkable; run `ledger verify` after."""
+    revision 0002: every Merkle leaf commits the log record; 64-bit seq on PostgreSQL; 0003: witness
+    cosignatures; 0004: the hash tiles) and its configuration to paths relative to the home. Checkpoints
+    signed before stay checkable; run `ledger verify` after."""
     from ledger.db import SCHEMA_HEAD, make_engine, schema_revision
     from ledger.db import migrate as upgrade
     from ledger.home import Home
@@ -588,6 +604,24 @@ def checkpoint(
         )
     else:
         sys.stdout.write(cp.note)
+
+
+@tiles_app.command("export")
+def tiles_export(
+    directory: Annotated[Path, typer.Argument(help="Folder to write into (made when missing).")],
+    size: Annotated[int | None, typer.Option(help="Tree size (default: the whole log).")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Write `checkpoint`, `tile/<L>/<N>[.p/<W>]` and `tile/entries/<N>[.p/<W>]` (C2SP tlog-tiles) as static
+    files an object store or CDN can serve; each file is replaced atomically, the checkpoint last."""
+    info = get_ledger().export_tiles(directory, size=size)
+    if json_out:
+        print_json(info)
+    else:
+        out.print(
+            f"exported {info['size']} entries to {info['directory']}: "
+            f"{info['written']} files written, {info['kept']} kept"
+        )
 
 
 @proof_app.command("inclusion")
@@ -761,3 +795,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(keys_app, name="keys")
     app.add_typer(store_app, name="store")
     app.add_typer(proof_app, name="proof")
+    app.add_typer(tiles_app, name="tiles")

@@ -146,3 +146,59 @@ def test_tiles_client_from_the_spec_recomputes_the_signed_root(served: tuple[Dep
     assert httpx.get(base + "/tile/entries/001.p/200", headers=h).status_code == 404
     for bad in ("/tile/0/1", "/tile/0/x000/001", "/tile/0/000.p/256", "/tile/0/000.p/0", "/tile/64/000"):
         assert httpx.get(base + bad, headers=h).status_code in (404, 422), bad
+
+
+def test_tiles_export_is_read_by_the_spec_client(tmp_path: Path, pg_databases: PgDatabases) -> None:
+    """`ledger tiles export DIR` writes the same C2SP paths as static files: the client reads them from
+    the folder alone and recomputes the signed root, now and at an earlier size; a re-export keeps the
+    full tiles (immutable) and adds the new partial ones."""
+    dep = make_deployment("sqlite", tmp_path / "server", pg_databases)
+    try:
+        while dep.ledger.size() < 600:
+            envs = [
+                dep.sign("note", {"campaign": "x"}, {"text": f"#{dep.ledger.size()}-{i}"}) for i in range(200)
+            ]
+            dep.ledger.append(envs)
+        size_now = dep.ledger.size()
+    finally:
+        dep.ledger.close()
+    vkey = subprocess.run(
+        [LEDGER_BIN, "--home", str(dep.home), "keys", "export", "log", "--vkey"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+
+    def export(out: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+        r = subprocess.run(
+            [LEDGER_BIN, "--home", str(dep.home), "tiles", "export", str(out), "--json", *extra],
+            check=False, capture_output=True, text=True,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return dict(json.loads(r.stdout))
+
+    def read_dir(out: Path) -> int:
+        origin, size, root = _check_note((out / "checkpoint").read_text(encoding="utf-8"), vkey)
+        assert origin == vkey.split("+")[0]
+        leaves: list[bytes] = []
+        full, partial = divmod(size, 256)
+        for n in range(full + (1 if partial else 0)):
+            suffix = "" if n < full else f".p/{partial}"
+            tile = (out / f"tile/0/{_index_path(n)}{suffix}").read_bytes()
+            hashes = [tile[i : i + 32] for i in range(0, len(tile), 32)]
+            entries = _bundle((out / f"tile/entries/{_index_path(n)}{suffix}").read_bytes())
+            assert len(entries) == len(hashes) == (256 if n < full else partial)
+            for i, (entry, leaf) in enumerate(zip(entries, hashes, strict=True)):
+                assert _h_leaf(entry) == leaf and json.loads(entry)["index"] == n * 256 + i
+            leaves.extend(hashes)
+        level1 = (out / f"tile/1/{_index_path(0)}.p/{full}").read_bytes()
+        assert level1 == b"".join(_mth(leaves[i * 256 : (i + 1) * 256]) for i in range(full))
+        assert _mth(leaves) == root
+        assert not list(out.rglob("*.tmp")), "no temporary file is left behind"
+        return size
+
+    out = tmp_path / "static"
+    info = export(out)
+    assert info["size"] == size_now and read_dir(out) == size_now
+    old = tmp_path / "old"
+    assert export(old, "--size", "300")["size"] == 300 and read_dir(old) == 300
+    again = export(old)  # the log at its size now, into the folder of the earlier export
+    assert again["kept"] >= 2 and read_dir(old) == size_now  # tile 0/000 and bundle 000 are kept

@@ -406,7 +406,9 @@ def test_a_signal_during_a_harness_gate_stops_the_run_records_the_operator_stop_
         # the engine on it — INCONCLUSIVE with that reason, never a performance/quality failure
         assert v["verdict"] == "INCONCLUSIVE", v["verdict"]
         stopped = gate(ledger, harness)["id"]
-        assert {r["entry"]: r["rule"] for r in v["rejected"]}.get(stopped) == "operator-stopped", v["rejected"]
+        assert {r["entry"]: r["rule"] for r in v["rejected"]}.get(stopped) == "operator-stopped", v[
+            "rejected"
+        ]
         assert ledger.verify()
     finally:
         ledger.close()

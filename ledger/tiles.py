@@ -1,0 +1,345 @@
+"""The Merkle tree as C2SP tlog-tiles: every node, root and proof computed from hash tiles.
+
+A hash tile at level ``L``, index ``N`` holds the 256 hashes of the height-``8L`` subtrees
+``256N .. 256N+255`` (C2SP tlog-tiles). The database keeps the *full* tiles (``ledger.repo``); a
+``TileTree`` computes any node of the RFC 6962 tree at a size from those tiles plus, for the partial
+right edge, at most 255 leaf hashes or tile roots per level: no process holds the whole tree.
+``TileBuilder`` takes leaves in log order and keeps only the right edge (O(log n) hashes and one partial
+tile per level): ``ledger verify`` streams with it, and ``ledger tiles export`` and the migration write
+the tiles that come out of it.
+
+Everything here is pure: hashes in, hashes out, through a ``TileSource`` the caller implements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ledger.errors import InputError, IntegrityError
+from ledger.log import _EMPTY_ROOT, _node, _split, merkle_root
+
+__all__ = [
+    "TILE_HEIGHT",
+    "TILE_WIDTH",
+    "Tile",
+    "TileBuilder",
+    "TileSource",
+    "TileTree",
+    "full_tiles",
+    "tile_last_seq",
+    "tile_path",
+]
+
+TILE_HEIGHT = 8  # C2SP tlog-tiles: a tile is a subtree of height 8 ...
+TILE_WIDTH = 256  # ... of 256 hashes
+HASH = 32
+
+
+def tile_last_seq(level: int, index: int) -> int:
+    """The index of the last leaf under full tile ``level``/``index``."""
+    return ((index + 1) << (TILE_HEIGHT * (level + 1))) - 1
+
+
+def full_tiles(level: int, size: int) -> int:
+    """How many full tiles of ``level`` a tree of ``size`` leaves has."""
+    return size >> (TILE_HEIGHT * (level + 1))
+
+
+def tile_path(n: int) -> str:
+    """C2SP tlog-tiles index path: zero-padded 3-digit elements, all but the last prefixed with ``x``."""
+    digits = str(n)
+    digits = "0" * (-len(digits) % 3) + digits
+    parts = [digits[i : i + 3] for i in range(0, len(digits), 3)]
+    return "/".join(["x" + p for p in parts[:-1]] + [parts[-1]])
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A full hash tile: ``hashes`` is 256 concatenated hashes, ``root`` the hash of the subtree they span."""
+
+    level: int
+    index: int
+    hashes: bytes
+    root: bytes
+
+    @property
+    def last_seq(self) -> int:
+        return tile_last_seq(self.level, self.index)
+
+
+class TileSource(Protocol):
+    """Where a ``TileTree`` reads: the stored full tiles (only those of the log it reads), and leaf hashes."""
+
+    def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        """The stored full tiles of ``level`` with ``lo <= index < hi`` (256 * 32 bytes each), by index."""
+        ...
+
+    def roots(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        """The roots of the stored full tiles of ``level`` with ``lo <= index < hi``, by index."""
+        ...
+
+    def leaves(self, lo: int, hi: int) -> list[bytes]:
+        """The leaf hashes of ``lo <= index < hi``, in order."""
+        ...
+
+
+class TileTree:
+    """The RFC 6962 tree of ``size`` leaves, read from a ``TileSource``; proofs byte-identical to
+    ``ledger.log.MerkleTree``'s. One instance serves one request: it memoises what it read."""
+
+    def __init__(self, source: TileSource, size: int) -> None:
+        if size < 0:
+            raise InputError(f"tree size {size} < 0")
+        self.source = source
+        self.size = size
+        self._tiles: dict[tuple[int, int], bytes | None] = {}
+        self._levels: dict[tuple[int, int], list[list[bytes]]] = {}
+        self._nodes: dict[tuple[int, int], bytes] = {}
+        self._edge: dict[tuple[int, int], list[bytes]] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    # --- reading tiles --------------------------------------------------------------------------
+
+    def _tile(self, level: int, index: int) -> bytes | None:
+        key = (level, index)
+        if key not in self._tiles:
+            got = self.source.tiles(level, index, index + 1).get(index)
+            if got is not None and len(got) != TILE_WIDTH * HASH:
+                raise IntegrityError(
+                    f"stored tile {level}/{index} is {len(got)} bytes, not {TILE_WIDTH * HASH}"
+                )
+            self._tiles[key] = got
+        return self._tiles[key]
+
+    def _tile_levels(self, level: int, index: int, data: bytes) -> list[list[bytes]]:
+        """The 9 levels of the subtree a full tile spans (256 hashes up to its root)."""
+        key = (level, index)
+        got = self._levels.get(key)
+        if got is None:
+            row = [data[i : i + HASH] for i in range(0, len(data), HASH)]
+            got = [row]
+            while len(row) > 1:
+                row = [_node(row[i], row[i + 1]) for i in range(0, len(row), 2)]
+                got.append(row)
+            self._levels[key] = got
+        return got
+
+    def hashes(self, level: int, lo: int, hi: int) -> list[bytes]:
+        """The hashes of the height-``8 * level`` subtrees ``lo .. hi - 1`` (all complete at this size)."""
+        if hi <= lo:
+            return []
+        if hi << (TILE_HEIGHT * level) > self.size:
+            raise InputError(f"level-{level} hashes {lo}..{hi} are beyond tree size {self.size}")
+        out: list[bytes] = []
+        for t in range(lo // TILE_WIDTH, (hi - 1) // TILE_WIDTH + 1):
+            a, b = max(lo, t * TILE_WIDTH) - t * TILE_WIDTH, min(hi, (t + 1) * TILE_WIDTH) - t * TILE_WIDTH
+            data = self._tile(level, t) if full_tiles(level, self.size) > t else None
+            if data is not None:
+                out.extend(data[i * HASH : (i + 1) * HASH] for i in range(a, b))
+            else:
+                out.extend(self._unstored(level, t)[a:b])
+        return out
+
+    def _unstored(self, level: int, t: int) -> list[bytes]:
+        """The hashes of tile ``level``/``t`` the database does not store (the partial right edge, or a
+        full tile not written yet), as far as this size has them: read once, at most 255 (or 256) leaf
+        hashes at level 0, the roots of the full tiles below above (computed where not stored)."""
+        key = (level, t)
+        got = self._edge.get(key)
+        if got is None:
+            lo = t * TILE_WIDTH
+            hi = min(lo + TILE_WIDTH, self.size >> (TILE_HEIGHT * level))
+            if level == 0:
+                got = self.source.leaves(lo, hi)
+                if len(got) != hi - lo:
+                    raise IntegrityError(f"the log has {len(got)} leaves in {lo}..{hi}, not {hi - lo}")
+            else:
+                roots = self.source.roots(level - 1, lo, hi)
+                got = [
+                    roots.get(j) or merkle_root(self.hashes(level - 1, j * TILE_WIDTH, (j + 1) * TILE_WIDTH))
+                    for j in range(lo, hi)
+                ]
+            self._edge[key] = got
+        return got
+
+    # --- nodes, roots, proofs -------------------------------------------------------------------
+
+    def node(self, height: int, index: int) -> bytes:
+        """The hash of the perfect subtree of ``height`` over leaves ``index * 2**height ..``."""
+        key = (height, index)
+        got = self._nodes.get(key)
+        if got is not None:
+            return got
+        level, r = divmod(height, TILE_HEIGHT)
+        first = index << r
+        t = first // TILE_WIDTH
+        data = self._tile(level, t) if full_tiles(level, self.size) > t else None
+        if data is not None:
+            got = self._tile_levels(level, t, data)[r][(first - t * TILE_WIDTH) >> r]
+        else:
+            got = merkle_root(self.hashes(level, first, first + (1 << r)))
+        self._nodes[key] = got
+        return got
+
+    def range_hash(self, lo: int, hi: int) -> bytes:
+        """MTH(D[lo:hi]): fold the greedy power-of-two chunks of the range from the right."""
+        if hi > self.size:
+            raise InputError(f"range {lo}..{hi} beyond tree size {self.size}")
+        if hi <= lo:
+            return _EMPTY_ROOT
+        chunks: list[bytes] = []
+        pos, rem = lo, hi - lo
+        while rem:
+            b = rem.bit_length() - 1
+            size = 1 << b
+            if pos % size == 0:
+                chunks.append(self.node(b, pos >> b))
+            else:
+                chunks.append(merkle_root(self.hashes(0, pos, pos + size)))
+            pos += size
+            rem -= size
+        h = chunks[-1]
+        for c in reversed(chunks[:-1]):
+            h = _node(c, h)
+        return h
+
+    def root(self, size: int | None = None) -> bytes:
+        return self.range_hash(0, self.size if size is None else size)
+
+    def leaf(self, index: int) -> bytes:
+        if not 0 <= index < self.size:
+            raise InputError(f"leaf {index} is not in a tree of size {self.size}")
+        return self.hashes(0, index, index + 1)[0]
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """RFC 6962 PATH(m, D[n])."""
+        n = self.size if size is None else size
+        if not 0 <= index < n or n > self.size:
+            raise InputError(f"leaf {index} is not in a tree of size {n}")
+        lo, hi, m = 0, n, index
+        stack: list[bytes] = []
+        while hi - lo > 1:
+            k = _split(hi - lo)
+            if m < k:
+                stack.append(self.range_hash(lo + k, hi))
+                hi = lo + k
+            else:
+                stack.append(self.range_hash(lo, lo + k))
+                lo, m = lo + k, m - k
+        return list(reversed(stack))
+
+    def consistency_proof(self, old_size: int, size: int | None = None) -> list[bytes]:
+        """RFC 6962 PROOF(m, D[n])."""
+        n = self.size if size is None else size
+        if not 0 < old_size <= n <= self.size:
+            raise InputError(f"consistency needs 0 < old size ({old_size}) <= new size ({n})")
+
+        def sub(m: int, lo: int, hi: int, complete: bool) -> list[bytes]:
+            if m == hi - lo:
+                return [] if complete else [self.range_hash(lo, hi)]
+            k = _split(hi - lo)
+            if m <= k:
+                return [*sub(m, lo, lo + k, complete), self.range_hash(lo + k, hi)]
+            return [*sub(m - k, lo + k, hi, False), self.range_hash(lo, lo + k)]
+
+        return sub(old_size, 0, n, True)
+
+    def tile(self, level: int, index: int, width: int | None = None) -> bytes:
+        """The C2SP hash tile ``level``/``index`` (full, or partial of ``width``) of this tree; ``None``
+        width = full. ``InputError`` when the tree does not have it."""
+        w = TILE_WIDTH if width is None else width
+        lo = index * TILE_WIDTH
+        if not 1 <= w <= TILE_WIDTH or (lo + w) << (TILE_HEIGHT * level) > self.size:
+            raise InputError(f"a tree of size {self.size} has no tile {level}/{index} of width {w}")
+        return b"".join(self.hashes(level, lo, lo + w))
+
+    def compact_range(self) -> list[tuple[int, bytes]]:
+        """The right edge at this size: (height, hash) of the greedy perfect subtrees, left to right."""
+        out: list[tuple[int, bytes]] = []
+        pos = 0
+        for b in range(self.size.bit_length() - 1, -1, -1):
+            if self.size >> b & 1:
+                out.append((b, self.node(b, pos >> b)))
+                pos += 1 << b
+        return out
+
+    def builder(self) -> TileBuilder:
+        """A ``TileBuilder`` standing at this size (its right edge and partial tiles read from tiles)."""
+        pending: list[list[bytes]] = []
+        level = 0
+        while (self.size >> (TILE_HEIGHT * level)) > 0:
+            count = self.size >> (TILE_HEIGHT * level)
+            start = count - count % TILE_WIDTH
+            pending.append(self.hashes(level, start, count))
+            level += 1
+        return TileBuilder(size=self.size, stack=self.compact_range(), pending=pending)
+
+
+class TileBuilder:
+    """Leaf hashes in, in log order: the right edge of the tree and every full tile as it completes.
+
+    Memory: the compact range (at most 64 hashes) and one partial tile (at most 255 hashes) per level.
+    """
+
+    def __init__(
+        self,
+        *,
+        size: int = 0,
+        stack: Sequence[tuple[int, bytes]] = (),
+        pending: Sequence[Sequence[bytes]] = (),
+    ) -> None:
+        self.size = size
+        self._stack: list[tuple[int, bytes]] = list(stack)
+        self._pending: list[list[bytes]] = [list(p) for p in pending] or [[]]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(self, leaf: bytes) -> list[Tile]:
+        """Add the next leaf; the full tiles it completes (lowest level first)."""
+        done: list[Tile] = []
+        self._note(0, leaf, done)
+        stack = self._stack
+        stack.append((0, leaf))
+        while len(stack) > 1 and stack[-1][0] == stack[-2][0]:
+            (height, left), (_, right) = stack[-2], stack[-1]
+            h = _node(left, right)
+            stack[-2:] = [(height + 1, h)]
+            self._note(height + 1, h, done)
+        self.size += 1
+        return done
+
+    def _note(self, height: int, h: bytes, done: list[Tile]) -> None:
+        level, r = divmod(height, TILE_HEIGHT)
+        if r:
+            return
+        if level > 0:  # ``h`` is the root of the tile of the level below, which it completes
+            below = self._pending[level - 1]
+            index = self.size >> (TILE_HEIGHT * level)  # the leaf being added is the tile's last
+            done.append(Tile(level - 1, index, b"".join(below), h))
+            below.clear()
+        while len(self._pending) <= level:
+            self._pending.append([])
+        self._pending[level].append(h)
+
+    def root(self) -> bytes:
+        """The root of the tree of the leaves added so far."""
+        if not self._stack:
+            return _EMPTY_ROOT
+        h = self._stack[-1][1]
+        for _, c in reversed(self._stack[:-1]):
+            h = _node(c, h)
+        return h
+
+    def partial(self, level: int) -> bytes:
+        """The hashes of the partial tile at ``level`` (empty when there is none)."""
+        return b"".join(self._pending[level]) if level < len(self._pending) else b""
+
+    @property
+    def levels(self) -> int:
+        """How many tile levels have hashes so far."""
+        return len(self._pending)
