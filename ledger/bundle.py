@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from ledger.logged import LoggedEntry
     from ledger.policy.loader import LoadedPolicy
     from ledger.service import Ledger
+    from ledger.witness import TrustPolicy
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -113,6 +114,7 @@ class BundleProblem(StrEnum):
     VERDICT_DIGEST = "bundle-verdict-digest"  # the bundled result is not the digest the manifest names
     VERDICT_DIFFERS = "bundle-verdict-differs"  # the re-derived verdict is not byte-for-byte the bundled one
     REDERIVE_FAILED = "bundle-rederive-failed"  # the verdict could not be re-derived at all
+    COSIGNATURE_QUORUM = "bundle-cosignature-quorum"  # the checkpoint misses the trust policy's quorum
 
 
 # the vocabularies a verdict reads besides the policy: the re-derivation uses the verifier's own copies
@@ -635,10 +637,14 @@ def _log_key(manifest: dict[str, Any], public_key: str | None, report: BundleRep
         raise BundleError("the bundle carries no readable log key; pass --public-key") from e
 
 
-def verify_bundle(source: BinaryIO | Path, *, public_key: str | None = None) -> BundleReport:
+def verify_bundle(
+    source: BinaryIO | Path, *, public_key: str | None = None, trust_policy: TrustPolicy | None = None
+) -> BundleReport:
     """Check a reviewer bundle and re-derive its verdict (see the module docstring); never touches a
     ledger home, the network or a database. ``public_key``: the log key (C2SP verifier key or base64);
-    without it the bundle's own verifier key is used (``report.log_key == "bundled"``)."""
+    without it the bundle's own verifier key is used (``report.log_key == "bundled"``). ``trust_policy``
+    (C2SP/Sigsum form, ``ledger.witness``): the bundled checkpoint must carry its quorum of witness
+    cosignatures, each missing or invalid one named (``bundle-cosignature-quorum``)."""
     report = BundleReport()
     try:
         zf = zipfile.ZipFile(source)
@@ -646,13 +652,19 @@ def verify_bundle(source: BinaryIO | Path, *, public_key: str | None = None) -> 
         raise BundleError(f"not a reviewer bundle (a ZIP file): {e}") from e
     with zf:
         try:
-            _verify(_Zip(zf, report), open_manifest(zf), public_key, report)
+            _verify(_Zip(zf, report), open_manifest(zf), public_key, report, trust_policy)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise BundleError(f"malformed bundle manifest: {type(e).__name__}: {e}") from e
     return report
 
 
-def _verify(z: _Zip, manifest: dict[str, Any], public_key: str | None, report: BundleReport) -> None:
+def _verify(
+    z: _Zip,
+    manifest: dict[str, Any],
+    public_key: str | None,
+    report: BundleReport,
+    trust_policy: TrustPolicy | None = None,
+) -> None:
     from ledger.policy.verdict import result_digest
 
     report.subject = dict(manifest["subject"])
@@ -669,6 +681,14 @@ def _verify(z: _Zip, manifest: dict[str, Any], public_key: str | None, report: B
             cp = parse_checkpoint(note.decode("utf-8", "replace"), name, pub)
         except LedgerError as e:
             report.add(BundleProblem.CHECKPOINT_SIGNATURE, f"checkpoint: {e.message}")
+    if trust_policy is not None:
+        from ledger.witness import check_cosigned
+
+        if note is None:
+            report.add(BundleProblem.COSIGNATURE_QUORUM, "no checkpoint note to judge by the trust policy")
+        else:
+            for problem in check_cosigned(note.decode("utf-8", "replace"), trust_policy)[1]:
+                report.add(BundleProblem.COSIGNATURE_QUORUM, f"checkpoint: {problem}")
     if cp is not None and (cp.size, cp.root.hex()) != (report.checkpoint["size"], report.checkpoint["root"]):
         report.add(
             BundleProblem.CHECKPOINT_MISMATCH,

@@ -455,3 +455,37 @@ def test_another_log_key_is_refused(made: Made) -> None:
     codes = _codes(made.bundle, other)
     assert {BundleProblem.CHECKPOINT_SIGNATURE, BundleProblem.LOG_KEY} <= codes
     assert _run("bundle", "verify", str(made.bundle), "--public-key", other)[0] == 1
+
+
+def test_bundle_verify_judges_the_checkpoint_by_a_trust_policy(made: Made, tmp_path: Path) -> None:
+    """`bundle verify --trust-policy`: the bundled checkpoint must carry the policy's witness quorum; each
+    missing cosignature is named (`bundle-cosignature-quorum`), and a met quorum adds no problem."""
+    from ledger.signing import SigningKey
+    from ledger.witness import add_cosignatures, cosign, witness_vkey
+
+    w1, w2 = SigningKey.generate("w1"), SigningKey.generate("w2")
+    members = _members(made.bundle)
+    note = members["checkpoint.txt"].decode()
+    members["checkpoint.txt"] = add_cosignatures(note, [cosign(note, w1, "w.test/a", 1_790_000_000)]).encode()
+    cosigned = _rewrite(members, tmp_path / "cosigned.zip")
+
+    def policy(quorum: str) -> Path:
+        p = tmp_path / f"policy-{len(quorum)}.txt"
+        p.write_text(
+            f"log {made.vkey}\nwitness A {witness_vkey('w.test/a', w1.public)}\n"
+            f"witness B {witness_vkey('w.test/b', w2.public)}\n{quorum}"
+        )
+        return p
+
+    one = policy("group G any A B\nquorum G\n")
+    both = policy("group G 2 A B\nquorum G\n")
+    rc, out, _ = _run("bundle", "verify", str(cosigned), "--trust-policy", str(one), "--json")
+    assert rc == 0, out
+    rc, out, _ = _run("bundle", "verify", str(cosigned), "--trust-policy", str(both), "--json")
+    assert rc == 1
+    problems = json.loads(out)["problems"]
+    assert {p["code"] for p in problems} == {"bundle-cosignature-quorum"}, problems
+    assert any("witness B (w.test/b): no cosignature" in p["message"] for p in problems)
+    # the bundle as made (no cosignature at all) misses even a 1-of-2 quorum
+    rc, out, _ = _run("bundle", "verify", str(made.bundle), "--trust-policy", str(one), "--json")
+    assert rc == 1 and "bundle-cosignature-quorum" in out

@@ -11,6 +11,7 @@ import typer
 from rich.text import Text
 
 from ledger.cli._common import HomeOption, JsonOption, Outcome, SubjectOption, get_ledger, out, print_json
+from ledger.cli.witness import TrustPolicyOption, load_policy_option
 from ledger.errors import InputError
 
 __all__ = ["bundle_app", "register"]
@@ -111,13 +112,17 @@ def create(
 def verify(
     file: Annotated[Path, typer.Argument(help="The bundle file.", show_default=False)],
     public_key: PublicKeyOption = None,
+    trust_policy: TrustPolicyOption = None,
     json_out: JsonOption = False,
 ) -> Outcome:
     """Check every signature, log record, inclusion proof and digest, and re-derive the verdict with the
-    bundled policy bytes; exit 1 and name each problem when anything does not check. Needs no ledger."""
+    bundled policy bytes; exit 1 and name each problem when anything does not check. Needs no ledger.
+    With --trust-policy the bundled checkpoint must carry the policy's quorum of witness cosignatures."""
     from ledger.bundle import verify_bundle
 
-    report = verify_bundle(file, public_key=_key_arg(public_key))
+    report = verify_bundle(
+        file, public_key=_key_arg(public_key), trust_policy=load_policy_option(trust_policy)
+    )
     if json_out:
         print_json(report.to_json())
     else:
