@@ -489,3 +489,9 @@ def test_bundle_verify_judges_the_checkpoint_by_a_trust_policy(made: Made, tmp_p
     # the bundle as made (no cosignature at all) misses even a 1-of-2 quorum
     rc, out, _ = _run("bundle", "verify", str(made.bundle), "--trust-policy", str(one), "--json")
     assert rc == 1 and "bundle-cosignature-quorum" in out
+
+
+def test_every_bundle_problem_code_is_documented() -> None:
+    """One vocabulary: each code `bundle verify` can name is in docs/INTEROP.md's table."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "INTEROP.md").read_text()
+    assert [p.value for p in BundleProblem if f"`{p.value}`" not in doc] == []
