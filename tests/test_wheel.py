@@ -104,6 +104,29 @@ def test_installed_wheel_runs_init_policy_test_and_serve(
     tested = json.loads(_run(ledger, "policy", "test", "--json", cwd=outside, env=env))["items"]
     assert {t["fixture"].split("/")[0] for t in tested} >= {"backend-qualification", "routing-change"}
     assert all(t["passed"] for t in tested), [t for t in tested if not t["passed"]]
+    # the campaign templates and the pinned corpora ship too: `campaign init` works outside a checkout
+    made = json.loads(
+        _run(
+            ledger,
+            "campaign",
+            "init",
+            "--engine",
+            "vllm",
+            "--model",
+            "org/model",
+            "--host",
+            "gpu-host-1",
+            "--gpus",
+            "0",
+            "--out",
+            outside / "c.toml",
+            "--json",
+            cwd=outside,
+            env=env,
+        )
+    )
+    assert (outside / "c.toml").is_file(), made
+    assert str(venv) in (outside / "c.toml").read_text()  # the corpora, found in the installed package
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
