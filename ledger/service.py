@@ -92,6 +92,7 @@ from ledger.verify import VerifyProblem, VerifyReport, verify_log
 if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log` / `show` start without it
     from ledger.policy.fixtures import FixtureResult
     from ledger.policy.loader import LoadedPolicy
+    from ledger.witnessing import WitnessSubmitter
 
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger", "parse_subject_args"]
 
@@ -174,6 +175,7 @@ class Ledger:
         self._keyring_chain = GENESIS_PREV  # chain hash of the last entry the cached keyring folded
         self._log_key: SigningKey | None = None
         self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
+        self._witnesses: WitnessSubmitter | None = None  # created on the first publication with witnesses
         # The keyring cache is shared by request threads of one server process (the tree is not cached:
         # it is read from the database's hash tiles, ``ledger.tiles``).
         self._cache_lock = threading.RLock()
@@ -243,6 +245,7 @@ class Ledger:
         return cls(home, home.config(), database_url=database_url, store_path=store)
 
     def close(self) -> None:
+        self.wait_for_witnesses()  # checkpoints already published still reach the witnesses
         self.engine.dispose()
 
     # --- keys -----------------------------------------------------------------------------------
@@ -1048,19 +1051,40 @@ class Ledger:
             self._store_checkpoint(cp)
         return cp
 
-    def publish_checkpoint(self) -> Checkpoint:
+    def publish_checkpoint(self, *, wait: bool = False) -> Checkpoint:
         """The sequencer's step: sign and keep a checkpoint of the whole log, then ask each configured
-        witness to cosign it (a witness that fails is a warning: the checkpoint stands without it)."""
+        witness to cosign it (a witness that fails is a warning: the checkpoint stands without it).
+
+        The witnesses are asked off the caller's thread (``ledger.witnessing.WitnessSubmitter``): an append
+        never waits for a witness. ``wait``: return once they answered (``ledger checkpoint``)."""
         cp = self.checkpoint()
         self._published = (cp.size, time.monotonic())
         if self.cfg.witnesses:
-            from ledger.witnessing import submit_to_witnesses
-
-            def proof_for(old: int) -> list[bytes]:
-                return self.tree().consistency_proof(old, cp.size)
-
-            submit_to_witnesses(self.repo, self.cfg.witnesses, cp, proof_for)
+            submitter = self._witness_submitter()
+            submitter.submit(cp)
+            if wait:
+                submitter.wait()
         return cp
+
+    def _witness_submitter(self) -> WitnessSubmitter:
+        from ledger.witnessing import WitnessSubmitter, submit_to_witnesses
+
+        with self._cache_lock:
+            if self._witnesses is None:
+
+                def send(cp: Checkpoint) -> None:
+                    def proof_for(old: int) -> list[bytes]:
+                        return self.tree().consistency_proof(old, cp.size)
+
+                    submit_to_witnesses(self.repo, self.cfg.witnesses, cp, proof_for)
+
+                self._witnesses = WitnessSubmitter(send)
+            return self._witnesses
+
+    def wait_for_witnesses(self, timeout: float | None = None) -> None:
+        """Return once every published checkpoint was offered to the witnesses (or ``timeout`` passed)."""
+        if self._witnesses is not None:
+            self._witnesses.wait(timeout)
 
     def cosigned(self, cp: Checkpoint) -> Checkpoint:
         """``cp`` with the witness cosignatures kept for its size and root appended (a read)."""

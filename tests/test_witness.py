@@ -567,3 +567,56 @@ def test_a_witness_behind_the_log_catches_up_through_409(
         assert [s["cosigned"] for s in led.witness_status(cp)] == [True]
     finally:
         led.close()
+
+
+def test_a_hung_witness_never_holds_up_an_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: checkpoints were submitted to the witnesses inside the append that published them, so a
+    witness that accepts the connection and never answers held every publishing append for the whole
+    witness timeout. Now the append returns at once; the checkpoint reaches the witness (here: its timeout)
+    in the background, and the missing cosignature is named."""
+    import socket
+    import threading
+
+    monkeypatch.setenv("LEDGER_CHECKPOINT_INTERVAL", "0")  # every append publishes
+    monkeypatch.setenv("LEDGER_WITNESS_TIMEOUT", "3")
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        hung.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(hung.accept()[0])  # accepted, never answered
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    home = tmp_path / "home"
+    led = Ledger.init(home)
+    led.new_key("hostA", ["collector"])
+    led.close()
+    w = SigningKey.generate("w")
+    url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+    assert (
+        main(["--home", str(home), "witness", "enrol", url, witness_vkey("witness.test/hung", w.public)]) == 0
+    )
+    led = Ledger.open(home)
+    try:
+        started = time.monotonic()
+        for i in range(3):
+            led.record("note", {"campaign": "seed-000"}, {"text": f"n {i}"}, key="hostA")
+        assert time.monotonic() - started < 2.5, "appends waited for the hung witness"
+        led.wait_for_witnesses()
+        cp = led.served_checkpoint()
+        assert [s["cosigned"] for s in led.witness_status(cp)] == [False]
+    finally:
+        led.close()
+        stop.set()
+        t.join(2)
+        for c in held:
+            c.close()
+        hung.close()

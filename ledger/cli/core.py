@@ -589,7 +589,8 @@ def checkpoint(
     """Sign and publish a checkpoint (C2SP signed note, key name = the origin), cosigned by the witnesses."""
     ledger = get_ledger()
     # the whole log: the sequencer's step (submitted to the home's witnesses too)
-    cp = ledger.cosigned(ledger.publish_checkpoint() if size is None else ledger.checkpoint(size=size))
+    published = ledger.publish_checkpoint(wait=True) if size is None else ledger.checkpoint(size=size)
+    cp = ledger.cosigned(published)
     if json_out:
         witnesses = ledger.witness_status(cp)
         print_json(
