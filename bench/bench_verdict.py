@@ -165,11 +165,18 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
 
 def build(home: Path, total: int, campaign: int) -> dict[str, float]:
     started = time.perf_counter()
-    ledger = Ledger.init(home)
+    # the log's clock never runs back (a given logged_at before the head's is refused): the genesis and
+    # the key enrolments are logged before the campaign's history, which starts at T0
+    enrolled_at = T0 - timedelta(hours=1)
+    ledger = Ledger.init(home, genesis_at=enrolled_at)
     keys = {name: SigningKey.generate(name) for name in ("collector", "reviewer", "operator")}
+    enrolments = []
     for name, key in keys.items():
         key.save(ledger.home.key_path(name))
-        ledger.enrol_key(name, key.public.b64, [name])
+        payload = {"name": name, "public_key": key.public.b64, "key_id": key.public.key_id, "roles": [name]}
+        st = ledger.make_statement("key.enrol", {"key": name}, payload, collected_at=enrolled_at)
+        enrolments.append(ledger.sign(st, ledger.cfg.admin_key))
+    ledger.append(enrolments, logged_at=enrolled_at)
     other = total - campaign - ledger.size()
     camp = campaign_statements(campaign, keys, "bench-job")
     every = max(1, other // max(1, len(camp)))
