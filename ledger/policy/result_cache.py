@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import threading
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MEMORY_ENTRIES", "clear", "get", "key_for", "put", "put_value", "rows_key"]
 
-FORMAT = b"evidence-ledger verdict cache v1"
+FORMAT = b"evidence-ledger verdict cache v2"
 MEMORY_ENTRIES = 32  # results kept in the process
 HOME_ENTRIES = 64  # result files kept in a home (oldest removed first)
 CACHE_DIR = ("cache", "verdicts")
@@ -142,12 +143,19 @@ def rows_key(label: str, rows: list[tuple[Any, ...]]) -> bytes:
 
 
 def _columns(rows: list[tuple[Any, ...]]) -> bytes:
-    """The rows' seq, id, kind, signer, log time and envelope length, one line each; repr'd instead when a
-    value holds a tab or a newline (never in a valid log), so that different rows never give equal text."""
-    text = "\n".join([f"{r[0]}\t{r[1]}\t{r[2]}\t{r[3]}\t{r[4]}\t{len(r[5])}" for r in rows])
-    if text.count("\t") != 5 * len(rows) or text.count("\n") != max(0, len(rows) - 1):
-        text = repr([(r[0], r[1], r[2], r[3], r[4], len(r[5])) for r in rows])
-    return text.encode()
+    """The rows' seq, id, kind, signer, log time and envelope length, column by column, one value a line
+    (the seqs and lengths as 8-byte integers); repr'd instead when a text value holds a newline or NUL, or
+    is not text (never in a valid log), so that different rows never give equal bytes."""
+    n = len(rows)
+    texts = [[r[i] for r in rows] for i in (1, 2, 3, 4)]
+    try:
+        numbers = array("q", [r[0] for r in rows] + [len(r[5]) for r in rows]).tobytes()
+        joined = [("\n".join(col)).encode() for col in texts]
+    except (TypeError, OverflowError, UnicodeEncodeError):
+        joined = None
+    if joined is None or any(j.count(b"\n") != max(0, n - 1) or b"\0" in j for j in joined):
+        return b"repr\0" + repr([(r[0], r[1], r[2], r[3], r[4], len(r[5])) for r in rows]).encode()
+    return b"cols\0" + numbers + b"\0" + b"\0".join(joined)
 
 
 def _folder(ledger: Ledger) -> Path | None:
