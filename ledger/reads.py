@@ -552,6 +552,7 @@ class SqlitePolicyLedger:
         self._cfg = home.config()
         self._repo = SqlitePolicyRepo(conn)
         self._store: Any = None
+        self._rings: tuple[int | None, dict[int, Keyring]] = (None, {})
 
     @classmethod
     def open(cls, home: Any) -> SqlitePolicyLedger | None:
@@ -580,10 +581,17 @@ class SqlitePolicyLedger:
         return self._repo.size()
 
     def keyring(self, conn: sqlite3.Connection | None = None, *, at_size: int | None = None) -> Keyring:
-        """The keyring as of ``at_size`` entries (default: the whole log), folded from the key entries."""
+        """The keyring as of ``at_size`` entries (default: the whole log), folded from the key entries;
+        remembered while ``data_version`` is unchanged (no other connection committed since)."""
+        version = self._repo.data_version()
+        if self._rings[0] != version:
+            self._rings = (version, {})
         with self._repo.read() as c:
             n = self._repo.size(c) if at_size is None else at_size
-            return replay_keys(Keyring(), self._repo.key_rows(c, 0, n), n)
+            ring = self._rings[1].get(n)
+            if ring is None:
+                ring = self._rings[1][n] = replay_keys(Keyring(), self._repo.key_rows(c, 0, n), n)
+            return ring
 
     def signed_checkpoint(self, *, size: int | None = None) -> Any:
         """``Ledger.signed_checkpoint``: the root from the stored tiles, signed with the log key."""

@@ -60,8 +60,12 @@ def test_fixture_verdicts_and_checks_are_byte_identical_through_both_paths(
             size = builder.names[v["after"]].seq + 1 if "after" in v else None
             subject = dict(v.get("subject") or spec.get("defaults", {}).get("subject", {}))
             for at in {size, None}:
-                slow = _outcome(lambda at=at: evaluate(ledger, subject, policy, at_size=at))  # type: ignore[misc]
-                quick = _outcome(lambda at=at: evaluate(fast, subject, policy, at_size=at))  # type: ignore[misc]
+
+                def judge(led: Any, at: int | None = at, subject: Any = subject, policy: Any = policy) -> Any:
+                    return evaluate(led, subject, policy, at_size=at)
+
+                slow = _outcome(lambda: judge(ledger))
+                quick = _outcome(lambda: judge(fast))
                 assert quick == slow, (path.name, subject, at)
                 compared += 1
         for c in spec.get("checks", []):
@@ -115,7 +119,7 @@ def test_the_policy_reads_return_the_rows_of_the_service_repo(tmp_path: Path) ->
             for size in (1, n):
                 for kinds in (["kernel.log"], ["host.probe", "note"], []):
                     assert quick_repo.kind_hosts(qc, kinds, size) == slow_repo.kind_hosts(sc, kinds, size)
-                    hosts = slow_repo.kind_hosts(sc, ["host.probe"], n) + ["x"]
+                    hosts = [*slow_repo.kind_hosts(sc, ["host.probe"], n), "x"]
                     assert sorted(quick_repo.host_rows(qc, kinds, hosts, size)) == sorted(
                         slow_repo.host_rows(sc, kinds, hosts, size)
                     )
@@ -169,3 +173,86 @@ def test_verdict_and_routing_check_start_without_the_orm_or_the_service(tmp_path
     assert _modules_loaded(home, *route) == []
     # the check can fail: recording goes through the service, which loads them
     assert "sqlalchemy" in _modules_loaded(home, "verdict", "-s", f"campaign={campaign}", "--record")
+
+
+# --- a warm read-only ledger remembers its reads while the database is unchanged (data_version) ----------
+
+
+def _tampered_copy(b: Any) -> tuple[Any, str]:
+    """The envelope of the entry named ``health-while-sleeping``, edited as an attacker with the database
+    would: the payload hides the sleeping engine, the old signature is kept."""
+    import base64
+    import json
+
+    target = b.ledger.get(b.names["health-while-sleeping"])
+    env = json.loads(target.envelope)
+    statement = json.loads(base64.b64decode(env["payload"]))
+    statement["payload"]["sleeping"] = False
+    env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
+    return env, target.entry_id
+
+
+def test_a_row_edited_by_raw_sql_is_not_served_from_a_warm_read_only_ledger(build, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Regression (issue 11 warm path): the evaluation's key is remembered by SQLite's data_version; an
+    envelope edited by raw SQL on another connection changes it, so the remembered verdict is not
+    returned — the edited row is read, misses every cache and fails its signature."""
+    import ledger.policy.verdict as verdict_mod
+    from tests.policy.test_verdict_caches import _tamper
+
+    b = build("backend-qualification/seed004-sleeping.toml")
+    fast = SqlitePolicyLedger.open(Home(b.home))
+    assert fast is not None
+    policy = load_policy("backend-qualification")
+    subject = {"campaign": "router-ocr"}
+    try:
+        before = evaluate(fast, subject, policy)
+        reads: list[int] = []
+        real = verdict_mod.read_snapshot_rows
+
+        def counted(*a: Any, **k: Any) -> Any:
+            reads.append(1)
+            return real(*a, **k)
+
+        monkeypatch.setattr(verdict_mod, "read_snapshot_rows", counted)
+        again = evaluate(fast, subject, policy)
+        assert canonical_bytes(again) == canonical_bytes(before)
+        assert reads == [], "an unchanged database is not read again"
+
+        env, entry_id = _tampered_copy(b)
+        assert entry_id in before["used"]
+        _tamper(b.home, b.ledger.get(entry_id).seq, env)
+        after = evaluate(fast, subject, policy)
+        assert reads == [1], "the edit changed data_version: the rows were read again"
+        rejected = {r["entry"]: r for r in after["rejected"]}
+        assert rejected[entry_id]["rule"] == "bad-signature"
+        assert entry_id not in after["used"]
+        assert after["checkpoint"] == before["checkpoint"]
+    finally:
+        fast.close()
+
+
+def test_an_append_by_the_service_flips_a_warm_read_only_routing_check(build) -> None:
+    """The service appends on its own connection (same process): data_version moves, nothing stale."""
+    from tests.policy.test_routing_current import NOW, OK, SUBJECT, append
+
+    b = build("routing-change/seed004-router.toml")
+    fast = SqlitePolicyLedger.open(Home(b.home))
+    assert fast is not None
+    policy = load_policy("routing-change")
+    try:
+        assert check_routing_change(fast, policy, dict(SUBJECT), deployment=OK, now=NOW)["allowed"] is True
+        assert check_routing_change(fast, policy, dict(SUBJECT), deployment=OK, now=NOW)["allowed"] is True
+        append(
+            b,
+            "supersession",
+            {"campaign": "router-embed"},
+            {"reason": "benchmark rerun was mislabelled"},
+            "operator",
+            [("supersedes", b.names["benchmark"])],
+        )
+        r = check_routing_change(fast, policy, dict(SUBJECT), deployment=OK, now=NOW)
+        assert r["allowed"] is False
+        assert r["verdict"]["current"]["verdict"] == "INCONCLUSIVE"
+        assert r["checkpoint"]["size"] == b.ledger.size()
+    finally:
+        fast.close()
