@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from ledger.entries import format_time, parse_time
-from ledger.errors import EntryNotFoundError, InputError, KeyNotFoundError, LogFormatError
+from ledger.errors import (
+    EntryNotFoundError,
+    InputError,
+    KeyNotFoundError,
+    LogFormatError,
+    NotAvailableError,
+)
 from ledger.keyring import KeyRecord, Keyring
 from ledger.listing import list_json
 from ledger.log import EntryId
@@ -33,6 +39,8 @@ __all__ = [
     "SCHEMA_HEAD",
     "EntryReader",
     "SqliteEntries",
+    "SqlitePolicyLedger",
+    "SqlitePolicyRepo",
     "check_revision",
     "find_key",
     "page_json",
@@ -186,29 +194,8 @@ class SqliteEntries:
         """The reader of a migrated SQLite ledger; None when the service should read it (another database,
         a file this driver cannot open read-only, or a database without a schema revision)."""
         path = sqlite_file(database_url)
-        if path is None or not path.is_file():
-            return None
-        try:
-            conn = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60, isolation_level=None
-            )
-        except sqlite3.Error:
-            return None
-        try:
-            conn.execute("PRAGMA busy_timeout=60000")
-            rev = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-        except sqlite3.Error:
-            conn.close()
-            return None
-        if rev is None:
-            conn.close()
-            return None
-        try:
-            check_revision(str(rev[0]))
-        except LogFormatError:
-            conn.close()
-            raise
-        return cls(conn)
+        conn = _read_only(path) if path is not None else None
+        return None if conn is None else cls(conn)
 
     def close(self) -> None:
         self._conn.close()
@@ -317,3 +304,332 @@ class SqliteEntries:
 
     def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]:
         return page_json(entries, limit, self.signer_names())
+
+
+# --- the policy's reads (``ledger.policy.port``) on a SQLite file ---------------------------------------
+
+_EVIDENCE = "e.seq, e.entry_id, e.kind, e.signer, e.logged_at, e.envelope"
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
+
+
+class SqlitePolicyRepo:
+    """``ledger.policy.port.PolicyRepo`` on one read-only stdlib ``sqlite3`` connection: the SQL of
+    ``ledger.repo.LogRepo``'s policy reads, written to return the same rows (``tests/test_reads.py``
+    compares them method by method). The connection never writes, so ``PRAGMA data_version`` on it
+    changes whenever any other connection — of this process or another — commits to the database."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    @contextmanager
+    def read(self, *, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
+        """One read transaction (one WAL snapshot); a nested ``read`` runs inside the outer one."""
+        c = self.conn
+        if c.in_transaction:
+            yield c
+            return
+        c.execute("BEGIN DEFERRED")
+        try:
+            yield c
+        finally:
+            c.execute("COMMIT")
+
+    def data_version(self) -> int:
+        """SQLite's change counter as this connection sees it (changes when another connection commits)."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    @staticmethod
+    def _subject_seqs(subject: dict[str, str], n: int) -> tuple[str, list[Any]]:
+        """SELECT seq of the subject's entries below ``n`` (``ledger.repo._subject_seqs``)."""
+        (k0, v0), *rest = sorted(subject.items())
+        sql = "SELECT s0.seq FROM entry_subjects AS s0 WHERE s0.field = ? AND s0.value = ? AND s0.seq < ?"
+        params: list[Any] = [k0, v0, n]
+        for k, v in rest:
+            sql += " AND s0.seq IN (SELECT seq FROM entry_subjects WHERE field = ? AND value = ?)"
+            params += [k, v]
+        return sql, params
+
+    @staticmethod
+    def _tuples(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute(sql, params).fetchall()
+
+    def subject_rows(
+        self, conn: sqlite3.Connection, subject: dict[str, str], n: int
+    ) -> list[tuple[Any, ...]]:
+        (k0, v0), *rest = sorted(subject.items())
+        sql = (
+            f"SELECT {_EVIDENCE} FROM entry_subjects AS s JOIN log_entries AS e ON e.seq = s.seq"  # noqa: S608
+            " WHERE s.field = ? AND s.value = ? AND s.seq < ?"
+        )
+        params: list[Any] = [k0, v0, n]
+        for k, v in rest:
+            sql += " AND e.seq IN (SELECT seq FROM entry_subjects WHERE field = ? AND value = ?)"
+            params += [k, v]
+        return self._tuples(conn, sql + " ORDER BY s.seq", params)
+
+    def linked_rows(
+        self, conn: sqlite3.Connection, subject: dict[str, str], n: int, subject_entries: int
+    ) -> list[tuple[Any, ...]]:
+        seqs, seq_params = self._subject_seqs(subject, n)
+        total = conn.execute("SELECT max(rowid) FROM entry_refs").fetchone()[0]
+        if int(total or 0) <= subject_entries:
+            referring = (
+                "SELECT r.seq FROM entry_refs AS r WHERE EXISTS (SELECT 1 FROM log_entries AS t"  # noqa: S608
+                f" WHERE t.entry_id = r.target_id AND t.seq IN ({seqs}))"
+            )
+        else:
+            referring = (
+                "SELECT seq FROM entry_refs WHERE target_id IN"  # noqa: S608
+                f" (SELECT entry_id FROM log_entries WHERE seq IN ({seqs}))"
+            )
+        referrers = f"SELECT {_EVIDENCE} FROM log_entries AS e WHERE e.seq < ? AND e.seq IN ({referring})"  # noqa: S608
+        targets = (
+            f"SELECT {_EVIDENCE} FROM log_entries AS e WHERE e.seq < ? AND e.entry_id IN"  # noqa: S608
+            f" (SELECT target_id FROM entry_refs WHERE seq IN ({seqs}))"
+        )
+        return self._tuples(conn, referrers, [n, *seq_params]) + self._tuples(conn, targets, [n, *seq_params])
+
+    def logged_at(self, conn: sqlite3.Connection, seq: int) -> str:
+        row = conn.execute("SELECT logged_at FROM log_entries WHERE seq = ?", (seq,)).fetchone()
+        if row is None:
+            raise EntryNotFoundError(f"no entry at seq {seq}")
+        return str(row[0])
+
+    def host_rows(
+        self, conn: sqlite3.Connection, kinds: Sequence[str], hosts: Sequence[str], n: int
+    ) -> list[tuple[Any, ...]]:
+        sql = (
+            f"SELECT {_EVIDENCE} FROM log_entries AS e JOIN entry_subjects AS s ON s.seq = e.seq"  # noqa: S608
+            f" WHERE e.kind IN ({_marks(kinds)}) AND e.seq < ? AND s.field = 'host'"
+            f" AND s.value IN ({_marks(hosts)})"
+        )
+        return self._tuples(conn, sql, [*kinds, n, *hosts])
+
+    def subject_hosts(
+        self,
+        conn: sqlite3.Connection,
+        subject: dict[str, str],
+        n: int,
+        seqs: Sequence[int] = (),
+        among: Sequence[str] | None = None,
+    ) -> list[str]:
+        base = "SELECT DISTINCT value FROM entry_subjects WHERE field = 'host'"
+        base_params: list[Any] = []
+        if among is not None:
+            if not among:
+                return []
+            base += f" AND value IN ({_marks(among)})"
+            base_params = list(among)
+        sub, sub_params = self._subject_seqs(subject, n)
+        found = {
+            str(v) for (v,) in self._tuples(conn, f"{base} AND seq IN ({sub})", [*base_params, *sub_params])
+        }
+        todo = sorted(set(seqs))
+        for i in range(0, len(todo), 500):
+            part = todo[i : i + 500]
+            found.update(
+                str(v)
+                for (v,) in self._tuples(conn, f"{base} AND seq IN ({_marks(part)})", [*base_params, *part])
+            )
+        return sorted(found)
+
+    def kind_hosts(self, conn: sqlite3.Connection, kinds: Sequence[str], n: int) -> list[str]:
+        sql = (
+            "SELECT DISTINCT s.value FROM log_entries AS e JOIN entry_subjects AS s ON s.seq = e.seq"  # noqa: S608
+            f" WHERE e.kind IN ({_marks(kinds)}) AND e.seq < ? AND s.field = 'host'"
+        )
+        return sorted(str(v) for (v,) in self._tuples(conn, sql, [*kinds, n]))
+
+    def subject_kind_rows(
+        self, conn: sqlite3.Connection, subject: dict[str, str], kinds: Sequence[str], n: int
+    ) -> list[tuple[Any, ...]]:
+        sql = f"SELECT {_EVIDENCE} FROM log_entries AS e WHERE e.kind IN ({_marks(kinds)}) AND e.seq < ?"  # noqa: S608
+        params: list[Any] = [*kinds, n]
+        for k, v in subject.items():
+            sql += " AND e.seq IN (SELECT seq FROM entry_subjects WHERE field = ? AND value = ?)"
+            params += [k, v]
+        return self._tuples(conn, sql + " ORDER BY e.seq", params)
+
+    def checkpoint_root(self, size: int, conn: sqlite3.Connection | None = None) -> str | None:
+        row = (conn or self.conn).execute("SELECT root FROM checkpoints WHERE size = ?", (size,)).fetchone()
+        return None if row is None else str(row[0])
+
+    # --- what the ledger around it reads -----------------------------------------------------------
+
+    def size(self, conn: sqlite3.Connection | None = None) -> int:
+        head = (conn or self.conn).execute("SELECT max(seq) FROM log_entries").fetchone()[0]
+        return 0 if head is None else int(head) + 1
+
+    def key_rows(self, conn: sqlite3.Connection, start: int, size: int) -> list[tuple[int, bytes]]:
+        """``LogRepo.key_rows``: (seq, envelope) of the ``key.*`` entries, through the kind index."""
+        rows = [
+            (int(seq), bytes(env))
+            for seq, env in conn.execute(
+                "SELECT seq, envelope FROM log_entries WHERE kind >= 'key.' AND kind < 'key/'"
+                " AND seq >= ? AND seq < ? ORDER BY kind, seq",
+                (start, size),
+            )
+        ]
+        rows.sort(key=lambda r: r[0])
+        return rows
+
+    def referrers(self, entry_id: str, rel: str | None = None) -> list[EntryRow]:
+        """``LogRepo.referrers``: the rows of the entries that reference ``entry_id``, in seq order."""
+        sub = "SELECT seq FROM entry_refs WHERE target_id = ?"
+        params: list[Any] = [entry_id]
+        if rel:
+            sub += " AND rel = ?"
+            params.append(rel)
+        sql = f"SELECT {_ROW} FROM log_entries AS e WHERE e.seq IN ({sub}) ORDER BY e.seq"  # noqa: S608
+        with self.read() as c:
+            return [EntryRow(*r) for r in c.execute(sql, params)]
+
+    # --- the tree, for a checkpoint at a size no stored checkpoint has ---------------------------------
+
+    def _tile_column(self, column: str, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        sql = (
+            f"SELECT t.idx, t.{column} FROM tiles AS t JOIN log_entries AS e"  # noqa: S608 (constant column)
+            " ON e.seq = t.last_seq AND e.chain_hash = t.chain_hash"
+            " WHERE t.level = ? AND t.idx >= ? AND t.idx < ?"
+        )
+        with self.read() as c:
+            return {int(i): bytes(v) for i, v in c.execute(sql, (level, lo, hi))}
+
+    def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        return self._tile_column("hashes", level, lo, hi)
+
+    def roots(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        return self._tile_column("root", level, lo, hi)
+
+    def leaves(self, lo: int, hi: int) -> list[bytes]:
+        with self.read() as c:
+            return [
+                bytes.fromhex(h)
+                for (h,) in c.execute(
+                    "SELECT leaf_hash FROM log_entries WHERE seq >= ? AND seq < ? ORDER BY seq", (lo, hi)
+                )
+            ]
+
+
+def _read_only(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection to a migrated ledger database of this schema revision; None when the
+    service should open it (LogFormatError when it is of another revision, as the service says)."""
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60, isolation_level=None
+        )
+    except sqlite3.Error:
+        return None
+    try:
+        conn.execute("PRAGMA busy_timeout=60000")
+        rev = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.Error:
+        conn.close()
+        return None
+    if rev is None:
+        conn.close()
+        return None
+    try:
+        check_revision(str(rev[0]))
+    except LogFormatError:
+        conn.close()
+        raise
+    return conn
+
+
+class SqlitePolicyLedger:
+    """``ledger.policy.port.PolicyLedger`` for the reads of ``ledger verdict`` and ``ledger check
+    routing-change`` on a SQLite home, without SQLAlchemy or the service: the same keyring fold, the same
+    store, the same checkpoint root. Read-only: recording (``--record``) goes through the service."""
+
+    def __init__(self, home: Any, conn: sqlite3.Connection) -> None:
+        self.home = home
+        self._cfg = home.config()
+        self._repo = SqlitePolicyRepo(conn)
+        self._store: Any = None
+        self._rings: tuple[int | None, dict[int, Keyring]] = (None, {})
+
+    @classmethod
+    def open(cls, home: Any) -> SqlitePolicyLedger | None:
+        """The read-only policy ledger of ``home`` (a ``ledger.home.Home``), or None when its database is
+        not a plain SQLite file this driver can read (then the service opens it)."""
+        path = sqlite_file(home.config().database_url)
+        if path is None:
+            return None
+        conn = _read_only(path)
+        return None if conn is None else cls(home, conn)
+
+    def close(self) -> None:
+        self._repo.conn.close()
+
+    @property
+    def repo(self) -> SqlitePolicyRepo:
+        return self._repo
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            self._store = self.home.open_store()
+        return self._store
+
+    def size(self) -> int:
+        return self._repo.size()
+
+    def keyring(self, conn: sqlite3.Connection | None = None, *, at_size: int | None = None) -> Keyring:
+        """The keyring as of ``at_size`` entries (default: the whole log), folded from the key entries;
+        remembered while ``data_version`` is unchanged (no other connection committed since)."""
+        version = self._repo.data_version()
+        if self._rings[0] != version:
+            self._rings = (version, {})
+        with self._repo.read() as c:
+            n = self._repo.size(c) if at_size is None else at_size
+            ring = self._rings[1].get(n)
+            if ring is None:
+                ring = self._rings[1][n] = replay_keys(Keyring(), self._repo.key_rows(c, 0, n), n)
+            return ring
+
+    def signed_checkpoint(self, *, size: int | None = None) -> Any:
+        """``Ledger.signed_checkpoint``: the root from the stored tiles, signed with the log key."""
+        from ledger.log import sign_checkpoint
+        from ledger.tiles import TileTree
+
+        with self._repo.read() as c:
+            current = self._repo.size(c)
+            n = current if size is None else size
+            if not 0 <= n <= current:
+                raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
+            root = TileTree(self._repo, n).root()
+        key = self.home.load_key(self._cfg.log_key)
+        return sign_checkpoint(self._cfg.origin, n, root, key, key_name=self._cfg.origin)
+
+    def checkpoint(self, *, size: int | None = None, store: bool = True) -> Any:
+        if store:
+            raise NotAvailableError("a read-only ledger publishes no checkpoint")
+        return self.signed_checkpoint(size=size)
+
+    def get(self, id_or_prefix: str) -> LoggedEntry:
+        return SqliteEntries(self._repo.conn).get(id_or_prefix)
+
+    def query(self, *args: Any, **filters: Any) -> list[LoggedEntry]:
+        raise NotAvailableError("the policy's read-only ledger answers the policy's reads only")
+
+    def referrers(self, entry_id: str, rel: str | None = None) -> list[LoggedEntry]:
+        return [entry_from_row(r) for r in self._repo.referrers(entry_id, rel)]
+
+    def make_statement(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise NotAvailableError(
+            "nothing is recorded through the read-only ledger (--record opens the service)"
+        )
+
+    def sign(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotAvailableError("nothing is signed through the read-only ledger (--record opens the service)")
+
+    def append(self, *args: Any, **kwargs: Any) -> list[LoggedEntry]:
+        raise NotAvailableError(
+            "nothing is appended through the read-only ledger (--record opens the service)"
+        )

@@ -59,6 +59,25 @@ def _subject(items: list[str] | None) -> dict[str, str]:
     return subject
 
 
+def _read_ledger(home: Path | None) -> Any:
+    """What a verdict or a routing check reads without writing: on a SQLite home the stdlib-``sqlite3``
+    policy ledger (``ledger.reads.SqlitePolicyLedger``: no SQLAlchemy, no service, a fast start), else
+    the service. ``--record`` and ``--trust-policy`` take the service (they write, or read cosignatures)."""
+    from ledger.cli._common import home_path
+    from ledger.home import Home
+    from ledger.reads import SqlitePolicyLedger
+
+    path = home_path(home)
+    fast = SqlitePolicyLedger.open(Home(path))
+    return fast if fast is not None else get_ledger(path)
+
+
+def _load_policy(name: str, policy_dir: Path | None) -> Any:
+    from ledger.policy.loader import load_policy
+
+    return load_policy(name, policy_dir)
+
+
 def _render_verdict(result: dict[str, Any]) -> None:
     colour = {"qualified": "green", "inconclusive": "yellow"}.get(result["status"], "red")
     subj = " ".join(f"{k}={v}" for k, v in sorted(result["subject"].items()))
@@ -132,14 +151,18 @@ def verdict(
     if ctx.invoked_subcommand is not None:
         return
     from ledger.canonical import canonical_bytes
-    from ledger.service import Ledger
+    from ledger.policy.verdict import evaluate
 
     subj = _subject(subject)
     # the policy loads before the ledger opens: a bad policy is reported before a missing home
-    pol = Ledger.load_policy(policy or "backend-qualification", policy_dir)
+    pol = _load_policy(policy or "backend-qualification", policy_dir)
     trust = load_policy_option(trust_policy)
-    ledger = get_ledger(home)
-    result = ledger.evaluate_verdict(subj, pol, at_size=at)
+    if record or trust is not None:
+        ledger = get_ledger(home)
+        result = ledger.evaluate_verdict(subj, pol, at_size=at)
+    else:
+        reader = _read_ledger(home)
+        result = evaluate(reader, subj, pol, at_size=at)
     if trust is not None:  # the checkpoint the verdict was judged at must carry the policy's quorum
         problems = checkpoint_problems(ledger, int(result["checkpoint"]["size"]), trust)
         if problems:
@@ -226,15 +249,18 @@ def check_routing_change_cmd(
 
     With --trust-policy the checkpoint it is judged at must carry the policy's witness quorum."""
     from ledger.entries import parse_when
-    from ledger.policy.routing import load_deployment
-    from ledger.service import Ledger
+    from ledger.policy.routing import check_routing_change, load_deployment
 
     subj = _subject(subject)
-    pol = Ledger.load_policy(policy or "routing-change", policy_dir)
+    pol = _load_policy(policy or "routing-change", policy_dir)
     dep = load_deployment(deployment) if deployment else None
-    led = get_ledger(home)
     trust = load_policy_option(trust_policy)
-    result = led.check_routing(subj, pol, action=action, deployment=dep, now=parse_when(now) if now else None)
+    when = parse_when(now) if now else None
+    if record or trust is not None:
+        led = get_ledger(home)
+        result = led.check_routing(subj, pol, action=action, deployment=dep, now=when)
+    else:
+        result = check_routing_change(_read_ledger(home), pol, subj, action=action, deployment=dep, now=when)
     if trust is not None:
         problems = checkpoint_problems(led, int(result["checkpoint"]["size"]), trust)
         result["trust_policy"] = {"source": trust.source, "ok": not problems, "problems": problems}

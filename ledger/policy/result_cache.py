@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import threading
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,9 +34,20 @@ if TYPE_CHECKING:
     from ledger.policy.loader import LoadedPolicy
     from ledger.policy.port import PolicyLedger as Ledger
 
-__all__ = ["MEMORY_ENTRIES", "clear", "get", "key_for", "put", "put_value", "rows_key"]
+__all__ = [
+    "MEMORY_ENTRIES",
+    "clear",
+    "get",
+    "key_for",
+    "put",
+    "put_value",
+    "recall",
+    "remember",
+    "rows_key",
+    "stamp",
+]
 
-FORMAT = b"evidence-ledger verdict cache v1"
+FORMAT = b"evidence-ledger verdict cache v2"
 MEMORY_ENTRIES = 32  # results kept in the process
 HOME_ENTRIES = 64  # result files kept in a home (oldest removed first)
 CACHE_DIR = ("cache", "verdicts")
@@ -43,11 +55,14 @@ CACHE_DIR = ("cache", "verdicts")
 _LOCK = threading.Lock()
 _MEMORY: OrderedDict[bytes, bytes] = OrderedDict()
 _CODE: list[bytes] = []
+# reads remembered while the database is unchanged (``stamp``): by (repo id, label, args)
+_STAMPED: OrderedDict[tuple[int, str, Any], tuple[Any, int, bytes, Any]] = OrderedDict()
 
 
 def _forget() -> None:
     with _LOCK:
         _MEMORY.clear()
+        _STAMPED.clear()
 
 
 def clear() -> None:
@@ -100,6 +115,13 @@ def _policy_digest(policy: LoadedPolicy) -> bytes:
     return digest
 
 
+def policy_files(policy: LoadedPolicy) -> tuple[str, ...]:
+    """What a loaded policy is a pure function of, within one process (its code is fixed): the path and
+    digest of its file and of its acceptance policy's. The same files loaded again give an equal tuple."""
+    acc = policy.acceptance_policy
+    return (str(policy.path), policy.digest, *((str(acc.path), acc.digest) if acc is not None else ()))
+
+
 def key_for(raw: _snapshot.SnapshotRows, policy: LoadedPolicy) -> bytes:
     """The digest that names one evaluation (see the module docstring)."""
     h = hashlib.sha256(FORMAT)
@@ -142,12 +164,59 @@ def rows_key(label: str, rows: list[tuple[Any, ...]]) -> bytes:
 
 
 def _columns(rows: list[tuple[Any, ...]]) -> bytes:
-    """The rows' seq, id, kind, signer, log time and envelope length, one line each; repr'd instead when a
-    value holds a tab or a newline (never in a valid log), so that different rows never give equal text."""
-    text = "\n".join([f"{r[0]}\t{r[1]}\t{r[2]}\t{r[3]}\t{r[4]}\t{len(r[5])}" for r in rows])
-    if text.count("\t") != 5 * len(rows) or text.count("\n") != max(0, len(rows) - 1):
-        text = repr([(r[0], r[1], r[2], r[3], r[4], len(r[5])) for r in rows])
-    return text.encode()
+    """The rows' seq, id, kind, signer, log time and envelope length, column by column, one value a line
+    (the seqs and lengths as 8-byte integers); repr'd instead when a text value holds a newline or NUL, or
+    is not text (never in a valid log), so that different rows never give equal bytes."""
+    n = len(rows)
+    texts = [[r[i] for r in rows] for i in (1, 2, 3, 4)]
+    try:
+        numbers = array("q", [r[0] for r in rows] + [len(r[5]) for r in rows]).tobytes()
+        joined = [("\n".join(col)).encode() for col in texts]
+    except (TypeError, OverflowError, UnicodeEncodeError):
+        joined = None
+    if joined is None or any(j.count(b"\n") != max(0, n - 1) or b"\0" in j for j in joined):
+        return b"repr\0" + repr([(r[0], r[1], r[2], r[3], r[4], len(r[5])) for r in rows]).encode()
+    return b"cols\0" + numbers + b"\0" + b"\0".join(joined)
+
+
+# --- reads remembered while the database is unchanged ---------------------------------------------------
+
+
+Stamp = tuple[Any, int, bytes]
+
+
+def stamp(ledger: Ledger) -> Stamp | None:
+    """The database's change counter, read *before* the reads it will vouch for, or None where the repo
+    has none. ``ledger.reads.SqlitePolicyRepo`` reads SQLite's ``PRAGMA data_version`` on its own
+    read-only connection: it changes whenever any other connection (of any process) commits, and that
+    connection never writes, so an unchanged value means no row, index or key entry changed since."""
+    repo = ledger.repo
+    version = getattr(repo, "data_version", None)
+    if version is None:
+        return None
+    return repo, int(version()), _snapshot.RESULT_SALT[0]
+
+
+def recall(st: Stamp | None, label: str, args: Any) -> Any:
+    """What ``remember`` kept for (``label``, ``args``) under this very stamp, else None."""
+    if st is None:
+        return None
+    with _LOCK:
+        got = _STAMPED.get((id(st[0]), label, args))
+    if got is None or got[0] is not st[0] or got[1] != st[1] or got[2] != st[2]:
+        return None
+    return got[3]
+
+
+def remember(st: Stamp | None, label: str, args: Any, value: Any) -> None:
+    """Keep ``value`` (never mutated by its readers) for as long as the database stays as ``st`` saw it."""
+    if st is None or st[2] != _snapshot.RESULT_SALT[0]:
+        return
+    with _LOCK:
+        _STAMPED[(id(st[0]), label, args)] = (st[0], st[1], st[2], value)
+        _STAMPED.move_to_end((id(st[0]), label, args))
+        while len(_STAMPED) > 4 * MEMORY_ENTRIES:
+            _STAMPED.popitem(last=False)
 
 
 def _folder(ledger: Ledger) -> Path | None:

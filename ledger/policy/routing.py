@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -179,24 +179,43 @@ def _entries(
     kinds: tuple[str, ...],
     size: int,
     snap: Snapshot,
-    keep: Callable[[Any], bool] | None = None,
+    since: datetime | None = None,
 ) -> list[Evidence]:
     """The entries below ``size`` of these kinds whose subject has every field of ``subject``, parsed
     (through the snapshot's parse cache), in seq order."""
     for t in (*subject.keys(), *subject.values()):
         if "\x00" in t:  # as the service's query says: indexed text never holds NUL
             raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
-    with ledger.repo.read() as conn:
-        rows = ledger.repo.subject_kind_rows(conn, subject, kinds, size)
-    if keep is not None:
-        times = _collected_times(ledger, rows)
-        rows = [r for r, t in zip(rows, times, strict=True) if keep(t)]
+    # remembered while the database is unchanged (``result_cache.stamp``): a warm check reads them once
+    st = result_cache.stamp(ledger)
+    args = (tuple(subject.items()), kinds, size)
+    rows = result_cache.recall(st, "kind-rows", args)
+    if rows is None:
+        with ledger.repo.read() as conn:
+            rows = ledger.repo.subject_kind_rows(conn, subject, kinds, size)
+        result_cache.remember(st, "kind-rows", args, rows)
+    if since is not None:
+        kept = result_cache.recall(st, "collected-since", (args, since))
+        if kept is None:
+            times = _collected_times(ledger, rows)
+            kept = [r for r, t in zip(rows, times, strict=True) if _recent(t, since)]
+            result_cache.remember(st, "collected-since", (args, since), kept)
+        rows = kept
     out = _parse_rows(rows)
     for e in out:
         rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
         if rec is not None:
             e.signer_name, e.roles = rec.name, tuple(sorted(rec.roles))
     return out
+
+
+def _recent(collected_at: Any, oldest: datetime) -> bool:
+    """A cheap first cut (the age test of ``check_routing_change`` decides): collected no earlier than
+    ``oldest``, or a time that is absent or does not parse (kept, so that the age test sees it)."""
+    try:
+        return bool(_probe_time(collected_at) >= oldest)
+    except (TypeError, ValueError, AttributeError):
+        return True
 
 
 def _collected_times(ledger: Ledger, rows: list[tuple[Any, ...]]) -> list[Any]:
@@ -329,15 +348,7 @@ def check_routing_change(
     probes = []
     oldest = when - timedelta(seconds=max_probe_age)
 
-    def recent(collected_at: Any) -> bool:
-        """A cheap first cut (the age test below decides): collected no earlier than ``oldest``, or a
-        time that is absent or does not parse (kept, so that the test below sees it as before)."""
-        try:
-            return bool(_probe_time(collected_at) >= oldest)
-        except (TypeError, ValueError, AttributeError):
-            return True
-
-    for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, keep=recent):
+    for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, since=oldest):
         age = (when - e.collected_time).total_seconds()
         if 0 <= age <= max_probe_age and usable(e):
             probes.append(e)

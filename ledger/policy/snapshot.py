@@ -13,14 +13,14 @@ from datetime import datetime
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from ledger.entries import KIND_MODELS, parse_time
 from ledger.errors import EntryNotFoundError, IntegrityError, SignatureError
 from ledger.keyring import Keyring
 from ledger.signing import PublicKey, pae
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
     from ledger.policy.port import PolicyLedger as Ledger
 

@@ -366,16 +366,29 @@ def _evaluate(
         raise PolicyError(
             f"{policy.path}: {policy.name} is a {policy.kind} policy; a verdict needs a qualification policy"
         )
+    # the key of this evaluation, remembered while the database is unchanged (``result_cache.stamp``)
+    st = result_cache.stamp(ledger)
+    memo_args = (tuple(sorted(subject.items())), at_size, result_cache.policy_files(policy))
+    known = result_cache.recall(st, "verdict-key", memo_args)
+    if known is not None:
+        key, size = known
+        hit = result_cache.get(ledger, key)
+        if hit is not None and _store_agrees(ledger, hit.get("artifacts")):
+            result: dict[str, Any] = hit["result"]
+            result["checkpoint"] = {"size": size, "root": checkpoint_root(ledger, size)}
+            return result
     raw = read_snapshot_rows(ledger, subject, at_size)
     key = result_cache.key_for(raw, policy)
     hit = result_cache.get(ledger, key)
     if hit is not None and _store_agrees(ledger, hit.get("artifacts")):
-        result: dict[str, Any] = hit["result"]
+        result = hit["result"]
+        result_cache.remember(st, "verdict-key", memo_args, (key, raw.size))
     else:
         snap, consistent = snapshot_from_rows(ledger, raw)
         result, artifacts = _compute(ledger, snap, policy)
         if consistent:
             result_cache.put(ledger, key, result, artifacts)
+            result_cache.remember(st, "verdict-key", memo_args, (key, raw.size))
     result["checkpoint"] = {"size": raw.size, "root": checkpoint_root(ledger, raw.size)}
     return result
 
