@@ -564,6 +564,18 @@ class SqlitePolicyLedger:
         conn = _read_only(path)
         return None if conn is None else cls(home, conn)
 
+    @classmethod
+    def open_database(cls, home: Any, database_url: str, store: Any) -> SqlitePolicyLedger | None:
+        """The read-only policy ledger over ``database_url`` with ``store`` (the service's own, for its
+        evaluations on SQLite homes), or None when that is not a plain SQLite file this driver can read."""
+        path = sqlite_file(database_url)
+        conn = None if path is None else _read_only(path)
+        if conn is None:
+            return None
+        led = cls(home, conn)
+        led._store = store
+        return led
+
     def close(self) -> None:
         self._repo.conn.close()
 

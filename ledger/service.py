@@ -176,6 +176,7 @@ class Ledger:
         self._log_key: SigningKey | None = None
         self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
         self._witnesses: WitnessSubmitter | None = None  # created on the first publication with witnesses
+        self._readers = threading.local()  # each thread's read-only policy ledger (``_policy_reads``)
         # The keyring cache is shared by request threads of one server process (the tree is not cached:
         # it is read from the database's hash tiles, ``ledger.tiles``).
         self._cache_lock = threading.RLock()
@@ -905,7 +906,22 @@ class Ledger:
         """The verdict JSON for ``subject`` under ``policy``, the log as it stood at ``at_size`` (or now)."""
         from ledger.policy.verdict import evaluate
 
-        return evaluate(self, subject, self._policy(policy, policy_dir), at_size=at_size)
+        return evaluate(self._policy_reads(), subject, self._policy(policy, policy_dir), at_size=at_size)
+
+    def _policy_reads(self) -> Any:
+        """What a verdict or routing check reads through: on a SQLite home, this thread's read-only
+        stdlib-sqlite3 policy ledger (``ledger.reads.SqlitePolicyLedger``: its warm reads are remembered
+        while SQLite's ``data_version`` is unchanged, so an API server answers repeated checks from memory
+        and any commit, by this process or another, invalidates them); else the service itself. Results
+        are canonical-bytes equal either way (``tests/policy/test_policy_reads.py``)."""
+        local = self._readers
+        reader = getattr(local, "reader", None)
+        if reader is None:
+            from ledger.reads import SqlitePolicyLedger
+
+            opened = SqlitePolicyLedger.open_database(self.home, self.database_url, self.store)
+            reader = local.reader = opened if opened is not None else False
+        return reader if reader is not False else self
 
     def record_verdict(
         self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
@@ -947,7 +963,7 @@ class Ledger:
         from ledger.policy.routing import check_routing_change
 
         return check_routing_change(
-            self,
+            self._policy_reads(),
             self._policy(policy, policy_dir),
             subject,
             action=action,

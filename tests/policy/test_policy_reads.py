@@ -256,3 +256,27 @@ def test_an_append_by_the_service_flips_a_warm_read_only_routing_check(build) ->
         assert r["checkpoint"]["size"] == b.ledger.size()
     finally:
         fast.close()
+
+
+def test_the_service_evaluates_through_its_thread_s_reader_and_a_supersession_flips_it(build) -> None:
+    """The API's path: `Ledger.check_routing` on a SQLite home reads through this thread's read-only
+    policy ledger (warm reads remembered), and a supersession the same service appends flips it at once."""
+    from tests.policy.test_routing_current import NOW, OK, SUBJECT, append
+
+    b = build("routing-change/seed004-router.toml")
+    led = b.ledger
+    assert isinstance(led._policy_reads(), SqlitePolicyLedger)
+    first = led.check_routing(dict(SUBJECT), deployment=OK, now=NOW)
+    assert first["allowed"] is True
+    assert led.check_routing(dict(SUBJECT), deployment=OK, now=NOW) == first  # warm
+    append(
+        b,
+        "supersession",
+        {"campaign": "router-embed"},
+        {"reason": "benchmark rerun was mislabelled"},
+        "operator",
+        [("supersedes", b.names["benchmark"])],
+    )
+    r = led.check_routing(dict(SUBJECT), deployment=OK, now=NOW)
+    assert r["allowed"] is False
+    assert r["verdict"]["current"]["verdict"] == "INCONCLUSIVE"
