@@ -214,9 +214,9 @@ def test_migration_writes_the_tiles_of_an_existing_log(tmp_path: Path) -> None:
     ]
     led.append(envs)
     led.close()
-    with sa.create_engine(url).begin() as conn:  # back to revision 0002: no tiles table
+    with sa.create_engine(url).begin() as conn:  # back to revision 0003: no tiles table
         conn.exec_driver_sql("DROP TABLE tiles")
-        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0002'")
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0003'")
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", url)
