@@ -3,6 +3,7 @@ the strict path (duplicate keys, depth, NaN, unsafe integers, non-canonical byte
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -122,6 +123,17 @@ def test_canonical_envelope_fast_path_agrees() -> None:
         b'{"payload":"QQ==","payloadType":"application/vnd.evidence-ledger.entry+json",'
         b'"signatures":[{"keyid":"k","sig":"QQ=="}]}',
     ]
+    variants += [
+        good.replace(b'"keyid":"', b'"keyid":"ABC'),  # not lower hex: the strict parse decides
+        good.replace(b'"keyid":"', b'"keyid":"\\u0041'),
+        good.replace(b'"sig":"', b'"sig":"\\u0041'),
+        good + b" ",
+        b" " + good,
+    ]
+    rng = random.Random(12)
+    for _ in range(300):  # random single-byte changes
+        i = rng.randrange(len(good))
+        variants.append(good[:i] + bytes([rng.randrange(256)]) + good[i + 1 :])
     for data in variants:
         fast, strict = parse_canonical_envelope(data), _env_strict(data)
         assert fast == strict, data
