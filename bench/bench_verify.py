@@ -63,7 +63,7 @@ def _tree_rss(pid: int) -> int:
 
 
 def run_one(src: str, home: Path) -> dict[str, Any]:
-    """One `verify` (all cores) in a fresh process: seconds, peak RSS of the largest process and of the tree."""
+    """One `verify` (all cores) in a fresh process: seconds, peak RSS (largest process, process tree)."""
     cmd = ["/usr/bin/time", "-v", sys.executable, "-c", _ONE, src, str(home)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = 0
@@ -170,8 +170,12 @@ def main() -> None:
         raw_all = sum(r[1] for r in raws) / len(raws)
         rows: list[dict[str, Any]] = [
             {"what": "raw Ed25519 verify, 1 core", "per_s": raw1},
-            {"what": f"raw Ed25519 verify, {cores} cores", "per_s": raw_all, "vs_cores_x_raw": raw_all / (cores * raw1)},
-        ]  # fmt: skip
+            {
+                "what": f"raw Ed25519 verify, {cores} cores",
+                "per_s": raw_all,
+                "vs_cores_x_raw": raw_all / (cores * raw1),
+            },
+        ]
         for label, docs in runs.items():
             if not docs:
                 continue
@@ -191,8 +195,10 @@ def main() -> None:
                 }
             )
         if runs["reference"]:
-            rows.append({"what": "speed-up current / reference", "per_s": rows[-1]["per_s"] / rows[-2]["per_s"]})
-        cols = ["what", "entries", "per_s", "vs_cores_x_raw", "vs_raw_all_cores", "max_rss_mb", "tree_rss_mb", "target"]
+            speedup = rows[-1]["per_s"] / rows[-2]["per_s"]
+            rows.append({"what": "speed-up current / reference", "per_s": speedup})
+        cols = ["what", "entries", "per_s", "vs_cores_x_raw", "vs_raw_all_cores", "max_rss_mb", "tree_rss_mb"]
+        cols.append("target")
         print_table(rows, cols)
         extra = {"entries": runs["current"][0]["size"], "cores": cores, "build_seconds": build_s, "raw": raws,
                  "runs": runs, "reference": args.reference}  # fmt: skip
