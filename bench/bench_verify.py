@@ -1,95 +1,208 @@
-"""`ledger verify` throughput over a large ledger, all cores, vs raw Ed25519 verification (foundation)."""
+"""`ledger verify` throughput and peak RSS vs raw Ed25519 verification, measured in the same run, side by
+side with the verify of a reference commit (default ``main``) on the same ledger, runs interleaved.
+
+Raw Ed25519: ``cryptography``'s ``Ed25519PublicKey.verify`` on a loaded key over the ledger's own
+(signature, PAE) pairs — on 1 core, and on all cores at once (one process per core). The target (issue 12):
+verify >= 0.8 x cores x raw (1 core), peak RSS <= 200 MB.
+
+    .venv/bin/python bench/bench_verify.py --entries 50000 --home /tmp/bench-verify-50k
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 
+_ONE = """
+import json, sys, time
+from pathlib import Path
+src = sys.argv[1]
+if src:  # the reference tree, not the editable install of this checkout
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    sys.path.insert(0, src)
+import ledger
 from ledger.service import Ledger
-from ledger.signing import PublicKey, pae, parse_envelope, sign_envelope
+led = Ledger.open(Path(sys.argv[2]))
+t = time.perf_counter()
+r = led.verify(artifacts=False)
+dt = time.perf_counter() - t
+print(json.dumps({"ok": bool(r), "size": r.size, "seconds": dt, "module": ledger.__file__,
+                  "problems": r.to_json()["problems"][:3]}))
+"""
+
+
+def _tree_rss(pid: int) -> int:
+    """Sum of VmRSS (kB) of ``pid`` and its descendants."""
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            m = re.search(r"VmRSS:\s+(\d+)", status)
+            total += int(m.group(1)) if m else 0
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+def run_one(src: str, home: Path) -> dict[str, Any]:
+    """One `verify` (all cores) in a fresh process: seconds, peak RSS (largest process, process tree)."""
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-c", _ONE, src, str(home)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+
+    def sample() -> None:
+        nonlocal peak
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.2)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    th.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"verify run failed: {err[-2000:]}")
+    doc: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    assert doc["ok"], doc["problems"]
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
+    doc["max_rss_mb"] = int(m.group(1)) / 1024 if m else None
+    doc["tree_rss_mb"] = peak / 1024
+    return doc
+
+
+_RAW: dict[str, Any] = {}
+
+
+def _raw_init(pairs: list[tuple[bytes, bytes]], raw_key: bytes) -> None:
+    _RAW.update(pairs=pairs, key=raw_key)
+
+
+def _raw_run(_: int) -> int:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    key = Ed25519PublicKey.from_public_bytes(_RAW["key"])
+    for sig, msg in _RAW["pairs"]:
+        key.verify(sig, msg)
+    return len(_RAW["pairs"])
+
+
+def raw_rates(home: Path, n: int, cores: int) -> tuple[float, float]:
+    """Raw Ed25519 verifications per second: on 1 core, and on ``cores`` processes together."""
+    from ledger.service import Ledger
+    from ledger.signing import pae, parse_envelope
+
+    led = Ledger.open(home)
+    try:
+        pub = led.key_record("hostA").public
+        pairs = []
+        for r in led.iter_rows(5000):
+            if r.signer == pub.key_id:
+                e = parse_envelope(bytes(r.envelope))
+                pairs.append((e.signatures[0][1], pae(e.payload_type, e.payload)))
+            if len(pairs) >= n:
+                break
+    finally:
+        led.close()
+    _raw_init(pairs, pub.raw)
+    t = time.perf_counter()
+    _raw_run(0)
+    one = len(pairs) / (time.perf_counter() - t)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(cores, initializer=_raw_init, initargs=(pairs, pub.raw)) as pool:
+        pool.map(_raw_run, range(cores))  # warm
+        t = time.perf_counter()
+        done = sum(pool.map(_raw_run, range(cores)))
+        every = done / (time.perf_counter() - t)
+    return one, every
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--entries", type=int, default=100_000)
-    ap.add_argument("--home", default=None, help="reuse a ledger built earlier (kept)")
+    ap.add_argument("--entries", type=int, default=50_000)
+    ap.add_argument("--home", default=None, help="reuse (or keep) the ledger here")
+    ap.add_argument("--reference", default="main", help="git ref of the verify to compare with ('' = none)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved reference/current verify runs")
+    ap.add_argument("--raw", type=int, default=5000, help="signatures for the raw Ed25519 rate")
+    ap.add_argument("--name", default="verify", help="results file name (bench/results/NAME.json)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-verify-"))
     try:
         home = Path(args.home) if args.home else work / "home"
-        if home.exists():
-            led = Ledger.open(home)
-        else:
-            led = Ledger.init(home)
-            led.new_key("hostA", ["collector"])
-        key = led.signing_key("hostA")
-        t = time.perf_counter()
-        while led.size() < args.entries:
-            k = min(1000, args.entries - led.size())
-            base = led.size()
-            envs = [
-                sign_envelope(
-                    led.make_statement(
-                        "health.probe",
-                        {"campaign": f"c{(base + i) % 50}", "host": "gpu-box-1"},
-                        {
-                            "endpoint": "http://127.0.0.1:8000/health",
-                            "ok": True,
-                            "latency_ms": 3.25,
-                            "count": base + i,
-                        },
-                    ),
-                    key,
-                )
-                for i in range(k)
-            ]
-            led.append(envs)
-        build = time.perf_counter() - t
-        led.checkpoint()
-        size = led.size()
-        rows = []
-        for workers in (1, os.cpu_count() or 1):
-            t = time.perf_counter()
-            report = led.verify(artifacts=False, workers=workers)
-            dt = time.perf_counter() - t
-            assert report, report.to_json()["problems"][:3]
+        build_s = None
+        if not home.exists():
+            from bench_tiles import build
+
+            build_s = build(home, args.entries)
+        ref_src = ""
+        if args.reference:
+            ref_src = str(work / "reference")
+            os.makedirs(ref_src)
+            archive = subprocess.run(["git", "archive", args.reference], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", ref_src], input=archive.stdout, check=True)
+        cores = os.cpu_count() or 1
+        raws: list[tuple[float, float]] = []
+        runs: dict[str, list[dict[str, Any]]] = {"reference": [], "current": []}
+        for _ in range(args.rounds):
+            raws.append(raw_rates(home, args.raw, cores))
+            if ref_src:
+                runs["reference"].append(run_one(ref_src, home))
+            runs["current"].append(run_one("", home))
+        raws.append(raw_rates(home, args.raw, cores))
+        raw1 = sum(r[0] for r in raws) / len(raws)
+        raw_all = sum(r[1] for r in raws) / len(raws)
+        rows: list[dict[str, Any]] = [
+            {"what": "raw Ed25519 verify, 1 core", "per_s": raw1},
+            {
+                "what": f"raw Ed25519 verify, {cores} cores",
+                "per_s": raw_all,
+                "vs_cores_x_raw": raw_all / (cores * raw1),
+            },
+        ]
+        for label, docs in runs.items():
+            if not docs:
+                continue
+            size = docs[0]["size"]
+            best = min(d["seconds"] for d in docs)
+            rate = size / best
             rows.append(
                 {
-                    "what": f"ledger verify, {workers} worker(s)",
+                    "what": f"ledger verify ({label}{': ' + args.reference if label == 'reference' else ''})",
                     "entries": size,
-                    "seconds": dt,
-                    "per_s": size / dt,
-                    "target": ">= 4000" if workers > 1 else "",
+                    "per_s": rate,
+                    "vs_cores_x_raw": rate / (cores * raw1),
+                    "vs_raw_all_cores": rate / raw_all,
+                    "max_rss_mb": max(d["max_rss_mb"] for d in docs),
+                    "tree_rss_mb": max(d["tree_rss_mb"] for d in docs),
+                    "target": ">= 0.8 x cores x raw, <= 200 MB" if label == "current" else "",
                 }
             )
-        envs_raw = [parse_envelope(bytes(r.envelope)) for r in led.iter_rows()][1:]
-        pub = led.key_record("hostA").public
-        t = time.perf_counter()
-        for e in envs_raw:
-            if e.signer == pub.key_id:
-                PublicKey(pub.raw).verify(e.signatures[0][1], pae(e.payload_type, e.payload))
-        dt = time.perf_counter() - t
-        rows.append(
-            {
-                "what": "raw Ed25519 verify, 1 core",
-                "entries": len(envs_raw),
-                "seconds": dt,
-                "per_s": len(envs_raw) / dt,
-            }
-        )
-        for r in rows:
-            r["vs_raw_ed25519_1core"] = r["per_s"] / rows[-1]["per_s"]
-        print_table(rows, ["what", "entries", "seconds", "per_s", "vs_raw_ed25519_1core", "target"])
-        print(f"built {size} entries in {build:.1f} s")
-        print(f"results: {write_results('verify', rows, {'entries': size, 'build_seconds': build})}")
+        if runs["reference"]:
+            speedup = rows[-1]["per_s"] / rows[-2]["per_s"]
+            rows.append({"what": "speed-up current / reference", "per_s": speedup})
+        cols = ["what", "entries", "per_s", "vs_cores_x_raw", "vs_raw_all_cores", "max_rss_mb", "tree_rss_mb"]
+        cols.append("target")
+        print_table(rows, cols)
+        extra = {"entries": runs["current"][0]["size"], "cores": cores, "build_seconds": build_s, "raw": raws,
+                 "runs": runs, "reference": args.reference}  # fmt: skip
+        print(f"results: {write_results(args.name, rows, extra)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -49,6 +49,9 @@ def _plain(value: Any) -> bool:
     return True
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def canonical_bytes(value: Any) -> bytes:
     """Serialise ``value`` as RFC 8785 canonical JSON; refuse what JSON cannot say exactly.
 
@@ -57,7 +60,7 @@ def canonical_bytes(value: Any) -> bytes:
     """
     try:
         if _plain(value):
-            return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+            return _ENCODER.encode(value).encode()
         return rfc8785.dumps(value)
     except UnicodeEncodeError as e:
         raise CanonicalJsonError(f"value cannot be canonicalised: {e}") from e
@@ -115,8 +118,32 @@ def parse_json(data: bytes | str) -> Any:
     return value
 
 
+def _canonical_fast(data: bytes) -> Any:
+    """The value of ``data`` when it plainly is canonical JSON, else ``_NOT_PLAIN`` (then the strict path
+    decides, with its own error).
+
+    Sound without ``parse_json``'s hooks: bytes equal to the re-serialisation of what they parse to hold
+    no duplicate key (the encoder writes each key once), no NaN/Infinity and no unsafe integer
+    (``_plain``); fewer than ``MAX_DEPTH`` brackets cannot nest a value deeper than ``MAX_DEPTH``."""
+    try:
+        if data.count(b"{") + data.count(b"[") >= MAX_DEPTH:
+            return _NOT_PLAIN
+        value = json.loads(data)
+        if _plain(value) and _ENCODER.encode(value).encode() == data:
+            return value
+    except (ValueError, UnicodeError, RecursionError, TypeError, AttributeError):
+        pass
+    return _NOT_PLAIN
+
+
+_NOT_PLAIN = object()
+
+
 def parse_canonical(data: bytes) -> Any:
     """Parse ``data`` and insist it is already in canonical form (so its hash is stable)."""
+    value = _canonical_fast(data)
+    if value is not _NOT_PLAIN:
+        return value
     value = parse_json(data)
     if canonical_bytes(value) != data:
         raise CanonicalJsonError("JSON is not in RFC 8785 canonical form")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NewType
@@ -13,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes, parse_canonical, parse_json
-from ledger.errors import EnvelopeError, InputError, KeyNotFoundError, SignatureError
+from ledger.errors import EnvelopeError, InputError, KeyNotFoundError, LedgerError, SignatureError
 from ledger.hashing import blake3_hex
 
 # cryptography's ``serialization`` (PEM, PKCS#8; it loads the SSH, cipher and curve modules too) is
@@ -25,8 +26,10 @@ __all__ = [
     "KeyId",
     "PublicKey",
     "SigningKey",
+    "Verifier",
     "key_id_of",
     "pae",
+    "parse_canonical_envelope",
     "parse_envelope",
     "sign_envelope",
 ]
@@ -77,10 +80,34 @@ class PublicKey:
         return cls(raw)
 
     def verify(self, signature: bytes, message: bytes) -> None:
+        Verifier.of(self).verify(signature, message)
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """A public key loaded once (and its id hashed once), to check many signatures with."""
+
+    key_id: KeyId
+    loaded: Ed25519PublicKey
+
+    @classmethod
+    def of(cls, key: PublicKey) -> Verifier:
+        return cls(key.key_id, Ed25519PublicKey.from_public_bytes(key.raw))
+
+    def verify(self, signature: bytes, message: bytes) -> None:
         try:
-            Ed25519PublicKey.from_public_bytes(self.raw).verify(signature, message)
+            self.loaded.verify(signature, message)
         except InvalidSignature as e:
             raise SignatureError(f"signature by key {self.key_id} does not verify") from e
+
+    def verify_envelope(self, env: Envelope) -> None:
+        """Raise unless a signature by this key covers the PAE of the envelope's payload."""
+        message = pae(env.payload_type, env.payload)
+        for kid, sig in env.signatures:
+            if kid == self.key_id:
+                self.verify(sig, message)
+                return
+        raise SignatureError(f"envelope carries no signature by key {self.key_id}")
 
 
 @dataclass(frozen=True)
@@ -160,18 +187,48 @@ class Envelope:
 
     def verify_with(self, key: PublicKey) -> None:
         """Raise unless a signature by ``key`` covers the PAE of this payload."""
-        message = pae(self.payload_type, self.payload)
-        for kid, sig in self.signatures:
-            if kid == key.key_id:
-                key.verify(sig, message)
-                return
-        raise SignatureError(f"envelope carries no signature by key {key.key_id}")
+        Verifier.of(key).verify_envelope(self)
 
 
 def sign_envelope(statement: dict[str, Any], key: SigningKey) -> Envelope:
     payload = canonical_bytes(statement)
     sig = key.sign(pae(PAYLOAD_TYPE, payload))
     return Envelope(PAYLOAD_TYPE, payload, ((key.key_id, sig),))
+
+
+_CANONICAL_ENVELOPE = re.compile(
+    rb'\{"payload":"([A-Za-z0-9+/=]*)","payloadType":"'
+    + re.escape(PAYLOAD_TYPE.encode())
+    + rb'","signatures":\[\{"keyid":"([0-9a-f]*)","sig":"([A-Za-z0-9+/=]*)"\}\]\}'
+)
+
+
+def parse_canonical_envelope(data: bytes) -> Envelope | None:
+    """The envelope ``data`` holds when ``data`` is its canonical form (``parse_envelope(data)`` succeeds
+    and ``.canonical() == data``), else None: ``parse_envelope`` then says what is wrong. Cheaper than
+    both: the bytes are parsed once and not re-serialised twice."""
+    m = _CANONICAL_ENVELOPE.fullmatch(data)
+    if m is not None:
+        # bytes of this shape are the canonical JSON of the object they spell: sorted keys, no
+        # whitespace, strings with no character JSON escapes; the base64 is checked to be canonical below
+        payload_b64, keyid, sig_b64 = (g.decode("ascii") for g in m.groups())
+        try:
+            env = Envelope(
+                PAYLOAD_TYPE, b64d(payload_b64, "payload"), ((KeyId(keyid), b64d(sig_b64, "signature")),)
+            )
+        except LedgerError:
+            return None
+    else:
+        try:
+            obj = parse_canonical(data)
+            env = parse_envelope(obj)
+        except LedgerError:
+            return None
+        payload_b64, sig_b64 = obj["payload"], obj["signatures"][0]["sig"]
+    # ``canonical()`` re-encodes the base64: the stored strings must be what that writes
+    if payload_b64 != b64e(env.payload) or sig_b64 != b64e(env.signatures[0][1]):
+        return None
+    return env
 
 
 def parse_envelope(data: bytes | dict[str, Any]) -> Envelope:

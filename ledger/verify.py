@@ -43,7 +43,7 @@ from ledger.log import (
     verify_consistency,
 )
 from ledger.repo import LogRepo
-from ledger.signing import PublicKey, parse_envelope
+from ledger.signing import PublicKey, Verifier, parse_canonical_envelope, parse_envelope
 from ledger.store.base import ArtifactStore
 from ledger.tiles import TileBuilder, TileTree, tile_last_seq
 from ledger.trust import TrustedLog, replay_keys
@@ -115,26 +115,16 @@ class VerifyReport:
         }
 
 
-@dataclass(frozen=True)
-class _Seen:
-    seq: int
-    entry_id: str
-    signer: str
-    kind: str
-    logged_at: str
-    prev: str
-    chain: str
-    key_payload: dict[str, Any] | None
-    leaf: bytes  # the stored leaf hash (the one the served tree is made of)
-    v1_leaf: bytes | None  # the format-1 leaf (the bare envelope's), when format-1 checkpoints need it
-
-
+# What a worker sends back per entry, in log order (a plain tuple: cheap to pickle): seq, entry id, signer,
+# kind, logged_at, prev, chain, key payload (key.* entries), stored leaf hash, format-1 leaf or None.
+_Seen = tuple[int, str, str, str, str, str, str, "dict[str, Any] | None", bytes, "bytes | None"]
 _Result = tuple[list[tuple[Any, ...]], list[_Seen], list[Any]]
 
 
 def _check_range(url: str, lo: int, hi: int, keys: dict[str, bytes], v1: bool = False) -> _Result:
     """Verify entries with lo <= seq < hi; returns problems, order facts, and the stored tiles whose last
-    leaf is in the range (checked in order)."""
+    leaf is in the range (checked in order). Sequence and chain links between entries of the range are
+    checked here; the parent links the range's first entry to the one before it."""
     engine = make_engine(url)
     try:
         repo = LogRepo(engine)
@@ -149,18 +139,22 @@ def _check_range(url: str, lo: int, hi: int, keys: dict[str, bytes], v1: bool = 
     problems: list[tuple[Any, ...]] = []
     seen: list[_Seen] = []
     subjects, refs, arts = got.subjects, got.refs, got.artifacts
+    verifiers: dict[str, Verifier] = {}
+    expected: int | None = None
+    prev_chain: str | None = None
     for row in got.entries:
+        seq, entry_id = row.seq, row.entry_id
         env_bytes = bytes(row.envelope)
 
-        def problem(code: str, msg: str, row: Any = row) -> None:
-            problems.append((row.seq, row.entry_id, code, msg))
+        def problem(code: str, msg: str, seq: int = seq, entry_id: str = entry_id) -> None:
+            problems.append((seq, entry_id, code, msg))
 
-        if entry_id_of(env_bytes) != row.entry_id:
+        if entry_id_of(env_bytes) != entry_id:
             problem(Problem.ENTRY_ID_MISMATCH, "stored envelope bytes do not hash to the entry id")
         # The leaf commits the log's record of the row (index, logged_at, entry id, kind, signer); the
         # envelope is tied to it by the entry id above.
         try:
-            record = LogRecord(row.seq, row.logged_at, row.entry_id, row.kind, row.signer).to_bytes()
+            record = LogRecord(seq, row.logged_at, entry_id, row.kind, row.signer).to_bytes()
         except LedgerError as e:
             problem(Problem.RECORD_MISMATCH, e.message)
             record = b""
@@ -168,48 +162,64 @@ def _check_range(url: str, lo: int, hi: int, keys: dict[str, bytes], v1: bool = 
             problem(Problem.LOG_FORMAT, "the row has no log record (log format 1): run `ledger migrate`")
         elif bytes(row.record) != record:
             problem(Problem.RECORD_MISMATCH, "stored log record disagrees with the row's seq/logged_at/id")
-        if leaf_hash(record).hex() != row.leaf_hash:
+        leaf = leaf_hash(record)
+        if leaf.hex() != row.leaf_hash:
             problem(Problem.LEAF_HASH_MISMATCH, "stored leaf hash does not match the log record")
-        try:
-            leaf = bytes.fromhex(row.leaf_hash)
-        except (TypeError, ValueError):
-            leaf = b""
-        if len(leaf) != 32:
-            leaf = leaf_hash(record)
-        if chain_hash(row.seq, row.entry_id, row.prev_hash, row.logged_at) != row.chain_hash:
+            try:
+                leaf = bytes.fromhex(row.leaf_hash)
+            except (TypeError, ValueError):
+                leaf = b""
+            if len(leaf) != 32:
+                leaf = leaf_hash(record)
+        if chain_hash(seq, entry_id, row.prev_hash, row.logged_at) != row.chain_hash:
             problem(Problem.CHAIN_BROKEN, "chain hash does not match the log record")
         key_payload: dict[str, Any] | None = None
         kind = row.kind
         try:
-            env = parse_envelope(env_bytes)
-            if env.canonical() != env_bytes:
-                problem(Problem.NON_CANONICAL_JSON, "stored envelope is not in canonical form")
+            env = parse_canonical_envelope(env_bytes)
+            if env is None:
+                env = parse_envelope(env_bytes)
+                if env.canonical() != env_bytes:
+                    problem(Problem.NON_CANONICAL_JSON, "stored envelope is not in canonical form")
             st = parse_statement(env.statement())
             kind = st.kind
             if env.signer != row.signer or st.kind != row.kind or st.collected_at != row.collected_at:
                 problem(Problem.INDEX_MISMATCH, "signer/kind/collected_at columns disagree with the envelope")
             if st.kind.startswith("key."):
                 key_payload = dict(st.payload)
-            raw = keys.get(env.signer)
-            if raw is None and st.kind == "key.enrol" and st.payload.get("key_id") == env.signer:
-                raw = PublicKey.from_b64(st.payload["public_key"]).raw
             # the signature, with the key enrolled under the signer's id (when it was is checked in order)
-            if raw is None:
+            verifier = verifiers.get(env.signer)
+            if verifier is None:
+                raw = keys.get(env.signer)
+                if raw is None and st.kind == "key.enrol" and st.payload.get("key_id") == env.signer:
+                    raw = PublicKey.from_b64(st.payload["public_key"]).raw
+                if raw is not None:
+                    verifier = Verifier.of(PublicKey(raw))
+                    if env.signer in keys:
+                        verifiers[env.signer] = verifier
+            if verifier is None:
                 problem(UnknownSignerError.code, f"signer {env.signer} is not enrolled")
             else:
-                env.verify_with(PublicKey(raw))
-            if dict(st.subject) != subjects.get(row.seq, {}):
+                verifier.verify_envelope(env)
+            if dict(st.subject) != subjects.get(seq, {}):
                 problem(Problem.INDEX_MISMATCH, "subject index rows disagree with the entry")
-            if {(r.rel, r.id) for r in st.refs} != refs.get(row.seq, set()):
+            if {(r.rel, r.id) for r in st.refs} != refs.get(seq, set()):
                 problem(Problem.INDEX_MISMATCH, "ref index rows disagree with the entry")
-            if {(a.name, a.digest, a.stored) for a in st.artifacts} != arts.get(row.seq, set()):
+            if {(a.name, a.digest, a.stored) for a in st.artifacts} != arts.get(seq, set()):
                 problem(Problem.INDEX_MISMATCH, "artifact index rows disagree with the entry")
         except LedgerError as e:
             problem(e.code, e.message)
+        # order within the range (the first entry's is checked by the parent, against the range before)
+        if expected is not None:
+            if seq != expected:
+                problem(Problem.SEQ_GAP, f"expected seq {expected}, found {seq}")
+            if row.prev_hash != prev_chain:
+                problem(Problem.CHAIN_BROKEN, "entry does not link to its predecessor")
+        expected, prev_chain = seq + 1, row.chain_hash
         seen.append(
-            _Seen(
-                row.seq,
-                row.entry_id,
+            (
+                seq,
+                entry_id,
                 row.signer,
                 kind,
                 row.logged_at,
@@ -442,65 +452,70 @@ def _in_order(
         stored.setdefault((t[0], t[1]), []).append(t)
     chains: dict[int, str] = {}
     trusted = order.trusted
-    for s in chunk_seen:
-        if s.seq != order.expected_seq:
+    builder, v1_builder = order.builder, order.v1_builder
+    next_cp = order.next_cp
+    if chunk_seen:  # the range's first entry follows the range before (the worker checked the rest)
+        seq, entry_id, prev = chunk_seen[0][0], chunk_seen[0][1], chunk_seen[0][5]
+        if seq != order.expected_seq:
             problems.append(
                 VerifyProblem(
-                    Problem.SEQ_GAP,
-                    f"expected seq {order.expected_seq}, found {s.seq}",
-                    seq=s.seq,
-                    id=s.entry_id,
+                    Problem.SEQ_GAP, f"expected seq {order.expected_seq}, found {seq}", seq=seq, id=entry_id
                 )
             )
-            order.expected_seq = s.seq
-        if s.prev != order.prev_chain:
+        if prev != order.prev_chain:
             problems.append(
                 VerifyProblem(
-                    Problem.CHAIN_BROKEN, "entry does not link to its predecessor", seq=s.seq, id=s.entry_id
+                    Problem.CHAIN_BROKEN, "entry does not link to its predecessor", seq=seq, id=entry_id
                 )
             )
-        order.prev_chain = s.chain
-        order.expected_seq += 1
-        chains[s.seq] = s.chain
-        for tile in order.builder.append(s.leaf):
-            report.tiles_checked += 1
-            for level, idx, chain, last_seq, hashes, root in stored.pop((tile.level, tile.index), []):
-                if chain != s.chain:
-                    continue  # a tile of another log (one a rollback lost): never read
-                if last_seq != tile.last_seq or hashes != tile.hashes or root != tile.root:
-                    problems.append(
-                        VerifyProblem(
-                            Problem.TILE_MISMATCH,
-                            f"stored tile {level}/{idx} is not the log's (proofs from it would not verify)",
-                            seq=s.seq,
-                            id=s.entry_id,
+        order.expected_seq = chunk_seen[-1][0] + 1
+        order.prev_chain = chunk_seen[-1][6]
+    for seq, entry_id, signer, kind, logged_at, _prev, chain, key_payload, leaf, v1_leaf in chunk_seen:
+        chains[seq] = chain
+        done = builder.append(leaf)
+        if done:
+            for tile in done:
+                report.tiles_checked += 1
+                for level, idx, t_chain, last_seq, hashes, root in stored.pop((tile.level, tile.index), []):
+                    if t_chain != chain:
+                        continue  # a tile of another log (one a rollback lost): never read
+                    if last_seq != tile.last_seq or hashes != tile.hashes or root != tile.root:
+                        problems.append(
+                            VerifyProblem(
+                                Problem.TILE_MISMATCH,
+                                f"stored tile {level}/{idx} is not the log's "
+                                "(proofs from it would not verify)",
+                                seq=seq,
+                                id=entry_id,
+                            )
                         )
-                    )
-        if order.v1_builder is not None and s.v1_leaf is not None:
-            order.v1_builder.append(s.v1_leaf)
-        checkpoints_upto(len(order.builder))
+        if v1_builder is not None and v1_leaf is not None:
+            v1_builder.append(v1_leaf)
+        if next_cp is not None and next_cp.size <= len(builder):
+            checkpoints_upto(len(builder))
+            next_cp = order.next_cp
         try:
-            at = parse_time(s.logged_at)
+            at = parse_time(logged_at)
         except LedgerError as e:
-            problems.append(VerifyProblem(e.code, f"logged_at: {e.message}", seq=s.seq, id=s.entry_id))
+            problems.append(VerifyProblem(e.code, f"logged_at: {e.message}", seq=seq, id=entry_id))
             continue
         # In log order: the log time never decreases, and the key may sign the kind at that time by the
         # keys as of the entries before it (so a revoked key cannot be slipped in "earlier").
         try:
             trusted.in_order(at)
         except LedgerError as e:
-            problems.append(VerifyProblem(e.code, e.message, seq=s.seq, id=s.entry_id))
+            problems.append(VerifyProblem(e.code, e.message, seq=seq, id=entry_id))
         try:
-            trusted.authorise(s.seq, s.signer, s.kind, s.key_payload, at)
+            trusted.authorise(seq, signer, kind, key_payload, at)
         except LedgerError as e:
-            problems.append(VerifyProblem(e.code, e.message, seq=s.seq, id=s.entry_id))
+            problems.append(VerifyProblem(e.code, e.message, seq=seq, id=entry_id))
         try:
-            if s.key_payload is not None or not s.kind.startswith("key."):
-                trusted.update(s.seq, s.kind, s.key_payload or {}, at)
+            if key_payload is not None or not kind.startswith("key."):
+                trusted.update(seq, kind, key_payload or {}, at)
             else:
-                trusted.update(s.seq, "", {}, at)
+                trusted.update(seq, "", {}, at)
         except LedgerError as e:
-            problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, e.message, seq=s.seq, id=s.entry_id))
+            problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, e.message, seq=seq, id=entry_id))
     # stored tiles the range's leaves did not complete, at a position the log holds with their chain hash
     for rows in stored.values():
         for level, idx, chain, last_seq, _hashes, _root in rows:
