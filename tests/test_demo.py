@@ -45,12 +45,22 @@ def test_demo_qualifies_trained_llamacpp_then_refuses_after_supersession(tmp_pat
     verdicts = _ledger_json(home, "log", "--kind", "verdict")["items"]
     by_campaign = {v["subject"]["campaign"]: v["payload"] for v in verdicts}
     assert by_campaign["llamacpp-cpu-trained"]["verdict"] == "QUALIFIED"
-    gates = {g["name"]: g["status"] for g in by_campaign["llamacpp-cpu-trained"]["result"]["gates"]}
+    # a verdict entry names its full result (a stored artifact) by digest: read it as a reviewer would
+    from ledger.service import Ledger
+
+    led = Ledger.open(home)
+    try:
+        results = {v["subject"]["campaign"]: led.verdict_result(led.get(v["id"])) for v in verdicts}
+    finally:
+        led.close()
+    for campaign, result in results.items():
+        assert result["verdict"] == by_campaign[campaign]["verdict"]
+    gates = {g["name"]: g["status"] for g in results["llamacpp-cpu-trained"]["gates"]}
     assert gates["semantic"] == "passed"
     assert gates["benchmark"] == "passed"
     # the second campaign: real vLLM CPU, ready, then killed by its first completion
     assert by_campaign["vllm-cpu-hd16"]["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
-    hd16 = {g["name"]: g["status"] for g in by_campaign["vllm-cpu-hd16"]["result"]["gates"]}
+    hd16 = {g["name"]: g["status"] for g in results["vllm-cpu-hd16"]["gates"]}
     assert hd16["api-readiness"] == "passed"
     assert hd16["runtime-stability"] == "failed"
 
