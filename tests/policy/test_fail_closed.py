@@ -497,3 +497,33 @@ def test_sleeping_flag_on_any_probe_fails_readiness(tmp_path: Path) -> None:
     entry(es, "structured")["payload"]["sleeping"] = True
     v = verdict_of(tmp_path, es)
     assert gates(v)["api-readiness"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("bounds", "fires"),
+    [
+        ({"outcome": "operator-stop"}, True),
+        ({}, False),  # dropped
+        ({"Outcome": "operator-stop"}, False),  # renamed
+        ({"outcome": 7}, False),  # mistyped
+        ({"outcome": None}, False),
+        ({"outcome": "fault"}, False),  # an engine fault is judged, not excused
+    ],
+)
+def test_operator_stopped_rule_only_withholds_credit_for_a_recorded_operator_stop(
+    bounds: dict[str, object], fires: bool
+) -> None:
+    """The shipped `operator-stopped` rule rejects (never credits) a harness result stopped by the
+    operator; with its field dropped, renamed or mistyped it does not fire, and the gate is then judged on
+    its recorded status and figures — a stopped run records `failed` and no figures, so it cannot pass."""
+    import tomllib
+
+    from ledger.policy.conditions import compile_condition
+
+    doc = tomllib.loads(
+        (Path(__file__).resolve().parents[2] / "policies" / "backend-qualification.toml").read_text()
+    )
+    [rule] = [r for r in doc["rules"] if r["name"] == "operator-stopped"]
+    assert rule["kinds"] == ["gate.result"]
+    cond = compile_condition(rule["when"], "backend-qualification.toml")
+    assert cond.holds({"e": {"payload": {"gate": "benchmark", "bounds": bounds}}}) is fires
