@@ -41,6 +41,7 @@ __all__ = [
     "Spool",
     "make_recorder",
     "push_spool",
+    "spool_bytes",
     "spool_size",
 ]
 
@@ -71,10 +72,13 @@ def _raise_for(resp: httpx.Response) -> None:
     raise _error_class(code)(f"server refused: {message}", hint=hint or None)
 
 
-def _iter_file(path: Path) -> Iterator[bytes]:
+def _iter_file(path: Path, sent: Callable[[int], object] | None = None) -> Iterator[bytes]:
+    """The file in upload chunks; ``sent`` hears each chunk's size as it is handed to the connection."""
     with path.open("rb") as f:
         while chunk := f.read(_UPLOAD_CHUNK):
             yield chunk
+            if sent is not None:
+                sent(len(chunk))
 
 
 class LedgerClient:
@@ -120,12 +124,15 @@ class LedgerClient:
         _raise_for(resp)
         return True
 
-    def upload_file(self, path: Path, digest: Digest, size: int) -> dict[str, Any]:
-        """Stream a file to ``PUT /v1/artifacts/<digest>``; the server verifies it before keeping it."""
+    def upload_file(
+        self, path: Path, digest: Digest, size: int, *, sent: Callable[[int], object] | None = None
+    ) -> dict[str, Any]:
+        """Stream a file to ``PUT /v1/artifacts/<digest>``; the server verifies it before keeping it.
+        ``sent`` is called with the size of each chunk sent."""
         resp = self._request(
             "PUT",
             f"/v1/artifacts/{digest}",
-            content=_iter_file(path),
+            content=_iter_file(path, sent),
             headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"},
         )
         data: dict[str, Any] = resp.json()
@@ -289,11 +296,13 @@ def _push_locked(
     try:
         for art in spool.artifact_files():
             digest = Digest(HexDigest(art.name))
-            if not client.has_artifact(digest):
-                client.upload_file(art, digest, art.stat().st_size)
+            size = art.stat().st_size
+            if client.has_artifact(digest):
+                advance(size)  # nothing to send: the server holds these bytes already
+            else:
+                client.upload_file(art, digest, size, sent=advance)
             spool.remove([art])
             report.artifacts += 1
-            advance(1)
         for batch in _batches(spool.entry_files()):
             import json
 
@@ -305,7 +314,7 @@ def _push_locked(
             spool.remove([p for p, _ in batch])
             report.delivered += sum(1 for e in entries if not e.get("duplicate"))
             report.duplicates += sum(1 for e in entries if e.get("duplicate"))
-            advance(len(batch))
+            advance(sum(len(data) for _, data in batch))
     except RemoteUnavailableError as e:
         report.error = e.message
     report.remaining = len(spool.entry_files())
@@ -319,6 +328,16 @@ def spool_size(ledger: Ledger) -> tuple[int, int]:
     return len(spool.entry_files()), len(spool.artifact_files())
 
 
+def spool_bytes(ledger: Ledger) -> int:
+    """How many bytes wait in the home's spool (artifacts and envelopes): what ``ledger push`` sends."""
+    spool = Spool(ledger.spool_dir)
+    total = 0
+    for p in [*spool.artifact_files(), *spool.entry_files()]:
+        with contextlib.suppress(FileNotFoundError):  # a concurrent push delivered it meanwhile
+            total += p.stat().st_size
+    return total
+
+
 def push_spool(
     ledger: Ledger,
     *,
@@ -329,7 +348,9 @@ def push_spool(
 ) -> PushReport:
     """Deliver the home's spool: artifacts first, then envelopes in the order they were recorded.
 
-    ``progress`` is called with the number of artifacts / entries each step delivered.
+    ``progress`` is called with the number of bytes each step delivered (artifact chunks as they are sent,
+    an artifact the server already holds at once, each batch of envelopes when the server logged it); the
+    calls add up to ``spool_bytes`` when everything was delivered.
     """
     spool = Spool(ledger.spool_dir)
     own = client is None

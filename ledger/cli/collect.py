@@ -879,11 +879,10 @@ def push(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Deliver entries and artifacts spooled while the server was unreachable, in order, exactly once."""
-    from ledger.collectors.remote import push_spool, spool_size
+    from ledger.collectors.remote import push_spool, spool_bytes
 
     ledger = get_ledger(home)
-    entries, artifacts = spool_size(ledger)
-    with progress("pushing", total=entries + artifacts, unit="items", quiet=json_out) as bar:
+    with progress("pushing", total=spool_bytes(ledger), unit="bytes", quiet=json_out) as bar:
         report = push_spool(ledger, server=server, token=token, progress=bar.advance)
     if json_out:
         print_json(report.to_json())

@@ -8,7 +8,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ledger.collectors.remote import RemoteRecorder, Spool, make_recorder
+from ledger.collectors.remote import (
+    LedgerClient,
+    RemoteRecorder,
+    Spool,
+    make_recorder,
+    push_spool,
+    spool_bytes,
+)
 from ledger.errors import RoleError
 from ledger.service import Ledger
 from tests.api.conftest import BACKENDS, LEDGER_BIN, PgDatabases, free_port, make_deployment, start_server
@@ -145,3 +152,42 @@ def test_push_with_nothing_reachable_keeps_the_spool(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "1 still spooled" in out.stdout
     assert len(Spool(host.home.spool_dir).entry_files()) == 1
+
+
+def test_push_progress_counts_the_bytes_it_sends(tmp_path: Path) -> None:
+    """`ledger push`'s bar is in bytes: artifact chunks as they go out, a held artifact at once, envelopes
+    per delivered batch; the calls add up to what the spool held."""
+    dep = make_deployment("sqlite", tmp_path / "server", None)
+    host = _collector_home(tmp_path, dep.ledger)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    big = tmp_path / "engine.log"
+    big.write_bytes(b"INFO vLLM engine step\n" * 120_000)  # ~2.6 MB: three upload chunks
+    small = tmp_path / "probe.json"
+    small.write_bytes(b'{"ok": true}\n')
+    rec = make_recorder(host, "gpu01", server=url, token=dep.tokens["writer"])
+    arts = [rec.artifact("engine.log", big), rec.artifact("probe.json", small)]
+    rec.record("note", {"campaign": "bytes"}, {"text": "spooled"}, artifacts=arts)
+    spool = Spool(host.home.spool_dir)
+    envelope_bytes = sum(p.stat().st_size for p in spool.entry_files())
+    total = spool_bytes(host)
+    assert total == big.stat().st_size + small.stat().st_size + envelope_bytes
+
+    server = start_server(dep.home, port=port)
+    try:
+        # the server already holds the small artifact: it is counted without being sent
+        client = LedgerClient(url, dep.tokens["writer"])
+        client.upload_file(small, arts[1].digest, small.stat().st_size)
+        steps: list[int] = []
+        report = push_spool(host, server=url, token=dep.tokens["writer"], progress=steps.append)
+        client.close()
+    finally:
+        server.stop()
+        dep.ledger.close()
+    assert report.delivered == 1 and report.artifacts == 2
+    assert sum(steps) == total
+    assert all(n > 0 for n in steps)
+    assert small.stat().st_size in steps  # the held artifact, at once
+    assert envelope_bytes in steps  # the one batch of envelopes
+    assert max(steps) <= 1024 * 1024 and len(steps) >= 5  # the big one in chunks, not in one step
+    assert spool_bytes(host) == 0
