@@ -416,3 +416,42 @@ def test_opening_an_artifact_verified_reports_the_bytes_checked(tmp_path: Path) 
     with store.open_verified(stored.digest, progress=steps.append) as opened:
         assert opened.read(4) == f.read_bytes()[:4]
     assert len(steps) >= 2 and sum(steps) == stored.size
+
+
+# --- start-up: `main` builds only the command it runs (the same registered function) ---
+
+
+def test_a_single_command_app_parses_and_helps_as_the_whole_app() -> None:
+    """`main` runs `_app_for(args)`: the root and the one command named. Every command and sub-app, with
+    the root options before it in each spelling, resolves to exactly that command, and its help is the
+    whole app's help for it, character for character."""
+    import typer
+    from typer.testing import CliRunner
+
+    from ledger.cli import _app_for, _command_of, app
+
+    whole = typer.main.get_command(app)
+    names = list(whole.commands)  # type: ignore[attr-defined]
+    assert {"log", "show", "verdict", "check", "keys", "collect"} <= set(names)
+    runner = CliRunner()
+    for name in names:
+        for prefix in ([], ["--home", "/tmp/h"], ["--home=/tmp/h"], ["--home", name]):
+            args = [*prefix, name, "--help"]
+            assert _command_of(args) == name, args
+            one = typer.main.get_command(_app_for(args))
+            assert list(one.commands) == [name], args  # type: ignore[attr-defined]
+        fast = runner.invoke(_app_for([name, "--help"]), [name, "--help"], prog_name="ledger")
+        full = runner.invoke(app, [name, "--help"], prog_name="ledger")
+        assert fast.exit_code == full.exit_code == 0, name
+        assert fast.output == full.output, name
+
+
+def test_root_options_and_unknown_names_run_the_whole_app() -> None:
+    from ledger.cli import _app_for, _command_of, app
+
+    root_only = ([], ["--help"], ["--version"], ["--install-completion"], ["--home", "/tmp/h"], ["--", "log"])
+    for args in root_only:
+        assert _command_of(args) is None, args
+        assert _app_for(args) is app, args
+    assert _app_for(["logg"]) is app  # Click says "No such command" with the whole list to pick from
+    assert _app_for(["--bogus", "log"]) is app  # and the unknown option is its usage error

@@ -10,6 +10,7 @@ to exit codes.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -37,14 +38,19 @@ def _keep_result(value: Any, **_params: Any) -> None:
     STATE.result = value
 
 
-app = typer.Typer(
-    name="ledger",
-    help="Evidence ledger for qualifying LLM inference backends.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish]
-    result_callback=_keep_result,
-)
+def _new_app() -> typer.Typer:
+    """The root Typer app, without commands: ``app`` holds them all, ``_app_for`` one of them."""
+    return typer.Typer(
+        name="ledger",
+        help="Evidence ledger for qualifying LLM inference backends.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish]
+        result_callback=_keep_result,
+    )
+
+
+app = _new_app()
 app.callback()(core.root)
 # Registration order is help order: commands first, then sub-apps, each in the order added here.
 core.register(app)
@@ -57,6 +63,65 @@ app.command("push")(collect.push)
 export.register(app)
 bundle.register(app)
 witness.register(app)
+
+
+def _root_value_options() -> frozenset[str]:
+    """The root's options that take a value (``--home DIR``), as Typer builds them from the root callback."""
+    root = _new_app()
+    root.registered_callback = app.registered_callback
+    params = typer.main.get_group(root).params
+    return frozenset(
+        opt
+        for p in params
+        if p.param_type_name == "option" and not getattr(p, "is_flag", False)
+        for opt in (*p.opts, *p.secondary_opts)
+    )
+
+
+def _command_of(args: list[str]) -> str | None:
+    """The command name ``args`` invoke: the first word after the root options, None when there is none
+    or a root option other than a value option comes first (``--help``, ``--version``, completion)."""
+    takes_value = _root_value_options()
+    words = iter(args)
+    for word in words:
+        if not word.startswith("-"):
+            return word
+        name = word.split("=", 1)[0]
+        if name not in takes_value:
+            return None
+        if "=" not in word:
+            next(words, None)
+    return None
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app ``main`` runs: the root with only the command (or sub-app) ``args`` name.
+
+    Typer builds a Click command for every command an app holds before it parses anything; a fresh
+    ``ledger log`` need not build ~70 of them. The command is the same registered function with the same
+    root callback, so it parses, helps and fails as in ``app``. Anything else (no command, root options
+    only, a name that is not a command, shell completion) runs the whole ``app``.
+    """
+    if any(k.endswith("_COMPLETE") for k in os.environ if k.startswith("_LEDGER")):
+        return app
+    name = _command_of(args)
+    if name is None:
+        return app
+    commands = [c for c in app.registered_commands if _registered_name(c) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if len(commands) + len(groups) != 1:
+        return app
+    one = _new_app()
+    one.registered_callback = app.registered_callback
+    one.registered_commands = commands
+    one.registered_groups = groups
+    return one
+
+
+def _registered_name(info: typer.models.CommandInfo) -> str | None:
+    if info.name:
+        return info.name
+    return None if info.callback is None else typer.main.get_command_name(info.callback.__name__)
 
 
 def exit_code(result: object) -> int:
@@ -109,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     json_mode = _json_mode(args)
     try:
         try:
-            rv = app(args=args, prog_name="ledger", standalone_mode=False)
+            rv = _app_for(args)(args=args, prog_name="ledger", standalone_mode=False)
         finally:
             for notice in STATE.after:
                 notice()
