@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from ledger import __version__
 from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes
-from ledger.db import check_schema, make_engine, migrate
+from ledger.db import analyse_if_grown, check_schema, make_engine, migrate
 from ledger.entries import (
     ArtifactRef,
     Statement,
@@ -704,6 +704,8 @@ class Ledger:
             accepted.update((e.entry_id, e) for e in out if not e.duplicate)
             outcomes.append(out)
         self.repo.insert(conn, rows, subj_rows, ref_rows, art_rows)
+        if rows:  # read in this transaction: statistics a rolled-back one took are not counted
+            analyse_if_grown(conn, next_seq, None)
         ring.seq = next_seq
         due = bool(rows) and self._publish_due(conn, next_seq)
         return _Plan(outcomes, ring, prev, due)

@@ -1,0 +1,126 @@
+"""SQLite's planner statistics follow the log (``ledger.db.analyse_if_grown``).
+
+Regression: without statistics SQLite drove a routing check's ``kind IN (…) AND seq IN (subject's seqs)``
+from the kind index; at 1M entries of one kind that scanned a million index rows to find one campaign's ten
+thousand (186 of a 490 ms `ledger check routing-change`). With statistics it reads the subject's seqs and
+looks each entry up by its key.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.db import STATS_GROWTH, STATS_MIN_ROWS
+from ledger.reads import SqlitePolicyRepo
+from ledger.service import Ledger
+from ledger.signing import SigningKey
+
+T0 = datetime(2026, 9, 10, 9, 0, tzinfo=UTC)
+TARGET = {"campaign": "target", "backend": "vllm", "model": "m"}
+
+
+def _build(home: Path, n: int, every: int) -> Ledger:
+    """A log of ``n`` health probes; one in ``every`` is the target campaign's, the rest other campaigns'."""
+    led = Ledger.init(home, genesis_at=T0 - timedelta(hours=1))
+    key = SigningKey.generate("col")
+    key.save(led.home.key_path("col"))
+    pub = key.public
+    payload = {"name": "col", "public_key": pub.b64, "key_id": pub.key_id, "roles": ["collector"]}
+    st = led.make_statement("key.enrol", {"key": "col"}, payload, collected_at=T0 - timedelta(hours=1))
+    led.append([led.sign(st, led.cfg.admin_key)], logged_at=T0 - timedelta(hours=1))
+    _probes(led, range(n), every)
+    return led
+
+
+def _probes(led: Ledger, seconds: range, every: int) -> None:
+    batch: list[Any] = []
+    for i in seconds:
+        other = {"campaign": f"other-{i % 97}", "backend": "vllm", "model": "m"}
+        subject = TARGET if i % every == 0 else other
+        payload = {"endpoint": "/health", "ok": True, "http_status": 200}
+        at = T0 + timedelta(seconds=i)
+        batch.append(led.sign(led.make_statement("health.probe", subject, payload, collected_at=at), "col"))
+        if len(batch) == 500 or i == seconds[-1]:
+            led.append(batch, logged_at=at)
+            batch = []
+
+
+def _stats(db: Path) -> int | None:
+    with sqlite3.connect(db) as c:
+        if c.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone() is None:
+            return None
+        row = c.execute("SELECT stat FROM sqlite_stat1 WHERE tbl = 'log_entries'").fetchone()
+        return None if row is None else int(row[0].split()[0])
+
+
+def _plan_of_subject_kind_rows(db: Path, size: int) -> tuple[str, list[tuple[Any, ...]]]:
+    """The plan SQLite picks for the policy reader's ``subject_kind_rows`` (its own SQL), and its rows."""
+    seen: list[tuple[str, list[Any]]] = []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    repo = SqlitePolicyRepo(conn)
+    real = repo._tuples
+
+    def record(c: sqlite3.Connection, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        seen.append((sql, list(params)))
+        return real(c, sql, params)
+
+    repo._tuples = record  # type: ignore[method-assign]
+    rows = repo.subject_kind_rows(conn, {"backend": "vllm", "campaign": "target"}, ["health.probe"], size)
+    sql, params = seen[-1]
+    plan = " | ".join(str(r[-1]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    conn.close()
+    return plan, rows
+
+
+def test_routing_reads_drive_from_the_subject_once_the_log_has_statistics(tmp_path: Path) -> None:
+    led = _build(tmp_path / "h", 2500, 50)
+    db = led.home.path / "ledger.db"
+    size = led.size()
+    led.close()
+    taken = _stats(db)
+    assert taken is not None and STATS_MIN_ROWS <= taken <= size
+    plan, rows = _plan_of_subject_kind_rows(db, size)
+    assert "INTEGER PRIMARY KEY" in plan, plan  # each entry looked up by its seq, from the subject's list
+    assert "ix_log_entries_kind (kind=? AND rowid<?)" not in plan, plan  # not a scan of the kind's index
+    assert len(rows) == 50 and [r[0] for r in rows] == sorted(r[0] for r in rows)
+
+
+def test_statistics_are_taken_again_when_the_log_has_doubled_and_not_before(tmp_path: Path) -> None:
+    led = _build(tmp_path / "h", 1200, 50)
+    db = led.home.path / "ledger.db"
+    first = _stats(db)
+    assert first is not None and first >= STATS_MIN_ROWS
+    _probes(led, range(1200, 1200 + first // 2), 50)  # grown, but by less than STATS_GROWTH times
+    assert _stats(db) == first
+    _probes(led, range(5000, 5000 + first * STATS_GROWTH), 50)
+    again = _stats(db)
+    assert again is not None and again >= first * STATS_GROWTH
+    led.close()
+
+
+def test_a_small_log_takes_no_statistics(tmp_path: Path) -> None:
+    led = _build(tmp_path / "h", 300, 10)
+    db = led.home.path / "ledger.db"
+    led.close()
+    assert _stats(db) is None
+
+
+@pytest.mark.postgres
+def test_postgresql_is_left_to_its_autovacuum() -> None:
+    import sqlalchemy as sa
+
+    from ledger.db import analyse_if_grown
+    from tests.api.conftest import PG_URL, require_postgres
+
+    require_postgres()
+    engine = sa.create_engine(PG_URL.format(db="test"))
+    try:
+        with engine.connect() as conn:
+            assert analyse_if_grown(conn, 10**6) is None
+    finally:
+        engine.dispose()
