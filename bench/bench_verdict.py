@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import __version__
-from ledger.entries import format_time
+from ledger.entries import format_time, parse_time
 from ledger.home import Home
 from ledger.policy import evaluate, load_policy
 from ledger.policy.routing import check_routing_change, load_deployment
@@ -353,9 +353,30 @@ def _stats(samples: list[float]) -> dict[str, float]:
     }
 
 
-def fresh(home: Path, deployment: Path, rounds: int, baseline: Path | None = None) -> dict[str, Any]:
+def append_elsewhere(home: Path, i: int) -> None:
+    """One note of another campaign, logged at the head's log time (the log's clock never runs back)."""
+    ledger = Ledger.open(home)
+    try:
+        with ledger.repo.read() as conn:
+            at = parse_time(ledger.repo.logged_at(conn, ledger.size() - 1))
+        st = ledger.make_statement(
+            "note", {"campaign": "elsewhere"}, {"text": f"unrelated {i}"}, collected_at=at
+        )
+        ledger.append([ledger.sign(st, ledger.cfg.admin_key)], logged_at=at)
+    finally:
+        ledger.close()
+
+
+def fresh(
+    home: Path, deployment: Path, rounds: int, baseline: Path | None = None, bytecode: bool = True
+) -> dict[str, Any]:
     """Fresh processes, interleaved per round: --help, verdict --json, check routing-change (and, with
-    ``baseline``, the same three on an older checkout's code: PYTHONPATH=baseline)."""
+    ``baseline``, the same three on an older checkout's code: PYTHONPATH=baseline). ``bytecode``: the
+    first runs write the package's bytecode, as an installed wheel has it (else the environment's
+    PYTHONDONTWRITEBYTECODE stands and every run recompiles the sources)."""
+    env: dict[str, str] | None = None
+    if bytecode:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     verdict_cmd = [LEDGER_BIN, "--home", str(home), "verdict", "-s", f"campaign={CAMPAIGN}", "--json"]
     check_cmd = [LEDGER_BIN, "--home", str(home), "check", "routing-change"]
     for k, v in ROUTE_SUBJECT.items():
@@ -369,18 +390,20 @@ def fresh(home: Path, deployment: Path, rounds: int, baseline: Path | None = Non
         "import_sqlalchemy": [sys.executable, "-c", "import sqlalchemy"],
         "import_service": [sys.executable, "-c", "import ledger.service"],
     }
-    envs: dict[str, dict[str, str] | None] = dict.fromkeys(cmds)
+    envs: dict[str, dict[str, str] | None] = dict.fromkeys(cmds, env)
     if baseline is not None:
-        old = {**os.environ, "PYTHONPATH": str(baseline.resolve())}
+        old = {**(env or os.environ), "PYTHONPATH": str(baseline.resolve())}
         for name in ("help", "verdict", "check_routing"):
             cmds[f"{name}_baseline"] = cmds[name]
             envs[f"{name}_baseline"] = old
+    for argv in (verdict_cmd, check_cmd):  # the bytecode an installed wheel has (unless --no-bytecode)
+        _run(argv, env)
     # nothing remembered: the home's verdict cache emptied, then one fresh verdict and one fresh check
     shutil.rmtree(home / "cache" / "verdicts", ignore_errors=True)
-    cold_v = _run(verdict_cmd)
+    cold_v = _run(verdict_cmd, env)
     assert cold_v[2] == 0, cold_v[3][-2000:]
     shutil.rmtree(home / "cache" / "verdicts", ignore_errors=True)
-    cold_c = _run(check_cmd)
+    cold_c = _run(check_cmd, env)
     assert cold_c[2] == 0, cold_c[3][-2000:]
     walls: dict[str, list[float]] = {k: [] for k in cmds}
     rss: dict[str, int] = dict.fromkeys(cmds, 0)
@@ -392,6 +415,15 @@ def fresh(home: Path, deployment: Path, rounds: int, baseline: Path | None = Non
             walls[name].append(wall)
             rss[name] = max(rss[name], peak)
             outputs.setdefault(name, out)
+    # an append elsewhere (another campaign's note, logged at the head's time): the log's size and its
+    # reference time change, so no verdict is remembered; what a CI check after other hosts' appends pays
+    after: dict[str, list[float]] = {"verdict": [], "check_routing": []}
+    for i in range(3):
+        append_elsewhere(home, i)
+        for name, walls_after in after.items():
+            wall, _peak, rc, out = _run(cmds[name], env)
+            assert rc == 0, (name, out[-2000:])
+            walls_after.append(wall)
     check = json.loads(outputs["check_routing"])
     assert check["allowed"], check["reasons"]
     assert check["verdict"]["current"]["verdict"] == "QUALIFIED"
@@ -410,6 +442,8 @@ def fresh(home: Path, deployment: Path, rounds: int, baseline: Path | None = Non
         "ms": round(cold_c[0] * 1000, 1),
         "peak_rss_mib": round(cold_c[1] / 1024, 1),
     }
+    for name, walls_after in after.items():
+        res[f"{name}_after_append_elsewhere"] = {**_stats(walls_after), "runs": len(walls_after)}
     res["verdict_word"] = verdict_out["verdict"]
     res["check_allowed"] = check["allowed"]
     return res
@@ -479,6 +513,11 @@ def main() -> int:
         help="an older checkout (`git archive main | tar -x -C DIR`): its --help, verdict and check are "
         "timed in the same fresh-process rounds",
     )
+    ap.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE as the environment sets it (fresh processes recompile sources)",
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "verdict.json")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-verdict-"))
@@ -497,7 +536,7 @@ def main() -> int:
         deployment.write_text(DEPLOYMENT)
         size = ledger.size()
         campaign_n = len(ledger.query(subject=SUBJECT, limit=None))
-        fresh_res = fresh(home, deployment, args.rounds, args.baseline)
+        fresh_res = fresh(home, deployment, args.rounds, args.baseline, bytecode=not args.no_bytecode)
         warm_res = warm(ledger, deployment, args.runs)
         reader = SqlitePolicyLedger.open(Home(home))
         warm_read = warm(reader, deployment, args.runs) if reader is not None else None
@@ -513,6 +552,7 @@ def main() -> int:
             "warm_in_process_sqlite_reader": warm_read,
             "raw_sql_campaign_rows": sql,
             "targets": {"fresh_ms": 500, "warm_p95_ms": 50},
+            "bytecode_cached": not args.no_bytecode,
             "load_average": os.getloadavg(),
             "machine": {
                 "python": platform.python_version(),
@@ -550,6 +590,12 @@ def main() -> int:
                 f"{label:<44}{r['p50_ms']:>9}{r['p95_ms']:>9}{r['min_ms']:>9}{r['peak_rss_mib']:>9}"
                 f"{ratio:>8.2f}× help"
             )
+        for name, label in (
+            ("verdict_after_append_elsewhere", "ledger verdict --json, after an append"),
+            ("check_routing_after_append_elsewhere", "ledger check routing-change, after an append"),
+        ):
+            r = f[name]
+            print(f"{label:<44}{r['p50_ms']:>9}{r['p95_ms']:>9}{r['min_ms']:>9}")
         for name, label in (
             ("verdict_nothing_cached", "ledger verdict --json, nothing cached"),
             ("check_routing_nothing_cached", "ledger check routing-change, nothing cached"),

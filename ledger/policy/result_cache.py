@@ -39,11 +39,13 @@ __all__ = [
     "clear",
     "get",
     "key_for",
+    "load_signatures",
     "put",
     "put_value",
     "recall",
     "remember",
     "rows_key",
+    "save_signatures",
     "stamp",
 ]
 
@@ -63,6 +65,7 @@ def _forget() -> None:
     with _LOCK:
         _MEMORY.clear()
         _STAMPED.clear()
+        _LOADED.clear()
 
 
 def clear() -> None:
@@ -314,6 +317,74 @@ def _store(ledger: Ledger, key: bytes, body: bytes) -> None:
         tmp.write_bytes(mac + b"\n" + body)
         os.replace(tmp, path)
         _prune(folder)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+# --- signatures verified before, for fresh processes -----------------------------------------------------
+
+SIGNATURES_FILE = "signatures.bin"
+SIGNATURES_FORMAT = b"evidence-ledger verified signatures v1"
+HOME_SIGNATURES = 100_000  # (envelope digest, public key) pairs kept in a home (6.4 MB; newest kept)
+_PAIR = 64
+_LOADED: set[Path] = set()  # the home files this process has read
+
+
+def load_signatures(ledger: Ledger) -> None:
+    """Take the signatures the home recorded as verified (``save_signatures``) into the process's memo
+    (``snapshot.remember_verified``), once per process and home. A file that fails its HMAC, is cut
+    short or cannot be read is ignored: every signature is then verified again."""
+    folder = _folder(ledger)
+    if folder is None:
+        return
+    with _LOCK:
+        if folder in _LOADED:
+            return
+        _LOADED.add(folder)
+    body = _read_signatures(folder)
+    if body:
+        _snapshot.remember_verified(
+            (body[i : i + 32], body[i + 32 : i + _PAIR]) for i in range(0, len(body), _PAIR)
+        )
+
+
+def _read_signatures(folder: Path) -> bytes:
+    try:
+        data = (folder / SIGNATURES_FILE).read_bytes()
+    except OSError:
+        return b""
+    secret = _secret(folder, create=False)
+    mac, body = data[:32], data[32:]
+    if secret is None or len(mac) != 32 or len(body) % _PAIR:
+        return b""
+    want = hmac.new(secret, SIGNATURES_FORMAT + _snapshot.RESULT_SALT[0] + body, hashlib.sha256).digest()
+    return body if hmac.compare_digest(mac, want) else b""
+
+
+def save_signatures(ledger: Ledger, pairs: list[tuple[bytes, bytes]]) -> None:
+    """Record (envelope digest, raw public key) pairs whose Ed25519 signature just verified, so that a
+    fresh process judging the same entries again (after an append elsewhere changed the log's size, so
+    its result is not remembered) need not verify them again. Keyed by the SHA-256 of the stored bytes, as
+    the process's memo: bytes edited behind the log's back miss it. The newest ``HOME_SIGNATURES`` pairs
+    are kept; a concurrent writer's pairs may be lost (they are verified again), never wrong ones kept."""
+    folder = _folder(ledger)
+    if folder is None or not pairs:
+        return
+    secret = _secret(folder, create=True)
+    if secret is None:
+        return
+    new = {d: k for d, k in pairs if len(d) == 32 and len(k) == 32}
+    old = _read_signatures(folder)
+    kept = [
+        old[i : i + _PAIR] for i in range(0, len(old), _PAIR) if old[i : i + 32] not in new
+    ]  # the file's order is age: the newest last
+    kept += [d + k for d, k in new.items()]
+    body = b"".join(kept[-HOME_SIGNATURES:])
+    mac = hmac.new(secret, SIGNATURES_FORMAT + _snapshot.RESULT_SALT[0] + body, hashlib.sha256).digest()
+    tmp = folder / f".{SIGNATURES_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        tmp.write_bytes(mac + body)
+        os.replace(tmp, folder / SIGNATURES_FILE)
     except OSError:
         tmp.unlink(missing_ok=True)
 

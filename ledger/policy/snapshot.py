@@ -76,10 +76,13 @@ class _Bounded:
             return self.data.get(key)
 
     def put(self, key: bytes, value: Any) -> None:
+        self.put_many([(key, value)])
+
+    def put_many(self, items: Iterable[tuple[bytes, Any]]) -> None:
         with self.lock:
-            self.data[key] = value
+            self.data.update(items)
             if len(self.data) > self.limit:
-                for old in list(self.data)[: max(1, self.limit // 10)]:
+                for old in list(self.data)[: max(len(self.data) - self.limit, self.limit // 10)]:
                     del self.data[old]
 
     def clear(self) -> None:
@@ -301,6 +304,12 @@ def verified_keys(digests: list[bytes]) -> list[bytes | None]:
     """For each envelope digest, the raw public key its signature verified with before (None: not yet)."""
     found: list[bytes | None] = _VERIFIED.get_many(digests)
     return found
+
+
+def remember_verified(pairs: Iterable[tuple[bytes, bytes]]) -> None:
+    """Take (envelope digest, raw public key) pairs a ledger home vouches for (``result_cache``'s
+    HMAC-checked file) as verified in this process."""
+    _VERIFIED.put_many((digest, raw) for digest, raw in pairs if len(digest) == 32 and len(raw) == 32)
 
 
 def slim_views(

@@ -417,7 +417,7 @@ def _compute(ledger: Ledger, snap: Snapshot, policy: LoadedPolicy) -> tuple[dict
         result, influential = _judge(snap, policy, filtered)
         if policy.acceptance.signatures == "trust-log":
             break  # rely on the signature checks made at ingest (and `ledger verify`)
-        newly_bad = _verify(snap, influential - verified)
+        newly_bad = _verify(ledger, snap, influential - verified)
         verified |= influential
         if not newly_bad:
             break
@@ -425,11 +425,15 @@ def _compute(ledger: Ledger, snap: Snapshot, policy: LoadedPolicy) -> tuple[dict
     return result, artifacts
 
 
-def _verify(snap: Snapshot, ids: set[str]) -> dict[str, str]:
-    """Re-verify the signatures of the entries a verdict depends on; returns id → problem for failures."""
+def _verify(ledger: Ledger, snap: Snapshot, ids: set[str]) -> dict[str, str]:
+    """Re-verify the signatures of the entries a verdict depends on; returns id → problem for failures.
+    Signatures the process or the home (``result_cache.load_signatures``) verified before over the same
+    envelope bytes with the same key are not verified again; new successes are recorded in the home."""
     bad: dict[str, str] = {}
     by_id = snap.by_id
     todo = [e for e in (by_id.get(eid) for eid in ids) if e is not None]
+    result_cache.load_signatures(ledger)
+    checked: list[tuple[bytes, bytes]] = []
     # one lookup of the signature cache for all of them (under one lock); hits need no further work
     known = verified_keys([e.digest for e in todo])
     raw: dict[str, bytes | None] = {}
@@ -445,6 +449,10 @@ def _verify(snap: Snapshot, ids: set[str]) -> dict[str, str]:
             check_signature(e, snap.keyring)
         except SignatureError as ex:
             bad[eid] = ex.message
+        else:
+            if e.digest:
+                checked.append((e.digest, snap.keyring.get(e.signer).public.raw))
+    result_cache.save_signatures(ledger, checked)
     return bad
 
 

@@ -155,3 +155,116 @@ def test_a_store_answer_that_changed_is_asked_again(build, tmp_path: Path) -> No
     path.write_bytes(hmac.new(secret, key + body, hashlib.sha256).hexdigest().encode() + b"\n" + body)
     assert mac  # the original had one
     assert _fresh_verdict(b.home, "router-ocr") == real
+
+
+# --- signatures verified before, remembered in the home (``result_cache.save_signatures``) ---
+
+
+def _signatures_file(home: Path) -> Path:
+    return home / "cache" / "verdicts" / result_cache.SIGNATURES_FILE
+
+
+def _append_elsewhere(b: Any) -> None:
+    """Another campaign's note, logged at the head's log time: the log's size changes, its reference time
+    (and so every staleness rule) does not."""
+    with b.ledger.repo.read() as conn:
+        at = parse_time(b.ledger.repo.logged_at(conn, b.ledger.size() - 1))
+    st = b.ledger.make_statement(
+        "note", {"campaign": "elsewhere"}, {"text": "another host's"}, collected_at=at
+    )
+    b.ledger.append([b.ledger.sign(st, "collector")], logged_at=at)
+
+
+def _as_a_fresh_process(monkeypatch: Any) -> list[int]:
+    """This process forgets what it verified and remembered (the home's files stay); returns a counter of
+    the Ed25519 verifications it then makes."""
+    from ledger.signing import PublicKey
+
+    monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])  # read the home as a fresh process does
+    snapshot._VERIFIED.clear()
+    with result_cache._LOCK:
+        result_cache._MEMORY.clear()
+        result_cache._STAMPED.clear()
+        result_cache._LOADED.clear()
+    calls = [0]
+    real = PublicKey.verify
+
+    def counted(self: PublicKey, signature: bytes, message: bytes) -> None:
+        calls[0] += 1
+        real(self, signature, message)
+
+    monkeypatch.setattr(PublicKey, "verify", counted)
+    return calls
+
+
+def test_after_an_append_elsewhere_a_fresh_process_verifies_no_signature_again(build, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An append to another campaign changes the log's size, so no verdict is remembered; the signatures of
+    the campaign's entries, verified before over the same bytes with the same keys, are not verified again,
+    and the verdict is the one computed from scratch."""
+    monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])
+    b = build("backend-qualification/seed004-sleeping.toml")
+    before = json.loads(_fresh_verdict(b.home, "router-ocr"))  # verifies, and records the signatures
+    body = _signatures_file(b.home).read_bytes()[32:]
+    assert len(body) % 64 == 0 and len(body) // 64 >= len(before["used"]) > 0
+    _append_elsewhere(b)
+
+    calls = _as_a_fresh_process(monkeypatch)
+    policy = load_policy("backend-qualification")
+    got = evaluate(b.ledger, {"campaign": "router-ocr"}, policy)
+    assert calls[0] == 0
+    assert got["checkpoint"]["size"] == before["checkpoint"]["size"] + 1
+    assert (got["verdict"], got["used"]) == (before["verdict"], before["used"])
+
+    for f in [_signatures_file(b.home), *_cache_files(b.home)]:  # nothing remembered: all verified again
+        f.unlink()
+    calls = _as_a_fresh_process(monkeypatch)
+    again = evaluate(b.ledger, {"campaign": "router-ocr"}, policy)
+    assert calls[0] >= 1  # the entries the verdict depends on
+    assert canonical_bytes(again) == canonical_bytes(got)
+
+
+def test_a_signatures_file_that_fails_its_mac_vouches_for_nothing(build, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])
+    b = build("backend-qualification/seed004-sleeping.toml")
+    before = json.loads(_fresh_verdict(b.home, "router-ocr"))
+    _append_elsewhere(b)
+    path = _signatures_file(b.home)
+    data = bytearray(path.read_bytes())
+    data[40] ^= 1  # one bit of the first recorded digest: the MAC no longer matches
+    path.write_bytes(bytes(data))
+    calls = _as_a_fresh_process(monkeypatch)
+    for f in _cache_files(b.home):
+        f.unlink()
+    got = evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
+    assert calls[0] >= 1 and before["used"]
+    for f in [path, *_cache_files(b.home)]:
+        f.unlink()
+    _as_a_fresh_process(monkeypatch)
+    scratch = evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
+    assert canonical_bytes(got) == canonical_bytes(scratch)
+    path.write_bytes(bytes(data[:-10]))  # cut short: ignored too
+    for f in _cache_files(b.home):
+        f.unlink()
+    calls = _as_a_fresh_process(monkeypatch)
+    evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
+    assert calls[0] >= 1
+
+
+def test_a_recorded_signature_does_not_vouch_for_a_row_edited_behind_the_log(build, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The memo is keyed by the stored bytes' digest: a row edited after its signature was recorded is
+    verified again, and rejected."""
+    monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])
+    b = build("backend-qualification/seed004-sleeping.toml")
+    _fresh_verdict(b.home, "router-ocr")
+    target = b.ledger.get(b.names["health-while-sleeping"])
+    env = json.loads(target.envelope)
+    statement = json.loads(base64.b64decode(env["payload"]))
+    statement["payload"]["sleeping"] = False
+    env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
+    _tamper(b.home, target.seq, env)
+    _append_elsewhere(b)
+    calls = _as_a_fresh_process(monkeypatch)
+    got = evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
+    assert calls[0] >= 1
+    rejected = {r["entry"]: r["rule"] for r in got["rejected"]}
+    assert rejected[target.entry_id] == "bad-signature"
