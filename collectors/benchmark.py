@@ -349,19 +349,30 @@ async def send_request(
                 usage = chunk.get("usage")
                 if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
                     usage_tokens = usage["completion_tokens"]
-                for choice in chunk.get("choices") or ():
+                choices = chunk.get("choices") or []
+                if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+                    record.error = f"malformed stream chunk: {data[:80]!r}"
+                    return record
+                if choices:
+                    # A chunk with choices is one step of output, whatever text it carries: an engine
+                    # streams a delta per decode step, and tokens that do not decode to text yet (part of
+                    # a UTF-8 character, a special token) come as empty deltas. Time to first token and
+                    # the inter-token latencies are taken at these chunks, as `vllm bench serve` takes
+                    # them; timing only chunks with text put the "first token" at the first visible
+                    # character, up to the whole generation late.
+                    now = time.perf_counter()
+                    if last is None:
+                        record.ttft_ms = (now - t0) * 1000
+                    else:
+                        record.itl_ms.append((now - last) * 1000)
+                    last = now
+                for choice in choices:
                     piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
                     ids = choice.get("token_ids")
                     if isinstance(ids, list):
                         has_ids = True
                         token_ids.extend(int(i) for i in ids)
                     if piece:
-                        now = time.perf_counter()
-                        if last is None:
-                            record.ttft_ms = (now - t0) * 1000
-                        else:
-                            record.itl_ms.append((now - last) * 1000)
-                        last = now
                         chunks += 1
                         parts.append(piece)
                     if choice.get("finish_reason"):

@@ -168,6 +168,27 @@ def test_run_records_every_request_and_aggregates_per_level(tmp_path: Path) -> N
     validate_payload("gate.result", 1, payload)
 
 
+def test_time_to_first_token_is_the_first_chunk_of_output_not_the_first_visible_text(tmp_path: Path) -> None:
+    """Regression (beside `vllm bench serve`, issue 11): vLLM streams a delta per decode step and tokens
+    that do not decode to text yet come as empty deltas; timing only chunks with text put TTFT up to the
+    whole generation late (21 ms against vllm bench's 8 ms at c1, TPOT 0.01 ms against 1.7 ms). TTFT is
+    taken at the first chunk with choices and every later one is an inter-token latency, as vllm bench
+    takes them; the text and the token count are unchanged."""
+    corpus = _corpus(tmp_path, n=1, max_tokens=4)
+    cfg = StubConfig(tokens=4, ttft_s=0.05, itl_s=0.04, empty_deltas=3)
+    with serve_stub(cfg) as base:
+        result = run_benchmark(
+            _spec(corpus, concurrency=(1,), requests_per_level=3), base, out_dir=tmp_path / "o"
+        )
+    lines = _lines(result.artifacts["benchmark-requests.jsonl"])
+    for x in lines:
+        assert x["error"] is None and x["text"] == "tok0 tok1 tok2 tok3"
+        assert 40 <= x["ttft_ms"] < 50 + 3 * 40 - 20, x["ttft_ms"]  # the first (empty) delta, not the text
+        assert len(x["itl_ms"]) == 3 + 4 - 1  # every chunk of output after the first
+        assert x["output_tokens"] == 4 and x["tokens_from"] == "usage"
+        assert x["tpot_ms"] > 30  # (e2e - ttft) / (tokens - 1): the decode steps, not ~0
+
+
 def test_completions_api_is_streamed_too(tmp_path: Path) -> None:
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps({"id": "only", "prompt": "say tokens", "max_tokens": 5}) + "\n")

@@ -58,6 +58,7 @@ class StubConfig:
     reset_after: int | None = None
     token_ids: bool = False  # include vLLM-style ``token_ids`` in each chunk when asked
     exit_after: int | None = None  # as a process: the (N+1)-th completion request kills it (exit 1)
+    empty_deltas: int = 0  # streamed first: chunks whose delta has empty text (tokens with no text yet)
 
 
 class _Reset(Exception):
@@ -164,6 +165,10 @@ def build_app(cfg: StubConfig) -> FastAPI:
             try:
                 if cfg.ttft_s or cfg.ttft_growth_s:
                     await asyncio.sleep(cfg.ttft_s + number * cfg.ttft_growth_s)
+                for _ in range(cfg.empty_deltas):  # as vLLM streams part of a UTF-8 character
+                    yield chunk("", None, 0)
+                    if cfg.itl_s:
+                        await asyncio.sleep(cfg.itl_s)
                 for i, piece in enumerate(pieces):
                     if i and cfg.itl_s:
                         await asyncio.sleep(cfg.itl_s)
