@@ -360,9 +360,11 @@ def append_elsewhere(home: Path, i: int) -> None:
         with ledger.repo.read() as conn:
             at = parse_time(ledger.repo.logged_at(conn, ledger.size() - 1))
         st = ledger.make_statement(
-            "note", {"campaign": "elsewhere"}, {"text": f"unrelated {i}"}, collected_at=at
+            "note", {"campaign": "elsewhere"}, {"text": f"unrelated {i} {time.time_ns()}"}, collected_at=at
         )
+        before = ledger.size()
         ledger.append([ledger.sign(st, ledger.cfg.admin_key)], logged_at=at)
+        assert ledger.size() == before + 1, "the note must be new (a duplicate is not appended)"
     finally:
         ledger.close()
 
@@ -419,8 +421,8 @@ def fresh(
     # reference time change, so no verdict is remembered; what a CI check after other hosts' appends pays
     after: dict[str, list[float]] = {"verdict": [], "check_routing": []}
     for i in range(3):
-        append_elsewhere(home, i)
-        for name, walls_after in after.items():
+        for j, (name, walls_after) in enumerate(after.items()):
+            append_elsewhere(home, 2 * i + j)  # before each command: neither finds the other's result
             wall, _peak, rc, out = _run(cmds[name], env)
             assert rc == 0, (name, out[-2000:])
             walls_after.append(wall)
