@@ -94,7 +94,7 @@ def http_collector(job: dict[str, Any]) -> dict[str, Any]:
             doc = r.json()
             if job.get("get"):
                 continue
-            got = doc.get("entries", [doc])
+            got = doc.get("items", [doc])  # a batch answers the one list shape {items, next}
             ids.extend(e["id"] for e in got)
             receipts += sum(1 for e in got if e.get("receipt", {}).get("entry_id") == e["id"])
     return {"ids": ids, "receipts": receipts, "latencies": lat, "errors": errors, "ended": last}
