@@ -32,6 +32,7 @@ __all__ = [
     "T_TILES",
     "T_TOKENS",
     "analyse_if_grown",
+    "analyse_log",
     "check_schema",
     "make_engine",
     "migrate",
@@ -213,6 +214,14 @@ def analyse_if_grown(conn: sa.Connection, size: int, taken_at: int | None = None
         return known
     conn.exec_driver_sql("ANALYZE")
     return size
+
+
+def analyse_log(engine: Engine) -> int | None:
+    """``analyse_if_grown`` at the log's current size in its own write transaction (``ledger migrate``: a
+    home filled before the service took statistics gets them without waiting for its next append)."""
+    with write_transaction(engine) as conn:
+        size = int(conn.exec_driver_sql("SELECT coalesce(max(seq) + 1, 0) FROM log_entries").scalar_one())
+        return analyse_if_grown(conn, size)
 
 
 LOG_LOCK_KEY = 7715094201  # the PostgreSQL advisory lock every appender of a log takes

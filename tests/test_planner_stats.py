@@ -124,3 +124,19 @@ def test_postgresql_is_left_to_its_autovacuum() -> None:
             assert analyse_if_grown(conn, 10**6) is None
     finally:
         engine.dispose()
+
+
+def test_ledger_migrate_takes_statistics_for_a_log_filled_without_them(tmp_path: Path) -> None:
+    from ledger.cli import main
+
+    led = _build(tmp_path / "h", 1500, 50)
+    db = led.home.path / "ledger.db"
+    led.close()
+    with sqlite3.connect(db) as c:
+        c.execute("DROP TABLE sqlite_stat1")  # as a home filled before the service took statistics
+    assert _stats(db) is None
+    assert main(["--home", str(tmp_path / "h"), "migrate"]) == 0
+    taken = _stats(db)
+    assert taken is not None and taken >= STATS_MIN_ROWS
+    assert main(["--home", str(tmp_path / "h"), "migrate"]) == 0  # nothing grew: nothing taken again
+    assert _stats(db) == taken

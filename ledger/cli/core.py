@@ -559,8 +559,9 @@ def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
     """Upgrade a home made by an older ledger, in place: its database to this ledger's log format (Alembic
     revision 0002: every Merkle leaf commits the log record; 64-bit seq on PostgreSQL; 0003: witness
     cosignatures; 0004: the hash tiles) and its configuration to paths relative to the home. Checkpoints
-    signed before stay checkable; run `ledger verify` after."""
-    from ledger.db import SCHEMA_HEAD, make_engine, schema_revision
+    signed before stay checkable; run `ledger verify` after. On SQLite it also takes the query planner's
+    statistics when the log has outgrown them (as appends do)."""
+    from ledger.db import SCHEMA_HEAD, analyse_log, make_engine, schema_revision
     from ledger.db import migrate as upgrade
     from ledger.home import Home
 
@@ -569,9 +570,10 @@ def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
     engine = make_engine(cfg.database_url)
     try:
         before = schema_revision(engine)
+        upgrade(cfg.database_url)
+        analyse_log(engine)  # SQLite's planner statistics, when the log has outgrown them
     finally:
         engine.dispose()
-    upgrade(cfg.database_url)
     h.write_config(cfg)
     info = {"home": str(h.path), "from_revision": before, "to_revision": SCHEMA_HEAD}
     if json_out:
