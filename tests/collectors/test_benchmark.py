@@ -110,7 +110,10 @@ def test_queue_growth_detects_a_growing_queue_and_not_a_flat_one() -> None:
 
 def test_run_records_every_request_and_aggregates_per_level(tmp_path: Path) -> None:
     corpus = _corpus(tmp_path)
-    with serve_stub(StubConfig(tokens=6, itl_s=0.002)) as base:
+    # 10 ms between tokens: the stub sleeps far more than it computes, so c4 really serves about 4× c1's
+    # rate even though it shares the client's process (at 2 ms, c4 could come out slower on a loaded
+    # machine and be judged over-saturated, rightly, across levels)
+    with serve_stub(StubConfig(tokens=6, itl_s=0.01)) as base:
         result = run_benchmark(_spec(corpus, repetitions=2), base, out_dir=tmp_path / "out")
     assert result.outcome == "completed" and result.valid, result.invalid_reasons
     lines = _lines(result.artifacts["benchmark-requests.jsonl"])
