@@ -357,8 +357,11 @@ def _read_signatures(folder: Path) -> bytes:
     mac, body = data[:32], data[32:]
     if secret is None or len(mac) != 32 or len(body) % _PAIR:
         return b""
-    want = hmac.new(secret, SIGNATURES_FORMAT + _snapshot.RESULT_SALT[0] + body, hashlib.sha256).digest()
-    return body if hmac.compare_digest(mac, want) else b""
+    return body if hmac.compare_digest(mac, _signatures_mac(secret, body)) else b""
+
+
+def _signatures_mac(secret: bytes, body: bytes) -> bytes:
+    return hmac.new(secret, SIGNATURES_FORMAT + _snapshot.RESULT_SALT[0] + body, hashlib.sha256).digest()
 
 
 def save_signatures(ledger: Ledger, pairs: list[tuple[bytes, bytes]]) -> None:
@@ -380,7 +383,7 @@ def save_signatures(ledger: Ledger, pairs: list[tuple[bytes, bytes]]) -> None:
     ]  # the file's order is age: the newest last
     kept += [d + k for d, k in new.items()]
     body = b"".join(kept[-HOME_SIGNATURES:])
-    mac = hmac.new(secret, SIGNATURES_FORMAT + _snapshot.RESULT_SALT[0] + body, hashlib.sha256).digest()
+    mac = _signatures_mac(secret, body)
     tmp = folder / f".{SIGNATURES_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         tmp.write_bytes(mac + body)

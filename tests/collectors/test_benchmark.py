@@ -192,6 +192,20 @@ def test_time_to_first_token_is_the_first_chunk_of_output_not_the_first_visible_
         assert x["tpot_ms"] > 30  # (e2e - ttft) / (tokens - 1): the decode steps, not ~0
 
 
+def test_a_chunk_whose_choices_are_not_a_list_is_a_malformed_stream(tmp_path: Path) -> None:
+    """The timing rule reads ``choices``: mistyped (an object), the request is an error, never timed."""
+    corpus = _corpus(tmp_path, n=1)
+    with serve_stub(StubConfig(tokens=4, choices_object=True)) as base:
+        result = run_benchmark(
+            _spec(corpus, concurrency=(1,), requests_per_level=2, max_error_rate=1.0),
+            base,
+            out_dir=tmp_path / "o",
+        )
+    lines = _lines(result.artifacts["benchmark-requests.jsonl"])
+    assert lines and all(x["error"].startswith("malformed stream chunk") for x in lines)
+    assert all(x["ttft_ms"] is None for x in lines)
+
+
 def test_completions_api_is_streamed_too(tmp_path: Path) -> None:
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps({"id": "only", "prompt": "say tokens", "max_tokens": 5}) + "\n")

@@ -59,6 +59,7 @@ class StubConfig:
     token_ids: bool = False  # include vLLM-style ``token_ids`` in each chunk when asked
     exit_after: int | None = None  # as a process: the (N+1)-th completion request kills it (exit 1)
     empty_deltas: int = 0  # streamed first: chunks whose delta has empty text (tokens with no text yet)
+    choices_object: bool = False  # stream one chunk whose ``choices`` is an object, not a list
 
 
 class _Reset(Exception):
@@ -165,6 +166,8 @@ def build_app(cfg: StubConfig) -> FastAPI:
             try:
                 if cfg.ttft_s or cfg.ttft_growth_s:
                     await asyncio.sleep(cfg.ttft_s + number * cfg.ttft_growth_s)
+                if cfg.choices_object:
+                    yield "data: " + json.dumps({"id": rid, "choices": {"index": 0, "text": "x"}}) + "\n\n"
                 for _ in range(cfg.empty_deltas):  # as vLLM streams part of a UTF-8 character
                     yield chunk("", None, 0)
                     if cfg.itl_s:

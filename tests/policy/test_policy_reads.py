@@ -233,7 +233,7 @@ def test_a_row_edited_by_raw_sql_is_not_served_from_a_warm_read_only_ledger(buil
 
 def test_an_append_by_the_service_flips_a_warm_read_only_routing_check(build) -> None:
     """The service appends on its own connection (same process): data_version moves, nothing stale."""
-    from tests.policy.test_routing_current import NOW, OK, SUBJECT, append
+    from tests.policy.test_routing_current import NOW, OK, SUBJECT, supersede_benchmark
 
     b = build("routing-change/seed004-router.toml")
     fast = SqlitePolicyLedger.open(Home(b.home))
@@ -242,14 +242,7 @@ def test_an_append_by_the_service_flips_a_warm_read_only_routing_check(build) ->
     try:
         assert check_routing_change(fast, policy, dict(SUBJECT), deployment=OK, now=NOW)["allowed"] is True
         assert check_routing_change(fast, policy, dict(SUBJECT), deployment=OK, now=NOW)["allowed"] is True
-        append(
-            b,
-            "supersession",
-            {"campaign": "router-embed"},
-            {"reason": "benchmark rerun was mislabelled"},
-            "operator",
-            [("supersedes", b.names["benchmark"])],
-        )
+        supersede_benchmark(b)
         r = check_routing_change(fast, policy, dict(SUBJECT), deployment=OK, now=NOW)
         assert r["allowed"] is False
         assert r["verdict"]["current"]["verdict"] == "INCONCLUSIVE"
@@ -261,7 +254,7 @@ def test_an_append_by_the_service_flips_a_warm_read_only_routing_check(build) ->
 def test_the_service_evaluates_through_its_thread_s_reader_and_a_supersession_flips_it(build) -> None:
     """The API's path: `Ledger.check_routing` on a SQLite home reads through this thread's read-only
     policy ledger (warm reads remembered), and a supersession the same service appends flips it at once."""
-    from tests.policy.test_routing_current import NOW, OK, SUBJECT, append
+    from tests.policy.test_routing_current import NOW, OK, SUBJECT, supersede_benchmark
 
     b = build("routing-change/seed004-router.toml")
     led = b.ledger
@@ -269,14 +262,7 @@ def test_the_service_evaluates_through_its_thread_s_reader_and_a_supersession_fl
     first = led.check_routing(dict(SUBJECT), deployment=OK, now=NOW)
     assert first["allowed"] is True
     assert led.check_routing(dict(SUBJECT), deployment=OK, now=NOW) == first  # warm
-    append(
-        b,
-        "supersession",
-        {"campaign": "router-embed"},
-        {"reason": "benchmark rerun was mislabelled"},
-        "operator",
-        [("supersedes", b.names["benchmark"])],
-    )
+    supersede_benchmark(b)
     r = led.check_routing(dict(SUBJECT), deployment=OK, now=NOW)
     assert r["allowed"] is False
     assert r["verdict"]["current"]["verdict"] == "INCONCLUSIVE"

@@ -35,13 +35,8 @@ def append(b: Any, kind: str, subject: dict[str, str], payload: dict[str, Any], 
     b.ledger.append([b.ledger.sign(st, key)], logged_at=parse_time("2026-09-10T12:00:00Z"))
 
 
-def test_baseline_allowed(build) -> None:
-    b = build("routing-change/seed004-router.toml")
-    assert check(b, OK)["allowed"] is True
-
-
-def test_supersession_after_recorded_qualified_refuses_at_once(build) -> None:
-    b = build("routing-change/seed004-router.toml")
+def supersede_benchmark(b: Any) -> None:
+    """The operator supersedes the campaign's benchmark (seed 004: the rerun was mislabelled)."""
     append(
         b,
         "supersession",
@@ -50,6 +45,16 @@ def test_supersession_after_recorded_qualified_refuses_at_once(build) -> None:
         "operator",
         [("supersedes", b.names["benchmark"])],
     )
+
+
+def test_baseline_allowed(build) -> None:
+    b = build("routing-change/seed004-router.toml")
+    assert check(b, OK)["allowed"] is True
+
+
+def test_supersession_after_recorded_qualified_refuses_at_once(build) -> None:
+    b = build("routing-change/seed004-router.toml")
+    supersede_benchmark(b)
     r = check(b, OK)
     assert r["allowed"] is False
     assert any("no longer holds" in x and "INCONCLUSIVE" in x for x in r["reasons"]), r["reasons"]

@@ -16,7 +16,7 @@ from ledger.entries import parse_time
 from ledger.policy import evaluate, load_policy, result_cache, snapshot
 from ledger.policy.routing import check_routing_change
 from ledger.policy.snapshot import clear_caches
-from tests.policy.test_routing_current import OK, SUBJECT, append
+from tests.policy.test_routing_current import OK, SUBJECT, supersede_benchmark
 from tests.policy.test_verdict_caches import _tamper
 
 LEDGER_BIN = str(Path(sys.executable).with_name("ledger"))
@@ -73,14 +73,7 @@ def test_a_supersession_after_a_remembered_check_refuses_at_once(build) -> None:
     policy = load_policy("routing-change")
     assert check_routing_change(b.ledger, policy, dict(SUBJECT), deployment=OK, now=NOW)["allowed"] is True
     assert check_routing_change(b.ledger, policy, dict(SUBJECT), deployment=OK, now=NOW)["allowed"] is True
-    append(
-        b,
-        "supersession",
-        {"campaign": "router-embed"},
-        {"reason": "benchmark rerun was mislabelled"},
-        "operator",
-        [("supersedes", b.names["benchmark"])],
-    )
+    supersede_benchmark(b)
     r = check_routing_change(b.ledger, policy, dict(SUBJECT), deployment=OK, now=NOW)
     assert r["allowed"] is False
     assert r["verdict"]["current"]["verdict"] == "INCONCLUSIVE"
