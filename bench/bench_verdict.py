@@ -353,14 +353,15 @@ def _stats(samples: list[float]) -> dict[str, float]:
     }
 
 
-def append_elsewhere(home: Path, i: int) -> None:
-    """One note of another campaign, logged at the head's log time (the log's clock never runs back)."""
+def append_elsewhere(home: Path, i: int, campaign: str = "elsewhere") -> None:
+    """One note of another campaign (or of ``campaign``), logged a second after the head's log time: the
+    log's clock, and so the next verdict's reference time, moves on as it does between two checks."""
     ledger = Ledger.open(home)
     try:
         with ledger.repo.read() as conn:
-            at = parse_time(ledger.repo.logged_at(conn, ledger.size() - 1))
+            at = parse_time(ledger.repo.logged_at(conn, ledger.size() - 1)) + timedelta(seconds=1)
         st = ledger.make_statement(
-            "note", {"campaign": "elsewhere"}, {"text": f"unrelated {i} {time.time_ns()}"}, collected_at=at
+            "note", {"campaign": campaign}, {"text": f"unrelated {i} {time.time_ns()}"}, collected_at=at
         )
         before = ledger.size()
         ledger.append([ledger.sign(st, ledger.cfg.admin_key)], logged_at=at)
@@ -417,15 +418,21 @@ def fresh(
             walls[name].append(wall)
             rss[name] = max(rss[name], peak)
             outputs.setdefault(name, out)
-    # an append elsewhere (another campaign's note, logged at the head's time): the log's size and its
-    # reference time change, so no verdict is remembered; what a CI check after other hosts' appends pays
+    # an append elsewhere (another campaign's note, a second later): the log's size and its clock move
+    # on, the campaign's rows do not — what a CI check after other hosts' appends pays; then a note of the
+    # campaign itself: its rows change, so it is judged again (the signatures checked before are known)
     after: dict[str, list[float]] = {"verdict": [], "check_routing": []}
+    rejudged: dict[str, list[float]] = {"verdict": [], "check_routing": []}
     for i in range(3):
-        for j, (name, walls_after) in enumerate(after.items()):
-            append_elsewhere(home, 2 * i + j)  # before each command: neither finds the other's result
-            wall, _peak, rc, out = _run(cmds[name], env)
-            assert rc == 0, (name, out[-2000:])
-            walls_after.append(wall)
+        for into, campaign in ((after, "elsewhere"), (rejudged, CAMPAIGN)):
+            for j, (name, walls_after) in enumerate(into.items()):
+                append_elsewhere(home, 2 * i + j, campaign)  # before each command
+                wall, _peak, rc, out = _run(cmds[name], env)
+                assert rc == 0, (name, out[-2000:])
+                doc = json.loads(out)
+                word = doc["verdict"] if name == "verdict" else doc["verdict"]["current"]["verdict"]
+                assert word == "QUALIFIED", (name, campaign, word)
+                walls_after.append(wall)
     check = json.loads(outputs["check_routing"])
     assert check["allowed"], check["reasons"]
     assert check["verdict"]["current"]["verdict"] == "QUALIFIED"
@@ -446,6 +453,8 @@ def fresh(
     }
     for name, walls_after in after.items():
         res[f"{name}_after_append_elsewhere"] = {**_stats(walls_after), "runs": len(walls_after)}
+    for name, walls_after in rejudged.items():
+        res[f"{name}_after_append_to_campaign"] = {**_stats(walls_after), "runs": len(walls_after)}
     res["verdict_word"] = verdict_out["verdict"]
     res["check_allowed"] = check["allowed"]
     return res
@@ -595,6 +604,8 @@ def main() -> int:
         for name, label in (
             ("verdict_after_append_elsewhere", "ledger verdict --json, after an append"),
             ("check_routing_after_append_elsewhere", "ledger check routing-change, after an append"),
+            ("verdict_after_append_to_campaign", "ledger verdict --json, campaign appended"),
+            ("check_routing_after_append_to_campaign", "ledger check routing-change, campaign app."),
         ):
             r = f[name]
             print(f"{label:<44}{r['p50_ms']:>9}{r['p95_ms']:>9}{r['min_ms']:>9}")

@@ -8,10 +8,11 @@ and the kernel log's ``last_reset_at``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ledger.entries import parse_time
@@ -60,6 +61,13 @@ class Filtered:
     reference_time: datetime | None = None
     # the artifact checks made, in order: [digest, size the entry states, mode, problem or None]
     artifact_checks: list[list[Any]] = field(default_factory=list)
+    # the reference times (both ends included) at which every decision above is the same, texts included
+    window: tuple[datetime, datetime] | None = None
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+_TICK = timedelta(microseconds=1)  # the resolution of log and reset times
 
 
 class _Missing(dict[str, Any]):
@@ -261,12 +269,19 @@ def filter_evidence(
         t.id: (parse_time(t.payload["ended_at"]) if t.payload.get("ended_at") else None)
         for t in terminal.values()
     }
+    # The reference time decides which GPU resets count and which entries are stale, nothing else here:
+    # [lo, hi] is the range of reference times for which both come out the same (``Filtered.window``).
+    lo, hi = _EARLIEST, _LATEST
     resets: dict[str, tuple[datetime, str]] = {}
     for k in trusted:
         if k.kind == "kernel.log" and k.payload.get("last_reset_at") and "host" in k.subject:
             t = parse_time(k.payload["last_reset_at"])
-            if t <= ref and (k.subject["host"] not in resets or t > resets[k.subject["host"]][0]):
-                resets[k.subject["host"]] = (t, k.id)
+            if t > ref:
+                hi = min(hi, t - _TICK)
+            else:
+                lo = max(lo, t)
+                if k.subject["host"] not in resets or t > resets[k.subject["host"]][0]:
+                    resets[k.subject["host"]] = (t, k.id)
     manifest, manifest_sources = _manifest(trusted, set(superseded_by))
     freshness = policy.freshness_seconds()
     art_cache = _ArtifactAnswers()
@@ -415,14 +430,18 @@ def filter_evidence(
                 timedelta(seconds=max_age) if max_age is not None else None,
             )
         max_age, limit = bound
-        if max_age is not None and limit is not None and ref - e.collected_time > limit:
-            reject(
-                e,
-                Rule.STALE,
-                f"collected {e.collected_at}, more than {_human(max_age)} before the "
-                f"reference time {snap.reference_time}",
-            )
-            continue
+        if max_age is not None and limit is not None:
+            if ref - e.collected_time > limit:
+                reject(
+                    e,
+                    Rule.STALE,
+                    f"collected {e.collected_at}, more than {_human(max_age)} before the "
+                    f"reference time {snap.reference_time}",
+                )
+                lo = hi = ref  # the reason names the reference time: it holds at this one alone
+                continue
+            with contextlib.suppress(OverflowError):  # else fresh at every time a datetime holds
+                hi = min(hi, e.collected_time + limit)  # fresh while ref - collected <= limit
         host = e.subject.get("host")
         if e.kind in post_reset and host in resets and e.collected_time < resets[host][0]:
             t, kid = resets[host]
@@ -446,6 +465,7 @@ def filter_evidence(
         support=support,
         reference_time=ref,
         artifact_checks=art_cache.checked,
+        window=(lo, hi),
     )
 
 

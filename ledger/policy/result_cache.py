@@ -1,14 +1,20 @@
 """Verdicts remembered by everything they were computed from, in the process and in the ledger home.
 
 A verdict is a pure function of: the snapshot's rows (their seq, id, kind, signer, log time and the SHA-256
-of their stored envelope bytes), the log size and the reference time, the keyring at that size, the policy
-(its bytes and its validated spec, with its acceptance policy), the code that evaluates it, and the
-artifact store's answers for the artifacts it checked. The key below digests all but the last; the
-store's answers are recorded with the result and asked again before a remembered result is served.
+of their stored envelope bytes), the keyring, candidate hosts and host rows as of the log size it is
+evaluated at, the reference time, the policy (its bytes and its validated spec, with its acceptance
+policy), the code that evaluates it, and the artifact store's answers for the artifacts it checked. The
+log size itself is not an input (only what is read at it). The key below digests the rows, keyring,
+hosts, policy and code; the store's answers and the *window* (the reference times, both ends included,
+at which the acceptance filter decides every entry the same way: no staleness bound or GPU reset is
+crossed, and no entry is stale, since that reason names the reference time) are recorded with the result
+and checked before a remembered result is served, with the new reference time written into it.
 
-So an append (a supersession, a revocation, a new probe) changes the size and misses; an envelope edited
-behind the log's back changes its digest and misses; a changed policy file, or a changed ``ledger``
-source file, misses. A hit saves parsing, Ed25519 and the evaluation; the rows are still read and hashed.
+So an append that touches what the verdict reads (a supersession, a revocation, a new probe of the
+subject) changes the rows or keyring and misses; an append elsewhere changes only the size and the
+log's clock and hits while the clock stays in the window; an envelope edited behind the log's back
+changes its digest and misses; a changed policy file, or a changed ``ledger`` source file, misses. A hit
+saves parsing, Ed25519 and the evaluation; the rows are still read and hashed.
 
 The home's copy (``cache/verdicts/``) is what a fresh CLI process finds: each file carries an HMAC-SHA256
 under a secret kept beside it (mode 0600), and a file that fails it, or cannot be read, is ignored.
@@ -49,7 +55,7 @@ __all__ = [
     "stamp",
 ]
 
-FORMAT = b"evidence-ledger verdict cache v2"
+FORMAT = b"evidence-ledger verdict cache v3"
 MEMORY_ENTRIES = 32  # results kept in the process
 HOME_ENTRIES = 64  # result files kept in a home (oldest removed first)
 CACHE_DIR = ("cache", "verdicts")
@@ -133,12 +139,8 @@ def key_for(raw: _snapshot.SnapshotRows, policy: LoadedPolicy) -> bytes:
     head = {
         "policy": _policy_digest(policy).hex(),
         "subject": raw.subject,
-        "size": raw.size,
-        "reference_time": raw.reference_time,
-        "keyring": {
-            "seq": raw.keyring.seq,
-            "keys": sorted((r.to_json() for r in raw.keyring.keys.values()), key=lambda k: k["key_id"]),
-        },
+        # every key record in full (its ``seq`` is the size it was replayed to: not an input)
+        "keyring": sorted((r.to_json() for r in raw.keyring.keys.values()), key=lambda k: k["key_id"]),
         "candidates": raw.candidates,
         "hosts": raw.hosts,
         "kinds": list(raw.kinds),
@@ -296,10 +298,14 @@ def _remember(key: bytes, body: bytes) -> None:
             _MEMORY.popitem(last=False)
 
 
-def put(ledger: Ledger, key: bytes, result: dict[str, Any], artifacts: list[Any]) -> None:
-    """Remember ``result`` (without its checkpoint) and the store answers it relied on, in the process
-    and, when the home can be written, in the home."""
-    _store(ledger, key, canonical_bytes({"result": result, "artifacts": artifacts}))
+def put(
+    ledger: Ledger, key: bytes, result: dict[str, Any], artifacts: list[Any], window: tuple[str, str]
+) -> None:
+    """Remember ``result`` (without its checkpoint), the store answers it relied on and the reference
+    times it holds at (ISO 8601, both ends included), in the process and, when the home can be written,
+    in the home."""
+    body = {"result": result, "artifacts": artifacts, "window": list(window)}
+    _store(ledger, key, canonical_bytes(body))
 
 
 def _store(ledger: Ledger, key: bytes, body: bytes) -> None:

@@ -9,11 +9,12 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_bytes
-from ledger.entries import KIND_MODELS, ArtifactRef
+from ledger.entries import KIND_MODELS, ArtifactRef, parse_time
 from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SignatureError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy import result_cache
@@ -371,25 +372,44 @@ def _evaluate(
     memo_args = (tuple(sorted(subject.items())), at_size, result_cache.policy_files(policy))
     known = result_cache.recall(st, "verdict-key", memo_args)
     if known is not None:
-        key, size = known
+        key, size, when = known
         hit = result_cache.get(ledger, key)
-        if hit is not None and _store_agrees(ledger, hit.get("artifacts")):
-            result: dict[str, Any] = hit["result"]
+        result = _remembered(ledger, hit, when)
+        if result is not None:
             result["checkpoint"] = {"size": size, "root": checkpoint_root(ledger, size)}
             return result
     raw = read_snapshot_rows(ledger, subject, at_size)
+    # The key leaves out the log size and the reference time: the rows, keyring and hosts read at that
+    # size are the inputs, and a remembered result states the reference times it holds at (``window``).
     key = result_cache.key_for(raw, policy)
-    hit = result_cache.get(ledger, key)
-    if hit is not None and _store_agrees(ledger, hit.get("artifacts")):
-        result = hit["result"]
-        result_cache.remember(st, "verdict-key", memo_args, (key, raw.size))
+    result = _remembered(ledger, result_cache.get(ledger, key), raw.reference_time)
+    if result is not None:
+        result_cache.remember(st, "verdict-key", memo_args, (key, raw.size, raw.reference_time))
     else:
         snap, consistent = snapshot_from_rows(ledger, raw)
-        result, artifacts = _compute(ledger, snap, policy)
+        result, artifacts, window = _compute(ledger, snap, policy)
         if consistent:
-            result_cache.put(ledger, key, result, artifacts)
-            result_cache.remember(st, "verdict-key", memo_args, (key, raw.size))
+            result_cache.put(ledger, key, result, artifacts, window)
+            result_cache.remember(st, "verdict-key", memo_args, (key, raw.size, raw.reference_time))
     result["checkpoint"] = {"size": raw.size, "root": checkpoint_root(ledger, raw.size)}
+    return result
+
+
+def _remembered(ledger: Ledger, hit: dict[str, Any] | None, reference_time: str) -> dict[str, Any] | None:
+    """A remembered result, as computed at ``reference_time``: it must hold at that time (its window) and
+    the artifact store must still answer as it did; its reference time is then this one."""
+    if hit is None or not _store_agrees(ledger, hit.get("artifacts")):
+        return None
+    window = hit.get("window")
+    try:
+        ref = parse_time(reference_time)
+        lo, hi = (datetime.fromisoformat(w) for w in window)  # type: ignore[union-attr]
+        if not lo <= ref <= hi:
+            return None
+    except (LedgerError, TypeError, ValueError):
+        return None
+    result: dict[str, Any] = hit["result"]
+    result["reference_time"] = reference_time
     return result
 
 
@@ -406,14 +426,21 @@ def _store_agrees(ledger: Ledger, checks: Any) -> bool:
     return True
 
 
-def _compute(ledger: Ledger, snap: Snapshot, policy: LoadedPolicy) -> tuple[dict[str, Any], list[Any]]:
+def _compute(
+    ledger: Ledger, snap: Snapshot, policy: LoadedPolicy
+) -> tuple[dict[str, Any], list[Any], tuple[str, str]]:
+    """The result, the artifact checks it relied on, and the reference times it holds at (inclusive)."""
     bad: dict[str, str] = {}
     verified: set[str] = set()
     result: dict[str, Any] = {}
     artifacts: list[Any] = []
+    at = parse_time(snap.reference_time).isoformat()
+    window = (at, at)
     for _ in range(MAX_SIGNATURE_ROUNDS):
         filtered = filter_evidence(snap, policy, ledger.store, bad_signatures=bad)
         artifacts.extend(filtered.artifact_checks)
+        if filtered.window is not None:
+            window = (filtered.window[0].isoformat(), filtered.window[1].isoformat())
         result, influential = _judge(snap, policy, filtered)
         if policy.acceptance.signatures == "trust-log":
             break  # rely on the signature checks made at ingest (and `ledger verify`)
@@ -422,7 +449,7 @@ def _compute(ledger: Ledger, snap: Snapshot, policy: LoadedPolicy) -> tuple[dict
         if not newly_bad:
             break
         bad.update(newly_bad)
-    return result, artifacts
+    return result, artifacts, window
 
 
 def _verify(ledger: Ledger, snap: Snapshot, ids: set[str]) -> dict[str, str]:

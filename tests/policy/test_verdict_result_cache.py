@@ -8,11 +8,12 @@ import base64
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ledger.canonical import canonical_bytes
-from ledger.entries import parse_time
+from ledger.entries import format_time, parse_time
 from ledger.policy import evaluate, load_policy, result_cache, snapshot
 from ledger.policy.routing import check_routing_change
 from ledger.policy.snapshot import clear_caches
@@ -200,6 +201,8 @@ def test_after_an_append_elsewhere_a_fresh_process_verifies_no_signature_again(b
     body = _signatures_file(b.home).read_bytes()[32:]
     assert len(body) % 64 == 0 and len(body) // 64 >= len(before["used"]) > 0
     _append_elsewhere(b)
+    for f in _cache_files(b.home):  # as if the campaign had changed: the verdict is judged again
+        f.unlink()
 
     calls = _as_a_fresh_process(monkeypatch)
     policy = load_policy("backend-qualification")
@@ -261,3 +264,131 @@ def test_a_recorded_signature_does_not_vouch_for_a_row_edited_behind_the_log(bui
     assert calls[0] >= 1
     rejected = {r["entry"]: r["rule"] for r in got["rejected"]}
     assert rejected[target.entry_id] == "bad-signature"
+
+
+# --- the reference time: a remembered verdict holds over a window of log times ---------------------------
+
+QUALIFIED_CAMPAIGN = {"campaign": "vllm-embed"}
+
+
+def _append_later(b: Any, delta: timedelta, kind: str = "note", subject: dict[str, str] | None = None,
+                  payload: dict[str, Any] | None = None) -> str:  # fmt: skip
+    """An entry logged ``delta`` after the head's log time (another campaign's note unless told): the
+    log's clock, and so the next verdict's reference time, moves on by ``delta``."""
+    with b.ledger.repo.read() as conn:
+        at = parse_time(b.ledger.repo.logged_at(conn, b.ledger.size() - 1)) + delta
+    st = b.ledger.make_statement(
+        kind, subject or {"campaign": "elsewhere"}, payload or {"text": f"later by {delta}"}, collected_at=at
+    )
+    b.ledger.append([b.ledger.sign(st, "collector")], logged_at=at)
+    return format_time(at)
+
+
+def _judged(monkeypatch: Any) -> list[int]:
+    """A counter of the campaign evaluations (``verdict._compute``) this process makes from here on."""
+    from ledger.policy import verdict
+
+    calls = [0]
+    real = verdict._compute
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(verdict, "_compute", counted)
+    return calls
+
+
+def _as_a_fresh_verdict(b: Any, monkeypatch: Any) -> tuple[int, dict[str, Any]]:
+    """The campaign's verdict as a fresh process finds it, and how many evaluations that made."""
+    _as_a_fresh_process(monkeypatch)
+    judged = _judged(monkeypatch)
+    got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    return judged[0], got
+
+
+def _qualified(build: Any, monkeypatch: Any) -> tuple[Any, dict[str, Any]]:
+    """The QUALIFIED fixture campaign, its verdict computed (and remembered in the home) once."""
+    monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])  # read the home as a fresh process does
+    b = build("backend-qualification/qualified.toml")
+    first = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert first["verdict"] == "QUALIFIED"
+    return b, first
+
+
+def _from_scratch(b: Any, monkeypatch: Any) -> dict[str, Any]:
+    for f in _cache_files(b.home):
+        f.unlink()
+    _as_a_fresh_process(monkeypatch)
+    return evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+
+
+def test_an_append_elsewhere_later_serves_the_remembered_verdict_at_the_new_time(
+    build: Any, monkeypatch: Any
+) -> None:
+    """Another campaign's entry an hour later moves the reference time by an hour, crossing no
+    freshness bound: a fresh process serves the remembered verdict, its reference time the new one, and
+    it is byte for byte what a computation from scratch gives."""
+    b, before = _qualified(build, monkeypatch)
+    later = _append_later(b, timedelta(hours=1))
+    judged, got = _as_a_fresh_verdict(b, monkeypatch)
+    assert judged == 0
+    assert got["reference_time"] == later != before["reference_time"]
+    assert got["checkpoint"]["size"] == before["checkpoint"]["size"] + 1
+    assert canonical_bytes(got) == canonical_bytes(_from_scratch(b, monkeypatch))
+
+
+def test_an_append_past_a_freshness_bound_judges_the_campaign_again(build: Any, monkeypatch: Any) -> None:
+    """Eight days on, the host probe (fresh for 7 days) is stale: the window ends there, so the next
+    verdict is judged again — and then, since a stale reason names the reference time, it holds at that
+    time alone: an hour later it is judged again."""
+    b, _ = _qualified(build, monkeypatch)
+    later = _append_later(b, timedelta(days=8))
+    judged, got = _as_a_fresh_verdict(b, monkeypatch)
+    assert judged == 1
+    stale = [r for r in got["rejected"] if r["rule"] == "stale"]
+    assert stale and all(later in r["detail"] for r in stale)
+    assert got["verdict"] != "QUALIFIED"
+    assert canonical_bytes(got) == canonical_bytes(_from_scratch(b, monkeypatch))
+
+    even_later = _append_later(b, timedelta(hours=1))
+    judged, again = _as_a_fresh_verdict(b, monkeypatch)
+    assert judged == 1
+    assert all(even_later in r["detail"] for r in again["rejected"] if r["rule"] == "stale")
+    assert canonical_bytes(again) == canonical_bytes(_from_scratch(b, monkeypatch))
+
+
+def test_a_gpu_reset_the_log_clock_reaches_later_judges_the_campaign_again(
+    build: Any, monkeypatch: Any
+) -> None:
+    """A kernel log whose last reset lies after the reference time does not count yet; once the log's
+    clock passes it, the probes collected before it are stale device state: judged again, never served."""
+    b, _ = _qualified(build, monkeypatch)
+    with b.ledger.repo.read() as conn:
+        head = parse_time(b.ledger.repo.logged_at(conn, b.ledger.size() - 1))
+    reset_at = format_time(head + timedelta(hours=2))
+    host = {**QUALIFIED_CAMPAIGN, "host": "gpu-box-1"}
+    _append_later(b, timedelta(0), "kernel.log", host, {"source": "journalctl", "last_reset_at": reset_at})
+    before = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert not [r for r in before["rejected"] if r["rule"] == "before-gpu-reset"]
+    _append_later(b, timedelta(hours=1))  # before the reset: still served
+    assert _as_a_fresh_verdict(b, monkeypatch)[0] == 0
+    _append_later(b, timedelta(hours=2))  # past it
+    judged, got = _as_a_fresh_verdict(b, monkeypatch)
+    assert judged == 1
+    assert [r for r in got["rejected"] if r["rule"] == "before-gpu-reset"]
+    assert canonical_bytes(got) == canonical_bytes(_from_scratch(b, monkeypatch))
+
+
+def test_a_remembered_verdict_whose_window_was_widened_is_ignored(build: Any, monkeypatch: Any) -> None:
+    """The window is under the file's MAC: a file edited to hold for ever is not served."""
+    b, _ = _qualified(build, monkeypatch)
+    (path,) = _cache_files(b.home)
+
+    def widen(doc: dict[str, Any]) -> None:
+        doc["window"][1] = "9999-12-31T23:59:59.999999+00:00"
+
+    _forge(path, widen)
+    _append_later(b, timedelta(days=8))
+    judged, got = _as_a_fresh_verdict(b, monkeypatch)
+    assert judged == 1 and got["verdict"] != "QUALIFIED"
