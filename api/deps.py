@@ -25,21 +25,29 @@ class Served:
     metrics: Metrics
 
 
-def served(request: Request) -> Served:
+# Coroutines, not functions: FastAPI runs a plain-function dependency in a worker thread (a thread hop per
+# dependency per request); these only read ``app.state``, which never blocks.
+
+
+def _of(request: Request) -> Served:
     s: Served = request.app.state.served
     return s
 
 
-def _ledger(request: Request) -> Ledger:
-    return served(request).ledger
+async def served(request: Request) -> Served:
+    return _of(request)
 
 
-def _settings(request: Request) -> ApiSettings:
-    return served(request).settings
+async def _ledger(request: Request) -> Ledger:
+    return _of(request).ledger
 
 
-def _metrics(request: Request) -> Metrics:
-    return served(request).metrics
+async def _settings(request: Request) -> ApiSettings:
+    return _of(request).settings
+
+
+async def _metrics(request: Request) -> Metrics:
+    return _of(request).metrics
 
 
 ServedDep = Annotated[Served, Depends(served)]

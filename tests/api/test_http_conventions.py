@@ -282,3 +282,17 @@ def test_docs_and_redoc_load_nothing_from_outside_the_app(tmp_path: Path) -> Non
     redoc_js = client.get("/static/docs/redoc.standalone.js").content
     assert REDOC_CDN_LOGO not in redoc_js and b"cdn.redoc.ly" not in redoc_js
     ledger.close()
+
+
+def test_dependencies_that_only_read_app_state_run_on_the_event_loop() -> None:
+    """FastAPI runs a plain-function dependency in a worker thread: one thread hop per dependency per
+    request. The ones that only read ``app.state`` are coroutines; a dependency that does I/O (token
+    checks) stays a function, off the loop."""
+    import inspect
+
+    from ledger.api import auth, deps
+
+    for dep in (deps.served, deps._ledger, deps._settings, deps._metrics):
+        assert inspect.iscoroutinefunction(dep), dep.__name__
+    for blocking in (auth.read_access, auth.write_access, auth.admin_access):
+        assert not inspect.iscoroutinefunction(blocking), blocking.__name__
