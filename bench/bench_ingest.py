@@ -8,6 +8,9 @@ dropped like the tests'), each phase runs COLLECTORS client processes for SECOND
   signatures, no Merkle leaf);
 - ``http-floor``: ``GET /v1/health`` on one `ledger serve` (no token, one read, nothing signed or
   written): what the HTTP stack itself serves on this machine, the floor under any ingest figure;
+- ``http-ceiling``: the same collectors POST the same one-entry bodies to a bare ASGI app under uvicorn
+  (``_bare_asgi.py``: reads the body, answers ``201 {}``; no framework, database or signature): what no
+  ingest server on this stack can exceed on this machine with these clients;
 - ``one-server``: `ledger serve` (one process), one pre-signed envelope per ``POST /v1/entries``;
 - ``two-replicas``: two `ledger serve` on the same database, collector i sends to replica i % 2;
 - ``one-server-workers-2``: `ledger serve --workers 2`;
@@ -92,7 +95,7 @@ def http_collector(job: dict[str, Any]) -> dict[str, Any]:
                 errors.append(f"{r.status_code}: {r.text[:200]}")
                 continue
             doc = r.json()
-            if job.get("get"):
+            if job.get("get") or job.get("bare"):
                 continue
             got = doc.get("items", [doc])  # a batch answers the one list shape {items, next}
             ids.extend(e["id"] for e in got)
@@ -143,6 +146,55 @@ def _figures(name: str, results: list[dict[str, Any]], start_at: float, per_requ
     }
 
 
+class _Bare:
+    """A uvicorn process serving ``_bare_asgi:app`` (what ``start_server`` returns: ``url``, ``stop``)."""
+
+    def __init__(self) -> None:
+        import socket
+
+        import httpx
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "_bare_asgi:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+                "--timeout-keep-alive",
+                "30",
+            ],
+            cwd=Path(__file__).resolve().parent,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("the bare ASGI server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def start_bare() -> _Bare:
+    return _Bare()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -150,7 +202,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--max-rate", type=int, default=3000, help="envelopes signed per phase-second")
     ap.add_argument(
-        "--phases", default="raw-pg,http-floor,one-server,two-replicas,one-server-workers-2,batch"
+        "--phases",
+        default="raw-pg,http-floor,http-ceiling,one-server,two-replicas,one-server-workers-2,batch",
     )
     args = ap.parse_args()
 
@@ -185,7 +238,9 @@ def main() -> None:
                     out.append(json.dumps(envs[0] if batch == 1 else {"envelopes": envs}).encode())
                 return out
 
-            def run_http(name: str, urls: list[str], path: str, batch: int = 1) -> dict[str, Any]:
+            def run_http(
+                name: str, urls: list[str], path: str, batch: int = 1, bare: bool = False
+            ) -> dict[str, Any]:
                 if batch == 0:  # the HTTP floor: GET /v1/health, no token, one read, nothing signed
                     jobs = [
                         {"url": urls[0], "path": path, "token": "", "get": True, "seconds": args.seconds}
@@ -211,8 +266,14 @@ def main() -> None:
                 start_at = time.time() + 2.0
                 for j in jobs:
                     j["start_at"] = start_at
+                    j["bare"] = bare
                 results = pool.map(http_collector, jobs)
                 fig = _figures(name, results, start_at, batch)
+                if bare:  # nothing is stored: each 201 is one request's worth of entries
+                    n = sum(len(r["latencies"]) - len(r["errors"]) for r in results)
+                    fig["entries_per_s"] = fig["requests_per_s"]
+                    fig["no_loss"] = led.size() == size_before and n > 0
+                    return fig
                 ids = [i for r in results for i in r["ids"]]
                 fig["no_loss"] = led.size() == size_before + len(ids) and len(set(ids)) == len(ids)
                 return fig
@@ -227,6 +288,7 @@ def main() -> None:
                 print(json.dumps(rows[-1]), flush=True)
             plans = [
                 ("http-floor", [()], "/v1/health", 0),
+                ("http-ceiling", [("bare",)], "/v1/entries", 1),
                 ("one-server", [()], "/v1/entries", 1),
                 ("two-replicas", [(), ()], "/v1/entries", 1),
                 ("one-server-workers-2", [("--workers", "2")], "/v1/entries", 1),
@@ -235,9 +297,10 @@ def main() -> None:
             for name, servers, path, batch in plans:
                 if name not in phases:
                     continue
-                srvs = [start_server(dep.home, *a) for a in servers]
+                bare = servers == [("bare",)]
+                srvs = [start_bare() if bare else start_server(dep.home, *a) for a in servers]
                 try:
-                    rows.append(run_http(name, [s.url for s in srvs], path, batch))
+                    rows.append(run_http(name, [s.url for s in srvs], path, batch, bare))
                 finally:
                     for s in srvs:
                         s.stop()
