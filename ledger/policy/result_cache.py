@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import marshal
 import os
 import threading
 from array import array
@@ -45,12 +46,14 @@ __all__ = [
     "clear",
     "get",
     "key_for",
+    "load_parsed",
     "load_signatures",
     "put",
     "put_value",
     "recall",
     "remember",
     "rows_key",
+    "save_parsed",
     "save_signatures",
     "stamp",
 ]
@@ -72,6 +75,7 @@ def _forget() -> None:
         _MEMORY.clear()
         _STAMPED.clear()
         _LOADED.clear()
+        _LOADED_PARSED.clear()
 
 
 def clear() -> None:
@@ -308,23 +312,36 @@ def put(
     _store(ledger, key, canonical_bytes(body))
 
 
-def _store(ledger: Ledger, key: bytes, body: bytes) -> None:
-    _remember(key, body)
+def _writable(ledger: Ledger) -> tuple[Path, bytes] | None:
+    """The home's cache folder and its secret (made on first use), or None where the home cannot hold one."""
     folder = _folder(ledger)
     if folder is None:
-        return
+        return None
     secret = _secret(folder, create=True)
-    if secret is None:
-        return
-    mac = hmac.new(secret, key + body, hashlib.sha256).hexdigest().encode()
-    path = folder / (key.hex() + ".json")
-    tmp = folder / f".{key.hex()}.{os.getpid()}.{threading.get_ident()}.tmp"
+    return None if secret is None else (folder, secret)
+
+
+def _replace(folder: Path, name: str, data: bytes) -> bool:
+    """Write ``folder/name`` whole or not at all (a temporary file renamed over it); False if it failed."""
+    tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        tmp.write_bytes(mac + b"\n" + body)
-        os.replace(tmp, path)
-        _prune(folder)
+        tmp.write_bytes(data)
+        os.replace(tmp, folder / name)
     except OSError:
         tmp.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _store(ledger: Ledger, key: bytes, body: bytes) -> None:
+    _remember(key, body)
+    home = _writable(ledger)
+    if home is None:
+        return
+    folder, secret = home
+    mac = hmac.new(secret, key + body, hashlib.sha256).hexdigest().encode()
+    if _replace(folder, key.hex() + ".json", mac + b"\n" + body):
+        _prune(folder)
 
 
 # --- signatures verified before, for fresh processes -----------------------------------------------------
@@ -376,12 +393,10 @@ def save_signatures(ledger: Ledger, pairs: list[tuple[bytes, bytes]]) -> None:
     its result is not remembered) need not verify them again. Keyed by the SHA-256 of the stored bytes, as
     the process's memo: bytes edited behind the log's back miss it. The newest ``HOME_SIGNATURES`` pairs
     are kept; a concurrent writer's pairs may be lost (they are verified again), never wrong ones kept."""
-    folder = _folder(ledger)
-    if folder is None or not pairs:
+    home = _writable(ledger) if pairs else None
+    if home is None:
         return
-    secret = _secret(folder, create=True)
-    if secret is None:
-        return
+    folder, secret = home
     new = {d: k for d, k in pairs if len(d) == 32 and len(k) == 32}
     old = _read_signatures(folder)
     kept = [
@@ -389,13 +404,69 @@ def save_signatures(ledger: Ledger, pairs: list[tuple[bytes, bytes]]) -> None:
     ]  # the file's order is age: the newest last
     kept += [d + k for d, k in new.items()]
     body = b"".join(kept[-HOME_SIGNATURES:])
-    mac = _signatures_mac(secret, body)
-    tmp = folder / f".{SIGNATURES_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+    _replace(folder, SIGNATURES_FILE, _signatures_mac(secret, body) + body)
+
+
+# --- parsed envelopes, for fresh processes that judge a campaign again ---------------------------------
+
+PARSED_FORMAT = b"evidence-ledger parsed envelopes v1"
+
+
+def _parsed_path(folder: Path, subject: dict[str, str]) -> Path:
+    name = hashlib.sha256(canonical_bytes(subject)).hexdigest()[:32]
+    return folder / f"parsed-{name}.bin"
+
+
+def _parsed_mac(secret: bytes, body: bytes) -> bytes:
+    return hmac.new(
+        secret, PARSED_FORMAT + _snapshot.RESULT_SALT[0] + _code_digest() + body, hashlib.sha256
+    ).digest()
+
+
+_LOADED_PARSED: set[tuple[Path, bytes]] = set()  # (home folder, subject file) pairs this process has read
+
+
+def load_parsed(ledger: Ledger, subject: dict[str, str]) -> int:
+    """Take the envelopes the home recorded as parsed for ``subject``'s last evaluation (``save_parsed``)
+    into the process's memo (``snapshot.remember_parsed``), once per process; returns how many. Parsing
+    is a pure function of the stored bytes (the key is their SHA-256) and of the code (in the MAC), so a
+    campaign judged again after an append of its own parses only what is new. A file that fails its MAC,
+    is cut short or cannot be read is ignored: everything is parsed again."""
+    folder = _folder(ledger)
+    secret = _secret(folder, create=False) if folder is not None else None
+    if folder is None or secret is None:
+        return 0
+    path = _parsed_path(folder, subject)
+    with _LOCK:
+        if (folder, path.name.encode()) in _LOADED_PARSED:
+            return 0
+        _LOADED_PARSED.add((folder, path.name.encode()))
     try:
-        tmp.write_bytes(mac + body)
-        os.replace(tmp, folder / SIGNATURES_FILE)
+        data = path.read_bytes()
     except OSError:
-        tmp.unlink(missing_ok=True)
+        return 0
+    mac, body = data[:32], data[32:]
+    if len(mac) != 32 or not hmac.compare_digest(mac, _parsed_mac(secret, body)):
+        return 0
+    try:
+        # authenticated above (HMAC under the home's secret): written by this code, never by a client
+        items = marshal.loads(body)  # noqa: S302
+    except (EOFError, ValueError, TypeError):
+        return 0
+    if not isinstance(items, list) or not all(isinstance(i, tuple) and len(i) == 6 for i in items):
+        return 0
+    return _snapshot.remember_parsed(items)
+
+
+def save_parsed(ledger: Ledger, subject: dict[str, str], items: list[tuple[Any, ...]]) -> None:
+    """Record the parsed envelopes of ``subject``'s evaluation (``snapshot.parsed_items``): the file holds
+    those of its latest evaluation only. A concurrent writer's file may win; never a wrong one."""
+    home = _writable(ledger) if items else None
+    if home is None:
+        return
+    folder, secret = home
+    body = marshal.dumps(items)
+    _replace(folder, _parsed_path(folder, subject).name, _parsed_mac(secret, body) + body)
 
 
 def put_value(ledger: Ledger, key: bytes, value: Any) -> None:

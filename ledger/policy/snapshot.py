@@ -91,6 +91,7 @@ class _Bounded:
 
 
 _PARSED = _Bounded(PARSE_CACHE_ENTRIES)
+PARSED_HERE = [0]  # envelopes this process parsed itself (not from a memo): when to save the home's file
 _VERIFIED = _Bounded(SIGNATURE_CACHE_ENTRIES)
 
 
@@ -310,6 +311,35 @@ def remember_verified(pairs: Iterable[tuple[bytes, bytes]]) -> None:
     """Take (envelope digest, raw public key) pairs a ledger home vouches for (``result_cache``'s
     HMAC-checked file) as verified in this process."""
     _VERIFIED.put_many((digest, raw) for digest, raw in pairs if len(digest) == 32 and len(raw) == 32)
+
+
+def remember_parsed(items: Iterable[tuple[Any, ...]]) -> int:
+    """Take parsed envelopes a ledger home vouches for (``result_cache``'s HMAC-checked file: tuples of
+    envelope digest, payload type, payload bytes, signature, statement and schema answer, as
+    ``parsed_items`` writes them) into this process's memo; returns how many were taken."""
+    good = [
+        (d, _parsed_of(t, pb, sig, st, schema))
+        for d, t, pb, sig, st, schema in items
+        if type(d) is bytes and len(d) == 32 and type(t) is str and type(pb) is bytes and type(sig) is bytes
+        and type(st) is dict and (schema is None or schema is False or type(schema) is str)
+    ]  # fmt: skip
+    _PARSED.put_many(good)
+    return len(good)
+
+
+def _parsed_of(payload_type: str, payload: bytes, signature: bytes, statement: Any, schema: Any) -> _Parsed:
+    p = _Parsed(payload_type, payload, signature, statement)
+    p.schema = schema
+    return p
+
+
+def parsed_items(entries: Iterable[Evidence]) -> list[tuple[Any, ...]]:
+    """What ``remember_parsed`` takes back, for the entries parsed from stored bytes (a digest)."""
+    return [
+        (e.digest, p.payload_type, p.payload_bytes, p.signature, p.statement, p.schema)
+        for e in entries
+        if (p := e.parsed) is not None and len(e.digest) == 32
+    ]
 
 
 def slim_views(
@@ -533,6 +563,7 @@ def _parse_rows(
         if hit is None:
             parsed = _parse_envelope(bytes(r[5]), r[0])
             _PARSED.put(d, parsed)
+            PARSED_HERE[0] += 1
         if keep is None or keep(parsed.statement):
             out.append(_evidence(r, parsed, d))
     return out

@@ -23,10 +23,12 @@ from ledger.policy.conditions import FieldsRead, fields_read, shared_context
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
 from ledger.policy.snapshot import (
+    PARSED_HERE,
     Evidence,
     Snapshot,
     _defaults,
     check_signature,
+    parsed_items,
     read_snapshot_rows,
     slim_views,
     snapshot_from_rows,
@@ -386,8 +388,12 @@ def _evaluate(
     if result is not None:
         result_cache.remember(st, "verdict-key", memo_args, (key, raw.size, raw.reference_time))
     else:
+        result_cache.load_parsed(ledger, raw.subject)  # once per process and subject
+        parsed_before = PARSED_HERE[0]
         snap, consistent = snapshot_from_rows(ledger, raw)
         result, artifacts, window = _compute(ledger, snap, policy)
+        if PARSED_HERE[0] != parsed_before:  # something was parsed here: the home's file lacks it
+            result_cache.save_parsed(ledger, raw.subject, parsed_items(snap.entries))
         if consistent:
             result_cache.put(ledger, key, result, artifacts, window)
             result_cache.remember(st, "verdict-key", memo_args, (key, raw.size, raw.reference_time))

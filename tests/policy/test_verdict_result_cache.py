@@ -39,6 +39,18 @@ def _cache_files(home: Path) -> list[Path]:
     return sorted((home / "cache" / "verdicts").glob("*.json"))
 
 
+def _edit_payload(b: Any, name: str, field: str, value: Any) -> Any:
+    """Rewrite one payload field of the named entry's stored envelope behind the log's back (raw SQL: the
+    signature no longer covers it); returns the entry as it was logged."""
+    target = b.ledger.get(b.names[name])
+    env = json.loads(target.envelope)
+    statement = json.loads(base64.b64decode(env["payload"]))
+    statement["payload"][field] = value
+    env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
+    _tamper(b.home, target.seq, env)
+    return target
+
+
 def test_a_fresh_process_serves_the_computed_verdict_byte_for_byte(build) -> None:
     b = build("backend-qualification/seed004-sleeping.toml")
     first = _fresh_verdict(b.home, "router-ocr")  # computed, and remembered in the home
@@ -54,13 +66,9 @@ def test_a_fresh_process_serves_the_computed_verdict_byte_for_byte(build) -> Non
 def test_a_row_edited_after_its_verdict_was_remembered_is_rejected_by_the_next_fresh_process(build) -> None:
     b = build("backend-qualification/seed004-sleeping.toml")
     before = json.loads(_fresh_verdict(b.home, "router-ocr"))
-    target = b.ledger.get(b.names["health-while-sleeping"])
+    # same log size, same checkpoint: only the row's bytes differ
+    target = _edit_payload(b, "health-while-sleeping", "sleeping", False)
     assert target.entry_id in before["used"]
-    env = json.loads(target.envelope)
-    statement = json.loads(base64.b64decode(env["payload"]))
-    statement["payload"]["sleeping"] = False
-    env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
-    _tamper(b.home, target.seq, env)  # same log size, same checkpoint: only the row's bytes differ
 
     after = json.loads(_fresh_verdict(b.home, "router-ocr"))
     rejected = {r["entry"]: r for r in after["rejected"]}
@@ -170,12 +178,13 @@ def _append_elsewhere(b: Any) -> None:
 
 
 def _as_a_fresh_process(monkeypatch: Any) -> list[int]:
-    """This process forgets what it verified and remembered (the home's files stay); returns a counter of
-    the Ed25519 verifications it then makes."""
+    """This process forgets what it parsed, verified and remembered (the home's files stay); returns a
+    counter of the Ed25519 verifications it then makes."""
     from ledger.signing import PublicKey
 
     monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])  # read the home as a fresh process does
     snapshot._VERIFIED.clear()
+    snapshot._PARSED.clear()
     with result_cache._LOCK:
         result_cache._MEMORY.clear()
         result_cache._STAMPED.clear()
@@ -252,12 +261,7 @@ def test_a_recorded_signature_does_not_vouch_for_a_row_edited_behind_the_log(bui
     monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])
     b = build("backend-qualification/seed004-sleeping.toml")
     _fresh_verdict(b.home, "router-ocr")
-    target = b.ledger.get(b.names["health-while-sleeping"])
-    env = json.loads(target.envelope)
-    statement = json.loads(base64.b64decode(env["payload"]))
-    statement["payload"]["sleeping"] = False
-    env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
-    _tamper(b.home, target.seq, env)
+    target = _edit_payload(b, "health-while-sleeping", "sleeping", False)
     _append_elsewhere(b)
     calls = _as_a_fresh_process(monkeypatch)
     got = evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
@@ -392,3 +396,84 @@ def test_a_remembered_verdict_whose_window_was_widened_is_ignored(build: Any, mo
     _append_later(b, timedelta(days=8))
     judged, got = _as_a_fresh_verdict(b, monkeypatch)
     assert judged == 1 and got["verdict"] != "QUALIFIED"
+
+
+# --- parsed envelopes remembered in the home (``result_cache.save_parsed`` / ``load_parsed``) -------------
+
+
+def _parsed_files(home: Path) -> list[Path]:
+    return sorted((home / "cache" / "verdicts").glob("parsed-*.bin"))
+
+
+def _parses(monkeypatch: Any) -> list[int]:
+    """A counter of the envelopes this process parses from their stored bytes from here on."""
+    calls = [0]
+    real = snapshot._parse_envelope
+
+    def counted(envelope: bytes, seq: int) -> Any:
+        calls[0] += 1
+        return real(envelope, seq)
+
+    monkeypatch.setattr(snapshot, "_parse_envelope", counted)
+    return calls
+
+
+def test_a_campaign_judged_again_after_its_own_append_parses_only_the_new_entry(
+    build: Any, monkeypatch: Any
+) -> None:
+    """A note of the campaign itself changes what the verdict reads, so it is judged again; the envelopes
+    parsed before come from the home's file (by the SHA-256 of their bytes), only the new one is parsed,
+    and the result is what a computation from scratch gives."""
+    b, first = _qualified(build, monkeypatch)
+    assert len(_parsed_files(b.home)) == 1
+    _append_later(b, timedelta(minutes=5), subject=dict(QUALIFIED_CAMPAIGN))
+    _as_a_fresh_process(monkeypatch)
+    parses, judged = _parses(monkeypatch), _judged(monkeypatch)
+    got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert judged[0] == 1 and parses[0] == 1
+    assert got["counts"]["considered"] == first["counts"]["considered"] + 1
+    scratch_parses = _parses(monkeypatch)
+    for f in _parsed_files(b.home):
+        f.unlink()
+    scratch = _from_scratch(b, monkeypatch)
+    assert scratch_parses[0] == got["counts"]["considered"]
+    assert canonical_bytes(got) == canonical_bytes(scratch)
+
+
+def test_a_parsed_envelopes_file_that_fails_its_mac_vouches_for_nothing(build: Any, monkeypatch: Any) -> None:
+    b, first = _qualified(build, monkeypatch)
+    (path,) = _parsed_files(b.home)
+    data = bytearray(path.read_bytes())
+    data[-40] ^= 1  # one bit of the recorded statements: the MAC no longer matches
+    path.write_bytes(bytes(data))
+    for f in _cache_files(b.home):
+        f.unlink()
+    _as_a_fresh_process(monkeypatch)
+    parses = _parses(monkeypatch)
+    got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert parses[0] == first["counts"]["considered"]  # every envelope parsed from its bytes again
+    assert canonical_bytes(got) == canonical_bytes(_from_scratch(b, monkeypatch))
+    path.write_bytes(path.read_bytes()[:20])  # cut short: ignored too
+    for f in _cache_files(b.home):
+        f.unlink()
+    _as_a_fresh_process(monkeypatch)
+    parses = _parses(monkeypatch)
+    evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert parses[0] == first["counts"]["considered"]
+
+
+def test_a_parsed_envelope_does_not_stand_for_a_row_edited_behind_the_log(
+    build: Any, monkeypatch: Any
+) -> None:
+    """The file is keyed by the stored bytes' digest: an envelope edited after it was recorded is parsed
+    from its new bytes (and rejected for its signature), never read from the file."""
+    b, first = _qualified(build, monkeypatch)
+    target = _edit_payload(b, "launch", "ready", False)
+    assert target.entry_id in first["used"]
+    _as_a_fresh_process(monkeypatch)
+    parses = _parses(monkeypatch)
+    got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert parses[0] == 1
+    rejected = {r["entry"]: r["rule"] for r in got["rejected"]}
+    assert rejected[target.entry_id] == "bad-signature"
+    assert got["verdict"] != "QUALIFIED"
