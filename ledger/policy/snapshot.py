@@ -558,14 +558,17 @@ def _parse_rows(
         digests = envelope_digests(rows)
     found = _PARSED.get_many(digests)
     out: list[Evidence] = []
+    new: list[tuple[bytes, _Parsed]] = []
     for r, d, hit in zip(rows, digests, found, strict=True):
         parsed: _Parsed = hit
         if hit is None:
             parsed = _parse_envelope(bytes(r[5]), r[0])
-            _PARSED.put(d, parsed)
-            PARSED_HERE[0] += 1
+            new.append((d, parsed))
         if keep is None or keep(parsed.statement):
             out.append(_evidence(r, parsed, d))
+    if new:  # remembered under one lock
+        _PARSED.put_many(new)
+        PARSED_HERE[0] += len(new)
     return out
 
 
