@@ -421,18 +421,25 @@ def fresh(
     # an append elsewhere (another campaign's note, a second later): the log's size and its clock move
     # on, the campaign's rows do not — what a CI check after other hosts' appends pays; then a note of the
     # campaign itself: its rows change, so it is judged again (the signatures checked before are known)
-    after: dict[str, list[float]] = {"verdict": [], "check_routing": []}
-    rejudged: dict[str, list[float]] = {"verdict": [], "check_routing": []}
-    for i in range(3):
-        for into, campaign in ((after, "elsewhere"), (rejudged, CAMPAIGN)):
-            for j, (name, walls_after) in enumerate(into.items()):
-                append_elsewhere(home, 2 * i + j, campaign)  # before each command
-                wall, _peak, rc, out = _run(cmds[name], env)
-                assert rc == 0, (name, out[-2000:])
-                doc = json.loads(out)
-                word = doc["verdict"] if name == "verdict" else doc["verdict"]["current"]["verdict"]
-                assert word == "QUALIFIED", (name, campaign, word)
-                walls_after.append(wall)
+    # (with ``baseline``: the older code's verdict and check after the same appends, in a loop of their
+    # own, so that neither code's appends to the campaign come between the other's calls)
+    codes = [("verdict", "check_routing")]
+    if baseline is not None:
+        codes.append(("verdict_baseline", "check_routing_baseline"))
+    after: dict[str, list[float]] = {n: [] for pair in codes for n in pair}
+    rejudged: dict[str, list[float]] = {n: [] for pair in codes for n in pair}
+    for pair in codes:
+        for i in range(3):
+            for into, campaign in ((rejudged, CAMPAIGN), (after, "elsewhere")):
+                for j, name in enumerate(pair):
+                    append_elsewhere(home, 4 * i + 2 * (into is after) + j, campaign)  # before each
+                    wall, _peak, rc, out = _run(cmds[name], envs[name])
+                    assert rc == 0, (name, out[-2000:])
+                    doc = json.loads(out)
+                    current = doc if name.startswith("verdict") else doc["verdict"]["current"]
+                    word = current["verdict"]
+                    assert word == "QUALIFIED", (name, campaign, word)
+                    into[name].append(wall)
     check = json.loads(outputs["check_routing"])
     assert check["allowed"], check["reasons"]
     assert check["verdict"]["current"]["verdict"] == "QUALIFIED"
@@ -604,9 +611,15 @@ def main() -> int:
         for name, label in (
             ("verdict_after_append_elsewhere", "ledger verdict --json, after an append"),
             ("check_routing_after_append_elsewhere", "ledger check routing-change, after an append"),
+            ("verdict_baseline_after_append_elsewhere", "  the same, baseline code"),
+            ("check_routing_baseline_after_append_elsewhere", "  the same, baseline code"),
             ("verdict_after_append_to_campaign", "ledger verdict --json, campaign appended"),
             ("check_routing_after_append_to_campaign", "ledger check routing-change, campaign app."),
+            ("verdict_baseline_after_append_to_campaign", "  the same, baseline code"),
+            ("check_routing_baseline_after_append_to_campaign", "  the same, baseline code"),
         ):
+            if name not in f:
+                continue
             r = f[name]
             print(f"{label:<44}{r['p50_ms']:>9}{r['p95_ms']:>9}{r['min_ms']:>9}")
         for name, label in (
