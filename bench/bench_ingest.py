@@ -146,53 +146,14 @@ def _figures(name: str, results: list[dict[str, Any]], start_at: float, per_requ
     }
 
 
-class _Bare:
-    """A uvicorn process serving ``_bare_asgi:app`` (what ``start_server`` returns: ``url``, ``stop``)."""
+def start_bare(home: Path) -> Any:
+    """A uvicorn process serving ``_bare_asgi:app``, run as ``ledger serve`` runs its app."""
+    from tests.api.conftest import free_port, serve_process
 
-    def __init__(self) -> None:
-        import socket
-
-        import httpx
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "_bare_asgi:app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-                "--no-access-log",
-                "--timeout-keep-alive",
-                "30",
-            ],
-            cwd=Path(__file__).resolve().parent,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("the bare ASGI server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-
-
-def start_bare() -> _Bare:
-    return _Bare()
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "_bare_asgi:app", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "30"]
+    return serve_process(argv, home, port, "/", cwd=Path(__file__).resolve().parent)
 
 
 def main() -> None:
@@ -298,7 +259,7 @@ def main() -> None:
                 if name not in phases:
                     continue
                 bare = servers == [("bare",)]
-                srvs = [start_bare() if bare else start_server(dep.home, *a) for a in servers]
+                srvs = [start_bare(dep.home) if bare else start_server(dep.home, *a) for a in servers]
                 try:
                     rows.append(run_http(name, [s.url for s in srvs], path, batch, bare))
                 finally:

@@ -107,39 +107,39 @@ def start_server(
 ) -> Server:
     """Run `ledger serve` on a free port and wait until /v1/health answers."""
     port = port or free_port()
+    argv = [LEDGER_BIN, "--home", str(home), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    return serve_process([*argv, "--log-level", "warning", *args], home, port, "/v1/health", env=env)
+
+
+def serve_process(
+    argv: list[str],
+    home: Path,
+    port: int,
+    ready_path: str,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Server:
+    """Run an HTTP server process (its output in ``home/serve-PORT.log``) and wait until ``ready_path``
+    answers 200; a process that exits or never answers is an error naming its output."""
     log = home / f"serve-{port}.log"
     out = log.open("wb")
     proc = subprocess.Popen(
-        [
-            LEDGER_BIN,
-            "--home",
-            str(home),
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            *args,
-        ],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
+        argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"ledger serve exited with {proc.returncode}:\n{log.read_text()}")
+            raise RuntimeError(f"{argv[0]} exited with {proc.returncode}:\n{log.read_text()}")
         try:
-            if httpx.get(url + "/v1/health", timeout=2).status_code == 200:
+            if httpx.get(url + ready_path, timeout=2).status_code == 200:
                 return Server(url, home, proc, log)
         except httpx.TransportError:
             pass
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"ledger serve did not become ready:\n{log.read_text()}")
+    raise RuntimeError(f"{argv[0]} did not become ready:\n{log.read_text()}")
 
 
 @dataclass
