@@ -36,7 +36,6 @@ from ledger.policy.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from datetime import datetime
     from pathlib import Path
 
     from ledger.logged import LoggedEntry
