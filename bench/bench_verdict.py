@@ -99,7 +99,9 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                     "root": "/m",
                     "total_size": 1,
                     "verification": "passed",
-                    "files": [],
+                    "files": [
+                        {"path": "model.bin", "size": 1, "sha256": "a" * 64, "blake3": "blake3:" + "b" * 64}
+                    ],
                 },
                 t,
             ),
@@ -114,7 +116,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                     "command": ["vllm"],
                     "started_at": format_time(t),
                     "ready": True,
-                    "bindings": {"model_revision": rev},
+                    "bindings": {"model_revision": rev, "model_repo": "bench/model"},
                 },
                 t,
             ),
@@ -230,6 +232,7 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                     {
                         "gate": "semantic",
                         "status": "passed",
+                        "counts": {"items": 12, "asked": 12, "passed": 12, "failed": 0},
                         "bounds": {"corpus_digest": params["semantic_corpus_digest"]},
                         "figures": {"score": float(params["semantic_min_score"])},
                     },

@@ -48,7 +48,7 @@ from ledger.collectors.probe import (
 )
 from ledger.collectors.secrets import Redactor, redact_command
 from ledger.collectors.semantic import SemanticResult, SemanticSpec, run_semantic, semantic_gate_payload
-from ledger.entries import format_time, now_utc
+from ledger.entries import format_time, now_utc, pin_bindings
 from ledger.errors import ConfigError, LedgerError
 from ledger.hashing import hash_file, parse_digest
 from ledger.recorder import Recorder
@@ -424,6 +424,15 @@ class CampaignRunner:
         self.c = campaign
         self.policy = _policy(policy)
         self.ladder = ladder(self.policy)
+        answer = self.policy.params.get("control_answer")
+        control = campaign.spec.gates.control
+        if control.enabled and answer is not None and control.expect != answer:
+            # the policy re-judges the recorded answer against its own word: a campaign expecting another
+            # would pass its collector gate and fail the verdict
+            raise ConfigError(
+                f"{campaign.path}: [gates.control] expect = {control.expect!r}, but the policy "
+                f"{self.policy.identity().get('name')} judges the ready control by the answer {answer!r}"
+            )
         self.rec = recorder
         self.work_dir = Path(work_dir)
         self.log = log or (lambda _msg: None)
@@ -445,6 +454,9 @@ class CampaignRunner:
         self._cancel_signum: int | None = None
         self._interruptible = False
         self._deadline = 0.0
+        # what the model pin recorded (revision, repo, each shard's SHA-256): every launch is bound to it,
+        # so the policy can compare the launch to the campaign's pinned manifest key by key
+        self._model_bindings: dict[str, str] = {}
         self._started = now_utc()
 
     # --- recording ------------------------------------------------------------------------------
@@ -692,6 +704,7 @@ class CampaignRunner:
         if problems and payload["verification"] != "failed":
             payload = {**payload, "verification": "failed", "failures": problems}
         eid = self._record("model.pin", payload, artifacts=reference_artifacts(scan))
+        self._model_bindings = pin_bindings(payload)
         counts = {"files": len(scan.files), "bytes": scan.total_size}
         if problems:
             raise _GateFailed("; ".join(problems[:5]), [eid])
@@ -715,7 +728,12 @@ class CampaignRunner:
             cmd.append(s)
         env = {k: expand(v) for k, v in {**e.env, **attempt.env}.items()}
         lease = min(e.lease_seconds, self._job_lease_left())
-        bindings = {"engine": e.kind, "model_path": str(self.c.model_path), "attempt": attempt.name}
+        bindings = {
+            "engine": e.kind,
+            "model_path": str(self.c.model_path),
+            "attempt": attempt.name,
+            **self._model_bindings,
+        }
         if "backend_version" in self.subject:
             bindings["backend_version"] = self.subject["backend_version"]
         return LaunchSpec(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -256,6 +257,20 @@ class ModelPin(_Model):
     total_size: int = Field(ge=0)
     verification: Literal["passed", "failed", "not_applicable"] = "not_applicable"
     failures: list[str] = Field(default_factory=list)
+
+
+def pin_bindings(pin: Mapping[str, Any]) -> dict[str, str]:
+    """What a ``model.pin`` payload pins, as binding keys: ``model_revision``, ``model_repo`` and one
+    ``shard:<path>`` (its SHA-256) per file. The one copy of these names: the policy's pinned manifest is
+    built from it, and the campaign runner binds every launch with it."""
+    out: dict[str, str] = {}
+    if pin.get("revision"):
+        out["model_revision"] = str(pin["revision"])
+    if pin.get("repo_id"):
+        out["model_repo"] = str(pin["repo_id"])
+    for f in pin.get("files", []):
+        out[f"shard:{f['path']}"] = str(f["sha256"])
+    return out
 
 
 class EngineLaunch(_Model):

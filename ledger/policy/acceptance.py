@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ledger.entries import parse_time
+from ledger.entries import parse_time, pin_bindings
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.loader import LoadedPolicy
@@ -190,13 +190,7 @@ def _manifest(trusted: list[Evidence], superseded: set[str]) -> tuple[dict[str, 
     pins = [e for e in trusted if e.kind == "model.pin" and e.id not in superseded]
     pin = _latest(pins)
     if pin is not None:
-        p = pin.payload
-        if p.get("revision"):
-            out["model_revision"] = str(p["revision"])
-        if p.get("repo_id"):
-            out["model_repo"] = str(p["repo_id"])
-        for f in p.get("files", []):
-            out[f"shard:{f['path']}"] = str(f["sha256"])
+        out.update(pin_bindings(pin.payload))
         sources.append(pin.id)
     return out, sources
 
@@ -336,21 +330,24 @@ def filter_evidence(
                 if ends:
                     # the job it was produced after the end of decides; else a killed/cancelled one
                     t_e = e.collected_time
-                    job_term = next(
-                        (t for t in ends if (end := ended_at[t.id]) is not None and t_e > end), None
-                    )
+                    job_term = next((t for t in ends if _after_end(e, t_e, t, ended_at[t.id])), None)
                     if job_term is None:
                         job_term = next((t for t in ends if t.payload.get("state") in _STOPPED), ends[0])
             if job_term is not None:
                 job_view = job_term.view()
                 p = job_term.payload
-                ended = p.get("ended_at")
-                if ended and e.collected_time > parse_time(ended):
+                if _after_end(e, e.collected_time, job_term, ended_at[job_term.id]):
+                    ended = p.get("ended_at")
+                    said = (
+                        f"at {ended}"
+                        if ended
+                        else f"(records no ended_at; logged before this entry: seq {job_term.seq} < {e.seq})"
+                    )
                     reject(
                         e,
                         Rule.AFTER_JOB_TERMINAL,
                         f"produced after job terminal time: collected_at {e.collected_at} is after job "
-                        f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} at {ended}",
+                        f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} {said}",
                         job_term.id,
                     )
                     continue
@@ -415,6 +412,10 @@ def filter_evidence(
             passes = [r for r in review_list if r.payload.get("result") == "PASS"]
             if not passes:
                 reject(e, Rule.REVIEW_MISSING, f"{e.kind} needs a review PASS (ref reviews) and has none")
+                continue
+            unbound = _pass_unbound(e, passes[-1]) if acc.repaired_commit_required else None
+            if unbound is not None:
+                reject(e, Rule.REVIEW_MISSING, unbound, passes[-1].id)
                 continue
             support.setdefault(e.id, []).append(passes[-1].id)
         if e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
@@ -535,11 +536,44 @@ def _review_problem(
     return f"review PASS {last.id[:16]} {why}", last.id
 
 
+def _pass_unbound(e: Evidence, last: Evidence) -> str | None:
+    """Why the latest review PASS ``last`` of ``e`` does not credit it, or None: a PASS says which commit
+    it reviewed, and where the evidence names the commit it was produced at (subject ``commit``), that
+    one — a PASS of another commit reviewed other code."""
+    commit = last.payload.get("commit")
+    own = e.subject.get("commit")
+    if not commit:
+        return f"{e.kind} needs a review PASS naming the commit it reviewed; PASS {last.id[:16]} names none"
+    if own is not None and commit != own:
+        return (
+            f"{e.kind} was produced at commit {own}; its review PASS {last.id[:16]} names commit {commit}, "
+            "so no review PASS of this evidence's commit"
+        )
+    return None
+
+
+def _after_end(e: Evidence, collected: datetime, terminal: Evidence, ended: datetime | None) -> bool:
+    """Was ``e`` produced after the end of the job ``terminal`` (its first terminal entry) ends? By the
+    job's ``ended_at`` when it records one (collector clock against collector clock); where it records
+    none, by the log: ``e`` was logged after the terminal entry."""
+    if ended is not None:
+        return collected > ended
+    return e.seq > terminal.seq
+
+
 def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Mapping[str, str]) -> str | None:
+    """Why ``e``'s bindings do not equal the campaign's pinned manifest, or None.
+
+    Every key of ``keys`` the manifest pins must be recorded by the entry and equal: a pinned key the
+    launch leaves out is a mismatch (it cannot be compared, so it fails closed), whatever else it records.
+    Shards (``shard:*``) are compared where the launch records them: the model revision, which is
+    required, already names the pinned bytes (a hub commit, or the BLAKE3 of a local model's file
+    listing). ``require`` (``require_manifest``): a key of ``keys`` the manifest pins nothing for is a
+    mismatch too."""
     bindings = e.payload.get("bindings", {}) or {}
-    pinned = [k for k in keys if k in manifest] + (
-        [k for k in manifest if k.startswith("shard:")] if "shard:*" in keys else []
-    )
+    shards = sorted(k for k in manifest if k.startswith("shard:")) if "shard:*" in keys else []
+    pinned = [k for k in keys if k != "shard:*" and k in manifest] + shards
+    wanted = [k for k in keys if k != "shard:*"] + [k for k in shards if k in bindings]
     if not bindings and pinned:
         return (
             "records no bindings, but the campaign pins "
@@ -547,19 +581,15 @@ def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Map
             + (f" (+{len(pinned) - 4} more)" if len(pinned) > 4 else "")
             + ": an unbound launch cannot be compared to the pin"
         )
-    wanted = [k for k in keys if k != "shard:*"]
-    if "shard:*" in keys:
-        wanted += sorted(k for k in manifest if k.startswith("shard:") and k in bindings)
     diffs = []
     for k in wanted:
         if k not in manifest:
             if require:
                 diffs.append(f"{k}: the manifest pins nothing")
-            continue
-        if k in bindings and str(bindings[k]) != manifest[k]:
+        elif k not in bindings:
+            diffs.append(f"{k} not recorded (pinned {manifest[k]}): cannot be compared to the pin")
+        elif str(bindings[k]) != manifest[k]:
             diffs.append(f"{k} {bindings[k]} != pinned {manifest[k]}")
-        elif k not in bindings and require:
-            diffs.append(f"{k} not recorded (pinned {manifest[k]})")
     if not diffs:
         return None
     return "bindings not equal to the pinned manifest: " + "; ".join(diffs)

@@ -114,7 +114,7 @@ def build(tmp: Path) -> CampaignLedger:
         {
             "gate": "semantic",
             "status": "passed",
-            "counts": {"sources": 6},
+            "counts": {"items": 12, "asked": 12, "passed": 12, "failed": 0},
             "bounds": {"corpus_digest": SEMANTIC_CORPUS},
             "figures": {"score": 1.0},
         },

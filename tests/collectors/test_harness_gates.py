@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from ledger.collectors.campaign import CampaignRunner, load_campaign
+from ledger.entries import pin_bindings
+from ledger.errors import ConfigError
 from ledger.hashing import blake3_hex
 from ledger.policy.loader import load_policy
 from ledger.policy.verdict import evaluate
@@ -172,6 +174,12 @@ def test_harness_gates_pass_and_the_policy_qualifies_after_review_and_acceptance
     assert bench["payload"]["figures"]["c1_parity"] == 1.0
     job = next(e for e in entries_of(ledger, "job") if e["payload"]["state"] == "running")
     assert {"rel": "job", "id": job["id"]} in bench["refs"]
+    # every launch is bound to what the model pin pinned, key by key (the policy compares each one)
+    (pin,) = entries_of(ledger, "model.pin")
+    (launch,) = entries_of(ledger, "engine.launch")
+    pinned = pin_bindings(pin["payload"])
+    assert {"model_revision"} <= pinned.keys() and any(k.startswith("shard:") for k in pinned)
+    assert {k: launch["payload"]["bindings"].get(k) for k in pinned} == pinned
     # not yet credited: the policy needs review PASSes and the benchmark's acceptance
     v = evaluate(ledger, {"campaign": "harness"}, policy)
     assert v["verdict"] == "INCONCLUSIVE"
@@ -412,3 +420,17 @@ def test_a_signal_during_a_harness_gate_stops_the_run_records_the_operator_stop_
         assert ledger.verify()
     finally:
         ledger.close()
+
+
+def test_campaign_expecting_another_control_answer_than_the_policy_is_refused_before_recording(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
+) -> None:
+    """The policy re-judges the ready control by its own `control_answer`: a campaign whose collector gate
+    expects another word would pass there and fail the verdict, so it is refused before anything is
+    recorded."""
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    path.write_text(path.read_text() + '\n[gates.control]\nexpect = "OK"\nprompt = "Say OK"\n')
+    size = ledger.size()
+    with pytest.raises(ConfigError, match=r"expect = 'OK'.*answer 'READY'"):
+        run(path, recorder, tmp_path, policy_with(tmp_path, corpus[1]))
+    assert ledger.size() == size

@@ -527,3 +527,168 @@ def test_operator_stopped_rule_only_withholds_credit_for_a_recorded_operator_sto
     assert rule["kinds"] == ["gate.result"]
     cond = compile_condition(rule["when"], "backend-qualification.toml")
     assert cond.holds({"e": {"payload": {"gate": "benchmark", "bounds": bounds}}}) is fires
+
+
+# --- neighbours of the bindings, pin, control, job-end and semantic rules --------------------------------
+
+
+@pytest.mark.parametrize("dropped", ["model_revision", "model_repo", "engine_version", "engine"])
+def test_launch_leaving_out_one_pinned_binding_is_rejected(tmp_path: Path, dropped: str) -> None:
+    """Regression: only the keys a launch recorded were compared, so dropping `model_revision` (or any
+    other pinned key) from otherwise present bindings left the launch credited against a pin it never
+    named."""
+    es = qualified_entries()
+    del entry(es, "launch")["payload"]["bindings"][dropped]
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["launch"] == "bindings-mismatch"
+    detail = next(r["detail"] for r in v["rejected"] if r["rule"] == "bindings-mismatch")
+    assert f"{dropped} not recorded" in detail
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_launch_binding_a_key_the_manifest_does_not_pin_is_still_credited(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["bindings"]["adapter"] = "lora-7"  # pinned by nobody: not compared
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_launch_recording_a_different_shard_is_rejected(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["bindings"]["shard:model.safetensors"] = "f" * 64
+    assert rejected(verdict_of(tmp_path, es))["launch"] == "bindings-mismatch"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda p: p.update(files=[]), id="no-files"),
+        pytest.param(lambda p: p["files"][0].update(sha256=""), id="file-without-sha256"),
+        pytest.param(lambda p: p["files"][0].update(blake3=""), id="file-without-blake3"),
+        pytest.param(lambda p: p["files"][0].update(verified=False), id="file-failed-its-check"),
+    ],
+)
+def test_model_pin_that_pins_no_verified_file_fails_the_gate(tmp_path: Path, change: Any) -> None:
+    """Regression: a `model.pin` with an empty file list (or a file without digests) passed
+    `model-pinned`: a pin of nothing counted as pinned."""
+    es = qualified_entries()
+    change(entry(es, "pin")["payload"])
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["model-pinned"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
+
+
+@pytest.mark.parametrize("text", ["NOT READY", "READY, but slowly", "Ready", "READY."])
+def test_ready_control_is_rejudged_from_the_answer_not_the_ok_claim(tmp_path: Path, text: str) -> None:
+    """Regression: the gate checked `ok` and that the text *contained* READY, so "NOT READY" recorded with
+    ok = true passed the control."""
+    es = qualified_entries()
+    entry(es, "completion")["payload"].update(text=text, ok=True)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["ready-control"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — CONTROL"
+
+
+def test_ready_control_answer_with_surrounding_whitespace_passes(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "completion")["payload"].update(text="  READY\n", ok=True)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_output_after_a_terminal_job_without_ended_at_is_rejected(tmp_path: Path) -> None:
+    """Regression: a terminal `job` entry that records no `ended_at` had no end, so output of that job
+    logged after it was credited; the log's order decides then."""
+    es = qualified_entries()
+    done = entry(es, "campaign-done")
+    es.remove(done)
+    del done["payload"]["ended_at"]
+    done["at"] = "2026-09-10T10:01:30Z"
+    seq = entry(es, "sequential")
+    es.insert(es.index(seq), done)
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["sequential"] == "after-job-terminal"
+    detail = next(r["detail"] for r in v["rejected"] if r["rule"] == "after-job-terminal")
+    assert "records no ended_at" in detail
+    assert v["verdict"] != "QUALIFIED"
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        pytest.param({}, id="no-counts"),
+        pytest.param({"items": 12, "passed": 12, "failed": 0}, id="asked-left-out"),
+        pytest.param({"items": 12, "asked": 6, "passed": 6, "failed": 0}, id="half-the-corpus-asked"),
+        pytest.param({"items": 12, "asked": 12, "passed": 11, "failed": 1}, id="one-item-failed"),
+        pytest.param({"items": 0, "asked": 0, "passed": 0, "failed": 0}, id="empty-corpus"),
+    ],
+)
+def test_semantic_pass_without_the_whole_corpus_scored_fails(tmp_path: Path, counts: dict[str, int]) -> None:
+    """Regression: a semantic `gate.result` recorded as passed with score 1.0 was credited whatever its
+    counts said (or without any): the score is now held to the counts behind it."""
+    es = qualified_entries()
+    entry(es, "semantic")["payload"]["counts"] = counts
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["semantic"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — SEMANTIC QUALITY"
+
+
+@pytest.mark.parametrize(
+    ("probe", "gate", "word"),
+    [
+        ("completion", "ready-control", "NOT QUALIFIED — CONTROL"),
+        ("structured", "structured-output", "NOT QUALIFIED — CONTROL"),
+        ("sequential", "sequential-requests", "NOT QUALIFIED — RUNTIME RELIABILITY"),
+    ],
+)
+def test_failed_control_is_not_lifted_by_a_later_pass_unless_superseded(
+    tmp_path: Path, probe: str, gate: str, word: str
+) -> None:
+    """Regression: a control gate passed when *any* probe passed, so running a failed control again until
+    it answered lifted the failure with nothing on the record; the failed probe must be superseded (with
+    its reason) for a rerun to count."""
+    es = qualified_entries()
+    good = entry(es, probe)
+    failed = copy.deepcopy(good)
+    failed["name"] = f"{probe}-failed"
+    failed["payload"].update(ok=False, error="timed out")
+    failed["payload"].pop("text", None)
+    es.insert(es.index(good), failed)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)[gate] == "failed"
+    assert v["verdict"] == word
+    supersede = {
+        "name": "rerun",
+        "kind": "supersession",
+        "key": "operator",
+        "at": "2026-09-10T10:46:00Z",
+        "refs": {"supersedes": failed["name"]},
+        "payload": {"reason": "the probe timed out while the host was being drained; control run again"},
+    }
+    es.insert(es.index(entry(es, "campaign-done")), supersede)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_review_pass_naming_no_commit_credits_nothing(tmp_path: Path) -> None:
+    """Regression: with no FAIL on record, a review PASS that names no commit credited the harness result
+    — a review that does not say what it reviewed."""
+    es = qualified_entries()
+    del entry(es, "benchmark-review")["payload"]["commit"]
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["benchmark"] == "review-missing"
+    assert "names none" in next(r["detail"] for r in v["rejected"] if r["rule"] == "review-missing")
+    assert v["verdict"] != "QUALIFIED"
+
+
+@pytest.mark.parametrize(
+    ("reviewed", "credited"),
+    [("cafe000000000000000000000000000000000000", True), ("beef000000000000000000000000000000000000", False)],
+)
+def test_review_pass_credits_only_the_commit_the_evidence_was_produced_at(
+    tmp_path: Path, reviewed: str, credited: bool
+) -> None:
+    es = qualified_entries()
+    entry(es, "semantic")["subject"] = {"commit": "cafe000000000000000000000000000000000000"}
+    entry(es, "semantic-review")["payload"]["commit"] = reviewed
+    v = verdict_of(tmp_path, es)
+    assert (v["verdict"] == "QUALIFIED") is credited
+    if not credited:
+        assert rejected(v)["semantic"] == "review-missing"
