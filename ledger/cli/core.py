@@ -734,7 +734,11 @@ def review(
         bool | None, typer.Option("--pass/--fail", help="The review's result (required).", show_default=False)
     ] = None,
     commit: Annotated[
-        str | None, typer.Option(help="The commit reviewed (a PASS lifts a FAIL only on a repaired commit).")
+        str | None,
+        typer.Option(
+            help="The commit reviewed (required with --pass: a PASS credits only the commit it names, "
+            "and lifts a FAIL only on a repaired commit)."
+        ),
     ] = None,
     summary: Annotated[str | None, typer.Option(help="One line of findings.")] = None,
     json_out: JsonOption = False,
@@ -742,6 +746,9 @@ def review(
     """Record a review PASS or FAIL of an entry (a `review` that refs it with rel `reviews`)."""
     if passed is None:
         raise InputError("say --pass or --fail")
+    if passed and not (commit or "").strip():
+        # the acceptance policy credits a PASS only for the commit it names (docs/POLICY.md)
+        raise InputError("--pass needs --commit: a review PASS that names no commit credits nothing")
     payload: dict[str, Any] = {"result": "PASS" if passed else "FAIL"}
     if commit:
         payload["commit"] = commit

@@ -432,24 +432,25 @@ def filter_evidence(
             )
         max_age, limit = bound
         if max_age is not None and limit is not None:
-            if ref - e.collected_time > limit:
+            # observed: collected_at, bounded by the log time (a claimed later time never keeps it fresh)
+            if ref - e.observed_time > limit:
                 reject(
                     e,
                     Rule.STALE,
-                    f"collected {e.collected_at}, more than {_human(max_age)} before the "
+                    f"collected {_observed(e)}, more than {_human(max_age)} before the "
                     f"reference time {snap.reference_time}",
                 )
                 lo = hi = ref  # the reason names the reference time: it holds at this one alone
                 continue
             with contextlib.suppress(OverflowError):  # else fresh at every time a datetime holds
-                hi = min(hi, e.collected_time + limit)  # fresh while ref - collected <= limit
+                hi = min(hi, e.observed_time + limit)  # fresh while ref - observed <= limit
         host = e.subject.get("host")
-        if e.kind in post_reset and host in resets and e.collected_time < resets[host][0]:
+        if e.kind in post_reset and host in resets and e.observed_time < resets[host][0]:
             t, kid = resets[host]
             reject(
                 e,
                 Rule.BEFORE_GPU_RESET,
-                f"collected {e.collected_at}, before the last GPU reset on {host} at {_fmt(t)}",
+                f"collected {_observed(e)}, before the last GPU reset on {host} at {_fmt(t)}",
                 kid,
             )
             continue
@@ -550,6 +551,13 @@ def _pass_unbound(e: Evidence, last: Evidence) -> str | None:
             "so no review PASS of this evidence's commit"
         )
     return None
+
+
+def _observed(e: Evidence) -> str:
+    """``collected_at`` as a reason prints it, saying so where the log time bounded a later claim."""
+    if e.collected_time > e.logged_time:
+        return f"{e.logged_at} (logged then; it claims collected_at {e.collected_at}, after that)"
+    return e.collected_at
 
 
 def _after_end(e: Evidence, collected: datetime, terminal: Evidence, ended: datetime | None) -> bool:

@@ -220,6 +220,13 @@ class Evidence:
             self._logged = _time(self.logged_at)
         return self._logged
 
+    @property
+    def observed_time(self) -> datetime:
+        """When the entry was observed, as far as the log can know: its ``collected_at``, but never after
+        the log took it (a claim of a later time — a clock ahead, or a back-stop against staleness — is
+        bounded by the log time)."""
+        return min(self.collected_time, self.logged_time)
+
     def refs(self, rel: str) -> list[str]:
         refs = self.statement.get("refs")
         if not refs:

@@ -116,6 +116,12 @@ def test_review_accept_supersede_one_command_each(home: Path) -> None:
     # neither --pass nor --fail: a usage error, nothing recorded
     r = run_ledger("--home", str(home), "review", entry, "--commit", "b" * 40, "--key", "rev1")
     assert r.returncode == 2
+    # a PASS that names no commit would credit nothing: refused, nothing recorded
+    size = len(json.loads(run_ledger("--home", str(home), "log", "--json").stdout)["items"])
+    for commit in ([], ["--commit", " "]):
+        r = run_ledger("--home", str(home), "review", entry, "--pass", *commit, "--key", "rev1")
+        assert r.returncode == 2 and "--pass needs --commit" in r.stderr, r.stderr
+    assert len(json.loads(run_ledger("--home", str(home), "log", "--json").stdout)["items"]) == size
     # a collector key may not sign a review
     r = run_ledger("--home", str(home), "review", entry, "--fail", "--key", "collector")
     assert r.returncode == 2

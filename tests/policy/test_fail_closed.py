@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.entries import parse_time
@@ -317,8 +317,12 @@ def test_review_pass_earlier_than_fail_does_not_lift_it(tmp_path: Path) -> None:
 NEEDED = [
     ("host", "gpus"),
     ("pin", "revision"),
+    ("pin", "files"),
     ("launch", "ready"),
     ("launch", "bindings"),
+    ("launch", "bindings/model_revision"),
+    ("launch", "bindings/model_repo"),
+    ("launch", "bindings/engine"),
     ("health", "check"),
     ("completion", "check"),
     ("completion", "ok"),
@@ -330,31 +334,47 @@ NEEDED = [
     ("sequential", "count"),
     ("semantic", "gate"),
     ("semantic", "status"),
+    ("semantic", "counts/items"),
+    ("semantic", "counts/asked"),
+    ("semantic", "counts/passed"),
+    ("semantic", "figures/score"),
+    ("semantic", "bounds/corpus_digest"),
     ("benchmark", "gate"),
     ("benchmark", "status"),
-    ("benchmark", "counts.requests"),
-    ("benchmark", "bounds.concurrency"),
+    ("benchmark", "counts/requests"),
+    ("benchmark", "bounds/concurrency"),
+    ("benchmark", "bounds/repetitions"),
+    ("benchmark", "bounds/corpus_digest"),
+    ("benchmark", "bounds/valid"),
+    ("benchmark", "figures/ttft_ms.p95@c4"),
+    ("benchmark", "figures/error_rate"),
+    ("benchmark", "figures/c1_parity"),
+    ("benchmark-review", "commit"),
+    ("semantic-review", "commit"),
     ("benchmark-acceptance", "decision"),
     ("semantic-review", "result"),
 ]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(which=st.sampled_from(NEEDED), how=st.sampled_from(["drop", "rename", "typo"]))
+@pytest.mark.parametrize("how", ["drop", "rename", "typo"])
+@pytest.mark.parametrize("which", NEEDED, ids=["/".join(w) for w in NEEDED])
 def test_dropped_or_renamed_field_never_passes(tmp_path: Path, which: tuple[str, str], how: str) -> None:
+    """Every field a gate or rule reads, dropped, renamed or misspelled (each one, exhaustively): the
+    campaign is refused at ingest or never QUALIFIED — except dropping a field whose value is its model's
+    default (`check = "health"`), which changes nothing and must judge the same."""
     name, path = which
     es = qualified_entries()
     holder = entry(es, name)["payload"]
-    *parents, leaf = path.split(".")
+    *parents, leaf = path.split("/")
     for p in parents:
         holder = holder[p]
     value = holder.pop(leaf)
+    no_op = False
     if not parents:
         from ledger.entries import KIND_MODELS
 
         f = KIND_MODELS[(entry(es, name)["kind"], 1)].model_fields[leaf]
-        # dropping a field whose value is its model's default changes nothing (e.g. check = "health")
-        assume(how != "drop" or f.is_required() or f.get_default(call_default_factory=True) != value)
+        no_op = how == "drop" and not f.is_required() and f.get_default(call_default_factory=True) == value
     if how == "rename":
         holder[leaf.upper()] = value
     elif how == "typo":
@@ -362,8 +382,59 @@ def test_dropped_or_renamed_field_never_passes(tmp_path: Path, which: tuple[str,
     try:
         v = verdict_of(tmp_path, es)
     except SchemaError:
+        assert not no_op, which  # a dropped default is no change: it must not be refused either
         return  # refused at ingest: nothing stored, nothing passes
-    assert v["verdict"] != "QUALIFIED", (which, how)
+    if no_op:
+        assert v["verdict"] == "QUALIFIED", (which, how)
+    else:
+        assert v["verdict"] != "QUALIFIED", (which, how)
+
+
+def _other_type(value: Any) -> st.SearchStrategy[Any]:
+    """Values of another JSON type than ``value`` (an int stands for a float: the models accept it)."""
+    scalars: dict[str, st.SearchStrategy[Any]] = {
+        "null": st.none(),
+        "bool": st.booleans(),
+        "number": st.integers(-3, 3) | st.floats(-1e3, 1e3, allow_nan=False),
+        "string": st.text(max_size=8),
+        "list": st.lists(st.integers(0, 3), max_size=2),
+        "object": st.dictionaries(st.sampled_from(["x", "ok"]), st.integers(0, 1), max_size=2),
+    }
+    own = (
+        "null"
+        if value is None
+        else "bool"
+        if isinstance(value, bool)
+        else "number"
+        if isinstance(value, int | float)
+        else "string"
+        if isinstance(value, str)
+        else "list"
+        if isinstance(value, list)
+        else "object"
+    )
+    return st.one_of(*(v for k, v in scalars.items() if k != own))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), which=st.sampled_from(NEEDED))
+def test_a_needed_field_of_another_type_never_passes(
+    tmp_path: Path, data: st.DataObject, which: tuple[str, str]
+) -> None:
+    """Property: any field a gate or rule reads, given a value of another JSON type, is refused at ingest
+    or never QUALIFIED (no silent coercion, no `"false"` read as true, no `null` read as zero)."""
+    name, path = which
+    es = qualified_entries()
+    holder = entry(es, name)["payload"]
+    *parents, leaf = path.split("/")
+    for p in parents:
+        holder = holder[p]
+    holder[leaf] = data.draw(_other_type(holder[leaf]), label=path)
+    try:
+        v = verdict_of(tmp_path, es)
+    except SchemaError:
+        return  # refused at ingest: nothing stored, nothing passes
+    assert v["verdict"] != "QUALIFIED", (which, holder[leaf])
 
 
 # --- messages --------------------------------------------------------------------------------------------
@@ -408,14 +479,14 @@ def test_verdict_table_prints_bracketed_evidence_text_verbatim(build, cli, monke
 
     monkeypatch.setenv("COLUMNS", "400")
     b = build("backend-qualification/seed003-review.toml")
-    st = b.ledger.make_statement(
+    stmt = b.ledger.make_statement(
         "supersession",
         {"campaign": "strix-native-control"},
         {"reason": "[bold]wrong[/bold] [engine failure: engine-dead]"},
         refs=[("supersedes", b.names["pin"])],
         collected_at="2026-09-10T16:00:00Z",
     )
-    b.ledger.append([b.ledger.sign(st, "operator")], logged_at=parse_time("2026-09-10T16:00:00Z"))
+    b.ledger.append([b.ledger.sign(stmt, "operator")], logged_at=parse_time("2026-09-10T16:00:00Z"))
     r = cli("verdict", "--home", str(b.home), "--subject", "campaign=strix-native-control")
     assert "[bold]wrong[/bold] [engine failure: engine-dead]" in r.out, r.out
 
@@ -692,3 +763,60 @@ def test_review_pass_credits_only_the_commit_the_evidence_was_produced_at(
     assert (v["verdict"] == "QUALIFIED") is credited
     if not credited:
         assert rejected(v)["semantic"] == "review-missing"
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        pytest.param({"exit_code": 1, "ended_at": "2026-09-10T10:01:40Z"}, id="exited-1"),
+        pytest.param({"exit_code": 134, "ended_at": "2026-09-10T10:01:40Z"}, id="exited-134"),
+        pytest.param({"lease_expired": True}, id="lease-expired"),
+    ],
+)
+def test_ready_launch_that_failed_without_a_signature_fails_runtime_stability(
+    tmp_path: Path, facts: dict[str, Any]
+) -> None:
+    """Regression: runtime stability judged launches by their failure signature's class, so a ready launch
+    that exited with status 1 (or whose lease ran out) and left the signature out passed as a clean run."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(facts)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+@pytest.mark.parametrize("code", [0, 143, 137])
+def test_ready_launch_ended_by_the_collectors_own_stop_stays_credited(tmp_path: Path, code: int) -> None:
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(exit_code=code, ended_at="2026-09-10T10:49:00Z")
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def _eight_days_on(es: list[dict[str, Any]]) -> None:
+    es.append(
+        {"name": "later", "kind": "note", "key": "operator", "at": "2026-09-18T11:00:00Z",
+         "payload": {"text": "eight days on"}}
+    )  # fmt: skip
+
+
+def test_host_probe_claiming_a_later_collected_at_than_its_log_time_still_goes_stale(tmp_path: Path) -> None:
+    """Regression: freshness was measured from the entry's own `collected_at`, so a host probe claiming to
+    be collected weeks after the log took it stayed fresh past its 7-day bound; the log time bounds it."""
+    es = qualified_entries()
+    host = entry(es, "host")
+    host["logged_at"], host["at"] = host["at"], "2026-09-30T00:00:00Z"
+    _eight_days_on(es)
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["host"] == "stale"
+    detail = next(r["detail"] for r in v["rejected"] if r["rule"] == "stale")
+    assert "it claims collected_at 2026-09-30T00:00:00Z" in detail
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_host_probe_collected_before_its_log_time_is_judged_by_collected_at(tmp_path: Path) -> None:
+    """The neighbour: spooled evidence is logged later than collected; its own (earlier) time counts."""
+    es = qualified_entries()
+    host = entry(es, "host")
+    host["logged_at"] = "2026-09-10T10:00:06Z"
+    host["at"] = "2026-09-03T10:00:00Z"  # collected 7 days and 50 minutes before the campaign ends
+    assert rejected(verdict_of(tmp_path, es))["host"] == "stale"
