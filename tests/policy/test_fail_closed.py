@@ -820,3 +820,17 @@ def test_host_probe_collected_before_its_log_time_is_judged_by_collected_at(tmp_
     host["logged_at"] = "2026-09-10T10:00:06Z"
     host["at"] = "2026-09-03T10:00:00Z"  # collected 7 days and 50 minutes before the campaign ends
     assert rejected(verdict_of(tmp_path, es))["host"] == "stale"
+
+
+@pytest.mark.parametrize("gate", ["semantic", "benchmark"])
+@pytest.mark.parametrize("status", ["not_run", "not_authorized"])
+def test_a_harness_result_that_never_ran_is_inconclusive_not_a_failure(
+    tmp_path: Path, gate: str, status: str
+) -> None:
+    """A reviewed (and accepted) `gate.result` recorded `not_run` measured nothing: the gate has nothing to
+    judge (INCONCLUSIVE), rather than a SEMANTIC QUALITY / PERFORMANCE failure of the engine."""
+    es = qualified_entries()
+    entry(es, gate)["payload"]["status"] = status
+    v = verdict_of(tmp_path, es)
+    assert gates(v)[gate] == "missing"
+    assert v["verdict"] == "INCONCLUSIVE"
