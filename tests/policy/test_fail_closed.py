@@ -834,3 +834,31 @@ def test_a_harness_result_that_never_ran_is_inconclusive_not_a_failure(
     v = verdict_of(tmp_path, es)
     assert gates(v)[gate] == "missing"
     assert v["verdict"] == "INCONCLUSIVE"
+
+
+def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> None:
+    """Regression: api-readiness never selected the `/v1/models` identity probe, so a campaign whose engine
+    served another model (identity probe ok = false) qualified on its other probes."""
+    es = qualified_entries()
+    health = entry(es, "health")
+    models = {
+        "name": "models",
+        "kind": "health.probe",
+        "key": "collector",
+        "at": "2026-09-10T10:01:06Z",
+        "refs": {"job": "campaign-job"},
+        "payload": {
+            "endpoint": "/v1/models",
+            "check": "models",
+            "ok": False,
+            "expected": "m-7",
+            "model_identity": "some-other-model",
+            "error": "expected model 'm-7', served ['some-other-model']",
+        },
+    }
+    es.insert(es.index(health) + 1, models)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["api-readiness"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    models["payload"].update(ok=True, model_identity="m-7", error=None)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
