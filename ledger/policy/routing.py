@@ -460,6 +460,12 @@ def _rederive(ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int
             "verdict": None,
             "reason": f"verdict {verdict.id[:16]} records no evaluated subject: it cannot be re-derived",
         }
+    if not str(subject.get("campaign") or "").strip():
+        return {
+            "verdict": None,
+            "reason": f"verdict {verdict.id[:16]} judged no one campaign (subject {subject}): "
+            "it cannot be re-derived",
+        }
     result = evaluate(ledger, subject, qual, at_size=size)
     failing = [g for g in result["gates"] if g["status"] != "passed"]
     reason = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""

@@ -368,6 +368,14 @@ def _evaluate(
         raise PolicyError(
             f"{policy.path}: {policy.name} is a {policy.kind} policy; a verdict needs a qualification policy"
         )
+    if not str(subject.get("campaign") or "").strip():
+        # a campaign is one bounded qualification (its job, its pinned manifest, its attempt budget):
+        # a subject without one would judge the evidence of every campaign of that backend/model/host at once
+        named = ", ".join(f"{k}={v}" for k, v in sorted(subject.items())) or "nothing"
+        raise InputError(
+            f"a qualification verdict judges one campaign: the subject names {named}, but no campaign",
+            hint="add --subject campaign=ID (`ledger log --kind job` lists the campaigns)",
+        )
     # the key of this evaluation, remembered while the database is unchanged (``result_cache.stamp``)
     st = result_cache.stamp(ledger)
     memo_args = (tuple(sorted(subject.items())), at_size, result_cache.policy_files(policy))

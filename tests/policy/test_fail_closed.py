@@ -862,3 +862,19 @@ def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> Non
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
     models["payload"].update(ok=True, model_identity="m-7", error=None)
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_verdict_without_a_campaign_is_refused_not_judged_across_campaigns(tmp_path: Path) -> None:
+    """Regression: a subject naming only backend/model/host pooled the evidence of every campaign: one
+    campaign's probes and another's benchmark qualified together, though neither campaign did."""
+    from ledger.errors import InputError
+
+    es = qualified_entries()
+    for e in es:
+        if e["name"] in ("benchmark", "benchmark-review", "benchmark-acceptance"):
+            e["subject"] = {"campaign": "another-campaign"}
+    e = entry(es, "benchmark")
+    del e["refs"]
+    assert verdict_of(tmp_path, es)["verdict"] == "INCONCLUSIVE"  # the campaign alone: no benchmark
+    with pytest.raises(InputError, match="judges one campaign"):
+        verdict_of(tmp_path, es, subject={k: v for k, v in SUBJECT.items() if k != "campaign"})
