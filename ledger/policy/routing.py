@@ -109,9 +109,16 @@ def _validate_deployment(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise InputError(f"{where}: deployment {msg}{more}") from e
     out = dep.model_dump(mode="json")
+    seen: dict[str, int] = {}
     for i, s in enumerate(out["services"]):
         which = f"{where}: deployment services[{i}] ({s['name']})"
+        if s["name"] in seen:
+            # two services of one name: one of them is a copy, or a typo for another service
+            raise InputError(f"{which}: name {s['name']!r} is already services[{seen[s['name']]}]'s")
+        seen[s["name"]] = i
         gpus = s["gpus"]
+        if gpus and len(set(gpus)) != len(gpus):
+            raise InputError(f"{which}: gpus {gpus} lists a GPU more than once")
         if s["device"] is None:
             if not gpus:
                 raise InputError(

@@ -221,3 +221,23 @@ def test_the_demo_deployment_file_is_a_cpu_service_on_the_demo_campaigns_host() 
     assert (
         'DEPLOYMENT="$REPO/campaigns/deployments/$TRAINED.toml"' in (repo / "scripts" / "demo.sh").read_text()
     )
+
+
+def test_a_deployment_naming_a_service_twice_is_an_error(tmp_path: Path) -> None:
+    """Regression: a service copied into the deployment twice was accepted (and its GPU memory counted
+    twice, or a typo for another service hidden)."""
+    dep = {"host": "gpu-box-1", "services": [OK["services"][0], dict(OK["services"][0])]}
+    path = tmp_path / "dep.json"
+    path.write_text(json.dumps(dep))
+    with pytest.raises(
+        InputError, match=r"services\[1\] \(vllm-embed\): name 'vllm-embed' is already services\[0\]"
+    ):
+        load_deployment(path)
+
+
+def test_a_service_listing_a_gpu_twice_is_an_error(tmp_path: Path) -> None:
+    dep = {"host": "gpu-box-1", "services": [{"name": "a", "gpus": [2, 2], "gpu_memory_utilization": 0.2}]}
+    path = tmp_path / "dep.json"
+    path.write_text(json.dumps(dep))
+    with pytest.raises(InputError, match=r"gpus \[2, 2\] lists a GPU more than once"):
+        load_deployment(path)
