@@ -49,6 +49,8 @@ class GpuEventClass(StrEnum):
 
 _BUCKET = re.compile(r"^[A-Za-z0-9_/ ();:.,-]{1,120}$")
 _KIND = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+# an NVRM Xid line of a kernel log, as the driver prints it: "NVRM: Xid (PCI:0000:01:00): 79, pid=…"
+_XID_LINE = re.compile(r"NVRM: Xid \([^)]*\): (\d{1,6})\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +96,18 @@ class Catalogue:
         return self.recovery_actions.get(value, f"unknown recovery action 0x{value:x}")
 
     def classify(self, event: Mapping[str, Any]) -> tuple[GpuEventClass, str]:
-        """(class, code) of one event: ``xid:<n>`` for NVRM Xid lines, else the event kind."""
+        """(class, code) of one event: ``xid:<n>`` for NVRM Xid lines, else the event kind.
+
+        The line the event was parsed from (``message``) is read again: where it is an NVRM Xid line, its
+        code must be the event's — an Xid line recorded under another kind or another code (Xid 79 as
+        Xid 154, or as a completed reset) is ``unknown``, never the class of what it claims."""
         kind = event.get("kind")
+        message = event.get("message")
+        line = _XID_LINE.search(message) if isinstance(message, str) else None
+        if line is not None:
+            said = int(line.group(1))
+            if kind != "nvrm-xid" or event.get("xid") != said or type(event.get("xid")) is not int:
+                return GpuEventClass.UNKNOWN, f"xid:{said} (recorded as {kind} {event.get('xid')})"
         if kind == "nvrm-xid":
             xid = event.get("xid")
             if type(xid) is not int:

@@ -125,3 +125,28 @@ def test_an_unused_xid_row_fails_closed_as_unknown(tmp_path: Path) -> None:
     """Xid 47 is an "Unused" row of NVIDIA's table (CONTACT_SUPPORT): not listed, so unknown."""
     gate = _stability(_verdict(tmp_path, [_xid(47, "ROBUST_CHANNEL_NVENC0_ERROR")]))
     assert gate["status"] == "failed" and UNKNOWN_REASON in gate["reason"]
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        pytest.param({"xid": 63}, id="xid-field-says-63"),
+        pytest.param({"xid": 154}, id="xid-field-says-154"),
+        pytest.param({"kind": "gpu-reset-succeeded", "xid": None}, id="kind-says-reset-succeeded"),
+    ],
+)
+def test_an_xid79_line_recorded_as_something_benign_fails_closed(
+    tmp_path: Path, claim: dict[str, Any]
+) -> None:
+    """Regression: the class was looked up from the event's `xid`/`kind` fields alone, so the line
+    "NVRM: Xid (…): 79, … fallen off the bus" recorded with xid 63 (informational) passed; the line is read
+    again and a code or kind that disagrees with it is unknown."""
+    ev = _xid(79, "pid=1, name=vllm, GPU has fallen off the bus.")
+    ev.update(claim)
+    if ev["xid"] is None:
+        del ev["xid"]
+    result = _verdict(tmp_path, [ev])
+    gate = _stability(result)
+    assert gate["status"] == "failed", gate
+    assert UNKNOWN_REASON in gate["reason"]
+    assert result["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
