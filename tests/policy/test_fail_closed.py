@@ -862,6 +862,13 @@ def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> Non
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
     models["payload"].update(ok=True, model_identity="m-7", error=None)
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+    # ok claimed, but what it recorded says otherwise (or nothing): re-judged from the ids
+    models["payload"].update(model_identity="some-other-model", details={"served": ["some-other-model"]})
+    assert gates(verdict_of(tmp_path, es))["api-readiness"] == "failed"
+    del models["payload"]["model_identity"], models["payload"]["details"]
+    assert gates(verdict_of(tmp_path, es))["api-readiness"] == "failed"
+    models["payload"]["details"] = {"served": ["some-other-model", "m-7"]}  # served, not first
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
 
 def test_verdict_without_a_campaign_is_refused_not_judged_across_campaigns(tmp_path: Path) -> None:
