@@ -720,7 +720,8 @@ def test_failed_control_is_not_lifted_by_a_later_pass_unless_superseded(
     good = entry(es, probe)
     failed = copy.deepcopy(good)
     failed["name"] = f"{probe}-failed"
-    failed["payload"].update(ok=False, error="timed out")
+    # answered (HTTP 200) but not as the control needs: the control's own failure, not a server fault
+    failed["payload"].update(ok=False, http_status=200, error="answer not as expected")
     failed["payload"].pop("text", None)
     es.insert(es.index(good), failed)
     v = verdict_of(tmp_path, es)
@@ -885,3 +886,33 @@ def test_verdict_without_a_campaign_is_refused_not_judged_across_campaigns(tmp_p
     assert verdict_of(tmp_path, es)["verdict"] == "INCONCLUSIVE"  # the campaign alone: no benchmark
     with pytest.raises(InputError, match="judges one campaign"):
         verdict_of(tmp_path, es, subject={k: v for k, v in SUBJECT.items() if k != "campaign"})
+
+
+@pytest.mark.parametrize(
+    ("probe", "status"),
+    [("completion", 500), ("completion", None), ("structured", 503), ("sequential", None)],
+)
+def test_a_request_failing_server_side_is_a_runtime_fault_whatever_the_launch_records(
+    tmp_path: Path, probe: str, status: int | None
+) -> None:
+    """Regression, from the real vLLM head_dim-16 run with its `failure_signature` left out: the engine
+    answered the first completion with HTTP 500 and exited 0, so runtime stability passed and the verdict
+    was CONTROL. A request that failed on the server's side after readiness is a runtime fault."""
+    es = qualified_entries()
+    p = entry(es, probe)["payload"]
+    p.update(ok=False, text=None, error="HTTP 500: EngineCore encountered an issue.")
+    p.pop("http_status", None)
+    if status is not None:
+        p["http_status"] = status
+    entry(es, "launch")["payload"].update(exit_code=0, ended_at="2026-09-10T10:03:00Z")
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+def test_a_request_refused_with_4xx_is_the_controls_failure_not_a_runtime_fault(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "structured")["payload"].update(ok=False, http_status=400, error="response_format unsupported")
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "passed"
+    assert v["verdict"] == "NOT QUALIFIED — CONTROL"
