@@ -272,11 +272,15 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
     ledger.append(
         [
             sign_envelope(
-                statement("review", subj, {"result": "PASS"}, t, [("reviews", sem.entry_id)]),
+                statement(
+                    "review", subj, {"result": "PASS", "commit": "c" * 40}, t, [("reviews", sem.entry_id)]
+                ),
                 keys["reviewer"],
             ),
             sign_envelope(
-                statement("review", subj, {"result": "PASS"}, t, [("reviews", bench_.entry_id)]),
+                statement(
+                    "review", subj, {"result": "PASS", "commit": "c" * 40}, t, [("reviews", bench_.entry_id)]
+                ),
                 keys["reviewer"],
             ),
             sign_envelope(

@@ -406,6 +406,7 @@ def _slim_set(
     attrs = [attr for _, attr in simple]
     defaults_by_kind: dict[str, dict[str, Any]] = {}
     plain_types: dict[tuple[type, ...], bool] = {}
+    other_at: dict[tuple[type, ...], list[int]] = {}  # per type tuple: where its non-plain values are
     plain = {str, int, bool, type(None), object}
     out: list[dict[str, Any]] = []
     seen_plain: set[tuple[Any, ...]] = set()
@@ -427,6 +428,24 @@ def _slim_set(
             if key in seen_plain:
                 continue
             seen_plain.add(key)
+        else:
+            # maps and lists (an empty `details`) frozen in place: still one tuple per entry
+            where = other_at.get(types)
+            if where is None:
+                where = other_at[types] = [i for i, t in enumerate(types) if t not in plain]
+            frozen: list[Any] | None = list(values)
+            for i in where:
+                f = _frozen(values[i])
+                if f is None:
+                    frozen = None
+                    break
+                frozen[i] = f  # type: ignore[index]
+            if frozen is not None:
+                key = (tuple(frozen), types)
+                if key in seen_plain:
+                    continue
+                seen_plain.add(key)
+                is_plain = True  # its view is kept; the general path's check is not needed
         view = {k: v for (k, _), v in zip(simple, values, strict=False)}
         # the order of ``slim_views``: the entry's own fields, then the defaults it lacks
         pvals = list(zip(names, values[len(attrs) :], strict=True))
@@ -451,14 +470,37 @@ def _scalar_key(view: dict[str, Any], pay: dict[str, Any]) -> tuple[Any, ...] | 
     for part in (view, pay):
         for k in sorted(part):
             v = part[k]
-            if type(v) in _SCALARS:
-                key.append((k, type(v), v))
-            elif type(v) is float:
-                key.append((k, float, repr(v)))
-            else:
+            frozen = _frozen(v)
+            if frozen is None:
                 return None
+            key.append((k, frozen))
         key.append("|")
     return tuple(key)
+
+
+def _frozen(v: Any, depth: int = 0) -> tuple[Any, ...] | None:
+    """``v`` as a hashable value equal only for values equal in CEL (types kept: 1 is not 1.0 nor True);
+    lists and maps of such values too (an empty ``details`` map no longer makes every view distinct).
+    None for anything else, or nested deeper than a few levels."""
+    t = type(v)
+    if t in _SCALARS:
+        return (t, v)
+    if t is float:
+        return (float, repr(v))
+    if depth > 4:
+        return None
+    if t is list:
+        items = [_frozen(x, depth + 1) for x in v]
+        return None if any(i is None for i in items) else (list, tuple(items))
+    if t is dict:
+        pairs = []
+        for k in sorted(v, key=str):
+            f = _frozen(v[k], depth + 1)
+            if f is None or type(k) is not str:
+                return None
+            pairs.append((k, f))
+        return (dict, tuple(pairs))
+    return None
 
 
 _VIEW_FIELDS = frozenset(

@@ -178,6 +178,35 @@ def test_set_valued_views_keep_values_cel_tells_apart(build) -> None:
     assert len(slim_views(variants, frozenset({"kind", "payload"}), frozenset({"ok"}))) == len(variants)
 
 
+def test_set_valued_views_of_maps_and_lists_keep_values_cel_tells_apart(build) -> None:
+    """Regression (the identity probe's `details.served` check made every `/health` poll's view distinct:
+    api-readiness over 10,000 polls took 3x as long): maps and lists are compared frozen, and values CEL
+    tells apart (1, 1.0, true; [] and {}) stay apart."""
+    from ledger.policy.snapshot import load_snapshot
+
+    b = build("backend-qualification/seed004-sleeping.toml")
+    snap = load_snapshot(b.ledger, {"campaign": "router-ocr"})
+    probe = next(x for x in snap.entries if x.kind == "health.probe")
+    values = [{}, {}, {"served": ["a"]}, {"served": ["a"]}, {"served": [1]}, {"served": [1.0]},
+              {"served": [True]}, [], {"served": {"a": 1}}, {}, {"served": ["a", "b"]}]  # fmt: skip
+    variants = []
+    for value in values:
+        st = {**probe.statement, "payload": {**probe.payload, "details": value}}
+        e = type(probe)(
+            **{f: getattr(probe, f) for f in ("seq", "id", "kind", "signer", "logged_at")},
+            statement=st,
+            payload_type="",
+            payload_bytes=b"",
+            signature=b"",
+        )
+        variants.append(e)
+    views = slim_views(variants, frozenset({"kind", "payload"}), frozenset({"details"}), as_set=True)
+    got = [v["payload"]["details"] for v in views]
+    assert got == [{}, {"served": ["a"]}, {"served": [1]}, {"served": [1.0]}, {"served": [True]}, [],
+                   {"served": {"a": 1}}, {"served": ["a", "b"]}]  # fmt: skip
+    assert [type(d["served"][0]) for d in got[2:5]] == [int, float, bool]
+
+
 @pytest.mark.parametrize("fixture", QUALIFICATION, ids=lambda p: p.stem)
 def test_both_plans_for_referencing_entries_give_the_same_snapshot(
     fixture: Path, tmp_path: Path, monkeypatch
