@@ -329,14 +329,13 @@ def filter_evidence(
                 ends = [terminal[j] for j in job_ids if j in terminal]
                 if ends:
                     # the job it was produced after the end of decides; else a killed/cancelled one
-                    t_e = e.collected_time
-                    job_term = next((t for t in ends if _after_end(e, t_e, t, ended_at[t.id])), None)
+                    job_term = next((t for t in ends if _after_end(e, t, ended_at[t.id])), None)
                     if job_term is None:
                         job_term = next((t for t in ends if t.payload.get("state") in _STOPPED), ends[0])
             if job_term is not None:
                 job_view = job_term.view()
                 p = job_term.payload
-                if _after_end(e, e.collected_time, job_term, ended_at[job_term.id]):
+                if _after_end(e, job_term, ended_at[job_term.id]):
                     ended = p.get("ended_at")
                     said = (
                         f"at {ended}"
@@ -560,12 +559,12 @@ def _observed(e: Evidence) -> str:
     return e.collected_at
 
 
-def _after_end(e: Evidence, collected: datetime, terminal: Evidence, ended: datetime | None) -> bool:
+def _after_end(e: Evidence, terminal: Evidence, ended: datetime | None) -> bool:
     """Was ``e`` produced after the end of the job ``terminal`` (its first terminal entry) ends? By the
     job's ``ended_at`` when it records one (collector clock against collector clock); where it records
     none, by the log: ``e`` was logged after the terminal entry."""
     if ended is not None:
-        return collected > ended
+        return e.collected_time > ended
     return e.seq > terminal.seq
 
 

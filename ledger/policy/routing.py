@@ -457,7 +457,7 @@ def _rederive(ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int
     policy the routing policy names: a supersession, an acceptance rejecting evidence or a revoked
     collector key since the verdict was recorded changes the answer at once."""
     from ledger.policy.loader import load_policy
-    from ledger.policy.verdict import evaluate, evaluated_subject
+    from ledger.policy.verdict import evaluate, evaluated_subject, names_campaign
 
     assert policy.spec.routing is not None
     qual = load_policy(policy.spec.routing.qualification, policy.path.parent)
@@ -467,7 +467,7 @@ def _rederive(ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int
             "verdict": None,
             "reason": f"verdict {verdict.id[:16]} records no evaluated subject: it cannot be re-derived",
         }
-    if not str(subject.get("campaign") or "").strip():
+    if not names_campaign(subject):
         return {
             "verdict": None,
             "reason": f"verdict {verdict.id[:16]} judged no one campaign (subject {subject}): "

@@ -400,8 +400,8 @@ def _slim_set(
     """``slim_views(…, as_set=True)`` for plain field names: the same views, in the same order.
 
     An entry's values (with their types, and which payload fields are present) are compared as one tuple
-    before any view is built, so the repeated views of a long list cost a tuple each; entries holding
-    anything but str/int/bool/None (floats included) take the general path of ``_scalar_key``.
+    before any view is built, so the repeated views of a long list cost a tuple each; floats, maps and
+    lists are compared frozen (``_frozen``), and an entry holding anything else keeps its view.
     """
     attrs = [attr for _, attr in simple]
     defaults_by_kind: dict[str, dict[str, Any]] = {}
@@ -410,7 +410,6 @@ def _slim_set(
     plain = {str, int, bool, type(None), object}
     out: list[dict[str, Any]] = []
     seen_plain: set[tuple[Any, ...]] = set()
-    seen: set[tuple[Any, ...]] = set()
     for e in entries:
         own = e.statement["payload"]
         defaults = defaults_by_kind.get(e.kind)
@@ -433,19 +432,17 @@ def _slim_set(
             where = other_at.get(types)
             if where is None:
                 where = other_at[types] = [i for i, t in enumerate(types) if t not in plain]
-            frozen: list[Any] | None = list(values)
+            frozen = list(values)
             for i in where:
                 f = _frozen(values[i])
                 if f is None:
-                    frozen = None
-                    break
-                frozen[i] = f  # type: ignore[index]
-            if frozen is not None:
+                    break  # a value CEL cannot be told apart by: the view is kept as it is
+                frozen[i] = f
+            else:
                 key = (tuple(frozen), types)
                 if key in seen_plain:
                     continue
                 seen_plain.add(key)
-                is_plain = True  # its view is kept; the general path's check is not needed
         view = {k: v for (k, _), v in zip(simple, values, strict=False)}
         # the order of ``slim_views``: the entry's own fields, then the defaults it lacks
         pvals = list(zip(names, values[len(attrs) :], strict=True))
@@ -453,12 +450,6 @@ def _slim_set(
         for n, v in pvals:
             if n not in own and v is not _ABSENT:
                 pay[n] = v
-        if not is_plain:
-            scalar = _scalar_key(view, pay)
-            if scalar is not None:
-                if scalar in seen:
-                    continue
-                seen.add(scalar)
         view["payload"] = pay
         out.append(view)
     return out

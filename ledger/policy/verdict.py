@@ -368,7 +368,7 @@ def _evaluate(
         raise PolicyError(
             f"{policy.path}: {policy.name} is a {policy.kind} policy; a verdict needs a qualification policy"
         )
-    if not str(subject.get("campaign") or "").strip():
+    if not names_campaign(subject):
         # a campaign is one bounded qualification (its job, its pinned manifest, its attempt budget):
         # a subject without one would judge the evidence of every campaign of that backend/model/host at once
         named = ", ".join(f"{k}={v}" for k, v in sorted(subject.items())) or "nothing"
@@ -541,6 +541,11 @@ def recorded_result(store: ArtifactStore, payload: Mapping[str, Any], entry_id: 
     if not isinstance(value, dict):
         raise InputError(f"verdict {entry_id}: its result artifact {digest} is not a JSON object")
     return value
+
+
+def names_campaign(subject: Mapping[str, str]) -> bool:
+    """Does ``subject`` name the one campaign a qualification verdict judges?"""
+    return bool(str(subject.get("campaign") or "").strip())
 
 
 def evaluated_subject(payload: Mapping[str, Any]) -> dict[str, str] | None:

@@ -155,23 +155,27 @@ def test_fields_read_is_conservative(
     assert got.as_set is as_set
 
 
+def _with_payload(probe: Any, field: str, values: list[Any]) -> list[Any]:
+    """Copies of the evidence ``probe``, one per value, with its payload's ``field`` set to it."""
+    return [
+        type(probe)(
+            **{f: getattr(probe, f) for f in ("seq", "id", "kind", "signer", "logged_at")},
+            statement={**probe.statement, "payload": {**probe.payload, field: value}},
+            payload_type="",
+            payload_bytes=b"",
+            signature=b"",
+        )
+        for value in values
+    ]
+
+
 def test_set_valued_views_keep_values_cel_tells_apart(build) -> None:
     from ledger.policy.snapshot import load_snapshot
 
     b = build("backend-qualification/seed004-sleeping.toml")
     snap = load_snapshot(b.ledger, {"campaign": "router-ocr"})
     probe = next(x for x in snap.entries if x.kind == "health.probe")
-    variants = []
-    for value in (True, 1, 1.0, -0.0, 0.0, "1", None, True, 1):
-        st = {**probe.statement, "payload": {**probe.payload, "ok": value}}
-        e = type(probe)(
-            **{f: getattr(probe, f) for f in ("seq", "id", "kind", "signer", "logged_at")},
-            statement=st,
-            payload_type="",
-            payload_bytes=b"",
-            signature=b"",
-        )
-        variants.append(e)
+    variants = _with_payload(probe, "ok", [True, 1, 1.0, -0.0, 0.0, "1", None, True, 1])
     views = slim_views(variants, frozenset({"kind", "payload"}), frozenset({"ok"}), as_set=True)
     assert [v["payload"]["ok"] for v in views] == [True, 1, 1.0, -0.0, 0.0, "1", None]
     assert [type(v["payload"]["ok"]) for v in views][:3] == [bool, int, float]
@@ -189,17 +193,7 @@ def test_set_valued_views_of_maps_and_lists_keep_values_cel_tells_apart(build) -
     probe = next(x for x in snap.entries if x.kind == "health.probe")
     values = [{}, {}, {"served": ["a"]}, {"served": ["a"]}, {"served": [1]}, {"served": [1.0]},
               {"served": [True]}, [], {"served": {"a": 1}}, {}, {"served": ["a", "b"]}]  # fmt: skip
-    variants = []
-    for value in values:
-        st = {**probe.statement, "payload": {**probe.payload, "details": value}}
-        e = type(probe)(
-            **{f: getattr(probe, f) for f in ("seq", "id", "kind", "signer", "logged_at")},
-            statement=st,
-            payload_type="",
-            payload_bytes=b"",
-            signature=b"",
-        )
-        variants.append(e)
+    variants = _with_payload(probe, "details", values)
     views = slim_views(variants, frozenset({"kind", "payload"}), frozenset({"details"}), as_set=True)
     got = [v["payload"]["details"] for v in views]
     assert got == [{}, {"served": ["a"]}, {"served": [1]}, {"served": [1.0]}, {"served": [True]}, [],
