@@ -916,3 +916,40 @@ def test_a_request_refused_with_4xx_is_the_controls_failure_not_a_runtime_fault(
     v = verdict_of(tmp_path, es)
     assert gates(v)["runtime-stability"] == "passed"
     assert v["verdict"] == "NOT QUALIFIED — CONTROL"
+
+
+FAULT_FIELDS = [
+    ("launch", "failure_signature"),
+    ("launch", "exit_code"),
+    ("launch", "signal"),
+    ("completion", "http_status"),
+    ("completion", "ok"),
+    ("completion", "check"),
+]
+
+
+@pytest.mark.parametrize("how", ["drop", "rename", "typo", "retype"])
+@pytest.mark.parametrize("which", FAULT_FIELDS, ids=["/".join(w) for w in FAULT_FIELDS])
+def test_a_field_of_the_seed003_failure_left_out_or_mistyped_never_passes(
+    tmp_path: Path, which: tuple[str, str], how: str
+) -> None:
+    """The seed-003 shape (ready, EngineDeadError on the first completion: HTTP 500, abort -6), with any one
+    field runtime stability reads dropped, renamed, misspelled or of another type: refused at ingest or
+    still NOT QUALIFIED — RUNTIME RELIABILITY (the other facts still show the fault), never CONTROL."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(failure_signature="engine-dead", exit_code=-6, signal=6)
+    entry(es, "completion")["payload"].update(ok=False, text=None, http_status=500, error="EngineDeadError")
+    name, leaf = which
+    holder = entry(es, name)["payload"]
+    value = holder.pop(leaf)
+    if how == "rename":
+        holder[leaf.upper()] = value
+    elif how == "typo":
+        holder[leaf[:-1] + leaf[-1] * 2] = value
+    elif how == "retype":
+        holder[leaf] = str(value) if not isinstance(value, str) else 7
+    try:
+        v = verdict_of(tmp_path, es)
+    except SchemaError:
+        return  # refused at ingest: nothing stored, nothing passes
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", (which, how, v["verdict"])
