@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -20,7 +20,9 @@ __all__ = [
     "RunOutcome",
     "Signature",
     "classify",
+    "classify_logs",
     "load_signatures",
+    "pattern_signatures",
     "signature_classes",
 ]
 
@@ -203,3 +205,42 @@ def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | N
     if first is None:
         return Classification(None)
     return Classification(first.id, first.title, detail, matched, first.failure_class.value)
+
+
+@lru_cache(maxsize=8)
+def _pattern_signatures(path: str, mtime_ns: int) -> tuple[Signature, ...]:
+    return tuple(s for s in load_signatures(Path(path)) if s.patterns)
+
+
+def pattern_signatures(path: Path | None = None) -> tuple[Signature, ...]:
+    """The signatures that read the engine's logs (those with patterns), in table order."""
+    p = path or DEFAULT_SIGNATURES
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError as e:
+        raise ConfigError(f"cannot read signatures file {p}: {e.strerror}") from e
+    return _pattern_signatures(str(p), mtime)
+
+
+def classify_logs(
+    pieces: Iterable[str], outcome: RunOutcome, signatures: Sequence[Signature]
+) -> Classification:
+    """``classify`` over log text that arrives in pieces, each of whole lines (a stream of any length).
+
+    The answer is the one ``classify`` gives the pieces joined: patterns match within a line, so every
+    signature's last matching line is the last one any piece shows, and the first signature in table order
+    that matched anywhere wins.
+    """
+    last: dict[str, str] = {}
+    for text in pieces:
+        for sig in signatures:
+            line = sig.match(text, outcome)
+            if line is not None:
+                last[sig.id] = line
+    matched = [s for s in signatures if s.id in last]
+    if not matched:
+        return Classification(None)
+    first = matched[0]
+    return Classification(
+        first.id, first.title, last[first.id] or None, [s.id for s in matched], first.failure_class.value
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +20,16 @@ from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.rules import RULES, Rule, trust_rejection
-from ledger.policy.snapshot import Evidence, Snapshot
+from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot
+from ledger.signatures import (
+    UNKNOWN_CLASS,
+    Classification,
+    RunOutcome,
+    Signature,
+    classify_logs,
+    pattern_signatures,
+    signature_classes,
+)
 from ledger.store.base import ArtifactStore
 from ledger.trust import trust_problem
 
@@ -258,7 +267,7 @@ def filter_evidence(
         if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
             # a job ends once: its first terminal entry in the log; a later one does not reopen it
             terminal.setdefault(str(j.payload.get("job_id")), j)
-    _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds))
+    _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds), store)
     ended_at = {
         t.id: (parse_time(t.payload["ended_at"]) if t.payload.get("ended_at") else None)
         for t in terminal.values()
@@ -691,7 +700,9 @@ def _differences(compared: tuple[tuple[str, Any, Any], ...], ctx: Mapping[str, A
     return out
 
 
-def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozenset[str]) -> None:
+def _derive(
+    trusted: list[Evidence], superseded: set[str], output_kinds: frozenset[str], store: ArtifactStore
+) -> None:
     """Facts the log itself establishes, set as ``e.derived`` (CEL: ``e.derived.*``), never taken from
     the entry's own claims:
 
@@ -703,6 +714,11 @@ def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozens
       ``running`` entry precedes it in the log (None: none): the job it ran in, whether or not it says so.
     * ``failure_class`` — for an ``engine.launch`` with a ``failure_signature``, the class the signature
       table gives it; ``unknown`` for an id the table lacks (policies fail those closed).
+    * ``log_failure_signature`` / ``log_failure_class`` — for an ``engine.launch``, the first signature of
+      the table whose log patterns match what the launch stored (its artifacts, read back from the store,
+      and its ``failure_detail``), and that signature's class; None when no pattern matches. The collector's
+      own classification is not taken on trust: a run recorded as stopped by an operator whose logs show
+      ``EngineDeadError`` is a runtime fault here.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
       whatever class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
@@ -710,9 +726,9 @@ def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozens
     from bisect import bisect_right
 
     from ledger.gpu_faults import classify_events, load_catalogue
-    from ledger.signatures import UNKNOWN_CLASS, signature_classes
 
     classes = signature_classes()
+    log_signatures = pattern_signatures()
     catalogue = None
     starts: list[tuple[datetime, int]] = []
     running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
@@ -723,7 +739,7 @@ def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozens
             if e.id not in superseded and e.payload.get("state") == "running":
                 running[e.subject.get("campaign")] = str(e.payload.get("job_id"))
             continue
-        derived: dict[str, Any] = {"attempt": 0, "job": None, "failure_class": None, "gpu_events": []}
+        derived: dict[str, Any] = {**NO_DERIVED, "gpu_events": []}
         if kind == "kernel.log":
             catalogue = catalogue or load_catalogue()
             events = e.payload.get("events")
@@ -738,6 +754,9 @@ def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozens
             sig = e.payload.get("failure_signature")
             if sig is not None:
                 derived["failure_class"] = classes.get(str(sig), UNKNOWN_CLASS)
+            found = _classify_stored_logs(e, store, log_signatures)
+            derived["log_failure_signature"] = found.signature
+            derived["log_failure_class"] = found.failure_class
             if e.in_subject and e.id not in superseded:
                 n += 1
                 derived["attempt"] = n
@@ -766,6 +785,55 @@ def _derive(trusted: list[Evidence], superseded: set[str], output_kinds: frozens
         i = bisect_right(times, e.collected_time)
         if i:
             e.derived_["attempt"] = best[i - 1]
+
+
+_LOG_CHUNK = 1 << 20
+
+
+def _classify_stored_logs(
+    e: Evidence, store: ArtifactStore, signatures: Sequence[Signature]
+) -> Classification:
+    """The log-pattern signature of one launch, read from what it stored, not from what it claims.
+
+    Every stored artifact of the launch is read back (streaming, verified against its digest) in pieces of
+    whole lines, with its ``failure_detail``; an artifact the store lacks or that fails its digest adds
+    nothing here (the artifact rule rejects the launch for it). The recorded outcome (ready, exit code,
+    signal, lease) decides the signatures that also name one.
+    """
+    p = e.payload
+
+    def _int(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    details = p.get("details")
+    outcome = RunOutcome(
+        ready=p.get("ready") is True,
+        exit_code=_int(p.get("exit_code")),
+        signal=_int(p.get("signal")),
+        lease_expired=p.get("lease_expired") is True,
+        request_failed=isinstance(details, dict) and details.get("failure_observed") is not None,
+    )
+
+    def pieces() -> Iterator[str]:
+        detail = p.get("failure_detail")
+        if isinstance(detail, str):
+            yield detail
+        for a in e.artifacts:
+            if not a.get("stored", True):
+                continue
+            try:
+                with store.open_verified(parse_digest(str(a.get("digest")))) as f:
+                    rest = b""
+                    while chunk := f.read(_LOG_CHUNK):
+                        head, nl, rest = (rest + chunk).rpartition(b"\n")
+                        if nl:
+                            yield head.decode("utf-8", errors="replace")
+                    if rest:
+                        yield rest.decode("utf-8", errors="replace")
+            except LedgerError:
+                continue
+
+    return classify_logs(pieces(), outcome, signatures)
 
 
 def _human(seconds: float) -> str:

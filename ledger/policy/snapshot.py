@@ -141,7 +141,13 @@ def payload_problem(statement: Any) -> str | None:
     return None
 
 
-NO_DERIVED: dict[str, Any] = {"attempt": 0, "job": None, "failure_class": None}
+NO_DERIVED: dict[str, Any] = {
+    "attempt": 0,
+    "job": None,
+    "failure_class": None,
+    "log_failure_signature": None,
+    "log_failure_class": None,
+}
 
 
 # RFC 3339 text → datetime is a pure function; log times repeat (one per append batch)

@@ -953,3 +953,115 @@ def test_a_field_of_the_seed003_failure_left_out_or_mistyped_never_passes(
     except SchemaError:
         return  # refused at ingest: nothing stored, nothing passes
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", (which, how, v["verdict"])
+
+
+# --- the launch's class, read from its stored logs -------------------------------------------------------
+
+_ENGINE_DEAD_LOG = (
+    "INFO 09-10 10:00:40 [api_server.py:1234] Starting vLLM API server on http://127.0.0.1:8000\n"
+    "ERROR 09-10 10:01:02 [core.py:700] EngineCore encountered a fatal error.\n"
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace above.\n"
+)
+
+
+def _with_log(es: list[dict[str, Any]], text: str, **facts: Any) -> dict[str, Any]:
+    launch = entry(es, "launch")
+    launch["payload"].update(facts)
+    launch["artifacts"] = [
+        {"name": "stdout.log", "text": "INFO ready\n"},
+        {"name": "stderr.log", "text": text},
+    ]
+    return launch
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        pytest.param({"failure_signature": "killed-143", "exit_code": 143}, id="claims-killed-143"),
+        pytest.param({"failure_signature": "killed-sigterm", "signal": 15}, id="claims-killed-sigterm"),
+        pytest.param({"exit_code": 0}, id="claims-nothing-exit-0"),
+        pytest.param({"exit_code": 143}, id="claims-nothing-exit-143"),
+    ],
+)
+def test_operator_stop_claimed_while_the_stored_log_shows_engine_dead_is_a_runtime_fault(
+    tmp_path: Path, claim: dict[str, Any]
+) -> None:
+    """Regression: the launch's class came from the signature id it claimed, so a ready vLLM run recorded as
+    an operator's stop (or as a clean stop) whose own stderr ends in EngineDeadError passed runtime
+    stability. The policy engine reads the stored logs back and classifies them itself."""
+    es = qualified_entries()
+    _with_log(es, _ENGINE_DEAD_LOG, **claim)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    g = next(g for g in v["gates"] if g["name"] == "runtime-stability")
+    assert "stored logs" in g["reason"]
+
+
+def test_failure_detail_showing_a_gpu_hang_under_an_operator_stop_claim_is_a_gpu_fault(
+    tmp_path: Path,
+) -> None:
+    """Seed 003's stderr line, recorded as the detail of a launch that claims SIGTERM: judged by the line."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(
+        failure_signature="killed-sigterm",
+        signal=15,
+        failure_detail="HW Exception by GPU node-1 reason :GPU Hang",
+    )
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+def test_a_clean_ready_run_with_ordinary_logs_stays_qualified(tmp_path: Path) -> None:
+    es = qualified_entries()
+    _with_log(es, "INFO: Uvicorn running on http://127.0.0.1:8000\nINFO: Shutting down\n", exit_code=143)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_startup_failure_in_the_logs_of_a_launch_that_never_became_ready_is_not_a_runtime_fault(
+    tmp_path: Path,
+) -> None:
+    """Seed 000: the UVA launch failed before readiness; the ready fallback after it still qualifies."""
+    es = qualified_entries()
+    first = copy.deepcopy(entry(es, "launch"))
+    first.update(name="launch-uva", at="2026-09-10T10:00:30Z")
+    first["payload"].update(ready=False, exit_code=1, failure_signature="engine-died-before-readiness")
+    first["artifacts"] = [{"name": "stderr.log", "text": "RuntimeError: UVA is not available\n"}]
+    es.insert(es.index(entry(es, "launch")), first)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_missing_log_artifact_rejects_the_launch_instead_of_hiding_its_class(tmp_path: Path) -> None:
+    es = qualified_entries()
+    launch = _with_log(es, _ENGINE_DEAD_LOG, failure_signature="killed-143", exit_code=143)
+    launch["artifacts"][1]["damage"] = "missing"
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != "QUALIFIED"
+    assert rejected(v)["launch"] == "artifact-missing"
+
+
+@pytest.mark.parametrize("gate_name", ["benchmark", "semantic"])
+def test_a_harness_run_stopped_by_an_engine_fault_is_runtime_reliability_even_under_a_clean_launch(
+    tmp_path: Path, gate_name: str
+) -> None:
+    """Regression: a benchmark whose first c1 run the engine's fault stopped (seed 003: abort -6, no aggregate
+    result) was judged as a failed benchmark (PERFORMANCE) whenever the launch itself recorded no failure —
+    the harness's own record of the fault was read by no earlier gate."""
+    es = qualified_entries()
+    p = entry(es, gate_name)["payload"]
+    p.update(status="failed", figures={}, reason="first engine fault stops the gate: HTTP 500 at c1")
+    p["bounds"]["outcome"] = "fault"
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+def test_a_harness_run_that_completed_is_judged_by_its_own_gate_not_runtime_stability(tmp_path: Path) -> None:
+    es = qualified_entries()
+    p = entry(es, "benchmark")["payload"]
+    p["bounds"]["outcome"] = "completed"
+    p["figures"]["ttft_ms.p95@c4"] = 9000.0
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "passed"
+    assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE"

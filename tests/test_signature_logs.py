@@ -1,0 +1,41 @@
+"""Classifying a log that arrives in pieces gives the answer of classifying it whole."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.signatures import RunOutcome, classify, classify_logs, load_signatures, pattern_signatures
+
+LINES = [
+    "INFO loading weights",
+    "RuntimeError: UVA is not available",
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue",
+    "HW Exception by GPU node-1 reason :GPU Hang",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "RuntimeError: Unsupported CPU attention configuration",
+    "INFO: Shutting down",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(LINES), max_size=12),
+    cuts=st.lists(st.integers(min_value=0, max_value=12), max_size=4),
+    ready=st.booleans(),
+)
+def test_pieces_of_whole_lines_classify_as_the_joined_text(
+    lines: list[str], cuts: list[int], ready: bool
+) -> None:
+    sigs = pattern_signatures()
+    outcome = RunOutcome(ready=ready)
+    bounds = sorted({0, len(lines), *(min(c, len(lines)) for c in cuts)})
+    pieces = ["\n".join(lines[a:b]) for a, b in itertools.pairwise(bounds)]
+    assert classify_logs(pieces, outcome, sigs) == classify("\n".join(lines), outcome, list(sigs))
+
+
+def test_pattern_signatures_are_the_tables_signatures_with_patterns_in_order() -> None:
+    assert [s.id for s in pattern_signatures()] == [s.id for s in load_signatures() if s.patterns]
+    assert pattern_signatures()[0].id == "uva-unavailable"
