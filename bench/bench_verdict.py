@@ -46,6 +46,15 @@ from ledger.service import Ledger
 from ledger.signing import SigningKey, sign_envelope
 
 BATCH = 1000
+STRUCTURED = {
+    "endpoint": "/v1/chat",
+    "check": "structured",
+    "ok": True,
+    "text": '{"status": "READY"}',
+    "details": {
+        "schema": {"type": "object", "required": ["status"], "properties": {"status": {"const": "READY"}}}
+    },
+}
 CAMPAIGN = "bench-campaign"
 T0 = datetime(2026, 9, 10, 9, 0, tzinfo=UTC)
 
@@ -132,7 +141,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
             "collector",
         ),
         (
-            statement("health.probe", subj, {"endpoint": "/v1/chat", "check": "structured", "ok": True}, t),
+            statement("health.probe", subj, STRUCTURED, t),
             "collector",
         ),
         (

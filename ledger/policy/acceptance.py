@@ -719,6 +719,10 @@ def _derive(
       and its ``failure_detail``), and that signature's class; None when no pattern matches. The collector's
       own classification is not taken on trust: a run recorded as stopped by an operator whose logs show
       ``EngineDeadError`` is a runtime fault here.
+    * ``structured_valid`` / ``structured_problem`` — for a ``health.probe`` of check ``structured``:
+      whether its recorded answer (``text``) parses as JSON that validates against the schema it recorded
+      (``details.schema``), judged here again — ``ok`` is the collector's claim; False (with why) when the
+      answer or the schema is missing, or either does not parse. False for every other entry.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
       whatever class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
@@ -740,6 +744,10 @@ def _derive(
                 running[e.subject.get("campaign")] = str(e.payload.get("job_id"))
             continue
         derived: dict[str, Any] = {**NO_DERIVED, "gpu_events": []}
+        if kind == "health.probe" and e.payload.get("check") == "structured":
+            problem = _structured_answer_problem(e.payload)
+            derived["structured_valid"] = problem is None
+            derived["structured_problem"] = problem
         if kind == "kernel.log":
             catalogue = catalogue or load_catalogue()
             events = e.payload.get("events")
@@ -788,6 +796,32 @@ def _derive(
 
 
 _LOG_CHUNK = 1 << 20
+
+
+def _structured_answer_problem(payload: Mapping[str, Any]) -> str | None:
+    """Why a structured-output probe's recorded answer is not valid against its recorded schema (None: valid).
+
+    jsonschema is imported here: only a campaign with a structured probe pays for it at start-up."""
+    import json
+
+    import jsonschema  # type: ignore[import-untyped,unused-ignore]
+
+    text = payload.get("text")
+    details = payload.get("details")
+    schema = details.get("schema") if isinstance(details, Mapping) else None
+    if not isinstance(text, str):
+        return "records no answer text"
+    if not isinstance(schema, Mapping) or not schema:
+        return "records no JSON schema (details.schema) to judge its answer by"
+    try:
+        jsonschema.validate(json.loads(text), dict(schema))
+    except (ValueError, RecursionError) as ex:
+        return f"answer is not JSON: {ex or 'nested too deeply'}"
+    except jsonschema.ValidationError as ex:
+        return f"answer does not match the schema: {ex.message}"
+    except jsonschema.SchemaError as ex:
+        return f"the recorded schema is not a JSON schema: {ex.message}"
+    return None
 
 
 def _classify_stored_logs(

@@ -329,6 +329,8 @@ NEEDED = [
     ("completion", "text"),
     ("structured", "check"),
     ("structured", "ok"),
+    ("structured", "text"),
+    ("structured", "details/schema"),
     ("sequential", "check"),
     ("sequential", "ok"),
     ("sequential", "count"),
@@ -1065,3 +1067,55 @@ def test_a_harness_run_that_completed_is_judged_by_its_own_gate_not_runtime_stab
     v = verdict_of(tmp_path, es)
     assert gates(v)["runtime-stability"] == "passed"
     assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE"
+
+
+# --- the structured-output control, re-judged from its recorded answer -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("not json at all", id="not-json"),
+        pytest.param('{"status": "BUSY"}', id="wrong-value"),
+        pytest.param('{"state": "READY"}', id="renamed-key"),
+        pytest.param('{"status": "READY"', id="cut-short"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_structured_control_is_rejudged_from_the_answer_not_the_ok_claim(tmp_path: Path, text: str) -> None:
+    """Regression: the structured-output gate judged `ok` alone, so a probe whose answer was not JSON, or JSON
+    outside its own schema, passed whenever it said ok = true."""
+    es = qualified_entries()
+    entry(es, "structured")["payload"]["text"] = text
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["structured-output"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — CONTROL"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda p: p.pop("details"), id="details-dropped"),
+        pytest.param(lambda p: p["details"].update(schema={}), id="schema-empty"),
+        pytest.param(lambda p: p["details"].update(schema="object"), id="schema-mistyped"),
+        pytest.param(lambda p: p["details"].update(schema={"type": 7}), id="schema-invalid"),
+        pytest.param(lambda p: p.update(text=None), id="text-null"),
+    ],
+)
+def test_structured_control_without_an_answer_or_schema_to_judge_never_passes(
+    tmp_path: Path, change: Any
+) -> None:
+    es = qualified_entries()
+    change(entry(es, "structured")["payload"])
+    try:
+        v = verdict_of(tmp_path, es)
+    except SchemaError:
+        return  # refused at ingest
+    assert gates(v)["structured-output"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — CONTROL"
+
+
+def test_structured_control_answer_with_surrounding_whitespace_and_key_order_passes(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "structured")["payload"]["text"] = ' \n{ "status" : "READY" }\n'
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
