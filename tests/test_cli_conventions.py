@@ -455,3 +455,39 @@ def test_root_options_and_unknown_names_run_the_whole_app() -> None:
         assert _app_for(args) is app, args
     assert _app_for(["logg"]) is app  # Click says "No such command" with the whole list to pick from
     assert _app_for(["--bogus", "log"]) is app  # and the unknown option is its usage error
+
+
+def test_every_command_is_registered_by_the_module_the_start_up_table_names() -> None:
+    """`main` imports only the module `_MODULE_OF` names for a command: the table and the whole app agree,
+    name for name, so a command added to a module but not to the table (or moved) fails here."""
+    import typer
+
+    from ledger.cli import _MODULE_OF, app
+
+    whole = typer.main.get_command(app)
+    registered = {}
+    for name, cmd in whole.commands.items():  # type: ignore[attr-defined]
+        callback = cmd.callback if cmd.callback is not None else None
+        sub = getattr(cmd, "commands", None)
+        if callback is None and sub:
+            callback = next(iter(sub.values())).callback
+        registered[name] = callback.__module__.rsplit(".", 1)[-1]
+    assert registered == _MODULE_OF
+
+
+def test_a_read_command_imports_neither_the_collectors_nor_the_bundle_adapters() -> None:
+    """Regression (start-up time): `ledger verdict` imported every command module (the bundle's Rich text,
+    the collectors' adapters) before it parsed its arguments."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from ledger.cli import _app_for\n"
+        "_app_for(['verdict', '--help'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ledger.cli.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(eval(out))  # a list of module names printed by repr
+    assert {"ledger.cli.core", "ledger.cli.policy"} <= loaded
+    assert not loaded & {"ledger.cli.bundle", "ledger.cli.collect", "ledger.cli.export", "ledger.cli.serve"}

@@ -22,7 +22,7 @@ try:  # Typer >= 0.22 ships its own Click; its usage errors are these classes (t
 except ImportError:  # pragma: no cover - older Typer runs on Click itself
     from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
-from ledger.cli import bundle, collect, core, export, policy, serve, witness
+from ledger.cli import core
 from ledger.cli._common import STATE, Cancelled, Outcome
 from ledger.errors import LedgerError
 
@@ -50,25 +50,89 @@ def _new_app() -> typer.Typer:
     )
 
 
-app = _new_app()
-app.callback()(core.root)
-# Registration order is help order: commands first, then sub-apps, each in the order added here.
-core.register(app)
-app.add_typer(collect.collect_app, name="collect")
-app.add_typer(collect.campaign_app, name="campaign")
-policy.register(app)
-app.command("serve")(serve.serve)
-app.add_typer(serve.tokens_app, name="tokens")
-app.command("push")(collect.push)
-export.register(app)
-bundle.register(app)
-witness.register(app)
+# The module that registers each top-level command and sub-app. `main` imports only the one a command
+# needs (`ledger verdict` need not import the collectors' or the bundle's adapters); the whole `app`, for
+# root help and unknown names, imports them all. tests/test_cli_conventions.py holds every name the whole
+# app registers to exactly this table.
+_MODULE_OF: dict[str, str] = {
+    **dict.fromkeys(
+        ("init", "kinds", "put", "cat", "record", "review", "accept", "supersede", "show", "log", "verify",
+         "checkpoint", "audit", "migrate", "completion", "keys", "store", "proof", "tiles"),
+        "core",
+    ),
+    **dict.fromkeys(("collect", "campaign", "push"), "collect"),
+    **dict.fromkeys(("verdict", "check", "policy"), "policy"),
+    **dict.fromkeys(("serve", "tokens"), "serve"),
+    "export": "export",
+    "bundle": "bundle",
+    "witness": "witness",
+}  # fmt: skip
+_MODULES = ("core", "collect", "policy", "serve", "export", "bundle", "witness")
+
+
+def _register(target: typer.Typer, modules: frozenset[str]) -> None:
+    """Register the commands of ``modules`` on ``target``, in help order (commands, then sub-apps, each in
+    the order added here), importing only those modules."""
+    target.callback()(core.root)
+    if "core" in modules:
+        core.register(target)
+    if "collect" in modules:
+        from ledger.cli import collect
+
+        target.add_typer(collect.collect_app, name="collect")
+        target.add_typer(collect.campaign_app, name="campaign")
+    if "policy" in modules:
+        from ledger.cli import policy
+
+        policy.register(target)
+    if "serve" in modules:
+        from ledger.cli import serve
+
+        target.command("serve")(serve.serve)
+        target.add_typer(serve.tokens_app, name="tokens")
+    if "collect" in modules:
+        from ledger.cli import collect
+
+        target.command("push")(collect.push)
+    if "export" in modules:
+        from ledger.cli import export
+
+        export.register(target)
+    if "bundle" in modules:
+        from ledger.cli import bundle
+
+        bundle.register(target)
+    if "witness" in modules:
+        from ledger.cli import witness
+
+        witness.register(target)
+
+
+def _whole_app() -> typer.Typer:
+    whole = _new_app()
+    _register(whole, frozenset(_MODULES))
+    return whole
+
+
+def _the_app() -> typer.Typer:
+    """The whole app, every command registered: built on first use, then kept as ``app``."""
+    found: typer.Typer | None = globals().get("app")
+    if found is None:
+        found = globals()["app"] = _whole_app()
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` is built on first use (``_the_app``)."""
+    if name == "app":
+        return _the_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _root_value_options() -> frozenset[str]:
     """The root's options that take a value (``--home DIR``), as Typer builds them from the root callback."""
     root = _new_app()
-    root.registered_callback = app.registered_callback
+    root.callback()(core.root)
     params = typer.main.get_group(root).params
     return frozenset(
         opt
@@ -103,16 +167,19 @@ def _app_for(args: list[str]) -> typer.Typer:
     only, a name that is not a command, shell completion) runs the whole ``app``.
     """
     if any(k.endswith("_COMPLETE") for k in os.environ if k.startswith("_LEDGER")):
-        return app
+        return _the_app()
     name = _command_of(args)
-    if name is None:
-        return app
-    commands = [c for c in app.registered_commands if _registered_name(c) == name]
-    groups = [g for g in app.registered_groups if g.name == name]
+    module = _MODULE_OF.get(name) if name is not None else None
+    if module is None:
+        return _the_app()
+    part = _new_app()
+    _register(part, frozenset({module}))
+    commands = [c for c in part.registered_commands if _registered_name(c) == name]
+    groups = [g for g in part.registered_groups if g.name == name]
     if len(commands) + len(groups) != 1:
-        return app
+        return _the_app()
     one = _new_app()
-    one.registered_callback = app.registered_callback
+    one.registered_callback = part.registered_callback
     one.registered_commands = commands
     one.registered_groups = groups
     return one
