@@ -745,7 +745,7 @@ def _derive(
             continue
         derived: dict[str, Any] = {**NO_DERIVED, "gpu_events": []}
         if kind == "health.probe" and e.payload.get("check") == "structured":
-            problem = _structured_answer_problem(e.payload)
+            problem = e.structured_problem()
             derived["structured_valid"] = problem is None
             derived["structured_problem"] = problem
         if kind == "kernel.log":
@@ -796,32 +796,6 @@ def _derive(
 
 
 _LOG_CHUNK = 1 << 20
-
-
-def _structured_answer_problem(payload: Mapping[str, Any]) -> str | None:
-    """Why a structured-output probe's recorded answer is not valid against its recorded schema (None: valid).
-
-    jsonschema is imported here: only a campaign with a structured probe pays for it at start-up."""
-    import json
-
-    import jsonschema  # type: ignore[import-untyped,unused-ignore]
-
-    text = payload.get("text")
-    details = payload.get("details")
-    schema = details.get("schema") if isinstance(details, Mapping) else None
-    if not isinstance(text, str):
-        return "records no answer text"
-    if not isinstance(schema, Mapping) or not schema:
-        return "records no JSON schema (details.schema) to judge its answer by"
-    try:
-        jsonschema.validate(json.loads(text), dict(schema))
-    except (ValueError, RecursionError) as ex:
-        return f"answer is not JSON: {ex or 'nested too deeply'}"
-    except jsonschema.ValidationError as ex:
-        return f"answer does not match the schema: {ex.message}"
-    except jsonschema.SchemaError as ex:
-        return f"the recorded schema is not a JSON schema: {ex.message}"
-    return None
 
 
 def _classify_stored_logs(

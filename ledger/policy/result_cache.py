@@ -453,7 +453,7 @@ def load_parsed(ledger: Ledger, subject: dict[str, str]) -> int:
         items = marshal.loads(body)  # noqa: S302
     except (EOFError, ValueError, TypeError):
         return 0
-    if not isinstance(items, list) or not all(isinstance(i, tuple) and len(i) == 6 for i in items):
+    if not isinstance(items, list) or not all(isinstance(i, tuple) and len(i) == 7 for i in items):
         return 0
     return _snapshot.remember_parsed(items)
 

@@ -48,7 +48,7 @@ SIGNATURE_CACHE_ENTRIES = 500_000  # (envelope digest → public key) pairs whos
 class _Parsed:
     """What the envelope bytes say, parsed once per process; shared between evaluations, never mutated."""
 
-    __slots__ = ("payload_bytes", "payload_type", "schema", "signature", "statement")
+    __slots__ = ("answer", "payload_bytes", "payload_type", "schema", "signature", "statement")
 
     def __init__(self, payload_type: str, payload_bytes: bytes, signature: bytes, statement: Any) -> None:
         self.payload_type = payload_type
@@ -56,6 +56,7 @@ class _Parsed:
         self.signature = signature
         self.statement = statement
         self.schema: str | bool | None = False  # False: not checked yet; None: valid; str: the problem
+        self.answer: str | bool | None = False  # ``structured_answer_problem``, the same way
 
 
 class _Bounded:
@@ -141,6 +142,32 @@ def payload_problem(statement: Any) -> str | None:
     return None
 
 
+def structured_answer_problem(payload: Any) -> str | None:
+    """Why a structured-output probe's recorded answer (``text``) is not JSON valid against the schema it
+    recorded (``details.schema``), as the collector judges it; None: it is.
+
+    jsonschema is imported here, on first need (a campaign's answers are remembered with its parsed
+    envelopes, ``Evidence.structured_problem``): it costs a fresh process more than the whole verdict."""
+    import jsonschema  # type: ignore[import-untyped,unused-ignore]
+
+    text = payload.get("text") if isinstance(payload, dict) else None
+    details = payload.get("details") if isinstance(payload, dict) else None
+    schema = details.get("schema") if isinstance(details, dict) else None
+    if not isinstance(text, str):
+        return "records no answer text"
+    if not isinstance(schema, dict) or not schema:
+        return "records no JSON schema (details.schema) to judge its answer by"
+    try:
+        jsonschema.validate(json.loads(text), schema)
+    except (ValueError, RecursionError) as ex:
+        return f"answer is not JSON: {ex or 'nested too deeply'}"
+    except jsonschema.ValidationError as ex:
+        return f"answer does not match the schema: {ex.message}"
+    except jsonschema.SchemaError as ex:
+        return f"the recorded schema is not a JSON schema: {ex.message}"
+    return None
+
+
 NO_DERIVED: dict[str, Any] = {
     "attempt": 0,
     "job": None,
@@ -210,6 +237,15 @@ class Evidence:
         if parsed.schema is False:
             parsed.schema = payload_problem(self.statement)
         return parsed.schema if isinstance(parsed.schema, str) else None
+
+    def structured_problem(self) -> str | None:
+        """``structured_answer_problem`` of this entry's payload, remembered with its parsed envelope."""
+        parsed = self.parsed
+        if parsed is None:
+            return structured_answer_problem(self.payload)
+        if parsed.answer is False:
+            parsed.answer = structured_answer_problem(self.payload)
+        return parsed.answer if isinstance(parsed.answer, str) else None
 
     @property
     def collected_at(self) -> str:
@@ -330,28 +366,32 @@ def remember_verified(pairs: Iterable[tuple[bytes, bytes]]) -> None:
 
 def remember_parsed(items: Iterable[tuple[Any, ...]]) -> int:
     """Take parsed envelopes a ledger home vouches for (``result_cache``'s HMAC-checked file: tuples of
-    envelope digest, payload type, payload bytes, signature, statement and schema answer, as
-    ``parsed_items`` writes them) into this process's memo; returns how many were taken."""
+    envelope digest, payload type, payload bytes, signature, statement, schema answer and structured
+    answer, as ``parsed_items`` writes them) into this process's memo; returns how many were taken."""
     good = [
-        (d, _parsed_of(t, pb, sig, st, schema))
-        for d, t, pb, sig, st, schema in items
+        (d, _parsed_of(t, pb, sig, st, schema, answer))
+        for d, t, pb, sig, st, schema, answer in items
         if type(d) is bytes and len(d) == 32 and type(t) is str and type(pb) is bytes and type(sig) is bytes
         and type(st) is dict and (schema is None or schema is False or type(schema) is str)
+        and (answer is None or answer is False or type(answer) is str)
     ]  # fmt: skip
     _PARSED.put_many(good)
     return len(good)
 
 
-def _parsed_of(payload_type: str, payload: bytes, signature: bytes, statement: Any, schema: Any) -> _Parsed:
+def _parsed_of(
+    payload_type: str, payload: bytes, signature: bytes, statement: Any, schema: Any, answer: Any
+) -> _Parsed:
     p = _Parsed(payload_type, payload, signature, statement)
     p.schema = schema
+    p.answer = answer
     return p
 
 
 def parsed_items(entries: Iterable[Evidence]) -> list[tuple[Any, ...]]:
     """What ``remember_parsed`` takes back, for the entries parsed from stored bytes (a digest)."""
     return [
-        (e.digest, p.payload_type, p.payload_bytes, p.signature, p.statement, p.schema)
+        (e.digest, p.payload_type, p.payload_bytes, p.signature, p.statement, p.schema, p.answer)
         for e in entries
         if (p := e.parsed) is not None and len(e.digest) == 32
     ]

@@ -477,3 +477,31 @@ def test_a_parsed_envelope_does_not_stand_for_a_row_edited_behind_the_log(
     rejected = {r["entry"]: r["rule"] for r in got["rejected"]}
     assert rejected[target.entry_id] == "bad-signature"
     assert got["verdict"] != "QUALIFIED"
+
+
+def test_a_structured_answer_judged_once_is_remembered_with_its_parsed_envelope(
+    build: Any, monkeypatch: Any
+) -> None:
+    """Regression (start-up time): re-judging the structured-output answer imported jsonschema in every
+    fresh process that judged the campaign again — more than the rest of the evaluation. The answer is a
+    pure function of the stored bytes, so it is kept in the home's parsed-envelope file: after an append
+    of the campaign's own, a fresh process judges no answer again, and the result equals one from scratch."""
+    b, first = _qualified(build, monkeypatch)
+    _append_later(b, timedelta(minutes=5), subject=dict(QUALIFIED_CAMPAIGN))
+    _as_a_fresh_process(monkeypatch)
+    calls = [0]
+    real = snapshot.structured_answer_problem
+
+    def counted(payload: Any) -> Any:
+        calls[0] += 1
+        return real(payload)
+
+    monkeypatch.setattr(snapshot, "structured_answer_problem", counted)
+    got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert got["verdict"] == first["verdict"] == "QUALIFIED"
+    assert calls[0] == 0
+    for f in _parsed_files(b.home):
+        f.unlink()
+    scratch = _from_scratch(b, monkeypatch)
+    assert calls[0] == 1  # from scratch, the one structured probe is judged again
+    assert canonical_bytes(got) == canonical_bytes(scratch)
