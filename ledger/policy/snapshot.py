@@ -231,21 +231,22 @@ class Evidence:
 
     def schema_problem(self) -> str | None:
         """``payload_problem`` of this entry, remembered with its parsed envelope (one check per process)."""
-        parsed = self.parsed
-        if parsed is None:
-            return payload_problem(self.statement)
-        if parsed.schema is False:
-            parsed.schema = payload_problem(self.statement)
-        return parsed.schema if isinstance(parsed.schema, str) else None
+        return self._remembered("schema", payload_problem, self.statement)
 
     def structured_problem(self) -> str | None:
         """``structured_answer_problem`` of this entry's payload, remembered with its parsed envelope."""
+        return self._remembered("answer", structured_answer_problem, self.payload)
+
+    def _remembered(self, slot: str, check: Callable[[Any], str | None], arg: Any) -> str | None:
+        """``check(arg)``, kept in the parsed envelope's ``slot`` (False there: not checked yet)."""
         parsed = self.parsed
         if parsed is None:
-            return structured_answer_problem(self.payload)
-        if parsed.answer is False:
-            parsed.answer = structured_answer_problem(self.payload)
-        return parsed.answer if isinstance(parsed.answer, str) else None
+            return check(arg)
+        got = getattr(parsed, slot)
+        if got is False:
+            got = check(arg)
+            setattr(parsed, slot, got)
+        return got if isinstance(got, str) else None
 
     @property
     def collected_at(self) -> str:
