@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ledger.entries import parse_time, pin_bindings
+from ledger.entries import format_time, parse_time, pin_bindings
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.loader import LoadedPolicy
@@ -267,7 +267,7 @@ def filter_evidence(
         if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
             # a job ends once: its first terminal entry in the log; a later one does not reopen it
             terminal.setdefault(str(j.payload.get("job_id")), j)
-    _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds), store)
+    _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds), store, terminal)
     ended_at = {
         t.id: (parse_time(t.payload["ended_at"]) if t.payload.get("ended_at") else None)
         for t in terminal.values()
@@ -701,7 +701,11 @@ def _differences(compared: tuple[tuple[str, Any, Any], ...], ctx: Mapping[str, A
 
 
 def _derive(
-    trusted: list[Evidence], superseded: set[str], output_kinds: frozenset[str], store: ArtifactStore
+    trusted: list[Evidence],
+    superseded: set[str],
+    output_kinds: frozenset[str],
+    store: ArtifactStore,
+    terminal: Mapping[str, Evidence],
 ) -> None:
     """Facts the log itself establishes, set as ``e.derived`` (CEL: ``e.derived.*``), never taken from
     the entry's own claims:
@@ -723,19 +727,23 @@ def _derive(
       whether its recorded answer (``text``) parses as JSON that validates against the schema it recorded
       (``details.schema``), judged here again — ``ok`` is the collector's claim; False (with why) when the
       answer or the schema is missing, or either does not parse. False for every other entry.
+    * ``gpu_events_during_run`` — for an ``engine.launch`` of the evaluated subject, the GPU events (facts
+      as in ``gpu_events``, with their ``time``) of every trusted, not superseded ``kernel.log`` of the
+      launch's host — of any campaign: a host's health job records its own — whose event time lies in
+      the run: from ``started_at`` to ``ended_at`` (never after the launch was logged), or, where the
+      launch records no end, to the end of the job it ran in (else its log time). An event without a
+      time cannot be placed in a run and is judged only where its own log is the campaign's.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
       whatever class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
     """
     from bisect import bisect_right
 
-    from ledger.gpu_faults import classify_events, load_catalogue
-
     classes = signature_classes()
     log_signatures = pattern_signatures()
-    catalogue = None
     starts: list[tuple[datetime, int]] = []
     running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
+    host_events = _host_gpu_events(trusted, superseded)
     n = 0
     for e in trusted:  # in seq order
         kind = e.kind
@@ -749,15 +757,11 @@ def _derive(
             derived["structured_valid"] = problem is None
             derived["structured_problem"] = problem
         if kind == "kernel.log":
-            catalogue = catalogue or load_catalogue()
-            events = e.payload.get("events")
-            derived["gpu_events"] = (
-                classify_events([v if isinstance(v, dict) else {} for v in events], catalogue)
-                if isinstance(events, list)
-                else []
-            )
+            derived["gpu_events"] = [fact for _, fact in host_events.by_entry.get(e.id, [])]
         if kind in output_kinds and e.in_subject:
             derived["job"] = running.get(e.subject.get("campaign"))
+        if kind == "engine.launch" and e.in_subject:
+            derived["gpu_events_during_run"] = host_events.during(e, _run_end(e, derived["job"], terminal))
         if kind == "engine.launch":
             sig = e.payload.get("failure_signature")
             if sig is not None:
@@ -793,6 +797,73 @@ def _derive(
         i = bisect_right(times, e.collected_time)
         if i:
             e.derived_["attempt"] = best[i - 1]
+
+
+class _HostGpuEvents:
+    """Every GPU event of the trusted, not superseded kernel logs, per entry and per host with its time."""
+
+    def __init__(self) -> None:
+        self.by_entry: dict[str, list[tuple[datetime | None, dict[str, Any]]]] = {}
+        self.by_host: dict[str, list[tuple[datetime, dict[str, Any]]]] = {}
+
+    def during(self, launch: Evidence, end: datetime) -> list[dict[str, Any]]:
+        """The events of the launch's host whose time lies in its run (``_derive``: gpu_events_during_run)."""
+        host = launch.subject.get("host")
+        if not host or host not in self.by_host:
+            return []
+        try:
+            start = min(parse_time(launch.payload["started_at"]), launch.observed_time)
+        except (KeyError, TypeError, LedgerError):
+            start = launch.observed_time
+        return [{**fact, "time": format_time(t)} for t, fact in self.by_host[host] if start <= t <= end]
+
+
+def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuEvents:
+    from ledger.gpu_faults import classify_events, load_catalogue
+
+    out = _HostGpuEvents()
+    catalogue = None
+    for k in trusted:
+        if k.kind != "kernel.log":
+            continue
+        events = k.payload.get("events")
+        if not isinstance(events, list):
+            out.by_entry[k.id] = []
+            continue
+        catalogue = catalogue or load_catalogue()
+        raw = [v if isinstance(v, dict) else {} for v in events]
+        timed: list[tuple[datetime | None, dict[str, Any]]] = []
+        for ev, fact in zip(raw, classify_events(raw, catalogue), strict=True):
+            t: datetime | None = None
+            with contextlib.suppress(LedgerError, TypeError, ValueError):
+                t = parse_time(ev["time"]) if isinstance(ev.get("time"), str) else None
+            timed.append((t, fact))
+        out.by_entry[k.id] = timed
+        host = k.subject.get("host")
+        if host and k.id not in superseded:
+            out.by_host.setdefault(host, []).extend((t, f) for t, f in timed if t is not None)
+    return out
+
+
+def _run_end(launch: Evidence, job: str | None, terminal: Mapping[str, Evidence]) -> datetime:
+    """The latest a launch's engine may have run, as far as the log can know: the later of its own end
+    (``ended_at``, never after the log took the launch; without one, its log time) and the end of the
+    job it ran in (that job's ``ended_at``, never after its end was logged) — a claimed end never narrows
+    the run below its job."""
+    own = launch.logged_time
+    ended = launch.payload.get("ended_at")
+    with contextlib.suppress(LedgerError, TypeError, ValueError):
+        if isinstance(ended, str):
+            own = min(parse_time(ended), own)
+    end = terminal.get(job) if job is not None else None
+    if end is None:
+        return own
+    job_end = end.logged_time
+    with contextlib.suppress(LedgerError, TypeError, ValueError):
+        said = end.payload.get("ended_at")
+        if isinstance(said, str):
+            job_end = min(parse_time(said), job_end)
+    return max(own, job_end)
 
 
 _LOG_CHUNK = 1 << 20

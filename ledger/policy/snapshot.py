@@ -176,6 +176,7 @@ NO_DERIVED: dict[str, Any] = {
     "log_failure_class": None,
     "structured_valid": False,
     "structured_problem": None,
+    "gpu_events_during_run": [],
 }
 
 

@@ -1119,3 +1119,91 @@ def test_structured_control_answer_with_surrounding_whitespace_and_key_order_pas
     es = qualified_entries()
     entry(es, "structured")["payload"]["text"] = ' \n{ "status" : "READY" }\n'
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+# --- GPU faults on the launch's host while it ran, from any campaign's kernel log ------------------------
+
+_XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=48211, name=python3, GPU has fallen off the bus."
+_XID63 = (
+    "NVRM: Xid (PCI:0000:3b:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row "
+    "(0x00000000000a1b2c) marked for remapping, reset gpu to activate."
+)
+
+
+def _host_health_log(
+    time: str,
+    *,
+    xid: int = 79,
+    message: str = _XID79,
+    at: str = "2026-09-10T10:55:00Z",
+    host: str = "gpu-box-1",
+) -> dict[str, Any]:
+    """A kernel log recorded by the host's own health job: another campaign, the same host."""
+    return {
+        "name": "host-health-kernel",
+        "kind": "kernel.log",
+        "key": "collector",
+        "at": at,
+        "subject": {"campaign": f"{host}-health", "backend": "none", "host": host},
+        "payload": {
+            "source": "journalctl",
+            "events": [
+                {"time": time, "kind": "nvrm-xid", "xid": xid, "device": "PCI:0000:3b:00", "message": message}
+            ],
+        },
+    }
+
+
+def test_a_gpu_fault_on_the_host_while_the_engine_ran_recorded_by_another_campaign_fails_runtime_stability(
+    tmp_path: Path,
+) -> None:
+    """Regression: runtime stability read kernel logs of the campaign's own subject only, so an Xid 79
+    that the host's health job recorded under its own name, while the campaign's engine ran, passed
+    (seed 003: the MES failure and reset were retained by a separate read-only health job)."""
+    es = qualified_entries()
+    es.append(_host_health_log("2026-09-10T10:03:00Z"))
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    g = next(g for g in v["gates"] if g["name"] == "runtime-stability")
+    assert "while the engine ran" in g["reason"]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            {"time": "2026-09-10T11:30:00Z", "at": "2026-09-10T11:35:00Z"}, id="after-the-job-ended"
+        ),
+        pytest.param({"time": "2026-09-10T09:30:00Z"}, id="before-the-launch-started"),
+        pytest.param({"time": "2026-09-10T10:03:00Z", "host": "gpu-box-2"}, id="on-another-host"),
+        pytest.param({"time": "2026-09-10T10:03:00Z", "xid": 63, "message": _XID63}, id="informational-xid"),
+    ],
+)
+def test_a_host_gpu_event_outside_the_run_or_host_or_benign_leaves_the_campaign_qualified(
+    tmp_path: Path, case: dict[str, Any]
+) -> None:
+    es = qualified_entries()
+    time = case.pop("time")
+    es.append(_host_health_log(time, **case))
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_claimed_end_never_narrows_the_run_below_its_job(tmp_path: Path) -> None:
+    """The engine ran within its job: a launch logged early that claims an end (here, one after its own log
+    time) is still judged over its job, to the job's end at 10:50, so the host's 10:30 fault is its own."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["ended_at"] = "2026-09-10T11:00:00Z"
+    es.append(_host_health_log("2026-09-10T10:30:00Z"))
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+
+
+def test_a_launch_without_a_job_is_judged_to_its_own_end(tmp_path: Path) -> None:
+    es = [e for e in qualified_entries() if e.get("kind") != "job"]
+    for e in es:
+        e.get("refs", {}).pop("job", None)
+    entry(es, "launch")["payload"]["ended_at"] = "2026-09-10T10:00:59Z"
+    es.append(_host_health_log("2026-09-10T10:03:00Z"))
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "passed", v["gates"]
