@@ -181,6 +181,25 @@ class _ArtifactAnswers(dict[str, tuple[str, str] | None]):
         self.checked: list[list[Any]] = []
 
 
+def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
+    """Entry id → the earliest supersession in force that supersedes it.
+
+    A supersession superseded in turn is withdrawn: what it superseded stands again (unless another
+    supersession in force says otherwise). References point back in the log, so walking it from the end
+    decides each supersession before any it could withdraw.
+    """
+    withdrawn: set[str] = set()
+    by: dict[str, Evidence] = {}
+    for s in reversed([e for e in trusted if e.kind == "supersession"]):
+        targets = [t for t in s.refs("supersedes") if t != s.id]
+        if s.id in withdrawn:
+            continue
+        for target in targets:
+            withdrawn.add(target)
+            by[target] = s  # walking back: the earliest supersession in force is kept
+    return by
+
+
 def _manifest(trusted: list[Evidence], superseded: set[str]) -> tuple[dict[str, str], list[str]]:
     """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin."""
     out: dict[str, str] = {}
@@ -244,12 +263,7 @@ def filter_evidence(
     trusted = [e for e in snap.entries if e.id not in rejected and not e.kind.startswith("key.")]
 
     # 2. what trusted acting entries say about others
-    superseded_by: dict[str, Evidence] = {}
-    for s in trusted:
-        if s.kind == "supersession":
-            for target in s.refs("supersedes"):
-                if target != s.id and target not in superseded_by:
-                    superseded_by[target] = s
+    superseded_by = _supersessions(trusted)
     acceptances: dict[str, list[Evidence]] = {}
     reviews: dict[str, list[Evidence]] = {}
     for a in trusted:

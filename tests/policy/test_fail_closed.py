@@ -1207,3 +1207,49 @@ def test_a_launch_without_a_job_is_judged_to_its_own_end(tmp_path: Path) -> None
     es.append(_host_health_log("2026-09-10T10:03:00Z"))
     v = verdict_of(tmp_path, es)
     assert gates(v)["runtime-stability"] == "passed", v["gates"]
+
+
+# --- a supersession superseded in turn is withdrawn ------------------------------------------------------
+
+
+def _failed_control_superseded(chain: int) -> list[dict[str, Any]]:
+    """A failed READY control, a supersession of it ("run it again"), then ``chain - 1`` supersessions each
+    of the one before: the last withdraws the one before it."""
+    es = qualified_entries()
+    good = entry(es, "completion")
+    failed = copy.deepcopy(good)
+    failed["name"] = "completion-failed"
+    failed["payload"].update(ok=False, http_status=200, text="NOT READY", error="answer not as expected")
+    es.insert(es.index(good), failed)
+    target = failed["name"]
+    for i in range(chain):
+        s = {
+            "name": f"supersession-{i}",
+            "kind": "supersession",
+            "key": "operator",
+            "at": f"2026-09-10T10:4{6 + i}:00Z",
+            "refs": {"supersedes": target},
+            "payload": {"reason": "rerun" if i == 0 else f"supersession-{i - 1} was recorded in error"},
+        }
+        es.insert(es.index(entry(es, "campaign-done")), s)
+        target = s["name"]
+    return es
+
+
+def test_a_supersession_withdrawn_by_a_later_one_no_longer_lifts_what_it_superseded(tmp_path: Path) -> None:
+    """Regression: a supersession stayed in force after it was itself superseded, so withdrawing a mistaken
+    "run it again" left the failed control uncredited and the campaign QUALIFIED."""
+    assert verdict_of(tmp_path, _failed_control_superseded(1))["verdict"] == "QUALIFIED"
+    v = verdict_of(tmp_path, _failed_control_superseded(2))
+    assert gates(v)["ready-control"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — CONTROL"
+    assert rejected(v)["supersession-0"] == "superseded"
+    assert "completion-failed" not in rejected(v)
+
+
+def test_withdrawing_the_withdrawal_puts_the_first_supersession_back_in_force(tmp_path: Path) -> None:
+    v = verdict_of(tmp_path, _failed_control_superseded(3))
+    assert v["verdict"] == "QUALIFIED", v["gates"]
+    got = rejected(v)
+    assert got["completion-failed"] == "superseded" and got["supersession-1"] == "superseded"
+    assert "supersession-0" not in got
