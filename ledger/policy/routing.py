@@ -240,7 +240,25 @@ def _collected_times(ledger: Ledger, rows: list[tuple[Any, ...]]) -> list[Any]:
 
 
 def _cancelled(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> str | None:
-    """Why a trusted supersession or rejecting acceptance takes ``e`` out, or None."""
+    """Why a trusted supersession or rejecting acceptance in force takes ``e`` out, or None — as the
+    acceptance filter decides it: a supersession superseded in turn is withdrawn, and of the acceptances
+    in force the latest decides."""
+    latest: Evidence | None = None
+    for r in _acting(ledger, e, size, snap, policy):
+        if _cancelled(ledger, r, size, snap, policy) is not None:
+            continue  # withdrawn: superseded (or rejected) in turn
+        if r.kind == "supersession" and e.id in r.refs("supersedes"):
+            return f"superseded by {r.id[:16]}"
+        if r.kind == "acceptance" and e.id in r.refs("subject"):
+            latest = r  # referrers come in log order
+    if latest is not None and latest.payload.get("decision") == "rejected":
+        return f"rejected by acceptance {latest.id[:16]}"
+    return None
+
+
+def _acting(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> list[Evidence]:
+    """The trusted supersessions and acceptances below ``size`` that reference ``e``, in log order."""
+    out: list[Evidence] = []
     for le in ledger.referrers(e.id):
         if le.seq >= size or le.kind not in ("supersession", "acceptance"):
             continue
@@ -248,13 +266,9 @@ def _cancelled(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: L
         rec = snap.keyring.keys.get(r.signer)  # type: ignore[call-overload]
         if rec is not None:
             r.signer_name, r.roles = rec.name, tuple(sorted(rec.roles))
-        if _trust_problem(r, snap, policy) is not None:
-            continue
-        if r.kind == "supersession" and e.id in r.refs("supersedes"):
-            return f"superseded by {r.id[:16]}"
-        if r.kind == "acceptance" and e.id in r.refs("subject") and r.payload.get("decision") == "rejected":
-            return f"rejected by acceptance {r.id[:16]}"
-    return None
+        if _trust_problem(r, snap, policy) is None:
+            out.append(r)
+    return out
 
 
 def _age_text(seconds: float) -> str:

@@ -241,3 +241,46 @@ def test_a_service_listing_a_gpu_twice_is_an_error(tmp_path: Path) -> None:
     path.write_text(json.dumps(dep))
     with pytest.raises(InputError, match=r"gpus \[2, 2\] lists a GPU more than once"):
         load_deployment(path)
+
+
+def _latest_supersession(b: Any) -> str:
+    return str(b.ledger.query(kind="supersession", limit=None)[-1].entry_id)
+
+
+def _supersede(b: Any, target: str, reason: str) -> None:
+    append(
+        b,
+        "supersession",
+        {"campaign": "router-embed"},
+        {"reason": reason},
+        "operator",
+        [("supersedes", target)],
+    )
+
+
+def test_a_withdrawn_supersession_no_longer_refuses_the_routing_change(build) -> None:
+    """The routing gate decides supersessions as the verdict does: one superseded in turn is withdrawn,
+    so withdrawing a mistaken supersession of the recorded verdict allows the change again, and
+    withdrawing the withdrawal refuses it once more."""
+    b = build("routing-change/seed004-router.toml")
+    _supersede(b, b.names["verdict"], "mislabelled")
+    assert check(b, OK)["allowed"] is False
+    _supersede(b, _latest_supersession(b), "recorded in error")
+    assert check(b, OK)["allowed"] is True
+    _supersede(b, _latest_supersession(b), "the first was right")
+    assert check(b, OK)["allowed"] is False
+
+
+def _decide(b: Any, decision: str) -> None:
+    payload = {"decision": decision, "reason": decision}
+    append(
+        b, "acceptance", {"campaign": "router-embed"}, payload, "operator", [("subject", b.names["verdict"])]
+    )
+
+
+def test_a_later_acceptance_lifts_an_earlier_rejection_for_the_routing_gate_as_for_the_verdict(build) -> None:
+    b = build("routing-change/seed004-router.toml")
+    _decide(b, "rejected")
+    assert check(b, OK)["allowed"] is False
+    _decide(b, "accepted")
+    assert check(b, OK)["allowed"] is True
