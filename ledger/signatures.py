@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -19,11 +19,13 @@ __all__ = [
     "FailureClass",
     "RunOutcome",
     "Signature",
+    "before_stop",
     "classify",
     "classify_logs",
     "load_signatures",
     "pattern_signatures",
     "signature_classes",
+    "stop_markers",
 ]
 
 # the table is the collectors' data (they classify runs with it); the policy reads the classes it names
@@ -244,3 +246,39 @@ def classify_logs(
     return Classification(
         first.id, first.title, last[first.id] or None, [s.id for s in matched], first.failure_class.value
     )
+
+
+@lru_cache(maxsize=8)
+def _stop_markers(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8")).get("stop_markers", [])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read signatures file {p}: {e}") from e
+    if not isinstance(raw, list) or not all(isinstance(m, str) and m for m in raw):
+        raise ConfigError(f"{p}: stop_markers must be a list of regular expressions")
+    try:
+        return tuple(re.compile(m) for m in raw)
+    except re.error as e:
+        raise ConfigError(f"{p}: bad stop marker: {e}") from e
+
+
+def stop_markers(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
+    """The log lines an engine prints when told to stop from outside (``stop_markers`` in the table)."""
+    p = path or DEFAULT_SIGNATURES
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError as e:
+        raise ConfigError(f"cannot read signatures file {p}: {e.strerror}") from e
+    return _stop_markers(str(p), mtime)
+
+
+def before_stop(pieces: Iterable[str], markers: Sequence[re.Pattern[str]]) -> Iterator[str]:
+    """One log's pieces (each of whole lines) up to the line of the first stop marker, not included."""
+    for text in pieces:
+        first = min((m.start() for m in (mk.search(text) for mk in markers) if m is not None), default=None)
+        if first is None:
+            yield text
+            continue
+        yield text[: text.rfind("\n", 0, first) + 1]
+        return

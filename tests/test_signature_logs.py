@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.signatures import RunOutcome, classify, classify_logs, load_signatures, pattern_signatures
+from ledger.signatures import (
+    RunOutcome,
+    before_stop,
+    classify,
+    classify_logs,
+    load_signatures,
+    pattern_signatures,
+    stop_markers,
+)
 
 LINES = [
     "INFO loading weights",
@@ -39,3 +49,36 @@ def test_pieces_of_whole_lines_classify_as_the_joined_text(
 def test_pattern_signatures_are_the_tables_signatures_with_patterns_in_order() -> None:
     assert [s.id for s in pattern_signatures()] == [s.id for s in load_signatures() if s.patterns]
     assert pattern_signatures()[0].id == "uva-unavailable"
+
+
+ENGINE_LOGS = Path(__file__).resolve().parent / "fixtures" / "engine_logs"
+
+
+@pytest.mark.parametrize(
+    ("log", "signature"),
+    [
+        ("vllm_cpu_ready.log", None),  # EngineDeadError comes only after the SIGTERM's shutdown marker
+        ("vllm_cpu_head_dim16_first_request.log", "cpu-attention-unsupported"),
+        ("vllm_cpu_mem_util_092.log", "cpu-memory-utilization"),
+        ("llamacpp_ready.log", None),
+        ("llamacpp_json_schema_unsupported.log", None),
+    ],
+)
+def test_real_engine_logs_read_up_to_the_stop_marker_classify_as_their_runs_ended(
+    log: str, signature: str | None
+) -> None:
+    text = (ENGINE_LOGS / log).read_text(encoding="utf-8", errors="replace")
+    got = classify_logs(before_stop([text], stop_markers()), RunOutcome(ready=True), pattern_signatures())
+    assert got.signature == signature
+
+
+def test_before_stop_cuts_at_the_marker_line_in_whichever_piece_it_falls() -> None:
+    markers = stop_markers()
+    pieces = [
+        "a\nb\n",
+        "c\n(APIServer) INFO [shutdown] API server: shutdown triggered\nEngineDeadError\n",
+        "d\n",
+    ]
+    assert "".join(before_stop(pieces, markers)) == "a\nb\nc\n"
+    assert list(before_stop(["no marker\n"], markers)) == ["no marker\n"]
+    assert "".join(before_stop(["EngineCore: trigger received signal=SIGTERM\nx\n"], markers)) == ""

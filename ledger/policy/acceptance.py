@@ -26,9 +26,11 @@ from ledger.signatures import (
     Classification,
     RunOutcome,
     Signature,
+    before_stop,
     classify_logs,
     pattern_signatures,
     signature_classes,
+    stop_markers,
 )
 from ledger.store.base import ArtifactStore
 from ledger.trust import trust_problem
@@ -755,6 +757,7 @@ def _derive(
 
     classes = signature_classes()
     log_signatures = pattern_signatures()
+    markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
     running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
     host_events = _host_gpu_events(trusted, superseded)
@@ -780,7 +783,7 @@ def _derive(
             sig = e.payload.get("failure_signature")
             if sig is not None:
                 derived["failure_class"] = classes.get(str(sig), UNKNOWN_CLASS)
-            found = _classify_stored_logs(e, store, log_signatures)
+            found = _classify_stored_logs(e, store, log_signatures, markers)
             derived["log_failure_signature"] = found.signature
             derived["log_failure_class"] = found.failure_class
             if e.in_subject and e.id not in superseded:
@@ -884,14 +887,15 @@ _LOG_CHUNK = 1 << 20
 
 
 def _classify_stored_logs(
-    e: Evidence, store: ArtifactStore, signatures: Sequence[Signature]
+    e: Evidence, store: ArtifactStore, signatures: Sequence[Signature], markers: Sequence[re.Pattern[str]]
 ) -> Classification:
     """The log-pattern signature of one launch, read from what it stored, not from what it claims.
 
     Every stored artifact of the launch is read back (streaming, verified against its digest) in pieces of
-    whole lines, with its ``failure_detail``; an artifact the store lacks or that fails its digest adds
-    nothing here (the artifact rule rejects the launch for it). The recorded outcome (ready, exit code,
-    signal, lease) decides the signatures that also name one.
+    whole lines, each up to the first stop marker of the table (what an engine prints while it is being
+    stopped from outside is not a fault of the run), with its ``failure_detail``; an artifact the store
+    lacks or that fails its digest adds nothing here (the artifact rule rejects the launch for it). The
+    recorded outcome (ready, exit code, signal, lease) decides the signatures that also name one.
     """
     p = e.payload
 
@@ -916,17 +920,22 @@ def _classify_stored_logs(
                 continue
             try:
                 with store.open_verified(parse_digest(str(a.get("digest")))) as f:
-                    rest = b""
-                    while chunk := f.read(_LOG_CHUNK):
-                        head, nl, rest = (rest + chunk).rpartition(b"\n")
-                        if nl:
-                            yield head.decode("utf-8", errors="replace")
-                    if rest:
-                        yield rest.decode("utf-8", errors="replace")
+                    yield from before_stop(_lines_of(f), markers)
             except LedgerError:
                 continue
 
     return classify_logs(pieces(), outcome, signatures)
+
+
+def _lines_of(f: Any) -> Iterator[str]:
+    """A binary stream as text in pieces of whole lines (the last may lack its newline)."""
+    rest = b""
+    while chunk := f.read(_LOG_CHUNK):
+        head, nl, rest = (rest + chunk).rpartition(b"\n")
+        if nl:
+            yield head.decode("utf-8", errors="replace") + "\n"
+    if rest:
+        yield rest.decode("utf-8", errors="replace")
 
 
 def _human(seconds: float) -> str:

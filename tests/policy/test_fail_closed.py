@@ -1253,3 +1253,40 @@ def test_withdrawing_the_withdrawal_puts_the_first_supersession_back_in_force(tm
     got = rejected(v)
     assert got["completion-failed"] == "superseded" and got["supersession-1"] == "superseded"
     assert "supersession-0" not in got
+
+
+ENGINE_LOGS = REPO / "tests" / "fixtures" / "engine_logs"
+
+
+def test_vllm_engine_dead_error_printed_while_stopped_on_sigterm_is_not_a_fault(tmp_path: Path) -> None:
+    """Regression: the policy engine classified a launch's whole stored log, and vLLM logs EngineDeadError
+    while it shuts down on the collector's SIGTERM after a clean run (the real log of one: ready, requests
+    answered, SIGTERM, exit 0), so a healthy vLLM campaign failed runtime stability. Logs are read up to
+    the engine's first stop marker (`stop_markers` in collectors/signatures.toml)."""
+    es = qualified_entries()
+    _with_log(es, (ENGINE_LOGS / "vllm_cpu_ready.log").read_text(), exit_code=0)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "QUALIFIED", v["gates"]
+
+
+def test_the_real_head_dim16_log_under_an_operator_stop_claim_is_a_runtime_fault(tmp_path: Path) -> None:
+    es = qualified_entries()
+    text = (ENGINE_LOGS / "vllm_cpu_head_dim16_first_request.log").read_text()
+    _with_log(es, text, failure_signature="killed-143", exit_code=143)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+def test_a_real_memory_utilization_failure_before_readiness_then_a_ready_fallback_qualifies(
+    tmp_path: Path,
+) -> None:
+    es = qualified_entries()
+    first = copy.deepcopy(entry(es, "launch"))
+    first.update(name="launch-mem-util", at="2026-09-10T10:00:30Z")
+    first["payload"].update(ready=False, exit_code=1, failure_signature="cpu-memory-utilization")
+    first["artifacts"] = [
+        {"name": "stderr.log", "text": (ENGINE_LOGS / "vllm_cpu_mem_util_092.log").read_text()}
+    ]
+    es.insert(es.index(entry(es, "launch")), first)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
