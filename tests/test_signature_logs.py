@@ -82,3 +82,32 @@ def test_before_stop_cuts_at_the_marker_line_in_whichever_piece_it_falls() -> No
     assert "".join(before_stop(pieces, markers)) == "a\nb\nc\n"
     assert list(before_stop(["no marker\n"], markers)) == ["no marker\n"]
     assert "".join(before_stop(["EngineCore: trigger received signal=SIGTERM\nx\n"], markers)) == ""
+
+
+@pytest.mark.parametrize(
+    ("line", "signature", "failure_class"),
+    [
+        (
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+            "gpu-kernel-fault",
+            "runtime-fault",
+        ),
+        (
+            "torch.AcceleratorError: CUDA error: unspecified launch failure",
+            "gpu-kernel-fault",
+            "runtime-fault",
+        ),
+        (
+            "Memory access fault by GPU node-1 (Agent handle: 0x5d1f) on address 0x7f00. Reason: Page",
+            "gpu-kernel-fault",
+            "runtime-fault",
+        ),
+        ("ggml_cuda_init: CUDA error: out of memory", "cuda-oom", "resource"),
+        ("HW Exception by GPU node-1 reason :GPU Hang", "gpu-hang", "gpu-fault"),
+    ],
+)
+def test_real_engine_fault_lines_classify_by_the_table(line: str, signature: str, failure_class: str) -> None:
+    """Lines engines print when a GPU kernel faults or memory runs out (PyTorch, llama.cpp's ggml-cuda,
+    ROCm's HSA runtime): a fault the policy engine finds in a launch's stored log, whatever it claims."""
+    got = classify_logs([f"INFO starting\n{line}\nINFO more\n"], RunOutcome(ready=True), pattern_signatures())
+    assert (got.signature, got.failure_class) == (signature, failure_class)
