@@ -370,7 +370,8 @@ def check_routing_change(
     oldest = when - timedelta(seconds=max_probe_age)
 
     for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, since=oldest):
-        age = (when - e.collected_time).total_seconds()
+        # observed: collected_at, never after the log took it (a probe claiming a later time stays as old)
+        age = (when - e.observed_time).total_seconds()
         if 0 <= age <= max_probe_age and usable(e):
             probes.append(e)
     verdict_age = (when - verdict.logged_time).total_seconds() if verdict is not None else None

@@ -284,3 +284,30 @@ def test_a_later_acceptance_lifts_an_earlier_rejection_for_the_routing_gate_as_f
     assert check(b, OK)["allowed"] is False
     _decide(b, "accepted")
     assert check(b, OK)["allowed"] is True
+
+
+def test_a_restoration_probe_claiming_a_later_time_than_its_log_time_is_as_old_as_the_log_says(build) -> None:
+    """Regression: the restore check aged probes by their own collected_at, so probes logged a day before
+    the check, each claiming to be collected a minute before it, restored the backend. Their age is taken
+    from the observed time — collected_at, never after the log took them — as the verdict's freshness is."""
+    b = build("routing-change/seed000-restoration.toml")
+    subject = {"backend": "llama.cpp", "model": "qwen/qwen3.8-27b", "host": "hiro-5"}
+    probes = [
+        {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200},
+        {"endpoint": "http://127.0.0.1:8080/v1/models", "check": "models", "ok": True, "http_status": 200,
+         "model_identity": "qwen/qwen3.8-27b"},
+        {"endpoint": "http://127.0.0.1:8080/v1/chat/completions", "check": "completion", "ok": True,
+         "http_status": 200, "expected": "READY", "text": "READY", "max_tokens": 8},
+    ]  # fmt: skip
+
+    def restore_at(claimed: str, now: str) -> dict[str, Any]:
+        for p in probes:
+            st = b.ledger.make_statement("health.probe", subject, p, collected_at=claimed)
+            b.ledger.append([b.ledger.sign(st, "collector")], logged_at=parse_time("2026-09-01T18:01:00Z"))
+        return check_routing_change(
+            b.ledger, load_policy("routing-change"), dict(subject), action="restore", now=parse_time(now)
+        )
+
+    got = restore_at("2026-09-02T18:04:00Z", "2026-09-02T18:05:00Z")
+    assert got["allowed"] is False, got
+    assert any("no fresh /health 200" in r for r in got["reasons"]), got["reasons"]
