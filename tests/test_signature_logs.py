@@ -111,3 +111,18 @@ def test_real_engine_fault_lines_classify_by_the_table(line: str, signature: str
     ROCm's HSA runtime): a fault the policy engine finds in a launch's stored log, whatever it claims."""
     got = classify_logs([f"INFO starting\n{line}\nINFO more\n"], RunOutcome(ready=True), pattern_signatures())
     assert (got.signature, got.failure_class) == (signature, failure_class)
+
+
+def test_a_stream_read_in_pieces_keeps_lines_whole_and_memory_bounded() -> None:
+    import io
+
+    from ledger.policy import acceptance
+
+    text = b"".join(f"line {i} EngineDeadError\n".encode() if i == 70_000 else f"line {i}\n".encode()
+                    for i in range(100_000))  # fmt: skip
+    pieces = list(acceptance._lines_of(io.BytesIO(text)))
+    assert "".join(pieces).encode() == text
+    assert all(p.endswith("\n") for p in pieces)
+    binary = list(acceptance._lines_of(io.BytesIO(b"x" * (5 * acceptance._LOG_CHUNK))))  # no newline at all
+    assert sum(len(p) for p in binary) == 5 * acceptance._LOG_CHUNK
+    assert max(len(p) for p in binary) <= 2 * acceptance._LOG_CHUNK

@@ -746,8 +746,8 @@ def _derive(
     * ``gpu_events_during_run`` — for an ``engine.launch`` of the evaluated subject, the GPU events (facts
       as in ``gpu_events``, with their ``time``) of every trusted, not superseded ``kernel.log`` of the
       launch's host — of any campaign: a host's health job records its own — whose event time lies in
-      the run: from ``started_at`` to ``ended_at`` (never after the launch was logged), or, where the
-      launch records no end, to the end of the job it ran in (else its log time). An event without a
+      the run: from ``started_at`` to the later of its own end (``ended_at``, never after the launch was
+      logged; else its log time) and the end of the job it ran in (``_run_end``). An event without a
       time cannot be placed in a run and is judged only where its own log is the campaign's.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
@@ -928,12 +928,16 @@ def _classify_stored_logs(
 
 
 def _lines_of(f: Any) -> Iterator[str]:
-    """A binary stream as text in pieces of whole lines (the last may lack its newline)."""
+    """A binary stream as text in pieces of whole lines (the last may lack its newline). A "line" longer
+    than a piece (no newline in a whole chunk: not a log line) is cut, so memory stays bounded."""
     rest = b""
     while chunk := f.read(_LOG_CHUNK):
         head, nl, rest = (rest + chunk).rpartition(b"\n")
         if nl:
             yield head.decode("utf-8", errors="replace") + "\n"
+        if len(rest) > _LOG_CHUNK:
+            yield rest.decode("utf-8", errors="replace")
+            rest = b""
     if rest:
         yield rest.decode("utf-8", errors="replace")
 
