@@ -126,3 +126,15 @@ def test_a_stream_read_in_pieces_keeps_lines_whole_and_memory_bounded() -> None:
     binary = list(acceptance._lines_of(io.BytesIO(b"x" * (5 * acceptance._LOG_CHUNK))))  # no newline at all
     assert sum(len(p) for p in binary) == 5 * acceptance._LOG_CHUNK
     assert max(len(p) for p in binary) <= 2 * acceptance._LOG_CHUNK
+
+
+@pytest.mark.parametrize(
+    ("ready", "signature", "failure_class"),
+    [(True, "gpu-kernel-fault", "runtime-fault"), (False, "gpu-kernel-fault-at-startup", "startup")],
+)
+def test_a_gpu_kernel_fault_is_a_runtime_fault_after_readiness_and_a_startup_failure_before(
+    ready: bool, signature: str, failure_class: str
+) -> None:
+    line = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    got = classify_logs([line], RunOutcome(ready=ready), pattern_signatures())
+    assert (got.signature, got.failure_class) == (signature, failure_class)
