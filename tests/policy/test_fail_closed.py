@@ -1290,3 +1290,21 @@ def test_a_real_memory_utilization_failure_before_readiness_then_a_ready_fallbac
     ]
     es.insert(es.index(entry(es, "launch")), first)
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_kernel_fault_in_a_first_attempts_startup_does_not_disqualify_the_ready_fallback(
+    tmp_path: Path,
+) -> None:
+    """Seed 000's ladder with a kernel crash in the first configuration's start-up profiling run: that
+    attempt's start-up failure; the fallback that came up qualifies. After readiness the same line fails."""
+    crash = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    es = qualified_entries()
+    first = copy.deepcopy(entry(es, "launch"))
+    first.update(name="launch-marlin", at="2026-09-10T10:00:30Z")
+    first["payload"].update(ready=False, exit_code=1, failure_signature="gpu-kernel-fault-at-startup")
+    first["artifacts"] = [{"name": "stderr.log", "text": crash}]
+    es.insert(es.index(entry(es, "launch")), first)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+    es2 = qualified_entries()
+    _with_log(es2, crash, exit_code=143)
+    assert verdict_of(tmp_path, es2)["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
