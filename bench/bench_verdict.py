@@ -242,7 +242,7 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                         "gate": "semantic",
                         "status": "passed",
                         "counts": {"items": 12, "asked": 12, "passed": 12, "failed": 0},
-                        "bounds": {"corpus_digest": params["semantic_corpus_digest"]},
+                        "bounds": {"corpus_digest": params["semantic_corpus_digest"], "outcome": "completed"},
                         "figures": {"score": float(params["semantic_min_score"])},
                     },
                     t,
@@ -266,6 +266,7 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                             "concurrency": params["benchmark_concurrency"],
                             "repetitions": params["benchmark_repetitions"],
                             "corpus_digest": params["benchmark_corpus_digest"],
+                            "outcome": "completed",
                             "valid": True,
                         },
                         # each bounded figure at its bound

@@ -341,6 +341,7 @@ NEEDED = [
     ("semantic", "counts/passed"),
     ("semantic", "figures/score"),
     ("semantic", "bounds/corpus_digest"),
+    ("semantic", "bounds/outcome"),
     ("benchmark", "gate"),
     ("benchmark", "status"),
     ("benchmark", "counts/requests"),
@@ -348,6 +349,7 @@ NEEDED = [
     ("benchmark", "bounds/repetitions"),
     ("benchmark", "bounds/corpus_digest"),
     ("benchmark", "bounds/valid"),
+    ("benchmark", "bounds/outcome"),
     ("benchmark", "figures/ttft_ms.p95@c4"),
     ("benchmark", "figures/error_rate"),
     ("benchmark", "figures/c1_parity"),
@@ -1308,3 +1310,17 @@ def test_a_kernel_fault_in_a_first_attempts_startup_does_not_disqualify_the_read
     es2 = qualified_entries()
     _with_log(es2, crash, exit_code=143)
     assert verdict_of(tmp_path, es2)["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+@pytest.mark.parametrize("gate_name", ["benchmark", "semantic"])
+@pytest.mark.parametrize("outcome", ["lease-expired", "operator-stop ", "Completed", "done", None, 1])
+def test_a_passed_harness_result_that_does_not_say_it_completed_never_qualifies(
+    tmp_path: Path, gate_name: str, outcome: Any
+) -> None:
+    """Regression: a benchmark or semantic result recorded as passed was credited whatever its harness
+    outcome said — a run cut short by its lease, an outcome misspelled or of another type."""
+    es = qualified_entries()
+    entry(es, gate_name)["payload"]["bounds"]["outcome"] = outcome
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != "QUALIFIED", v["gates"]
+    assert gates(v)[gate_name] in ("failed", "missing"), v["gates"]
