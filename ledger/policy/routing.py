@@ -241,19 +241,38 @@ def _collected_times(ledger: Ledger, rows: list[tuple[Any, ...]]) -> list[Any]:
 
 def _cancelled(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> str | None:
     """Why a trusted supersession or rejecting acceptance in force takes ``e`` out, or None — as the
-    acceptance filter decides it: a supersession superseded in turn is withdrawn, and of the acceptances
-    in force the latest decides."""
-    latest: Evidence | None = None
-    for r in _acting(ledger, e, size, snap, policy):
-        if _cancelled(ledger, r, size, snap, policy) is not None:
-            continue  # withdrawn: superseded (or rejected) in turn
-        if r.kind == "supersession" and e.id in r.refs("supersedes"):
-            return f"superseded by {r.id[:16]}"
-        if r.kind == "acceptance" and e.id in r.refs("subject"):
-            latest = r  # referrers come in log order
-    if latest is not None and latest.payload.get("decision") == "rejected":
-        return f"rejected by acceptance {latest.id[:16]}"
+    acceptance filter decides it: a supersession superseded in turn is withdrawn, a superseded acceptance
+    says nothing, and of the acceptances in force the latest decides."""
+    acting = _acting(ledger, e, size, snap, policy)
+    sup = _superseding(ledger, e, acting, size, snap, policy)
+    if sup is not None:
+        return f"superseded by {sup.id[:16]}"
+    in_force = [
+        r
+        for r in acting  # in log order
+        if r.kind == "acceptance"
+        and e.id in r.refs("subject")
+        and _superseding(ledger, r, _acting(ledger, r, size, snap, policy), size, snap, policy) is None
+    ]
+    if in_force and in_force[-1].payload.get("decision") == "rejected":
+        return f"rejected by acceptance {in_force[-1].id[:16]}"
     return None
+
+
+def _superseding(
+    ledger: Ledger, e: Evidence, acting: list[Evidence], size: int, snap: Snapshot, policy: LoadedPolicy
+) -> Evidence | None:
+    """The earliest supersession in force of ``e`` (one not itself superseded by one in force), or None."""
+    return next(
+        (
+            r
+            for r in acting
+            if r.kind == "supersession"
+            and e.id in r.refs("supersedes")
+            and _superseding(ledger, r, _acting(ledger, r, size, snap, policy), size, snap, policy) is None
+        ),
+        None,
+    )
 
 
 def _acting(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> list[Evidence]:

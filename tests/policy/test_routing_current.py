@@ -311,3 +311,12 @@ def test_a_restoration_probe_claiming_a_later_time_than_its_log_time_is_as_old_a
     got = restore_at("2026-09-02T18:04:00Z", "2026-09-02T18:05:00Z")
     assert got["allowed"] is False, got
     assert any("no fresh /health 200" in r for r in got["reasons"]), got["reasons"]
+
+
+def test_a_superseded_rejection_says_nothing_to_the_routing_gate(build) -> None:
+    b = build("routing-change/seed004-router.toml")
+    _decide(b, "rejected")
+    assert check(b, OK)["allowed"] is False
+    rejection = str(b.ledger.query(kind="acceptance", limit=None)[-1].entry_id)
+    _supersede(b, rejection, "the hold was lifted")
+    assert check(b, OK)["allowed"] is True
