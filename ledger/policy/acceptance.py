@@ -746,8 +746,9 @@ def _derive(
     * ``gpu_events_during_run`` — for an ``engine.launch`` of the evaluated subject, the GPU events (facts
       as in ``gpu_events``, with their ``time``) of every trusted, not superseded ``kernel.log`` of the
       launch's host — of any campaign: a host's health job records its own — whose event time lies in
-      the run: from ``started_at`` to the later of its own end (``ended_at``, never after the launch was
-      logged; else its log time) and the end of the job it ran in (``_run_end``). An event without a
+      the run: from the earlier of its ``started_at`` and its job's start to the later of its own end
+      (``ended_at``, never after the launch was logged; else its log time) and the end of the job it ran
+      in (``_run_end``): a claimed start or end never narrows the run below its job. An event without a
       time cannot be placed in a run and is judged only where its own log is the campaign's.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
@@ -760,6 +761,7 @@ def _derive(
     markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
     running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
+    job_start: dict[str, datetime] = {}  # job_id → when its first running entry was observed
     host_events = _host_gpu_events(trusted, superseded)
     n = 0
     for e in trusted:  # in seq order
@@ -767,6 +769,7 @@ def _derive(
         if kind == "job":
             if e.id not in superseded and e.payload.get("state") == "running":
                 running[e.subject.get("campaign")] = str(e.payload.get("job_id"))
+                job_start.setdefault(str(e.payload.get("job_id")), e.observed_time)
             continue
         derived: dict[str, Any] = {**NO_DERIVED, "gpu_events": []}
         if kind == "health.probe" and e.payload.get("check") == "structured":
@@ -778,7 +781,10 @@ def _derive(
         if kind in output_kinds and e.in_subject:
             derived["job"] = running.get(e.subject.get("campaign"))
         if kind == "engine.launch" and e.in_subject:
-            derived["gpu_events_during_run"] = host_events.during(e, _run_end(e, derived["job"], terminal))
+            job = derived["job"]
+            derived["gpu_events_during_run"] = host_events.during(
+                e, job_start.get(job) if job is not None else None, _run_end(e, job, terminal)
+            )
         if kind == "engine.launch":
             sig = e.payload.get("failure_signature")
             if sig is not None:
@@ -823,8 +829,9 @@ class _HostGpuEvents:
         self.by_entry: dict[str, list[tuple[datetime | None, dict[str, Any]]]] = {}
         self.by_host: dict[str, list[tuple[datetime, dict[str, Any]]]] = {}
 
-    def during(self, launch: Evidence, end: datetime) -> list[dict[str, Any]]:
-        """The events of the launch's host whose time lies in its run (``_derive``: gpu_events_during_run)."""
+    def during(self, launch: Evidence, job_start: datetime | None, end: datetime) -> list[dict[str, Any]]:
+        """The events of the launch's host whose time lies in its run (``_derive``: gpu_events_during_run):
+        from the earlier of its ``started_at`` (never after the log took it) and its job's start."""
         host = launch.subject.get("host")
         if not host or host not in self.by_host:
             return []
@@ -832,6 +839,8 @@ class _HostGpuEvents:
             start = min(parse_time(launch.payload["started_at"]), launch.observed_time)
         except (KeyError, TypeError, LedgerError):
             start = launch.observed_time
+        if job_start is not None:
+            start = min(start, job_start)
         return [{**fact, "time": format_time(t)} for t, fact in self.by_host[host] if start <= t <= end]
 
 

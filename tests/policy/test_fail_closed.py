@@ -1324,3 +1324,13 @@ def test_a_passed_harness_result_that_does_not_say_it_completed_never_qualifies(
     v = verdict_of(tmp_path, es)
     assert v["verdict"] != "QUALIFIED", v["gates"]
     assert gates(v)[gate_name] in ("failed", "missing"), v["gates"]
+
+
+def test_a_claimed_late_start_never_narrows_the_run_below_its_job(tmp_path: Path) -> None:
+    """A launch claiming to have started after the host's fault (10:00:10, inside its job from 10:00) is
+    judged over its job: the claim does not hide the fault."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["started_at"] = "2026-09-10T10:00:50Z"
+    es.append(_host_health_log("2026-09-10T10:00:10Z"))
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
