@@ -748,7 +748,10 @@ def _derive(
       launch's host — of any campaign: a host's health job records its own — whose event time lies in
       the run: from the earlier of its ``started_at`` and its job's start to the later of its own end
       (``ended_at``, never after the launch was logged; else its log time) and the end of the job it ran
-      in (``_run_end``): a claimed start or end never narrows the run below its job. An event without a
+      in (``_run_end``): a claimed start or end never narrows the run below its job. Where the launch
+      records the GPUs it was given (``CUDA_VISIBLE_DEVICES`` …, mapped to PCI addresses through the
+      host's latest GPU list) and the event names its device, only events of those GPUs count; where
+      either cannot be told, every event of the host does. An event without a
       time cannot be placed in a run and is judged only where its own log is the campaign's.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
@@ -822,12 +825,55 @@ def _derive(
             e.derived_["attempt"] = best[i - 1]
 
 
+_VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+_PCI = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?")
+
+
+def _pci(text: Any) -> str | None:
+    """A PCI address as domain:bus:device (``0000:3b:00``) from NVRM's ``PCI:0000:3b:00``, NVML's
+    ``00000000:3B:00.0`` or sysfs's ``0000:3b:00.0``; None when it is not one."""
+    if not isinstance(text, str):
+        return None
+    m = _PCI.fullmatch(text.strip())
+    if m is None:
+        return None
+    return f"{int(m[1], 16):04x}:{m[2].lower()}:{m[3].lower()}"
+
+
+def _launch_devices(launch: Evidence, gpus: list[Any] | None) -> set[str] | None:
+    """The PCI addresses of the GPUs a launch was given (its recorded ``*_VISIBLE_DEVICES``, by index or
+    UUID, through the host's latest GPU list), or None when that cannot be told — no such variable (every
+    GPU visible), a host that records no GPU list, or an entry that names no known GPU: then every event
+    of the host is the launch's (fail closed)."""
+    env = launch.payload.get("env")
+    visible = next((env[k] for k in _VISIBLE_DEVICES if isinstance(env, dict) and k in env), None)
+    if not isinstance(visible, str) or gpus is None:
+        return None
+    out: set[str] = set()
+    for item in (v.strip() for v in visible.split(",")):
+        found = next(
+            (
+                g
+                for g in gpus
+                if isinstance(g, dict)
+                and ((item.isdigit() and g.get("index") == int(item)) or (item and g.get("uuid") == item))
+            ),
+            None,
+        )
+        address = _pci(found.get("pci_bus_id")) if found is not None else None
+        if address is None:
+            return None
+        out.add(address)
+    return out or None
+
+
 class _HostGpuEvents:
     """Every GPU event of the trusted, not superseded kernel logs, per entry and per host with its time."""
 
     def __init__(self) -> None:
         self.by_entry: dict[str, list[tuple[datetime | None, dict[str, Any]]]] = {}
-        self.by_host: dict[str, list[tuple[datetime, dict[str, Any]]]] = {}
+        self.by_host: dict[str, list[tuple[datetime, dict[str, Any], str | None]]] = {}
+        self.gpus: dict[str, list[Any]] = {}  # host → the GPU list of its latest host probe
 
     def during(self, launch: Evidence, job_start: datetime | None, end: datetime) -> list[dict[str, Any]]:
         """The events of the launch's host whose time lies in its run (``_derive``: gpu_events_during_run):
@@ -841,7 +887,12 @@ class _HostGpuEvents:
             start = launch.observed_time
         if job_start is not None:
             start = min(start, job_start)
-        return [{**fact, "time": format_time(t)} for t, fact in self.by_host[host] if start <= t <= end]
+        devices = _launch_devices(launch, self.gpus.get(host))
+        return [
+            {**fact, "time": format_time(t)}
+            for t, fact, device in self.by_host[host]
+            if start <= t <= end and (devices is None or device is None or device in devices)
+        ]
 
 
 def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuEvents:
@@ -850,6 +901,10 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
     out = _HostGpuEvents()
     catalogue = None
     for k in trusted:
+        if k.kind == "host.probe" and k.id not in superseded and isinstance(k.payload.get("gpus"), list):
+            host = k.subject.get("host") or k.payload.get("hostname")
+            if isinstance(host, str):
+                out.gpus[host] = k.payload["gpus"]  # in log order: the latest wins
         if k.kind != "kernel.log":
             continue
         events = k.payload.get("events")
@@ -859,15 +914,19 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
         catalogue = catalogue or load_catalogue()
         raw = [v if isinstance(v, dict) else {} for v in events]
         timed: list[tuple[datetime | None, dict[str, Any]]] = []
+        devices: list[str | None] = []
         for ev, fact in zip(raw, classify_events(raw, catalogue), strict=True):
             t: datetime | None = None
             with contextlib.suppress(LedgerError, TypeError, ValueError):
                 t = parse_time(ev["time"]) if isinstance(ev.get("time"), str) else None
             timed.append((t, fact))
+            devices.append(_pci(ev.get("device")))
         out.by_entry[k.id] = timed
         host = k.subject.get("host")
         if host and k.id not in superseded:
-            out.by_host.setdefault(host, []).extend((t, f) for t, f in timed if t is not None)
+            out.by_host.setdefault(host, []).extend(
+                (t, f, d) for (t, f), d in zip(timed, devices, strict=True) if t is not None
+            )
     return out
 
 

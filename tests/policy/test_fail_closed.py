@@ -1334,3 +1334,45 @@ def test_a_claimed_late_start_never_narrows_the_run_below_its_job(tmp_path: Path
     es.append(_host_health_log("2026-09-10T10:00:10Z"))
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+
+
+def _with_pci_host(es: list[dict[str, Any]]) -> None:
+    entry(es, "host")["payload"]["gpus"] = [
+        {"index": 0, "name": "NVIDIA H100", "uuid": "GPU-aaaa", "pci_bus_id": "00000000:1B:00.0"},
+        {"index": 1, "name": "NVIDIA H100", "uuid": "GPU-bbbb", "pci_bus_id": "00000000:3B:00.0"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("visible", "verdict"),
+    [
+        pytest.param("0", "QUALIFIED", id="given-gpu0-fault-on-gpu1"),
+        pytest.param("GPU-aaaa", "QUALIFIED", id="given-gpu0-by-uuid"),
+        pytest.param("1", "NOT QUALIFIED — RUNTIME RELIABILITY", id="given-gpu1"),
+        pytest.param("0,1", "NOT QUALIFIED — RUNTIME RELIABILITY", id="given-both"),
+        pytest.param("7", "NOT QUALIFIED — RUNTIME RELIABILITY", id="an-index-the-host-lacks"),
+        pytest.param(None, "NOT QUALIFIED — RUNTIME RELIABILITY", id="every-gpu-visible"),
+    ],
+)
+def test_a_host_gpu_fault_counts_against_a_launch_given_that_gpu_or_when_it_cannot_be_told(
+    tmp_path: Path, visible: str | None, verdict: str
+) -> None:
+    """On a shared multi-GPU host, an Xid 79 on the GPU at 0000:3b:00 (index 1) during the run: a launch
+    given only GPU 0 (by index or UUID, through the host probe's GPU list) is not blamed; one given GPU 1,
+    both, an index the host does not list, or every GPU (no CUDA_VISIBLE_DEVICES) is."""
+    es = qualified_entries()
+    _with_pci_host(es)
+    if visible is not None:
+        entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": visible}
+    es.append(_host_health_log("2026-09-10T10:03:00Z"))  # device PCI:0000:3b:00
+    assert verdict_of(tmp_path, es)["verdict"] == verdict
+
+
+def test_a_host_gpu_event_naming_no_device_counts_against_every_launch_of_the_host(tmp_path: Path) -> None:
+    es = qualified_entries()
+    _with_pci_host(es)
+    entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": "0"}
+    log = _host_health_log("2026-09-10T10:03:00Z")
+    log["payload"]["events"][0].pop("device")
+    es.append(log)
+    assert verdict_of(tmp_path, es)["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
