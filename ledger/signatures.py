@@ -176,6 +176,16 @@ def load_signatures(path: Path | None = None) -> list[Signature]:
     return sigs
 
 
+def _stamp(path: Path | None) -> tuple[str, int]:
+    """(path, modification time) of a signatures file (default: the shipped one): what its cached readings
+    are keyed by, so an edited table is read again."""
+    p = path or DEFAULT_SIGNATURES
+    try:
+        return str(p), p.stat().st_mtime_ns
+    except OSError as e:
+        raise ConfigError(f"cannot read signatures file {p}: {e.strerror}") from e
+
+
 @lru_cache(maxsize=8)
 def _classes(path: str, mtime_ns: int) -> dict[str, str]:
     return {s.id: s.failure_class.value for s in load_signatures(Path(path))}
@@ -183,12 +193,7 @@ def _classes(path: str, mtime_ns: int) -> dict[str, str]:
 
 def signature_classes(path: Path | None = None) -> dict[str, str]:
     """Signature id → failure class, from ``path`` (default: the shipped table)."""
-    p = path or DEFAULT_SIGNATURES
-    try:
-        mtime = p.stat().st_mtime_ns
-    except OSError as e:
-        raise ConfigError(f"cannot read signatures file {p}: {e.strerror}") from e
-    return dict(_classes(str(p), mtime))
+    return dict(_classes(*_stamp(path)))
 
 
 def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | None = None) -> Classification:
@@ -216,12 +221,7 @@ def _pattern_signatures(path: str, mtime_ns: int) -> tuple[Signature, ...]:
 
 def pattern_signatures(path: Path | None = None) -> tuple[Signature, ...]:
     """The signatures that read the engine's logs (those with patterns), in table order."""
-    p = path or DEFAULT_SIGNATURES
-    try:
-        mtime = p.stat().st_mtime_ns
-    except OSError as e:
-        raise ConfigError(f"cannot read signatures file {p}: {e.strerror}") from e
-    return _pattern_signatures(str(p), mtime)
+    return _pattern_signatures(*_stamp(path))
 
 
 def classify_logs(
@@ -265,12 +265,7 @@ def _stop_markers(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
 
 def stop_markers(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
     """The log lines an engine prints when told to stop from outside (``stop_markers`` in the table)."""
-    p = path or DEFAULT_SIGNATURES
-    try:
-        mtime = p.stat().st_mtime_ns
-    except OSError as e:
-        raise ConfigError(f"cannot read signatures file {p}: {e.strerror}") from e
-    return _stop_markers(str(p), mtime)
+    return _stop_markers(*_stamp(path))
 
 
 def before_stop(pieces: Iterable[str], markers: Sequence[re.Pattern[str]]) -> Iterator[str]:

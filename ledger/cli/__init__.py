@@ -67,7 +67,6 @@ _MODULE_OF: dict[str, str] = {
     "bundle": "bundle",
     "witness": "witness",
 }  # fmt: skip
-_MODULES = ("core", "collect", "policy", "serve", "export", "bundle", "witness")
 
 
 def _register(target: typer.Typer, modules: frozenset[str]) -> None:
@@ -110,7 +109,7 @@ def _register(target: typer.Typer, modules: frozenset[str]) -> None:
 
 def _whole_app() -> typer.Typer:
     whole = _new_app()
-    _register(whole, frozenset(_MODULES))
+    _register(whole, frozenset(_MODULE_OF.values()))
     return whole
 
 

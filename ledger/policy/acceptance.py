@@ -193,10 +193,9 @@ def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
     withdrawn: set[str] = set()
     by: dict[str, Evidence] = {}
     for s in reversed([e for e in trusted if e.kind == "supersession"]):
-        targets = [t for t in s.refs("supersedes") if t != s.id]
         if s.id in withdrawn:
             continue
-        for target in targets:
+        for target in (t for t in s.refs("supersedes") if t != s.id):
             withdrawn.add(target)
             by[target] = s  # walking back: the earliest supersession in force is kept
     return by

@@ -1023,16 +1023,23 @@ def test_a_clean_ready_run_with_ordinary_logs_stays_qualified(tmp_path: Path) ->
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
 
+def _failed_first_attempt(es: list[dict[str, Any]], name: str, signature: str, log: str) -> None:
+    """A launch that failed before readiness with ``log`` as its stderr, logged before the ready one."""
+    first = copy.deepcopy(entry(es, "launch"))
+    first.update(name=name, at="2026-09-10T10:00:30Z")
+    first["payload"].update(ready=False, exit_code=1, failure_signature=signature)
+    first["artifacts"] = [{"name": "stderr.log", "text": log}]
+    es.insert(es.index(entry(es, "launch")), first)
+
+
 def test_a_startup_failure_in_the_logs_of_a_launch_that_never_became_ready_is_not_a_runtime_fault(
     tmp_path: Path,
 ) -> None:
     """Seed 000: the UVA launch failed before readiness; the ready fallback after it still qualifies."""
     es = qualified_entries()
-    first = copy.deepcopy(entry(es, "launch"))
-    first.update(name="launch-uva", at="2026-09-10T10:00:30Z")
-    first["payload"].update(ready=False, exit_code=1, failure_signature="engine-died-before-readiness")
-    first["artifacts"] = [{"name": "stderr.log", "text": "RuntimeError: UVA is not available\n"}]
-    es.insert(es.index(entry(es, "launch")), first)
+    _failed_first_attempt(
+        es, "launch-uva", "engine-died-before-readiness", "RuntimeError: UVA is not available\n"
+    )
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
 
@@ -1284,13 +1291,8 @@ def test_a_real_memory_utilization_failure_before_readiness_then_a_ready_fallbac
     tmp_path: Path,
 ) -> None:
     es = qualified_entries()
-    first = copy.deepcopy(entry(es, "launch"))
-    first.update(name="launch-mem-util", at="2026-09-10T10:00:30Z")
-    first["payload"].update(ready=False, exit_code=1, failure_signature="cpu-memory-utilization")
-    first["artifacts"] = [
-        {"name": "stderr.log", "text": (ENGINE_LOGS / "vllm_cpu_mem_util_092.log").read_text()}
-    ]
-    es.insert(es.index(entry(es, "launch")), first)
+    log = (ENGINE_LOGS / "vllm_cpu_mem_util_092.log").read_text()
+    _failed_first_attempt(es, "launch-mem-util", "cpu-memory-utilization", log)
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
 
@@ -1301,11 +1303,7 @@ def test_a_kernel_fault_in_a_first_attempts_startup_does_not_disqualify_the_read
     attempt's start-up failure; the fallback that came up qualifies. After readiness the same line fails."""
     crash = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
     es = qualified_entries()
-    first = copy.deepcopy(entry(es, "launch"))
-    first.update(name="launch-marlin", at="2026-09-10T10:00:30Z")
-    first["payload"].update(ready=False, exit_code=1, failure_signature="gpu-kernel-fault-at-startup")
-    first["artifacts"] = [{"name": "stderr.log", "text": crash}]
-    es.insert(es.index(entry(es, "launch")), first)
+    _failed_first_attempt(es, "launch-marlin", "gpu-kernel-fault-at-startup", crash)
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
     es2 = qualified_entries()
     _with_log(es2, crash, exit_code=143)
