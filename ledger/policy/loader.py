@@ -42,6 +42,8 @@ class CompiledGate:
     where: Condition | None
     require: Condition | None
     checks: tuple[tuple[Condition, str], ...]
+    # per check: (``each``, ``detail``) that name the selected entries it failed on, or None
+    naming: tuple[tuple[Condition, str] | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,10 +150,17 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
             )
         names.add(gate.name)
         checks = []
+        naming: list[tuple[Condition, str] | None] = []
         for j, check in enumerate(gate.checks):
             line = locate(text, ("gates", i, "checks", j, "expr"))
             where = f"{filename}:{line}" if line else _where(filename, text, "gates", i, "checks")
             checks.append((compile_condition(check.expr, where), check.fail))
+            if check.each is not None and check.detail is not None:
+                line = locate(text, ("gates", i, "checks", j, "each"))
+                each_where = f"{filename}:{line}" if line else where
+                naming.append((compile_condition(check.each, each_where), check.detail))
+            else:
+                naming.append(None)
         gates.append(
             CompiledGate(
                 spec=gate,
@@ -164,6 +173,7 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
                     else None
                 ),
                 checks=tuple(checks),
+                naming=tuple(naming),
             )
         )
     out["gates"] = tuple(gates)

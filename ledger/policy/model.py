@@ -140,8 +140,21 @@ class AcceptanceSection(_Model):
 
 
 class Check(_Model):
+    """``expr`` judges the gate's selection; when it fails, ``fail`` is the reason. With ``each`` (CEL over
+    one selected entry ``e``, with ``params`` and ``manifest``) and ``detail`` (a template over ``e``), the
+    reason also names each selected entry for which ``each`` does not hold — which probe failed, and why.
+    ``each`` only names: the verdict is ``expr``'s."""
+
     expr: str
     fail: str
+    each: str | None = None
+    detail: str | None = None
+
+    @model_validator(mode="after")
+    def _naming(self) -> Check:
+        if (self.each is None) != (self.detail is None):
+            raise ValueError("a check names failing entries with both `each` and `detail`, or neither")
+        return self
 
 
 class Gate(_Model):

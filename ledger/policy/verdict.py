@@ -19,7 +19,7 @@ from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyErr
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy import result_cache
 from ledger.policy.acceptance import Filtered, check_artifact, filter_evidence, render
-from ledger.policy.conditions import FieldsRead, fields_read, shared_context
+from ledger.policy.conditions import Condition, FieldsRead, fields_read, shared_context
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
 from ledger.policy.snapshot import (
@@ -102,6 +102,34 @@ def _render(template: str, ctx: dict[str, Any], candidates: list[Evidence]) -> s
     return render(template, ctx)
 
 
+NAMED_AT_MOST = 5  # entries a failed check names in its reason; the rest are counted
+
+
+def _failed_on(naming: tuple[Condition, str] | None, ctx: dict[str, Any], candidates: list[Evidence]) -> str:
+    """For a failed check with ``each``/``detail``: the selected entries ``each`` does not hold for, each
+    named by its ``detail`` (``""`` without naming). Runs only once the check has failed. An entry that
+    ``each`` cannot evaluate is named too: it did not show that it holds."""
+    if naming is None:
+        return ""
+    cond, detail = naming
+    named: list[str] = []
+    count = 0
+    for e in candidates:
+        item = {"e": e.view(), "params": ctx["params"], "manifest": ctx["manifest"]}
+        try:
+            holds = cond.holds(item)
+        except PolicyError:
+            holds = False
+        if not holds:
+            count += 1
+            if len(named) < NAMED_AT_MOST:
+                named.append(render(detail, item))
+    if not named:
+        return ""
+    more = f"; and {count - len(named)} more" if count > len(named) else ""
+    return " — " + "; ".join(named) + more
+
+
 def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[dict[str, Any], set[str]]:
     params = policy.params
     gates: list[dict[str, Any]] = []
@@ -148,7 +176,12 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             stopped = (spec.name, "has no accepted evidence")
             verdict = INCONCLUSIVE
         else:
-            fails = [_render(msg, ctx, candidates) for cond, msg in g.checks if not cond.holds(shared)]
+            fails = [
+                _render(msg, ctx, candidates)
+                + _failed_on(g.naming[i] if i < len(g.naming) else None, ctx, candidates)
+                for i, (cond, msg) in enumerate(g.checks)
+                if not cond.holds(shared)
+            ]
             out.update(
                 status="failed" if fails else "passed",
                 reason="; ".join(fails) if fails else "all checks hold",

@@ -1101,6 +1101,91 @@ def test_structured_control_is_rejudged_from_the_answer_not_the_ok_claim(tmp_pat
     assert v["verdict"] == "NOT QUALIFIED — CONTROL"
 
 
+def _reason(v: dict[str, Any], gate: str) -> str:
+    return str(next(g["reason"] for g in v["gates"] if g["name"] == gate))
+
+
+def _id_of(v: dict[str, Any], name: str) -> str:
+    return next(i for i, n in v["_names"].items() if n == name)
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        pytest.param("not json at all", True, id="not-json-claimed-ok"),
+        pytest.param('{"status": "BUSY"}', True, id="outside-its-schema"),
+        pytest.param('{"status": "READY"}', False, id="valid-but-failed"),
+    ],
+)
+def test_a_failed_structured_control_names_the_probe_and_why(tmp_path: Path, text: str, ok: bool) -> None:
+    """Regression: the structured-output gate's reason said only that a probe failed; the problem with its
+    answer (computed to judge it) was seen by the CEL alone, so a reviewer could not tell which probe, or
+    why, without reading every probe's payload."""
+    from ledger.policy.snapshot import structured_answer_problem
+
+    es = qualified_entries()
+    payload = entry(es, "structured")["payload"]
+    payload.update(text=text, ok=ok)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["structured-output"] == "failed", v["gates"]
+    reason = _reason(v, "structured-output")
+    assert _id_of(v, "structured")[:12] in reason
+    assert f"ok = {ok}" in reason
+    problem = structured_answer_problem(payload)
+    if problem is not None:
+        assert problem in reason, reason
+    else:
+        assert "ok = False" in reason
+
+
+def test_a_failed_ready_control_names_what_the_probe_answered(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "completion")["payload"]["text"] = "NOT READY"
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["ready-control"] == "failed", v["gates"]
+    reason = _reason(v, "ready-control")
+    assert f"probe {_id_of(v, 'completion')[:12]} (ok = True) answered 'NOT READY'" in reason, reason
+
+
+def test_a_failed_check_names_at_most_five_entries_and_counts_the_rest(tmp_path: Path) -> None:
+    es = qualified_entries()
+    base = entry(es, "structured")
+    for i in range(7):
+        extra = copy.deepcopy(base)
+        extra["name"] = f"structured-extra-{i}"
+        extra["payload"]["text"] = f"not json {i}"
+        es.append(extra)
+    v = verdict_of(tmp_path, es)
+    reason = _reason(v, "structured-output")
+    # the second check (no failed run lifted by a pass) names the 7 failed ones: 5 named, 2 counted
+    assert reason.count("probe ") == 5, reason
+    assert reason.endswith("; and 2 more"), reason
+
+
+def test_a_passing_gate_names_nothing(tmp_path: Path) -> None:
+    v = verdict_of(tmp_path, qualified_entries())
+    assert _reason(v, "structured-output") == "all checks hold"
+
+
+@pytest.mark.parametrize("field", ["each", "detail"])
+def test_a_check_naming_failures_needs_both_each_and_detail(field: str) -> None:
+    from ledger.errors import PolicyError
+    from ledger.policy.model import parse_policy_text
+
+    text = (POLICY_DIR / "backend-qualification.toml").read_text()
+    line = 'each = "e.payload.ok && e.derived.structured_valid"\n'
+    if field == "each":
+        text = text.replace(line, "", 1)
+    else:
+        text = text.replace(
+            line + 'detail = "probe {e[id]:.12} (ok = {e[payload][ok]}): {e[derived][structured_problem]}"\n',
+            line,
+            1,
+        )
+    with pytest.raises(PolicyError, match="both `each` and `detail`"):
+        parse_policy_text(text, "backend-qualification.toml")
+
+
 @pytest.mark.parametrize(
     "change",
     [
