@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import httpx
 
+from ledger.answers import schema_problem
 from ledger.collectors.readiness import check_ready, http_client
 
 __all__ = [
@@ -178,8 +178,6 @@ def probe_structured(
     ``fmt`` is ``json_schema`` (OpenAI/vLLM form), ``json_object`` (llama-cpp-python form) or ``auto``:
     ``json_schema`` first and, only when the server refuses that request form, ``json_object``.
     """
-    import jsonschema  # type: ignore[import-untyped,unused-ignore]
-
     sch = schema or DEFAULT_SCHEMA
     base = base_url.rstrip("/")
     tried: list[dict[str, Any]] = []
@@ -209,13 +207,10 @@ def probe_structured(
                 break
     ok = False
     if text is not None:
-        try:
-            jsonschema.validate(json.loads(text), sch)
-            ok = True
-        except (ValueError, RecursionError) as e:
-            err = f"answer is not JSON: {e or 'nested too deeply'}"
-        except jsonschema.ValidationError as e:
-            err = f"answer does not match the schema: {e.message}"
+        # judged as the policy re-judges the recorded answer: one check, ledger.answers
+        problem = schema_problem(text, sch)
+        ok = problem is None
+        err = problem or err
     return {
         "endpoint": base + "/v1/chat/completions",
         "check": "structured",

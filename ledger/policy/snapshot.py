@@ -13,6 +13,7 @@ from datetime import datetime
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
+from ledger.answers import structured_answer_problem
 from ledger.entries import KIND_MODELS, parse_time
 from ledger.errors import EntryNotFoundError, IntegrityError, SignatureError
 from ledger.keyring import Keyring
@@ -139,32 +140,6 @@ def payload_problem(statement: Any) -> str | None:
         return ex.message
     except (KeyError, TypeError, ValueError) as ex:
         return f"payload cannot be read: {ex}"
-    return None
-
-
-def structured_answer_problem(payload: Any) -> str | None:
-    """Why a structured-output probe's recorded answer (``text``) is not JSON valid against the schema it
-    recorded (``details.schema``), as the collector judges it; None: it is.
-
-    jsonschema is imported here, on first need (a campaign's answers are remembered with its parsed
-    envelopes, ``Evidence.structured_problem``): it costs a fresh process more than the whole verdict."""
-    import jsonschema  # type: ignore[import-untyped,unused-ignore]
-
-    text = payload.get("text") if isinstance(payload, dict) else None
-    details = payload.get("details") if isinstance(payload, dict) else None
-    schema = details.get("schema") if isinstance(details, dict) else None
-    if not isinstance(text, str):
-        return "records no answer text"
-    if not isinstance(schema, dict) or not schema:
-        return "records no JSON schema (details.schema) to judge its answer by"
-    try:
-        jsonschema.validate(json.loads(text), schema)
-    except (ValueError, RecursionError) as ex:
-        return f"answer is not JSON: {ex or 'nested too deeply'}"
-    except jsonschema.ValidationError as ex:
-        return f"answer does not match the schema: {ex.message}"
-    except jsonschema.SchemaError as ex:
-        return f"the recorded schema is not a JSON schema: {ex.message}"
     return None
 
 

@@ -1121,7 +1121,7 @@ def test_a_failed_structured_control_names_the_probe_and_why(tmp_path: Path, tex
     """Regression: the structured-output gate's reason said only that a probe failed; the problem with its
     answer (computed to judge it) was seen by the CEL alone, so a reviewer could not tell which probe, or
     why, without reading every probe's payload."""
-    from ledger.policy.snapshot import structured_answer_problem
+    from ledger.answers import structured_answer_problem
 
     es = qualified_entries()
     payload = entry(es, "structured")["payload"]
