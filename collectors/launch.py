@@ -24,7 +24,7 @@ from ledger.collectors.readiness import ReadyState, check_ready, http_client
 from ledger.collectors.secrets import Redactor, redact_command, redact_env
 from ledger.entries import format_time, now_utc
 from ledger.errors import CollectorError
-from ledger.signatures import Classification, RunOutcome, Signature, classify, load_signatures
+from ledger.signatures import ENGINE_ENDED, Classification, RunOutcome, Signature, classify, load_signatures
 
 __all__ = ["RELEVANT_ENV_PREFIXES", "EngineRun", "LaunchSpec", "group_alive", "relevant_env"]
 
@@ -289,7 +289,7 @@ class EngineRun:
 
     @property
     def failed(self) -> bool:
-        return self.stop_reason in ("exited", "lease-expired") or self.failure_observed is not None
+        return self.stop_reason in ENGINE_ENDED or self.failure_observed is not None
 
     def classification(self) -> Classification:
         """The failure signature; status-only signatures count only when the engine itself ended the run."""
@@ -304,7 +304,7 @@ class EngineRun:
             request_failed=self.failure_observed is not None,
         )
         sigs = self.signatures
-        if self.stop_reason not in ("exited", "lease-expired"):
+        if self.stop_reason not in ENGINE_ENDED:
             # the engine is still running: only log patterns and the observed request failure apply
             sigs = [s for s in sigs if s.patterns or s.request_failed]
         result = classify(self.log_text(), outcome, sigs)

@@ -15,6 +15,7 @@ from ledger.errors import ConfigError
 
 __all__ = [
     "DEFAULT_SIGNATURES",
+    "ENGINE_ENDED",
     "Classification",
     "FailureClass",
     "RunOutcome",
@@ -25,12 +26,18 @@ __all__ = [
     "load_signatures",
     "pattern_signatures",
     "signature_classes",
+    "status_signatures",
     "stop_markers",
 ]
 
 # the table is the collectors' data (they classify runs with it); the policy reads the classes it names
 DEFAULT_SIGNATURES = Path(__file__).parent / "collectors" / "signatures.toml"
 _MAX_DETAIL = 500
+
+# the stop reasons (a launch's ``details.stop_reason``) that say the engine itself ended the run — it exited
+# on its own, or outlived its lease — rather than the collector stopping it; the collector's status-only
+# signatures apply to these runs only, and the policy engine classifies a launch's recorded end the same way
+ENGINE_ENDED = ("exited", "lease-expired")
 
 
 class FailureClass(StrEnum):
@@ -222,6 +229,16 @@ def _pattern_signatures(path: str, mtime_ns: int) -> tuple[Signature, ...]:
 def pattern_signatures(path: Path | None = None) -> tuple[Signature, ...]:
     """The signatures that read the engine's logs (those with patterns), in table order."""
     return _pattern_signatures(*_stamp(path))
+
+
+@lru_cache(maxsize=8)
+def _status_signatures(path: str, mtime_ns: int) -> tuple[Signature, ...]:
+    return tuple(s for s in load_signatures(Path(path)) if not s.patterns)
+
+
+def status_signatures(path: Path | None = None) -> tuple[Signature, ...]:
+    """The signatures that read only the run's recorded outcome (no log patterns), in table order."""
+    return _status_signatures(*_stamp(path))
 
 
 def classify_logs(

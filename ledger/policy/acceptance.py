@@ -22,6 +22,7 @@ from ledger.policy.loader import LoadedPolicy
 from ledger.policy.rules import RULES, Rule, trust_rejection
 from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot
 from ledger.signatures import (
+    ENGINE_ENDED,
     UNKNOWN_CLASS,
     Classification,
     RunOutcome,
@@ -30,6 +31,7 @@ from ledger.signatures import (
     classify_logs,
     pattern_signatures,
     signature_classes,
+    status_signatures,
     stop_markers,
 )
 from ledger.store.base import ArtifactStore
@@ -738,6 +740,11 @@ def _derive(
       and its ``failure_detail``), and that signature's class; None when no pattern matches. The collector's
       own classification is not taken on trust: a run recorded as stopped by an operator whose logs show
       ``EngineDeadError`` is a runtime fault here.
+    * ``end_failure_signature`` / ``end_failure_class`` — for an ``engine.launch``, the first status-only
+      signature (no log patterns) that its recorded end matches, and its class, unless the launch shows
+      that the collector stopped the run (``details.stop_reason`` other than "exited"/"lease-expired") or
+      records no end; None then. A ready engine killed by SIGKILL, or that exited on its own, is not
+      judged a clean run because its entry leaves the signature out (``_classify_end``).
     * ``structured_valid`` / ``structured_problem`` — for a ``health.probe`` of check ``structured``:
       whether its recorded answer (``text``) parses as JSON that validates against the schema it recorded
       (``details.schema``), judged here again — ``ok`` is the collector's claim; False (with why) when the
@@ -760,6 +767,7 @@ def _derive(
 
     classes = signature_classes()
     log_signatures = pattern_signatures()
+    end_signatures = status_signatures()
     markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
     running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
@@ -794,6 +802,9 @@ def _derive(
             found = _classify_stored_logs(e, store, log_signatures, markers)
             derived["log_failure_signature"] = found.signature
             derived["log_failure_class"] = found.failure_class
+            end = _classify_end(e.payload, end_signatures)
+            derived["end_failure_signature"] = end.signature
+            derived["end_failure_class"] = end.failure_class
             if e.in_subject and e.id not in superseded:
                 n += 1
                 derived["attempt"] = n
@@ -953,6 +964,47 @@ def _run_end(launch: Evidence, job: str | None, terminal: Mapping[str, Evidence]
 _LOG_CHUNK = 1 << 20
 
 
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _outcome(p: dict[str, Any]) -> RunOutcome:
+    """A launch's recorded outcome (ready, exit code, signal, lease, an observed request failure)."""
+    details = p.get("details")
+    return RunOutcome(
+        ready=p.get("ready") is True,
+        exit_code=_int(p.get("exit_code")),
+        signal=_int(p.get("signal")),
+        lease_expired=p.get("lease_expired") is True,
+        request_failed=isinstance(details, dict) and details.get("failure_observed") is not None,
+    )
+
+
+def _classify_end(p: dict[str, Any], signatures: Sequence[Signature]) -> Classification:
+    """The status-only signature of a launch's recorded end, unless the launch shows that the collector
+    ended the run itself (``details.stop_reason`` a reason other than ``ENGINE_ENDED``) or records no end.
+
+    A recorded end (exit status, signal, lease run out, a request failure) that the launch does not
+    attribute to the collector's own stop is the engine's: classified as the collector classifies a run
+    the engine ended (so a ready engine killed by SIGKILL, or exiting 0 on its own, is not a clean run
+    because the entry leaves out its signature)."""
+    details = p.get("details")
+    reason = details.get("stop_reason") if isinstance(details, dict) else None
+    if isinstance(reason, str) and reason not in ENGINE_ENDED:
+        return Classification(None)
+    outcome = _outcome(p)
+    ended = (
+        outcome.exit_code is not None
+        or outcome.signal is not None
+        or outcome.lease_expired
+        or outcome.request_failed
+        or reason in ENGINE_ENDED
+    )
+    if not ended:
+        return Classification(None)
+    return classify_logs([""], outcome, signatures)
+
+
 def _classify_stored_logs(
     e: Evidence, store: ArtifactStore, signatures: Sequence[Signature], markers: Sequence[re.Pattern[str]]
 ) -> Classification:
@@ -965,18 +1017,7 @@ def _classify_stored_logs(
     recorded outcome (ready, exit code, signal, lease) decides the signatures that also name one.
     """
     p = e.payload
-
-    def _int(v: Any) -> int | None:
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-    details = p.get("details")
-    outcome = RunOutcome(
-        ready=p.get("ready") is True,
-        exit_code=_int(p.get("exit_code")),
-        signal=_int(p.get("signal")),
-        lease_expired=p.get("lease_expired") is True,
-        request_failed=isinstance(details, dict) and details.get("failure_observed") is not None,
-    )
+    outcome = _outcome(p)
 
     def pieces() -> Iterator[str]:
         detail = p.get("failure_detail")

@@ -149,6 +149,8 @@ NO_DERIVED: dict[str, Any] = {
     "failure_class": None,
     "log_failure_signature": None,
     "log_failure_class": None,
+    "end_failure_signature": None,
+    "end_failure_class": None,
     "structured_valid": False,
     "structured_problem": None,
     "gpu_events_during_run": [],

@@ -790,11 +790,75 @@ def test_ready_launch_that_failed_without_a_signature_fails_runtime_stability(
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
 
 
-@pytest.mark.parametrize("code", [0, 143, 137])
-def test_ready_launch_ended_by_the_collectors_own_stop_stays_credited(tmp_path: Path, code: int) -> None:
+@pytest.mark.parametrize("reason", ["finished", "cancelled", "lease-end"])
+@pytest.mark.parametrize(
+    "end", [{"exit_code": 0}, {"exit_code": 143}, {"exit_code": 137}, {"signal": 15}, {"signal": 9}]
+)
+def test_ready_launch_ended_by_the_collectors_own_stop_stays_credited(
+    tmp_path: Path, end: dict[str, int], reason: str
+) -> None:
+    """The collector's stop (SIGTERM, escalated to SIGKILL after the grace period; through a shell or not),
+    recorded as its stop reason, is no failure of the engine."""
     es = qualified_entries()
-    entry(es, "launch")["payload"].update(exit_code=code, ended_at="2026-09-10T10:49:00Z")
+    entry(es, "launch")["payload"].update(
+        end,
+        ended_at="2026-09-10T10:49:00Z",
+        details={"stop_reason": reason, "stop_escalated_to_sigkill": True},
+    )
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+@pytest.mark.parametrize(
+    ("end", "details", "signature"),
+    [
+        pytest.param({"signal": 9}, {"stop_reason": "exited"}, "killed-sigkill", id="sigkill-on-its-own"),
+        pytest.param({"exit_code": 137}, {"stop_reason": "exited"}, "killed-137", id="137-on-its-own"),
+        pytest.param(
+            {"exit_code": 0},
+            {"stop_reason": "exited"},
+            "engine-exited-after-readiness",
+            id="exit-0-on-its-own",
+        ),
+        pytest.param({"signal": 9}, {}, "killed-sigkill", id="sigkill-stop-reason-left-out"),
+        pytest.param({"exit_code": 137}, {}, "killed-137", id="137-stop-reason-left-out"),
+        pytest.param({"exit_code": 0}, {}, "engine-exited-after-readiness", id="exit-0-stop-reason-left-out"),
+        pytest.param({"signal": 9}, {"stop_reason": 7}, "killed-sigkill", id="stop-reason-mistyped"),
+        pytest.param({"signal": 9}, {"stop_reason": "lease-expired"}, "killed-sigkill", id="lease-ran-out"),
+    ],
+)
+def test_ready_engine_killed_or_exiting_on_its_own_without_a_signature_fails_runtime_stability(
+    tmp_path: Path, end: dict[str, int], details: dict[str, Any], signature: str
+) -> None:
+    """Regression: a ready launch that the engine itself ended — killed by SIGKILL (the OOM killer), or
+    exiting 0 — with the failure signature left out passed runtime stability: exit 137 counted as the
+    collector's own stop, a signal other than 6/11 was never judged, and exit 0 was a clean run. The end is
+    now classified from the recorded outcome with the signature table's status-only signatures, unless the
+    launch attributes it to the collector's own stop (``details.stop_reason``)."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(end, ended_at="2026-09-10T10:30:00Z", details=details)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    reason = _reason(v, "runtime-stability")
+    assert f"launch {_id_of(v, 'launch')[:12]}: {signature} " in reason, reason
+
+
+@pytest.mark.parametrize("end", [{"exit_code": 143}, {"signal": 15}])
+def test_ready_engine_stopped_by_an_outside_sigterm_is_an_operator_stop_not_a_fault(
+    tmp_path: Path, end: dict[str, int]
+) -> None:
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(
+        end, ended_at="2026-09-10T10:30:00Z", details={"stop_reason": "exited"}
+    )
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_launch_recorded_while_it_still_ran_has_no_end_to_judge(tmp_path: Path) -> None:
+    es = qualified_entries()
+    assert "exit_code" not in entry(es, "launch")["payload"]
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "QUALIFIED"
 
 
 def _eight_days_on(es: list[dict[str, Any]]) -> None:
@@ -1358,7 +1422,10 @@ def test_vllm_engine_dead_error_printed_while_stopped_on_sigterm_is_not_a_fault(
     answered, SIGTERM, exit 0), so a healthy vLLM campaign failed runtime stability. Logs are read up to
     the engine's first stop marker (`stop_markers` in collectors/signatures.toml)."""
     es = qualified_entries()
-    _with_log(es, (ENGINE_LOGS / "vllm_cpu_ready.log").read_text(), exit_code=0)
+    # as the collector records its own stop at the end of a campaign
+    _with_log(
+        es, (ENGINE_LOGS / "vllm_cpu_ready.log").read_text(), exit_code=0, details={"stop_reason": "finished"}
+    )
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == "QUALIFIED", v["gates"]
 
