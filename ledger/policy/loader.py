@@ -41,9 +41,9 @@ class CompiledGate:
     spec: Gate
     where: Condition | None
     require: Condition | None
-    checks: tuple[tuple[Condition, str], ...]
-    # per check: (``each``, ``detail``) that name the selected entries it failed on, or None
-    naming: tuple[tuple[Condition, str] | None, ...] = ()
+    # per check: its ``expr``, its ``fail`` text, and the (``each``, ``detail``) that name the selected
+    # entries it failed on (None: it names none)
+    checks: tuple[tuple[Condition, str, tuple[Condition, str] | None], ...]
 
 
 @dataclass(frozen=True)
@@ -150,17 +150,15 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
             )
         names.add(gate.name)
         checks = []
-        naming: list[tuple[Condition, str] | None] = []
         for j, check in enumerate(gate.checks):
             line = locate(text, ("gates", i, "checks", j, "expr"))
             where = f"{filename}:{line}" if line else _where(filename, text, "gates", i, "checks")
-            checks.append((compile_condition(check.expr, where), check.fail))
+            naming: tuple[Condition, str] | None = None
             if check.each is not None and check.detail is not None:
-                line = locate(text, ("gates", i, "checks", j, "each"))
-                each_where = f"{filename}:{line}" if line else where
-                naming.append((compile_condition(check.each, each_where), check.detail))
-            else:
-                naming.append(None)
+                each_line = locate(text, ("gates", i, "checks", j, "each"))
+                each_where = f"{filename}:{each_line}" if each_line else where
+                naming = (compile_condition(check.each, each_where), check.detail)
+            checks.append((compile_condition(check.expr, where), check.fail, naming))
         gates.append(
             CompiledGate(
                 spec=gate,
@@ -173,7 +171,6 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
                     else None
                 ),
                 checks=tuple(checks),
-                naming=tuple(naming),
             )
         )
     out["gates"] = tuple(gates)

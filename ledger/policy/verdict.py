@@ -83,7 +83,7 @@ def _identity(accepted: list[Evidence]) -> dict[str, str]:
 
 def _gate_fields(g: CompiledGate) -> FieldsRead | None:
     """The evidence fields a gate's CEL reads (its checks get slim views), or None: whole views."""
-    sources = [c.source for c, _ in g.checks]
+    sources = [c.source for c, _, _ in g.checks]
     if g.require is not None:
         sources.append(g.require.source)
     return fields_read("evidence", sources)
@@ -177,9 +177,8 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             verdict = INCONCLUSIVE
         else:
             fails = [
-                _render(msg, ctx, candidates)
-                + _failed_on(g.naming[i] if i < len(g.naming) else None, ctx, candidates)
-                for i, (cond, msg) in enumerate(g.checks)
+                _render(msg, ctx, candidates) + _failed_on(naming, ctx, candidates)
+                for cond, msg, naming in g.checks
                 if not cond.holds(shared)
             ]
             out.update(
