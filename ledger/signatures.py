@@ -14,6 +14,7 @@ from typing import Any
 from ledger.errors import ConfigError
 
 __all__ = [
+    "COLLECTOR_STOPPED",
     "DEFAULT_SIGNATURES",
     "ENGINE_ENDED",
     "Classification",
@@ -38,6 +39,10 @@ _MAX_DETAIL = 500
 # on its own, or outlived its lease — rather than the collector stopping it; the collector's status-only
 # signatures apply to these runs only, and the policy engine classifies a launch's recorded end the same way
 ENGINE_ENDED = ("exited", "lease-expired")
+# the stop reasons of the collector's own stop (end of the run, of the lease, of readiness-only launches, a
+# cancelled job): only these attribute a recorded end to the collector; any other word, misspelled or
+# unknown, is judged as the engine's own end
+COLLECTOR_STOPPED = ("finished", "cancelled", "ready", "lease-end")
 
 
 class FailureClass(StrEnum):

@@ -138,3 +138,29 @@ def test_a_gpu_kernel_fault_is_a_runtime_fault_after_readiness_and_a_startup_fai
     line = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
     got = classify_logs([line], RunOutcome(ready=ready), pattern_signatures())
     assert (got.signature, got.failure_class) == (signature, failure_class)
+
+
+def test_every_stop_reason_the_collectors_write_is_one_the_policy_engine_knows() -> None:
+    """The policy attributes a recorded end to the collector only for ``COLLECTOR_STOPPED``: a stop reason
+    the collectors write that is in neither list would be judged as the engine's own end (and a healthy run
+    would fail), so the literals they pass to ``stop`` / ``_finish_engine`` are held to the two lists."""
+    import ast
+
+    from ledger.signatures import COLLECTOR_STOPPED, ENGINE_ENDED
+
+    known = set(COLLECTOR_STOPPED) | set(ENGINE_ENDED)
+    repo = Path(__file__).resolve().parents[1]
+    found: set[str] = set()
+    for path in [*sorted((repo / "collectors").glob("*.py")), repo / "ledger" / "cli" / "collect.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("stop", "_finish_engine")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                found.add(str(node.args[0].value))
+    assert {"finished", "cancelled", "lease-end", "lease-expired"} <= found, found
+    assert found <= known, found - known
+    assert not set(COLLECTOR_STOPPED) & set(ENGINE_ENDED)

@@ -22,12 +22,13 @@ from ledger.policy.loader import LoadedPolicy
 from ledger.policy.rules import RULES, Rule, trust_rejection
 from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot
 from ledger.signatures import (
-    ENGINE_ENDED,
+    COLLECTOR_STOPPED,
     UNKNOWN_CLASS,
     Classification,
     RunOutcome,
     Signature,
     before_stop,
+    classify,
     classify_logs,
     pattern_signatures,
     signature_classes,
@@ -742,7 +743,7 @@ def _derive(
       ``EngineDeadError`` is a runtime fault here.
     * ``end_failure_signature`` / ``end_failure_class`` — for an ``engine.launch``, the first status-only
       signature (no log patterns) that its recorded end matches, and its class, unless the launch shows
-      that the collector stopped the run (``details.stop_reason`` other than "exited"/"lease-expired") or
+      that the collector stopped the run (``details.stop_reason`` one of ``COLLECTOR_STOPPED``) or
       records no end; None then. A ready engine killed by SIGKILL, or that exited on its own, is not
       judged a clean run because its entry leaves the signature out (``_classify_end``).
     * ``structured_valid`` / ``structured_problem`` — for a ``health.probe`` of check ``structured``:
@@ -799,10 +800,11 @@ def _derive(
             sig = e.payload.get("failure_signature")
             if sig is not None:
                 derived["failure_class"] = classes.get(str(sig), UNKNOWN_CLASS)
-            found = _classify_stored_logs(e, store, log_signatures, markers)
+            outcome = _outcome(e.payload)
+            found = _classify_stored_logs(e, outcome, store, log_signatures, markers)
             derived["log_failure_signature"] = found.signature
             derived["log_failure_class"] = found.failure_class
-            end = _classify_end(e.payload, end_signatures)
+            end = _classify_end(e.payload, outcome, end_signatures)
             derived["end_failure_signature"] = end.signature
             derived["end_failure_class"] = end.failure_class
             if e.in_subject and e.id not in superseded:
@@ -980,9 +982,10 @@ def _outcome(p: dict[str, Any]) -> RunOutcome:
     )
 
 
-def _classify_end(p: dict[str, Any], signatures: Sequence[Signature]) -> Classification:
+def _classify_end(p: dict[str, Any], outcome: RunOutcome, signatures: Sequence[Signature]) -> Classification:
     """The status-only signature of a launch's recorded end, unless the launch shows that the collector
-    ended the run itself (``details.stop_reason`` a reason other than ``ENGINE_ENDED``) or records no end.
+    ended the run itself (``details.stop_reason`` one of ``COLLECTOR_STOPPED``) or records no end (a stop
+    reason of any other value, ``ENGINE_ENDED`` or unknown, is an end).
 
     A recorded end (exit status, signal, lease run out, a request failure) that the launch does not
     attribute to the collector's own stop is the engine's: classified as the collector classifies a run
@@ -990,23 +993,26 @@ def _classify_end(p: dict[str, Any], signatures: Sequence[Signature]) -> Classif
     because the entry leaves out its signature)."""
     details = p.get("details")
     reason = details.get("stop_reason") if isinstance(details, dict) else None
-    if isinstance(reason, str) and reason not in ENGINE_ENDED:
+    if reason in COLLECTOR_STOPPED:
         return Classification(None)
-    outcome = _outcome(p)
     ended = (
         outcome.exit_code is not None
         or outcome.signal is not None
         or outcome.lease_expired
         or outcome.request_failed
-        or reason in ENGINE_ENDED
+        or reason is not None
     )
     if not ended:
         return Classification(None)
-    return classify_logs([""], outcome, signatures)
+    return classify("", outcome, signatures)
 
 
 def _classify_stored_logs(
-    e: Evidence, store: ArtifactStore, signatures: Sequence[Signature], markers: Sequence[re.Pattern[str]]
+    e: Evidence,
+    outcome: RunOutcome,
+    store: ArtifactStore,
+    signatures: Sequence[Signature],
+    markers: Sequence[re.Pattern[str]],
 ) -> Classification:
     """The log-pattern signature of one launch, read from what it stored, not from what it claims.
 
@@ -1017,7 +1023,6 @@ def _classify_stored_logs(
     recorded outcome (ready, exit code, signal, lease) decides the signatures that also name one.
     """
     p = e.payload
-    outcome = _outcome(p)
 
     def pieces() -> Iterator[str]:
         detail = p.get("failure_detail")

@@ -823,6 +823,13 @@ def test_ready_launch_ended_by_the_collectors_own_stop_stays_credited(
         pytest.param({"exit_code": 137}, {}, "killed-137", id="137-stop-reason-left-out"),
         pytest.param({"exit_code": 0}, {}, "engine-exited-after-readiness", id="exit-0-stop-reason-left-out"),
         pytest.param({"signal": 9}, {"stop_reason": 7}, "killed-sigkill", id="stop-reason-mistyped"),
+        pytest.param({"signal": 9}, {"stopReason": "finished"}, "killed-sigkill", id="stop-reason-renamed"),
+        pytest.param(
+            {"exit_code": 0},
+            {"stop_reason": "Finished "},
+            "engine-exited-after-readiness",
+            id="stop-reason-misspelled",
+        ),
         pytest.param({"signal": 9}, {"stop_reason": "lease-expired"}, "killed-sigkill", id="lease-ran-out"),
     ],
 )
