@@ -6,6 +6,7 @@ append-only: database triggers refuse UPDATE and DELETE.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "check_schema",
     "make_engine",
     "migrate",
+    "read_connection",
     "schema_revision",
     "write_transaction",
 ]
@@ -165,9 +167,64 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     try:
-        return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        engine = sa.create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
     except (sa.exc.ArgumentError, ImportError) as e:
         raise StorageError(f"cannot use database URL {url!r}: {e}") from e
+    event.listen(engine.pool, "checkin", _note_checkin)
+    event.listen(engine.pool, "checkout", _ping_if_idle)
+    return engine
+
+
+# A server's requests run in a pool of threads, each holding one connection while it works: the pool keeps
+# as many open (connections beyond it are opened and closed per request, and PostgreSQL forks a process
+# for each).
+POOL_SIZE = 20
+POOL_OVERFLOW = 10
+IDLE_PING_S = 5.0
+"""A pooled connection idle for longer is checked (one round trip) before it is handed out; one back
+within this time is not: a connection the server dropped since is found by its first statement, which
+fails (and SQLAlchemy then replaces every connection the pool holds)."""
+
+
+def _note_checkin(_dbapi_conn: Any, record: Any) -> None:
+    record.info["checked_in"] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+    """``pool_pre_ping`` for connections idle longer than ``IDLE_PING_S`` only (a round trip per
+    checkout otherwise): a dead one is replaced (SQLAlchemy's documented ``DisconnectionError``)."""
+    last = record.info.get("checked_in")
+    if last is None or time.monotonic() - last < IDLE_PING_S:
+        return
+    try:
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute("SELECT 1")
+        finally:
+            cur.close()
+        if not dbapi_conn.autocommit:
+            dbapi_conn.rollback()
+    except Exception as e:
+        raise sa.exc.DisconnectionError(f"pooled connection is gone: {e}") from e
+
+
+@contextmanager
+def read_connection(engine: Engine, *, snapshot: bool = False) -> Iterator[sa.Connection]:
+    """A connection for reads. PostgreSQL: each statement on its own (autocommit: no BEGIN and no
+    ROLLBACK round trips), or with ``snapshot`` one REPEATABLE READ transaction (one view of the
+    database for every statement in it). SQLite: a plain connection; with ``snapshot`` one transaction
+    (WAL gives it one view)."""
+    with engine.connect() as conn:
+        pg = engine.dialect.name == "postgresql"
+        if snapshot:
+            if pg:
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
+        else:
+            if pg:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
 
 
 @contextmanager

@@ -26,6 +26,7 @@ from ledger.db import (
     T_SUBJECTS,
     T_TILES,
     lock_log,
+    read_connection,
     write_transaction,
 )
 
@@ -212,12 +213,8 @@ class LogRepo:
     @contextmanager
     def read(self, *, snapshot: bool = False) -> Iterator[sa.Connection]:
         """A connection for reads; ``snapshot``: inside one transaction (one consistent view)."""
-        with self.engine.connect() as conn:
-            if snapshot:
-                with conn.begin():
-                    yield conn
-            else:
-                yield conn
+        with read_connection(self.engine, snapshot=snapshot) as conn:
+            yield conn
 
     @contextmanager
     def append_transaction(self) -> Iterator[sa.Connection]:
@@ -649,7 +646,7 @@ class LogRepo:
             .order_by(T_ARTIFACTS.c.digest, T_ARTIFACTS.c.seq)
         )
         last = None
-        with self.read() as conn:
+        with self.read(snapshot=True) as conn:  # a server-side cursor lives in a transaction
             for digest, name in conn.execution_options(stream_results=True, max_row_buffer=1000).execute(q):
                 if digest != last:
                     last = digest

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ledger.db import T_TOKENS, write_transaction
+from ledger.db import T_TOKENS, read_connection, write_transaction
 from ledger.entries import format_time, now_utc
 from ledger.errors import AuthError, ForbiddenError, InputError, KeyNotFoundError
 
@@ -76,13 +76,16 @@ def create_token(engine: Engine, name: str, role: str) -> tuple[str, TokenRecord
     return token, TokenRecord(int(pk[0]), name, role, created, None)
 
 
+_BY_HASH = sa.select(T_TOKENS).where(T_TOKENS.c.token_hash == sa.bindparam("token_hash"))  # built once
+
+
 def verify_token(engine: Engine, token: str | None) -> TokenRecord:
     """The record of a live token, or AuthError (missing, unknown or revoked)."""
     if not token:
         raise AuthError("this endpoint needs a bearer token", hint="send `Authorization: Bearer <token>`")
     digest = hash_token(token.strip())
-    with engine.connect() as conn:
-        row = conn.execute(sa.select(T_TOKENS).where(T_TOKENS.c.token_hash == digest)).first()
+    with read_connection(engine) as conn:
+        row = conn.execute(_BY_HASH, {"token_hash": digest}).first()
     if row is None or not hmac.compare_digest(row.token_hash, digest):
         raise AuthError("unknown bearer token")
     if row.revoked_at is not None:
