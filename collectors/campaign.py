@@ -781,6 +781,8 @@ class CampaignRunner:
                 evidence.append(self._record("health.probe", health))
                 evidence.append(self._record("health.probe", models))
                 self.model_id = models.get("model_identity")
+                if not health["ok"]:  # ready, then not: the policy's api-readiness fails it the same way
+                    raise _GateFailed(f"/health after readiness: {health.get('error')}", evidence)
                 if not models["ok"]:
                     raise _GateFailed(f"model identity: {models.get('error')}", evidence)
                 return (

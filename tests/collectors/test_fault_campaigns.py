@@ -200,6 +200,31 @@ def test_health_200_while_sleeping_is_not_ready(
     assert_ladder(ledger, "api-readiness")
 
 
+def test_health_failing_right_after_readiness_fails_api_readiness_though_models_answer(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
+) -> None:
+    """vLLM's /health answers 503 once its engine core is dead while /v1/models still answers: the
+    readiness gate recorded the failed /health probe and passed on the identity check alone."""
+    c = fault_campaign(
+        tmp_path,
+        tiny_model_dir,
+        [{"name": "default", "args": ["--mode", "dead-after-ready"]}],
+        engine_lease=10,
+    )
+    result = run_campaign(c, recorder, tmp_path)
+    assert result.state == "failed"
+    [launch] = launches(ledger)
+    assert launch["ready"] is True
+    probes = {e["payload"]["check"]: e["payload"] for e in entries_of(ledger, "health.probe")}
+    assert probes["health"]["ok"] is False and probes["health"]["http_status"] == 503
+    assert probes["models"]["ok"] is True
+    assert_ladder(ledger, "api-readiness")
+    [gate] = [
+        e["payload"] for e in entries_of(ledger, "gate.result") if e["payload"]["gate"] == "api-readiness"
+    ]
+    assert "/health after readiness" in (gate["reason"] or "")
+
+
 def test_sglang_is_ready_only_after_warmup_not_when_models_answer(
     tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
 ) -> None:

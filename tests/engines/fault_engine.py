@@ -18,6 +18,9 @@ failure modes:
   hang      never becomes ready and sleeps forever
   sleeping  /health 200 but /is_sleeping {"is_sleeping": true}; completions hang (or 503 with
             --sleeping-503); POST /wake_up wakes it, POST /sleep puts it back to sleep
+  dead-after-ready
+            /health answers 200 once (the readiness check), then 503 with an empty body, as vLLM's
+            API server does once its engine core is dead; /v1/models still answers 200
 
 Readiness per flavor: vllm = the port is closed until ready; llamacpp (C++ llama-server) =
 /health answers 503 {"error": {"message": "Loading model"}} while loading, then 200
@@ -45,7 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any, NoReturn, TextIO
 
-MODES = ("ok", "uva", "marlin", "die", "abort", "hang", "sleeping")
+MODES = ("ok", "uva", "marlin", "die", "abort", "hang", "sleeping", "dead-after-ready")
 SITE = "/opt/venv/lib/python3.12/site-packages"
 
 PID = os.getpid()
@@ -55,6 +58,7 @@ class State:
     engine_pid = PID + 1  # vLLM logs EngineCore lines from a child; by default a fake pid
     ready = False
     sleeping = False
+    health_answers = 0  # /health requests answered once ready (dead-after-ready)
     aborted = False
     lock = threading.Lock()
     args: argparse.Namespace
@@ -400,6 +404,11 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/health":
             if self._loading():
                 return
+            if a.mode == "dead-after-ready":
+                State.health_answers += 1
+                if State.health_answers > 1:
+                    self._empty(503)
+                    return
             if a.flavor == "llamacpp":
                 self._json(200, {"status": "ok"})
             else:
