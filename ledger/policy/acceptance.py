@@ -20,7 +20,7 @@ from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.rules import RULES, Rule, trust_rejection
-from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot
+from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot, probe_ok
 from ledger.signatures import (
     COLLECTOR_STOPPED,
     UNKNOWN_CLASS,
@@ -746,6 +746,9 @@ def _derive(
       that the collector stopped the run (``details.stop_reason`` one of ``COLLECTOR_STOPPED``) or
       records no end; None then. A ready engine killed by SIGKILL, or that exited on its own, is not
       judged a clean run because its entry leaves the signature out (``_classify_end``).
+    * ``ok`` — for a ``health.probe``: whether it succeeded, judged from its record (``probe_ok``: its
+      ``ok`` claim and no non-2xx ``http_status`` beside it); False for every other entry. Gates read
+      this, not the claim.
     * ``structured_valid`` / ``structured_problem`` — for a ``health.probe`` of check ``structured``:
       whether its recorded answer (``text``) parses as JSON that validates against the schema it recorded
       (``details.schema``), judged here again — ``ok`` is the collector's claim; False (with why) when the
@@ -783,6 +786,8 @@ def _derive(
                 job_start.setdefault(str(e.payload.get("job_id")), e.observed_time)
             continue
         derived: dict[str, Any] = {**NO_DERIVED, "gpu_events": []}
+        if kind == "health.probe":
+            derived["ok"] = probe_ok(e.payload)
         if kind == "health.probe" and e.payload.get("check") == "structured":
             problem = e.structured_problem()
             derived["structured_valid"] = problem is None

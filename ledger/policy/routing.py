@@ -20,12 +20,14 @@ from ledger.policy.loader import LoadedPolicy
 from ledger.policy.model import parse_duration
 from ledger.policy.rules import Rule
 from ledger.policy.snapshot import (
+    NO_DERIVED,
     Evidence,
     Snapshot,
     _parse_rows,
     check_signature,
     evidence_from_row,
     keyring_at,
+    probe_ok,
 )
 
 if TYPE_CHECKING:
@@ -392,6 +394,10 @@ def check_routing_change(
         # observed: collected_at, never after the log took it (a probe claiming a later time stays as old)
         age = (when - e.observed_time).total_seconds()
         if 0 <= age <= max_probe_age and usable(e):
+            if e.derived_ is None:  # success judged from the record, as the verdict's filter judges it
+                e.derived_ = {**NO_DERIVED, "ok": probe_ok(e.payload)}
+                if e._view is not None:
+                    e._view["derived"] = e.derived_
             probes.append(e)
     verdict_age = (when - verdict.logged_time).total_seconds() if verdict is not None else None
     if verdict is not None and verdict_age is not None and verdict_age < 0:

@@ -143,7 +143,18 @@ def payload_problem(statement: Any) -> str | None:
     return None
 
 
+def probe_ok(payload: dict[str, Any]) -> bool:
+    """A ``health.probe`` succeeded: it says ``ok`` (the boolean) and records no non-2xx HTTP status. The
+    collectors write ``ok`` only with a 2xx answer; a record claiming success beside an error status (or
+    a status that is not a number) contradicts itself and is judged a failure, never a pass."""
+    if payload.get("ok") is not True:
+        return False
+    status = payload.get("http_status")
+    return status is None or (type(status) is int and 200 <= status <= 299)
+
+
 NO_DERIVED: dict[str, Any] = {
+    "ok": False,
     "attempt": 0,
     "job": None,
     "failure_class": None,

@@ -1215,7 +1215,8 @@ def test_a_failed_ready_control_names_what_the_probe_answered(tmp_path: Path) ->
     v = verdict_of(tmp_path, es)
     assert gates(v)["ready-control"] == "failed", v["gates"]
     reason = _reason(v, "ready-control")
-    assert f"probe {_id_of(v, 'completion')[:12]} (ok = True) answered 'NOT READY'" in reason, reason
+    probe = _id_of(v, "completion")[:12]
+    assert f"probe {probe} (ok = True, HTTP 200) answered 'NOT READY'" in reason, reason
 
 
 def test_a_failed_check_names_at_most_five_entries_and_counts_the_rest(tmp_path: Path) -> None:
@@ -1244,7 +1245,8 @@ def test_a_check_naming_failures_needs_both_each_and_detail(field: str) -> None:
     from ledger.policy.model import parse_policy_text
 
     text = (POLICY_DIR / "backend-qualification.toml").read_text()
-    line = 'each = "e.payload.ok && e.derived.structured_valid"\n'
+    line = 'each = "e.derived.ok && e.derived.structured_valid"\n'
+    assert line in text  # the policy still names its failures this way (else this test tests nothing)
     if field == "each":
         text = text.replace(line, "", 1)
     else:
@@ -1533,3 +1535,115 @@ def test_a_host_gpu_event_naming_no_device_counts_against_every_launch_of_the_ho
     log["payload"]["events"][0].pop("device")
     es.append(log)
     assert verdict_of(tmp_path, es)["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+# --- the host as it stands, and probes judged from their own record --------------------------------------
+
+
+def _later_host(es: list[dict[str, Any]], gpus: list[dict[str, Any]], at: str) -> None:
+    h = copy.deepcopy(entry(es, "host"))
+    h.update(name=f"host-{at}", at=at)
+    h["payload"]["gpus"] = gpus
+    es.append(h)
+
+
+@pytest.mark.parametrize("at", ["2026-09-10T10:00:50Z", "2026-09-10T10:30:00Z"])
+def test_a_gpu_an_earlier_host_probe_saw_and_the_newest_does_not_fails_host_prerequisites(
+    tmp_path: Path, at: str
+) -> None:
+    """Any probe showing a GPU passed, so a GPU that fell off the bus after the first probe qualified."""
+    es = qualified_entries()
+    _later_host(es, [], at)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
+    g = next(g for g in v["gates"] if g["name"] == "host-prerequisites")
+    assert g["status"] == "failed" and "newest accepted host probe shows no GPU" in g["reason"]
+
+
+def test_a_gpu_back_in_the_newest_host_probe_passes_host_prerequisites(tmp_path: Path) -> None:
+    es = qualified_entries()
+    _later_host(es, [], "2026-09-10T10:00:30Z")
+    _later_host(es, [{"index": 0, "name": "NVIDIA H100"}], "2026-09-10T10:00:40Z")
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"ok": False, "http_status": 503, "error": "engine dead"},
+        {"ok": True, "http_status": 503},  # the claim contradicts the recorded status
+        {"ok": True, "http_status": 500},
+        {"ok": False},  # no status at all (connection refused)
+    ],
+    ids=["failed-503", "ok-claimed-beside-503", "ok-claimed-beside-500", "failed-no-status"],
+)
+def test_a_failed_health_probe_after_readiness_fails_api_readiness(
+    tmp_path: Path, payload: dict[str, Any]
+) -> None:
+    """A /health probe that failed once the engine was ready was never judged: the gate passed on the
+    launch's readiness and the identity probe (vLLM's /health is 503 once its engine core is dead)."""
+    es = qualified_entries()
+    h = entry(es, "health")["payload"]
+    h.pop("http_status")
+    h.update(payload)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+    g = next(g for g in v["gates"] if g["name"] == "api-readiness")
+    assert g["status"] == "failed" and "/health failed after the engine reached readiness" in g["reason"]
+    assert f"probe {_id_of(v, 'health')[:12]}" in g["reason"]
+
+
+@pytest.mark.parametrize("status", [200, 204, None])
+def test_a_health_probe_with_a_2xx_or_no_status_passes(tmp_path: Path, status: int | None) -> None:
+    es = qualified_entries()
+    entry(es, "health")["payload"]["http_status"] = status
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+@pytest.mark.parametrize(
+    ("name", "gate"),
+    [
+        ("completion", "ready-control"),
+        ("structured", "structured-output"),
+        ("sequential", "sequential-requests"),
+    ],
+)
+@pytest.mark.parametrize("status", [500, 429, 302, 100])
+def test_a_probe_claiming_ok_beside_an_error_status_is_judged_failed(
+    tmp_path: Path, name: str, gate: str, status: int
+) -> None:
+    """Gates read `ok`, the collector's claim; a record saying ok with HTTP 500 was a pass."""
+    es = qualified_entries()
+    entry(es, name)["payload"]["http_status"] = status
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != "QUALIFIED"
+    assert gates(v)[gate] == "failed", v["gates"]
+
+
+def test_a_models_probe_claiming_ok_beside_an_error_status_fails_the_identity_check(tmp_path: Path) -> None:
+    es = qualified_entries()
+    models = copy.deepcopy(entry(es, "health"))
+    models.update(name="models", at="2026-09-10T10:01:06Z")
+    models["payload"] = {
+        "endpoint": "/v1/models",
+        "check": "models",
+        "ok": True,
+        "http_status": 500,
+        "expected": "m-7",
+        "model_identity": "m-7",
+    }
+    es.insert(es.index(entry(es, "health")) + 1, models)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["api-readiness"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+def test_a_launch_that_ran_one_engine_and_binds_another_is_not_credited(tmp_path: Path) -> None:
+    """The launch's `engine` was never compared: it could name sglang while binding the pinned vllm."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["engine"] = "sglang"
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "INCONCLUSIVE"
+    assert rejected(v).get("launch") == "engine-not-bound"
+    g = next(g for g in v["gates"] if g["name"] == "api-readiness")
+    assert "engine-not-bound" in g["reason"]
