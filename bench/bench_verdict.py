@@ -252,6 +252,9 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
         ],
         logged_at=t,
     )[0]
+    issued = (
+        params["benchmark_requests"] * len(params["benchmark_concurrency"]) * params["benchmark_repetitions"]
+    )
     bench_ = ledger.append(
         [
             sign_envelope(
@@ -261,7 +264,12 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                     {
                         "gate": "benchmark",
                         "status": "passed",
-                        "counts": {"requests": params["benchmark_requests"]},
+                        "counts": {
+                            "requests": params["benchmark_requests"],
+                            "issued": issued,
+                            "completed": issued,
+                            "errors": 0,
+                        },
                         "bounds": {
                             "concurrency": params["benchmark_concurrency"],
                             "repetitions": params["benchmark_repetitions"],

@@ -133,7 +133,14 @@ def build(tmp: Path) -> CampaignLedger:
         {
             "gate": "benchmark",
             "status": "passed",
-            "counts": {"requests": 96, "repetitions": 2, "levels": 3},
+            "counts": {
+                "requests": 96,
+                "repetitions": 2,
+                "levels": 3,
+                "issued": 576,
+                "completed": 576,
+                "errors": 0,
+            },
             "bounds": {
                 "concurrency": [1, 4, 32],
                 "requests": 96,

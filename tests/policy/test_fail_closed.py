@@ -1647,3 +1647,81 @@ def test_a_launch_that_ran_one_engine_and_binds_another_is_not_credited(tmp_path
     assert rejected(v).get("launch") == "engine-not-bound"
     g = next(g for g in v["gates"] if g["name"] == "api-readiness")
     assert "engine-not-bound" in g["reason"]
+
+
+# --- harness results: the counts behind the figures add up ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda c: c.update(failed=3), id="failed-beside-all-passed"),
+        pytest.param(lambda c: c.update(passed=13), id="more-passed-than-asked"),
+        pytest.param(lambda c: c.pop("failed"), id="failed-dropped"),
+        pytest.param(lambda c: c.update(passed=14, failed=-2), id="negative-failed"),
+        pytest.param(lambda c: c.update(fails=c.pop("failed")), id="failed-renamed"),
+    ],
+)
+def test_semantic_counts_that_do_not_add_up_never_qualify(tmp_path: Path, change: Any) -> None:
+    """A passed semantic result whose counts said 12 of 12 passed and 3 failed (or 13 of 12) qualified."""
+    es = qualified_entries()
+    change(entry(es, "semantic")["payload"]["counts"])
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — SEMANTIC QUALITY", v["gates"]
+    assert "adding up" in _reason(v, "semantic")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda c: c.update(errors=2, completed=574), id="errors-beside-error-rate-0"),
+        pytest.param(lambda c: c.update(errors=2), id="errors-not-adding-up"),
+        pytest.param(lambda c: c.update(issued=575, completed=575), id="a-request-never-issued"),
+        pytest.param(lambda c: c.pop("issued"), id="issued-dropped"),
+        pytest.param(lambda c: c.update(sent=c.pop("issued")), id="issued-renamed"),
+        pytest.param(lambda c: c.pop("errors"), id="errors-dropped"),
+        pytest.param(lambda c: c.update(completed=577, errors=-1), id="negative-errors"),
+    ],
+)
+def test_benchmark_counts_that_do_not_add_up_or_hold_errors_never_qualify(
+    tmp_path: Path, change: Any
+) -> None:
+    """A passed benchmark recording error_rate 0 beside 2 errors in its counts qualified: the figure was
+    trusted and the counts never read."""
+    es = qualified_entries()
+    change(entry(es, "benchmark")["payload"]["counts"])
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE", v["gates"]
+    assert "counts issued, completed, errors" in _reason(v, "benchmark")
+
+
+def test_benchmark_errors_within_a_policy_that_allows_some_pass(tmp_path: Path) -> None:
+    """The error count is judged against the policy's own error-rate bound, not against zero."""
+    import shutil
+
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICY_DIR, policies, ignore=shutil.ignore_patterns("fixtures"))
+    p = policies / "backend-qualification.toml"
+    text = p.read_text()
+    assert '"error_rate" = 0 }' in text
+    p.write_text(text.replace('"error_rate" = 0 }', '"error_rate" = 0.01 }'))
+    es = qualified_entries()
+    b = entry(es, "benchmark")["payload"]
+    b["counts"].update(errors=5, completed=571)
+    b["figures"]["error_rate"] = round(5 / 576, 6)
+    home = tmp_path / "home"
+    ledger = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))
+    try:
+        spec = {
+            "start": "2026-09-10T09:00:00Z",
+            "keys": KEYS,
+            "defaults": {"subject": SUBJECT},
+            "entries": es,
+        }
+        builder = _Builder(ledger, spec, policies)
+        builder.enrol_keys()
+        builder.add_all(es)
+        ok = evaluate(ledger, dict(SUBJECT), load_policy("backend-qualification", policies))
+        assert ok["verdict"] == "QUALIFIED", ok["gates"]
+    finally:
+        ledger.close()
