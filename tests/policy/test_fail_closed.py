@@ -1725,3 +1725,46 @@ def test_benchmark_errors_within_a_policy_that_allows_some_pass(tmp_path: Path) 
         assert ok["verdict"] == "QUALIFIED", ok["gates"]
     finally:
         ledger.close()
+
+
+# --- the model's files as the newest pin shows them ------------------------------------------------------
+
+
+def _later_pin(es: list[dict[str, Any]], at: str, **payload: Any) -> None:
+    p = copy.deepcopy(entry(es, "pin"))
+    p.update(name=f"pin-{at}", at=at)
+    p["payload"].update(payload)
+    es.insert(es.index(entry(es, "pin")) + 1, p)
+
+
+def test_a_pin_that_fails_verification_after_an_earlier_one_passed_fails_model_pinned(tmp_path: Path) -> None:
+    """The failed pin was dropped by an acceptance rule, so the earlier passing pin qualified a model
+    whose files no longer matched their digests."""
+    es = qualified_entries()
+    _later_pin(
+        es, "2026-09-10T10:00:15Z", verification="failed", failures=["model.safetensors: sha256 differs"]
+    )
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES", v["gates"]
+    reason = _reason(v, "model-pinned")
+    assert "the newest model pin does not verify its files" in reason
+    assert f"pin {_id_of(v, 'pin-2026-09-10T10:00:15Z')[:12]} failed verification" in reason
+    assert "sha256 differs" in reason
+
+
+def test_a_pin_that_failed_verification_alone_is_a_prerequisites_failure_not_a_missing_pin(
+    tmp_path: Path,
+) -> None:
+    es = qualified_entries()
+    entry(es, "pin")["payload"].update(verification="failed", failures=["model.safetensors: blake3 differs"])
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
+    assert gates(v)["model-pinned"] == "failed"
+
+
+def test_a_passing_pin_after_a_failed_one_qualifies(tmp_path: Path) -> None:
+    """Files repaired and pinned again: the newest pin decides, in both directions."""
+    es = qualified_entries()
+    entry(es, "pin")["payload"].update(verification="failed", failures=["model.safetensors: sha256 differs"])
+    _later_pin(es, "2026-09-10T10:00:15Z", verification="passed", failures=[])
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
