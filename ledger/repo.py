@@ -92,15 +92,28 @@ def _psycopg(conn: sa.Connection) -> Any:
     return conn.connection.driver_connection
 
 
-def _pg_insert(table: str, cols: list[str]) -> Any:
-    """``INSERT INTO table (cols) VALUES (%s, …)``, composed by psycopg (identifiers quoted)."""
-    from psycopg import sql
+_PG_INSERTS: dict[tuple[str, tuple[str, ...]], str] = {}
 
-    return sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-        sql.Identifier(table),
-        sql.SQL(", ").join(map(sql.Identifier, cols)),
-        sql.SQL(", ").join(sql.Placeholder() * len(cols)),
-    )
+
+def _pg_insert(raw: Any, table: str, cols: tuple[str, ...]) -> str:
+    """``INSERT INTO table (cols) VALUES (%s, …)``, composed by psycopg (identifiers quoted) once per
+    table and column list and kept as text: composing it again per append cost more than the insert."""
+    key = (table, cols)
+    text = _PG_INSERTS.get(key)
+    if text is None:
+        from psycopg import sql
+
+        text = (
+            sql.SQL("INSERT INTO {} ({}) VALUES ({})")
+            .format(
+                sql.Identifier(table),
+                sql.SQL(", ").join(map(sql.Identifier, cols)),
+                sql.SQL(", ").join(sql.Placeholder() * len(cols)),
+            )
+            .as_string(raw)
+        )
+        _PG_INSERTS[key] = text
+    return text
 
 
 def _db_error(e: Exception, statement: str) -> Exception:
@@ -478,9 +491,9 @@ class LogRepo:
                 with raw.pipeline(), raw.cursor() as cur:
                     for table, rows in tables:
                         if rows:
-                            cols = [c.name for c in table.columns if c.name in rows[0]]
+                            cols = tuple(c.name for c in table.columns if c.name in rows[0])
                             cur.executemany(
-                                _pg_insert(table.name, cols), [tuple(r[c] for c in cols) for r in rows]
+                                _pg_insert(raw, table.name, cols), [tuple(r[c] for c in cols) for r in rows]
                             )
             except Exception as e:
                 raise _db_error(e, "INSERT") from e
