@@ -148,7 +148,13 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
             statement(
                 "health.probe",
                 subj,
-                {"endpoint": "/v1/chat", "check": "sequential", "ok": True, "count": 20},
+                {
+                    "endpoint": "/v1/chat",
+                    "check": "sequential",
+                    "ok": True,
+                    "count": 20,
+                    "latencies_ms": [40.0] * 20,
+                },
                 t,
             ),
             "collector",

@@ -1768,3 +1768,22 @@ def test_a_passing_pin_after_a_failed_one_qualifies(tmp_path: Path) -> None:
     entry(es, "pin")["payload"].update(verification="failed", failures=["model.safetensors: sha256 differs"])
     _later_pin(es, "2026-09-10T10:00:15Z", verification="passed", failures=[])
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+@pytest.mark.parametrize(
+    "latencies",
+    [[], [40.0] * 5, [40.0] * 21],
+    ids=["latencies-dropped", "fewer-latencies-than-count", "more-latencies-than-count"],
+)
+def test_a_sequential_count_the_run_does_not_record_never_qualifies(
+    tmp_path: Path, latencies: list[float]
+) -> None:
+    """The gate took `count` on trust: a run claiming 20 requests while timing 5 (or none) passed. The
+    collector records one latency per request it counts."""
+    es = qualified_entries()
+    entry(es, "sequential")["payload"]["latencies_ms"] = latencies
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+    reason = _reason(v, "sequential-requests")
+    assert "count is not the number of requests it recorded" in reason
+    assert f"run {_id_of(v, 'sequential')[:12]} claims 20 requests" in reason
