@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ledger.canonical import parse_json
+from ledger.errors import LedgerError
+
 __all__ = ["schema_problem", "structured_answer_problem"]
 
 
@@ -17,9 +20,15 @@ def schema_problem(answer: str, schema: dict[str, Any]) -> str | None:
     import jsonschema  # type: ignore[import-untyped,unused-ignore]
 
     try:
-        jsonschema.validate(json.loads(answer), schema)
-    except (ValueError, RecursionError) as ex:
-        return f"answer is not JSON: {ex or 'nested too deeply'}"
+        # strict JSON, as the ledger reads its own: a duplicate key (which value a client takes depends on
+        # its parser) or NaN/Infinity (not JSON at all) is no valid answer
+        value = parse_json(answer)
+    except LedgerError as ex:
+        return f"answer is not JSON: {ex.message}"
+    try:
+        jsonschema.validate(value, schema)
+    except RecursionError:
+        return "answer is not JSON: nested too deeply"
     except jsonschema.ValidationError as ex:
         found = json.dumps(ex.instance, ensure_ascii=False, default=str)
         if len(found) > 80:

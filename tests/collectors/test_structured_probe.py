@@ -22,6 +22,12 @@ PROMPT = 'Answer with the JSON object {"status": "READY"}.'
         pytest.param('{"status": "BUSY"}', False, 'at $.status: found "BUSY"', id="outside-its-schema"),
         pytest.param('{"state": "READY"}', False, "'status' is a required property", id="renamed-key"),
         pytest.param('{"status": "READY"', False, "answer is not JSON", id="cut-short"),
+        # a client's parser may take either value of a repeated key; NaN is no JSON: both were valid answers
+        pytest.param(
+            '{"status": "BUSY", "status": "READY"}', False, "duplicate JSON key 'status'", id="duplicate-key"
+        ),
+        pytest.param('{"status": "READY", "load": NaN}', False, "NaN is not allowed", id="nan-value"),
+        pytest.param('{"status": "READY", "load": Infinity}', False, "Infinity", id="infinity-value"),
     ],
 )
 def test_the_probe_records_the_problem_the_policy_finds_in_its_answer(

@@ -1160,6 +1160,8 @@ def test_a_harness_run_that_completed_is_judged_by_its_own_gate_not_runtime_stab
         pytest.param('{"state": "READY"}', id="renamed-key"),
         pytest.param('{"status": "READY"', id="cut-short"),
         pytest.param("", id="empty"),
+        pytest.param('{"status": "BUSY", "status": "READY"}', id="duplicate-key"),
+        pytest.param('{"status": "READY", "load": NaN}', id="nan"),
     ],
 )
 def test_structured_control_is_rejudged_from_the_answer_not_the_ok_claim(tmp_path: Path, text: str) -> None:
