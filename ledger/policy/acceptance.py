@@ -821,9 +821,7 @@ def _derive(
                 except LedgerError:
                     t = e.collected_time
                 starts.append((t, n))
-        e.derived_ = derived
-        if e._view is not None:  # a view built in an earlier round shows this round's facts
-            e._view["derived"] = derived
+        e.set_derived(derived)  # a view built in an earlier round shows this round's facts
     if not starts:
         return
     # attempt in progress at time t: the highest attempt number started at or before t

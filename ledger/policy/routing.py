@@ -395,9 +395,7 @@ def check_routing_change(
         age = (when - e.observed_time).total_seconds()
         if 0 <= age <= max_probe_age and usable(e):
             if e.derived_ is None:  # success judged from the record, as the verdict's filter judges it
-                e.derived_ = {**NO_DERIVED, "ok": probe_ok(e.payload)}
-                if e._view is not None:
-                    e._view["derived"] = e.derived_
+                e.set_derived({**NO_DERIVED, "ok": probe_ok(e.payload)})
             probes.append(e)
     verdict_age = (when - verdict.logged_time).total_seconds() if verdict is not None else None
     if verdict is not None and verdict_age is not None and verdict_age < 0:

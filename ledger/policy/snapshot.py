@@ -218,6 +218,12 @@ class Evidence:
     def derived(self) -> dict[str, Any]:
         return self.derived_ if self.derived_ is not None else NO_DERIVED
 
+    def set_derived(self, derived: dict[str, Any]) -> None:
+        """Record what the log shows of this entry (``derived``); a view built before shows it too."""
+        self.derived_ = derived
+        if self._view is not None:
+            self._view["derived"] = derived
+
     def schema_problem(self) -> str | None:
         """``payload_problem`` of this entry, remembered with its parsed envelope (one check per process)."""
         return self._remembered("schema", payload_problem, self.statement)

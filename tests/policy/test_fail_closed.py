@@ -38,7 +38,10 @@ def qualified_entries() -> list[dict[str, Any]]:
 
 
 def verdict_of(
-    tmp_path: Path, entries: list[dict[str, Any]], subject: dict[str, str] | None = None
+    tmp_path: Path,
+    entries: list[dict[str, Any]],
+    subject: dict[str, str] | None = None,
+    policy_dir: Path = POLICY_DIR,
 ) -> dict[str, Any]:
     home = tmp_path / f"home-{len(list(tmp_path.glob('home-*')))}"
     ledger = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))
@@ -49,10 +52,10 @@ def verdict_of(
             "defaults": {"subject": SUBJECT},
             "entries": entries,
         }
-        b = _Builder(ledger, spec, POLICY_DIR)
+        b = _Builder(ledger, spec, policy_dir)
         b.enrol_keys()
         b.add_all(entries)
-        out = evaluate(ledger, dict(subject or SUBJECT), load_policy("backend-qualification", POLICY_DIR))
+        out = evaluate(ledger, dict(subject or SUBJECT), load_policy("backend-qualification", policy_dir))
         out["_names"] = {e.entry_id: n for n, e in b.names.items()}
         return out
     finally:
@@ -1711,22 +1714,8 @@ def test_benchmark_errors_within_a_policy_that_allows_some_pass(tmp_path: Path) 
     b = entry(es, "benchmark")["payload"]
     b["counts"].update(errors=5, completed=571)
     b["figures"]["error_rate"] = round(5 / 576, 6)
-    home = tmp_path / "home"
-    ledger = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))
-    try:
-        spec = {
-            "start": "2026-09-10T09:00:00Z",
-            "keys": KEYS,
-            "defaults": {"subject": SUBJECT},
-            "entries": es,
-        }
-        builder = _Builder(ledger, spec, policies)
-        builder.enrol_keys()
-        builder.add_all(es)
-        ok = evaluate(ledger, dict(SUBJECT), load_policy("backend-qualification", policies))
-        assert ok["verdict"] == "QUALIFIED", ok["gates"]
-    finally:
-        ledger.close()
+    v = verdict_of(tmp_path, es, policy_dir=policies)
+    assert v["verdict"] == "QUALIFIED", v["gates"]
 
 
 # --- the model's files as the newest pin shows them ------------------------------------------------------
