@@ -139,10 +139,13 @@ class LogWatch:
         new: list[str] = []
         incoming = 0
         for p in objects.iterdir():
-            if p.is_file():
-                assert p.name.startswith(".incoming-"), f"stray file in the store: {p.name}"
-                incoming += 1
+            if p.name.startswith(".incoming-"):
+                # A live put may rename or remove its temp file between the listing and this look at it
+                # (the server still runs while clients are killed): gone is fine, a folder is not.
+                assert not p.is_dir(), f"stray folder in the store: {p.name}"
+                incoming += p.is_file()
                 continue
+            assert not p.is_file(), f"stray file in the store: {p.name}"
             assert re.fullmatch(r"[0-9a-f]{2}", p.name), f"stray folder in the store: {p.name}"
             for f in p.iterdir():
                 assert _HEX64.fullmatch(f.name) and f.name[:2] == p.name, f"partial or stray file {f}"
