@@ -39,7 +39,6 @@ from ledger.collectors.launch import EngineRun, LaunchSpec
 from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
 from ledger.collectors.probe import (
     DEFAULT_PROMPT,
-    DEFAULT_SCHEMA,
     probe_completion,
     probe_health,
     probe_models,
@@ -67,6 +66,7 @@ __all__ = [
     "ladder",
     "load_campaign",
     "policy_verdict",
+    "structured_schema",
 ]
 
 # The collector's steps, by the name of the policy gate each one records a ``gate.result`` for. The ladder
@@ -90,6 +90,19 @@ def _policy(policy: Any = None) -> Any:
     from ledger.policy.loader import load_policy
 
     return load_policy(DEFAULT_POLICY) if policy is None else policy
+
+
+def structured_schema(policy: Any = None) -> dict[str, Any]:
+    """The JSON schema the structured-output control asks for: the qualification policy's
+    ``structured_schema`` param (its gate credits only probes that recorded this very schema)."""
+    p = _policy(policy)
+    schema = p.params.get("structured_schema")
+    if not isinstance(schema, dict) or not schema:
+        raise ConfigError(
+            f"the policy {p.identity().get('name')} sets no structured_schema (a table): "
+            "the structured-output control has no schema to ask for"
+        )
+    return dict(schema)
 
 
 def ladder(policy: Any = None) -> list[tuple[str, str]]:
@@ -175,7 +188,8 @@ class StructuredGate(_Section):
     enabled: bool = True
     format: Literal["auto", "json_schema", "json_object"] = "auto"
     prompt: str = 'Answer with the JSON object {"status": "READY"}.'
-    schema_: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_SCHEMA), alias="schema")
+    # None: the policy's ``structured_schema`` (the only schema the gate credits); set, it must equal it
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     max_tokens: int = Field(default=64, gt=0)
     timeout_seconds: float = 120
 
@@ -433,6 +447,16 @@ class CampaignRunner:
                 f"{campaign.path}: [gates.control] expect = {control.expect!r}, but the policy "
                 f"{self.policy.identity().get('name')} judges the ready control by the answer {answer!r}"
             )
+        self.structured_schema: dict[str, Any] | None = None
+        structured = campaign.spec.gates.structured
+        if structured.enabled:
+            self.structured_schema = structured_schema(self.policy)
+            if structured.schema_ is not None and structured.schema_ != self.structured_schema:
+                raise ConfigError(
+                    f"{campaign.path}: [gates.structured] schema = {structured.schema_!r}, but the policy "
+                    f"{self.policy.identity().get('name')} credits only its structured_schema "
+                    f"{self.structured_schema!r}: leave schema out of the campaign"
+                )
         self.rec = recorder
         self.work_dir = Path(work_dir)
         self.log = log or (lambda _msg: None)
@@ -848,9 +872,10 @@ class CampaignRunner:
             return "not_run", "disabled in the campaign", [], {}
         base = self._require_engine()
         with self._interruptible_section():
+            assert self.structured_schema is not None  # read from the policy when the gate is enabled
             p = probe_structured(
                 base,
-                schema=g.schema_,
+                schema=self.structured_schema,
                 fmt=g.format,
                 prompt=g.prompt,
                 model=self.model_id,

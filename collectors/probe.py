@@ -12,7 +12,6 @@ from ledger.collectors.readiness import check_ready, http_client
 
 __all__ = [
     "DEFAULT_PROMPT",
-    "DEFAULT_SCHEMA",
     "probe_completion",
     "probe_health",
     "probe_models",
@@ -21,12 +20,6 @@ __all__ = [
 ]
 
 DEFAULT_PROMPT = "Reply with exactly one word: READY"
-DEFAULT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"status": {"type": "string", "enum": ["READY"]}},
-    "required": ["status"],
-    "additionalProperties": False,
-}
 _TEXT_LIMIT = 2000
 
 
@@ -166,19 +159,20 @@ def _response_format(fmt: str, schema: dict[str, Any]) -> dict[str, Any]:
 def probe_structured(
     base_url: str,
     *,
-    schema: dict[str, Any] | None = None,
+    schema: dict[str, Any],
     fmt: str = "auto",
     prompt: str = 'Answer with the JSON object {"status": "READY"}.',
     model: str | None = None,
     max_tokens: int = 64,
     timeout: float = 60.0,
 ) -> dict[str, Any]:
-    """JSON-schema constrained output: the answer must parse and validate against ``schema``.
+    """JSON-schema constrained output: the answer must parse and validate against ``schema`` (the
+    qualification policy's ``structured_schema``: ``campaign.structured_schema``).
 
     ``fmt`` is ``json_schema`` (OpenAI/vLLM form), ``json_object`` (llama-cpp-python form) or ``auto``:
     ``json_schema`` first and, only when the server refuses that request form, ``json_object``.
     """
-    sch = schema or DEFAULT_SCHEMA
+    sch = schema
     base = base_url.rstrip("/")
     tried: list[dict[str, Any]] = []
     forms = ["json_schema", "json_object"] if fmt == "auto" else [fmt]

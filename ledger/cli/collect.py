@@ -574,7 +574,10 @@ def probe_cmd(
     if expect is not None:
         results.append(probe_completion(url, expect=expect, model=served, max_tokens=max_tokens))
     if structured:
-        results.append(probe_structured(url, fmt=structured_format, model=served))
+        from ledger.collectors.campaign import structured_schema
+
+        # the schema the qualification policy credits (its structured_schema), never one of our own
+        results.append(probe_structured(url, schema=structured_schema(), fmt=structured_format, model=served))
     if sequential > 0:
         results.append(probe_sequential(url, count=sequential, model=served, max_tokens=max(max_tokens, 16)))
     if served and "model" not in subj:

@@ -434,3 +434,73 @@ def test_campaign_expecting_another_control_answer_than_the_policy_is_refused_be
     with pytest.raises(ConfigError, match=r"expect = 'OK'.*answer 'READY'"):
         run(path, recorder, tmp_path, policy_with(tmp_path, corpus[1]))
     assert ledger.size() == size
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        pytest.param('{ type = "object" }', id="trivial-object"),
+        pytest.param(
+            '{ type = "object", properties = { status = { type = "string" } }, required = ["status"] }',
+            id="enum-dropped",
+        ),
+    ],
+)
+def test_campaign_asking_for_another_structured_schema_than_the_policy_is_refused_before_recording(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    ledger: Ledger,
+    recorder: LocalRecorder,
+    corpus: tuple[Path, str],
+    schema: str,
+) -> None:
+    """The structured-output gate credits only the policy's `structured_schema`: a campaign asking for a
+    weaker one would pass its collector gate and fail the verdict, so it is refused before anything is
+    recorded."""
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    path.write_text(
+        path.read_text().replace('format = "json_object"\n', f'format = "json_object"\nschema = {schema}\n')
+    )
+    size = ledger.size()
+    with pytest.raises(ConfigError, match=r"credits only its structured_schema"):
+        run(path, recorder, tmp_path, policy_with(tmp_path, corpus[1]))
+    assert ledger.size() == size
+
+
+def test_campaign_naming_the_policys_structured_schema_in_another_key_order_is_accepted(
+    tmp_path: Path, tiny_model_dir: Path, corpus: tuple[Path, str]
+) -> None:
+    policy = policy_with(tmp_path, corpus[1])
+    schema = policy.params["structured_schema"]
+    inline = "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in reversed(list(schema.items()))) + " }"
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    path.write_text(
+        path.read_text().replace('format = "json_object"\n', f'format = "json_object"\nschema = {inline}\n')
+    )
+    runner = CampaignRunner(
+        load_campaign(path), None, work_dir=tmp_path / "work", handle_signals=False, policy=policy
+    )  # type: ignore[arg-type]
+    assert runner.structured_schema == schema
+
+
+def test_a_policy_without_a_structured_schema_refuses_a_campaign_that_runs_the_structured_gate(
+    tmp_path: Path, tiny_model_dir: Path, corpus: tuple[Path, str]
+) -> None:
+    policy = policy_with(tmp_path, corpus[1], structured_schema="{}")
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    with pytest.raises(ConfigError, match="sets no structured_schema"):
+        CampaignRunner(
+            load_campaign(path), None, work_dir=tmp_path / "work", handle_signals=False, policy=policy
+        )  # type: ignore[arg-type]
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    return str(v)

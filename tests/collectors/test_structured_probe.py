@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ledger.answers import structured_answer_problem
+from ledger.collectors.campaign import structured_schema
 from ledger.collectors.probe import probe_structured
 from tests.engines.stub_openai import StubConfig, serve_stub
 
@@ -34,7 +35,9 @@ def test_the_probe_records_the_problem_the_policy_finds_in_its_answer(
     answer: str, ok: bool, says: str | None
 ) -> None:
     with serve_stub(StubConfig(answers={PROMPT: answer})) as base:
-        payload = probe_structured(base, fmt="json_schema", prompt=PROMPT, model="stub-model", timeout=10)
+        payload = probe_structured(
+            base, schema=structured_schema(), fmt="json_schema", prompt=PROMPT, model="stub-model", timeout=10
+        )
     assert payload["text"] == answer
     assert payload["ok"] is ok
     problem = structured_answer_problem(payload)

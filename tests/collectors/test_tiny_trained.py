@@ -23,6 +23,7 @@ import httpx
 import jsonschema  # type: ignore[import-untyped,unused-ignore]
 import pytest
 
+from ledger.collectors.campaign import structured_schema
 from ledger.collectors.engines import tiny_trained as tt
 from ledger.policy.conditions import compile_condition
 
@@ -78,7 +79,7 @@ def test_control_prompts_are_the_probe_defaults() -> None:
     assert tt.CONTROL_PROMPT == probe.DEFAULT_PROMPT
     assert inspect.signature(probe.probe_completion).parameters["expect"].default == tt.CONTROL_ANSWER
     assert inspect.signature(probe.probe_structured).parameters["prompt"].default == tt.STRUCTURED_PROMPT
-    jsonschema.validate(json.loads(tt.STRUCTURED_ANSWER), probe.DEFAULT_SCHEMA)
+    jsonschema.validate(json.loads(tt.STRUCTURED_ANSWER), structured_schema())
 
 
 def test_encode_is_llamacpp_spm_on_byte_tokens() -> None:
@@ -340,7 +341,7 @@ def test_llamacpp_answers_the_controls_by_inference(served: str) -> None:
     msgs = [{"role": "user", "content": tt.STRUCTURED_PROMPT}]
     assert _chat(served, msgs, 64)["message"]["content"] == tt.STRUCTURED_ANSWER
     assert probe_completion(served, model="tiny-trained")["ok"] is True
-    structured = probe_structured(served, fmt="json_object", model="tiny-trained")
+    structured = probe_structured(served, schema=structured_schema(), fmt="json_object", model="tiny-trained")
     assert structured["ok"] is True, structured
     assert structured["text"] == tt.STRUCTURED_ANSWER
     assert probe_sequential(served, count=3, model="tiny-trained")["ok"] is True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -1291,6 +1292,65 @@ def test_structured_control_answer_with_surrounding_whitespace_and_key_order_pas
     es = qualified_entries()
     entry(es, "structured")["payload"]["text"] = ' \n{ "status" : "READY" }\n'
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+# --- the structured-output schema is the policy's, not the campaign's -------------------------------------
+
+
+def _policy_schema() -> dict[str, Any]:
+    params = tomllib.loads((POLICY_DIR / "backend-qualification.toml").read_text())["params"]
+    schema: dict[str, Any] = params["structured_schema"]
+    return schema
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        pytest.param({"type": "object"}, id="trivial-object"),
+        pytest.param({}, id="empty"),
+        pytest.param(
+            {k: v for k, v in _policy_schema().items() if k != "additionalProperties"},
+            id="one-keyword-dropped",
+        ),
+        pytest.param({**_policy_schema(), "required": []}, id="nothing-required"),
+        pytest.param({**_policy_schema(), "properties": {"status": {"type": "string"}}}, id="enum-dropped"),
+        pytest.param({**_policy_schema(), "additionalProperties": "false"}, id="keyword-mistyped"),
+    ],
+)
+def test_a_structured_probe_judged_against_a_campaign_schema_weaker_than_the_policys_fails(
+    tmp_path: Path, schema: dict[str, Any]
+) -> None:
+    """The answer is valid against the schema the probe recorded, but that is not the policy's
+    ``structured_schema``: a campaign cannot pass the gate by asking for a weaker one."""
+    es = qualified_entries()
+    entry(es, "structured")["payload"]["details"]["schema"] = schema
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["structured-output"] == "failed", v["gates"]
+    reason = _reason(v, "structured-output")
+    assert "policy's schema" in reason and _id_of(v, "structured")[:12] in reason, reason
+    assert v["verdict"] == "NOT QUALIFIED — CONTROL"
+
+
+def test_a_structured_probe_recording_the_policys_schema_in_another_key_order_qualifies(
+    tmp_path: Path,
+) -> None:
+    es = qualified_entries()
+    schema = _policy_schema()
+    entry(es, "structured")["payload"]["details"]["schema"] = dict(reversed(list(schema.items())))
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_policy_without_a_structured_schema_never_passes_the_structured_gate(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICY_DIR, policies, ignore=shutil.ignore_patterns("fixtures"))
+    path = policies / "backend-qualification.toml"
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [ln for ln in lines if not ln.startswith("structured_schema =")]
+    assert len(kept) == len(lines) - 1
+    path.write_text("".join(kept))
+    v = verdict_of(tmp_path, qualified_entries(), policy_dir=policies)
+    assert gates(v)["structured-output"] == "failed", v["gates"]
+    assert "or the policy sets none" in _reason(v, "structured-output")
 
 
 # --- GPU faults on the launch's host while it ran, from any campaign's kernel log ------------------------
