@@ -5,15 +5,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ledger.errors import InputError, SchemaError, UnknownKindError
 
 __all__ = [
     "KIND_MODELS",
     "KIND_ROLES",
+    "REVIEW_COMMIT",
     "ROLES",
     "STATEMENT_TYPE",
     "ArtifactRef",
@@ -96,8 +97,24 @@ class _Model(BaseModel):
 
 
 def _time_field(v: str) -> str:
-    parse_time(v)
+    try:
+        parse_time(v)
+    except SchemaError as e:  # as a ValueError, the refusal names the field that holds it
+        raise ValueError(str(e)) from None
     return v
+
+
+# Field types a payload's rules read: a value that is not one is refused at ingest, never read as absent
+# (a kernel event whose time does not parse could not be placed in any run; a negative latency would be
+# within every upper bound)
+Time = Annotated[str, AfterValidator(_time_field)]
+# a model file's digests; "" where the collector could not hash the file (the pin then pins nothing)
+Sha256Hex = Annotated[str, Field(pattern=r"^(|[0-9a-f]{64})$")]
+Blake3Digest = Annotated[str, Field(pattern=r"^(|blake3:[0-9a-f]{64})$")]
+Count = Annotated[int, Field(ge=0)]
+Figure = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+REVIEW_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")  # a reviewed commit: git's hash, abbreviated or whole
+GitCommit = Annotated[str, Field(pattern=REVIEW_COMMIT.pattern)]
 
 
 class ArtifactRef(_Model):
@@ -239,10 +256,10 @@ class EnvSnapshot(_Model):
 
 
 class ModelFile(_Model):
-    path: str
+    path: str = Field(min_length=1)
     size: int = Field(ge=0)
-    sha256: str
-    blake3: str
+    sha256: Sha256Hex
+    blake3: Blake3Digest
     lfs: bool = False
     expected: str | None = None  # digest from the HF blob name, when known
     verified: bool | None = None  # None: nothing to verify against
@@ -280,8 +297,8 @@ class EngineLaunch(_Model):
     bindings: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     lease_seconds: float | None = None
-    started_at: str
-    ended_at: str | None = None
+    started_at: Time
+    ended_at: Time | None = None
     ready: bool
     ready_endpoint: str | None = None
     time_to_ready_s: float | None = None
@@ -316,11 +333,11 @@ class GateResult(_Model):
     gate: str
     status: Literal["passed", "failed", "not_run", "not_authorized"]
     order: int | None = None
-    counts: dict[str, int] = Field(default_factory=dict)
+    counts: dict[str, Count] = Field(default_factory=dict)
     bounds: dict[str, Any] = Field(default_factory=dict)
     # the measured figures a policy judges (benchmark: ``ttft_ms.p95@c4`` …; semantic: ``score``); None:
-    # not measured (no aggregate result), never zero
-    figures: dict[str, float | None] = Field(default_factory=dict)
+    # not measured (no aggregate result), never zero; every one is a latency, a rate or a fraction (≥ 0)
+    figures: dict[str, Figure | None] = Field(default_factory=dict)
     reason: str | None = None
     evidence: list[str] = Field(default_factory=list)
 
@@ -329,8 +346,8 @@ class Job(_Model):
     job_id: str
     state: Literal["running", "succeeded", "failed", "killed", "cancelled"]
     lease_seconds: float | None = None
-    started_at: str | None = None
-    ended_at: str | None = None
+    started_at: Time | None = None
+    ended_at: Time | None = None
     exit_code: int | None = None
     cancelled_by: str | None = None
     reason: str | None = None
@@ -338,7 +355,7 @@ class Job(_Model):
 
 
 class KernelEvent(_Model):
-    time: str | None = None
+    time: Time | None = None  # None: the log line carried no time the collector could read
     # nvrm-xid | amdgpu-ring-timeout | gpu-reset-begin | gpu-reset-succeeded | vram-lost | mes-failure …
     kind: str
     message: str
@@ -355,9 +372,9 @@ class KernelLog(_Model):
     source: str  # journalctl | dmesg | file
     readable: bool = True
     reason: str | None = None
-    since: str | None = None
+    since: Time | None = None
     events: list[KernelEvent] = Field(default_factory=list)
-    last_reset_at: str | None = None
+    last_reset_at: Time | None = None
     catalogue: dict[str, Any] | None = None  # the GPU-fault catalogue cited: name, version, digest
 
 
@@ -368,7 +385,7 @@ class Finding(_Model):
 
 class Review(_Model):
     result: Literal["PASS", "FAIL"]
-    commit: str | None = None
+    commit: GitCommit | None = None  # the reviewed commit: 7 to 64 lowercase hex
     findings: list[Finding] = Field(default_factory=list)
     summary: str | None = None
 
@@ -388,8 +405,8 @@ class KeyEnrol(_Model):
     public_key: str  # base64 raw Ed25519 public key
     key_id: str
     roles: list[Role] = Field(min_length=1)
-    valid_from: str | None = None
-    valid_until: str | None = None
+    valid_from: Time | None = None
+    valid_until: Time | None = None
 
 
 class KeyGrant(_Model):
@@ -411,7 +428,7 @@ class KeyRevoke(_Model):
 class KeyRotate(_Model):
     old_key_id: str
     new_key_id: str
-    effective_at: str
+    effective_at: Time
     reason: str = ""
 
 

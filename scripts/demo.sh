@@ -63,7 +63,9 @@ field "$WORK/run-trained.json" "'\n'.join(f\"  {g['gate']:20} {g['status']}\" fo
   || fail "not every collector gate of $TRAINED passed"
 SEM=$(field "$WORK/run-trained.json" "next(g['entry_id'] for g in r['gates'] if g['gate'] == 'semantic')")
 BENCH=$(field "$WORK/run-trained.json" "next(g['entry_id'] for g in r['gates'] if g['gate'] == 'benchmark')")
-COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)
+# the commit reviewed: the checkout's; outside a git checkout, the SHA-256 of the sources reviewed
+COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null \
+  || (cd "$REPO" && find ledger -name '*.py' -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-64))
 
 step "review and acceptance: what the evidence-acceptance policy needs before it credits them"
 L review "$SEM" --pass --commit "$COMMIT" --key reviewer --summary "semantic items and their checks read"

@@ -32,6 +32,7 @@ from ledger.cli._common import (
     time_arg,
 )
 from ledger.cli.witness import TrustPolicyOption, load_policy_option
+from ledger.entries import REVIEW_COMMIT
 from ledger.errors import InputError
 
 if TYPE_CHECKING:
@@ -751,6 +752,11 @@ def review(
         raise InputError("--pass needs --commit: a review PASS that names no commit credits nothing")
     payload: dict[str, Any] = {"result": "PASS" if passed else "FAIL"}
     if commit:
+        if not REVIEW_COMMIT.fullmatch(commit):
+            raise InputError(
+                f"--commit {commit!r} is not a commit hash (7 to 64 lowercase hex): name the commit "
+                "reviewed as `git rev-parse HEAD` prints it, not a branch or tag, which moves"
+            )
         payload["commit"] = commit
     if summary:
         payload["summary"] = summary

@@ -121,6 +121,10 @@ def test_review_accept_supersede_one_command_each(home: Path) -> None:
     for commit in ([], ["--commit", " "]):
         r = run_ledger("--home", str(home), "review", entry, "--pass", *commit, "--key", "rev1")
         assert r.returncode == 2 and "--pass needs --commit" in r.stderr, r.stderr
+    # a branch or tag moves: only a commit hash names what was reviewed
+    for commit in ("HEAD", "main", "A" * 40):
+        r = run_ledger("--home", str(home), "review", entry, "--pass", "--commit", commit, "--key", "rev1")
+        assert r.returncode == 2 and "is not a commit hash" in r.stderr, r.stderr
     assert len(json.loads(run_ledger("--home", str(home), "log", "--json").stdout)["items"]) == size
     # a collector key may not sign a review
     r = run_ledger("--home", str(home), "review", entry, "--fail", "--key", "collector")

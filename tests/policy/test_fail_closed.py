@@ -1723,7 +1723,6 @@ def test_a_launch_that_ran_one_engine_and_binds_another_is_not_credited(tmp_path
         pytest.param(lambda c: c.update(failed=3), id="failed-beside-all-passed"),
         pytest.param(lambda c: c.update(passed=13), id="more-passed-than-asked"),
         pytest.param(lambda c: c.pop("failed"), id="failed-dropped"),
-        pytest.param(lambda c: c.update(passed=14, failed=-2), id="negative-failed"),
         pytest.param(lambda c: c.update(fails=c.pop("failed")), id="failed-renamed"),
     ],
 )
@@ -1745,7 +1744,10 @@ def test_semantic_counts_that_do_not_add_up_never_qualify(tmp_path: Path, change
         pytest.param(lambda c: c.pop("issued"), id="issued-dropped"),
         pytest.param(lambda c: c.update(sent=c.pop("issued")), id="issued-renamed"),
         pytest.param(lambda c: c.pop("errors"), id="errors-dropped"),
-        pytest.param(lambda c: c.update(completed=577, errors=-1), id="negative-errors"),
+        pytest.param(lambda c: c.update(levels=0), id="levels-contradicting-the-spec"),
+        pytest.param(lambda c: c.pop("levels"), id="levels-dropped"),
+        pytest.param(lambda c: c.update(passes=c.pop("repetitions")), id="repetitions-renamed"),
+        pytest.param(lambda c: c.update(repetitions=1), id="repetitions-contradicting-the-spec"),
     ],
 )
 def test_benchmark_counts_that_do_not_add_up_or_hold_errors_never_qualify(
@@ -1757,7 +1759,7 @@ def test_benchmark_counts_that_do_not_add_up_or_hold_errors_never_qualify(
     change(entry(es, "benchmark")["payload"]["counts"])
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE", v["gates"]
-    assert "counts issued, completed, errors" in _reason(v, "benchmark")
+    assert "counts issued, levels, repetitions, completed, errors" in _reason(v, "benchmark")
 
 
 def test_benchmark_errors_within_a_policy_that_allows_some_pass(tmp_path: Path) -> None:
@@ -1838,3 +1840,141 @@ def test_a_sequential_count_the_run_does_not_record_never_qualifies(
     reason = _reason(v, "sequential-requests")
     assert "count is not the number of requests it recorded" in reason
     assert f"run {_id_of(v, 'sequential')[:12]} claims 20 requests" in reason
+
+
+# --- values a rule reads that are not what their field is are refused at ingest, not read as absent --------
+
+
+def _refused(tmp_path: Path, es: list[dict[str, Any]]) -> str:
+    with pytest.raises(SchemaError) as info:
+        verdict_of(tmp_path, es)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "time", ["yesterday", "2026-09-10 10:03", "2026-09-10T10:03:00", "", "10:03:00Z"], ids=repr
+)
+def test_a_kernel_event_whose_time_does_not_parse_is_refused_not_left_out_of_every_run(
+    tmp_path: Path, time: str
+) -> None:
+    """An Xid 79 with an unreadable time could be placed in no run, so the host health job's log of it
+    never failed a campaign that ran then: such a time is refused at ingest (no time at all is allowed
+    and judged where the log is the campaign's own)."""
+    es = qualified_entries()
+    es.append(_host_health_log(time))
+    assert "time" in _refused(tmp_path, es)
+
+
+@pytest.mark.parametrize(
+    ("figure", "value"),
+    [("ttft_ms.p95@c4", -1.0), ("error_rate", -0.5), ("c1_parity", -1.0)],
+)
+def test_a_negative_benchmark_figure_is_refused_not_within_every_upper_bound(
+    tmp_path: Path, figure: str, value: float
+) -> None:
+    """A TTFT p95 of -1 ms was within the 2,000 ms bound: every figure is a latency, rate or fraction."""
+    es = qualified_entries()
+    entry(es, "benchmark")["payload"]["figures"][figure] = value
+    assert "figures" in _refused(tmp_path, es)
+
+
+@pytest.mark.parametrize(
+    ("gate", "counts"),
+    [
+        ("semantic", {"passed": 14, "failed": -2}),
+        ("benchmark", {"completed": 577, "errors": -1}),
+        ("benchmark", {"prompts": -1}),
+    ],
+)
+def test_a_negative_harness_count_is_refused(tmp_path: Path, gate: str, counts: dict[str, int]) -> None:
+    """Counts that add up only with a negative one (14 passed, -2 failed of 12) are refused at ingest."""
+    es = qualified_entries()
+    entry(es, gate)["payload"]["counts"].update(counts)
+    assert "counts" in _refused(tmp_path, es)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda f: f.update(blake3="blake3:" + "B" * 64), id="blake3-uppercase"),
+        pytest.param(lambda f: f.update(blake3="b" * 64), id="blake3-without-its-prefix"),
+        pytest.param(lambda f: f.update(sha256="a" * 63), id="sha256-cut-short"),
+        pytest.param(lambda f: f.update(path=""), id="path-empty"),
+    ],
+)
+def test_a_pinned_file_with_a_malformed_digest_or_no_path_is_refused(tmp_path: Path, change: Any) -> None:
+    """A pin whose file's BLAKE3 was not a digest ("blake3:BBB…X") qualified: only SHA-256 was compared."""
+    es = qualified_entries()
+    change(entry(es, "pin")["payload"]["files"][0])
+    assert "files" in _refused(tmp_path, es)
+
+
+@pytest.mark.parametrize(
+    "commit", ["HEAD", "main", "CAFE000000000000000000000000000000000000", "abc", "cafe0000X"]
+)
+def test_a_review_naming_no_commit_hash_is_refused(tmp_path: Path, commit: str) -> None:
+    es = qualified_entries()
+    entry(es, "benchmark-review")["payload"]["commit"] = commit
+    assert "commit" in _refused(tmp_path, es)
+
+
+@pytest.mark.parametrize("started_at", ["soon", "2026-09-10T10:00:20", ""], ids=repr)
+def test_a_launch_whose_start_does_not_parse_is_refused(tmp_path: Path, started_at: str) -> None:
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["started_at"] = started_at
+    assert "started_at" in _refused(tmp_path, es)
+
+
+def _repinned(revision: str) -> list[dict[str, Any]]:
+    es = qualified_entries()
+    entry(es, "pin")["payload"]["revision"] = revision
+    for name in ("launch", "campaign-job"):
+        e = entry(es, name)["payload"]
+        bindings = e["bindings"] if "bindings" in e else e["spec"]["bindings"]
+        bindings["model_revision"] = revision
+    return es
+
+
+@pytest.mark.parametrize("revision", ["", "main", "v1.0", "refs/pr/3", "1111111"], ids=repr)
+def test_a_pin_to_a_moving_or_empty_revision_fails_model_pinned(tmp_path: Path, revision: str) -> None:
+    """A pin of revision "" (or a branch name) bound by the launch qualified: only `revision != null` was
+    read. An immutable revision is a commit hash or the collector's content digest."""
+    v = verdict_of(tmp_path, _repinned(revision))
+    assert gates(v)["model-pinned"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
+    assert "immutable revision" in _reason(v, "model-pinned")
+
+
+@pytest.mark.parametrize(
+    "revision", ["a" * 40, "b" * 64, "blake3:" + "c" * 64], ids=["git-sha1", "git-sha256", "content-digest"]
+)
+def test_a_pin_to_a_commit_or_content_digest_qualifies(tmp_path: Path, revision: str) -> None:
+    assert verdict_of(tmp_path, _repinned(revision))["verdict"] == "QUALIFIED"
+
+
+# --- evidence naming another subject, read because it refs this subject's job ------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["launch", "completion", "structured", "sequential", "semantic", "benchmark"]
+)
+@pytest.mark.parametrize("field", ["campaign", "backend", "model", "host"])
+def test_runtime_evidence_naming_another_subject_is_not_credited_though_it_refs_the_campaigns_job(
+    tmp_path: Path, name: str, field: str
+) -> None:
+    """Regression: a launch, probe or harness result whose subject names another model (or host, backend,
+    campaign) was read with the campaign because it refs the campaign's job, and credited: a QUALIFIED
+    verdict stood on another model's or another host's run."""
+    es = qualified_entries()
+    e = entry(es, name)
+    e["subject"] = {**SUBJECT, field: SUBJECT[field] + "-other"}
+    v = verdict_of(tmp_path, es)
+    assert rejected(v).get(name) == "other-subject", v["rejected"]
+    assert v["verdict"] != "QUALIFIED", v["gates"]
+
+
+def test_a_review_naming_another_subject_still_reviews_the_entry_it_refs(tmp_path: Path) -> None:
+    """Support entries (reviews, acceptances) are judged by what they ref, not by the subject they name."""
+    es = qualified_entries()
+    entry(es, "benchmark-review")["subject"] = {"campaign": "review-board"}
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
