@@ -51,9 +51,8 @@ STRUCTURED = {
     "check": "structured",
     "ok": True,
     "text": '{"status": "READY"}',
-    "details": {
-        "schema": {"type": "object", "required": ["status"], "properties": {"status": {"const": "READY"}}}
-    },
+    # the schema the qualification policy credits (its structured_schema: one copy)
+    "details": {"schema": load_policy("backend-qualification").params["structured_schema"]},
 }
 CAMPAIGN = "bench-campaign"
 T0 = datetime(2026, 9, 10, 9, 0, tzinfo=UTC)
