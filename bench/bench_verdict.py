@@ -271,6 +271,8 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                         "status": "passed",
                         "counts": {
                             "requests": params["benchmark_requests"],
+                            "levels": len(params["benchmark_concurrency"]),
+                            "repetitions": params["benchmark_repetitions"],
                             "issued": issued,
                             "completed": issued,
                             "errors": 0,
