@@ -172,7 +172,6 @@ def probe_structured(
     ``fmt`` is ``json_schema`` (OpenAI/vLLM form), ``json_object`` (llama-cpp-python form) or ``auto``:
     ``json_schema`` first and, only when the server refuses that request form, ``json_object``.
     """
-    sch = schema
     base = base_url.rstrip("/")
     tried: list[dict[str, Any]] = []
     forms = ["json_schema", "json_object"] if fmt == "auto" else [fmt]
@@ -186,7 +185,7 @@ def probe_structured(
             used = form
             t1 = time.monotonic()
             r, text, err = _chat(
-                c, base, _body(model, prompt, max_tokens, response_format=_response_format(form, sch))
+                c, base, _body(model, prompt, max_tokens, response_format=_response_format(form, schema))
             )
             tried.append(
                 {
@@ -202,7 +201,7 @@ def probe_structured(
     ok = False
     if text is not None:
         # judged as the policy re-judges the recorded answer: one check, ledger.answers
-        problem = schema_problem(text, sch)
+        problem = schema_problem(text, schema)
         ok = problem is None
         err = problem or err
     return {
@@ -215,7 +214,7 @@ def probe_structured(
         "max_tokens": max_tokens,
         "text": None if text is None else text[:_TEXT_LIMIT],
         "error": err or None,
-        "details": {"format": used, "schema": sch, "attempts": tried},
+        "details": {"format": used, "schema": schema, "attempts": tried},
     }
 
 
