@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ledger.errors import InputError, SchemaError, UnknownKindError
 
@@ -216,7 +224,8 @@ class Statement(_Model):
 
 
 class GpuInfo(_Model):
-    index: int | None = None
+    # the device index the driver gives (``CUDA_VISIBLE_DEVICES``); absent: its place in the list
+    index: Count | None = None
     name: str
     uuid: str | None = None
     vendor: Literal["nvidia", "amd", "intel", "other"] = "nvidia"
@@ -244,6 +253,17 @@ class HostProbe(_Model):
     gpu_note: str | None = None  # e.g. "no GPU found"
     disks: list[dict[str, Any]] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_gpu_per_index(self) -> HostProbe:
+        # the routing check finds a deployment's GPUs by index: two GPUs under one index name neither
+        seen: set[int] = set()
+        for i, g in enumerate(self.gpus):
+            index = i if g.index is None else g.index
+            if index in seen:
+                raise ValueError(f"two GPUs have index {index}: a GPU index names one device")
+            seen.add(index)
+        return self
 
 
 class EnvSnapshot(_Model):
@@ -274,6 +294,14 @@ class ModelPin(_Model):
     total_size: int = Field(ge=0)
     verification: Literal["passed", "failed", "not_applicable"] = "not_applicable"
     failures: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _total_is_the_files(self) -> ModelPin:
+        # the collector writes the sum of the files' sizes; a total that is not contradicts the files
+        files = sum(f.size for f in self.files)
+        if self.total_size != files:
+            raise ValueError(f"total_size {self.total_size} is not the sum of the files' sizes ({files})")
+        return self
 
 
 def pin_bindings(pin: Mapping[str, Any]) -> dict[str, str]:

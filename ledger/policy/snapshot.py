@@ -144,13 +144,14 @@ def payload_problem(statement: Any) -> str | None:
 
 
 def probe_ok(payload: dict[str, Any]) -> bool:
-    """A ``health.probe`` succeeded: it says ``ok`` (the boolean) and records no non-2xx HTTP status. The
-    collectors write ``ok`` only with a 2xx answer; a record claiming success beside an error status (or
-    a status that is not a number) contradicts itself and is judged a failure, never a pass."""
+    """A ``health.probe`` succeeded: it says ``ok`` (the boolean) and records the 2xx HTTP status of the
+    answer it judged. Every check is an HTTP request, and the collectors write ``ok`` only with a 2xx
+    answer, which they record; a record claiming success beside an error status, or with no status (what
+    answered is not on the record), is judged a failure, never a pass."""
     if payload.get("ok") is not True:
         return False
     status = payload.get("http_status")
-    return status is None or (type(status) is int and 200 <= status <= 299)
+    return type(status) is int and 200 <= status <= 299
 
 
 NO_DERIVED: dict[str, Any] = {

@@ -522,13 +522,19 @@ def seed_campaign(dep: Deployment) -> dict[str, Any]:
         "models": led.record(
             "health.probe",
             subj,
-            {"endpoint": "/v1/models", "check": "models", "ok": True, "model_identity": subj["model"]},
+            {
+                "endpoint": "/v1/models",
+                "check": "models",
+                "ok": True,
+                "http_status": 200,
+                "model_identity": subj["model"],
+            },
             key="collector1",
         ),
         "completion": led.record(
             "health.probe",
             subj,
-            {"endpoint": "/v1/chat", "check": "completion", "ok": True, "text": "READY"},
+            {"endpoint": "/v1/chat", "check": "completion", "ok": True, "http_status": 200, "text": "READY"},
             key="collector1",
         ),
     }

@@ -328,14 +328,18 @@ NEEDED = [
     ("launch", "bindings/model_repo"),
     ("launch", "bindings/engine"),
     ("health", "check"),
+    ("health", "http_status"),
     ("completion", "check"),
+    ("completion", "http_status"),
     ("completion", "ok"),
     ("completion", "text"),
     ("structured", "check"),
     ("structured", "ok"),
     ("structured", "text"),
     ("structured", "details/schema"),
+    ("structured", "http_status"),
     ("sequential", "check"),
+    ("sequential", "http_status"),
     ("sequential", "ok"),
     ("sequential", "count"),
     ("semantic", "gate"),
@@ -640,7 +644,7 @@ def test_launch_recording_a_different_shard_is_rejected(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        pytest.param(lambda p: p.update(files=[]), id="no-files"),
+        pytest.param(lambda p: p.update(files=[], total_size=0), id="no-files"),
         pytest.param(lambda p: p["files"][0].update(sha256=""), id="file-without-sha256"),
         pytest.param(lambda p: p["files"][0].update(blake3=""), id="file-without-blake3"),
         pytest.param(lambda p: p["files"][0].update(verified=False), id="file-failed-its-check"),
@@ -940,7 +944,7 @@ def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> Non
     v = verdict_of(tmp_path, es)
     assert gates(v)["api-readiness"] == "failed"
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
-    models["payload"].update(ok=True, model_identity="m-7", error=None)
+    models["payload"].update(ok=True, http_status=200, model_identity="m-7", error=None)
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
     # ok claimed, but what it recorded says otherwise (or nothing): re-judged from the ids
     models["payload"].update(model_identity="some-other-model", details={"served": ["some-other-model"]})
@@ -1658,11 +1662,34 @@ def test_a_failed_health_probe_after_readiness_fails_api_readiness(
     assert f"probe {_id_of(v, 'health')[:12]}" in g["reason"]
 
 
-@pytest.mark.parametrize("status", [200, 204, None])
-def test_a_health_probe_with_a_2xx_or_no_status_passes(tmp_path: Path, status: int | None) -> None:
+@pytest.mark.parametrize("status", [200, 204])
+def test_a_health_probe_with_a_2xx_status_passes(tmp_path: Path, status: int) -> None:
     es = qualified_entries()
     entry(es, "health")["payload"]["http_status"] = status
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+@pytest.mark.parametrize("how", ["dropped", "null", "renamed"])
+@pytest.mark.parametrize("probe", ["health", "completion", "structured", "sequential"])
+def test_a_probe_claiming_ok_without_an_http_status_is_not_credited(
+    tmp_path: Path, probe: str, how: str
+) -> None:
+    """Regression: a probe recording `ok = true` and no HTTP status was credited (the gate read "no
+    status" as "no error"): every check is an HTTP request and the collectors record the 2xx status of
+    the answer they judged, so a success without one says nothing about what answered."""
+    es = qualified_entries()
+    payload = entry(es, probe)["payload"]
+    status = payload.pop("http_status")
+    if how == "null":
+        payload["http_status"] = None
+    elif how == "renamed":
+        payload["status"] = status
+    try:
+        v = verdict_of(tmp_path, es)
+    except SchemaError:
+        assert how == "renamed"  # an unknown key is refused at ingest
+        return
+    assert v["verdict"] != "QUALIFIED", v["gates"]
 
 
 @pytest.mark.parametrize(
@@ -1907,6 +1934,63 @@ def test_a_pinned_file_with_a_malformed_digest_or_no_path_is_refused(tmp_path: P
     es = qualified_entries()
     change(entry(es, "pin")["payload"]["files"][0])
     assert "files" in _refused(tmp_path, es)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda p: p.update(total_size=p["total_size"] + 1), id="total-above-the-files"),
+        pytest.param(lambda p: p.update(total_size=0), id="total-zero"),
+        pytest.param(lambda p: p.pop("total_size"), id="total-dropped"),
+        pytest.param(lambda p: p["files"].append(dict(p["files"][0], path="b.safetensors")), id="file-added"),
+    ],
+)
+def test_a_pin_whose_total_size_is_not_its_files_is_refused(tmp_path: Path, change: Any) -> None:
+    """A pin's `total_size` the collector writes as the sum of its files' sizes: one that is not
+    contradicts the files it lists (a file left out or added by hand) and is refused at ingest."""
+    es = qualified_entries()
+    change(entry(es, "pin")["payload"])
+    assert "total_size" in _refused(tmp_path, es)
+
+
+def test_a_pin_holding_a_zero_byte_file_fails_model_pinned(tmp_path: Path) -> None:
+    """Regression: a pinned file of zero bytes (what an interrupted download leaves) was credited as
+    pinned: its digests are those of the empty file, which pin no weights."""
+    es = qualified_entries()
+    pin = entry(es, "pin")["payload"]
+    pin["files"].append(
+        {
+            "path": "model-00002-of-00002.safetensors",
+            "size": 0,
+            "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "blake3": "blake3:af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262",
+        }
+    )
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["model-pinned"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
+    g = next(g for g in v["gates"] if g["name"] == "model-pinned")
+    assert "zero bytes" in g["reason"]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "why"),
+    [
+        ([{"index": -1, "name": "NVIDIA H100"}], "index"),
+        ([{"index": 0, "name": "NVIDIA H100"}, {"index": 0, "name": "NVIDIA H100"}], "index 0"),
+        ([{"index": 1, "name": "NVIDIA H100"}, {"name": "NVIDIA H100"}], "index 1"),  # the second is at 1
+        ([{"index": "0", "name": "NVIDIA H100"}], "index"),
+    ],
+    ids=["negative", "repeated", "repeats-a-position", "string"],
+)
+def test_a_host_probe_naming_no_device_by_a_gpu_index_is_refused(
+    tmp_path: Path, gpus: list[dict[str, Any]], why: str
+) -> None:
+    """A host probe listing GPU index -1, or two GPUs under one index, was stored: the routing check
+    finds a deployment's GPUs by index, so such a probe names no device (or two) by it."""
+    es = qualified_entries()
+    entry(es, "host")["payload"]["gpus"] = gpus
+    assert why in _refused(tmp_path, es)
 
 
 @pytest.mark.parametrize(

@@ -320,3 +320,49 @@ def test_a_superseded_rejection_says_nothing_to_the_routing_gate(build) -> None:
     rejection = str(b.ledger.query(kind="acceptance", limit=None)[-1].entry_id)
     _supersede(b, rejection, "the hold was lifted")
     assert check(b, OK)["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    "models",
+    [
+        None,  # no /v1/models probe: only the completion, which records the model it asked for
+        {"ok": False, "http_status": 500},
+        {"ok": True},  # success claimed with no status: what answered is not on the record
+        {"ok": True, "http_status": 200, "check": "completion"},  # the identity rides on another check
+    ],
+    ids=["no-models-probe", "models-probe-failed", "models-probe-without-status", "identity-on-a-completion"],
+)
+def test_restoration_identity_needs_a_successful_models_answer(build, models: dict[str, Any] | None) -> None:
+    """Regression: restoration-identity read `model_identity` from any probe, so a completion (which
+    records the model it asked for; llama.cpp answers whatever name is asked) or a failed /v1/models
+    probe vouched for the served model."""
+    b = build("routing-change/seed000-restoration.toml")
+    subject = {"backend": "llama.cpp", "model": "qwen/qwen3.8-27b", "host": "hiro-9"}
+    probes: list[dict[str, Any]] = [
+        {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200},
+        {"endpoint": "http://127.0.0.1:8080/v1/chat/completions", "check": "completion", "ok": True,
+         "http_status": 200, "text": "READY", "model_identity": "qwen/qwen3.8-27b"},
+    ]  # fmt: skip
+    if models is not None:
+        probes.append(
+            {"endpoint": "http://127.0.0.1:8080/v1/models", "check": "models",
+             "model_identity": "qwen/qwen3.8-27b", **models}
+        )  # fmt: skip
+    for p in probes:
+        st = b.ledger.make_statement("health.probe", subject, p, collected_at="2026-09-01T18:01:00Z")
+        b.ledger.append([b.ledger.sign(st, "collector")], logged_at=parse_time("2026-09-01T18:01:01Z"))
+
+    def restore() -> dict[str, Any]:
+        return check_routing_change(
+            b.ledger, load_policy("routing-change"), dict(subject), action="restore",
+            now=parse_time("2026-09-01T18:05:00Z"),
+        )  # fmt: skip
+
+    got = restore()
+    assert got["allowed"] is False, got
+    assert any("no fresh /v1/models answer served the expected" in r for r in got["reasons"]), got["reasons"]
+    good = {"endpoint": "http://127.0.0.1:8080/v1/models", "check": "models", "ok": True, "http_status": 200,
+            "model_identity": "qwen/qwen3.8-27b"}  # fmt: skip
+    st = b.ledger.make_statement("health.probe", subject, good, collected_at="2026-09-01T18:01:02Z")
+    b.ledger.append([b.ledger.sign(st, "collector")], logged_at=parse_time("2026-09-01T18:01:03Z"))
+    assert restore()["allowed"] is True
