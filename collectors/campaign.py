@@ -146,7 +146,8 @@ class ModelSection(_Section):
     name: str | None = None  # subject "model"; default: repo id or the file/dir name
     repo_id: str | None = None
     revision: str | None = None
-    served_name: str | None = None  # expected /v1/models id
+    # the id /v1/models must serve: required, or the identity probe could not judge (policy: INCONCLUSIVE)
+    served_name: str = Field(min_length=1, max_length=200)
     sha256: dict[str, str] = Field(default_factory=dict)  # pinned manifest: relative path → SHA-256
 
 
@@ -742,7 +743,7 @@ class CampaignRunner:
             "{model}": str(self.c.model_path),
             "{port}": str(port),
             "{host}": e.host,
-            "{served_name}": self.c.spec.model.served_name or "",
+            "{served_name}": self.c.spec.model.served_name,
         }
         cmd = []
         for part in [*e.command, *attempt.extra_args]:

@@ -41,6 +41,7 @@ class CompiledGate:
     spec: Gate
     where: Condition | None
     require: Condition | None
+    requires: tuple[tuple[Condition, str], ...]  # further conditions to judge at all, with their reasons
     # per check: its ``expr``, its ``fail`` text, and the (``each``, ``detail``) that name the selected
     # entries it failed on (None: it names none)
     checks: tuple[tuple[Condition, str, tuple[Condition, str] | None], ...]
@@ -169,6 +170,10 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
                     compile_condition(gate.require, _where(filename, text, "gates", i, "require"))
                     if gate.require
                     else None
+                ),
+                requires=tuple(
+                    (compile_condition(r.expr, _where(filename, text, "gates", i, "requires")), r.missing)
+                    for r in gate.requires
                 ),
                 checks=tuple(checks),
             )

@@ -157,6 +157,14 @@ class Check(_Model):
         return self
 
 
+class Requirement(_Model):
+    """A further condition (CEL over the gate's selection) the gate needs before it can judge at all; when
+    it does not hold the gate is ``missing`` (INCONCLUSIVE) with ``missing`` as the reason."""
+
+    expr: str
+    missing: str
+
+
 class Gate(_Model):
     """One rung of the ladder. Evidence is selected by ``select`` (plain field equalities, cheap on large
     campaigns) or ``kinds``, then optionally narrowed by the CEL ``where``; ``checks`` judge the selection."""
@@ -169,6 +177,8 @@ class Gate(_Model):
     where: str | None = None
     require: str | None = None
     missing: str = "no accepted evidence"
+    # judged in order after ``require``: what the gate further needs to judge (the first that fails names it)
+    requires: list[Requirement] = Field(default_factory=list)
     checks: list[Check] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -86,6 +86,7 @@ def _gate_fields(g: CompiledGate) -> FieldsRead | None:
     sources = [c.source for c, _, _ in g.checks]
     if g.require is not None:
         sources.append(g.require.source)
+    sources += [cond.source for cond, _ in g.requires]
     return fields_read("evidence", sources)
 
 
@@ -174,6 +175,10 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
                 )
             out.update(status="missing", reason=reason)
             stopped = (spec.name, "has no accepted evidence")
+            verdict = INCONCLUSIVE
+        elif unmet := next((msg for cond, msg in g.requires if not cond.holds(shared)), None):
+            out.update(status="missing", reason=_render(unmet, ctx, candidates))
+            stopped = (spec.name, "cannot be judged")
             verdict = INCONCLUSIVE
         else:
             fails = [

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.entries import parse_time
-from ledger.errors import SchemaError
+from ledger.errors import ConfigError, SchemaError
 from ledger.policy.fixtures import _Builder
 from ledger.policy.loader import load_policy
 from ledger.policy.verdict import evaluate
@@ -172,6 +172,27 @@ def test_policy_with_unknown_fault_class_is_refused(policy_copy: Path) -> None:
         p.read_text().replace('fault_classes = ["runtime-fault"', 'fault_classes = ["runtime-faults"')
     )
     with pytest.raises(PolicyError, match="runtime-faults"):
+        load_policy(str(p))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        ('missing = "a /v1/models', 'missings = "a /v1/models', r"requires\.0\.missing"),
+        ('missing = "a /v1/models', '# missing = "a /v1/models', r"requires\.0\.missing"),
+        ("[[gates.requires]]\n# an identity", "[[gates.require]]\n# an identity", "require"),
+    ],
+)  # fmt: skip
+def test_a_gate_requirement_with_a_dropped_or_renamed_field_is_refused(
+    policy_copy: Path, old: str, new: str, named: str
+) -> None:
+    from ledger.errors import PolicyError
+
+    p = policy_copy / "backend-qualification.toml"
+    text = p.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new, 1))
+    with pytest.raises(PolicyError, match=named):
         load_policy(str(p))
 
 
@@ -531,7 +552,7 @@ def test_campaign_file_unknown_key_is_an_error_naming_key_and_file(
 
     text = {
         "campaign": 'id = "neighbour"\n',
-        "model": 'path = "m"\n',
+        "model": 'path = "m"\nserved_name = "m"\n',
         "engine": 'kind = "generic"\ncommand = ["x"]\n',
         "gates.control": "enabled = true\n",
     }
@@ -953,6 +974,66 @@ def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> Non
     assert gates(verdict_of(tmp_path, es))["api-readiness"] == "failed"
     models["payload"]["details"] = {"served": ["some-other-model", "m-7"]}  # served, not first
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def _models_probe(**payload: Any) -> dict[str, Any]:
+    base = {
+        "endpoint": "/v1/models",
+        "check": "models",
+        "ok": True,
+        "http_status": 200,
+        "model_identity": "m-7",
+    }
+    return {
+        "name": "models",
+        "kind": "health.probe",
+        "key": "collector",
+        "at": "2026-09-10T10:01:06Z",
+        "refs": {"job": "campaign-job"},
+        "payload": {**base, **payload},
+    }
+
+
+@pytest.mark.parametrize("how", ["dropped", "null", "renamed"])
+def test_an_identity_probe_naming_no_expected_model_cannot_pass_api_readiness(
+    tmp_path: Path, how: str
+) -> None:
+    """Regression: a `/v1/models` probe with no `expected` id (a campaign without model.served_name, a probe
+    entered by hand) passed the identity check with whatever the engine served. It cannot judge identity:
+    the gate is INCONCLUSIVE, naming why — and the same probe naming the expected id qualifies."""
+    es = qualified_entries()
+    models = _models_probe()
+    if how == "null":
+        models["payload"]["expected"] = None
+    es.insert(es.index(entry(es, "health")) + 1, models)
+    if how == "renamed":  # a misspelled key is refused at ingest, never read as "no expectation"
+        models["payload"]["expect"] = "m-7"
+        with pytest.raises(SchemaError, match="expect"):
+            verdict_of(tmp_path, es)
+        return
+    v = verdict_of(tmp_path, es)
+    g = next(g for g in v["gates"] if g["name"] == "api-readiness")
+    assert g["status"] == "missing" and "names no expected model id" in g["reason"], g
+    assert v["verdict"] == "INCONCLUSIVE"
+    later = [x["status"] for x in v["gates"][[x["name"] for x in v["gates"]].index("api-readiness") + 1 :]]
+    assert later and set(later) == {"not_authorized"}
+    models["payload"]["expected"] = "m-7"
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+    models["payload"]["expected"] = "m-8"  # expects another model than it saw served
+    assert gates(verdict_of(tmp_path, es))["api-readiness"] == "failed"
+
+
+def test_a_campaign_without_a_served_name_is_refused_naming_it(tmp_path: Path) -> None:
+    """The collector's identity probe expects the campaign's model.served_name; without one it could not
+    judge identity, so the campaign file is refused before anything runs."""
+    from ledger.collectors.campaign import load_campaign
+
+    shipped = (REPO / "campaigns" / "llamacpp-cpu.toml").read_text()
+    assert 'served_name = "tiny"' in shipped
+    path = tmp_path / "no-served-name.toml"
+    path.write_text(shipped.replace('served_name = "tiny"', ""))
+    with pytest.raises(ConfigError, match=r"model\.served_name: Field required"):
+        load_campaign(path)
 
 
 def test_verdict_without_a_campaign_is_refused_not_judged_across_campaigns(tmp_path: Path) -> None:
