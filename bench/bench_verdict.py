@@ -50,6 +50,7 @@ STRUCTURED = {
     "endpoint": "/v1/chat",
     "check": "structured",
     "ok": True,
+    "http_status": 200,
     "text": '{"status": "READY"}',
     # the schema the qualification policy credits (its structured_schema: one copy)
     "details": {"schema": load_policy("backend-qualification").params["structured_schema"]},
@@ -134,7 +135,29 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
             statement(
                 "health.probe",
                 subj,
-                {"endpoint": "/v1/chat", "check": "completion", "ok": True, "text": "READY"},
+                {
+                    "endpoint": "/v1/models",
+                    "check": "models",
+                    "ok": True,
+                    "http_status": 200,
+                    "expected": "bench-model",
+                    "model_identity": "bench-model",
+                },
+                t,
+            ),
+            "collector",
+        ),
+        (
+            statement(
+                "health.probe",
+                subj,
+                {
+                    "endpoint": "/v1/chat",
+                    "check": "completion",
+                    "ok": True,
+                    "http_status": 200,
+                    "text": "READY",
+                },
                 t,
             ),
             "collector",
@@ -151,6 +174,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                     "endpoint": "/v1/chat",
                     "check": "sequential",
                     "ok": True,
+                    "http_status": 200,
                     "count": 20,
                     "latencies_ms": [40.0] * 20,
                 },

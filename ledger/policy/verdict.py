@@ -176,23 +176,27 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             out.update(status="missing", reason=reason)
             stopped = (spec.name, "has no accepted evidence")
             verdict = INCONCLUSIVE
-        elif unmet := next((msg for cond, msg in g.requires if not cond.holds(shared)), None):
-            out.update(status="missing", reason=_render(unmet, ctx, candidates))
-            stopped = (spec.name, "cannot be judged")
-            verdict = INCONCLUSIVE
         else:
             fails = [
                 _render(msg, ctx, candidates) + _failed_on(naming, ctx, candidates)
                 for cond, msg, naming in g.checks
                 if not cond.holds(shared)
             ]
-            out.update(
-                status="failed" if fails else "passed",
-                reason="; ".join(fails) if fails else "all checks hold",
-            )
-            if fails:
-                stopped = (spec.name, "failed")
-                verdict = spec.verdict
+            # a failed check is a judgement already; only a gate whose checks all hold can still lack what
+            # it needs to judge (``requires``): then it cannot pass, and says why (INCONCLUSIVE)
+            unmet = None if fails else next((m for cond, m in g.requires if not cond.holds(shared)), None)
+            if unmet is not None:
+                out.update(status="missing", reason=_render(unmet, ctx, candidates))
+                stopped = (spec.name, "cannot be judged")
+                verdict = INCONCLUSIVE
+            else:
+                out.update(
+                    status="failed" if fails else "passed",
+                    reason="; ".join(fails) if fails else "all checks hold",
+                )
+                if fails:
+                    stopped = (spec.name, "failed")
+                    verdict = spec.verdict
         used.update(out["evidence"])
         gates.append(out)
     for eid in list(used):

@@ -178,8 +178,8 @@ def test_policy_with_unknown_fault_class_is_refused(policy_copy: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "named"),
     [
-        ('missing = "a /v1/models', 'missings = "a /v1/models', r"requires\.0\.missing"),
-        ('missing = "a /v1/models', '# missing = "a /v1/models', r"requires\.0\.missing"),
+        ('missing = "a /v1/models', 'missings = "a /v1/models', r"requires\.\d\.missing"),
+        ('missing = "a /v1/models', '# missing = "a /v1/models', r"requires\.\d\.missing"),
         ("[[gates.requires]]\n# an identity", "[[gates.require]]\n# an identity", "require"),
     ],
 )  # fmt: skip
@@ -945,23 +945,15 @@ def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> Non
     """Regression: api-readiness never selected the `/v1/models` identity probe, so a campaign whose engine
     served another model (identity probe ok = false) qualified on its other probes."""
     es = qualified_entries()
-    health = entry(es, "health")
-    models = {
-        "name": "models",
-        "kind": "health.probe",
-        "key": "collector",
-        "at": "2026-09-10T10:01:06Z",
-        "refs": {"job": "campaign-job"},
-        "payload": {
-            "endpoint": "/v1/models",
-            "check": "models",
-            "ok": False,
-            "expected": "m-7",
-            "model_identity": "some-other-model",
-            "error": "expected model 'm-7', served ['some-other-model']",
-        },
+    models = entry(es, "models")
+    models["payload"] = {
+        "endpoint": "/v1/models",
+        "check": "models",
+        "ok": False,
+        "expected": "m-7",
+        "model_identity": "some-other-model",
+        "error": "expected model 'm-7', served ['some-other-model']",
     }
-    es.insert(es.index(health) + 1, models)
     v = verdict_of(tmp_path, es)
     assert gates(v)["api-readiness"] == "failed"
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
@@ -976,24 +968,6 @@ def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> Non
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
 
-def _models_probe(**payload: Any) -> dict[str, Any]:
-    base = {
-        "endpoint": "/v1/models",
-        "check": "models",
-        "ok": True,
-        "http_status": 200,
-        "model_identity": "m-7",
-    }
-    return {
-        "name": "models",
-        "kind": "health.probe",
-        "key": "collector",
-        "at": "2026-09-10T10:01:06Z",
-        "refs": {"job": "campaign-job"},
-        "payload": {**base, **payload},
-    }
-
-
 @pytest.mark.parametrize("how", ["dropped", "null", "renamed"])
 def test_an_identity_probe_naming_no_expected_model_cannot_pass_api_readiness(
     tmp_path: Path, how: str
@@ -1002,10 +976,10 @@ def test_an_identity_probe_naming_no_expected_model_cannot_pass_api_readiness(
     entered by hand) passed the identity check with whatever the engine served. It cannot judge identity:
     the gate is INCONCLUSIVE, naming why — and the same probe naming the expected id qualifies."""
     es = qualified_entries()
-    models = _models_probe()
+    models = entry(es, "models")
+    del models["payload"]["expected"]
     if how == "null":
         models["payload"]["expected"] = None
-    es.insert(es.index(entry(es, "health")) + 1, models)
     if how == "renamed":  # a misspelled key is refused at ingest, never read as "no expectation"
         models["payload"]["expect"] = "m-7"
         with pytest.raises(SchemaError, match="expect"):
@@ -1017,10 +991,43 @@ def test_an_identity_probe_naming_no_expected_model_cannot_pass_api_readiness(
     assert v["verdict"] == "INCONCLUSIVE"
     later = [x["status"] for x in v["gates"][[x["name"] for x in v["gates"]].index("api-readiness") + 1 :]]
     assert later and set(later) == {"not_authorized"}
-    models["payload"]["expected"] = "m-7"
+    models["payload"]["expected"] = models["payload"]["model_identity"]
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
     models["payload"]["expected"] = "m-8"  # expects another model than it saw served
     assert gates(verdict_of(tmp_path, es))["api-readiness"] == "failed"
+
+
+@pytest.mark.parametrize(("engine", "needs_probe"), [("vllm", True), ("tgi", True), ("native", False)])
+def test_a_ready_api_engine_without_an_identity_probe_cannot_pass_api_readiness(
+    tmp_path: Path, engine: str, needs_probe: bool
+) -> None:
+    """Regression: api-readiness judged a `/v1/models` probe only when one was there, so a ready vLLM whose
+    identity was never probed qualified. Every engine but a native adapter (seed 003: it serves no OpenAI
+    API) needs one; an engine name the policy does not know is judged as one that does."""
+    es = qualified_entries()
+    es.remove(entry(es, "models"))
+    launch = entry(es, "launch")["payload"]
+    launch["engine"] = launch["bindings"]["engine"] = engine
+    entry(es, "campaign-job")["payload"]["spec"]["bindings"]["engine"] = engine  # what the job pins
+    v = verdict_of(tmp_path, es)
+    g = next(g for g in v["gates"] if g["name"] == "api-readiness")
+    if needs_probe:
+        assert g["status"] == "missing" and "no /v1/models identity probe" in g["reason"], g
+        assert v["verdict"] == "INCONCLUSIVE"
+    else:
+        assert g["status"] == "passed", g
+        assert v["verdict"] == "QUALIFIED"
+
+
+def test_a_failed_readiness_check_wins_over_a_missing_identity_probe(tmp_path: Path) -> None:
+    """A gate whose checks already fail has judged: a sleeping engine without an identity probe is NOT
+    QUALIFIED (the sleep), not INCONCLUSIVE (the probe it lacks)."""
+    es = qualified_entries()
+    es.remove(entry(es, "models"))
+    entry(es, "health")["payload"]["sleeping"] = True
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["api-readiness"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
 
 
 def test_a_campaign_without_a_served_name_is_refused_naming_it(tmp_path: Path) -> None:
@@ -1795,8 +1802,7 @@ def test_a_probe_claiming_ok_beside_an_error_status_is_judged_failed(
 
 def test_a_models_probe_claiming_ok_beside_an_error_status_fails_the_identity_check(tmp_path: Path) -> None:
     es = qualified_entries()
-    models = copy.deepcopy(entry(es, "health"))
-    models.update(name="models", at="2026-09-10T10:01:06Z")
+    models = entry(es, "models")
     models["payload"] = {
         "endpoint": "/v1/models",
         "check": "models",
@@ -1805,7 +1811,6 @@ def test_a_models_probe_claiming_ok_beside_an_error_status_fails_the_identity_ch
         "expected": "m-7",
         "model_identity": "m-7",
     }
-    es.insert(es.index(entry(es, "health")) + 1, models)
     v = verdict_of(tmp_path, es)
     assert gates(v)["api-readiness"] == "failed"
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
