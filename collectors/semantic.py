@@ -65,6 +65,7 @@ __all__ = [
 ]
 
 HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+1"
+CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
 ITEMS_ARTIFACT = "semantic-items.jsonl"
@@ -160,7 +161,8 @@ def _compile(check: Any, where: str) -> _Compiled:
         return _Compiled(check, validator=cls(check.schema_))
     if isinstance(check, CelCheck):
         try:
-            return _Compiled(check, program=compile_condition(check.expr, where))
+            # the context ``_score`` gives it: the parsed answer and the answer text
+            return _Compiled(check, program=compile_condition(check.expr, where, CEL_NAMES))
         except PolicyError as e:
             raise ConfigError(e.message) from e
     return _Compiled(check)
@@ -247,7 +249,7 @@ def score_answer(item: SemanticItem, text: str) -> list[CheckOutcome]:
         else:
             assert compiled.program is not None
             try:
-                ok = compiled.program.holds({"answer": answer, "text": stripped})
+                ok = compiled.program.holds({"answer": answer, "text": stripped})  # CEL_NAMES
                 out.append(CheckOutcome(c.type, ok, None if ok else f"CEL `{c.expr}` is false"))
             except PolicyError as e:
                 out.append(CheckOutcome(c.type, False, e.message[:300]))

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 from ledger.errors import PolicyError
 
-__all__ = ["Condition", "FieldsRead", "compile_condition", "fields_read", "shared_context"]
+__all__ = ["Condition", "FieldsRead", "compile_condition", "fields_read", "free_names", "shared_context"]
 
 
 def _cel() -> Any:
@@ -109,11 +109,53 @@ class Condition:
         return result
 
 
-def compile_condition(source: str, where: str) -> Condition:
-    """Compile ``source``; a syntax error becomes a PolicyError naming ``where`` (file:line)."""
+_KEYWORDS = frozenset({"true", "false", "null", "in"})
+_BINDING_MACROS = frozenset({"exists", "all", "exists_one", "map", "filter"})
+
+
+def free_names(source: str) -> frozenset[str] | None:
+    """The variables ``source`` reads from its context: identifiers that are not a field (``.x``), a
+    function (``f(``), a keyword or a variable a macro binds (``list.exists(v, …)``). None when it cannot
+    be tokenised (then nothing is checked)."""
+    toks = _tokens(source)
+    if toks is None:
+        return None
+    n = len(toks)
+    bound = {
+        toks[i + 2]
+        for i in range(n - 3)
+        if toks[i] in _BINDING_MACROS
+        and i
+        and toks[i - 1] == "."
+        and toks[i + 1] == "("
+        and toks[i + 3] == ","
+    }
+    return frozenset(
+        t
+        for i, t in enumerate(toks)
+        if _is_name(t)
+        and t not in _KEYWORDS
+        and t not in bound
+        and (i == 0 or toks[i - 1] != ".")
+        and (i + 1 >= n or toks[i + 1] != "(")
+    )
+
+
+def compile_condition(source: str, where: str, names: frozenset[str] | None = None) -> Condition:
+    """Compile ``source``; a syntax error becomes a PolicyError naming ``where`` (file:line). With
+    ``names`` (the variables its context will hold), reading any other variable is refused here: CEL
+    reports an undefined variable only when evaluation reaches it, so ``e.x == nul`` inside
+    ``evidence.exists`` would hold, unseen, whenever the list is empty."""
     text = source.strip()
     if not text:
         raise PolicyError(f"{where}: empty CEL expression")
+    if names is not None:
+        unknown = sorted((free_names(text) or frozenset()) - names)
+        if unknown:
+            raise PolicyError(
+                f"{where}: CEL `{text}` reads {', '.join(repr(u) for u in unknown)}, which its context does "
+                f"not have (it has {', '.join(sorted(names))})"
+            )
     try:
         program = _cel().compile(text)
     except (ValueError, RuntimeError) as e:

@@ -111,32 +111,54 @@ def _where(filename: str, text: str, table: str, index: int | None, key: str) ->
     return f"{filename}:{line}" if line else filename
 
 
+# What each kind of condition's context holds (the evaluators build exactly these): a condition reading
+# any other variable is refused when the policy loads (``compile_condition``'s ``names``).
+_ENTRY_NAMES = frozenset({"e", "params", "manifest", "job"})  # acceptance rules, differences, requirements
+_PASSING_NAMES = frozenset({"e", "params"})  # acceptance.passing, a gate's `where`, routing host facts
+_GATE_NAMES = frozenset({"evidence", "params", "manifest", "count"})  # require, requires, checks
+_EACH_NAMES = frozenset({"e", "params", "manifest"})  # a check's `each`
+_ROUTING_NAMES = frozenset(
+    {"request", "verdict", "verdict_age_s", "verdict_age_text", "max_verdict_age_s", "host", "current",
+     "deployment", "gpus", "services", "probes", "identities_text", "params", "routing", "item"}
+)  # fmt: skip
+
+
 def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     rules = []
     for i, rule in enumerate(spec.rules):
-        rules.append((rule, compile_condition(rule.when, _where(filename, text, "rules", i, "when"))))
+        rules.append(
+            (rule, compile_condition(rule.when, _where(filename, text, "rules", i, "when"), _ENTRY_NAMES))
+        )
     out["rules"] = tuple(rules)
     diffs: dict[str, tuple[tuple[str, Condition, Condition], ...]] = {}
     for i, rule in enumerate(spec.rules):
         if rule.differences:
             where = _where(filename, text, "rules", i, "differences")
             diffs[rule.name] = tuple(
-                (d.label, compile_condition(d.got, where), compile_condition(d.want, where))
+                (
+                    d.label,
+                    compile_condition(d.got, where, _ENTRY_NAMES),
+                    compile_condition(d.want, where, _ENTRY_NAMES),
+                )
                 for d in rule.differences
             )
     out["rule_differences"] = diffs
     acc = spec.acceptance
     if acc is not None:
         out["passing"] = {
-            kind: compile_condition(expr, _where(filename, text, "acceptance.passing", None, kind))
+            kind: compile_condition(
+                expr, _where(filename, text, "acceptance.passing", None, kind), _PASSING_NAMES
+            )
             for kind, expr in acc.passing.items()
         }
         for section in ("review_required", "acceptance_required"):
             items = []
             for i, req in enumerate(getattr(acc, section)):
                 cond = (
-                    compile_condition(req.when, _where(filename, text, f"acceptance.{section}", i, "when"))
+                    compile_condition(
+                        req.when, _where(filename, text, f"acceptance.{section}", i, "when"), _ENTRY_NAMES
+                    )
                     if req.when
                     else None
                 )
@@ -158,21 +180,30 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
             if check.each is not None and check.detail is not None:
                 each_line = locate(text, ("gates", i, "checks", j, "each"))
                 each_where = f"{filename}:{each_line}" if each_line else where
-                naming = (compile_condition(check.each, each_where), check.detail)
-            checks.append((compile_condition(check.expr, where), check.fail, naming))
+                naming = (compile_condition(check.each, each_where, _EACH_NAMES), check.detail)
+            checks.append((compile_condition(check.expr, where, _GATE_NAMES), check.fail, naming))
         gates.append(
             CompiledGate(
                 spec=gate,
-                where=compile_condition(gate.where, _where(filename, text, "gates", i, "where"))
+                where=compile_condition(
+                    gate.where, _where(filename, text, "gates", i, "where"), _PASSING_NAMES
+                )
                 if gate.where
                 else None,
                 require=(
-                    compile_condition(gate.require, _where(filename, text, "gates", i, "require"))
+                    compile_condition(
+                        gate.require, _where(filename, text, "gates", i, "require"), _GATE_NAMES
+                    )
                     if gate.require
                     else None
                 ),
                 requires=tuple(
-                    (compile_condition(r.expr, _where(filename, text, "gates", i, "requires")), r.missing)
+                    (
+                        compile_condition(
+                            r.expr, _where(filename, text, "gates", i, "requires"), _GATE_NAMES
+                        ),
+                        r.missing,
+                    )
                     for r in gate.requires
                 ),
                 checks=tuple(checks),
@@ -186,14 +217,18 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
                 CompiledRoutingCheck(
                     spec=rc,
                     applies=compile_condition(
-                        rc.applies, _where(filename, text, "routing.checks", i, "applies")
+                        rc.applies, _where(filename, text, "routing.checks", i, "applies"), _ROUTING_NAMES
                     ),
-                    expr=compile_condition(rc.expr, _where(filename, text, "routing.checks", i, "expr")),
+                    expr=compile_condition(
+                        rc.expr, _where(filename, text, "routing.checks", i, "expr"), _ROUTING_NAMES
+                    ),
                 )
             )
         out["routing_checks"] = tuple(rchecks)
         out["host_facts"] = {
-            name: compile_condition(expr, _where(filename, text, "routing.host_fact", None, name))
+            name: compile_condition(
+                expr, _where(filename, text, "routing.host_fact", None, name), _PASSING_NAMES
+            )
             for name, expr in spec.routing.host_fact.items()
         }
     return out

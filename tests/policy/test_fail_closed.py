@@ -196,6 +196,36 @@ def test_a_gate_requirement_with_a_dropped_or_renamed_field_is_refused(
         load_policy(str(p))
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        # in a gate requirement: `nul` for `null` held, unseen, whenever no models probe was selected
+        ("e.payload.expected == null)", "e.payload.expected == nul)", "'nul'"),
+        # in a check: `evidnce` read from a context that has `evidence`
+        ("expr = \"evidence.exists(e, e.kind == 'engine.launch' && e.payload.ready)\"",
+         "expr = \"evidnce.exists(e, e.kind == 'engine.launch' && e.payload.ready)\"", "'evidnce'"),
+        # in a check's `each`: `evidence` is not in a per-entry context
+        ("each = \"e.kind != 'health.probe' || e.payload.check != 'health' || e.derived.ok\"",
+         "each = \"evidence.all(x, x.derived.ok)\"", "'evidence'"),
+        # in a rule: `param` for `params`
+        ("params.attempt_budget", "param.attempt_budget", "'param'"),
+    ],
+)  # fmt: skip
+def test_a_condition_reading_a_variable_its_context_lacks_is_refused_at_load(
+    policy_copy: Path, old: str, new: str, named: str
+) -> None:
+    """Regression: CEL reports an undefined variable only when evaluation reaches it, so a typo inside
+    `evidence.exists(e, …)` (`e.payload.expected == nul`) held whenever the selection was empty."""
+    from ledger.errors import PolicyError
+
+    p = policy_copy / "backend-qualification.toml"
+    text = p.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new, 1))
+    with pytest.raises(PolicyError, match=f"reads {named}, which its context does not have"):
+        load_policy(str(p))
+
+
 def test_signature_without_class_is_refused(tmp_path: Path) -> None:
     from ledger.errors import ConfigError
 
