@@ -82,6 +82,7 @@ class Condition:
     source: str
     where: str
     program: Any
+    names: frozenset[str] | None = None  # the variables its context holds (None: not checked at load)
 
     def value(self, context: Mapping[str, Any] | cel.Context) -> Any:
         """Evaluate; evaluation errors are policy errors that name the expression's place.
@@ -162,7 +163,7 @@ def compile_condition(source: str, where: str, names: frozenset[str] | None = No
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
         detail = lines[1] if len(lines) > 1 else (lines[0] if lines else "syntax error")
         raise PolicyError(f"{where}: CEL syntax error in `{text}`: {detail.strip()}") from e
-    return Condition(text, where, program)
+    return Condition(text, where, program, names)
 
 
 @dataclass(frozen=True)
