@@ -305,6 +305,7 @@ def agreement(levels: list[int], n: int, rounds: int, work: Path) -> list[dict[s
                 paired = [x[fig] / y[fig] for x, y in zip(ours, theirs, strict=True) if y[fig]]
                 ratio = statistics.median(paired) if paired else None
                 calm = [ours[i][fig] / theirs[i][fig] for i in quiet if theirs[i][fig]]
+                ratio_quiet = statistics.median(calm) if calm else None
                 rows.append(
                     {
                         "part": "agreement",
@@ -315,8 +316,8 @@ def agreement(levels: list[int], n: int, rounds: int, work: Path) -> list[dict[s
                         "ratio": ratio,
                         "within_10pct": ratio is not None and abs(ratio - 1) <= 0.10,
                         "quiet_rounds": len(calm),
-                        "ratio_quiet": statistics.median(calm) if calm else None,
-                        "within_10pct_quiet": bool(calm) and abs(statistics.median(calm) - 1) <= 0.10,
+                        "ratio_quiet": ratio_quiet,
+                        "within_10pct_quiet": ratio_quiet is not None and abs(ratio_quiet - 1) <= 0.10,
                         "ours_spread": _spread([x[fig] for x in ours]),
                         "vllm_spread": _spread([x[fig] for x in theirs]),
                         "paired_ratios": paired,

@@ -177,7 +177,7 @@ class Gate(_Model):
     where: str | None = None
     require: str | None = None
     missing: str = "no accepted evidence"
-    # judged in order after ``require``: what the gate further needs to judge (the first that fails names it)
+    # what the gate further needs to judge, asked in order once every check holds (the first unmet names it)
     requires: list[Requirement] = Field(default_factory=list)
     checks: list[Check] = Field(min_length=1)
 
