@@ -394,9 +394,19 @@ class MemoryRepo:
         )
 
     def subject_kind_rows(
-        self, conn: object, subject: dict[str, str], kinds: Sequence[str], n: int
+        self,
+        conn: object,
+        subject: dict[str, str],
+        kinds: Sequence[str],
+        n: int,
+        *,
+        logged_since: str | None = None,
     ) -> list[tuple[Any, ...]]:
-        return [r.evidence() for r in self._subject(subject, n) if r.kind in kinds]
+        return [
+            r.evidence()
+            for r in self._subject(subject, n)
+            if r.kind in kinds and (logged_since is None or r.logged_at >= logged_since)
+        ]
 
     def checkpoint_root(self, size: int, conn: object | None = None) -> str | None:
         return self.cp.root.hex() if size == self.cp.size else None

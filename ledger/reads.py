@@ -444,10 +444,19 @@ class SqlitePolicyRepo:
         return sorted(str(v) for (v,) in self._tuples(conn, sql, [*kinds, n]))
 
     def subject_kind_rows(
-        self, conn: sqlite3.Connection, subject: dict[str, str], kinds: Sequence[str], n: int
+        self,
+        conn: sqlite3.Connection,
+        subject: dict[str, str],
+        kinds: Sequence[str],
+        n: int,
+        *,
+        logged_since: str | None = None,
     ) -> list[tuple[Any, ...]]:
         sql = f"SELECT {_EVIDENCE} FROM log_entries AS e WHERE e.kind IN ({_marks(kinds)}) AND e.seq < ?"  # noqa: S608
         params: list[Any] = [*kinds, n]
+        if logged_since is not None:
+            sql += " AND e.logged_at >= ?"
+            params.append(logged_since)
         for k, v in subject.items():
             sql += " AND e.seq IN (SELECT seq FROM entry_subjects WHERE field = ? AND value = ?)"
             params += [k, v]

@@ -796,11 +796,20 @@ class LogRepo:
         return sorted(v for (v,) in _fetch_tuples(conn, q))
 
     def subject_kind_rows(
-        self, conn: sa.Connection, subject: dict[str, str], kinds: Sequence[str], n: int
+        self,
+        conn: sa.Connection,
+        subject: dict[str, str],
+        kinds: Sequence[str],
+        n: int,
+        *,
+        logged_since: str | None = None,
     ) -> list[tuple[Any, ...]]:
         """Evidence tuples below ``n`` of these kinds whose subject has every field of ``subject``, in seq
-        order (``find`` with a subject and kinds, as the tuples a policy parses)."""
+        order (``find`` with a subject and kinds, as the tuples a policy parses); with ``logged_since``
+        only those the log took at or after it."""
         q = sa.select(*EVIDENCE_COLUMNS).where(T_ENTRIES.c.kind.in_(list(kinds)), T_ENTRIES.c.seq < n)
+        if logged_since is not None:
+            q = q.where(T_ENTRIES.c.logged_at >= logged_since)
         for k, v in subject.items():
             sub = sa.select(T_SUBJECTS.c.seq).where(T_SUBJECTS.c.field == k, T_SUBJECTS.c.value == v)
             q = q.where(T_ENTRIES.c.seq.in_(sub))

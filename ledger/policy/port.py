@@ -53,8 +53,18 @@ class PolicyRepo(Protocol):
     def kind_hosts(self, conn: Any, kinds: Sequence[str], n: int) -> list[str]: ...
 
     def subject_kind_rows(
-        self, conn: Any, subject: dict[str, str], kinds: Sequence[str], n: int
-    ) -> list[tuple[Any, ...]]: ...
+        self,
+        conn: Any,
+        subject: dict[str, str],
+        kinds: Sequence[str],
+        n: int,
+        *,
+        logged_since: str | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Evidence tuples below ``n`` of these kinds whose subject has every field of ``subject``, in seq
+        order; with ``logged_since`` (an RFC 3339 UTC time as the log writes it) only those the log took at
+        or after it."""
+        ...
 
     def checkpoint_root(self, size: int, conn: Any | None = None) -> str | None: ...
 

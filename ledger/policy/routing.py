@@ -191,17 +191,23 @@ def _entries(
     since: datetime | None = None,
 ) -> list[Evidence]:
     """The entries below ``size`` of these kinds whose subject has every field of ``subject``, parsed
-    (through the snapshot's parse cache), in seq order."""
+    (through the snapshot's parse cache), in seq order; with ``since``, those observed no earlier than it.
+
+    An entry's observed time is never after the log took it (``Evidence.observed_time``), so one the log
+    took before ``since`` cannot be recent: the database leaves those out (``logged_since``, a second
+    early, as the log writes its times) before any envelope is read, and the observed time decides the
+    rest here — a long campaign's old probes are neither read nor hashed."""
     for t in (*subject.keys(), *subject.values()):
         if "\x00" in t:  # as the service's query says: indexed text never holds NUL
             raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
+    logged_since = format_time(since - timedelta(seconds=1)) if since is not None else None
     # remembered while the database is unchanged (``result_cache.stamp``): a warm check reads them once
     st = result_cache.stamp(ledger)
-    args = (tuple(subject.items()), kinds, size)
+    args = (tuple(subject.items()), kinds, size, logged_since)
     rows = result_cache.recall(st, "kind-rows", args)
     if rows is None:
         with ledger.repo.read() as conn:
-            rows = ledger.repo.subject_kind_rows(conn, subject, kinds, size)
+            rows = ledger.repo.subject_kind_rows(conn, subject, kinds, size, logged_since=logged_since)
         result_cache.remember(st, "kind-rows", args, rows)
     if since is not None:
         kept = result_cache.recall(st, "collected-since", (args, since))

@@ -113,9 +113,12 @@ def test_the_policy_reads_return_the_rows_of_the_service_repo(tmp_path: Path) ->
                             qc, sub, size, seqs, among
                         ) == slow_repo.subject_hosts(sc, sub, size, seqs, among)
                     kinds = ["health.probe", "verdict", "host.probe"]
-                    assert quick_repo.subject_kind_rows(qc, sub, kinds, size) == slow_repo.subject_kind_rows(
-                        sc, sub, kinds, size
-                    )
+                    every = slow_repo.subject_kind_rows(sc, sub, kinds, size)
+                    assert quick_repo.subject_kind_rows(qc, sub, kinds, size) == every
+                    for since in sorted({r[4] for r in every} | {"2000-01-01T00:00:00.000000Z"}):
+                        later = [r for r in every if r[4] >= since]  # column 4: the log's logged_at
+                        for repo, conn in ((slow_repo, sc), (quick_repo, qc)):
+                            assert repo.subject_kind_rows(conn, sub, kinds, size, logged_since=since) == later
             for size in (1, n):
                 for kinds in (["kernel.log"], ["host.probe", "note"], []):
                     assert quick_repo.kind_hosts(qc, kinds, size) == slow_repo.kind_hosts(sc, kinds, size)

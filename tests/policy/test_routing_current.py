@@ -366,3 +366,53 @@ def test_restoration_identity_needs_a_successful_models_answer(build, models: di
     st = b.ledger.make_statement("health.probe", subject, good, collected_at="2026-09-01T18:01:02Z")
     b.ledger.append([b.ledger.sign(st, "collector")], logged_at=parse_time("2026-09-01T18:01:03Z"))
     assert restore()["allowed"] is True
+
+
+@pytest.mark.parametrize("reader", ["service", "sqlite-reader"])
+def test_restoration_probes_at_the_age_bound_are_found_by_the_prefiltered_read(build, reader: str) -> None:
+    """The routing gate reads only the probes the log took no earlier than the age bound (a long campaign's
+    old probes are neither read nor hashed): a probe exactly as old as the bound still counts, one a
+    microsecond older does not, and one collected long ago but logged now (spooled) is as old as it was
+    collected — as when every probe was read and the age test alone decided."""
+    from ledger.home import Home
+    from ledger.reads import SqlitePolicyLedger
+
+    b = build("routing-change/seed000-restoration.toml")
+    subject = {"backend": "llama.cpp", "model": "qwen/qwen3.8-27b", "host": "hiro-7"}
+    probes = [
+        {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200},
+        {"endpoint": "http://127.0.0.1:8080/v1/models", "check": "models", "ok": True, "http_status": 200,
+         "model_identity": "qwen/qwen3.8-27b"},
+        {"endpoint": "http://127.0.0.1:8080/v1/chat/completions", "check": "completion", "ok": True,
+         "http_status": 200, "expected": "READY", "text": "READY", "max_tokens": 8},
+    ]  # fmt: skip
+    old = {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200}
+    for i in range(50):  # the campaign's history: probes of days before, never read by the check
+        st = b.ledger.make_statement("health.probe", subject, old, collected_at="2026-09-01T18:01:00Z")
+        b.ledger.append([b.ledger.sign(st, "collector")], logged_at=parse_time(f"2026-09-01T18:01:{i:02d}Z"))
+    for p in probes:
+        st = b.ledger.make_statement("health.probe", subject, p, collected_at="2026-09-01T20:00:00.250000Z")
+        b.ledger.append([b.ledger.sign(st, "collector")], logged_at=parse_time("2026-09-01T20:00:00.250000Z"))
+    fast = SqlitePolicyLedger.open(Home(b.home)) if reader == "sqlite-reader" else None
+    led = fast if fast is not None else b.ledger
+
+    def restore(now: str) -> dict[str, Any]:
+        return check_routing_change(
+            led, load_policy("routing-change"), dict(subject), action="restore", now=parse_time(now)
+        )
+
+    try:
+        at_bound = restore("2026-09-01T21:00:00.250000Z")  # exactly the policy's 1 h
+        assert at_bound["allowed"] is True, at_bound
+        assert len(at_bound["probes"]) == 3
+        past = restore("2026-09-01T21:00:00.250001Z")
+        assert past["allowed"] is False and past["probes"] == [], past
+        # spooled: collected a day before the check, logged a minute before it
+        for p in probes:
+            st = b.ledger.make_statement("health.probe", subject, p, collected_at="2026-09-02T18:00:00Z")
+            b.ledger.append([b.ledger.sign(st, "collector")], logged_at=parse_time("2026-09-03T17:59:00Z"))
+        spooled = restore("2026-09-03T18:00:00Z")
+        assert spooled["allowed"] is False and spooled["probes"] == [], spooled
+    finally:
+        if fast is not None:
+            fast.close()
