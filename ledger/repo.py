@@ -8,6 +8,8 @@ Rows come back as SQLAlchemy rows or plain tuples; parsing them is the caller's 
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -220,6 +222,37 @@ class LogRepo:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._version_lock = threading.Lock()
+        self._version_conn: sqlite3.Connection | None = None
+
+    def data_version(self) -> Any:
+        """A value that moves whenever a commit, of this process or another, may have changed what the
+        database holds; read *before* the reads it vouches for (``result_cache.stamp``), so reads
+        remembered under an unchanged value are still the database's. None where there is none.
+
+        SQLite: ``PRAGMA data_version`` on a read-only connection of the repo's own that never writes (it
+        changes whenever any other connection commits). PostgreSQL: the server's start time and its WAL
+        insert position (its replay position on a standby): every committed change inserts WAL before
+        it is visible, a restart or a failover starts another server, so a restored or promoted database
+        never repeats a value its predecessor gave."""
+        if self.dialect == "postgresql":
+            with self.read() as conn:
+                row = conn.execute(
+                    sa.text(
+                        "SELECT pg_postmaster_start_time()::text, CASE WHEN pg_is_in_recovery()"
+                        " THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END::text"
+                    )
+                ).one()
+            return ("postgresql", str(row[0]), str(row[1]))
+        path = self.engine.url.database if self.dialect == "sqlite" else None
+        if not path or path.startswith(":") or "mode=memory" in str(self.engine.url):
+            return None
+        with self._version_lock:
+            if self._version_conn is None:
+                self._version_conn = sqlite3.connect(
+                    f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+                )
+            return ("sqlite", int(self._version_conn.execute("PRAGMA data_version").fetchone()[0]))
 
     # --- connections ------------------------------------------------------------------------------
 

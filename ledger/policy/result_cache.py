@@ -191,19 +191,24 @@ def _columns(rows: list[tuple[Any, ...]]) -> bytes:
 # --- reads remembered while the database is unchanged ---------------------------------------------------
 
 
-Stamp = tuple[Any, int, bytes]
+Stamp = tuple[Any, Any, bytes]
 
 
 def stamp(ledger: Ledger) -> Stamp | None:
     """The database's change counter, read *before* the reads it will vouch for, or None where the repo
     has none. ``ledger.reads.SqlitePolicyRepo`` reads SQLite's ``PRAGMA data_version`` on its own
     read-only connection: it changes whenever any other connection (of any process) commits, and that
-    connection never writes, so an unchanged value means no row, index or key entry changed since."""
+    connection never writes, so an unchanged value means no row, index or key entry changed since.
+    ``ledger.repo.LogRepo`` does the same on SQLite, and on PostgreSQL gives the server's WAL position
+    (``LogRepo.data_version``)."""
     repo = ledger.repo
     version = getattr(repo, "data_version", None)
     if version is None:
         return None
-    return repo, int(version()), _snapshot.RESULT_SALT[0]
+    value = version()
+    if value is None:
+        return None
+    return repo, value, _snapshot.RESULT_SALT[0]
 
 
 def recall(st: Stamp | None, label: str, args: Any) -> Any:
