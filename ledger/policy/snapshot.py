@@ -531,7 +531,10 @@ def _frozen(v: Any, depth: int = 0) -> tuple[Any, ...] | None:
     if t is dict:
         pairs = []
         for k in sorted(v, key=str):
-            f = _frozen(v[k], depth + 1)
+            x = v[k]
+            tx = type(x)
+            # a scalar member inline (a derived-facts map holds a dozen): the value ``_frozen`` gives it
+            f = (tx, x) if tx in _SCALARS else _frozen(x, depth + 1)
             if f is None or type(k) is not str:
                 return None
             pairs.append((k, f))
