@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_bytes
 from ledger.entries import KIND_MODELS, ArtifactRef, parse_time
-from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SignatureError
+from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy import result_cache
 from ledger.policy.acceptance import Filtered, check_artifact, filter_evidence, render
@@ -27,9 +27,9 @@ from ledger.policy.snapshot import (
     Evidence,
     Snapshot,
     _defaults,
-    check_signature,
     parsed_items,
     read_snapshot_rows,
+    signature_problems,
     slim_views,
     snapshot_from_rows,
     verified_keys,
@@ -518,6 +518,7 @@ def _verify(ledger: Ledger, snap: Snapshot, ids: set[str]) -> dict[str, str]:
     # one lookup of the signature cache for all of them (under one lock); hits need no further work
     known = verified_keys([e.digest for e in todo])
     raw: dict[str, bytes | None] = {}
+    pending: list[Evidence] = []
     for e, hit in zip(todo, known, strict=True):
         if hit is not None and e.digest:
             if e.signer not in raw:
@@ -525,14 +526,12 @@ def _verify(ledger: Ledger, snap: Snapshot, ids: set[str]) -> dict[str, str]:
                 raw[e.signer] = rec.public.raw if rec is not None else None
             if raw[e.signer] == hit:
                 continue
-        eid = e.id
-        try:
-            check_signature(e, snap.keyring)
-        except SignatureError as ex:
-            bad[eid] = ex.message
-        else:
-            if e.digest:
-                checked.append((e.digest, snap.keyring.get(e.signer).public.raw))
+        pending.append(e)
+    for e, problem in zip(pending, signature_problems(pending, snap.keyring), strict=True):
+        if problem is not None:
+            bad[e.id] = problem
+        elif e.digest:
+            checked.append((e.digest, snap.keyring.get(e.signer).public.raw))
     result_cache.save_signatures(ledger, checked)
     return bad
 

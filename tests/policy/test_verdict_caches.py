@@ -218,3 +218,56 @@ def test_both_plans_for_referencing_entries_give_the_same_snapshot(
             seen.append(sorted(e.id for e in snap.entries))
         assert seen[0] == seen[1]
         assert seen[0]
+
+
+def test_signatures_checked_on_several_threads_judge_as_one_thread_does(build, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A fresh process checks a long campaign's signatures on one thread per core (Ed25519 releases the
+    GIL): the same problems, in the same order, and the same verdict bytes as one thread — with envelopes
+    edited behind the log's back among them, each rejected for its signature."""
+    from datetime import timedelta
+
+    import ledger.policy.snapshot as snapshot_mod
+    from ledger.entries import parse_time
+
+    b = build("backend-qualification/seed004-sleeping.toml")
+    policy = load_policy("backend-qualification")
+    subject = {"campaign": "router-ocr"}
+    base = b.ledger.query(subject=subject, kind="health.probe", limit=None)[0]
+    whole = json.loads(base64.b64decode(json.loads(base.envelope)["payload"]))
+    head = parse_time(b.ledger.query(limit=1, descending=True)[0].logged_at)
+    for i in range(150):  # the campaign's health polls, a second apart after its history
+        at = head + timedelta(seconds=i + 1)
+        payload = {**whole["payload"], "latency_ms": float(i)}
+        st = b.ledger.make_statement("health.probe", dict(whole["subject"]), payload, collected_at=at)
+        b.ledger.append([b.ledger.sign(st, "collector")], logged_at=at)
+    edited = []
+    for e in b.ledger.query(subject=subject, kind="health.probe", limit=None)[10:150:50]:
+        env = json.loads(e.envelope)
+        statement = json.loads(base64.b64decode(env["payload"]))
+        statement["payload"]["latency_ms"] = -1.0
+        env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
+        _tamper(b.home, e.seq, env)
+        edited.append(e.entry_id)
+
+    def judged(threshold: int, cores: int) -> tuple[bytes, list[str | None]]:
+        monkeypatch.setattr(snapshot_mod, "PARALLEL_SIGNATURES", threshold)
+        monkeypatch.setattr(snapshot_mod.os, "cpu_count", lambda: cores)
+        clear_caches()
+        calls: list[list[str | None]] = []
+        real = snapshot_mod.signature_problems
+
+        def seen(entries: Any, ring: Any) -> list[str | None]:
+            got = real(entries, ring)
+            calls.append(got)
+            return got
+
+        monkeypatch.setattr(evaluate_mod, "signature_problems", seen)
+        return canonical_bytes(evaluate(b.ledger, subject, policy)), [p for c in calls for p in c]
+
+    one_bytes, one_problems = judged(10**9, 1)
+    many_bytes, many_problems = judged(16, 4)
+    assert many_bytes == one_bytes
+    assert many_problems == one_problems and len(many_problems) > 100
+    result = json.loads(one_bytes)
+    rejected = {r["entry"]: r["rule"] for r in result["rejected"]}
+    assert all(rejected.get(eid) == "bad-signature" for eid in edited), rejected
