@@ -254,6 +254,13 @@ class LogRepo:
                 )
             return ("sqlite", int(self._version_conn.execute("PRAGMA data_version").fetchone()[0]))
 
+    def close(self) -> None:
+        """Close the connection ``data_version`` opened (the engine's pool is the owner's to dispose)."""
+        with self._version_lock:
+            if self._version_conn is not None:
+                self._version_conn.close()
+                self._version_conn = None
+
     # --- connections ------------------------------------------------------------------------------
 
     @contextmanager

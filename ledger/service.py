@@ -247,6 +247,7 @@ class Ledger:
 
     def close(self) -> None:
         self.wait_for_witnesses()  # checkpoints already published still reach the witnesses
+        self.repo.close()
         self.engine.dispose()
 
     # --- keys -----------------------------------------------------------------------------------

@@ -94,6 +94,7 @@ def test_the_service_repo_gives_a_change_stamp(tmp_path: Path, database: str | N
         assert ledger.repo.data_version() != first
     finally:
         ledger.close()
+    assert ledger.repo._version_conn is None  # closed with the ledger
 
 
 def test_a_warm_service_verdict_is_not_read_again_until_the_database_changes(
