@@ -74,6 +74,42 @@ def test_llamacpp_campaign_control_fails_honestly(home: Path) -> None:
         lg.close()
 
 
+def test_llamacpp_on_a_gguf_cut_short_names_the_corrupt_model_files(tmp_path: Path, home: Path) -> None:
+    """Seed 004's model directory corrupted by racing downloads, on the real engine: llama.cpp cannot read
+    a GGUF cut short, and the launch says so (`model-files-corrupt`, the engine's own line as detail)
+    instead of a bare death before readiness; the policy's verdict is RUNTIME RELIABILITY (no readiness)."""
+    env = ensure_engine("llamacpp")
+    whole = Path(env["TINY_GGUF"]).read_bytes()
+    cut = tmp_path / "models" / "tiny.gguf"
+    cut.parent.mkdir()
+    cut.write_bytes(whole[: len(whole) // 2])  # an interrupted download: the header whole, tensors cut
+    text = (REPO / "campaigns" / "llamacpp-cpu.toml").read_text()
+    old = 'path = "${LEDGER_ENGINE_CACHE:-~/.cache/evidence-ledger/engines}/models/tiny.gguf"'
+    assert old in text
+    campaign = tmp_path / "cut.toml"
+    text = text.replace(old, f'path = "{cut}"').replace('id = "llamacpp-cpu-tiny"', 'id = "cut"')
+    campaign.write_text(text)
+    r = run_ledger(
+        "collect",
+        "run",
+        str(campaign),
+        "--home",
+        str(home),
+        "--json",
+        env={"LEDGER_ENGINE_CACHE": str(Path(env["LLAMACPP_PYTHON"]).parents[2])},
+    )
+    assert r.returncode == 1, r.stderr
+    result = json.loads(r.stdout)
+    assert result["policy_verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    gates = _gates(home)
+    assert gates["model-pinned"] == "passed"  # no digests pinned: the pin records what is there
+    assert gates["api-readiness"] == "failed"
+    [launch] = _ledger_entries(home, "engine.launch")
+    assert launch["ready"] is False
+    assert launch["failure_signature"] == "model-files-corrupt"
+    assert "corrupted or incomplete" in launch["failure_detail"]
+
+
 def test_llamacpp_trained_campaign_ends_qualified_under_the_policy(home: Path) -> None:
     """Issue 11: a campaign earns QUALIFIED through the tool — nine gates on the real engine, the
     harnesses included, then the review PASSes and the acceptance the policy needs."""

@@ -34,3 +34,33 @@ def test_llamacpp_ready_log_is_not_a_failure_when_ready() -> None:
     text = (ENGINE_LOGS / "llamacpp_ready.log").read_text()
     c = classify(text, RunOutcome(ready=True, signal=15))
     assert c.signature == "killed-sigterm"  # status-only: counts only when someone else sent it
+
+
+def test_llamacpp_gguf_cut_short_is_classified_as_corrupt_model_files() -> None:
+    """Seed 004's model directory corrupted by racing downloads, as llama.cpp meets it: tensor data past
+    the end of a truncated GGUF, and a GGUF whose header is cut — not a generic death before readiness."""
+    for name, line in (
+        ("llamacpp_truncated_model.log", "model is corrupted or incomplete"),
+        ("llamacpp_gguf_header_cut.log", "gguf_init_from_reader: failed to read key-value pairs"),
+    ):
+        c = classify((ENGINE_LOGS / name).read_text(), RunOutcome(ready=False, exit_code=1))
+        assert c.signature == "model-files-corrupt", name
+        assert line in (c.detail or ""), (name, c.detail)
+        assert "engine-died-before-readiness" in c.matched
+
+
+def test_safetensors_shards_cut_short_are_classified_as_corrupt_model_files() -> None:
+    """The errors safetensors (vLLM's and transformers' loader) raises for a shard cut short, as
+    safetensors 0.x prints them (read from a truncated copy of the tiny Llama's shard)."""
+    for message in (
+        "Error while deserializing header: incomplete metadata, file not fully covered",
+        "Error while deserializing header: header too small",
+        "Error while deserializing header: invalid header length",
+    ):
+        text = f"(EngineCore pid=1) safetensors_rust.SafetensorError: {message}\n"
+        c = classify(text, RunOutcome(ready=False, exit_code=1))
+        assert c.signature == "model-files-corrupt", message
+    # after readiness the same words are no start-up failure of this kind
+    late_line = "SafetensorError: Error while deserializing header\n"
+    late = classify(late_line, RunOutcome(ready=True, exit_code=1))
+    assert late.signature != "model-files-corrupt"
