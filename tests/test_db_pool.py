@@ -21,19 +21,15 @@ from ledger import db
 from ledger.db import make_engine, read_connection
 from ledger.service import Ledger
 from ledger.tokens import create_token, verify_token
-from tests.api.conftest import PG_ADMIN, PgDatabases, require_postgres
+from tests.api.conftest import PG_ADMIN, fresh_pg_database
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    require_postgres()
-    dbs = PgDatabases()
-    try:
-        yield dbs.new()
-    finally:
-        dbs.drop_all()
+    with fresh_pg_database() as url:
+        yield url
 
 
 def _terminate_backends(url: str) -> int:

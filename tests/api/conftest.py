@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,18 @@ class PgDatabases:
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
             for name in self.made:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def fresh_pg_database() -> Iterator[str]:
+    """The URL of a new PostgreSQL database, dropped afterwards (fails in CI, skips elsewhere, without a
+    server)."""
+    require_postgres()
+    dbs = PgDatabases()
+    try:
+        yield dbs.new()
+    finally:
+        dbs.drop_all()
 
 
 @pytest.fixture(scope="session")

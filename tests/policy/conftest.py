@@ -62,3 +62,19 @@ def policy_copy(tmp_path: Path) -> Path:
     for p in POLICY_DIR.glob("*.toml"):
         shutil.copy(p, dest / p.name)
     return dest
+
+
+def count_snapshot_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time a verdict reads its snapshot's rows (``read_snapshot_rows``)."""
+    import importlib
+
+    verdict_mod = importlib.import_module("ledger.policy.verdict")
+    reads: list[int] = []
+    real = verdict_mod.read_snapshot_rows
+
+    def counted(*a: object, **k: object) -> object:
+        reads.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(verdict_mod, "read_snapshot_rows", counted)
+    return reads

@@ -23,6 +23,7 @@ from ledger.policy.routing import check_routing_change
 from ledger.policy.snapshot import clear_caches
 from ledger.reads import SqlitePolicyLedger
 from ledger.service import Ledger
+from tests.policy.conftest import count_snapshot_reads
 
 FIXTURES = discover_fixtures()
 HEAVY = (
@@ -199,7 +200,6 @@ def test_a_row_edited_by_raw_sql_is_not_served_from_a_warm_read_only_ledger(buil
     """Regression (issue 11 warm path): the evaluation's key is remembered by SQLite's data_version; an
     envelope edited by raw SQL on another connection changes it, so the remembered verdict is not
     returned — the edited row is read, misses every cache and fails its signature."""
-    import ledger.policy.verdict as verdict_mod
     from tests.policy.test_verdict_caches import _tamper
 
     b = build("backend-qualification/seed004-sleeping.toml")
@@ -209,14 +209,7 @@ def test_a_row_edited_by_raw_sql_is_not_served_from_a_warm_read_only_ledger(buil
     subject = {"campaign": "router-ocr"}
     try:
         before = evaluate(fast, subject, policy)
-        reads: list[int] = []
-        real = verdict_mod.read_snapshot_rows
-
-        def counted(*a: Any, **k: Any) -> Any:
-            reads.append(1)
-            return real(*a, **k)
-
-        monkeypatch.setattr(verdict_mod, "read_snapshot_rows", counted)
+        reads = count_snapshot_reads(monkeypatch)
         again = evaluate(fast, subject, policy)
         assert canonical_bytes(again) == canonical_bytes(before)
         assert reads == [], "an unchanged database is not read again"

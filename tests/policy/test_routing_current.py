@@ -24,6 +24,16 @@ OK = {
 }
 
 
+# what a restoration needs, fresh (seed 000): /health 200, the expected identity from /v1/models, READY
+RESTORATION_PROBES = [
+    {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200},
+    {"endpoint": "http://127.0.0.1:8080/v1/models", "check": "models", "ok": True, "http_status": 200,
+     "model_identity": "qwen/qwen3.8-27b"},
+    {"endpoint": "http://127.0.0.1:8080/v1/chat/completions", "check": "completion", "ok": True,
+     "http_status": 200, "expected": "READY", "text": "READY", "max_tokens": 8},
+]  # fmt: skip
+
+
 def check(b: Any, deployment: dict[str, Any] | None = None, now: Any = NOW) -> dict[str, Any]:
     return check_routing_change(
         b.ledger, load_policy("routing-change"), dict(SUBJECT), deployment=deployment, now=now
@@ -292,13 +302,7 @@ def test_a_restoration_probe_claiming_a_later_time_than_its_log_time_is_as_old_a
     from the observed time — collected_at, never after the log took them — as the verdict's freshness is."""
     b = build("routing-change/seed000-restoration.toml")
     subject = {"backend": "llama.cpp", "model": "qwen/qwen3.8-27b", "host": "hiro-5"}
-    probes = [
-        {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200},
-        {"endpoint": "http://127.0.0.1:8080/v1/models", "check": "models", "ok": True, "http_status": 200,
-         "model_identity": "qwen/qwen3.8-27b"},
-        {"endpoint": "http://127.0.0.1:8080/v1/chat/completions", "check": "completion", "ok": True,
-         "http_status": 200, "expected": "READY", "text": "READY", "max_tokens": 8},
-    ]  # fmt: skip
+    probes = RESTORATION_PROBES
 
     def restore_at(claimed: str, now: str) -> dict[str, Any]:
         for p in probes:
@@ -379,13 +383,7 @@ def test_restoration_probes_at_the_age_bound_are_found_by_the_prefiltered_read(b
 
     b = build("routing-change/seed000-restoration.toml")
     subject = {"backend": "llama.cpp", "model": "qwen/qwen3.8-27b", "host": "hiro-7"}
-    probes = [
-        {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200},
-        {"endpoint": "http://127.0.0.1:8080/v1/models", "check": "models", "ok": True, "http_status": 200,
-         "model_identity": "qwen/qwen3.8-27b"},
-        {"endpoint": "http://127.0.0.1:8080/v1/chat/completions", "check": "completion", "ok": True,
-         "http_status": 200, "expected": "READY", "text": "READY", "max_tokens": 8},
-    ]  # fmt: skip
+    probes = RESTORATION_PROBES
     old = {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200}
     for i in range(50):  # the campaign's history: probes of days before, never read by the check
         st = b.ledger.make_statement("health.probe", subject, old, collected_at="2026-09-01T18:01:00Z")

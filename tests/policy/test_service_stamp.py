@@ -5,7 +5,6 @@ answers repeated checks from memory, and an append or an edit behind the log's b
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +20,9 @@ from ledger.policy.fixtures import build_fixture_ledger
 from ledger.policy.routing import check_routing_change
 from ledger.policy.snapshot import clear_caches
 from ledger.service import Ledger
-from tests.api.conftest import PgDatabases, require_postgres
-from tests.policy.conftest import FIXTURES, POLICY_DIR, Built
+from tests.api.conftest import fresh_pg_database
+from tests.policy.conftest import FIXTURES, POLICY_DIR, Built, count_snapshot_reads
 
-verdict_mod = importlib.import_module("ledger.policy.verdict")
 SUBJECT = {"campaign": "router-ocr"}
 
 
@@ -34,12 +32,8 @@ def database(request: pytest.FixtureRequest) -> Iterator[str | None]:
     if request.param == "sqlite":
         yield None
         return
-    require_postgres()
-    dbs = PgDatabases()
-    try:
-        yield dbs.new()
-    finally:
-        dbs.drop_all()
+    with fresh_pg_database() as url:
+        yield url
 
 
 def _built(tmp_path: Path, database: str | None, fixture: str) -> tuple[Ledger, dict[str, str]]:
@@ -51,18 +45,6 @@ def _built(tmp_path: Path, database: str | None, fixture: str) -> tuple[Ledger, 
         FIXTURES / fixture, tmp_path / "home", POLICY_DIR, init=init
     )
     return ledger, {n: e.entry_id for n, e in builder.names.items()}
-
-
-def _counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    reads: list[int] = []
-    real = verdict_mod.read_snapshot_rows
-
-    def counted(*a: Any, **k: Any) -> Any:
-        reads.append(1)
-        return real(*a, **k)
-
-    monkeypatch.setattr(verdict_mod, "read_snapshot_rows", counted)
-    return reads
 
 
 def _edit_behind_the_log(ledger: Ledger, seq: int, envelope: dict[str, Any]) -> None:
@@ -108,7 +90,7 @@ def test_a_warm_service_verdict_is_not_read_again_until_the_database_changes(
     policy = load_policy("backend-qualification")
     try:
         before = evaluate(ledger, SUBJECT, policy)
-        reads = _counted(monkeypatch)
+        reads = count_snapshot_reads(monkeypatch)
         assert canonical_bytes(evaluate(ledger, SUBJECT, policy)) == canonical_bytes(before)
         assert reads == [], "an unchanged database is not read again"
 
