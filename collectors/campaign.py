@@ -66,6 +66,7 @@ __all__ = [
     "ladder",
     "load_campaign",
     "policy_verdict",
+    "sequential_count",
     "structured_schema",
 ]
 
@@ -90,6 +91,35 @@ def _policy(policy: Any = None) -> Any:
     from ledger.policy.loader import load_policy
 
     return load_policy(DEFAULT_POLICY) if policy is None else policy
+
+
+def sequential_count(campaign: Campaign, policy: Any) -> int:
+    """How many sequential requests the campaign runs: its ``[gates.sequential] count``, else the policy's
+    ``sequential_requests`` (the number its gate credits). A count below the policy's is refused before
+    anything is recorded: such a run passes the collector's gate and fails the verdict."""
+    g = campaign.spec.gates.sequential
+    need = policy.params.get("sequential_requests")
+    name = policy.identity().get("name")
+    if need is not None and (type(need) is not int or need < 1):
+        raise ConfigError(
+            f"the policy {name}: sequential_requests = {need!r} is not a whole number of requests"
+        )
+    if g.count is None:
+        if need is None:
+            if not g.enabled:
+                return 0
+            raise ConfigError(
+                f"{campaign.path}: the policy {name} sets no sequential_requests: "
+                "name how many to run ([gates.sequential] count)"
+            )
+        return int(need)
+    if g.enabled and need is not None and g.count < need:
+        raise ConfigError(
+            f"{campaign.path}: [gates.sequential] count = {g.count}, but the policy {name} credits a "
+            f"sequential-request run only of at least {need} requests (sequential_requests): "
+            "leave count out, or ask for more"
+        )
+    return g.count
 
 
 def structured_schema(policy: Any = None) -> dict[str, Any]:
@@ -199,7 +229,8 @@ class StructuredGate(_Section):
 
 class SequentialGate(_Section):
     enabled: bool = True
-    count: int = Field(default=20, ge=1)
+    # None: the policy's ``sequential_requests`` (what its gate credits); set, at least that many
+    count: int | None = Field(default=None, ge=1)
     prompt: str = DEFAULT_PROMPT
     max_tokens: int = Field(default=16, gt=0)
     max_latency_ms: float | None = None
@@ -448,6 +479,7 @@ class CampaignRunner:
                 f"{campaign.path}: [gates.control] expect = {control.expect!r}, but the policy "
                 f"{self.policy.identity().get('name')} judges the ready control by the answer {answer!r}"
             )
+        self.sequential_count = sequential_count(campaign, self.policy)
         self.structured_schema: dict[str, Any] | None = None
         structured = campaign.spec.gates.structured
         if structured.enabled:
@@ -893,7 +925,7 @@ class CampaignRunner:
         with self._interruptible_section():
             p = probe_sequential(
                 base,
-                count=g.count,
+                count=self.sequential_count,
                 prompt=g.prompt,
                 model=self.model_id,
                 max_tokens=g.max_tokens,
@@ -901,7 +933,7 @@ class CampaignRunner:
                 timeout=g.timeout_seconds,
             )
         status, why, ev, _ = self._probe_gate(p)
-        return status, why, ev, {"requests": g.count, "completed": int(p.get("count") or 0)}
+        return status, why, ev, {"requests": self.sequential_count, "completed": int(p.get("count") or 0)}
 
     def _gate_runtime(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         """So far: no launch failed after readiness. The policy re-judges runtime stability from every

@@ -103,7 +103,7 @@ def fault_campaign(
         if a.get("env"):
             lines.append("env = { " + ", ".join(f'{k} = "{v}"' for k, v in a["env"].items()) + " }")
         lines.append("")
-    lines += ["[gates.sequential]", "count = 3", "", extra]
+    lines += [extra]
     p = tmp_path / f"{name}.toml"
     p.write_text("\n".join(lines))
     return p

@@ -504,3 +504,86 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, dict):
         return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
     return str(v)
+
+
+@pytest.mark.parametrize(
+    ("count", "policy_count"),
+    [(5, "20"), (19, "20"), (20, "30"), (1, "2")],
+    ids=["shipped-cpu-campaigns-5", "one-short", "policy-raised", "smallest"],
+)
+def test_campaign_running_fewer_sequential_requests_than_the_policy_credits_is_refused_before_recording(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    ledger: Ledger,
+    recorder: LocalRecorder,
+    corpus: tuple[Path, str],
+    count: int,
+    policy_count: str,
+) -> None:
+    """Regression: `[gates.sequential] count = 5` passed the collector's gate (its own count) while the
+    policy's gate, which credits only runs of `sequential_requests` (20), failed it — the collector printed
+    `sequential-requests passed` beside a verdict that said it failed. Such a campaign is now refused
+    before anything is recorded, naming both numbers."""
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    path.write_text(
+        path.read_text().replace("[gates.sequential]\ncount = 20\n", f"[gates.sequential]\ncount = {count}\n")
+    )
+    size = ledger.size()
+    policy = policy_with(tmp_path, corpus[1], sequential_requests=policy_count)
+    with pytest.raises(
+        ConfigError, match=rf"count = {count}, but the policy .* at least {policy_count} requests"
+    ):
+        run(path, recorder, tmp_path, policy)
+    assert ledger.size() == size
+
+
+@pytest.mark.parametrize(("section", "expected"), [("", 20), ("count = 25\n", 25), ("count = 20\n", 20)])
+def test_the_sequential_count_is_the_policys_unless_the_campaign_asks_for_more(
+    tmp_path: Path, tiny_model_dir: Path, corpus: tuple[Path, str], section: str, expected: int
+) -> None:
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    path.write_text(
+        path.read_text().replace("[gates.sequential]\ncount = 20\n", f"[gates.sequential]\n{section}")
+    )
+    runner = CampaignRunner(
+        load_campaign(path), None, work_dir=tmp_path / "work", handle_signals=False,  # type: ignore[arg-type]
+        policy=policy_with(tmp_path, corpus[1]),
+    )  # fmt: skip
+    assert runner.sequential_count == expected
+
+
+@pytest.mark.parametrize(
+    "value", ['"20"', "20.0", "true", "0", "-1"], ids=["string", "float", "bool", "zero", "negative"]
+)
+def test_a_policy_whose_sequential_requests_is_no_whole_number_refuses_the_campaign(
+    tmp_path: Path, tiny_model_dir: Path, corpus: tuple[Path, str], value: str
+) -> None:
+    """Fail closed: a mistyped policy number is no bound the collector can run to (never read as 0)."""
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    with pytest.raises(ConfigError, match=r"sequential_requests = .* is not a whole number"):
+        CampaignRunner(
+            load_campaign(path), None, work_dir=tmp_path / "work", handle_signals=False,  # type: ignore[arg-type]
+            policy=policy_with(tmp_path, corpus[1], sequential_requests=value),
+        )  # fmt: skip
+
+
+def test_a_policy_without_sequential_requests_needs_the_campaign_to_name_its_count(
+    tmp_path: Path, tiny_model_dir: Path, corpus: tuple[Path, str]
+) -> None:
+    policy = policy_with(tmp_path, corpus[1])
+    text = policy.path.read_text()
+    policy.path.write_text(re.sub(r"(?m)^sequential_requests = .*\n", "", text))
+    policy = load_policy(str(policy.path), policy.path.parent)
+    assert "sequential_requests" not in policy.params
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    runner = CampaignRunner(
+        load_campaign(path), None, work_dir=tmp_path / "work", handle_signals=False,  # type: ignore[arg-type]
+        policy=policy,
+    )  # fmt: skip
+    assert runner.sequential_count == 20  # the campaign's own count stands
+    path.write_text(path.read_text().replace("[gates.sequential]\ncount = 20\n", "[gates.sequential]\n"))
+    with pytest.raises(ConfigError, match=r"sets no sequential_requests: name how many to run"):
+        CampaignRunner(
+            load_campaign(path), None, work_dir=tmp_path / "work", handle_signals=False,  # type: ignore[arg-type]
+            policy=policy,
+        )  # fmt: skip
