@@ -236,13 +236,18 @@ class LogRepo:
         it is visible, a restart or a failover starts another server, so a restored or promoted database
         never repeats a value its predecessor gave."""
         if self.dialect == "postgresql":
-            with self.read() as conn:
-                row = conn.execute(
-                    sa.text(
-                        "SELECT pg_postmaster_start_time()::text, CASE WHEN pg_is_in_recovery()"
-                        " THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END::text"
-                    )
-                ).one()
+            try:
+                with self.read() as conn:
+                    row = conn.execute(
+                        sa.text(
+                            "SELECT pg_postmaster_start_time()::text, CASE WHEN pg_is_in_recovery()"
+                            " THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END::text"
+                        )
+                    ).one()
+            except sa.exc.SQLAlchemyError:
+                return None  # a server that will not say (a role without the functions): no stamp
+            if row[0] is None or row[1] is None:
+                return None
             return ("postgresql", str(row[0]), str(row[1]))
         path = self.engine.url.database if self.dialect == "sqlite" else None
         if not path or path.startswith(":") or "mode=memory" in str(self.engine.url):
