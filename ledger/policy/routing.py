@@ -70,7 +70,9 @@ class Service(_Strict):
     engine: str = "vllm"
     model: str | None = None
     port: int | None = None
-    gpu_memory_utilization: float | None = Field(default=None, ge=0, le=1)
+    # the fraction of each of its GPUs' memory the engine reserves: above 0 (an engine reserving none does not
+    # run; 0 would let any layout's sum pass), at most 1
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     env: dict[str, str] = Field(default_factory=dict)
 
 

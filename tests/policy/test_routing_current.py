@@ -122,6 +122,24 @@ def test_missing_gpu_memory_utilization_is_the_engine_default_not_zero(build, tm
     assert any("GPU2 gpu_memory_utilization sum 0.95" in x for x in r["reasons"]), r["reasons"]
 
 
+@pytest.mark.parametrize("util", ["0.0", "0", "-0.1", "1.01", '"0.5"', "true"])
+def test_a_gpu_memory_utilization_of_zero_or_out_of_range_is_an_error_not_a_free_service(
+    build, tmp_path: Path, util: str
+) -> None:
+    """Regression: a GPU service stating gpu_memory_utilization = 0 counted 0 in its GPUs' sums, so a layout
+    of 0 + 0.88 on one GPU was allowed; no engine runs reserving nothing. Zero, out of range and mistyped
+    values are errors naming the key and the file."""
+    p = tmp_path / "d.toml"
+    p.write_text(
+        'host = "gpu-box-1"\n[[services]]\nname = "a"\ngpus = [2]\n'
+        f"gpu_memory_utilization = {util}\n"
+        '[[services]]\nname = "b"\ngpus = [2]\ngpu_memory_utilization = 0.88\n'
+    )
+    with pytest.raises(InputError) as ei:
+        load_deployment(p)
+    assert "gpu_memory_utilization" in ei.value.message and str(p) in ei.value.message
+
+
 @pytest.mark.parametrize("bad", ["gpu_memory_utilisation", "gpu_mem_util", "GPU_MEMORY_UTILIZATION"])
 def test_misspelled_deployment_key_is_an_error_naming_key_and_file(tmp_path: Path, bad: str) -> None:
     p = tmp_path / "dep.json"
