@@ -10,6 +10,7 @@ other key name must already exist. ``--server``/``--token`` send the entries to 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -855,16 +856,12 @@ def _print_summary(r: CampaignResult, recorded: str = "recorded") -> None:
             ("#", "attempt", "ready", "time to ready", "exit", "signature"), rows, title="engine attempts"
         )
     out.print(f"collector gates: {r.verdict_hint} (the collector's own view of its steps)", soft_wrap=True)
+    # a command a user can paste: a campaign id with spaces or quotes is quoted for the shell
+    again = f"ledger verdict --subject {shlex.quote(f'campaign={r.campaign}')}"
     if r.policy_verdict is not None:
-        out.print(
-            f"policy verdict: {r.policy_verdict} (`ledger verdict --subject campaign={r.campaign}`)",
-            soft_wrap=True,
-        )
+        out.print(f"policy verdict: {r.policy_verdict} (`{again}`)", soft_wrap=True)
     else:
-        out.print(
-            f"policy verdict: run `ledger verdict --subject campaign={r.campaign}` where it was recorded",
-            soft_wrap=True,
-        )
+        out.print(f"policy verdict: run `{again}` where it was recorded", soft_wrap=True)
     out.print(
         f"job entry {r.job_entry[:16]}, terminal entry {(r.final_entry or '')[:16]}, "
         f"{len(r.entries)} entries {recorded}",

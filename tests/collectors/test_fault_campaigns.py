@@ -369,3 +369,35 @@ def test_engine_dead_after_ready_campaign_policy_verdict_is_runtime_reliability(
     assert v is not None
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
     assert {g["name"]: g["status"] for g in v["gates"]}["runtime-stability"] == "failed"
+
+
+def test_the_printed_verdict_command_of_a_campaign_named_with_spaces_and_quotes_can_be_pasted(
+    tmp_path: Path, tiny_model_dir: Path, home: Path
+) -> None:
+    """Regression: `collect run` printed ``ledger verdict --subject campaign=NAME`` unquoted, so for a
+    campaign id with spaces or quotes the command it told the user to run judged another subject."""
+    import shlex
+
+    name = 'Qwen 3.6/35B — a=b, "quoted"'
+    c = fault_campaign(tmp_path, tiny_model_dir, [{"name": "default", "args": ["--mode", "ok"]}], name="odd")
+    c.write_text(c.read_text().replace('id = "odd"', "id = " + json.dumps(name)))
+    r = subprocess.run(
+        [*LEDGER, "collect", "run", str(c), "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    line = next(x for x in r.stdout.splitlines() if x.startswith("policy verdict:"))
+    command = line[line.index("`") + 1 : line.rindex("`")]
+    argv = shlex.split(command)
+    assert argv[:3] == ["ledger", "verdict", "--subject"] and argv[3] == f"campaign={name}", argv
+    v = subprocess.run(
+        [*LEDGER, "--home", str(home), *argv[1:], "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert json.loads(v.stdout)["subject"] == {"campaign": name}
+    assert json.loads(v.stdout)["verdict"] in line
