@@ -57,3 +57,38 @@ def test_every_evaluated_context_holds_exactly_the_names_its_condition_was_loade
             # what is declared is given (a routing check's `item` only with `for_each`)
             assert keys <= names, (where, sorted(keys - names))
             assert names - keys <= {"item"}, (where, sorted(names - keys))
+
+
+def test_the_semantic_scorer_gives_its_cel_checks_exactly_the_names_they_are_loaded_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corpus' CEL checks are compiled with ``semantic.CEL_NAMES`` and evaluated with the context
+    ``score_answer`` builds: the test fails when the two drift (a name added on one side only)."""
+    import json
+
+    from ledger.collectors import semantic
+    from ledger.hashing import blake3_hex
+
+    seen: list[tuple[frozenset[str] | None, frozenset[str]]] = []
+    real_value = Condition.value
+
+    def watched_value(self: Condition, context: Any) -> Any:
+        assert isinstance(context, Mapping)
+        seen.append((self.names, frozenset(context)))
+        return real_value(self, context)
+
+    monkeypatch.setattr(Condition, "value", watched_value)
+    corpus = tmp_path / "corpus.jsonl"
+    item = {
+        "id": "n",
+        "messages": [{"role": "user", "content": "Give n as JSON"}],
+        "checks": [{"type": "cel", "expr": "answer.n == 4 && text.startsWith('{')"}],
+    }
+    corpus.write_text(json.dumps(item) + "\n")
+    loaded = semantic.load_semantic_corpus(corpus, f"blake3:{blake3_hex(corpus.read_bytes())}")
+    [outcome] = semantic.score_answer(loaded.items[0], '{"n": 4}')
+    assert outcome.passed
+    assert seen, "the scorer evaluated no CEL check"
+    for names, keys in seen:
+        assert names == semantic.CEL_NAMES
+        assert keys == names, (sorted(keys), sorted(names))
