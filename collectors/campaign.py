@@ -48,7 +48,7 @@ from ledger.collectors.probe import (
 from ledger.collectors.secrets import Redactor, redact_command
 from ledger.collectors.semantic import SemanticResult, SemanticSpec, run_semantic, semantic_gate_payload
 from ledger.entries import format_time, now_utc, pin_bindings
-from ledger.errors import ConfigError, LedgerError
+from ledger.errors import ConfigError, LedgerError, more_problems
 from ledger.hashing import hash_file, parse_digest
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures
@@ -347,9 +347,10 @@ def load_campaign(path: Path) -> Campaign:
     except RecursionError as e:
         raise ConfigError(f"campaign {p}: nested too deeply") from e
     except ValidationError as e:
-        err = e.errors()[0]
+        errors = e.errors()
+        err = errors[0]
         loc = ".".join(str(x) for x in err["loc"])
-        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        more = more_problems(errors)
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"campaign {p}: unknown key {loc!r}{more}") from e
         raise ConfigError(f"campaign {p}: {loc}: {err['msg']}{more}") from e

@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from ledger.errors import InputError, SchemaError, UnknownKindError
+from ledger.errors import InputError, SchemaError, UnknownKindError, more_problems
 
 __all__ = [
     "KIND_MODELS",
@@ -542,10 +542,10 @@ REF_REQUIRED: dict[str, tuple[str, ...]] = {
 
 
 def _first_error(e: ValidationError) -> str:
-    err = e.errors()[0]
+    errors = e.errors()
+    err = errors[0]
     loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-    return f"{loc}: {err['msg']}{more}"
+    return f"{loc}: {err['msg']}{more_problems(errors, unknown='unknown field')}"
 
 
 def validate_payload(kind: str, version: int, payload: dict[str, Any]) -> _Model:

@@ -8,8 +8,9 @@ every code is unique and kebab-case.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 __all__ = [
     "REFINES",
@@ -56,6 +57,8 @@ __all__ = [
     "UnknownKindError",
     "UnknownSignerError",
     "UntrustedRootError",
+    "more_problems",
+    "validation_problem",
 ]
 
 
@@ -333,3 +336,31 @@ class PortInUseError(LedgerError):
     code = "port-in-use"
     category = Category.SYSTEM
     hint = "stop the other server or pass --port with a free port"
+
+
+# --- foreign validation errors, told at the boundary -------------------------------------------------------
+
+
+def validation_problem(err: Mapping[str, Any], *, unknown: str = "unknown key") -> str:
+    """One problem of a pydantic ``ValidationError.errors()``, named by its place: ``unknown key 'x'``,
+    ``x: required``, or ``x: <message>``."""
+    loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
+    if err.get("type") == "extra_forbidden":
+        return f"{unknown} {loc!r}"
+    if err.get("type") == "missing":
+        return f"{loc}: required"
+    return f"{loc}: {err.get('msg')}"
+
+
+def more_problems(
+    errors: Sequence[Mapping[str, Any]], *, unknown: str = "unknown key", limit: int = 3
+) -> str:
+    """`` (also: P2; P3 …)`` for the problems after the first (the caller names that one in its own words),
+    ``limit`` of them and a count of the rest; ``""`` when there is one: a file with a missing key and a
+    misspelled one is told both at once."""
+    rest = list(errors[1:])
+    if not rest:
+        return ""
+    shown = "; ".join(validation_problem(e, unknown=unknown) for e in rest[:limit])
+    extra = f"; +{len(rest) - limit} more" if len(rest) > limit else ""
+    return f" (also: {shown}{extra})"

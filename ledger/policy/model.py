@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ledger.errors import PolicyError
+from ledger.errors import PolicyError, more_problems
 
 __all__ = [
     "VERDICT_WORDS",
@@ -304,5 +304,5 @@ def parse_policy_text(text: str, filename: str) -> PolicyFile:
         where = f"{filename}:{line}" if line else filename
         path = ".".join(str(p) for p in loc) or "(root)"
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        more = more_problems(e.errors(), unknown="unknown field")
         raise PolicyError(f"{where}: {path}: {msg}{more}") from e

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ledger.entries import format_time, now_utc, parse_time
-from ledger.errors import InputError, PolicyError, SignatureError
+from ledger.errors import InputError, PolicyError, SignatureError, more_problems, validation_problem
 from ledger.policy import result_cache
 from ledger.policy.acceptance import _trust_problem, render
 from ledger.policy.loader import LoadedPolicy
@@ -102,16 +102,8 @@ def _validate_deployment(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     try:
         dep = Deployment.model_validate(dict(data))
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown key {loc!r}"
-        elif err["type"] == "missing":
-            msg = f"{loc}: required"
-        else:
-            msg = f"{loc}: {err['msg']}"
-        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise InputError(f"{where}: deployment {msg}{more}") from e
+        errors = e.errors()
+        raise InputError(f"{where}: deployment {validation_problem(errors[0])}{more_problems(errors)}") from e
     out = dep.model_dump(mode="json")
     seen: dict[str, int] = {}
     for i, s in enumerate(out["services"]):

@@ -1073,6 +1073,40 @@ def test_a_campaign_without_a_served_name_is_refused_naming_it(tmp_path: Path) -
         load_campaign(path)
 
 
+def test_a_campaign_with_a_missing_key_and_a_misspelled_one_names_both(tmp_path: Path) -> None:
+    """Regression: the loader named the first problem only ("(+1 more)"): a file missing a required key
+    and misspelling another was refused for the first, and the second surfaced only after that fix."""
+    from ledger.collectors.campaign import load_campaign
+
+    shipped = (REPO / "campaigns" / "llamacpp-cpu.toml").read_text()
+    path = tmp_path / "two-problems.toml"
+    path.write_text(
+        shipped.replace('served_name = "tiny"', "").replace("lease_seconds = 600", "lease_secnds = 600")
+    )
+    with pytest.raises(ConfigError) as ei:
+        load_campaign(path)
+    message = ei.value.message
+    assert "model.served_name: required" in message or "model.served_name: Field required" in message
+    assert "unknown key 'campaign.lease_secnds'" in message, message
+
+
+def test_a_deployment_with_several_problems_names_each(tmp_path: Path) -> None:
+    from ledger.errors import InputError
+    from ledger.policy.routing import load_deployment
+
+    p = tmp_path / "dep.toml"
+    p.write_text(
+        '[[services]]\nname = "a"\ngpus = [0]\ngpu_memory_utilisation = 0.5\n'
+        '[[services]]\nname = "b"\ngpus = ["one"]\n'
+    )
+    with pytest.raises(InputError) as ei:
+        load_deployment(p)
+    message = ei.value.message
+    for part in ("host: required", "unknown key 'services.0.gpu_memory_utilisation'", "services.1.gpus.0"):
+        assert part in message, message
+    assert str(p) in message
+
+
 def test_verdict_without_a_campaign_is_refused_not_judged_across_campaigns(tmp_path: Path) -> None:
     """Regression: a subject naming only backend/model/host pooled the evidence of every campaign: one
     campaign's probes and another's benchmark qualified together, though neither campaign did."""
