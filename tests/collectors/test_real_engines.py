@@ -34,17 +34,18 @@ def _gates(home: Path) -> dict[str, str]:
     return {p["gate"]: p["status"] for p in _ledger_entries(home, "gate.result")}
 
 
+def _run_llamacpp(home: Path, campaign: str, env: dict[str, str], timeout: float = 300) -> Any:
+    """`ledger collect run CAMPAIGN --json` on the llama.cpp engine that ``ensure_engine`` built."""
+    cache = str(Path(env["LLAMACPP_PYTHON"]).parents[2])
+    return run_ledger(
+        "collect", "run", campaign, "--home", str(home), "--json",
+        env={"LEDGER_ENGINE_CACHE": cache}, timeout=timeout,
+    )  # fmt: skip
+
+
 def test_llamacpp_campaign_control_fails_honestly(home: Path) -> None:
     env = ensure_engine("llamacpp")
-    r = run_ledger(
-        "collect",
-        "run",
-        str(REPO / "campaigns" / "llamacpp-cpu.toml"),
-        "--home",
-        str(home),
-        "--json",
-        env={"LEDGER_ENGINE_CACHE": str(Path(env["LLAMACPP_PYTHON"]).parents[2])},
-    )
+    r = _run_llamacpp(home, str(REPO / "campaigns" / "llamacpp-cpu.toml"), env)
     assert r.returncode == 1, r.stderr
     result = json.loads(r.stdout)
     assert result["state"] == "failed"
@@ -89,15 +90,7 @@ def test_llamacpp_on_a_gguf_cut_short_names_the_corrupt_model_files(tmp_path: Pa
     campaign = tmp_path / "cut.toml"
     text = text.replace(old, f'path = "{cut}"').replace('id = "llamacpp-cpu-tiny"', 'id = "cut"')
     campaign.write_text(text)
-    r = run_ledger(
-        "collect",
-        "run",
-        str(campaign),
-        "--home",
-        str(home),
-        "--json",
-        env={"LEDGER_ENGINE_CACHE": str(Path(env["LLAMACPP_PYTHON"]).parents[2])},
-    )
+    r = _run_llamacpp(home, str(campaign), env)
     assert r.returncode == 1, r.stderr
     result = json.loads(r.stdout)
     assert result["policy_verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
@@ -115,16 +108,7 @@ def test_llamacpp_trained_campaign_ends_qualified_under_the_policy(home: Path) -
     harnesses included, then the review PASSes and the acceptance the policy needs."""
     env = ensure_engine("llamacpp")
     ensure_engine("trained")
-    r = run_ledger(
-        "collect",
-        "run",
-        str(REPO / "campaigns" / "llamacpp-cpu-trained.toml"),
-        "--home",
-        str(home),
-        "--json",
-        env={"LEDGER_ENGINE_CACHE": str(Path(env["LLAMACPP_PYTHON"]).parents[2])},
-        timeout=900,
-    )
+    r = _run_llamacpp(home, str(REPO / "campaigns" / "llamacpp-cpu-trained.toml"), env, timeout=900)
     assert r.returncode == 1, r.stderr  # INCONCLUSIVE until the harness results are reviewed
     result = json.loads(r.stdout)
     assert [g["status"] for g in result["gates"]] == ["passed"] * 9, result["gates"]
