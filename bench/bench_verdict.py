@@ -365,6 +365,9 @@ gpus = [0]
 gpu_memory_utilization = 0.85
 """
 LEDGER_BIN = str(Path(sys.executable).with_name("ledger"))
+# a baseline checkout's CLI (PYTHONPATH=baseline), as its console script ran it (``main``: older code has no
+# ``console_main``); -P: not the working directory first, which may hold this checkout's package
+BASELINE_ENTRY = [sys.executable, "-P", "-c", "import sys; from ledger.cli import main; sys.exit(main())"]
 
 
 def ensure_verdict(ledger: Ledger) -> str:
@@ -453,7 +456,7 @@ def fresh(
     if baseline is not None:
         old = {**(env or os.environ), "PYTHONPATH": str(baseline.resolve())}
         for name in ("help", "verdict", "check_routing"):
-            cmds[f"{name}_baseline"] = cmds[name]
+            cmds[f"{name}_baseline"] = [*BASELINE_ENTRY, *cmds[name][1:]]
             envs[f"{name}_baseline"] = old
     for argv in (verdict_cmd, check_cmd):  # the bytecode an installed wheel has (unless --no-bytecode)
         _run(argv, env)

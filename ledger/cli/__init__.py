@@ -9,6 +9,7 @@ to exit codes.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ from ledger.cli import core
 from ledger.cli._common import STATE, Cancelled, Outcome
 from ledger.errors import LedgerError
 
-__all__ = ["EXIT_ERROR", "EXIT_NO", "EXIT_OK", "app", "exit_code", "main"]
+__all__ = ["EXIT_ERROR", "EXIT_NO", "EXIT_OK", "app", "console_main", "exit_code", "main"]
 
 EXIT_OK = 0
 EXIT_NO = 1  # the command ran and its answer is "no": verify found problems, check denies …
@@ -270,3 +271,16 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(rv, int) and rv != 0:  # typer.Exit(code) / ctx.exit(code) in non-standalone mode
         return rv
     return exit_code(STATE.result)
+
+
+def console_main() -> int:
+    """The ``ledger`` command (``[project.scripts]``): ``main``, then a process exit without the
+    interpreter's last full garbage collection.
+
+    A command that judged a 10,000-entry campaign holds some 10^6 objects; the collection Python runs at
+    exit walks all of them (≈ 60 ms of a 0.7 s fresh verdict) only to free what exit frees anyway.
+    ``gc.freeze`` moves them out of the collector's reach; reference counting still frees every object
+    and every exit handler still runs. Not in ``main``: a test calling it in process keeps collecting."""
+    rc = main()
+    gc.freeze()
+    return rc
