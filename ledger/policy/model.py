@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -240,10 +241,15 @@ def _header_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
+@lru_cache(maxsize=8)
+def _layout(text: str) -> tuple[list[str], list[tuple[int, str]]]:
+    """A policy text's lines and table headers, split once for all the locations a load asks for."""
+    return text.splitlines(), _header_lines(text)
+
+
 def locate(text: str, loc: tuple[int | str, ...]) -> int | None:
     """Best-effort line of the TOML key at pydantic error location ``loc``."""
-    lines = text.splitlines()
-    headers = _header_lines(text)
+    lines, headers = _layout(text)
     table_parts: list[str] = []
     index: int | None = None
     start, end = 1, len(lines)
