@@ -168,9 +168,11 @@ def compile_condition(source: str, where: str, names: frozenset[str] | None = No
 
 @dataclass(frozen=True)
 class FieldsRead:
-    """The fields of list elements (and of their ``payload``) that some CEL expressions read.
+    """The fields of list elements (and of their ``payload`` and ``derived`` maps) that some CEL
+    expressions read.
 
-    ``payload`` None: the payload map is used whole (so every payload field is needed). ``as_set``: the
+    ``payload`` None: the payload map is used whole (so every payload field is needed); ``derived``
+    likewise. ``as_set``: the
     list is only ever quantified with ``exists``/``all`` — whose value does not depend on how often or
     where an element occurs — so equal elements may be passed once.
     """
@@ -178,6 +180,7 @@ class FieldsRead:
     top: frozenset[str]
     payload: frozenset[str] | None
     as_set: bool = False
+    derived: frozenset[str] | None = None  # the same for ``derived`` (None: used whole)
 
 
 _Q3D = '"' * 3
@@ -219,7 +222,7 @@ def _tokens(source: str) -> list[str] | None:
 @lru_cache(maxsize=256)
 def _fields_read(list_name: str, sources: tuple[str, ...]) -> FieldsRead | None:
     top: set[str] = set()
-    payload: set[str] | None = set()
+    maps: dict[str, set[str] | None] = {"payload": set(), "derived": set()}  # the names read of each map
     as_set = True
     for source in sources:
         toks = _tokens(source)
@@ -250,12 +253,19 @@ def _fields_read(list_name: str, sources: tuple[str, ...]) -> FieldsRead | None:
                 if at(i + 1) != "." or not _is_name(at(i + 2)) or at(i + 3) == "(":
                     return None
                 top.add(at(i + 2))
-            if t == "payload" and at(i - 1) == "." and payload is not None:
+            names = maps.get(t)
+            if names is not None and at(i - 1) == ".":
                 if at(i + 1) == "." and _is_name(at(i + 2)) and at(i + 3) != "(":
-                    payload.add(at(i + 2))
+                    names.add(at(i + 2))
                 else:
-                    payload = None  # ``size(e.payload)``, ``'x' in e.payload``, ``e.payload.all(…)``
-    return FieldsRead(frozenset(top), None if payload is None else frozenset(payload), as_set)
+                    maps[t] = None  # ``size(e.payload)``, ``'x' in e.derived``, ``e.payload.all(…)``
+    payload, derived = maps["payload"], maps["derived"]
+    return FieldsRead(
+        frozenset(top),
+        None if payload is None else frozenset(payload),
+        as_set,
+        None if derived is None else frozenset(derived),
+    )
 
 
 def _is_name(tok: str) -> bool:

@@ -96,6 +96,7 @@ class _Bounded:
 
 _PARSED = _Bounded(PARSE_CACHE_ENTRIES)
 PARSED_HERE = [0]  # envelopes this process parsed itself (not from a memo): when to save the home's file
+ANSWERS_HERE = [0]  # structured answers this process judged itself (each may import jsonschema): the same
 _VERIFIED = _Bounded(SIGNATURE_CACHE_ENTRIES)
 
 
@@ -244,6 +245,8 @@ class Evidence:
         if got is False:
             got = check(arg)
             setattr(parsed, slot, got)
+            if slot == "answer":
+                ANSWERS_HERE[0] += 1
         return got if isinstance(got, str) else None
 
     @property
@@ -304,8 +307,11 @@ class Evidence:
             }
         return self._view
 
-    def slim_view(self, top: frozenset[str], payload: frozenset[str] | None) -> dict[str, Any]:
-        """``view()`` restricted to the ``top`` fields and (unless None: all) the ``payload`` fields.
+    def slim_view(
+        self, top: frozenset[str], payload: frozenset[str] | None, derived: frozenset[str] | None = None
+    ) -> dict[str, Any]:
+        """``view()`` restricted to the ``top`` fields and (unless None: all) the ``payload`` and
+        ``derived`` fields.
 
         Equal to the full view for any CEL expression that reads only those fields by name (see
         ``ledger.policy.conditions.fields_read``); much cheaper to convert for long evidence lists.
@@ -316,6 +322,9 @@ class Evidence:
             if payload is not None and "payload" in out:
                 p = full["payload"]
                 out["payload"] = {k: p[k] for k in payload if k in p}
+            if derived is not None and "derived" in out:
+                d = full["derived"]
+                out["derived"] = {k: d[k] for k in derived if k in d}
             return out
         out = {}
         for k in top:
@@ -332,6 +341,9 @@ class Evidence:
                         elif name in defaults:
                             pay[name] = defaults[name]
                     out[k] = pay
+            elif k == "derived" and derived is not None:
+                d = self.derived
+                out[k] = {name: d[name] for name in derived if name in d}
             elif k in _SIMPLE:
                 out[k] = getattr(self, _SIMPLE[k])
             elif k in _VIEW_FIELDS:
@@ -397,23 +409,32 @@ def parsed_items(entries: Iterable[Evidence]) -> list[tuple[Any, ...]]:
 
 
 def slim_views(
-    entries: list[Evidence], top: frozenset[str], payload: frozenset[str] | None, *, as_set: bool = False
+    entries: list[Evidence],
+    top: frozenset[str],
+    payload: frozenset[str] | None,
+    *,
+    as_set: bool = False,
+    derived: frozenset[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """``[e.slim_view(top, payload) for e in entries]``, with the per-field work hoisted out of the loop.
+    """``[e.slim_view(top, payload, derived) for e in entries]``, with the per-field work hoisted out of
+    the loop.
 
     ``as_set``: equal views are returned once (first occurrence, in order) — for lists that CEL only
     quantifies with ``exists``/``all``. Views are equal when every value has the same type and value
     (``1``, ``1.0`` and ``true`` stay distinct); a view holding lists or maps is always kept.
     """
     if payload is None or "payload" not in top or not top <= _SIMPLE.keys() | {"payload"}:
-        return [e.slim_view(top, payload) for e in entries]
-    simple = [(k, _SIMPLE[k]) for k in sorted(top) if k != "payload"]
+        return [e.slim_view(top, payload, derived) for e in entries]
+    if "derived" not in top:
+        derived = None
+    simple = [(k, _SIMPLE[k]) for k in sorted(top) if k != "payload" and (k != "derived" or derived is None)]
     names = sorted(payload)
     defaults_by_kind: dict[str, dict[str, Any]] = {}
     out: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
     if as_set:
-        return _slim_set(entries, simple, names)
+        return _slim_set(entries, simple, names, None if derived is None else sorted(derived))
+    dnames = sorted(derived) if derived is not None else None
     for e in entries:
         own = e.statement["payload"]
         defaults = defaults_by_kind.get(e.kind)
@@ -426,6 +447,9 @@ def slim_views(
                 if n not in pay:
                     pay[n] = v
         view = {k: getattr(e, attr) for k, attr in simple}
+        if dnames is not None:
+            d = e.derived
+            view["derived"] = {n: d[n] for n in dnames if n in d}
         if as_set:
             key = _scalar_key(view, pay)
             if key is not None:
@@ -442,15 +466,18 @@ _ABSENT = object()  # a payload field neither the entry nor its kind's defaults 
 
 
 def _slim_set(
-    entries: list[Evidence], simple: list[tuple[str, str]], names: list[str]
+    entries: list[Evidence], simple: list[tuple[str, str]], names: list[str], dnames: list[str] | None
 ) -> list[dict[str, Any]]:
     """``slim_views(…, as_set=True)`` for plain field names: the same views, in the same order.
 
-    An entry's values (with their types, and which payload fields are present) are compared as one tuple
-    before any view is built, so the repeated views of a long list cost a tuple each; floats, maps and
-    lists are compared frozen (``_frozen``), and an entry holding anything else keeps its view.
+    An entry's values (with their types, and which payload and ``derived`` fields are present) are
+    compared as one tuple before any view is built, so the repeated views of a long list cost a tuple
+    each; floats, maps and lists are compared frozen (``_frozen``), and an entry holding anything else
+    keeps its view. ``dnames``: the ``derived`` fields read (None: ``derived`` is in ``simple``, whole).
     """
     attrs = [attr for _, attr in simple]
+    dn = dnames or []
+    ends = (len(attrs), len(attrs) + len(names))  # where the payload's values and the derived's begin
     defaults_by_kind: dict[str, dict[str, Any]] = {}
     plain_types: dict[tuple[type, ...], bool] = {}
     other_at: dict[tuple[type, ...], list[int]] = {}  # per type tuple: where its non-plain values are
@@ -465,6 +492,9 @@ def _slim_set(
             defaults = defaults_by_kind[e.kind] = {n: d[n] for n in names if n in d}
         values = [getattr(e, a) for a in attrs]
         values += [own[n] if n in own else defaults.get(n, _ABSENT) for n in names]
+        if dn:
+            d = e.derived
+            values += [d.get(n, _ABSENT) for n in dn]
         types = tuple(map(type, values))
         is_plain = plain_types.get(types)
         if is_plain is None:
@@ -491,8 +521,10 @@ def _slim_set(
                     continue
                 seen_plain.add(key)
         view = {k: v for (k, _), v in zip(simple, values, strict=False)}
+        if dnames is not None:
+            view["derived"] = {n: v for n, v in zip(dn, values[ends[1] :], strict=True) if v is not _ABSENT}
         # the order of ``slim_views``: the entry's own fields, then the defaults it lacks
-        pvals = list(zip(names, values[len(attrs) :], strict=True))
+        pvals = list(zip(names, values[ends[0] : ends[1]], strict=True))
         pay = {n: v for n, v in pvals if n in own}
         for n, v in pvals:
             if n not in own and v is not _ABSENT:
@@ -694,6 +726,13 @@ class SnapshotRows:
     host_rows: list[tuple[Any, ...]]
     keyring: Keyring
     reference_time: str
+    digests: list[bytes] | None = field(default=None, repr=False)  # ``row_digests``, once computed
+
+    def row_digests(self) -> list[bytes]:
+        """``envelope_digests(self.rows)``, computed once: the cache key and the parse memo share them."""
+        if self.digests is None:
+            self.digests = envelope_digests(self.rows)
+        return self.digests
 
 
 def read_snapshot_rows(
@@ -764,7 +803,7 @@ def snapshot_from_rows(ledger: Ledger, raw: SnapshotRows) -> tuple[Snapshot, boo
     """Parse ``raw`` into the snapshot ``load_snapshot`` returns; the flag says whether the hosts named by
     the parsed entries are the ones the subject index gave (if not, the host entries were read again for
     the parsed hosts, and ``raw`` does not describe the snapshot)."""
-    entries = _parse_rows(raw.rows)
+    entries = _parse_rows(raw.rows, raw.row_digests())
     items = list(raw.subject.items())
     subjects = [e.statement["subject"] for e in entries]
     for e, subj in zip(entries, subjects, strict=True):

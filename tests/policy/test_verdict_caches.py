@@ -155,6 +155,61 @@ def test_fields_read_is_conservative(
     assert got.as_set is as_set
 
 
+@pytest.mark.parametrize(
+    ("source", "derived"),
+    [
+        ("evidence.exists(e, e.kind == 'x' && e.derived.ok)", {"ok"}),
+        ("evidence.all(e, e.derived.attempt <= 2 && has(e.derived.job))", {"attempt", "job"}),
+        (
+            "evidence.exists(e, e.derived.gpu_events_during_run.exists(x, x.code == 79))",
+            {"gpu_events_during_run"},
+        ),
+        ("evidence.exists(e, e.payload.check == 'health')", set()),
+        ("evidence.exists(e, size(e.derived) > 1)", None),
+        ("evidence.exists(e, 'ok' in e.derived)", None),
+        ("evidence.exists(e, e.derived.all(k, k == 'ok'))", None),
+    ],
+)
+def test_fields_read_names_the_derived_facts_read(source: str, derived: set[str] | None) -> None:
+    """``derived`` is read name by name as ``payload`` is (slim views then carry only those facts); any
+    other use of the map passes it whole, and the payload's names are not affected."""
+    got = fields_read("evidence", [source])
+    assert got is not None
+    assert (None if got.derived is None else set(got.derived)) == derived
+    both = fields_read("evidence", [source, "evidence.exists(e, e.payload.ready)"])
+    assert both is not None and both.payload == frozenset({"ready"}) | (got.payload or frozenset())
+
+
+def test_set_valued_views_of_derived_facts_keep_values_cel_tells_apart(build) -> None:
+    """Slim views that carry only the ``derived`` facts a gate reads: a fact that is absent stays absent
+    (``has()`` sees the same), values CEL tells apart stay apart, and a CEL check over them gives the
+    same answer as over the full views."""
+    from ledger.policy.conditions import compile_condition, shared_context
+    from ledger.policy.snapshot import load_snapshot
+
+    b = build("backend-qualification/seed004-sleeping.toml")
+    snap = load_snapshot(b.ledger, {"campaign": "router-ocr"})
+    probe = next(x for x in snap.entries if x.kind == "health.probe")
+    facts = [{"ok": True}, {"ok": 1}, {"ok": True}, {}, {"ok": None}, {"ok": True, "job": "j"}, {},
+             {"ok": 1.0}]  # fmt: skip
+    variants = _with_payload(probe, "check", ["health"] * len(facts))
+    for e, d in zip(variants, facts, strict=True):
+        e.set_derived(d)
+    top = frozenset({"kind", "payload", "derived"})
+    views = slim_views(variants, top, frozenset({"check"}), as_set=True, derived=frozenset({"ok"}))
+    assert [v["derived"] for v in views] == [{"ok": True}, {"ok": 1}, {}, {"ok": None}, {"ok": 1.0}]
+    assert [type(v["derived"].get("ok")) for v in views] == [bool, int, type(None), type(None), float]
+    listed = slim_views(variants, top, frozenset({"check"}), derived=frozenset({"ok"}))
+    assert [v["derived"] for v in listed] == [{k: d[k] for k in d if k == "ok"} for d in facts]
+    one = [e.slim_view(top, frozenset({"check"}), frozenset({"ok"})) for e in variants]
+    assert one == listed
+    for source in ("evidence.exists(e, !has(e.derived.ok))", "evidence.all(e, has(e.derived.ok))"):
+        cond = compile_condition(source, "test")
+        full = shared_context({"evidence": [e.view() for e in variants]})
+        slim = shared_context({"evidence": views})
+        assert cond.holds(full) == cond.holds(slim)
+
+
 def _with_payload(probe: Any, field: str, values: list[Any]) -> list[Any]:
     """Copies of the evidence ``probe``, one per value, with its payload's ``field`` set to it."""
     return [

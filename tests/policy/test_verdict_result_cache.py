@@ -189,6 +189,7 @@ def _as_a_fresh_process(monkeypatch: Any) -> list[int]:
         result_cache._MEMORY.clear()
         result_cache._STAMPED.clear()
         result_cache._LOADED.clear()
+        result_cache._LOADED_PARSED.clear()
     calls = [0]
     real = PublicKey.verify
 
@@ -405,6 +406,19 @@ def _parsed_files(home: Path) -> list[Path]:
     return sorted((home / "cache" / "verdicts").glob("parsed-*.bin"))
 
 
+def _answers_judged(monkeypatch: Any) -> list[int]:
+    """A counter of the structured answers this process judges from here on."""
+    calls = [0]
+    real = snapshot.structured_answer_problem
+
+    def counted(payload: Any) -> Any:
+        calls[0] += 1
+        return real(payload)
+
+    monkeypatch.setattr(snapshot, "structured_answer_problem", counted)
+    return calls
+
+
 def _parses(monkeypatch: Any) -> list[int]:
     """A counter of the envelopes this process parses from their stored bytes from here on."""
     calls = [0]
@@ -489,14 +503,7 @@ def test_a_structured_answer_judged_once_is_remembered_with_its_parsed_envelope(
     b, first = _qualified(build, monkeypatch)
     _append_later(b, timedelta(minutes=5), subject=dict(QUALIFIED_CAMPAIGN))
     _as_a_fresh_process(monkeypatch)
-    calls = [0]
-    real = snapshot.structured_answer_problem
-
-    def counted(payload: Any) -> Any:
-        calls[0] += 1
-        return real(payload)
-
-    monkeypatch.setattr(snapshot, "structured_answer_problem", counted)
+    calls = _answers_judged(monkeypatch)
     got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
     assert got["verdict"] == first["verdict"] == "QUALIFIED"
     assert calls[0] == 0
@@ -505,3 +512,64 @@ def test_a_structured_answer_judged_once_is_remembered_with_its_parsed_envelope(
     scratch = _from_scratch(b, monkeypatch)
     assert calls[0] == 1  # from scratch, the one structured probe is judged again
     assert canonical_bytes(got) == canonical_bytes(scratch)
+
+
+def test_a_few_new_entries_leave_the_parsed_envelopes_file_as_it_is(build: Any, monkeypatch: Any) -> None:
+    """Regression (a fresh verdict after each append to a 10,000-entry campaign rewrote its 10 MB file,
+    ≈ 45 ms of 0.7 s): a process that parsed fewer than ``SAVE_PARSED_AFTER`` envelopes and judged no
+    structured answer leaves the file alone; the next process parses those few again, and the result is
+    still the one from scratch. Past the bound, the file is written again and holds them."""
+    from ledger.policy import verdict
+
+    b, _first = _qualified(build, monkeypatch)
+    (path,) = _parsed_files(b.home)
+    recorded = path.read_bytes()
+    for minutes in (5, 6):
+        _append_later(b, timedelta(minutes=minutes), subject=dict(QUALIFIED_CAMPAIGN))
+        _as_a_fresh_process(monkeypatch)
+        parses = _parses(monkeypatch)
+        got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+        assert parses[0] == minutes - 4  # the notes appended since the file was written
+        assert path.read_bytes() == recorded
+    scratch_parses = _parses(monkeypatch)
+    assert canonical_bytes(got) == canonical_bytes(_from_scratch(b, monkeypatch))
+    assert scratch_parses[0] == 2  # the file still stands for every entry but the two notes
+
+    monkeypatch.setattr(verdict, "SAVE_PARSED_AFTER", 3)
+    _append_later(b, timedelta(minutes=7), subject=dict(QUALIFIED_CAMPAIGN))
+    _as_a_fresh_process(monkeypatch)
+    parses = _parses(monkeypatch)
+    evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert parses[0] == 3 and path.read_bytes() != recorded
+    _append_later(b, timedelta(minutes=8))  # elsewhere: the campaign's verdict is not remembered
+    for f in _cache_files(b.home):
+        f.unlink()
+    _as_a_fresh_process(monkeypatch)
+    parses = _parses(monkeypatch)
+    evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert parses[0] == 0
+
+
+def test_a_structured_answer_judged_here_is_saved_however_few_were_parsed(
+    build: Any, monkeypatch: Any
+) -> None:
+    """A new structured probe is one envelope parsed, but judging its answer may import jsonschema: the
+    file is written again so that the next process judges no answer (the rule that keeps the file as it
+    is never costs that regression back)."""
+    b, first = _qualified(build, monkeypatch)
+    (path,) = _parsed_files(b.home)
+    recorded = path.read_bytes()
+    probe = next(e for e in first["used"] if b.ledger.get(e).statement.payload.get("check") == "structured")
+    statement = b.ledger.get(probe).statement
+    _append_later(b, timedelta(minutes=5), "health.probe", dict(statement.subject), dict(statement.payload))
+    _as_a_fresh_process(monkeypatch)
+    evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert path.read_bytes() != recorded
+    _append_later(b, timedelta(minutes=6))
+    for f in _cache_files(b.home):
+        f.unlink()
+    _as_a_fresh_process(monkeypatch)
+    calls = _answers_judged(monkeypatch)
+    parses = _parses(monkeypatch)
+    evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert calls[0] == 0 and parses[0] == 0
