@@ -60,21 +60,7 @@ def _stats(db: Path) -> int | None:
 
 def _plan_of_subject_kind_rows(db: Path, size: int) -> tuple[str, list[tuple[Any, ...]]]:
     """The plan SQLite picks for the policy reader's ``subject_kind_rows`` (its own SQL), and its rows."""
-    seen: list[tuple[str, list[Any]]] = []
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    repo = SqlitePolicyRepo(conn)
-    real = repo._tuples
-
-    def record(c: sqlite3.Connection, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        seen.append((sql, list(params)))
-        return real(c, sql, params)
-
-    repo._tuples = record  # type: ignore[method-assign]
-    rows = repo.subject_kind_rows(conn, {"backend": "vllm", "campaign": "target"}, ["health.probe"], size)
-    sql, params = seen[-1]
-    plan = " | ".join(str(r[-1]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
-    conn.close()
-    return plan, rows
+    return _plan_and_rows(db, {"backend": "vllm", "campaign": "target"}, ["health.probe"], None, size)
 
 
 def test_routing_reads_drive_from_the_subject_once_the_log_has_statistics(tmp_path: Path) -> None:
@@ -88,6 +74,62 @@ def test_routing_reads_drive_from_the_subject_once_the_log_has_statistics(tmp_pa
     assert "INTEGER PRIMARY KEY" in plan, plan  # each entry looked up by its seq, from the subject's list
     assert "ix_log_entries_kind (kind=? AND rowid<?)" not in plan, plan  # not a scan of the kind's index
     assert len(rows) == 50 and [r[0] for r in rows] == sorted(r[0] for r in rows)
+
+
+def _plan_and_rows(
+    db: Path, subject: dict[str, str], kinds: list[str], since: str | None, size: int | None = None
+) -> tuple[str, list[tuple[Any, ...]]]:
+    """``subject_kind_rows`` of the policy reader below ``size`` (default: the whole log): the plan SQLite
+    picks for the SQL it ran, and its rows."""
+    seen: list[tuple[str, list[Any]]] = []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    repo = SqlitePolicyRepo(conn)
+    real = repo._tuples
+
+    def record(c: sqlite3.Connection, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        seen.append((sql, list(params)))
+        return real(c, sql, params)
+
+    repo._tuples = record  # type: ignore[method-assign]
+    if size is None:
+        size = int(conn.execute("SELECT max(seq) + 1 FROM log_entries").fetchone()[0])
+    rows = repo.subject_kind_rows(conn, subject, kinds, size, logged_since=since)
+    sql, params = seen[-1]
+    plan = " | ".join(str(r[-1]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    conn.close()
+    return plan, rows
+
+
+def test_a_rare_kind_or_the_recent_entries_are_read_from_their_own_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (a routing check at 1M/10k spent ~30 ms in four reads that walked the campaign's 10,000
+    seqs to find one verdict, one host probe, no routing change and no recent probe): a kind with fewer
+    entries than the subject's smallest field, or the entries logged since the age bound, drive the read
+    from their index; the rows are those of the subject-driven plan."""
+    from ledger import reads
+
+    led = _build(tmp_path / "h", 2500, 2)  # 1,250 probes of the target campaign
+    st = led.make_statement("note", dict(TARGET), {"text": "rare"}, collected_at=T0 + timedelta(hours=2))
+    led.append([led.sign(st, "col")], logged_at=T0 + timedelta(hours=2))
+    db = led.home.path / "ledger.db"
+    led.close()
+    recent = "2026-09-10T09:41:00.000000Z"  # the last 100 probes of 2,500 (one a second from T0)
+    cases = [
+        (["note"], None, "ix_log_entries_kind (kind=?"),
+        (["kernel.log", "note"], None, "ix_log_entries_kind (kind=?"),  # several kinds: still the index
+        (["health.probe"], recent, "ix_log_entries_logged_at (logged_at>?)"),
+        (["health.probe"], None, "INTEGER PRIMARY KEY"),  # a common kind: the subject's seqs
+    ]
+    for kinds, since, used in cases:
+        plan, rows = _plan_and_rows(db, TARGET, kinds, since)
+        assert used in plan, (kinds, since, plan)
+        monkeypatch.setattr(reads, "RARE_ROWS", 0)  # the subject-driven plan, as before
+        subject_plan, subject_rows = _plan_and_rows(db, TARGET, kinds, since)
+        monkeypatch.undo()
+        assert "INTEGER PRIMARY KEY" in subject_plan
+        assert rows == subject_rows and rows
+        assert [r[0] for r in rows] == sorted(r[0] for r in rows)
 
 
 def test_statistics_are_taken_again_when_the_log_has_doubled_and_not_before(tmp_path: Path) -> None:

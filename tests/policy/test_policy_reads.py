@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ledger import reads
 from ledger.canonical import canonical_bytes
 from ledger.entries import parse_time
 from ledger.errors import LedgerError
@@ -90,7 +91,7 @@ def test_fixture_verdicts_and_checks_are_byte_identical_through_both_paths(
     assert compared
 
 
-def test_the_policy_reads_return_the_rows_of_the_service_repo(tmp_path: Path) -> None:
+def test_the_policy_reads_return_the_rows_of_the_service_repo(tmp_path: Path, monkeypatch: Any) -> None:
     path = next(p for p in FIXTURES if p.stem == "seed004-sleeping")
     ledger, spec, builder = build_fixture_ledger(path, tmp_path / "home", init=Ledger.init)
     fast = SqlitePolicyLedger.open(Home(tmp_path / "home"))
@@ -113,13 +114,16 @@ def test_the_policy_reads_return_the_rows_of_the_service_repo(tmp_path: Path) ->
                         assert quick_repo.subject_hosts(
                             qc, sub, size, seqs, among
                         ) == slow_repo.subject_hosts(sc, sub, size, seqs, among)
-                    kinds = ["health.probe", "verdict", "host.probe"]
-                    every = slow_repo.subject_kind_rows(sc, sub, kinds, size)
-                    assert quick_repo.subject_kind_rows(qc, sub, kinds, size) == every
-                    for since in sorted({r[4] for r in every} | {"2000-01-01T00:00:00.000000Z"}):
-                        later = [r for r in every if r[4] >= since]  # column 4: the log's logged_at
-                        for repo, conn in ((slow_repo, sc), (quick_repo, qc)):
-                            assert repo.subject_kind_rows(conn, sub, kinds, size, logged_since=since) == later
+                    for kinds in (["health.probe", "verdict", "host.probe"], ["host.probe"], ["verdict"]):
+                        every = slow_repo.subject_kind_rows(sc, sub, kinds, size)
+                        for rare in (0, 1, 4096, 10**9):  # every plan of the policy reader's
+                            monkeypatch.setattr(reads, "RARE_ROWS", rare)
+                            assert quick_repo.subject_kind_rows(qc, sub, kinds, size) == every
+                            for since in sorted({r[4] for r in every} | {"2000-01-01T00:00:00.000000Z"}):
+                                later = [r for r in every if r[4] >= since]  # column 4: the log's logged_at
+                                for repo, conn in ((slow_repo, sc), (quick_repo, qc)):
+                                    got = repo.subject_kind_rows(conn, sub, kinds, size, logged_since=since)
+                                    assert got == later
             for size in (1, n):
                 for kinds in (["kernel.log"], ["host.probe", "note"], []):
                     assert quick_repo.kind_hosts(qc, kinds, size) == slow_repo.kind_hosts(sc, kinds, size)
