@@ -16,8 +16,8 @@ log's clock and hits while the clock stays in the window; an envelope edited beh
 changes its digest and misses; a changed policy file, or a changed ``ledger`` source file, misses. A hit
 saves parsing, Ed25519 and the evaluation; the rows are still read and hashed.
 
-The home's copy (``cache/verdicts/``) is what a fresh CLI process finds: each file carries an HMAC-SHA256
-under a secret kept beside it (mode 0600), and a file that fails it, or cannot be read, is ignored.
+The home's copy (``cache/verdicts/``) is what a fresh CLI process finds: each file carries a MAC (BLAKE3,
+keyed) under a secret kept beside it (mode 0600), and a file that fails it, or cannot be read, is ignored.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from array import array
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import blake3
 
 from ledger.canonical import canonical_bytes
 from ledger.hashing import blake3_hex
@@ -241,10 +243,24 @@ def _folder(ledger: Ledger) -> Path | None:
     return Path(path).joinpath(*CACHE_DIR) if path is not None else None
 
 
+def _mac(secret: bytes, *parts: bytes) -> bytes:
+    """The 32-byte MAC of the concatenated ``parts`` under the home's secret: BLAKE3 in keyed mode (a MAC
+    by design; 4-5x faster than HMAC-SHA256 over a 10 MB parsed-envelope file)."""
+    h = blake3.blake3(key=secret)  # ``_secret`` gives only 32-byte secrets
+    for part in parts:
+        h.update(part)
+    return h.digest()
+
+
+SECRET_BYTES = 32  # the BLAKE3 key
+
+
 def _secret(folder: Path, create: bool) -> bytes | None:
+    """The home's MAC key (made on first use with ``create``), or None: none, unreadable, or not
+    ``SECRET_BYTES`` long (damaged, or still being written by another process) — nothing is vouched for."""
     path = folder / ".secret"
     try:
-        return path.read_bytes()
+        return _checked_secret(path.read_bytes())
     except FileNotFoundError:
         if not create:
             return None
@@ -254,17 +270,21 @@ def _secret(folder: Path, create: bool) -> bytes | None:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.write(fd, os.urandom(32))
+            os.write(fd, os.urandom(SECRET_BYTES))
         finally:
             os.close(fd)
-        return path.read_bytes()
+        return _checked_secret(path.read_bytes())
     except FileExistsError:
         try:
-            return path.read_bytes()
+            return _checked_secret(path.read_bytes())
         except OSError:
             return None
     except OSError:
         return None
+
+
+def _checked_secret(data: bytes) -> bytes | None:
+    return data if len(data) == SECRET_BYTES else None
 
 
 def get(ledger: Ledger, key: bytes) -> dict[str, Any] | None:
@@ -297,7 +317,7 @@ def _read_home(ledger: Ledger, key: bytes) -> bytes | None:
     mac, sep, body = data.partition(b"\n")
     if secret is None or not sep:
         return None
-    want = hmac.new(secret, key + body, hashlib.sha256).hexdigest().encode()
+    want = _mac(secret, key, body).hex().encode()
     return body if hmac.compare_digest(mac, want) else None
 
 
@@ -346,7 +366,7 @@ def _store(ledger: Ledger, key: bytes, body: bytes) -> None:
     if home is None:
         return
     folder, secret = home
-    mac = hmac.new(secret, key + body, hashlib.sha256).hexdigest().encode()
+    mac = _mac(secret, key, body).hex().encode()
     if _replace(folder, key.hex() + ".json", mac + b"\n" + body):
         _prune(folder)
 
@@ -362,7 +382,7 @@ _LOADED: set[Path] = set()  # the home files this process has read
 
 def load_signatures(ledger: Ledger) -> None:
     """Take the signatures the home recorded as verified (``save_signatures``) into the process's memo
-    (``snapshot.remember_verified``), once per process and home. A file that fails its HMAC, is cut
+    (``snapshot.remember_verified``), once per process and home. A file that fails its MAC, is cut
     short or cannot be read is ignored: every signature is then verified again."""
     folder = _folder(ledger)
     if folder is None:
@@ -391,7 +411,7 @@ def _read_signatures(folder: Path) -> bytes:
 
 
 def _signatures_mac(secret: bytes, body: bytes) -> bytes:
-    return hmac.new(secret, SIGNATURES_FORMAT + _snapshot.RESULT_SALT[0] + body, hashlib.sha256).digest()
+    return _mac(secret, SIGNATURES_FORMAT, _snapshot.RESULT_SALT[0], body)
 
 
 def save_signatures(ledger: Ledger, pairs: list[tuple[bytes, bytes]]) -> None:
@@ -425,9 +445,7 @@ def _parsed_path(folder: Path, subject: dict[str, str]) -> Path:
 
 
 def _parsed_mac(secret: bytes, body: bytes) -> bytes:
-    return hmac.new(
-        secret, PARSED_FORMAT + _snapshot.RESULT_SALT[0] + _code_digest() + body, hashlib.sha256
-    ).digest()
+    return _mac(secret, PARSED_FORMAT, _snapshot.RESULT_SALT[0], _code_digest(), body)
 
 
 _LOADED_PARSED: set[tuple[Path, bytes]] = set()  # (home folder, subject file) pairs this process has read
@@ -456,7 +474,7 @@ def load_parsed(ledger: Ledger, subject: dict[str, str]) -> int:
     if len(mac) != 32 or not hmac.compare_digest(mac, _parsed_mac(secret, body)):
         return 0
     try:
-        # authenticated above (HMAC under the home's secret): written by this code, never by a client
+        # authenticated above (MAC under the home's secret): written by this code, never by a client
         items = marshal.loads(body)  # noqa: S302
     except (EOFError, ValueError, TypeError):
         return 0

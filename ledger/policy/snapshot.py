@@ -199,6 +199,7 @@ class Evidence:
     _view: dict[str, Any] | None = field(default=None, repr=False)
     _collected: datetime | None = field(default=None, repr=False)
     _logged: datetime | None = field(default=None, repr=False)
+    _observed: datetime | None = field(default=None, repr=False)
 
     @property
     def subject(self) -> dict[str, str]:
@@ -271,7 +272,9 @@ class Evidence:
         """When the entry was observed, as far as the log can know: its ``collected_at``, but never after
         the log took it (a claim of a later time — a clock ahead, or a back-stop against staleness — is
         bounded by the log time)."""
-        return min(self.collected_time, self.logged_time)
+        if self._observed is None:
+            self._observed = min(self.collected_time, self.logged_time)
+        return self._observed
 
     def refs(self, rel: str) -> list[str]:
         refs = self.statement.get("refs")
@@ -371,12 +374,12 @@ def verified_keys(digests: list[bytes]) -> list[bytes | None]:
 
 def remember_verified(pairs: Iterable[tuple[bytes, bytes]]) -> None:
     """Take (envelope digest, raw public key) pairs a ledger home vouches for (``result_cache``'s
-    HMAC-checked file) as verified in this process."""
+    MAC-checked file) as verified in this process."""
     _VERIFIED.put_many((digest, raw) for digest, raw in pairs if len(digest) == 32 and len(raw) == 32)
 
 
 def remember_parsed(items: Iterable[tuple[Any, ...]]) -> int:
-    """Take parsed envelopes a ledger home vouches for (``result_cache``'s HMAC-checked file: tuples of
+    """Take parsed envelopes a ledger home vouches for (``result_cache``'s MAC-checked file: tuples of
     envelope digest, payload type, payload bytes, signature, statement, schema answer and structured
     answer, as ``parsed_items`` writes them) into this process's memo; returns how many were taken."""
     good = [

@@ -12,6 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ledger.canonical import canonical_bytes
 from ledger.entries import format_time, parse_time
 from ledger.policy import evaluate, load_policy, result_cache, snapshot
@@ -573,3 +575,20 @@ def test_a_structured_answer_judged_here_is_saved_however_few_were_parsed(
     parses = _parses(monkeypatch)
     evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
     assert calls[0] == 0 and parses[0] == 0
+
+
+@pytest.mark.parametrize("secret", [b"", b"\x00" * 31, b"\x00" * 33])
+def test_a_damaged_secret_vouches_for_nothing(build: Any, monkeypatch: Any, secret: bytes) -> None:
+    """The home's MAC key must be 32 bytes: an empty one (another process still writing it) or one of
+    another length makes every cache file worthless — nothing remembered is served, every envelope is
+    parsed and every signature the verdict uses verified again — never a MAC under a short key."""
+    b, first = _qualified(build, monkeypatch)
+    folder = b.home / "cache" / "verdicts"
+    for f in _cache_files(b.home):  # a result file whose MAC line is empty, as a damaged key would give
+        f.write_bytes(b"\n" + f.read_bytes().partition(b"\n")[2])
+    (folder / ".secret").write_bytes(secret)
+    calls = _as_a_fresh_process(monkeypatch)
+    parses, judged = _parses(monkeypatch), _judged(monkeypatch)
+    got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
+    assert judged[0] == 1 and parses[0] == first["counts"]["considered"] and calls[0] >= len(first["used"])
+    assert canonical_bytes(got) == canonical_bytes(first)
