@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ledger.reads import EntryReader
     from ledger.service import Ledger
     from ledger.store import FilesystemStore
@@ -62,8 +62,29 @@ __all__ = [
 # Subject fields the collectors, the policies and the README use; others are accepted with a warning.
 SUBJECT_FIELDS = ("campaign", "backend", "backend_version", "model", "host", "deployment", "job")
 
-out = Console(highlight=False, markup=False, emoji=False)
-err = Console(stderr=True, highlight=False, markup=False, emoji=False)
+
+class _Console:
+    """A Rich console made on first use: importing Rich costs every command ~15 ms, and ``--json``
+    output (what CI pipelines read from ``ledger check``) never needs it. Every attribute is the
+    console's; ``rich()`` is the console itself (for Rich's own ``console=`` arguments)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def rich(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rich(), name)
+
+
+out = _Console(highlight=False, markup=False, emoji=False)
+err = _Console(stderr=True, highlight=False, markup=False, emoji=False)
 
 
 class Outcome(enum.Enum):
@@ -157,6 +178,8 @@ def print_items(items: Sequence[Any], next_cursor: Any = None) -> None:
 
 
 def _tsv_cell(value: object) -> str:
+    from rich.text import Text
+
     text = value.plain if isinstance(value, Text) else str(value)
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
@@ -171,6 +194,7 @@ def print_table(
         sys.stdout.flush()
         return
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(*columns, title=title)
     for row in rows:
@@ -248,6 +272,8 @@ def progress(
     columns.append(TimeElapsedColumn())
     # stdout stays the command's: Rich would otherwise route what it prints through the bar's console
     # (stderr), so `ledger put F > list` on a terminal would leave the list empty
-    with Progress(*columns, console=err, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
+    with Progress(
+        *columns, console=err.rich(), transient=True, redirect_stdout=False, redirect_stderr=False
+    ) as bar:
         task = bar.add_task(what, total=total)
         yield _Bar(bar, task)

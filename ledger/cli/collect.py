@@ -355,7 +355,7 @@ def model_cmd(
             DownloadColumn(),
             TransferSpeedColumn(),
             TimeRemainingColumn(),
-            console=err,
+            console=err.rich(),
         ) as bar:
             task = bar.add_task("hash", total=None)
             scan = scan_model(

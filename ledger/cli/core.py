@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.text import Text
 
 from ledger.cli._common import (
     STATE,
@@ -400,6 +399,8 @@ def show(
     envelope: Annotated[bool, typer.Option(help="Print the stored DSSE envelope bytes.")] = False,
 ) -> None:
     """One entry, by id or unique id prefix."""
+    from rich.text import Text
+
     ledger = get_reader()
     e = ledger.get(entry_id)
     if envelope:
@@ -484,6 +485,8 @@ def verify(
 ) -> Outcome:
     """Check every signature, chain link, Merkle root, tile, checkpoint and artifact (streaming, in
     bounded memory); exit 1 on any problem."""
+    from rich.text import Text
+
     from ledger.service import Ledger
 
     ledger = Ledger.open(home_path(), database_url=database_url) if database_url else get_ledger()

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.text import Text
 
 from ledger.cli._common import (
     HomeOption,
@@ -79,6 +78,8 @@ def _load_policy(name: str, policy_dir: Path | None) -> Any:
 
 
 def _render_verdict(result: dict[str, Any]) -> None:
+    from rich.text import Text
+
     colour = {"qualified": "green", "inconclusive": "yellow"}.get(result["status"], "red")
     subj = " ".join(f"{k}={v}" for k, v in sorted(result["subject"].items()))
     out.print(Text(result["verdict"], style=f"bold {colour}"), Text(subj), soft_wrap=True)
@@ -191,6 +192,8 @@ def verdict_replay(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Recompute a recorded verdict at its checkpoint with the current policy bytes; exit 1 if it differs."""
+    from rich.text import Text
+
     report = get_ledger(home).replay_verdict(entry_id, policy_dir=policy_dir, policy_path=policy)
     if json_out:
         print_json({k: v for k, v in report.items() if k != "result"})
@@ -275,6 +278,8 @@ def check_routing_change_cmd(
     if json_out:
         print_json(result)
     else:
+        from rich.text import Text
+
         word, style = ("allowed", "green") if result["allowed"] else ("refused", "red")
         shown = " ".join(f"{k}={v}" for k, v in sorted(subj.items()))
         out.print(Text.assemble((word, style), f": {action} {shown}"), soft_wrap=True)
@@ -339,6 +344,8 @@ def policy_test(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Run every policy's fixture tests (a ledger built from data, the verdicts it must reach)."""
+    from rich.text import Text
+
     from ledger.service import Ledger
 
     results = Ledger.policy_test(names, policy_dir)

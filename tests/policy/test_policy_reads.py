@@ -149,12 +149,12 @@ def test_the_policy_reads_return_the_rows_of_the_service_repo(tmp_path: Path, mo
         ledger.close()
 
 
-def _modules_loaded(home: Path, *args: str) -> list[str]:
+def _modules_loaded(home: Path, *args: str, modules: tuple[str, ...] = HEAVY) -> list[str]:
     code = (
         "import sys\n"
         "from ledger.cli import main\n"
         "rc = main(sys.argv[1:])\n"
-        f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        f"heavy = sorted(m for m in {modules!r} if m in sys.modules)\n"
         "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
         "raise SystemExit(0 if rc in (0, 1) else rc)\n"
     )
@@ -181,6 +181,23 @@ def test_verdict_and_routing_check_start_without_the_orm_or_the_service(tmp_path
     assert _modules_loaded(home, *route) == []
     # the check can fail: recording goes through the service, which loads them
     assert "sqlalchemy" in _modules_loaded(home, "verdict", "-s", f"campaign={campaign}", "--record")
+
+
+def test_json_verdicts_and_routing_checks_start_without_rich(tmp_path: Path) -> None:
+    """Regression (issue 11 benchmark: ~15 ms of every fresh `ledger verdict --json` / `ledger check
+    routing-change --json`, what CI pipelines run, went to importing Rich for output they never print):
+    the consoles are made on first use; the human output still has them."""
+    path = next(p for p in FIXTURES if p.stem == "seed004-sleeping")
+    ledger, spec, _ = build_fixture_ledger(path, tmp_path / "home", init=Ledger.init)
+    ledger.close()
+    home = tmp_path / "home"
+    campaign = spec["defaults"]["subject"]["campaign"]
+    rich = ("rich",)
+    assert _modules_loaded(home, "verdict", "-s", f"campaign={campaign}", "--json", modules=rich) == []
+    route = ["check", "routing-change", "-s", "model=m", "-s", "host=h"]
+    assert _modules_loaded(home, *route, "--json", modules=rich) == []
+    assert _modules_loaded(home, "verdict", "-s", f"campaign={campaign}", modules=rich) == ["rich"]
+    assert _modules_loaded(home, *route, modules=rich) == ["rich"]
 
 
 # --- a warm read-only ledger remembers its reads while the database is unchanged (data_version) ----------
