@@ -288,6 +288,41 @@ def test_launch_without_attempt_is_counted_from_the_log(tmp_path: Path) -> None:
     assert v["verdict"] != "QUALIFIED"
 
 
+@pytest.mark.parametrize("collected", ["2026-09-10T10:00:15Z", "2026-09-10T10:00:19.999999Z"])
+def test_a_probe_collected_before_the_launch_started_is_not_credited(tmp_path: Path, collected: str) -> None:
+    """Regression (a neighbour of the QUALIFIED fixture: its completion probe, collected five seconds
+    before the engine was started, still earned ready-control): a probe with no launch of the campaign
+    started before it (derived attempt 0) probed some other engine; it is rejected, and the control gate
+    it alone would have passed has no evidence."""
+    es = qualified_entries()
+    entry(es, "completion")["at"] = collected  # the launch started at 10:00:20 (logged at 10:01:00)
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["completion"] == "before-launch"
+    detail = next(r["detail"] for r in v["rejected"] if v["_names"].get(r["entry"]) == "completion")
+    assert "no launch of the campaign had started" in detail and "completion probe" in detail
+    assert gates(v)["ready-control"] == "missing" and v["verdict"] == "INCONCLUSIVE"
+
+
+def test_a_probe_taken_while_only_a_superseded_launch_had_started_is_not_credited(tmp_path: Path) -> None:
+    """The same when the launch before the probes is superseded: no credited attempt was running."""
+    es = qualified_entries()
+    es.append(
+        {
+            "name": "withdraw-launch",
+            "kind": "supersession",
+            "key": "operator",
+            "at": "2026-09-10T10:55:00Z",
+            "refs": {"supersedes": "launch"},
+            "payload": {"reason": "the launch record was for another engine"},
+        }
+    )
+    v = verdict_of(tmp_path, es)
+    r = rejected(v)
+    assert r["launch"] == "superseded"
+    assert {r[n] for n in ("health", "models", "completion", "structured", "sequential")} == {"before-launch"}
+    assert v["verdict"] == "INCONCLUSIVE"
+
+
 def test_output_after_kill_without_job_ref_is_rejected(tmp_path: Path) -> None:
     es = qualified_entries()
     kill = {
