@@ -7,8 +7,10 @@ In one run, on the same home: `ledger --help`, `ledger verdict -s campaign=C --j
 `ledger check routing-change … --deployment D` as fresh processes (interleaved rounds: wall time and peak
 RSS of each child), the first fresh verdict with the home's verdict cache emptied (what a fresh process pays
 when nothing is remembered), the same two calls warm in one process (p50/p95), and the floors: `python -c
-pass`, `python -c "import sqlalchemy"`, `python -c "import ledger.service"`, and the raw SQL read of the
-campaign's rows. Writes bench/results/verdict.json and prints a table.
+pass`, `python -c "import sqlalchemy"`, `python -c "import ledger.service"`, the raw SQL read of the
+campaign's rows, and the floor of a nothing-cached verdict (``SIGNATURE_FLOOR``: a fresh process that only
+reads the campaign's envelopes and verifies every signature, one thread per core). Writes
+bench/results/verdict.json and prints a table.
 
 The ledger is built with `Ledger.append` in batches of 1000 signed envelopes (every append verifies every
 signature, as ingest always does); build time is reported. The routing check needs a recorded verdict for
@@ -576,6 +578,49 @@ def raw_sql(home: Path, runs: int) -> dict[str, Any]:
     return {"rows": n, **_stats(samples)}
 
 
+# The least a fresh process that checks every signature of the campaign does (the verdict's "nothing
+# cached" case): start Python, read the campaign's envelopes and the enrolled keys with sqlite3, and verify
+# each Ed25519 signature over its DSSE PAE with `cryptography`, one thread per core (it releases the GIL).
+# No ledger code: no imports of ours, no parsing beyond the envelope, no evaluation.
+SIGNATURE_FLOOR = """
+import base64, json, os, sqlite3, sys
+from concurrent.futures import ThreadPoolExecutor
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+keys = {}
+for (env,) in db.execute("SELECT envelope FROM log_entries WHERE kind = 'key.enrol'"):
+    p = json.loads(base64.b64decode(json.loads(env)["payload"]))["payload"]
+    keys[p["key_id"]] = Ed25519PublicKey.from_public_bytes(base64.b64decode(p["public_key"]))
+work = []
+q = ("SELECT e.envelope FROM entry_subjects s JOIN log_entries e ON e.seq = s.seq"
+     " WHERE s.field = 'campaign' AND s.value = ?")
+for (env,) in db.execute(q, (sys.argv[2],)):
+    d = json.loads(env)
+    body, kind, sig = base64.b64decode(d["payload"]), d["payloadType"].encode(), d["signatures"][0]
+    pae = b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(body), body)
+    work.append((keys[sig["keyid"]], base64.b64decode(sig["sig"]), pae))
+cores = os.cpu_count() or 1
+def check(chunk):
+    for key, signature, message in chunk:
+        key.verify(signature, message)
+    return len(chunk)
+with ThreadPoolExecutor(cores) as pool:
+    print(sum(pool.map(check, [work[i::cores] for i in range(cores)])))
+"""
+
+
+def signature_floor(home: Path, runs: int) -> dict[str, Any]:
+    """Wall time of ``SIGNATURE_FLOOR`` as a fresh process (``runs`` times), and how many it verified."""
+    argv = [sys.executable, "-c", SIGNATURE_FLOOR, str(home / "ledger.db"), CAMPAIGN]
+    walls, count = [], 0
+    for _ in range(runs):
+        wall, _peak, rc, out = _run(argv)
+        assert rc == 0, out[-2000:]
+        walls.append(wall)
+        count = int(out.split()[-1])
+    return {"signatures": count, **_stats(walls)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--entries", type=int, default=1_000_000, help="ledger size to build")
@@ -618,6 +663,7 @@ def main() -> int:
         reader = SqlitePolicyLedger.open(Home(home))
         warm_read = warm(reader, deployment, args.runs) if reader is not None else None
         sql = raw_sql(home, 5)
+        floor = signature_floor(home, max(3, args.rounds))
         out = {
             "benchmark": "verdict",
             "ledger_entries": size,
@@ -628,6 +674,10 @@ def main() -> int:
             "warm_in_process": warm_res,
             "warm_in_process_sqlite_reader": warm_read,
             "raw_sql_campaign_rows": sql,
+            # a "nothing cached" verdict checks every signature: this floor is what that costs at least
+            "signature_floor_fresh_process": floor,
+            "nothing_cached_vs_floor": round(fresh_res["verdict_nothing_cached"]["ms"] / floor["p50_ms"], 2),
+            "floor_vs_fresh_target": round(floor["p50_ms"] / 500, 2),
             "targets": {"fresh_ms": 500, "warm_p95_ms": 50},
             "bytecode_cached": not args.no_bytecode,
             "load_average": os.getloadavg(),
@@ -703,6 +753,12 @@ def main() -> int:
                 f"{r['check_routing']['p95_ms']:>9}{r['check_routing']['first_ms']:>9}"
             )
         print(f"raw sqlite3 read of the campaign's {sql['rows']:,} rows: p50 {sql['p50_ms']} ms")
+        print(
+            f"floor of a nothing-cached verdict (fresh python, sqlite3 read, {floor['signatures']:,} raw "
+            f"Ed25519 verifies on {_cpus()} threads): p50 {floor['p50_ms']} ms = "
+            f"{out['floor_vs_fresh_target']}x the 500 ms target; the verdict takes "
+            f"{out['nothing_cached_vs_floor']}x the floor"
+        )
         print(f"results: {args.out}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
