@@ -338,6 +338,13 @@ class EngineLaunch(_Model):
     failure_detail: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _ends_after_it_starts(self) -> EngineLaunch:
+        # a record that ends before it starts contradicts itself: which of its times would a run span?
+        if self.ended_at is not None and parse_time(self.ended_at) < parse_time(self.started_at):
+            raise ValueError(f"ended_at {self.ended_at} is before started_at {self.started_at}")
+        return self
+
 
 class HealthProbe(_Model):
     endpoint: str

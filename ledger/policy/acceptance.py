@@ -787,6 +787,10 @@ def _derive(
       host's latest GPU list) and the event names its device, only events of those GPUs count; where
       either cannot be told, every event of the host does. An event without a
       time cannot be placed in a run and is judged only where its own log is the campaign's.
+    * ``after_launch_end`` — for an entry attributed to an attempt (``attempt`` above), whether it was
+      observed after the end that attempt's launch records (``ended_at``): a probe then answered some
+      other engine, not the one launched. False otherwise (no end recorded: the claim only ever takes
+      credit away, so it is read as written).
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
       whatever class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
@@ -798,6 +802,7 @@ def _derive(
     end_signatures = status_signatures()
     markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
+    ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
     job_start: dict[str, datetime] = {}  # job_id → when its first running entry was observed
     host_events = _host_gpu_events(trusted, superseded)
@@ -845,6 +850,10 @@ def _derive(
                 except LedgerError:
                     t = e.collected_time
                 starts.append((t, n))
+                ended = e.payload.get("ended_at")
+                if ended:
+                    with contextlib.suppress(LedgerError):  # an end that does not parse ends nothing
+                        ends[n] = parse_time(ended)
         e.set_derived(derived)  # a view built in an earlier round shows this round's facts
     if not starts:
         return
@@ -861,7 +870,10 @@ def _derive(
             continue
         i = bisect_right(times, e.collected_time)
         if i:
-            e.derived_["attempt"] = best[i - 1]
+            attempt = e.derived_["attempt"] = best[i - 1]
+            attempt_end = ends.get(attempt)
+            if attempt_end is not None and e.observed_time > attempt_end:
+                e.derived_["after_launch_end"] = True
 
 
 _VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")

@@ -169,6 +169,7 @@ NO_DERIVED: dict[str, Any] = {
     "structured_valid": False,
     "structured_problem": None,
     "gpu_events_during_run": [],
+    "after_launch_end": False,
 }
 
 

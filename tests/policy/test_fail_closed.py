@@ -323,6 +323,53 @@ def test_a_probe_taken_while_only_a_superseded_launch_had_started_is_not_credite
     assert v["verdict"] == "INCONCLUSIVE"
 
 
+@pytest.mark.parametrize(
+    "stop", [{"exit_code": 143, "details": {"stop_reason": "finished"}}, {"exit_code": 0}]
+)
+def test_a_probe_taken_after_its_launch_ended_is_not_credited(tmp_path: Path, stop: dict[str, Any]) -> None:
+    """Regression (a neighbour of the QUALIFIED fixture: the launch records that it ended at 10:01:08 — the
+    collector's own stop — and the completion, structured and sequential probes taken after it still
+    earned their gates): a probe observed after the end its launch records answered no engine of the
+    campaign; it is rejected, whatever it says."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(ended_at="2026-09-10T10:01:08Z", **stop)
+    v = verdict_of(tmp_path, es)
+    r = rejected(v)
+    assert {r[n] for n in ("completion", "structured", "sequential")} == {"after-launch-end"}
+    assert "health" not in r and "models" not in r  # taken before the end
+    detail = next(x["detail"] for x in v["rejected"] if v["_names"].get(x["entry"]) == "completion")
+    assert "after the launch of attempt 1 recorded its end" in detail
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_a_launch_that_ends_before_it_starts_is_refused_at_ingest(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["ended_at"] = "2026-09-10T10:00:19Z"  # started 10:00:20
+    with pytest.raises(SchemaError, match="ended_at 2026-09-10T10:00:19Z is before started_at"):
+        verdict_of(tmp_path, es)
+
+
+@pytest.mark.parametrize(
+    ("served", "identity", "verdict"),
+    [
+        (["other"], "m-7", "NOT QUALIFIED — RUNTIME RELIABILITY"),  # the claimed identity, contradicted
+        (["other", "m-7"], "other", "QUALIFIED"),  # served among others
+        (None, "m-7", "QUALIFIED"),  # no list recorded: the identity it names
+        (None, "other", "NOT QUALIFIED — RUNTIME RELIABILITY"),
+    ],
+)
+def test_the_identity_probe_is_judged_by_the_ids_the_engine_listed(
+    tmp_path: Path, served: list[str] | None, identity: str, verdict: str
+) -> None:
+    """Regression (a /v1/models probe whose recorded list of served ids lacks the expected model, but whose
+    `model_identity` claims it, passed api-readiness): the raw list decides; the named identity only where
+    no list was recorded."""
+    es = qualified_entries()
+    p = entry(es, "models")["payload"]
+    p.update(expected="m-7", model_identity=identity, details={} if served is None else {"served": served})
+    assert verdict_of(tmp_path, es)["verdict"] == verdict
+
+
 def test_output_after_kill_without_job_ref_is_rejected(tmp_path: Path) -> None:
     es = qualified_entries()
     kill = {
@@ -1626,7 +1673,8 @@ def test_a_launch_without_a_job_is_judged_to_its_own_end(tmp_path: Path) -> None
     es = [e for e in qualified_entries() if e.get("kind") != "job"]
     for e in es:
         e.get("refs", {}).pop("job", None)
-    entry(es, "launch")["payload"]["ended_at"] = "2026-09-10T10:00:59Z"
+    # it ended after its last probe (10:02:00): a probe after its end would be after-launch-end
+    entry(es, "launch")["payload"]["ended_at"] = "2026-09-10T10:02:30Z"
     es.append(_host_health_log("2026-09-10T10:03:00Z"))
     v = verdict_of(tmp_path, es)
     assert gates(v)["runtime-stability"] == "passed", v["gates"]
