@@ -363,6 +363,7 @@ DEPLOYMENT = """host = "bench-host"
 [[services]]
 name = "bench"
 engine = "vllm"
+model = "bench/model"
 gpus = [0]
 gpu_memory_utilization = 0.85
 """

@@ -319,6 +319,15 @@ def check_routing_change(
     if missing:
         raise InputError(f"a routing change names its {' and '.join(missing)}: --subject {missing[0]}=…")
     routing = policy.spec.routing
+    unknown = sorted(k for k in subject if k not in routing.match_subject)
+    if unknown:
+        # a field the policy does not match verdicts on would be ignored: the change would be judged on
+        # another campaign's (or deployment's …) verdict than the one the caller named
+        raise InputError(
+            f"a routing change is judged on the latest trusted verdict for its "
+            f"{', '.join(routing.match_subject)}; {', '.join(unknown)} is not one of them",
+            hint=f"leave {', '.join(unknown)} out of --subject",
+        )
     size = ledger.size() if at_size is None else at_size
     if not 0 < size <= ledger.size():
         raise InputError(f"the log has {ledger.size()} entries; cannot check it at size {size}")

@@ -662,8 +662,8 @@ def test_routing_check_refuses_without_a_qualified_verdict_and_allows_a_restorat
         "deployment": {
             "host": subj["host"],
             "services": [
-                {"name": "text", "gpus": [0], "gpu_memory_utilization": 0.85},
-                {"name": "embed", "gpus": [0], "gpu_memory_utilization": 0.25},
+                {"name": "text", "model": "other", "gpus": [0], "gpu_memory_utilization": 0.85},
+                {"name": "embed", "model": subj["model"], "gpus": [0], "gpu_memory_utilization": 0.25},
             ],
         },
     }
@@ -679,6 +679,7 @@ def test_routing_check_refuses_malformed_requests(http: httpx.Client, deployment
     with Unchanged(deployment):
         for body, code in (
             ({"subject": {"model": "m"}}, "bad-input"),  # no host
+            ({"subject": {**target, "campaign": "c"}}, "bad-input"),  # verdicts are not matched on it
             ({"subject": target, "action": "fly"}, "bad-input"),
             ({"subject": target, "now": "yesterday"}, "schema-violation"),
             ({"subject": target, "deployment": {"services": [{"name": "a", "gpus": "0"}]}}, "bad-input"),

@@ -182,22 +182,17 @@ def test_routing_change_exit_codes(build, cli, tmp_path: Path) -> None:
         "--subject",
         "host=gpu-box-1",
     ]
+    embed = {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2]}
+    ocr = {"name": "vllm-ocr", "model": "OvisOCR2", "gpus": [2], "gpu_memory_utilization": 0.10}
     ok = tmp_path / "ok.toml"
     ok.write_text(
-        'host = "gpu-box-1"\n[[services]]\nname = "vllm-embed"\ngpus = [2]\ngpu_memory_utilization = 0.25\n'
-        '[[services]]\nname = "vllm-ocr"\ngpus = [2]\ngpu_memory_utilization = 0.10\n'
+        'host = "gpu-box-1"\n[[services]]\nname = "vllm-embed"\nmodel = "Qwen3-Embedding-8B"\ngpus = [2]\n'
+        'gpu_memory_utilization = 0.25\n[[services]]\nname = "vllm-ocr"\ngpus = [2]\n'
+        "gpu_memory_utilization = 0.10\n"
     )
     over = tmp_path / "over.json"
     over.write_text(
-        json.dumps(
-            {
-                "host": "gpu-box-1",
-                "services": [
-                    {"name": "vllm-embed", "gpus": [2], "gpu_memory_utilization": 0.80},
-                    {"name": "vllm-ocr", "gpus": [2], "gpu_memory_utilization": 0.10},
-                ],
-            }
-        )
+        json.dumps({"host": "gpu-box-1", "services": [{**embed, "gpu_memory_utilization": 0.80}, ocr]})
     )
     home = ["--home", str(b.home), "--now", "2026-09-11T09:00:00Z"]
     allowed = cli("check", "routing-change", *home, *subject, "--deployment", str(ok))
@@ -210,6 +205,19 @@ def test_routing_change_exit_codes(build, cli, tmp_path: Path) -> None:
     error = cli("check", "routing-change", *home, "--subject", "model=Qwen3-Embedding-8B")
     assert error.code == 2
     assert "host" in error.err
+    # a field verdicts are not matched on would be ignored: the check would rely on another campaign's verdict
+    other = cli("check", "routing-change", *home, *subject, "--subject", "campaign=another", "--json")
+    assert other.code == 2
+    assert "campaign is not one of them" in other.err
+    # the layout after the change must run the model the change routes to
+    unserved = tmp_path / "unserved.json"
+    unserved.write_text(json.dumps({"host": "gpu-box-1", "services": [ocr]}))
+    refused = cli("check", "routing-change", *home, *subject, "--deployment", str(unserved), "--json")
+    assert refused.code == 1
+    assert json.loads(refused.out)["reasons"] == [
+        "the deployment runs no service of Qwen3-Embedding-8B on gpu-box-1: the change would route traffic"
+        " to a model the layout does not serve"
+    ]
 
 
 def test_policy_test_and_list(cli, policy_copy: Path) -> None:

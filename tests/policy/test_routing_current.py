@@ -18,8 +18,8 @@ NOW = parse_time("2026-09-11T09:00:00Z")
 OK = {
     "host": "gpu-box-1",
     "services": [
-        {"name": "vllm-embed", "gpus": [2], "gpu_memory_utilization": 0.25},
-        {"name": "vllm-ocr", "gpus": [2], "gpu_memory_utilization": 0.10},
+        {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2], "gpu_memory_utilization": 0.25},
+        {"name": "vllm-ocr", "model": "OvisOCR2", "gpus": [2], "gpu_memory_utilization": 0.10},
     ],
 }
 
@@ -172,7 +172,10 @@ def test_routing_check_record_appends_routing_change(build, cli, tmp_path: Path)
     assert e.statement.payload["deployment"]["host"] == "gpu-box-1"
 
 
-CPU_ONLY = {"host": "gpu-box-1", "services": [{"name": "vllm-embed", "device": "cpu"}]}
+CPU_ONLY = {
+    "host": "gpu-box-1",
+    "services": [{"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "device": "cpu"}],
+}
 
 
 def _dep_error(tmp_path: Path, services: list[dict[str, Any]]) -> str:
@@ -203,7 +206,10 @@ def test_a_gpu_deployment_on_a_host_without_gpus_fails_closed(build) -> None:
         "collector",
     )
     assert check(b, CPU_ONLY)["allowed"] is True  # the CPU service needs no GPU
-    dep = {"host": "gpu-box-1", "services": [{"name": "x", "device": "gpu", "gpus": [0]}]}
+    dep = {
+        "host": "gpu-box-1",
+        "services": [{"name": "x", "model": "Qwen3-Embedding-8B", "device": "gpu", "gpus": [0]}],
+    }
     r = check(b, dep)
     assert r["allowed"] is False
     assert any("GPU0" in x and "no GPU" in x for x in r["reasons"]), r["reasons"]
