@@ -791,6 +791,9 @@ def _derive(
       observed after the end that attempt's launch records (``ended_at``): a probe then answered some
       other engine, not the one launched. False otherwise (no end recorded: the claim only ever takes
       credit away, so it is read as written).
+    * ``newer_run`` — for a ``gate.result`` of the evaluated subject (not superseded): whether a newer one
+      (log order) of the same gate, corpus and spec was logged — whatever its outcome, review or acceptance.
+      False for the newest, and for every other entry.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
       whatever class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
@@ -802,6 +805,7 @@ def _derive(
     end_signatures = status_signatures()
     markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
+    runs: dict[tuple[Any, ...], list[Evidence]] = {}  # a harness gate's runs of one spec, in log order
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
     job_start: dict[str, datetime] = {}  # job_id → when its first running entry was observed
@@ -854,7 +858,13 @@ def _derive(
                 if ended:
                     with contextlib.suppress(LedgerError):  # an end that does not parse ends nothing
                         ends[n] = parse_time(ended)
+        if kind == "gate.result" and e.in_subject and e.id not in superseded:
+            runs.setdefault(_run_spec(e.payload), []).append(e)
         e.set_derived(derived)  # a view built in an earlier round shows this round's facts
+    for same in runs.values():  # in seq order: every run of a spec but the newest has a newer one
+        for older in same[:-1]:
+            assert older.derived_ is not None
+            older.derived_["newer_run"] = True
     if not starts:
         return
     # attempt in progress at time t: the highest attempt number started at or before t
@@ -874,6 +884,25 @@ def _derive(
             attempt_end = ends.get(attempt)
             if attempt_end is not None and e.observed_time > attempt_end:
                 e.derived_["after_launch_end"] = True
+
+
+def _run_spec(p: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two ``gate.result`` entries runs of the same measurement: the gate and, as recorded, the
+    corpus and spec (requests, concurrency levels, repetitions). A run of another spec — a diagnostic — is
+    another measurement (and its own rules judge it)."""
+    bounds = p.get("bounds")
+    counts = p.get("counts")
+    if not isinstance(bounds, dict):
+        bounds = {}
+    if not isinstance(counts, dict):
+        counts = {}
+    return (
+        repr(p.get("gate")),
+        repr(bounds.get("corpus_digest")),
+        repr(counts.get("requests")),
+        repr(bounds.get("concurrency")),
+        repr(bounds.get("repetitions")),
+    )
 
 
 _VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")

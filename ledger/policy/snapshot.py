@@ -170,6 +170,7 @@ NO_DERIVED: dict[str, Any] = {
     "structured_problem": None,
     "gpu_events_during_run": [],
     "after_launch_end": False,
+    "newer_run": False,
 }
 
 

@@ -370,6 +370,93 @@ def test_the_identity_probe_is_judged_by_the_ids_the_engine_listed(
     assert verdict_of(tmp_path, es)["verdict"] == verdict
 
 
+def _rerun(es: list[dict[str, Any]], gate: str, at: str, reviewed: bool, **payload: Any) -> None:
+    """A newer run of the campaign's ``gate`` harness (the same spec), logged at ``at``, before the job
+    ends; ``reviewed``: with a review PASS (and, for the benchmark, an acceptance) of its own."""
+    run = copy.deepcopy(entry(es, gate))
+    run["name"], run["at"] = f"{gate}-rerun", at
+    for k, v in payload.items():
+        if isinstance(v, dict):
+            run["payload"][k].update(v)
+        else:
+            run["payload"][k] = v
+    new = [run]
+    if reviewed:
+        new.append(
+            {
+                "name": f"{gate}-rerun-review",
+                "kind": "review",
+                "key": "reviewer",
+                "at": at,
+                "refs": {"reviews": run["name"]},
+                "payload": {"result": "PASS", "commit": "cafe" + "0" * 36},
+            }
+        )
+        if gate == "benchmark":
+            new.append(
+                {
+                    "name": "benchmark-rerun-acceptance",
+                    "kind": "acceptance",
+                    "key": "operator",
+                    "at": at,
+                    "refs": {"subject": run["name"]},
+                    "payload": {"decision": "accepted", "reason": "rerun"},
+                }
+            )
+    i = es.index(entry(es, "campaign-done"))
+    es[i:i] = new  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("gate", "payload"),
+    [
+        ("benchmark", {"status": "failed", "figures": {"ttft_ms.p95@c4": 9999.0}}),
+        ("benchmark", {"figures": {"ttft_ms.p95@c4": 9999.0}}),  # says passed, out of bounds
+        ("semantic", {"status": "failed", "figures": {"score": 0.5}, "counts": {"passed": 6, "failed": 6}}),
+    ],
+)
+def test_a_newer_unreviewed_harness_run_is_not_hidden_behind_an_older_reviewed_pass(
+    tmp_path: Path, gate: str, payload: dict[str, Any]
+) -> None:
+    """Regression (a neighbour of the QUALIFIED fixture: a newer benchmark or semantic run that failed, not
+    yet reviewed, was rejected for its missing review, and the older reviewed, accepted pass still made the
+    campaign QUALIFIED): a passing run stands only as the newest run of its spec (rule newer-run); the newer
+    one decides once reviewed (and accepted)."""
+    es = qualified_entries()
+    _rerun(es, gate, "2026-09-10T10:47:00Z", reviewed=False, **payload)
+    v = verdict_of(tmp_path, es)
+    r = rejected(v)
+    assert r[gate] == "newer-run" and r[f"{gate}-rerun"] == "review-missing"
+    assert gates(v)[gate] == "missing" and v["verdict"] == "INCONCLUSIVE"
+
+
+def test_a_failed_harness_run_is_not_hidden_by_a_newer_passing_one(tmp_path: Path) -> None:
+    """No rerun until it passes: an accepted failed benchmark stays against the engine however many passing
+    runs follow it (only a supersession, with its reason, withdraws it)."""
+    es = qualified_entries()
+    entry(es, "benchmark")["payload"].update(status="failed")
+    entry(es, "benchmark")["payload"]["figures"]["ttft_ms.p95@c4"] = 9999.0
+    _rerun(es, "benchmark", "2026-09-10T10:47:00Z", reviewed=True, status="passed",
+           figures={"ttft_ms.p95@c4": 350.4})  # fmt: skip
+    v = verdict_of(tmp_path, es)
+    assert "benchmark" not in rejected(v)
+    assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE"
+
+
+def test_the_newest_reviewed_passing_run_decides_and_a_diagnostic_run_hides_nothing(tmp_path: Path) -> None:
+    es = qualified_entries()
+    _rerun(es, "benchmark", "2026-09-10T10:47:00Z", reviewed=True)
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["benchmark"] == "newer-run" and v["verdict"] == "QUALIFIED"
+    assert "benchmark-rerun" in {v["_names"].get(i) for i in v["used"]}
+    # a newer run of another spec (a 6-request diagnostic) is another measurement: the approved run stands
+    es = qualified_entries()
+    _rerun(es, "benchmark", "2026-09-10T10:47:00Z", reviewed=True, counts={"requests": 6})
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["benchmark-rerun"] == "spec-mismatch" and "benchmark" not in rejected(v)
+    assert v["verdict"] == "QUALIFIED"
+
+
 def test_output_after_kill_without_job_ref_is_rejected(tmp_path: Path) -> None:
     es = qualified_entries()
     kill = {
