@@ -104,9 +104,27 @@ def test_before_stop_cuts_at_the_marker_line_in_whichever_piece_it_falls() -> No
         ),
         ("ggml_cuda_init: CUDA error: out of memory", "cuda-oom", "resource"),
         ("HW Exception by GPU node-1 reason :GPU Hang", "gpu-hang", "gpu-fault"),
+        # a neighbour found this stop: a worker's segfault or a failed NCCL collective in a ready engine's log
+        # left the campaign QUALIFIED (no pattern knew them)
+        ("Segmentation fault (core dumped)", "segfault", "runtime-fault"),
+        ("Fatal Python error: Segmentation fault", "segfault", "runtime-fault"),
+        ("*** SIGSEGV received at time=1757498470 on cpu 3 ***", None, None),  # not the pattern's words
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+            "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            "nccl-error",
+            "runtime-fault",
+        ),
+        (
+            "RuntimeError: ncclUnhandledCudaError: Call to CUDA function failed.",
+            "nccl-error",
+            "runtime-fault",
+        ),
     ],
 )
-def test_real_engine_fault_lines_classify_by_the_table(line: str, signature: str, failure_class: str) -> None:
+def test_real_engine_fault_lines_classify_by_the_table(
+    line: str, signature: str | None, failure_class: str | None
+) -> None:
     """Lines engines print when a GPU kernel faults or memory runs out (PyTorch, llama.cpp's ggml-cuda,
     ROCm's HSA runtime): a fault the policy engine finds in a launch's stored log, whatever it claims."""
     got = classify_logs([f"INFO starting\n{line}\nINFO more\n"], RunOutcome(ready=True), pattern_signatures())
@@ -128,15 +146,24 @@ def test_a_stream_read_in_pieces_keeps_lines_whole_and_memory_bounded() -> None:
     assert max(len(p) for p in binary) <= 2 * acceptance._LOG_CHUNK
 
 
+ILLEGAL_ACCESS = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
 @pytest.mark.parametrize(
-    ("ready", "signature", "failure_class"),
-    [(True, "gpu-kernel-fault", "runtime-fault"), (False, "gpu-kernel-fault-at-startup", "startup")],
-)
+    ("line", "ready", "signature", "failure_class"),
+    [
+        (ILLEGAL_ACCESS, True, "gpu-kernel-fault", "runtime-fault"),
+        (ILLEGAL_ACCESS, False, "gpu-kernel-fault-at-startup", "startup"),
+        ("Segmentation fault (core dumped)", True, "segfault", "runtime-fault"),
+        ("Segmentation fault (core dumped)", False, "segfault-at-startup", "startup"),
+        ("NCCL error: unhandled system error", True, "nccl-error", "runtime-fault"),
+        ("NCCL error: unhandled system error", False, "nccl-error-at-startup", "startup"),
+    ],
+)  # fmt: skip
 def test_a_gpu_kernel_fault_is_a_runtime_fault_after_readiness_and_a_startup_failure_before(
-    ready: bool, signature: str, failure_class: str
+    line: str, ready: bool, signature: str, failure_class: str
 ) -> None:
-    line = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
-    got = classify_logs([line], RunOutcome(ready=ready), pattern_signatures())
+    got = classify_logs([line + "\n"], RunOutcome(ready=ready), pattern_signatures())
     assert (got.signature, got.failure_class) == (signature, failure_class)
 
 

@@ -457,6 +457,21 @@ def test_the_newest_reviewed_passing_run_decides_and_a_diagnostic_run_hides_noth
     assert v["verdict"] == "QUALIFIED"
 
 
+@pytest.mark.parametrize(
+    "line",
+    ["Segmentation fault (core dumped)", "NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"],
+)
+def test_a_ready_engine_whose_log_shows_a_segfault_or_nccl_error_is_not_qualified(
+    tmp_path: Path, line: str
+) -> None:
+    """Regression (a real engine failing in a way the signature table did not know: a worker's segfault or a
+    failed NCCL collective in the stored log of a launch that reached readiness left it QUALIFIED)."""
+    es = qualified_entries()
+    entry(es, "launch")["artifacts"] = [{"name": "stderr.log", "text": f"INFO ready\n{line}\n"}]
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed" and v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
 def test_output_after_kill_without_job_ref_is_rejected(tmp_path: Path) -> None:
     es = qualified_entries()
     kill = {
