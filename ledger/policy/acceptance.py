@@ -672,7 +672,7 @@ def _memo_keyer(
     walking the paths again for each of 10,000 entries."""
     if reads is None:
         return lambda e: None
-    if reads == _ATTEMPT_ONLY:
+    if reads == _ATTEMPT_ONLY:  # the attempt-budget rule: one int
         return lambda e: (rule, e.kind, e.derived["attempt"])
     if len(reads) == 1 and len(reads[0]) == 1 and reads[0][0] in _ENTRY_ATTRS:
         attr = reads[0][0]
@@ -685,12 +685,9 @@ def _memo_keyer(
     return lambda e: _memo_key(rule, reads, e)
 
 
-def _memo_key(rule: str, reads: tuple[tuple[str, ...], ...] | None, e: Evidence) -> tuple[Any, ...] | None:
-    """(rule, kind, the read values with their types) when every read value is a plain scalar."""
-    if reads is None:
-        return None
-    if reads == _ATTEMPT_ONLY:  # the attempt-budget rule: one int
-        return (rule, e.kind, e.derived["attempt"])
+def _memo_key(rule: str, reads: tuple[tuple[str, ...], ...], e: Evidence) -> tuple[Any, ...] | None:
+    """(rule, kind, the read values with their types) when every read value is a plain scalar (the
+    general path of ``_memo_keyer``)."""
     out: list[Any] = [rule, e.kind]
     for path in reads:
         head = path[0]
@@ -701,7 +698,7 @@ def _memo_key(rule: str, reads: tuple[tuple[str, ...], ...] | None, e: Evidence)
             value = e.derived
         elif head == "subject":
             value = e.subject
-        elif head in ("kind", "in_subject", "collected_at", "logged_at", "seq", "id"):
+        elif head in _ENTRY_ATTRS:
             value = getattr(e, head)
         else:
             return None
