@@ -356,10 +356,15 @@ def test_a_launch_that_ends_before_it_starts_is_refused_at_ingest(tmp_path: Path
         (["other", "m-7"], "other", "QUALIFIED"),  # served among others
         (None, "m-7", "QUALIFIED"),  # no list recorded: the identity it names
         (None, "other", "NOT QUALIFIED — RUNTIME RELIABILITY"),
+        # a list mistyped: no id is shown served (it failed the whole verdict as a CEL error before)
+        ("m-7", "m-7", "NOT QUALIFIED — RUNTIME RELIABILITY"),
+        (7, "m-7", "NOT QUALIFIED — RUNTIME RELIABILITY"),
+        ({"m-7": True}, "m-7", "NOT QUALIFIED — RUNTIME RELIABILITY"),
+        (["M-7"], "m-7", "NOT QUALIFIED — RUNTIME RELIABILITY"),  # ids are compared exactly
     ],
 )
 def test_the_identity_probe_is_judged_by_the_ids_the_engine_listed(
-    tmp_path: Path, served: list[str] | None, identity: str, verdict: str
+    tmp_path: Path, served: Any, identity: str, verdict: str
 ) -> None:
     """Regression (a /v1/models probe whose recorded list of served ids lacks the expected model, but whose
     `model_identity` claims it, passed api-readiness): the raw list decides; the named identity only where
