@@ -14,8 +14,13 @@
 2. Client overhead: a fast stub server (tests/engines/stub_openai.py, no delays) at c32; each client's
    own request rate, best of ``--rounds`` (target: ours ≥ 0.9× theirs).
 
+3. Isolation (``--engine-cpus 0 --client-cpus 1``): the vLLM server, its engine core and its worker (its
+   OpenMP threads bound with ``VLLM_CPU_OMP_THREADS_BIND``) run on the engine's cores only, and this
+   process, both clients and the watcher on the clients' cores, so neither client waits behind the engine
+   to be run: what is left to compare is the two clients' measurement.
+
 Run: .venv/bin/python bench/bench_client.py [--levels 1,4,32] [--requests 96] [--rounds 3]
-         [--overhead-requests 960] [--skip-engine]
+         [--overhead-requests 960] [--skip-engine] [--engine-cpus 0 --client-cpus 1]
 """
 
 from __future__ import annotations
@@ -248,7 +253,9 @@ def _spread(values: list[float]) -> float | None:
     return max(values) / low if low > 0 else None
 
 
-def agreement(levels: list[int], n: int, rounds: int, work: Path) -> list[dict[str, Any]]:
+def agreement(
+    levels: list[int], n: int, rounds: int, work: Path, engine_cpus: set[int] | None = None
+) -> list[dict[str, Any]]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = [
@@ -271,9 +278,13 @@ def agreement(levels: list[int], n: int, rounds: int, work: Path) -> list[dict[s
         "0.2",
     ]
     log = (work / "vllm-server.log").open("wb")
-    proc = subprocess.Popen(
-        cmd, env={**os.environ, **VLLM_ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    env = {**os.environ, **VLLM_ENV}
+    if engine_cpus:
+        # the engine's OpenMP threads bound to its own cores too (vLLM's "auto" binding picks cores itself)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in sorted(engine_cpus))
+    if engine_cpus:  # every process the server starts inherits its cores
+        cmd = ["taskset", "-c", ",".join(str(c) for c in sorted(engine_cpus)), *cmd]
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     rows: list[dict[str, Any]] = []
     watch = Watch(work)
     try:
@@ -394,15 +405,29 @@ def main() -> None:
     ap.add_argument("--stub-tokens", type=int, default=16)
     ap.add_argument("--skip-engine", action="store_true", help="only the client-overhead comparison")
     ap.add_argument("--results-name", default="client", help="bench/results/<name>.json")
+    ap.add_argument(
+        "--engine-cpus",
+        default="",
+        help="cores for the vLLM server and all its processes, e.g. 0 (default: any)",
+    )
+    ap.add_argument(
+        "--client-cpus",
+        default="",
+        help="cores for this process, both clients and the watcher, e.g. 1 (default: any)",
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    engine_cpus = {int(c) for c in args.engine_cpus.split(",") if c}
+    if args.client_cpus:
+        # inherited by the watcher and `vllm bench serve`: the clients then never wait behind the engine
+        os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
     ensure_bench_extras()
     with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
         work = Path(tmp)
         rows: list[dict[str, Any]] = []
         if not args.skip_engine:
             print(f"agreement: vLLM CPU on {MODEL.name}, {args.requests} requests per level", flush=True)
-            rows += agreement(levels, args.requests, args.rounds, work)
+            rows += agreement(levels, args.requests, args.rounds, work, engine_cpus or None)
         print(f"overhead: fast stub, c32, {args.overhead_requests} requests", flush=True)
         rows += overhead(args.overhead_requests, args.overhead_rounds, work, args.stub_tokens)
     path = write_results(
