@@ -129,8 +129,11 @@ class AcceptanceSection(_Model):
     acceptance_required: list[RequirementRule] = Field(default_factory=list)
     bindings: BindingsRule | None = None
     repaired_commit_required: bool = True
-    # kinds an engine run outputs: each belongs to the job the log knows it ran in (see `derived.job`)
-    job_output_kinds: list[str] = Field(default_factory=lambda: ["engine.launch", "health.probe"])
+    # kinds a campaign's run outputs (its engine, its probes, its harness results): each belongs to the job
+    # the log knows it ran in (see `derived.job`), whether or not it names one
+    job_output_kinds: list[str] = Field(
+        default_factory=lambda: ["engine.launch", "health.probe", "gate.result"]
+    )
 
     @field_validator("freshness")
     @classmethod

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ledger.collectors.campaign import CampaignRunner, load_campaign
-from ledger.entries import pin_bindings
+from ledger.entries import format_time, now_utc, pin_bindings
 from ledger.errors import ConfigError
 from ledger.hashing import blake3_hex
 from ledger.policy.loader import load_policy
@@ -241,13 +241,22 @@ def test_a_bounded_figure_that_is_missing_fails_closed(
     assert result.gates[-1].status == "failed"
     assert "ttft_ms.p95@c8: figure missing" in (result.gates[-1].reason or "")
     # a gate.result that claims "passed" without the figure is not passed by the policy either (recorded
-    # outside the job, so nothing but the figures can reject it; reviewed and accepted)
+    # in a job of its own that still runs, so nothing but the figures can reject it; reviewed and accepted)
     bench = gate(ledger, "benchmark")
     forged = {**bench["payload"], "status": "passed", "reason": None}
     del forged["figures"]["ttft_ms.p95@c4"]
+    outside = ledger.record("gate.result", bench["subject"], forged, key="collector").entry_id
+    ledger.record(
+        "job",
+        bench["subject"],
+        {"job_id": "forged-run", "state": "running", "started_at": format_time(now_utc())},
+        key="collector",
+    )
     eid = ledger.record("gate.result", bench["subject"], forged, key="collector").entry_id
     review_and_accept(ledger, gate(ledger, "semantic")["id"], eid)
     v = evaluate(ledger, {"campaign": "harness"}, policy)
+    # logged after the campaign's job ended, naming no job: that job's output, and not credited
+    assert {r["entry"]: r["rule"] for r in v["rejected"]}[outside] == "after-job-terminal"
     assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE", v["gates"]
     assert eid in next(g for g in v["gates"] if g["name"] == "benchmark")["evidence"]
     # and with the shipped bounds, the same forged result lacks ttft_ms.p95@c4: still not passed

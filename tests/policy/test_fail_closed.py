@@ -2402,3 +2402,82 @@ def test_a_review_naming_another_subject_still_reviews_the_entry_it_refs(tmp_pat
     es = qualified_entries()
     entry(es, "benchmark-review")["subject"] = {"campaign": "review-board"}
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+# --- harness results belong to the job the log knows they ran in ----------------------------------------
+
+
+def _harness_after(es: list[dict[str, Any]], gate: str, at: str) -> None:
+    """Move gate ``gate``'s result (and its review, acceptance) to ``at`` and later, in log order."""
+    names = [gate, f"{gate}-review", *([f"{gate}-acceptance"] if gate == "benchmark" else [])]
+    for i, n in enumerate(names):
+        e = entry(es, n)
+        es.remove(e)
+        e["at"] = at.replace("T11:00", f"T11:{i * 10:02d}")
+        es.append(e)
+
+
+@pytest.mark.parametrize("gate", ["benchmark", "semantic"])
+@pytest.mark.parametrize("names_job", [True, False])
+def test_harness_result_after_job_end_without_job_ref_is_rejected(
+    tmp_path: Path, gate: str, names_job: bool
+) -> None:
+    """Regression: a benchmark or semantic result that names no job (`ledger collect benchmark` without
+    `--job`) and was logged after the campaign's job had ended was credited: the job an entry belongs to
+    was derived from the log for launches and probes only. It measured no engine of that job."""
+    es = qualified_entries()
+    _harness_after(es, gate, "2026-09-10T11:00:00Z")  # the job ended at 10:50
+    if not names_job:
+        entry(es, gate).pop("refs")
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)[gate] == "after-job-terminal", v["rejected"]
+    assert v["verdict"] == "INCONCLUSIVE", v["gates"]
+
+
+@pytest.mark.parametrize("gate", ["benchmark", "semantic"])
+@pytest.mark.parametrize("names_job", [True, False])
+def test_harness_result_of_a_killed_job_without_job_ref_is_not_credited(
+    tmp_path: Path, gate: str, names_job: bool
+) -> None:
+    """Regression: a passing harness result logged while a second job of the campaign ran, that job later
+    killed, was credited when the result named no job (the log knows the job it ran in)."""
+    es = qualified_entries()
+    second = {
+        "name": "job-2",
+        "kind": "job",
+        "key": "collector",
+        "at": "2026-09-10T10:55:00Z",
+        "payload": {"job_id": "campaign-2", "state": "running", "started_at": "2026-09-10T10:55:00Z"},
+    }
+    killed = {
+        "name": "job-2-killed",
+        "kind": "job",
+        "key": "operator",
+        "at": "2026-09-10T11:05:00Z",
+        "payload": {
+            "job_id": "campaign-2",
+            "state": "killed",
+            "ended_at": "2026-09-10T11:05:00Z",
+            "exit_code": 137,
+        },
+    }
+    es.append(second)
+    _harness_after(es, gate, "2026-09-10T11:00:00Z")
+    result = entry(es, gate)
+    if names_job:
+        result["refs"] = {"job": "job-2"}
+    else:
+        result.pop("refs")
+    es.insert(es.index(result) + 1, {**killed, "at": "2026-09-10T11:01:00Z"})
+    es[es.index(result) + 1]["payload"] = {**killed["payload"], "ended_at": "2026-09-10T11:01:00Z"}
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)[gate] == "killed-run", v["rejected"]
+    assert v["verdict"] != "QUALIFIED", v["gates"]
+
+
+def test_harness_result_inside_its_job_without_job_ref_is_credited(tmp_path: Path) -> None:
+    """The neighbour that must still pass: a result that names no job, logged while its job ran."""
+    es = qualified_entries()
+    entry(es, "benchmark").pop("refs")
+    entry(es, "semantic").pop("refs")
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
