@@ -753,8 +753,11 @@ def _derive(
       trusted, not superseded launches in log order (1, 2, …); for any other entry, the attempt of the
       latest such launch started at or before the entry was collected (0: before any launch). Probes of
       an attempt beyond the budget are thereby beyond it too.
-    * ``job`` — for kinds in ``output_kinds``, the ``job_id`` of the latest job of the same campaign whose
-      ``running`` entry precedes it in the log (None: none): the job it ran in, whether or not it says so.
+    * ``job`` — for kinds in ``output_kinds``, the ``job_id`` of the job of the same campaign it ran in,
+      whether or not it says so: the latest one whose ``running`` entry precedes it in the log and whose
+      terminal entry does not (two jobs of a campaign may overlap: one that ended before it was logged is
+      not the one it ran in); when every such job has ended, the latest to start (its output after the end
+      is then judged as such); None when no job of the campaign started before it.
     * ``failure_class`` — for an ``engine.launch`` with a ``failure_signature``, the class the signature
       table gives it; ``unknown`` for an id the table lacks (policies fail those closed).
     * ``log_failure_signature`` / ``log_failure_class`` — for an ``engine.launch``, the first signature of
@@ -804,16 +807,26 @@ def _derive(
     starts: list[tuple[datetime, int]] = []
     runs: dict[tuple[Any, ...], list[Evidence]] = {}  # a harness gate's runs of one spec, in log order
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
-    running: dict[str | None, str] = {}  # campaign → job_id of its latest running job entry
+    # campaign → its jobs with a running entry so far, in the order they started (a job_id once), and
+    # the ids of those whose terminal entry is logged
+    campaign_jobs: dict[str | None, dict[str, None]] = {}
+    ended_jobs: set[str] = set()
     job_start: dict[str, datetime] = {}  # job_id → when its first running entry was observed
     host_events = _host_gpu_events(trusted, superseded)
     n = 0
     for e in trusted:  # in seq order
         kind = e.kind
         if kind == "job":
-            if e.id not in superseded and e.payload.get("state") == "running":
-                running[e.subject.get("campaign")] = str(e.payload.get("job_id"))
-                job_start.setdefault(str(e.payload.get("job_id")), e.observed_time)
+            if e.id not in superseded:
+                state, job_id = e.payload.get("state"), str(e.payload.get("job_id"))
+                if state == "running":
+                    jobs = campaign_jobs.setdefault(e.subject.get("campaign"), {})
+                    jobs.pop(job_id, None)  # started again: the latest start decides its place
+                    jobs[job_id] = None
+                    ended_jobs.discard(job_id)
+                    job_start.setdefault(job_id, e.observed_time)
+                elif state in TERMINAL_STATES:
+                    ended_jobs.add(job_id)
             continue
         derived: dict[str, Any] = {**NO_DERIVED, "gpu_events": []}
         if kind == "health.probe":
@@ -825,7 +838,10 @@ def _derive(
         if kind == "kernel.log":
             derived["gpu_events"] = [fact for _, fact in host_events.by_entry.get(e.id, [])]
         if kind in output_kinds and e.in_subject:
-            derived["job"] = running.get(e.subject.get("campaign"))
+            jobs = campaign_jobs.get(e.subject.get("campaign"))
+            if jobs:
+                live = [j for j in jobs if j not in ended_jobs]
+                derived["job"] = live[-1] if live else next(reversed(jobs))
         if kind == "engine.launch" and e.in_subject:
             job = derived["job"]
             derived["gpu_events_during_run"] = host_events.during(

@@ -2481,3 +2481,60 @@ def test_harness_result_inside_its_job_without_job_ref_is_credited(tmp_path: Pat
     entry(es, "benchmark").pop("refs")
     entry(es, "semantic").pop("refs")
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def _overlapping_killed_job(es: list[dict[str, Any]], start: str, killed: str) -> None:
+    """A second job of the campaign starts at ``start`` (before the completion probe) and is killed at
+    ``killed`` (logged after the sequential probe), while the campaign's first job runs on to 10:50."""
+    es.insert(
+        es.index(entry(es, "completion")),
+        {
+            "name": "job-2",
+            "kind": "job",
+            "key": "collector",
+            "at": start,
+            "payload": {"job_id": "campaign-2", "state": "running", "started_at": start},
+        },
+    )
+    es.insert(
+        es.index(entry(es, "sequential")) + 1,
+        {
+            "name": "job-2-killed",
+            "kind": "job",
+            "key": "operator",
+            "at": killed,
+            "payload": {"job_id": "campaign-2", "state": "killed", "ended_at": killed, "exit_code": 137},
+        },
+    )
+
+
+def test_output_naming_no_job_while_an_overlapping_job_ran_belongs_to_the_later_job(tmp_path: Path) -> None:
+    """Probes that name no job, logged while a second job of the campaign ran (later killed), are that
+    job's output: not credited as passing (`killed-run`)."""
+    es = qualified_entries()
+    _overlapping_killed_job(es, "2026-09-10T10:01:08Z", "2026-09-10T10:03:00Z")
+    for name in ("completion", "structured", "sequential"):
+        entry(es, name).pop("refs")
+    v = verdict_of(tmp_path, es)
+    assert {n: rejected(v).get(n) for n in ("completion", "structured", "sequential")} == dict.fromkeys(
+        ("completion", "structured", "sequential"), "killed-run"
+    ), v["rejected"]
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_results_after_an_overlapping_job_ended_belong_to_the_job_still_running(tmp_path: Path) -> None:
+    """Regression: once harness results were attributed to a job from the log, the job derived for an
+    entry was the campaign's latest job to start, even after that job had ended: a semantic and a benchmark
+    result logged while the campaign's first job still ran, after a short second job was killed, were
+    rejected as `after-job-terminal` of the second job. The job an entry ran in is one still running when
+    it is logged."""
+    es = qualified_entries()
+    _overlapping_killed_job(es, "2026-09-10T10:01:08Z", "2026-09-10T10:03:00Z")
+    for name in ("completion", "structured", "sequential"):
+        entry(es, name)["refs"] = {"job": "campaign-job"}  # they name the first job …
+    entry(es, "semantic").pop("refs")  # … and the harness results name none
+    entry(es, "benchmark").pop("refs")
+    v = verdict_of(tmp_path, es)
+    assert "semantic" not in rejected(v) and "benchmark" not in rejected(v), v["rejected"]
+    # the probes ran while both jobs ran: the killed one is among theirs, so they are not credited
+    assert rejected(v)["completion"] == "killed-run"
