@@ -102,6 +102,16 @@ def test_before_stop_cuts_at_the_marker_line_in_whichever_piece_it_falls() -> No
             "gpu-kernel-fault",
             "runtime-fault",
         ),
+        # a kernel's own assertion (an index out of range, a sampling probability that is NaN) and a cuBLAS
+        # GEMM that failed to run: classified as kernel faults, not left to the status-only fall-backs
+        ("RuntimeError: CUDA error: device-side assert triggered", "gpu-kernel-fault", "runtime-fault"),
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, "
+            "opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, "
+            "ldc, compute_type, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
+            "gpu-kernel-fault",
+            "runtime-fault",
+        ),
         ("ggml_cuda_init: CUDA error: out of memory", "cuda-oom", "resource"),
         ("HW Exception by GPU node-1 reason :GPU Hang", "gpu-hang", "gpu-fault"),
         # a neighbour found this stop: a worker's segfault or a failed NCCL collective in a ready engine's log
@@ -154,6 +164,7 @@ ILLEGAL_ACCESS = "RuntimeError: CUDA error: an illegal memory access was encount
     [
         (ILLEGAL_ACCESS, True, "gpu-kernel-fault", "runtime-fault"),
         (ILLEGAL_ACCESS, False, "gpu-kernel-fault-at-startup", "startup"),
+        ("CUDA error: device-side assert triggered", False, "gpu-kernel-fault-at-startup", "startup"),
         ("Segmentation fault (core dumped)", True, "segfault", "runtime-fault"),
         ("Segmentation fault (core dumped)", False, "segfault-at-startup", "startup"),
         ("NCCL error: unhandled system error", True, "nccl-error", "runtime-fault"),
