@@ -838,10 +838,10 @@ def _derive(
         if kind == "kernel.log":
             derived["gpu_events"] = [fact for _, fact in host_events.by_entry.get(e.id, [])]
         if kind in output_kinds and e.in_subject:
-            jobs = campaign_jobs.get(e.subject.get("campaign"))
-            if jobs:
-                live = [j for j in jobs if j not in ended_jobs]
-                derived["job"] = live[-1] if live else next(reversed(jobs))
+            in_campaign = campaign_jobs.get(e.subject.get("campaign"))
+            if in_campaign:
+                live = [j for j in in_campaign if j not in ended_jobs]
+                derived["job"] = live[-1] if live else next(reversed(in_campaign))
         if kind == "engine.launch" and e.in_subject:
             job = derived["job"]
             derived["gpu_events_during_run"] = host_events.during(
