@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.entries import format_time, now_utc
 from ledger.recorder import LocalRecorder
 from ledger.service import Ledger
 from ledger.tokens import create_token
@@ -108,6 +109,14 @@ def build(tmp: Path) -> CampaignLedger:
     subj = dict(
         led.query(subject={"campaign": "healthy"}, kind="engine.launch", limit=1)[0].statement.subject
     )
+    # the harness runs, recorded here by hand, in a job of their own: output logged after the campaign's
+    # run job ended belongs to that job and is not credited (`after-job-terminal`)
+    led.record(
+        "job",
+        subj,
+        {"job_id": "healthy-harness", "state": "running", "started_at": format_time(now_utc())},
+        key="collector",
+    )
     semantic = led.record(
         "gate.result",
         subj,
@@ -155,6 +164,17 @@ def build(tmp: Path) -> CampaignLedger:
         key="collector",
     )
     ids["benchmark"] = bench.entry_id
+    led.record(
+        "job",
+        subj,
+        {
+            "job_id": "healthy-harness",
+            "state": "succeeded",
+            "ended_at": format_time(now_utc()),
+            "exit_code": 0,
+        },
+        key="collector",
+    )
     led.record(
         "review",
         subj,
