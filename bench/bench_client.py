@@ -280,10 +280,11 @@ def agreement(
     log = (work / "vllm-server.log").open("wb")
     env = {**os.environ, **VLLM_ENV}
     if engine_cpus:
-        # the engine's OpenMP threads bound to its own cores too (vLLM's "auto" binding picks cores itself)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in sorted(engine_cpus))
-    if engine_cpus:  # every process the server starts inherits its cores
-        cmd = ["taskset", "-c", ",".join(str(c) for c in sorted(engine_cpus)), *cmd]
+        cores = ",".join(str(c) for c in sorted(engine_cpus))
+        # every process the server starts inherits its cores; its OpenMP threads are bound to them too
+        # (vLLM's "auto" binding picks cores itself)
+        cmd = ["taskset", "-c", cores, *cmd]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cores
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     rows: list[dict[str, Any]] = []
     watch = Watch(work)

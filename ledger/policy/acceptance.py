@@ -839,9 +839,9 @@ def _derive(
             derived["gpu_events"] = [fact for _, fact in host_events.by_entry.get(e.id, [])]
         if kind in output_kinds and e.in_subject:
             in_campaign = campaign_jobs.get(e.subject.get("campaign"))
-            if in_campaign:
-                live = [j for j in in_campaign if j not in ended_jobs]
-                derived["job"] = live[-1] if live else next(reversed(in_campaign))
+            if in_campaign:  # the latest still running, else the latest to start
+                latest = next(reversed(in_campaign))
+                derived["job"] = next((j for j in reversed(in_campaign) if j not in ended_jobs), latest)
         if kind == "engine.launch" and e.in_subject:
             job = derived["job"]
             derived["gpu_events_during_run"] = host_events.during(

@@ -477,20 +477,31 @@ def test_a_ready_engine_whose_log_shows_a_segfault_or_nccl_error_is_not_qualifie
     assert gates(v)["runtime-stability"] == "failed" and v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
 
 
-def test_output_after_kill_without_job_ref_is_rejected(tmp_path: Path) -> None:
-    es = qualified_entries()
-    kill = {
-        "name": "killed",
+def _job_started(name: str, job_id: str, at: str) -> dict[str, Any]:
+    """A fixture `job` entry: ``job_id`` running from ``at`` (a collector's)."""
+    return {
+        "name": name,
+        "kind": "job",
+        "key": "collector",
+        "at": at,
+        "payload": {"job_id": job_id, "state": "running", "started_at": at},
+    }
+
+
+def _job_ended(name: str, job_id: str, state: str, at: str, exit_code: int) -> dict[str, Any]:
+    """A fixture terminal `job` entry: ``job_id`` ended ``state`` at ``at`` (an operator's)."""
+    return {
+        "name": name,
         "kind": "job",
         "key": "operator",
-        "at": "2026-09-10T10:01:30Z",
-        "payload": {
-            "job_id": "campaign-1",
-            "state": "killed",
-            "ended_at": "2026-09-10T10:01:30Z",
-            "exit_code": 143,
-        },
+        "at": at,
+        "payload": {"job_id": job_id, "state": state, "ended_at": at, "exit_code": exit_code},
     }
+
+
+def test_output_after_kill_without_job_ref_is_rejected(tmp_path: Path) -> None:
+    es = qualified_entries()
+    kill = _job_ended("killed", "campaign-1", "killed", "2026-09-10T10:01:30Z", 143)
     seq = entry(es, "sequential")
     es.insert(es.index(seq), kill)
     del seq["refs"]
@@ -2442,34 +2453,17 @@ def test_harness_result_of_a_killed_job_without_job_ref_is_not_credited(
     """Regression: a passing harness result logged while a second job of the campaign ran, that job later
     killed, was credited when the result named no job (the log knows the job it ran in)."""
     es = qualified_entries()
-    second = {
-        "name": "job-2",
-        "kind": "job",
-        "key": "collector",
-        "at": "2026-09-10T10:55:00Z",
-        "payload": {"job_id": "campaign-2", "state": "running", "started_at": "2026-09-10T10:55:00Z"},
-    }
-    killed = {
-        "name": "job-2-killed",
-        "kind": "job",
-        "key": "operator",
-        "at": "2026-09-10T11:05:00Z",
-        "payload": {
-            "job_id": "campaign-2",
-            "state": "killed",
-            "ended_at": "2026-09-10T11:05:00Z",
-            "exit_code": 137,
-        },
-    }
-    es.append(second)
+    es.append(_job_started("job-2", "campaign-2", "2026-09-10T10:55:00Z"))
     _harness_after(es, gate, "2026-09-10T11:00:00Z")
     result = entry(es, gate)
     if names_job:
         result["refs"] = {"job": "job-2"}
     else:
         result.pop("refs")
-    es.insert(es.index(result) + 1, {**killed, "at": "2026-09-10T11:01:00Z"})
-    es[es.index(result) + 1]["payload"] = {**killed["payload"], "ended_at": "2026-09-10T11:01:00Z"}
+    # killed right after the result was logged (before its review)
+    es.insert(
+        es.index(result) + 1, _job_ended("job-2-killed", "campaign-2", "killed", "2026-09-10T11:01:00Z", 137)
+    )
     v = verdict_of(tmp_path, es)
     assert rejected(v)[gate] == "killed-run", v["rejected"]
     assert v["verdict"] != "QUALIFIED", v["gates"]
@@ -2486,25 +2480,9 @@ def test_harness_result_inside_its_job_without_job_ref_is_credited(tmp_path: Pat
 def _overlapping_killed_job(es: list[dict[str, Any]], start: str, killed: str) -> None:
     """A second job of the campaign starts at ``start`` (before the completion probe) and is killed at
     ``killed`` (logged after the sequential probe), while the campaign's first job runs on to 10:50."""
+    es.insert(es.index(entry(es, "completion")), _job_started("job-2", "campaign-2", start))
     es.insert(
-        es.index(entry(es, "completion")),
-        {
-            "name": "job-2",
-            "kind": "job",
-            "key": "collector",
-            "at": start,
-            "payload": {"job_id": "campaign-2", "state": "running", "started_at": start},
-        },
-    )
-    es.insert(
-        es.index(entry(es, "sequential")) + 1,
-        {
-            "name": "job-2-killed",
-            "kind": "job",
-            "key": "operator",
-            "at": killed,
-            "payload": {"job_id": "campaign-2", "state": "killed", "ended_at": killed, "exit_code": 137},
-        },
+        es.index(entry(es, "sequential")) + 1, _job_ended("job-2-killed", "campaign-2", "killed", killed, 137)
     )
 
 
