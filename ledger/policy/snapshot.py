@@ -872,7 +872,7 @@ PARALLEL_SIGNATURES = 64  # below this many, one thread checks them all (a pool 
 def signature_problems(entries: list[Evidence], ring: Keyring) -> list[str | None]:
     """``check_signature`` of each entry: None where it verified, else the problem, in order.
 
-    Ed25519 verification releases the GIL (``cryptography``'s OpenSSL binding), so a long list is checked
+    Ed25519 verification releases the GIL (libsodium through cffi), so a long list is checked
     on one thread per core: a fresh process judging a campaign whose signatures it never saw spends most
     of its time here."""
 
