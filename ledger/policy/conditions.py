@@ -226,8 +226,12 @@ def _fields_read(list_name: str, sources: tuple[str, ...]) -> FieldsRead | None:
     as_set = True
     for source in sources:
         toks = _tokens(source)
-        if toks is None or "[" in toks:
-            return None  # indexing (``e['kind']``, ``evidence[0]``) may read any field
+        if toks is None:
+            return None
+        # ``[`` needs no rule of its own: a list literal (``x in ['a', 'b']``) reads no element, indexing
+        # past a field read (``e.payload.figures[k]``) reads within a field that is passed whole, and any
+        # other use of the list, an element or a map (``evidence[0]``, ``e['kind']``, ``[e][0]``,
+        # ``e.payload['ok']``) is refused (or passes the map whole) by the token rules below.
         n = len(toks)
 
         def at(i: int, toks: list[str] = toks, n: int = n) -> str:
