@@ -192,6 +192,12 @@ def test_shipped_signatures_load_and_cover_the_seed_failures() -> None:
             "gpu-hang",
         ),
         ("nothing useful", RunOutcome(ready=True, signal=6), "abort"),
+        (
+            "llama.cpp/ggml/src/ggml.c:1234: GGML_ASSERT(ggml_nelements(a) == ne0*ne1) failed",
+            RunOutcome(ready=False, signal=6),
+            "abort-at-startup",
+        ),
+        ("GGML_ASSERT(n_tokens_all <= cparams.n_batch) failed", RunOutcome(ready=True, signal=6), "abort"),
         ("nothing useful", RunOutcome(ready=False, exit_code=143), "killed-143"),
         (
             "Loading weights took 16.18 seconds",

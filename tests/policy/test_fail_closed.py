@@ -2516,3 +2516,45 @@ def test_results_after_an_overlapping_job_ended_belong_to_the_job_still_running(
     assert "semantic" not in rejected(v) and "benchmark" not in rejected(v), v["rejected"]
     # the probes ran while both jobs ran: the killed one is among theirs, so they are not credited
     assert rejected(v)["completion"] == "killed-run"
+
+
+@pytest.mark.parametrize(
+    ("signature", "signal", "log"),
+    [
+        ("abort-at-startup", 6, "ggml.c:1234: GGML_ASSERT(ggml_nelements(a) == ne0*ne1) failed\n"),
+        ("abort-at-startup", 6, "terminate called after throwing an instance of 'std::runtime_error'\n"),
+        ("segfault-at-startup", 11, "Segmentation fault (core dumped)\n"),
+    ],
+)  # fmt: skip
+def test_a_crash_by_signal_before_readiness_is_a_startup_failure_and_after_it_a_runtime_fault(
+    tmp_path: Path, signature: str, signal: int, log: str
+) -> None:
+    """Regression: a first attempt that aborted (SIGABRT, a failed GGML_ASSERT while loading) or segfaulted
+    before readiness failed runtime stability through ``params.fault_signals``, although its class is a
+    start-up failure and the check says "after readiness": the ready fallback could never qualify. After
+    readiness the same end stays a runtime fault."""
+    es = qualified_entries()
+    _failed_first_attempt(es, "launch-first-config", signature, log)
+    first = next(e for e in es if e.get("name") == "launch-first-config")
+    first["payload"].update(signal=signal, exit_code=-signal)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "QUALIFIED", v["gates"]
+    es2 = qualified_entries()
+    _with_log(es2, log, exit_code=-signal, signal=signal)
+    v2 = verdict_of(tmp_path / "after", es2)
+    assert v2["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v2["gates"]
+    assert gates(v2)["runtime-stability"] == "failed"
+
+
+def test_a_gpu_hang_that_aborts_an_attempt_before_readiness_still_fails_runtime_stability(
+    tmp_path: Path,
+) -> None:
+    """The neighbour of the start-up abort: the log names a GPU fault, so the class is gpu-fault whatever
+    the readiness (seed 003's "HW Exception by GPU … GPU Hang" with status -6)."""
+    es = qualified_entries()
+    _failed_first_attempt(es, "launch-first-config", "abort-at-startup",
+                          "HW Exception by GPU node-1 (Agent handle: 0x5) reason :GPU Hang\n")  # fmt: skip
+    first = next(e for e in es if e.get("name") == "launch-first-config")
+    first["payload"].update(signal=6, exit_code=-6)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
