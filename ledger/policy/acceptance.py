@@ -205,7 +205,8 @@ def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
 
 
 def _manifest(trusted: list[Evidence], superseded: set[str]) -> tuple[dict[str, str], list[str]]:
-    """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin."""
+    """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin
+    (a key both bind differently is a ``manifest_conflict``)."""
     out: dict[str, str] = {}
     sources: list[str] = []
     jobs = [
@@ -222,9 +223,18 @@ def _manifest(trusted: list[Evidence], superseded: set[str]) -> tuple[dict[str, 
     pins = [e for e in trusted if e.kind == "model.pin" and e.id not in superseded]
     pin = _latest(pins)
     if pin is not None:
-        out.update(pin_bindings(pin.payload))
+        for k, v in pin_bindings(pin.payload).items():
+            # the approved spec and the newest pin disagree: neither is the manifest, and no launch can
+            # match it (a launch bound to either value is rejected, naming both)
+            out[k] = v if out.get(k, v) == v else manifest_conflict(out[k], v)
         sources.append(pin.id)
     return out, sources
+
+
+def manifest_conflict(spec_value: str, pin_value: str) -> str:
+    """The manifest's value for a key the campaign job's approved spec and the newest model pin bind
+    differently: a text no binding equals, naming both."""
+    return f"conflict: the job's spec binds {spec_value}, the newest model pin {pin_value}"
 
 
 def filter_evidence(

@@ -2558,3 +2558,40 @@ def test_a_gpu_hang_that_aborts_an_attempt_before_readiness_still_fails_runtime_
     first["payload"].update(signal=6, exit_code=-6)
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+
+
+def test_a_pin_of_another_revision_than_the_jobs_approved_spec_is_not_silently_taken(tmp_path: Path) -> None:
+    """Regression: the campaign's manifest took the newest model pin over the job's approved spec without a
+    word, so a campaign approved for one revision whose pin (and launch) named another qualified. The key
+    both bind differently is now a conflict: model-pinned fails naming both, and no launch matches it."""
+    es = qualified_entries()
+    entry(es, "campaign-job")["payload"]["spec"]["bindings"]["model_revision"] = "2" * 40
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES", v["gates"]
+    reason = next(g["reason"] for g in v["gates"] if g["name"] == "model-pinned")
+    assert "2" * 40 in reason and "1" * 40 in reason
+    assert rejected(v)["launch"] == "bindings-mismatch"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"model_revision": "1" * 40}, id="spec-agrees-with-the-pin"),
+        pytest.param({}, id="spec-binds-no-model"),
+    ],
+)
+def test_a_pin_that_agrees_with_the_spec_or_a_spec_without_a_model_still_qualifies(
+    tmp_path: Path, spec: dict[str, str]
+) -> None:
+    es = qualified_entries()
+    bindings = entry(es, "campaign-job")["payload"]["spec"]["bindings"]
+    bindings.pop("model_revision")
+    bindings.update(spec)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_shard_digest_the_spec_and_the_pin_disagree_on_rejects_the_launch(tmp_path: Path) -> None:
+    es = qualified_entries()
+    entry(es, "campaign-job")["payload"]["spec"]["bindings"]["shard:model.safetensors"] = "c" * 64
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != "QUALIFIED", v["gates"]
