@@ -324,7 +324,7 @@ class EngineLaunch(_Model):
     attempt: int = 1
     bindings: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
-    lease_seconds: float | None = None
+    lease_seconds: float | None = Field(default=None, gt=0)  # a lease of no time, or less, bounds nothing
     started_at: Time
     ended_at: Time | None = None
     ready: bool
@@ -380,7 +380,7 @@ class GateResult(_Model):
 class Job(_Model):
     job_id: str
     state: Literal["running", "succeeded", "failed", "killed", "cancelled"]
-    lease_seconds: float | None = None
+    lease_seconds: float | None = Field(default=None, gt=0)  # a lease of no time, or less, bounds nothing
     started_at: Time | None = None
     ended_at: Time | None = None
     exit_code: int | None = None

@@ -2595,3 +2595,15 @@ def test_a_shard_digest_the_spec_and_the_pin_disagree_on_rejects_the_launch(tmp_
     entry(es, "campaign-job")["payload"]["spec"]["bindings"]["shard:model.safetensors"] = "c" * 64
     v = verdict_of(tmp_path, es)
     assert v["verdict"] != "QUALIFIED", v["gates"]
+
+
+@pytest.mark.parametrize("lease", [0, -5, 0.0])
+@pytest.mark.parametrize("name", ["campaign-job", "launch"])
+def test_a_lease_of_no_time_is_refused_at_ingest(tmp_path: Path, name: str, lease: float) -> None:
+    """A job or launch whose lease is zero or negative bounds nothing: refused, naming the field."""
+    from ledger.errors import SchemaError
+
+    es = qualified_entries()
+    entry(es, name)["payload"]["lease_seconds"] = lease
+    with pytest.raises(SchemaError, match="lease_seconds"):
+        verdict_of(tmp_path, es)
