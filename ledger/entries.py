@@ -352,14 +352,14 @@ class HealthProbe(_Model):
     check: Literal["health", "models", "completion", "structured", "sequential", "restoration"] = "health"
     ok: bool
     http_status: int | None = None
-    latency_ms: float | None = None
+    latency_ms: Figure | None = None
     model_identity: str | None = None
     sleeping: bool | None = None
     expected: str | None = None
     text: str | None = None
-    count: int | None = None
-    latencies_ms: list[float] = Field(default_factory=list)
-    max_tokens: int | None = None
+    count: Count | None = None
+    latencies_ms: list[Figure] = Field(default_factory=list)  # a negative latency measured nothing
+    max_tokens: Count | None = None
     error: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 

@@ -2607,3 +2607,20 @@ def test_a_lease_of_no_time_is_refused_at_ingest(tmp_path: Path, name: str, leas
     entry(es, name)["payload"]["lease_seconds"] = lease
     with pytest.raises(SchemaError, match="lease_seconds"):
         verdict_of(tmp_path, es)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("latencies_ms", [-1.0] * 20), ("latency_ms", -0.5), ("count", -20), ("max_tokens", -8)],
+)
+def test_a_probe_recording_a_negative_latency_or_count_is_refused_at_ingest(
+    tmp_path: Path, field: str, value: Any
+) -> None:
+    """Regression: a sequential probe whose 20 latencies were all -1 ms passed the sequential gate: a
+    negative figure measured nothing; it is refused at ingest, naming the field."""
+    from ledger.errors import SchemaError
+
+    es = qualified_entries()
+    entry(es, "sequential")["payload"][field] = value
+    with pytest.raises(SchemaError, match=field):
+        verdict_of(tmp_path, es)

@@ -313,7 +313,7 @@ def test_signatures_checked_on_several_threads_judge_as_one_thread_does(build, m
     for e in b.ledger.query(subject=subject, kind="health.probe", limit=None)[10:150:50]:
         env = json.loads(e.envelope)
         statement = json.loads(base64.b64decode(env["payload"]))
-        statement["payload"]["latency_ms"] = -1.0
+        statement["payload"]["latency_ms"] = 12345.0  # valid, but not what was signed
         env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
         _tamper(b.home, e.seq, env)
         edited.append(e.entry_id)
