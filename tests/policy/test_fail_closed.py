@@ -2148,8 +2148,8 @@ def test_benchmark_errors_within_a_policy_that_allows_some_pass(tmp_path: Path) 
     shutil.copytree(POLICY_DIR, policies, ignore=shutil.ignore_patterns("fixtures"))
     p = policies / "backend-qualification.toml"
     text = p.read_text()
-    assert '"error_rate" = 0 }' in text
-    p.write_text(text.replace('"error_rate" = 0 }', '"error_rate" = 0.01 }'))
+    assert '"error_rate" = 0,' in text
+    p.write_text(text.replace('"error_rate" = 0,', '"error_rate" = 0.01,'))
     es = qualified_entries()
     b = entry(es, "benchmark")["payload"]
     b["counts"].update(errors=5, completed=571)
@@ -2624,3 +2624,12 @@ def test_a_probe_recording_a_negative_latency_or_count_is_refused_at_ingest(
     entry(es, "sequential")["payload"][field] = value
     with pytest.raises(SchemaError, match=field):
         verdict_of(tmp_path, es)
+
+
+def test_a_c1_parity_above_one_is_no_measurement(tmp_path: Path) -> None:
+    """Parity is the fraction of c1 prompts whose repetitions matched token for token: above 1 it measured
+    nothing, and it used to clear the lower bound."""
+    es = qualified_entries()
+    entry(es, "benchmark")["payload"]["figures"]["c1_parity"] = 1.5
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE", v["gates"]
