@@ -121,6 +121,7 @@ Sha256Hex = Annotated[str, Field(pattern=r"^(|[0-9a-f]{64})$")]
 Blake3Digest = Annotated[str, Field(pattern=r"^(|blake3:[0-9a-f]{64})$")]
 Count = Annotated[int, Field(ge=0)]
 Figure = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Lease = Annotated[float, Field(gt=0)]  # a lease of no time, or less, bounds nothing
 REVIEW_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")  # a reviewed commit: git's hash, abbreviated or whole
 GitCommit = Annotated[str, Field(pattern=REVIEW_COMMIT.pattern)]
 
@@ -324,7 +325,7 @@ class EngineLaunch(_Model):
     attempt: int = 1
     bindings: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
-    lease_seconds: float | None = Field(default=None, gt=0)  # a lease of no time, or less, bounds nothing
+    lease_seconds: Lease | None = None
     started_at: Time
     ended_at: Time | None = None
     ready: bool
@@ -380,7 +381,7 @@ class GateResult(_Model):
 class Job(_Model):
     job_id: str
     state: Literal["running", "succeeded", "failed", "killed", "cancelled"]
-    lease_seconds: float | None = Field(default=None, gt=0)  # a lease of no time, or less, bounds nothing
+    lease_seconds: Lease | None = None
     started_at: Time | None = None
     ended_at: Time | None = None
     exit_code: int | None = None
