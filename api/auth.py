@@ -15,20 +15,23 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ledger.api.deps import ServedDep
+from ledger.api.deps import Served, ServedDep
 from ledger.errors import ForbiddenError
 from ledger.service import Ledger
-from ledger.tokens import TokenRecord, require_role
+from ledger.tokens import TokenRecord, live_token, require_role, token_digest
 
 __all__ = [
     "SESSION_COOKIE",
     "Admin",
     "Reader",
+    "WriteToken",
     "Writer",
     "caller",
     "csrf_matches",
     "csrf_token",
+    "remember",
     "session_token",
+    "writer_of",
 ]
 
 SESSION_COOKIE = "ledger_session"
@@ -48,7 +51,7 @@ def csrf_matches(secret: str | None, sent: str | None) -> bool:
     return bool(secret and sent) and hmac.compare_digest(csrf_token(secret or ""), sent or "")
 
 
-def _remember(request: Request, record: TokenRecord | None) -> None:
+def remember(request: Request, record: TokenRecord | None) -> None:
     """Name the caller for the request log."""
     request.state.token_name = record.name if record else "anonymous"
 
@@ -66,11 +69,11 @@ def read_access(
     as a bearer token or held by a signed-in browser's session cookie."""
     cookie = session_token(request) if creds is None else None
     if state.settings.public_reads and creds is None and cookie is None:
-        _remember(request, None)
+        remember(request, None)
         return None
     record = state.ledger.verify_token(creds.credentials if creds else cookie)
     require_role(record, "reader")
-    _remember(request, record)
+    remember(request, record)
     return record
 
 
@@ -84,7 +87,26 @@ def write_access(
         raise ForbiddenError("a browser session only reads; writes need `Authorization: Bearer TOKEN`")
     record = _token(state.ledger, creds)
     require_role(record, "writer")
-    _remember(request, record)
+    remember(request, record)
+    return record
+
+
+async def write_token(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> str:
+    """A write the sequencer authorises as it commits (``Ledger.submit(token=…)``): here only that a
+    bearer token was sent (a session cookie never writes); the hash of the token is what is checked,
+    in the group's transaction, against the live tokens and the writer role."""
+    if creds is None and session_token(request):
+        raise ForbiddenError("a browser session only reads; writes need `Authorization: Bearer TOKEN`")
+    return token_digest(creds.credentials if creds else None)
+
+
+def writer_of(request: Request, state: Served, token: str) -> TokenRecord:
+    """``write_access`` for a token already sent (a refusal before the commit is answered only to a
+    writer: this check comes first, as on every other write)."""
+    record = live_token(state.ledger.token_by_hash(token), "writer")
+    remember(request, record)
     return record
 
 
@@ -103,4 +125,5 @@ def caller(record: TokenRecord | None) -> str:
 
 Reader = Annotated[TokenRecord | None, Depends(read_access)]
 Writer = Annotated[TokenRecord, Depends(write_access)]
+WriteToken = Annotated[str, Depends(write_token)]
 Admin = Annotated[TokenRecord, Depends(admin_access)]

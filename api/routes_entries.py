@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from ledger.api.auth import Reader, Writer
+from ledger.api.auth import Reader, Writer, WriteToken, remember, writer_of
 from ledger.api.bodies import read_json_body
 from ledger.api.caching import IMMUTABLE, REVALIDATE, cache_control, etag, not_modified
 from ledger.api.deps import LedgerDep, Served, ServedDep
 from ledger.api.models import BATCH_SCHEMA, ENVELOPE_SCHEMA, PROBLEM, Page
-from ledger.errors import BatchTooLargeError, InputError
+from ledger.errors import BatchTooLargeError, InputError, LedgerError
 from ledger.listing import list_json
-from ledger.service import MAX_BATCH, Ledger, LoggedEntry, parse_subject_args
+from ledger.service import MAX_BATCH, AppendRequest, Ledger, LoggedEntry, parse_subject_args
 
 __all__ = ["router"]
 
@@ -93,9 +96,27 @@ def get_entry(
     return JSONResponse(entry_json(ledger, entry), headers=headers)
 
 
-def _append(state: Served, envelopes: list[Any]) -> list[dict[str, Any]]:
+def _committed() -> tuple[asyncio.Future[AppendRequest], Callable[[AppendRequest], None]]:
+    """A future of the event loop and the callback ``Ledger.submit`` settles it with (called from the
+    sequencer's thread once the group commit answered the request): the event loop awaits the commit,
+    so no request thread waits on another's transaction."""
+    loop = asyncio.get_running_loop()
+    committed: asyncio.Future[AppendRequest] = loop.create_future()
+
+    def settle(req: AppendRequest) -> None:
+        with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody waits
+            loop.call_soon_threadsafe(_resolve, committed, req)
+
+    return committed, settle
+
+
+def _resolve(future: asyncio.Future[AppendRequest], req: AppendRequest) -> None:
+    if not future.done():  # not cancelled (the client went away; the entries are committed anyway)
+        future.set_result(req)
+
+
+def _answers(state: Served, logged: list[LoggedEntry]) -> list[dict[str, Any]]:
     ledger = state.ledger
-    logged = ledger.append(envelopes)
     # the signers' names from the keys the append was judged by: no further read per request
     names = {s: n for s in {e.signer for e in logged} if (n := ledger.signer_name(s)) is not None}
     out = []
@@ -115,12 +136,21 @@ def _append(state: Served, envelopes: list[Any]) -> list[dict[str, Any]]:
     summary="Append one signed envelope (verified before it is stored)",
 )
 async def append_entry(
-    request: Request, response: Response, _who: Writer, state: ServedDep
+    request: Request, response: Response, token: WriteToken, state: ServedDep
 ) -> dict[str, Any]:
-    body = await read_json_body(request, state.settings.max_body_bytes)
-    if not isinstance(body, dict):
-        raise InputError("the body must be one DSSE envelope (a JSON object)")
-    [entry] = await run_in_threadpool(_append, state, [body])
+    """The writer's token is checked as the entry is committed, in the sequencer's transaction."""
+    try:
+        body = await read_json_body(request, state.settings.max_body_bytes)
+        if not isinstance(body, dict):
+            raise InputError("the body must be one DSSE envelope (a JSON object)")
+        committed, settle = _committed()
+        state.ledger.submit([body], settle, token=token)  # checked here: one envelope needs no thread
+    except LedgerError:
+        await run_in_threadpool(writer_of, request, state, token)  # a refusal goes only to a writer
+        raise
+    req = await committed
+    remember(request, req.token_record)
+    [entry] = _answers(state, req.answer())
     if entry["duplicate"]:
         response.status_code = 200
     return entry
@@ -146,7 +176,11 @@ async def append_batch(
     envelopes = body["envelopes"]
     if len(envelopes) > MAX_BATCH:
         raise BatchTooLargeError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
-    entries = await run_in_threadpool(_append, state, envelopes) if envelopes else []
+    entries = []
+    if envelopes:  # the batch is checked in a worker thread (up to MAX_BATCH envelopes)
+        committed, settle = _committed()
+        await run_in_threadpool(state.ledger.submit, envelopes, settle)
+        entries = _answers(state, (await committed).answer())
     if all(e["duplicate"] for e in entries):
         response.status_code = 200
     return list_json(entries)

@@ -27,12 +27,18 @@ from ledger.db import (
     T_REFS,
     T_SUBJECTS,
     T_TILES,
+    T_TOKENS,
     lock_log,
     read_connection,
     write_transaction,
 )
+from ledger.tokens import TOKEN_COLUMNS, TokenRecord, token_of_row, tokens_by_hash
 
 __all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "Head", "LogRepo", "RangeRows", "RepoTiles", "SubjectSummary"]
+
+# ``tokens_by_hash`` as the PostgreSQL sequencer pipelines it: the same columns, in the same order (the
+# names are constants of the schema, never input)
+_TOKENS_BY_HASH = f"SELECT {', '.join(TOKEN_COLUMNS)} FROM {T_TOKENS.name} WHERE token_hash = ANY(%s)"  # noqa: S608
 
 # The columns a policy evaluation reads, in this order: (seq, entry_id, kind, signer, logged_at, envelope)
 EVIDENCE_COLUMNS = (
@@ -282,20 +288,29 @@ class LogRepo:
             yield conn
 
     @contextmanager
-    def sequence(self, ids: Collection[str]) -> Iterator[tuple[sa.Connection, Head | None, set[str]]]:
-        """The sequencer's transaction: take the appenders' lock, then read the head and which of ``ids``
-        the log holds. Yields (connection, head, present). On PostgreSQL with psycopg the lock and both
-        reads go in one round trip (a pipeline: the server runs them in order, so the reads see every
-        append committed before the lock was granted)."""
+    def sequence(
+        self, ids: Collection[str], tokens: Collection[str] = ()
+    ) -> Iterator[tuple[sa.Connection, Head | None, set[str], dict[str, TokenRecord]]]:
+        """The sequencer's transaction: take the appenders' lock, then read the head, which of ``ids``
+        the log holds, and the API tokens with the hashes ``tokens`` (the group's writers, authorised as
+        the group commits). Yields (connection, head, present, tokens by hash). On PostgreSQL with
+        psycopg the lock and the reads go in one round trip (a pipeline: the server runs them in order,
+        so the reads see every append and revocation committed before the lock was granted)."""
         with write_transaction(self.engine) as conn:
             raw = _psycopg(conn)
             if raw is None:
                 lock_log(conn)
                 head = self.head(conn)
                 present = self.known_ids(conn, set(ids)) if ids else set()
+                found = tokens_by_hash(conn, tokens)
             else:
                 try:
-                    with raw.cursor() as lock, raw.cursor() as h, raw.cursor() as known:
+                    with (
+                        raw.cursor() as lock,
+                        raw.cursor() as h,
+                        raw.cursor() as known,
+                        raw.cursor() as tok,
+                    ):
                         with raw.pipeline():
                             lock.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK_KEY})")
                             h.execute(
@@ -304,12 +319,15 @@ class LogRepo:
                             known.execute(
                                 "SELECT entry_id FROM log_entries WHERE entry_id = ANY(%s)", (list(ids),)
                             )
+                            if tokens:
+                                tok.execute(_TOKENS_BY_HASH, (list(tokens),))
                         row = h.fetchone()
                         present = {str(r[0]) for r in known.fetchall()}
+                        found = {str(r[5]): token_of_row(r) for r in tok.fetchall()} if tokens else {}
                 except Exception as e:
                     raise _db_error(e, "sequence") from e
                 head = None if row is None else Head(int(row[0]), str(row[1]), str(row[2]))
-            yield conn, head, present
+            yield conn, head, present, found
 
     @property
     def dialect(self) -> str:

@@ -85,7 +85,15 @@ from ledger.tiles import (
     tile_last_seq,
     tile_path,
 )
-from ledger.tokens import TokenRecord, create_token, list_tokens, revoke_token, verify_token
+from ledger.tokens import (
+    TokenRecord,
+    create_token,
+    list_tokens,
+    live_token,
+    revoke_token,
+    tokens_by_hash,
+    verify_token,
+)
 from ledger.trust import TrustedLog, authorise, replay_keys
 from ledger.verify import VerifyProblem, VerifyReport, verify_log
 
@@ -127,7 +135,7 @@ class _Prepared:
 
 
 @dataclass(eq=False)
-class _AppendRequest:
+class AppendRequest:
     """One ``Ledger.append`` call waiting for the sequencer: its batch, and its answer once committed."""
 
     prepared: list[_Prepared]
@@ -135,6 +143,19 @@ class _AppendRequest:
     done: bool = False
     entries: list[LoggedEntry] | None = None
     error: BaseException | None = None
+    # ``Ledger.submit``: called (from the committing thread) once the request is answered
+    on_done: Callable[[AppendRequest], None] | None = None
+    # ``Ledger.submit(token=…)``: the hash of the API token the write is authorised by (as the group
+    # commits, in its transaction), and the token's record once it was found live with the writer role
+    token: str | None = None
+    token_record: TokenRecord | None = None
+
+    def answer(self) -> list[LoggedEntry]:
+        """The committed entries, or the refusal raised."""
+        if self.error is not None:
+            raise self.error
+        assert self.entries is not None
+        return self.entries
 
 
 @dataclass
@@ -146,6 +167,21 @@ class _Plan:
     ring: Keyring
     chain: str
     due: bool
+
+
+def _authorise(group: list[AppendRequest], found: dict[str, TokenRecord]) -> list[AppendRequest]:
+    """The group's requests whose API token (if they name one) is live with the writer role as the
+    group commits; the others are answered with the refusal (unknown, revoked, a reader's token)."""
+    admitted = []
+    for r in group:
+        if r.token is not None:
+            try:
+                r.token_record = live_token(found.get(r.token), "writer")
+            except LedgerError as e:
+                r.error, r.done = e, True
+                continue
+        admitted.append(r)
+    return admitted
 
 
 def _db_refusal(e: sa.exc.SQLAlchemyError) -> str:
@@ -182,9 +218,11 @@ class Ledger:
         self._cache_lock = threading.RLock()
         # The sequencer (``append``): batches checked outside the lock wait here; one caller at a time
         # leads, appending every waiting batch in one transaction (group commit), and wakes the rest.
-        self._pending: list[_AppendRequest] = []
+        self._pending: list[AppendRequest] = []
         self._sequencer = threading.Condition(threading.Lock())
         self._leading = False  # a caller is committing a group; the others wait on ``_sequencer``
+        self._committer: threading.Thread | None = None  # leads groups of ``submit``ted batches
+        self._closing = False
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -246,6 +284,11 @@ class Ledger:
         return cls(home, home.config(), database_url=database_url, store_path=store)
 
     def close(self) -> None:
+        with self._sequencer:  # the committer thread leads what is queued, then ends
+            self._closing = True
+            self._sequencer.notify_all()
+        if self._committer is not None:
+            self._committer.join()
         self.wait_for_witnesses()  # checkpoints already published still reach the witnesses
         self.repo.close()
         self.engine.dispose()
@@ -515,49 +558,119 @@ class Ledger:
         checked outside the lock and queued; while no caller is committing, the next one leads and
         appends every queued batch in one transaction; each batch stays atomic and is refused alone.
         """
-        if not envelopes:
+        req = self._request(envelopes, logged_at)
+        if req is None:
             return []
+        with self._sequencer:
+            self._pending.append(req)
+            while self._leading and not req.done:  # another caller is committing a group: wait
+                self._sequencer.wait()
+            if req.done:  # committed (or refused) in that caller's group
+                group: list[AppendRequest] = []
+            else:  # lead a group of every batch that waits, this one among them
+                self._leading = True
+                group = list(self._pending)
+                self._pending.clear()
+        if group:
+            self._lead(group)
+        return req.answer()
+
+    def submit(
+        self,
+        envelopes: Sequence[Envelope | bytes | dict[str, Any]],
+        on_done: Callable[[AppendRequest], None],
+        *,
+        token: str | None = None,
+    ) -> None:
+        """``append`` without waiting: the batch is checked here (a refusal raises at once), queued, and
+        committed by the sequencer's own thread in a group with every batch then waiting (of ``append``
+        callers too); ``on_done(request)`` is then called from that thread, and ``request.answer()``
+        gives the entries or raises the refusal. The HTTP server appends this way, so no request
+        thread blocks while a group commits.
+
+        ``token``: the hash of the API token the write is sent with (``token_digest``); it is checked
+        in the group's transaction, so a token revoked before the commit writes nothing (AuthError),
+        and one without the writer role neither (ForbiddenError)."""
+        req = self._request(envelopes, None)
+        if req is None:
+            req = AppendRequest([], None, done=True, entries=[])
+            on_done(req)
+            return
+        req.on_done, req.token = on_done, token
+        with self._sequencer:
+            if self._closing:
+                raise StorageError("the ledger is closing: nothing more is appended")
+            self._pending.append(req)
+            if self._committer is None:
+                self._committer = threading.Thread(
+                    target=self._commit_submitted, name="ledger-sequencer", daemon=True
+                )
+                self._committer.start()
+            self._sequencer.notify_all()
+
+    def _request(
+        self, envelopes: Sequence[Envelope | bytes | dict[str, Any]], logged_at: datetime | None
+    ) -> AppendRequest | None:
+        """A batch checked outside the lock (size, shape, schema, signature, artifacts), or None when
+        empty."""
+        if not envelopes:
+            return None
         if len(envelopes) > MAX_BATCH:
             raise BatchTooLargeError(f"batch of {len(envelopes)} entries exceeds the limit of {MAX_BATCH}")
         if logged_at is not None:
             format_time(logged_at)  # a naive time is refused before it is queued
         prepared = [self._prepare(e) for e in envelopes]
         self._precheck(prepared)
-        req = _AppendRequest(prepared, logged_at)
-        with self._sequencer:
-            self._pending.append(req)
-            while self._leading and not req.done:  # another caller is committing a group: wait
-                self._sequencer.wait()
-            if req.done:  # committed (or refused) in that caller's group
-                group: list[_AppendRequest] = []
-            else:  # lead a group of every batch that waits, this one among them
+        return AppendRequest(prepared, logged_at)
+
+    def _commit_submitted(self) -> None:
+        """The sequencer's thread: while no ``append`` caller leads, lead every queued batch."""
+        while True:
+            with self._sequencer:
+                while self._leading or not self._pending:
+                    if self._closing and not self._pending:
+                        return
+                    self._sequencer.wait()
                 self._leading = True
                 group = list(self._pending)
                 self._pending.clear()
-        due = False
-        if group:
-            try:
-                due = self._commit(group)
-            except BaseException as e:  # never leave a queued caller without an answer
-                for r in group:
-                    if not r.done:
-                        r.error, r.done = e, True
-                raise
-            finally:
-                with self._sequencer:
-                    self._leading = False
-                    self._sequencer.notify_all()
+            # an unexpected failure is each request's answer (``_lead``); the thread goes on
+            with contextlib.suppress(Exception):
+                self._lead(group)
+
+    def _lead(self, group: list[AppendRequest]) -> None:
+        """Commit a group (the caller holds the lead), hand the lead back, publish a due checkpoint,
+        answer the submitted requests."""
+        try:
+            due = self._commit(group)
+        except BaseException as e:  # never leave a queued caller without an answer
+            for r in group:
+                if not r.done:
+                    r.error, r.done = e, True
+            self._hand_back_lead()
+            self._answer_submitted(group)
+            raise
+        self._hand_back_lead()
         if due:
             # the sequencer's step, after the entries are committed: a failure here loses no entry
             # (the next append publishes again) and never signs what the database does not hold
             with contextlib.suppress(LedgerError, sa.exc.SQLAlchemyError):
                 self.publish_checkpoint()
-        if req.error is not None:
-            raise req.error
-        assert req.entries is not None
-        return req.entries
+        self._answer_submitted(group)
 
-    def _commit(self, group: list[_AppendRequest]) -> bool:
+    def _hand_back_lead(self) -> None:
+        with self._sequencer:
+            self._leading = False
+            self._sequencer.notify_all()
+
+    @staticmethod
+    def _answer_submitted(group: list[AppendRequest]) -> None:
+        for r in group:
+            if r.on_done is not None:
+                callback, r.on_done = r.on_done, None
+                callback(r)
+
+    def _commit(self, group: list[AppendRequest]) -> bool:
         """Append the group's batches in one transaction; resolve each request. Returns whether a
         checkpoint is due. A database refusal of the group is retried one request per transaction, so
         it sinks only the request it belongs to."""
@@ -565,20 +678,25 @@ class Ledger:
             try:
                 ids = {p.entry_id for r in group for p in r.prepared}
                 asked = ids | {ref.id for r in group for p in r.prepared for ref in p.statement.refs}
-                with self.repo.sequence(asked) as (conn, head, present):
-                    plan = self._append_locked(conn, group, head, present)
+                tokens = {r.token for r in group if r.token is not None}
+                with self.repo.sequence(asked, tokens) as (conn, head, present, found):
+                    admitted = _authorise(group, found)
+                    if not admitted:
+                        return False
+                    plan = self._append_locked(conn, admitted, head, present)
             except sa.exc.SQLAlchemyError as e:
                 if len(group) > 1:
-                    dues = [self._commit([r]) for r in group]  # every request, then any due
+                    dues = [self._commit([r]) for r in group if not r.done]  # each, then any due
                     return any(dues)
                 raise StorageError(_db_refusal(e)) from e
         except LedgerError as e:
             for r in group:
-                r.error, r.done = e, True
+                if not r.done:
+                    r.error, r.done = e, True
             return False
         with self._cache_lock:  # committed: the keys as of the new head are this process's cache
             self._keyring, self._keyring_chain = plan.ring, plan.chain
-        for r, outcome in zip(group, plan.outcomes, strict=True):
+        for r, outcome in zip(admitted, plan.outcomes, strict=True):
             if isinstance(outcome, LedgerError):
                 r.error = outcome
             else:
@@ -601,7 +719,7 @@ class Ledger:
             return copied
 
     def _append_locked(
-        self, conn: sa.Connection, group: list[_AppendRequest], head: Head | None, present: set[str]
+        self, conn: sa.Connection, group: list[AppendRequest], head: Head | None, present: set[str]
     ) -> _Plan:
         """Inside the lock, only what depends on the order: from the head (and ``present``: which of the
         group's entry and ref ids the log holds, read with it), assign indexes and log times, decide
@@ -878,6 +996,11 @@ class Ledger:
 
     def verify_token(self, token: str | None) -> TokenRecord:
         return verify_token(self.engine, token)
+
+    def token_by_hash(self, digest: str) -> TokenRecord | None:
+        """The stored token (live or revoked) with this hash (``token_digest``)."""
+        with self.repo.read() as conn:
+            return tokens_by_hash(conn, [digest]).get(digest)
 
     def list_tokens(self) -> list[TokenRecord]:
         return list_tokens(self.engine)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,13 +17,18 @@ from ledger.entries import format_time, now_utc
 from ledger.errors import AuthError, ForbiddenError, InputError, KeyNotFoundError
 
 __all__ = [
+    "TOKEN_COLUMNS",
     "TOKEN_ROLES",
     "TokenRecord",
     "create_token",
     "hash_token",
     "list_tokens",
+    "live_token",
     "require_role",
     "revoke_token",
+    "token_digest",
+    "token_of_row",
+    "tokens_by_hash",
     "verify_token",
 ]
 
@@ -77,20 +83,51 @@ def create_token(engine: Engine, name: str, role: str) -> tuple[str, TokenRecord
 
 
 _BY_HASH = sa.select(T_TOKENS).where(T_TOKENS.c.token_hash == sa.bindparam("token_hash"))  # built once
+# the columns ``tokens_by_hash`` reads, in order (the PostgreSQL sequencer reads the same in its pipeline)
+TOKEN_COLUMNS = ("id", "name", "role", "created_at", "revoked_at", "token_hash")
+
+
+def token_digest(token: str | None) -> str:
+    """The stored hash of a sent token, or AuthError when none was sent."""
+    if not token or not token.strip():
+        raise AuthError("this endpoint needs a bearer token", hint="send `Authorization: Bearer <token>`")
+    return hash_token(token.strip())
+
+
+def tokens_by_hash(conn: sa.Connection, digests: Collection[str]) -> dict[str, TokenRecord]:
+    """The stored tokens (live or revoked) with these hashes."""
+    if not digests:
+        return {}
+    cols = [T_TOKENS.c[c] for c in TOKEN_COLUMNS]
+    rows = conn.execute(sa.select(*cols).where(T_TOKENS.c.token_hash.in_(sorted(digests))))
+    return {str(r[5]): token_of_row(r) for r in rows}
+
+
+def token_of_row(row: Sequence[Any]) -> TokenRecord:
+    """A ``TOKEN_COLUMNS`` row as a record."""
+    return TokenRecord(int(row[0]), str(row[1]), str(row[2]), str(row[3]), row[4])
+
+
+def live_token(found: TokenRecord | None, role: str | None = None) -> TokenRecord:
+    """The record of a live token found by its hash (with ``role`` when given), or AuthError (unknown or
+    revoked) / ForbiddenError (a lesser role)."""
+    if found is None:
+        raise AuthError("unknown bearer token")
+    if found.revoked_at is not None:
+        raise AuthError(f"token {found.name!r} was revoked at {found.revoked_at}")
+    if role is not None:
+        require_role(found, role)
+    return found
 
 
 def verify_token(engine: Engine, token: str | None) -> TokenRecord:
     """The record of a live token, or AuthError (missing, unknown or revoked)."""
-    if not token:
-        raise AuthError("this endpoint needs a bearer token", hint="send `Authorization: Bearer <token>`")
-    digest = hash_token(token.strip())
+    digest = token_digest(token)
     with read_connection(engine) as conn:
         row = conn.execute(_BY_HASH, {"token_hash": digest}).first()
     if row is None or not hmac.compare_digest(row.token_hash, digest):
-        raise AuthError("unknown bearer token")
-    if row.revoked_at is not None:
-        raise AuthError(f"token {row.name!r} was revoked at {row.revoked_at}")
-    return _record(row)
+        return live_token(None)
+    return live_token(_record(row))
 
 
 def require_role(record: TokenRecord, role: str) -> None:

@@ -67,9 +67,9 @@ class _Counting:
         inner = led.repo.sequence
 
         @contextmanager
-        def counted(ids: Any) -> Iterator[Any]:
+        def counted(ids: Any, tokens: Any = ()) -> Iterator[Any]:
             self.n += 1
-            with inner(ids) as opened:
+            with inner(ids, tokens) as opened:
                 yield opened
 
         monkeypatch.setattr(led.repo, "sequence", counted)
@@ -304,3 +304,119 @@ def test_http_ingest_concurrent_collectors_verify_green(
     )
     assert out.returncode == 0, out.stdout + out.stderr
     dep.ledger.close()
+
+
+# --- Ledger.submit: the sequencer's own thread, the writer's token checked as the group commits ---------
+
+
+class _Answers:
+    """Collects the requests ``Ledger.submit`` answers (from the sequencer's thread)."""
+
+    def __init__(self) -> None:
+        self.got: list[Any] = []
+        self._cv = threading.Condition()
+
+    def __call__(self, req: Any) -> None:
+        with self._cv:
+            self.got.append(req)
+            self._cv.notify_all()
+
+    def wait(self, n: int) -> list[Any]:
+        with self._cv:
+            assert self._cv.wait_for(lambda: len(self.got) >= n, timeout=60), "an answer never came"
+            return list(self.got)
+
+
+def test_submitted_and_appended_batches_commit_in_one_group(
+    led: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches submitted without waiting (the HTTP server's way) and ``append`` callers share a group."""
+    led.record("note", {"campaign": "seq"}, {"text": "warm the keys"}, key="hostA")
+    base = led.size()
+    counting = _Counting(led, monkeypatch)
+    answers = _Answers()
+    subs = [_note(led, f"submitted {i}") for i in range(4)]
+    apps = [_note(led, f"appended {i}") for i in range(4)]
+    appended: list[list[LoggedEntry]] = []
+    with _leading(led):
+        for env in subs:
+            led.submit([env], answers)
+        threads = [threading.Thread(target=lambda e=e: appended.append(led.append([e]))) for e in apps]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while len(led._pending) < len(subs) + len(apps):
+            assert time.monotonic() < deadline, "a request never reached the queue"
+            time.sleep(0.005)
+    done = answers.wait(len(subs))
+    for t in threads:
+        t.join(60)
+    assert counting.n == 1  # one transaction for all eight
+    assert [r.answer()[0].envelope for r in done] == [e.canonical() for e in subs]
+    assert {g[0].envelope for g in appended} == {e.canonical() for e in apps}
+    seqs = sorted([e.seq for r in done for e in r.answer()] + [g[0].seq for g in appended])
+    assert seqs == list(range(base, base + 8))
+    assert led.verify()
+
+
+def test_a_token_revoked_while_its_write_waits_for_the_group_writes_nothing(led: Ledger) -> None:
+    """The writer's token is checked in the group's transaction: revoked after the request was checked
+    and queued but before the commit, the write is refused and nothing is stored."""
+    from ledger.errors import AuthError
+    from ledger.tokens import token_digest
+
+    token, _ = led.create_token("ci-writer", "writer")
+    other, _ = led.create_token("other-writer", "writer")
+    base = led.size()
+    answers = _Answers()
+    with _leading(led):
+        led.submit([_note(led, "sent before the revocation")], answers, token=token_digest(token))
+        led.submit([_note(led, "by a live token")], answers, token=token_digest(other))
+        led.revoke_token("ci-writer")
+    refused, kept = answers.wait(2)
+    with pytest.raises(AuthError, match="'ci-writer' was revoked"):
+        refused.answer()
+    assert kept.answer()[0].seq == base and kept.token_record.name == "other-writer"
+    assert led.size() == base + 1
+
+
+@pytest.mark.parametrize(
+    ("role", "error"), [("reader", "has role reader; this needs writer"), (None, "unknown bearer token")]
+)
+def test_a_submitted_write_needs_a_live_writer_token_at_commit(
+    led: Ledger, role: str | None, error: str
+) -> None:
+    from ledger.tokens import token_digest
+
+    token = led.create_token("t", role)[0] if role else "elt_never-issued"
+    base = led.size()
+    answers = _Answers()
+    led.submit([_note(led, "refused")], answers, token=token_digest(token))
+    (req,) = answers.wait(1)
+    with pytest.raises(LedgerError, match=error):
+        req.answer()
+    assert led.size() == base
+
+
+def test_a_write_token_is_checked_before_the_body_is_judged(led: Ledger, tmp_path: Path) -> None:
+    """The commit-time token check keeps the order every write has: an unknown or missing token gets
+    401 even when the body is malformed, and a reader's 403; only a writer learns what is wrong with it."""
+    server = start_server(led.home.path)
+    try:
+        writer, _ = led.create_token("w", "writer")
+        reader, _ = led.create_token("r", "reader")
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            bad = {"payloadType": "nope"}
+            cases = {
+                "elt_unknown": 401,
+                reader: 403,
+                writer: 400,
+            }
+            for token, status in cases.items():
+                r = c.post("/v1/entries", json=bad, headers={"Authorization": f"Bearer {token}"})
+                assert r.status_code in ({status} if status != 400 else {400, 422}), (token, r.text)
+            assert c.post("/v1/entries", content=b"{not json").status_code == 401
+            r = c.post("/v1/entries", content=b"{not json", headers={"Authorization": "Bearer elt_x"})
+            assert r.status_code == 401
+    finally:
+        server.stop()
