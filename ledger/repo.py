@@ -34,11 +34,26 @@ from ledger.db import (
 )
 from ledger.tokens import TOKEN_COLUMNS, TokenRecord, token_of_row, tokens_by_hash
 
-__all__ = ["EVIDENCE_COLUMNS", "EntryFilter", "Head", "LogRepo", "RangeRows", "RepoTiles", "SubjectSummary"]
+__all__ = [
+    "EVIDENCE_COLUMNS",
+    "EntryFilter",
+    "Head",
+    "KeysSince",
+    "LogRepo",
+    "RangeRows",
+    "RepoTiles",
+    "SubjectSummary",
+]
 
 # ``tokens_by_hash`` as the PostgreSQL sequencer pipelines it: the same columns, in the same order (the
 # names are constants of the schema, never input)
 _TOKENS_BY_HASH = f"SELECT {', '.join(TOKEN_COLUMNS)} FROM {T_TOKENS.name} WHERE token_hash = ANY(%s)"  # noqa: S608
+
+# ``key_rows`` from a position to the head, as the PostgreSQL sequencer pipelines it
+_KEYS_SINCE = (
+    "SELECT seq, envelope FROM log_entries WHERE kind >= 'key.' AND kind < 'key/' AND seq >= %s"
+    " ORDER BY kind, seq"
+)
 
 # The columns a policy evaluation reads, in this order: (seq, entry_id, kind, signer, logged_at, envelope)
 EVIDENCE_COLUMNS = (
@@ -91,6 +106,16 @@ class Head(NamedTuple):
     seq: int
     chain_hash: str
     logged_at: str
+
+
+class KeysSince(NamedTuple):
+    """What the sequencer reads (in its round trip) to bring a cached keyring standing at ``start``
+    entries up to the head: the chain hash of entry ``start - 1`` (None when ``start`` is 0, or when the
+    log no longer holds it) and (seq, envelope) of the ``key.*`` entries from ``start`` on."""
+
+    start: int
+    chain: str | None
+    rows: list[tuple[int, bytes]]
 
 
 def _psycopg(conn: sa.Connection) -> Any:
@@ -289,20 +314,27 @@ class LogRepo:
 
     @contextmanager
     def sequence(
-        self, ids: Collection[str], tokens: Collection[str] = ()
-    ) -> Iterator[tuple[sa.Connection, Head | None, set[str], dict[str, TokenRecord]]]:
+        self, ids: Collection[str], tokens: Collection[str] = (), keys_from: int | None = None
+    ) -> Iterator[tuple[sa.Connection, Head | None, set[str], dict[str, TokenRecord], KeysSince | None]]:
         """The sequencer's transaction: take the appenders' lock, then read the head, which of ``ids``
-        the log holds, and the API tokens with the hashes ``tokens`` (the group's writers, authorised as
-        the group commits). Yields (connection, head, present, tokens by hash). On PostgreSQL with
-        psycopg the lock and the reads go in one round trip (a pipeline: the server runs them in order,
-        so the reads see every append and revocation committed before the lock was granted)."""
+        the log holds, the API tokens with the hashes ``tokens`` (the group's writers, authorised as
+        the group commits), and with ``keys_from`` the ``KeysSince`` a cached keyring standing there
+        needs (another replica appended since). Yields (connection, head, present, tokens by hash,
+        keys since). On PostgreSQL with psycopg the lock and the reads go in one round trip (a
+        pipeline: the server runs them in order, so the reads see every append and revocation
+        committed before the lock was granted)."""
         with write_transaction(self.engine) as conn:
             raw = _psycopg(conn)
+            since: KeysSince | None = None
             if raw is None:
                 lock_log(conn)
                 head = self.head(conn)
                 present = self.known_ids(conn, set(ids)) if ids else set()
                 found = tokens_by_hash(conn, tokens)
+                size = 0 if head is None else head.seq + 1
+                if keys_from is not None and keys_from != size:  # the cache is behind (or ahead)
+                    chain = self.chain_at(conn, keys_from - 1) if keys_from else None
+                    since = KeysSince(keys_from, chain, self.key_rows(conn, keys_from, size))
             else:
                 try:
                     with (
@@ -310,6 +342,8 @@ class LogRepo:
                         raw.cursor() as h,
                         raw.cursor() as known,
                         raw.cursor() as tok,
+                        raw.cursor() as chain_c,
+                        raw.cursor() as keys_c,
                     ):
                         with raw.pipeline():
                             lock.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK_KEY})")
@@ -321,13 +355,22 @@ class LogRepo:
                             )
                             if tokens:
                                 tok.execute(_TOKENS_BY_HASH, (list(tokens),))
+                            if keys_from is not None:
+                                chain_c.execute(
+                                    "SELECT chain_hash FROM log_entries WHERE seq = %s", (keys_from - 1,)
+                                )
+                                keys_c.execute(_KEYS_SINCE, (keys_from,))
                         row = h.fetchone()
                         present = {str(r[0]) for r in known.fetchall()}
                         found = {str(r[5]): token_of_row(r) for r in tok.fetchall()} if tokens else {}
+                        if keys_from is not None:
+                            c = chain_c.fetchone() if keys_from else None
+                            rows = sorted((int(q), bytes(e)) for q, e in keys_c.fetchall())
+                            since = KeysSince(keys_from, None if c is None else str(c[0]), rows)
                 except Exception as e:
                     raise _db_error(e, "sequence") from e
                 head = None if row is None else Head(int(row[0]), str(row[1]), str(row[2]))
-            yield conn, head, present, found
+            yield conn, head, present, found, since
 
     @property
     def dialect(self) -> str:

@@ -73,7 +73,7 @@ from ledger.reads import (  # parse_subject_args: defined there, imported by the
     resolve_entry_id,
     signer_names,
 )
-from ledger.repo import EntryFilter, Head, LogRepo, SubjectSummary
+from ledger.repo import EntryFilter, Head, KeysSince, LogRepo, SubjectSummary
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
 from ledger.tiles import (
@@ -679,11 +679,13 @@ class Ledger:
                 ids = {p.entry_id for r in group for p in r.prepared}
                 asked = ids | {ref.id for r in group for p in r.prepared for ref in p.statement.refs}
                 tokens = {r.token for r in group if r.token is not None}
-                with self.repo.sequence(asked, tokens) as (conn, head, present, found):
+                with self._cache_lock:  # where this process's keys stand (replicas append too)
+                    keys_from = self._keyring.seq
+                with self.repo.sequence(asked, tokens, keys_from) as (conn, head, present, found, since):
                     admitted = _authorise(group, found)
                     if not admitted:
                         return False
-                    plan = self._append_locked(conn, admitted, head, present)
+                    plan = self._append_locked(conn, admitted, head, present, since)
             except sa.exc.SQLAlchemyError as e:
                 if len(group) > 1:
                     dues = [self._commit([r]) for r in group if not r.done]  # each, then any due
@@ -704,22 +706,40 @@ class Ledger:
             r.done = True
         return plan.due
 
-    def _ring_at(self, conn: sa.Connection, head: Head | None, *, deep: bool) -> Keyring:
+    def _ring_at(
+        self, conn: sa.Connection, head: Head | None, since: KeysSince | None, *, deep: bool
+    ) -> Keyring:
         """A copy of the keys as of ``head`` (inside the append lock) for the group to fold into: of the
-        process's cache when it ends at the head (no query), else folded from the database. ``deep``
-        when the group holds ``key.*`` entries (they change records); else the records are shared."""
+        process's cache when it ends at the head (no query); when another replica appended since, the
+        cache brought up to the head with ``since`` (read in the sequencer's round trip: the chain hash
+        where the cache ends proves it is still a prefix of the log); else folded from the database.
+        ``deep`` when the group holds ``key.*`` entries (they change records); else the records are
+        shared."""
         size = 0 if head is None else int(head.seq) + 1
         chain = GENESIS_PREV if head is None else str(head.chain_hash)
         with self._cache_lock:
             ring = self._keyring
-            if not (ring.seq == size and self._keyring_chain == chain):
+            if ring.seq == size and self._keyring_chain == chain:
+                pass
+            elif (
+                since is not None
+                and since.start == ring.seq <= size
+                and (since.chain if ring.seq else GENESIS_PREV) == self._keyring_chain
+            ):
+                return replay_keys(ring.copy(), since.rows, size)
+            else:
                 ring = self.keyring(conn)
             copied = ring.copy() if deep else Keyring(dict(ring.keys))
             copied.seq = ring.seq
             return copied
 
     def _append_locked(
-        self, conn: sa.Connection, group: list[AppendRequest], head: Head | None, present: set[str]
+        self,
+        conn: sa.Connection,
+        group: list[AppendRequest],
+        head: Head | None,
+        present: set[str],
+        since: KeysSince | None = None,
     ) -> _Plan:
         """Inside the lock, only what depends on the order: from the head (and ``present``: which of the
         group's entry and ref ids the log holds, read with it), assign indexes and log times, decide
@@ -730,7 +750,10 @@ class Ledger:
         last = None if head is None else parse_time(head.logged_at)
         # the group folds key entries into its own copy; without any it only advances the position
         ring = self._ring_at(
-            conn, head, deep=any(p.statement.kind.startswith("key.") for r in group for p in r.prepared)
+            conn,
+            head,
+            since,
+            deep=any(p.statement.kind.startswith("key.") for r in group for p in r.prepared),
         )
         trusted = TrustedLog(self.cfg.root_key_id, ring, last_logged_at=last)
         now = now_utc()

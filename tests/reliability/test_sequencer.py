@@ -67,9 +67,9 @@ class _Counting:
         inner = led.repo.sequence
 
         @contextmanager
-        def counted(ids: Any, tokens: Any = ()) -> Iterator[Any]:
+        def counted(ids: Any, tokens: Any = (), keys_from: Any = None) -> Iterator[Any]:
             self.n += 1
-            with inner(ids, tokens) as opened:
+            with inner(ids, tokens, keys_from) as opened:
                 yield opened
 
         monkeypatch.setattr(led.repo, "sequence", counted)
@@ -420,3 +420,49 @@ def test_a_write_token_is_checked_before_the_body_is_judged(led: Ledger, tmp_pat
             assert r.status_code == 401
     finally:
         server.stop()
+
+
+def test_a_replica_brings_its_cached_keys_up_in_the_sequencers_round_trip(
+    led: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes on one database: the keys another replica enrolled or revoked since this one's
+    cache are read with the head (no second fold from the database), and decide at once: a key
+    enrolled there signs here, a key revoked there is refused here."""
+    other = Ledger.open(led.home.path)
+    try:
+        other.record("note", {"campaign": "seq"}, {"text": "cache the keys"}, key="hostA")  # cache warm
+        led.new_key("hostC", ["collector"])  # enrolled by the first replica
+        led.revoke_key("hostB", reason="stolen laptop")
+        led.record("note", {"campaign": "seq"}, {"text": "and more"}, key="hostA")
+
+        def no_fold(*_a: Any, **_k: Any) -> Any:
+            raise AssertionError("the keys were folded again from the database")
+
+        monkeypatch.setattr(other, "keyring", no_fold)
+        (entry,) = other.append([_note(led, "by the new key", key="hostC")])
+        assert entry.seq == led.size() - 1
+        with pytest.raises(KeyRevokedError):
+            other.append([_note(led, "by the revoked key", key="hostB")])
+        monkeypatch.undo()
+        assert other.verify()
+    finally:
+        other.close()
+
+
+def test_a_replica_whose_cached_keys_are_no_prefix_of_the_log_folds_them_again(
+    led: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache's chain hash no longer matches the log (a rollback or failover): the keys read in the
+    round trip are not trusted; the keyring is folded again from the database."""
+    other = Ledger.open(led.home.path)
+    try:
+        other.record("note", {"campaign": "seq"}, {"text": "cache the keys"}, key="hostA")
+        led.record("note", {"campaign": "seq"}, {"text": "another replica's"}, key="hostA")
+        other._keyring_chain = "0" * 64  # as if the entry the cache ended at were another log's
+        folds: list[int] = []
+        real = other.keyring
+        monkeypatch.setattr(other, "keyring", lambda *a, **k: folds.append(1) or real(*a, **k))
+        other.append([_note(led, "after the failover")])
+        assert folds, "a cache that is no prefix of the log was brought up instead of folded again"
+    finally:
+        other.close()
