@@ -580,9 +580,14 @@ class LogRepo:
         subjects: list[dict[str, Any]],
         refs: list[dict[str, Any]],
         artifacts: list[dict[str, Any]],
+        *,
+        commit: bool = False,
     ) -> None:
         """Insert log rows and their index rows (inside the caller's append transaction): one INSERT per
-        table; on PostgreSQL with psycopg all of them in one round trip (a pipeline)."""
+        table; on PostgreSQL with psycopg all of them in one round trip (a pipeline). ``commit``: the
+        transaction's last statement — on PostgreSQL with psycopg its COMMIT goes in the same round trip
+        (the transaction then ends here; closing it later sends nothing), elsewhere the caller's
+        transaction commits as usual."""
         if not entries:
             return
         raw = _psycopg(conn)
@@ -601,6 +606,8 @@ class LogRepo:
                             cur.executemany(
                                 _pg_insert(raw, table.name, cols), [tuple(r[c] for c in cols) for r in rows]
                             )
+                    if commit:
+                        cur.execute("COMMIT")
             except Exception as e:
                 raise _db_error(e, "INSERT") from e
             return

@@ -845,11 +845,12 @@ class Ledger:
                 continue
             accepted.update((e.entry_id, e) for e in out if not e.duplicate)
             outcomes.append(out)
-        self.repo.insert(conn, rows, subj_rows, ref_rows, art_rows)
         if rows:  # read in this transaction: statistics a rolled-back one took are not counted
             analyse_if_grown(conn, next_seq, None)
-        ring.seq = next_seq
         due = bool(rows) and self._publish_due(conn, next_seq)
+        # the last statement: on PostgreSQL the COMMIT goes with the INSERTs (one round trip fewer)
+        self.repo.insert(conn, rows, subj_rows, ref_rows, art_rows, commit=True)
+        ring.seq = next_seq
         return _Plan(outcomes, ring, prev, due)
 
     def signer_name(self, key_id: str) -> str | None:

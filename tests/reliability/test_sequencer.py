@@ -222,10 +222,10 @@ def test_a_database_refusal_sinks_only_its_own_request(led: Ledger, monkeypatch:
     bad_id = led._prepare(bad).entry_id
     insert = led.repo.insert
 
-    def refusing(conn: sa.Connection, rows: list[dict[str, Any]], *rest: Any) -> None:
+    def refusing(conn: sa.Connection, rows: list[dict[str, Any]], *rest: Any, **kw: Any) -> None:
         if any(r["entry_id"] == bad_id for r in rows):
             raise sa.exc.IntegrityError("INSERT", {}, Exception("refused"))
-        insert(conn, rows, *rest)
+        insert(conn, rows, *rest, **kw)
 
     monkeypatch.setattr(led.repo, "insert", refusing)
     base = led.size()
@@ -466,3 +466,43 @@ def test_a_replica_whose_cached_keys_are_no_prefix_of_the_log_folds_them_again(
         assert folds, "a cache that is no prefix of the log was brought up instead of folded again"
     finally:
         other.close()
+
+
+def test_a_refusal_at_commit_sinks_only_its_own_request_on_postgres(
+    tmp_path: Path, pg_databases: PgDatabases
+) -> None:
+    """On PostgreSQL the group's COMMIT goes in the INSERTs' round trip: a refusal that comes only at
+    COMMIT (here a deferred constraint trigger refusing one entry) still sinks only its own request —
+    nothing of the group is half stored, the others are retried alone and committed."""
+    api_fixtures.require_postgres()
+    led = Ledger.init(tmp_path / "home", database_url=pg_databases.new())
+    try:
+        led.new_key("hostA", ["collector"])
+        bad = _note(led, "refused at commit")
+        bad_id = led._prepare(bad).entry_id
+        with led.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"IF NEW.entry_id = '{bad_id}' THEN RAISE EXCEPTION 'refused at commit'; END IF; "
+                "RETURN NULL; END $$"
+            )
+            conn.exec_driver_sql(
+                "CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON log_entries "
+                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit()"
+            )
+        base = led.size()
+        got = _grouped(
+            led,
+            [
+                lambda: led.append([_note(led, "a")]),
+                lambda: led.append([bad]),
+                lambda: led.append([_note(led, "b")]),
+            ],
+        )
+        assert isinstance(got[1], StorageError) and "refused at commit" in str(got[1])
+        assert isinstance(got[0], list) and isinstance(got[2], list)
+        assert [got[0][0].seq, got[2][0].seq] == [base, base + 1]
+        assert led.size() == base + 2
+        assert led.verify()
+    finally:
+        led.close()
