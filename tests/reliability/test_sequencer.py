@@ -216,6 +216,22 @@ def test_the_same_envelope_twice_in_a_group_is_one_entry(led: Ledger) -> None:
     assert led.verify()
 
 
+def _bad_between_two(led: Ledger, bad: Envelope, base: int) -> list[list[LoggedEntry] | LedgerError]:
+    """One group of three appends, the middle one ``bad``: it alone is refused (StorageError)."""
+    got = _grouped(
+        led,
+        [
+            lambda: led.append([_note(led, "a")]),
+            lambda: led.append([bad]),
+            lambda: led.append([_note(led, "b")]),
+        ],
+    )
+    assert isinstance(got[1], StorageError)
+    assert isinstance(got[0], list) and isinstance(got[2], list)
+    assert [got[0][0].seq, got[2][0].seq] == [base, base + 1]
+    return got
+
+
 def test_a_database_refusal_sinks_only_its_own_request(led: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
     """When the database refuses a group, each request is retried in its own transaction."""
     bad = _note(led, "the database refuses this one")
@@ -228,18 +244,7 @@ def test_a_database_refusal_sinks_only_its_own_request(led: Ledger, monkeypatch:
         insert(conn, rows, *rest, **kw)
 
     monkeypatch.setattr(led.repo, "insert", refusing)
-    base = led.size()
-    got = _grouped(
-        led,
-        [
-            lambda: led.append([_note(led, "a")]),
-            lambda: led.append([bad]),
-            lambda: led.append([_note(led, "b")]),
-        ],
-    )
-    assert isinstance(got[1], StorageError)
-    assert isinstance(got[0], list) and isinstance(got[2], list)
-    assert [got[0][0].seq, got[2][0].seq] == [base, base + 1]
+    _bad_between_two(led, bad, led.size())
     monkeypatch.undo()
     assert led.verify()
 
@@ -491,17 +496,8 @@ def test_a_refusal_at_commit_sinks_only_its_own_request_on_postgres(
                 "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit()"
             )
         base = led.size()
-        got = _grouped(
-            led,
-            [
-                lambda: led.append([_note(led, "a")]),
-                lambda: led.append([bad]),
-                lambda: led.append([_note(led, "b")]),
-            ],
-        )
-        assert isinstance(got[1], StorageError) and "refused at commit" in str(got[1])
-        assert isinstance(got[0], list) and isinstance(got[2], list)
-        assert [got[0][0].seq, got[2][0].seq] == [base, base + 1]
+        got = _bad_between_two(led, bad, base)
+        assert "refused at commit" in str(got[1])
         assert led.size() == base + 2
         assert led.verify()
     finally:
