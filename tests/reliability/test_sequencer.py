@@ -502,3 +502,26 @@ def test_a_refusal_at_commit_sinks_only_its_own_request_on_postgres(
         assert led.verify()
     finally:
         led.close()
+
+
+def test_close_commits_what_was_submitted_and_ends_the_sequencers_thread(tmp_path: Path) -> None:
+    """``Ledger.close`` lets the sequencer's thread commit and answer every queued batch, then ends it;
+    a batch submitted after that is refused, never queued unanswered."""
+    led = Ledger.init(tmp_path / "home")
+    led.new_key("hostA", ["collector"])
+    answers = _Answers()
+    base = led.size()
+    with _leading(led):  # queue them all while a group "commits"
+        for i in range(5):
+            led.submit([_note(led, f"queued {i}")], answers)
+    led.close()
+    got = answers.wait(5)
+    assert [r.answer()[0].seq for r in got] == list(range(base, base + 5))
+    assert led._committer is not None and not led._committer.is_alive()
+    with pytest.raises(StorageError, match="closing"):
+        led.submit([_note(led, "too late")], answers)
+    reopened = Ledger.open(tmp_path / "home")
+    try:
+        assert reopened.size() == base + 5 and reopened.verify()
+    finally:
+        reopened.close()
