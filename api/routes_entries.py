@@ -148,7 +148,8 @@ async def append_entry(request: Request, token: WriteToken, state: ServedDep) ->
         await run_in_threadpool(writer_of, request, state, token)  # a refusal goes only to a writer
         raise
     req = await committed
-    remember(request, req.token_record)
+    if req.token_record is not None:  # the token was live with the writer role at the commit
+        remember(request, req.token_record)
     [entry] = _answers(state, req.answer())
     # the answer as it is (the response model's schema is published; nothing to convert or validate)
     return JSONResponse(entry, status_code=200 if entry["duplicate"] else 201)
