@@ -204,9 +204,13 @@ def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
     return by
 
 
-def _manifest(trusted: list[Evidence], superseded: set[str]) -> tuple[dict[str, str], list[str]]:
+def _manifest(
+    trusted: list[Evidence], superseded: set[str], keys: Sequence[str] = ()
+) -> tuple[dict[str, str], list[str]]:
     """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin
-    (a key both bind differently is a ``manifest_conflict``)."""
+    (a key both bind differently is a ``manifest_conflict``). A spec key that is one of the policy's
+    binding ``keys`` but for case, ``-`` or ``_`` (``modelRevision``) is a ``misspelled_binding`` of it:
+    what the approved spec meant to bind is never silently dropped."""
     out: dict[str, str] = {}
     sources: list[str] = []
     jobs = [
@@ -228,7 +232,23 @@ def _manifest(trusted: list[Evidence], superseded: set[str]) -> tuple[dict[str, 
             # match it (a launch bound to either value is rejected, naming both)
             out[k] = v if out.get(k, v) == v else manifest_conflict(out[k], v)
         sources.append(pin.id)
+    if jobs:
+        meant = {_loose(k): k for k in keys if k != "shard:*"}
+        for k in first.payload["spec"]["bindings"]:
+            known = meant.get(_loose(str(k)))
+            if known is not None and known != k:
+                out[known] = misspelled_binding(str(k), known)
     return out, sources
+
+
+def _loose(key: str) -> str:
+    return key.replace("-", "").replace("_", "").lower()
+
+
+def misspelled_binding(spec_key: str, key: str) -> str:
+    """The manifest's value for a binding key the job's approved spec names misspelled: a text no
+    binding equals, naming both."""
+    return f"misspelled: the job's spec binds {spec_key!r}, which is not the binding key {key!r}"
 
 
 def manifest_conflict(spec_value: str, pin_value: str) -> str:
@@ -313,7 +333,8 @@ def filter_evidence(
                 lo = max(lo, t)
                 if k.subject["host"] not in resets or t > resets[k.subject["host"]][0]:
                     resets[k.subject["host"]] = (t, k.id)
-    manifest, manifest_sources = _manifest(trusted, set(superseded_by))
+    bind_keys = acc.bindings.keys if acc.bindings is not None else []
+    manifest, manifest_sources = _manifest(trusted, set(superseded_by), bind_keys)
     freshness = policy.freshness_seconds()
     art_cache = _ArtifactAnswers()
     support: dict[str, list[str]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import tomllib
 from pathlib import Path
@@ -2571,6 +2572,31 @@ def test_a_pin_of_another_revision_than_the_jobs_approved_spec_is_not_silently_t
     reason = next(g["reason"] for g in v["gates"] if g["name"] == "model-pinned")
     assert "2" * 40 in reason and "1" * 40 in reason
     assert rejected(v)["launch"] == "bindings-mismatch"
+
+
+@pytest.mark.parametrize(
+    ("key", "renamed", "value"),
+    [
+        ("model_revision", "modelRevision", "2" * 40),  # another revision than the pin's, renamed
+        ("model_revision", "Model-Revision", "1" * 40),  # the pin's own revision, renamed
+        ("engine", "Engine", "vllm"),
+    ],
+)
+def test_a_binding_key_renamed_in_the_jobs_approved_spec_is_not_silently_dropped(
+    tmp_path: Path, key: str, renamed: str, value: str
+) -> None:
+    """Regression: a key of the job's approved spec that is one of the policy's binding keys but for case,
+    ``-`` or ``_`` was a key no rule compared, so what the spec meant to bind was dropped without a word
+    (the pin alone decided). It now makes the manifest's value a text no launch equals, naming both."""
+    es = qualified_entries()
+    bindings = entry(es, "campaign-job")["payload"]["spec"]["bindings"]
+    bindings.pop(key, None)
+    bindings[renamed] = value
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != "QUALIFIED", v["gates"]
+    assert rejected(v)["launch"] == "bindings-mismatch"
+    text = json.dumps(v)
+    assert renamed in text and f"'{key}'" in text
 
 
 @pytest.mark.parametrize(
