@@ -601,7 +601,7 @@ class Ledger:
             if self._closing:
                 raise StorageError("the ledger is closing: nothing more is appended")
             self._pending.append(req)
-            if self._committer is None:
+            if self._committer is None or not self._committer.is_alive():  # first, or after a crash
                 self._committer = threading.Thread(
                     target=self._commit_submitted, name="ledger-sequencer", daemon=True
                 )

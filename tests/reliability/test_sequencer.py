@@ -525,3 +525,34 @@ def test_close_commits_what_was_submitted_and_ends_the_sequencers_thread(tmp_pat
         assert reopened.size() == base + 5 and reopened.verify()
     finally:
         reopened.close()
+
+
+class _Crash(BaseException):
+    """Not an Exception: ends the thread it is raised in (as KeyboardInterrupt would)."""
+
+
+def test_a_sequencer_thread_that_died_is_started_again_and_no_submission_waits_forever(
+    led: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = led._commit
+    calls = []
+
+    def crash_once(group: Any) -> bool:
+        calls.append(len(group))
+        if len(calls) == 1:
+            raise _Crash("the sequencer's thread ends")
+        return real(group)
+
+    monkeypatch.setattr(led, "_commit", crash_once)
+    answers = _Answers()
+    base = led.size()
+    led.submit([_note(led, "in the crashed group")], answers)
+    (first,) = answers.wait(1)
+    with pytest.raises(_Crash):
+        first.answer()
+    assert led._committer is not None
+    led._committer.join(30)
+    assert not led._committer.is_alive()
+    led.submit([_note(led, "after the crash")], answers)
+    second = answers.wait(2)[1]
+    assert second.answer()[0].seq == base
