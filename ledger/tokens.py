@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -82,9 +81,11 @@ def create_token(engine: Engine, name: str, role: str) -> tuple[str, TokenRecord
     return token, TokenRecord(int(pk[0]), name, role, created, None)
 
 
-_BY_HASH = sa.select(T_TOKENS).where(T_TOKENS.c.token_hash == sa.bindparam("token_hash"))  # built once
 # the columns ``tokens_by_hash`` reads, in order (the PostgreSQL sequencer reads the same in its pipeline)
 TOKEN_COLUMNS = ("id", "name", "role", "created_at", "revoked_at", "token_hash")
+_BY_HASHES = sa.select(*(T_TOKENS.c[c] for c in TOKEN_COLUMNS)).where(
+    T_TOKENS.c.token_hash.in_(sa.bindparam("hashes", expanding=True))
+)  # built once: every read request checks its token with it
 
 
 def token_digest(token: str | None) -> str:
@@ -98,8 +99,7 @@ def tokens_by_hash(conn: sa.Connection, digests: Collection[str]) -> dict[str, T
     """The stored tokens (live or revoked) with these hashes."""
     if not digests:
         return {}
-    cols = [T_TOKENS.c[c] for c in TOKEN_COLUMNS]
-    rows = conn.execute(sa.select(*cols).where(T_TOKENS.c.token_hash.in_(sorted(digests))))
+    rows = conn.execute(_BY_HASHES, {"hashes": sorted(digests)})
     return {str(r[5]): token_of_row(r) for r in rows}
 
 
@@ -124,10 +124,7 @@ def verify_token(engine: Engine, token: str | None) -> TokenRecord:
     """The record of a live token, or AuthError (missing, unknown or revoked)."""
     digest = token_digest(token)
     with read_connection(engine) as conn:
-        row = conn.execute(_BY_HASH, {"token_hash": digest}).first()
-    if row is None or not hmac.compare_digest(row.token_hash, digest):
-        return live_token(None)
-    return live_token(_record(row))
+        return live_token(tokens_by_hash(conn, [digest]).get(digest))
 
 
 def require_role(record: TokenRecord, role: str) -> None:
