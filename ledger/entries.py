@@ -389,6 +389,17 @@ class Job(_Model):
     reason: str | None = None
     spec: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("spec")
+    @classmethod
+    def _bindings_are_strings(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        # the approved spec's bindings are the campaign's pinned manifest: a list, a text, null or a
+        # number there would be skipped as no manifest, or compared as some other text
+        b = spec.get("bindings", {})
+        strings = isinstance(b, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in b.items())
+        if not strings:
+            raise ValueError("spec.bindings must be an object of strings (binding key → value)")
+        return spec
+
 
 class KernelEvent(_Model):
     time: Time | None = None  # None: the log line carried no time the collector could read

@@ -2600,6 +2600,29 @@ def test_a_binding_key_renamed_in_the_jobs_approved_spec_is_not_silently_dropped
 
 
 @pytest.mark.parametrize(
+    "bindings",
+    [
+        pytest.param([["model_revision", "2" * 40]], id="a-list"),
+        pytest.param("model_revision=" + "2" * 40, id="a-text"),
+        pytest.param(None, id="null"),
+        pytest.param({"model_revision": 123}, id="a-number-value"),
+    ],
+)
+def test_mistyped_bindings_in_the_jobs_approved_spec_are_refused_at_ingest(
+    tmp_path: Path, bindings: Any
+) -> None:
+    """Regression: the manifest read only a job spec whose ``bindings`` was an object, so bindings sent as
+    a list, a text or null were skipped without a word and the pin alone decided (QUALIFIED). They are
+    refused at ingest now, naming the field, and nothing is stored."""
+    from ledger.errors import SchemaError
+
+    es = qualified_entries()
+    entry(es, "campaign-job")["payload"]["spec"]["bindings"] = bindings
+    with pytest.raises(SchemaError, match=r"spec\.bindings"):
+        verdict_of(tmp_path, es)
+
+
+@pytest.mark.parametrize(
     "spec",
     [
         pytest.param({"model_revision": "1" * 40}, id="spec-agrees-with-the-pin"),
