@@ -25,6 +25,7 @@ __all__ = [
     "REVIEW_COMMIT",
     "ROLES",
     "STATEMENT_TYPE",
+    "SUBJECT_REQUIRED",
     "ArtifactRef",
     "Collector",
     "EntryRef",
@@ -560,6 +561,16 @@ REF_REQUIRED: dict[str, tuple[str, ...]] = {
 }
 
 
+# subject fields an entry of a kind must name: a host's facts (its GPUs, the model files it verified, its
+# kernel's GPU events) are evidence of that host only, and an entry that names none could be credited to
+# any campaign's host or to none (a GPU fault no run is charged with)
+SUBJECT_REQUIRED: dict[str, tuple[str, ...]] = {
+    "host.probe": ("host",),
+    "model.pin": ("host",),
+    "kernel.log": ("host",),
+}
+
+
 def _first_error(e: ValidationError) -> str:
     errors = e.errors()
     err = errors[0]
@@ -593,6 +604,12 @@ def parse_statement(value: Any) -> Statement:
     for rel in REF_REQUIRED.get(st.kind, ()):
         if not st.refs_of(rel):
             raise SchemaError(f"{st.kind} needs a ref {rel}=<entry id>")
+    for name in SUBJECT_REQUIRED.get(st.kind, ()):
+        if name not in st.subject:
+            raise SchemaError(
+                f"{st.kind} needs subject {name}=<value>: its facts are of one {name} "
+                f"(subject names {', '.join(sorted(st.subject))})"
+            )
     return st
 
 

@@ -43,6 +43,14 @@ __all__ = ["ACTING_KINDS", "RULES", "Filtered", "Rejection", "filter_evidence", 
 # Entries that act on other entries rather than being evidence of a gate.
 ACTING_KINDS = frozenset({"supersession", "acceptance", "review", "verdict", "routing.change"})
 TERMINAL_STATES = frozenset({"succeeded", "failed", "killed", "cancelled"})
+# A host's facts: credited only as facts of a host the campaign ran on (``campaign_hosts``)
+HOST_SCOPED_KINDS = frozenset({"host.probe", "model.pin"})
+# Kinds whose stored artifacts the policy reads back (an engine's logs, classified with the signature
+# table): one recorded by reference only cannot be read, so the entry cannot be judged
+READ_BACK_KINDS = frozenset({"engine.launch"})
+# Acting entries an acceptance may reject (a rejected review credits nothing; a rejected supersession
+# withdraws nothing)
+REJECTABLE_ACTING = frozenset({"review", "supersession"})
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,11 @@ def _artifact_problem(
 ) -> tuple[str, str] | None:
     for a in e.artifacts:
         if not a.get("stored", True):
+            if e.kind in READ_BACK_KINDS:
+                return Rule.ARTIFACT_NOT_STORED, (
+                    f"artifact {a.get('name')} ({a.get('digest')}) is recorded by reference only: the policy "
+                    f"reads a {e.kind}'s artifacts back (its logs) and cannot judge what it cannot read"
+                )
             continue
         digest = a["digest"]
         if digest not in cache:
@@ -204,13 +217,59 @@ def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
     return by
 
 
+def _acceptances(trusted: list[Evidence], superseded_by: Mapping[str, Evidence]) -> dict[str, list[Evidence]]:
+    """Entry id → the trusted acceptances in force that ref it (rel ``subject``), in log order."""
+    out: dict[str, list[Evidence]] = {}
+    for a in trusted:
+        if a.kind == "acceptance" and a.id not in superseded_by:
+            for target in a.refs("subject"):
+                out.setdefault(target, []).append(a)
+    return out
+
+
+def _refused_acting(
+    trusted: list[Evidence], acceptances: Mapping[str, list[Evidence]]
+) -> dict[str, Evidence]:
+    """Review or supersession id → the acceptance that rejects it (the latest of its acceptances says
+    ``rejected``)."""
+    out: dict[str, Evidence] = {}
+    for e in trusted:
+        if e.kind in REJECTABLE_ACTING and e.id in acceptances:
+            latest = _latest(acceptances[e.id])
+            if latest is not None and latest.payload.get("decision") == "rejected":
+                out[e.id] = latest
+    return out
+
+
+def campaign_hosts(
+    subject: Mapping[str, str], trusted: Sequence[Evidence], superseded: set[str] | Mapping[str, Any]
+) -> frozenset[str]:
+    """The hosts the evaluated campaign ran on: the subject's ``host`` where it names one; else the hosts
+    its trusted, not superseded launches name (none: no host's facts can be the campaign's)."""
+    if "host" in subject:
+        return frozenset({subject["host"]})
+    return frozenset(
+        str(e.subject["host"])
+        for e in trusted
+        if e.kind == "engine.launch" and e.in_subject and e.id not in superseded and "host" in e.subject
+    )
+
+
 def _manifest(
-    trusted: list[Evidence], superseded: set[str], keys: Sequence[str] = ()
+    trusted: list[Evidence],
+    superseded: set[str],
+    keys: Sequence[str] = (),
+    *,
+    campaign: str | None = None,
+    hosts: frozenset[str] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin
     (a key both bind differently is a ``manifest_conflict``). A spec key that is one of the policy's
     binding ``keys`` but for case, ``-`` or ``_`` (``modelRevision``) is a ``misspelled_binding`` of it:
-    what the approved spec meant to bind is never silently dropped."""
+    what the approved spec meant to bind is never silently dropped. With ``campaign``, only that
+    campaign's jobs approve a spec (another campaign's job, read because an entry refs it, approved
+    another campaign's); with ``hosts``, only pins of those hosts pin the model (another host verified
+    its own files)."""
     out: dict[str, str] = {}
     sources: list[str] = []
     jobs = [
@@ -218,13 +277,20 @@ def _manifest(
         for e in trusted
         if e.kind == "job"
         and e.id not in superseded
+        and (campaign is None or e.subject.get("campaign") == campaign)
         and isinstance(e.payload.get("spec", {}).get("bindings"), dict)
     ]
     if jobs:
         first = min(jobs, key=lambda x: x.seq)
         out.update({str(k): str(v) for k, v in first.payload["spec"]["bindings"].items()})
         sources.append(first.id)
-    pins = [e for e in trusted if e.kind == "model.pin" and e.id not in superseded]
+    pins = [
+        e
+        for e in trusted
+        if e.kind == "model.pin"
+        and e.id not in superseded
+        and (hosts is None or e.subject.get("host") in hosts)
+    ]
     pin = _latest(pins)
     if pin is not None:
         for k, v in pin_bindings(pin.payload).items():
@@ -296,17 +362,19 @@ def filter_evidence(
             reject(e, Rule.SCHEMA_INVALID, schema)
     trusted = [e for e in snap.entries if e.id not in rejected and not e.kind.startswith("key.")]
 
-    # 2. what trusted acting entries say about others
+    # 2. what trusted acting entries say about others. An acceptance that rejects a review or a
+    # supersession takes it out: a rejected review credits nothing, a rejected supersession withdraws
+    # nothing (the supersessions in force are then decided again without it)
     superseded_by = _supersessions(trusted)
-    acceptances: dict[str, list[Evidence]] = {}
+    acceptances = _acceptances(trusted, superseded_by)
+    refused = _refused_acting(trusted, acceptances)
+    if any(e.kind == "supersession" and e.id in refused for e in trusted):
+        superseded_by = _supersessions([t for t in trusted if t.id not in refused])
+        acceptances = _acceptances(trusted, superseded_by)
+        refused = _refused_acting(trusted, acceptances)
     reviews: dict[str, list[Evidence]] = {}
     for a in trusted:
-        if a.id in superseded_by:
-            continue
-        if a.kind == "acceptance":
-            for target in a.refs("subject"):
-                acceptances.setdefault(target, []).append(a)
-        elif a.kind == "review":
+        if a.kind == "review" and a.id not in superseded_by and a.id not in refused:
             for target in a.refs("reviews"):
                 reviews.setdefault(target, []).append(a)
     job_entries = {e.id: e for e in trusted if e.kind == "job"}
@@ -334,7 +402,11 @@ def filter_evidence(
                 if k.subject["host"] not in resets or t > resets[k.subject["host"]][0]:
                     resets[k.subject["host"]] = (t, k.id)
     bind_keys = acc.bindings.keys if acc.bindings is not None else []
-    manifest, manifest_sources = _manifest(trusted, set(superseded_by), bind_keys)
+    hosts = campaign_hosts(snap.subject, trusted, superseded_by)
+    campaign = snap.subject.get("campaign")
+    manifest, manifest_sources = _manifest(
+        trusted, set(superseded_by), bind_keys, campaign=campaign, hosts=hosts
+    )
     freshness = policy.freshness_seconds()
     art_cache = _ArtifactAnswers()
     support: dict[str, list[str]] = {}
@@ -359,6 +431,18 @@ def filter_evidence(
                 e, Rule.SUPERSEDED, f"superseded by {s.id[:16]} ({s.signer_name}): {why}".rstrip(": "), s.id
             )
             continue
+        if e.kind in HOST_SCOPED_KINDS and e.subject.get("host") not in hosts:
+            reject(e, Rule.OTHER_HOST, _other_host(e, hosts, snap.subject))
+            continue
+        if e.id in refused:
+            by = refused[e.id]
+            reject(
+                e,
+                Rule.REJECTED_BY_ACCEPTANCE,
+                f"{e.kind} rejected by {by.signer_name}: {by.payload.get('reason', '')}",
+                by.id,
+            )
+            continue
         if e.kind in ACTING_KINDS:
             continue
         decisions = acceptances.get(e.id)
@@ -374,11 +458,25 @@ def filter_evidence(
         job_view: dict[str, Any] | None = None
         if e.kind != "job":
             # the jobs it belongs to: the one it names (ref job) and the one the log knows it ran in
-            job_ids = (
-                [str(job_entries[jid].payload.get("job_id")) for jid in e.refs("job") if jid in job_entries]
+            named_jobs = (
+                [job_entries[jid] for jid in e.refs("job") if jid in job_entries]
                 if e.statement.get("refs")
                 else []
             )
+            foreign = next(
+                (j for j in named_jobs if j.subject.get("campaign") != e.subject.get("campaign")), None
+            )
+            if foreign is not None and e.in_subject:  # (of another subject: `other-subject` says so)
+                reject(
+                    e,
+                    Rule.JOB_OF_OTHER_CAMPAIGN,
+                    f"names campaign {e.subject.get('campaign')!r} but refs as its job {foreign.id[:16]} "
+                    f"(job {foreign.payload.get('job_id')}) of campaign {foreign.subject.get('campaign')!r}: "
+                    "its record contradicts itself",
+                    foreign.id,
+                )
+                continue
+            job_ids = [str(j.payload.get("job_id")) for j in named_jobs]
             derived_job = e.derived["job"]
             if derived_job is not None and derived_job not in job_ids:
                 job_ids.append(derived_job)
@@ -466,9 +564,19 @@ def filter_evidence(
             reject(e, Rule.REVIEW_FAIL, problem_r[0], problem_r[1])
             continue
         if e.kind in review_kinds and _required(policy.review_required, e, context()):
-            passes = [r for r in review_list if r.payload.get("result") == "PASS"]
+            # an independent review: a PASS signed by the key that signed the evidence reviewed nothing
+            passes = [r for r in review_list if r.payload.get("result") == "PASS" and r.signer != e.signer]
             if not passes:
-                reject(e, Rule.REVIEW_MISSING, f"{e.kind} needs a review PASS (ref reviews) and has none")
+                own = [r for r in review_list if r.payload.get("result") == "PASS"]
+                why = (
+                    f"; its review PASS {own[-1].id[:16]} is signed by the key that signed it "
+                    f"({e.signer_name}): not an independent review"
+                    if own
+                    else ""
+                )
+                reject(
+                    e, Rule.REVIEW_MISSING, f"{e.kind} needs a review PASS (ref reviews) and has none{why}"
+                )
                 continue
             unbound = _pass_unbound(e, passes[-1]) if acc.repaired_commit_required else None
             if unbound is not None:
@@ -478,6 +586,16 @@ def filter_evidence(
         if e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
                 reject(e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none")
+                continue
+            if latest_acc.signer == e.signer:
+                reject(
+                    e,
+                    Rule.ACCEPTANCE_MISSING,
+                    f"{e.kind} needs an acceptance (ref subject) and has none; its acceptance "
+                    f"{latest_acc.id[:16]} is signed by the key that signed it ({e.signer_name}): not an "
+                    "independent decision",
+                    latest_acc.id,
+                )
                 continue
             support.setdefault(e.id, []).append(latest_acc.id)
         bound = age_limits.get(e.kind)
@@ -608,6 +726,23 @@ def _pass_unbound(e: Evidence, last: Evidence) -> str | None:
             "so no review PASS of this evidence's commit"
         )
     return None
+
+
+def _other_host(e: Evidence, hosts: frozenset[str], subject: Mapping[str, str]) -> str:
+    """Why a host's fact is not the campaign's (rule ``other-host``)."""
+    host = e.subject.get("host")
+    where = (
+        f"the evaluated host {subject['host']}"
+        if "host" in subject
+        else (
+            "the campaign's launches ran on " + ", ".join(sorted(hosts))
+            if hosts
+            else "no launch of the campaign names a host"
+        )
+    )
+    if host is None:
+        return f"{e.kind} names no host: it cannot be told to be a fact of {where}"
+    return f"{e.kind} of host {host}, not {where}: another host's facts are not this campaign's"
 
 
 def _observed(e: Evidence) -> str:
@@ -765,9 +900,28 @@ def _differences(compared: tuple[tuple[str, Any, Any], ...], ctx: Mapping[str, A
             continue
         if got is None:
             out.append(f"{label} not recorded, approved {_show(want)}")
-        elif got != want:
+        elif typed(got) != typed(want):
             out.append(f"{label} {_show(got)}, approved {_show(want)}")
     return out
+
+
+def typed(value: Any) -> Any:
+    """A value as a comparable key that keeps JSON's types apart: ``true`` is not ``1`` (Python's
+    ``True == 1`` would let ``[true, 4, 32]`` equal the approved ``[1, 4, 32]``), a text is not a number;
+    numbers compare by value (``4`` equals ``4.0``), lists by element, objects by key."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    if isinstance(value, str):
+        return ("text", value)
+    if value is None:
+        return ("null",)
+    if isinstance(value, list | tuple):
+        return ("list", tuple(typed(v) for v in value))
+    if isinstance(value, Mapping):
+        return ("object", tuple(sorted((str(k), typed(v)) for k, v in value.items())))
+    return ("other", type(value).__name__, repr(value))
 
 
 def _derive(
@@ -819,9 +973,14 @@ def _derive(
       either cannot be told, every event of the host does. An event without a
       time cannot be placed in a run and is judged only where its own log is the campaign's.
     * ``after_launch_end`` — for an entry attributed to an attempt (``attempt`` above), whether it was
-      observed after the end that attempt's launch records (``ended_at``): a probe then answered some
-      other engine, not the one launched. False otherwise (no end recorded: the claim only ever takes
-      credit away, so it is read as written).
+      observed after the end of that attempt: the earlier of the end its launch records (``ended_at``)
+      and the end of the job the launch ran in (``_job_end``) — a probe then answered some other engine,
+      not the one launched. False otherwise (no end recorded: the claim only ever takes credit away, so
+      it is read as written).
+    * ``unmatched_job_ends`` — for an ``engine.launch`` of the evaluated subject, the ``job_id`` of every
+      trusted, not superseded terminal job entry of its campaign that no ``running`` entry started (a
+      misspelled job_id): which run that entry ended, and whether it was killed, cannot be told, so the
+      policy cannot judge the campaign. Empty otherwise.
     * ``newer_run`` — for a ``gate.result`` of the evaluated subject (not superseded): whether a newer one
       (log order) of the same gate, corpus and spec was logged — whatever its outcome, review or acceptance.
       False for the newest, and for every other entry.
@@ -843,6 +1002,9 @@ def _derive(
     campaign_jobs: dict[str | None, dict[str, None]] = {}
     ended_jobs: set[str] = set()
     job_start: dict[str, datetime] = {}  # job_id → when its first running entry was observed
+    # campaign → the job_ids its terminal job entries end (to find those no running entry started)
+    campaign_ends: dict[str | None, set[str]] = {}
+    subject_launches: list[Evidence] = []
     host_events = _host_gpu_events(trusted, superseded)
     n = 0
     for e in trusted:  # in seq order
@@ -858,6 +1020,7 @@ def _derive(
                     job_start.setdefault(job_id, e.observed_time)
                 elif state in TERMINAL_STATES:
                     ended_jobs.add(job_id)
+                    campaign_ends.setdefault(e.subject.get("campaign"), set()).add(job_id)
             continue
         derived: dict[str, Any] = {**NO_DERIVED, "gpu_events": []}
         if kind == "health.probe":
@@ -902,9 +1065,23 @@ def _derive(
                 if ended:
                     with contextlib.suppress(LedgerError):  # an end that does not parse ends nothing
                         ends[n] = parse_time(ended)
+                # the engine ran no longer than the job it ran in: a probe observed after that job ended
+                # (in a later job, with no launch of its own) answered no engine of this attempt
+                launch_job = derived["job"]
+                job_end = _job_end(terminal.get(launch_job) if launch_job is not None else None)
+                if job_end is not None and (n not in ends or job_end < ends[n]):
+                    ends[n] = job_end
+                subject_launches.append(e)
         if kind == "gate.result" and e.in_subject and e.id not in superseded:
             runs.setdefault(_run_spec(e.payload), []).append(e)
         e.set_derived(derived)  # a view built in an earlier round shows this round's facts
+    for launch in subject_launches:
+        # a terminal entry of the launch's campaign for a job_id no running entry started (a misspelled
+        # job_id, a job entered by hand): which run it ended, and how, cannot be told
+        started = campaign_jobs.get(launch.subject.get("campaign"), {})
+        unmatched = sorted(campaign_ends.get(launch.subject.get("campaign"), set()) - set(started))
+        assert launch.derived_ is not None
+        launch.derived_["unmatched_job_ends"] = unmatched
     for same in runs.values():  # in seq order: every run of a spec but the newest has a newer one
         for older in same[:-1]:
             assert older.derived_ is not None
@@ -941,11 +1118,11 @@ def _run_spec(p: Mapping[str, Any]) -> tuple[Any, ...]:
     if not isinstance(counts, dict):
         counts = {}
     return (
-        repr(p.get("gate")),
-        repr(bounds.get("corpus_digest")),
-        repr(counts.get("requests")),
-        repr(bounds.get("concurrency")),
-        repr(bounds.get("repetitions")),
+        typed(p.get("gate")),
+        typed(bounds.get("corpus_digest")),
+        typed(counts.get("requests")),
+        typed(bounds.get("concurrency")),
+        typed(bounds.get("repetitions")),
     )
 
 
@@ -1054,6 +1231,19 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
     return out
 
 
+def _job_end(end: Evidence | None) -> datetime | None:
+    """When a job ended, as far as the log can know: its first terminal entry's ``ended_at``, never after
+    that entry was logged (else its log time); None while it has not ended."""
+    if end is None:
+        return None
+    t = end.logged_time
+    with contextlib.suppress(LedgerError, TypeError, ValueError):
+        said = end.payload.get("ended_at")
+        if isinstance(said, str):
+            t = min(parse_time(said), t)
+    return t
+
+
 def _run_end(launch: Evidence, job: str | None, terminal: Mapping[str, Evidence]) -> datetime:
     """The latest a launch's engine may have run, as far as the log can know: the later of its own end
     (``ended_at``, never after the log took the launch; without one, its log time) and the end of the
@@ -1064,15 +1254,8 @@ def _run_end(launch: Evidence, job: str | None, terminal: Mapping[str, Evidence]
     with contextlib.suppress(LedgerError, TypeError, ValueError):
         if isinstance(ended, str):
             own = min(parse_time(ended), own)
-    end = terminal.get(job) if job is not None else None
-    if end is None:
-        return own
-    job_end = end.logged_time
-    with contextlib.suppress(LedgerError, TypeError, ValueError):
-        said = end.payload.get("ended_at")
-        if isinstance(said, str):
-            job_end = min(parse_time(said), job_end)
-    return max(own, job_end)
+    job_end = _job_end(terminal.get(job) if job is not None else None)
+    return own if job_end is None else max(own, job_end)
 
 
 _LOG_CHUNK = 1 << 20

@@ -183,7 +183,9 @@ class _Builder:
                 kind, {"key": target.name}, payload, self.admin, at=at, logged_at=item.get("logged_at")
             )
         else:
-            subject = {**self.spec.get("defaults", {}).get("subject", {}), **item.get("subject", {})}
+            # a subject field set to None (a test's spec; TOML has no null) is left out
+            merged = {**self.spec.get("defaults", {}).get("subject", {}), **item.get("subject", {})}
+            subject = {k: v for k, v in merged.items() if v is not None}
             refs: list[tuple[str, str]] = []
             for rel, targets in item.get("refs", {}).items():
                 for t in [targets] if isinstance(targets, str) else targets:
@@ -196,7 +198,11 @@ class _Builder:
                 stored = self.ledger.put_artifact(io.BytesIO(str(a["text"]).encode()))
                 arts.append(
                     ArtifactRef(
-                        name=a["name"], digest=str(stored.digest), size=stored.size, media_type="text/plain"
+                        name=a["name"],
+                        digest=str(stored.digest),
+                        size=stored.size,
+                        media_type="text/plain",
+                        stored=a.get("stored", True),  # false: recorded by reference only
                     )
                 )
                 if a.get("damage"):

@@ -24,11 +24,14 @@ class Rule(StrEnum):
     WRONG_ROLE = "wrong-role"
     SCHEMA_INVALID = "schema-invalid"
     SUPERSEDED = "superseded"
+    OTHER_HOST = "other-host"
     REJECTED_BY_ACCEPTANCE = "rejected-by-acceptance"
+    JOB_OF_OTHER_CAMPAIGN = "job-of-other-campaign"
     AFTER_JOB_TERMINAL = "after-job-terminal"
     KILLED_RUN = "killed-run"
     ARTIFACT_MISSING = "artifact-missing"
     ARTIFACT_CORRUPT = "artifact-corrupt"
+    ARTIFACT_NOT_STORED = "artifact-not-stored"
     BINDINGS_MISMATCH = "bindings-mismatch"
     REVIEW_FAIL = "review-fail"
     REVIEW_MISSING = "review-missing"
@@ -46,8 +49,11 @@ _DESCRIPTIONS: dict[Rule, str] = {
     Rule.SCHEMA_INVALID: "the stored payload does not validate against its kind's strict model",
     Rule.ARTIFACT_MISSING: "an artifact is not in the store",
     Rule.ARTIFACT_CORRUPT: "an artifact does not match its digest",
+    Rule.ARTIFACT_NOT_STORED: "an artifact the policy reads back (engine logs) is stored by reference only",
     Rule.SUPERSEDED: "superseded by a later supersession",
-    Rule.REJECTED_BY_ACCEPTANCE: "explicitly rejected by an acceptance entry",
+    Rule.OTHER_HOST: "a host probe or model pin of a host the campaign did not run on, or of none",
+    Rule.REJECTED_BY_ACCEPTANCE: "rejected by an acceptance entry (evidence, a review or a supersession)",
+    Rule.JOB_OF_OTHER_CAMPAIGN: "refs as its job a job of another campaign than the one it names",
     Rule.AFTER_JOB_TERMINAL: "produced after its job's terminal time",
     Rule.KILLED_RUN: "from a cancelled or killed run: not credited as passing",
     Rule.BINDINGS_MISMATCH: "bindings differ from the campaign's pinned manifest",

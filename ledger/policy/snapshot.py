@@ -171,6 +171,7 @@ NO_DERIVED: dict[str, Any] = {
     "gpu_events_during_run": [],
     "after_launch_end": False,
     "newer_run": False,
+    "unmatched_job_ends": [],
 }
 
 

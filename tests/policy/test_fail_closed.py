@@ -44,13 +44,14 @@ def verdict_of(
     entries: list[dict[str, Any]],
     subject: dict[str, str] | None = None,
     policy_dir: Path = POLICY_DIR,
+    keys: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     home = tmp_path / f"home-{len(list(tmp_path.glob('home-*')))}"
     ledger = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))
     try:
         spec = {
             "start": "2026-09-10T09:00:00Z",
-            "keys": KEYS,
+            "keys": keys or KEYS,
             "defaults": {"subject": SUBJECT},
             "entries": entries,
         }
@@ -2682,3 +2683,289 @@ def test_a_c1_parity_above_one_is_no_measurement(tmp_path: Path) -> None:
     entry(es, "benchmark")["payload"]["figures"]["c1_parity"] = 1.5
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE", v["gates"]
+
+
+# --- neighbours found by an audit: each gave QUALIFIED -----------------------------------------------------
+
+NO_HOST = {k: v for k, v in SUBJECT.items() if k != "host"}
+
+
+@pytest.mark.parametrize("kind", ["host.probe", "model.pin", "kernel.log"])
+def test_a_hosts_facts_that_name_no_host_are_refused_at_ingest(tmp_path: Path, kind: str) -> None:
+    """Regression: a host probe, model pin or kernel log whose subject named no host was credited to a
+    campaign evaluated without a host (a GPU another machine has), or, for a kernel log, charged to no
+    run (its Xid 79 ignored). Such an entry is refused at ingest, naming the field; nothing is stored."""
+    from ledger.entries import SUBJECT_REQUIRED
+
+    es = qualified_entries()
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus"
+    event = {
+        "time": "2026-09-10T10:01:30Z",
+        "kind": "nvrm-xid",
+        "xid": 79,
+        "device": "PCI:0000:3b:00",
+        "message": xid,
+    }
+    payload: dict[str, Any] = {
+        "host.probe": entry(es, "host")["payload"],
+        "model.pin": entry(es, "pin")["payload"],
+        "kernel.log": {"source": "journalctl", "events": [event]},
+    }[kind]
+    es.append(
+        {
+            "kind": kind,
+            "key": "collector",
+            "at": "2026-09-10T10:03:00Z",
+            "subject": {"host": None},
+            "payload": payload,
+        }
+    )
+    assert SUBJECT_REQUIRED[kind] == ("host",)
+    with pytest.raises(SchemaError, match=rf"{kind} needs subject host"):
+        verdict_of(tmp_path, es)
+
+
+@pytest.mark.parametrize("evaluated", ["with-host", "without-host"])
+@pytest.mark.parametrize("name", ["host", "pin"])
+def test_a_host_probe_or_model_pin_of_another_host_is_not_the_campaigns(
+    tmp_path: Path, name: str, evaluated: str
+) -> None:
+    """Regression: a host probe or model pin of another host than the one the campaign's engine ran on
+    passed the host and model gates (no filter by host; the newest pin of any host made the manifest).
+    Evaluated with the host, such an entry is read because it refs the campaign's job; without one, the
+    campaign's hosts are those its launches name. Either way: `other-host`, and the gate has no evidence."""
+    es = qualified_entries()
+    e = entry(es, name)
+    e["subject"] = {"host": "gpu-box-2"}
+    e["refs"] = {"job": "campaign-job"}
+    v = verdict_of(tmp_path, es, subject=SUBJECT if evaluated == "with-host" else NO_HOST)
+    assert v["verdict"] == "INCONCLUSIVE"
+    assert rejected(v)[name] == "other-host"
+    gate = "host-prerequisites" if name == "host" else "model-pinned"
+    assert gates(v)[gate] == "missing"
+    detail = next(r["detail"] for r in v["rejected"] if v["_names"].get(r["entry"]) == name)
+    assert "gpu-box-2" in detail and "gpu-box-1" in detail
+    assert e["kind"] == ("host.probe" if name == "host" else "model.pin")
+
+
+def test_the_same_host_probe_evaluated_without_a_host_still_qualifies(tmp_path: Path) -> None:
+    """The neighbour that must still pass: evaluated by campaign alone, the host the launches name is
+    the campaign's, and its own probe and pin are credited."""
+    v = verdict_of(tmp_path, qualified_entries(), subject=NO_HOST)
+    assert v["verdict"] == "QUALIFIED", v["rejected"]
+
+
+def test_an_engine_log_stored_by_reference_only_is_not_credited(tmp_path: Path) -> None:
+    """Regression: a launch whose log was recorded by reference (``stored: false``) was never read back,
+    so an ``EngineDeadError`` in it could not be found and the launch was credited. The policy reads a
+    launch's logs: one it cannot read is `artifact-not-stored`."""
+    es = qualified_entries()
+    entry(es, "launch")["artifacts"] = [
+        {
+            "name": "stderr.log",
+            "text": "INFO ready\nvllm.v1.engine.exceptions.EngineDeadError: dead\n",
+            "stored": False,
+        }
+    ]
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "INCONCLUSIVE"
+    assert rejected(v)["launch"] == "artifact-not-stored"
+    assert gates(v)["api-readiness"] == "missing"
+
+
+def _other_campaigns_job(es: list[dict[str, Any]]) -> None:
+    job = copy.deepcopy(entry(es, "campaign-job"))
+    job.update(name="other-job", at="2026-09-10T09:59:00Z", subject={"campaign": "campaign-b"})
+    job["payload"]["job_id"] = "campaign-b-1"
+    job["payload"]["spec"]["bindings"]["engine_version"] = "0.31.0"
+    es.insert(0, job)
+
+
+def test_another_campaigns_job_does_not_approve_this_campaigns_manifest(tmp_path: Path) -> None:
+    """Regression: the manifest was the first trusted job with bindings in the snapshot, of any campaign:
+    another campaign's job (read because an entry refs it) approved engine 0.31.0 and a launch of 0.31.0
+    was credited though this campaign's job approved 0.32.0. Only the evaluated campaign's jobs approve."""
+    es = qualified_entries()
+    _other_campaigns_job(es)
+    es.append(
+        {
+            "kind": "note",
+            "key": "collector",
+            "at": "2026-09-10T10:00:30Z",
+            "refs": {"job": "other-job"},
+            "payload": {"text": "see campaign b"},
+        }
+    )
+    entry(es, "launch")["payload"]["bindings"]["engine_version"] = "0.31.0"
+    v = verdict_of(tmp_path, es)
+    other = next(i for i, n in v["_names"].items() if n == "other-job")
+    assert other not in v["manifest"]["sources"]
+    assert v["manifest"]["bindings"]["engine_version"] == "0.32.0"
+    assert rejected(v)["launch"] == "bindings-mismatch"
+    assert v["verdict"] == "INCONCLUSIVE"
+
+
+def test_evidence_that_refs_another_campaigns_job_is_not_credited(tmp_path: Path) -> None:
+    """Regression: a probe that names this campaign but refs another campaign's job as its own was judged
+    by that job's end. Its record contradicts itself: `job-of-other-campaign`."""
+    es = qualified_entries()
+    _other_campaigns_job(es)
+    entry(es, "sequential")["refs"] = {"job": "other-job"}
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["sequential"] == "job-of-other-campaign"
+    assert v["verdict"] == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize(
+    ("levels", "credited"),
+    [
+        pytest.param([True, 4, 32], False, id="a-boolean-for-1"),
+        pytest.param(["1", "4", "32"], False, id="texts"),
+        pytest.param([1, 4], False, id="a-level-left-out"),
+        pytest.param([1.0, 4.0, 32.0], True, id="the-same-numbers-as-floats"),
+    ],
+)
+def test_benchmark_concurrency_levels_compare_by_json_type(
+    tmp_path: Path, levels: list[Any], credited: bool
+) -> None:
+    """Regression: `bounds.concurrency = [true, 4, 32]` equalled the approved [1, 4, 32] (Python's
+    ``True == 1``). The spec compares JSON values: a boolean is not a number, a text is not a number; a
+    number compares by value."""
+    es = qualified_entries()
+    entry(es, "benchmark")["payload"]["bounds"]["concurrency"] = levels
+    v = verdict_of(tmp_path, es)
+    if credited:
+        assert v["verdict"] == "QUALIFIED", v["rejected"]
+    else:
+        assert rejected(v)["benchmark"] == "spec-mismatch"
+        assert "concurrency levels" in next(
+            r["detail"] for r in v["rejected"] if v["_names"].get(r["entry"]) == "benchmark"
+        )
+
+
+@pytest.mark.parametrize("state", ["killed", "succeeded"])
+def test_a_job_end_for_a_misspelled_job_id_makes_the_campaign_inconclusive(
+    tmp_path: Path, state: str
+) -> None:
+    """Regression: a terminal job entry whose job_id no running entry started (``campaing-1``) ended no
+    job: had it killed the campaign's run, that run's passing evidence was credited all the same. Which
+    run it ended cannot be told: INCONCLUSIVE, naming why."""
+    es = qualified_entries()
+    done = entry(es, "campaign-done")
+    done["payload"].update(job_id="campaing-1", state=state)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "INCONCLUSIVE"
+    api = next(g for g in v["gates"] if g["name"] == "api-readiness")
+    assert api["status"] == "missing" and "no running job entry started" in api["reason"]
+
+
+def test_a_job_that_never_ends_is_not_an_unmatched_end(tmp_path: Path) -> None:
+    """The neighbour: a campaign whose job has not ended yet has no unmatched end (QUALIFIED as before)."""
+    es = [e for e in qualified_entries() if e.get("name") != "campaign-done"]
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_review_pass_rejected_by_an_acceptance_credits_nothing(tmp_path: Path) -> None:
+    """Regression: an acceptance ``rejected`` of the benchmark's review PASS was ignored (reviews were
+    skipped before acceptances were read), so the PASS still credited the benchmark."""
+    es = qualified_entries()
+    es.append(
+        {
+            "name": "no-review",
+            "kind": "acceptance",
+            "key": "operator",
+            "at": "2026-09-10T10:42:00Z",
+            "refs": {"subject": "benchmark-review"},
+            "payload": {"decision": "rejected", "reason": "reviewer did not rerun it"},
+        }
+    )
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["benchmark-review"] == "rejected-by-acceptance"
+    assert rejected(v)["benchmark"] == "review-missing"
+    assert v["verdict"] == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize("decision", ["rejected", "accepted"])
+def test_a_supersession_rejected_by_an_acceptance_withdraws_nothing(tmp_path: Path, decision: str) -> None:
+    """Regression (the same for supersessions): a supersession an acceptance rejects supersedes nothing;
+    one it accepts stands."""
+    es = qualified_entries()
+    es.append(
+        {
+            "name": "drop-probe",
+            "kind": "supersession",
+            "key": "operator",
+            "at": "2026-09-10T10:03:00Z",
+            "refs": {"supersedes": "host"},
+            "payload": {"reason": "wrong host"},
+        }
+    )
+    es.append(
+        {
+            "kind": "acceptance",
+            "key": "reviewer",
+            "at": "2026-09-10T10:04:00Z",
+            "refs": {"subject": "drop-probe"},
+            "payload": {"decision": decision, "reason": "checked"},
+        }
+    )
+    v = verdict_of(tmp_path, es)
+    if decision == "rejected":
+        assert rejected(v)["drop-probe"] == "rejected-by-acceptance"
+        assert "host" not in rejected(v)
+        assert v["verdict"] == "QUALIFIED", v["rejected"]
+    else:
+        assert rejected(v)["host"] == "superseded"
+        assert v["verdict"] == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize("what", ["review", "acceptance"])
+def test_a_review_or_acceptance_signed_by_the_evidences_own_key_is_not_independent(
+    tmp_path: Path, what: str
+) -> None:
+    """Regression: the benchmark, its review PASS and its acceptance could all carry one key (a key with
+    the operator and reviewer roles): the evidence vouched for itself. A review PASS or an acceptance
+    credits evidence only when another key signed it."""
+    keys = {**KEYS, "lead": ["operator", "reviewer"]}
+    es = qualified_entries()
+    entry(es, "benchmark")["key"] = "lead"
+    entry(es, f"benchmark-{what}")["key"] = "lead"
+    v = verdict_of(tmp_path, es, keys=keys)
+    assert rejected(v)["benchmark"] == f"{what}-missing"
+    assert "the key that signed it" in next(
+        r["detail"] for r in v["rejected"] if v["_names"].get(r["entry"]) == "benchmark"
+    )
+    assert v["verdict"] == "INCONCLUSIVE"
+    for other in ("review", "acceptance"):  # the neighbour: another key's review and acceptance credit it
+        entry(es, f"benchmark-{other}")["key"] = "reviewer" if other == "review" else "operator"
+    assert verdict_of(tmp_path, es, keys=keys)["verdict"] == "QUALIFIED"
+
+
+def test_a_probe_in_a_later_job_is_not_credited_to_a_launch_whose_job_ended(tmp_path: Path) -> None:
+    """Regression: the attempt a probe is charged to ended only where its launch recorded ``ended_at``:
+    after the launch's job ended, a probe in the campaign's next job (with no launch of its own) was
+    credited to the ended run. An attempt ends no later than the job it ran in."""
+    es = qualified_entries()
+    done = entry(es, "campaign-done")
+    done.update(at="2026-09-10T10:01:15Z")
+    done["payload"]["ended_at"] = "2026-09-10T10:01:15Z"
+    es.append(
+        {
+            "name": "job-2",
+            "kind": "job",
+            "key": "collector",
+            "at": "2026-09-10T10:01:18Z",
+            "payload": {
+                "job_id": "campaign-2",
+                "state": "running",
+                "started_at": "2026-09-10T10:01:18Z",
+                "lease_seconds": 3600.0,
+            },
+        }
+    )
+    for n in ("structured", "sequential", "semantic", "benchmark"):
+        entry(es, n)["refs"] = {"job": "job-2"}
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["structured"] == "after-launch-end"
+    assert rejected(v)["sequential"] == "after-launch-end"
+    assert v["verdict"] != "QUALIFIED"
