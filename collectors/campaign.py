@@ -628,6 +628,9 @@ class CampaignRunner:
             "bindings": {
                 "engine": e.kind,
                 "device": "gpu" if self.c.spec.gates.host.require_gpu else "cpu",
+                # the model id the engine must serve: the identity gate judges /v1/models against this,
+                # not against the id a probe says it expected
+                "served_name": self.c.spec.model.served_name,
             },
         }
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.entries import format_time, parse_when
-from ledger.gpu_faults import Catalogue, classify_events, load_catalogue
+from ledger.gpu_faults import EVENT_PATTERNS, MAX_LINE, Catalogue, classify_events, load_catalogue
 
 __all__ = [
     "EVENT_PATTERNS",
@@ -24,34 +24,12 @@ __all__ = [
     "read_kernel_log",
 ]
 
-# (event kind, pattern): the first matching pattern names a line's event.
-EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("nvrm-xid", re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?:(?P<xid>\d{1,6})\b)?")),
-    ("gpu-fell-off-bus", re.compile(r"NVRM: GPU (?:at )?(?P<device>\S+?):? (?:GPU )?has fallen off the bus")),
-    ("amdgpu-ring-timeout", re.compile(r"ring (?P<ring>\S+) timeout")),
-    ("gpu-reset-begin", re.compile(r"GPU reset begin", re.IGNORECASE)),
-    ("gpu-reset-succeeded", re.compile(r"GPU reset(\(\d+\))? succeeded", re.IGNORECASE)),
-    ("gpu-reset-failed", re.compile(r"GPU reset(\(\d+\))? failed|GPU Recovery Failed", re.IGNORECASE)),
-    ("vram-lost", re.compile(r"VRAM is lost", re.IGNORECASE)),
-    ("mes-unrecoverable", re.compile(r"MES might be in unrecoverable state", re.IGNORECASE)),
-    (
-        "mes-failure",
-        re.compile(
-            r"\bMES failed|mes_v\d+_\d+\S*.*\*ERROR\*|failed to (remove|add) hardware queue "
-            r"(from|to) MES",
-            re.IGNORECASE,
-        ),
-    ),
-    ("queue-eviction-failed", re.compile(r"Failed to evict (process )?queues?", re.IGNORECASE)),
-    ("gpu-page-fault", re.compile(r"\[(gfxhub|mmhub)\d*\] (no-retry )?page fault|GPU fault detected")),
-    ("gpu-hang", re.compile(r"GPU hang|HW Exception by GPU", re.IGNORECASE)),
-)
+# the event patterns are the core's (ledger.gpu_faults), which re-reads every recorded line with them
 _GPU_HINT = re.compile(r"NVRM|amdgpu|\bdrm\b|\[drm|kfd|nvidia|\bMES\b|GPU", re.IGNORECASE)
 
 # timestamp prefixes: journalctl -o short-iso(-precise), dmesg --time-format iso, dmesg raw [secs]
 _ISO = re.compile(r"^(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+(?P<rest>.*)$")
 _MONO = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]\s*(?P<rest>.*)$")
-_MAX_LINE = 64 * 1024  # a longer "line" is not a kernel message; only its start is looked at
 _DEVICE = re.compile(r"(?:amdgpu|nvidia) (?P<dev>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)")
 
 
@@ -86,7 +64,7 @@ def _mono_time(seconds: str, boot_time: datetime) -> str | None:
 
 
 def _parse_line(raw: str, boot_time: datetime | None) -> dict[str, Any] | None:
-    line = raw[:_MAX_LINE].strip()
+    line = raw[:MAX_LINE].strip()
     if not line or not _GPU_HINT.search(line):
         return None
     when: str | None = None

@@ -30,6 +30,7 @@ __all__ = [
     "Collector",
     "EntryRef",
     "Statement",
+    "check_ingest",
     "format_time",
     "parse_statement",
     "parse_time",
@@ -604,6 +605,21 @@ def parse_statement(value: Any) -> Statement:
     for rel in REF_REQUIRED.get(st.kind, ()):
         if not st.refs_of(rel):
             raise SchemaError(f"{st.kind} needs a ref {rel}=<entry id>")
+    return st
+
+
+def check_ingest(st: Statement) -> Statement:
+    """What the log refuses of a new statement beyond its schema (``parse_statement``, which reads stored
+    entries too, so an entry stored before one of these rules stays readable): a host's facts that name
+    no host, a launch that claims it started after it was recorded."""
+    started = st.payload.get("started_at") if st.kind == "engine.launch" else None
+    # a launch is recorded once it started: a start after the record is a claim from the future that would
+    # move the attempt past the probes of the run before it
+    if isinstance(started, str) and parse_time(started) > parse_time(st.collected_at):
+        raise SchemaError(
+            f"engine.launch started_at {started} is after the entry's collected_at "
+            f"{st.collected_at}: a launch is recorded after it started"
+        )
     for name in SUBJECT_REQUIRED.get(st.kind, ()):
         if name not in st.subject:
             raise SchemaError(

@@ -22,11 +22,14 @@ from ledger.hashing import blake3_hex
 
 __all__ = [
     "DEFAULT_CATALOGUE",
+    "EVENT_PATTERNS",
+    "MAX_LINE",
     "Catalogue",
     "EventRow",
     "GpuEventClass",
     "XidRow",
     "classify_events",
+    "line_kind",
     "load_catalogue",
 ]
 
@@ -51,6 +54,36 @@ _BUCKET = re.compile(r"^[A-Za-z0-9_/ ();:.,-]{1,120}$")
 _KIND = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 # an NVRM Xid line of a kernel log, as the driver prints it: "NVRM: Xid (PCI:0000:01:00): 79, pid=…"
 _XID_LINE = re.compile(r"NVRM: Xid \([^)]*\): (\d{1,6})\b")
+# (event kind, pattern): the first matching pattern names a kernel log line's event. The collector parses
+# lines with these; the policy engine reads a recorded event's line again with them (``Catalogue.classify``)
+EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("nvrm-xid", re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?:(?P<xid>\d{1,6})\b)?")),
+    ("gpu-fell-off-bus", re.compile(r"NVRM: GPU (?:at )?(?P<device>\S+?):? (?:GPU )?has fallen off the bus")),
+    ("amdgpu-ring-timeout", re.compile(r"ring (?P<ring>\S+) timeout")),
+    ("gpu-reset-begin", re.compile(r"GPU reset begin", re.IGNORECASE)),
+    ("gpu-reset-succeeded", re.compile(r"GPU reset(\(\d+\))? succeeded", re.IGNORECASE)),
+    ("gpu-reset-failed", re.compile(r"GPU reset(\(\d+\))? failed|GPU Recovery Failed", re.IGNORECASE)),
+    ("vram-lost", re.compile(r"VRAM is lost", re.IGNORECASE)),
+    ("mes-unrecoverable", re.compile(r"MES might be in unrecoverable state", re.IGNORECASE)),
+    (
+        "mes-failure",
+        re.compile(
+            r"\bMES failed|mes_v\d+_\d+\S*.*\*ERROR\*|failed to (remove|add) hardware queue "
+            r"(from|to) MES",
+            re.IGNORECASE,
+        ),
+    ),
+    ("queue-eviction-failed", re.compile(r"Failed to evict (process )?queues?", re.IGNORECASE)),
+    ("gpu-page-fault", re.compile(r"\[(gfxhub|mmhub)\d*\] (no-retry )?page fault|GPU fault detected")),
+    ("gpu-hang", re.compile(r"GPU hang|HW Exception by GPU", re.IGNORECASE)),
+)
+MAX_LINE = 64 * 1024  # a longer "line" is not a kernel message; only its start is looked at
+
+
+def line_kind(message: str) -> str | None:
+    """The event kind the first matching ``EVENT_PATTERNS`` entry gives a kernel log line, or None."""
+    text = message[:MAX_LINE]
+    return next((kind for kind, pat in EVENT_PATTERNS if pat.search(text)), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +136,11 @@ class Catalogue:
         Xid 154, or as a completed reset) is ``unknown``, never the class of what it claims."""
         kind = event.get("kind")
         message = event.get("message")
+        # the line says what it is: a GPU fault recorded under a harmless kind (a fall off the bus recorded
+        # as a completed reset) is ``unknown``, never the class of what it claims
+        seen = line_kind(message) if isinstance(message, str) else None
+        if seen is not None and seen != kind:
+            return GpuEventClass.UNKNOWN, f"{seen} (recorded as {kind})"
         line = _XID_LINE.search(message) if isinstance(message, str) else None
         if line is not None:
             said = int(line.group(1))

@@ -25,6 +25,7 @@ from ledger.db import analyse_if_grown, check_schema, make_engine, migrate
 from ledger.entries import (
     ArtifactRef,
     Statement,
+    check_ingest,
     format_time,
     now_utc,
     parse_statement,
@@ -485,7 +486,7 @@ class Ledger:
                 "version": __version__,
             },
         }
-        parse_statement(st)  # refuse early, before anything is signed
+        check_ingest(parse_statement(st))  # refuse early, before anything is signed
         return st
 
     def sign(self, statement: dict[str, Any], key: SigningKey | str) -> Envelope:
@@ -524,7 +525,7 @@ class Ledger:
         data = envelope.canonical()
         if len(data) > MAX_ENVELOPE_BYTES:
             raise RequestTooLargeError(_too_large(len(data)))
-        statement = parse_statement(envelope.statement())
+        statement = check_ingest(parse_statement(envelope.statement()))
         st = statement
         _refuse_nul(*st.subject.keys(), *st.subject.values(), *(a.name for a in st.artifacts))
         return _Prepared(envelope, data, entry_id_of(data), statement)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import tomllib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from ledger.errors import ConfigError
 
 __all__ = [
     "COLLECTOR_STOPPED",
+    "COLLECTOR_STOP_SIGNALS",
+    "CRASH_SIGNALS",
     "DEFAULT_SIGNATURES",
     "ENGINE_ENDED",
     "Classification",
@@ -24,6 +27,7 @@ __all__ = [
     "before_stop",
     "classify",
     "classify_logs",
+    "collector_stop_end",
     "load_signatures",
     "pattern_signatures",
     "signature_classes",
@@ -43,6 +47,21 @@ ENGINE_ENDED = ("exited", "lease-expired")
 # cancelled job): only these attribute a recorded end to the collector; any other word, misspelled or
 # unknown, is judged as the engine's own end
 COLLECTOR_STOPPED = ("finished", "cancelled", "ready", "lease-end")
+# the signals the collector's own stop sends (SIGTERM, then SIGKILL after the grace period)
+COLLECTOR_STOP_SIGNALS = (signal.SIGTERM, signal.SIGKILL)
+# signals of a crash: no stop of the collector's ends an engine with one of these
+CRASH_SIGNALS = (signal.SIGILL, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGSEGV)
+
+
+def collector_stop_end(exit_code: int | None, sig: int | None) -> bool:
+    """Could the collector's own stop have ended a run with this exit status? Not when a signal other than
+    ``COLLECTOR_STOP_SIGNALS`` ended it (``signal``, or a negative exit code as Python reports one), nor
+    when it exited through a shell with 128 + a crash signal (134: SIGABRT, 139: SIGSEGV …): a launch that
+    says the collector stopped it but records such an end crashed, whatever its stop reason says."""
+    died_by = sig if sig is not None else (-exit_code if exit_code is not None and exit_code < 0 else None)
+    if died_by is not None and died_by not in COLLECTOR_STOP_SIGNALS:
+        return False
+    return not (exit_code is not None and exit_code - 128 in CRASH_SIGNALS)
 
 
 class FailureClass(StrEnum):

@@ -30,6 +30,7 @@ from ledger.signatures import (
     before_stop,
     classify,
     classify_logs,
+    collector_stop_end,
     pattern_signatures,
     signature_classes,
     status_signatures,
@@ -384,10 +385,9 @@ def filter_evidence(
             # a job ends once: its first terminal entry in the log; a later one does not reopen it
             terminal.setdefault(str(j.payload.get("job_id")), j)
     _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds), store, terminal)
-    ended_at = {
-        t.id: (parse_time(t.payload["ended_at"]) if t.payload.get("ended_at") else None)
-        for t in terminal.values()
-    }
+    # a job's end as recorded, never after the log took its terminal entry (a claimed later end would credit
+    # output logged after it)
+    ended_at = {t.id: (_job_end(t) if t.payload.get("ended_at") else None) for t in terminal.values()}
     # The reference time decides which GPU resets count and which entries are stale, nothing else here:
     # [lo, hi] is the range of reference times for which both come out the same (``Filtered.window``).
     lo, hi = _EARLIEST, _LATEST
@@ -995,7 +995,7 @@ def _derive(
     end_signatures = status_signatures()
     markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
-    runs: dict[tuple[Any, ...], list[Evidence]] = {}  # a harness gate's runs of one spec, in log order
+    runs: list[tuple[tuple[Any, ...], Evidence]] = []  # the harness gates' runs with their spec, in log order
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     # campaign → its jobs with a running entry so far, in the order they started (a job_id once), and
     # the ids of those whose terminal entry is logged
@@ -1073,7 +1073,7 @@ def _derive(
                     ends[n] = job_end
                 subject_launches.append(e)
         if kind == "gate.result" and e.in_subject and e.id not in superseded:
-            runs.setdefault(_run_spec(e.payload), []).append(e)
+            runs.append((_run_spec(e.payload), e))
         e.set_derived(derived)  # a view built in an earlier round shows this round's facts
     for launch in subject_launches:
         # a terminal entry of the launch's campaign for a job_id no running entry started (a misspelled
@@ -1082,10 +1082,13 @@ def _derive(
         unmatched = sorted(campaign_ends.get(launch.subject.get("campaign"), set()) - set(started))
         assert launch.derived_ is not None
         launch.derived_["unmatched_job_ends"] = unmatched
-    for same in runs.values():  # in seq order: every run of a spec but the newest has a newer one
-        for older in same[:-1]:
-            assert older.derived_ is not None
-            older.derived_["newer_run"] = True
+    newest: list[tuple[Any, ...]] = []  # the specs of the runs after the one at hand
+    for spec, run in reversed(runs):  # every run of a spec but the newest has a newer one
+        if any(_same_measurement(spec, later) for later in newest):
+            assert run.derived_ is not None
+            run.derived_["newer_run"] = True
+        if spec not in newest:
+            newest.append(spec)
     if not starts:
         return
     # attempt in progress at time t: the highest attempt number started at or before t
@@ -1107,22 +1110,42 @@ def _derive(
                 e.derived_["after_launch_end"] = True
 
 
+_UNREAD = ("unread",)  # a spec field a run leaves out or records with the wrong type
+
+
+def _count_field(v: Any) -> Any:
+    return typed(v) if isinstance(v, int) and not isinstance(v, bool) else _UNREAD
+
+
 def _run_spec(p: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes two ``gate.result`` entries runs of the same measurement: the gate and, as recorded, the
-    corpus and spec (requests, concurrency levels, repetitions). A run of another spec — a diagnostic — is
-    another measurement (and its own rules judge it)."""
+    corpus and spec (requests, concurrency levels, repetitions), each ``_UNREAD`` where the run leaves it
+    out or records it with the wrong type. A run of another spec — a diagnostic — is another measurement
+    (and its own rules judge it); see ``_same_measurement``."""
     bounds = p.get("bounds")
     counts = p.get("counts")
     if not isinstance(bounds, dict):
         bounds = {}
     if not isinstance(counts, dict):
         counts = {}
+    digest = bounds.get("corpus_digest")
+    levels = bounds.get("concurrency")
+    levels_ok = isinstance(levels, list) and all(_count_field(v) is not _UNREAD for v in levels)
     return (
         typed(p.get("gate")),
-        typed(bounds.get("corpus_digest")),
-        typed(counts.get("requests")),
-        typed(bounds.get("concurrency")),
-        typed(bounds.get("repetitions")),
+        typed(digest) if isinstance(digest, str) else _UNREAD,
+        _count_field(counts.get("requests")),
+        typed(levels) if levels_ok else _UNREAD,
+        _count_field(bounds.get("repetitions")),
+    )
+
+
+def _same_measurement(older: tuple[Any, ...], newer: tuple[Any, ...]) -> bool:
+    """Is a newer run (by ``_run_spec``) possibly a run of the older one's spec? Of the same gate, and no
+    spec field both record readably differs: a field left out or mistyped says nothing against it, so a
+    newer failed run that drops its corpus digest still hides the older pass (fail closed)."""
+    return older[0] == newer[0] and all(
+        a == b or a is _UNREAD or b is _UNREAD for a, b in zip(older[1:], newer[1:], strict=True)
     )
 
 
@@ -1288,7 +1311,7 @@ def _classify_end(p: dict[str, Any], outcome: RunOutcome, signatures: Sequence[S
     because the entry leaves out its signature)."""
     details = p.get("details")
     reason = details.get("stop_reason") if isinstance(details, dict) else None
-    if reason in COLLECTOR_STOPPED:
+    if reason in COLLECTOR_STOPPED and collector_stop_end(outcome.exit_code, outcome.signal):
         return Classification(None)
     ended = (
         outcome.exit_code is not None

@@ -150,8 +150,12 @@ def probe_ok(payload: dict[str, Any]) -> bool:
     """A ``health.probe`` succeeded: it says ``ok`` (the boolean) and records the 2xx HTTP status of the
     answer it judged. Every check is an HTTP request, and the collectors write ``ok`` only with a 2xx
     answer, which they record; a record claiming success beside an error status, or with no status (what
-    answered is not on the record), is judged a failure, never a pass."""
+    answered is not on the record), or beside an ``error`` text (the collectors write one only for a
+    failure), is judged a failure, never a pass."""
     if payload.get("ok") is not True:
+        return False
+    error = payload.get("error")
+    if isinstance(error, str) and error.strip():
         return False
     status = payload.get("http_status")
     return type(status) is int and 200 <= status <= 299

@@ -39,6 +39,11 @@ def qualified_entries() -> list[dict[str, Any]]:
     return _shared("ready-campaign", "semantic-benchmark")
 
 
+def serves(entries: list[dict[str, Any]], served_name: str) -> None:
+    """Make ``served_name`` the model id the campaign's approved spec binds (its job's spec.bindings)."""
+    entry(entries, "campaign-job")["payload"]["spec"]["bindings"]["served_name"] = served_name
+
+
 def verdict_of(
     tmp_path: Path,
     entries: list[dict[str, Any]],
@@ -204,8 +209,8 @@ def test_a_gate_requirement_with_a_dropped_or_renamed_field_is_refused(
         # in a gate requirement: `nul` for `null` held, unseen, whenever no models probe was selected
         ("e.payload.expected == null)", "e.payload.expected == nul)", "'nul'"),
         # in a check: `evidnce` read from a context that has `evidence`
-        ("expr = \"evidence.exists(e, e.kind == 'engine.launch' && e.payload.ready)\"",
-         "expr = \"evidnce.exists(e, e.kind == 'engine.launch' && e.payload.ready)\"", "'evidnce'"),
+        ("expr = \"evidence.exists(e, e.kind == 'engine.launch' && e.payload.ready && e.derived",
+         "expr = \"evidnce.exists(e, e.kind == 'engine.launch' && e.payload.ready && e.derived", "'evidnce'"),
         # in a check's `each`: `evidence` is not in a per-entry context
         ("each = \"e.kind != 'health.probe' || e.payload.check != 'health' || e.derived.ok\"",
          "each = \"evidence.all(x, x.derived.ok)\"", "'evidence'"),
@@ -372,6 +377,7 @@ def test_the_identity_probe_is_judged_by_the_ids_the_engine_listed(
     `model_identity` claims it, passed api-readiness): the raw list decides; the named identity only where
     no list was recorded."""
     es = qualified_entries()
+    serves(es, "m-7")
     p = entry(es, "models")["payload"]
     p.update(expected="m-7", model_identity=identity, details={} if served is None else {"served": served})
     assert verdict_of(tmp_path, es)["verdict"] == verdict
@@ -1177,6 +1183,7 @@ def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> Non
     """Regression: api-readiness never selected the `/v1/models` identity probe, so a campaign whose engine
     served another model (identity probe ok = false) qualified on its other probes."""
     es = qualified_entries()
+    serves(es, "m-7")
     models = entry(es, "models")
     models["payload"] = {
         "endpoint": "/v1/models",
@@ -1225,7 +1232,8 @@ def test_an_identity_probe_naming_no_expected_model_cannot_pass_api_readiness(
     assert later and set(later) == {"not_authorized"}
     models["payload"]["expected"] = models["payload"]["model_identity"]
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
-    models["payload"]["expected"] = "m-8"  # expects another model than it saw served
+    models["payload"].update(expected="m-8", model_identity="m-8", details={"served": ["m-8"]})
+    # expected, and saw served, another model than the campaign's approved served_name (m)
     assert gates(verdict_of(tmp_path, es))["api-readiness"] == "failed"
 
 
@@ -1790,9 +1798,12 @@ def test_a_claimed_end_never_narrows_the_run_below_its_job(tmp_path: Path) -> No
 
 
 def test_a_launch_without_a_job_is_judged_to_its_own_end(tmp_path: Path) -> None:
-    es = [e for e in qualified_entries() if e.get("kind") != "job"]
+    # without a job there is no approved served_name: a native adapter's launch (no /v1/models to judge)
+    es = [e for e in qualified_entries() if e.get("kind") != "job" and e.get("name") != "models"]
     for e in es:
         e.get("refs", {}).pop("job", None)
+    launch = entry(es, "launch")["payload"]
+    launch["engine"] = launch["bindings"]["engine"] = "native"
     # it ended after its last probe (10:02:00): a probe after its end would be after-launch-end
     entry(es, "launch")["payload"]["ended_at"] = "2026-09-10T10:02:30Z"
     es.append(_host_health_log("2026-09-10T10:03:00Z"))
@@ -2069,6 +2080,7 @@ def test_a_probe_claiming_ok_beside_an_error_status_is_judged_failed(
 
 def test_a_models_probe_claiming_ok_beside_an_error_status_fails_the_identity_check(tmp_path: Path) -> None:
     es = qualified_entries()
+    serves(es, "m-7")
     models = entry(es, "models")
     models["payload"] = {
         "endpoint": "/v1/models",
@@ -2969,3 +2981,278 @@ def test_a_probe_in_a_later_job_is_not_credited_to_a_launch_whose_job_ended(tmp_
     assert rejected(v)["structured"] == "after-launch-end"
     assert rejected(v)["sequential"] == "after-launch-end"
     assert v["verdict"] != "QUALIFIED"
+
+
+def test_an_identity_probe_that_expected_another_models_id_does_not_pass_identity(tmp_path: Path) -> None:
+    """Regression: the identity check compared the engine's answer with the id the probe itself said it
+    expected, so a probe that expected (and found) another model's id passed. The expected id is the
+    campaign's approved one: its job's ``spec.bindings.served_name``."""
+    es = qualified_entries()
+    models = entry(es, "models")["payload"]
+    models.update(expected="other-model", model_identity="other-model", details={"served": ["other-model"]})
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["api-readiness"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    models["details"] = {
+        "served": ["other-model", "m"]
+    }  # the neighbour: the engine serves the campaign's id too
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_campaign_spec_that_binds_no_served_name_cannot_judge_identity(tmp_path: Path) -> None:
+    """The approved spec names no served_name (a job entered by hand without it): the identity the engine
+    must serve cannot be judged from a probe's own claim — INCONCLUSIVE, saying so."""
+    es = qualified_entries()
+    del entry(es, "campaign-job")["payload"]["spec"]["bindings"]["served_name"]
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "INCONCLUSIVE"
+    api = next(g for g in v["gates"] if g["name"] == "api-readiness")
+    assert api["status"] == "missing" and "names no served_name" in api["reason"]
+
+
+@pytest.mark.parametrize(
+    ("gate", "unreadable"),
+    [
+        pytest.param("benchmark", lambda p: p["counts"].pop("requests"), id="benchmark-requests-left-out"),
+        pytest.param(
+            "benchmark", lambda p: p["bounds"].update(repetitions="2"), id="benchmark-repetitions-a-text"
+        ),
+        pytest.param("benchmark", lambda p: p["bounds"].pop("corpus_digest"), id="benchmark-corpus-left-out"),
+        pytest.param(
+            "benchmark",
+            lambda p: p["bounds"].update(concurrency=[True, 4, 32]),
+            id="benchmark-levels-mistyped",
+        ),
+        pytest.param("semantic", lambda p: p["bounds"].pop("corpus_digest"), id="semantic-corpus-left-out"),
+    ],
+)
+def test_a_newer_failed_run_whose_spec_field_is_left_out_or_mistyped_still_hides_the_older_pass(
+    tmp_path: Path, gate: str, unreadable: Any
+) -> None:
+    """Regression: a newer failed harness run that left out (or mistyped) one spec field was taken for a run
+    of another spec — a diagnostic — so the older pass did not count as having a newer run, and stood
+    (QUALIFIED). A field that cannot be read says nothing against the same spec."""
+    es = qualified_entries()
+    if gate == "benchmark":
+        payload: dict[str, Any] = {"status": "failed", "figures": {"ttft_ms.p95@c4": 9999.0}}
+    else:
+        payload = {"status": "failed", "figures": {"score": 0.5}, "counts": {"passed": 6, "failed": 6}}
+    _rerun(es, gate, "2026-09-10T10:47:00Z", reviewed=True, **payload)
+    unreadable(entry(es, f"{gate}-rerun")["payload"])
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)[gate] == "newer-run"
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_a_newer_run_of_another_readable_spec_still_hides_nothing(tmp_path: Path) -> None:
+    """The neighbour: a diagnostic run of another spec (6 requests), readable, is another measurement."""
+    es = qualified_entries()
+    _rerun(es, "benchmark", "2026-09-10T10:47:00Z", reviewed=True, status="failed")
+    entry(es, "benchmark-rerun")["payload"]["counts"]["requests"] = 6
+    v = verdict_of(tmp_path, es)
+    assert "benchmark" not in rejected(v)
+    assert rejected(v)["benchmark-rerun"] == "spec-mismatch"
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        pytest.param({"signal": 7}, id="SIGBUS"),
+        pytest.param({"signal": 8}, id="SIGFPE"),
+        pytest.param({"exit_code": -7}, id="exit-minus-7"),
+        pytest.param({"exit_code": -4}, id="exit-minus-4-SIGILL"),
+        pytest.param({"exit_code": 134}, id="exit-134-abort-through-a-shell"),
+        pytest.param({"failure_signature": "killed-sigterm", "exit_code": 1}, id="claimed-sigterm-exit-1"),
+        pytest.param(
+            {"failure_signature": "killed-sigterm", "lease_expired": True}, id="claimed-sigterm-lease-expired"
+        ),
+        pytest.param({"failure_signature": "killed-143", "exit_code": 139}, id="claimed-143-exit-139"),
+    ],
+)
+def test_a_crash_the_launch_says_the_collector_stopped_is_still_a_crash(
+    tmp_path: Path, end: dict[str, Any]
+) -> None:
+    """Regression: a ready launch recording ``stop_reason: finished`` (the collector's own stop) was never
+    classified by how it ended, so SIGBUS, SIGFPE, exit -4 or 134 — or a claimed stop-class signature beside
+    exit 1 or an expired lease — passed runtime-stability. The collector's stop sends SIGTERM, then SIGKILL:
+    any other end is the engine's (``collector_stop_end``), whatever the launch claims."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(
+        ended_at="2026-09-10T10:49:00Z", details={"stop_reason": "finished"}, **end
+    )
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed", v["gates"]
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        pytest.param({"signal": 15}, id="SIGTERM"),
+        pytest.param({"signal": 9}, id="SIGKILL"),
+        pytest.param({"exit_code": 0}, id="exit-0"),
+        pytest.param({"exit_code": 143}, id="exit-143"),
+    ],
+)
+def test_an_end_the_collectors_stop_causes_is_still_a_clean_stop(tmp_path: Path, end: dict[str, Any]) -> None:
+    """The neighbours: SIGTERM, SIGKILL after the grace period, a clean exit: the collector's stop."""
+    from ledger.signatures import collector_stop_end
+
+    es = qualified_entries()
+    entry(es, "launch")["payload"].update(
+        ended_at="2026-09-10T10:49:00Z", details={"stop_reason": "finished"}, **end
+    )
+    assert collector_stop_end(end.get("exit_code"), end.get("signal"))
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_a_job_end_claiming_a_later_ended_at_than_its_log_time_does_not_credit_later_output(
+    tmp_path: Path,
+) -> None:
+    """Regression: a job's terminal entry logged at 10:05 that claimed ``ended_at`` 23:00 let the harness
+    results logged after it be credited as produced before the end. A job ends no later than the log took
+    its terminal entry."""
+    es = qualified_entries()
+    done = entry(es, "campaign-done")
+    done["at"] = "2026-09-10T10:05:00Z"
+    done["payload"]["ended_at"] = "2026-09-10T23:00:00Z"
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["semantic"] == "after-job-terminal"
+    assert v["verdict"] != "QUALIFIED"
+
+
+def test_a_launch_that_claims_it_started_after_it_was_recorded_is_refused_at_ingest(tmp_path: Path) -> None:
+    """Regression: a launch collected at 10:01:00 claiming ``started_at`` 10:03 was placed before the probes
+    (the earlier time was taken), which it claimed to precede. A launch is recorded after it started: the
+    claim is refused at ingest, naming both times."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["started_at"] = "2026-09-10T10:03:00Z"
+    with pytest.raises(
+        SchemaError, match="started_at 2026-09-10T10:03:00Z is after the entry's collected_at"
+    ):
+        verdict_of(tmp_path, es)
+
+
+def _another_launch(es: list[dict[str, Any]], name: str, at: str, **payload: Any) -> dict[str, Any]:
+    """A copy of the campaign's launch as a later attempt, started and logged at ``at``, in its job."""
+    run = copy.deepcopy(entry(es, "launch"))
+    run["name"], run["at"] = name, at
+    run["payload"].update(started_at=at, **payload)
+    es.insert(es.index(entry(es, "campaign-done")), run)
+    return run
+
+
+def test_a_crash_after_readiness_beyond_the_attempt_budget_is_still_a_fault(tmp_path: Path) -> None:
+    """Regression: a launch beyond the attempt budget was rejected whole (`beyond-attempt-budget`), so its
+    crash after readiness (engine-dead, SIGABRT) never reached runtime-stability: QUALIFIED. The budget
+    withholds credit; what a launch shows against the engine still counts."""
+    es = qualified_entries()
+    stop = {"exit_code": 0, "details": {"stop_reason": "finished"}}
+    _another_launch(es, "launch-2", "2026-09-10T10:46:00Z", ended_at="2026-09-10T10:46:30Z", **stop)
+    _another_launch(es, "launch-3", "2026-09-10T10:47:00Z", ended_at="2026-09-10T10:47:30Z", **stop)
+    _another_launch(
+        es, "launch-4", "2026-09-10T10:48:00Z", ended_at="2026-09-10T10:48:30Z",
+        failure_signature="engine-dead", exit_code=None, signal=6,
+    )  # fmt: skip
+    v = verdict_of(tmp_path, es)
+    assert "launch-4" not in rejected(v)
+    assert rejected(v).get("launch-3") != "beyond-attempt-budget"
+    assert gates(v)["runtime-stability"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+
+
+def test_a_clean_launch_beyond_the_budget_is_still_not_credited_for_readiness(tmp_path: Path) -> None:
+    """The neighbour: attempts 1–3 never ready, attempt 4 ready and clean: reported, not credited — and a
+    ready attempt 4 that crashed is credited only as the crash, never as readiness."""
+    es = qualified_entries()
+    never_ready = {"ready": False, "failure_signature": "uva-unavailable", "exit_code": 1}
+    for i in (2, 3):
+        _another_launch(es, f"launch-{i}", f"2026-09-10T10:0{i}:10Z", **never_ready)
+    last = _another_launch(es, "launch-4", "2026-09-10T10:04:10Z")
+    entry(es, "launch")["payload"].update(never_ready)
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["launch-4"] == "beyond-attempt-budget"
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    last["payload"].update(failure_signature="engine-dead", signal=6, ended_at="2026-09-10T10:04:50Z")
+    v = verdict_of(tmp_path, es)
+    assert "launch-4" not in rejected(v)
+    assert gates(v)["api-readiness"] == "failed"
+
+
+def _campaign_kernel_log(event: dict[str, Any]) -> dict[str, Any]:
+    """The campaign's own kernel log (ref job), logged at 10:48, with one event."""
+    return {
+        "name": "kernel",
+        "kind": "kernel.log",
+        "key": "collector",
+        "at": "2026-09-10T10:48:00Z",
+        "refs": {"job": "campaign-job"},
+        "payload": {"source": "journalctl", "events": [event]},
+    }
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        pytest.param(
+            "amdgpu 0000:03:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=1, emitted seq=3",
+            id="ring-timeout",
+        ),
+        pytest.param("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", id="fell-off-the-bus"),
+        pytest.param("amdgpu 0000:03:00.0: amdgpu: GPU reset(2) failed", id="reset-failed"),
+    ],
+)
+def test_a_gpu_fault_line_recorded_under_a_harmless_kind_is_not_harmless(
+    tmp_path: Path, message: str
+) -> None:
+    """Regression: only NVRM Xid lines were read again; any other event was classed by the kind the entry
+    gave it, so a GPU falling off the bus recorded as ``gpu-reset-succeeded`` (informational) passed. Every
+    recorded line is read again with the collector's patterns (one copy, ``ledger.gpu_faults``): a line
+    that shows another kind than recorded is ``unknown``."""
+    from ledger.gpu_faults import line_kind
+
+    es = qualified_entries()
+    event = {"time": "2026-09-10T10:05:00Z", "kind": "gpu-reset-succeeded", "message": message}
+    es.append(_campaign_kernel_log(event))
+    assert line_kind(message) not in (None, "gpu-reset-succeeded")
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed"
+    event["kind"] = line_kind(message)  # the neighbour: recorded as what it is, still a fault
+    assert gates(verdict_of(tmp_path, es))["runtime-stability"] == "failed"
+
+
+def test_a_reset_recorded_as_what_its_line_says_stays_informational(tmp_path: Path) -> None:
+    """The neighbour that must still pass: a completed reset's own line, under its own kind."""
+    es = qualified_entries()
+    event = {
+        "time": "2026-09-10T10:05:00Z",
+        "kind": "gpu-reset-succeeded",
+        "message": "amdgpu: GPU reset(1) succeeded!",
+    }
+    es.append(_campaign_kernel_log(event))
+    assert gates(verdict_of(tmp_path, es))["runtime-stability"] == "passed"
+
+
+@pytest.mark.parametrize("name", ["health", "models", "completion", "sequential"])
+def test_a_probe_claiming_ok_beside_an_error_text_is_a_failure(tmp_path: Path, name: str) -> None:
+    """Regression: ``ok: true`` beside an ``error`` text passed (only ``ok`` and the HTTP status were
+    read). The collectors write an error only for a failure: the record contradicts itself, a failure."""
+    es = qualified_entries()
+    entry(es, name)["payload"]["error"] = "HTTP 500: EngineDeadError"
+    assert verdict_of(tmp_path, es)["verdict"] != "QUALIFIED"
+
+
+@pytest.mark.parametrize("max_tokens", [None, 0], ids=["left-out", "zero"])
+def test_a_ready_control_without_a_token_bound_cannot_pass(tmp_path: Path, max_tokens: int | None) -> None:
+    """Regression: a READY control that recorded no ``max_tokens`` passed a gate that asks for a *bounded*
+    completion. It cannot be judged: INCONCLUSIVE, saying so."""
+    es = qualified_entries()
+    payload = entry(es, "completion")["payload"]
+    if max_tokens is None:
+        del payload["max_tokens"]
+    else:
+        payload["max_tokens"] = max_tokens
+    v = verdict_of(tmp_path, es)
+    control = next(g for g in v["gates"] if g["name"] == "ready-control")
+    assert control["status"] == "missing" and "max_tokens" in control["reason"]
+    assert v["verdict"] == "INCONCLUSIVE"
