@@ -495,8 +495,8 @@ def test_a_witness_that_is_down_never_stops_the_log(
     assert "witness two" in capsys.readouterr().err
     assert main([*verdict, str(any1)]) == 0
     capsys.readouterr()
-    routing = ["--home", str(home), "check", "routing-change", "--subject", "model=m", "--subject", "host=h",
-               "--trust-policy", str(all2), "--json"]  # fmt: skip
+    routing = ["--home", str(home), "check", "routing-change", "--subject", "backend=b", "--subject",
+               "model=m", "--subject", "host=h", "--trust-policy", str(all2), "--json"]  # fmt: skip
     code = main(routing)
     got = capsys.readouterr()
     assert code == 1, got.err

@@ -563,7 +563,11 @@ def filter_evidence(
         if problem_r is not None:
             reject(e, Rule.REVIEW_FAIL, problem_r[0], problem_r[1])
             continue
-        if e.kind in review_kinds and _required(policy.review_required, e, context()):
+        # a review and an acceptance are asked of what would be credited as passing: a failed run stays
+        # evidence against the engine without them (a newer reviewed pass never hides it)
+        as_passing = e.kind not in review_kinds and e.kind not in acceptance_kinds
+        as_passing = as_passing or _passing(policy, e, params)
+        if as_passing and e.kind in review_kinds and _required(policy.review_required, e, context()):
             # an independent review: a PASS signed by the key that signed the evidence reviewed nothing
             passes = [r for r in review_list if r.payload.get("result") == "PASS" and r.signer != e.signer]
             if not passes:
@@ -583,7 +587,7 @@ def filter_evidence(
                 reject(e, Rule.REVIEW_MISSING, unbound, passes[-1].id)
                 continue
             support.setdefault(e.id, []).append(passes[-1].id)
-        if e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
+        if as_passing and e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
                 reject(e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none")
                 continue
@@ -664,6 +668,12 @@ class _LazyContext:
                 "job": self.job,
             }
         return self.built
+
+
+def _passing(policy: LoadedPolicy, e: Evidence, params: Any) -> bool:
+    """Would ``e`` be credited as passing (``[acceptance.passing]``)? A kind the table does not name is."""
+    cond = policy.passing.get(e.kind)
+    return cond is None or cond.holds({"e": e.view(), "params": params})
 
 
 def _required(reqs: tuple[Any, ...], e: Evidence, ctx: Mapping[str, Any]) -> bool:

@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 REQUIRED_SUBJECT = ("model", "host")
+# a route is judged on the verdict of one backend: without it, any backend's QUALIFIED verdict for the model
+# on the host would route it (a restoration, seed 000, names the model and host it restores)
+REQUIRED_FOR_ACTION = {"route": ("backend",), "restore": ()}
 _probe_time = lru_cache(maxsize=1 << 16)(parse_time)
 ACTIONS = ("route", "restore")
 
@@ -315,9 +318,11 @@ def check_routing_change(
         raise PolicyError(f"{policy.path}: {policy.name} is a {policy.kind} policy, not a routing policy")
     if action not in ACTIONS:
         raise InputError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
-    missing = [k for k in REQUIRED_SUBJECT if k not in subject]
+    missing = [k for k in (*REQUIRED_SUBJECT, *REQUIRED_FOR_ACTION[action]) if k not in subject]
     if missing:
-        raise InputError(f"a routing change names its {' and '.join(missing)}: --subject {missing[0]}=…")
+        raise InputError(
+            f"a routing change ({action}) names its {' and '.join(missing)}: --subject {missing[0]}=…"
+        )
     routing = policy.spec.routing
     unknown = sorted(k for k in subject if k not in routing.match_subject)
     if unknown:
@@ -412,7 +417,7 @@ def check_routing_change(
             f"the reference time {format_time(when)} is before the verdict it would rely on "
             f"(entry {verdict.id[:16]}, logged {verdict.logged_at}); judge as of a time after it"
         )
-    current = _rederive(ledger, policy, verdict, size) if verdict is not None else None
+    current = _rederive(ledger, policy, verdict, size, match) if verdict is not None else None
     host_gpus = _host_gpus(host_entries, usable)
     identities = sorted({p.payload["model_identity"] for p in probes if p.payload.get("model_identity")})
     ctx: dict[str, Any] = {
@@ -499,10 +504,15 @@ def check_routing_change(
     }
 
 
-def _rederive(ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int) -> dict[str, Any]:
+def _rederive(
+    ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int, match: Mapping[str, str]
+) -> dict[str, Any]:
     """The recorded verdict judged again on the ledger as it stands (``size``), with the qualification
     policy the routing policy names: a supersession, an acceptance rejecting evidence or a revoked
-    collector key since the verdict was recorded changes the answer at once."""
+    collector key since the verdict was recorded changes the answer at once. The verdict was found by the
+    subject its entry names; what it judged is the subject it evaluated: every requested field (``match``)
+    must be what the re-derived verdict judged (its evaluated subject, else the one value its accepted
+    evidence names) — a verdict entry naming another model than it evaluated qualifies nothing here."""
     from ledger.policy.loader import load_policy
     from ledger.policy.verdict import evaluate, evaluated_subject, names_campaign
 
@@ -521,6 +531,19 @@ def _rederive(ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int
             "it cannot be re-derived",
         }
     result = evaluate(ledger, subject, qual, at_size=size)
+    judged = {**result.get("identity", {}), **result["subject"]}
+    wrong = [
+        f"{k}={judged.get(k, '(cannot be told)')}, not {v}" for k, v in match.items() if judged.get(k) != v
+    ]
+    if wrong:
+        return {
+            "verdict": None,
+            "subject": dict(subject),
+            "size": size,
+            "reason": f"verdict {verdict.id[:16]} evaluated {', '.join(wrong)}: "
+            "it does not judge the requested subject",
+            "policy_changed": False,
+        }
     failing = [g for g in result["gates"] if g["status"] != "passed"]
     reason = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
     same_policy = result["policy"].get("digest") == (verdict.payload.get("policy") or {}).get("digest")

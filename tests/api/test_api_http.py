@@ -616,19 +616,21 @@ def test_routing_check_refuses_without_a_qualified_verdict_and_allows_a_restorat
     subj = seeded["subject"]
     rd = deployment.headers("reader")
     target = {"model": subj["model"], "host": subj["host"]}
+    route_target = {"backend": subj["backend"], **target}  # a route names its backend; a restoration need not
 
-    none = http.post("/v1/routing-check", json={"subject": target}, headers=rd)
+    none = http.post("/v1/routing-check", json={"subject": route_target}, headers=rd)
     assert none.status_code == 200, none.text
     assert none.json()["allowed"] is False
     assert none.json()["reasons"] == [
-        f"no trusted backend-qualification verdict recorded for host={subj['host']} model={subj['model']}"
+        "no trusted backend-qualification verdict recorded for "
+        f"backend={subj['backend']} host={subj['host']} model={subj['model']}"
     ]
 
     result = evaluate(deployment.ledger, {"campaign": subj["campaign"]}, load_policy("backend-qualification"))
     recorded = record_verdict(deployment.ledger, result, key="reviewer1")
     now = format_time(now_utc())
     with Unchanged(deployment):
-        route = http.post("/v1/routing-check", json={"subject": target, "now": now}, headers=rd)
+        route = http.post("/v1/routing-check", json={"subject": route_target, "now": now}, headers=rd)
     assert route.status_code == 200, route.text
     body = route.json()
     assert body["allowed"] is False
@@ -639,6 +641,8 @@ def test_routing_check_refuses_without_a_qualified_verdict_and_allows_a_restorat
         deployment,
         "check",
         "routing-change",
+        "--subject",
+        f"backend={subj['backend']}",
         "--subject",
         f"model={subj['model']}",
         "--subject",
@@ -675,10 +679,11 @@ def test_routing_check_refuses_without_a_qualified_verdict_and_allows_a_restorat
 
 def test_routing_check_refuses_malformed_requests(http: httpx.Client, deployment: Deployment) -> None:
     rd = deployment.headers("reader")
-    target = {"model": "m", "host": "h"}
+    target = {"backend": "b", "model": "m", "host": "h"}
     with Unchanged(deployment):
         for body, code in (
-            ({"subject": {"model": "m"}}, "bad-input"),  # no host
+            ({"subject": {"backend": "b", "model": "m"}}, "bad-input"),  # no host
+            ({"subject": {"model": "m", "host": "h"}}, "bad-input"),  # a route names its backend
             ({"subject": {**target, "campaign": "c"}}, "bad-input"),  # verdicts are not matched on it
             ({"subject": target, "action": "fly"}, "bad-input"),
             ({"subject": target, "now": "yesterday"}, "schema-violation"),

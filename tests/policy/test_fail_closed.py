@@ -433,14 +433,55 @@ def test_a_newer_unreviewed_harness_run_is_not_hidden_behind_an_older_reviewed_p
 ) -> None:
     """Regression (a neighbour of the QUALIFIED fixture: a newer benchmark or semantic run that failed, not
     yet reviewed, was rejected for its missing review, and the older reviewed, accepted pass still made the
-    campaign QUALIFIED): a passing run stands only as the newest run of its spec (rule newer-run); the newer
-    one decides once reviewed (and accepted)."""
+    campaign QUALIFIED): a passing run stands only as the newest run of its spec (rule newer-run). The newer
+    one decides: a pass once reviewed (and accepted) — INCONCLUSIVE until then —, a failure at once (a
+    review is asked of what would be credited as passing; a failed run is evidence against the engine)."""
     es = qualified_entries()
     _rerun(es, gate, "2026-09-10T10:47:00Z", reviewed=False, **payload)
     v = verdict_of(tmp_path, es)
     r = rejected(v)
-    assert r[gate] == "newer-run" and r[f"{gate}-rerun"] == "review-missing"
-    assert gates(v)[gate] == "missing" and v["verdict"] == "INCONCLUSIVE"
+    assert r[gate] == "newer-run"
+    if payload.get("status") == "failed":
+        assert f"{gate}-rerun" not in r
+        g = next(g for g in v["gates"] if g["name"] == gate)
+        assert g["status"] == "failed" and v["verdict"] == g["verdict_if_failed"]
+    else:
+        assert r[f"{gate}-rerun"] == "review-missing"
+        assert gates(v)[gate] == "missing" and v["verdict"] == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize(
+    ("gate", "step"), [("benchmark", "review"), ("benchmark", "acceptance"), ("semantic", "review")]
+)
+def test_an_older_failed_run_left_unreviewed_is_not_hidden_by_a_newer_reviewed_pass(
+    tmp_path: Path, gate: str, step: str
+) -> None:
+    """Regression: a failed harness run nobody reviewed (or, for the benchmark, accepted) was rejected for
+    the missing review, so the reviewed pass logged after it made the campaign QUALIFIED — a rerun until it
+    passes. A review and an acceptance are asked of what would be credited as passing only."""
+    es = qualified_entries()
+    failed = copy.deepcopy(entry(es, gate))
+    failed.update(name=f"{gate}-failed", at="2026-09-10T10:05:00Z")
+    if gate == "benchmark":
+        failed["payload"].update(status="failed", figures={"ttft_ms.p95@c4": 9999.0})
+    else:
+        failed["payload"].update(status="failed", figures={"score": 0.5})
+        failed["payload"]["counts"].update(passed=6, failed=6)
+    es.insert(es.index(entry(es, gate)), failed)
+    if step == "acceptance":  # reviewed, not accepted
+        es.append(
+            {
+                "kind": "review",
+                "key": "reviewer",
+                "at": "2026-09-10T10:06:00Z",
+                "refs": {"reviews": failed["name"]},
+                "payload": {"result": "PASS", "commit": "cafe000000000000000000000000000000000000"},
+            }
+        )
+    v = verdict_of(tmp_path, es)
+    assert failed["name"] not in rejected(v)
+    assert gates(v)[gate] == "failed"
+    assert v["verdict"] != "QUALIFIED"
 
 
 def test_a_failed_harness_run_is_not_hidden_by_a_newer_passing_one(tmp_path: Path) -> None:
@@ -3256,3 +3297,19 @@ def test_a_ready_control_without_a_token_bound_cannot_pass(tmp_path: Path, max_t
     control = next(g for g in v["gates"] if g["name"] == "ready-control")
     assert control["status"] == "missing" and "max_tokens" in control["reason"]
     assert v["verdict"] == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize("errors", [3, 1], ids=["three", "one"])
+def test_a_semantic_pass_whose_error_count_contradicts_its_failed_count_does_not_pass(
+    tmp_path: Path, errors: int
+) -> None:
+    """Regression: a semantic result recorded as passed, 12 of 12, beside ``errors = 3`` passed — the
+    harness counts an item that erred as failed, so more errors than failed items contradict the record (a
+    negative count is refused at ingest)."""
+    es = qualified_entries()
+    entry(es, "semantic")["payload"]["counts"]["errors"] = errors
+    assert gates(verdict_of(tmp_path, es))["semantic"] == "failed"
+    entry(es, "semantic")["payload"]["counts"]["errors"] = (
+        0  # the neighbour: no error, as the harness writes it
+    )
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"

@@ -177,7 +177,7 @@ def test_verdict_and_routing_check_start_without_the_orm_or_the_service(tmp_path
     campaign = spec["defaults"]["subject"]["campaign"]
     assert _modules_loaded(home, "verdict", "-s", f"campaign={campaign}", "--json") == []
     assert _modules_loaded(home, "verdict", "-s", f"campaign={campaign}") == []
-    route = ["check", "routing-change", "-s", "model=m", "-s", "host=h", "--json"]
+    route = ["check", "routing-change", "-s", "backend=b", "-s", "model=m", "-s", "host=h", "--json"]
     assert _modules_loaded(home, *route) == []
     # the check can fail: recording goes through the service, which loads them
     assert "sqlalchemy" in _modules_loaded(home, "verdict", "-s", f"campaign={campaign}", "--record")
@@ -194,7 +194,7 @@ def test_json_verdicts_and_routing_checks_start_without_rich(tmp_path: Path) -> 
     campaign = spec["defaults"]["subject"]["campaign"]
     rich = ("rich",)
     assert _modules_loaded(home, "verdict", "-s", f"campaign={campaign}", "--json", modules=rich) == []
-    route = ["check", "routing-change", "-s", "model=m", "-s", "host=h"]
+    route = ["check", "routing-change", "-s", "backend=b", "-s", "model=m", "-s", "host=h"]
     assert _modules_loaded(home, *route, "--json", modules=rich) == []
     assert _modules_loaded(home, "verdict", "-s", f"campaign={campaign}", modules=rich) == ["rich"]
     assert _modules_loaded(home, *route, modules=rich) == ["rich"]

@@ -438,3 +438,33 @@ def test_restoration_probes_at_the_age_bound_are_found_by_the_prefiltered_read(b
     finally:
         if fast is not None:
             fast.close()
+
+
+def test_a_verdict_entry_naming_another_model_than_it_evaluated_does_not_qualify_that_model(build) -> None:
+    """Regression: the routing check finds a verdict by the subject its entry names, then re-derives the
+    subject its payload evaluated — and never compared the two. A verdict entry naming OvisOCR2 whose
+    payload evaluated the embedding campaign (QUALIFIED) let OvisOCR2 be routed. The re-derived verdict
+    must judge every requested field."""
+    b = build("routing-change/seed004-router.toml")
+    real = b.ledger.get(b.names["verdict"]).statement.payload
+    named = {"backend": "vllm", "model": "OvisOCR2", "host": "gpu-box-1", "campaign": "router-embed"}
+    append(b, "verdict", named, dict(real), "reviewer")
+    ocr = {"backend": "vllm", "model": "OvisOCR2", "host": "gpu-box-1"}
+    r = check_routing_change(b.ledger, load_policy("routing-change"), ocr, deployment=OK, now=NOW)
+    assert r["allowed"] is False
+    assert any("model=Qwen3-Embedding-8B, not OvisOCR2" in x for x in r["reasons"]), r["reasons"]
+    assert check(b, OK)["allowed"] is True  # the neighbour: the model it evaluated is still routed
+
+
+def test_a_route_that_names_no_backend_is_an_error_not_any_backends_verdict(build) -> None:
+    """Regression: a route naming only model and host was judged on the latest QUALIFIED verdict of any
+    backend for them (vllm's verdict routed a llama.cpp deployment). A route names its backend; a
+    restoration (seed 000) names the model and host it restores."""
+    b = build("routing-change/seed004-router.toml")
+    no_backend = {k: v for k, v in SUBJECT.items() if k != "backend"}
+    with pytest.raises(InputError, match="names its backend"):
+        check_routing_change(b.ledger, load_policy("routing-change"), no_backend, deployment=OK, now=NOW)
+    restore = check_routing_change(
+        b.ledger, load_policy("routing-change"), no_backend, action="restore", deployment=OK, now=NOW
+    )
+    assert "allowed" in restore  # judged, not refused as input
