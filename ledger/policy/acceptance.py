@@ -49,7 +49,7 @@ HOST_SCOPED_KINDS = frozenset({"host.probe", "model.pin"})
 # Kinds whose stored artifacts the policy reads back (an engine's logs, classified with the signature
 # table): one recorded by reference only cannot be read, so the entry cannot be judged
 READ_BACK_KINDS = frozenset({"engine.launch"})
-# Acting entries an acceptance may reject (a rejected review credits nothing; a rejected supersession
+# Acting entries an acceptance may reject (a rejected review PASS credits nothing; a rejected supersession
 # withdraws nothing)
 REJECTABLE_ACTING = frozenset({"review", "supersession"})
 
@@ -232,9 +232,12 @@ def _refused_acting(
     trusted: list[Evidence], acceptances: Mapping[str, list[Evidence]]
 ) -> dict[str, Evidence]:
     """Review or supersession id → the acceptance that rejects it (the latest of its acceptances says
-    ``rejected``)."""
+    ``rejected``). A review FAIL is not rejected so: a rejection takes credit away, and lifting a FAIL
+    takes a PASS on the repaired commit (or a supersession of the FAIL, with its reason)."""
     out: dict[str, Evidence] = {}
     for e in trusted:
+        if e.kind == "review" and e.payload.get("result") != "PASS":
+            continue
         if e.kind in REJECTABLE_ACTING and e.id in acceptances:
             latest = _latest(acceptances[e.id])
             if latest is not None and latest.payload.get("decision") == "rejected":

@@ -3313,3 +3313,33 @@ def test_a_semantic_pass_whose_error_count_contradicts_its_failed_count_does_not
         0  # the neighbour: no error, as the harness writes it
     )
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+
+
+def test_an_acceptance_rejecting_a_review_fail_does_not_lift_it(tmp_path: Path) -> None:
+    """The neighbour of a rejected review PASS: a rejection only takes credit away. An operator's
+    acceptance ``rejected`` aimed at a reviewer's FAIL leaves the FAIL standing (lifting it takes a PASS on
+    the repaired commit, or a supersession with its reason)."""
+    es = qualified_entries()
+    es.append(
+        {
+            "name": "bench-fail",
+            "kind": "review",
+            "key": "reviewer",
+            "at": "2026-09-10T10:46:00Z",
+            "refs": {"reviews": "benchmark"},
+            "payload": {"result": "FAIL", "commit": "cafe000000000000000000000000000000000000"},
+        }
+    )
+    es.append(
+        {
+            "kind": "acceptance",
+            "key": "operator",
+            "at": "2026-09-10T10:47:00Z",
+            "refs": {"subject": "bench-fail"},
+            "payload": {"decision": "rejected", "reason": "we disagree"},
+        }
+    )
+    v = verdict_of(tmp_path, es)
+    assert "bench-fail" not in rejected(v)
+    assert rejected(v)["benchmark"] == "review-fail"
+    assert v["verdict"] != "QUALIFIED"
