@@ -468,3 +468,15 @@ def test_a_route_that_names_no_backend_is_an_error_not_any_backends_verdict(buil
         b.ledger, load_policy("routing-change"), no_backend, action="restore", deployment=OK, now=NOW
     )
     assert "allowed" in restore  # judged, not refused as input
+
+
+def test_a_route_with_no_known_layout_is_not_allowed(build) -> None:
+    """Regression: with no --deployment and no earlier allowed routing.change that recorded one, every GPU
+    check was not applicable and the route was allowed on the verdict alone. Without a layout the GPU
+    checks cannot be judged: refused, saying so; the same route with the layout is allowed."""
+    b = build("routing-change/seed004-router.toml")
+    r = check(b, None)
+    assert r["allowed"] is False
+    assert {c["name"]: c["status"] for c in r["checks"]}["deployment-known"] == "failed"
+    assert any("no deployment layout for gpu-box-1" in x for x in r["reasons"]), r["reasons"]
+    assert check(b, OK)["allowed"] is True
