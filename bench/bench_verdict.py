@@ -92,6 +92,22 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
     rev = "1" * 40
     head: list[tuple[dict[str, Any], str]] = [
         (
+            # the campaign's job: its approved spec binds the model id the engine must serve
+            statement(
+                "job",
+                subj,
+                {
+                    "job_id": job_id,
+                    "state": "running",
+                    "started_at": format_time(t),
+                    "lease_seconds": 86400.0,
+                    "spec": {"bindings": {"served_name": "bench-model"}},
+                },
+                t,
+            ),
+            "collector",
+        ),
+        (
             statement(
                 "host.probe",
                 subj,
@@ -159,6 +175,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                     "ok": True,
                     "http_status": 200,
                     "text": "READY",
+                    "max_tokens": 8,
                 },
                 t,
             ),
