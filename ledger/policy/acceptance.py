@@ -983,8 +983,9 @@ def _derive(
       in (``_run_end``): a claimed start or end never narrows the run below its job. Where the launch
       records the GPUs it was given (``CUDA_VISIBLE_DEVICES`` …, mapped to PCI addresses through the
       host's latest GPU list) and the event names its device, only events of those GPUs count; where
-      either cannot be told, every event of the host does. An event without a
-      time cannot be placed in a run and is judged only where its own log is the campaign's.
+      either cannot be told, every event of the host does. An event without a time lies in its log's
+      window (its ``since``, else unbounded, to when the log was observed) and counts, with time None,
+      where that window overlaps the run: it cannot be shown outside it.
     * ``after_launch_end`` — for an entry attributed to an attempt (``attempt`` above), whether it was
       observed after the end of that attempt: the earlier of the end its launch records (``ended_at``)
       and the end of the job the launch ran in (``_job_end``) — a probe then answered some other engine,
@@ -1210,13 +1211,16 @@ class _HostGpuEvents:
     def __init__(self) -> None:
         self.by_entry: dict[str, list[tuple[datetime | None, dict[str, Any]]]] = {}
         self.by_host: dict[str, list[tuple[datetime, dict[str, Any], str | None]]] = {}
+        # host → the events its logs record without a time, each with the window its log read: from the
+        # log's ``since`` (None: unbounded) to when the log was observed — the event lies somewhere in it
+        self.untimed: dict[str, list[tuple[datetime | None, datetime, dict[str, Any], str | None]]] = {}
         self.gpus: dict[str, list[Any]] = {}  # host → the GPU list of its latest host probe
 
     def during(self, launch: Evidence, job_start: datetime | None, end: datetime) -> list[dict[str, Any]]:
         """The events of the launch's host whose time lies in its run (``_derive``: gpu_events_during_run):
         from the earlier of its ``started_at`` (never after the log took it) and its job's start."""
         host = launch.subject.get("host")
-        if not host or host not in self.by_host:
+        if not host or (host not in self.by_host and host not in self.untimed):
             return []
         try:
             start = min(parse_time(launch.payload["started_at"]), launch.observed_time)
@@ -1225,11 +1229,20 @@ class _HostGpuEvents:
         if job_start is not None:
             start = min(start, job_start)
         devices = _launch_devices(launch, self.gpus.get(host))
-        return [
+        timed = [
             {**fact, "time": format_time(t)}
-            for t, fact, device in self.by_host[host]
+            for t, fact, device in self.by_host.get(host, ())
             if start <= t <= end and (devices is None or device is None or device in devices)
         ]
+        # an event without a time cannot be shown outside the run where its log's window overlaps it
+        untimed = [
+            {**fact, "time": None}
+            for since, seen, fact, device in self.untimed.get(host, ())
+            if (since is None or since <= end)
+            and seen >= start
+            and (devices is None or device is None or device in devices)
+        ]
+        return timed + untimed
 
 
 def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuEvents:
@@ -1264,6 +1277,17 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
             out.by_host.setdefault(host, []).extend(
                 (t, f, d) for (t, f), d in zip(timed, devices, strict=True) if t is not None
             )
+            if any(t is None for t, _ in timed):
+                since: datetime | None = None
+                with contextlib.suppress(LedgerError, TypeError, ValueError):
+                    since = (
+                        parse_time(k.payload["since"]) if isinstance(k.payload.get("since"), str) else None
+                    )
+                out.untimed.setdefault(host, []).extend(
+                    (since, k.observed_time, f, d)
+                    for (t, f), d in zip(timed, devices, strict=True)
+                    if t is None
+                )
     return out
 
 

@@ -3343,3 +3343,33 @@ def test_an_acceptance_rejecting_a_review_fail_does_not_lift_it(tmp_path: Path) 
     assert "bench-fail" not in rejected(v)
     assert rejected(v)["benchmark"] == "review-fail"
     assert v["verdict"] != "QUALIFIED"
+
+
+@pytest.mark.parametrize(
+    ("window", "faults"),
+    [
+        pytest.param({}, True, id="no-since-read-after-the-run-began"),
+        pytest.param({"since": "2026-09-10T09:00:00Z"}, True, id="a-window-that-covers-the-run"),
+        pytest.param(
+            {"since": "2026-09-10T11:00:00Z", "at": "2026-09-10T11:05:00Z"},
+            False,
+            id="a-window-after-the-job",
+        ),
+        pytest.param({"at": "2026-09-10T09:30:00Z"}, False, id="read-before-the-launch"),
+    ],
+)
+def test_an_untimed_gpu_fault_in_the_hosts_health_log_is_judged_by_its_logs_window(
+    tmp_path: Path, window: dict[str, str], faults: bool
+) -> None:
+    """Regression: an Xid 79 without a time in the host's health-job kernel log was never placed in a run,
+    so it was ignored — though it cannot be shown outside the run. An untimed event lies in its log's
+    window (``since`` to when the log was read): where that window overlaps the run, it is the run's."""
+    es = qualified_entries()
+    log = _host_health_log("2026-09-10T10:03:00Z", **({"at": window["at"]} if "at" in window else {}))
+    del log["payload"]["events"][0]["time"]
+    if "since" in window:
+        log["payload"]["since"] = window["since"]
+    es.append(log)
+    v = verdict_of(tmp_path, es)
+    assert (gates(v)["runtime-stability"] == "failed") is faults, v["gates"]
+    assert (v["verdict"] == "QUALIFIED") is not faults
