@@ -264,16 +264,15 @@ def _manifest(
     superseded: set[str],
     keys: Sequence[str] = (),
     *,
-    campaign: str | None = None,
-    hosts: frozenset[str] | None = None,
+    campaign: str | None,
+    hosts: frozenset[str],
 ) -> tuple[dict[str, str], list[str]]:
     """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin
     (a key both bind differently is a ``manifest_conflict``). A spec key that is one of the policy's
     binding ``keys`` but for case, ``-`` or ``_`` (``modelRevision``) is a ``misspelled_binding`` of it:
-    what the approved spec meant to bind is never silently dropped. With ``campaign``, only that
-    campaign's jobs approve a spec (another campaign's job, read because an entry refs it, approved
-    another campaign's); with ``hosts``, only pins of those hosts pin the model (another host verified
-    its own files)."""
+    what the approved spec meant to bind is never silently dropped. Only ``campaign``'s jobs approve a spec
+    (another campaign's job, read because an entry refs it, approved another campaign's; None: any), and
+    only pins of ``hosts`` pin the model (another host verified its own files)."""
     out: dict[str, str] = {}
     sources: list[str] = []
     jobs = [
@@ -291,9 +290,7 @@ def _manifest(
     pins = [
         e
         for e in trusted
-        if e.kind == "model.pin"
-        and e.id not in superseded
-        and (hosts is None or e.subject.get("host") in hosts)
+        if e.kind == "model.pin" and e.id not in superseded and e.subject.get("host") in hosts
     ]
     pin = _latest(pins)
     if pin is not None:
@@ -509,17 +506,16 @@ def filter_evidence(
                         job_term.id,
                     )
                     continue
-                if p.get("state") in ("killed", "cancelled"):
-                    passing = policy.passing.get(e.kind)
-                    if passing is not None and passing.holds({"e": e.view(), "params": params}):
-                        reject(
-                            e,
-                            Rule.KILLED_RUN,
-                            f"from job {p.get('job_id')} that was {p.get('state')} "
-                            f"(exit {p.get('exit_code')}): not credited as passing",
-                            job_term.id,
-                        )
-                        continue
+                stopped = p.get("state") in _STOPPED
+                if stopped and e.kind in policy.passing and _passing(policy, e, params):
+                    reject(
+                        e,
+                        Rule.KILLED_RUN,
+                        f"from job {p.get('job_id')} that was {p.get('state')} "
+                        f"(exit {p.get('exit_code')}): not credited as passing",
+                        job_term.id,
+                    )
+                    continue
         art = _artifact_problem(e, store, acc.artifacts, art_cache) if e.artifacts else None
         if art is not None:
             reject(e, *art)

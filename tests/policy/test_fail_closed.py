@@ -2918,19 +2918,23 @@ def test_a_job_that_never_ends_is_not_an_unmatched_end(tmp_path: Path) -> None:
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
 
+def _acceptance(target: str, decision: str, at: str, reason: str, key: str = "operator") -> dict[str, Any]:
+    """An acceptance entry (``decision`` accepted or rejected) of the entry named ``target``."""
+    return {
+        "kind": "acceptance",
+        "key": key,
+        "at": at,
+        "refs": {"subject": target},
+        "payload": {"decision": decision, "reason": reason},
+    }
+
+
 def test_a_review_pass_rejected_by_an_acceptance_credits_nothing(tmp_path: Path) -> None:
     """Regression: an acceptance ``rejected`` of the benchmark's review PASS was ignored (reviews were
     skipped before acceptances were read), so the PASS still credited the benchmark."""
     es = qualified_entries()
     es.append(
-        {
-            "name": "no-review",
-            "kind": "acceptance",
-            "key": "operator",
-            "at": "2026-09-10T10:42:00Z",
-            "refs": {"subject": "benchmark-review"},
-            "payload": {"decision": "rejected", "reason": "reviewer did not rerun it"},
-        }
+        _acceptance("benchmark-review", "rejected", "2026-09-10T10:42:00Z", "reviewer did not rerun it")
     )
     v = verdict_of(tmp_path, es)
     assert rejected(v)["benchmark-review"] == "rejected-by-acceptance"
@@ -2953,15 +2957,7 @@ def test_a_supersession_rejected_by_an_acceptance_withdraws_nothing(tmp_path: Pa
             "payload": {"reason": "wrong host"},
         }
     )
-    es.append(
-        {
-            "kind": "acceptance",
-            "key": "reviewer",
-            "at": "2026-09-10T10:04:00Z",
-            "refs": {"subject": "drop-probe"},
-            "payload": {"decision": decision, "reason": "checked"},
-        }
-    )
+    es.append(_acceptance("drop-probe", decision, "2026-09-10T10:04:00Z", "checked", key="reviewer"))
     v = verdict_of(tmp_path, es)
     if decision == "rejected":
         assert rejected(v)["drop-probe"] == "rejected-by-acceptance"
@@ -3330,15 +3326,7 @@ def test_an_acceptance_rejecting_a_review_fail_does_not_lift_it(tmp_path: Path) 
             "payload": {"result": "FAIL", "commit": "cafe000000000000000000000000000000000000"},
         }
     )
-    es.append(
-        {
-            "kind": "acceptance",
-            "key": "operator",
-            "at": "2026-09-10T10:47:00Z",
-            "refs": {"subject": "bench-fail"},
-            "payload": {"decision": "rejected", "reason": "we disagree"},
-        }
-    )
+    es.append(_acceptance("bench-fail", "rejected", "2026-09-10T10:47:00Z", "we disagree"))
     v = verdict_of(tmp_path, es)
     assert "bench-fail" not in rejected(v)
     assert rejected(v)["benchmark"] == "review-fail"
