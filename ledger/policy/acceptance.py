@@ -586,6 +586,9 @@ def filter_evidence(
                 reject(e, Rule.REVIEW_MISSING, unbound, passes[-1].id)
                 continue
             support.setdefault(e.id, []).append(passes[-1].id)
+            credited_review = passes[-1]
+        else:
+            credited_review = None
         if as_passing and e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
                 reject(e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none")
@@ -597,6 +600,17 @@ def filter_evidence(
                     f"{e.kind} needs an acceptance (ref subject) and has none; its acceptance "
                     f"{latest_acc.id[:16]} is signed by the key that signed it ({e.signer_name}): not an "
                     "independent decision",
+                    latest_acc.id,
+                )
+                continue
+            if credited_review is not None and latest_acc.signer == credited_review.signer:
+                # two people: the key that reviewed the result does not also decide to accept it
+                reject(
+                    e,
+                    Rule.ACCEPTANCE_MISSING,
+                    f"{e.kind} needs an acceptance (ref subject) and has none; its acceptance "
+                    f"{latest_acc.id[:16]} is signed by the key that signed its review PASS "
+                    f"{credited_review.id[:16]} ({latest_acc.signer_name}): not an independent decision",
                     latest_acc.id,
                 )
                 continue

@@ -2990,6 +2990,24 @@ def test_a_review_or_acceptance_signed_by_the_evidences_own_key_is_not_independe
     assert verdict_of(tmp_path, es, keys=keys)["verdict"] == "QUALIFIED"
 
 
+def test_an_acceptance_signed_by_the_key_of_its_review_pass_is_not_independent(tmp_path: Path) -> None:
+    """Regression: one key with the reviewer and operator roles could review the benchmark and then accept
+    it: one person decided twice. The acceptance credits it only when another key than the credited review
+    PASS's signed it."""
+    keys = {**KEYS, "lead": ["operator", "reviewer"]}
+    es = qualified_entries()
+    entry(es, "benchmark-review")["key"] = "lead"
+    entry(es, "benchmark-acceptance")["key"] = "lead"
+    v = verdict_of(tmp_path, es, keys=keys)
+    assert rejected(v)["benchmark"] == "acceptance-missing"
+    assert "signed its review PASS" in next(
+        r["detail"] for r in v["rejected"] if v["_names"].get(r["entry"]) == "benchmark"
+    )
+    assert v["verdict"] == "INCONCLUSIVE"
+    entry(es, "benchmark-acceptance")["key"] = "operator"  # the neighbour: another key accepts
+    assert verdict_of(tmp_path, es, keys=keys)["verdict"] == "QUALIFIED"
+
+
 def test_a_probe_in_a_later_job_is_not_credited_to_a_launch_whose_job_ended(tmp_path: Path) -> None:
     """Regression: the attempt a probe is charged to ended only where its launch recorded ``ended_at``:
     after the launch's job ended, a probe in the campaign's next job (with no launch of its own) was
