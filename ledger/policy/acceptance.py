@@ -996,6 +996,10 @@ def _derive(
       either cannot be told, every event of the host does. An event without a time lies in its log's
       window (its ``since``, else unbounded, to when the log was observed) and counts, with time None,
       where that window overlaps the run: it cannot be shown outside it.
+    * ``kernel_logs_unread_during_run`` — for the same launch, the ids of the trusted, not superseded
+      ``kernel.log`` entries of its host recorded as unreadable (``readable`` not true) whose window overlaps
+      the run, unless a readable kernel log of the host covers the whole run (``since`` at or before its
+      start, observed at or after its end): the GPU events of that run are unknown, not none.
     * ``after_launch_end`` — for an entry attributed to an attempt (``attempt`` above), whether it was
       observed after the end of that attempt: the earlier of the end its launch records (``ended_at``)
       and the end of the job the launch ran in (``_job_end``) — a probe then answered some other engine,
@@ -1062,9 +1066,10 @@ def _derive(
                 derived["job"] = next((j for j in reversed(in_campaign) if j not in ended_jobs), latest)
         if kind == "engine.launch" and e.in_subject:
             job = derived["job"]
-            derived["gpu_events_during_run"] = host_events.during(
-                e, job_start.get(job) if job is not None else None, _run_end(e, job, terminal)
-            )
+            started = job_start.get(job) if job is not None else None
+            ended = _run_end(e, job, terminal)
+            derived["gpu_events_during_run"] = host_events.during(e, started, ended)
+            derived["kernel_logs_unread_during_run"] = host_events.unread_during(e, started, ended)
         if kind == "engine.launch":
             sig = e.payload.get("failure_signature")
             if sig is not None:
@@ -1225,6 +1230,33 @@ class _HostGpuEvents:
         # log's ``since`` (None: unbounded) to when the log was observed — the event lies somewhere in it
         self.untimed: dict[str, list[tuple[datetime | None, datetime, dict[str, Any], str | None]]] = {}
         self.gpus: dict[str, list[Any]] = {}  # host → the GPU list of its latest host probe
+        # host → the window (since, seen) of each kernel log read, and the unreadable ones with their id
+        self.read: dict[str, list[tuple[datetime | None, datetime]]] = {}
+        self.unread: dict[str, list[tuple[datetime | None, datetime, str]]] = {}
+
+    @staticmethod
+    def _start(launch: Evidence, job_start: datetime | None) -> datetime:
+        """Where a launch's run starts: the earlier of its ``started_at`` (never after the log took it) and
+        its job's start."""
+        try:
+            start = min(parse_time(launch.payload["started_at"]), launch.observed_time)
+        except (KeyError, TypeError, LedgerError):
+            start = launch.observed_time
+        return start if job_start is None else min(start, job_start)
+
+    def unread_during(self, launch: Evidence, job_start: datetime | None, end: datetime) -> list[str]:
+        """The kernel logs of the launch's host recorded as unreadable whose window overlaps its run
+        (``_derive``: kernel_logs_unread_during_run) — unless a readable log of the host covers the whole run:
+        the GPU events of that run are then unknown, not none."""
+        host = launch.subject.get("host")
+        if not host or host not in self.unread:
+            return []
+        start = self._start(launch, job_start)
+        if any((since is None or since <= start) and seen >= end for since, seen in self.read.get(host, ())):
+            return []
+        return [
+            eid for since, seen, eid in self.unread[host] if (since is None or since <= end) and seen >= start
+        ]
 
     def during(self, launch: Evidence, job_start: datetime | None, end: datetime) -> list[dict[str, Any]]:
         """The events of the launch's host whose time lies in its run (``_derive``: gpu_events_during_run):
@@ -1232,12 +1264,7 @@ class _HostGpuEvents:
         host = launch.subject.get("host")
         if not host or (host not in self.by_host and host not in self.untimed):
             return []
-        try:
-            start = min(parse_time(launch.payload["started_at"]), launch.observed_time)
-        except (KeyError, TypeError, LedgerError):
-            start = launch.observed_time
-        if job_start is not None:
-            start = min(start, job_start)
+        start = self._start(launch, job_start)
         devices = _launch_devices(launch, self.gpus.get(host))
         timed = [
             {**fact, "time": format_time(t)}
@@ -1267,6 +1294,15 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
                 out.gpus[host] = k.payload["gpus"]  # in log order: the latest wins
         if k.kind != "kernel.log":
             continue
+        host_of = k.subject.get("host")
+        if isinstance(host_of, str) and k.id not in superseded:
+            since_of: datetime | None = None
+            with contextlib.suppress(LedgerError, TypeError, ValueError):
+                since_of = parse_time(k.payload["since"]) if isinstance(k.payload.get("since"), str) else None
+            if k.payload.get("readable", True) is True:
+                out.read.setdefault(host_of, []).append((since_of, k.observed_time))
+            else:  # recorded as unreadable (or a mistyped flag): what it would show is unknown
+                out.unread.setdefault(host_of, []).append((since_of, k.observed_time, k.id))
         events = k.payload.get("events")
         if not isinstance(events, list):
             out.by_entry[k.id] = []

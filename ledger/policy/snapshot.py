@@ -173,6 +173,7 @@ NO_DERIVED: dict[str, Any] = {
     "structured_valid": False,
     "structured_problem": None,
     "gpu_events_during_run": [],
+    "kernel_logs_unread_during_run": [],
     "after_launch_end": False,
     "newer_run": False,
     "unmatched_job_ends": [],

@@ -3379,3 +3379,37 @@ def test_an_untimed_gpu_fault_in_the_hosts_health_log_is_judged_by_its_logs_wind
     v = verdict_of(tmp_path, es)
     assert (gates(v)["runtime-stability"] == "failed") is faults, v["gates"]
     assert (v["verdict"] == "QUALIFIED") is not faults
+
+
+def test_an_unreadable_kernel_log_over_the_run_makes_runtime_stability_inconclusive(tmp_path: Path) -> None:
+    """Regression: a kernel log recorded as unreadable (``readable: false``: no access to the journal)
+    counted as a log with no GPU event, so a run whose GPU events nobody could read passed runtime
+    stability. Over the run, the events are unknown, not none: the gate cannot judge."""
+    es = qualified_entries()
+    log = _campaign_kernel_log({})
+    log["payload"] = {"source": "dmesg", "readable": False, "reason": "dmesg: read kernel buffer failed"}
+    es.append(log)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "missing"  # it cannot judge: INCONCLUSIVE, with why
+    assert "recorded as unreadable" in str(v["gates"])
+    assert v["verdict"] == "INCONCLUSIVE"
+    # the neighbours: its window (since) begins after the run — it says nothing of the run ...
+    log["at"], log["payload"]["since"] = "2026-09-10T10:58:00Z", "2026-09-10T10:55:00Z"  # the job ended 10:50
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+    # ... and, over the run, a readable log read later covers it: its events are known
+    del log["payload"]["since"]
+    log["at"] = "2026-09-10T10:48:00Z"
+    readable = _campaign_kernel_log(
+        {
+            "time": "2026-09-10T10:05:00Z",
+            "kind": "gpu-reset-succeeded",
+            "message": "amdgpu: GPU reset(1) succeeded!",
+        }
+    )
+    readable.update(name="kernel-2", at="2026-09-10T10:59:00Z")
+    es.append(readable)
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+    # a crash still fails the gate: what cannot be read does not hide what was seen
+    es.pop()
+    entry(es, "launch")["payload"].update(failure_signature="engine-dead", signal=6)
+    assert gates(verdict_of(tmp_path, es))["runtime-stability"] == "failed"
