@@ -1066,10 +1066,10 @@ def _derive(
                 derived["job"] = next((j for j in reversed(in_campaign) if j not in ended_jobs), latest)
         if kind == "engine.launch" and e.in_subject:
             job = derived["job"]
-            started = job_start.get(job) if job is not None else None
-            ended = _run_end(e, job, terminal)
-            derived["gpu_events_during_run"] = host_events.during(e, started, ended)
-            derived["kernel_logs_unread_during_run"] = host_events.unread_during(e, started, ended)
+            run_from = job_start.get(job) if job is not None else None
+            run_to = _run_end(e, job, terminal)
+            derived["gpu_events_during_run"] = host_events.during(e, run_from, run_to)
+            derived["kernel_logs_unread_during_run"] = host_events.unread_during(e, run_from, run_to)
         if kind == "engine.launch":
             sig = e.payload.get("failure_signature")
             if sig is not None:
