@@ -163,7 +163,8 @@ def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[d
             {
                 "name": str(s["name"]),
                 "device": str(s["device"]),
-                "model": str(s.get("model", "")),
+                "engine": str(s["engine"]),
+                "model": str(s.get("model") or ""),
                 "gpus": gpus,
                 "gpus_text": "+".join(str(g) for g in gpus),
                 "multi_gpu": len(gpus) > 1,

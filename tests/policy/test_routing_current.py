@@ -480,3 +480,45 @@ def test_a_route_with_no_known_layout_is_not_allowed(build) -> None:
     assert {c["name"]: c["status"] for c in r["checks"]}["deployment-known"] == "failed"
     assert any("no deployment layout for gpu-box-1" in x for x in r["reasons"]), r["reasons"]
     assert check(b, OK)["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("engine", "allowed"),
+    [
+        pytest.param({"engine": "vllm"}, True, id="the-qualified-engine"),
+        pytest.param({}, True, id="left-out-is-vllm"),
+        pytest.param({"engine": "llamacpp"}, False, id="another-engine"),
+        pytest.param({"engine": "sglang"}, False, id="sglang"),
+        pytest.param({"engine": "vLLM"}, False, id="another-spelling-not-mapped"),
+    ],
+)
+def test_a_route_to_a_service_of_another_engine_than_the_qualified_backend_is_refused(
+    build, engine: dict[str, str], allowed: bool
+) -> None:
+    """Regression: the deployment's engine was never compared with the qualified backend, so a route of a
+    model qualified on vLLM was allowed onto a layout that serves it with llama.cpp. The service that
+    serves the route's model runs the backend's engine (by the policy's engine_names); a service of another
+    model is not asked."""
+    b = build("routing-change/seed004-router.toml")
+    embed, ocr = (dict(s) for s in OK["services"])
+    ocr["engine"] = "sglang"  # another model's service: not the route's
+    r = check(b, {"host": "gpu-box-1", "services": [{**embed, **engine}, ocr]})
+    assert r["allowed"] is allowed, r["reasons"]
+    assert any("not the qualified backend vllm" in x for x in r["reasons"]) is not allowed
+
+
+def test_an_engine_spelling_maps_to_the_backend_by_the_policys_engine_names(build, tmp_path: Path) -> None:
+    """The neighbour: one engine under another spelling (seed 000 writes "llama.cpp" for "llamacpp") is the
+    same engine where the policy's engine_names maps it; the map is the policy's one copy."""
+    b = build("routing-change/seed004-router.toml")
+    shipped = load_policy("routing-change")
+    assert shipped.spec.params["engine_names"]["llama.cpp"] == "llamacpp"
+    dep = {**OK, "services": [{**OK["services"][0], "engine": "vllm-openai"}]}
+    assert check(b, dep)["allowed"] is False
+    text = shipped.data.decode().replace("engine_names = { ", 'engine_names = { "vllm-openai" = "vllm", ')
+    (tmp_path / "routing-change.toml").write_text(text)
+    (tmp_path / "backend-qualification.toml").write_bytes(load_policy("backend-qualification").data)
+    (tmp_path / "evidence-acceptance.toml").write_bytes(load_policy("evidence-acceptance").data)
+    mapped = load_policy("routing-change", tmp_path)
+    r = check_routing_change(b.ledger, mapped, dict(SUBJECT), deployment=dep, now=NOW)
+    assert r["allowed"] is True, r["reasons"]
