@@ -50,9 +50,12 @@ class _TextFormatter(logging.Formatter):
         return line
 
 
+_QUOTED = re.compile(r'[\s"=]')  # a value with any of these is written as a JSON string
+
+
 def _text(v: Any) -> str:
     s = str(v)
-    return json.dumps(s) if (not s or any(c.isspace() or c in '"=' for c in s)) else s
+    return json.dumps(s) if (not s or _QUOTED.search(s)) else s
 
 
 def configure_logging(fmt: str = "text", level: str = "info") -> None:
