@@ -119,7 +119,8 @@ _GATE_NAMES = frozenset({"evidence", "params", "manifest", "count"})  # require,
 _EACH_NAMES = frozenset({"e", "params", "manifest"})  # a check's `each`
 _ROUTING_NAMES = frozenset(
     {"request", "verdict", "verdict_age_s", "verdict_age_text", "max_verdict_age_s", "host", "current",
-     "deployment", "gpus", "services", "probes", "identities_text", "params", "routing", "item"}
+     "deployment", "gpus", "services", "probes", "identities_text", "params", "routing", "item",
+     "qualified_engine", "qualified_engine_text"}
 )  # fmt: skip
 
 

@@ -421,6 +421,9 @@ def check_routing_change(
     current = _rederive(ledger, policy, verdict, size, match) if verdict is not None else None
     host_gpus = _host_gpus(host_entries, usable)
     identities = sorted({p.payload["model_identity"] for p in probes if p.payload.get("model_identity")})
+    # the engine a route's traffic must reach: the one the re-derived verdict's approved spec binds (what
+    # its launches ran), else the route's backend as the request names it
+    qualified_engine = (current or {}).get("engine") or subject.get("backend")
     ctx: dict[str, Any] = {
         "request": {
             "action": action,
@@ -438,6 +441,12 @@ def check_routing_change(
             "gpu_text": host_gpus[1],
         },
         "current": current,
+        "qualified_engine": qualified_engine,
+        "qualified_engine_text": (
+            f"{qualified_engine} (the engine the campaign's approved spec binds)"
+            if (current or {}).get("engine")
+            else f"{qualified_engine} (the route's backend: the approved spec binds no engine)"
+        ),
         "deployment": deployment,
         "gpus": gpus,
         "services": services,
@@ -548,12 +557,15 @@ def _rederive(
     failing = [g for g in result["gates"] if g["status"] != "passed"]
     reason = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
     same_policy = result["policy"].get("digest") == (verdict.payload.get("policy") or {}).get("digest")
+    engine = (result.get("manifest") or {}).get("bindings", {}).get("engine")
     return {
         "verdict": result["verdict"],
         "subject": dict(subject),
         "size": size,
         "reason": reason,
         "policy_changed": not same_policy,
+        # the engine the campaign's approved spec binds (its credited launches ran it: bindings rules)
+        "engine": engine if isinstance(engine, str) else None,
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,10 @@ import pytest
 
 from ledger.entries import parse_time
 from ledger.errors import InputError
+from ledger.policy.fixtures import build_fixture_ledger
 from ledger.policy.loader import load_policy
 from ledger.policy.routing import check_routing_change, load_deployment
+from ledger.service import Ledger
 
 SUBJECT = {"backend": "vllm", "model": "Qwen3-Embedding-8B", "host": "gpu-box-1"}
 NOW = parse_time("2026-09-11T09:00:00Z")
@@ -504,7 +507,7 @@ def test_a_route_to_a_service_of_another_engine_than_the_qualified_backend_is_re
     ocr["engine"] = "sglang"  # another model's service: not the route's
     r = check(b, {"host": "gpu-box-1", "services": [{**embed, **engine}, ocr]})
     assert r["allowed"] is allowed, r["reasons"]
-    assert any("not the qualified backend vllm" in x for x in r["reasons"]) is not allowed
+    assert any("not the qualified engine vllm" in x for x in r["reasons"]) is not allowed, r["reasons"]
 
 
 def test_an_engine_spelling_maps_to_the_backend_by_the_policys_engine_names(build, tmp_path: Path) -> None:
@@ -522,3 +525,32 @@ def test_an_engine_spelling_maps_to_the_backend_by_the_policys_engine_names(buil
     mapped = load_policy("routing-change", tmp_path)
     r = check_routing_change(b.ledger, mapped, dict(SUBJECT), deployment=dep, now=NOW)
     assert r["allowed"] is True, r["reasons"]
+
+
+def test_the_qualified_engine_is_the_one_the_approved_spec_binds_not_the_backend_label(
+    tmp_path: Path,
+) -> None:
+    """Regression: the deployment's engine was compared with the route's ``backend``, a label the campaign
+    sets: a llama.cpp run labelled ``vllm`` was routed onto a vLLM service. The engine a route's traffic
+    must reach is the one the re-derived verdict's approved spec binds (its credited launches ran it)."""
+    src = Path(__file__).resolve().parents[2] / "policies"
+    fixtures = tmp_path / "fixtures"
+    shutil.copytree(src / "fixtures", fixtures)
+    shared = fixtures / "_shared" / "ready-campaign.toml"
+    text = shared.read_text()
+    assert text.count('engine = "vllm"') == 3  # the spec's binding, the launch's engine and its binding
+    shared.write_text(text.replace('engine = "vllm"', 'engine = "llamacpp"'))
+    ledger, _spec, _builder = build_fixture_ledger(
+        fixtures / "routing-change" / "seed004-router.toml", tmp_path / "home", src, init=Ledger.init
+    )
+    policy = load_policy("routing-change")
+    subject = dict(SUBJECT)  # backend "vllm": the label the campaign gave its llama.cpp run
+    served = {**OK["services"][0]}
+    for engine, allowed in (("vllm", False), ("llamacpp", True), ("llama.cpp", True)):
+        dep = {**OK, "services": [{**served, "engine": engine}]}
+        r = check_routing_change(ledger, policy, dict(subject), deployment=dep, now=NOW)
+        assert r["allowed"] is allowed, (engine, r["reasons"])
+    refused = check_routing_change(
+        ledger, policy, dict(subject), deployment={**OK, "services": [served]}, now=NOW
+    )
+    assert any("the engine the campaign's approved spec binds" in x for x in refused["reasons"]), refused
