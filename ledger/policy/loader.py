@@ -25,7 +25,14 @@ from ledger.policy.model import (
     parse_policy_text,
 )
 
-__all__ = ["CompiledGate", "LoadedPolicy", "default_policy_dir", "list_policies", "load_policy"]
+__all__ = [
+    "ROUTING_NAMES",
+    "CompiledGate",
+    "LoadedPolicy",
+    "default_policy_dir",
+    "list_policies",
+    "load_policy",
+]
 
 
 def default_policy_dir() -> Path:
@@ -117,7 +124,8 @@ _ENTRY_NAMES = frozenset({"e", "params", "manifest", "job"})  # acceptance rules
 _PASSING_NAMES = frozenset({"e", "params"})  # acceptance.passing, a gate's `where`, routing host facts
 _GATE_NAMES = frozenset({"evidence", "params", "manifest", "count"})  # require, requires, checks
 _EACH_NAMES = frozenset({"e", "params", "manifest"})  # a check's `each`
-_ROUTING_NAMES = frozenset(
+# the routing gate's context: ``check_routing_change`` refuses to judge when what it builds is not these
+ROUTING_NAMES = frozenset(
     {"request", "verdict", "verdict_age_s", "verdict_age_text", "max_verdict_age_s", "host", "current",
      "deployment", "gpus", "services", "probes", "identities_text", "params", "routing", "item",
      "qualified_engine", "qualified_engine_text"}
@@ -218,10 +226,10 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
                 CompiledRoutingCheck(
                     spec=rc,
                     applies=compile_condition(
-                        rc.applies, _where(filename, text, "routing.checks", i, "applies"), _ROUTING_NAMES
+                        rc.applies, _where(filename, text, "routing.checks", i, "applies"), ROUTING_NAMES
                     ),
                     expr=compile_condition(
-                        rc.expr, _where(filename, text, "routing.checks", i, "expr"), _ROUTING_NAMES
+                        rc.expr, _where(filename, text, "routing.checks", i, "expr"), ROUTING_NAMES
                     ),
                 )
             )

@@ -16,7 +16,7 @@ from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import InputError, PolicyError, SignatureError, more_problems, validation_problem
 from ledger.policy import result_cache
 from ledger.policy.acceptance import _trust_problem, render
-from ledger.policy.loader import LoadedPolicy
+from ledger.policy.loader import ROUTING_NAMES, LoadedPolicy
 from ledger.policy.model import parse_duration
 from ledger.policy.rules import Rule
 from ledger.policy.snapshot import (
@@ -455,6 +455,10 @@ def check_routing_change(
         "params": params,
         "routing": routing.model_dump(mode="json", exclude={"checks", "host_fact"}),
     }
+    if set(ctx) | {"item"} != ROUTING_NAMES:  # the names a policy's CEL may read are the loader's one copy
+        raise PolicyError(
+            f"routing context {sorted(ctx)} is not the loader's ROUTING_NAMES {sorted(ROUTING_NAMES)}"
+        )
     checks: list[dict[str, Any]] = []
     reasons: list[str] = []
     for rc in policy.routing_checks:

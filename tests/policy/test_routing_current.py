@@ -554,3 +554,17 @@ def test_the_qualified_engine_is_the_one_the_approved_spec_binds_not_the_backend
         ledger, policy, dict(subject), deployment={**OK, "services": [served]}, now=NOW
     )
     assert any("the engine the campaign's approved spec binds" in x for x in refused["reasons"]), refused
+
+
+def test_the_routing_context_is_exactly_the_names_the_loader_lets_cel_read(build, monkeypatch) -> None:
+    """One vocabulary: the names a routing check's CEL may read (the loader's ``ROUTING_NAMES``, checked when
+    the policy loads) are what the gate builds; when the two drift, the gate refuses to judge."""
+    import ledger.policy.routing as routing
+    from ledger.errors import PolicyError
+    from ledger.policy.loader import ROUTING_NAMES
+
+    b = build("routing-change/seed004-router.toml")
+    assert check(b, OK)["allowed"] is True
+    monkeypatch.setattr(routing, "ROUTING_NAMES", ROUTING_NAMES | {"renamed_variable"})
+    with pytest.raises(PolicyError, match="renamed_variable"):
+        check(b, OK)
