@@ -126,6 +126,8 @@ def _subject(campaign: str | None, extra: list[str] | None, **known: str | None)
 
 def _work_dir(home: Path | None, campaign: str, what: str) -> Path:
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in campaign)[:80]
+    if not safe.strip("."):  # "", "." and ".." name no folder of their own: runs/.. is the home itself
+        safe = "_" * max(1, len(safe))
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     d = home_path(home) / "runs" / safe / f"{stamp}-{what}-{uuid.uuid4().hex[:6]}"
     d.mkdir(parents=True, exist_ok=True)

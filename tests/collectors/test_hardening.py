@@ -335,3 +335,18 @@ def test_linked_folders_inside_are_pinned_outside_and_loops_reported(tmp_path: P
     loops = [rel for rel, f in by.items() if f.problem and "loop" in f.problem]
     assert "a/to_b/to_a" in loops and "b/to_a/to_b" in loops
     assert scan.verification == "failed"
+
+
+@pytest.mark.parametrize("campaign", ["..", ".", "...", "a/../..", "../../etc"])
+def test_a_campaign_named_dots_keeps_its_work_folder_under_the_homes_runs(
+    tmp_path: Path, campaign: str
+) -> None:
+    """Regression: a campaign named ``..`` kept its name as the folder of its raw outputs, and
+    ``runs/..`` is the home itself: the work folders of ``ledger collect`` landed beside the database. Every
+    campaign's work folder is a folder of its own under ``runs/``."""
+    from ledger.cli.collect import _work_dir
+
+    d = _work_dir(tmp_path, campaign, "host")
+    runs = (tmp_path / "runs").resolve()
+    assert d.resolve().parent.parent == runs, d
+    assert d.resolve().parent.name.strip(".") != ""
