@@ -1254,9 +1254,7 @@ class _HostGpuEvents:
         start = self._start(launch, job_start)
         if any((since is None or since <= start) and seen >= end for since, seen in self.read.get(host, ())):
             return []
-        return [
-            eid for since, seen, eid in self.unread[host] if (since is None or since <= end) and seen >= start
-        ]
+        return [eid for since, seen, eid in self.unread[host] if _overlaps(since, seen, start, end)]
 
     def during(self, launch: Evidence, job_start: datetime | None, end: datetime) -> list[dict[str, Any]]:
         """The events of the launch's host whose time lies in its run (``_derive``: gpu_events_during_run):
@@ -1275,11 +1273,15 @@ class _HostGpuEvents:
         untimed = [
             {**fact, "time": None}
             for since, seen, fact, device in self.untimed.get(host, ())
-            if (since is None or since <= end)
-            and seen >= start
-            and (devices is None or device is None or device in devices)
+            if _overlaps(since, seen, start, end) and (devices is None or device is None or device in devices)
         ]
         return timed + untimed
+
+
+def _overlaps(since: datetime | None, seen: datetime, start: datetime, end: datetime) -> bool:
+    """Whether a kernel log's window — from its ``since`` (None: unbounded) to when it was read — overlaps
+    a run from ``start`` to ``end``."""
+    return (since is None or since <= end) and seen >= start
 
 
 def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuEvents:
@@ -1294,15 +1296,17 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
                 out.gpus[host] = k.payload["gpus"]  # in log order: the latest wins
         if k.kind != "kernel.log":
             continue
+        # the host whose runs the log speaks of (none: it is judged whole only), and where its window begins
         host_of = k.subject.get("host")
-        if isinstance(host_of, str) and k.id not in superseded:
-            since_of: datetime | None = None
-            with contextlib.suppress(LedgerError, TypeError, ValueError):
-                since_of = parse_time(k.payload["since"]) if isinstance(k.payload.get("since"), str) else None
+        host = host_of if isinstance(host_of, str) and host_of and k.id not in superseded else None
+        since: datetime | None = None
+        with contextlib.suppress(LedgerError, TypeError, ValueError):
+            since = parse_time(k.payload["since"]) if isinstance(k.payload.get("since"), str) else None
+        if host is not None:
             if k.payload.get("readable", True) is True:
-                out.read.setdefault(host_of, []).append((since_of, k.observed_time))
+                out.read.setdefault(host, []).append((since, k.observed_time))
             else:  # recorded as unreadable (or a mistyped flag): what it would show is unknown
-                out.unread.setdefault(host_of, []).append((since_of, k.observed_time, k.id))
+                out.unread.setdefault(host, []).append((since, k.observed_time, k.id))
         events = k.payload.get("events")
         if not isinstance(events, list):
             out.by_entry[k.id] = []
@@ -1318,17 +1322,11 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
             timed.append((t, fact))
             devices.append(_pci(ev.get("device")))
         out.by_entry[k.id] = timed
-        host = k.subject.get("host")
-        if host and k.id not in superseded:
+        if host is not None:
             out.by_host.setdefault(host, []).extend(
                 (t, f, d) for (t, f), d in zip(timed, devices, strict=True) if t is not None
             )
             if any(t is None for t, _ in timed):
-                since: datetime | None = None
-                with contextlib.suppress(LedgerError, TypeError, ValueError):
-                    since = (
-                        parse_time(k.payload["since"]) if isinstance(k.payload.get("since"), str) else None
-                    )
                 out.untimed.setdefault(host, []).extend(
                     (since, k.observed_time, f, d)
                     for (t, f), d in zip(timed, devices, strict=True)

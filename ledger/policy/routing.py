@@ -423,7 +423,8 @@ def check_routing_change(
     identities = sorted({p.payload["model_identity"] for p in probes if p.payload.get("model_identity")})
     # the engine a route's traffic must reach: the one the re-derived verdict's approved spec binds (what
     # its launches ran), else the route's backend as the request names it
-    qualified_engine = (current or {}).get("engine") or subject.get("backend")
+    bound_engine = (current or {}).get("engine")
+    qualified_engine = bound_engine or subject.get("backend")
     ctx: dict[str, Any] = {
         "request": {
             "action": action,
@@ -444,7 +445,7 @@ def check_routing_change(
         "qualified_engine": qualified_engine,
         "qualified_engine_text": (
             f"{qualified_engine} (the engine the campaign's approved spec binds)"
-            if (current or {}).get("engine")
+            if bound_engine
             else f"{qualified_engine} (the route's backend: the approved spec binds no engine)"
         ),
         "deployment": deployment,
