@@ -997,7 +997,8 @@ def _derive(
       window (its ``since``, else unbounded, to when the log was observed) and counts, with time None,
       where that window overlaps the run: it cannot be shown outside it.
     * ``kernel_logs_unread_during_run`` — for the same launch, the ids of the trusted, not superseded
-      ``kernel.log`` entries of its host recorded as unreadable (``readable`` not true) whose window overlaps
+      ``kernel.log`` entries of its host recorded as unreadable (``readable`` not true) or without their
+      ``events`` list whose window overlaps
       the run, unless a readable kernel log of the host covers the whole run (``since`` at or before its
       start, observed at or after its end): the GPU events of that run are unknown, not none.
     * ``after_launch_end`` — for an entry attributed to an attempt (``attempt`` above), whether it was
@@ -1303,9 +1304,11 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
         with contextlib.suppress(LedgerError, TypeError, ValueError):
             since = parse_time(k.payload["since"]) if isinstance(k.payload.get("since"), str) else None
         if host is not None:
-            if k.payload.get("readable", True) is True:
+            # what it read is known where it was readable and records its events (a list, even empty): one
+            # recorded as unreadable, or without its events, leaves the GPU events of its window unknown
+            if k.payload.get("readable", True) is True and isinstance(k.payload.get("events"), list):
                 out.read.setdefault(host, []).append((since, k.observed_time))
-            else:  # recorded as unreadable (or a mistyped flag): what it would show is unknown
+            else:
                 out.unread.setdefault(host, []).append((since, k.observed_time, k.id))
         events = k.payload.get("events")
         if not isinstance(events, list):

@@ -3409,7 +3409,13 @@ def test_an_unreadable_kernel_log_over_the_run_makes_runtime_stability_inconclus
     readable.update(name="kernel-2", at="2026-09-10T10:59:00Z")
     es.append(readable)
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+    # the neighbour with the field dropped: a "readable" log of the run that leaves out its events list
+    # says nothing of what it read, so it does not cover the run (nor does it pass it on its own)
+    readable["payload"] = {"source": "journalctl"}
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "missing", v["gates"]
+    es.remove(log)
+    assert gates(verdict_of(tmp_path, es))["runtime-stability"] == "missing"
     # a crash still fails the gate: what cannot be read does not hide what was seen
-    es.pop()
     entry(es, "launch")["payload"].update(failure_signature="engine-dead", signal=6)
     assert gates(verdict_of(tmp_path, es))["runtime-stability"] == "failed"
