@@ -84,20 +84,37 @@ def parse_when(text: str, now: datetime | None = None) -> datetime:
     if m is not None:
         n, unit = float(m.group(1)), m.group(2)[0]
         try:
-            return base - timedelta(seconds=n * _UNIT_SECONDS[unit])
+            ago = base - timedelta(seconds=n * _UNIT_SECONDS[unit])
         except (OverflowError, ValueError) as e:
             raise InputError(f"time {text!r} is out of range") from e
+        return _in_range(ago, text)
     t = text.strip().replace(",", ".").replace("Z", "+00:00").replace("z", "+00:00")
     if re.search(r"[+-]\d{4}$", t):
         t = t[:-2] + ":" + t[-2:]
     try:
         dt = datetime.fromisoformat(t)
-        return (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).astimezone(UTC)
+        dt = (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).astimezone(UTC)
     except (ValueError, OverflowError):
         raise InputError(
             f"cannot read time {text!r}",
             hint="use e.g. '2 hours ago', yesterday, today, now or 2026-09-09T09:00:00Z",
         ) from None
+    return _in_range(dt, text)
+
+
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _in_range(dt: datetime, text: str) -> datetime:
+    """A typed time the commands can compute windows from (a policy's age bounds are subtracted from it):
+    near year 1 or 9999 that arithmetic overflows, so such a time is refused as input, not a crash."""
+    if not _EARLIEST <= dt < _LATEST:
+        raise InputError(
+            f"time {text!r} is out of range",
+            hint=f"give a time from {_EARLIEST:%Y-%m-%d} to before {_LATEST:%Y-%m-%d}",
+        )
+    return dt
 
 
 class _Model(BaseModel):

@@ -491,3 +491,26 @@ def test_a_read_command_imports_neither_the_collectors_nor_the_bundle_adapters()
     loaded = set(eval(out))  # a list of module names printed by repr
     assert {"ledger.cli.core", "ledger.cli.policy"} <= loaded
     assert not loaded & {"ledger.cli.bundle", "ledger.cli.collect", "ledger.cli.export", "ledger.cli.serve"}
+
+
+def test_a_reference_time_near_year_one_is_an_input_error_not_an_overflow_traceback(cli: Any) -> None:
+    """`check routing-change --now 0001-01-01T00:00:00Z` raised OverflowError (exit 1, the code of "refused")
+    when the gate subtracted the probe age bound: a time no window can be computed from is input refused."""
+    now = datetime(2026, 9, 9, 12, 0, tzinfo=UTC)
+    outside = ("0001-01-01T00:00:00Z", "0001-01-01T00:59:59", "1969-12-31T23:59:59Z", "9999-12-31T23:59:59Z")
+    for text in outside:
+        with pytest.raises(InputError, match="out of range"):
+            parse_when(text, now)
+    with pytest.raises(InputError, match="out of range"):
+        parse_when("100000 weeks ago", now)
+    # the neighbours inside the range still read
+    assert parse_when("1970-01-01T00:00:00Z") == datetime(1970, 1, 1, tzinfo=UTC)
+    assert parse_when("8999-12-31T00:00:00Z").year == 8999
+    assert cli("init").code == 0
+    for args in (
+        ("check", "routing-change", "--subject", "campaign=c1", "--now", "0001-01-01T00:00:00Z"),
+        ("log", "--since", "0001-01-01T00:00:00Z"),
+    ):
+        r = cli(*args)
+        assert r.code == 2, r
+        assert "error[" in r.err and "out of range" in r.err and "Traceback" not in r.err
