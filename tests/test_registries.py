@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ledger.policy.rules import RULES, TRUST_RULES, Rule
+from ledger.policy.rules import CREDIT_ONLY, RULES, TRUST_RULES, Rule
 from ledger.trust import Fault
 from ledger.verify import Problem
 
@@ -31,6 +31,25 @@ def _table_codes(text: str, header: str) -> list[str]:
 def test_policy_doc_lists_every_rejection_rule_in_order() -> None:
     text = (DOCS / "POLICY.md").read_text(encoding="utf-8")
     assert _table_codes(text, "| rule | excludes |") == [str(r) for r in Rule]
+
+
+def test_policy_doc_marks_exactly_the_rules_that_only_withhold_credit() -> None:
+    """The table's last column says what becomes of a failure a rule excludes: the rules marked "counts
+    against" are ``CREDIT_ONLY`` (the filter keeps their failures), every other built-in one "withdrawn"."""
+    lines = (DOCS / "POLICY.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| rule | excludes |"))
+    marked: dict[str, str] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0].startswith("`[["):
+            continue
+        for code in re.findall(r"`([a-z0-9-]+)`", cells[0]):
+            marked[code] = cells[-1]
+    assert set(marked) == {str(r) for r in Rule}
+    assert {c for c, m in marked.items() if m == "counts against"} == {str(r) for r in CREDIT_ONLY}
+    assert {m for c, m in marked.items() if c not in {str(r) for r in CREDIT_ONLY}} == {"withdrawn"}
 
 
 def test_rule_descriptions_cover_every_rule() -> None:

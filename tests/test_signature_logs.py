@@ -130,8 +130,25 @@ def test_before_stop_cuts_at_the_marker_line_in_whichever_piece_it_falls() -> No
             "nccl-error",
             "runtime-fault",
         ),
+        # regression: these fatal lines of a ready engine's log (a worker that died while the API server
+        # still answered, a run recorded as the collector's stop) matched no signature: QUALIFIED
+        ("Bus error (core dumped)", "native-crash", "runtime-fault"),
+        ("Aborted (core dumped)", "native-crash", "runtime-fault"),
+        ("ggml.c:1618: GGML_ASSERT(ctx->mem_buffer != NULL) failed", "native-crash", "runtime-fault"),
+        ("double free or corruption (!prev)", "native-crash", "runtime-fault"),
+        ("free(): invalid pointer", "native-crash", "runtime-fault"),
+        ("terminate called after throwing an instance of 'std::bad_alloc'", "native-crash", "runtime-fault"),
+        (
+            "[rank0]:[E1205 06:01:02.000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE) ran for 600000 milliseconds",
+            "native-crash",
+            "runtime-fault",
+        ),
+        ("Illegal instruction (core dumped)", "native-crash", "runtime-fault"),
+        # the neighbours that are not faults: vLLM's INFO line for a request whose client went away
+        ("INFO 12-05 06:01:02 [async_llm.py:300] Aborted request chatcmpl-4f2a.", None, None),
     ],
-)
+)  # fmt: skip
 def test_real_engine_fault_lines_classify_by_the_table(
     line: str, signature: str | None, failure_class: str | None
 ) -> None:
@@ -169,6 +186,8 @@ ILLEGAL_ACCESS = "RuntimeError: CUDA error: an illegal memory access was encount
         ("Segmentation fault (core dumped)", False, "segfault-at-startup", "startup"),
         ("NCCL error: unhandled system error", True, "nccl-error", "runtime-fault"),
         ("NCCL error: unhandled system error", False, "nccl-error-at-startup", "startup"),
+        ("Bus error (core dumped)", True, "native-crash", "runtime-fault"),
+        ("Bus error (core dumped)", False, "native-crash-at-startup", "startup"),
     ],
 )  # fmt: skip
 def test_a_gpu_kernel_fault_is_a_runtime_fault_after_readiness_and_a_startup_failure_before(

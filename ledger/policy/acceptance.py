@@ -18,8 +18,9 @@ from typing import Any
 from ledger.entries import format_time, parse_time, pin_bindings
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
+from ledger.policy.conditions import Condition
 from ledger.policy.loader import LoadedPolicy
-from ledger.policy.rules import RULES, Rule, trust_rejection
+from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
 from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot, probe_ok
 from ledger.signatures import (
     COLLECTOR_STOPPED,
@@ -60,6 +61,9 @@ class Rejection:
     rule: str
     detail: str
     by: str | None = None  # the entry that caused it (supersession, acceptance, review, job, kernel log)
+    # not credited, but the failure it shows stays evidence against the engine (a rule that withholds
+    # credit never drops a failure: only a supersession, with its reason, withdraws one)
+    counts_against: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -71,6 +75,8 @@ class Rejection:
         }
         if self.by:
             out["by"] = self.by
+        if self.counts_against:
+            out["counts_against"] = True
         return out
 
 
@@ -86,6 +92,10 @@ class Filtered:
     artifact_checks: list[list[Any]] = field(default_factory=list)
     # the reference times (both ends included) at which every decision above is the same, texts included
     window: tuple[datetime, datetime] | None = None
+    # entries a rule withheld credit from that show a failure (``Rejection.counts_against``), in log order:
+    # not in ``accepted``; the gates judge them as evidence against the engine only — they can fail a gate,
+    # never pass it (``ledger.policy.verdict``)
+    against: list[Evidence] = field(default_factory=list)
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -287,6 +297,17 @@ def _manifest(
         first = min(jobs, key=lambda x: x.seq)
         out.update({str(k): str(v) for k, v in first.payload["spec"]["bindings"].items()})
         sources.append(first.id)
+        # the campaign's approved spec is one spec: a later job of it that binds a key otherwise (or leaves
+        # out one the first binds, or binds one it does not) contradicts it — neither value is the manifest
+        for later in sorted(jobs, key=lambda x: x.seq):
+            if later is first:
+                continue
+            other = {str(k): str(v) for k, v in later.payload["spec"]["bindings"].items()}
+            for k in sorted(set(other) | set(first.payload["spec"]["bindings"])):
+                if out.get(k) != other.get(k) and not str(out.get(k, "")).startswith("conflict: "):
+                    out[k] = spec_conflict(k, out.get(k), other.get(k), later)
+                    if later.id not in sources:
+                        sources.append(later.id)
     pins = [
         e
         for e in trusted
@@ -318,6 +339,19 @@ def misspelled_binding(spec_key: str, key: str) -> str:
     return f"misspelled: the job's spec binds {spec_key!r}, which is not the binding key {key!r}"
 
 
+def spec_conflict(key: str, first: str | None, later: str | None, job: Evidence) -> str:
+    """The manifest's value for a key two jobs of the campaign bind differently (their approved specs
+    disagree): a text no binding equals, naming both."""
+
+    def said(v: str | None) -> str:
+        return "nothing" if v is None else v
+
+    return (
+        f"conflict: the campaign's first job's spec binds {key} to {said(first)}, its job "
+        f"{job.payload.get('job_id')} ({job.id[:16]}) to {said(later)}"
+    )
+
+
 def manifest_conflict(spec_value: str, pin_value: str) -> str:
     """The manifest's value for a key the campaign job's approved spec and the newest model pin bind
     differently: a text no binding equals, naming both."""
@@ -338,8 +372,29 @@ def filter_evidence(
     bad = dict(bad_signatures or {})
     rejected: dict[str, Rejection] = {}
 
-    def reject(e: Evidence, rule: str, detail: str, by: str | None = None) -> None:
-        rejected.setdefault(e.id, Rejection(e, rule, detail, by))
+    kept: set[str] = set()
+
+    def reject(
+        e: Evidence,
+        rule: str,
+        detail: str,
+        by: str | None = None,
+        *,
+        credit_only: bool | None = None,
+        against: Condition | None = None,
+    ) -> None:
+        """Exclude ``e`` with the first rule that matches. A rule that only withholds credit (``CREDIT_ONLY``,
+        or a ``[[rules]]`` with ``withholds = "credit"``) leaves a failure ``e`` shows standing as evidence
+        against the engine (``_counts_against``): only a supersession, with its reason, withdraws one."""
+        if e.id in rejected:
+            return
+        if credit_only is None:
+            credit_only = rule in CREDIT_ONLY
+        if credit_only and _counts_against(policy, e, params, against):
+            kept.add(e.id)
+            rejected[e.id] = Rejection(e, rule, detail + KEPT_AGAINST, by, counts_against=True)
+        else:
+            rejected[e.id] = Rejection(e, rule, detail, by)
 
     # 1. trust: signature, signer, revocation, validity window, role. The answer (and its text) depends on
     # the signer, the kind and the log time alone, and log times repeat (one per append batch): memoized.
@@ -380,10 +435,15 @@ def filter_evidence(
                 reviews.setdefault(target, []).append(a)
     job_entries = {e.id: e for e in trusted if e.kind == "job"}
     terminal: dict[str, Evidence] = {}
+    stopped_by: dict[str, Evidence] = {}
     for j in sorted(job_entries.values(), key=lambda x: x.seq):
         if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
             # a job ends once: its first terminal entry in the log; a later one does not reopen it
             terminal.setdefault(str(j.payload.get("job_id")), j)
+            if j.payload.get("state") in _STOPPED:
+                # a job any terminal entry says was killed or cancelled was stopped, whatever another says
+                # (`succeeded`, then `killed`: the records contradict each other, and a stop is not a pass)
+                stopped_by.setdefault(str(j.payload.get("job_id")), j)
     _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds), store, terminal)
     # a job's end as recorded, never after the log took its terminal entry (a claimed later end would credit
     # output logged after it)
@@ -506,14 +566,21 @@ def filter_evidence(
                         job_term.id,
                     )
                     continue
-                stopped = p.get("state") in _STOPPED
-                if stopped and e.kind in policy.passing and _passing(policy, e, params):
+                stop = job_term if p.get("state") in _STOPPED else stopped_by.get(str(p.get("job_id")))
+                if stop is not None and e.kind in policy.passing and _passing(policy, e, params):
+                    sp = stop.payload
+                    also = (
+                        f" (its first terminal entry says {p.get('state')}; a later one, {stop.id[:16]}, "
+                        f"says {sp.get('state')})"
+                        if stop is not job_term
+                        else ""
+                    )
                     reject(
                         e,
                         Rule.KILLED_RUN,
-                        f"from job {p.get('job_id')} that was {p.get('state')} "
-                        f"(exit {p.get('exit_code')}): not credited as passing",
-                        job_term.id,
+                        f"from job {p.get('job_id')} that was {sp.get('state')} "
+                        f"(exit {sp.get('exit_code')}){also}: not credited as passing",
+                        stop.id,
                     )
                     continue
         art = _artifact_problem(e, store, acc.artifacts, art_cache) if e.artifacts else None
@@ -545,15 +612,16 @@ def filter_evidence(
                 continue
             ctx = context()
             compared = policy.rule_differences.get(rule.name)
-            if compared is None:
-                reject(e, rule.name, render(rule.detail, ctx))
-                hit = True
-                break
-            differs = _differences(compared, ctx)
-            if differs:
-                reject(e, rule.name, render(rule.detail, ctx) + ": " + "; ".join(differs))
-                hit = True
-                break
+            detail = render(rule.detail, ctx)
+            if compared is not None:
+                differs = _differences(compared, ctx)
+                if not differs:
+                    continue
+                detail += ": " + "; ".join(differs)
+            credit_only = rule.withholds == "credit"
+            reject(e, rule.name, detail, credit_only=credit_only, against=policy.rule_against.get(rule.name))
+            hit = True
+            break
         if hit:
             continue
         reviewed = reviews.get(e.id)
@@ -660,6 +728,7 @@ def filter_evidence(
         reference_time=ref,
         artifact_checks=art_cache.checked,
         window=(lo, hi),
+        against=[e for e in trusted if e.id in kept],
     )
 
 
@@ -687,6 +756,20 @@ def _passing(policy: LoadedPolicy, e: Evidence, params: Any) -> bool:
     """Would ``e`` be credited as passing (``[acceptance.passing]``)? A kind the table does not name is."""
     cond = policy.passing.get(e.kind)
     return cond is None or cond.holds({"e": e.view(), "params": params})
+
+
+KEPT_AGAINST = (
+    "; not credited, and still evidence against the engine: a failure is withdrawn only by a supersession, "
+    "with its reason"
+)
+
+
+def _counts_against(policy: LoadedPolicy, e: Evidence, params: Any, against: Condition | None) -> bool:
+    """Does ``e`` show a failure a rule withholding credit must not drop: ``against`` (a rule's own, else
+    the kind's ``[acceptance.against]``) holds? A kind with neither is not kept. What is kept can only fail
+    a gate (the verdict judges it apart from the credited evidence), so a kept entry never gives credit."""
+    cond = against if against is not None else policy.against.get(e.kind)
+    return cond is not None and cond.holds({"e": e.view(), "params": params})
 
 
 def _required(reqs: tuple[Any, ...], e: Evidence, ctx: Mapping[str, Any]) -> bool:

@@ -74,6 +74,9 @@ class LoadedPolicy:
     # rule name → its compiled differences: (label, got, want)
     rule_differences: Mapping[str, tuple[tuple[str, Condition, Condition], ...]] = field(default_factory=dict)
     passing: Mapping[str, Condition] = field(default_factory=dict)
+    against: Mapping[str, Condition] = field(default_factory=dict)
+    # rule name → its own ``against`` (a rule that withholds credit and narrows what it keeps)
+    rule_against: Mapping[str, Condition] = field(default_factory=dict)
     review_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
     acceptance_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
     gates: tuple[CompiledGate, ...] = ()
@@ -153,6 +156,13 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
                 for d in rule.differences
             )
     out["rule_differences"] = diffs
+    out["rule_against"] = {
+        rule.name: compile_condition(
+            rule.against, _where(filename, text, "rules", i, "against"), _PASSING_NAMES
+        )
+        for i, rule in enumerate(spec.rules)
+        if rule.against is not None
+    }
     acc = spec.acceptance
     if acc is not None:
         out["passing"] = {
@@ -160,6 +170,12 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
                 expr, _where(filename, text, "acceptance.passing", None, kind), _PASSING_NAMES
             )
             for kind, expr in acc.passing.items()
+        }
+        out["against"] = {
+            kind: compile_condition(
+                expr, _where(filename, text, "acceptance.against", None, kind), _PASSING_NAMES
+            )
+            for kind, expr in acc.against.items()
         }
         for section in ("review_required", "acceptance_required"):
             items = []
@@ -331,8 +347,9 @@ def load_policy(
     if acceptance_policy is not None:
         compiled["rules"] = acceptance_policy.rules + compiled["rules"]
         compiled["rule_differences"] = {**acceptance_policy.rule_differences, **compiled["rule_differences"]}
+        compiled["rule_against"] = {**acceptance_policy.rule_against, **compiled["rule_against"]}
         if spec.acceptance is None:
-            for key in ("passing", "review_required", "acceptance_required"):
+            for key in ("passing", "against", "review_required", "acceptance_required"):
                 compiled[key] = getattr(acceptance_policy, key)
     return LoadedPolicy(
         name=spec.policy.name,

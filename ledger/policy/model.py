@@ -100,6 +100,21 @@ class CelRule(_Model):
     when: str
     detail: str
     differences: list[Difference] = Field(default_factory=list)
+    # What the rule takes away. "record": the entry is not evidence of the subject at all (a probe that
+    # answered another engine). "credit": it is not credited, but a failure it shows stays evidence against
+    # the engine — an entry the kind's ``[acceptance.passing]`` does not hold for and ``against`` (this
+    # rule's, else the kind's ``[acceptance.against]``) does. Only a supersession, with its reason, withdraws
+    # a failure.
+    withholds: Literal["record", "credit"] = "record"
+    against: str | None = None
+
+    @model_validator(mode="after")
+    def _against_needs_credit(self) -> CelRule:
+        if self.against is not None and self.withholds != "credit":
+            raise ValueError(
+                "`against` narrows what a rule that withholds credit keeps: set withholds = 'credit'"
+            )
+        return self
 
 
 class RequirementRule(_Model):
@@ -121,6 +136,9 @@ class BindingsRule(_Model):
 class AcceptanceSection(_Model):
     signers: dict[str, SignerRule] = Field(default_factory=dict)
     passing: dict[str, str] = Field(default_factory=dict)
+    # per kind: which entries that are not passing show a failure — evidence against the engine that a rule
+    # withholding credit (stale, review FAIL, rejected acceptance, missing artifact, bindings …) never drops
+    against: dict[str, str] = Field(default_factory=dict)
     freshness: dict[str, str] = Field(default_factory=dict)
     post_reset_kinds: list[str] = Field(default_factory=list)
     artifacts: Literal["verify", "exists"] = "verify"

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from ledger.trust import Fault, TrustProblem
 
-__all__ = ["RULES", "TRUST_RULES", "Rule", "trust_rejection"]
+__all__ = ["CREDIT_ONLY", "RULES", "TRUST_RULES", "Rule", "trust_rejection"]
 
 
 class Rule(StrEnum):
@@ -39,6 +39,28 @@ class Rule(StrEnum):
     STALE = "stale"
     BEFORE_GPU_RESET = "before-gpu-reset"
 
+
+# The rules that only take credit away: an entry they exclude that shows a failure (the acceptance policy's
+# ``[acceptance.against]``) stays evidence against the engine — reported with ``counts_against``, and judged
+# by every gate, which it can fail and never pass. Every other rule says the entry is not evidence of the
+# subject at all: not trusted (signature, signer, key, role, schema), withdrawn by a supersession with its
+# reason, another host's fact, or output after its job ended (the engine it came from was gone).
+CREDIT_ONLY: frozenset[Rule] = frozenset(
+    {
+        Rule.REJECTED_BY_ACCEPTANCE,
+        Rule.JOB_OF_OTHER_CAMPAIGN,
+        Rule.KILLED_RUN,
+        Rule.ARTIFACT_MISSING,
+        Rule.ARTIFACT_CORRUPT,
+        Rule.ARTIFACT_NOT_STORED,
+        Rule.BINDINGS_MISMATCH,
+        Rule.REVIEW_FAIL,
+        Rule.REVIEW_MISSING,
+        Rule.ACCEPTANCE_MISSING,
+        Rule.STALE,
+        Rule.BEFORE_GPU_RESET,
+    }
+)
 
 _DESCRIPTIONS: dict[Rule, str] = {
     Rule.BAD_SIGNATURE: "signature does not verify",

@@ -136,21 +136,75 @@ def _failed_on(naming: tuple[Condition, str] | None, ctx: dict[str, Any], candid
     return " — " + "; ".join(named) + more
 
 
+def _pool(entries: list[Evidence]) -> tuple[list[Evidence], dict[str, list[Evidence]], bool]:
+    by_kind: dict[str, list[Evidence]] = {}
+    for e in entries:
+        by_kind.setdefault(e.kind, []).append(e)
+    return entries, by_kind, _in_seq_order(entries)
+
+
+def _judge_gate(
+    g: CompiledGate,
+    candidates: list[Evidence],
+    params: dict[str, Any],
+    filtered: Filtered,
+) -> dict[str, Any]:
+    """One gate on its selected evidence: ``status`` (passed, failed, missing), ``reason``, ``evidence``;
+    a missing one says why the ladder stops there (``stopped``, taken out by the caller)."""
+    spec = g.spec
+    ctx = {
+        "evidence": _views(candidates, _gate_fields(g)),
+        "params": params,
+        "manifest": filtered.manifest,
+        "count": len(candidates),
+    }
+    shared = shared_context(ctx)
+    present = g.require.holds(shared) if g.require is not None else bool(candidates)
+    out: dict[str, Any] = {"evidence": [e.id for e in candidates]}
+    if not present:
+        rej = [r for r in filtered.rejected if _safe_selected(r.entry, spec, g, params)]
+        reason = _render(spec.missing, ctx, candidates)
+        if rej:
+            rules = Counter(r.rule for r in rej)
+            listed = ", ".join(f"{n} {rule}" for rule, n in sorted(rules.items()))
+            reason += "; only rejected evidence: " + listed
+        out.update(status="missing", reason=reason, stopped="has no accepted evidence")
+        return out
+    fails = [
+        _render(msg, ctx, candidates) + _failed_on(naming, ctx, candidates)
+        for cond, msg, naming in g.checks
+        if not cond.holds(shared)
+    ]
+    # a failed check is a judgement already; only a gate whose checks all hold can still lack what it needs
+    # to judge (``requires``): then it cannot pass, and says why (INCONCLUSIVE)
+    unmet = None if fails else next((m for cond, m in g.requires if not cond.holds(shared)), None)
+    if unmet is not None:
+        out.update(status="missing", reason=_render(unmet, ctx, candidates), stopped="cannot be judged")
+    else:
+        out.update(
+            status="failed" if fails else "passed", reason="; ".join(fails) if fails else "all checks hold"
+        )
+    return out
+
+
 def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[dict[str, Any], set[str]]:
+    """Walk the ladder. Each gate is judged on the credited evidence; where a rule withheld credit from
+    entries that show a failure (``filtered.against``), the gate is judged again with them added, and
+    fails if it then fails: such entries can fail a gate, never pass it, and never make it INCONCLUSIVE."""
     params = policy.params
     gates: list[dict[str, Any]] = []
     not_credited: list[dict[str, str]] = []
     used: set[str] = set()
     stopped: tuple[str, str] | None = None  # (gate, status) of the first gate that did not pass
     verdict = QUALIFIED
-    by_kind: dict[str, list[Evidence]] = {}
-    for e in filtered.accepted:
-        by_kind.setdefault(e.kind, []).append(e)
+    credited, by_kind, ordered = _pool(filtered.accepted)
     columns: dict[tuple[str, str], list[Any]] = {}
-    ordered = _in_seq_order(filtered.accepted)
+    with_against: tuple[list[Evidence], dict[str, list[Evidence]], bool] | None = None
+    against_columns: dict[tuple[str, str], list[Any]] = {}
+    against_ids = {e.id for e in filtered.against}
     for g in policy.gates:
         spec = g.spec
-        candidates = _candidates(g, filtered.accepted, by_kind, params, columns, ordered)
+        candidates = _candidates(g, credited, by_kind, params, columns, ordered)
         out: dict[str, Any] = {"name": spec.name, "verdict_if_failed": spec.verdict}
         if stopped is not None:
             out.update(
@@ -161,47 +215,24 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             not_credited.extend({"entry": e.id, "gate": spec.name} for e in candidates)
             gates.append(out)
             continue
-        ctx = {
-            "evidence": _views(candidates, _gate_fields(g)),
-            "params": params,
-            "manifest": filtered.manifest,
-            "count": len(candidates),
-        }
-        shared = shared_context(ctx)
-        present = g.require.holds(shared) if g.require is not None else bool(candidates)
-        out["evidence"] = [e.id for e in candidates]
-        if not present:
-            rej = [r for r in filtered.rejected if _safe_selected(r.entry, spec, g, params)]
-            reason = _render(spec.missing, ctx, candidates)
-            if rej:
-                rules = Counter(r.rule for r in rej)
-                reason += "; only rejected evidence: " + ", ".join(
-                    f"{n} {rule}" for rule, n in sorted(rules.items())
-                )
-            out.update(status="missing", reason=reason)
-            stopped = (spec.name, "has no accepted evidence")
+        out.update(_judge_gate(g, candidates, params, filtered))
+        if out["status"] != "failed" and against_ids:
+            if with_against is None:
+                with_against = _pool(sorted([*filtered.accepted, *filtered.against], key=_seq))
+            pool, pool_kinds, pool_ordered = with_against
+            more = _candidates(g, pool, pool_kinds, params, against_columns, pool_ordered)
+            if any(e.id in against_ids for e in more):
+                judged = _judge_gate(g, more, params, filtered)
+                if judged["status"] == "failed":
+                    out.pop("stopped", None)
+                    out.update(judged)
+        why = out.pop("stopped", "")
+        if out["status"] == "missing":
+            stopped = (spec.name, why)
             verdict = INCONCLUSIVE
-        else:
-            fails = [
-                _render(msg, ctx, candidates) + _failed_on(naming, ctx, candidates)
-                for cond, msg, naming in g.checks
-                if not cond.holds(shared)
-            ]
-            # a failed check is a judgement already; only a gate whose checks all hold can still lack what
-            # it needs to judge (``requires``): then it cannot pass, and says why (INCONCLUSIVE)
-            unmet = None if fails else next((m for cond, m in g.requires if not cond.holds(shared)), None)
-            if unmet is not None:
-                out.update(status="missing", reason=_render(unmet, ctx, candidates))
-                stopped = (spec.name, "cannot be judged")
-                verdict = INCONCLUSIVE
-            else:
-                out.update(
-                    status="failed" if fails else "passed",
-                    reason="; ".join(fails) if fails else "all checks hold",
-                )
-                if fails:
-                    stopped = (spec.name, "failed")
-                    verdict = spec.verdict
+        elif out["status"] == "failed":
+            stopped = (spec.name, "failed")
+            verdict = spec.verdict
         used.update(out["evidence"])
         gates.append(out)
     for eid in list(used):

@@ -78,6 +78,15 @@ def rejected(v: dict[str, Any]) -> dict[str, str]:
     return {v["_names"][r["entry"]]: r["rule"] for r in v["rejected"] if r["entry"] in v["_names"]}
 
 
+def counted_against(v: dict[str, Any]) -> dict[str, str]:
+    """The rejected entries a rule only withheld credit from and that still count against the engine."""
+    return {
+        v["_names"][r["entry"]]: r["rule"]
+        for r in v["rejected"]
+        if r["entry"] in v["_names"] and r.get("counts_against") is True
+    }
+
+
 def entry(entries: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return next(e for e in entries if e.get("name") == name)
 
@@ -2111,12 +2120,18 @@ def test_a_probe_claiming_ok_without_an_http_status_is_not_credited(
 def test_a_probe_claiming_ok_beside_an_error_status_is_judged_failed(
     tmp_path: Path, name: str, gate: str, status: int
 ) -> None:
-    """Gates read `ok`, the collector's claim; a record saying ok with HTTP 500 was a pass."""
+    """Gates read `ok`, the collector's claim; a record saying ok with HTTP 500 was a pass. A 5xx (the
+    server's own failure) is a runtime fault, judged first by runtime-stability (it selects probes by the
+    derived `ok`, not the claim); any other non-2xx answer fails the probe's own control gate."""
     es = qualified_entries()
     entry(es, name)["payload"]["http_status"] = status
     v = verdict_of(tmp_path, es)
     assert v["verdict"] != "QUALIFIED"
-    assert gates(v)[gate] == "failed", v["gates"]
+    if status >= 500:
+        assert gates(v)["runtime-stability"] == "failed", v["gates"]
+        assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    else:
+        assert gates(v)[gate] == "failed", v["gates"]
 
 
 def test_a_models_probe_claiming_ok_beside_an_error_status_fails_the_identity_check(tmp_path: Path) -> None:
@@ -3210,7 +3225,7 @@ def test_a_crash_after_readiness_beyond_the_attempt_budget_is_still_a_fault(tmp_
         failure_signature="engine-dead", exit_code=None, signal=6,
     )  # fmt: skip
     v = verdict_of(tmp_path, es)
-    assert "launch-4" not in rejected(v)
+    assert counted_against(v) == {"launch-4": "beyond-attempt-budget"}
     assert rejected(v).get("launch-3") != "beyond-attempt-budget"
     assert gates(v)["runtime-stability"] == "failed"
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
@@ -3227,10 +3242,11 @@ def test_a_clean_launch_beyond_the_budget_is_still_not_credited_for_readiness(tm
     entry(es, "launch")["payload"].update(never_ready)
     v = verdict_of(tmp_path, es)
     assert rejected(v)["launch-4"] == "beyond-attempt-budget"
+    assert "launch-4" not in counted_against(v)
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
     last["payload"].update(failure_signature="engine-dead", signal=6, ended_at="2026-09-10T10:04:50Z")
     v = verdict_of(tmp_path, es)
-    assert "launch-4" not in rejected(v)
+    assert counted_against(v) == {"launch-4": "beyond-attempt-budget"}
     assert gates(v)["api-readiness"] == "failed"
 
 
