@@ -510,6 +510,8 @@ class VerdictRecord(_Model):
     subject: dict[str, str] | None = None
     counts: dict[str, int] = Field(default_factory=dict)
     result_digest: str | None = None
+    # the time it was judged at (freshness and ages); absent in entries recorded before it was kept
+    reference_time: Time | None = None
     used: list[str] = Field(default_factory=list)
     rejected: list[dict[str, str]] = Field(default_factory=list)
     result: dict[str, Any] = Field(default_factory=dict)
@@ -522,6 +524,8 @@ class RoutingChange(_Model):
     allowed: bool | None = None
     reasons: list[str] = Field(default_factory=list)
     deployment: dict[str, Any] = Field(default_factory=dict)
+    # the reference time the change was judged at (`--now`, default the clock); absent in older entries
+    judged_at: Time | None = None
 
 
 class Note(_Model):

@@ -138,8 +138,18 @@ def verdict(
             help="Evaluate the log as it stood at this size: its first SIZE entries (seq 0..SIZE-1).",
         ),
     ] = None,
+    now: Annotated[
+        str | None,
+        typer.Option(
+            help="Judge as of this time (RFC 3339, or e.g. '1 hour ago'; default: with --record the clock, "
+            "else the log time of the last entry)."
+        ),
+    ] = None,
     record: Annotated[
-        bool, typer.Option("--record", help="Append the verdict as a signed `verdict` entry.")
+        bool,
+        typer.Option(
+            "--record", help="Append the verdict as a signed `verdict` entry, judged now (or at --now)."
+        ),
     ] = False,
     key: Annotated[
         str | None, typer.Option(help="Key that signs a recorded verdict (default: the admin key).")
@@ -152,18 +162,24 @@ def verdict(
     if ctx.invoked_subcommand is not None:
         return
     from ledger.canonical import canonical_bytes
+    from ledger.entries import now_utc, parse_when
     from ledger.policy.verdict import evaluate
 
     subj = _subject(subject)
     # the policy loads before the ledger opens: a bad policy is reported before a missing home
     pol = _load_policy(policy or "backend-qualification", policy_dir)
     trust = load_policy_option(trust_policy)
+    # a recorded verdict is judged at the time it is signed (or --now), never at the last entry's log time:
+    # evidence stale now must not be signed QUALIFIED
+    when = parse_when(now) if now else (now_utc() if record else None)
     if record or trust is not None:
         ledger = get_ledger(home)
-        result = ledger.evaluate_verdict(subj, pol, at_size=at)
+        if record:
+            _refuse_past_record(ledger, at, when)
+        result = evaluate(ledger, subj, pol, at_size=at, reference_time=when)
     else:
         reader = _read_ledger(home)
-        result = evaluate(reader, subj, pol, at_size=at)
+        result = evaluate(reader, subj, pol, at_size=at, reference_time=when)
     if trust is not None:  # the checkpoint the verdict was judged at must carry the policy's quorum
         problems = checkpoint_problems(ledger, int(result["checkpoint"]["size"]), trust)
         if problems:
@@ -181,6 +197,25 @@ def verdict(
         _render_verdict(result)
     if entry is not None:
         err.print(f"recorded verdict entry {entry.entry_id} (seq {entry.seq})")
+
+
+def _refuse_past_record(ledger: Any, at: int | None, when: Any) -> None:
+    """A recorded verdict judged at a time before the log time of the last entry it reads judged a log
+    that did not exist then: refused (exit 2, nothing recorded)."""
+    from ledger.entries import format_time, parse_time
+    from ledger.errors import InputError
+
+    size = ledger.size() if at is None else at
+    if when is None or not 0 < size <= ledger.size():
+        return  # the evaluation reports a size out of range
+    with ledger.repo.read() as conn:
+        head_at = ledger.repo.logged_at(conn, size - 1)
+    if when < parse_time(head_at):
+        raise InputError(
+            f"cannot record a verdict judged at {format_time(when)}: the log it reads ends with an entry "
+            f"logged at {head_at} (seq {size - 1}), after that time",
+            hint="record without --now (the verdict is judged now), or judge the past without --record",
+        )
 
 
 @verdict_app.command("replay")

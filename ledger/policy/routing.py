@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ledger.canonical import parse_json
 from ledger.entries import format_time, now_utc, parse_time
-from ledger.errors import InputError, PolicyError, SignatureError, more_problems, validation_problem
+from ledger.errors import (
+    InputError,
+    LedgerError,
+    PolicyError,
+    SignatureError,
+    more_problems,
+    validation_problem,
+)
 from ledger.policy import result_cache
 from ledger.policy.acceptance import _trust_problem, render
 from ledger.policy.loader import ROUTING_NAMES, LoadedPolicy
-from ledger.policy.model import parse_duration
+from ledger.policy.model import QUALIFIED, parse_duration
 from ledger.policy.rules import Rule
 from ledger.policy.snapshot import (
     NO_DERIVED,
@@ -39,6 +47,7 @@ __all__ = [
     "Deployment",
     "Service",
     "check_routing_change",
+    "host_key",
     "load_deployment",
     "record_routing_change",
 ]
@@ -54,6 +63,12 @@ ACTIONS = ("route", "restore")
 # What a service's engine reserves when the deployment does not say (its own default): vLLM's
 # ``--gpu-memory-utilization`` is 0.9. A service of another engine must state its value.
 ENGINE_DEFAULT_UTIL = {"vllm": 0.9}
+
+
+def host_key(name: str) -> str:
+    """A host name as the routing gate compares it: host names are DNS names, case-insensitive (and a
+    trailing dot names the same host), so ``GPU-BOX-1`` and ``gpu-box-1`` are one host everywhere here."""
+    return name.rstrip(".").casefold()
 
 
 class _Strict(BaseModel):
@@ -91,9 +106,12 @@ def load_deployment(path: Path) -> dict[str, Any]:
     except OSError as e:
         raise InputError(f"cannot read deployment {path}: {e.strerror}") from e
     try:
-        data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: not a valid deployment file: {e}") from e
+        # JSON strictly (``parse_json``): a key given twice is refused, as TOML refuses it (``json`` would
+        # keep the last one silently)
+        data = parse_json(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
+    except (InputError, ValueError, UnicodeDecodeError) as e:
+        why = e.message if isinstance(e, InputError) else str(e)
+        raise InputError(f"{path}: not a valid deployment file: {why}") from e
     if not isinstance(data, dict):
         raise InputError(f"{path}: a deployment must be an object with services")
     return _validate_deployment(data, str(path))
@@ -145,9 +163,25 @@ def _validate_deployment(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Per-GPU utilisation sums and per-service views of a deployment, in a deterministic order."""
-    sums: dict[int, float] = {}
+def _exact(value: Any) -> Decimal:
+    """A utilisation as the decimal its text states (a float's shortest round-trip text: ``0.1`` is 1/10,
+    not the binary fraction nearest it), so that sums and bounds compare exactly."""
+    return Decimal(repr(float(value)))
+
+
+def _decimal_text(value: Decimal) -> str:
+    text = format(value.normalize(), "f")
+    return text if text not in ("-0", "") else "0"
+
+
+def _layout(
+    deployment: Mapping[str, Any], util_max: Any = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Per-GPU utilisation sums and per-service views of a deployment, in a deterministic order. Each sum is
+    the exact decimal sum of the stated values, compared exactly with ``util_max`` (the policy's
+    ``gpu_util_sum_max``: ``within_max``); ``util_sum`` is that sum as a number, ``util_sum_text`` its
+    exact text (0.8800000004 is above 0.88, though it rounds to it)."""
+    sums: dict[int, Decimal] = {}
     names: dict[int, list[str]] = {}
     services = []
     for s in deployment["services"]:
@@ -156,8 +190,8 @@ def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[d
         util = 0.0 if cpu else float(s["gpu_memory_utilization"])
         gpus = [int(g) for g in s["gpus"]]
         for g in gpus:
-            sums[g] = sums.get(g, 0.0) + util
-            names.setdefault(g, []).append(f"{s['name']} {util:g}")
+            sums[g] = sums.get(g, Decimal(0)) + _exact(util)
+            names.setdefault(g, []).append(f"{s['name']} {_decimal_text(_exact(util))}")
         env = {str(k): str(v) for k, v in (s.get("env") or {}).items()}
         services.append(
             {
@@ -172,8 +206,16 @@ def _layout(deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[d
                 "gpu_memory_utilization": None if cpu else util,
             }
         )
+    limit = None if util_max is None or isinstance(util_max, bool) else _exact(util_max)
     gpus_out = [
-        {"gpu": g, "util_sum": round(sums[g], 6), "services": names[g], "detail": " + ".join(names[g])}
+        {
+            "gpu": g,
+            "util_sum": float(sums[g]),
+            "util_sum_text": _decimal_text(sums[g]),
+            "within_max": None if limit is None else sums[g] <= limit,
+            "services": names[g],
+            "detail": " + ".join(names[g]),
+        }
         for g in sorted(sums)
     ]
     return gpus_out, services
@@ -194,7 +236,10 @@ def _entries(
     An entry's observed time is never after the log took it (``Evidence.observed_time``), so one the log
     took before ``since`` cannot be recent: the database leaves those out (``logged_since``, a second
     early, as the log writes its times) before any envelope is read, and the observed time decides the
-    rest here — a long campaign's old probes are neither read nor hashed."""
+    rest here — a long campaign's old probes are neither read nor hashed.
+
+    A ``host`` is matched as a host name (``host_key``: case-insensitive): the entries of every spelling of
+    it the log holds for these kinds are read."""
     for t in (*subject.keys(), *subject.values()):
         if "\x00" in t:  # as the service's query says: indexed text never holds NUL
             raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
@@ -205,7 +250,20 @@ def _entries(
     rows = result_cache.recall(st, "kind-rows", args)
     if rows is None:
         with ledger.repo.read() as conn:
-            rows = ledger.repo.subject_kind_rows(conn, subject, kinds, size, logged_since=logged_since)
+            spellings: list[str | None] = [subject["host"]] if "host" in subject else [None]
+            if "host" in subject:
+                key = host_key(subject["host"])
+                spellings += [
+                    h
+                    for h in ledger.repo.kind_hosts(conn, kinds, size)
+                    if h != subject["host"] and host_key(h) == key
+                ]
+            by_seq: dict[int, tuple[Any, ...]] = {}
+            for h in spellings:
+                one = dict(subject) if h is None else {**subject, "host": h}
+                for r in ledger.repo.subject_kind_rows(conn, one, kinds, size, logged_since=logged_since):
+                    by_seq[r[0]] = r
+            rows = [by_seq[q] for q in sorted(by_seq)]
         result_cache.remember(st, "kind-rows", args, rows)
     if since is not None:
         kept = result_cache.recall(st, "collected-since", (args, since))
@@ -400,7 +458,8 @@ def check_routing_change(
                 break
     if deployment is not None:
         deployment = _validate_deployment(deployment, deployment_source or "deployment")
-    gpus, services = _layout(deployment) if deployment is not None else ([], [])
+    util_max = params.get("gpu_util_sum_max")
+    gpus, services = _layout(deployment, util_max) if deployment is not None else ([], [])
     max_probe_age = parse_duration(routing.probe_max_age)
     probes = []
     oldest = when - timedelta(seconds=max_probe_age)
@@ -418,7 +477,9 @@ def check_routing_change(
             f"the reference time {format_time(when)} is before the verdict it would rely on "
             f"(entry {verdict.id[:16]}, logged {verdict.logged_at}); judge as of a time after it"
         )
-    current = _rederive(ledger, policy, verdict, size, match) if verdict is not None else None
+    # re-derived as of the check's reference time (``when``): freshness and ages at the time the change is
+    # judged at, not at the log's last entry (an unrelated append would change the answer)
+    current = _rederive(ledger, policy, verdict, size, match, when) if verdict is not None else None
     host_gpus = _host_gpus(host_entries, usable)
     identities = sorted({p.payload["model_identity"] for p in probes if p.payload.get("model_identity")})
     # the engine a route's traffic must reach: the one the re-derived verdict's approved spec binds (what
@@ -437,6 +498,7 @@ def check_routing_change(
         "max_verdict_age_s": parse_duration(routing.verdict_max_age),
         "host": {
             "name": host_name,
+            "key": host_key(host_name),  # host names compare case-insensitively (DNS names)
             **facts,
             "gpu_indexes": host_gpus[0],
             "gpu_text": host_gpus[1],
@@ -448,7 +510,9 @@ def check_routing_change(
             if bound_engine
             else f"{qualified_engine} (the route's backend: the approved spec binds no engine)"
         ),
-        "deployment": deployment,
+        "deployment": (
+            {**deployment, "host_key": host_key(str(deployment["host"]))} if deployment is not None else None
+        ),
         "gpus": gpus,
         "services": services,
         "probes": [p.view() for p in probes],
@@ -520,14 +584,21 @@ def check_routing_change(
 
 
 def _rederive(
-    ledger: Ledger, policy: LoadedPolicy, verdict: Evidence, size: int, match: Mapping[str, str]
+    ledger: Ledger,
+    policy: LoadedPolicy,
+    verdict: Evidence,
+    size: int,
+    match: Mapping[str, str],
+    when: datetime,
 ) -> dict[str, Any]:
-    """The recorded verdict judged again on the ledger as it stands (``size``), with the qualification
-    policy the routing policy names: a supersession, an acceptance rejecting evidence or a revoked
-    collector key since the verdict was recorded changes the answer at once. The verdict was found by the
-    subject its entry names; what it judged is the subject it evaluated: every requested field (``match``)
-    must be what the re-derived verdict judged (its evaluated subject, else the one value its accepted
-    evidence names) — a verdict entry naming another model than it evaluated qualifies nothing here."""
+    """The recorded verdict judged again on the ledger as it stands (``size``) as of the check's reference
+    time ``when``, with the qualification policy the routing policy names: a supersession, an acceptance
+    rejecting evidence or a revoked collector key since the verdict was recorded changes the answer at
+    once, and so does evidence gone stale by ``when``. The verdict was found by the subject its entry
+    names; what it judged is the subject it evaluated: every requested field (``match``) must be what the
+    re-derived verdict judged (its evaluated subject, else the one value its accepted evidence names; a
+    host compares as a host name) — a verdict entry naming another model than it evaluated qualifies
+    nothing here."""
     from ledger.policy.loader import load_policy
     from ledger.policy.verdict import evaluate, evaluated_subject, names_campaign
 
@@ -545,33 +616,85 @@ def _rederive(
             "reason": f"verdict {verdict.id[:16]} judged no one campaign (subject {subject}): "
             "it cannot be re-derived",
         }
-    result = evaluate(ledger, subject, qual, at_size=size)
+    result = evaluate(ledger, subject, qual, at_size=size, reference_time=when)
     judged = {**result.get("identity", {}), **result["subject"]}
-    wrong = [
-        f"{k}={judged.get(k, '(cannot be told)')}, not {v}" for k, v in match.items() if judged.get(k) != v
-    ]
-    if wrong:
-        return {
-            "verdict": None,
-            "subject": dict(subject),
-            "size": size,
-            "reason": f"verdict {verdict.id[:16]} evaluated {', '.join(wrong)}: "
-            "it does not judge the requested subject",
-            "policy_changed": False,
-        }
-    failing = [g for g in result["gates"] if g["status"] != "passed"]
-    reason = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
+    bindings = (result.get("manifest") or {}).get("bindings") or {}
+    engine = bindings.get("engine")
     same_policy = result["policy"].get("digest") == (verdict.payload.get("policy") or {}).get("digest")
-    engine = (result.get("manifest") or {}).get("bindings", {}).get("engine")
-    return {
-        "verdict": result["verdict"],
+    base: dict[str, Any] = {
         "subject": dict(subject),
         "size": size,
-        "reason": reason,
+        "reference_time": result["reference_time"],
         "policy_changed": not same_policy,
         # the engine the campaign's approved spec binds (its credited launches ran it: bindings rules)
         "engine": engine if isinstance(engine, str) else None,
+        # the device it qualified: "cpu" where its manifest pins a CPU deployment, else a GPU
+        "device": "cpu" if bindings.get("device") == "cpu" else "gpu",
     }
+
+    def same(k: str, got: Any) -> bool:
+        v = match[k]
+        return got == v or (k == "host" and isinstance(got, str) and host_key(got) == host_key(v))
+
+    wrong = [f"{k}={judged[k]}, not {v}" for k, v in match.items() if k in judged and not same(k, judged[k])]
+    untold = [f"{k}=(cannot be told), not {v}" for k, v in match.items() if k not in judged]
+    if wrong or (untold and result["verdict"] == QUALIFIED):
+        return {
+            **base,
+            "verdict": None,
+            "reason": f"verdict {verdict.id[:16]} evaluated {', '.join(wrong + untold)}: "
+            "it does not judge the requested subject",
+            "policy_changed": False,
+        }
+    # not QUALIFIED as of ``when`` (a field it cannot tell is then the evidence it lost: said below)
+    return {**base, "verdict": result["verdict"], "reason": _why_not(ledger, verdict, result)}
+
+
+# rules under which evidence a verdict relied on stops standing after it was recorded
+_WITHDRAWN = (
+    Rule.SUPERSEDED,
+    Rule.REJECTED_BY_ACCEPTANCE,
+    Rule.REVOKED,
+    Rule.OUTSIDE_VALIDITY,
+    Rule.BAD_SIGNATURE,
+)
+
+
+def _why_not(ledger: Ledger, verdict: Evidence, result: Mapping[str, Any]) -> str:
+    """Why the re-derived ``result`` is not QUALIFIED ("" when it is), leading with what changed since the
+    verdict was recorded: evidence it used that no longer stands (superseded, rejected, its key revoked —
+    naming the entry and what took it out) or that went stale by the reference time; then the first gate
+    that did not pass. A gate's own reason can blame a consequence (a host probe of "another host" once the
+    launch that ran there is superseded); the withdrawn evidence is the cause."""
+    from ledger.policy.verdict import recorded_result
+
+    if result["verdict"] == QUALIFIED:
+        return ""
+    failing = [g for g in result["gates"] if g["status"] != "passed"]
+    gate = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
+    try:
+        used = set(recorded_result(ledger.store, verdict.payload, verdict.id).get("used") or [])
+    except LedgerError:
+        used = set()  # the recorded result cannot be read: the rejections of the re-derivation speak
+    rejected = [r for r in result.get("rejected") or [] if not used or r.get("entry") in used]
+    withdrawn = [r for r in rejected if r.get("rule") in _WITHDRAWN]
+    stale = [r for r in rejected if r.get("rule") == Rule.STALE]
+    parts: list[str] = []
+    if withdrawn:
+        parts.append(
+            "the verdict's evidence no longer stands: "
+            + "; ".join(f"{r['kind']} {str(r['entry'])[:16]} {r['detail']}" for r in withdrawn[:3])
+            + (f" (and {len(withdrawn) - 3} more)" if len(withdrawn) > 3 else "")
+        )
+    if stale:
+        parts.append(
+            "its evidence is stale: "
+            + "; ".join(f"{r['kind']} {str(r['entry'])[:16]} {r['detail']}" for r in stale[:3])
+            + (f" (and {len(stale) - 3} more)" if len(stale) > 3 else "")
+        )
+    if parts and gate:
+        gate = f"as a result, {gate}"
+    return "; ".join([*parts, gate] if gate else parts)
 
 
 def _host_gpus(host_entries: list[Evidence], usable: Any) -> tuple[list[int] | None, str]:
@@ -589,15 +712,29 @@ def _host_gpus(host_entries: list[Evidence], usable: Any) -> tuple[list[int] | N
 def record_routing_change(
     ledger: Ledger, result: dict[str, Any], *, key: str, at: datetime | None = None
 ) -> Any:
-    """Append the decision as a signed ``routing.change`` entry (refs the verdict it relied on)."""
+    """Append the decision as a signed ``routing.change`` entry (refs the verdict it relied on), carrying
+    the reference time it was judged at (``judged_at``). A decision judged at a time before the log time of
+    the last entry it read (``--now`` in the past) judged a ledger that did not exist then: it is refused
+    (InputError, nothing recorded) — such a what-if is for reading, not for the record."""
     from ledger.entries import KIND_MODELS
 
+    judged_at = str(result["now"])
+    size = int(result["checkpoint"]["size"])
+    with ledger.repo.read() as conn:
+        head_at = ledger.repo.logged_at(conn, size - 1)
+    if parse_time(judged_at) < parse_time(head_at):
+        raise InputError(
+            f"cannot record a routing decision judged at {judged_at}: the log it read ends with an entry "
+            f"logged at {head_at} (seq {size - 1}), after that time",
+            hint="record without --now (the decision is judged now), or judge the past without --record",
+        )
     dep = result.get("deployment_spec") or {}
     payload = {
         "action": result["action"],
         "allowed": bool(result["allowed"]),
         "reasons": list(result["reasons"]),
         "deployment": dep,
+        "judged_at": judged_at,
     }
     KIND_MODELS[("routing.change", 1)].model_validate(payload)
     refs = [("verdict", result["verdict"]["entry"])] if result.get("verdict") else []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import io
 import json
@@ -14,7 +15,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_bytes
-from ledger.entries import KIND_MODELS, ArtifactRef, parse_time
+from ledger.entries import KIND_MODELS, ArtifactRef, format_time, parse_time
 from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy import result_cache
@@ -431,15 +432,28 @@ def _gc_paused() -> Iterator[None]:
 
 
 def evaluate(
-    ledger: Ledger, subject: dict[str, str], policy: LoadedPolicy, *, at_size: int | None = None
+    ledger: Ledger,
+    subject: dict[str, str],
+    policy: LoadedPolicy,
+    *,
+    at_size: int | None = None,
+    reference_time: datetime | str | None = None,
 ) -> dict[str, Any]:
-    """The verdict JSON for ``subject`` under ``policy`` as the log stood at ``at_size`` (default: now)."""
+    """The verdict JSON for ``subject`` under ``policy`` as the log stood at ``at_size`` (default: now),
+    judged at ``reference_time`` (freshness and ages; default: the log time of the last entry below
+    ``at_size``, so that a verdict reads the same until the log changes)."""
+    when = None if reference_time is None else _reference_text(reference_time)
     with _gc_paused():
-        return _evaluate(ledger, subject, policy, at_size)
+        return _evaluate(ledger, subject, policy, at_size, when)
+
+
+def _reference_text(when: datetime | str) -> str:
+    """A reference time as the log writes times (``format_time``), checked."""
+    return format_time(parse_time(when) if isinstance(when, str) else when)
 
 
 def _evaluate(
-    ledger: Ledger, subject: dict[str, str], policy: LoadedPolicy, at_size: int | None
+    ledger: Ledger, subject: dict[str, str], policy: LoadedPolicy, at_size: int | None, when: str | None
 ) -> dict[str, Any]:
     if policy.kind != "qualification":
         raise PolicyError(
@@ -455,7 +469,7 @@ def _evaluate(
         )
     # the key of this evaluation, remembered while the database is unchanged (``result_cache.stamp``)
     st = result_cache.stamp(ledger)
-    memo_args = (tuple(sorted(subject.items())), at_size, result_cache.policy_files(policy))
+    memo_args = (tuple(sorted(subject.items())), at_size, when, result_cache.policy_files(policy))
     known = result_cache.recall(st, "verdict-key", memo_args)
     if known is not None:
         key, size, when = known
@@ -465,6 +479,8 @@ def _evaluate(
             result["checkpoint"] = {"size": size, "root": checkpoint_root(ledger, size)}
             return result
     raw = read_snapshot_rows(ledger, subject, at_size)
+    if when is not None:  # judged at the caller's reference time, not the last entry's log time
+        raw = dataclasses.replace(raw, reference_time=when)
     # The key leaves out the log size and the reference time: the rows, keyring and hosts read at that
     # size are the inputs, and a remembered result states the reference times it holds at (``window``).
     key = result_cache.key_for(raw, policy)
@@ -597,6 +613,8 @@ def record_verdict(
             "not_credited": len(result.get("not_credited") or []),
         },
         "result_digest": digest,
+        # the time it was judged at (freshness and ages): also in the result, here for every reader
+        "reference_time": result["reference_time"],
     }
     KIND_MODELS[("verdict", 1)].model_validate(payload)
     statement = ledger.make_statement("verdict", subject, payload, artifacts=[artifact], collected_at=at)
@@ -647,7 +665,12 @@ def replay_verdict(
     policy = load_policy(policy_path or pol["name"], policy_dir)
     size = int(payload["checkpoint"]["size"])
     try:
-        current = evaluate(ledger, dict(recorded["subject"]), policy, at_size=size)
+        # at the reference time it was judged at (a verdict recorded at the wall clock is not judged again
+        # at its checkpoint's last log time)
+        when = payload.get("reference_time") or recorded.get("reference_time")
+        current = evaluate(
+            ledger, dict(recorded["subject"]), policy, at_size=size, reference_time=when or None
+        )
     except EntryNotFoundError as e:
         raise LedgerError(f"cannot replay verdict {entry.entry_id}: {e.message}") from e
     differences: list[str] = []

@@ -73,7 +73,9 @@ def test_at_evaluates_the_log_as_it_stood(build, cli) -> None:
 def test_record_then_replay_is_same_and_a_changed_policy_differs(build, cli, policy_copy: Path) -> None:
     b = build("backend-qualification/seed000-runtime-reliability.toml")
     size = b.ledger.size()
-    r = cli("verdict", "--home", str(b.home), "--subject", CAMPAIGN, "--record", "--json")
+    # judged at the log time of the last entry (a recorded verdict is judged at the clock unless --now says)
+    head = b.ledger.get_seq(size - 1).logged_at
+    r = cli("verdict", "--home", str(b.home), "--subject", CAMPAIGN, "--now", head, "--record", "--json")
     assert r.code == 0, r.err
     assert b.ledger.size() == size + 1
     entry = b.ledger.get_seq(size)
@@ -302,7 +304,8 @@ def test_recording_a_verdict_over_a_10k_entry_campaign_fits_the_envelope_limit(t
     subject = f"campaign={bench.CAMPAIGN}"
     ledger = Ledger.open(home)
     size = ledger.size()
-    r = cli("verdict", "--home", str(home), "--subject", subject, "--record", "--json")
+    head = ledger.get_seq(size - 1).logged_at  # judged as of the campaign's last entry, not the clock
+    r = cli("verdict", "--home", str(home), "--subject", subject, "--now", head, "--record", "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
     assert len(result["used"]) > 9_000

@@ -189,14 +189,23 @@ def _dep_error(tmp_path: Path, services: list[dict[str, Any]]) -> str:
     return ei.value.message
 
 
-def test_a_cpu_deployment_has_no_gpu_indexes_and_is_allowed_on_a_host_with_gpus(build) -> None:
+def test_a_cpu_deployment_of_a_model_qualified_on_gpu_is_refused_naming_both_devices(build) -> None:
+    """A CPU service takes no GPU indexes (and needs none on the host), but the campaign of the verdict
+    qualified the model on a GPU (its manifest pins no CPU deployment): routing it to a CPU service would
+    send traffic to a device no verdict qualified. (Before: allowed.)"""
     b = build("routing-change/seed004-router.toml")
     r = check(b, CPU_ONLY)
-    assert r["allowed"] is True, r["reasons"]
+    assert r["allowed"] is False
     assert r["deployment_spec"]["services"][0]["device"] == "cpu"
     assert r["deployment_spec"]["services"][0]["gpus"] == []
     checks = {c["name"]: c["status"] for c in r["checks"]}
     assert checks["deployment-host"] == "passed"
+    assert checks["gpu-indexes-exist"] == "passed"  # no GPU index to find: only the device is wrong
+    assert checks["deployment-device"] == "failed"
+    assert r["reasons"] == [
+        "service vllm-embed serves Qwen3-Embedding-8B on device cpu, but the verdict's campaign qualified it "
+        "on device gpu: the change would route traffic to a device no verdict qualified"
+    ]
 
 
 def test_a_gpu_deployment_on_a_host_without_gpus_fails_closed(build) -> None:
@@ -208,7 +217,8 @@ def test_a_gpu_deployment_on_a_host_without_gpus_fails_closed(build) -> None:
         {"hostname": "gpu-box-1", "os": "linux", "kernel": "6.8", "gpus": []},
         "collector",
     )
-    assert check(b, CPU_ONLY)["allowed"] is True  # the CPU service needs no GPU
+    r = check(b, CPU_ONLY)  # the CPU service needs no GPU: only its device is not the one qualified
+    assert {c["name"] for c in r["checks"] if c["status"] == "failed"} == {"deployment-device"}
     dep = {
         "host": "gpu-box-1",
         "services": [{"name": "x", "model": "Qwen3-Embedding-8B", "device": "gpu", "gpus": [0]}],
