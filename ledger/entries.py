@@ -341,7 +341,9 @@ def pin_bindings(pin: Mapping[str, Any]) -> dict[str, str]:
 class EngineLaunch(_Model):
     engine: str  # vllm | llamacpp | sglang | native | fault
     command: list[str]
-    attempt: int = 1
+    attempt: int = Field(
+        default=1, ge=1
+    )  # a claim (the policy derives attempts from the log), but a sane one
     bindings: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     lease_seconds: Lease | None = None
@@ -349,10 +351,10 @@ class EngineLaunch(_Model):
     ended_at: Time | None = None
     ready: bool
     ready_endpoint: str | None = None
-    time_to_ready_s: float | None = None
-    phases: dict[str, float] = Field(default_factory=dict)
+    time_to_ready_s: Figure | None = None  # a negative or infinite time measured nothing
+    phases: dict[str, Figure] = Field(default_factory=dict)
     exit_code: int | None = None
-    signal: int | None = None
+    signal: int | None = Field(default=None, ge=1, le=127)  # a POSIX signal number
     lease_expired: bool = False
     failure_signature: str | None = None
     failure_detail: str | None = None
@@ -371,7 +373,7 @@ class HealthProbe(_Model):
     # a closed set: a misspelled check is refused at ingest, never silently selected by no gate
     check: Literal["health", "models", "completion", "structured", "sequential", "restoration"] = "health"
     ok: bool
-    http_status: int | None = None
+    http_status: int | None = Field(default=None, ge=100, le=599)  # an HTTP status code, or none (no answer)
     latency_ms: Figure | None = None
     model_identity: str | None = None
     sleeping: bool | None = None

@@ -126,6 +126,70 @@ CASES = {
         ],
         "artifact-missing",
     ),
+    # regression: negative or impossible numbers a gate or rule reads were stored as given
+    "negative-time-to-ready": (
+        [
+            "record",
+            "engine.launch",
+            "-s",
+            "campaign=c",
+            "-s",
+            "host=h",
+            "--data",
+            '{"engine": "vllm", "command": ["vllm"], "started_at": "2026-09-10T10:00:00Z", "ready": true, '
+            '"time_to_ready_s": -40.0}',
+            "--key",
+            "hostA",
+        ],
+        "schema-violation",
+    ),
+    "attempt-zero": (
+        [
+            "record",
+            "engine.launch",
+            "-s",
+            "campaign=c",
+            "-s",
+            "host=h",
+            "--data",
+            '{"engine": "vllm", "command": ["vllm"], "started_at": "2026-09-10T10:00:00Z", "ready": true, '
+            '"attempt": 0}',
+            "--key",
+            "hostA",
+        ],
+        "schema-violation",
+    ),
+    "negative-signal": (
+        [
+            "record",
+            "engine.launch",
+            "-s",
+            "campaign=c",
+            "-s",
+            "host=h",
+            "--data",
+            '{"engine": "vllm", "command": ["vllm"], "started_at": "2026-09-10T10:00:00Z", "ready": true, '
+            '"signal": -6}',
+            "--key",
+            "hostA",
+        ],
+        "schema-violation",
+    ),
+    "http-status-not-a-status": (
+        [
+            "record",
+            "health.probe",
+            "-s",
+            "campaign=c",
+            "-s",
+            "host=h",
+            "--data",
+            '{"endpoint": "/health", "ok": false, "http_status": -1}',
+            "--key",
+            "hostA",
+        ],
+        "schema-violation",
+    ),
     "bad-subject-syntax": (
         ["record", "note", "-s", "campaign", "--data", '{"text": "x"}', "--key", "hostA"],
         "bad-input",

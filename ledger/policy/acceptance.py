@@ -671,14 +671,25 @@ def filter_evidence(
                     latest_acc.id,
                 )
                 continue
-            if credited_review is not None and latest_acc.signer == credited_review.signer:
-                # two people: the key that reviewed the result does not also decide to accept it
+            # two people: a key that reviewed the result (any PASS of it, not only the credited one — the
+            # answer does not depend on the order the reviews were logged in) does not also accept it
+            own_pass = next(
+                (
+                    r
+                    for r in review_list
+                    if r.payload.get("result") == "PASS" and r.signer == latest_acc.signer
+                ),
+                credited_review
+                if credited_review is not None and credited_review.signer == latest_acc.signer
+                else None,
+            )
+            if own_pass is not None:
                 reject(
                     e,
                     Rule.ACCEPTANCE_MISSING,
                     f"{e.kind} needs an acceptance (ref subject) and has none; its acceptance "
                     f"{latest_acc.id[:16]} is signed by the key that signed its review PASS "
-                    f"{credited_review.id[:16]} ({latest_acc.signer_name}): not an independent decision",
+                    f"{own_pass.id[:16]} ({latest_acc.signer_name}): not an independent decision",
                     latest_acc.id,
                 )
                 continue
@@ -874,7 +885,8 @@ def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Map
     launch leaves out is a mismatch (it cannot be compared, so it fails closed), whatever else it records.
     Shards (``shard:*``) are compared where the launch records them: the model revision, which is
     required, already names the pinned bytes (a hub commit, or the BLAKE3 of a local model's file
-    listing). ``require`` (``require_manifest``): a key of ``keys`` the manifest pins nothing for is a
+    listing); a shard the launch binds that the pin does not list is a mismatch (it loaded a file the pin
+    never verified). ``require`` (``require_manifest``): a key of ``keys`` the manifest pins nothing for is a
     mismatch too."""
     bindings = e.payload.get("bindings", {}) or {}
     shards = sorted(k for k in manifest if k.startswith("shard:")) if "shard:*" in keys else []
@@ -896,6 +908,13 @@ def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Map
             diffs.append(f"{k} not recorded (pinned {manifest[k]}): cannot be compared to the pin")
         elif str(bindings[k]) != manifest[k]:
             diffs.append(f"{k} {bindings[k]} != pinned {manifest[k]}")
+    if shards:
+        # a file the launch loaded that the pin does not list: the pinned files are not all it ran
+        diffs += [
+            f"{k} {bindings[k]} is bound but not pinned (the model pin lists no such file)"
+            for k in sorted(bindings)
+            if str(k).startswith("shard:") and k not in manifest
+        ]
     if not diffs:
         return None
     return "bindings not equal to the pinned manifest: " + "; ".join(diffs)

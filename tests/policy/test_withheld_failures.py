@@ -417,3 +417,49 @@ def test_a_benchmark_recorded_before_any_launch_started_is_not_credited(tmp_path
     v = verdict_of(tmp_path, es)
     assert rejected(v).get("benchmark") == "before-launch"
     assert v["verdict"] != QUALIFIED
+
+
+def test_a_failed_benchmark_names_its_own_reason_not_acceptance(tmp_path: Path) -> None:
+    """Regression: a failed benchmark run was reported as "benchmark acceptance failed", though no
+    acceptance failed: the gate now names the run and the reason the harness recorded."""
+    es = qualified_entries()
+    bench = _bench(es)
+    bench.update(status="failed", reason="ttft_ms.p95@c4 = 2410 above the bound 2000")
+    bench["figures"]["ttft_ms.p95@c4"] = 2410.0
+    v = verdict_of(tmp_path, es)
+    reason = next(g["reason"] for g in v["gates"] if g["name"] == "benchmark")
+    assert "acceptance" not in reason
+    assert "ttft_ms.p95@c4 = 2410 above the bound 2000" in reason
+    assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE"
+
+
+@pytest.mark.parametrize("acceptor", ["reviewer", "reviewer2"])
+def test_a_key_that_passed_the_review_may_not_accept_whichever_pass_is_latest(
+    tmp_path: Path, acceptor: str
+) -> None:
+    """Regression: only the latest PASS was compared with the acceptance's key, so a reviewer who PASSed
+    first could accept once a second reviewer had PASSed after them (the answer depended on log order)."""
+    es = qualified_entries()
+    second = copy.deepcopy(entry(es, "benchmark-review"))
+    second.update(name="benchmark-review-2", key="reviewer2", at="2026-09-10T10:41:00Z")
+    es.insert(es.index(entry(es, "benchmark-review")) + 1, second)
+    entry(es, "benchmark-acceptance")["key"] = acceptor
+    keys = {
+        "collector": ["collector"],
+        "reviewer": ["reviewer"],
+        "reviewer2": ["reviewer"],
+        "operator": ["operator"],
+    }
+    v = verdict_of(tmp_path, es, keys=keys)
+    assert rejected(v).get("benchmark") == "acceptance-missing"
+    assert v["verdict"] == "INCONCLUSIVE"
+
+
+def test_a_launch_binding_a_shard_the_pin_does_not_list_is_not_credited(tmp_path: Path) -> None:
+    """Regression: shards were compared only where both named them, so a launch that loaded a file the
+    model pin never verified (an extra adapter, a second weights file) was credited."""
+    es = qualified_entries()
+    entry(es, "launch")["payload"]["bindings"]["shard:extra.safetensors"] = "c" * 64
+    v = verdict_of(tmp_path, es)
+    assert rejected(v).get("launch") == "bindings-mismatch"
+    assert v["verdict"] != QUALIFIED
