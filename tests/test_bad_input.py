@@ -30,6 +30,13 @@ def assert_unchanged(cli, before: int) -> None:  # type: ignore[no-untyped-def]
     assert ver["size"] == before
 
 
+def _launch_with(field: str) -> list[str]:
+    """``ledger record engine.launch`` of an otherwise valid ready launch with one more ``field``."""
+    data = '{"engine": "vllm", "command": ["vllm"], "started_at": "2026-09-10T10:00:00Z", "ready": true, '
+    return ["record", "engine.launch", "-s", "campaign=c", "-s", "host=h", "--data", data + field + "}",
+            "--key", "hostA"]  # fmt: skip
+
+
 CASES = {
     "unknown-kind": (
         ["record", "gpu.magic", "-s", "campaign=c", "--data", "{}", "--key", "hostA"],
@@ -127,54 +134,9 @@ CASES = {
         "artifact-missing",
     ),
     # regression: negative or impossible numbers a gate or rule reads were stored as given
-    "negative-time-to-ready": (
-        [
-            "record",
-            "engine.launch",
-            "-s",
-            "campaign=c",
-            "-s",
-            "host=h",
-            "--data",
-            '{"engine": "vllm", "command": ["vllm"], "started_at": "2026-09-10T10:00:00Z", "ready": true, '
-            '"time_to_ready_s": -40.0}',
-            "--key",
-            "hostA",
-        ],
-        "schema-violation",
-    ),
-    "attempt-zero": (
-        [
-            "record",
-            "engine.launch",
-            "-s",
-            "campaign=c",
-            "-s",
-            "host=h",
-            "--data",
-            '{"engine": "vllm", "command": ["vllm"], "started_at": "2026-09-10T10:00:00Z", "ready": true, '
-            '"attempt": 0}',
-            "--key",
-            "hostA",
-        ],
-        "schema-violation",
-    ),
-    "negative-signal": (
-        [
-            "record",
-            "engine.launch",
-            "-s",
-            "campaign=c",
-            "-s",
-            "host=h",
-            "--data",
-            '{"engine": "vllm", "command": ["vllm"], "started_at": "2026-09-10T10:00:00Z", "ready": true, '
-            '"signal": -6}',
-            "--key",
-            "hostA",
-        ],
-        "schema-violation",
-    ),
+    "negative-time-to-ready": (_launch_with('"time_to_ready_s": -40.0'), "schema-violation"),
+    "attempt-zero": (_launch_with('"attempt": 0'), "schema-violation"),
+    "negative-signal": (_launch_with('"signal": -6'), "schema-violation"),
     "http-status-not-a-status": (
         [
             "record",
