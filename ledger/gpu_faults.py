@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_CATALOGUE",
     "EVENT_PATTERNS",
     "MAX_LINE",
+    "UNRECOGNISED",
     "Catalogue",
     "EventRow",
     "GpuEventClass",
@@ -56,6 +57,9 @@ _KIND = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _XID_LINE = re.compile(r"NVRM: Xid \([^)]*\): (\d{1,6})\b")
 # (event kind, pattern): the first matching pattern names a kernel log line's event. The collector parses
 # lines with these; the policy engine reads a recorded event's line again with them (``Catalogue.classify``)
+# the event kind of a GPU error line no other pattern knows: the catalogue lists no such kind, so it is
+# class ``unknown`` (contact support) and fails closed
+UNRECOGNISED = "gpu-error-unrecognised"
 EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nvrm-xid", re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?:(?P<xid>\d{1,6})\b)?")),
     ("gpu-fell-off-bus", re.compile(r"NVRM: GPU (?:at )?(?P<device>\S+?):? (?:GPU )?has fallen off the bus")),
@@ -76,6 +80,32 @@ EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("queue-eviction-failed", re.compile(r"Failed to evict (process )?queues?", re.IGNORECASE)),
     ("gpu-page-fault", re.compile(r"\[(gfxhub|mmhub)\d*\] (no-retry )?page fault|GPU fault detected")),
     ("gpu-hang", re.compile(r"GPU hang|HW Exception by GPU", re.IGNORECASE)),
+    (
+        "gpu-init-failed",
+        re.compile(r"RmInitAdapter failed|NVRM: .*failed to (?:initiali[sz]e|allocate) .*GPU"),
+    ),
+    ("gpu-lost", re.compile(r"GPU (?:is|has been) lost|\bGPU lost\b", re.IGNORECASE)),
+    (
+        "uncorrectable-memory-error",
+        re.compile(
+            r"uncorrectable (?:hardware |ECC |memory )?errors?|\bRAS\b.*\b(?:ECC|uncorrect)", re.IGNORECASE
+        ),
+    ),
+    (
+        "driver-module-unsigned",
+        re.compile(
+            r"(?:nvidia|amdgpu)\w*: module verification failed: signature and/or required key missing"
+        ),
+    ),
+    # last: a line about the GPU that says something failed, which no kind above knows (kept as unknown)
+    (
+        UNRECOGNISED,
+        re.compile(
+            r"(?i)(?=.*(?:NVRM|amdgpu|\bdrm\b|\[drm|\bkfd\b|nvidia|\bMES\b|\bGPU\b))"
+            r".*\b(?:error|fail(?:ed|ure|s)?|lost|fault|timeout|timed out|uncorrectable|unrecoverable|hang|"
+            r"critical|corrupt\w*|panic)\b"
+        ),
+    ),
 )
 MAX_LINE = 64 * 1024  # a longer "line" is not a kernel message; only its start is looked at
 

@@ -16,7 +16,7 @@ from ledger.cli import main
 from ledger.collectors.kernel import KernelRead, classify_kernel_events, kernel_payload, parse_kernel_log
 from ledger.entries import validate_payload
 from ledger.errors import ConfigError
-from ledger.gpu_faults import DEFAULT_CATALOGUE, GpuEventClass, classify_events, load_catalogue
+from ledger.gpu_faults import DEFAULT_CATALOGUE, UNRECOGNISED, GpuEventClass, classify_events, load_catalogue
 from ledger.hashing import blake3_hex
 from ledger.service import Ledger
 
@@ -115,8 +115,46 @@ def test_every_event_kind_the_collector_names_has_a_catalogue_class() -> None:
     from ledger.collectors.kernel import EVENT_PATTERNS
 
     cat = load_catalogue()
-    kinds = {k for k, _ in EVENT_PATTERNS} - {"nvrm-xid"}
+    kinds = {k for k, _ in EVENT_PATTERNS} - {"nvrm-xid", UNRECOGNISED}
     assert kinds == set(cat.events), "add the new event kind to collectors/gpu_faults.toml"
+    assert UNRECOGNISED not in cat.events  # its class is `unknown`: it fails closed
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "fault_class"),
+    [
+        ("NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0x56:1474)", "gpu-init-failed", "gpu-fault"),
+        ("NVRM: GPU 0000:3b:00.0: GPU is lost", "gpu-lost", "gpu-fault"),
+        (
+            "amdgpu 0000:03:00.0: amdgpu: 2 uncorrectable hardware errors detected in umc block",
+            "uncorrectable-memory-error",
+            "memory-ecc",
+        ),
+        (
+            "nvidia: module verification failed: signature and/or required key missing - tainting kernel",
+            "driver-module-unsigned",
+            "informational",
+        ),
+        # a GPU line that says something failed and that no kind knows: kept, unknown (contact support)
+        ("amdgpu 0000:03:00.0: [drm] *ERROR* psp gfx command LOAD_TA(0x1) failed", UNRECOGNISED, "unknown"),
+        ("NVRM: nvAssertFailedNoLog: Assertion failed: 0 @ gpu_mgr.c:296", UNRECOGNISED, "unknown"),
+    ],
+)
+def test_gpu_lines_no_earlier_kind_knew_are_recorded_never_dropped(
+    line: str, kind: str, fault_class: str
+) -> None:
+    """Regression: the kernel collector dropped GPU lines no pattern knew (RmInitAdapter failed, a RAS
+    uncorrectable error, a GPU lost, any new *ERROR*): a run beside them was judged as if the log were
+    clean. Each is now an event, and one no kind knows is class `unknown`, which fails closed."""
+    (event,) = parse_kernel_log(f"[  100.000000] {line}\n")
+    assert event["kind"] == kind
+    (fact,) = classify_events([event], load_catalogue())
+    assert fact["fault_class"] == fault_class
+
+
+def test_benign_gpu_driver_lines_are_not_events() -> None:
+    text = "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n[drm] Initialized amdgpu 3.57.0\n"
+    assert parse_kernel_log(text) == []
 
 
 def test_unknown_kinds_and_codes_are_unknown_never_dropped() -> None:
@@ -239,7 +277,7 @@ UNUSED = (
 
 def test_the_catalogue_lists_exactly_nvidias_used_rows() -> None:
     cat = load_catalogue()
-    assert cat.version == 2
+    assert cat.version == 3
     assert set(cat.xids) == LISTED
     assert not LISTED & UNUSED
     assert set(range(1, 173)) == LISTED | UNUSED
