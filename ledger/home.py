@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import secrets
 import socket
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,6 +118,37 @@ class Home:
                 raise ConfigError(f"{self.receipts_path}:{n}: not a receipt")
             out.append(doc)
         return out
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """The newest signed checkpoint of the home's own log this home published or read (a C2SP signed
+        note): the anchor ``ledger verify`` and ``ledger audit`` check the database against, outside it."""
+        return self.path / "checkpoint"
+
+    def held_checkpoint(self) -> str | None:
+        """The signed note of the checkpoint this home holds, or None when it holds none yet."""
+        try:
+            return self.checkpoint_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{self.checkpoint_path}: unreadable ({e})") from e
+
+    @contextlib.contextmanager
+    def checkpoint_lock(self) -> Iterator[None]:
+        """Held while the held checkpoint is read, compared and replaced: two processes of one home never
+        replace a newer checkpoint with an older one."""
+        fd = os.open(self.path / ".checkpoint.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def hold_checkpoint(self, note: str) -> None:
+        """Replace the held checkpoint (atomically: a crash leaves the old one or the new one). The caller
+        holds ``checkpoint_lock`` and has checked that the new one extends the one held."""
+        write_atomic(self.checkpoint_path, note.encode("utf-8"))
 
     def exists(self) -> bool:
         return self.config_path.is_file()

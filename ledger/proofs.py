@@ -193,6 +193,7 @@ class AuditReport:
     other_logs: int = 0  # receipts of other logs, skipped
     newest_index: int | None = None
     tree_size: int | None = None
+    held_checkpoint: int | None = None  # the size of the checkpoint the home holds, checked (own log)
     problems: list[dict[str, Any]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -206,6 +207,7 @@ class AuditReport:
             "other_logs": self.other_logs,
             "newest_index": self.newest_index,
             "tree_size": self.tree_size,
+            "held_checkpoint": self.held_checkpoint,
             "problems": self.problems,
         }
 
@@ -216,11 +218,16 @@ def audit_receipts(
     fetch: Callable[[str], dict[str, Any] | None],
     *,
     origin: str,
+    columns: Callable[[str], LogRecord | None] | None = None,
 ) -> AuditReport:
     """Check every receipt of the log ``origin``: signed by the log key, and its entry still in the log
     with the same log record (index, logged_at, entry id …), proved included under a checkpoint the log
     signs now. The newest receipts matter most (no checkpoint anyone holds may cover them yet): each is
-    checked, whatever its age. A missing entry, an altered record or a bad proof is a problem."""
+    checked, whatever its age. A missing entry, an altered record or a bad proof is a problem.
+
+    The receipt is compared with the record the leaf commits (the proof carries its bytes), never with
+    what readers are shown; ``columns(entry_id)`` (a local audit): the record as the log's readers see it
+    (its row's index, ``logged_at``, kind and signer columns), which must be the committed one too."""
     report = AuditReport(origin)
     latest: dict[str, dict[str, Any]] = {}
     for doc in receipts:
@@ -262,4 +269,11 @@ def audit_receipts(
             )
             continue
         report.tree_size = max(report.tree_size or 0, int(result["tree_size"]))
+        shown = columns(rec.entry_id) if columns is not None else None
+        if shown is not None and shown != rec:
+            problem(
+                ReceiptMismatchError.code,
+                f"the log shows entry {rec.entry_id} at index {shown.index} logged {shown.logged_at}; the "
+                f"record its leaf commits (and its receipt) says index {rec.index} logged {rec.logged_at}",
+            )
     return report

@@ -96,7 +96,7 @@ from ledger.tokens import (
     verify_token,
 )
 from ledger.trust import TrustedLog, authorise, replay_keys
-from ledger.verify import VerifyProblem, VerifyReport, verify_log
+from ledger.verify import VerifyProblem, VerifyReport, check_held, verify_log
 
 if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log` / `show` start without it
     from ledger.policy.fixtures import FixtureResult
@@ -199,9 +199,21 @@ class Ledger:
     """A ledger home opened for use: database, store, keys."""
 
     def __init__(
-        self, home: Home, cfg: HomeConfig, *, database_url: str | None = None, store_path: str | None = None
+        self,
+        home: Home,
+        cfg: HomeConfig,
+        *,
+        database_url: str | None = None,
+        store_path: str | None = None,
+        home_bound: bool = False,
     ) -> None:
+        """``home_bound``: this process is the home's own user (the CLI, ``ledger.cli._common.get_ledger``),
+        not a server appending for remote clients: every entry ``append`` appends gets the log's receipt
+        kept in the home (``HOME/receipts.jsonl``, ``ledger audit``), and every checkpoint it signs for a
+        read, not only those it publishes, may advance the checkpoint the home holds (``HOME/checkpoint``)."""
         self.home = home
+        self.home_bound = home_bound
+        self._held_size: int | None = None  # the size of the checkpoint this process knows the home holds
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
         self.engine: Engine = make_engine(self.database_url)
@@ -236,6 +248,7 @@ class Ledger:
         store: str | None = None,
         admin_key: str = "admin",
         genesis_at: datetime | None = None,
+        home_bound: bool = False,
     ) -> Ledger:
         """Create a home: migrate the database, make the store, the admin and log keys, enrol the admin.
 
@@ -261,7 +274,7 @@ class Ledger:
             root_key_id=admin.key_id,
             admin_key=admin_key,
         )
-        ledger = cls(home, cfg)
+        ledger = cls(home, cfg, home_bound=home_bound)
         ledger.store.init()
         if ledger.size() == 0:
             genesis = ledger.make_statement(
@@ -280,9 +293,17 @@ class Ledger:
         return ledger
 
     @classmethod
-    def open(cls, path: Path, *, database_url: str | None = None, store: str | None = None) -> Ledger:
+    def open(
+        cls,
+        path: Path,
+        *,
+        database_url: str | None = None,
+        store: str | None = None,
+        home_bound: bool = False,
+    ) -> Ledger:
+        """Open the ledger of the home at ``path``; ``home_bound``: see ``Ledger.__init__`` (the CLI)."""
         home = Home(path)
-        return cls(home, home.config(), database_url=database_url, store_path=store)
+        return cls(home, home.config(), database_url=database_url, store_path=store, home_bound=home_bound)
 
     def close(self) -> None:
         with self._sequencer:  # the committer thread leads what is queued, then ends
@@ -574,7 +595,12 @@ class Ledger:
                 self._pending.clear()
         if group:
             self._lead(group)
-        return req.answer()
+        entries = req.answer()
+        if self.home_bound:
+            # the one place a home-bound process keeps receipts: every command that appends (record,
+            # review, supersede, keys, verdict --record, …) goes through here, so none can forget one
+            self.keep_receipts([self.receipt(e) for e in entries])
+        return entries
 
     def submit(
         self,
@@ -1191,9 +1217,52 @@ class Ledger:
         return verifier_key(self.note_key_name, self.log_public_key())
 
     def _sign(self, size: int, root: bytes) -> Checkpoint:
-        return sign_checkpoint(
+        """Sign a checkpoint of the tree the database holds at ``size`` (every caller read its root from the
+        database). A home-bound process holds it when it is newer than the checkpoint the home holds."""
+        cp = sign_checkpoint(
             self.cfg.origin, size, root, self._log_signing_key(), key_name=self.note_key_name
         )
+        if self.home_bound:
+            self._hold(cp)
+        return cp
+
+    def held(self) -> Checkpoint | None:
+        """The checkpoint this home holds (``HOME/checkpoint``: the newest its processes published or
+        read), its signature checked; None when it holds none. ``ProofError`` when the file is not a
+        checkpoint of this log."""
+        note = self.home.held_checkpoint()
+        if note is None:
+            return None
+        try:
+            return self.held_checkpoint(note)
+        except LedgerError as e:
+            raise ProofError(
+                f"{self.home.checkpoint_path} is not a signed checkpoint of this log: {e.message}",
+                hint="it is the anchor verify checks the database against: restore it, or remove it to "
+                "hold the next checkpoint the home publishes",
+            ) from e
+
+    def _hold(self, cp: Checkpoint) -> None:
+        """Make ``cp`` the checkpoint the home holds when it is newer than the held one and the log still
+        extends the held one (never a fork: the held checkpoint stays, for ``verify`` to report). Outside
+        the database, so deleting checkpoint rows does not remove the anchor. Best effort: a home that
+        cannot be written keeps its older anchor (an append or read never fails for it)."""
+        if self._held_size is not None and cp.size <= self._held_size:
+            return
+        with contextlib.suppress(LedgerError, OSError, sa.exc.SQLAlchemyError), self.home.checkpoint_lock():
+            held = self.held()
+            if held is not None and held.size >= cp.size:
+                self._held_size = held.size
+                return
+            if held is not None:
+                with self.repo.read(snapshot=True) as conn:
+                    if self.repo.size(conn) < cp.size:
+                        return
+                    tree = self._tree_at(conn, cp.size)
+                    if tree.root() != cp.root or tree.root(held.size) != held.root:
+                        return  # the log no longer extends what the home holds: keep the evidence
+            self.home.hold_checkpoint(cp.note)
+            self._held_size = cp.size
 
     def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint:
         """A checkpoint of the log as the database holds it now (or at an earlier size), signed and not
@@ -1216,6 +1285,7 @@ class Ledger:
         cp = self.signed_checkpoint(size=size)
         if store:
             self._store_checkpoint(cp)
+            self._hold(cp)  # published: the home holds it, outside the database
         return cp
 
     def publish_checkpoint(self, *, wait: bool = False) -> Checkpoint:
@@ -1483,12 +1553,34 @@ class Ledger:
             except EntryNotFoundError:
                 return None
 
-        return audit_receipts(
+        def columns(entry_id: str) -> LogRecord | None:
+            """The record as the log's readers see it: the row's columns (``log``, ``show``, the policy)."""
+            try:
+                e = self.get(entry_id)
+            except EntryNotFoundError:
+                return None
+            return LogRecord(e.seq, e.logged_at, e.entry_id, e.kind, e.signer)
+
+        own = fetch is None and (origin is None or origin == self.cfg.origin)
+        report = audit_receipts(
             self.home.receipts() if receipts is None else receipts,
             public_key or self.log_public_key().b64,
             fetch or local,
             origin=origin or self.cfg.origin,
+            columns=columns if own else None,
         )
+        if own:  # the home's own log: also against the checkpoint the home holds, outside the database
+            held: Checkpoint | None = None
+            try:
+                held = self.held()
+                problems = check_held(self.repo, held) if held is not None else []
+            except LedgerError as e:
+                problems = [VerifyProblem(e.code, e.message)]
+            report.held_checkpoint = held.size if held is not None else None
+            report.problems.extend(
+                {"entry_id": None, "index": None, "code": str(p.code), "message": p.message} for p in problems
+            )
+        return report
 
     def inclusion(self, id_or_prefix: str, *, size: int | None = None) -> dict[str, Any]:
         """An inclusion proof of the entry's log record, with the record and envelope it names (read only)."""
@@ -1555,11 +1647,21 @@ class Ledger:
         workers: int | None = None,
         since: str | Checkpoint | None = None,
         progress: Callable[[int], object] | None = None,
+        anchor: bool = True,
     ) -> VerifyReport:
         """Verify the log (``ledger.verify``); ``since``: a held signed checkpoint (note text or parsed) to
-        verify incrementally from; ``progress(n)``: n more entries checked (the CLI's bar)."""
+        verify incrementally from; ``progress(n)``: n more entries checked (the CLI's bar). ``anchor``:
+        also against the checkpoint the home holds (``HOME/checkpoint``): a log smaller than it, or one
+        whose first entries are not the ones it commits, is a ``log-inconsistent`` problem."""
         held = self.held_checkpoint(since) if isinstance(since, str) else since
-        return verify_log(
+        anchor_problem: VerifyProblem | None = None
+        home_cp: Checkpoint | None = None
+        if anchor:
+            try:
+                home_cp = self.held()
+            except LedgerError as e:
+                anchor_problem = VerifyProblem(e.code, e.message)
+        report = verify_log(
             self.repo,
             self.store,
             database_url=self.database_url,
@@ -1571,7 +1673,11 @@ class Ledger:
             workers=workers,
             progress=progress,
             since=held,
+            anchor=home_cp,
         )
+        if anchor_problem is not None:
+            report.problems.insert(0, anchor_problem)
+        return report
 
     def iter_rows(self, batch: int = 5000) -> Iterator[Any]:
         return self.repo.iter_rows(batch)

@@ -48,7 +48,7 @@ from ledger.store.base import ArtifactStore
 from ledger.tiles import TileBuilder, TileTree, tile_last_seq
 from ledger.trust import TrustedLog, replay_keys
 
-__all__ = ["Problem", "VerifyProblem", "VerifyReport", "verify_log"]
+__all__ = ["Problem", "VerifyProblem", "VerifyReport", "check_held", "verify_log"]
 
 _CHUNK = 4000
 
@@ -95,6 +95,7 @@ class VerifyReport:
     checkpoints_checked: int = 0
     tiles_checked: int = 0
     checked_from: int = 0  # the size of the held checkpoint verification started from (0: the whole log)
+    anchor: int | None = None  # the size of the checkpoint the home holds the log was checked against
     incomplete_uploads: int = 0  # temp files of writers that died mid-put: information, never artifacts
     problems: list[VerifyProblem] = field(default_factory=list)
 
@@ -110,6 +111,7 @@ class VerifyReport:
             "checkpoints_checked": self.checkpoints_checked,
             "tiles_checked": self.tiles_checked,
             "checked_from": self.checked_from,
+            "held_checkpoint": self.anchor,
             "incomplete_uploads": self.incomplete_uploads,
             "problems": [p.to_json() for p in self.problems],
         }
@@ -257,6 +259,54 @@ class _Order:
     v1_builder: TileBuilder | None
     checkpoints: Iterator[Any]
     next_cp: Any
+    anchor: Checkpoint | None = None  # the home's held checkpoint, checked as the tree passes its size
+
+
+HOME_HOLDS = "the signed checkpoint this home holds"
+
+
+def lost_message(size: int, held: int, whose: str) -> str:
+    """``the log has N entries; this home holds a signed checkpoint of size M (entries lost)``."""
+    holder = "this home holds a signed checkpoint" if whose == HOME_HOLDS else f"{whose} is"
+    return f"the log has {size} entries; {holder} of size {held} (entries lost)"
+
+
+def _consistent(
+    repo: LogRepo, conn: Any, since: Checkpoint, problems: list[VerifyProblem], whose: str
+) -> int | None:
+    """The log's size when it is consistent with the held checkpoint ``since`` (a consistency proof from
+    the tiles, checked against the held root); None, with the problem named, when entries were lost or
+    the log before it was rewritten."""
+    s = since.size
+    current = repo.size(conn)
+    if s > current:
+        problems.append(VerifyProblem(Problem.LOG_INCONSISTENT, lost_message(current, s, whose)))
+        return None
+    now = TileTree(repo.tile_source(conn), current)
+    try:
+        proof = now.consistency_proof(s) if s else []
+        if s:
+            verify_consistency(s, current, since.root, now.root(), proof)
+        elif since.root != now.root(0):
+            raise ProofError("the held checkpoint of size 0 has another root than the empty tree")
+    except LedgerError as e:
+        problems.append(
+            VerifyProblem(
+                Problem.LOG_INCONSISTENT,
+                f"the log is not consistent with {whose} at size {s} (rewritten before it): {e.message}",
+            )
+        )
+        return None
+    return current
+
+
+def check_held(repo: LogRepo, held: Checkpoint) -> list[VerifyProblem]:
+    """Whether the log is consistent with the checkpoint the home holds (``ledger audit``'s check: one
+    snapshot, O(log n) tile reads); the problems, empty when it is."""
+    problems: list[VerifyProblem] = []
+    with repo.read(snapshot=True) as conn:
+        _consistent(repo, conn, held, problems, HOME_HOLDS)
+    return problems
 
 
 def _held_start(
@@ -266,29 +316,8 @@ def _held_start(
     after proving the log consistent with it. None (with the problem named) when it is not."""
     s = since.size
     with repo.read(snapshot=True) as conn:
-        current = repo.size(conn)
-        if s > current:
-            problems.append(
-                VerifyProblem(
-                    Problem.LOG_INCONSISTENT,
-                    f"the held checkpoint is of size {s}; the log has {current} entries (entries lost)",
-                )
-            )
-            return None
-        now = TileTree(repo.tile_source(conn), current)
-        try:
-            proof = now.consistency_proof(s) if s else []
-            if s:
-                verify_consistency(s, current, since.root, now.root(), proof)
-            elif since.root != now.root(0):
-                raise ProofError("the held checkpoint of size 0 has another root than the empty tree")
-        except LedgerError as e:
-            problems.append(
-                VerifyProblem(
-                    Problem.LOG_INCONSISTENT,
-                    f"the log is not consistent with the held checkpoint at size {s}: {e.message}",
-                )
-            )
+        current = _consistent(repo, conn, since, problems, "the held checkpoint")
+        if current is None:
             return None
         # Below the checkpoint the tree is proved; each key entry and the last entry are checked against
         # its leaves (so the keys and the log time carried over are the ones the checkpoint commits).
@@ -335,12 +364,18 @@ def verify_log(
     workers: int | None = None,
     progress: Callable[[int], object] | None = None,
     since: Checkpoint | None = None,
+    anchor: Checkpoint | None = None,
 ) -> VerifyReport:
     """Check the whole log (and, with ``artifacts``, every stored artifact); every problem is reported.
 
     ``since``: a signed checkpoint of this log the caller holds (its signature already checked): the log
     must be consistent with it, and only the entries after it (and the checkpoints and tiles they
-    complete) are checked again."""
+    complete) are checked again.
+
+    ``anchor``: the checkpoint the home holds outside the database (``HOME/checkpoint``, signature
+    checked): the log must not be smaller than it (entries lost), and the tree the log's records build
+    must have its root at its size (no rewritten prefix) — checked like a stored checkpoint, from the
+    re-derived leaves, so deleting checkpoint rows or tiles does not hide either."""
     report = VerifyReport()
     problems: list[VerifyProblem] = report.problems
     with repo.read() as conn:
@@ -370,6 +405,14 @@ def verify_log(
             problems.append(VerifyProblem(Problem.SEQ_GAP, f"the log starts at seq {lo}, not 0", seq=lo))
     order.next_cp = next(order.checkpoints, None)
     start = order.expected_seq
+    if anchor is not None:
+        report.anchor = anchor.size
+        if anchor.size >= start:
+            order.anchor = anchor  # checked as the tree passes its size (``_check_anchor``)
+        else:  # verifying from a newer held checkpoint: the anchor below it is proved by the tiles
+            with repo.read(snapshot=True) as conn:
+                _consistent(repo, conn, anchor, problems, HOME_HOLDS)
+    _check_anchor(order, report)
 
     def checkpoints_upto(size: int) -> None:
         """Check the stored checkpoints of ``size`` (the tree stands at it) and below not yet checked."""
@@ -414,6 +457,10 @@ def verify_log(
         order.next_cp = next(order.checkpoints, None)
     report.size = len(order.builder)
     report.root = order.builder.root().hex()
+    if order.anchor is not None and order.anchor.size > report.size:
+        problems.append(
+            VerifyProblem(Problem.LOG_INCONSISTENT, lost_message(report.size, order.anchor.size, HOME_HOLDS))
+        )
 
     stale = getattr(store, "stale_incoming", None)
     if stale is not None:
@@ -491,6 +538,8 @@ def _in_order(
                         )
         if v1_builder is not None and v1_leaf is not None:
             v1_builder.append(v1_leaf)
+        if order.anchor is not None and order.anchor.size == len(builder):
+            _check_anchor(order, report)
         if next_cp is not None and next_cp.size <= len(builder):
             checkpoints_upto(len(builder))
             next_cp = order.next_cp
@@ -528,6 +577,23 @@ def _in_order(
                         seq=last_seq,
                     )
                 )
+
+
+def _check_anchor(order: _Order, report: VerifyReport) -> None:
+    """At the size of the checkpoint the home holds: the tree the log's records build has its root (a
+    problem of the ledger, like a checkpoint's: the leaf rewritten is named by its own checks)."""
+    cp = order.anchor
+    if cp is None or cp.size != len(order.builder):
+        return
+    order.anchor = None  # checked
+    if order.builder.root() != cp.root:
+        report.problems.append(
+            VerifyProblem(
+                Problem.LOG_INCONSISTENT,
+                f"the log's first {cp.size} entries are not the ones {HOME_HOLDS} commits "
+                "(the log was rewritten before it)",
+            )
+        )
 
 
 def _check_checkpoint(

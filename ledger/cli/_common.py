@@ -140,11 +140,23 @@ def home_path(home: Path | None = None) -> Path:
     return resolve_home(home or STATE.home)
 
 
-def get_ledger(home: Path | None = None) -> Ledger:
-    """Open the ledger of ``--home`` (sub-command option, then the global one, then env/default)."""
+def get_ledger(home: Path | None = None, *, database_url: str | None = None) -> Ledger:
+    """Open the ledger of ``--home`` (sub-command option, then the global one, then env/default).
+
+    Every command opens its ledger here (or in ``init_ledger``), home-bound: each entry it appends gets
+    the log's receipt kept in the home, and each checkpoint it publishes or reads may advance the one the
+    home holds (``Ledger.__init__``), so no command can forget either."""
     from ledger.service import Ledger
 
-    return Ledger.open(home_path(home))
+    return Ledger.open(home_path(home), database_url=database_url, home_bound=True)
+
+
+def init_ledger(path: Path, *, database_url: str | None = None, store: str | None = None) -> Ledger:
+    """Create a ledger home (``ledger init``, a collector host's first ``ledger enrol``), home-bound as
+    ``get_ledger``: the genesis entry's receipt is kept too."""
+    from ledger.service import Ledger
+
+    return Ledger.init(path, database_url=database_url, store=store, home_bound=True)
 
 
 def get_reader(home: Path | None = None) -> EntryReader:

@@ -33,6 +33,7 @@ from ledger.cli._common import (
     err,
     get_ledger,
     home_path,
+    init_ledger,
     out,
     parse_subject,
     print_items,
@@ -156,13 +157,12 @@ def enrol_cmd(
     """
     from ledger.collectors.remote import LedgerClient
     from ledger.errors import HomeNotInitialisedError
-    from ledger.service import Ledger
 
     path = home_path(home)
     try:
-        ledger = Ledger.open(path)
+        ledger = get_ledger(path)
     except HomeNotInitialisedError:
-        ledger = Ledger.init(path)
+        ledger = init_ledger(path)
         err.print(f"initialised a local home at {path} (this host's keys and spool)")
     if not ledger.has_private_key(key):
         ledger.new_key(key, ["collector"])

@@ -22,6 +22,7 @@ from ledger.cli._common import (
     get_reader,
     get_store,
     home_path,
+    init_ledger,
     out,
     parse_subject,
     print_items,
@@ -88,10 +89,8 @@ def init(
     json_out: JsonOption = False,
 ) -> None:
     """Create a ledger home: database (Alembic), artifact store, admin and log keys."""
-    from ledger.service import Ledger
-
     path = home_path(home)
-    ledger = Ledger.init(path, database_url=database_url, store=store)
+    ledger = init_ledger(path, database_url=database_url, store=store)
     info = {"home": str(path), **ledger.describe()}
     if json_out:
         print_json(info)
@@ -367,8 +366,7 @@ def record(
         refs=_parse_pairs(ref, "--ref"),
         collected_at=time_arg(collected_at),
     )
-    receipt = ledger.receipt(entry)
-    ledger.keep_receipts([receipt])  # `ledger audit` checks the entry is still there, as it was received
+    receipt = ledger.receipt(entry)  # kept in the home by the append (`ledger audit` checks it)
     if json_out:
         print_json({**entry.to_json(ledger.signer_names().get(entry.signer)), "receipt": receipt.to_json()})
     else:
@@ -484,12 +482,11 @@ def verify(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Check every signature, chain link, Merkle root, tile, checkpoint and artifact (streaming, in
-    bounded memory); exit 1 on any problem."""
+    bounded memory), and the log against the signed checkpoint this home holds (HOME/checkpoint: a log
+    smaller than it, or rewritten before it, is a problem); exit 1 on any problem."""
     from rich.text import Text
 
-    from ledger.service import Ledger
-
-    ledger = Ledger.open(home_path(), database_url=database_url) if database_url else get_ledger()
+    ledger = get_ledger(database_url=database_url)
     note = since.read_text(encoding="utf-8") if since is not None else None
     with progress("verifying the ledger", total=ledger.size(), unit="entries", quiet=json_out) as bar:
         report = ledger.verify(artifacts=artifacts, workers=workers, since=note, progress=bar.hook)
@@ -501,9 +498,10 @@ def verify(
             err.print(Text.assemble(("problem", "red"), f" [{p.code}] {where}: {p.message}"), soft_wrap=True)
         status = "ok" if report else f"{len(report.problems)} problem(s)"
         start = f" (from the held checkpoint at {report.checked_from})" if since is not None else ""
+        held = f", against the home's checkpoint at {report.anchor}" if report.anchor is not None else ""
         sys.stdout.write(
             f"{status}: {report.size} entries{start}, root {report.root[:16]}…, "
-            f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints\n"
+            f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints{held}\n"
         )
     return Outcome.OK if report else Outcome.NO
 
@@ -526,7 +524,8 @@ def audit(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Check every receipt this home kept (HOME/receipts.jsonl): each received entry is still in the log,
-    at the index and log time its receipt says, under a checkpoint the log signs now. Exit 1 if not."""
+    at the index and log time its receipt says, under a checkpoint the log signs now; and (the home's own
+    log) the log against the signed checkpoint the home holds (HOME/checkpoint). Exit 1 if not."""
     ledger = get_ledger()
     key = (
         Path(public_key[1:]).read_text().strip() if public_key and public_key.startswith("@") else public_key
@@ -548,9 +547,8 @@ def audit(
         print_json(report.to_json())
     else:
         for p in report.problems:
-            err.print(
-                f"[red]problem[/] [{p['code']}] index {p['index']} {p['entry_id'][:16]}: {p['message']}"
-            )
+            where = f"index {p['index']} {p['entry_id'][:16]}" if p["entry_id"] else "ledger"
+            err.print(f"[red]problem[/] [{p['code']}] {where}: {p['message']}")
         status = "ok" if report else f"{len(report.problems)} problem(s)"
         out.print(
             f"{status}: {report.receipts} receipts of {report.origin} checked, "
