@@ -444,7 +444,14 @@ def filter_evidence(
                 # a job any terminal entry says was killed or cancelled was stopped, whatever another says
                 # (`succeeded`, then `killed`: the records contradict each other, and a stop is not a pass)
                 stopped_by.setdefault(str(j.payload.get("job_id")), j)
-    _derive(trusted, set(superseded_by), frozenset(acc.job_output_kinds), store, terminal)
+    _derive(
+        trusted,
+        set(superseded_by),
+        frozenset(acc.job_output_kinds),
+        store,
+        terminal,
+        campaign=snap.subject.get("campaign"),
+    )
     # a job's end as recorded, never after the log took its terminal entry (a claimed later end would credit
     # output logged after it)
     ended_at = {t.id: (_job_end(t) if t.payload.get("ended_at") else None) for t in terminal.values()}
@@ -1055,12 +1062,16 @@ def _derive(
     output_kinds: frozenset[str],
     store: ArtifactStore,
     terminal: Mapping[str, Evidence],
+    *,
+    campaign: str | None = None,
 ) -> None:
     """Facts the log itself establishes, set as ``e.derived`` (CEL: ``e.derived.*``), never taken from
     the entry's own claims:
 
-    * ``attempt`` — for an ``engine.launch`` of the evaluated subject, its position among the subject's
-      trusted, not superseded launches in log order (1, 2, …); for any other entry, the attempt of the
+    * ``attempt`` — for an ``engine.launch`` of the evaluated subject, its position among the trusted, not
+      superseded launches of the subject **and of its campaign** in log order (1, 2, …): the attempt
+      budget is the campaign's, so a verdict narrowed to one host still counts the attempts made on
+      another (``campaign``: the evaluated one); for any other entry, the attempt of the
       latest such launch started at or before the entry was collected (0: before any launch). Probes of
       an attempt beyond the budget are thereby beyond it too.
     * ``job`` — for kinds in ``output_kinds``, the ``job_id`` of the job of the same campaign it ran in,
@@ -1184,8 +1195,10 @@ def _derive(
             end = _classify_end(e.payload, outcome, end_signatures)
             derived["end_failure_signature"] = end.signature
             derived["end_failure_class"] = end.failure_class
+            of_campaign = campaign is not None and e.subject.get("campaign") == campaign
+            if (e.in_subject or of_campaign) and e.id not in superseded:
+                n += 1  # the campaign's attempts, on whichever host
             if e.in_subject and e.id not in superseded:
-                n += 1
                 derived["attempt"] = n
                 started = e.payload.get("started_at")
                 try:

@@ -463,3 +463,27 @@ def test_a_launch_binding_a_shard_the_pin_does_not_list_is_not_credited(tmp_path
     v = verdict_of(tmp_path, es)
     assert rejected(v).get("launch") == "bindings-mismatch"
     assert v["verdict"] != QUALIFIED
+
+
+def test_a_verdict_narrowed_to_one_host_counts_the_campaigns_attempts_on_another(tmp_path: Path) -> None:
+    """Regression: attempts were counted among the evaluated subject's launches, so a verdict narrowed to
+    `host=gpu-box-1` did not count three failed attempts the campaign made on gpu-box-2 first: the
+    campaign's fourth launch was credited as attempt 1, past the attempt budget."""
+    es = qualified_entries()
+    launch = entry(es, "launch")
+    for i in (1, 2, 3):
+        other = copy.deepcopy(launch)
+        other.update(name=f"other-host-{i}", at=f"2026-09-10T10:00:{20 + i}Z", subject={"host": "gpu-box-2"})
+        other["payload"].update(
+            started_at=f"2026-09-10T10:00:{10 + i}Z",
+            ready=False,
+            failure_signature="uva-unavailable",
+            exit_code=1,
+        )
+        es.insert(es.index(launch), other)
+    v = verdict_of(tmp_path, es)
+    assert rejected(v).get("launch") == "beyond-attempt-budget"
+    assert gates(v)["api-readiness"] == "failed"
+    assert v["verdict"] == RUNTIME
+    # the neighbour: the same campaign on one host only — the launch is attempt 1 and qualifies
+    assert verdict_of(tmp_path, qualified_entries())["verdict"] == QUALIFIED
