@@ -68,6 +68,8 @@ def policy_with(tmp_path: Path, semantic_digest: str, **params: str) -> Any:
     text = re.sub(
         r'(?m)^semantic_corpus_digest = ".*"$', f'semantic_corpus_digest = "{semantic_digest}"', text
     )
+    # and its size: the test's corpus (SEMANTIC_ITEMS) is the approved one
+    text = re.sub(r"(?m)^semantic_corpus_items = .*$", f"semantic_corpus_items = {len(SEMANTIC_ITEMS)}", text)
     for name, value in params.items():
         text, n = re.subn(rf"(?m)^{name} = .*$", f"{name} = {value}", text)
         assert n == 1, name

@@ -487,3 +487,55 @@ def test_a_verdict_narrowed_to_one_host_counts_the_campaigns_attempts_on_another
     assert v["verdict"] == RUNTIME
     # the neighbour: the same campaign on one host only — the launch is attempt 1 and qualifies
     assert verdict_of(tmp_path, qualified_entries())["verdict"] == QUALIFIED
+
+
+@pytest.mark.parametrize(
+    "bindings",
+    [
+        {"served_models": "some-other-model-70b"},
+        {"served_models": "mm,m-large"},
+        {},
+        None,
+        {"served_models": 7},
+    ],
+    ids=["another-model", "a-prefix-is-not-the-id", "none-recorded", "bindings-left-out", "mistyped"],
+)
+def test_a_benchmark_of_an_endpoint_not_serving_the_approved_model_is_not_credited(
+    tmp_path: Path, bindings: dict[str, Any] | None
+) -> None:
+    """Regression: the model a benchmark measured was never compared with the campaign's approved one: a
+    stub serving `some-other-model-70b` qualified the campaign."""
+    es = qualified_entries()
+    bounds = _bench(es)["bounds"]
+    if bindings is None:
+        del bounds["bindings"]
+    else:
+        bounds["bindings"] = bindings
+    v = verdict_of(tmp_path, es)
+    assert rejected(v).get("benchmark") == "benchmark-other-model"
+    assert v["verdict"] == "INCONCLUSIVE"
+
+
+def test_a_benchmark_of_an_endpoint_serving_several_models_among_them_the_approved_one_counts(
+    tmp_path: Path,
+) -> None:
+    es = qualified_entries()
+    _bench(es)["bounds"]["bindings"] = {"served_models": "embed-small,m"}
+    assert verdict_of(tmp_path, es)["verdict"] == QUALIFIED
+
+
+@pytest.mark.parametrize("items", [1, 11, None])
+def test_a_semantic_result_scored_on_fewer_items_than_the_approved_corpus_is_not_credited(
+    tmp_path: Path, items: int | None
+) -> None:
+    """Regression: the corpus size was the result's own claim, so a run that asked 1 item of the
+    approved 12-item corpus (all passed: score 1.0) passed the semantic gate."""
+    es = qualified_entries()
+    counts = entry(es, "semantic")["payload"]["counts"]
+    if items is None:
+        del counts["items"]
+    else:
+        counts.update(items=items, asked=items, passed=items)
+    v = verdict_of(tmp_path, es)
+    assert rejected(v).get("semantic") == "semantic-spec-mismatch"
+    assert v["verdict"] == "INCONCLUSIVE"
