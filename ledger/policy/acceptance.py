@@ -455,6 +455,16 @@ def filter_evidence(
     # a job's end as recorded, never after the log took its terminal entry (a claimed later end would credit
     # output logged after it)
     ended_at = {t.id: (_job_end(t) if t.payload.get("ended_at") else None) for t in terminal.values()}
+    output_kinds = frozenset(acc.job_output_kinds)
+    # campaign → job_id → (start, end or None): when each job of the campaign ran, by its first running
+    # entry and its first terminal one (its ended_at, else when the log took it)
+    job_windows: dict[Any, dict[str, tuple[datetime, datetime | None]]] = {}
+    for j in sorted(job_entries.values(), key=lambda x: x.seq):
+        if j.payload.get("state") == "running" and j.id not in superseded_by:
+            jid = str(j.payload.get("job_id"))
+            term = terminal.get(jid)
+            until = (ended_at[term.id] or term.observed_time) if term is not None else None
+            job_windows.setdefault(j.subject.get("campaign"), {}).setdefault(jid, (j.observed_time, until))
     # The reference time decides which GPU resets count and which entries are stale, nothing else here:
     # [lo, hi] is the range of reference times for which both come out the same (``Filtered.window``).
     lo, hi = _EARLIEST, _LATEST
@@ -547,6 +557,17 @@ def filter_evidence(
             derived_job = e.derived["job"]
             if derived_job is not None and derived_job not in job_ids:
                 job_ids.append(derived_job)
+            if e.kind in output_kinds and e.in_subject:
+                # and the job of its campaign that ran when it says it was collected: output of a job that
+                # was then killed stays that job's though it is logged late, in the next job (a spool
+                # pushed later) — a claimed time only ever adds a job, so it can only take credit away
+                for jid, (start, end) in job_windows.get(e.subject.get("campaign"), {}).items():
+                    if (
+                        jid not in job_ids
+                        and start <= e.collected_time
+                        and (end is None or e.collected_time <= end)
+                    ):
+                        job_ids.append(jid)
             job_term: Evidence | None = None
             if terminal:
                 ends = [terminal[j] for j in job_ids if j in terminal]

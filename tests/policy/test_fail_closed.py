@@ -40,8 +40,12 @@ def qualified_entries() -> list[dict[str, Any]]:
 
 
 def serves(entries: list[dict[str, Any]], served_name: str) -> None:
-    """Make ``served_name`` the model id the campaign's approved spec binds (its job's spec.bindings)."""
+    """Make ``served_name`` the model id the campaign's approved spec binds (its job's spec.bindings), and
+    the id the benchmark's endpoint served (its bounds.bindings.served_models), where there is one."""
     entry(entries, "campaign-job")["payload"]["spec"]["bindings"]["served_name"] = served_name
+    bench = next((e for e in entries if e.get("name") == "benchmark"), None)
+    if bench is not None and "bindings" in bench["payload"].get("bounds", {}):
+        bench["payload"]["bounds"]["bindings"] = {"served_models": served_name}
 
 
 def verdict_of(
@@ -1015,10 +1019,15 @@ def test_output_after_a_terminal_job_without_ended_at_is_rejected(tmp_path: Path
 )
 def test_semantic_pass_without_the_whole_corpus_scored_fails(tmp_path: Path, counts: dict[str, int]) -> None:
     """Regression: a semantic `gate.result` recorded as passed with score 1.0 was credited whatever its
-    counts said (or without any): the score is now held to the counts behind it."""
+    counts said (or without any): the score is now held to the counts behind it. A result whose item count
+    is not the approved corpus's (left out, 0) did not run that corpus: not credited (INCONCLUSIVE)."""
     es = qualified_entries()
     entry(es, "semantic")["payload"]["counts"] = counts
     v = verdict_of(tmp_path, es)
+    if counts.get("items") != 12:
+        assert rejected(v)["semantic"] == "semantic-spec-mismatch"
+        assert v["verdict"] == "INCONCLUSIVE"
+        return
     assert gates(v)["semantic"] == "failed"
     assert v["verdict"] == "NOT QUALIFIED — SEMANTIC QUALITY"
 

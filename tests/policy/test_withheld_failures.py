@@ -539,3 +539,20 @@ def test_a_semantic_result_scored_on_fewer_items_than_the_approved_corpus_is_not
     v = verdict_of(tmp_path, es)
     assert rejected(v).get("semantic") == "semantic-spec-mismatch"
     assert v["verdict"] == "INCONCLUSIVE"
+
+
+def test_output_of_a_killed_job_logged_late_in_the_next_job_is_not_credited(tmp_path: Path) -> None:
+    """Regression: the job an entry belongs to was the one running when the log took it, so a READY
+    control collected in a job that was then killed, and pushed late (a spool) while the campaign's next
+    job ran, naming no job, was credited to the next job."""
+    es = qualified_entries()
+    entry(es, "campaign-done")["payload"].update(state="killed", exit_code=143)
+    second = copy.deepcopy(entry(es, "campaign-job"))
+    second.update(name="second-job", at="2026-09-10T10:51:00Z")
+    second["payload"].update(job_id="campaign-2", started_at="2026-09-10T10:51:00Z")
+    late = copy.deepcopy(entry(es, "completion"))
+    late.update(name="late-control", at="2026-09-10T10:40:00Z", logged_at="2026-09-10T10:52:00Z")
+    del late["refs"]
+    es += [second, late]
+    v = verdict_of(tmp_path, es)
+    assert rejected(v).get("late-control") == "killed-run"
