@@ -373,6 +373,7 @@ def filter_evidence(
     rejected: dict[str, Rejection] = {}
 
     kept: set[str] = set()
+    against_memo: dict[tuple[Any, ...], bool] = {}  # a stale 10,000-probe campaign: a few CEL calls
 
     def reject(
         e: Evidence,
@@ -390,7 +391,7 @@ def filter_evidence(
             return
         if credit_only is None:
             credit_only = rule in CREDIT_ONLY
-        if credit_only and _counts_against(policy, e, params, against):
+        if credit_only and _counts_against(policy, e, params, against, against_memo):
             kept.add(e.id)
             rejected[e.id] = Rejection(e, rule, detail + KEPT_AGAINST, by, counts_against=True)
         else:
@@ -803,12 +804,27 @@ KEPT_AGAINST = (
 )
 
 
-def _counts_against(policy: LoadedPolicy, e: Evidence, params: Any, against: Condition | None) -> bool:
+def _counts_against(
+    policy: LoadedPolicy,
+    e: Evidence,
+    params: Any,
+    against: Condition | None,
+    memo: dict[tuple[Any, ...], bool] | None = None,
+) -> bool:
     """Does ``e`` show a failure a rule withholding credit must not drop: ``against`` (a rule's own, else
     the kind's ``[acceptance.against]``) holds? A kind with neither is not kept. What is kept can only fail
     a gate (the verdict judges it apart from the credited evidence), so a kept entry never gives credit."""
     cond = against if against is not None else policy.against.get(e.kind)
-    return cond is not None and cond.holds({"e": e.view(), "params": params})
+    if cond is None:
+        return False
+    reads = _e_reads(cond.source)
+    key = _memo_key("against:" + cond.source, reads, e) if reads is not None and memo is not None else None
+    if key is not None and memo is not None and key in memo:
+        return memo[key]
+    holds = cond.holds({"e": e.view(), "params": params})
+    if key is not None and memo is not None:
+        memo[key] = holds
+    return holds
 
 
 def _required(reqs: tuple[Any, ...], e: Evidence, ctx: Mapping[str, Any]) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.entries import format_time, now_utc
+from ledger.entries import format_time, now_utc, parse_time
 from ledger.recorder import LocalRecorder
 from ledger.service import Ledger
 from ledger.tokens import create_token
@@ -106,9 +106,13 @@ def build(tmp: Path) -> CampaignLedger:
     [launch] = led.query(subject={"campaign": "gpu-hang"}, kind="engine.launch", limit=5)
     ids["launch"] = launch.entry_id
     ids["log"] = next(a.digest for a in launch.statement.artifacts if a.name == "stderr.log")
-    subj = dict(
-        led.query(subject={"campaign": "healthy"}, kind="engine.launch", limit=1)[0].statement.subject
-    )
+    [healthy_launch] = led.query(subject={"campaign": "healthy"}, kind="engine.launch", limit=1)
+    subj = dict(healthy_launch.statement.subject)
+    # the harness runs ran while the campaign's engine did: they were collected between its start and its
+    # end (a harness result collected after the launch ended measured no engine of the campaign)
+    run = healthy_launch.statement.payload
+    began, ended = parse_time(run["started_at"]), parse_time(run["ended_at"])
+    during = format_time(began + (ended - began) / 2)
     # the harness runs, recorded here by hand, in a job of their own: output logged after the campaign's
     # run job ended belongs to that job and is not credited (`after-job-terminal`)
     led.record(
@@ -128,6 +132,7 @@ def build(tmp: Path) -> CampaignLedger:
             "figures": {"score": 1.0},
         },
         key="collector",
+        collected_at=during,
     )
     led.record(
         "review",
@@ -149,6 +154,9 @@ def build(tmp: Path) -> CampaignLedger:
                 "issued": 576,
                 "completed": 576,
                 "errors": 0,
+                "completed@c1": 192,
+                "completed@c4": 192,
+                "completed@c32": 192,
             },
             "bounds": {
                 "concurrency": [1, 4, 32],
@@ -156,12 +164,17 @@ def build(tmp: Path) -> CampaignLedger:
                 "repetitions": 2,
                 "corpus_digest": BENCH_CORPUS,
                 "outcome": "completed",
+                "aggregate": True,
                 "valid": True,
+                "invalid_reasons": [],
+                "parity": {"level": 1, "compared": 96, "matched": 96, "fraction": 1.0},
+                "bindings": {"served_models": "fault-model"},
                 "figures": _benchmark_figures(),
             },
             "figures": _benchmark_figures(),
         },
         key="collector",
+        collected_at=during,
     )
     ids["benchmark"] = bench.entry_id
     led.record(
