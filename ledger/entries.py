@@ -304,6 +304,21 @@ class ModelFile(_Model):
     expected: str | None = None  # digest from the HF blob name, when known
     verified: bool | None = None  # None: nothing to verify against
 
+    @model_validator(mode="after")
+    def _verified_against_what_it_states(self) -> ModelFile:
+        # verified against nothing, or an LFS blob whose name (its SHA-256) is not the digest computed:
+        # the record contradicts itself (the collector verifies an LFS file by that very equality)
+        if self.verified is True and self.expected is None:
+            raise ValueError(
+                f"file {self.path!r} is verified = true with no expected digest to verify against"
+            )
+        if self.verified is True and self.lfs and self.expected != self.sha256:
+            raise ValueError(
+                f"file {self.path!r} is verified = true, but its expected digest {self.expected} is not its "
+                f"sha256 {self.sha256}"
+            )
+        return self
+
 
 class ModelPin(_Model):
     repo_id: str | None = None
@@ -314,6 +329,16 @@ class ModelPin(_Model):
     total_size: int = Field(ge=0)
     verification: Literal["passed", "failed", "not_applicable"] = "not_applicable"
     failures: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _each_file_once(self) -> ModelPin:
+        # one path listed twice, with two digests: which bytes the pin pins cannot be told
+        seen: set[str] = set()
+        for f in self.files:
+            if f.path in seen:
+                raise ValueError(f"file {f.path!r} is listed more than once")
+            seen.add(f.path)
+        return self
 
     @model_validator(mode="after")
     def _total_is_the_files(self) -> ModelPin:

@@ -6,9 +6,12 @@ import base64
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ledger.entries import validate_payload
+from ledger.errors import SchemaError
 from ledger.service import Ledger
 from ledger.signing import SigningKey, sign_envelope
 
@@ -246,3 +249,30 @@ def test_resent_envelope_is_recognised_not_duplicated(ledger: Ledger) -> None:
     again = ledger.append([env])[0]
     assert again.duplicate and again.entry_id == first.entry_id and again.seq == first.seq
     assert ledger.size() == first.seq + 1
+
+
+_FILE = {"path": "model.safetensors", "size": 1, "sha256": "a" * 64, "blake3": "blake3:" + "b" * 64}
+
+
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        pytest.param([_FILE, {**_FILE, "sha256": "c" * 64}], "listed more than once", id="one-file-twice"),
+        pytest.param([{**_FILE, "verified": True}], "no expected digest", id="verified-against-nothing"),
+        pytest.param(
+            [{**_FILE, "verified": True, "lfs": True, "expected": "d" * 64}],
+            "is not its sha256",
+            id="lfs-blob-name-not-its-digest",
+        ),
+    ],
+)
+def test_a_model_pin_that_contradicts_itself_is_refused_at_ingest(
+    files: list[dict[str, Any]], problem: str
+) -> None:
+    """Regression: a pin could list one file twice with two digests (the last won), or claim a file
+    verified against an expected digest that is not the one computed."""
+    payload = {"root": "/models/m", "files": files, "total_size": sum(f["size"] for f in files)}
+    with pytest.raises(SchemaError, match=problem):
+        validate_payload("model.pin", 1, payload)
+    good = {"root": "/models/m", "files": [{**_FILE, "verified": True, "lfs": True, "expected": "a" * 64}]}
+    validate_payload("model.pin", 1, {**good, "total_size": 1})  # the neighbour that holds
