@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import ledger
 from ledger.atomic import write_atomic
 from ledger.collectors.corpus import PinnedFile, read_pinned_jsonl
-from ledger.entries import format_time, validate_payload
+from ledger.entries import HarnessOutcome, format_time, validate_payload
 from ledger.errors import ConfigError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.recorder import Recorder
@@ -65,8 +65,8 @@ PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
 RESULT_ARTIFACT = "benchmark-result.json"
 
-# how a harness run ended; "operator-stop" is FailureClass.OPERATOR_STOP's word (a signal from outside)
-Outcome = Literal["completed", "fault", "lease-expired", "operator-stop"]
+# how a harness run ended (the one copy is the ledger's: the payload model refuses any other word)
+Outcome = HarnessOutcome
 OPERATOR_STOP: Outcome = "operator-stop"
 STOP_POLL_S = 0.1  # how often a run asks ``should_stop`` while requests are in flight
 # The harness times its own scheduling: a task sleeping STALL_TICK_S records how late it wakes. A client

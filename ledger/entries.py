@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -411,6 +412,42 @@ class HealthProbe(_Model):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+# how a harness run ended (benchmark, semantic): the one copy (the harnesses write it, policies read it);
+# "operator-stop" is FailureClass.OPERATOR_STOP's word (a signal from outside)
+HarnessOutcome = Literal["completed", "fault", "lease-expired", "operator-stop"]
+
+
+def _whole_count(v: Any) -> Any:
+    """A count of the spec (levels, requests, repetitions): a whole number ≥ 1, as JSON numbers compare
+    (``4.0`` is 4); a boolean or a text is none."""
+    ok = (
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v == int(v) and v >= 1
+    )
+    if not ok:
+        raise ValueError(f"must be a whole number of at least 1, not {v!r}")
+    return v
+
+
+_Level = Annotated[Any, AfterValidator(_whole_count)]
+
+
+class HarnessBounds(BaseModel):
+    """The fields of a harness result's ``bounds`` a policy reads, typed strictly: ``"2"`` is no count and
+    ``"true"`` no boolean (a spec rule would otherwise report "repetitions 2, approved 2"). Every other
+    field of ``bounds`` (limits, figures, parity, bindings …) stays as the harness wrote it."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    concurrency: list[_Level] | None = None
+    requests: _Level | None = None
+    repetitions: _Level | None = None
+    corpus_digest: str | None = None
+    outcome: HarnessOutcome | None = None
+    aggregate: bool | None = None
+    valid: bool | None = None
+    invalid_reasons: list[str] | None = None
+
+
 class GateResult(_Model):
     gate: str
     status: Literal["passed", "failed", "not_run", "not_authorized"]
@@ -422,6 +459,12 @@ class GateResult(_Model):
     figures: dict[str, Figure | None] = Field(default_factory=dict)
     reason: str | None = None
     evidence: list[str] = Field(default_factory=list)
+
+    @field_validator("bounds")
+    @classmethod
+    def _typed_bounds(cls, bounds: dict[str, Any]) -> dict[str, Any]:
+        HarnessBounds.model_validate(bounds)
+        return bounds
 
 
 class Job(_Model):

@@ -1971,9 +1971,14 @@ def test_a_passed_harness_result_that_does_not_say_it_completed_never_qualifies(
     tmp_path: Path, gate_name: str, outcome: Any
 ) -> None:
     """Regression: a benchmark or semantic result recorded as passed was credited whatever its harness
-    outcome said — a run cut short by its lease, an outcome misspelled or of another type."""
+    outcome said — a run cut short by its lease, an outcome misspelled or of another type. An outcome that
+    is not one of the harness's words is refused at ingest (``HarnessOutcome``)."""
     es = qualified_entries()
     entry(es, gate_name)["payload"]["bounds"]["outcome"] = outcome
+    if outcome not in (None, "completed", "fault", "lease-expired", "operator-stop"):
+        with pytest.raises(SchemaError, match=r"bounds\.outcome"):
+            verdict_of(tmp_path, es)
+        return
     v = verdict_of(tmp_path, es)
     assert v["verdict"] != "QUALIFIED", v["gates"]
     assert gates(v)[gate_name] in ("failed", "missing"), v["gates"]
@@ -2910,6 +2915,10 @@ def test_benchmark_concurrency_levels_compare_by_json_type(
     number compares by value."""
     es = qualified_entries()
     entry(es, "benchmark")["payload"]["bounds"]["concurrency"] = levels
+    if any(isinstance(level, bool | str) for level in levels):  # no level: refused at ingest
+        with pytest.raises(SchemaError, match=r"bounds\.concurrency"):
+            verdict_of(tmp_path, es)
+        return
     v = verdict_of(tmp_path, es)
     if credited:
         assert v["verdict"] == "QUALIFIED", v["rejected"]
@@ -3117,7 +3126,13 @@ def test_a_newer_failed_run_whose_spec_field_is_left_out_or_mistyped_still_hides
     else:
         payload = {"status": "failed", "figures": {"score": 0.5}, "counts": {"passed": 6, "failed": 6}}
     _rerun(es, gate, "2026-09-10T10:47:00Z", reviewed=True, **payload)
-    unreadable(entry(es, f"{gate}-rerun")["payload"])
+    rerun = entry(es, f"{gate}-rerun")["payload"]
+    unreadable(rerun)
+    bounds = rerun["bounds"]
+    if bounds.get("repetitions") == "2" or any(x is True for x in bounds.get("concurrency", [])):  # refused
+        with pytest.raises(SchemaError, match="bounds"):
+            verdict_of(tmp_path, es)
+        return
     v = verdict_of(tmp_path, es)
     assert rejected(v)[gate] == "newer-run"
     assert v["verdict"] != "QUALIFIED"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ledger.errors import SchemaError
 from tests.policy.test_fail_closed import (
     _another_launch,
     counted_against,
@@ -363,7 +364,7 @@ def _drop(d: dict[str, Any], key: str) -> None:
         pytest.param(lambda p: p.update(reason="invalid run: saturated at c32"), id="own-failure-reason"),
         pytest.param(lambda p: p["bounds"].update(invalid_reasons=["c32: saturated"]), id="invalid-reason"),
         pytest.param(lambda p: _drop(p["bounds"], "invalid_reasons"), id="invalid-reasons-left-out"),
-        pytest.param(lambda p: p["bounds"].update(invalid_reasons="none"), id="invalid-reasons-mistyped"),
+        pytest.param(lambda p: p["bounds"].update(invalid_reasons=[""]), id="an-empty-invalid-reason"),
         pytest.param(lambda p: p["bounds"].update(aggregate=False), id="no-aggregate"),
         pytest.param(lambda p: _drop(p["bounds"], "aggregate"), id="aggregate-left-out"),
         pytest.param(lambda p: p["bounds"].update(requests=6), id="bounds-requests-not-counts"),
@@ -556,3 +557,27 @@ def test_output_of_a_killed_job_logged_late_in_the_next_job_is_not_credited(tmp_
     es += [second, late]
     v = verdict_of(tmp_path, es)
     assert rejected(v).get("late-control") == "killed-run"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("invalid_reasons", "none"),
+        ("repetitions", "2"),
+        ("requests", True),
+        ("valid", "true"),
+        ("aggregate", 1),
+        ("outcome", "Completed"),
+        ("concurrency", ["1", "4", "32"]),
+    ],
+)
+def test_a_benchmark_bound_of_the_wrong_type_is_refused_at_ingest(
+    tmp_path: Path, field: str, value: Any
+) -> None:
+    """Regression: `bounds` was untyped at ingest: `"2"` repetitions were stored and then reported as
+    "repetitions 2, approved 2"; `"true"` for valid, a misspelled outcome. The fields a policy reads are
+    typed strictly (``ledger.entries.HarnessBounds``); the error names the field."""
+    es = qualified_entries()
+    _bench(es)["bounds"][field] = value
+    with pytest.raises(SchemaError, match=rf"bounds\.{field}"):
+        verdict_of(tmp_path, es)
