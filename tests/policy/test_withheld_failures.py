@@ -581,3 +581,18 @@ def test_a_benchmark_bound_of_the_wrong_type_is_refused_at_ingest(
     _bench(es)["bounds"][field] = value
     with pytest.raises(SchemaError, match=rf"bounds\.{field}"):
         verdict_of(tmp_path, es)
+
+
+def test_a_restoration_probe_answered_500_in_the_campaign_is_a_runtime_fault(tmp_path: Path) -> None:
+    """Regression: a failed `check = "restoration"` probe (a request the restore path sends) was selected
+    by runtime-stability but judged by none of its checks: a 5xx answer to it left the campaign QUALIFIED."""
+    es = qualified_entries()
+    probe = copy.deepcopy(entry(es, "completion"))
+    probe.update(name="restoration", at="2026-09-10T10:02:10Z")
+    probe["payload"].update(
+        check="restoration", ok=False, http_status=500, text=None, error="Internal Server Error"
+    )
+    es.insert(es.index(entry(es, "sequential")) + 1, probe)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "failed"
+    assert v["verdict"] == RUNTIME
