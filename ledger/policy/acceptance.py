@@ -683,9 +683,6 @@ def filter_evidence(
                 reject(e, Rule.REVIEW_MISSING, unbound, passes[-1].id)
                 continue
             support.setdefault(e.id, []).append(passes[-1].id)
-            credited_review = passes[-1]
-        else:
-            credited_review = None
         if as_passing and e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
                 reject(e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none")
@@ -708,9 +705,7 @@ def filter_evidence(
                     for r in review_list
                     if r.payload.get("result") == "PASS" and r.signer == latest_acc.signer
                 ),
-                credited_review
-                if credited_review is not None and credited_review.signer == latest_acc.signer
-                else None,
+                None,
             )
             if own_pass is not None:
                 reject(
@@ -809,7 +804,7 @@ def _counts_against(
     e: Evidence,
     params: Any,
     against: Condition | None,
-    memo: dict[tuple[Any, ...], bool] | None = None,
+    memo: dict[tuple[Any, ...], bool],
 ) -> bool:
     """Does ``e`` show a failure a rule withholding credit must not drop: ``against`` (a rule's own, else
     the kind's ``[acceptance.against]``) holds? A kind with neither is not kept. What is kept can only fail
@@ -818,11 +813,11 @@ def _counts_against(
     if cond is None:
         return False
     reads = _e_reads(cond.source)
-    key = _memo_key("against:" + cond.source, reads, e) if reads is not None and memo is not None else None
-    if key is not None and memo is not None and key in memo:
+    key = _memo_key("against:" + cond.source, reads, e) if reads is not None else None
+    if key is not None and key in memo:
         return memo[key]
     holds = cond.holds({"e": e.view(), "params": params})
-    if key is not None and memo is not None:
+    if key is not None:
         memo[key] = holds
     return holds
 
