@@ -1,4 +1,5 @@
-"""GPU-relevant kernel messages (``journalctl -k`` or ``dmesg``) parsed into typed events."""
+"""GPU-relevant kernel messages (``journalctl -k`` or ``dmesg``) parsed into typed events, and the kernel's
+OOM killer (which process it killed, and whether the host or a memory cgroup ran out of memory)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ledger.entries import format_time, parse_when
-from ledger.gpu_faults import EVENT_PATTERNS, MAX_LINE, Catalogue, classify_events, load_catalogue
+from ledger.gpu_faults import (
+    EVENT_PATTERNS,
+    HOST_WIDE_KINDS,
+    MAX_LINE,
+    Catalogue,
+    classify_events,
+    load_catalogue,
+)
 
 __all__ = [
     "EVENT_PATTERNS",
@@ -24,8 +32,12 @@ __all__ = [
     "read_kernel_log",
 ]
 
-# the event patterns are the core's (ledger.gpu_faults), which re-reads every recorded line with them
-_GPU_HINT = re.compile(r"NVRM|amdgpu|\bdrm\b|\[drm|kfd|nvidia|\bMES\b|GPU", re.IGNORECASE)
+# the event patterns are the core's (ledger.gpu_faults), which re-reads every recorded line with them; a
+# line is looked at only when it speaks of the GPU or of the OOM killer (host memory)
+_GPU_HINT = re.compile(
+    r"NVRM|amdgpu|\bdrm\b|\[drm|kfd|nvidia|\bMES\b|GPU|oom[-_]kill|oom_reaper|Kill(?:ed)? process",
+    re.IGNORECASE,
+)
 
 # timestamp prefixes: journalctl -o short-iso(-precise), dmesg --time-format iso, dmesg raw [secs]
 _ISO = re.compile(r"^(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+(?P<rest>.*)$")
@@ -84,7 +96,7 @@ def _parse_line(raw: str, boot_time: datetime | None) -> dict[str, Any] | None:
             continue
         groups = pm.groupdict()
         dev = groups.get("device")
-        if not dev:
+        if not dev and kind not in HOST_WIDE_KINDS:  # the OOM killer is the host's, of no one GPU
             dm = _DEVICE.search(line)
             dev = dm.group("dev") if dm else None
         ev: dict[str, Any] = {
@@ -100,7 +112,9 @@ def _parse_line(raw: str, boot_time: datetime | None) -> dict[str, Any] | None:
 
 
 def parse_kernel_log(text: str, *, boot_time: datetime | None = None) -> list[dict[str, Any]]:
-    """Typed GPU events (``KernelEvent`` payloads) from kernel log text, in order.
+    """Typed GPU events (``KernelEvent`` payloads) from kernel log text, in order — the OOM killer's lines
+    among them (kinds ``oom-kill`` …: the process, pid and scope are in the recorded ``message``, from which
+    the policy engine reads them, ``ledger.gpu_faults.read_oom``).
 
     One line that cannot be understood is skipped; it never stops the parse of the others.
     """

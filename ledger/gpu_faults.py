@@ -3,7 +3,10 @@
 The kernel collector classifies the events it records with it and cites it by digest; the policy engine
 classifies them again from the same file (``e.derived.gpu_events``), never trusting an entry's own class.
 An Xid code or event kind the catalogue lacks is class ``unknown`` ("contact support"): kept, never dropped,
-and policies fail it closed.
+and policies fail it closed. The kernel's OOM killer is read with the same patterns (class ``host-memory``:
+the host ran out of memory and a process was killed by SIGKILL — the kernel log is the only record of why):
+which process and pid, and whether a memory cgroup's limit or the whole host ran out, are read from the
+recorded line (``read_oom``), never from what the entry claims.
 """
 
 from __future__ import annotations
@@ -23,15 +26,19 @@ from ledger.hashing import blake3_hex
 __all__ = [
     "DEFAULT_CATALOGUE",
     "EVENT_PATTERNS",
+    "HOST_WIDE_KINDS",
     "MAX_LINE",
     "UNRECOGNISED",
     "Catalogue",
     "EventRow",
     "GpuEventClass",
+    "OomFact",
     "XidRow",
     "classify_events",
+    "host_wide",
     "line_kind",
     "load_catalogue",
+    "read_oom",
 ]
 
 # the collectors' data file; the policy reads it by path (as ledger.signatures reads signatures.toml)
@@ -47,6 +54,7 @@ class GpuEventClass(StrEnum):
     DRIVER = "driver"
     APPLICATION = "application"
     THERMAL = "thermal"
+    HOST_MEMORY = "host-memory"  # the kernel's OOM killer: the host (or a memory cgroup) ran out of memory
     INFORMATIONAL = "informational"
     UNKNOWN = "unknown"  # not in the catalogue: contact support; no row may name it
 
@@ -60,7 +68,33 @@ _XID_LINE = re.compile(r"NVRM: Xid \([^)]*\): (\d{1,6})\b")
 # the event kind of a GPU error line no other pattern knows: the catalogue lists no such kind, so it is
 # class ``unknown`` (contact support) and fails closed
 UNRECOGNISED = "gpu-error-unrecognised"
+# The kernel's OOM killer (mm/oom_kill.c, mm/memcontrol.c), one kill in up to four lines:
+#   "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0"
+#   "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,
+#    task_memcg=/user.slice/user-1000.slice,task=python3,pid=12345,uid=1000"   (key=value pairs, as one line)
+#   "Out of memory: Killed process 12345 (python3) total-vm:…kB, anon-rss:…kB, …, UID:1000 …"
+#    ("Memory cgroup out of memory: Killed process …" for a cgroup's limit; older kernels: "Out of memory:
+#    Kill process 12345 (python3) score 912 or sacrifice child", then "Killed process 12345 (python3) …")
+#   "oom_reaper: reaped process 12345 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB"
+# They come first: their kernel-structured text ("Killed process <pid> (", "oom-kill:<key>=") cannot be
+# taken for a GPU line, while a GPU phrase can be a killed process's name.
+_COMM = r"\((?P<process>[^\n]{0,16}?)\)(?=[\s,:]|$)"  # a task's comm: at most 15 characters, may hold spaces
+OOM_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "oom-kill",
+        re.compile(
+            r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \([^)\n]{0,64}\))?): )?"
+            r"\bKill(?:ed)? process (?P<pid>\d{1,10}) " + _COMM
+        ),
+    ),
+    ("oom-kill-context", re.compile(r"\boom-kill:(?P<fields>[a-z_]{1,32}=.*)$")),
+    ("oom-killer-invoked", re.compile(r"(?:(?:^|\s)(?P<process>\S{1,64}) )?invoked oom-killer\b")),
+    ("oom-reaped", re.compile(r"\boom_reaper: reaped process (?P<pid>\d{1,10}) " + _COMM)),
+)
+# events of the whole host, not of one GPU: a launch's GPUs never narrow them away
+HOST_WIDE_KINDS = frozenset(kind for kind, _ in OOM_PATTERNS)
 EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    *OOM_PATTERNS,
     ("nvrm-xid", re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?:(?P<xid>\d{1,6})\b)?")),
     ("gpu-fell-off-bus", re.compile(r"NVRM: GPU (?:at )?(?P<device>\S+?):? (?:GPU )?has fallen off the bus")),
     ("amdgpu-ring-timeout", re.compile(r"ring (?P<ring>\S+) timeout")),
@@ -114,6 +148,97 @@ def line_kind(message: str) -> str | None:
     """The event kind the first matching ``EVENT_PATTERNS`` entry gives a kernel log line, or None."""
     text = message[:MAX_LINE]
     return next((kind for kind, pat in EVENT_PATTERNS if pat.search(text)), None)
+
+
+def host_wide(event: Mapping[str, Any]) -> bool:
+    """Whether an event is of the whole host (the OOM killer), by its line or by the kind it records:
+    either says so, and no GPU a launch was given narrows it away."""
+    message = event.get("message")
+    seen = line_kind(message) if isinstance(message, str) else None
+    return seen in HOST_WIDE_KINDS or event.get("kind") in HOST_WIDE_KINDS
+
+
+# oom-kill:constraint=…: which memory ran out (the kernel's enum oom_constraint)
+_CONSTRAINT_SCOPE = {
+    "CONSTRAINT_NONE": "global",
+    "CONSTRAINT_MEMCG": "cgroup",
+    "CONSTRAINT_CPUSET": "cpuset",
+    "CONSTRAINT_MEMORY_POLICY": "mempolicy",
+}
+_FIELD = re.compile(r"^[a-z_]{1,32}(?:=|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class OomFact:
+    """What an OOM-killer line says: the process it names (the victim; for ``oom-killer-invoked`` the task
+    that ran out), its pid where the line prints one, and which memory ran out — ``global`` (the host's),
+    ``cgroup`` (a memory cgroup's limit, ``cgroup`` its path where printed), ``cpuset``, ``mempolicy`` —
+    where the line says; None for what it does not say."""
+
+    kind: str
+    process: str | None
+    pid: int | None
+    scope: str | None
+    cgroup: str | None = None
+
+    def summary(self) -> str:
+        who = f"process {self.pid if self.pid is not None else '?'} ({self.process or '?'})"
+        cgroup = f"memory cgroup {self.cgroup}" if self.cgroup else "a memory cgroup"
+        where = {
+            "global": "the host ran out of memory",
+            "cgroup": f"{cgroup} hit its limit",
+            "cpuset": "its cpuset's memory ran out",
+            "mempolicy": "its memory policy's nodes ran out",
+        }.get(self.scope or "", "out of memory")
+        if self.kind == "oom-killer-invoked":
+            return f"{self.process or '?'} invoked the OOM killer" + (f" ({where})" if self.scope else "")
+        if self.kind == "oom-reaped":
+            return f"the OOM reaper reaped {who}, killed by the OOM killer"
+        return f"the OOM killer killed {who}: {where}"
+
+
+def _context_fields(text: str) -> dict[str, str]:
+    """The ``key=value`` pairs (and bare flags, ``global_oom``) of an ``oom-kill:`` line, in any order; a
+    piece that is neither continues the value before it (a nodemask ``0-1,3``)."""
+    fields: dict[str, str] = {}
+    last: str | None = None
+    for piece in text.split(","):
+        if _FIELD.match(piece):
+            key, _, value = piece.partition("=")
+            fields[key] = value
+            last = key
+        elif last is not None:
+            fields[last] += "," + piece
+    return fields
+
+
+def read_oom(message: str) -> OomFact | None:
+    """The OOM-killer facts of a kernel log line, read from the line itself; None where it is no such line
+    (the first matching ``EVENT_PATTERNS`` kind decides, as for every event)."""
+    text = message[:MAX_LINE]
+    kind = line_kind(text)
+    pattern = dict(OOM_PATTERNS).get(kind) if kind is not None else None
+    m = pattern.search(text) if pattern is not None else None
+    if kind is None or m is None:
+        return None
+    groups = m.groupdict()
+    pid = int(groups["pid"]) if groups.get("pid") else None
+    if kind == "oom-kill-context":
+        fields = _context_fields(groups["fields"])
+        constraint = fields.get("constraint", "")
+        scope = _CONSTRAINT_SCOPE.get(constraint)
+        if scope is None and "oom_memcg" in fields:
+            scope = "cgroup"
+        elif scope is None and "global_oom" in fields:
+            scope = "global"
+        cgroup = fields.get("oom_memcg") or (fields.get("task_memcg") if scope == "cgroup" else None)
+        pid_text = fields.get("pid", "").strip()
+        pid = int(pid_text) if pid_text.isascii() and pid_text.isdigit() and len(pid_text) <= 10 else None
+        # a task's comm is at most 15 characters, a cgroup path a path: a longer text is cut, never echoed
+        return OomFact(kind, fields.get("task", "")[:16] or None, pid, scope, (cgroup or "")[:256] or None)
+    said = groups.get("scope") or ""
+    scope = "cgroup" if said.startswith("Memory cgroup") else "global" if said else None
+    return OomFact(kind, (groups.get("process") or "")[:16] or None, pid, scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,21 +315,28 @@ class Catalogue:
 
 def classify_events(events: Iterable[Mapping[str, Any]], catalogue: Catalogue) -> list[dict[str, Any]]:
     """One fact per event, in order: ``fault_class``, ``code``, and for an Xid 154 its ``recovery_action``
-    and ``related_xid`` (the latest earlier Xid of the same device whose row has an Xid 154 linkage)."""
+    and ``related_xid`` (the latest earlier Xid of the same device whose row has an Xid 154 linkage); for
+    an OOM-killer line the ``process``, ``pid`` and ``oom_scope`` it names and a ``summary`` of it, read
+    from the line (``read_oom``; None for every other event and for what the line does not say)."""
     out: list[dict[str, Any]] = []
     last_linked: dict[Any, int] = {}
     for ev in events:
         cls, code = catalogue.classify(ev)
+        message = ev.get("message")
+        oom = read_oom(message) if isinstance(message, str) else None
         fact: dict[str, Any] = {
             "fault_class": str(cls),
             "code": code,
             "recovery_action": None,
             "related_xid": None,
+            "process": oom.process if oom else None,
+            "pid": oom.pid if oom else None,
+            "oom_scope": oom.scope if oom else None,
+            "summary": oom.summary() if oom else None,
         }
         xid = ev.get("xid")
         if ev.get("kind") == "nvrm-xid" and type(xid) is int:
             if xid == 154:
-                message = ev.get("message")
                 action = catalogue.recovery_action(message) if isinstance(message, str) else None
                 # an Xid 154 whose action cannot be read is not "None": it is unknown
                 fact["recovery_action"] = action or "unreadable recovery action"

@@ -1138,9 +1138,13 @@ def _derive(
       in (``_run_end``): a claimed start or end never narrows the run below its job. Where the launch
       records the GPUs it was given (``CUDA_VISIBLE_DEVICES`` …, mapped to PCI addresses through the
       host's latest GPU list) and the event names its device, only events of those GPUs count; where
-      either cannot be told, every event of the host does. An event without a time lies in its log's
-      window (its ``since``, else unbounded, to when the log was observed) and counts, with time None,
-      where that window overlaps the run: it cannot be shown outside it.
+      either cannot be told, every event of the host does; an event of the whole host (the OOM killer:
+      ``ledger.gpu_faults.host_wide``, by its line or its kind) counts whatever device it records. An
+      event without a time lies in its log's window (its ``since``, else unbounded, to when the log was
+      observed) and counts, with time None, where that window overlaps the run: it cannot be shown outside
+      it. ``gpu_events_during_run_named`` names them for a reason (``_named_events``): code, class, time
+      and, for an OOM kill, the process and pid killed — marked as the engine's where the pid is the one the
+      launch records (``details.pid``).
     * ``kernel_logs_unread_during_run`` — for the same launch, the ids of the trusted, not superseded
       ``kernel.log`` entries of its host recorded as unreadable (``readable`` not true) or without their
       ``events`` list whose window overlaps
@@ -1159,8 +1163,10 @@ def _derive(
       (log order) of the same gate, corpus and spec was logged — whatever its outcome, review or acceptance.
       False for the newest, and for every other entry.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
-      ``recovery_action``, ``related_xid``) from the GPU-fault catalogue (``collectors/gpu_faults.toml``),
-      whatever class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
+      ``recovery_action``, ``related_xid``; ``process``, ``pid``, ``oom_scope``, ``summary`` of an OOM-killer
+      line, read from the line) from the GPU-fault catalogue (``collectors/gpu_faults.toml``), whatever
+      class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
+      ``gpu_events_named`` names them for a reason, as ``gpu_events_during_run_named`` does.
     """
     from bisect import bisect_right
 
@@ -1196,7 +1202,12 @@ def _derive(
                     ended_jobs.add(job_id)
                     campaign_ends.setdefault(e.subject.get("campaign"), set()).add(job_id)
             continue
-        derived: dict[str, Any] = {**NO_DERIVED, "gpu_events": []}
+        derived: dict[str, Any] = {
+            **NO_DERIVED,
+            "gpu_events": [],
+            "gpu_events_named": "",
+            "gpu_events_during_run_named": "",
+        }
         if kind == "health.probe":
             derived["ok"] = probe_ok(e.payload)
         if kind == "health.probe" and e.payload.get("check") == "structured":
@@ -1204,7 +1215,11 @@ def _derive(
             derived["structured_valid"] = problem is None
             derived["structured_problem"] = problem
         if kind == "kernel.log":
-            derived["gpu_events"] = [fact for _, fact in host_events.by_entry.get(e.id, [])]
+            recorded = host_events.by_entry.get(e.id, [])
+            derived["gpu_events"] = [fact for _, fact in recorded]
+            derived["gpu_events_named"] = _named_events(
+                [{**fact, "time": format_time(t) if t is not None else None} for t, fact in recorded]
+            )
         if kind in output_kinds and e.in_subject:
             in_campaign = campaign_jobs.get(e.subject.get("campaign"))
             if in_campaign:  # the latest still running, else the latest to start
@@ -1215,6 +1230,10 @@ def _derive(
             run_from = job_start.get(job) if job is not None else None
             run_to = _run_end(e, job, terminal)
             derived["gpu_events_during_run"] = host_events.during(e, run_from, run_to)
+            details = e.payload.get("details")
+            derived["gpu_events_during_run_named"] = _named_events(
+                derived["gpu_events_during_run"], details.get("pid") if isinstance(details, dict) else None
+            )
             derived["kernel_logs_unread_during_run"] = host_events.unread_during(e, run_from, run_to)
         if kind == "engine.launch":
             sig = e.payload.get("failure_signature")
@@ -1426,6 +1445,28 @@ class _HostGpuEvents:
         return timed + untimed
 
 
+NAMED_EVENTS_AT_MOST = 5  # kernel-log events a reason names (``gpu_events_named``); the rest are counted
+
+
+def _named_events(facts: list[dict[str, Any]], engine_pid: Any = None) -> str:
+    """The kernel-log events a gate's reason names (``_derive``: gpu_events_named,
+    gpu_events_during_run_named), in order: each by its code, class and time, and what its line says where
+    the catalogue reads more (an OOM kill: the process, its pid, which memory ran out) — a pid equal to the
+    one the launch records (``details.pid``) is named as the engine's. At most ``NAMED_EVENTS_AT_MOST``."""
+    named: list[str] = []
+    for fact in facts[:NAMED_EVENTS_AT_MOST]:
+        when = fact.get("time") or "a time its log does not record"
+        text = f"{fact.get('code')} ({fact.get('fault_class')}) at {when}"
+        if fact.get("summary"):
+            text += f": {fact['summary']}"
+        pid = fact.get("pid")
+        if type(pid) is int and type(engine_pid) is int and pid == engine_pid:
+            text += " — the engine process this launch started (its details.pid)"
+        named.append(text)
+    more = len(facts) - len(named)
+    return "; ".join(named) + (f"; and {more} more" if more > 0 else "")
+
+
 def _overlaps(since: datetime | None, seen: datetime, start: datetime, end: datetime) -> bool:
     """Whether a kernel log's window — from its ``since`` (None: unbounded) to when it was read — overlaps
     a run from ``start`` to ``end``."""
@@ -1433,7 +1474,7 @@ def _overlaps(since: datetime | None, seen: datetime, start: datetime, end: date
 
 
 def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuEvents:
-    from ledger.gpu_faults import classify_events, load_catalogue
+    from ledger.gpu_faults import classify_events, host_wide, load_catalogue
 
     out = _HostGpuEvents()
     catalogue = None
@@ -1470,7 +1511,9 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
             with contextlib.suppress(LedgerError, TypeError, ValueError):
                 t = parse_time(ev["time"]) if isinstance(ev.get("time"), str) else None
             timed.append((t, fact))
-            devices.append(_pci(ev.get("device")))
+            # an event of the whole host (the OOM killer, by its line or its kind) is of every GPU: the
+            # device it records never narrows it away from a launch
+            devices.append(None if host_wide(ev) else _pci(ev.get("device")))
         out.by_entry[k.id] = timed
         if host is not None:
             out.by_host.setdefault(host, []).extend(

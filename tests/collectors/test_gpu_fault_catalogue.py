@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import re
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -190,6 +191,13 @@ def test_catalogue_classes_are_the_closed_set() -> None:
     assert {r.fault_class for r in cat.xids.values()} | {r.fault_class for r in cat.events.values()} <= set(
         GpuEventClass
     ) - {GpuEventClass.UNKNOWN}
+    # one vocabulary: the catalogue's [classes] table names exactly the code's closed set (host-memory, the
+    # OOM killer's class, included), and every class but unknown has a row
+    classes = tomllib.loads(DEFAULT_CATALOGUE.read_text())["classes"]
+    assert set(classes) == {c.value for c in GpuEventClass}
+    assert "host-memory" in classes
+    used = {r.fault_class for r in cat.xids.values()} | {r.fault_class for r in cat.events.values()}
+    assert used == set(GpuEventClass) - {GpuEventClass.UNKNOWN}
 
 
 @pytest.mark.parametrize(
@@ -210,6 +218,11 @@ def test_catalogue_classes_are_the_closed_set() -> None:
             "version must be a positive integer",
         ),
         (lambda s: s.replace('thermal = "', 'heat = "', 1), "must name exactly the classes"),
+        (lambda s: re.sub(r"\nhost-memory = [^\n]*", "", s, count=1), "must name exactly the classes"),
+        (
+            lambda s: s.replace("[classes]\n", '[classes]\nswap = "swapping"\n', 1),
+            "must name exactly the classes",
+        ),
     ],
 )
 def test_a_bad_catalogue_is_refused(tmp_path: Path, edit: object, message: str) -> None:
@@ -277,7 +290,7 @@ UNUSED = (
 
 def test_the_catalogue_lists_exactly_nvidias_used_rows() -> None:
     cat = load_catalogue()
-    assert cat.version == 3
+    assert cat.version == 4  # 4: the OOM killer's events, class host-memory (the Xid rows are version 3's)
     assert set(cat.xids) == LISTED
     assert not LISTED & UNUSED
     assert set(range(1, 173)) == LISTED | UNUSED
@@ -378,6 +391,11 @@ def test_unused_and_unlisted_codes_are_unknown_contact_support(code: int) -> Non
         "code": f"xid:{code}",
         "recovery_action": None,
         "related_xid": None,
+        # what an OOM-killer line names: an Xid line names none of it
+        "process": None,
+        "pid": None,
+        "oom_scope": None,
+        "summary": None,
     }
 
 

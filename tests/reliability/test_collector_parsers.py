@@ -20,6 +20,7 @@ from ledger.collectors.model import resolve_model, scan_model
 from ledger.collectors.phases import parse_phases
 from ledger.entries import KernelEvent
 from ledger.errors import LedgerError
+from ledger.gpu_faults import classify_events, load_catalogue
 from ledger.signatures import RunOutcome, classify, load_signatures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +32,7 @@ FUZZ = settings(
 ENGINE_LOGS = sorted((REPO / "tests" / "fixtures" / "engine_logs").glob("*.log"))
 CAMPAIGNS = sorted((REPO / "campaigns").glob("*.toml"))
 SIGNATURES = load_signatures()
+CATALOGUE = load_catalogue()
 
 kernel_prefixes = st.sampled_from(
     ["", "[ 12.345678] ", "[999999.0] ", "2026-09-09T09:01:15+0000 ", "2026-13-45T99:99:99Z ",
@@ -40,7 +42,11 @@ kernel_bodies = st.sampled_from(
     ["NVRM: Xid (PCI:0000:01:00): 79, pid=1234", "NVRM: Xid (PCI:0000:01:00): " + "9" * 40,
      "amdgpu 0000:03:00.0: amdgpu: ring gfx_0.0.0 timeout", "amdgpu: GPU reset begin!",
      "amdgpu: GPU reset succeeded", "amdgpu: VRAM is lost due to GPU reset!", "MES failed to response",
-     "nvidia-modeset: ERROR", "\x00\x1b[31mNVRM\u2028", ""]
+     "nvidia-modeset: ERROR", "\x00\x1b[31mNVRM\u2028", "",
+     "Out of memory: Killed process 1234 (python3) total-vm:1kB",
+     "Memory cgroup out of memory: Killed process 1 ()",
+     "oom-kill:task=,pid=" + "9" * 40 + ",constraint=CONSTRAINT_MEMCG,oom_memcg=",
+     "py invoked oom-killer: gfp_mask=0", "oom_reaper: reaped process 77 (a) b), now anon-rss:0kB"]
 )  # fmt: skip
 kernel_lines = st.lists(st.tuples(kernel_prefixes, kernel_bodies, st.text(max_size=20)), max_size=8).map(
     lambda ls: "\n".join(p + b + t for p, b, t in ls)
@@ -56,6 +62,9 @@ def test_kernel_log_parser_returns_signable_events(text: str, boot: datetime | N
         return
     for ev in events:
         KernelEvent.model_validate(ev)
+    # the policy engine's reading of the same lines (class, and an OOM kill's process and pid) never fails
+    for fact in classify_events(events, CATALOGUE):
+        assert fact["pid"] is None or type(fact["pid"]) is int
 
 
 @pytest.mark.parametrize(
