@@ -89,16 +89,25 @@ def clear() -> None:
 _snapshot.CLEAR_HOOKS.append(_forget)
 
 
+def code_files() -> list[Path]:
+    """What a verdict runs besides the policy files: the source of the ``ledger`` package minus its
+    adapters, and the data files it judges by (the failure-signature table, the GPU-fault catalogue) — an
+    edit to any of them is another verdict, so it must not be answered from a result kept before it."""
+    root = Path(__file__).resolve().parent.parent
+    files = [f for folder in (root, root / "policy", root / "store") for f in sorted(folder.glob("*.py"))]
+    # ledger.signatures.DEFAULT_SIGNATURES and ledger.gpu_faults.DEFAULT_CATALOGUE, without importing the
+    # catalogue's module on the warm path (a test holds them equal)
+    return [*files, root / "collectors" / "signatures.toml", root / "collectors" / "gpu_faults.toml"]
+
+
 def _code_digest() -> bytes:
-    """SHA-256 of the source of the modules a verdict runs (the ``ledger`` package minus its adapters)."""
+    """SHA-256 of ``code_files``, by name and bytes."""
     if not _CODE:
-        root = Path(__file__).resolve().parent.parent
         h = hashlib.sha256()
-        for folder in (root, root / "policy", root / "store"):
-            for f in sorted(folder.glob("*.py")):
-                h.update(f.name.encode() + b"\0")
-                h.update(f.read_bytes())
-                h.update(b"\0")
+        for f in code_files():
+            h.update(f.name.encode() + b"\0")
+            h.update(f.read_bytes())
+            h.update(b"\0")
         _CODE.append(h.digest())
     return _CODE[0]
 

@@ -592,3 +592,17 @@ def test_a_damaged_secret_vouches_for_nothing(build: Any, monkeypatch: Any, secr
     got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
     assert judged[0] == 1 and parses[0] == first["counts"]["considered"] and calls[0] >= len(first["used"])
     assert canonical_bytes(got) == canonical_bytes(first)
+
+
+def test_an_edit_to_the_signature_table_or_gpu_fault_catalogue_is_another_verdict() -> None:
+    """Regression: a kept verdict was keyed by the ledger package's source only, so an edit of
+    collectors/signatures.toml or collectors/gpu_faults.toml (a class changed, an OOM-kill row added) was
+    answered from a result computed before it."""
+    from ledger.gpu_faults import DEFAULT_CATALOGUE
+    from ledger.policy.result_cache import code_files
+    from ledger.signatures import DEFAULT_SIGNATURES
+
+    files = [f.resolve() for f in code_files()]
+    assert DEFAULT_SIGNATURES.resolve() in files
+    assert DEFAULT_CATALOGUE.resolve() in files
+    assert all(f.is_file() for f in files)
