@@ -328,7 +328,9 @@ class _Row:
 
 class MemoryRepo:
     """The reads the policy makes of ``ledger.repo`` (``ledger.policy.port.PolicyRepo``), over the rows of
-    a bundle; the same rows, in the same shapes, as ``ledger.repo.LogRepo`` gives for those entries."""
+    a bundle; the same rows, in the same shapes, as ``ledger.repo.LogRepo`` gives for those entries. Each
+    row is made from its log record, proved included under the bundle's checkpoint (``_verify``): its
+    index and log time are the committed ones by construction."""
 
     def __init__(self, rows: Sequence[_Row], checkpoint: Checkpoint) -> None:
         self.rows = sorted(rows, key=lambda r: r.seq)
@@ -408,8 +410,16 @@ class MemoryRepo:
             if r.kind in kinds and (logged_since is None or r.logged_at >= logged_since)
         ]
 
+    def referrer_rows(self, conn: object, entry_id: str, n: int) -> list[tuple[Any, ...]]:
+        return [r.evidence() for r in self.rows if r.seq < n and any(t == entry_id for _, t in r.refs)]
+
     def checkpoint_root(self, size: int, conn: object | None = None) -> str | None:
         return self.cp.root.hex() if size == self.cp.size else None
+
+    def tree_root(self, size: int, conn: object | None = None) -> bytes:
+        if size != self.cp.size:
+            raise NotAvailableError(f"the bundle holds the tree at size {self.cp.size} only")
+        return self.cp.root
 
     def key_rows(self, start: int, size: int) -> list[tuple[int, bytes]]:
         return [(r.seq, r.envelope) for r in self.rows if start <= r.seq < size and r.kind.startswith("key.")]
@@ -503,6 +513,10 @@ class BundleLedger:
         if size is not None and size != self._repo.cp.size:
             raise NotAvailableError(f"the bundle holds the checkpoint at size {self._repo.cp.size} only")
         return self._repo.cp
+
+    def held(self) -> Checkpoint | None:
+        """No home holds a checkpoint of a bundle: its rows are proved under its own checkpoint."""
+        return None
 
     def get(self, id_or_prefix: str) -> LoggedEntry:
         raise NotAvailableError("a bundle is read through the policy's snapshot only")

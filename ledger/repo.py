@@ -32,6 +32,8 @@ from ledger.db import (
     read_connection,
     write_transaction,
 )
+from ledger.errors import IntegrityError
+from ledger.reads import committed_rows, record_leaf_hex, uncommitted_error
 from ledger.tokens import TOKEN_COLUMNS, TokenRecord, token_of_row, tokens_by_hash
 
 __all__ = [
@@ -64,6 +66,8 @@ EVIDENCE_COLUMNS = (
     T_ENTRIES.c.logged_at,
     T_ENTRIES.c.envelope,
 )
+# what the policy reads them with: each row is checked against its leaf hash (``ledger.reads.committed_rows``)
+_COMMITTED_COLUMNS = (*EVIDENCE_COLUMNS, T_ENTRIES.c.leaf_hash)
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,18 @@ def _fetch_tuples(conn: sa.Connection, q: Any) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in result.cursor.fetchall()]
     finally:
         result.close()
+
+
+def _fetch_committed(conn: sa.Connection, q: Any) -> list[tuple[Any, ...]]:
+    """The evidence tuples of ``q`` (which selects ``_COMMITTED_COLUMNS``), each checked against the log
+    record its leaf commits: ``IntegrityError`` for a row whose log time, index, id, kind or signer
+    column was edited behind the log's back, naming the column (from the row's stored record)."""
+
+    def record_of(seq: int) -> bytes | None:
+        got = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
+        return None if got is None else bytes(got)
+
+    return committed_rows(_fetch_tuples(conn, q), record_of)
 
 
 def _subject_seqs(subject: dict[str, str], n: int) -> Any:
@@ -408,7 +424,17 @@ class LogRepo:
         return None if h is None else str(h)
 
     def logged_at(self, conn: sa.Connection, seq: int) -> str:
-        return str(conn.execute(sa.select(T_ENTRIES.c.logged_at).where(T_ENTRIES.c.seq == seq)).scalar_one())
+        """The log time of the entry at ``seq``, checked against the record its leaf commits (what a
+        verdict's reference time and a recorded decision's bound are read as)."""
+        e = T_ENTRIES
+        row = conn.execute(
+            sa.select(
+                e.c.seq, e.c.entry_id, e.c.kind, e.c.signer, e.c.logged_at, e.c.record, e.c.leaf_hash
+            ).where(e.c.seq == seq)
+        ).one()
+        if record_leaf_hex(int(row[0]), row[4], row[1], row[2], row[3]) != row[6]:
+            raise uncommitted_error(tuple(row), None if row[5] is None else bytes(row[5]))
+        return str(row[4])
 
     # --- entries by id and seq --------------------------------------------------------------------
 
@@ -823,13 +849,13 @@ class LogRepo:
         (k0, v0), *rest = sorted(subject.items())
         s = T_SUBJECTS
         q = (
-            sa.select(*EVIDENCE_COLUMNS)
+            sa.select(*_COMMITTED_COLUMNS)
             .select_from(s.join(T_ENTRIES, T_ENTRIES.c.seq == s.c.seq))
             .where(s.c.field == k0, s.c.value == v0, s.c.seq < n)
         )
         for k, v in rest:
             q = q.where(T_ENTRIES.c.seq.in_(sa.select(s.c.seq).where(s.c.field == k, s.c.value == v)))
-        return _fetch_tuples(conn, q.order_by(s.c.seq))
+        return _fetch_committed(conn, q.order_by(s.c.seq))
 
     def linked_rows(
         self, conn: sa.Connection, subject: dict[str, str], n: int, subject_entries: int
@@ -851,12 +877,12 @@ class LogRepo:
             # look up the subject entries' ids and probe the refs' target index with each
             subject_ids = sa.select(T_ENTRIES.c.entry_id).where(T_ENTRIES.c.seq.in_(subject_seqs))
             referring = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id.in_(subject_ids))
-        referrers = sa.select(*EVIDENCE_COLUMNS).where(T_ENTRIES.c.seq < n, T_ENTRIES.c.seq.in_(referring))
-        targets = sa.select(*EVIDENCE_COLUMNS).where(
+        referrers = sa.select(*_COMMITTED_COLUMNS).where(T_ENTRIES.c.seq < n, T_ENTRIES.c.seq.in_(referring))
+        targets = sa.select(*_COMMITTED_COLUMNS).where(
             T_ENTRIES.c.seq < n,
             T_ENTRIES.c.entry_id.in_(sa.select(T_REFS.c.target_id).where(T_REFS.c.seq.in_(subject_seqs))),
         )
-        return _fetch_tuples(conn, referrers) + _fetch_tuples(conn, targets)
+        return _fetch_committed(conn, referrers) + _fetch_committed(conn, targets)
 
     def host_rows(
         self, conn: sa.Connection, kinds: Sequence[str], hosts: Sequence[str], n: int
@@ -864,7 +890,7 @@ class LogRepo:
         """Evidence tuples below ``n`` of these kinds whose subject names one of these hosts."""
         # the (few) entries of these kinds first, through the kind index; then keep those of the hosts
         q = (
-            sa.select(*EVIDENCE_COLUMNS)
+            sa.select(*_COMMITTED_COLUMNS)
             .select_from(T_ENTRIES.join(T_SUBJECTS, T_SUBJECTS.c.seq == T_ENTRIES.c.seq))
             .where(
                 T_ENTRIES.c.kind.in_(list(kinds)),
@@ -873,7 +899,7 @@ class LogRepo:
                 T_SUBJECTS.c.value.in_(list(hosts)),
             )
         )
-        return _fetch_tuples(conn, q)
+        return _fetch_committed(conn, q)
 
     def subject_hosts(
         self,
@@ -920,13 +946,33 @@ class LogRepo:
         """Evidence tuples below ``n`` of these kinds whose subject has every field of ``subject``, in seq
         order (``find`` with a subject and kinds, as the tuples a policy parses); with ``logged_since``
         only those the log took at or after it."""
-        q = sa.select(*EVIDENCE_COLUMNS).where(T_ENTRIES.c.kind.in_(list(kinds)), T_ENTRIES.c.seq < n)
+        q = sa.select(*_COMMITTED_COLUMNS).where(T_ENTRIES.c.kind.in_(list(kinds)), T_ENTRIES.c.seq < n)
         if logged_since is not None:
             q = q.where(T_ENTRIES.c.logged_at >= logged_since)
         for k, v in subject.items():
             sub = sa.select(T_SUBJECTS.c.seq).where(T_SUBJECTS.c.field == k, T_SUBJECTS.c.value == v)
             q = q.where(T_ENTRIES.c.seq.in_(sub))
-        return _fetch_tuples(conn, q.order_by(T_ENTRIES.c.seq))
+        return _fetch_committed(conn, q.order_by(T_ENTRIES.c.seq))
+
+    def referrer_rows(self, conn: sa.Connection, entry_id: str, n: int) -> list[tuple[Any, ...]]:
+        """The evidence tuples below ``n`` of the entries that reference ``entry_id``, in seq order (the
+        supersessions and acceptances the routing gate weighs), each checked against its leaf."""
+        sub = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id == entry_id)
+        q = sa.select(*_COMMITTED_COLUMNS).where(T_ENTRIES.c.seq < n, T_ENTRIES.c.seq.in_(sub))
+        return _fetch_committed(conn, q.order_by(T_ENTRIES.c.seq))
+
+    def tree_root(self, size: int, conn: sa.Connection | None = None) -> bytes:
+        """The Merkle root of the log's first ``size`` entries, from the stored tiles and leaf hashes in
+        one snapshot (``IntegrityError`` where the log lacks leaves below ``size``)."""
+        from ledger.tiles import TileTree
+
+        if conn is None:
+            with self.read(snapshot=True) as c:
+                return self.tree_root(size, c)
+        try:
+            return TileTree(self.tile_source(conn), size).root()
+        except ValueError as e:  # a leaf hash column that is not hex
+            raise IntegrityError(f"a stored leaf hash below size {size} is not a hash: {e}") from e
 
     # --- reviewer pages -------------------------------------------------------------------------------
 

@@ -172,13 +172,19 @@ def verdict(
     # a recorded verdict is judged at the time it is signed (or --now), never at the last entry's log time:
     # evidence stale now must not be signed QUALIFIED
     when = parse_when(now) if now else (now_utc() if record else None)
+    # a log that no longer extends the checkpoint its home holds is refused, as the routing gate refuses
+    # it (exit 2): a verdict judged (or signed) on a truncated or rewritten log would vouch for it
+    from ledger.reads import check_extends_held
+
     if record or trust is not None:
         ledger = get_ledger(home)
+        check_extends_held(ledger)
         if record:
             _refuse_past_record(ledger, at, when)
         result = evaluate(ledger, subj, pol, at_size=at, reference_time=when)
     else:
         reader = _read_ledger(home)
+        check_extends_held(reader)
         result = evaluate(reader, subj, pol, at_size=at, reference_time=when)
     if trust is not None:  # the checkpoint the verdict was judged at must carry the policy's quorum
         problems = checkpoint_problems(ledger, int(result["checkpoint"]["size"]), trust)
@@ -285,7 +291,9 @@ def check_routing_change_cmd(
 ) -> Outcome:
     """Allow (exit 0) or refuse (exit 1, with reasons) a production routing change.
 
-    With --trust-policy the checkpoint it is judged at must carry the policy's witness quorum."""
+    Exit 2, nothing judged, when the log no longer extends the checkpoint the home holds or a row it reads
+    is not what its Merkle leaf commits (edited behind the log's back). With --trust-policy the checkpoint
+    it is judged at must carry the policy's witness quorum."""
     from ledger.entries import parse_when
     from ledger.policy.routing import check_routing_change, load_deployment
 

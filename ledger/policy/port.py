@@ -23,9 +23,17 @@ __all__ = ["FixtureLedger", "PolicyLedger", "PolicyRepo"]
 
 
 class PolicyRepo(Protocol):
-    """The reads a verdict makes of the log tables: ``ledger.repo.LogRepo`` (SQL) and
-    ``ledger.bundle.MemoryRepo`` (a reviewer bundle's rows, in memory) are both one. ``conn`` is what
-    ``read()`` yields (a database connection, or nothing)."""
+    """The reads a verdict makes of the log tables: ``ledger.repo.LogRepo`` (SQL),
+    ``ledger.reads.SqlitePolicyRepo`` (stdlib sqlite3) and ``ledger.bundle.MemoryRepo`` (a reviewer
+    bundle's rows, in memory) are each one. ``conn`` is what ``read()`` yields (a database connection, or
+    nothing).
+
+    Evidence tuples are (seq, entry_id, kind, signer, logged_at, envelope), and their seq and logged_at are
+    the ones the log committed: each row's Merkle leaf commits its log record (index, logged_at, entry id,
+    kind, signer), and an implementation over a database checks every row it returns against it
+    (``ledger.reads.committed_rows``), raising ``IntegrityError`` for a row edited behind the log's back
+    (raw SQL on its ``logged_at`` column …) — the policy never judges a position or a log time the log
+    did not commit. ``logged_at(conn, seq)`` is checked the same way."""
 
     def read(self, *, snapshot: bool = False) -> AbstractContextManager[Any]: ...
 
@@ -66,7 +74,17 @@ class PolicyRepo(Protocol):
         or after it."""
         ...
 
+    def referrer_rows(self, conn: Any, entry_id: str, n: int) -> list[tuple[Any, ...]]:
+        """Evidence tuples below ``n`` of the entries that reference ``entry_id`` (any rel), in seq order."""
+        ...
+
     def checkpoint_root(self, size: int, conn: Any | None = None) -> str | None: ...
+
+    def tree_root(self, size: int, conn: Any | None = None) -> bytes:
+        """The Merkle root of the log's first ``size`` entries computed from what the database stores (its
+        hash tiles and leaf hashes: O(log n) reads, no checkpoint row trusted); ``IntegrityError`` where
+        the log lacks leaves below ``size``."""
+        ...
 
 
 class PolicyLedger(Protocol):
@@ -85,6 +103,12 @@ class PolicyLedger(Protocol):
     def checkpoint(self, *, size: int | None = None, store: bool = True) -> Checkpoint: ...
 
     def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint: ...
+
+    def held(self) -> Checkpoint | None:
+        """The checkpoint the home holds outside the database (``HOME/checkpoint``), its signature checked
+        with the log key; None when it holds none (a bundle). ``ledger.reads.check_extends_held`` refuses a
+        log that no longer extends it."""
+        ...
 
     def get(self, id_or_prefix: str) -> LoggedEntry: ...
 

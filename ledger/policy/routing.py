@@ -33,10 +33,10 @@ from ledger.policy.snapshot import (
     Snapshot,
     _parse_rows,
     check_signature,
-    evidence_from_row,
     keyring_at,
     probe_ok,
 )
+from ledger.reads import check_extends_held
 
 if TYPE_CHECKING:
     # the ledger as the policy sees it (ledger.service.Ledger is one); the policy never imports the service
@@ -340,12 +340,12 @@ def _superseding(
 
 
 def _acting(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> list[Evidence]:
-    """The trusted supersessions and acceptances below ``size`` that reference ``e``, in log order."""
+    """The trusted supersessions and acceptances below ``size`` that reference ``e``, in log order (read
+    through the port: each row checked against the log record its leaf commits)."""
     out: list[Evidence] = []
-    for le in ledger.referrers(e.id):
-        if le.seq >= size or le.kind not in ("supersession", "acceptance"):
-            continue
-        r = evidence_from_row(le)
+    with ledger.repo.read() as conn:
+        rows = ledger.repo.referrer_rows(conn, e.id, size)
+    for r in _parse_rows([row for row in rows if row[2] in ("supersession", "acceptance")]):
         rec = snap.keyring.keys.get(r.signer)  # type: ignore[call-overload]
         if rec is not None:
             r.signer_name, r.roles = rec.name, tuple(sorted(rec.roles))
@@ -392,6 +392,9 @@ def check_routing_change(
             f"{', '.join(routing.match_subject)}; {', '.join(unknown)} is not one of them",
             hint=f"leave {', '.join(unknown)} out of --subject",
         )
+    # the log must still be the one its home saw: a log truncated or rewritten below the checkpoint the
+    # home holds (outside the database) is refused before anything in it is judged (IntegrityError)
+    check_extends_held(ledger)
     size = ledger.size() if at_size is None else at_size
     if not 0 < size <= ledger.size():
         raise InputError(f"the log has {ledger.size()} entries; cannot check it at size {size}")
