@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import __version__
+from ledger.collectors.benchmark import BenchmarkSpec, policy_validity
 from ledger.entries import format_time, parse_time
 from ledger.home import Home
 from ledger.policy import evaluate, load_policy
@@ -290,7 +291,11 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                         "gate": "semantic",
                         "status": "passed",
                         "counts": {"items": 12, "asked": 12, "passed": 12, "failed": 0},
-                        "bounds": {"corpus_digest": params["semantic_corpus_digest"], "outcome": "completed"},
+                        "bounds": {
+                            "corpus_digest": params["semantic_corpus_digest"],
+                            "outcome": "completed",
+                            "bindings": {"served_models": "bench-model"},  # the job's served_name
+                        },
                         "figures": {"score": float(params["semantic_min_score"])},
                     },
                     t,
@@ -319,13 +324,29 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                             "issued": issued,
                             "completed": issued,
                             "errors": 0,
+                            **{
+                                f"completed@c{c}": issued // len(params["benchmark_concurrency"])
+                                for c in params["benchmark_concurrency"]
+                            },
                         },
                         "bounds": {
                             "concurrency": params["benchmark_concurrency"],
+                            "requests": params["benchmark_requests"],
                             "repetitions": params["benchmark_repetitions"],
                             "corpus_digest": params["benchmark_corpus_digest"],
                             "outcome": "completed",
+                            "aggregate": True,
                             "valid": True,
+                            "invalid_reasons": [],
+                            "parity": {"level": 1, "fraction": params["benchmark_min"]["c1_parity"]},
+                            "bindings": {"served_models": "bench-model"},
+                            # each run judged valid by the policy's rules, as the harness records them
+                            **BenchmarkSpec(
+                                Path("bench.jsonl"),
+                                params["benchmark_corpus_digest"],
+                                requests_per_level=params["benchmark_requests"],
+                                **policy_validity(params),
+                            ).validity(),
                         },
                         # each bounded figure at its bound
                         "figures": {**params["benchmark_max"], **params["benchmark_min"]},

@@ -45,17 +45,22 @@ __all__ = [
     "BenchmarkPrompt",
     "BenchmarkResult",
     "BenchmarkSpec",
+    "Bindings",
     "RequestRecord",
     "benchmark_gate_payload",
+    "first_served",
     "http_session",
     "judge_bounds",
     "load_benchmark_corpus",
     "percentile",
     "policy_bounds",
+    "policy_validity",
+    "read_bindings",
     "record_benchmark_gate",
     "run_benchmark",
     "run_benchmark_async",
     "send_request",
+    "served_models",
 ]
 
 # +2: the harness records its own scheduling stalls (client_stall_ms)
@@ -193,12 +198,36 @@ class BenchmarkSpec:
             raise ConfigError("temperature must be ≥ 0, request_timeout_s and lease_s > 0")
         if not 0 <= self.max_error_rate <= 1 or self.min_duration_s < 0:
             raise ConfigError("max_error_rate must be in 0..1 and min_duration_s ≥ 0")
+        detection = (
+            self.saturation_latency_factor,
+            self.saturation_min_points,
+            self.saturation_min_duration_s,
+        )
+        if any(x < 0 for x in detection):
+            raise ConfigError("the saturation detection thresholds must be ≥ 0")
         if self.saturation not in ("invalid", "report") or self.api not in ("chat", "completions"):
             raise ConfigError(f"unknown saturation {self.saturation!r} or api {self.api!r}")
 
     @property
     def required_requests(self) -> int:
         return self.requests_per_level if self.min_requests is None else self.min_requests
+
+    def validity(self) -> dict[str, Any]:
+        """The values every run's validity is judged by, as the result's ``bounds`` records them (typed by
+        ``ledger.entries.HarnessBounds``): a policy compares them with the ones it approves
+        (``spec-mismatch``), so a run judged by a weaker rule is not the approved run."""
+        return {
+            "saturation": self.saturation,
+            "min_requests": self.required_requests,
+            "min_duration_s": self.min_duration_s,
+            "max_error_rate": self.max_error_rate,
+            "saturation_detection": {
+                "min_gain": self.saturation_min_gain,
+                "latency_factor": self.saturation_latency_factor,
+                "min_points": self.saturation_min_points,
+                "min_duration_s": self.saturation_min_duration_s,
+            },
+        }
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -743,13 +772,39 @@ def _now() -> str:
     return format_time(datetime.now(UTC))
 
 
-async def _served_models(client: aiohttp.ClientSession, base: str, timeout_s: float) -> dict[str, str]:
+# what a harness run is bound to (default: the ids /v1/models serves), read before it sends a request
+Bindings = Callable[[], Mapping[str, str]]
+
+
+async def served_models(client: aiohttp.ClientSession, base: str, timeout_s: float) -> dict[str, str]:
+    """The ids the endpoint serves (``GET /v1/models``), sorted and comma-joined, as both harnesses record
+    them (``bounds.bindings.served_models``: the policy credits a result only of an endpoint that served
+    the campaign's approved model). Raises on an answer other than 200 or a body that is no model list."""
     async with asyncio.timeout(timeout_s), client.get(base + "/v1/models") as r:
         if r.status != 200:
             raise ValueError(f"/v1/models answered HTTP {r.status}")
         body = await r.json(content_type=None)
     ids = sorted(str(m.get("id")) for m in (body.get("data") or []) if isinstance(m, dict))
     return {"served_models": ",".join(ids)}
+
+
+async def read_bindings(
+    client: aiohttp.ClientSession, base: str, timeout_s: float, bindings: Bindings | None = None
+) -> tuple[dict[str, str] | None, str | None]:
+    """(what the run is bound to, None), or (None, why it could not be read): ``bindings()`` when given,
+    else :func:`served_models`. An endpoint that cannot say which model it serves is an engine fault to
+    the harnesses: they stop, with no aggregate result."""
+    try:
+        if bindings is not None:
+            return dict(bindings()), None
+        return await served_models(client, base, timeout_s), None
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as e:
+        return None, f"bindings unavailable: {type(e).__name__}: {e}"
+
+
+def first_served(bound: Mapping[str, str]) -> str | None:
+    """The model a harness asks for when its spec names none: the first id the endpoint served."""
+    return bound.get("served_models", "").split(",")[0] or None
 
 
 class _Stop:
@@ -880,7 +935,7 @@ async def run_benchmark_async(
     base_url: str,
     *,
     out_dir: Path,
-    bindings: Callable[[], Mapping[str, str]] | None = None,
+    bindings: Bindings | None = None,
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
@@ -916,22 +971,14 @@ async def run_benchmark_async(
                 again = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
                 if again.prompts != corpus.prompts:
                     cross.append(f"repetition {repetition}: corpus changed")
-            try:
-                if bindings is not None:
-                    bound = dict(bindings())
-                else:
-                    bound = await _served_models(client, base, spec.request_timeout_s)
-            except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as e:
-                stop.fault(
-                    f"engine fault before repetition {repetition}: bindings unavailable: "
-                    f"{type(e).__name__}: {e}"
-                )
+            bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
+            if bound is None:
+                stop.fault(f"engine fault before repetition {repetition}: {unread}")
                 break
             if seen_bindings and bound != seen_bindings[0]:
                 cross.append(f"repetition {repetition}: bindings changed: {seen_bindings[0]} → {bound}")
             seen_bindings.append(bound)
-            if model is None and bound.get("served_models"):
-                model = bound["served_models"].split(",")[0]
+            model = model or first_served(bound)
             for level in spec.concurrency:
                 stalls: list[float] = []
                 records = await _run_level(
@@ -1007,7 +1054,7 @@ def run_benchmark(
     base_url: str,
     *,
     out_dir: Path,
-    bindings: Callable[[], Mapping[str, str]] | None = None,
+    bindings: Bindings | None = None,
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
@@ -1111,6 +1158,7 @@ def benchmark_gate_payload(
             "corpus_digest": result.corpus_digest,
             "temperature": spec.temperature,
             "api": spec.api,
+            **spec.validity(),
             "harness": result.harness,
             "outcome": result.outcome,
             "aggregate": result.aggregate is not None,
@@ -1140,6 +1188,52 @@ def policy_bounds(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         for name, limit in table.items():
             out.setdefault(str(name), {})[side] = limit
     return out
+
+
+# the policy params that say how a run's validity is judged → the BenchmarkSpec field each sets
+_VALIDITY_PARAMS = {
+    "benchmark_min_duration_s": "min_duration_s",
+    "benchmark_max_error_rate": "max_error_rate",
+}
+_DETECTION_PARAMS = {
+    "min_gain": "saturation_min_gain",
+    "latency_factor": "saturation_latency_factor",
+    "min_points": "saturation_min_points",
+    "min_duration_s": "saturation_min_duration_s",
+}
+
+
+def policy_validity(params: Mapping[str, Any], engine: str | None = None) -> dict[str, Any]:
+    """How the policy judges a benchmark run valid, as :class:`BenchmarkSpec` fields: over-saturation
+    (``benchmark_saturation``; ``"report"`` for an engine in ``benchmark_saturation_report_engines``, for
+    which the policy credits both),
+    its detection thresholds (``benchmark_saturation_detection``), each run's minimum duration and
+    maximum error rate (``benchmark_min_duration_s``, ``benchmark_max_error_rate``), and every request
+    of a level completed (``min_requests`` None). The ``spec-mismatch`` rule compares what a result
+    records with the same params, so a run judged by other values is not credited; a param left out or
+    of the wrong type is a ConfigError, before anything runs."""
+    saturation = params.get("benchmark_saturation")
+    report = params.get("benchmark_saturation_report_engines", [])
+    detection = params.get("benchmark_saturation_detection")
+    problems: list[str] = []
+    if saturation not in ("invalid", "report"):
+        problems.append(f"benchmark_saturation = {saturation!r} is not 'invalid' or 'report'")
+    if not isinstance(report, list) or not all(isinstance(x, str) for x in report):
+        problems.append(f"benchmark_saturation_report_engines = {report!r} is not a list of engine names")
+    if not isinstance(detection, Mapping) or set(detection) != set(_DETECTION_PARAMS):
+        problems.append(
+            f"benchmark_saturation_detection = {detection!r} is not a table of {', '.join(_DETECTION_PARAMS)}"
+        )
+        detection = {}
+    values = {field: params.get(key) for key, field in _VALIDITY_PARAMS.items()}
+    values |= {field: detection.get(key) for key, field in _DETECTION_PARAMS.items()}
+    for field_name, value in values.items():
+        kind = int if field_name == "saturation_min_points" else int | float
+        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+            problems.append(f"{field_name} = {value!r} is not a {'whole ' if kind is int else ''}number")
+    if problems:
+        raise ConfigError("the policy's benchmark run validity: " + "; ".join(problems))
+    return {"saturation": "report" if engine in report else saturation, "min_requests": None, **values}
 
 
 def record_benchmark_gate(

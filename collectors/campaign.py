@@ -32,6 +32,7 @@ from ledger.collectors.benchmark import (
     BenchmarkSpec,
     benchmark_gate_payload,
     policy_bounds,
+    policy_validity,
     run_benchmark,
 )
 from ledger.collectors.host import engine_env, host_probe
@@ -60,6 +61,7 @@ __all__ = [
     "CampaignRunner",
     "Cancelled",
     "GateOutcome",
+    "benchmark_validity",
     "collector_gates",
     "expand",
     "free_port",
@@ -120,6 +122,43 @@ def sequential_count(campaign: Campaign, policy: Any) -> int:
             "leave count out, or ask for more"
         )
     return g.count
+
+
+# a campaign's [gates.benchmark] key → the BenchmarkSpec field of the policy's run validity it names
+_VALIDITY_KEYS = {
+    "saturation": "saturation",
+    "min_duration_seconds": "min_duration_s",
+    "max_error_rate": "max_error_rate",
+}
+
+
+def benchmark_validity(campaign: Campaign, policy: Any) -> dict[str, Any]:
+    """How the benchmark judges each run valid (BenchmarkSpec fields): the policy's, for the campaign's
+    engine (``policy_validity``). The harness records them and the policy's ``spec-mismatch`` compares
+    them, so a campaign's own ``saturation``, ``min_duration_seconds`` or ``max_error_rate`` that differs
+    is refused before anything is recorded (its run would pass the collector's gate and not be credited);
+    only ``saturation`` may name the policy's stricter ``benchmark_saturation`` where the policy lets the
+    engine's over-saturation be reported."""
+    name = policy.identity().get("name")
+    engine = campaign.spec.engine.kind
+    try:
+        approved = policy_validity(policy.params, engine)
+    except ConfigError as e:
+        raise ConfigError(f"the policy {name}: {e.message}") from e
+    g = campaign.spec.gates.benchmark
+    for key, field_name in _VALIDITY_KEYS.items():
+        mine = getattr(g, key)
+        allowed = [approved[field_name]]
+        if key == "saturation":  # the policy's default is the stricter rule: credited for every engine
+            allowed.append(policy.params.get("benchmark_saturation"))
+        if mine is not None and mine not in allowed:
+            raise ConfigError(
+                f"{campaign.path}: [gates.benchmark] {key} = {mine!r}, but the policy {name} judges the "
+                f"benchmark runs of engine {engine!r} by {approved[field_name]!r}: leave {key} out"
+            )
+        if mine is not None:
+            approved[field_name] = mine
+    return approved
 
 
 def structured_schema(policy: Any = None) -> dict[str, Any]:
@@ -269,11 +308,13 @@ class BenchmarkGate(_HarnessGate):
     levels: list[int] = Field(default_factory=lambda: [1, 4, 32], min_length=1)
     requests: int = Field(default=96, ge=1)  # per level
     repetitions: int = Field(default=2, ge=1)
-    saturation: Literal["invalid", "report"] = "invalid"
     api: Literal["chat", "completions"] = "chat"
-    min_duration_seconds: float = Field(default=0.0, ge=0)
-    max_error_rate: float = Field(default=0.0, ge=0, le=1)
     request_token_ids: bool = False
+    # How each run is judged valid is the policy's (benchmark_saturation …, ``benchmark_validity``): None
+    # takes the policy's; set, it must equal it (a run judged by a weaker rule is not the approved run)
+    saturation: Literal["invalid", "report"] | None = None
+    min_duration_seconds: float | None = Field(default=None, ge=0)
+    max_error_rate: float | None = Field(default=None, ge=0, le=1)
 
 
 class GatesSection(_Section):
@@ -481,6 +522,9 @@ class CampaignRunner:
                 f"{self.policy.identity().get('name')} judges the ready control by the answer {answer!r}"
             )
         self.sequential_count = sequential_count(campaign, self.policy)
+        self.benchmark_validity: dict[str, Any] = {}
+        if campaign.spec.gates.benchmark.enabled:
+            self.benchmark_validity = benchmark_validity(campaign, self.policy)
         self.structured_schema: dict[str, Any] | None = None
         structured = campaign.spec.gates.structured
         if structured.enabled:
@@ -631,6 +675,9 @@ class CampaignRunner:
                 # the model id the engine must serve: the identity gate judges /v1/models against this,
                 # not against the id a probe says it expected
                 "served_name": self.c.spec.model.served_name,
+                # the machine the job runs on, as its host probe names it: a probe of another machine,
+                # filed under this host, is not this host's fact (policy rule other-machine)
+                "hostname": socket.gethostname(),
             },
         }
 
@@ -1062,9 +1109,7 @@ class CampaignRunner:
                 api=g.api,
                 model=self.model_id,
                 request_token_ids=g.request_token_ids,
-                min_duration_s=g.min_duration_seconds,
-                max_error_rate=g.max_error_rate,
-                saturation=g.saturation,
+                **self.benchmark_validity,  # the policy's
             )
         except ConfigError as e:
             raise ConfigError(f"campaign {self.c.path}: gates.benchmark: {e}") from e

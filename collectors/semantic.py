@@ -12,6 +12,10 @@ An unknown check type, an unknown key, a bad regex, schema or CEL expression ref
 any request. An item passes when every one of its checks passes; the score is the fraction of items
 that pass, judged against the policy's threshold. The first engine fault stops the run (no retry) and
 the gate fails with "no aggregate result".
+
+Like the benchmark, the run records the model it measured: the ids ``/v1/models`` served before the first
+item (``bounds.bindings``, which the policy compares with the campaign's approved model), read again after
+the last: a run whose endpoint changed what it served meanwhile fails its gate.
 """
 
 from __future__ import annotations
@@ -33,10 +37,13 @@ import ledger
 from ledger.atomic import write_atomic
 from ledger.collectors.benchmark import (
     NO_AGGREGATE,
+    Bindings,
     Outcome,
     RequestRecord,
     StopCheck,
+    first_served,
     http_session,
+    read_bindings,
     send_request,
     until_stopped,
 )
@@ -64,7 +71,8 @@ __all__ = [
     "semantic_gate_payload",
 ]
 
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+1"
+# +2: the run records the ids /v1/models served (bounds.bindings), unchanged from the first item to the last
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+2"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -303,7 +311,16 @@ class SemanticResult:
     stopped: str | None
     items: list[ItemResult]
     total: int
+    # what the endpoint served before the first item and, for a run that completed, after the last
+    bindings: list[dict[str, str]] = field(default_factory=list)
     artifacts: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def bindings_changed(self) -> str | None:
+        """Why the endpoint is not shown to have served one model throughout; None when it is."""
+        first, *later = self.bindings or [{}]
+        changed = next((b for b in later if b != first), None)
+        return None if changed is None else f"bindings changed during the run: {first} → {changed}"
 
     @property
     def score(self) -> float | None:
@@ -324,6 +341,7 @@ class SemanticResult:
             "score": self.score if self.score is not None else NO_AGGREGATE,
             "items": self.total,
             "passed": sum(i.passed for i in self.items),
+            "bindings": self.bindings,
         }
 
 
@@ -336,23 +354,36 @@ async def run_semantic_async(
     base_url: str,
     *,
     out_dir: Path,
+    bindings: Bindings | None = None,
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
 ) -> SemanticResult:
     """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts.
-    ``should_stop`` (asked before and during each request) stops the run at once: outcome
-    ``operator-stop``, the items so far written, no aggregate result."""
+    ``bindings`` gives what the run is bound to, read before the first item and after the last (default:
+    the ids ``/v1/models`` serves; unreadable: an engine fault). ``should_stop`` (asked before and during
+    each request) stops the run at once: outcome ``operator-stop``, the items so far written, no
+    aggregate result."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
-    url = base_url.rstrip("/") + "/v1/chat/completions"
+    base = base_url.rstrip("/")
+    url = base + "/v1/chat/completions"
     started = _now()
     origin = time.perf_counter()
     deadline = origin + spec.lease_s
     items: list[ItemResult] = []
     outcome: Outcome = "completed"
     stopped: str | None = None
+    seen: list[dict[str, str]] = []
     async with http_session(2, spec.request_timeout_s, headers) as client:
+        bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
+        if bound is None:
+            outcome, stopped = "fault", f"engine fault before the first item: {unread}"
+        else:
+            seen.append(bound)
+        model = spec.model or first_served(bound or {})
         for index, item in enumerate(corpus.items):
+            if outcome != "completed":  # the bindings could not be read: no item is asked
+                break
             left = deadline - time.perf_counter()
             if left <= 0:
                 outcome, stopped = (
@@ -367,8 +398,8 @@ async def run_semantic_async(
                 "stream": True,
                 "stream_options": {"include_usage": True},
             }
-            if spec.model:
-                body["model"] = spec.model
+            if model:
+                body["model"] = model
             why = should_stop() if should_stop is not None else None
             if why:
                 outcome, stopped = "operator-stop", f"{why} before item {item.id}"
@@ -402,6 +433,12 @@ async def run_semantic_async(
                     rec.error,
                 )
             )
+        if outcome == "completed":  # the same model from the first item to the last
+            bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
+            if bound is None:
+                outcome, stopped = "fault", f"engine fault after the last item: {unread}"
+            else:
+                seen.append(bound)
     result = SemanticResult(
         spec,
         corpus.digest,
@@ -413,6 +450,7 @@ async def run_semantic_async(
         stopped,
         items,
         len(corpus.items),
+        seen,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -423,6 +461,7 @@ def run_semantic(
     base_url: str,
     *,
     out_dir: Path,
+    bindings: Bindings | None = None,
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
@@ -433,6 +472,7 @@ def run_semantic(
             spec,
             base_url,
             out_dir=out_dir,
+            bindings=bindings,
             engine_alive=engine_alive,
             headers=headers,
             should_stop=should_stop,
@@ -463,7 +503,8 @@ def semantic_gate_payload(
     evidence: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The ``gate.result`` payload for gate ``semantic``: passed only when the whole corpus was asked
-    and the score reaches the policy's ``min_score``."""
+    of an endpoint that served the same models throughout, and the score reaches the policy's
+    ``min_score``."""
     if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 < min_score <= 1:
         raise ConfigError(f"the semantic threshold must be a number in (0, 1], not {min_score!r}")
     score = result.score
@@ -476,6 +517,8 @@ def semantic_gate_payload(
         reasons.append(
             f"score {score:g} below the threshold {min_score:g}: {len(failed)} item(s) failed ({shown})"
         )
+    if result.bindings_changed:
+        reasons.append(result.bindings_changed)
     counts = {
         "items": result.total,
         "asked": len(result.items),
@@ -497,6 +540,9 @@ def semantic_gate_payload(
             "outcome": result.outcome,
             "aggregate": score is not None,
             "failed_items": [i.id for i in failed[:100]],
+            # the model measured: what /v1/models served before the first item (the policy credits the
+            # result only where that includes the campaign's approved model)
+            "bindings": result.bindings[0] if result.bindings else {},
         },
         "figures": {"score": score},
         "reason": "; ".join(reasons) if reasons else None,

@@ -261,7 +261,7 @@ class GpuInfo(_Model):
 
 
 class HostProbe(_Model):
-    hostname: str
+    hostname: str = Field(min_length=1)  # the machine it ran on (policy rule other-machine reads it)
     os: str
     kernel: str
     arch: str = ""
@@ -429,12 +429,28 @@ def _whole_count(v: Any) -> Any:
 
 
 _Level = Annotated[Any, AfterValidator(_whole_count)]
+_Rate = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # a fraction of requests
+
+
+class SaturationDetection(BaseModel):
+    """The thresholds the benchmark harness judged over-saturation by (``BenchmarkSpec.saturation_*``):
+    a detection that never fires (a latency factor of 1000, a minimum duration no run reaches) is as weak
+    as none, so a policy compares them too."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    min_gain: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    latency_factor: Figure | None = None
+    min_points: Count | None = None
+    min_duration_s: Figure | None = None
 
 
 class HarnessBounds(BaseModel):
     """The fields of a harness result's ``bounds`` a policy reads, typed strictly: ``"2"`` is no count and
     ``"true"`` no boolean (a spec rule would otherwise report "repetitions 2, approved 2"). Every other
-    field of ``bounds`` (limits, figures, parity, bindings …) stays as the harness wrote it."""
+    field of ``bounds`` (limits, figures, parity …) stays as the harness wrote it. Both harnesses
+    (benchmark, semantic) record ``bindings``: the ids the endpoint served (``served_models``, texts);
+    the benchmark also records the run-validity values it judged each run with (``saturation`` …)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -446,6 +462,12 @@ class HarnessBounds(BaseModel):
     aggregate: bool | None = None
     valid: bool | None = None
     invalid_reasons: list[str] | None = None
+    bindings: dict[str, str] | None = None
+    saturation: Literal["invalid", "report"] | None = None
+    min_requests: _Level | None = None
+    min_duration_s: Figure | None = None
+    max_error_rate: _Rate | None = None
+    saturation_detection: SaturationDetection | None = None
 
 
 class GateResult(_Model):

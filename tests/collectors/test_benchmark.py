@@ -532,14 +532,16 @@ def test_gate_payload_carries_what_the_spec_mismatch_rule_reads(tmp_path: Path, 
     payload = benchmark_gate_payload(result, {"ttft_ms.p95@c4": {"max": 10_000}})
     when, differences, params = _spec_mismatch_rule()
     rule = compile_condition(when, "backend-qualification.toml:spec-mismatch")
-    context = {"e": {"payload": payload}}
+    context = {"e": {"payload": payload}, "manifest": {"engine": "vllm"}}
     assert rule.holds({**context, "params": params})  # the rule applies to a benchmark result …
-    # … and a 12-request c1/c4 run of one repetition on another corpus is not the approved spec
+    # … and a 12-request c1/c4 run of one repetition on another corpus is not the approved spec (its runs
+    # judged valid by the policy's rules but for the count: each of its 12 requests, not 96)
     assert _differences(differences, {**context, "params": params}) == [
         "requests",
         "concurrency levels",
         "repetitions",
         "corpus digest",
+        "minimum completions per run",
     ]
     same = {
         **params,

@@ -34,7 +34,7 @@ BENCH_DIGEST = "blake3:bfef1eb8aa1c4ed5c7c2a49036f79dd2653cb993594020b1e6c7f66b5
 READY = "Reply with exactly one word: READY"
 STRUCTURED = 'Answer with the JSON object {"status": "READY"}.'
 ANSWERS = {READY: "READY", STRUCTURED: '{"status": "READY"}', "What is 2 + 3? Answer with a number.": "5"}
-DEFAULT_BENCHMARK = 'levels = [1, 4, 32]\nrequests = 96\nrepetitions = 2\nsaturation = "report"'
+DEFAULT_BENCHMARK = "levels = [1, 4, 32]\nrequests = 96\nrepetitions = 2"
 SEMANTIC_ITEMS = [
     {
         "id": "ready",
@@ -58,7 +58,10 @@ def corpus(tmp_path: Path) -> tuple[Path, str]:
 
 def policy_with(tmp_path: Path, semantic_digest: str, **params: str) -> Any:
     """The shipped policies, with the approved semantic corpus set to the test's and params replaced
-    (``name="TOML value"``)."""
+    (``name="TOML value"``). Over-saturation is only reported (``benchmark_saturation``, unless a test
+    names it): the stub on a busy test host cannot show throughput rising from c1 to c32, and how a run
+    is judged valid is the policy's choice, never the campaign's."""
+    params = {"benchmark_saturation": '"report"', **params}
     d = tmp_path / "policies"
     d.mkdir(parents=True, exist_ok=True)
     for f in (REPO / "policies").glob("*.toml"):

@@ -41,11 +41,11 @@ def qualified_entries() -> list[dict[str, Any]]:
 
 def serves(entries: list[dict[str, Any]], served_name: str) -> None:
     """Make ``served_name`` the model id the campaign's approved spec binds (its job's spec.bindings), and
-    the id the benchmark's endpoint served (its bounds.bindings.served_models), where there is one."""
+    the id the harnesses' endpoint served (their bounds.bindings.served_models), where there are some."""
     entry(entries, "campaign-job")["payload"]["spec"]["bindings"]["served_name"] = served_name
-    bench = next((e for e in entries if e.get("name") == "benchmark"), None)
-    if bench is not None and "bindings" in bench["payload"].get("bounds", {}):
-        bench["payload"]["bounds"]["bindings"] = {"served_models": served_name}
+    for harness in (e for e in entries if e.get("name") in ("benchmark", "semantic")):
+        if "bindings" in harness["payload"].get("bounds", {}):
+            harness["payload"]["bounds"]["bindings"] = {"served_models": served_name}
 
 
 def verdict_of(
