@@ -187,6 +187,7 @@ def _verdict_context(ledger: Ledger, result: dict[str, Any]) -> dict[str, Any]:
     ids |= {r.get("entry", "") for r in result.get("rejected", [])}
     ids |= {r.get("by", "") for r in result.get("rejected", []) if r.get("by")}
     ids |= {r.get("entry", "") for r in result.get("not_credited", [])}
+    ids |= {r.get("entry", "") for r in result.get("unjudged", [])}
     return {"r": result, "links": _entry_links(ledger, {i for i in ids if i})}
 
 

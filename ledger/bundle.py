@@ -155,6 +155,7 @@ def _verdict_ids(result: dict[str, Any]) -> set[str]:
         if r.get("by"):
             ids.add(r["by"])
     ids.update(n["entry"] for n in result.get("not_credited", []))
+    ids.update(n["entry"] for n in result.get("unjudged", []))
     ids.update(result.get("manifest", {}).get("sources", []))
     return ids
 

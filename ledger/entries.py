@@ -471,7 +471,7 @@ class HarnessBounds(BaseModel):
 
 
 class GateResult(_Model):
-    gate: str
+    gate: str = Field(min_length=1)  # a gate of the policy; one no gate has keeps a failure unjudged
     status: Literal["passed", "failed", "not_run", "not_authorized"]
     order: int | None = None
     counts: dict[str, Count] = Field(default_factory=dict)

@@ -116,6 +116,12 @@ def _render_verdict(result: dict[str, Any]) -> None:
             [(r["entry"][:12], r["kind"], r["rule"], r["detail"]) for r in result["rejected"]],
             title="rejected evidence",
         )
+    if result.get("unjudged"):
+        print_table(
+            ("entry", "gate", "why the verdict is not QUALIFIED"),
+            [(u["entry"][:12], u["gate"], u["detail"]) for u in result["unjudged"]],
+            title="failures no gate judges",
+        )
     if result["not_credited"]:
         out.print(
             "not credited (gate not authorized): "

@@ -188,6 +188,30 @@ def _judge_gate(
     return out
 
 
+def _unjudged(policy: LoadedPolicy, filtered: Filtered) -> list[dict[str, str]]:
+    """The failed ``gate.result`` entries (credited, or kept because they show a failure) whose ``gate``
+    names no gate of this policy: a misspelled gate, or a gate of another policy. No gate judges them, so
+    the ladder cannot say the failure they record is harmless — they keep a verdict from QUALIFIED
+    (INCONCLUSIVE, naming them); a verdict that already failed stands."""
+    names = {g.spec.name for g in policy.gates}
+    out = []
+    for e in sorted([*filtered.accepted, *filtered.against], key=_seq):
+        gate = e.payload.get("gate")
+        if e.kind != "gate.result" or e.payload.get("status") != "failed" or gate in names:
+            continue
+        out.append(
+            {
+                "entry": e.id,
+                "gate": str(gate),
+                "detail": f"a failed result for gate {gate!r}, which policy {policy.name} does not "
+                f"have (its gates: {', '.join(g.spec.name for g in policy.gates)}): no gate judges the "
+                "failure it records, so the verdict cannot be QUALIFIED (record it under the right gate "
+                "name, or supersede it with a reason)",
+            }
+        )
+    return out
+
+
 def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[dict[str, Any], set[str]]:
     """Walk the ladder. Each gate is judged on the credited evidence; where a rule withheld credit from
     entries that show a failure (``filtered.against``), the gate is judged again with them added, and
@@ -236,6 +260,9 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             verdict = spec.verdict
         used.update(out["evidence"])
         gates.append(out)
+    unjudged = _unjudged(policy, filtered)
+    if unjudged and verdict == QUALIFIED:
+        verdict = INCONCLUSIVE  # a failure no gate judges: the ladder cannot say it is harmless
     for eid in list(used):
         used.update(filtered.support.get(eid, ()))
     by_id = snap.by_id
@@ -251,6 +278,7 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
         "used": used_sorted,
         "rejected": [r.to_json() for r in filtered.rejected],
         "not_credited": not_credited,
+        "unjudged": unjudged,
         "manifest": {"bindings": filtered.manifest, "sources": filtered.manifest_sources},
         "counts": {
             "considered": len(snap.entries),
@@ -260,6 +288,7 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
         },
     }
     influential = set(used) | {r.by for r in filtered.rejected if r.by} | set(filtered.manifest_sources)
+    influential |= {u["entry"] for u in unjudged}
     return result, influential
 
 
