@@ -509,6 +509,10 @@ class Job(_Model):
         strings = isinstance(b, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in b.items())
         if not strings:
             raise ValueError("spec.bindings must be an object of strings (binding key → value)")
+        # the device the campaign qualifies on: the routing gate compares a deployment's with it, so a
+        # spelling it does not know ("CPU", "cuda") would be read as a GPU deployment
+        if "device" in b and b["device"] not in ("cpu", "gpu"):
+            raise ValueError(f"spec.bindings.device must be 'cpu' or 'gpu', not {b['device']!r}")
         return spec
 
 

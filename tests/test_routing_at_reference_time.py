@@ -218,12 +218,18 @@ def test_a_cpu_qualified_campaign_deployed_on_gpu_is_refused_naming_both_devices
 def test_a_p2p_fault_recorded_under_an_uppercase_host_name_is_the_hosts(build) -> None:
     b = build(SEED004)
     # the seed's own P2P note is for gpu-box-1; record a kernel P2P fault under GPU-BOX-1 and judge a host
-    # the seed does not know by another spelling: the P2P fact and the verdict are the host's
+    # the seed does not know by another spelling: the P2P fact and the verdict are the host's (the log reads
+    # the kernel after the campaign's runs: a fault it records during them would fail the verdict, which
+    # reads hosts the same way)
     append(
         b,
         "kernel.log",
         {"host": "GPU-BOX-1"},
-        {"source": "dmesg", "events": [{"kind": "p2p-fault", "message": "NCCL P2P fault"}]},
+        {
+            "source": "dmesg",
+            "since": "2026-09-11T08:00:00Z",
+            "events": [{"time": "2026-09-11T08:30:00Z", "kind": "p2p-fault", "message": "NCCL P2P fault"}],
+        },
         "collector",
     )
     text = {

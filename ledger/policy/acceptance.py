@@ -21,7 +21,7 @@ from ledger.hashing import parse_digest
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
-from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot, probe_ok
+from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot, host_key, probe_ok
 from ledger.signatures import (
     COLLECTOR_STOPPED,
     UNKNOWN_CLASS,
@@ -261,9 +261,9 @@ def campaign_hosts(
     """The hosts the evaluated campaign ran on: the subject's ``host`` where it names one; else the hosts
     its trusted, not superseded launches name (none: no host's facts can be the campaign's)."""
     if "host" in subject:
-        return frozenset({subject["host"]})
+        return frozenset({host_key(subject["host"])})
     return frozenset(
-        str(e.subject["host"])
+        host_key(str(e.subject["host"]))
         for e in trusted
         if e.kind == "engine.launch" and e.in_subject and e.id not in superseded and "host" in e.subject
     )
@@ -308,11 +308,7 @@ def _manifest(
                     out[k] = spec_conflict(k, out.get(k), other.get(k), later)
                     if later.id not in sources:
                         sources.append(later.id)
-    pins = [
-        e
-        for e in trusted
-        if e.kind == "model.pin" and e.id not in superseded and e.subject.get("host") in hosts
-    ]
+    pins = [e for e in trusted if e.kind == "model.pin" and e.id not in superseded and _host_of(e) in hosts]
     pin = _latest(pins)
     if pin is not None:
         for k, v in pin_bindings(pin.payload).items():
@@ -477,8 +473,9 @@ def filter_evidence(
                 hi = min(hi, t - _TICK)
             else:
                 lo = max(lo, t)
-                if k.subject["host"] not in resets or t > resets[k.subject["host"]][0]:
-                    resets[k.subject["host"]] = (t, k.id)
+                h = host_key(str(k.subject["host"]))
+                if h not in resets or t > resets[h][0]:
+                    resets[h] = (t, k.id)
     bind_keys = acc.bindings.keys if acc.bindings is not None else []
     hosts = campaign_hosts(snap.subject, trusted, superseded_by)
     campaign = snap.subject.get("campaign")
@@ -509,7 +506,7 @@ def filter_evidence(
                 e, Rule.SUPERSEDED, f"superseded by {s.id[:16]} ({s.signer_name}): {why}".rstrip(": "), s.id
             )
             continue
-        if e.kind in HOST_SCOPED_KINDS and e.subject.get("host") not in hosts:
+        if e.kind in HOST_SCOPED_KINDS and _host_of(e) not in hosts:
             reject(e, Rule.OTHER_HOST, _other_host(e, hosts, snap.subject))
             continue
         if e.id in refused:
@@ -590,7 +587,7 @@ def filter_evidence(
                     reject(
                         e,
                         Rule.AFTER_JOB_TERMINAL,
-                        f"produced after job terminal time: collected_at {e.collected_at} is after job "
+                        f"produced after job terminal time: collected {_observed(e)}, after job "
                         f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} {said}",
                         job_term.id,
                     )
@@ -739,7 +736,7 @@ def filter_evidence(
                 continue
             with contextlib.suppress(OverflowError):  # else fresh at every time a datetime holds
                 hi = min(hi, e.observed_time + limit)  # fresh while ref - observed <= limit
-        host = e.subject.get("host")
+        host = _host_of(e)
         if e.kind in post_reset and host in resets and e.observed_time < resets[host][0]:
             t, kid = resets[host]
             reject(
@@ -884,6 +881,13 @@ def _pass_unbound(e: Evidence, last: Evidence) -> str | None:
     return None
 
 
+def _host_of(e: Evidence) -> str | None:
+    """The host an entry names, as hosts compare (``host_key``: ``GPU-BOX-1`` is ``gpu-box-1``); None
+    when it names none."""
+    host = e.subject.get("host")
+    return host_key(host) if isinstance(host, str) and host.strip() else None
+
+
 def _other_host(e: Evidence, hosts: frozenset[str], subject: Mapping[str, str]) -> str:
     """Why a host's fact is not the campaign's (rule ``other-host``)."""
     host = e.subject.get("host")
@@ -910,10 +914,12 @@ def _observed(e: Evidence) -> str:
 
 def _after_end(e: Evidence, terminal: Evidence, ended: datetime | None) -> bool:
     """Was ``e`` produced after the end of the job ``terminal`` (its first terminal entry) ends? By the
-    job's ``ended_at`` when it records one (collector clock against collector clock); where it records
-    none, by the log: ``e`` was logged after the terminal entry."""
+    job's ``ended_at`` when it records one (collector clock against collector clock), the entry's time
+    never after the log took it (``observed_time``: a crash logged while the job ran that claims a later
+    ``collected_at`` is not thereby output after the job — a claim cannot withdraw what the log holds);
+    where the job records none, by the log: ``e`` was logged after the terminal entry."""
     if ended is not None:
-        return e.collected_time > ended
+        return e.observed_time > ended
     return e.seq > terminal.seq
 
 
@@ -1250,7 +1256,7 @@ def _derive(
             if (e.in_subject or of_campaign) and e.id not in superseded:
                 n += 1  # the campaign's attempts, on whichever host
             if e.in_subject and e.id not in superseded:
-                derived["attempt"] = n
+                derived["attempt"] = derived["attempt_logged"] = n
                 started = e.payload.get("started_at")
                 try:
                     t = min(parse_time(started), e.collected_time) if started else e.collected_time
@@ -1298,6 +1304,10 @@ def _derive(
     for e in trusted:
         if e.kind in ("job", "engine.launch") or e.derived_ is None:
             continue
+        # the attempt in progress when the log took it: a claimed collected_at before every launch's start
+        # cannot withdraw what an entry logged while a launch ran shows (rule before-launch's `against`)
+        j = bisect_right(times, e.logged_time)
+        e.derived_["attempt_logged"] = best[j - 1] if j else 0
         i = bisect_right(times, e.collected_time)
         if i:
             attempt = e.derived_["attempt"] = best[i - 1]
@@ -1415,7 +1425,7 @@ class _HostGpuEvents:
         """The kernel logs of the launch's host recorded as unreadable whose window overlaps its run
         (``_derive``: kernel_logs_unread_during_run) — unless a readable log of the host covers the whole run:
         the GPU events of that run are then unknown, not none."""
-        host = launch.subject.get("host")
+        host = _host_of(launch)
         if not host or host not in self.unread:
             return []
         start = self._start(launch, job_start)
@@ -1426,7 +1436,7 @@ class _HostGpuEvents:
     def during(self, launch: Evidence, job_start: datetime | None, end: datetime) -> list[dict[str, Any]]:
         """The events of the launch's host whose time lies in its run (``_derive``: gpu_events_during_run):
         from the earlier of its ``started_at`` (never after the log took it) and its job's start."""
-        host = launch.subject.get("host")
+        host = _host_of(launch)
         if not host or (host not in self.by_host and host not in self.untimed):
             return []
         start = self._start(launch, job_start)
@@ -1482,12 +1492,11 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
         if k.kind == "host.probe" and k.id not in superseded and isinstance(k.payload.get("gpus"), list):
             host = k.subject.get("host") or k.payload.get("hostname")
             if isinstance(host, str):
-                out.gpus[host] = k.payload["gpus"]  # in log order: the latest wins
+                out.gpus[host_key(host)] = k.payload["gpus"]  # in log order: the latest wins
         if k.kind != "kernel.log":
             continue
         # the host whose runs the log speaks of (none: it is judged whole only), and where its window begins
-        host_of = k.subject.get("host")
-        host = host_of if isinstance(host_of, str) and host_of and k.id not in superseded else None
+        host = _host_of(k) if k.id not in superseded else None
         since: datetime | None = None
         with contextlib.suppress(LedgerError, TypeError, ValueError):
             since = parse_time(k.payload["since"]) if isinstance(k.payload.get("since"), str) else None

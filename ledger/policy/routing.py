@@ -33,6 +33,7 @@ from ledger.policy.snapshot import (
     Snapshot,
     _parse_rows,
     check_signature,
+    host_key,
     keyring_at,
     probe_ok,
 )
@@ -63,12 +64,6 @@ ACTIONS = ("route", "restore")
 # What a service's engine reserves when the deployment does not say (its own default): vLLM's
 # ``--gpu-memory-utilization`` is 0.9. A service of another engine must state its value.
 ENGINE_DEFAULT_UTIL = {"vllm": 0.9}
-
-
-def host_key(name: str) -> str:
-    """A host name as the routing gate compares it: host names are DNS names, case-insensitive (and a
-    trailing dot names the same host), so ``GPU-BOX-1`` and ``gpu-box-1`` are one host everywhere here."""
-    return name.rstrip(".").casefold()
 
 
 class _Strict(BaseModel):
@@ -483,7 +478,7 @@ def check_routing_change(
     # re-derived as of the check's reference time (``when``): freshness and ages at the time the change is
     # judged at, not at the log's last entry (an unrelated append would change the answer)
     current = _rederive(ledger, policy, verdict, size, match, when) if verdict is not None else None
-    host_gpus = _host_gpus(host_entries, usable)
+    host_gpus = _host_gpus(host_entries, usable, (current or {}).get("machine"))
     identities = sorted({p.payload["model_identity"] for p in probes if p.payload.get("model_identity")})
     # the engine a route's traffic must reach: the one the re-derived verdict's approved spec binds (what
     # its launches ran), else the route's backend as the request names it
@@ -633,6 +628,9 @@ def _rederive(
         "engine": engine if isinstance(engine, str) else None,
         # the device it qualified: "cpu" where its manifest pins a CPU deployment, else a GPU
         "device": "cpu" if bindings.get("device") == "cpu" else "gpu",
+        # the machine its job ran on (spec.bindings.hostname, where the job records it): the host's GPUs
+        # are those its probes of that machine show (policy rule other-machine)
+        "machine": bindings.get("hostname") if isinstance(bindings.get("hostname"), str) else None,
     }
 
     def same(k: str, got: Any) -> bool:
@@ -703,10 +701,16 @@ def _why_not(ledger: Ledger, verdict: Evidence, result: Mapping[str, Any]) -> st
     return "; ".join([*parts, gate] if gate else parts)
 
 
-def _host_gpus(host_entries: list[Evidence], usable: Any) -> tuple[list[int] | None, str]:
-    """GPU indexes on the latest usable host probe of the host (None: no such probe)."""
+def _host_gpus(
+    host_entries: list[Evidence], usable: Any, machine: str | None = None
+) -> tuple[list[int] | None, str]:
+    """GPU indexes on the latest usable host probe of the host (None: no such probe) — of ``machine``, the
+    one the verdict's campaign job ran on, where it records one: a probe of another machine filed under the
+    host shows that machine's GPUs (as the verdict's rule other-machine rejects it)."""
     for e in reversed(host_entries):
         if e.kind != "host.probe" or not usable(e):
+            continue
+        if machine is not None and e.payload.get("hostname") != machine:
             continue
         gpus = e.payload.get("gpus") or []
         idx = [g["index"] if g.get("index") is not None else i for i, g in enumerate(gpus)]

@@ -106,6 +106,19 @@ RESULT_SALT = [b""]
 CLEAR_HOOKS: list[Callable[[], None]] = []
 
 
+def host_key(name: str) -> str:
+    """A host name as the policy compares it: host names are DNS names, case-insensitive (a trailing dot,
+    or white space around it, names the same host), so ``GPU-BOX-1`` and ``gpu-box-1`` are one host
+    everywhere — in the verdict (a host's probes, pins, kernel logs) and in the routing gate alike."""
+    return name.strip().rstrip(".").casefold()
+
+
+def same_hosts(named: Iterable[str], among: Iterable[str]) -> list[str]:
+    """The spellings in ``among`` of the hosts ``named`` (as ``host_key`` compares them), sorted."""
+    keys = {host_key(h) for h in named}
+    return sorted(h for h in set(among) if host_key(h) in keys)
+
+
 def clear_caches() -> None:
     """Forget every parsed envelope, every signature check and every remembered verdict, and read no
     verdict a home remembered before (tests; a process never needs to)."""
@@ -164,6 +177,7 @@ def probe_ok(payload: dict[str, Any]) -> bool:
 NO_DERIVED: dict[str, Any] = {
     "ok": False,
     "attempt": 0,
+    "attempt_logged": 0,
     "job": None,
     "failure_class": None,
     "log_failure_signature": None,
@@ -779,7 +793,9 @@ def read_snapshot_rows(
         last = repo.logged_at(conn, n - 1)
         ring = keyring_at(ledger, n, conn)
         candidates = repo.kind_hosts(conn, kinds, n) if kinds else []
-        hosts = repo.subject_hosts(conn, subject, n, linked, among=candidates) if candidates else []
+        # the host entries of every spelling of the hosts the subject's entries name (``host_key``)
+        named = repo.subject_hosts(conn, subject, n, linked) if candidates else []
+        hosts = same_hosts(named, candidates)
         host_rows = _host_rows(ledger, conn, kinds, hosts, n, rows)
     ordered = [rows[s] for s in sorted(rows)]
     return SnapshotRows(
@@ -822,7 +838,8 @@ def snapshot_from_rows(ledger: Ledger, raw: SnapshotRows) -> tuple[Snapshot, boo
     hosts = sorted({subj["host"] for subj in subjects if "host" in subj})
     consistent = True
     host_rows = raw.host_rows
-    if raw.kinds and sorted(set(hosts) & set(raw.candidates)) != raw.hosts:
+    hosts = same_hosts(hosts, raw.candidates) if raw.kinds else hosts
+    if raw.kinds and hosts != raw.hosts:
         consistent = False
         with ledger.repo.read() as conn:
             host_rows = _host_rows(ledger, conn, raw.kinds, hosts, raw.size, {e.seq: e for e in entries})

@@ -80,7 +80,10 @@ def checkpoint_root(ledger: Ledger, size: int) -> str:
 
 
 def _identity(accepted: list[Evidence]) -> dict[str, str]:
-    subjects = [e.statement["subject"] for e in accepted]
+    """The identity fields the subject's own accepted entries agree on. A host's facts read for it — a
+    kernel log of another job of the host, under another spelling of its name (``host_key``) — are
+    judged, but say nothing of which backend, model or host name this campaign's verdict is for."""
+    subjects = [e.statement["subject"] for e in accepted if e.in_subject]
     values: dict[str, set[str]] = {}
     for key in IDENTITY_FIELDS:
         values[key] = {s[key] for s in subjects if key in s}
