@@ -1236,6 +1236,16 @@ def policy_validity(params: Mapping[str, Any], engine: str | None = None) -> dic
     return {"saturation": "report" if engine in report else saturation, "min_requests": None, **values}
 
 
+def allowed_validity(params: Mapping[str, Any], approved: Mapping[str, Any], field_name: str) -> list[Any]:
+    """The values of run-validity field ``field_name`` a run may be judged by under the policy: the one
+    ``policy_validity`` approves for the engine — and, for ``saturation``, the policy's own
+    ``benchmark_saturation`` too (the stricter rule, credited for every engine)."""
+    allowed = [approved[field_name]]
+    if field_name == "saturation":
+        allowed.append(params.get("benchmark_saturation"))
+    return allowed
+
+
 def record_benchmark_gate(
     recorder: Recorder,
     subject: Mapping[str, str],

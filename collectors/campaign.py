@@ -30,6 +30,7 @@ from ledger.collectors.benchmark import (
     NO_AGGREGATE,
     BenchmarkResult,
     BenchmarkSpec,
+    allowed_validity,
     benchmark_gate_payload,
     policy_bounds,
     policy_validity,
@@ -148,10 +149,7 @@ def benchmark_validity(campaign: Campaign, policy: Any) -> dict[str, Any]:
     g = campaign.spec.gates.benchmark
     for key, field_name in _VALIDITY_KEYS.items():
         mine = getattr(g, key)
-        allowed = [approved[field_name]]
-        if key == "saturation":  # the policy's default is the stricter rule: credited for every engine
-            allowed.append(policy.params.get("benchmark_saturation"))
-        if mine is not None and mine not in allowed:
+        if mine is not None and mine not in allowed_validity(policy.params, approved, field_name):
             raise ConfigError(
                 f"{campaign.path}: [gates.benchmark] {key} = {mine!r}, but the policy {name} judges the "
                 f"benchmark runs of engine {engine!r} by {approved[field_name]!r}: leave {key} out"

@@ -42,7 +42,7 @@ from ledger.cli._common import (
     progress,
     warn,
 )
-from ledger.errors import InputError, KeyNotFoundError
+from ledger.errors import ConfigError, InputError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from ledger.collectors.campaign import CampaignResult
@@ -659,8 +659,19 @@ def benchmark_cmd(
     requests: Annotated[int, typer.Option(help="Requests per level.")] = 96,
     repetitions: Annotated[int, typer.Option(help="Repetitions of the whole level sequence.")] = 2,
     saturation: Annotated[
-        str, typer.Option(help="invalid (over-saturation invalidates the run) or report.")
-    ] = "invalid",
+        str | None,
+        typer.Option(
+            help="invalid (over-saturation invalidates the run) or report; default, and the only values "
+            "credited: the policy's for the engine."
+        ),
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="The engine the endpoint runs (vllm, llamacpp, …): the policy may judge its over-saturation "
+            "otherwise (benchmark_saturation_report_engines)."
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model id (default: the first one served).")] = None,
     lease: Annotated[float, typer.Option(help="Bound on the whole run, seconds.")] = 900.0,
     policy: PolicyOption = "backend-qualification",
@@ -674,20 +685,41 @@ def benchmark_cmd(
     json_out: JsonOption = False,
 ) -> Outcome:
     """Run the benchmark harness against URL and record its `gate.result` (bounds: the policy's)."""
-    from ledger.collectors.benchmark import BenchmarkSpec, policy_bounds, record_benchmark_gate, run_benchmark
+    from ledger.collectors.benchmark import (
+        BenchmarkSpec,
+        allowed_validity,
+        policy_bounds,
+        policy_validity,
+        record_benchmark_gate,
+        run_benchmark,
+    )
 
-    if saturation not in ("invalid", "report"):
+    if saturation is not None and saturation not in ("invalid", "report"):
         raise InputError("--saturation must be invalid or report")
     pol = _harness_policy(policy)
+    # each run is judged valid as the policy judges it (its spec-mismatch rule compares what the result
+    # records): a --saturation it would not credit is refused before anything runs
+    try:
+        validity = policy_validity(pol.params, engine)
+    except ConfigError as e:
+        raise ConfigError(f"the policy {policy}: {e.message}") from e
+    if saturation is not None:
+        allowed = allowed_validity(pol.params, validity, "saturation")
+        if saturation not in allowed:
+            raise InputError(
+                f"--saturation {saturation}: the policy {policy} judges the benchmark runs of engine "
+                f"{engine or '(not named: --engine)'} by {validity['saturation']!r}: leave --saturation out"
+            )
+        validity["saturation"] = saturation
     spec = BenchmarkSpec(
         corpus=corpus,
         corpus_digest=digest,
         concurrency=_levels(levels),
         requests_per_level=requests,
         repetitions=repetitions,
-        saturation=saturation,  # type: ignore[arg-type]
         model=model,
         lease_s=lease,
+        **validity,
     )
     rec = _recorder(home, key, server, token)
     subj = _subject(campaign, subject)

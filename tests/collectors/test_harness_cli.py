@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.engines.stub_openai import StubConfig, serve_stub
 
 from .conftest import REPO, run_ledger
@@ -47,6 +49,8 @@ def test_collect_benchmark_records_a_gate_result_judged_by_the_policys_bounds(ho
             "2",
             "--saturation",
             "report",
+            "--engine",
+            "llamacpp",  # the policy lets llama.cpp's over-saturation be reported
             "-c",
             "cli-bench",
         )
@@ -63,6 +67,24 @@ def test_collect_benchmark_records_a_gate_result_judged_by_the_policys_bounds(ho
     [rej] = [x for x in v["rejected"] if x["entry"] == out["entry"]]
     assert rej["rule"] == "spec-mismatch"
     assert "requests 8, approved 96" in rej["detail"]
+
+
+@pytest.mark.parametrize("engine", [None, "vllm"])
+def test_collect_benchmark_refuses_a_saturation_rule_the_policy_would_not_credit(
+    home: Path, engine: str | None
+) -> None:
+    """Regression: `collect benchmark --saturation report` ran and recorded a run judged by the
+    operator's own rule (its result was then `spec-mismatch`): the policy owns it, so it is refused before
+    anything runs — as a campaign's [gates.benchmark] saturation is."""
+    more = ["--engine", engine] if engine else []
+    r = run_ledger(
+        "--home", str(home), "collect", "benchmark", "http://127.0.0.1:9", "--corpus", str(BENCH),
+        "--digest", BENCH_DIGEST, "--saturation", "report", *more, "-c", "cli-sat",
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "--saturation report" in r.stderr and "leave --saturation out" in r.stderr
+    logged = run_ledger("--home", str(home), "log", "-s", "campaign=cli-sat", "--json").stdout
+    assert json.loads(logged)["items"] == []  # nothing recorded
 
 
 def test_collect_benchmark_engine_fault_is_no_aggregate_result(home: Path) -> None:
