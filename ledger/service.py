@@ -1080,10 +1080,15 @@ class Ledger:
         at_size: int | None = None,
         policy_dir: Path | None = None,
     ) -> dict[str, Any]:
-        """The verdict JSON for ``subject`` under ``policy``, the log as it stood at ``at_size`` (or now)."""
+        """The verdict JSON for ``subject`` under ``policy``, the log as it stood at ``at_size`` (or now) —
+        refused (IntegrityError) when the log no longer extends the checkpoint the home holds, as the CLI's
+        verdict and routing check refuse it (``ledger.reads.check_extends_held``)."""
         from ledger.policy.verdict import evaluate
+        from ledger.reads import check_extends_held
 
-        return evaluate(self._policy_reads(), subject, self._policy(policy, policy_dir), at_size=at_size)
+        reads = self._policy_reads()
+        check_extends_held(reads)
+        return evaluate(reads, subject, self._policy(policy, policy_dir), at_size=at_size)
 
     def _policy_reads(self) -> Any:
         """What a verdict or routing check reads through: on a SQLite home, this thread's read-only
@@ -1120,9 +1125,12 @@ class Ledger:
     def replay_verdict(
         self, entry_id: str, *, policy_dir: Path | None = None, policy_path: str | None = None
     ) -> dict[str, Any]:
-        """Recompute a recorded verdict at its checkpoint with today's policy bytes; report differences."""
+        """Recompute a recorded verdict at its checkpoint with today's policy bytes; report differences (on a
+        log that still extends the checkpoint the home holds: else IntegrityError)."""
         from ledger.policy.verdict import replay_verdict
+        from ledger.reads import check_extends_held
 
+        check_extends_held(self)
         return replay_verdict(self, entry_id, policy_dir=policy_dir, policy_path=policy_path)
 
     def check_routing(

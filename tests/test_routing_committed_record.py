@@ -450,3 +450,25 @@ def test_routing_check_allows_an_honest_log_grown_past_the_held_checkpoint(
     assert r.code == 0 and r.json()["allowed"], r.out + r.err
     r = _verdict(run, s)
     assert r.code == 0 and r.json()["verdict"] == "QUALIFIED", r.out + r.err
+
+
+def test_the_api_verdict_and_verdict_replay_refuse_a_truncated_log(
+    seeded: Seeded, run: Callable[..., CliResult]
+) -> None:
+    """Regression: the CLI's verdict and routing check refused a log truncated below the held checkpoint,
+    but the service's verdict (what the HTTP API answers with) and `verdict replay` judged it."""
+    from ledger.errors import IntegrityError
+
+    s = seeded
+    s.append("note", {"campaign": "router-embed"}, {"text": "a later note"}, "operator")
+    s.ledger.checkpoint()
+    recorded = s.ledger.query(kind="verdict", limit=1, descending=True)[0].entry_id
+    assert s.ledger.evaluate_verdict({"campaign": "router-embed"})["verdict"]
+    assert s.ledger.replay_verdict(recorded)
+    _truncate_newest(s)
+    with pytest.raises(IntegrityError, match="entries it saw are gone"):
+        s.ledger.evaluate_verdict({"campaign": "router-embed"})
+    with pytest.raises(IntegrityError, match="entries it saw are gone"):
+        s.ledger.replay_verdict(recorded)
+    r = run("verdict", "replay", recorded, "--home", str(s.home))
+    assert r.code == 2 and "error[integrity]" in r.err, r.out + r.err
