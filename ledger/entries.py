@@ -558,7 +558,8 @@ class Acceptance(_Model):
 
 
 class Supersession(_Model):
-    reason: str
+    # why the entries it supersedes no longer stand: the one way to withdraw a failure says why
+    reason: str = Field(min_length=1, pattern=r"\S")
     correction: str | None = None
 
 

@@ -220,8 +220,9 @@ def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
     withdrawn: set[str] = set()
     by: dict[str, Evidence] = {}
     for s in reversed([e for e in trusted if e.kind == "supersession"]):
-        if s.id in withdrawn:
-            continue
+        reason = s.payload.get("reason")
+        if s.id in withdrawn or not isinstance(reason, str) or not reason.strip():
+            continue  # withdrawn in turn, or without its reason (refused at ingest now): in force for nothing
         for target in (t for t in s.refs("supersedes") if t != s.id):
             withdrawn.add(target)
             by[target] = s  # walking back: the earliest supersession in force is kept
@@ -425,9 +426,25 @@ def filter_evidence(
         superseded_by = _supersessions([t for t in trusted if t.id not in refused])
         acceptances = _acceptances(trusted, superseded_by)
         refused = _refused_acting(trusted, acceptances)
+    # a review FAILed by another review is taken out as a rejecting acceptance takes it out: a PASS someone
+    # found wrong credits nothing (one level: what reviews a review is not itself reviewed here)
+    failed_reviews = {
+        t
+        for a in trusted
+        if a.kind == "review"
+        and a.payload.get("result") == "FAIL"
+        and a.id not in superseded_by
+        and a.id not in refused
+        for t in a.refs("reviews")
+    }
     reviews: dict[str, list[Evidence]] = {}
     for a in trusted:
-        if a.kind == "review" and a.id not in superseded_by and a.id not in refused:
+        if (
+            a.kind == "review"
+            and a.id not in superseded_by
+            and a.id not in refused
+            and a.id not in failed_reviews
+        ):
             for target in a.refs("reviews"):
                 reviews.setdefault(target, []).append(a)
     job_entries = {e.id: e for e in trusted if e.kind == "job"}
@@ -502,6 +519,17 @@ def filter_evidence(
         if e.id in superseded_by:
             s = superseded_by[e.id]
             why = s.payload.get("reason", "")
+            if s.signer == e.signer and e.kind != "supersession":  # (withdrawing a withdrawal restores)
+                # a key does not withdraw its own record's failure: the supersession takes credit away,
+                # and what the entry shows against the engine stands until another key supersedes it
+                reject(
+                    e,
+                    Rule.SELF_SUPERSEDED,
+                    f"superseded by {s.id[:16]}, signed by the key that signed it ({s.signer_name}): {why} — "
+                    "a key withdraws no failure of its own record (another key's supersession does)",
+                    s.id,
+                )
+                continue
             reject(
                 e, Rule.SUPERSEDED, f"superseded by {s.id[:16]} ({s.signer_name}): {why}".rstrip(": "), s.id
             )

@@ -654,6 +654,7 @@ def _rederive(
 # rules under which evidence a verdict relied on stops standing after it was recorded
 _WITHDRAWN = (
     Rule.SUPERSEDED,
+    Rule.SELF_SUPERSEDED,
     Rule.REJECTED_BY_ACCEPTANCE,
     Rule.REVOKED,
     Rule.OUTSIDE_VALIDITY,

@@ -24,6 +24,7 @@ class Rule(StrEnum):
     WRONG_ROLE = "wrong-role"
     SCHEMA_INVALID = "schema-invalid"
     SUPERSEDED = "superseded"
+    SELF_SUPERSEDED = "self-superseded"
     OTHER_HOST = "other-host"
     REJECTED_BY_ACCEPTANCE = "rejected-by-acceptance"
     JOB_OF_OTHER_CAMPAIGN = "job-of-other-campaign"
@@ -47,6 +48,7 @@ class Rule(StrEnum):
 # reason, another host's fact, or output after its job ended (the engine it came from was gone).
 CREDIT_ONLY: frozenset[Rule] = frozenset(
     {
+        Rule.SELF_SUPERSEDED,
         Rule.REJECTED_BY_ACCEPTANCE,
         Rule.JOB_OF_OTHER_CAMPAIGN,
         Rule.KILLED_RUN,
@@ -73,6 +75,7 @@ _DESCRIPTIONS: dict[Rule, str] = {
     Rule.ARTIFACT_CORRUPT: "an artifact does not match its digest",
     Rule.ARTIFACT_NOT_STORED: "an artifact the policy reads back (engine logs) is stored by reference only",
     Rule.SUPERSEDED: "superseded by a later supersession",
+    Rule.SELF_SUPERSEDED: "superseded by the key that signed it: not credited, but a failure it shows stands",
     Rule.OTHER_HOST: "a host probe or model pin of a host the campaign did not run on, or of none",
     Rule.REJECTED_BY_ACCEPTANCE: "rejected by an acceptance entry (evidence, a review or a supersession)",
     Rule.JOB_OF_OTHER_CAMPAIGN: "refs as its job a job of another campaign than the one it names",

@@ -291,3 +291,84 @@ def test_the_routing_gate_reads_the_hosts_gpus_from_the_jobs_machine_only(tmp_pa
     assert refused["allowed"] is False
     assert any("GPU5" in r and "not on gpu-box-1" in r for r in refused["reasons"]), refused["reasons"]
     assert allowed["allowed"] is True, allowed["reasons"]  # GPU2 is on the job's machine's own probe
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "\n"])
+def test_a_supersession_without_a_reason_is_refused_at_ingest(tmp_path: Path, reason: str) -> None:
+    """Regression: `ledger supersede ID --reason ""` withdrew a failed probe with no reason recorded — the
+    one way to withdraw a failure says why."""
+    es = qualified_entries()
+    _failed_completion(es, claimed="2026-09-10T10:01:10Z", logged="2026-09-10T10:01:11Z")
+    es.insert(
+        es.index(entry(es, "campaign-done")),
+        {
+            "name": "withdraw",
+            "kind": "supersession",
+            "key": "operator",
+            "at": "2026-09-10T10:46:00Z",
+            "refs": {"supersedes": "http-500"},
+            "payload": {"reason": reason},
+        },
+    )
+    with pytest.raises(SchemaError, match="reason"):
+        verdict_of(tmp_path, es)
+
+
+@pytest.mark.parametrize(("withdrawn_by", "verdict"), [("operator", RUNTIME), ("operator2", QUALIFIED)])
+def test_a_key_does_not_withdraw_its_own_failure(tmp_path: Path, withdrawn_by: str, verdict: str) -> None:
+    """Regression: an operator recorded a failed /health probe by hand and superseded it with the same key:
+    QUALIFIED. A review or acceptance by the evidence's own key credits nothing; nor does its own
+    supersession withdraw what it shows (self-superseded: credit taken away, the failure stands). Another
+    operator's supersession, with its reason, withdraws it."""
+    es = qualified_entries()
+    probe = copy.deepcopy(entry(es, "health"))
+    probe["payload"].update(ok=False, http_status=503)
+    probe["name"], probe["key"], probe["at"] = "by-hand-503", "operator", "2026-09-10T10:03:00Z"
+    _insert_by_log_time(es, probe)
+    es.insert(
+        es.index(entry(es, "campaign-done")),
+        {
+            "name": "withdraw",
+            "kind": "supersession",
+            "key": withdrawn_by,
+            "at": "2026-09-10T10:46:00Z",
+            "refs": {"supersedes": "by-hand-503"},
+            "payload": {"reason": "probed the wrong port"},
+        },
+    )
+    keys = {
+        "collector": ["collector"],
+        "reviewer": ["reviewer"],
+        "operator": ["operator"],
+        "operator2": ["operator"],
+    }
+    v = verdict_of(tmp_path, es, keys=keys)
+    assert v["verdict"] == verdict
+    rule = "self-superseded" if withdrawn_by == "operator" else "superseded"
+    assert rejected(v)["by-hand-503"] == rule
+
+
+def test_a_review_pass_that_another_review_failed_credits_nothing(tmp_path: Path) -> None:
+    """Regression: reviewer2 FAILed the semantic result's review PASS (a review of the review) and the
+    verdict stayed QUALIFIED — while an acceptance rejecting the same PASS takes it out."""
+    es = qualified_entries()
+    es.insert(
+        es.index(entry(es, "campaign-done")),
+        {
+            "name": "review-of-review",
+            "kind": "review",
+            "key": "reviewer2",
+            "at": "2026-09-10T10:46:00Z",
+            "refs": {"reviews": "semantic-review"},
+            "payload": {"result": "FAIL", "commit": "cafe" + "0" * 36},
+        },
+    )
+    keys = {
+        "collector": ["collector"],
+        "reviewer": ["reviewer"],
+        "operator": ["operator"],
+        "reviewer2": ["reviewer"],
+    }
+    v = verdict_of(tmp_path, es, keys=keys)
+    assert rejected(v)["semantic"] == "review-missing"
+    assert v["verdict"] == "INCONCLUSIVE"
