@@ -714,9 +714,14 @@ def _host_gpus(
         if machine is not None and e.payload.get("hostname") != machine:
             continue
         gpus = e.payload.get("gpus") or []
-        idx = [g["index"] if g.get("index") is not None else i for i, g in enumerate(gpus)]
+        where = f"host probe {e.id[:16]} ({e.collected_at})"
+        if any(not isinstance(g, dict) or g.get("index") is None for g in gpus):
+            # a GPU listed without its index: which of the host's GPUs a service's index names cannot be
+            # told (its place in the list is no index), so no GPU index is known to be on the host
+            return None, f"{where} lists a GPU without its index: which GPU is which cannot be told"
+        idx = [g["index"] for g in gpus]
         text = ", ".join(f"GPU{i}" for i in idx) or "no GPU"
-        return idx, f"{text} on host probe {e.id[:16]} ({e.collected_at})"
+        return idx, f"{text} on {where}"
     return None, "no accepted host probe"
 
 

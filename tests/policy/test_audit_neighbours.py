@@ -372,3 +372,42 @@ def test_a_review_pass_that_another_review_failed_credits_nothing(tmp_path: Path
     v = verdict_of(tmp_path, es, keys=keys)
     assert rejected(v)["semantic"] == "review-missing"
     assert v["verdict"] == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize(
+    "gpus", [[{"name": "NVIDIA H100"}], [{"index": 0, "name": "H100"}, {"name": "H100"}]]
+)
+def test_the_routing_gate_does_not_take_a_gpus_place_in_the_list_for_its_index(
+    tmp_path: Path, gpus: list[dict[str, Any]]
+) -> None:
+    """Regression: the host's newest probe listed a GPU without its index, and GPU0 was allowed as its place
+    in the list: a missing index counted as one."""
+    from ledger.policy.loader import load_policy
+    from ledger.policy.routing import check_routing_change
+    from tests.test_routing_at_reference_time import CAMPAIGN, _campaign_home
+
+    es = qualified_entries()
+    es.append(
+        {
+            "name": "verdict",
+            "at": "2026-09-10T11:00:00Z",
+            "record_verdict": {"subject": {"campaign": CAMPAIGN["campaign"]}, "key": "reviewer"},
+        }
+    )
+    newest = copy.deepcopy(entry(es, "host"))
+    newest["name"], newest["at"] = "newest-host", "2026-09-10T11:10:00Z"
+    newest["subject"] = {"host": "gpu-box-1"}
+    newest["payload"]["gpus"] = gpus
+    es.append(newest)
+    _home, ledger, _b = _campaign_home(tmp_path, es)
+    dep = {
+        "host": "gpu-box-1",
+        "services": [{"name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}],
+    }
+    subject = {k: CAMPAIGN[k] for k in ("backend", "model", "host")}
+    r = check_routing_change(
+        ledger, load_policy("routing-change"), subject, deployment=dep, now=parse_time("2026-09-10T12:00:00Z")
+    )
+    ledger.close()
+    assert r["allowed"] is False
+    assert any("without its index" in x for x in r["reasons"]), r["reasons"]
