@@ -1528,6 +1528,10 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
         since: datetime | None = None
         with contextlib.suppress(LedgerError, TypeError, ValueError):
             since = parse_time(k.payload["since"]) if isinstance(k.payload.get("since"), str) else None
+        if since is not None and since > k.observed_time:
+            # a window that begins after the log was read contradicts itself: it tells nothing of where it
+            # begins, so it is read as unbounded (an unreadable log then leaves every run's events unknown)
+            since = None
         if host is not None:
             # what it read is known where it was readable and records its events (a list, even empty): one
             # recorded as unreadable, or without its events, leaves the GPU events of its window unknown

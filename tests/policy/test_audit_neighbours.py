@@ -411,3 +411,25 @@ def test_the_routing_gate_does_not_take_a_gpus_place_in_the_list_for_its_index(
     ledger.close()
     assert r["allowed"] is False
     assert any("without its index" in x for x in r["reasons"]), r["reasons"]
+
+
+def test_an_unreadable_kernel_log_whose_window_begins_after_it_was_read_is_unbounded(tmp_path: Path) -> None:
+    """Regression: an unreadable kernel log collected at 10:49 claiming `since` 11:00 — a window that begins
+    after the log was read — was taken to cover nothing of the run, and the campaign was QUALIFIED. A
+    window that contradicts itself tells nothing of where it begins: unbounded, the run's events are
+    unknown (INCONCLUSIVE)."""
+    from tests.policy.test_fail_closed import _campaign_kernel_log
+
+    es = qualified_entries()
+    log = _campaign_kernel_log({})
+    log["at"] = "2026-09-10T10:49:00Z"
+    log["payload"] = {
+        "source": "dmesg",
+        "readable": False,
+        "reason": "no access",
+        "since": "2026-09-10T11:00:00Z",
+    }
+    es.append(log)
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["runtime-stability"] == "missing", v["gates"]
+    assert v["verdict"] == "INCONCLUSIVE"
