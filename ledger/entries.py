@@ -32,6 +32,7 @@ __all__ = [
     "EntryRef",
     "Statement",
     "check_ingest",
+    "check_kind_filter",
     "format_time",
     "parse_statement",
     "parse_time",
@@ -695,6 +696,20 @@ def _first_error(e: ValidationError) -> str:
     err = errors[0]
     loc = ".".join(str(p) for p in err["loc"]) or "(root)"
     return f"{loc}: {err['msg']}{more_problems(errors, unknown='unknown field')}"
+
+
+def check_kind_filter(kind: str) -> str:
+    """A ``kind`` filter as a query takes it (a kind, or a prefix ending in ``*``: ``key.*``), refused
+    (UnknownKindError, listing the kinds) when it names no kind: a misspelled filter would otherwise read
+    as "no such evidence". The CLI's ``log --kind`` and the API's ``kind=`` both check with this."""
+    known = sorted({k for k, _ in KIND_MODELS})
+    if kind.endswith("*") and any(k.startswith(kind[:-1]) for k in known):
+        return kind
+    if kind in known:
+        return kind
+    raise UnknownKindError(
+        f"kind filter {kind!r} names no kind; known: {', '.join(known)} (or a prefix and *)"
+    )
 
 
 def validate_payload(kind: str, version: int, payload: dict[str, Any]) -> _Model:

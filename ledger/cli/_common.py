@@ -110,8 +110,9 @@ HomeOption = Annotated[
     Path | None,
     typer.Option(
         "--home",
-        envvar="LEDGER_HOME",
-        help="Ledger home (default $XDG_DATA_HOME/evidence-ledger).",
+        # no envvar here: LEDGER_HOME is read once, by ``ledger.home.resolve_home``, after this option and
+        # the root's `ledger --home` (an envvar default here shadowed the root's option)
+        help="Ledger home (default $LEDGER_HOME, else $XDG_DATA_HOME/evidence-ledger).",
         show_default=False,
     ),
 ]

@@ -433,12 +433,17 @@ def log_cmd(
         str | None, typer.Option(help="Logged at or after: RFC 3339, 'yesterday', '2 hours ago' …")
     ] = None,
     until: Annotated[str | None, typer.Option(help="Logged before (same forms as --since).")] = None,
-    after: Annotated[int | None, typer.Option(help="Keyset cursor: entries after this seq.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many entries.")] = 100,
+    after: Annotated[int | None, typer.Option(min=0, help="Keyset cursor: entries after this seq.")] = None,
+    # at least 1: a page of 0 entries would say "the last page" (next null) of a log that holds more
+    limit: Annotated[int, typer.Option(min=1, help="At most this many entries.")] = 100,
     json_out: JsonOption = False,
 ) -> None:
     """List entries by subject fields, kind, signer and time, in sequence order."""
+    from ledger.entries import check_kind_filter
+
     subj = parse_subject(subject)
+    if kind is not None:
+        check_kind_filter(kind)
     ledger = get_reader()
     entries = ledger.query(
         subject=subj,
