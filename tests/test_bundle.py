@@ -489,6 +489,11 @@ def test_bundle_verify_judges_the_checkpoint_by_a_trust_policy(made: Made, tmp_p
     # the bundle as made (no cosignature at all) misses even a 1-of-2 quorum
     rc, out, _ = _run("bundle", "verify", str(made.bundle), "--trust-policy", str(one), "--json")
     assert rc == 1 and "bundle-cosignature-quorum" in out
+    # the text form says the verdict it names is the bundle's claim, not one this check derived
+    rc, out, _ = _run("bundle", "verify", str(made.bundle), "--trust-policy", str(one))
+    assert rc == 1 and out.startswith("problems: the bundle claims "), out
+    rc, out, _ = _run("bundle", "verify", str(made.bundle))
+    assert rc == 0 and "an entry of the log it leaves out cannot be seen here" in out, out
 
 
 def test_every_bundle_problem_code_is_documented() -> None:

@@ -138,16 +138,23 @@ def _print_check(r: dict[str, object]) -> None:
     subject = r["subject"]
     assert isinstance(subject, dict)
     shown = " ".join(f"{k}={v}" for k, v in sorted(subject.items()))
-    head = (
-        f"{r['verdict']} for {shown} at checkpoint size {cp.get('size')} "
+    at = (
+        f"for {shown} at checkpoint size {cp.get('size')} "
         f"({r['entries']} entries, {r['artifacts']} artifacts, log key {r['log_key']})"
     )
     if not problems:
         out.print(
-            Text.assemble(("ok", "green"), f": {head}; the verdict re-derives byte for byte"), soft_wrap=True
+            Text.assemble(
+                ("ok", "green"),
+                f": {r['verdict']} {at}; the verdict re-derives byte for byte from the entries the bundle "
+                "holds (an entry of the log it leaves out cannot be seen here: docs/INTEROP.md, Limits)",
+            ),
+            soft_wrap=True,
         )
         return
-    out.print(Text.assemble(("problems", "red"), f": {head}"), soft_wrap=True)
+    # the bundle's claim, not a verdict this check derived
+    claim = f"the bundle claims {r['verdict']}" if r["verdict"] else "the bundle holds no verdict"
+    out.print(Text.assemble(("problems", "red"), f": {claim} {at}"), soft_wrap=True)
     for p in problems:
         out.print(f"  {p['code']}\t{p['message']}", soft_wrap=True)
 
