@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import fastapi_offline
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger import __version__
 from ledger.api import routes_artifacts, routes_entries, routes_log, routes_ops, routes_policy, session, views
 from ledger.api.caching import DefaultCacheControl
-from ledger.api.deps import Served, served
+from ledger.api.deps import Served, known_query, served
 from ledger.api.errors import install_error_handlers
 from ledger.api.metrics import Metrics
 from ledger.api.requestlog import RequestLogMiddleware, configure_logging
@@ -131,6 +131,7 @@ def create_app(settings: ApiSettings, ledger: Ledger | None = None) -> FastAPI:
         "(`application/problem+json`) with the ledger's stable error `code` and a `hint`.",
         docs_url=None,  # served by _offline_docs
         redoc_url=None,
+        dependencies=[Depends(known_query)],  # a /v1/ endpoint refuses a query parameter it does not take
     )
     _offline_docs(app)
     state = Served(settings, ledger or open_served_ledger(settings), Metrics())

@@ -6,9 +6,17 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from ledger.reads import parse_subject_args
 from ledger.service import Ledger
 
-__all__ = ["ArtifactInfo", "artifact_info", "content_disposition", "is_text", "response_media_type"]
+__all__ = [
+    "ArtifactInfo",
+    "artifact_info",
+    "content_disposition",
+    "is_text",
+    "response_media_type",
+    "subject_query",
+]
 
 _TEXT_TYPES = {
     "application/json",
@@ -67,3 +75,10 @@ def content_disposition(name: str, inline: bool) -> str:
     ascii_name = _SAFE_NAME.sub("_", base)[:150] or "artifact"
     kind = "inline" if inline else "attachment"
     return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(base, safe='')}"
+
+
+def subject_query(items: list[str] | None) -> dict[str, str]:
+    """``?subject=FIELD=VALUE`` (repeatable) as a subject, by the CLI's ``--subject`` rule
+    (``ledger.reads.parse_subject_args``): a field given twice is refused, never answered for its last
+    value."""
+    return parse_subject_args(items or [], given_as="subject=")

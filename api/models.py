@@ -6,7 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["BATCH_SCHEMA", "ENVELOPE_SCHEMA", "PROBLEM", "ErrorOut", "Page", "inline_schema"]
+__all__ = ["BATCH_SCHEMA", "ENTRY_ID", "ENVELOPE_SCHEMA", "PROBLEM", "ErrorOut", "Page", "inline_schema"]
+
+# An entry id or a unique prefix of one, as `ledger show` takes it: hex in either case (compared lower-case)
+ENTRY_ID = r"^[0-9a-fA-F]{8,64}$"
 
 
 class Page(BaseModel):

@@ -15,15 +15,17 @@ from ledger.api.auth import Reader, Writer, WriteToken, remember, writer_of
 from ledger.api.bodies import read_json_body
 from ledger.api.caching import IMMUTABLE, REVALIDATE, cache_control, etag, not_modified
 from ledger.api.deps import LedgerDep, Served, ServedDep
-from ledger.api.models import BATCH_SCHEMA, ENVELOPE_SCHEMA, PROBLEM, Page
+from ledger.api.lookup import subject_query
+from ledger.api.models import BATCH_SCHEMA, ENTRY_ID, ENVELOPE_SCHEMA, PROBLEM, Page
+from ledger.entries import check_kind_filter
 from ledger.errors import BatchTooLargeError, InputError, LedgerError
 from ledger.listing import list_json
-from ledger.service import MAX_BATCH, AppendRequest, Ledger, LoggedEntry, parse_subject_args
+from ledger.service import MAX_BATCH, AppendRequest, Ledger, LoggedEntry
 
 __all__ = ["router"]
 
 _SEQ_MAX = 2**63 - 1  # `seq` is a 64-bit integer (BIGINT on PostgreSQL): larger cursors cannot be bound
-EntryIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$", description="entry id or unique prefix")]
+EntryIdPath = Annotated[str, Path(pattern=ENTRY_ID, description="entry id or unique prefix (hex, any case)")]
 
 router = APIRouter(
     prefix="/v1",
@@ -51,14 +53,14 @@ def list_entries(
     until: Annotated[str | None, Query(description="logged before (RFC 3339)")] = None,
     after: Annotated[
         int | None,
-        Query(ge=-_SEQ_MAX, le=_SEQ_MAX, description="keyset cursor: `next` of the previous page"),
+        Query(ge=0, le=_SEQ_MAX, description="keyset cursor: `next` of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
 ) -> dict[str, Any]:
     entries = ledger.query(
-        subject=parse_subject_args(subject or []),
-        kind=kind,
+        subject=subject_query(subject),
+        kind=check_kind_filter(kind) if kind is not None else None,
         signer=signer,
         since=since,
         until=until,
@@ -86,7 +88,7 @@ def get_entry(
     tag = etag(entry.entry_id, "envelope" if envelope else "")
     # the envelope by its full id is immutable bytes; the JSON view (it names the signer) and a prefix
     # (it may become ambiguous) are revalidated with the ETag
-    full = envelope and entry_id == entry.entry_id
+    full = envelope and entry_id.lower() == entry.entry_id
     cache = cache_control(state.settings, IMMUTABLE if full else REVALIDATE)
     if (unchanged := not_modified(request, tag, cache)) is not None:
         return unchanged

@@ -9,14 +9,14 @@ from fastapi import APIRouter, Path, Query, Response
 
 from ledger.api.auth import Reader
 from ledger.api.deps import LedgerDep
-from ledger.api.models import PROBLEM
+from ledger.api.models import ENTRY_ID, PROBLEM
 from ledger.errors import EntryNotFoundError, InputError
 from ledger.log import Checkpoint
 from ledger.service import Ledger
 
 __all__ = ["router", "tiles"]
 
-EntryIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$", description="entry id or unique prefix")]
+EntryIdPath = Annotated[str, Path(pattern=ENTRY_ID, description="entry id or unique prefix (hex, any case)")]
 
 router = APIRouter(
     prefix="/v1",

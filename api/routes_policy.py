@@ -17,12 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ledger.api.auth import Reader
 from ledger.api.bodies import read_json_body
 from ledger.api.deps import LedgerDep, ServedDep
+from ledger.api.lookup import subject_query
 from ledger.api.models import PROBLEM, inline_schema
 from ledger.canonical import canonical_bytes
 from ledger.entries import parse_time
 from ledger.errors import InputError
 from ledger.policy.loader import LoadedPolicy
-from ledger.service import Ledger, parse_subject_args
+from ledger.policy.routing import Deployment, validate_deployment
+from ledger.service import Ledger
 
 __all__ = ["RoutingCheckIn", "router"]
 
@@ -34,6 +36,8 @@ router = APIRouter(
 
 # Over HTTP a policy is named, never a path: the server reads only its own policy folder.
 _POLICY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
+# what a deployment sent with a routing check is called in its errors and answer (the CLI: --deployment)
+_BODY = "request body"
 
 
 def _subject(subject: dict[str, str]) -> dict[str, str]:
@@ -70,26 +74,9 @@ def verdict(
     ] = "backend-qualification",
     at: Annotated[int | None, Query(ge=1, description="evaluate the log as it stood at this size")] = None,
 ) -> Response:
-    subj = _subject(parse_subject_args(subject))
+    subj = _subject(subject_query(subject))
     result = ledger.evaluate_verdict(subj, _policy(policy), at_size=at)
     return Response(canonical_bytes(result) + b"\n", media_type="application/json")
-
-
-class Service(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=200)
-    model: str | None = Field(default=None, max_length=500)
-    gpus: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1, max_length=64)
-    gpu_memory_utilization: float = Field(default=0.0, ge=0.0, le=1.0)
-    env: dict[str, str] = Field(default_factory=dict)
-
-
-class Deployment(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    host: str | None = Field(default=None, max_length=500)
-    services: list[Service] = Field(min_length=1, max_length=256)
 
 
 class RoutingCheckIn(BaseModel):
@@ -101,8 +88,11 @@ class RoutingCheckIn(BaseModel):
         description='at least model and host, e.g. {"model": "qwen/qwen3.8-27b", "host": "gpu-box-1"}'
     )
     action: Literal["route", "restore"] = "route"
+    # the core's model: the format of a `--deployment` file (TOML or JSON), checked by the same rules
     deployment: Deployment | None = Field(
-        default=None, description="the deployment after the change (services, GPUs, utilisation)"
+        default=None,
+        description="the host's deployment after the change, in the format of a `--deployment` file: "
+        "host and services (device, gpus, engine, gpu_memory_utilization, env …)",
     )
     now: str | None = Field(default=None, description="judge as of this time (RFC 3339; default: now)")
     policy: str = Field(default="routing-change", max_length=100)
@@ -121,6 +111,12 @@ class RoutingCheckIn(BaseModel):
 )
 async def routing_check(request: Request, _who: Reader, state: ServedDep) -> Any:
     body = await read_json_body(request, state.settings.max_body_bytes)
+    deployment = None
+    if isinstance(body, dict) and body.get("deployment") is not None:
+        # first, by the rules a `--deployment` file is read by (one vocabulary, the core's): its refusals
+        # name the field as the CLI's do; what passes is the deployment, its defaults filled
+        deployment = validate_deployment(body["deployment"], _BODY)
+        body = {**body, "deployment": deployment}
     try:
         req = RoutingCheckIn.model_validate(body)
     except ValidationError as e:
@@ -132,8 +128,6 @@ async def routing_check(request: Request, _who: Reader, state: ServedDep) -> Any
         now = parse_time(req.now) if req.now else None
     except OverflowError:
         raise InputError(f"now: {req.now!r} is outside the range of times") from None
-    # the deployment as sent (only the fields given), as `--deployment FILE` would read it
-    deployment = req.deployment.model_dump(exclude_unset=True) if req.deployment is not None else None
 
     def run() -> dict[str, Any]:
         return state.ledger.check_routing(
@@ -142,6 +136,7 @@ async def routing_check(request: Request, _who: Reader, state: ServedDep) -> Any
             action=req.action,
             deployment=deployment,
             now=now,
+            deployment_from=_BODY,
         )
 
     return await run_in_threadpool(run)

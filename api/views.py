@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -14,12 +15,13 @@ from fastapi.responses import HTMLResponse
 from ledger.api import summaries
 from ledger.api.auth import Reader
 from ledger.api.deps import LedgerDep
-from ledger.api.lookup import artifact_info, is_text
+from ledger.api.lookup import artifact_info, is_text, subject_query
+from ledger.api.models import ENTRY_ID
 from ledger.api.pages import page
 from ledger.errors import EntryNotFoundError, InputError, LedgerError
 from ledger.hashing import parse_digest
 from ledger.proofs import verify_proof_document
-from ledger.service import Ledger, LoggedEntry, parse_subject_args
+from ledger.service import Ledger, LoggedEntry
 
 __all__ = ["router"]
 
@@ -31,13 +33,22 @@ _POLICY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
 
 
 def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | None:
-    """The latest recorded ``verdict`` entry naming FIELD=VALUE (``ledger verdict --record`` writes them)."""
+    """The latest recorded ``verdict`` entry naming FIELD=VALUE (``ledger verdict --record`` writes them):
+    a claim as of its checkpoint, which later evidence (a supersession, a rejection, staleness) may have
+    overturned — a page shows it as recorded, with its time, never as the verdict now."""
     found = ledger.query(subject={field: value}, kind="verdict", descending=True, limit=1)
     if not found:
         return None
     p = found[0].statement.payload
     policy: dict[str, Any] = p["policy"] if isinstance(p.get("policy"), dict) else {}
     checkpoint: dict[str, Any] = p["checkpoint"] if isinstance(p.get("checkpoint"), dict) else {}
+    judged = p.get("subject")
+    # the subject the verdict evaluated (a campaign's verdict also names its backend, model and host)
+    subject = (
+        {str(k): str(v) for k, v in judged.items()}
+        if isinstance(judged, dict) and judged and all(isinstance(v, str) for v in judged.values())
+        else {field: value}
+    )
     return {
         "verdict": p.get("verdict"),
         "status": p.get("status"),
@@ -46,7 +57,39 @@ def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | 
         "policy_name": policy.get("name", ""),
         "checkpoint_size": checkpoint.get("size"),
         "logged_at": found[0].logged_at,
+        "subject": subject,
     }
+
+
+_DERIVE_MAX = 20  # verdicts a list page derives now (distinct subjects); past that it links to each
+
+
+def _verdict_now(
+    ledger: Ledger, recorded: dict[str, Any] | None, memo: dict[tuple[str, ...], dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Beside a recorded verdict, the verdict derived now for the subject it judged under its policy
+    (``verdict``, or ``problem`` when the server cannot derive it) and the ``href`` of its gate ladder;
+    past ``_DERIVE_MAX`` distinct subjects only the ``href``. ``memo`` spans one page's rows."""
+    if recorded is None:
+        return None
+    name = str(recorded["policy_name"] or "backend-qualification")
+    subject: dict[str, str] = recorded["subject"]
+    key = (name, *(f"{k}={v}" for k, v in sorted(subject.items())))
+    if key in memo:
+        return memo[key]
+    query = [("subject", f"{k}={v}") for k, v in sorted(subject.items())]
+    href = "/verdict?" + urlencode([*query, ("policy", name)]) if _POLICY_NAME.match(name) else None
+    now: dict[str, Any] = {"href": href}
+    if len(memo) < _DERIVE_MAX:
+        try:
+            result = _evaluate(ledger, subject, name, None)
+        except LedgerError as e:
+            now = {"href": None, "problem": e.message}
+        else:
+            now["verdict"] = result.get("verdict")
+            now["size"] = (result.get("checkpoint") or {}).get("size")
+    memo[key] = now
+    return now
 
 
 def _rejection_reason(item: dict[str, Any]) -> str:
@@ -59,9 +102,11 @@ def _rejection_reason(item: dict[str, Any]) -> str:
 
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, ledger: LedgerDep, _who: Reader) -> HTMLResponse:
-    rows = [
-        {"s": s, "verdict": _latest_verdict(ledger, s.field, s.value)} for s in ledger.subjects(limit=200)
-    ]
+    memo: dict[tuple[str, ...], dict[str, Any]] = {}
+    rows = []
+    for s in ledger.subjects(limit=200):
+        recorded = _latest_verdict(ledger, s.field, s.value)
+        rows.append({"s": s, "verdict": recorded, "now": _verdict_now(ledger, recorded, memo)})
     return page(request, "subjects.html", {"rows": rows, "size": ledger.size(), "origin": ledger.origin})
 
 
@@ -138,7 +183,7 @@ def timeline(
     _who: Reader,
     field: str,
     value: str,
-    after: Annotated[int | None, Query()] = None,
+    after: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
 ) -> HTMLResponse:
     entries = ledger.query(subject={field: value}, after_seq=after, limit=_PAGE)
     if not entries and after is None:
@@ -201,7 +246,7 @@ def verdict_page(
     at: Annotated[int | None, Query(ge=1)] = None,
 ) -> HTMLResponse:
     """The policy's gate ladder over the subject's evidence, evaluated now (or at log size ``at``)."""
-    subj = parse_subject_args(subject)
+    subj = subject_query(subject)
     if not subj:
         raise InputError("name the subject: ?subject=FIELD=VALUE")
     result = _evaluate(ledger, subj, policy, at)
@@ -232,8 +277,8 @@ def verdict_diff(
     request: Request,
     ledger: LedgerDep,
     _who: Reader,
-    a: Annotated[str, Query(pattern=r"^[0-9a-f]{8,64}$", description="the earlier verdict entry")],
-    b: Annotated[str, Query(pattern=r"^[0-9a-f]{8,64}$", description="the later verdict entry")],
+    a: Annotated[str, Query(pattern=ENTRY_ID, description="the earlier verdict entry")],
+    b: Annotated[str, Query(pattern=ENTRY_ID, description="the later verdict entry")],
 ) -> HTMLResponse:
     """What flipped between two recorded verdicts: the word, each gate, the evidence rejected or used."""
     id_a, ra = _side(ledger, a)
@@ -337,10 +382,19 @@ def host_page(request: Request, ledger: LedgerDep, _who: Reader, host: str) -> H
     campaigns = ledger.co_subjects("host", host, "campaign")
     if not probes and not campaigns:
         raise EntryNotFoundError(f"no entry names host={host}", hint="the subjects page (/) lists the hosts")
-    rows = [
-        {"campaign": c, "entries": n, "last": last, "verdict": _latest_verdict(ledger, "campaign", c)}
-        for c, n, last in campaigns
-    ]
+    memo: dict[tuple[str, ...], dict[str, Any]] = {}
+    rows = []
+    for c, n, last in campaigns:
+        recorded = _latest_verdict(ledger, "campaign", c)
+        rows.append(
+            {
+                "campaign": c,
+                "entries": n,
+                "last": last,
+                "verdict": recorded,
+                "now": _verdict_now(ledger, recorded, memo),
+            }
+        )
     return page(
         request,
         "host.html",

@@ -95,14 +95,23 @@ class EntryReader(Protocol):
 # --- shared by the service and SqliteEntries ------------------------------------------------------------
 
 
-def parse_subject_args(items: Iterable[str]) -> dict[str, str]:
-    """``["campaign=c1", "host=h"]`` → ``{"campaign": "c1", "host": "h"}``."""
+def parse_subject_args(items: Iterable[str], *, given_as: str = "--subject ") -> dict[str, str]:
+    """``["campaign=c1", "host=h"]`` → ``{"campaign": "c1", "host": "h"}``. A field named twice is an input
+    error naming it (the last value would silently win: the subject asked about would not be the one
+    answered), whoever parses — the CLI's ``--subject`` and the API's ``?subject=`` alike; ``given_as``
+    is how the caller's user wrote each item (the CLI's option; the API's ``subject=``), for the message."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
             raise InputError(f"subject {item!r} must be FIELD=VALUE")
-        out[key.strip()] = value.strip()
+        key, value = key.strip(), value.strip()
+        if key in out:
+            raise InputError(
+                f"subject field {key!r} given twice ({given_as}{key}={out[key]} and "
+                f"{given_as}{key}={value}): name each field once"
+            )
+        out[key] = value
     return out
 
 

@@ -1143,8 +1143,10 @@ class Ledger:
         now: datetime | None = None,
         at_size: int | None = None,
         policy_dir: Path | None = None,
+        deployment_from: str = "--deployment",
     ) -> dict[str, Any]:
-        """May this routing change happen? ``allowed`` with the reasons (nothing is written)."""
+        """May this routing change happen? ``allowed`` with the reasons (nothing is written).
+        ``deployment_from`` names where ``deployment`` came from (the answer's ``deployment.source``)."""
         from ledger.policy.routing import check_routing_change
 
         return check_routing_change(
@@ -1155,6 +1157,7 @@ class Ledger:
             deployment=deployment,
             now=now,
             at_size=at_size,
+            deployment_from=deployment_from,
         )
 
     def record_routing_change(

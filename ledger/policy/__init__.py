@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ledger.policy.loader import LoadedPolicy, default_policy_dir, list_policies, load_policy
-    from ledger.policy.routing import check_routing_change, load_deployment
+    from ledger.policy.routing import check_routing_change, load_deployment, validate_deployment
     from ledger.policy.verdict import evaluate, record_verdict, replay_verdict
 
 _WHERE = {
@@ -21,6 +21,7 @@ _WHERE = {
     "load_policy": "loader",
     "check_routing_change": "routing",
     "load_deployment": "routing",
+    "validate_deployment": "routing",
     "evaluate": "verdict",
     "record_verdict": "verdict",
     "replay_verdict": "verdict",
@@ -36,6 +37,7 @@ __all__ = [
     "load_policy",
     "record_verdict",
     "replay_verdict",
+    "validate_deployment",
 ]
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,6 +51,7 @@ __all__ = [
     "host_key",
     "load_deployment",
     "record_routing_change",
+    "validate_deployment",
 ]
 
 REQUIRED_SUBJECT = ("model", "host")
@@ -79,7 +80,7 @@ class Service(_Strict):
     # "gpu" needs its gpus (indexes on the host); "cpu" takes none. Left out, a service that lists gpus is
     # a GPU service (the form before device existed); one that lists none must say device = "cpu".
     device: Device | None = None
-    gpus: list[int] | None = None
+    gpus: list[Annotated[int, Field(ge=0)]] | None = None  # GPU indexes on the host: 0, 1, …
     engine: str = "vllm"
     model: str | None = None
     port: int | None = None
@@ -107,14 +108,17 @@ def load_deployment(path: Path) -> dict[str, Any]:
     except (InputError, ValueError, UnicodeDecodeError) as e:
         why = e.message if isinstance(e, InputError) else str(e)
         raise InputError(f"{path}: not a valid deployment file: {why}") from e
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: a deployment must be an object with services")
-    return _validate_deployment(data, str(path))
+    return validate_deployment(data, str(path))
 
 
-def _validate_deployment(data: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Validate strictly (unknown keys, wrong types and missing fields are errors naming the key and
-    the file) and fill each service's ``gpu_memory_utilization`` with its engine's default."""
+def validate_deployment(data: Any, where: str) -> dict[str, Any]:
+    """A deployment as every caller reads it — a ``--deployment`` file, a request body's ``deployment``, a
+    recorded ``routing.change``'s: validated strictly by ``Deployment`` and the rules below (unknown keys,
+    wrong types — ``true`` or ``"0"`` for a GPU index, ``"0.5"`` for a fraction — and missing fields are
+    errors naming the key and ``where`` it came from), each service's ``device`` and
+    ``gpu_memory_utilization`` filled (its engine's default)."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where}: a deployment must be an object with host and services")
     try:
         dep = Deployment.model_validate(dict(data))
     except ValidationError as e:
@@ -366,8 +370,12 @@ def check_routing_change(
     deployment: dict[str, Any] | None = None,
     now: datetime | None = None,
     at_size: int | None = None,
+    deployment_from: str = "--deployment",
 ) -> dict[str, Any]:
-    """Judge a routing change; ``allowed`` is True only when every applicable check holds."""
+    """Judge a routing change; ``allowed`` is True only when every applicable check holds. ``deployment``
+    is the layout after the change as its caller read it (``validate_deployment``); ``deployment_from``
+    names where it came from (``deployment.source`` of the answer, and its errors): the CLI's option, or
+    the API's request body."""
     if policy.kind != "routing" or policy.spec.routing is None:
         raise PolicyError(f"{policy.path}: {policy.name} is a {policy.kind} policy, not a routing policy")
     if action not in ACTIONS:
@@ -444,7 +452,7 @@ def check_routing_change(
         hits = [e for e in hits if usable(e)]
         facts[name] = bool(hits)
         fact_sources[name] = [e.id for e in hits]
-    deployment_source = "--deployment"
+    deployment_source = deployment_from
     if deployment is None:
         deployment_source = ""
         for e in reversed(
@@ -455,7 +463,7 @@ def check_routing_change(
                 deployment_source = e.id
                 break
     if deployment is not None:
-        deployment = _validate_deployment(deployment, deployment_source or "deployment")
+        deployment = validate_deployment(deployment, deployment_source or "deployment")
     util_max = params.get("gpu_util_sum_max")
     gpus, services = _layout(deployment, util_max) if deployment is not None else ([], [])
     max_probe_age = parse_duration(routing.probe_max_age)

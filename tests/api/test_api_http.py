@@ -485,7 +485,8 @@ def seed_campaign(dep: Deployment) -> dict[str, Any]:
         "probe": led.record(
             "host.probe",
             subj,
-            {"hostname": subj["host"], "os": "linux", "kernel": "6.8", "gpus": [{"name": "GPU"}]},
+            # the GPU's index as the driver gives it: a GPU listed without one tells no index (8fb3cf5)
+            {"hostname": subj["host"], "os": "linux", "kernel": "6.8", "gpus": [{"index": 0, "name": "GPU"}]},
             key="collector1",
         ),
         "pin": led.record(
