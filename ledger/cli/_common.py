@@ -222,22 +222,11 @@ def warn(message: str) -> None:
 
 def parse_subject(items: list[str] | None) -> dict[str, str]:
     """``--subject FIELD=VALUE`` options as a dict; a field outside ``SUBJECT_FIELDS`` gets a warning, and a
-    field named twice is an input error naming it (the last would silently win)."""
-    from ledger.errors import InputError
+    field named twice is an input error naming it (the last would silently win: ``parse_subject_args``,
+    the one parser the API uses too)."""
     from ledger.reads import parse_subject_args
 
     subject = parse_subject_args(items or [])
-    if len(subject) != len(items or []):
-        seen: dict[str, str] = {}
-        for item in items or []:
-            key, _, value = item.partition("=")
-            key = key.strip()
-            if key in seen:
-                raise InputError(
-                    f"subject field {key!r} given twice (--subject {key}={seen[key]} and "
-                    f"--subject {key}={value.strip()}): name each field once"
-                )
-            seen[key] = value.strip()
     for field in subject:
         if field not in SUBJECT_FIELDS:
             warn(f"unknown subject field {field!r} (known: {', '.join(SUBJECT_FIELDS)})")
