@@ -625,8 +625,9 @@ def test_routing_check_refuses_without_a_qualified_verdict_and_allows_a_restorat
     assert none.json()["reasons"] == [
         "no trusted backend-qualification verdict recorded for "
         f"backend={subj['backend']} host={subj['host']} model={subj['model']}",
-        f"no deployment layout for {subj['host']}: the GPU checks cannot be judged (pass --deployment with "
-        "the host's layout after the change, or record an allowed routing.change with one)",
+        f"no deployment layout for {subj['host']}: the GPU checks cannot be judged (give the host's layout "
+        "after the change — `--deployment FILE`, or the request body's `deployment` — or record an allowed "
+        "routing.change with one)",
     ]
 
     result = evaluate(deployment.ledger, {"campaign": subj["campaign"]}, load_policy("backend-qualification"))
