@@ -10,6 +10,7 @@ stopped, what was seen is recorded, the job ends ``cancelled`` with its terminal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -36,6 +37,7 @@ from ledger.collectors.benchmark import (
     policy_validity,
     run_benchmark,
 )
+from ledger.collectors.corpus import read_pinned_jsonl
 from ledger.collectors.host import engine_env, host_probe
 from ledger.collectors.launch import EngineRun, LaunchSpec
 from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
@@ -679,7 +681,17 @@ class CampaignRunner:
             },
         }
 
+    def _preflight(self) -> None:
+        """What can be checked before anything is recorded: the model path exists, and each enabled
+        harness's corpus is the one the campaign pins (hashed and parsed as the harness will). Bad input
+        found here stores nothing; found after the job started, it would leave a job half-run."""
+        resolve_model(self.c.model_path)  # the model is there (InputError naming it, else)
+        for section in (self.c.spec.gates.semantic, self.c.spec.gates.benchmark):
+            if section.enabled and section.corpus is not None and section.digest is not None:
+                read_pinned_jsonl(self._corpus_path(section.corpus), section.digest)
+
     def _run(self) -> CampaignResult:
+        self._preflight()
         lease = self.c.spec.campaign.lease_seconds
         self._deadline = time.monotonic() + lease
         self._started = now_utc()
@@ -704,6 +716,7 @@ class CampaignRunner:
         order = 0
         state = "succeeded"
         reason: str | None = None
+        aborted: LedgerError | None = None
         try:
             for order, name in enumerate(gates, start=1):
                 self._check_cancel()
@@ -732,6 +745,18 @@ class CampaignRunner:
             for i, name in enumerate(gates, start=1):
                 if name not in decided:
                     self._gate(i, name, "not_run", reason="job cancelled")
+        except LedgerError as err:
+            # the collector itself stopped (bad input met mid-run, a store or ledger error): the job ends
+            # failed, saying so, and every gate it did not decide is not run — never a job left running
+            aborted = err
+            at = gates[max(order, 1) - 1]
+            state, reason = "failed", f"the collector stopped during gate {at}: {err.message}"
+            self._finish_engine("finished")
+            with contextlib.suppress(LedgerError):
+                decided = {g.gate for g in self.result.gates}
+                for i, name in enumerate(gates, start=1):
+                    if name not in decided:
+                        self._gate(i, name, "not_run", reason=f"the collector stopped: {err.message}")
         finally:
             self._finish_engine("finished")
         if state != "cancelled" and time.monotonic() > self._deadline:
@@ -756,6 +781,8 @@ class CampaignRunner:
             payload["exit_code"] = code if code is not None else (128 + sig if sig else None)
         self.result.final_entry = self._record("job", payload)
         self.log(f"job {self.job_id} {state}")
+        if aborted is not None:
+            raise aborted
         return self.result
 
     def _job_lease_left(self) -> float:

@@ -259,14 +259,20 @@ def _refused_acting(
 def campaign_hosts(
     subject: Mapping[str, str], trusted: Sequence[Evidence], superseded: set[str] | Mapping[str, Any]
 ) -> frozenset[str]:
-    """The hosts the evaluated campaign ran on: the subject's ``host`` where it names one; else the hosts
-    its trusted, not superseded launches name (none: no host's facts can be the campaign's)."""
+    """The hosts the evaluated campaign ran on (as ``host_key`` compares them): the subject's ``host`` where
+    it names one; else the hosts its trusted, not superseded launches and jobs name (none: no host's facts
+    can be the campaign's)."""
     if "host" in subject:
         return frozenset({host_key(subject["host"])})
+    # its launches' hosts, and its jobs' (a job that never launched an engine — it failed its host
+    # prerequisites — still ran on its host: that host's probe is the campaign's fact)
     return frozenset(
         host_key(str(e.subject["host"]))
         for e in trusted
-        if e.kind == "engine.launch" and e.in_subject and e.id not in superseded and "host" in e.subject
+        if e.kind in ("engine.launch", "job")
+        and e.in_subject
+        and e.id not in superseded
+        and "host" in e.subject
     )
 
 
@@ -919,18 +925,15 @@ def _host_of(e: Evidence) -> str | None:
 def _other_host(e: Evidence, hosts: frozenset[str], subject: Mapping[str, str]) -> str:
     """Why a host's fact is not the campaign's (rule ``other-host``)."""
     host = e.subject.get("host")
-    where = (
-        f"the evaluated host {subject['host']}"
-        if "host" in subject
-        else (
-            "the campaign's launches ran on " + ", ".join(sorted(hosts))
-            if hosts
-            else "no launch of the campaign names a host"
-        )
-    )
+    if "host" in subject:
+        where = f"the evaluated host {subject['host']}"
+    elif hosts:
+        where = "a host the campaign's launches and jobs ran on (" + ", ".join(sorted(hosts)) + ")"
+    else:
+        where = "a host of the campaign (no launch or job of it names a host)"
     if host is None:
         return f"{e.kind} names no host: it cannot be told to be a fact of {where}"
-    return f"{e.kind} of host {host}, not {where}: another host's facts are not this campaign's"
+    return f"{e.kind} of host {host}, not of {where}: another host's facts are not this campaign's"
 
 
 def _observed(e: Evidence) -> str:
@@ -1302,7 +1305,13 @@ def _derive(
                 if job_end is not None and (n not in ends or job_end < ends[n]):
                     ends[n] = job_end
                 subject_launches.append(e)
-        if kind == "gate.result" and e.in_subject and e.id not in superseded:
+        if (
+            kind == "gate.result"
+            and e.in_subject
+            and e.id not in superseded
+            and e.payload.get("status") in ("passed", "failed")
+        ):
+            # a result that ran (a gate never run, or not authorized, measured nothing: no newer run)
             runs.append((_run_spec(e.payload), e))
         e.set_derived(derived)  # a view built in an earlier round shows this round's facts
     for launch in subject_launches:

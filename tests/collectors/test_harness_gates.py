@@ -603,3 +603,77 @@ def test_a_policy_without_sequential_requests_needs_the_campaign_to_name_its_cou
             load_campaign(path), None, work_dir=tmp_path / "work", handle_signals=False,  # type: ignore[arg-type]
             policy=policy,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("which", ["semantic", "benchmark"])
+def test_a_corpus_digest_that_is_not_the_corpus_is_refused_before_recording(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    ledger: Ledger,
+    recorder: LocalRecorder,
+    corpus: tuple[Path, str],
+    which: str,
+) -> None:
+    """Regression: a semantic digest wrong by one character was found at gate 8, after the engine ran and
+    gates 1–7 were recorded — a job left `running` forever, its passes credited. Now nothing is recorded."""
+    from ledger.errors import CorpusDigestError
+
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    wrong = corpus[1] if which == "benchmark" else corpus[1][:-1] + ("0" if corpus[1][-1] != "0" else "1")
+    text = path.read_text()
+    if which == "benchmark":
+        text = text.replace(BENCH_DIGEST, BENCH_DIGEST[:-1] + ("0" if BENCH_DIGEST[-1] != "0" else "1"))
+    else:
+        text = text.replace(f'digest = "{corpus[1]}"', f'digest = "{wrong}"')
+    path.write_text(text)
+    size = ledger.size()
+    with pytest.raises(CorpusDigestError):
+        run(path, recorder, tmp_path, policy_with(tmp_path, corpus[1]))
+    assert ledger.size() == size
+
+
+def test_a_model_path_that_does_not_exist_is_refused_before_recording(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
+) -> None:
+    from ledger.errors import InputError
+
+    path = stub_campaign(tmp_path, tmp_path / "nope" / "model.gguf", corpus)
+    size = ledger.size()
+    with pytest.raises(InputError, match="does not exist"):
+        run(path, recorder, tmp_path, policy_with(tmp_path, corpus[1]))
+    assert ledger.size() == size
+
+
+def test_an_error_of_the_collector_mid_run_ends_the_job_failed_not_running(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    ledger: Ledger,
+    recorder: LocalRecorder,
+    corpus: tuple[Path, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: an error the collector met mid-run (there: a corpus found wrong at its gate) left the job
+    `running` with no terminal entry and no result for the later gates. Now the job ends `failed`, saying
+    why, every undecided gate is `not_run`, and the error still reaches the caller (exit 2)."""
+    from ledger.collectors import campaign as campaign_mod
+    from ledger.errors import CorpusDigestError
+
+    path = stub_campaign(tmp_path, tiny_model_dir, corpus)
+    checked: list[Path] = []
+
+    def changed_after_preflight(p: Path, digest: str) -> Any:  # the corpus edited while the job ran
+        checked.append(p)
+        if len(checked) > 2:
+            raise CorpusDigestError(f"{p}: corpus digest is blake3:00…, the campaign pins {digest}")
+        return real(p, digest)
+
+    real = campaign_mod.read_pinned_jsonl
+    monkeypatch.setattr(campaign_mod, "read_pinned_jsonl", changed_after_preflight)
+    monkeypatch.setattr("ledger.collectors.semantic.read_pinned_jsonl", changed_after_preflight)
+    with pytest.raises(CorpusDigestError):
+        run(path, recorder, tmp_path, policy_with(tmp_path, corpus[1]))
+    jobs = entries_of(ledger, "job")
+    assert [j["payload"]["state"] for j in jobs] == ["running", "failed"]
+    assert "the collector stopped during gate semantic" in jobs[-1]["payload"]["reason"]
+    results = {e["payload"]["gate"]: e["payload"]["status"] for e in entries_of(ledger, "gate.result")}
+    assert results["semantic"] == "not_run" and results["benchmark"] == "not_run", results

@@ -433,3 +433,54 @@ def test_an_unreadable_kernel_log_whose_window_begins_after_it_was_read_is_unbou
     v = verdict_of(tmp_path, es)
     assert gates(v)["runtime-stability"] == "missing", v["gates"]
     assert v["verdict"] == "INCONCLUSIVE"
+
+
+def test_a_job_that_never_launched_its_engine_is_judged_on_its_own_hosts_probe(tmp_path: Path) -> None:
+    """Regression: a campaign whose job failed host prerequisites before launching anything (no GPU on a
+    GPU campaign) had its own host probe and model pin rejected `other-host` ("not no launch of the
+    campaign names a host") and was INCONCLUSIVE. The job ran on its host: that host's probe is the
+    campaign's fact, and it shows no GPU."""
+    es = [copy.deepcopy(e) for e in qualified_entries() if e.get("name") in ("campaign-job", "host", "pin")]
+    entry(es, "host")["payload"]["gpus"] = []
+    es.append(
+        {
+            "name": "campaign-failed",
+            "kind": "job",
+            "key": "collector",
+            "at": "2026-09-10T10:00:30Z",
+            "refs": {"job": "campaign-job"},
+            "payload": {
+                "job_id": "campaign-1",
+                "state": "failed",
+                "ended_at": "2026-09-10T10:00:30Z",
+                "reason": "gate host-prerequisites failed: a GPU is required and none was found",
+            },
+        }
+    )
+    v = verdict_of(tmp_path, es, subject={"campaign": "neighbour-campaign-7"})
+    assert rejected(v) == {}
+    assert gates(v)["host-prerequisites"] == "failed"
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
+
+
+@pytest.mark.parametrize("status", ["not_run", "not_authorized"])
+def test_a_gate_that_never_ran_is_no_newer_run(tmp_path: Path, status: str) -> None:
+    """Regression: a later job that stopped before its harness gates recorded them `not_authorized` (or
+    `not_run`); those took credit from the reviewed runs as "a newer run of the same spec" — and were
+    themselves rejected as not the approved spec. A gate that never ran measured nothing."""
+    es = qualified_entries()
+    for gate in ("semantic", "benchmark"):
+        _insert_by_log_time(
+            es,
+            {
+                "name": f"{gate}-{status}",
+                "kind": "gate.result",
+                "key": "collector",
+                "at": "2026-09-10T10:45:00Z",
+                "refs": {"job": "campaign-job"},
+                "payload": {"gate": gate, "status": status, "reason": "gate host-prerequisites failed"},
+            },
+        )
+    v = verdict_of(tmp_path, es)
+    assert "newer-run" not in rejected(v).values(), rejected(v)
+    assert v["verdict"] == QUALIFIED
