@@ -16,7 +16,7 @@ import pytest
 from ledger.collectors.kernel import KernelRead, kernel_payload, parse_kernel_log
 from ledger.entries import validate_payload
 from ledger.gpu_faults import DEFAULT_CATALOGUE, GpuEventClass, classify_events, load_catalogue, read_oom
-from tests.policy.test_fail_closed import POLICY_DIR, entry, qualified_entries, verdict_of
+from tests.policy.test_fail_closed import LOG_WINDOWS, POLICY_DIR, entry, qualified_entries, verdict_of
 
 RELIABILITY = "NOT QUALIFIED — RUNTIME RELIABILITY"
 HOST = "gpu-box-1"
@@ -205,19 +205,7 @@ def test_an_oom_kill_outside_the_run_does_not_count(tmp_path: Path, time: str, a
     assert v["verdict"] == "QUALIFIED", v["gates"]
 
 
-@pytest.mark.parametrize(
-    ("window", "counts"),
-    [
-        pytest.param({}, True, id="no-since-read-after-the-run-began"),
-        pytest.param({"since": "2026-09-10T09:00:00Z"}, True, id="a-window-that-covers-the-run"),
-        pytest.param(
-            {"since": "2026-09-10T11:00:00Z", "at": "2026-09-10T11:05:00Z"},
-            False,
-            id="a-window-after-the-job",
-        ),
-        pytest.param({"at": "2026-09-10T09:30:00Z"}, False, id="read-before-the-launch"),
-    ],
-)
+@pytest.mark.parametrize(("window", "counts"), LOG_WINDOWS)
 def test_an_untimed_oom_kill_counts_where_its_logs_window_overlaps_the_run(
     tmp_path: Path, window: dict[str, str], counts: bool
 ) -> None:

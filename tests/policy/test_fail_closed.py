@@ -3391,19 +3391,21 @@ def test_an_acceptance_rejecting_a_review_fail_does_not_lift_it(tmp_path: Path) 
     assert v["verdict"] != "QUALIFIED"
 
 
-@pytest.mark.parametrize(
-    ("window", "faults"),
-    [
-        pytest.param({}, True, id="no-since-read-after-the-run-began"),
-        pytest.param({"since": "2026-09-10T09:00:00Z"}, True, id="a-window-that-covers-the-run"),
-        pytest.param(
-            {"since": "2026-09-10T11:00:00Z", "at": "2026-09-10T11:05:00Z"},
-            False,
-            id="a-window-after-the-job",
-        ),
-        pytest.param({"at": "2026-09-10T09:30:00Z"}, False, id="read-before-the-launch"),
-    ],
-)
+# a kernel log's window (``since`` to when it was read: ``at``) against the neighbour campaign's run, and
+# whether an event without a time in it lies in the run (the GPU-fault and the OOM-killer tests share it)
+LOG_WINDOWS = [
+    pytest.param({}, True, id="no-since-read-after-the-run-began"),
+    pytest.param({"since": "2026-09-10T09:00:00Z"}, True, id="a-window-that-covers-the-run"),
+    pytest.param(
+        {"since": "2026-09-10T11:00:00Z", "at": "2026-09-10T11:05:00Z"},
+        False,
+        id="a-window-after-the-job",
+    ),
+    pytest.param({"at": "2026-09-10T09:30:00Z"}, False, id="read-before-the-launch"),
+]
+
+
+@pytest.mark.parametrize(("window", "faults"), LOG_WINDOWS)
 def test_an_untimed_gpu_fault_in_the_hosts_health_log_is_judged_by_its_logs_window(
     tmp_path: Path, window: dict[str, str], faults: bool
 ) -> None:
