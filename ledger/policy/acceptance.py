@@ -219,14 +219,27 @@ def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
     """
     withdrawn: set[str] = set()
     by: dict[str, Evidence] = {}
+    signer = {e.id: e.signer for e in trusted}
     for s in reversed([e for e in trusted if e.kind == "supersession"]):
         reason = s.payload.get("reason")
         if s.id in withdrawn or not isinstance(reason, str) or not reason.strip():
             continue  # withdrawn in turn, or without its reason (refused at ingest now): in force for nothing
         for target in (t for t in s.refs("supersedes") if t != s.id):
             withdrawn.add(target)
-            by[target] = s  # walking back: the earliest supersession in force is kept
+            # walking back: the earliest supersession in force is kept — but one by another key than the
+            # target's own beats any by its own key, whatever their order (``self_superseded``): a key
+            # withdraws no failure of its own record, another key's supersession does
+            kept = by.get(target)
+            own = signer.get(target)
+            if kept is None or not self_superseded(s, own) or self_superseded(kept, own):
+                by[target] = s
     return by
+
+
+def self_superseded(s: Evidence, target_signer: str | None) -> bool:
+    """Whether supersession ``s`` is signed by the key that signed what it supersedes (``target_signer``):
+    it takes credit away, but withdraws no failure that record shows (rule ``self-superseded``)."""
+    return target_signer is not None and s.signer == target_signer
 
 
 def _acceptances(trusted: list[Evidence], superseded_by: Mapping[str, Evidence]) -> dict[str, list[Evidence]]:
@@ -432,25 +445,25 @@ def filter_evidence(
         superseded_by = _supersessions([t for t in trusted if t.id not in refused])
         acceptances = _acceptances(trusted, superseded_by)
         refused = _refused_acting(trusted, acceptances)
+
+    def in_force(review: Evidence) -> bool:
+        """A review not superseded — or a FAIL superseded only by the key that signed it: as with evidence
+        (``self-superseded``), a reviewer withdraws no failure of their own record; another key's
+        supersession, or a PASS on the repaired commit, lifts it."""
+        s = superseded_by.get(review.id)
+        return s is None or (review.payload.get("result") == "FAIL" and self_superseded(s, review.signer))
+
     # a review FAILed by another review is taken out as a rejecting acceptance takes it out: a PASS someone
     # found wrong credits nothing (one level: what reviews a review is not itself reviewed here)
     failed_reviews = {
         t
         for a in trusted
-        if a.kind == "review"
-        and a.payload.get("result") == "FAIL"
-        and a.id not in superseded_by
-        and a.id not in refused
+        if a.kind == "review" and a.payload.get("result") == "FAIL" and in_force(a) and a.id not in refused
         for t in a.refs("reviews")
     }
     reviews: dict[str, list[Evidence]] = {}
     for a in trusted:
-        if (
-            a.kind == "review"
-            and a.id not in superseded_by
-            and a.id not in refused
-            and a.id not in failed_reviews
-        ):
+        if a.kind == "review" and in_force(a) and a.id not in refused and a.id not in failed_reviews:
             for target in a.refs("reviews"):
                 reviews.setdefault(target, []).append(a)
     job_entries = {e.id: e for e in trusted if e.kind == "job"}
@@ -525,7 +538,9 @@ def filter_evidence(
         if e.id in superseded_by:
             s = superseded_by[e.id]
             why = s.payload.get("reason", "")
-            if s.signer == e.signer and e.kind != "supersession":  # (withdrawing a withdrawal restores)
+            if (
+                self_superseded(s, e.signer) and e.kind != "supersession"
+            ):  # (withdrawing a withdrawal restores)
                 # a key does not withdraw its own record's failure: the supersession takes credit away,
                 # and what the entry shows against the engine stands until another key supersedes it
                 reject(
