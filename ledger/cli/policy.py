@@ -118,9 +118,9 @@ def _render_verdict(result: dict[str, Any]) -> None:
         )
     if result.get("unjudged"):
         print_table(
-            ("entry", "gate", "why the verdict is not QUALIFIED"),
-            [(u["entry"][:12], u["gate"], u["detail"]) for u in result["unjudged"]],
-            title="failures no gate judges",
+            ("entry", "kind", "gate", "why the verdict is not QUALIFIED"),
+            [(u["entry"][:12], u.get("kind", ""), u["gate"], u["detail"]) for u in result["unjudged"]],
+            title="what no gate judges",
         )
     if result["not_credited"]:
         out.print(

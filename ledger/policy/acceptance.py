@@ -96,6 +96,8 @@ class Filtered:
     # not in ``accepted``; the gates judge them as evidence against the engine only — they can fail a gate,
     # never pass it (``ledger.policy.verdict``)
     against: list[Evidence] = field(default_factory=list)
+    # the campaign's jobs no terminal entry ended (``_unended_jobs``): the verdict cannot be QUALIFIED
+    unended: list[dict[str, str]] = field(default_factory=list)
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -800,6 +802,7 @@ def filter_evidence(
 
     accepted = [e for e in trusted if e.id not in rejected and e.kind not in ACTING_KINDS]
     ordered = sorted(rejected.values(), key=lambda r: r.entry.seq)
+    unended, (lo, hi) = _unended_jobs(job_entries, set(superseded_by), campaign, ref, (lo, hi))
     return Filtered(
         accepted=accepted,
         rejected=ordered,
@@ -810,7 +813,71 @@ def filter_evidence(
         artifact_checks=art_cache.checked,
         window=(lo, hi),
         against=[e for e in trusted if e.id in kept],
+        unended=unended,
     )
+
+
+def _unended_jobs(
+    job_entries: Mapping[str, Evidence],
+    superseded: set[str],
+    campaign: str | None,
+    ref: datetime,
+    window: tuple[datetime, datetime],
+) -> tuple[list[dict[str, str]], tuple[datetime, datetime]]:
+    """The jobs of ``campaign`` that a running entry started and no terminal entry ended since, in log
+    order (the trusted, not superseded job entries; a job started again after its end is open again), each
+    as ``unjudged`` names it: ``entry`` (its first running entry since it last ended), ``kind`` ``job``,
+    ``job_id``, ``detail``. Their runs' outcome cannot be told — still running, or their collector was
+    killed before it recorded how the run ended (its engine launch is logged when the run ends) — so the
+    verdict cannot be QUALIFIED beside them. When each started is the log's time, not the entry's claim;
+    whether its lease has run out by the reference time narrows ``window`` (the detail says which)."""
+    lo, hi = window
+    opened: dict[str, Evidence] = {}  # job_id → the running entry that opened it, in log order
+    for j in sorted(job_entries.values(), key=lambda x: x.seq):
+        if j.id in superseded:
+            continue
+        state, job_id = j.payload.get("state"), str(j.payload.get("job_id"))
+        if state == "running" and j.subject.get("campaign") == campaign:
+            opened.setdefault(job_id, j)
+        elif state in TERMINAL_STATES:
+            opened.pop(job_id, None)
+    out: list[dict[str, str]] = []
+    for job_id, j in opened.items():
+        started = j.observed_time
+        head = (
+            f"job {job_id} (running entry {j.id[:16]}, logged {_fmt(started)}) has no terminal entry: "
+            "what its run showed cannot be told"
+        )
+        lease = j.payload.get("lease_seconds")
+        if not isinstance(lease, (int, float)) or isinstance(lease, bool):
+            why = (
+                "; it records no lease, so whether it still runs or its collector was killed cannot be "
+                "told either"
+            )
+        else:
+            until = started + timedelta(seconds=float(lease))
+            if ref >= until:
+                lo = max(lo, until)
+                why = (
+                    f"; its lease of {float(lease):g} s ran out at {_fmt(until)}, so its collector stopped "
+                    "without recording how the run ended (killed?)"
+                )
+            else:
+                hi = min(hi, until - _TICK)
+                why = f"; it may still run (its lease runs to {_fmt(until)}): the verdict waits for its end"
+        out.append(
+            {
+                "entry": j.id,
+                "kind": "job",
+                "gate": "",
+                "job_id": job_id,
+                "detail": head
+                + why
+                + " — record its end (`ledger record job` with its job_id, state killed or failed and the "
+                "reason), or supersede its running entry with the reason",
+            }
+        )
+    return out, (lo, hi)
 
 
 class _LazyContext:

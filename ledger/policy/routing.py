@@ -683,8 +683,9 @@ def _why_not(ledger: Ledger, verdict: Evidence, result: Mapping[str, Any]) -> st
     failing = [g for g in result["gates"] if g["status"] != "passed"]
     gate = f"{failing[0]['name']} {failing[0]['status']}: {failing[0].get('reason', '')}" if failing else ""
     unjudged = result.get("unjudged") or []
-    if not gate and unjudged:  # every gate passed; a failure no gate judges keeps it from QUALIFIED
-        gate = f"gate.result {str(unjudged[0]['entry'])[:16]}: {unjudged[0]['detail']}"
+    if not gate and unjudged:  # every gate passed; what no gate judges keeps it from QUALIFIED
+        first = unjudged[0]
+        gate = f"{first.get('kind', 'gate.result')} {str(first['entry'])[:16]}: {first['detail']}"
     try:
         used = set(recorded_result(ledger.store, verdict.payload, verdict.id).get("used") or [])
     except LedgerError:

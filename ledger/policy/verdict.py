@@ -192,12 +192,13 @@ def _judge_gate(
 
 
 def _unjudged(policy: LoadedPolicy, filtered: Filtered) -> list[dict[str, str]]:
-    """The failed ``gate.result`` entries (credited, or kept because they show a failure) whose ``gate``
-    names no gate of this policy: a misspelled gate, or a gate of another policy. No gate judges them, so
-    the ladder cannot say the failure they record is harmless — they keep a verdict from QUALIFIED
-    (INCONCLUSIVE, naming them); a verdict that already failed stands."""
+    """What no gate judges: the failed ``gate.result`` entries (credited, or kept because they
+    show a failure) whose ``gate`` names no gate of this policy — a misspelled gate, or a gate of another
+    policy — then the campaign's jobs that never ended (``Filtered.unended``: their runs' outcome is unknown).
+    The ladder cannot say they are harmless, so they keep a verdict from QUALIFIED (INCONCLUSIVE, naming
+    them); a verdict that already failed stands."""
     names = {g.spec.name for g in policy.gates}
-    out = []
+    out: list[dict[str, str]] = []
     for e in sorted([*filtered.accepted, *filtered.against], key=_seq):
         gate = e.payload.get("gate")
         if e.kind != "gate.result" or e.payload.get("status") != "failed" or gate in names:
@@ -205,6 +206,7 @@ def _unjudged(policy: LoadedPolicy, filtered: Filtered) -> list[dict[str, str]]:
         out.append(
             {
                 "entry": e.id,
+                "kind": e.kind,
                 "gate": str(gate),
                 "detail": f"a failed result for gate {gate!r}, which policy {policy.name} does not "
                 f"have (its gates: {', '.join(g.spec.name for g in policy.gates)}): no gate judges the "
@@ -212,7 +214,7 @@ def _unjudged(policy: LoadedPolicy, filtered: Filtered) -> list[dict[str, str]]:
                 "name, or supersede it with a reason)",
             }
         )
-    return out
+    return out + filtered.unended
 
 
 def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[dict[str, Any], set[str]]:

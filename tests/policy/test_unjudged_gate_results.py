@@ -158,7 +158,8 @@ def test_the_verdict_command_names_the_unjudged_failure(tmp_path: Path, cli: Any
     r = cli("verdict", "--home", str(home), "--subject", f"campaign={CAMPAIGN['campaign']}")
     assert r.code == 0, r.err  # the verdict is the answer, not an error (`ledger check` gates on it)
     assert r.out.startswith("INCONCLUSIVE")
-    # on a pipe a table is one tab-separated line per row: entry, gate, why
+    # on a pipe a table is one tab-separated line per row: entry, kind, gate, why
     assert any(
-        line.split("\t")[1:2] == ["benchmrk"] and "no gate judges" in line for line in r.out.splitlines()
+        line.split("\t")[1:3] == ["gate.result", "benchmrk"] and "no gate judges" in line
+        for line in r.out.splitlines()
     )
