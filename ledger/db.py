@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from ledger.errors import StorageError
+from ledger.errors import InputError, StorageError
 from ledger.reads import SCHEMA_HEAD, check_revision
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "make_engine",
     "migrate",
     "read_connection",
+    "require_database",
     "schema_revision",
     "write_transaction",
 ]
@@ -290,8 +291,29 @@ def lock_log(conn: sa.Connection) -> None:
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({LOG_LOCK_KEY})")
 
 
+def require_database(engine: Engine) -> None:
+    """Refuse a SQLite database file that does not exist (InputError): connecting would create an empty
+    one, and only ``ledger init`` (``migrate``) makes a ledger's database. Other databases: nothing to do."""
+    url = engine.url
+    if engine.dialect.name != "sqlite" or url.query.get("uri") in ("true", "1"):
+        return  # SQLite URI filenames (``file:…?mode=…``) say themselves whether they may create
+    name = url.database
+    if not name or name == ":memory:":
+        return
+    path = Path(name)
+    if not path.is_file():
+        what = "is not a file" if path.exists() else "does not exist"
+        raise InputError(
+            f"database {path.absolute()} {what}",
+            hint="`ledger init` makes a home's database; relative SQLite paths in ledger.toml are relative "
+            "to the home, those of --database-url to the current directory",
+        )
+
+
 def schema_revision(engine: Engine) -> str | None:
-    """The Alembic revision of the database, or None when it has none (never migrated)."""
+    """The Alembic revision of the database, or None when it has none (never migrated); a SQLite database
+    file that does not exist is refused (``require_database``), not created."""
+    require_database(engine)
     try:
         with engine.connect() as conn:
             return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()

@@ -23,7 +23,17 @@ if TYPE_CHECKING:
     from ledger.store import FilesystemStore
     from ledger.store.s3 import S3Store
 
-__all__ = ["DEFAULT_HOME", "Home", "WitnessConfig", "resolve_home"]
+__all__ = [
+    "DEFAULT_HOME",
+    "Home",
+    "WitnessConfig",
+    "absolute_database_url",
+    "absolute_store",
+    "relative_database_url",
+    "relative_store",
+    "relative_to_home",
+    "resolve_home",
+]
 
 CONFIG_NAME = "ledger.toml"
 _KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
@@ -45,6 +55,64 @@ def resolve_home(home: str | os.PathLike[str] | None) -> Path:
     if env:
         return Path(env).expanduser().resolve()
     return _default_home()
+
+
+# The one definition of the paths a home's configuration names: the SQLite database of a plain
+# ``sqlite:///PATH`` URL and a store folder. In ``ledger.toml`` a path inside the home is relative to the home
+# (a copy, ``cp -a``, is a ledger of its own that writes only into itself), one outside it is absolute; a
+# relative path the user gives ``ledger init`` is relative to the current directory, as typed.
+_SQLITE = "sqlite:///"
+
+
+def _sqlite_path(url: str) -> str | None:
+    """The file path of a ``sqlite:///PATH`` URL (query options left on); None for another URL or memory."""
+    if not url.startswith(_SQLITE) or url == _SQLITE or url.startswith(_SQLITE + ":"):
+        return None
+    return url.removeprefix(_SQLITE)
+
+
+def _is_folder(store: str) -> bool:
+    return "://" not in store
+
+
+def absolute_database_url(url: str, base: Path) -> str:
+    """``url`` with a relative SQLite file path made absolute against ``base`` (other URLs as given)."""
+    path = _sqlite_path(url)
+    if path is None or Path(path).is_absolute():
+        return url
+    return _SQLITE + os.path.abspath(Path(base) / path)
+
+
+def absolute_store(store: str, base: Path) -> str:
+    """``store`` (a folder or an ``s3://`` URL) with a relative folder made absolute against ``base``."""
+    if not _is_folder(store) or Path(store).is_absolute():
+        return store
+    return os.path.abspath(Path(base) / store)
+
+
+def relative_to_home(path: Path, home: Path) -> str | None:
+    """``path`` relative to ``home`` when it lies inside it (symbolic links followed), else None."""
+    try:
+        return Path(path).resolve().relative_to(Path(home).resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def relative_database_url(url: str, home: Path) -> str:
+    """``url`` as ``ledger.toml`` keeps it: a SQLite file inside ``home`` relative to it, else as given."""
+    path = _sqlite_path(url)
+    if path is None or not Path(path).is_absolute():
+        return url
+    rel = relative_to_home(Path(path), home)
+    return url if rel is None else _SQLITE + rel
+
+
+def relative_store(store: str, home: Path) -> str:
+    """``store`` as ``ledger.toml`` keeps it: a folder inside ``home`` relative to it, else as given."""
+    if not _is_folder(store) or not Path(store).is_absolute():
+        return store
+    rel = relative_to_home(Path(store), home)
+    return store if rel is None else rel
 
 
 @dataclass(frozen=True)
@@ -176,38 +244,17 @@ class Home:
             raise ConfigError(f"{self.config_path}: missing setting {e}") from e
 
     # Paths inside the home are kept relative to it, so a copy of the home (``cp -a``) is a ledger of its
-    # own that writes only into itself; paths outside it (and other databases) are kept as given.
-    _SQLITE = "sqlite:///"
-
-    def _inside(self, p: Path) -> str | None:
-        try:
-            return p.resolve().relative_to(self.path.resolve()).as_posix()
-        except ValueError:
-            return None
-
+    # own that writes only into itself; paths outside it (and other databases) are kept absolute, as given.
     def _absolute_url(self, url: str) -> str:
-        if url.startswith(self._SQLITE) and url != self._SQLITE and not url.startswith(self._SQLITE + ":"):
-            p = Path(url.removeprefix(self._SQLITE))
-            if not p.is_absolute():
-                return self._SQLITE + str(self.path / p)
-        return url
+        return absolute_database_url(url, self.path)
 
     def _absolute_store(self, store: str) -> str:
-        if "://" in store or Path(store).is_absolute():
-            return store
-        return str(self.path / store)
+        return absolute_store(store, self.path)
 
     def _relative(self, cfg: HomeConfig) -> dict[str, str]:
         out = {k: v for k, v in cfg.__dict__.items() if k != "witnesses"}
-        url = cfg.database_url
-        if url.startswith(self._SQLITE) and Path(url.removeprefix(self._SQLITE)).is_absolute():
-            rel = self._inside(Path(url.removeprefix(self._SQLITE)))
-            if rel is not None:
-                out["database_url"] = self._SQLITE + rel
-        if "://" not in cfg.store and Path(cfg.store).is_absolute():
-            rel = self._inside(Path(cfg.store))
-            if rel is not None:
-                out["store"] = rel
+        out["database_url"] = relative_database_url(cfg.database_url, self.path)
+        out["store"] = relative_store(cfg.store, self.path)
         return out
 
     def write_config(self, cfg: HomeConfig) -> None:

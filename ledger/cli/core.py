@@ -88,9 +88,18 @@ def init(
     store: Annotated[str | None, typer.Option(help="Artifact store folder (default: HOME/store).")] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Create a ledger home: database (Alembic), artifact store, admin and log keys."""
+    """Create a ledger home: database (Alembic), artifact store, admin and log keys. A relative --store or
+    SQLite file is relative to the current directory; ledger.toml keeps it relative to the home when it is
+    inside the home (a copy of the home, `cp -a`, is then a ledger of its own), absolute when not."""
+    from ledger.home import absolute_database_url, absolute_store
+
     path = home_path(home)
-    ledger = init_ledger(path, database_url=database_url, store=store)
+    cwd = Path.cwd()
+    ledger = init_ledger(
+        path,
+        database_url=absolute_database_url(database_url, cwd) if database_url else None,
+        store=absolute_store(store, cwd) if store else None,
+    )
     info = {"home": str(path), **ledger.describe()}
     if json_out:
         print_json(info)
