@@ -27,6 +27,8 @@ class KeyRecord:
     valid_until: datetime | None = None
     revoked_at: datetime | None = None
     revoke_reason: str = ""
+    # the keys rotated to this one (``key.rotate``): the signer they handed over is this key's too
+    rotated_from: list[KeyId] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +41,7 @@ class KeyRecord:
             "valid_until": self.valid_until.isoformat() if self.valid_until else None,
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "revoke_reason": self.revoke_reason or None,
+            "rotated_from": sorted(self.rotated_from),
         }
 
 
@@ -57,6 +60,33 @@ class Keyring:
         if rec is None:
             raise UnknownSignerError(f"key {key_id} is not enrolled in this ledger")
         return rec
+
+    def identity(self, key_id: str) -> str:
+        """Who signs with ``key_id``: the first enrolled key (least ``enrolled_seq``, then key id) of the
+        keys ``key.rotate`` entries link it to, either way — a rotation hands one signer's identity to a new
+        key, so an old key and its successors are one signer when the policy asks whether two entries were
+        signed by the same key (an independent review, a key's own supersession). A key never rotated is
+        its own identity; an unknown one too."""
+        start = KeyId(key_id)
+        if start not in self.keys:
+            return key_id
+        successors: dict[KeyId, list[KeyId]] = {}
+        for rec in self.keys.values():
+            for old in rec.rotated_from:
+                successors.setdefault(old, []).append(rec.key_id)
+        seen = {start}
+        todo = [start]
+        while todo:
+            k = todo.pop()
+            found = self.keys.get(k)
+            for other in [*(found.rotated_from if found is not None else []), *successors.get(k, [])]:
+                if other not in seen:
+                    seen.add(other)
+                    todo.append(other)
+        first = min(
+            (self.keys[k] for k in seen if k in self.keys), key=lambda r: (r.enrolled_seq, str(r.key_id))
+        )
+        return str(first.key_id)
 
     def by_name(self, name: str) -> KeyRecord | None:
         found = [k for k in self.keys.values() if k.name == name]
@@ -89,7 +119,9 @@ class Keyring:
                 rec.revoke_reason = payload.get("reason", "")
         elif kind == "key.rotate":
             old = self.get(payload["old_key_id"])
-            self.get(payload["new_key_id"])
+            new = self.get(payload["new_key_id"])
+            if old.key_id not in new.rotated_from and old.key_id != new.key_id:
+                new.rotated_from.append(old.key_id)
             at = parse_time(payload["effective_at"])
             if old.revoked_at is None or at < old.revoked_at:
                 old.revoked_at = at

@@ -96,8 +96,9 @@ class Filtered:
     # not in ``accepted``; the gates judge them as evidence against the engine only — they can fail a gate,
     # never pass it (``ledger.policy.verdict``)
     against: list[Evidence] = field(default_factory=list)
-    # the campaign's jobs no terminal entry ended (``_unended_jobs``): the verdict cannot be QUALIFIED
-    unended: list[dict[str, str]] = field(default_factory=list)
+    # the campaign's jobs no terminal entry ended, or that ended failed with no failed gate result of theirs
+    # (``_unjudged_jobs``): the verdict cannot be QUALIFIED beside them
+    unjudged_jobs: list[dict[str, str]] = field(default_factory=list)
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -212,7 +213,7 @@ class _ArtifactAnswers(dict[str, tuple[str, str] | None]):
         self.checked: list[list[Any]] = []
 
 
-def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
+def _supersessions(trusted: list[Evidence], who: Callable[[str], str]) -> dict[str, Evidence]:
     """Entry id → the earliest supersession in force that supersedes it.
 
     A supersession superseded in turn is withdrawn: what it superseded stands again (unless another
@@ -221,7 +222,7 @@ def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
     """
     withdrawn: set[str] = set()
     by: dict[str, Evidence] = {}
-    signer = {e.id: e.signer for e in trusted}
+    signer = {e.id: who(e.signer) for e in trusted}
     for s in reversed([e for e in trusted if e.kind == "supersession"]):
         reason = s.payload.get("reason")
         if s.id in withdrawn or not isinstance(reason, str) or not reason.strip():
@@ -233,15 +234,16 @@ def _supersessions(trusted: list[Evidence]) -> dict[str, Evidence]:
             # withdraws no failure of its own record, another key's supersession does
             kept = by.get(target)
             own = signer.get(target)
-            if kept is None or not self_superseded(s, own) or self_superseded(kept, own):
+            if kept is None or not self_superseded(s, own, who) or self_superseded(kept, own, who):
                 by[target] = s
     return by
 
 
-def self_superseded(s: Evidence, target_signer: str | None) -> bool:
-    """Whether supersession ``s`` is signed by the key that signed what it supersedes (``target_signer``):
-    it takes credit away, but withdraws no failure that record shows (rule ``self-superseded``)."""
-    return target_signer is not None and s.signer == target_signer
+def self_superseded(s: Evidence, target_signer: str | None, who: Callable[[str], str]) -> bool:
+    """Whether supersession ``s`` is signed by the signer of what it supersedes (``target_signer``, its
+    identity: ``who``, a key and the keys rotated to it are one signer): it takes credit away, but withdraws
+    no failure that record shows (rule ``self-superseded``)."""
+    return target_signer is not None and who(s.signer) == target_signer
 
 
 def _acceptances(trusted: list[Evidence], superseded_by: Mapping[str, Evidence]) -> dict[str, list[Evidence]]:
@@ -436,15 +438,24 @@ def filter_evidence(
         if schema is not None:
             reject(e, Rule.SCHEMA_INVALID, schema)
     trusted = [e for e in snap.entries if e.id not in rejected and not e.kind.startswith("key.")]
+    # who signed: a key and the keys rotated to it (either way) are one signer, wherever the policy asks
+    # whether two entries were signed by the same key (an independent review or acceptance, a key's own
+    # supersession) — a rotation hands a signer's identity to a new key, it does not make another person
+    identities: dict[str, str] = {}
+
+    def who(key_id: str) -> str:
+        if key_id not in identities:
+            identities[key_id] = snap.keyring.identity(key_id)
+        return identities[key_id]
 
     # 2. what trusted acting entries say about others. An acceptance that rejects a review or a
     # supersession takes it out: a rejected review credits nothing, a rejected supersession withdraws
     # nothing (the supersessions in force are then decided again without it)
-    superseded_by = _supersessions(trusted)
+    superseded_by = _supersessions(trusted, who)
     acceptances = _acceptances(trusted, superseded_by)
     refused = _refused_acting(trusted, acceptances)
     if any(e.kind == "supersession" and e.id in refused for e in trusted):
-        superseded_by = _supersessions([t for t in trusted if t.id not in refused])
+        superseded_by = _supersessions([t for t in trusted if t.id not in refused], who)
         acceptances = _acceptances(trusted, superseded_by)
         refused = _refused_acting(trusted, acceptances)
 
@@ -453,7 +464,9 @@ def filter_evidence(
         (``self-superseded``), a reviewer withdraws no failure of their own record; another key's
         supersession, or a PASS on the repaired commit, lifts it."""
         s = superseded_by.get(review.id)
-        return s is None or (review.payload.get("result") == "FAIL" and self_superseded(s, review.signer))
+        return s is None or (
+            review.payload.get("result") == "FAIL" and self_superseded(s, who(review.signer), who)
+        )
 
     # a review FAILed by another review is taken out as a rejecting acceptance takes it out: a PASS someone
     # found wrong credits nothing (one level: what reviews a review is not itself reviewed here)
@@ -541,7 +554,7 @@ def filter_evidence(
             s = superseded_by[e.id]
             why = s.payload.get("reason", "")
             if (
-                self_superseded(s, e.signer) and e.kind != "supersession"
+                self_superseded(s, who(e.signer), who) and e.kind != "supersession"
             ):  # (withdrawing a withdrawal restores)
                 # a key does not withdraw its own record's failure: the supersession takes credit away,
                 # and what the entry shows against the engine stands until another key supersedes it
@@ -635,12 +648,16 @@ def filter_evidence(
                         if ended
                         else f"(records no ended_at; logged before this entry: seq {job_term.seq} < {e.seq})"
                     )
+                    # logged after the terminal entry, the log knows it came after the end; logged before
+                    # it, only the job's claimed ended_at says so — a claim takes credit away, but what
+                    # the entry shows against the engine stands
                     reject(
                         e,
                         Rule.AFTER_JOB_TERMINAL,
                         f"produced after job terminal time: collected {_observed(e)}, after job "
                         f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} {said}",
                         job_term.id,
+                        credit_only=e.seq < job_term.seq,
                     )
                     continue
                 stop = job_term if p.get("state") in _STOPPED else stopped_by.get(str(p.get("job_id")))
@@ -713,7 +730,9 @@ def filter_evidence(
         as_passing = as_passing or _passing(policy, e, params)
         if as_passing and e.kind in review_kinds and _required(policy.review_required, e, context()):
             # an independent review: a PASS signed by the key that signed the evidence reviewed nothing
-            passes = [r for r in review_list if r.payload.get("result") == "PASS" and r.signer != e.signer]
+            passes = [
+                r for r in review_list if r.payload.get("result") == "PASS" and who(r.signer) != who(e.signer)
+            ]
             if not passes:
                 own = [r for r in review_list if r.payload.get("result") == "PASS"]
                 why = (
@@ -735,7 +754,7 @@ def filter_evidence(
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
                 reject(e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none")
                 continue
-            if latest_acc.signer == e.signer:
+            if who(latest_acc.signer) == who(e.signer):
                 reject(
                     e,
                     Rule.ACCEPTANCE_MISSING,
@@ -751,7 +770,7 @@ def filter_evidence(
                 (
                     r
                     for r in review_list
-                    if r.payload.get("result") == "PASS" and r.signer == latest_acc.signer
+                    if r.payload.get("result") == "PASS" and who(r.signer) == who(latest_acc.signer)
                 ),
                 None,
             )
@@ -802,7 +821,16 @@ def filter_evidence(
 
     accepted = [e for e in trusted if e.id not in rejected and e.kind not in ACTING_KINDS]
     ordered = sorted(rejected.values(), key=lambda r: r.entry.seq)
-    unended, (lo, hi) = _unended_jobs(job_entries, set(superseded_by), campaign, ref, (lo, hi))
+    # the running entries that a failed gate.result refs as its job: the failure of that job is on record
+    failed_results = {
+        j
+        for t in trusted
+        if t.kind == "gate.result" and t.payload.get("status") == "failed"
+        for j in t.refs("job")
+    }
+    unended, (lo, hi) = _unjudged_jobs(
+        job_entries, set(superseded_by), failed_results, campaign, ref, (lo, hi)
+    )
     return Filtered(
         accepted=accepted,
         rejected=ordered,
@@ -813,26 +841,34 @@ def filter_evidence(
         artifact_checks=art_cache.checked,
         window=(lo, hi),
         against=[e for e in trusted if e.id in kept],
-        unended=unended,
+        unjudged_jobs=unended,
     )
 
 
-def _unended_jobs(
+def _unjudged_jobs(
     job_entries: Mapping[str, Evidence],
     superseded: set[str],
+    failed_results: set[str],
     campaign: str | None,
     ref: datetime,
     window: tuple[datetime, datetime],
 ) -> tuple[list[dict[str, str]], tuple[datetime, datetime]]:
-    """The jobs of ``campaign`` that a running entry started and no terminal entry ended since, in log
-    order (the trusted, not superseded job entries; a job started again after its end is open again), each
-    as ``unjudged`` names it: ``entry`` (its first running entry since it last ended), ``kind`` ``job``,
-    ``job_id``, ``detail``. Their runs' outcome cannot be told — still running, or their collector was
-    killed before it recorded how the run ended (its engine launch is logged when the run ends) — so the
-    verdict cannot be QUALIFIED beside them. When each started is the log's time, not the entry's claim;
-    whether its lease has run out by the reference time narrows ``window`` (the detail says which)."""
+    """The jobs of ``campaign`` whose run no gate judges, in log order (the trusted, not superseded job
+    entries), each as ``unjudged`` names it: ``entry`` (its running entry), ``kind`` ``job``, ``job_id``,
+    ``detail``. The verdict cannot be QUALIFIED beside them:
+
+    * a job a running entry started and no terminal entry ended since (a job started again after its end is
+      open again): its run's outcome cannot be told — still running, or its collector was killed before it
+      recorded how the run ended (its engine launch is logged when the run ends). When it started is the
+      log's time, not the entry's claim; whether its lease ran out by the reference time narrows ``window``
+      (the detail says which);
+    * a job whose end says ``failed`` while no failed ``gate.result`` refs it as its job (``failed_results``:
+      the running entries such results ref): the failure its end records — a collector that stopped mid-run,
+      a failure entered by hand — is judged by no gate.
+    """
     lo, hi = window
     opened: dict[str, Evidence] = {}  # job_id → the running entry that opened it, in log order
+    failed: list[tuple[str, Evidence, Evidence]] = []  # (job_id, running entry, its failed end)
     for j in sorted(job_entries.values(), key=lambda x: x.seq):
         if j.id in superseded:
             continue
@@ -840,8 +876,25 @@ def _unended_jobs(
         if state == "running" and j.subject.get("campaign") == campaign:
             opened.setdefault(job_id, j)
         elif state in TERMINAL_STATES:
-            opened.pop(job_id, None)
+            start = opened.pop(job_id, None)
+            if start is not None and state == "failed" and start.id not in failed_results:
+                failed.append((job_id, start, j))
     out: list[dict[str, str]] = []
+    for job_id, j, end in failed:
+        why = end.payload.get("reason")
+        out.append(
+            {
+                "entry": j.id,
+                "kind": "job",
+                "gate": "",
+                "job_id": job_id,
+                "detail": f"job {job_id} (running entry {j.id[:16]}) ended failed"
+                + (f" ({why})" if why else " (no reason recorded)")
+                + f" by entry {end.id[:16]}, and no failed gate.result refs it as its job: no gate "
+                "judges the failure its end records — if it says nothing about the engine, supersede the "
+                "job's running entry with the reason (the job is then withdrawn, its end with it)",
+            }
+        )
     for job_id, j in opened.items():
         started = j.observed_time
         head = (
@@ -1306,9 +1359,12 @@ def _derive(
     subject_launches: list[Evidence] = []
     host_events = _host_gpu_events(trusted, superseded)
     n = 0
+    withdrawn_jobs: set[str] = set()  # job_ids a superseded running entry started: withdrawn, ends and all
     for e in trusted:  # in seq order
         kind = e.kind
         if kind == "job":
+            if e.id in superseded and e.payload.get("state") == "running":
+                withdrawn_jobs.add(str(e.payload.get("job_id")))
             if e.id not in superseded:
                 state, job_id = e.payload.get("state"), str(e.payload.get("job_id"))
                 if state == "running":
@@ -1400,7 +1456,9 @@ def _derive(
         # a terminal entry of the launch's campaign for a job_id no running entry started (a misspelled
         # job_id, a job entered by hand): which run it ended, and how, cannot be told
         started = campaign_jobs.get(launch.subject.get("campaign"), {})
-        unmatched = sorted(campaign_ends.get(launch.subject.get("campaign"), set()) - set(started))
+        unmatched = sorted(
+            campaign_ends.get(launch.subject.get("campaign"), set()) - set(started) - withdrawn_jobs
+        )
         assert launch.derived_ is not None
         launch.derived_["unmatched_job_ends"] = unmatched
     newest: list[tuple[Any, ...]] = []  # the specs of the runs after the one at hand
@@ -1489,30 +1547,33 @@ def _pci(text: Any) -> str | None:
     return f"{int(m[1], 16):04x}:{m[2].lower()}:{m[3].lower()}"
 
 
-def _launch_devices(launch: Evidence, gpus: list[Any] | None) -> set[str] | None:
+def _launch_devices(launch: Evidence, lists: list[list[Any]] | None) -> set[str] | None:
     """The PCI addresses of the GPUs a launch was given (its recorded ``*_VISIBLE_DEVICES``, by index or
-    UUID, through the host's latest GPU list), or None when that cannot be told — no such variable (every
-    GPU visible), a host that records no GPU list, or an entry that names no known GPU: then every event
-    of the host is the launch's (fail closed)."""
+    UUID), through every GPU list the host's probes record — whenever taken, of whichever machine filed
+    under the host: indexes move when a GPU falls off the bus, and which list held at the run cannot be
+    told from a later one, so an index names each GPU any list gives it. None when that cannot be told —
+    no such variable (every GPU visible), a host that records no GPU list, or an item some list does not
+    name: then every event of the host is the launch's (fail closed)."""
     env = launch.payload.get("env")
     visible = next((env[k] for k in _VISIBLE_DEVICES if isinstance(env, dict) and k in env), None)
-    if not isinstance(visible, str) or gpus is None:
+    if not isinstance(visible, str) or not lists:
         return None
     out: set[str] = set()
     for item in (v.strip() for v in visible.split(",")):
-        found = next(
-            (
-                g
-                for g in gpus
-                if isinstance(g, dict)
-                and ((item.isdigit() and g.get("index") == int(item)) or (item and g.get("uuid") == item))
-            ),
-            None,
-        )
-        address = _pci(found.get("pci_bus_id")) if found is not None else None
-        if address is None:
-            return None
-        out.add(address)
+        for gpus in lists:
+            found = next(
+                (
+                    g
+                    for g in gpus
+                    if isinstance(g, dict)
+                    and ((item.isdigit() and g.get("index") == int(item)) or (item and g.get("uuid") == item))
+                ),
+                None,
+            )
+            address = _pci(found.get("pci_bus_id")) if found is not None else None
+            if address is None:
+                return None
+            out.add(address)
     return out or None
 
 
@@ -1525,7 +1586,7 @@ class _HostGpuEvents:
         # host → the events its logs record without a time, each with the window its log read: from the
         # log's ``since`` (None: unbounded) to when the log was observed — the event lies somewhere in it
         self.untimed: dict[str, list[tuple[datetime | None, datetime, dict[str, Any], str | None]]] = {}
-        self.gpus: dict[str, list[Any]] = {}  # host → the GPU list of its latest host probe
+        self.gpus: dict[str, list[list[Any]]] = {}  # host → the GPU list of each of its host probes
         # host → the window (since, seen) of each kernel log read, and the unreadable ones with their id
         self.read: dict[str, list[tuple[datetime | None, datetime]]] = {}
         self.unread: dict[str, list[tuple[datetime | None, datetime, str]]] = {}
@@ -1611,7 +1672,7 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
         if k.kind == "host.probe" and k.id not in superseded and isinstance(k.payload.get("gpus"), list):
             host = k.subject.get("host") or k.payload.get("hostname")
             if isinstance(host, str):
-                out.gpus[host_key(host)] = k.payload["gpus"]  # in log order: the latest wins
+                out.gpus.setdefault(host_key(host), []).append(k.payload["gpus"])
         if k.kind != "kernel.log":
             continue
         # the host whose runs the log speaks of (none: it is judged whole only), and where its window begins
@@ -1623,13 +1684,18 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
             # a window that begins after the log was read contradicts itself: it tells nothing of where it
             # begins, so it is read as unbounded (an unreadable log then leaves every run's events unknown)
             since = None
+        # When the log was read: its ``collected_at`` is a claim. A window it shows covered (a readable log:
+        # no unread window matters inside it) ends at the claim, never after the log took it; a window whose
+        # events may lie anywhere in it (an event without a time, an unreadable log) ends when the log took
+        # it — a claimed earlier read time does not move a fault it holds out of a run
+        read_until = k.logged_time
         if host is not None:
             # what it read is known where it was readable and records its events (a list, even empty): one
             # recorded as unreadable, or without its events, leaves the GPU events of its window unknown
             if k.payload.get("readable", True) is True and isinstance(k.payload.get("events"), list):
                 out.read.setdefault(host, []).append((since, k.observed_time))
             else:
-                out.unread.setdefault(host, []).append((since, k.observed_time, k.id))
+                out.unread.setdefault(host, []).append((since, read_until, k.id))
         events = k.payload.get("events")
         if not isinstance(events, list):
             out.by_entry[k.id] = []
@@ -1653,9 +1719,7 @@ def _host_gpu_events(trusted: list[Evidence], superseded: set[str]) -> _HostGpuE
             )
             if any(t is None for t, _ in timed):
                 out.untimed.setdefault(host, []).extend(
-                    (since, k.observed_time, f, d)
-                    for (t, f), d in zip(timed, devices, strict=True)
-                    if t is None
+                    (since, read_until, f, d) for (t, f), d in zip(timed, devices, strict=True) if t is None
                 )
     return out
 

@@ -182,6 +182,12 @@ class _Builder:
             entry = self._append(
                 kind, {"key": target.name}, payload, self.admin, at=at, logged_at=item.get("logged_at")
             )
+        elif kind == "key.rotate":  # payload names the keys: old_key, new_key (both of the fixture's keys)
+            old, new = self.keys[payload.pop("old_key")], self.keys[payload.pop("new_key")]
+            payload.update(old_key_id=old.key_id, new_key_id=new.key_id)
+            entry = self._append(
+                kind, {"key": old.name}, payload, self.admin, at=at, logged_at=item.get("logged_at")
+            )
         else:
             # a subject field set to None (a test's spec; TOML has no null) is left out
             merged = {**self.spec.get("defaults", {}).get("subject", {}), **item.get("subject", {})}

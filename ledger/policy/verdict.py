@@ -193,28 +193,38 @@ def _judge_gate(
 
 def _unjudged(policy: LoadedPolicy, filtered: Filtered) -> list[dict[str, str]]:
     """What no gate judges: the failed ``gate.result`` entries (credited, or kept because they
-    show a failure) whose ``gate`` names no gate of this policy — a misspelled gate, or a gate of another
-    policy — then the campaign's jobs that never ended (``Filtered.unended``: their runs' outcome is unknown).
+    show a failure) that no gate selects — a misspelled gate, a gate of another policy, or a gate of this
+    one that judges its own evidence rather than recorded results — then the campaign's jobs that never
+    ended, or ended failed with no failed result of theirs (``Filtered.unjudged_jobs``: a run whose outcome
+    is unknown, or a failure no gate judges).
     The ladder cannot say they are harmless, so they keep a verdict from QUALIFIED (INCONCLUSIVE, naming
     them); a verdict that already failed stands."""
     names = {g.spec.name for g in policy.gates}
     out: list[dict[str, str]] = []
     for e in sorted([*filtered.accepted, *filtered.against], key=_seq):
         gate = e.payload.get("gate")
-        if e.kind != "gate.result" or e.payload.get("status") != "failed" or gate in names:
+        if e.kind != "gate.result" or e.payload.get("status") != "failed":
             continue
-        out.append(
-            {
-                "entry": e.id,
-                "kind": e.kind,
-                "gate": str(gate),
-                "detail": f"a failed result for gate {gate!r}, which policy {policy.name} does not "
-                f"have (its gates: {', '.join(g.spec.name for g in policy.gates)}): no gate judges the "
-                "failure it records, so the verdict cannot be QUALIFIED (record it under the right gate "
-                "name, or supersede it with a reason)",
-            }
-        )
-    return out + filtered.unended
+        if any(_safe_selected(e, g.spec, g, policy.params) for g in policy.gates):
+            continue  # a gate judges it
+        if gate in names:
+            # a gate of the policy that judges its own evidence, not recorded results (a collector's failed
+            # api-readiness, a runtime-stability failure entered by hand): the failure is on record all
+            # the same
+            what = (
+                f"a failed result for gate {gate!r}, which judges the evidence it selects, not recorded "
+                "gate results: no gate judges the failure it records, so the verdict cannot be QUALIFIED "
+                "(supersede it with the reason, if the gate's own evidence shows it wrong)"
+            )
+        else:
+            what = (
+                f"a failed result for gate {gate!r}, which policy {policy.name} does not have (its gates: "
+                f"{', '.join(g.spec.name for g in policy.gates)}): no gate judges the failure it records, "
+                "so the verdict cannot be QUALIFIED (record it under the right gate name, or supersede it "
+                "with a reason)"
+            )
+        out.append({"entry": e.id, "kind": e.kind, "gate": str(gate), "detail": what})
+    return out + filtered.unjudged_jobs
 
 
 def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[dict[str, Any], set[str]]:

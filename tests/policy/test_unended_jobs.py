@@ -115,8 +115,13 @@ def test_a_job_whose_end_is_recorded_is_no_longer_unended(tmp_path: Path, state:
     _second_job(es)
     es.append(_ended("second-end", "campaign-2", state, "2026-09-10T12:10:00Z"))
     v = verdict_of(tmp_path, es)
-    assert _unended(v) == []
-    assert v["verdict"] == QUALIFIED  # the second job logged nothing of its run
+    if state == "failed":  # ended, but its failure no result records: no gate judges it
+        (u,) = _unended(v)
+        assert "ended failed (collector killed)" in u["detail"]
+        assert v["verdict"] == INCONCLUSIVE
+    else:
+        assert _unended(v) == []
+        assert v["verdict"] == QUALIFIED  # the second job logged nothing of its run
 
 
 def test_an_end_under_a_misspelled_job_id_does_not_end_it(tmp_path: Path) -> None:

@@ -336,7 +336,17 @@ def test_two_jobs_of_a_campaign_with_conflicting_approved_specs_bind_nothing(tmp
 def test_a_second_job_with_the_same_approved_spec_is_no_conflict(tmp_path: Path) -> None:
     es, second = _with_second_job()
     _before_done(es, second)
+    es.append(  # the second job ended too (one that never ends keeps the verdict INCONCLUSIVE)
+        {
+            "name": "second-done",
+            "kind": "job",
+            "key": "collector",
+            "at": "2026-09-10T10:52:00Z",
+            "payload": {"job_id": "campaign-2", "state": "succeeded", "exit_code": 0},
+        }
+    )
     v = verdict_of(tmp_path, es)
+    assert "conflict" not in str(v["manifest"]["bindings"])
     assert v["verdict"] == QUALIFIED
 
 
