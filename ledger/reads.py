@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+import blake3
+
 from ledger.entries import format_time, parse_time
 from ledger.errors import (
     EntryNotFoundError,
@@ -36,9 +38,18 @@ from ledger.errors import (
 )
 from ledger.keyring import KeyRecord, Keyring
 from ledger.listing import list_json
-from ledger.log import LOG_FORMAT, Checkpoint, EntryId, LogRecord, parse_checkpoint, parse_record
+from ledger.log import (
+    LOG_FORMAT,
+    Checkpoint,
+    EntryId,
+    LogRecord,
+    entry_id_of,
+    parse_checkpoint,
+    parse_record,
+)
 from ledger.logged import LoggedEntry, entry_from_row
 from ledger.signing import KeyId, PublicKey
+from ledger.tiles import tile_span
 from ledger.trust import replay_keys
 
 __all__ = [
@@ -49,6 +60,7 @@ __all__ = [
     "SqlitePolicyRepo",
     "check_extends_held",
     "check_revision",
+    "committed_key_rows",
     "committed_rows",
     "find_key",
     "held_checkpoint_of",
@@ -277,7 +289,97 @@ def committed_rows(
     for r in suspect:  # the canonical record decides (``LogRecord.to_bytes``)
         if record_leaf_hex(r[0], r[4], r[1], r[2], r[3]) != r[6]:
             raise uncommitted_error(r, record_of(r[0]) if record_of is not None else None)
+    # the leaf commits the entry id, and the id is the envelope's BLAKE3: an envelope replaced behind the
+    # log's back (another entry's, validly signed) would be judged under this entry's id and place
+    blake = blake3.blake3
+    for r in rows:
+        if blake(r[5]).hexdigest() != r[1]:
+            raise envelope_replaced_error(r[0], r[1], entry_id_of(bytes(r[5])))
     return [r[:6] for r in rows]
+
+
+COMMITTED_HINT = (
+    "`ledger verify` names every altered row; restore the database from a backup that the checkpoint "
+    "this home holds vouches for"
+)
+
+
+def envelope_replaced_error(seq: int, entry_id: str, got: str) -> IntegrityError:
+    """The refusal of a row whose envelope does not hash to the entry id its leaf commits."""
+    return IntegrityError(
+        f"the log's entry at seq {seq} ({str(entry_id)[:16]}) is not as the log committed it: its "
+        f"envelope hashes to {got[:16]}…, not to its entry id (the envelope was replaced behind "
+        "the log's back); no verdict or routing decision is made on it",
+        hint=COMMITTED_HINT,
+    )
+
+
+# The keyring a verdict trusts is folded from the log's ``key.*`` entries (``replay_keys``), so those rows
+# are read as the log committed them too: each checked against its leaf (``committed_rows``), its envelope
+# against its entry id (the leaf commits the id, the id is the envelope's BLAKE3 — a replaced envelope is
+# another key statement), and no seq below the size folded may be missing: a deleted row (a revocation) is
+# a gap, refused, never skipped.
+
+RANGE_COUNTED = 1024  # up to this many seqs the gap check counts them; beyond, the whole table where cheaper
+
+
+def _missing_seq(
+    start: int,
+    size: int,
+    count: Callable[[int, int], int],
+    seqs: Callable[[int, int], Iterable[int]],
+    whole: Callable[[], tuple[int, Any, Any]] | None,
+) -> int | None:
+    """The first seq in [start, size) the log holds no row at, or None. ``count(lo, hi)``: its rows with
+    lo <= seq < hi; ``whole()``: (rows, min seq, max seq) of the table, where the database counts a table
+    faster than a range (SQLite counts the pages of its smallest index; a range of its rowid walks every
+    envelope: ~60 ms at 100k entries) — rows = max + 1 with min 0 is every seq; ``seqs(lo, hi)``: the
+    seqs in order, read only to name a gap."""
+    if size <= start:
+        return None
+    if whole is not None and size - start > RANGE_COUNTED:
+        rows, lo, hi = whole()
+        if lo == 0 and hi is not None and rows == int(hi) + 1 >= size:
+            return None
+    elif count(start, size) == size - start:
+        return None
+    want = start
+    for seq in seqs(start, size):
+        if int(seq) != want:
+            return want
+        want += 1
+    return want if want < size else None
+
+
+def committed_key_rows(
+    rows: Iterable[tuple[Any, ...]],
+    start: int,
+    size: int,
+    *,
+    count: Callable[[int, int], int],
+    seqs: Callable[[int, int], Iterable[int]],
+    whole: Callable[[], tuple[int, Any, Any]] | None = None,
+    record_of: Callable[[int], bytes | None] | None = None,
+) -> list[tuple[int, bytes]]:
+    """(seq, envelope) of the ``key.*`` entries with start <= seq < size, in seq order, for ``replay_keys``,
+    from their rows (the evidence columns and ``leaf_hash``, as ``committed_rows`` takes them), each read
+    as the log committed it; ``IntegrityError`` for a seq in the range the log holds no row at (a row
+    deleted behind its back: ``count``/``seqs``/``whole`` as ``_missing_seq`` takes them), a row whose
+    columns are not what its leaf commits (``committed_rows``) or whose envelope is not its entry id's."""
+    hint = COMMITTED_HINT
+    missing = _missing_seq(start, size, count, seqs, whole)
+    if missing is not None:
+        raise IntegrityError(
+            f"the log has no entry at seq {missing}, below the {size} entries its keyring is folded from: "
+            "its row was deleted behind the log's back (a key entry gone — a revocation — would change "
+            "which signers are trusted); no verdict or routing decision is made on it",
+            hint=hint,
+        )
+    # each row against its leaf, its envelope against its entry id (``committed_rows``)
+    return [
+        (int(seq), bytes(envelope))
+        for seq, _id, *_, envelope in committed_rows(sorted(rows, key=lambda r: r[0]), record_of)
+    ]
 
 
 # what ``check_extends_held`` found, per repo: (its change stamp, the held checkpoint's size and root)
@@ -580,12 +682,14 @@ class SqlitePolicyRepo:
     def _evidence(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """The evidence tuples of ``sql`` (which selects ``_EVIDENCE``), each checked against the record
         its leaf commits (``committed_rows``: IntegrityError for a row edited behind the log's back)."""
+        return committed_rows(self._tuples(conn, sql, params), lambda seq: self._record(conn, seq))
 
-        def record_of(seq: int) -> bytes | None:
-            got = conn.execute("SELECT record FROM log_entries WHERE seq = ?", (seq,)).fetchone()
-            return None if got is None or got[0] is None else bytes(got[0])
-
-        return committed_rows(self._tuples(conn, sql, params), record_of)
+    @staticmethod
+    def _record(conn: sqlite3.Connection, seq: int) -> bytes | None:
+        """The stored log record bytes of the row at ``seq`` (read to name the column a refused row
+        differs in)."""
+        got = conn.execute("SELECT record FROM log_entries WHERE seq = ?", (seq,)).fetchone()
+        return None if got is None or got[0] is None else bytes(got[0])
 
     def subject_rows(
         self, conn: sqlite3.Connection, subject: dict[str, str], n: int
@@ -753,17 +857,39 @@ class SqlitePolicyRepo:
         return 0 if head is None else int(head) + 1
 
     def key_rows(self, conn: sqlite3.Connection, start: int, size: int) -> list[tuple[int, bytes]]:
-        """``LogRepo.key_rows``: (seq, envelope) of the ``key.*`` entries, through the kind index."""
-        rows = [
-            (int(seq), bytes(env))
-            for seq, env in conn.execute(
-                "SELECT seq, envelope FROM log_entries WHERE kind >= 'key.' AND kind < 'key/'"
-                " AND seq >= ? AND seq < ? ORDER BY kind, seq",
-                (start, size),
-            )
-        ]
-        rows.sort(key=lambda r: r[0])
-        return rows
+        """``LogRepo.key_rows``: (seq, envelope) of the ``key.*`` entries, through the kind index, each
+        read as the log committed it and none missing (``committed_key_rows``: IntegrityError)."""
+        rows = self._tuples(
+            conn,
+            f"SELECT {_EVIDENCE} FROM log_entries AS e WHERE e.kind >= 'key.' AND e.kind < 'key/'"  # noqa: S608
+            " AND e.seq >= ? AND e.seq < ? ORDER BY e.kind, e.seq",
+            (start, size),
+        )
+
+        def one(sql: str, params: Sequence[Any] = ()) -> Any:
+            return conn.execute(sql, params).fetchone()[0]
+
+        return committed_key_rows(
+            rows,
+            start,
+            size,
+            count=lambda lo, hi: int(
+                one("SELECT count(*) FROM log_entries WHERE seq >= ? AND seq < ?", (lo, hi))
+            ),
+            # a bare count(*) counts the pages of the smallest index; min and max: one rowid lookup each
+            whole=lambda: (
+                int(one("SELECT count(*) FROM log_entries")),
+                one("SELECT min(seq) FROM log_entries"),
+                one("SELECT max(seq) FROM log_entries"),
+            ),
+            seqs=lambda lo, hi: [
+                s
+                for (s,) in conn.execute(
+                    "SELECT seq FROM log_entries WHERE seq >= ? AND seq < ? ORDER BY seq", (lo, hi)
+                )
+            ],
+            record_of=lambda seq: self._record(conn, seq),
+        )
 
     def referrers(self, entry_id: str, rel: str | None = None) -> list[EntryRow]:
         """``LogRepo.referrers``: the rows of the entries that reference ``entry_id``, in seq order."""
@@ -779,13 +905,18 @@ class SqlitePolicyRepo:
     # --- the tree, for a checkpoint at a size no stored checkpoint has ---------------------------------
 
     def _tile_column(self, column: str, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        span = tile_span(level)
+        if span is None:
+            return {}
+        # a tile of this log names its own last leaf (``valid_tiles``): a row inserted with another one
+        # that happens to carry that entry's chain hash is no tile of the log
         sql = (
             f"SELECT t.idx, t.{column} FROM tiles AS t JOIN log_entries AS e"  # noqa: S608 (constant column)
             " ON e.seq = t.last_seq AND e.chain_hash = t.chain_hash"
-            " WHERE t.level = ? AND t.idx >= ? AND t.idx < ?"
+            " WHERE t.level = ? AND t.idx >= ? AND t.idx < ? AND t.last_seq = (t.idx + 1) * ? - 1"
         )
         with self.read() as c:
-            return {int(i): bytes(v) for i, v in c.execute(sql, (level, lo, hi))}
+            return {int(i): bytes(v) for i, v in c.execute(sql, (level, lo, hi, span))}
 
     def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
         return self._tile_column("hashes", level, lo, hi)

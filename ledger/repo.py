@@ -33,7 +33,8 @@ from ledger.db import (
     write_transaction,
 )
 from ledger.errors import IntegrityError
-from ledger.reads import committed_rows, record_leaf_hex, uncommitted_error
+from ledger.reads import committed_key_rows, committed_rows, record_leaf_hex, uncommitted_error
+from ledger.tiles import tile_span
 from ledger.tokens import TOKEN_COLUMNS, TokenRecord, token_of_row, tokens_by_hash
 
 __all__ = [
@@ -181,11 +182,14 @@ def _fetch_committed(conn: sa.Connection, q: Any) -> list[tuple[Any, ...]]:
     record its leaf commits: ``IntegrityError`` for a row whose log time, index, id, kind or signer
     column was edited behind the log's back, naming the column (from the row's stored record)."""
 
-    def record_of(seq: int) -> bytes | None:
-        got = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
-        return None if got is None else bytes(got)
+    return committed_rows(_fetch_tuples(conn, q), lambda seq: _record_of(conn, seq))
 
-    return committed_rows(_fetch_tuples(conn, q), record_of)
+
+def _record_of(conn: sa.Connection, seq: int) -> bytes | None:
+    """The stored log record bytes of the row at ``seq`` (read to name the column a refused row
+    differs in)."""
+    got = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
+    return None if got is None else bytes(got)
 
 
 def _subject_seqs(subject: dict[str, str], n: int) -> Any:
@@ -210,11 +214,18 @@ def _few_refs(conn: sa.Connection, subject_entries: int) -> bool:
 
 def _valid_tiles() -> Any:
     """``tiles`` joined to the entry at each tile's last leaf with the tile's chain hash: only the tiles of
-    the log the database holds now (one a rollback lost has no such entry)."""
+    the log the database holds now (one a rollback lost has no such entry). With ``_names_its_last_leaf``:
+    a row inserted behind the log's back naming another leaf, whose chain hash it copied, is none."""
     return T_TILES.join(
         T_ENTRIES,
         sa.and_(T_ENTRIES.c.seq == T_TILES.c.last_seq, T_ENTRIES.c.chain_hash == T_TILES.c.chain_hash),
     )
+
+
+def _names_its_last_leaf() -> Any:
+    """A tile's ``last_seq`` is the last leaf it spans (``ledger.tiles.tile_last_seq``): (idx + 1) x
+    ``span`` - 1, ``span`` = ``tile_span(level)`` bound with the level."""
+    return T_TILES.c.last_seq == (T_TILES.c.idx + 1) * sa.bindparam("span", type_=sa.BigInteger) - 1
 
 
 def _tile_column_query(column: Any) -> Any:
@@ -225,6 +236,7 @@ def _tile_column_query(column: Any) -> Any:
             T_TILES.c.level == sa.bindparam("level"),
             T_TILES.c.idx >= sa.bindparam("lo"),
             T_TILES.c.idx < sa.bindparam("hi"),
+            _names_its_last_leaf(),
         )
     )
 
@@ -250,8 +262,12 @@ class RepoTiles:
 
     def _column(self, column: Any, level: int, lo: int, hi: int) -> dict[int, bytes]:
         q = _TILE_COLUMN_QUERIES[column.name]
+        span = tile_span(level)
+        if span is None:
+            return {}
         with self._conn() as c:
-            return {int(i): bytes(v) for i, v in c.execute(q, {"level": level, "lo": lo, "hi": hi})}
+            params = {"level": level, "lo": lo, "hi": hi, "span": span}
+            return {int(i): bytes(v) for i, v in c.execute(q, params)}
 
     def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
         return self._column(T_TILES.c.hashes, level, lo, hi)
@@ -569,21 +585,53 @@ class LogRepo:
     # --- keys -------------------------------------------------------------------------------------
 
     def key_rows(self, conn: sa.Connection, start: int, size: int) -> list[tuple[int, bytes]]:
-        """(seq, envelope) of the ``key.*`` entries with start <= seq < size, in sequence order.
+        """(seq, envelope) of the ``key.*`` entries with start <= seq < size, in sequence order, each read
+        as the log committed it and none missing (``ledger.reads.committed_key_rows``: ``IntegrityError``
+        for a key row edited behind the log's back, or a seq in the range with no row: one deleted).
 
         A range on the kind index, ordered by (kind, seq) and sorted here: ordered by seq alone, SQLite
         walks the primary key over the whole log — every envelope of a million-entry ledger — to find
         the handful of ``key.*`` entries (LIKE would scan it too).
         """
+        e = T_ENTRIES
         q = (
-            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope)
-            .where(T_ENTRIES.c.kind >= "key.", T_ENTRIES.c.kind < "key/")
-            .where(T_ENTRIES.c.seq >= start, T_ENTRIES.c.seq < size)
-            .order_by(T_ENTRIES.c.kind, T_ENTRIES.c.seq)
+            sa.select(*_COMMITTED_COLUMNS)
+            .where(e.c.kind >= "key.", e.c.kind < "key/")
+            .where(e.c.seq >= start, e.c.seq < size)
+            .order_by(e.c.kind, e.c.seq)
         )
-        rows = [(int(seq), bytes(env)) for seq, env in conn.execute(q)]
-        rows.sort(key=lambda r: r[0])
-        return rows
+
+        def count(lo: int, hi: int) -> int:
+            return int(
+                conn.execute(sa.select(sa.func.count()).where(e.c.seq >= lo, e.c.seq < hi)).scalar_one()
+            )
+
+        def whole() -> tuple[int, Any, Any]:
+            # SQLite counts a bare count(*) from the pages of its smallest index (a rowid range walks every
+            # envelope); min and max are one rowid lookup each
+            return (
+                int(conn.execute(sa.select(sa.func.count()).select_from(e)).scalar_one()),
+                conn.execute(sa.select(sa.func.min(e.c.seq))).scalar(),
+                conn.execute(sa.select(sa.func.max(e.c.seq))).scalar(),
+            )
+
+        def seqs(lo: int, hi: int) -> list[int]:
+            return [
+                int(s)
+                for s in conn.execute(
+                    sa.select(e.c.seq).where(e.c.seq >= lo, e.c.seq < hi).order_by(e.c.seq)
+                ).scalars()
+            ]
+
+        return committed_key_rows(
+            _fetch_tuples(conn, q),
+            start,
+            size,
+            count=count,
+            seqs=seqs,
+            whole=whole if self.dialect == "sqlite" else None,  # PostgreSQL counts a range as fast
+            record_of=lambda seq: _record_of(conn, seq),
+        )
 
     def enrol_envelopes(self) -> list[bytes]:
         """Envelopes of every ``key.enrol`` entry, in sequence order."""

@@ -30,11 +30,19 @@ __all__ = [
     "full_tiles",
     "tile_last_seq",
     "tile_path",
+    "tile_span",
 ]
 
 TILE_HEIGHT = 8  # C2SP tlog-tiles: a tile is a subtree of height 8 ...
 TILE_WIDTH = 256  # ... of 256 hashes
 HASH = 32
+
+
+def tile_span(level: int) -> int | None:
+    """How many leaves a full tile at ``level`` spans (256 ** (level + 1)); None where no log this
+    database can hold (64-bit seq) fills one."""
+    span = TILE_WIDTH ** (level + 1)
+    return span if span < 2**62 else None
 
 
 def tile_last_seq(level: int, index: int) -> int:

@@ -229,3 +229,32 @@ def test_migration_writes_the_tiles_of_an_existing_log(tmp_path: Path) -> None:
         assert led.root() == MerkleTree(led.leaf_hashes()).root()
     finally:
         led.close()
+
+
+def test_a_tile_row_inserted_naming_another_leaf_is_no_tile_of_the_log(led: Ledger) -> None:
+    """Regression: one INSERT (no trigger touched) of a second row for tile 0/0 whose ``last_seq`` named
+    seq 300 — with that entry's chain hash, so it joined as "a tile of this log" — and whose hashes differ
+    at leaf 5 made proofs of seq 5 wrong (and, with a forged root, a checkpoint of another root). A tile
+    names its own last leaf (255): such a row is none, and proofs and roots come from the log's tiles."""
+    import sqlite3
+
+    ref = MerkleTree(led.leaf_hashes())
+    n = led.size()
+    conn = sqlite3.connect(led.database_url.removeprefix("sqlite:///"))
+    for column in ("hashes", "root"):
+        forged = "substr(t.hashes, 1, 160) || zeroblob(32) || substr(t.hashes, 193)"
+        conn.execute(
+            "INSERT INTO tiles (level, idx, chain_hash, last_seq, hashes, root)"
+            f" SELECT 0, 0, e.chain_hash, e.seq, {forged if column == 'hashes' else 't.hashes'},"
+            f" {'zeroblob(32)' if column == 'root' else 't.root'}"
+            " FROM tiles AS t, log_entries AS e WHERE t.level = 0 AND t.idx = 0 AND t.last_seq = 255"
+            " AND e.seq = ?",
+            (300 if column == "hashes" else 301,),
+        )
+    conn.commit()
+    conn.close()
+    assert _tile_count(led) == full_tiles(0, n) + 2  # the forged rows are there
+    doc = led.inclusion(led.get_seq(5).entry_id)
+    assert [bytes.fromhex(h) for h in doc["hashes"]] == ref.inclusion_proof(5, n)
+    assert led.root() == ref.root() and led.signed_checkpoint(size=n).root == ref.root(n)
+    assert led.tile(0, 0) == b"".join(ref.levels[0][0:256])

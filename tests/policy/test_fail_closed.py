@@ -2947,7 +2947,7 @@ def test_a_job_end_for_a_misspelled_job_id_makes_the_campaign_inconclusive(
 
 def test_a_job_that_never_ends_is_not_an_unmatched_end(tmp_path: Path) -> None:
     """The neighbour: a campaign whose job has not ended yet has no unmatched end — api-readiness passes;
-    the verdict is INCONCLUSIVE for the job that never ended (``unjudged``, tests/policy/test_unended_jobs)."""
+    the verdict is INCONCLUSIVE for the job that never ended (``unjudged``: test_unended_jobs)."""
     es = [e for e in qualified_entries() if e.get("name") != "campaign-done"]
     v = verdict_of(tmp_path, es)
     assert all(g["status"] == "passed" for g in v["gates"]), v["gates"]

@@ -59,16 +59,36 @@ def test_caches_and_slim_views_do_not_change_a_verdict(
         assert plain == cold == warm, subject
 
 
-def _tamper(home: Path, seq: int, envelope: dict[str, Any]) -> None:
-    """Someone with write access to the database drops the append-only trigger and edits an envelope."""
+def _tamper(home: Path, seq: int, envelope: dict[str, Any], *, thorough: bool = True) -> str:
+    """Someone with write access to the database drops the append-only trigger and edits an envelope.
+
+    A plain edit (``thorough=False``) leaves the row's entry id, so its envelope no longer hashes to the id
+    its leaf commits: every verdict refuses the log (``error[integrity]``). The thorough forger also
+    rewrites the row's entry id, its log record and its leaf to match (and the index rows under the id):
+    each row then agrees with its leaf, and only the signature, which the forger cannot make, is wrong —
+    what the caches must never vouch for. Returns the row's entry id after the edit."""
+    from ledger.log import LogRecord, entry_id_of
+
+    body = canonical_bytes(envelope)
     db = sqlite3.connect(home / "ledger.db")
-    for (name,) in db.execute(
-        "SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name='log_entries'"
-    ).fetchall():
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall():
         db.execute(f"DROP TRIGGER {name}")
-    db.execute("UPDATE log_entries SET envelope = ? WHERE seq = ?", (canonical_bytes(envelope), seq))
+    db.execute("UPDATE log_entries SET envelope = ? WHERE seq = ?", (body, seq))
+    if thorough:
+        old, at, kind, signer = db.execute(
+            "SELECT entry_id, logged_at, kind, signer FROM log_entries WHERE seq = ?", (seq,)
+        ).fetchone()
+        new = entry_id_of(body)
+        rec = LogRecord(seq, at, new, kind, signer)
+        db.execute(
+            "UPDATE log_entries SET entry_id = ?, record = ?, leaf_hash = ? WHERE seq = ?",
+            (new, rec.to_bytes(), rec.leaf().hex(), seq),
+        )
+        db.execute("UPDATE entry_refs SET target_id = ? WHERE target_id = ?", (new, old))
+    (now,) = db.execute("SELECT entry_id FROM log_entries WHERE seq = ?", (seq,)).fetchone()
     db.commit()
     db.close()
+    return str(now)
 
 
 def test_a_tampered_row_is_rejected_by_a_warm_process_and_by_a_fresh_one(build) -> None:
@@ -85,13 +105,13 @@ def test_a_tampered_row_is_rejected_by_a_warm_process_and_by_a_fresh_one(build) 
     statement = json.loads(base64.b64decode(env["payload"]))
     statement["payload"]["sleeping"] = False  # hide the sleeping engine, keep the old signature
     env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
-    _tamper(b.home, target.seq, env)
+    edited = _tamper(b.home, target.seq, env)
 
     # same process, caches warm: the edited bytes miss every cache and fail the signature check
     warm = evaluate(b.ledger, subject, policy)
     rejected = {r["entry"]: r for r in warm["rejected"]}
-    assert rejected[target.entry_id]["rule"] == "bad-signature"
-    assert target.entry_id not in warm["used"]
+    assert rejected[edited]["rule"] == "bad-signature"
+    assert edited not in warm["used"]
 
     # a fresh process agrees, byte for byte
     out = subprocess.run(
@@ -315,8 +335,7 @@ def test_signatures_checked_on_several_threads_judge_as_one_thread_does(build, m
         statement = json.loads(base64.b64decode(env["payload"]))
         statement["payload"]["latency_ms"] = 12345.0  # valid, but not what was signed
         env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
-        _tamper(b.home, e.seq, env)
-        edited.append(e.entry_id)
+        edited.append(_tamper(b.home, e.seq, env))
 
     def judged(threshold: int, cores: int) -> tuple[bytes, list[str | None]]:
         monkeypatch.setattr(snapshot_mod, "PARALLEL_SIGNATURES", threshold)

@@ -41,16 +41,16 @@ def _cache_files(home: Path) -> list[Path]:
     return sorted((home / "cache" / "verdicts").glob("*.json"))
 
 
-def _edit_payload(b: Any, name: str, field: str, value: Any) -> Any:
-    """Rewrite one payload field of the named entry's stored envelope behind the log's back (raw SQL: the
-    signature no longer covers it); returns the entry as it was logged."""
+def _edit_payload(b: Any, name: str, field: str, value: Any) -> tuple[Any, str]:
+    """Rewrite one payload field of the named entry's stored envelope behind the log's back (raw SQL, the
+    thorough forger of ``_tamper``: the signature no longer covers it); returns the entry as it was logged
+    and its entry id now."""
     target = b.ledger.get(b.names[name])
     env = json.loads(target.envelope)
     statement = json.loads(base64.b64decode(env["payload"]))
     statement["payload"][field] = value
     env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
-    _tamper(b.home, target.seq, env)
-    return target
+    return target, _tamper(b.home, target.seq, env)
 
 
 def test_a_fresh_process_serves_the_computed_verdict_byte_for_byte(build) -> None:
@@ -69,14 +69,44 @@ def test_a_row_edited_after_its_verdict_was_remembered_is_rejected_by_the_next_f
     b = build("backend-qualification/seed004-sleeping.toml")
     before = json.loads(_fresh_verdict(b.home, "router-ocr"))
     # same log size, same checkpoint: only the row's bytes differ
-    target = _edit_payload(b, "health-while-sleeping", "sleeping", False)
+    target, edited = _edit_payload(b, "health-while-sleeping", "sleeping", False)
     assert target.entry_id in before["used"]
 
     after = json.loads(_fresh_verdict(b.home, "router-ocr"))
     rejected = {r["entry"]: r for r in after["rejected"]}
-    assert rejected[target.entry_id]["rule"] == "bad-signature"
-    assert target.entry_id not in after["used"]
-    assert after["checkpoint"] == before["checkpoint"]
+    assert rejected[edited]["rule"] == "bad-signature"
+    assert edited not in after["used"]
+    # the same size; the root is the rewritten leaf's (the forger's tree: `ledger verify` against a held
+    # checkpoint names it)
+    assert after["checkpoint"]["size"] == before["checkpoint"]["size"]
+
+
+def test_a_row_whose_envelope_alone_was_edited_is_refused_by_warm_and_fresh_processes(build) -> None:
+    """Regression: an envelope edited in place (its entry id, record and leaf kept) was judged — rejected
+    for its signature, so a failure it showed (a sleeping engine's /health) was dropped and the verdict
+    computed without it. The leaf commits the entry id and the id is the envelope's BLAKE3: the log is
+    refused (exit 2, integrity), whatever the caches remember."""
+    from ledger.errors import IntegrityError
+
+    b = build("backend-qualification/seed004-sleeping.toml")
+    policy = load_policy("backend-qualification")
+    assert json.loads(_fresh_verdict(b.home, "router-ocr"))["verdict"] != "QUALIFIED"
+    evaluate(b.ledger, {"campaign": "router-ocr"}, policy)  # warm
+    target = b.ledger.get(b.names["health-while-sleeping"])
+    env = json.loads(target.envelope)
+    statement = json.loads(base64.b64decode(env["payload"]))
+    statement["payload"]["sleeping"] = False
+    env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
+    _tamper(b.home, target.seq, env, thorough=False)
+    with pytest.raises(IntegrityError, match="envelope hashes to"):
+        evaluate(b.ledger, {"campaign": "router-ocr"}, policy)
+    out = subprocess.run(
+        [LEDGER_BIN, "--home", str(b.home), "verdict", "--subject", "campaign=router-ocr", "--json"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 2 and b'"integrity"' in out.stderr, out.stderr
 
 
 def test_a_supersession_after_a_remembered_check_refuses_at_once(build) -> None:
@@ -264,13 +294,13 @@ def test_a_recorded_signature_does_not_vouch_for_a_row_edited_behind_the_log(bui
     monkeypatch.setattr(snapshot, "RESULT_SALT", [b""])
     b = build("backend-qualification/seed004-sleeping.toml")
     _fresh_verdict(b.home, "router-ocr")
-    target = _edit_payload(b, "health-while-sleeping", "sleeping", False)
+    _target, edited = _edit_payload(b, "health-while-sleeping", "sleeping", False)
     _append_elsewhere(b)
     calls = _as_a_fresh_process(monkeypatch)
     got = evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
     assert calls[0] >= 1
     rejected = {r["entry"]: r["rule"] for r in got["rejected"]}
-    assert rejected[target.entry_id] == "bad-signature"
+    assert rejected[edited] == "bad-signature"
 
 
 # --- the reference time: a remembered verdict holds over a window of log times ---------------------------
@@ -484,14 +514,14 @@ def test_a_parsed_envelope_does_not_stand_for_a_row_edited_behind_the_log(
     """The file is keyed by the stored bytes' digest: an envelope edited after it was recorded is parsed
     from its new bytes (and rejected for its signature), never read from the file."""
     b, first = _qualified(build, monkeypatch)
-    target = _edit_payload(b, "launch", "ready", False)
+    target, edited = _edit_payload(b, "launch", "ready", False)
     assert target.entry_id in first["used"]
     _as_a_fresh_process(monkeypatch)
     parses = _parses(monkeypatch)
     got = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
     assert parses[0] == 1
     rejected = {r["entry"]: r["rule"] for r in got["rejected"]}
-    assert rejected[target.entry_id] == "bad-signature"
+    assert rejected[edited] == "bad-signature"
     assert got["verdict"] != "QUALIFIED"
 
 
