@@ -4,6 +4,11 @@ The engine's stdout and stderr stream to files (they become artifacts); log line
 arrive for phase timings; readiness is polled per engine (:mod:`readiness`); at the end the run is
 classified against the failure signatures (:mod:`signatures`). No recovery command is ever run: a
 failed engine is stopped and described, nothing else.
+
+The lease is enforced twice: by a watchdog thread here, which records ``lease-expired`` (or ``lease-end``),
+and by a lease keeper (:mod:`lease_keeper`), a separate process started with the engine that stops the
+group if the collector dies (SIGKILL, OOM) or the lease plus a margin passes with the group still running.
+Linux only (process groups, ``/proc``, ``CLOCK_MONOTONIC`` shared across processes).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ledger.collectors import lease_keeper
+from ledger.collectors.lease_keeper import RELEASE, group_alive, keeper_margin
 from ledger.collectors.phases import PhaseTracker
 from ledger.collectors.readiness import ReadyState, check_ready, http_client
 from ledger.collectors.secrets import Redactor, redact_command, redact_env
@@ -124,6 +132,10 @@ class EngineRun:
         self.stop_escalated = False
         self._watchdog: threading.Thread | None = None
         self._stopped = threading.Event()
+        self.keeper_note = self.log_dir / "lease-keeper.log"  # written by the keeper only when it acts
+        self._keeper: subprocess.Popen[bytes] | None = None
+        self._keeper_pipe: int | None = None  # the write end: closed (the collector gone) means stop
+        self._keeper_lock = threading.Lock()  # held while the keeper is released and reaped
 
     # --- life cycle ---------------------------------------------------------------------------
 
@@ -148,6 +160,7 @@ class EngineRun:
         except OSError as e:
             raise CollectorError(f"cannot start engine command {self.spec.command[0]!r}: {e}") from e
         self.pgid = self.proc.pid  # a new session: the leader's pid is the group id
+        self._start_keeper()
         assert self.proc.stdout is not None
         assert self.proc.stderr is not None
         self._tees = [
@@ -158,6 +171,78 @@ class EngineRun:
             t.start()
         self._watchdog = threading.Thread(target=self._watch_lease, daemon=True, name="lease-watchdog")
         self._watchdog.start()
+
+    def _start_keeper(self) -> None:
+        """Start the lease keeper: it stops the group should this process die or the watchdog not act."""
+        assert self.pgid is not None
+        with contextlib.suppress(FileNotFoundError):
+            self.keeper_note.unlink()  # a note left from an earlier run in this folder
+        grace = self.spec.grace_seconds
+        read_end, write_end = os.pipe()  # both close-on-exec; only the read end is handed to the keeper
+        try:
+            self._keeper = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(lease_keeper.__file__),
+                    str(read_end),
+                    str(self.pgid),
+                    repr(self._deadline + keeper_margin(grace)),
+                    repr(grace),
+                    str(self.keeper_note),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(read_end,),
+                start_new_session=True,  # not in the collector's group: a kill of that group spares it
+            )
+        except (OSError, ValueError) as e:
+            os.close(write_end)
+            self.stop("cancelled")
+            raise CollectorError(f"cannot start the lease keeper, engine stopped: {e}") from e
+        finally:
+            os.close(read_end)
+        self._keeper_pipe = write_end
+
+    def _release_keeper(self) -> None:
+        """The run ended under this process's control: let the keeper exit, and reap it. A second call
+        (the watchdog's stop, then the caller's) returns once the first has reaped it."""
+        with self._keeper_lock:
+            with self._lock:
+                keeper, pipe = self._keeper, self._keeper_pipe
+                self._keeper, self._keeper_pipe = None, None
+            if pipe is not None:
+                with contextlib.suppress(OSError):  # BrokenPipeError: it has exited already (the group gone)
+                    os.write(pipe, RELEASE)
+                os.close(pipe)
+            if keeper is not None:
+                try:
+                    keeper.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    keeper.kill()
+                    keeper.wait()
+
+    @property
+    def keeper_pid(self) -> int | None:
+        """The lease keeper's pid while it runs under this launcher (None before start and after stop)."""
+        keeper = self._keeper
+        return keeper.pid if keeper is not None else None
+
+    def _keeper_stopped_on_lease(self) -> bool:
+        try:
+            return "lease deadline" in self.keeper_note.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+
+    def _engine_ended(self) -> None:
+        """Record the engine's own end (the lock held): the keeper's lease stop is ``lease-expired``."""
+        if self._keeper_stopped_on_lease():
+            self.lease_expired = True
+            self.stop_reason = "lease-expired"
+        else:
+            self.stop_reason = "exited"
 
     def _on_line(self, line: str) -> None:
         with self._lock:
@@ -221,15 +306,16 @@ class EngineRun:
     def _mark_exited(self) -> None:
         with self._lock:
             if self.stop_reason is None:
-                self.stop_reason = "exited"
+                self._engine_ended()
 
     def stop(self, reason: str) -> None:
         """Stop the whole process group: SIGTERM, a grace period, then SIGKILL. Idempotent."""
         with self._lock:
             if self.stop_reason is None:
-                self.stop_reason = (
-                    "exited" if (self.proc is not None and self.proc.poll() is not None) else reason
-                )
+                if self.proc is not None and self.proc.poll() is not None:
+                    self._engine_ended()
+                else:
+                    self.stop_reason = reason
         self._stopped.set()
         if self.proc is None or self.pgid is None:
             return
@@ -253,6 +339,7 @@ class EngineRun:
                 self._signal_group(signal.SIGKILL)
                 break
             time.sleep(0.1)
+        self._release_keeper()
         for t in self._tees:
             t.join(timeout=5)
         self.ended_at = now_utc()
@@ -382,22 +469,3 @@ class EngineRun:
             else:
                 out.append((name, p, 0))
         return out
-
-
-def group_alive(pgid: int) -> bool:
-    """True when a non-zombie process of the group exists (zombies only await their reaper)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...
-        rest = stat[stat.rfind(")") + 2 :].split()
-        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
-            return True
-    return False

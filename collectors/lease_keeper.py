@@ -1,0 +1,157 @@
+"""The lease keeper: a small process that stops an engine's process group when its collector cannot.
+
+:class:`ledger.collectors.launch.EngineRun` enforces an engine's lease with a watchdog thread, which dies
+with the collector: a collector SIGKILLed (OOM killer, ``kill -9``, a CI runner's timeout) would leave the
+engine's process group running past its lease, holding the GPU and the port. So right after the engine
+starts, the launcher also starts this module as a separate process (``python -I -S lease_keeper.py``, run
+by path: it imports only the standard library, so it starts in milliseconds). It stops the engine's whole
+group (SIGTERM, the launcher's grace period, then SIGKILL) when either
+
+- the collector is gone: the keeper holds the read end of a pipe whose only write end the collector holds,
+  so end-of-file means the collector has died (no pid to poll, so no pid-reuse race); or
+- the lease deadline plus a margin has passed (the watchdog normally acts first and records
+  ``lease-expired``; the margin covers its whole stop, so the keeper is only the backstop).
+
+It exits by itself as soon as the group no longer exists, and at once when the launcher writes
+:data:`RELEASE` to the pipe (the end of a run the launcher stopped itself). Before it signals a group it
+writes a line to its note file: the launcher reads it to record an end the keeper caused as
+``lease-expired``.
+
+Linux only: the deadline is an absolute ``CLOCK_MONOTONIC`` time (``time.monotonic()``, system-wide on
+Linux, so comparable across processes), group membership is read from ``/proc``, and the keeper runs in
+its own session so that signals meant for the collector's process group (Ctrl-C, a runner killing the
+job's group) do not reach it. The group id cannot be reused while any member of the group lives (the kernel
+keeps the id allocated), and the keeper stops watching within :data:`POLL_S` of the group emptying, so it
+never signals another group. One limit: a child the collector forks without exec inherits the pipe's
+write end (it is close-on-exec), and then keeps the collector "alive" for the keeper until it exits too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+
+__all__ = [
+    "EXIT_COLLECTOR_GONE",
+    "EXIT_LEASE",
+    "POLL_S",
+    "RELEASE",
+    "SLACK_S",
+    "group_alive",
+    "group_exists",
+    "keeper_margin",
+    "main",
+]
+
+RELEASE = b"r"  # written by the launcher: the run ended under its control, exit without signalling
+POLL_S = 1.0  # how often the keeper checks that the engine's group still exists
+SLACK_S = 3.0  # added to the launcher's own stop time (2 x grace) before the keeper acts on the lease
+EXIT_LEASE = 3  # the keeper stopped the group: the lease deadline plus the margin had passed
+EXIT_COLLECTOR_GONE = 4  # the keeper stopped the group: the collector was gone
+
+
+def keeper_margin(grace_seconds: float) -> float:
+    """Seconds after the lease deadline at which the keeper acts: the launcher's stop (SIGTERM, a grace
+    for the leader, a grace for the rest of the group, SIGKILL) has ended by then, so the two never race."""
+    return 2 * grace_seconds + SLACK_S
+
+
+def group_alive(pgid: int) -> bool:
+    """True when a non-zombie process of the group exists (zombies only await their reaper)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...
+        rest = stat[stat.rfind(")") + 2 :].split()
+        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
+            return True
+    return False
+
+
+def group_exists(pgid: int) -> bool:
+    """The cheap check: some process (a zombie too) is still in the group."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _note(path: str | None, line: str) -> None:
+    if path is None:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} lease-keeper: {line}\n")
+    except OSError:
+        pass
+
+
+def _signal(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def stop_group(pgid: int, grace: float, why: str, note: str | None) -> None:
+    """SIGTERM the group, wait up to ``grace`` s for every non-zombie member to go, then SIGKILL it."""
+    if not (group_exists(pgid) and group_alive(pgid)):
+        return
+    _note(note, f"{why}; SIGTERM to process group {pgid}")
+    _signal(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if not (group_exists(pgid) and group_alive(pgid)):
+            return
+    _note(note, f"process group {pgid} still alive after {grace:g} s; SIGKILL")
+    _signal(pgid, signal.SIGKILL)
+
+
+def watch(fd: int, pgid: int, kill_at: float, grace: float, note: str | None) -> int:
+    """Watch until released, the group is gone (0), the collector is gone or the lease has run out."""
+    while True:
+        left = kill_at - time.monotonic()
+        if left <= 0:
+            stop_group(pgid, grace, f"lease deadline passed (+{grace:g} s grace margin)", note)
+            return EXIT_LEASE
+        readable, _, _ = select.select([fd], [], [], min(POLL_S, left))
+        if readable:
+            data = os.read(fd, 64)
+            if not data:
+                stop_group(pgid, grace, "the collector is gone (its pipe closed)", note)
+                return EXIT_COLLECTOR_GONE
+            if RELEASE in data:
+                return 0
+        if not group_exists(pgid):
+            return 0
+
+
+def main(argv: list[str]) -> int:
+    """``lease_keeper.py FD PGID KILL_AT_MONOTONIC GRACE_S [NOTE_PATH]``."""
+    if sys.platform != "linux":
+        raise SystemExit("lease_keeper: Linux only (CLOCK_MONOTONIC across processes, /proc)")
+    if len(argv) not in (4, 5):
+        raise SystemExit(main.__doc__)
+    fd, pgid, kill_at, grace = int(argv[0]), int(argv[1]), float(argv[2]), float(argv[3])
+    note = argv[4] if len(argv) == 5 else None
+    if pgid <= 1:
+        raise SystemExit(f"lease_keeper: refusing process group {pgid}")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its own session already; never a terminal's Ctrl-C
+    return watch(fd, pgid, kill_at, grace, note)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
