@@ -23,7 +23,8 @@ from ledger.errors import (
     validation_problem,
 )
 from ledger.policy import result_cache
-from ledger.policy.acceptance import _trust_problem, render
+from ledger.policy.acceptance import _host_gpu_events, _named_events, _pci, _trust_problem, render
+from ledger.policy.conditions import Condition
 from ledger.policy.loader import ROUTING_NAMES, LoadedPolicy
 from ledger.policy.model import QUALIFIED, parse_duration
 from ledger.policy.rules import Rule
@@ -487,7 +488,16 @@ def check_routing_change(
     # judged at, not at the log's last entry (an unrelated append would change the answer)
     current = _rederive(ledger, policy, verdict, size, match, when) if verdict is not None else None
     host_gpus = _host_gpus(host_entries, usable, (current or {}).get("machine"))
-    identities = sorted({p.payload["model_identity"] for p in probes if p.payload.get("model_identity")})
+    gpu_probe = host_gpus[2]
+    # GPU events the kernel logs of the host record after its latest probe: that probe does not show those
+    # GPUs usable (only for a layout that puts something on a GPU: the GPU checks judge it)
+    faults, unplaced = (
+        _gpu_faults_after(host_entries, gpu_probe, usable, params)
+        if gpu_probe is not None and gpus
+        else ({}, [])
+    )
+    _place_gpu_faults(gpus, gpu_probe, faults)
+    probe_views = _probe_views(policy, probes, subject["model"])
     # the engine a route's traffic must reach: the one the re-derived verdict's approved spec binds (what
     # its launches ran), else the route's backend as the request names it
     bound_engine = (current or {}).get("engine")
@@ -508,6 +518,9 @@ def check_routing_change(
             **facts,
             "gpu_indexes": host_gpus[0],
             "gpu_text": host_gpus[1],
+            "gpu_faults_unplaced": unplaced,
+            "gpu_faults_unplaced_text": "; ".join(f["text"] for f in unplaced),
+            "gpu_probe_text": _probe_text(gpu_probe),
         },
         "current": current,
         "qualified_engine": qualified_engine,
@@ -521,8 +534,8 @@ def check_routing_change(
         ),
         "gpus": gpus,
         "services": services,
-        "probes": [p.view() for p in probes],
-        "identities_text": ", ".join(identities) or "(none reported)",
+        "probes": probe_views,
+        "identities_text": _identities_text(probe_views),
         "params": params,
         "routing": routing.model_dump(mode="json", exclude={"checks", "host_fact"}),
     }
@@ -713,8 +726,9 @@ def _why_not(ledger: Ledger, verdict: Evidence, result: Mapping[str, Any]) -> st
 
 def _host_gpus(
     host_entries: list[Evidence], usable: Any, machine: str | None = None
-) -> tuple[list[int] | None, str]:
-    """GPU indexes on the latest usable host probe of the host (None: no such probe) — of ``machine``, the
+) -> tuple[list[int] | None, str, Evidence | None]:
+    """GPU indexes on the latest usable host probe of the host (None: no such probe), what it says of them,
+    and that probe (None where there is none, or where its GPUs cannot be told apart) — of ``machine``, the
     one the verdict's campaign job ran on, where it records one: a probe of another machine filed under the
     host shows that machine's GPUs (as the verdict's rule other-machine rejects it)."""
     for e in reversed(host_entries):
@@ -727,11 +741,166 @@ def _host_gpus(
         if any(not isinstance(g, dict) or g.get("index") is None for g in gpus):
             # a GPU listed without its index: which of the host's GPUs a service's index names cannot be
             # told (its place in the list is no index), so no GPU index is known to be on the host
-            return None, f"{where} lists a GPU without its index: which GPU is which cannot be told"
+            return None, f"{where} lists a GPU without its index: which GPU is which cannot be told", None
         idx = [g["index"] for g in gpus]
         text = ", ".join(f"GPU{i}" for i in idx) or "no GPU"
-        return idx, f"{text} on {where}"
-    return None, "no accepted host probe"
+        return idx, f"{text} on {where}", e
+    return None, "no accepted host probe", None
+
+
+def _probe_text(probe: Evidence | None) -> str:
+    return f"host probe {probe.id[:16]}, collected {probe.collected_at}" if probe is not None else ""
+
+
+def _gpu_faults_after(
+    host_entries: list[Evidence], probe: Evidence, usable: Any, params: Mapping[str, Any]
+) -> tuple[dict[str | None, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The GPU events the usable kernel logs of the host record after its latest host probe (``probe``),
+    classified by the GPU-fault catalogue as the verdict classifies them (the derived ``gpu_events``:
+    ``acceptance._host_gpu_events``), leaving out those of a class in ``params.gpu_benign_classes``
+    (``unknown`` never is) and those whose catalogue code is in ``params.gpu_codes_handled`` (a check of
+    the policy judges them: a P2P fault): by the PCI address of the device each names (``_pci``, as the
+    verdict matches a launch's GPUs), and those whose device cannot be told — none recorded, one that is
+    no PCI address, or an event of the whole host (the OOM killer: ``ledger.gpu_faults.host_wide``).
+
+    The probe, taken before such an event, does not show the GPU usable after it: a GPU fallen off the bus
+    at 08:10 is gone, however many probes listed it before. An event is after the probe when its time is at
+    or after the probe's observed time; one without a time, when its log was logged at or after it (the log
+    may have read it at any time up to then: its claimed read time does not narrow that)."""
+    from ledger.gpu_faults import host_wide
+
+    benign = params.get("gpu_benign_classes")
+    benign = {str(c) for c in benign} - {"unknown"} if isinstance(benign, list) else set()
+    handled = params.get("gpu_codes_handled")
+    handled = {str(c) for c in handled} if isinstance(handled, list) else set()
+    since = probe.observed_time
+    logs = [k for k in host_entries if k.kind == "kernel.log" and isinstance(k.payload.get("events"), list)]
+    derived = _host_gpu_events(logs, set()).by_entry  # the entries' gpu_events facts, with their times
+    by_device: dict[str | None, list[dict[str, Any]]] = {}
+    unplaced: list[dict[str, Any]] = []
+    for k in logs:
+        found: list[tuple[str | None, dict[str, Any]]] = []
+        raw = [v if isinstance(v, dict) else {} for v in k.payload["events"]]
+        for ev, (t, fact) in zip(raw, derived.get(k.id, []), strict=True):
+            after = t >= since if t is not None else k.logged_time >= since
+            if not after or fact["fault_class"] in benign or fact["code"] in handled:
+                continue
+            device = None if host_wide(ev) else _pci(ev.get("device"))
+            named = _named_events([{**fact, "time": format_time(t) if t is not None else None}])
+            message = ev.get("message")
+            line = f": {message[:200]!r}" if isinstance(message, str) and message else ""
+            recorded = ev.get("device")
+            said = f"device {recorded!r}" if isinstance(recorded, str) and recorded else "no device recorded"
+            found.append(
+                (
+                    device,
+                    {
+                        "entry": k.id,
+                        "time": format_time(t) if t is not None else None,
+                        "code": fact["code"],
+                        "fault_class": fact["fault_class"],
+                        "device": device,
+                        "text": f"kernel log {k.id[:16]} (logged {k.logged_at}): {named} ({said}){line}",
+                    },
+                )
+            )
+        if found and usable(k):  # trusted, neither superseded nor rejected (checked only where it matters)
+            for device, f in found:
+                (by_device.setdefault(device, []) if device is not None else unplaced).append(f)
+    return by_device, unplaced
+
+
+def _place_gpu_faults(
+    gpus: list[dict[str, Any]], probe: Evidence | None, faults: Mapping[str | None, list[dict[str, Any]]]
+) -> None:
+    """Give each GPU of the layout (``_layout``) the faults its kernel-log events show after the host's
+    latest probe (``_gpu_faults_after``): ``faults``, ``faults_text``, and ``pci_text`` — the PCI address
+    the probe lists for its index, which an event's device is matched with. Where the probe records none,
+    which GPU an event names cannot be told, so every event naming a device counts (fail closed)."""
+    listed = probe.payload.get("gpus") if probe is not None else None
+    by_index = {g.get("index"): g for g in listed or [] if isinstance(g, dict)}
+    where = _probe_text(probe)
+    for item in gpus:
+        pci = _pci(by_index[item["gpu"]].get("pci_bus_id")) if item["gpu"] in by_index else None
+        mine: list[dict[str, Any]] = []
+        if item["gpu"] not in by_index:  # not on the probe: gpu-indexes-exist refuses it
+            item["pci_text"] = f"not on {where}" if where else "no accepted host probe"
+        elif pci is not None:
+            mine = list(faults.get(pci, []))
+            item["pci_text"] = f"PCI {pci} on {where}"
+        else:
+            mine = [f for _, fs in sorted(faults.items(), key=lambda kv: str(kv[0])) for f in fs]
+            item["pci_text"] = (
+                f"{where} records no PCI address for it: which GPU a kernel-log event names cannot be told"
+            )
+        item["faults"] = mine
+        item["faults_text"] = "; ".join(f["text"] for f in mine)
+
+
+# the qualification's check that judges a /v1/models probe's identity from the list it recorded, named by
+# the routing policy (params.served_identity: its gate and its fail text): restoration-identity applies
+# that check, never a copy of it
+def _served_identity_check(policy: LoadedPolicy) -> tuple[LoadedPolicy, Condition]:
+    from ledger.policy.loader import load_policy
+
+    assert policy.spec.routing is not None
+    named = policy.params.get("served_identity")
+    if not isinstance(named, dict) or not all(isinstance(named.get(k), str) for k in ("gate", "check")):
+        raise PolicyError(
+            f"{policy.path}: params.served_identity must name the qualification's identity check: "
+            '{ gate = "…", check = "<the start of its fail text>" }'
+        )
+    qual = load_policy(policy.spec.routing.qualification, policy.path.parent)
+    gate = next((g for g in qual.gates if g.spec.name == named["gate"]), None)
+    found = [c for c, fail, _ in (gate.checks if gate is not None else ()) if fail.startswith(named["check"])]
+    if len(found) != 1:
+        raise PolicyError(
+            f"{policy.path}: params.served_identity names {len(found)} checks of gate {named['gate']!r} of "
+            f"{qual.name} whose fail text starts {named['check']!r}; it must name exactly one"
+        )
+    return qual, found[0]
+
+
+def _probe_views(policy: LoadedPolicy, probes: list[Evidence], model: str) -> list[dict[str, Any]]:
+    """The fresh probes as the routing policy's CEL reads them: each view with ``serves_model`` — for a
+    ``/v1/models`` probe, whether the qualification's own identity check (``_served_identity_check``) holds
+    for it alone, with the restored ``model`` as the id the engine must serve (a successful answer whose
+    recorded list, ``details.served``, holds it; only a probe that records no list is judged by the id it
+    names: a claimed identity the recorded list contradicts is not taken); None for every other check."""
+    judge: tuple[LoadedPolicy, Condition] | None = None
+    out: list[dict[str, Any]] = []
+    for p in probes:
+        view = p.view()
+        serves: bool | None = None
+        if p.payload.get("check") == "models":
+            judge = judge or _served_identity_check(policy)
+            qual, check = judge
+            ctx = {"evidence": [view], "params": qual.params, "manifest": {"served_name": model}, "count": 1}
+            serves = check.holds(ctx)
+        out.append({**view, "serves_model": serves})
+    return out
+
+
+def _identities_text(views: list[dict[str, Any]]) -> str:
+    """The model ids the fresh probes name (``model_identity``), then those the /v1/models answers listed
+    (``details.served``) where that differs."""
+    claimed = sorted(
+        {str(v["payload"]["model_identity"]) for v in views if v["payload"].get("model_identity")}
+    )
+    listed = sorted(
+        {
+            str(i)
+            for v in views
+            if v["payload"].get("check") == "models"
+            and isinstance(v["payload"].get("details"), dict)
+            and isinstance(v["payload"]["details"].get("served"), list)
+            for i in v["payload"]["details"]["served"]
+        }
+    )
+    text = ", ".join(claimed) or "(none reported)"
+    if listed and listed != claimed:
+        text += f"; /v1/models listed: {', '.join(listed)}"
+    return text
 
 
 def record_routing_change(

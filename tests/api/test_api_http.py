@@ -535,7 +535,14 @@ def seed_campaign(dep: Deployment) -> dict[str, Any]:
         "completion": led.record(
             "health.probe",
             subj,
-            {"endpoint": "/v1/chat", "check": "completion", "ok": True, "http_status": 200, "text": "READY"},
+            {
+                "endpoint": "/v1/chat",
+                "check": "completion",
+                "ok": True,
+                "http_status": 200,
+                "text": "READY",
+                "max_tokens": 8,
+            },
             key="collector1",
         ),
     }

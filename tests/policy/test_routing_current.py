@@ -369,7 +369,8 @@ def test_a_superseded_rejection_says_nothing_to_the_routing_gate(build) -> None:
         None,  # no /v1/models probe: only the completion, which records the model it asked for
         {"ok": False, "http_status": 500},
         {"ok": True},  # success claimed with no status: what answered is not on the record
-        {"ok": True, "http_status": 200, "check": "completion"},  # the identity rides on another check
+        # the identity rides on another check (a READY completion, bounded: it passes as a completion)
+        {"ok": True, "http_status": 200, "check": "completion", "text": "READY", "max_tokens": 8},
     ],
     ids=["no-models-probe", "models-probe-failed", "models-probe-without-status", "identity-on-a-completion"],
 )
@@ -382,7 +383,7 @@ def test_restoration_identity_needs_a_successful_models_answer(build, models: di
     probes: list[dict[str, Any]] = [
         {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200},
         {"endpoint": "http://127.0.0.1:8080/v1/chat/completions", "check": "completion", "ok": True,
-         "http_status": 200, "text": "READY", "model_identity": "qwen/qwen3.8-27b"},
+         "http_status": 200, "text": "READY", "max_tokens": 8, "model_identity": "qwen/qwen3.8-27b"},
     ]  # fmt: skip
     if models is not None:
         probes.append(

@@ -1,0 +1,298 @@
+"""Audit 5: `ledger check routing-change` allowed what its own rules refuse.
+
+A restoration (``--action restore``) was allowed on a READY completion that records no ``max_tokens``
+(not shown bounded), on an earlier /health 200 and READY after which the newest /health answered 503 and
+the newest completion 500 (the engine is down now), and on a /v1/models probe whose claimed
+``model_identity`` the list it recorded (``details.served``) contradicts. A route was allowed onto a GPU
+that a kernel log shows fell off the bus after the host's latest probe, which still listed it. Each test
+is named after the failure it holds fixed; the neighbours beside it show what is still allowed."""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.policy.conftest as policy_conftest
+from ledger.entries import format_time, parse_time
+from ledger.errors import PolicyError
+from ledger.policy.fixtures import _Builder
+from ledger.policy.loader import load_policy
+from ledger.policy.routing import _served_identity_check, check_routing_change
+from ledger.service import Ledger
+from tests.policy.conftest import POLICY_DIR
+from tests.policy.test_fail_closed import KEYS, entry, qualified_entries
+from tests.policy.test_fail_closed import SUBJECT as CAMPAIGN
+
+build = policy_conftest.build  # a ledger built from a policy fixture file
+cli = policy_conftest.cli
+
+# --- restorations (seed 000's keys and model) -----------------------------------------------------------
+
+SEED000 = "routing-change/seed000-restoration.toml"
+MODEL = "qwen/qwen3.8-27b"
+HEALTH = {"endpoint": "http://127.0.0.1:8080/health", "check": "health", "ok": True, "http_status": 200}
+MODELS = {"endpoint": "http://127.0.0.1:8080/v1/models", "check": "models", "ok": True, "http_status": 200,
+          "model_identity": MODEL}  # fmt: skip
+READY = {"endpoint": "http://127.0.0.1:8080/v1/chat/completions", "check": "completion", "ok": True,
+         "http_status": 200, "expected": "READY", "text": "READY", "max_tokens": 8}  # fmt: skip
+HEALTH_503 = {**HEALTH, "ok": False, "http_status": 503, "error": "Service Unavailable"}
+COMPLETION_500 = {**READY, "ok": False, "http_status": 500, "text": None, "error": "EngineDeadError"}
+RESTORE_NOW = "2026-09-01T18:30:00Z"
+
+
+def _restore(b: Any, host: str, probes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Record ``probes`` of ``host`` a second apart (log order is probe order), then judge its restoration."""
+    subject = {"backend": "llama.cpp", "model": MODEL, "host": host}
+    for p in probes:
+        at = parse_time("2026-09-01T18:10:00Z") + timedelta(seconds=b.ledger.size())  # a later second each
+        st = b.ledger.make_statement("health.probe", subject, p, collected_at=format_time(at))
+        b.ledger.append([b.ledger.sign(st, "collector")], logged_at=at)
+    return check_routing_change(
+        b.ledger, load_policy("routing-change"), {"model": MODEL, "host": host}, action="restore",
+        now=parse_time(RESTORE_NOW),
+    )  # fmt: skip
+
+
+def _failed(r: dict[str, Any]) -> set[str]:
+    return {c["name"] for c in r["checks"] if c["status"] == "failed"}
+
+
+def test_restore_with_an_unbounded_ready_completion_is_refused(build) -> None:
+    b = build(SEED000)
+    unbounded = {k: v for k, v in READY.items() if k != "max_tokens"}
+    r = _restore(b, "hiro-a", [HEALTH, MODELS, unbounded])
+    assert r["allowed"] is False
+    assert _failed(r) == {"restoration-ready", "restoration-ready-newest"}, r["reasons"]
+    assert any(
+        "no bounded completion answered exactly READY" in x and "max_tokens" in x for x in r["reasons"]
+    )
+    assert any("max_tokens None" in x for x in r["reasons"]), r["reasons"]
+    # a max_tokens of 0 bounds nothing either (the qualification's ready-control: a positive one)
+    assert _restore(b, "hiro-b", [HEALTH, MODELS, {**READY, "max_tokens": 0}])["allowed"] is False
+    # the neighbour: the same probes with max_tokens recorded restore
+    ok = _restore(b, "hiro-c", [HEALTH, MODELS, READY])
+    assert ok["allowed"] is True, ok["reasons"]
+
+
+def test_restore_after_the_newest_health_probe_failed_is_refused(build) -> None:
+    b = build(SEED000)
+    r = _restore(b, "hiro-d", [HEALTH, MODELS, READY, HEALTH_503, COMPLETION_500])
+    assert r["allowed"] is False
+    assert _failed(r) == {"restoration-health-newest", "restoration-ready-newest"}, r["reasons"]
+    health = next(x for x in r["reasons"] if x.startswith("the newest fresh /health probe"))
+    assert "HTTP 503" in health and "Service Unavailable" in health, health
+    assert "an earlier /health 200 does not lift a later failure" in health
+    completion = next(x for x in r["reasons"] if x.startswith("the newest fresh completion probe"))
+    assert "HTTP 500" in completion and "EngineDeadError" in completion, completion
+    # either failure alone refuses
+    assert _failed(_restore(b, "hiro-e", [HEALTH, MODELS, READY, HEALTH_503])) == {
+        "restoration-health-newest"
+    }
+    only_completion = _restore(b, "hiro-f", [HEALTH, MODELS, READY, COMPLETION_500])
+    assert _failed(only_completion) == {"restoration-ready-newest"}
+    # the newest completion answering NOT READY (recorded ok) after a READY refuses too: it is judged in full
+    not_ready = {**READY, "text": "NOT READY"}
+    assert _failed(_restore(b, "hiro-g", [HEALTH, MODELS, READY, not_ready])) == {"restoration-ready-newest"}
+
+
+def test_restore_after_a_pass_that_follows_a_failure_is_allowed(build) -> None:
+    """The neighbour of the newest-probe rule: the engine failed, then came back; the newest probes pass."""
+    b = build(SEED000)
+    r = _restore(b, "hiro-h", [HEALTH_503, COMPLETION_500, HEALTH, MODELS, READY])
+    assert r["allowed"] is True, r["reasons"]
+
+
+def test_restore_whose_served_list_contradicts_the_identity_claim_is_refused(build) -> None:
+    b = build(SEED000)
+    other = {**MODELS, "details": {"served": ["qwen/qwen3-32b"]}}
+    r = _restore(b, "hiro-i", [HEALTH, other, READY])
+    assert r["allowed"] is False
+    assert _failed(r) == {"restoration-identity", "restoration-identity-newest"}, r["reasons"]
+    assert any("/v1/models listed: qwen/qwen3-32b" in x for x in r["reasons"]), r["reasons"]
+    assert any("listed ['qwen/qwen3-32b'], claimed qwen/qwen3.8-27b" in x for x in r["reasons"]), r["reasons"]
+    # a recorded served value that is not a list shows no id served
+    assert (
+        _restore(b, "hiro-j", [HEALTH, {**MODELS, "details": {"served": MODEL}}, READY])["allowed"] is False
+    )
+    # the neighbours: a list holding the model (beside another) restores, and so does a probe that records
+    # no list
+    agreeing = {**MODELS, "details": {"served": ["qwen/qwen3-32b", MODEL]}}
+    assert _restore(b, "hiro-k", [HEALTH, agreeing, READY])["allowed"] is True
+    assert _restore(b, "hiro-l", [HEALTH, MODELS, READY])["allowed"] is True
+
+
+def test_restore_whose_newest_models_answer_serves_another_model_is_refused(build) -> None:
+    """An engine that served the model, then (its newest /v1/models answer) serves another: not restored."""
+    b = build(SEED000)
+    r = _restore(b, "hiro-m", [HEALTH, MODELS, READY, {**MODELS, "details": {"served": ["qwen/qwen3-32b"]}}])
+    assert r["allowed"] is False
+    assert _failed(r) == {"restoration-identity-newest"}, r["reasons"]
+
+
+def test_the_restore_identity_is_the_qualifications_own_check_not_a_copy(tmp_path: Path) -> None:
+    """restoration-identity applies the api-readiness check of the qualification the routing policy names
+    (params.served_identity), compiled from that file: one definition. A policy naming no such check is an
+    error, never a silent pass."""
+    qual, check = _served_identity_check(load_policy("routing-change"))
+    assert qual.name == "backend-qualification"
+    gate = next(g for g in qual.gates if g.spec.name == "api-readiness")
+    assert any(c is check for c, _, _ in gate.checks)
+    assert "details.served" in check.source
+
+    dest = tmp_path / "policies"
+    dest.mkdir()
+    for p in POLICY_DIR.glob("*.toml"):
+        (dest / p.name).write_bytes(p.read_bytes())
+    routing = dest / "routing-change.toml"
+    routing.write_text(
+        routing.read_text().replace(
+            'check = "/v1/models did not serve the expected model"', 'check = "nothing"'
+        )
+    )
+    with pytest.raises(PolicyError, match="names 0 checks of gate 'api-readiness'"):
+        _served_identity_check(load_policy("routing-change", dest))
+
+
+def test_a_refused_restoration_exits_1_naming_the_failed_probe(build, cli) -> None:
+    b = build(SEED000)
+    _restore(b, "hiro-n", [HEALTH, MODELS, READY, HEALTH_503])
+    b.ledger.close()
+    r = cli("check", "routing-change", "--home", str(b.home), "--action", "restore", "--subject",
+            f"model={MODEL}", "--subject", "host=hiro-n", "--now", RESTORE_NOW)  # fmt: skip
+    assert r.code == 1, (r.out, r.err)
+    assert "the newest fresh /health probe" in r.out and "HTTP 503" in r.out, r.out
+
+
+# --- a GPU fault after the host's latest probe ----------------------------------------------------------
+
+ROUTE = {"backend": "vllm", "model": "m-7", "host": "gpu-box-1"}
+ROUTE_NOW = "2026-09-11T09:00:00Z"
+ON_GPU2 = {"host": "gpu-box-1", "services": [{"name": "vllm-embed", "model": "m-7", "gpus": [2],
+                                              "gpu_memory_utilization": 0.25}]}  # fmt: skip
+ON_GPU0 = {**ON_GPU2, "services": [{**ON_GPU2["services"][0], "gpus": [0]}]}
+X79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=48211, name=python3, GPU has fallen off the bus."
+VERDICT = {"name": "verdict", "at": "2026-09-10T11:00:00Z",
+           "record_verdict": {"subject": {"campaign": CAMPAIGN["campaign"]}, "key": "reviewer"}}  # fmt: skip
+
+
+def _gpu(i: int, bus: str | None) -> dict[str, Any]:
+    return {"index": i, "name": "NVIDIA H100", **({"pci_bus_id": f"00000000:{bus}:00.0"} if bus else {})}
+
+
+def _kernel_log(at: str, events: list[dict[str, Any]], name: str = "health-kernel") -> dict[str, Any]:
+    """A kernel log a health job of the host recorded (another campaign's, as a health job's is)."""
+    return {"name": name, "kind": "kernel.log", "key": "collector", "at": at,
+            "subject": {"campaign": "health-job", "host": "gpu-box-1", "backend": None, "model": None},
+            "payload": {"source": "dmesg", "events": events}}  # fmt: skip
+
+
+def _xid79(time: str | None = "2026-09-11T08:10:00Z") -> dict[str, Any]:
+    return {**({"time": time} if time else {}), "kind": "nvrm-xid", "xid": 79, "device": "PCI:0000:3b:00",
+            "message": X79}  # fmt: skip
+
+
+def _route(
+    tmp_path: Path,
+    extra: list[dict[str, Any]],
+    deployment: dict[str, Any] = ON_GPU2,
+    buses: tuple[str | None, ...] = ("5E", "86", "3B"),
+) -> dict[str, Any]:
+    """The QUALIFIED neighbour campaign, its host probe (10:00:05Z) listing GPU0..2 at ``buses``, its verdict
+    recorded, then ``extra``; the route judged the next morning."""
+    es = qualified_entries()
+    entry(es, "host")["payload"]["gpus"] = [_gpu(i, bus) for i, bus in enumerate(buses)]
+    entries = [*es, copy.deepcopy(VERDICT), *extra]
+    home = Path(tempfile.mkdtemp(dir=tmp_path)) / "home"
+    ledger = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))
+    try:
+        spec = {
+            "start": "2026-09-10T09:00:00Z",
+            "keys": KEYS,
+            "defaults": {"subject": CAMPAIGN},
+            "entries": entries,
+        }
+        b = _Builder(ledger, spec, POLICY_DIR)
+        b.enrol_keys()
+        b.add_all(entries)
+        return check_routing_change(
+            ledger, load_policy("routing-change", POLICY_DIR), dict(ROUTE), deployment=deployment,
+            now=parse_time(ROUTE_NOW),
+        )  # fmt: skip
+    finally:
+        ledger.close()
+
+
+def test_a_gpu_that_fell_off_the_bus_after_the_latest_probe_is_refused(tmp_path: Path) -> None:
+    assert _route(tmp_path, [])["allowed"] is True  # the control: no fault since the probe
+    r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [_xid79()])])
+    assert r["allowed"] is False
+    [reason] = r["reasons"]
+    assert reason.startswith("GPU2 (PCI 0000:3b:00 on host probe "), reason
+    assert "faulted after the host's latest probe listed it" in reason
+    assert "xid:79 (gpu-fault) at 2026-09-11T08:10:00" in reason and "kernel log " in reason, reason
+    assert "GPU has fallen off the bus" in reason
+    assert {c["name"]: c["status"] for c in r["checks"]}["gpu-not-faulted-since-probe"] == "failed"
+
+
+def test_a_gpu_fault_of_another_gpu_or_before_the_probe_does_not_refuse_the_route(tmp_path: Path) -> None:
+    # the route's GPU0 is at 5e: the fault of 3b (GPU2) is another GPU's
+    assert _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [_xid79()])], ON_GPU0)["allowed"] is True
+    # a fault before the probe: the probe, after it, shows the GPU as it stands
+    before = _route(tmp_path, [_kernel_log("2026-09-10T10:30:00Z", [_xid79("2026-09-10T09:30:00Z")])])
+    assert before["allowed"] is True, before["reasons"]
+    # a newer probe after the fault lists GPU2 again: it is back
+    probe = {"name": "later-probe", "kind": "host.probe", "key": "collector", "at": "2026-09-11T08:45:00Z",
+             "subject": {"campaign": "health-job", "host": "gpu-box-1", "backend": None, "model": None},
+             "payload": {"hostname": "gpu-box-1", "os": "Ubuntu 24.04", "kernel": "6.8.0",
+                         "gpus": [_gpu(0, "5E"), _gpu(1, "86"), _gpu(2, "3B")]}}  # fmt: skip
+    back = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [_xid79()]), probe])
+    assert back["allowed"] is True, back["reasons"]
+
+
+def test_an_informational_gpu_event_after_the_probe_does_not_refuse_the_route(tmp_path: Path) -> None:
+    reset_ok = {"time": "2026-09-11T08:10:00Z", "kind": "gpu-reset-succeeded",
+                "message": "amdgpu 0000:3b:00.0: amdgpu: GPU reset(2) succeeded!"}  # fmt: skip
+    r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [reset_ok])])
+    assert r["allowed"] is True, r["reasons"]
+
+
+def test_a_gpu_fault_after_the_probe_whose_device_cannot_be_told_is_refused(tmp_path: Path) -> None:
+    """Fail closed: an event of the host after its latest probe that names no device (or no PCI address,
+    or the whole host: the OOM killer) may be of the route's GPU."""
+    failed_reset = {"time": "2026-09-11T08:10:00Z", "kind": "gpu-reset-failed", "message": "GPU reset failed"}
+    r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [failed_reset])], ON_GPU0)
+    assert r["allowed"] is False
+    [reason] = r["reasons"]
+    assert "that no one GPU can be told from" in reason and "gpu-reset-failed" in reason, reason
+    assert "no device recorded" in reason and "2026-09-11T08:10:00" in reason, reason
+    oom = {"time": "2026-09-11T08:10:00Z", "kind": "oom-kill", "device": "PCI:0000:3b:00",
+           "message": "Out of memory: Killed process 4242 (python3) total-vm:1000kB"}  # fmt: skip
+    r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [oom])], ON_GPU0)
+    assert r["allowed"] is False and "host-memory" in r["reasons"][0], r["reasons"]
+
+
+def test_an_untimed_gpu_fault_in_a_log_taken_after_the_probe_is_refused(tmp_path: Path) -> None:
+    r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [_xid79(None)])])
+    assert r["allowed"] is False
+    assert "xid:79 (gpu-fault) at a time its log does not record" in r["reasons"][0], r["reasons"]
+
+
+def test_a_gpu_fault_after_a_probe_that_records_no_pci_address_is_refused(tmp_path: Path) -> None:
+    """Which GPU the event's device is cannot be told without the probe's PCI addresses: fail closed."""
+    r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [_xid79()])], ON_GPU0, buses=(None, None, None))
+    assert r["allowed"] is False
+    assert "records no PCI address for it" in r["reasons"][0], r["reasons"]
+
+
+def test_a_superseded_kernel_log_does_not_refuse_the_route(tmp_path: Path) -> None:
+    sup = {"name": "sup", "kind": "supersession", "key": "operator", "at": "2026-09-11T08:40:00Z",
+           "subject": {"host": "gpu-box-1", "campaign": None, "backend": None, "model": None},
+           "payload": {"reason": "the log was of another machine"},
+           "refs": {"supersedes": "health-kernel"}}  # fmt: skip
+    r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [_xid79()]), sup])
+    assert r["allowed"] is True, r["reasons"]
