@@ -8,11 +8,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 
 from ledger.api.auth import Reader
-from ledger.api.deps import LedgerDep
+from ledger.api.caching import IMMUTABLE, cache_control
+from ledger.api.deps import LedgerDep, SettingsDep
 from ledger.api.models import ENTRY_ID, PROBLEM
 from ledger.errors import EntryNotFoundError, InputError
 from ledger.log import Checkpoint
 from ledger.service import Ledger
+from ledger.tiles import TILE_WIDTH
 
 __all__ = ["router", "tiles"]
 
@@ -77,7 +79,10 @@ def proof_consistency(
 
 tiles = APIRouter(tags=["tiles"], responses={401: PROBLEM, 404: PROBLEM})
 
-_IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
+# A tile or bundle never changes once full; a read that needs a token is ``private`` (no shared cache may
+# keep it: RFC 9111 §3.5), ``public`` only on a server started with --public-reads (api/caching.py).
+# An entry index is a signed 64-bit integer (SQLite INTEGER, PostgreSQL BIGINT): a bundle past it is none.
+_MAX_INDEX = 2**63 - 1
 _TILE_PATH = re.compile(r"^((?:x[0-9]{3}/)*)([0-9]{3})(?:\.p/([1-9][0-9]{0,2}))?$")
 
 
@@ -96,20 +101,29 @@ def _tile_index(path: str) -> tuple[int, int | None]:
 
 
 @tiles.get("/checkpoint", summary="C2SP: the log's signed checkpoint (text/plain)")
-def c2sp_checkpoint(ledger: LedgerDep, _who: Reader) -> Response:
+def c2sp_checkpoint(ledger: LedgerDep, settings: SettingsDep, _who: Reader) -> Response:
     cp = ledger.served_checkpoint()  # with the witnesses' cosignatures where the log has witnesses
-    return Response(cp.note, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "max-age=2"})
+    headers = {"Cache-Control": cache_control(settings, "max-age=2")}
+    return Response(cp.note, media_type="text/plain; charset=utf-8", headers=headers)
 
 
 @tiles.get("/tile/entries/{index:path}", summary="C2SP: an entry bundle (the log records)")
-def c2sp_entries(ledger: LedgerDep, _who: Reader, index: str) -> Response:
+def c2sp_entries(ledger: LedgerDep, settings: SettingsDep, _who: Reader, index: str) -> Response:
     n, width = _tile_index(index)
-    return Response(ledger.entry_bundle(n, width), media_type="application/octet-stream", headers=_IMMUTABLE)
+    if n * TILE_WIDTH + (width or TILE_WIDTH) > _MAX_INDEX:  # no log holds it (and no query could ask)
+        raise EntryNotFoundError(f"the log has no entry bundle {n}: its entries are past any log index")
+    headers = {"Cache-Control": cache_control(settings, IMMUTABLE)}
+    return Response(ledger.entry_bundle(n, width), media_type="application/octet-stream", headers=headers)
 
 
 @tiles.get("/tile/{level}/{index:path}", summary="C2SP: a Merkle tree hash tile")
 def c2sp_tile(
-    ledger: LedgerDep, _who: Reader, level: Annotated[int, Path(ge=0, le=63)], index: str
+    ledger: LedgerDep,
+    settings: SettingsDep,
+    _who: Reader,
+    level: Annotated[int, Path(ge=0, le=63)],
+    index: str,
 ) -> Response:
     n, width = _tile_index(index)
-    return Response(ledger.tile(level, n, width), media_type="application/octet-stream", headers=_IMMUTABLE)
+    headers = {"Cache-Control": cache_control(settings, IMMUTABLE)}
+    return Response(ledger.tile(level, n, width), media_type="application/octet-stream", headers=headers)

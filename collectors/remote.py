@@ -6,12 +6,19 @@ Entries are signed locally with a key of the home and sent to the server, which 
 storing. When the server cannot be reached, envelopes and artifacts are spooled durably in
 ``HOME/spool/``; ``push_spool`` (``ledger push``, or the next remote record) delivers them in order.
 The server recognises a re-sent envelope by its entry id, so delivery is exactly once.
+
+Every append's answer must carry the log's receipt for the entry sent, signed by the log key: the key
+pinned for that server (``LEDGER_LOG_VKEY``, the C2SP verifier key ``ledger keys export log --vkey``
+prints on the server), or else the one the server named on first use, recorded in ``HOME/log-keys.json``
+(trust on first use; the file is the pin from then on, and a server that later names another key is
+refused). An answer without a valid receipt for the entry sent is refused: the entry stays in the spool.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -25,22 +32,34 @@ import httpx
 
 from ledger import errors as _errors
 from ledger.atomic import fsync_dir, write_atomic
-from ledger.entries import ArtifactRef
-from ledger.errors import IntegrityError, LedgerError, RemoteUnavailableError
+from ledger.entries import ArtifactRef, format_time, now_utc
+from ledger.errors import (
+    ConfigError,
+    IntegrityError,
+    LedgerError,
+    ReceiptMismatchError,
+    RemoteUnavailableError,
+)
 from ledger.hashing import Digest, HexDigest, hash_file
-from ledger.log import entry_id_of
+from ledger.log import entry_id_of, parse_checkpoint, parse_verifier_key, verifier_key
+from ledger.proofs import check_receipt
 from ledger.recorder import LocalRecorder, Recorder
+from ledger.signing import PublicKey
 
 if TYPE_CHECKING:
     from ledger.service import Ledger
 
 __all__ = [
+    "LOG_KEY_ENV",
     "LedgerClient",
+    "LogKeys",
     "PushReport",
     "RemoteRecorder",
     "Spool",
+    "log_key",
     "make_recorder",
     "push_spool",
+    "served_log",
     "spool_bytes",
     "spool_size",
 ]
@@ -87,6 +106,7 @@ class LedgerClient:
     def __init__(self, server: str, token: str | None = None, *, timeout: float = 300.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = server.rstrip("/")
+        self.log_vkey: str | None = None  # the log key its receipts must verify under (``log_key``)
         self.http = httpx.Client(
             base_url=self.server, headers=headers, timeout=httpx.Timeout(timeout, connect=5.0)
         )
@@ -166,6 +186,121 @@ class LedgerClient:
     def get_entry(self, entry_id: str) -> dict[str, Any]:
         data: dict[str, Any] = self._request("GET", f"/v1/entries/{entry_id}").json()
         return data
+
+
+# --- the log key a server's receipts must verify under --------------------------------------------------
+
+LOG_KEY_ENV = "LEDGER_LOG_VKEY"  # a pinned C2SP verifier key of the server's log (or @FILE)
+
+
+def served_log(cp: dict[str, Any]) -> tuple[str, str]:
+    """(origin, verifier key) of the log a server serves, from its ``/v1/checkpoint`` answer: the
+    checkpoint must be signed by the key it names, under its origin."""
+    try:
+        origin = str(cp["origin"])
+        vkey = str(cp.get("log_vkey") or verifier_key(origin, PublicKey.from_b64(str(cp["log_public_key"]))))
+        name, pub = parse_verifier_key(vkey)
+        if parse_checkpoint(str(cp["note"]), name, pub).origin != origin or name != origin:
+            raise IntegrityError(f"the checkpoint names the log {origin!r}, its key the log {name!r}")
+    except (KeyError, TypeError, ValueError) as e:
+        raise IntegrityError(f"the server's checkpoint answer is malformed: {e}") from e
+    except LedgerError as e:
+        raise IntegrityError(f"the server's checkpoint is not signed by the key it names: {e.message}") from e
+    return origin, vkey
+
+
+class LogKeys:
+    """The log key each ledger server's receipts must verify under, as this home recorded it:
+    ``HOME/log-keys.json``, ``{"<server URL>": {"vkey": …, "how": "pinned" | "first use", "at": …}}``.
+    An operator may write an entry by hand (the server's ``ledger keys export log --vkey``); removing one
+    lets the next append trust the key the server names again."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = Path(home) / "log-keys.json"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with (self.path.parent / ".log-keys.lock").open("a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{self.path}: unreadable ({e})") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{self.path}: not a JSON object of server URLs")
+        return data
+
+    def get(self, server: str) -> str | None:
+        entry = self._read().get(server.rstrip("/"))
+        if entry is None:
+            return None
+        vkey = entry.get("vkey") if isinstance(entry, dict) else entry
+        if not isinstance(vkey, str):
+            raise ConfigError(f"{self.path}: the entry of {server} names no vkey")
+        return vkey.strip()
+
+    def record(self, server: str, vkey: str, how: str) -> str:
+        """Record ``vkey`` for ``server`` unless the home holds one already; returns the one held."""
+        with self._locked():
+            data = self._read()
+            held = data.get(server.rstrip("/"))
+            if held is not None:
+                return str(held.get("vkey") if isinstance(held, dict) else held).strip()
+            data[server.rstrip("/")] = {"vkey": vkey, "how": how, "at": format_time(now_utc())}
+            write_atomic(self.path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), mode=0o644)
+        return vkey
+
+
+def _pinned_env() -> str | None:
+    text = os.environ.get(LOG_KEY_ENV, "").strip()
+    if not text:
+        return None
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise ConfigError(f"{LOG_KEY_ENV}: cannot read {text[1:]}: {e.strerror}") from e
+    try:
+        parse_verifier_key(text)
+    except LedgerError as e:
+        raise ConfigError(f"{LOG_KEY_ENV} is not a C2SP verifier key: {e.message}") from e
+    return text
+
+
+def log_key(home: Path, client: LedgerClient, *, first_use: bool = True) -> str | None:
+    """The verifier key of the log behind ``client``'s server that its receipts must verify under:
+    ``LEDGER_LOG_VKEY`` (pinned; it must agree with the key the home recorded for that server), else the
+    key the home recorded for it (``LogKeys``), else (``first_use``) the key the server names now, recorded
+    (trust on first use). None only without ``first_use`` when none is known."""
+    if client.log_vkey is not None:
+        return client.log_vkey
+    keys = LogKeys(home)
+    recorded = keys.get(client.server)
+    pinned = _pinned_env()
+    if pinned is not None:
+        if recorded is not None and recorded != pinned:
+            raise ConfigError(
+                f"{LOG_KEY_ENV} pins the log key {pinned} for {client.server}, but this home recorded the "
+                f"key {recorded} for it ({keys.path})",
+                hint=f"if the server's log key really changed, remove {client.server} from {keys.path}",
+            )
+        vkey: str | None = recorded or keys.record(client.server, pinned, "pinned")
+    elif recorded is not None:
+        vkey = recorded
+    elif first_use:
+        vkey = keys.record(client.server, served_log(client.checkpoint())[1], "first use")
+    else:
+        return None
+    client.log_vkey = vkey
+    return vkey
 
 
 # --- the spool ---------------------------------------------------------------------------------------
@@ -288,9 +423,11 @@ def _batches(files: list[Path]) -> Iterator[list[tuple[Path, bytes]]]:
 def _push_locked(
     spool: Spool,
     client: LedgerClient,
-    keep_receipts: Callable[[list[dict[str, Any]]], None],
+    keep_receipts: Callable[[list[dict[str, Any]], list[str]], None],
     progress: Callable[[int], None] | None = None,
 ) -> PushReport:
+    """Deliver the spool; ``keep_receipts(answers, ids)`` checks and keeps the receipts of each batch (it
+    raises when one is missing or wrong: the batch stays in the spool)."""
     report = PushReport()
     advance = progress or (lambda _n: None)
     try:
@@ -304,13 +441,14 @@ def _push_locked(
             spool.remove([art])
             report.artifacts += 1
         for batch in _batches(spool.entry_files()):
-            import json
-
             entries = client.append([json.loads(data) for _, data in batch])
+            if len(entries) != len(batch):
+                raise IntegrityError(f"server answered {len(entries)} entries for a batch of {len(batch)}")
             for (path, data), got in zip(batch, entries, strict=True):
-                if got["id"] != entry_id_of(data):
-                    raise IntegrityError(f"server logged {got['id']} for spooled {path.name}")
-            keep_receipts(entries)  # before the spool forgets them: `ledger audit` checks them later
+                if got.get("id") != entry_id_of(data):
+                    raise IntegrityError(f"server logged {got.get('id')} for spooled {path.name}")
+            # checked, then kept, before the spool forgets them: `ledger audit` checks them later
+            keep_receipts(entries, [entry_id_of(data) for _, data in batch])
             spool.remove([p for p, _ in batch])
             report.delivered += sum(1 for e in entries if not e.get("duplicate"))
             report.duplicates += sum(1 for e in entries if e.get("duplicate"))
@@ -357,15 +495,33 @@ def push_spool(
     c = client or LedgerClient(server, token)
     try:
         with spool.locked():
-            return _push_locked(spool, c, lambda entries: _keep_receipts(ledger, entries), progress)
+            return _push_locked(spool, c, lambda got, ids: _keep_receipts(ledger, c, got, ids), progress)
     finally:
         if own:
             c.close()
 
 
-def _keep_receipts(ledger: Ledger, entries: list[dict[str, Any]]) -> None:
-    """Keep the server's receipts of appended entries in the home (``ledger audit --server``)."""
-    ledger.keep_receipts([e["receipt"] for e in entries if isinstance(e.get("receipt"), dict)])
+def _keep_receipts(
+    ledger: Ledger, client: LedgerClient, entries: list[dict[str, Any]], ids: list[str]
+) -> None:
+    """Check the server's receipts of the entries ``ids`` it was sent (one each, signed by the log key
+    ``log_key`` gives, naming that entry), then keep them in the home (``ledger audit --server``).
+    ``ReceiptMismatchError`` naming the entry when one is missing or wrong: nothing of the batch is kept."""
+    vkey = log_key(ledger.home_path, client)
+    assert vkey is not None  # first use asks the server
+    receipts = []
+    for got, entry_id in zip(entries, ids, strict=True):
+        try:
+            check_receipt(got.get("receipt"), vkey, entry_id)
+        except ReceiptMismatchError as e:
+            raise ReceiptMismatchError(
+                f"{client.server} gave no valid receipt for an entry it was sent: {e.message}; the entry "
+                f"stays in the spool {ledger.spool_dir}",
+                hint=f"`ledger push --server {client.server}` sends it again; the log key trusted for that "
+                f"server is in {LogKeys(ledger.home_path).path}",
+            ) from e
+        receipts.append(got["receipt"])
+    ledger.keep_receipts(receipts)
 
 
 # --- the recorder ------------------------------------------------------------------------------------
@@ -439,14 +595,37 @@ class RemoteRecorder:
         data: bytes = env.canonical()
         entry_id = entry_id_of(data)
         try:
-            if self._caught_up():
-                _keep_receipts(self.ledger, self.client.append([env.to_json()]))
-                return entry_id
+            ready = self._caught_up() and log_key(self.ledger.home_path, self.client) is not None
         except RemoteUnavailableError as e:
             self.unreachable = e.message
+            ready = False
+        except LedgerError as e:  # a spooled entry without a valid receipt, or no log key to check one with
+            self._spool(data, entry_id, e)
+            raise
+        if ready:
+            try:
+                got = self.client.append([env.to_json()])  # a refusal is raised, not spooled
+            except RemoteUnavailableError as e:
+                self.unreachable = e.message
+            else:
+                try:
+                    if len(got) != 1 or got[0].get("id") != entry_id:
+                        raise ReceiptMismatchError(f"{self.server} answered another entry for {entry_id}")
+                    _keep_receipts(self.ledger, self.client, got, [entry_id])
+                except LedgerError as e:  # not kept: spooled (`ledger push` re-sends it); the command fails
+                    self._spool(data, entry_id, e)
+                    raise
+                return entry_id
+        self._spool(data, entry_id)
+        return entry_id
+
+    def _spool(self, data: bytes, entry_id: str, why: LedgerError | None = None) -> None:
         self.spool.add_entry(data, entry_id)
         self.spooled.append(entry_id)
-        return entry_id
+        if why is not None:  # (the error itself says more)
+            self.unreachable = (
+                "no valid receipt in its answer" if why.code == "receipt-mismatch" else why.message
+            )
 
 
 def make_recorder(

@@ -297,7 +297,14 @@ def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes],
 def verify_consistency(
     old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
 ) -> None:
-    """RFC 9162 §2.1.4.2; raises ProofError unless the old tree is a prefix of the new one."""
+    """RFC 9162 §2.1.4.2; raises ProofError unless the old tree is a prefix of the new one. The empty tree
+    (size 0, whose root is the hash of nothing) is a prefix of every tree: its proof is empty."""
+    if old_size == 0 < new_size:
+        if proof:
+            raise ProofError("a consistency proof from the empty tree (size 0) is empty")
+        if old_root != _EMPTY_ROOT:
+            raise ProofError("the old checkpoint of size 0 does not name the empty tree's root")
+        return
     if old_size == new_size:
         if proof or old_root != new_root:
             raise ProofError("same size but different roots (a forked log)")

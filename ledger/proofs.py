@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.errors import (
     CosignatureQuorumError,
+    InputError,
     LedgerError,
     ProofError,
     ProofUncheckedEntryError,
@@ -17,6 +19,7 @@ from ledger.errors import (
 )
 from ledger.log import (
     LogRecord,
+    Receipt,
     parse_checkpoint,
     parse_receipt,
     parse_record,
@@ -29,7 +32,16 @@ from ledger.log import (
 from ledger.signing import PublicKey
 from ledger.witness import TrustPolicy, check_cosigned
 
-__all__ = ["AuditReport", "audit_receipts", "require_cosigned", "verify_proof_document", "verify_with_policy"]
+__all__ = [
+    "AuditReport",
+    "audit_receipts",
+    "audit_server",
+    "audited_log",
+    "check_receipt",
+    "require_cosigned",
+    "verify_proof_document",
+    "verify_with_policy",
+]
 
 
 def _hashes(doc: dict[str, Any]) -> list[bytes]:
@@ -186,18 +198,49 @@ def verify_with_policy(
 # --- receipts: a collector's check that what the log received is still there ----------------------------
 
 
+def check_receipt(doc: Any, public_key: str, entry_id: str, *, origin: str | None = None) -> Receipt:
+    """The receipt a log returned for the entry ``entry_id`` it was sent, checked before anyone keeps it:
+    present, signed by the log key (``public_key``: its C2SP verifier key, whose name is the log's origin;
+    or base64 with ``origin``), of that log, and naming ``entry_id``. ``ReceiptMismatchError`` otherwise."""
+    if not isinstance(doc, dict):
+        raise ReceiptMismatchError(f"the log returned no receipt for entry {entry_id}")
+    try:
+        name, pub = _trust(public_key, None, origin or str(doc.get("origin")))
+        receipt = parse_receipt(doc, pub, key_name=name)
+    except LedgerError as e:
+        raise ReceiptMismatchError(
+            f"the receipt returned for entry {entry_id} is not one the log signed: {e.message}"
+        ) from e
+    want = origin or name
+    if receipt.origin != want:
+        raise ReceiptMismatchError(
+            f"the receipt returned for entry {entry_id} is of the log {receipt.origin!r}, not {want!r}"
+        )
+    if receipt.record.entry_id != entry_id:
+        raise ReceiptMismatchError(
+            f"the receipt returned for entry {entry_id} names another entry, {receipt.record.entry_id} "
+            f"(index {receipt.record.index})"
+        )
+    return receipt
+
+
 @dataclass
 class AuditReport:
     origin: str
     receipts: int = 0  # receipts of this log checked
-    other_logs: int = 0  # receipts of other logs, skipped
+    other_logs: int = 0  # receipts of other logs, set aside (each named in other_origins)
     newest_index: int | None = None
     tree_size: int | None = None
     held_checkpoint: int | None = None  # the size of the checkpoint the home holds, checked (own log)
     problems: list[dict[str, Any]] = field(default_factory=list)
+    other_origins: dict[str, int] = field(default_factory=dict)  # origin -> receipts of it set aside
+    server: dict[str, str] | None = None  # an audit of a server: the log it serves now (origin, vkey)
 
     def __bool__(self) -> bool:
         return not self.problems
+
+    def problem(self, code: str, message: str, entry_id: str | None = None, index: Any = None) -> None:
+        self.problems.append({"entry_id": entry_id, "index": index, "code": code, "message": message})
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -205,16 +248,29 @@ class AuditReport:
             "origin": self.origin,
             "receipts": self.receipts,
             "other_logs": self.other_logs,
+            "other_origins": self.other_origins,
             "newest_index": self.newest_index,
             "tree_size": self.tree_size,
             "held_checkpoint": self.held_checkpoint,
+            "server": self.server,
             "problems": self.problems,
         }
 
 
+RECEIPTS_UNCHECKED = "receipts-unchecked"
+
+
+def _origins(receipts: Sequence[dict[str, Any]]) -> Counter[str]:
+    return Counter(str(doc.get("origin")) for doc in receipts)
+
+
+def _named(origins: Mapping[str, int]) -> str:
+    return ", ".join(f"{o} ({n})" for o, n in sorted(origins.items(), key=lambda x: (-x[1], x[0])))
+
+
 def audit_receipts(
     receipts: Iterable[dict[str, Any]],
-    public_key: str,
+    public_key: str | None,
     fetch: Callable[[str], dict[str, Any] | None],
     *,
     origin: str,
@@ -225,6 +281,11 @@ def audit_receipts(
     signs now. The newest receipts matter most (no checkpoint anyone holds may cover them yet): each is
     checked, whatever its age. A missing entry, an altered record or a bad proof is a problem.
 
+    Receipts of other logs are set aside, counted by origin (``other_origins``); when every receipt kept is
+    of another log, nothing was checked and that is a problem (``receipts-unchecked``), never an "ok".
+    ``public_key`` None: the log's key is not known (the log that signed the receipts is not the one
+    audited any more: ``audit_server``); each receipt is then a problem, its entry checked for only by id.
+
     The receipt is compared with the record the leaf commits (the proof carries its bytes), never with
     what readers are shown; ``columns(entry_id)`` (a local audit): the record as the log's readers see it
     (its row's index, ``logged_at``, kind and signer columns), which must be the committed one too."""
@@ -233,15 +294,36 @@ def audit_receipts(
     for doc in receipts:
         if doc.get("origin") != origin:
             report.other_logs += 1
+            other = str(doc.get("origin"))
+            report.other_origins[other] = report.other_origins.get(other, 0) + 1
             continue
         latest[str(doc.get("entry_id"))] = doc
+    if not latest and report.other_logs:
+        report.problem(
+            RECEIPTS_UNCHECKED,
+            f"none of the {report.other_logs} receipts this home keeps is of the log {origin}, so none was "
+            f"checked: they are of {_named(report.other_origins)} (audit each log where it is served: "
+            "`ledger audit --server URL`, with its --public-key)",
+        )
+    if public_key is None:
+        for entry_id, doc in latest.items():
+            report.receipts += 1
+            held = "no longer has it" if fetch(entry_id) is None else "holds it under another log"
+            report.problem(
+                ReceiptMismatchError.code,
+                f"entry {entry_id} was received by the log {origin} (index {doc.get('index')}); the log "
+                f"audited is another one and {held}",
+                entry_id,
+                doc.get("index"),
+            )
+        return report
     name, pub = _trust(public_key, None, origin)
     for entry_id, doc in latest.items():
         report.receipts += 1
         index = doc.get("index")
 
         def problem(code: str, message: str, index: Any = index, eid: str = entry_id) -> None:
-            report.problems.append({"entry_id": eid, "index": index, "code": code, "message": message})
+            report.problem(code, message, eid, index)
 
         try:
             receipt = parse_receipt(doc, pub, key_name=name)
@@ -276,4 +358,101 @@ def audit_receipts(
                 f"the log shows entry {rec.entry_id} at index {shown.index} logged {shown.logged_at}; the "
                 f"record its leaf commits (and its receipt) says index {rec.index} logged {rec.logged_at}",
             )
+    return report
+
+
+def _receipts_verify(receipts: Sequence[dict[str, Any]], origin: str, pub: PublicKey) -> bool:
+    """Whether a receipt of ``origin`` kept here is signed by ``pub`` (under the origin as key name)."""
+    for doc in receipts:
+        if doc.get("origin") == origin:
+            try:
+                parse_receipt(doc, pub, key_name=origin)
+            except LedgerError:
+                continue
+            return True
+    return False
+
+
+def audited_log(
+    receipts: Sequence[dict[str, Any]],
+    *,
+    public_key: str | None,
+    served_origin: str,
+    served_vkey: str,
+    own_origin: str | None = None,
+) -> tuple[str, str | None]:
+    """The log (origin, key) whose kept receipts an audit of a server checks, never merely the one the
+    server names now (a server whose log was wiped and re-initialised names another origin and key, and
+    its receipts would all be set aside: an audit that checked nothing).
+
+    ``public_key`` (pinned: ``--public-key``, or the key the home recorded for that server): a verifier key
+    names its origin; a base64 key, the origin of the receipts it signed (the served log's, when it is the
+    served key). Without one, the origin comes from the receipts kept: the served log's when the home keeps
+    receipts of it (its key is then the served one), else the one other log (``own_origin``, the home's own
+    log, aside) whose receipts it keeps, with its key unknown (None)."""
+    served_name, served_pub = parse_verifier_key(served_vkey)
+    if public_key is not None:
+        if _is_vkey(public_key):
+            return parse_verifier_key(public_key)[0], public_key
+        pub = PublicKey.from_b64(public_key)
+        if pub.raw == served_pub.raw and (
+            served_origin == served_name or _receipts_verify(receipts, served_origin, pub)
+        ):
+            return served_origin, public_key
+        signed = sorted(o for o in _origins(receipts) if _receipts_verify(receipts, o, pub))
+        if len(signed) > 1:
+            raise InputError(
+                f"receipts of several logs ({', '.join(signed)}) verify under this key: give the log's "
+                "verifier key (origin+hash+key, `ledger keys export log --vkey`) to say which"
+            )
+        return (signed[0] if signed else served_origin), public_key
+    origins = _origins(receipts)
+    if served_origin in origins:
+        return served_origin, served_vkey
+    candidates = [o for o in origins if o != own_origin]
+    if len(candidates) == 1:
+        return candidates[0], None
+    return served_origin, served_vkey  # none kept, or several: audit_receipts names what it set aside
+
+
+def _raw(key: str) -> bytes:
+    """The raw Ed25519 key of a verifier key or a base64 key."""
+    return parse_verifier_key(key)[1].raw if _is_vkey(key) else PublicKey.from_b64(key).raw
+
+
+def audit_server(
+    receipts: Sequence[dict[str, Any]],
+    fetch: Callable[[str], dict[str, Any] | None],
+    *,
+    server: str,
+    served_origin: str,
+    served_vkey: str,
+    public_key: str | None = None,
+    own_origin: str | None = None,
+) -> AuditReport:
+    """Check the receipts of the log a server was sent entries to (``audited_log``) against the log it
+    serves now: a server that now serves another log (another origin or key) is a problem, and so is every
+    kept receipt whose entry it no longer proves included as received."""
+    origin, key = audited_log(
+        receipts,
+        public_key=public_key,
+        served_origin=served_origin,
+        served_vkey=served_vkey,
+        own_origin=own_origin,
+    )
+    report = audit_receipts(receipts, key, fetch, origin=origin)
+    report.server = {"url": server, "origin": served_origin, "vkey": served_vkey}
+    if key is None or origin != served_origin or _raw(key) != _raw(served_vkey):
+        known = f"(key {key})" if key is not None else "(its key: give --public-key to check its signatures)"
+        report.problems.insert(
+            0,
+            {
+                "entry_id": None,
+                "index": None,
+                "code": ReceiptMismatchError.code,
+                "message": f"{server} serves the log {served_origin} (key {served_vkey}), not the log "
+                f"{origin} {known} that this audit checks: the log the entries were sent to was replaced, "
+                "or the server is another one",
+            },
+        )
     return report

@@ -36,7 +36,8 @@ from ledger.entries import REVIEW_COMMIT
 from ledger.errors import InputError
 
 if TYPE_CHECKING:
-    from ledger.service import LoggedEntry
+    from ledger.proofs import AuditReport
+    from ledger.service import Ledger, LoggedEntry
 
 __all__ = ["register", "root"]
 
@@ -493,19 +494,36 @@ def verify(
             dir_okay=False,
         ),
     ] = None,
+    receipts: Annotated[
+        bool,
+        typer.Option(
+            "--receipts",
+            help="Also check every receipt this home kept against the log, as `ledger audit` does (its "
+            "own log's; a server's: `ledger audit --server`).",
+        ),
+    ] = False,
     json_out: JsonOption = False,
 ) -> Outcome:
     """Check every signature, chain link, Merkle root, tile, checkpoint and artifact (streaming, in
     bounded memory), and the log against the signed checkpoint this home holds (HOME/checkpoint: a log
-    smaller than it, or rewritten before it, is a problem); exit 1 on any problem."""
+    smaller than it, or rewritten before it, is a problem); with --receipts, the receipts this home kept
+    too (`ledger audit`); exit 1 on any problem."""
     from rich.text import Text
 
     ledger = get_ledger(database_url=database_url)
     note = since.read_text(encoding="utf-8") if since is not None else None
     with progress("verifying the ledger", total=ledger.size(), unit="entries", quiet=json_out) as bar:
         report = ledger.verify(artifacts=artifacts, workers=workers, since=note, progress=bar.hook)
+    audited = audit_report(ledger) if receipts else None
+    if audited is not None:  # a problem verify named already (the home's checkpoint) is named once
+        named = {(str(p.code), p.message) for p in report.problems}
+        audited.problems = [
+            p for p in audited.problems if p["entry_id"] or (p["code"], p["message"]) not in named
+        ]
     if json_out:
-        print_json(report.to_json())
+        print_json(
+            report.to_json() if audited is None else {**report.to_json(), "receipts": audited.to_json()}
+        )
     else:
         for p in report.problems:
             where = f"seq {p.seq} {p.id[:16] if p.id else ''}" if p.seq is not None else "ledger"
@@ -517,7 +535,63 @@ def verify(
             f"{status}: {report.size} entries{start}, root {report.root[:16]}…, "
             f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints{held}\n"
         )
-    return Outcome.OK if report else Outcome.NO
+        if audited is not None:
+            print_audit(audited)
+    return Outcome.OK if report and (audited is None or audited) else Outcome.NO
+
+
+def audit_report(
+    ledger: Ledger, server: str | None = None, token: str | None = None, public_key: str | None = None
+) -> AuditReport:
+    """The receipts check of ``ledger audit`` (and ``ledger verify --receipts``): the home's own log, or
+    (``server``) the log a server was sent entries to. That log is the pinned one (``public_key``, else the
+    key this home recorded for the server: ``LEDGER_LOG_VKEY`` or first use, HOME/log-keys.json), else the
+    one the receipts kept name, never merely the one the server names now."""
+    key = (
+        Path(public_key[1:]).read_text().strip() if public_key and public_key.startswith("@") else public_key
+    )
+    if not server:
+        return ledger.audit(public_key=key)
+    from ledger.collectors.remote import LedgerClient, log_key, served_log
+    from ledger.proofs import audit_server
+
+    client = LedgerClient(server, token)
+    try:
+        served_origin, served_vkey = served_log(client.checkpoint())
+        return audit_server(
+            ledger.home.receipts(),
+            client.inclusion,
+            server=client.server,
+            served_origin=served_origin,
+            served_vkey=served_vkey,
+            public_key=key or log_key(ledger.home_path, client, first_use=False),
+            own_origin=ledger.origin,
+        )
+    finally:
+        client.close()
+
+
+def print_audit(report: AuditReport) -> None:
+    """An audit's problems on stderr, and its summary line on stdout."""
+    from rich.text import Text
+
+    from ledger.proofs import RECEIPTS_UNCHECKED
+
+    for p in report.problems:
+        where = f"index {p['index']} {p['entry_id'][:16]}" if p["entry_id"] else "ledger"
+        err.print(
+            Text.assemble(("problem", "red"), f" [{p['code']}] {where}: {p['message']}"), soft_wrap=True
+        )
+    status = "ok" if report else f"{len(report.problems)} problem(s)"
+    aside = ""
+    if report.other_logs and not any(p["code"] == RECEIPTS_UNCHECKED for p in report.problems):
+        logs = ", ".join(f"{o} ({n})" for o, n in sorted(report.other_origins.items()))
+        aside = f"; {report.other_logs} receipts of other logs set aside: {logs}"
+    out.print(
+        f"{status}: {report.receipts} receipts of {report.origin} checked, "
+        f"newest index {report.newest_index}{aside}",
+        soft_wrap=True,
+    )
 
 
 def audit(
@@ -531,43 +605,24 @@ def audit(
     public_key: Annotated[
         str | None,
         typer.Option(
-            help="The log's key: base64, C2SP verifier key, or @FILE (default: this home's log key; with "
-            "--server, the key the server names, trusted on first use)."
+            help="The log's key: C2SP verifier key, base64, or @FILE (default: this home's log key; with "
+            "--server, the key this home recorded for that server when it first appended to it, else the "
+            "log the receipts kept name)."
         ),
     ] = None,
     json_out: JsonOption = False,
 ) -> Outcome:
     """Check every receipt this home kept (HOME/receipts.jsonl): each received entry is still in the log,
     at the index and log time its receipt says, under a checkpoint the log signs now; and (the home's own
-    log) the log against the signed checkpoint the home holds (HOME/checkpoint). Exit 1 if not."""
-    ledger = get_ledger()
-    key = (
-        Path(public_key[1:]).read_text().strip() if public_key and public_key.startswith("@") else public_key
-    )
-    if server:
-        from ledger.collectors.remote import LedgerClient
-
-        client = LedgerClient(server, token)
-        try:
-            cp = client.checkpoint()
-            report = ledger.audit(
-                fetch=client.inclusion, public_key=key or str(cp["log_public_key"]), origin=str(cp["origin"])
-            )
-        finally:
-            client.close()
-    else:
-        report = ledger.audit(public_key=key)
+    log) the log against the signed checkpoint the home holds (HOME/checkpoint). With --server, a server
+    that now serves another log than the one the entries were sent to is a problem. Receipts of other logs
+    are set aside and named; when every receipt kept is of another log, nothing was checked: a problem.
+    Exit 1 on any problem."""
+    report = audit_report(get_ledger(), server, token, public_key)
     if json_out:
         print_json(report.to_json())
     else:
-        for p in report.problems:
-            where = f"index {p['index']} {p['entry_id'][:16]}" if p["entry_id"] else "ledger"
-            err.print(f"[red]problem[/] [{p['code']}] {where}: {p['message']}")
-        status = "ok" if report else f"{len(report.problems)} problem(s)"
-        out.print(
-            f"{status}: {report.receipts} receipts of {report.origin} checked, "
-            f"newest index {report.newest_index}"
-        )
+        print_audit(report)
     return Outcome.OK if report else Outcome.NO
 
 
