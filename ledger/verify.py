@@ -1,11 +1,12 @@
 """Ledger verification: entry ids, signatures, schema, chain, Merkle root, tiles, checkpoints, artifacts.
 
 Streaming, in bounded memory: per-entry work (hashing, parsing, signature checks) runs in worker processes
-over sequence ranges, a few ranges in flight; what depends on order (chain links, key roles and
-revocations, the tree) is checked as each range comes back, in log order, keeping only the tree's right
-edge (``ledger.tiles.TileBuilder``). Stored checkpoints are checked as the log passes their size, stored
-tiles as they complete. From a held signed checkpoint (``since``) only the entries after it are checked,
-once the log is proved consistent with it.
+over sequence ranges, a few ranges in flight (``ledger._verify_range``: each row's checks on a fast path
+that only ever answers "no problem", the exact per-row check naming any problem); what depends on order
+(chain links, key roles and revocations, the tree) is checked as each range comes back, in log order,
+keeping only the tree's right edge (``ledger.tiles.TileBuilder``). Stored checkpoints are checked as the
+log passes their size, stored tiles as they complete. From a held signed checkpoint (``since``) only the
+entries after it are checked, once the log is proved consistent with it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ledger._verify_range import RangeFacts, check_range, pool_init, pool_task
 from ledger.db import make_engine
-from ledger.entries import parse_statement, parse_time
+from ledger.entries import parse_time
 from ledger.errors import (
     CanonicalJsonError,
     ChainBrokenError,
@@ -28,7 +30,6 @@ from ledger.errors import (
     LogFormatError,
     LogOrderError,
     ProofError,
-    UnknownSignerError,
 )
 from ledger.hashing import parse_digest
 from ledger.keyring import Keyring
@@ -36,21 +37,32 @@ from ledger.log import (
     GENESIS_PREV,
     Checkpoint,
     LogRecord,
-    chain_hash,
     entry_id_of,
-    leaf_hash,
     parse_checkpoint,
     verify_consistency,
 )
 from ledger.repo import LogRepo
-from ledger.signing import PublicKey, Verifier, parse_canonical_envelope, parse_envelope
+from ledger.signing import PublicKey, parse_envelope
 from ledger.store.base import ArtifactStore
 from ledger.tiles import TileBuilder, TileTree, tile_last_seq
-from ledger.trust import TrustedLog, replay_keys
+from ledger.trust import TrustedLog, replay_keys, trust_problem
 
 __all__ = ["Problem", "VerifyProblem", "VerifyReport", "check_held", "verify_log"]
 
-_CHUNK = 4000
+_CHUNK = 4096  # entries per range a worker checks (at most)
+_MIN_CHUNK = 256  # ... and at least, but for the log's last
+
+
+def _ranges(start: int, end: int, workers: int) -> list[tuple[int, int]]:
+    """The sequence ranges the workers check: ``_CHUNK`` entries each, smaller towards the end (an
+    eighth of what is left per worker, down to ``_MIN_CHUNK``) so that no core waits long for the last."""
+    out: list[tuple[int, int]] = []
+    a = start
+    while a < end:
+        size = max(min(_CHUNK, (end - a) // (8 * workers)), _MIN_CHUNK) if workers > 1 else _CHUNK
+        out.append((a, min(a + size, end)))
+        a += size
+    return out
 
 
 class Problem(StrEnum):
@@ -115,124 +127,6 @@ class VerifyReport:
             "incomplete_uploads": self.incomplete_uploads,
             "problems": [p.to_json() for p in self.problems],
         }
-
-
-# What a worker sends back per entry, in log order (a plain tuple: cheap to pickle): seq, entry id, signer,
-# kind, logged_at, prev, chain, key payload (key.* entries), stored leaf hash, format-1 leaf or None.
-_Seen = tuple[int, str, str, str, str, str, str, "dict[str, Any] | None", bytes, "bytes | None"]
-_Result = tuple[list[tuple[Any, ...]], list[_Seen], list[Any]]
-
-
-def _check_range(url: str, lo: int, hi: int, keys: dict[str, bytes], v1: bool = False) -> _Result:
-    """Verify entries with lo <= seq < hi; returns problems, order facts, and the stored tiles whose last
-    leaf is in the range (checked in order). Sequence and chain links between entries of the range are
-    checked here; the parent links the range's first entry to the one before it."""
-    engine = make_engine(url)
-    try:
-        repo = LogRepo(engine)
-        got = repo.range_rows(lo, hi)
-        with repo.read() as conn:
-            tiles = [
-                (int(t.level), int(t.idx), str(t.chain_hash), int(t.last_seq), bytes(t.hashes), bytes(t.root))
-                for t in repo.tile_rows(conn, lo, hi)
-            ]
-    finally:
-        engine.dispose()
-    problems: list[tuple[Any, ...]] = []
-    seen: list[_Seen] = []
-    subjects, refs, arts = got.subjects, got.refs, got.artifacts
-    verifiers: dict[str, Verifier] = {}
-    expected: int | None = None
-    prev_chain: str | None = None
-    for row in got.entries:
-        seq, entry_id = row.seq, row.entry_id
-        env_bytes = bytes(row.envelope)
-
-        def problem(code: str, msg: str, seq: int = seq, entry_id: str = entry_id) -> None:
-            problems.append((seq, entry_id, code, msg))
-
-        if entry_id_of(env_bytes) != entry_id:
-            problem(Problem.ENTRY_ID_MISMATCH, "stored envelope bytes do not hash to the entry id")
-        # The leaf commits the log's record of the row (index, logged_at, entry id, kind, signer); the
-        # envelope is tied to it by the entry id above.
-        try:
-            record = LogRecord(seq, row.logged_at, entry_id, row.kind, row.signer).to_bytes()
-        except LedgerError as e:
-            problem(Problem.RECORD_MISMATCH, e.message)
-            record = b""
-        if row.record is None:
-            problem(Problem.LOG_FORMAT, "the row has no log record (log format 1): run `ledger migrate`")
-        elif bytes(row.record) != record:
-            problem(Problem.RECORD_MISMATCH, "stored log record disagrees with the row's seq/logged_at/id")
-        leaf = leaf_hash(record)
-        if leaf.hex() != row.leaf_hash:
-            problem(Problem.LEAF_HASH_MISMATCH, "stored leaf hash does not match the log record")
-            try:
-                leaf = bytes.fromhex(row.leaf_hash)
-            except (TypeError, ValueError):
-                leaf = b""
-            if len(leaf) != 32:
-                leaf = leaf_hash(record)
-        if chain_hash(seq, entry_id, row.prev_hash, row.logged_at) != row.chain_hash:
-            problem(Problem.CHAIN_BROKEN, "chain hash does not match the log record")
-        key_payload: dict[str, Any] | None = None
-        kind = row.kind
-        try:
-            env = parse_canonical_envelope(env_bytes)
-            if env is None:
-                env = parse_envelope(env_bytes)
-                if env.canonical() != env_bytes:
-                    problem(Problem.NON_CANONICAL_JSON, "stored envelope is not in canonical form")
-            st = parse_statement(env.statement())
-            kind = st.kind
-            if env.signer != row.signer or st.kind != row.kind or st.collected_at != row.collected_at:
-                problem(Problem.INDEX_MISMATCH, "signer/kind/collected_at columns disagree with the envelope")
-            if st.kind.startswith("key."):
-                key_payload = dict(st.payload)
-            # the signature, with the key enrolled under the signer's id (when it was is checked in order)
-            verifier = verifiers.get(env.signer)
-            if verifier is None:
-                raw = keys.get(env.signer)
-                if raw is None and st.kind == "key.enrol" and st.payload.get("key_id") == env.signer:
-                    raw = PublicKey.from_b64(st.payload["public_key"]).raw
-                if raw is not None:
-                    verifier = Verifier.of(PublicKey(raw))
-                    if env.signer in keys:
-                        verifiers[env.signer] = verifier
-            if verifier is None:
-                problem(UnknownSignerError.code, f"signer {env.signer} is not enrolled")
-            else:
-                verifier.verify_envelope(env)
-            if dict(st.subject) != subjects.get(seq, {}):
-                problem(Problem.INDEX_MISMATCH, "subject index rows disagree with the entry")
-            if {(r.rel, r.id) for r in st.refs} != refs.get(seq, set()):
-                problem(Problem.INDEX_MISMATCH, "ref index rows disagree with the entry")
-            if {(a.name, a.digest, a.stored) for a in st.artifacts} != arts.get(seq, set()):
-                problem(Problem.INDEX_MISMATCH, "artifact index rows disagree with the entry")
-        except LedgerError as e:
-            problem(e.code, e.message)
-        # order within the range (the first entry's is checked by the parent, against the range before)
-        if expected is not None:
-            if seq != expected:
-                problem(Problem.SEQ_GAP, f"expected seq {expected}, found {seq}")
-            if row.prev_hash != prev_chain:
-                problem(Problem.CHAIN_BROKEN, "entry does not link to its predecessor")
-        expected, prev_chain = seq + 1, row.chain_hash
-        seen.append(
-            (
-                seq,
-                entry_id,
-                row.signer,
-                kind,
-                row.logged_at,
-                row.prev_hash,
-                row.chain_hash,
-                key_payload,
-                leaf,
-                leaf_hash(env_bytes) if v1 else None,
-            )
-        )
-    return problems, seen, tiles
 
 
 def _public_keys(repo: LogRepo) -> dict[str, bytes]:
@@ -422,24 +316,26 @@ def verify_log(
 
     checkpoints_upto(start)
     keys = _public_keys(repo)
-    ranges = [(a, min(a + _CHUNK, end)) for a in range(start, end, _CHUNK)]
     n = workers or os.cpu_count() or 1
+    ranges = _ranges(start, end, n)
 
-    def consume(res: _Result) -> None:
+    def consume(res: RangeFacts) -> None:
         _in_order(order, res, report, checkpoints_upto)
         if progress is not None:
-            progress(len(res[1]))  # entries whose signatures, records and order are checked
+            progress(len(res.seqs))  # entries whose signatures, records and order are checked
 
     if n > 1 and len(ranges) > 1:
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(
+            max_workers=n, mp_context=ctx, initializer=pool_init, initargs=(database_url, keys, v1)
+        ) as pool:
             todo = iter(ranges)
-            window: deque[Future[_Result]] = deque()
+            window: deque[Future[RangeFacts]] = deque()
 
             def submit() -> None:
                 nxt = next(todo, None)
                 if nxt is not None:
-                    window.append(pool.submit(_check_range, database_url, nxt[0], nxt[1], keys, v1))
+                    window.append(pool.submit(pool_task, nxt[0], nxt[1]))
 
             for _ in range(2 * n):
                 submit()
@@ -448,8 +344,12 @@ def verify_log(
                 submit()
                 consume(res)
     else:
-        for a, b in ranges:
-            consume(_check_range(database_url, a, b, keys, v1))
+        engine = make_engine(database_url)
+        try:
+            for a, b in ranges:
+                consume(check_range(engine, a, b, keys, v1))
+        finally:
+            engine.dispose()
 
     # checkpoints beyond the log: the log no longer has what they signed
     while order.next_cp is not None:
@@ -485,42 +385,81 @@ def verify_log(
     return report
 
 
+_CODES: dict[str, str] = {str(p): p for p in Problem}
+
+
 def _in_order(
-    order: _Order, result: _Result, report: VerifyReport, checkpoints_upto: Callable[[int], None]
+    order: _Order, facts: RangeFacts, report: VerifyReport, checkpoints_upto: Callable[[int], None]
 ) -> None:
     """The order-dependent checks of one range's results, in log order: contiguous sequence, chain links,
     trust root, roles and revocations (by the trust rules ingest applied; signatures were checked per
     entry), the tree, its stored tiles and the checkpoints the range passes."""
-    probs, chunk_seen, tile_rows = result
     problems = report.problems
-    problems.extend(VerifyProblem(code=c, message=m, seq=q, id=i) for q, i, c, m in probs)
+    problems.extend(
+        VerifyProblem(code=_CODES.get(c, c), message=m, seq=q, id=i) for q, i, c, m in facts.problems
+    )
     stored: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
-    for t in tile_rows:
+    for t in facts.tiles:
         stored.setdefault((t[0], t[1]), []).append(t)
-    chains: dict[int, str] = {}
-    trusted = order.trusted
-    builder, v1_builder = order.builder, order.v1_builder
-    next_cp = order.next_cp
-    if chunk_seen:  # the range's first entry follows the range before (the worker checked the rest)
-        seq, entry_id, prev = chunk_seen[0][0], chunk_seen[0][1], chunk_seen[0][5]
+    seqs, ids, chains = facts.seqs, facts.ids, facts.chains
+    if seqs:  # the range's first entry follows the range before (the worker checked the rest)
+        seq, entry_id = seqs[0], ids[0]
         if seq != order.expected_seq:
             problems.append(
                 VerifyProblem(
                     Problem.SEQ_GAP, f"expected seq {order.expected_seq}, found {seq}", seq=seq, id=entry_id
                 )
             )
-        if prev != order.prev_chain:
+        if facts.prev != order.prev_chain:
             problems.append(
                 VerifyProblem(
                     Problem.CHAIN_BROKEN, "entry does not link to its predecessor", seq=seq, id=entry_id
                 )
             )
-        order.expected_seq = chunk_seen[-1][0] + 1
-        order.prev_chain = chunk_seen[-1][6]
-    for seq, entry_id, signer, kind, logged_at, _prev, chain, key_payload, leaf, v1_leaf in chunk_seen:
-        chains[seq] = chain
-        done = builder.append(leaf)
+        order.expected_seq = seqs[-1] + 1
+        order.prev_chain = chains[-1]
+    _tree(order, facts, report, stored, checkpoints_upto)
+    _trust(order, facts, report)
+    # stored tiles the range's leaves did not complete, at a position the log holds with their chain hash
+    if any(stored.values()):
+        chain_at = dict(zip(seqs, chains, strict=True))
+        for rows in stored.values():
+            for level, idx, chain, last_seq, _hashes, _root in rows:
+                if chain_at.get(last_seq) == chain:
+                    problems.append(
+                        VerifyProblem(
+                            Problem.TILE_MISMATCH,
+                            f"stored tile {level}/{idx} names leaf {last_seq}, not its last "
+                            f"({tile_last_seq(level, idx)})",
+                            seq=last_seq,
+                        )
+                    )
+
+
+def _next_stop(order: _Order) -> int | None:
+    """The tree size at which the held checkpoint or the next stored checkpoint is checked."""
+    sizes = [cp.size for cp in (order.anchor, order.next_cp) if cp is not None]
+    return min(sizes) if sizes else None
+
+
+def _tree(
+    order: _Order,
+    facts: RangeFacts,
+    report: VerifyReport,
+    stored: dict[tuple[int, int], list[tuple[Any, ...]]],
+    checkpoints_upto: Callable[[int], None],
+) -> None:
+    """The range's leaves into the tree, in log order: the stored tiles they complete, and the held and
+    stored checkpoints at the sizes they pass."""
+    problems = report.problems
+    builder, v1_builder = order.builder, order.v1_builder
+    leaves, v1_leaves = facts.leaves, facts.v1_leaves
+    append = builder.append
+    stop = _next_stop(order)
+    for i in range(len(facts.seqs)):
+        done = append(leaves[32 * i : 32 * i + 32])
         if done:
+            seq, entry_id, chain = facts.seqs[i], facts.ids[i], facts.chains[i]
             for tile in done:
                 report.tiles_checked += 1
                 for level, idx, t_chain, last_seq, hashes, root in stored.pop((tile.level, tile.index), []):
@@ -536,20 +475,51 @@ def _in_order(
                                 id=entry_id,
                             )
                         )
-        if v1_builder is not None and v1_leaf is not None:
-            v1_builder.append(v1_leaf)
-        if order.anchor is not None and order.anchor.size == len(builder):
-            _check_anchor(order, report)
-        if next_cp is not None and next_cp.size <= len(builder):
-            checkpoints_upto(len(builder))
-            next_cp = order.next_cp
+        if v1_builder is not None and v1_leaves is not None:
+            v1_builder.append(v1_leaves[32 * i : 32 * i + 32])
+        if stop is not None and len(builder) >= stop:
+            if order.anchor is not None and order.anchor.size == len(builder):
+                _check_anchor(order, report)
+            if order.next_cp is not None and order.next_cp.size <= len(builder):
+                checkpoints_upto(len(builder))
+            stop = _next_stop(order)
+
+
+def _trust(order: _Order, facts: RangeFacts, report: VerifyReport) -> None:
+    """In log order: the log time never decreases, and each key may sign its entry's kind at that time by
+    the keys as of the entries before it (so a revoked key cannot be slipped in "earlier").
+
+    A range with no key entry leaves the keys as they are; when its log times are in order from the last
+    one on, each (signer, kind) it holds is judged at its first and its last log time: the faults are
+    monotone in the time (revoked and expired from a time on, not yet valid before one; unknown signer and
+    role not at all), so an entry between them has none when neither end has. Otherwise (or when an end
+    has one) every entry is judged on its own, as ingest judged it."""
+    trusted = order.trusted
+    seqs, times = facts.seqs, facts.times
+    if seqs and facts.times_in_order and not facts.has_key_kind and not facts.key_payloads and 0 not in seqs:
+        first, last = parse_time(times[0]), parse_time(times[-1])
+        ring = trusted.ring
+        if (trusted.last_logged_at is None or first >= trusted.last_logged_at) and all(
+            trust_problem(ring, signer, kind, first) is None
+            and trust_problem(ring, signer, kind, last) is None
+            for signer, kind in set(zip(facts.signers, facts.kinds, strict=True))
+        ):
+            # what ``update`` does for each entry of a kind that is not a key's
+            if trusted.last_logged_at is None or last > trusted.last_logged_at:
+                trusted.last_logged_at = last
+            ring.seq = max(ring.seq, max(seqs) + 1)
+            return
+    problems = report.problems
+    key_payloads = facts.key_payloads
+    for i, (seq, entry_id, signer, kind, logged_at) in enumerate(
+        zip(seqs, facts.ids, facts.signers, facts.kinds, times, strict=True)
+    ):
+        key_payload = key_payloads.get(i)
         try:
             at = parse_time(logged_at)
         except LedgerError as e:
             problems.append(VerifyProblem(e.code, f"logged_at: {e.message}", seq=seq, id=entry_id))
             continue
-        # In log order: the log time never decreases, and the key may sign the kind at that time by the
-        # keys as of the entries before it (so a revoked key cannot be slipped in "earlier").
         try:
             trusted.in_order(at)
         except LedgerError as e:
@@ -565,18 +535,6 @@ def _in_order(
                 trusted.update(seq, "", {}, at)
         except LedgerError as e:
             problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, e.message, seq=seq, id=entry_id))
-    # stored tiles the range's leaves did not complete, at a position the log holds with their chain hash
-    for rows in stored.values():
-        for level, idx, chain, last_seq, _hashes, _root in rows:
-            if chains.get(last_seq) == chain:
-                problems.append(
-                    VerifyProblem(
-                        Problem.TILE_MISMATCH,
-                        f"stored tile {level}/{idx} names leaf {last_seq}, not its last "
-                        f"({tile_last_seq(level, idx)})",
-                        seq=last_seq,
-                    )
-                )
 
 
 def _check_anchor(order: _Order, report: VerifyReport) -> None:

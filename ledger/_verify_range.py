@@ -1,0 +1,485 @@
+"""The per-entry half of ``ledger verify``: one sequence range's rows checked in a worker process.
+
+Private to ``ledger.verify``. Every row takes a fast path that does each check of the exact path with less
+Python around it: the rows are read as the driver's plain tuples, the log record and the chain link are
+written straight from the row when its text is the kind canonical JSON writes as is, the envelope is read by
+one regular expression, its statement parsed once, the signature checked by the ledger's ``Verifier``. Any
+check the fast path does not pass (or any row it cannot read plainly) sends the row to ``_check_row``, the
+exact per-row check that names every problem: the fast path only ever decides "no problem", never which.
+"""
+
+from __future__ import annotations
+
+import binascii
+import gc
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Sequence
+from datetime import date
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from typing import Any, NamedTuple
+
+import blake3
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ledger.canonical import MAX_DEPTH, parse_canonical
+from ledger.db import T_ARTIFACTS, T_ENTRIES, T_REFS, T_SUBJECTS, T_TILES, make_engine, read_connection
+from ledger.entries import parse_statement
+from ledger.errors import (
+    CanonicalJsonError,
+    ChainBrokenError,
+    LedgerError,
+    LogFormatError,
+    UnknownSignerError,
+)
+from ledger.log import LOG_FORMAT, MAX_RECORD_BYTES, LogRecord, chain_hash, entry_id_of, leaf_hash
+from ledger.signing import PAYLOAD_TYPE, PublicKey, Verifier, pae, parse_canonical_envelope, parse_envelope
+
+__all__ = ["RangeFacts", "check_range", "pool_init", "pool_task"]
+
+# the problem codes a range's check names (``ledger.verify.Problem``'s values: that module imports this one)
+ENTRY_ID_MISMATCH = "entry-id-mismatch"
+LEAF_HASH_MISMATCH = "leaf-hash-mismatch"
+RECORD_MISMATCH = "record-mismatch"
+INDEX_MISMATCH = "index-mismatch"
+SEQ_GAP = "seq-gap"
+NO_LOG_RECORD = LogFormatError.code
+CHAIN_BROKEN = ChainBrokenError.code
+NON_CANONICAL_JSON = CanonicalJsonError.code
+
+
+class RangeFacts(NamedTuple):
+    """What a worker sends back for one range, column by column (cheap to pickle), in log order."""
+
+    problems: list[tuple[Any, ...]]  # (seq, entry id, code, message)
+    seqs: list[int]
+    ids: list[str]
+    signers: list[str]
+    kinds: list[str]  # the statement's kind (the row's where the statement does not parse)
+    times: list[str]  # logged_at
+    chains: list[str]
+    prev: str | None  # the first entry's prev_hash (the parent links it to the range before)
+    leaves: bytes  # 32 bytes per entry
+    v1_leaves: bytes | None  # format-1 leaves (the bare envelopes'), when format-1 checkpoints are checked
+    key_payloads: dict[int, dict[str, Any]]  # position in the range -> payload of a ``key.*`` entry
+    times_in_order: bool  # every logged_at parses and none is before the one ahead of it in the range
+    has_key_kind: bool  # some kind starts with ``key.``
+    tiles: list[tuple[int, int, str, int, bytes, bytes]]  # the stored tiles whose last leaf is in the range
+
+
+# --- reading ------------------------------------------------------------------------------------------
+
+
+def _in_range(table: sa.Table, *columns: str, seq: str = "seq") -> sa.Select[Any]:
+    """``SELECT columns FROM table WHERE :lo <= seq < :hi``."""
+    c = table.c
+    return sa.select(*(c[name] for name in columns)).where(
+        c[seq] >= sa.bindparam("lo"), c[seq] < sa.bindparam("hi")
+    )
+
+
+_ENTRY_COLUMNS = ("seq", "entry_id", "kind", "signer", "collected_at", "logged_at", "envelope")
+_QUERIES = {
+    "entries": _in_range(
+        T_ENTRIES, *_ENTRY_COLUMNS, "leaf_hash", "prev_hash", "chain_hash", "record"
+    ).order_by(T_ENTRIES.c.seq),
+    "subjects": _in_range(T_SUBJECTS, "seq", "field", "value"),
+    "refs": _in_range(T_REFS, "seq", "rel", "target_id"),
+    "artifacts": _in_range(T_ARTIFACTS, "seq", "name", "digest", "stored"),
+    "tiles": _in_range(T_TILES, "level", "idx", "chain_hash", "last_seq", "hashes", "root", seq="last_seq"),
+}
+_COMPILED: dict[tuple[str, str], tuple[str, bool]] = {}
+
+
+def _fetch(conn: sa.Connection, name: str, lo: int, hi: int) -> list[Any]:
+    """The rows of query ``name`` for lo <= seq < hi as the driver's own tuples (no SQLAlchemy rows:
+    building those cost more than reading them)."""
+    dialect = conn.dialect
+    key = (dialect.name, name)
+    if key not in _COMPILED:
+        compiled = _QUERIES[name].compile(dialect=dialect)
+        _COMPILED[key] = (str(compiled), bool(compiled.positional))
+        if compiled.positional:
+            assert tuple(compiled.positiontup or ()) == ("lo", "hi"), compiled.positiontup
+    sql, positional = _COMPILED[key]
+    cur = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cur.execute(sql, (lo, hi) if positional else {"lo": lo, "hi": hi})
+        return list(cur.fetchall())
+    finally:
+        cur.close()
+
+
+# --- the fast path's pieces, each equal to the exact function it stands for where it answers --------------
+
+_SAFE_INT = 2**53 - 1
+# Text canonical JSON (RFC 8785, and the C encoder ``canonical_bytes`` uses for it) writes as itself:
+# printable ASCII but the quote and the backslash.
+_PLAIN_TEXT = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")
+
+
+def _record_bytes(seq: int, logged_at: str, entry_id: str, kind: str, signer: str) -> bytes:
+    """``LogRecord(seq, logged_at, entry_id, kind, signer).to_bytes()`` for plain text and a safe integer."""
+    return (
+        f'{{"entry_id":"{entry_id}","index":{seq},"kind":"{kind}","logged_at":"{logged_at}",'
+        f'"signer":"{signer}","v":{LOG_FORMAT}}}'
+    ).encode()
+
+
+def _chain_text(seq: int, entry_id: str, prev: str, logged_at: str) -> bytes:
+    """The canonical record ``chain_hash`` hashes, for plain text and a safe integer."""
+    return f'{{"entry_id":"{entry_id}","logged_at":"{logged_at}","prev":"{prev}","seq":{seq}}}'.encode()
+
+
+class _NotPlain(Exception):
+    """The bytes are not plainly canonical JSON: ``parse_canonical`` decides."""
+
+
+def _plain_int(text: str) -> int:
+    value = int(text)
+    if not -_SAFE_INT <= value <= _SAFE_INT:
+        raise _NotPlain
+    return value
+
+
+def _plain_float(text: str) -> float:
+    # as ``ledger.canonical._plain``: the floats Python and ECMAScript print alike
+    value = float(text)
+    if value.is_integer() or not 1e-4 <= abs(value) < 1e16:
+        raise _NotPlain
+    return value
+
+
+def _no_constant(_text: str) -> Any:
+    raise _NotPlain
+
+
+_DECODER = json.JSONDecoder(parse_int=_plain_int, parse_float=_plain_float, parse_constant=_no_constant)
+_SCAN: Any = _DECODER.scan_once  # type: ignore[attr-defined]  # (text, index) -> (value, end): no whitespace
+_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), check_circular=False)
+# ``_ENCODER.encode`` without making a C encoder (and a closure) per call: the one it makes, made once
+_C_ENCODER = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", True, False, True)
+)
+
+
+def _encode(value: Any) -> str:
+    if _C_ENCODER is None:
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODER(value, 0))
+
+
+def _canonical_value(data: bytes) -> Any:
+    """``parse_canonical(data)``: the value of ASCII bytes that plainly are canonical JSON is read once,
+    with the numbers checked as they are read (no second walk over the value); anything else, or any
+    refusal, is ``parse_canonical``'s own.
+
+    The same argument as ``ledger.canonical._canonical_fast``: bytes equal to the re-serialisation of what
+    they parse to hold no duplicate key, no NaN and nothing before or after the value; with safe integers
+    and plain floats only, and ASCII keys (UTF-16 order is code-point order), that serialisation is
+    RFC 8785's; fewer than ``MAX_DEPTH`` brackets cannot nest deeper than it."""
+    if data.isascii() and data.count(b"{") + data.count(b"[") < MAX_DEPTH:
+        text = data.decode("ascii")
+        try:
+            value, _end = _SCAN(text, 0)
+            if _encode(value) == text:
+                return value
+        except (_NotPlain, StopIteration, ValueError, RecursionError, TypeError):
+            pass
+    return parse_canonical(data)
+
+
+_ENVELOPE = re.compile(
+    rb'\{"payload":"([A-Za-z0-9+/=]*)","payloadType":"'
+    + re.escape(PAYLOAD_TYPE.encode())
+    + rb'","signatures":\[\{"keyid":"([0-9a-f]*)","sig":"([A-Za-z0-9+/=]*)"\}\]\}'
+)
+_a2b, _b2a = binascii.a2b_base64, binascii.b2a_base64
+
+
+def _fast_ok() -> bool:
+    """Whether the hand-written record and chain texts are the exact functions' (checked once, at import:
+    should the log's formats change, every row takes the exact path)."""
+    seq, at, eid, prev = 123, "2026-01-02T03:04:05.678901Z", "ab" * 32, "ef" * 32
+    sample = (seq, at, eid, "health.probe", "cd" * 16)
+    chain = blake3.blake3(_chain_text(seq, eid, prev, at)).hexdigest()
+    return _record_bytes(*sample) == LogRecord(*sample).to_bytes() and chain == chain_hash(seq, eid, prev, at)
+
+
+_FAST = _fast_ok()
+
+# a log time in the one form the log writes (UTC, microseconds, "Z"): its text order is its time order
+_LOG_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}Z")
+_DATES: dict[str, bool] = {}
+
+
+def _valid_date(text: str) -> bool:
+    ok = _DATES.get(text)
+    if ok is None:
+        try:
+            date.fromisoformat(text)
+            ok = True
+        except ValueError:
+            ok = False
+        if len(_DATES) < 100_000:
+            _DATES[text] = ok
+    return ok
+
+
+def _times_in_order(times: list[str]) -> bool:
+    """True when every text parses as a log time (``parse_time``) and none is before the one ahead of it;
+    False says only "check each one" (the parent then parses each, as it always did)."""
+    if not times or not all(type(t) is str for t in times) or not all(map(_LOG_TIME.fullmatch, times)):
+        return False
+    if not all(_valid_date(d) for d in {t[:10] for t in times}):
+        return False
+    return all(a <= b for a, b in itertools.pairwise(times))
+
+
+# --- one range -----------------------------------------------------------------------------------------
+
+
+def check_range(engine: Engine, lo: int, hi: int, keys: dict[str, bytes], v1: bool = False) -> RangeFacts:
+    """Verify entries with lo <= seq < hi: problems, and the facts the in-order pass needs. Sequence and
+    chain links between entries of the range are checked here; the parent links the range's first entry
+    to the one before it."""
+    with read_connection(engine) as conn:
+        rows = _fetch(conn, "entries", lo, hi)
+        subjects: dict[int, dict[str, str]] = {}
+        for seq, name, value in _fetch(conn, "subjects", lo, hi):
+            subjects.setdefault(seq, {})[name] = value
+        refs: dict[int, set[tuple[str, str]]] = {}
+        for seq, rel, target in _fetch(conn, "refs", lo, hi):
+            refs.setdefault(seq, set()).add((rel, target))
+        arts: dict[int, set[tuple[str, str, bool]]] = {}
+        for seq, name, digest, stored in _fetch(conn, "artifacts", lo, hi):
+            arts.setdefault(seq, set()).add((name, digest, bool(stored)))
+        tiles = [
+            (int(lv), int(ix), str(ch), int(ls), bytes(hs), bytes(rt))
+            for lv, ix, ch, ls, hs, rt in _fetch(conn, "tiles", lo, hi)
+        ]
+    problems: list[tuple[Any, ...]] = []
+    n = len(rows)
+    seqs: list[int] = [0] * n
+    ids: list[str] = [""] * n
+    signers: list[str] = [""] * n
+    kinds: list[str] = [""] * n
+    times: list[str] = [""] * n
+    chains: list[str] = [""] * n
+    leaves: list[bytes] = [b""] * n
+    v1_leaves: list[bytes] | None = [] if v1 else None
+    key_payloads: dict[int, dict[str, Any]] = {}
+    verifiers: dict[str, Verifier] = {}
+    names: dict[str, str] = {}  # one string object per signer and kind: pickled once per range
+    expected: int | None = None
+    prev_chain: str | None = None
+    gc_was = gc.isenabled()
+    gc.disable()  # the range's objects are freed by reference counting; collections would only walk them
+    try:
+        for i, row in enumerate(rows):
+            seq, entry_id, _kind, signer, _collected, logged_at, env, _leaf, prev, chain, _record = row
+            if type(env) is not bytes:
+                env = bytes(env)
+            try:
+                checked = _fast_row(row, env, keys, verifiers, subjects, refs, arts)
+            except Exception:  # whatever the fast path cannot read, the exact path decides
+                checked = None
+            if checked is None:  # the exact check, which names what is wrong
+                checked = _check_row(row, env, keys, verifiers, subjects, refs, arts, problems)
+            st_kind, key_payload, leaf = checked
+            # order within the range (the first entry's is checked by the parent, against the range before)
+            if expected is not None:
+                if seq != expected:
+                    problems.append((seq, entry_id, SEQ_GAP, f"expected seq {expected}, found {seq}"))
+                if prev != prev_chain:
+                    problems.append((seq, entry_id, CHAIN_BROKEN, "entry does not link to its predecessor"))
+            expected, prev_chain = seq + 1, chain
+            seqs[i] = seq
+            ids[i] = entry_id
+            signers[i] = names.setdefault(signer, signer)
+            kinds[i] = names.setdefault(st_kind, st_kind)
+            times[i] = logged_at
+            chains[i] = chain
+            leaves[i] = leaf
+            if key_payload is not None:
+                key_payloads[i] = key_payload
+            if v1_leaves is not None:
+                v1_leaves.append(leaf_hash(env))
+    finally:
+        if gc_was:
+            gc.enable()
+    return RangeFacts(
+        problems=problems,
+        seqs=seqs,
+        ids=ids,
+        signers=signers,
+        kinds=kinds,
+        times=times,
+        chains=chains,
+        prev=rows[0][8] if rows else None,
+        leaves=b"".join(leaves),
+        v1_leaves=b"".join(v1_leaves) if v1_leaves is not None else None,
+        key_payloads=key_payloads,
+        times_in_order=_times_in_order(times),
+        has_key_kind=any(k.startswith("key.") for k in set(kinds)),
+        tiles=tiles,
+    )
+
+
+_NO_SUBJECT: dict[str, str] = {}
+
+
+def _fast_row(
+    row: Sequence[Any],
+    env: bytes,
+    keys: dict[str, bytes],
+    verifiers: dict[str, Verifier],
+    subjects: dict[int, dict[str, str]],
+    refs: dict[int, set[tuple[str, str]]],
+    arts: dict[int, set[tuple[str, str, bool]]],
+) -> tuple[str, dict[str, Any] | None, bytes] | None:
+    """``_check_row``'s (kind, key payload, leaf) when it would find no problem, by the same checks; None
+    when one of them does not pass (or the row is not plain enough to check this way): ``_check_row`` then
+    names what is wrong. Each ``return None`` below is a check ``_check_row`` makes."""
+    seq, entry_id, kind, signer, collected_at, logged_at, _env, leaf_hex, prev, chain, stored = row
+    if not (_FAST and type(seq) is int and 0 <= seq <= _SAFE_INT):
+        return None
+    # text canonical JSON writes as is (a non-text column raises: the exact path decides)
+    if not _PLAIN_TEXT.fullmatch(entry_id + kind + signer + logged_at + prev):
+        return None
+    if blake3.blake3(env).hexdigest() != entry_id:
+        return None
+    record = _record_bytes(seq, logged_at, entry_id, kind, signer)
+    if len(record) > MAX_RECORD_BYTES or stored != record:
+        return None
+    leaf = hashlib.sha256(b"\x00" + record).digest()
+    if leaf.hex() != leaf_hex:
+        return None
+    if blake3.blake3(_chain_text(seq, entry_id, prev, logged_at)).hexdigest() != chain:
+        return None
+    # the envelope in canonical form (``parse_canonical_envelope``): its base64 re-encodes to itself
+    m = _ENVELOPE.fullmatch(env)
+    if m is None:
+        return None
+    p64, kid, s64 = m.groups()
+    payload, sig = _a2b(p64), _a2b(s64)
+    if _b2a(payload, newline=False) != p64 or _b2a(sig, newline=False) != s64 or kid.decode() != signer:
+        return None
+    st = parse_statement(_canonical_value(payload))  # raises: the exact path names the problem
+    if st.kind != kind or st.collected_at != collected_at:
+        return None
+    if st.subject != subjects.get(seq, _NO_SUBJECT):
+        return None
+    if (st.refs or seq in refs) and {(r.rel, r.id) for r in st.refs} != refs.get(seq):
+        return None
+    named = {(a.name, a.digest, a.stored) for a in st.artifacts} if st.artifacts else None
+    if (named or seq in arts) and named != arts.get(seq):
+        return None
+    verifier = verifiers.get(signer)
+    if verifier is None:
+        if signer not in keys:
+            return None
+        verifier = verifiers[signer] = Verifier.of(PublicKey(keys[signer]))
+    # a key id is its key's hash: the verifier's is the signer's, the envelope's one signature is checked
+    verifier.verify(sig, pae(PAYLOAD_TYPE, payload))  # raises: the exact path names the problem
+    return kind, dict(st.payload) if kind.startswith("key.") else None, leaf
+
+
+def _check_row(
+    row: Sequence[Any],
+    env_bytes: bytes,
+    keys: dict[str, bytes],
+    verifiers: dict[str, Verifier],
+    subjects: dict[int, dict[str, str]],
+    refs: dict[int, set[tuple[str, str]]],
+    arts: dict[int, set[tuple[str, str, bool]]],
+    problems: list[tuple[Any, ...]],
+) -> tuple[str, dict[str, Any] | None, bytes]:
+    """Every per-entry check of one row, each problem named; (kind, key payload, leaf) for the in-order
+    pass."""
+    seq, entry_id, row_kind, row_signer, collected_at, logged_at, _env, leaf_hex, prev, chain, stored = row
+
+    def problem(code: str, msg: str) -> None:
+        problems.append((seq, entry_id, code, msg))
+
+    if entry_id_of(env_bytes) != entry_id:
+        problem(ENTRY_ID_MISMATCH, "stored envelope bytes do not hash to the entry id")
+    # The leaf commits the log's record of the row (index, logged_at, entry id, kind, signer); the
+    # envelope is tied to it by the entry id above.
+    try:
+        record = LogRecord(seq, logged_at, entry_id, row_kind, row_signer).to_bytes()
+    except LedgerError as e:
+        problem(RECORD_MISMATCH, e.message)
+        record = b""
+    if stored is None:
+        problem(NO_LOG_RECORD, "the row has no log record (log format 1): run `ledger migrate`")
+    elif bytes(stored) != record:
+        problem(RECORD_MISMATCH, "stored log record disagrees with the row's seq/logged_at/id")
+    leaf = leaf_hash(record)
+    if leaf.hex() != leaf_hex:
+        problem(LEAF_HASH_MISMATCH, "stored leaf hash does not match the log record")
+        try:
+            leaf = bytes.fromhex(leaf_hex)
+        except (TypeError, ValueError):
+            leaf = b""
+        if len(leaf) != 32:
+            leaf = leaf_hash(record)
+    if chain_hash(seq, entry_id, prev, logged_at) != chain:
+        problem(CHAIN_BROKEN, "chain hash does not match the log record")
+    key_payload: dict[str, Any] | None = None
+    kind = row_kind
+    try:
+        env = parse_canonical_envelope(env_bytes)
+        if env is None:
+            env = parse_envelope(env_bytes)
+            if env.canonical() != env_bytes:
+                problem(NON_CANONICAL_JSON, "stored envelope is not in canonical form")
+        st = parse_statement(env.statement())
+        kind = st.kind
+        if env.signer != row_signer or st.kind != row_kind or st.collected_at != collected_at:
+            problem(INDEX_MISMATCH, "signer/kind/collected_at columns disagree with the envelope")
+        if st.kind.startswith("key."):
+            key_payload = dict(st.payload)
+        # the signature, with the key enrolled under the signer's id (when it was is checked in order)
+        verifier = verifiers.get(env.signer)
+        if verifier is None:
+            raw = keys.get(env.signer)
+            if raw is None and st.kind == "key.enrol" and st.payload.get("key_id") == env.signer:
+                raw = PublicKey.from_b64(st.payload["public_key"]).raw
+            if raw is not None:
+                verifier = Verifier.of(PublicKey(raw))
+                if env.signer in keys:
+                    verifiers[env.signer] = verifier
+        if verifier is None:
+            problem(UnknownSignerError.code, f"signer {env.signer} is not enrolled")
+        else:
+            verifier.verify_envelope(env)
+        if dict(st.subject) != subjects.get(seq, {}):
+            problem(INDEX_MISMATCH, "subject index rows disagree with the entry")
+        if {(r.rel, r.id) for r in st.refs} != refs.get(seq, set()):
+            problem(INDEX_MISMATCH, "ref index rows disagree with the entry")
+        if {(a.name, a.digest, a.stored) for a in st.artifacts} != arts.get(seq, set()):
+            problem(INDEX_MISMATCH, "artifact index rows disagree with the entry")
+    except LedgerError as e:
+        problem(e.code, e.message)
+    return kind, key_payload, leaf
+
+
+# --- the worker processes --------------------------------------------------------------------------------
+
+_POOL: dict[str, Any] = {}
+
+
+def pool_init(url: str, keys: dict[str, bytes], v1: bool) -> None:
+    """A worker process's state: its own engine (one per process, not per range), the keys, the format."""
+    gc.freeze()  # what the process inherited is never collected: collections skip it
+    _POOL.update(engine=make_engine(url), keys=keys, v1=v1)
+
+
+def pool_task(lo: int, hi: int) -> RangeFacts:
+    return check_range(_POOL["engine"], lo, hi, _POOL["keys"], _POOL["v1"])
