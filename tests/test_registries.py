@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ledger.policy.rules import CREDIT_ONLY, RULES, TRUST_RULES, Rule
+from ledger.policy.rules import CREDIT_ONLY, CREDIT_ONLY_BY_CLAIM, RULES, TRUST_RULES, Rule
 from ledger.trust import Fault
 from ledger.verify import Problem
 
@@ -35,7 +35,8 @@ def test_policy_doc_lists_every_rejection_rule_in_order() -> None:
 
 def test_policy_doc_marks_exactly_the_rules_that_only_withhold_credit() -> None:
     """The table's last column says what becomes of a failure a rule excludes: the rules marked "counts
-    against" are ``CREDIT_ONLY`` (the filter keeps their failures), every other built-in one "withdrawn"."""
+    against" are ``CREDIT_ONLY`` (the filter keeps their failures), those marked both ways
+    ``CREDIT_ONLY_BY_CLAIM``, every other built-in one "withdrawn"."""
     lines = (DOCS / "POLICY.md").read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| rule | excludes |"))
     marked: dict[str, str] = {}
@@ -49,7 +50,10 @@ def test_policy_doc_marks_exactly_the_rules_that_only_withhold_credit() -> None:
             marked[code] = cells[-1]
     assert set(marked) == {str(r) for r in Rule}
     assert {c for c, m in marked.items() if m == "counts against"} == {str(r) for r in CREDIT_ONLY}
-    assert {m for c, m in marked.items() if c not in {str(r) for r in CREDIT_ONLY}} == {"withdrawn"}
+    both = "withdrawn (logged after the end) / counts against (logged before it)"
+    assert {c for c, m in marked.items() if m == both} == {str(r) for r in CREDIT_ONLY_BY_CLAIM}
+    rest = {str(r) for r in CREDIT_ONLY | CREDIT_ONLY_BY_CLAIM}
+    assert {m for c, m in marked.items() if c not in rest} == {"withdrawn"}
 
 
 def test_rule_descriptions_cover_every_rule() -> None:

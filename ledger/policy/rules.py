@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from ledger.trust import Fault, TrustProblem
 
-__all__ = ["CREDIT_ONLY", "RULES", "TRUST_RULES", "Rule", "trust_rejection"]
+__all__ = ["CREDIT_ONLY", "CREDIT_ONLY_BY_CLAIM", "RULES", "TRUST_RULES", "Rule", "trust_rejection"]
 
 
 class Rule(StrEnum):
@@ -63,6 +63,10 @@ CREDIT_ONLY: frozenset[Rule] = frozenset(
         Rule.BEFORE_GPU_RESET,
     }
 )
+# Rules that withdraw an entry where the log knows it is out (logged after what ends it) and only withhold
+# its credit where a claim alone puts it out (a job's claimed ``ended_at``, after an entry logged before the
+# job's terminal entry): the caller passes ``credit_only`` per entry (docs/POLICY.md marks them both ways)
+CREDIT_ONLY_BY_CLAIM: frozenset[Rule] = frozenset({Rule.AFTER_JOB_TERMINAL})
 
 _DESCRIPTIONS: dict[Rule, str] = {
     Rule.BAD_SIGNATURE: "signature does not verify",
