@@ -20,14 +20,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ledger import _verify_range as _range
 from ledger._verify_range import RangeFacts, check_range, pool_init, pool_task
 from ledger.db import make_engine
 from ledger.entries import parse_time
 from ledger.errors import (
-    CanonicalJsonError,
-    ChainBrokenError,
     LedgerError,
-    LogFormatError,
     LogOrderError,
     ProofError,
 )
@@ -73,15 +71,16 @@ class Problem(StrEnum):
     ``artifact-missing``, ``artifact-corrupt`` …): the same codes ingest raises.
     """
 
-    ENTRY_ID_MISMATCH = "entry-id-mismatch"
-    LEAF_HASH_MISMATCH = "leaf-hash-mismatch"
-    RECORD_MISMATCH = "record-mismatch"
-    LOG_FORMAT = LogFormatError.code
+    # the codes a worker's range check names are its module's (one copy)
+    ENTRY_ID_MISMATCH = _range.ENTRY_ID_MISMATCH
+    LEAF_HASH_MISMATCH = _range.LEAF_HASH_MISMATCH
+    RECORD_MISMATCH = _range.RECORD_MISMATCH
+    LOG_FORMAT = _range.NO_LOG_RECORD
     LOGGED_AT_DECREASING = LogOrderError.code
-    CHAIN_BROKEN = ChainBrokenError.code
-    NON_CANONICAL_JSON = CanonicalJsonError.code
-    INDEX_MISMATCH = "index-mismatch"
-    SEQ_GAP = "seq-gap"
+    CHAIN_BROKEN = _range.CHAIN_BROKEN
+    NON_CANONICAL_JSON = _range.NON_CANONICAL_JSON
+    INDEX_MISMATCH = _range.INDEX_MISMATCH
+    SEQ_GAP = _range.SEQ_GAP
     BAD_KEY_ENTRY = "bad-key-entry"
     CHECKPOINT_MISMATCH = "checkpoint-mismatch"
     TILE_MISMATCH = "tile-mismatch"
