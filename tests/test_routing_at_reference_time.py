@@ -117,6 +117,34 @@ def test_recording_a_decision_judged_before_the_logs_head_is_refused_and_records
 # --- 3. ledger verdict --record judges at the clock (or --now) ---------------------------------------------
 
 
+ONE_GPU = {
+    "host": "gpu-box-1",
+    "services": [{"name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}],
+}
+
+
+def route_campaign(
+    tmp_path: Path, entries: list[dict[str, Any]], now: str, deployment: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``check routing-change`` of the campaign's backend/model/host (``ONE_GPU`` by default) at ``now``,
+    on a home built from ``entries`` (``_campaign_home``)."""
+    from ledger.policy.loader import load_policy
+    from ledger.policy.routing import check_routing_change
+
+    _home, ledger, _b = _campaign_home(tmp_path, entries)
+    try:
+        subject = {k: CAMPAIGN[k] for k in ("backend", "model", "host")}
+        return check_routing_change(
+            ledger,
+            load_policy("routing-change"),
+            subject,
+            deployment=deployment or ONE_GPU,
+            now=parse_time(now),
+        )
+    finally:
+        ledger.close()
+
+
 def _campaign_home(tmp_path: Path, entries: list[dict[str, Any]]) -> tuple[Path, Ledger, _Builder]:
     home = tmp_path / "home"
     ledger = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))

@@ -382,9 +382,7 @@ def test_the_routing_gate_does_not_take_a_gpus_place_in_the_list_for_its_index(
 ) -> None:
     """Regression: the host's newest probe listed a GPU without its index, and GPU0 was allowed as its place
     in the list: a missing index counted as one."""
-    from ledger.policy.loader import load_policy
-    from ledger.policy.routing import check_routing_change
-    from tests.test_routing_at_reference_time import CAMPAIGN, _campaign_home
+    from tests.test_routing_at_reference_time import CAMPAIGN, route_campaign
 
     es = qualified_entries()
     es.append(
@@ -399,16 +397,7 @@ def test_the_routing_gate_does_not_take_a_gpus_place_in_the_list_for_its_index(
     newest["subject"] = {"host": "gpu-box-1"}
     newest["payload"]["gpus"] = gpus
     es.append(newest)
-    _home, ledger, _b = _campaign_home(tmp_path, es)
-    dep = {
-        "host": "gpu-box-1",
-        "services": [{"name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}],
-    }
-    subject = {k: CAMPAIGN[k] for k in ("backend", "model", "host")}
-    r = check_routing_change(
-        ledger, load_policy("routing-change"), subject, deployment=dep, now=parse_time("2026-09-10T12:00:00Z")
-    )
-    ledger.close()
+    r = route_campaign(tmp_path, es, "2026-09-10T12:00:00Z")
     assert r["allowed"] is False
     assert any("without its index" in x for x in r["reasons"]), r["reasons"]
 

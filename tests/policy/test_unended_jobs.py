@@ -209,10 +209,7 @@ def test_the_start_is_the_log_time_not_the_claimed_started_at(tmp_path: Path) ->
 def test_the_routing_check_refuses_naming_the_unended_job(tmp_path: Path) -> None:
     """A QUALIFIED verdict was recorded; then a new job of the campaign started and its collector was
     killed: the routing gate re-derives the verdict, refuses, and names the job."""
-    from ledger.entries import parse_time
-    from ledger.policy.loader import load_policy
-    from ledger.policy.routing import check_routing_change
-    from tests.test_routing_at_reference_time import CAMPAIGN, _campaign_home
+    from tests.test_routing_at_reference_time import CAMPAIGN, route_campaign
 
     es = qualified_entries()
     es.append(
@@ -223,16 +220,7 @@ def test_the_routing_check_refuses_naming_the_unended_job(tmp_path: Path) -> Non
         }
     )
     _second_job(es, at="2026-09-10T11:05:00Z")
-    _home, ledger, _b = _campaign_home(tmp_path, es)
-    dep = {
-        "host": "gpu-box-1",
-        "services": [{"name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}],
-    }
-    subject = {k: CAMPAIGN[k] for k in ("backend", "model", "host")}
-    r = check_routing_change(
-        ledger, load_policy("routing-change"), subject, deployment=dep, now=parse_time("2026-09-10T11:30:00Z")
-    )
-    ledger.close()
+    r = route_campaign(tmp_path, es, "2026-09-10T11:30:00Z")
     assert r["allowed"] is False
     assert any("job campaign-2" in x and "no terminal entry" in x for x in r["reasons"]), r["reasons"]
 

@@ -116,10 +116,7 @@ def test_a_result_without_a_gate_is_refused_at_ingest(tmp_path: Path) -> None:
 def test_the_routing_check_refuses_naming_the_unjudged_failure(tmp_path: Path, misnamed: bool) -> None:
     """The routing gate re-derives the verdict: a misnamed failed result logged after a QUALIFIED verdict
     was recorded refuses the change, and the reason names it (the neighbour without it is allowed)."""
-    from ledger.entries import parse_time
-    from ledger.policy.loader import load_policy
-    from ledger.policy.routing import check_routing_change
-    from tests.test_routing_at_reference_time import CAMPAIGN, _campaign_home
+    from tests.test_routing_at_reference_time import CAMPAIGN, route_campaign
 
     es = qualified_entries()
     es.append(
@@ -134,15 +131,7 @@ def test_the_routing_check_refuses_naming_the_unjudged_failure(tmp_path: Path, m
         es.remove(run)
         run["logged_at"] = "2026-09-10T11:05:00Z"
         es.append(run)
-    _home, ledger, _b = _campaign_home(tmp_path, es)
-    dep = {
-        "host": "gpu-box-1",
-        "services": [{"name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}],
-    }
-    subject = {k: CAMPAIGN[k] for k in ("backend", "model", "host")}
-    now = parse_time("2026-09-10T12:00:00Z")
-    r = check_routing_change(ledger, load_policy("routing-change"), subject, deployment=dep, now=now)
-    ledger.close()
+    r = route_campaign(tmp_path, es, "2026-09-10T12:00:00Z")
     assert r["allowed"] is not misnamed, r["reasons"]
     if misnamed:
         assert any("'benchmrk'" in x and "no gate judges" in x for x in r["reasons"]), r["reasons"]
