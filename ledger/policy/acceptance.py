@@ -484,7 +484,16 @@ def filter_evidence(
     job_entries = {e.id: e for e in trusted if e.kind == "job"}
     terminal: dict[str, Evidence] = {}
     stopped_by: dict[str, Evidence] = {}
+    # the campaign each job_id's first running entry names: a terminal entry of another campaign under the
+    # same job_id ends some other job, not this one (``job_campaign``)
+    job_campaign: dict[str, Any] = {}
     for j in sorted(job_entries.values(), key=lambda x: x.seq):
+        if j.payload.get("state") == "running" and j.id not in superseded_by:
+            job_campaign.setdefault(str(j.payload.get("job_id")), j.subject.get("campaign"))
+    for j in sorted(job_entries.values(), key=lambda x: x.seq):
+        jid = str(j.payload.get("job_id"))
+        if jid in job_campaign and j.subject.get("campaign") != job_campaign[jid]:
+            continue
         if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
             # a job ends once: its first terminal entry in the log; a later one does not reopen it
             terminal.setdefault(str(j.payload.get("job_id")), j)
@@ -825,7 +834,10 @@ def filter_evidence(
     failed_results = {
         j
         for t in trusted
-        if t.kind == "gate.result" and t.payload.get("status") == "failed"
+        if t.kind == "gate.result"
+        and t.payload.get("status") == "failed"
+        # a result withdrawn by another key's supersession records no failure any more
+        and (t.id not in superseded_by or self_superseded(superseded_by[t.id], who(t.signer), who))
         for j in t.refs("job")
     }
     unended, (lo, hi) = _unjudged_jobs(
@@ -864,22 +876,46 @@ def _unjudged_jobs(
       (the detail says which);
     * a job whose end says ``failed`` while no failed ``gate.result`` refs it as its job (``failed_results``:
       the running entries such results ref): the failure its end records — a collector that stopped mid-run,
-      a failure entered by hand — is judged by no gate.
+      a failure entered by hand — is judged by no gate;
+    * a job started again under its job_id after it ended: a job ends once (its first terminal entry), so
+      what a later run produced would be judged as output after that end.
+
+    Only this campaign's job entries start or end its jobs: another campaign's under the same job_id ends
+    some other job.
     """
     lo, hi = window
     opened: dict[str, Evidence] = {}  # job_id → the running entry that opened it, in log order
     failed: list[tuple[str, Evidence, Evidence]] = []  # (job_id, running entry, its failed end)
+    ended: dict[str, Evidence] = {}  # job_id → the terminal entry that ended it
+    restarted: list[tuple[str, Evidence, Evidence]] = []  # (job_id, running entry, the earlier end)
     for j in sorted(job_entries.values(), key=lambda x: x.seq):
-        if j.id in superseded:
-            continue
+        if j.id in superseded or j.subject.get("campaign") != campaign:
+            continue  # another campaign's entry under the same job_id neither starts nor ends this job
         state, job_id = j.payload.get("state"), str(j.payload.get("job_id"))
-        if state == "running" and j.subject.get("campaign") == campaign:
+        if state == "running":
+            if job_id in ended and job_id not in opened:
+                restarted.append((job_id, j, ended[job_id]))
             opened.setdefault(job_id, j)
         elif state in TERMINAL_STATES:
             start = opened.pop(job_id, None)
+            if start is not None:
+                ended.setdefault(job_id, j)
             if start is not None and state == "failed" and start.id not in failed_results:
                 failed.append((job_id, start, j))
     out: list[dict[str, str]] = []
+    for job_id, j, end in restarted:
+        out.append(
+            {
+                "entry": j.id,
+                "kind": "job",
+                "gate": "",
+                "job_id": job_id,
+                "detail": f"job {job_id} was started again (running entry {j.id[:16]}) after it ended "
+                f"{end.payload.get('state')} (entry {end.id[:16]}): a job ends once, so which run each of "
+                "its entries belongs to — and what a later run showed — cannot be told (each run is a job "
+                "of its own: a new job_id)",
+            }
+        )
     for job_id, j, end in failed:
         why = end.payload.get("reason")
         out.append(

@@ -176,7 +176,10 @@ def test_a_job_started_again_after_its_end_is_open_again(tmp_path: Path) -> None
     es.append(restart)
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == INCONCLUSIVE
-    assert [(u["job_id"], v["_names"][u["entry"]]) for u in _unended(v)] == [("campaign-1", "restart")]
+    # started again after its end (what it ran is not told apart from the first run), and never ended
+    got = [(u["job_id"], v["_names"][u["entry"]], u["detail"]) for u in _unended(v)]
+    assert [g[:2] for g in got] == [("campaign-1", "restart")] * 2
+    assert "was started again" in got[0][2] and "no terminal entry" in got[1][2]
 
 
 def test_a_job_of_another_campaign_left_running_is_not_this_campaigns(tmp_path: Path) -> None:
@@ -239,3 +242,90 @@ def test_the_verdict_command_names_the_unended_job(tmp_path: Path, cli: Any) -> 
     assert any(
         line.split("\t")[1:2] == ["job"] and "job campaign-2" in line for line in r.out.splitlines()
     ), r.out
+
+
+# --- neighbours an independent audit found judged QUALIFIED ------------------------------------------------
+
+
+def test_a_withdrawn_failed_result_does_not_judge_its_jobs_failure(tmp_path: Path) -> None:
+    """Regression: the failed job's only failed result, superseded ("recorded wrongly"), still counted as
+    the result that judged the job's failure: QUALIFIED. Recording a failure and withdrawing it counts for
+    no more than never recording it."""
+    es = qualified_entries()
+    entry(es, "campaign-done")["payload"].update(state="failed", exit_code=1, reason="engine crashed")
+    bogus = {
+        "name": "bogus",
+        "kind": "gate.result",
+        "key": "collector",
+        "at": "2026-09-10T10:45:00Z",
+        "refs": {"job": "campaign-job"},
+        "payload": {"gate": "xyz-bogus", "status": "failed", "reason": "engine crashed"},
+    }
+    withdraw = {
+        "name": "withdraw",
+        "kind": "supersession",
+        "key": "operator",
+        "at": "2026-09-10T10:46:00Z",
+        "refs": {"supersedes": "bogus"},
+        "payload": {"reason": "recorded wrongly"},
+    }
+    i = es.index(entry(es, "campaign-done"))
+    es[i:i] = [bogus, withdraw]
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == INCONCLUSIVE
+    assert any("ended failed (engine crashed)" in u["detail"] for u in _unended(v))
+
+
+def _other_campaigns_end(es: list[dict[str, Any]]) -> None:
+    es.append(
+        {
+            "name": "other-done",
+            "kind": "job",
+            "key": "collector",
+            "at": "2026-09-10T10:49:00Z",
+            "subject": {"campaign": "other-campaign"},
+            "refs": {"job": "campaign-job"},  # what reads it with this campaign
+            "payload": {"job_id": "campaign-1", "state": "succeeded", "exit_code": 0},
+        }
+    )
+
+
+@pytest.mark.parametrize("ours", ["never-ended", "ended-failed"])
+def test_another_campaigns_end_under_the_same_job_id_does_not_end_this_job(tmp_path: Path, ours: str) -> None:
+    """Regression: a terminal entry of another campaign under this job's job_id ended it: QUALIFIED."""
+    es = qualified_entries()
+    if ours == "never-ended":
+        es.remove(entry(es, "campaign-done"))
+    else:
+        entry(es, "campaign-done")["payload"].update(state="failed", exit_code=1, reason="collector error")
+    _other_campaigns_end(es)
+    es.sort(key=lambda e: str(e.get("at", "")))
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == INCONCLUSIVE
+    (u,) = _unended(v)
+    assert u["job_id"] == "campaign-1"
+    assert ("no terminal entry" if ours == "never-ended" else "ended failed") in u["detail"]
+
+
+@pytest.mark.parametrize("second_end", ["succeeded", "failed", None])
+def test_a_job_started_again_under_its_id_is_not_judged_as_one_run(
+    tmp_path: Path, second_end: str | None
+) -> None:
+    """Regression: the job was started again under its job_id after it ended succeeded, and the rerun's
+    engine crashed: the crash was withdrawn as output after the first run's end (a job ends once), QUALIFIED.
+    Which run each entry belongs to cannot be told: INCONCLUSIVE, naming the restart."""
+    es = qualified_entries()
+    rerun = copy.deepcopy(entry(es, "campaign-job"))
+    rerun["name"], rerun["at"] = "rerun", "2026-09-10T10:55:00Z"
+    rerun["payload"]["started_at"] = "2026-09-10T10:55:00Z"
+    crash = copy.deepcopy(entry(es, "launch"))
+    crash["name"], crash["at"], crash["refs"] = "crash", "2026-09-10T10:57:00Z", {"job": "rerun"}
+    crash["payload"].update(
+        exit_code=1, failure_signature="engine-exited-after-readiness", started_at="2026-09-10T10:55:10Z"
+    )
+    es += [rerun, crash]
+    if second_end is not None:
+        es.append(_ended("second-end", "campaign-1", second_end, "2026-09-10T11:00:00Z"))
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] != QUALIFIED
+    assert any("was started again" in u["detail"] for u in _unended(v)), v["unjudged"]
