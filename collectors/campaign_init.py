@@ -139,7 +139,8 @@ def render_campaign(
         if not gpus or len(set(gpus)) != len(gpus) or any(g < 0 for g in gpus):
             raise InputError("--gpus names distinct GPU indexes, e.g. 0,1")
         visible = ",".join(str(g) for g in gpus)
-        env = {"CUDA_VISIBLE_DEVICES": visible}
+        # the driver's indexes (nvidia-smi's, the host probe's): CUDA numbers devices fastest first otherwise
+        env = {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         if engine == "vllm":
             env["HF_HUB_OFFLINE"] = "1"
         table = "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in env.items()) + " }"

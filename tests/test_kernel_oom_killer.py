@@ -252,7 +252,7 @@ def test_a_recorded_oom_kill_cannot_be_narrowed_to_another_gpu(tmp_path: Path) -
     log = _kernel_log(ENGINE_OOM[2:3])
     _events(log)[0]["device"] = "PCI:0000:5e:00"
     es = _with_log(log)
-    entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": "0"}
+    entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     gpus = entry(es, "host")["payload"]["gpus"]
     for i, gpu in enumerate(gpus):
         gpu["pci_bus_id"] = ["00000000:3B:00.0", "00000000:86:00.0", "00000000:5E:00.0"][i]

@@ -296,3 +296,48 @@ def test_a_superseded_kernel_log_does_not_refuse_the_route(tmp_path: Path) -> No
            "refs": {"supersedes": "health-kernel"}}  # fmt: skip
     r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [_xid79()]), sup])
     assert r["allowed"] is True, r["reasons"]
+
+
+# --- audit 8 neighbours -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("action", "allowed"), [("0x2 (Node Reboot Required)", False), ("0x0 (None)", True)])
+def test_a_gpu_whose_driver_asked_for_a_reboot_after_the_probe_is_refused(
+    tmp_path: Path, action: str, allowed: bool
+) -> None:
+    """Regression: an Xid 154 "GPU recovery action changed ... to Node Reboot Required" on GPU2 after the
+    latest probe was left out as informational (its catalogue class) and the route allowed — the verdict
+    fails the same event during a run (a recovery action other than None)."""
+    line = f"NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to {action}"
+    event = {"time": "2026-09-11T08:10:00Z", "kind": "nvrm-xid", "xid": 154, "device": "PCI:0000:3b:00",
+             "message": line}  # fmt: skip
+    r = _route(tmp_path, [_kernel_log("2026-09-11T08:30:00Z", [event])])
+    assert r["allowed"] is allowed, r["reasons"]
+    if not allowed:
+        assert any("GPU2" in x and "xid:154" in x for x in r["reasons"]), r["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("first", "late", "check"),
+    [(HEALTH_503, HEALTH, "restoration-health-newest"), (COMPLETION_500, READY, "restoration-ready-newest")],
+)
+def test_restore_where_an_older_pass_was_logged_after_a_newer_failure_is_refused(
+    build, first: dict[str, Any], late: dict[str, Any], check: str
+) -> None:
+    """Regression: a failure observed at 18:29 was logged first, then a pass observed at 18:25 (spooled,
+    uploaded late): the newest probe by log order passed and the restoration was allowed. The probe
+    observed last must pass too."""
+    b = build(SEED000)
+    host = "hiro-late"
+    subject = {"backend": "llama.cpp", "model": MODEL, "host": host}
+    base = [HEALTH, MODELS, READY]
+    for p, at in [*((p, "2026-09-01T18:20:00Z") for p in base), (first, "2026-09-01T18:29:00Z"),
+                  (late, "2026-09-01T18:25:00Z")]:  # fmt: skip
+        st = b.ledger.make_statement("health.probe", subject, p, collected_at=at)
+        b.ledger.append([b.ledger.sign(st, "collector")], logged_at=parse_time("2026-09-01T18:29:30Z"))
+    r = check_routing_change(
+        b.ledger, load_policy("routing-change"), {"model": MODEL, "host": host}, action="restore",
+        now=parse_time(RESTORE_NOW),
+    )  # fmt: skip
+    assert r["allowed"] is False
+    assert check in _failed(r)

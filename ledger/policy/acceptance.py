@@ -1568,7 +1568,12 @@ def _same_measurement(older: tuple[Any, ...], newer: tuple[Any, ...]) -> bool:
     )
 
 
-_VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+_VISIBLE_DEVICES = (
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
 _PCI = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?")
 
 
@@ -1585,14 +1590,28 @@ def _pci(text: Any) -> str | None:
 
 def _launch_devices(launch: Evidence, lists: list[list[Any]] | None) -> set[str] | None:
     """The PCI addresses of the GPUs a launch was given (its recorded ``*_VISIBLE_DEVICES``, by index or
-    UUID), through every GPU list the host's probes record — whenever taken, of whichever machine filed
+    UUID — a CUDA index only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and one such variable only), through every
+    GPU list the host's probes record — whenever taken, of whichever machine filed
     under the host: indexes move when a GPU falls off the bus, and which list held at the run cannot be
     told from a later one, so an index names each GPU any list gives it. None when that cannot be told —
     no such variable (every GPU visible), a host that records no GPU list, or an item some list does not
     name: then every event of the host is the launch's (fail closed)."""
     env = launch.payload.get("env")
-    visible = next((env[k] for k in _VISIBLE_DEVICES if isinstance(env, dict) and k in env), None)
+    if not isinstance(env, dict):
+        return None
+    named = [k for k in _VISIBLE_DEVICES if k in env]
+    if len(named) != 1:
+        # none (every GPU visible), or several: they stack (ROCR then HIP; a container's
+        # NVIDIA_VISIBLE_DEVICES then CUDA's indexes within it): which GPU an index names cannot be told
+        return None
+    visible = env[named[0]]
     if not isinstance(visible, str) or not lists:
+        return None
+    # CUDA numbers devices fastest first unless told PCI_BUS_ID: only then is its index the probe's (the
+    # driver's, in PCI bus order); a UUID names the GPU whatever the order
+    cuda_order_known = env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+    cuda_index = named[0] == "CUDA_VISIBLE_DEVICES" and any(v.strip().isdigit() for v in visible.split(","))
+    if cuda_index and not cuda_order_known:
         return None
     out: set[str] = set()
     for item in (v.strip() for v in visible.split(",")):

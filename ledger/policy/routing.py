@@ -783,7 +783,11 @@ def _gpu_faults_after(
         raw = [v if isinstance(v, dict) else {} for v in k.payload["events"]]
         for ev, (t, fact) in zip(raw, derived.get(k.id, []), strict=True):
             after = t >= since if t is not None else k.logged_time >= since
-            if not after or fact["fault_class"] in benign or fact["code"] in handled:
+            # an Xid 154 whose recovery action is not None (a reset, drain or reboot needed) is a fault
+            # whatever its class, as the qualification judges it
+            action = fact.get("recovery_action")
+            harmless = fact["fault_class"] in benign and action in (None, "None")
+            if not after or harmless or fact["code"] in handled:
                 continue
             device = None if host_wide(ev) else _pci(ev.get("device"))
             named = _named_events([{**fact, "time": format_time(t) if t is not None else None}])
@@ -862,12 +866,21 @@ def _served_identity_check(policy: LoadedPolicy) -> tuple[LoadedPolicy, Conditio
 
 
 def _probe_views(policy: LoadedPolicy, probes: list[Evidence], model: str) -> list[dict[str, Any]]:
-    """The fresh probes as the routing policy's CEL reads them: each view with ``serves_model`` — for a
+    """The fresh probes as the routing policy's CEL reads them: each view with ``newest`` (below) and
+    ``serves_model`` — for a
     ``/v1/models`` probe, whether the qualification's own identity check (``_served_identity_check``) holds
     for it alone, with the restored ``model`` as the id the engine must serve (a successful answer whose
     recorded list, ``details.served``, holds it; only a probe that records no list is judged by the id it
     names: a claimed identity the recorded list contradicts is not taken); None for every other check."""
     judge: tuple[LoadedPolicy, Condition] | None = None
+    # ``newest``: the probe of its check the log took last, and the one observed last (its collected_at,
+    # never after the log took it; the log order breaks ties) — each must pass: a probe uploaded late from a
+    # spool is not newer than what was seen after it, nor can a claimed earlier time hide a later failure
+    newest: set[str] = set()
+    for name in {str(p.payload.get("check")) for p in probes}:
+        mine = [p for p in probes if str(p.payload.get("check")) == name]
+        newest.add(max(mine, key=lambda p: p.seq).id)
+        newest.add(max(mine, key=lambda p: (p.observed_time, p.seq)).id)
     out: list[dict[str, Any]] = []
     for p in probes:
         view = p.view()
@@ -877,7 +890,7 @@ def _probe_views(policy: LoadedPolicy, probes: list[Evidence], model: str) -> li
             qual, check = judge
             ctx = {"evidence": [view], "params": qual.params, "manifest": {"served_name": model}, "count": 1}
             serves = check.holds(ctx)
-        out.append({**view, "serves_model": serves})
+        out.append({**view, "serves_model": serves, "newest": p.id in newest})
     return out
 
 

@@ -78,7 +78,7 @@ def _remap(later: list[dict[str, Any]] | None, fault_bus: str = "3b", **probe: A
     the run; a later host probe (``later``) lists the GPUs renumbered."""
     es = qualified_entries()
     entry(es, "host")["payload"]["gpus"] = [_gpu(0, "3B"), _gpu(1, "5E"), _gpu(2, "86")]
-    entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": "0"}
+    entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     event = {
         "time": "2026-09-10T10:03:00Z",
         "kind": "nvrm-xid",
@@ -205,3 +205,48 @@ def test_a_reviewers_rotated_key_does_not_also_accept(tmp_path: Path, rotate: bo
         assert v["verdict"] == INCONCLUSIVE
     else:
         assert v["verdict"] == QUALIFIED
+
+
+# --- which GPU an index names, where the record cannot tell (audit 8) -------------------------------
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "0"},  # ROCR keeps GPU1, HIP's 0 is it
+        {
+            "CUDA_VISIBLE_DEVICES": "0",
+            "HIP_VISIBLE_DEVICES": "1",
+        },  # two selections: which wins cannot be told
+        {"NVIDIA_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "0"},  # a container's GPU1 is CUDA's 0
+        {"CUDA_DEVICE_ORDER": "FASTEST_FIRST", "CUDA_VISIBLE_DEVICES": "0"},  # CUDA's 0 is the fastest GPU
+        {"CUDA_VISIBLE_DEVICES": "0"},  # CUDA's default order is fastest first too
+    ],
+    ids=["rocr-then-hip", "cuda-and-hip", "container-then-cuda", "fastest-first", "cuda-default-order"],
+)
+def test_a_gpu_fault_is_not_narrowed_away_where_the_env_cannot_say_which_gpu(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Regression: the first device variable found was read as an index into the probe's list, and the
+    Xid 79 on the GPU the engine really used (5e) was charged to another: QUALIFIED. Several stacked
+    variables, or a CUDA index without CUDA_DEVICE_ORDER=PCI_BUS_ID, cannot say which GPU: every event of
+    the host counts."""
+    es = _remap(None, fault_bus="5e")
+    entry(es, "launch")["payload"]["env"] = env
+    assert verdict_of(tmp_path, es)["verdict"] == RUNTIME
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+        {"CUDA_VISIBLE_DEVICES": "GPU-3B"},  # a UUID names the GPU whatever the order
+        {"NVIDIA_VISIBLE_DEVICES": "0"},
+    ],
+)
+def test_a_gpu_fault_on_another_gpu_is_narrowed_away_where_the_env_says_which(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    es = _remap(None, fault_bus="5e")
+    entry(es, "launch")["payload"]["env"] = env
+    assert verdict_of(tmp_path, es)["verdict"] == QUALIFIED

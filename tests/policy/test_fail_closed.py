@@ -2021,7 +2021,10 @@ def test_a_host_gpu_fault_counts_against_a_launch_given_that_gpu_or_when_it_cann
     es = qualified_entries()
     _with_pci_host(es)
     if visible is not None:
-        entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": visible}
+        entry(es, "launch")["payload"]["env"] = {
+            "CUDA_VISIBLE_DEVICES": visible,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
     es.append(_host_health_log("2026-09-10T10:03:00Z"))  # device PCI:0000:3b:00
     assert verdict_of(tmp_path, es)["verdict"] == verdict
 
@@ -2029,7 +2032,7 @@ def test_a_host_gpu_fault_counts_against_a_launch_given_that_gpu_or_when_it_cann
 def test_a_host_gpu_event_naming_no_device_counts_against_every_launch_of_the_host(tmp_path: Path) -> None:
     es = qualified_entries()
     _with_pci_host(es)
-    entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": "0"}
+    entry(es, "launch")["payload"]["env"] = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     log = _host_health_log("2026-09-10T10:03:00Z")
     log["payload"]["events"][0].pop("device")
     es.append(log)
