@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -256,30 +255,31 @@ def test_policy_test_fails_when_an_expectation_is_wrong(cli, policy_copy: Path) 
     assert any("expected 'QUALIFIED'" in f for f in failures)
 
 
-def test_tampered_envelope_is_rejected_as_bad_signature(build) -> None:
-    """Someone with write access to the database drops the append-only trigger and edits an envelope."""
-    b = build("backend-qualification/seed004-sleeping.toml")
-    target = b.ledger.get(b.names["health-while-sleeping"])
-    env = json.loads(target.envelope)
+def test_tampered_envelope_is_refused_or_rejected_as_bad_signature(build) -> None:
+    """Someone with write access to the database drops the append-only trigger and edits an envelope to
+    hide the sleeping engine. Edited in place, the envelope no longer hashes to the entry id its leaf
+    commits: the log is refused (integrity). Rewritten with its id, record and leaf (the thorough forger),
+    the row agrees with its leaf and only its signature is wrong: the entry is rejected, bad-signature."""
     import base64
 
+    from ledger.errors import IntegrityError
+    from tests.policy.test_verdict_caches import _tamper
+
+    b = build("backend-qualification/seed004-sleeping.toml")
+    policy = load_policy("backend-qualification")
+    target = b.ledger.get(b.names["health-while-sleeping"])
+    env = json.loads(target.envelope)
     statement = json.loads(base64.b64decode(env["payload"]))
     statement["payload"]["sleeping"] = False  # hide the sleeping engine
     env["payload"] = base64.b64encode(canonical_bytes(statement)).decode()
-    db = sqlite3.connect(b.home / "ledger.db")
-    triggers = [
-        r[0]
-        for r in db.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name='log_entries'")
-    ]
-    for t in triggers:
-        db.execute(f"DROP TRIGGER {t}")
-    db.execute("UPDATE log_entries SET envelope = ? WHERE seq = ?", (canonical_bytes(env), target.seq))
-    db.commit()
-    db.close()
-    result = evaluate(b.ledger, {"campaign": "router-ocr"}, load_policy("backend-qualification"))
+    _tamper(b.home, target.seq, env, thorough=False)
+    with pytest.raises(IntegrityError, match="envelope hashes to"):
+        evaluate(b.ledger, {"campaign": "router-ocr"}, policy)
+    edited = _tamper(b.home, target.seq, env)
+    result = evaluate(b.ledger, {"campaign": "router-ocr"}, policy)
     rejected = {r["entry"]: r for r in result["rejected"]}
-    assert rejected[target.entry_id]["rule"] == "bad-signature"
-    assert target.entry_id not in result["used"]
+    assert rejected[edited]["rule"] == "bad-signature"
+    assert edited not in result["used"]
 
 
 def _bench_verdict_module():  # type: ignore[no-untyped-def]
