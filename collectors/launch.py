@@ -92,12 +92,14 @@ class _Tee(threading.Thread):
         self.pipe = pipe
         self.path = path
         self.on_line = on_line
+        self.lines = 0  # lines written to the file so far
 
     def run(self) -> None:
         with self.path.open("wb") as out:
             for raw in iter(self.pipe.readline, b""):
                 out.write(raw)
                 out.flush()
+                self.lines += 1
                 with contextlib.suppress(Exception):
                     self.on_line(raw.decode("utf-8", errors="replace"))
         self.pipe.close()
@@ -127,6 +129,7 @@ class EngineRun:
         self.time_to_ready_s: float | None = None
         # exited | lease-expired | lease-end | finished | cancelled | ready
         self.stop_reason: str | None = None
+        self.stop_lines: dict[str, int] | None = None  # log name → its lines when the stop was sent
         self.lease_expired = False
         self.failure_observed: str | None = None  # set by probes that saw the engine fail a request
         self.stop_escalated = False
@@ -320,6 +323,11 @@ class EngineRun:
         if self.proc is None or self.pgid is None:
             return
         if self.proc.poll() is None:
+            # where each log stood when this process told the engine to stop: what follows is its shutdown
+            # (the policy reads the run's faults up to there, then up to the first stop marker)
+            with self._lock:
+                if self.stop_lines is None:
+                    self.stop_lines = {t.path.name: t.lines for t in self._tees}
             self._signal_group(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=self.spec.grace_seconds)
@@ -418,6 +426,8 @@ class EngineRun:
         }
         if self.proc is not None and self.proc.returncode is not None:
             details["returncode"] = self.proc.returncode
+        if self.stop_lines is not None:
+            details["stop_lines"] = dict(self.stop_lines)
         if self.ready_state is not None:
             details["ready_server"] = self.ready_state.server
         if c.signature:

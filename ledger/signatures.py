@@ -309,10 +309,27 @@ def stop_markers(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
     return _stop_markers(*_stamp(path))
 
 
-def before_stop(pieces: Iterable[str], markers: Sequence[re.Pattern[str]]) -> Iterator[str]:
-    """One log's pieces (each of whole lines) up to the line of the first stop marker, not included."""
+def before_stop(
+    pieces: Iterable[str], markers: Sequence[re.Pattern[str]], kept_lines: int = 0
+) -> Iterator[str]:
+    """One log's pieces (each of whole lines): its first ``kept_lines`` lines whatever they say (what the
+    engine logged before it was told to stop), then on up to the line of the first stop marker, not
+    included (its shutdown)."""
+    left = kept_lines
     for text in pieces:
-        first = min((m.start() for m in (mk.search(text) for mk in markers) if m is not None), default=None)
+        skip = 0
+        if left > 0:  # the lines logged before the stop: a marker among them is the engine's own line
+            cut = 0
+            while left > 0:
+                nl = text.find("\n", cut)
+                if nl < 0:
+                    cut = len(text)
+                    break
+                cut, left = nl + 1, left - 1
+            skip = cut
+        first = min(
+            (m.start() for m in (mk.search(text, skip) for mk in markers) if m is not None), default=None
+        )
         if first is None:
             yield text
             continue

@@ -1866,6 +1866,21 @@ def _classify_stored_logs(
     recorded outcome (ready, exit code, signal, lease) decides the signatures that also name one.
     """
     p = e.payload
+    raw = p.get("details")
+    details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    stop_lines = details.get("stop_lines")
+    collector_stopped = details.get("stop_reason") in COLLECTOR_STOPPED
+
+    def kept(name: Any) -> int | None:
+        """Lines of a log read whatever they say before the shutdown is cut at a stop marker, or None:
+        read whole. Where the launch records how far each log had come when the collector told the engine
+        to stop (``details.stop_lines``), that far — a marker the engine printed before (a signal from
+        elsewhere) hides none of its later faults; a launch recorded before that was kept, stopped by the
+        collector, from the start; any other (the engine ended on its own, or a malformed record) whole."""
+        if isinstance(stop_lines, dict):
+            n = stop_lines.get(name)
+            return n if type(n) is int and n >= 0 else None
+        return 0 if stop_lines is None and collector_stopped else None
 
     def pieces() -> Iterator[str]:
         detail = p.get("failure_detail")
@@ -1874,9 +1889,10 @@ def _classify_stored_logs(
         for a in e.artifacts:
             if not a.get("stored", True):
                 continue
+            keep = kept(a.get("name"))
             try:
                 with store.open_verified(parse_digest(str(a.get("digest")))) as f:
-                    yield from before_stop(_lines_of(f), markers)
+                    yield from _lines_of(f) if keep is None else before_stop(_lines_of(f), markers, keep)
             except LedgerError:
                 continue
 
