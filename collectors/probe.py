@@ -92,6 +92,20 @@ def probe_models(base_url: str, *, expect: str | None = None, timeout: float = 1
     }
 
 
+def _answered_model(r: httpx.Response | None) -> str | None:
+    """The model a chat completion answer names (its ``model`` field), or None where it names none (no
+    answer, not JSON, no or an empty ``model``). The asked name is the probe's ``model_identity``: a router
+    that lists the right model may answer from another, and only the answer says so (llama.cpp's server
+    echoes whatever name was asked, vLLM names the model that answered)."""
+    if r is None or r.status_code != 200:
+        return None
+    try:
+        got = r.json().get("model")
+    except (ValueError, AttributeError):
+        return None
+    return got if isinstance(got, str) and got else None
+
+
 def _chat(c: httpx.Client, base: str, body: dict[str, Any]) -> tuple[httpx.Response | None, str | None, str]:
     try:
         r = c.post(base + "/v1/chat/completions", json=body)
@@ -142,6 +156,7 @@ def probe_completion(
         "http_status": r.status_code if r is not None else None,
         "latency_ms": _ms(t0),
         "model_identity": model,
+        "answered_model": _answered_model(r),
         "expected": expect,
         "max_tokens": max_tokens,
         "text": None if text is None else text[:_TEXT_LIMIT],
@@ -211,6 +226,7 @@ def probe_structured(
         "http_status": r.status_code if r is not None else None,
         "latency_ms": _ms(t0),
         "model_identity": model,
+        "answered_model": _answered_model(r),
         "max_tokens": max_tokens,
         "text": None if text is None else text[:_TEXT_LIMIT],
         "error": err or None,
@@ -234,12 +250,16 @@ def probe_sequential(
     latencies: list[float] = []
     failures: list[str] = []
     statuses: list[int | None] = []
+    answered: list[str] = []  # the distinct model names the answers gave, in the order first seen
     with http_client(timeout) as c:
         for i in range(count):
             t1 = time.monotonic()
             r, text, err = _chat(c, base, _body(model, prompt, max_tokens))
             ms = _ms(t1)
             statuses.append(r.status_code if r is not None else None)
+            name = _answered_model(r)
+            if name is not None and name not in answered:
+                answered.append(name)
             if text is None:
                 failures.append(f"request {i + 1}: {err}")
             else:
@@ -251,6 +271,8 @@ def probe_sequential(
     done = len(latencies)
     ok = done == count and not failures
     summary: dict[str, Any] = {"completed": done, "requested": count, "failures": failures[:20]}
+    if len(answered) > 1:
+        summary["answered_models"] = answered[:20]
     if latencies:
         s = sorted(latencies)
         summary.update(p50_ms=s[len(s) // 2], max_ms=s[-1], mean_ms=round(sum(s) / len(s), 2))
@@ -262,6 +284,8 @@ def probe_sequential(
         "count": done,
         "latencies_ms": latencies,
         "model_identity": model,
+        # one answer from another model is enough: the first name that is not the asked one, else the name
+        "answered_model": next((a for a in answered if a != model), answered[0] if answered else None),
         "max_tokens": max_tokens,
         "error": failures[0] if failures else None,
         "details": {**summary, "max_latency_ms": max_latency_ms},

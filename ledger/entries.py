@@ -402,7 +402,9 @@ class HealthProbe(_Model):
     ok: bool
     http_status: int | None = Field(default=None, ge=100, le=599)  # an HTTP status code, or none (no answer)
     latency_ms: Figure | None = None
-    model_identity: str | None = None
+    model_identity: str | None = None  # completions: the model asked for; models: the first id listed
+    # a completion probe's answer's own ``model`` (None where it names none): a router may answer from another
+    answered_model: str | None = None
     sleeping: bool | None = None
     expected: str | None = None
     text: str | None = None
