@@ -585,7 +585,9 @@ def test_verdict_is_the_cli_verdict_json_byte_for_byte(http: httpx.Client, deplo
     assert gates["ready-control"]["status"] == "not_authorized"
     assert ids["launch"] in gates["api-readiness"]["evidence"]
     assert {ids["probe"], ids["pin"], ids["launch"], ids["health"]} <= set(v["used"])
-    assert ids["completion"] not in v["used"]  # its gate was not reached
+    # the completion is api-readiness evidence too (the model its answer names), read there; its own gate,
+    # ready-control, was not reached
+    assert ids["completion"] in gates["api-readiness"]["evidence"]
     assert v["counts"]["considered"] == 6
 
     # the default policy is backend-qualification; naming it changes nothing
