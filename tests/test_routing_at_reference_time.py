@@ -127,11 +127,13 @@ def route_campaign(
     tmp_path: Path, entries: list[dict[str, Any]], now: str, deployment: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """``check routing-change`` of the campaign's backend/model/host (``ONE_GPU`` by default) at ``now``,
-    on a home built from ``entries`` (``_campaign_home``)."""
+    on a home built from ``entries`` (``_campaign_home``, in a folder of its own: a test may route twice)."""
+    import tempfile
+
     from ledger.policy.loader import load_policy
     from ledger.policy.routing import check_routing_change
 
-    _home, ledger, _b = _campaign_home(tmp_path, entries)
+    _home, ledger, _b = _campaign_home(Path(tempfile.mkdtemp(dir=tmp_path)), entries)
     try:
         subject = {k: CAMPAIGN[k] for k in ("backend", "model", "host")}
         return check_routing_change(

@@ -10,7 +10,6 @@ is named after the failure it holds fixed; the neighbours beside it show what is
 from __future__ import annotations
 
 import copy
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,12 @@ import pytest
 import tests.policy.conftest as policy_conftest
 from ledger.entries import format_time, parse_time
 from ledger.errors import PolicyError
-from ledger.policy.fixtures import _Builder
 from ledger.policy.loader import load_policy
 from ledger.policy.routing import _served_identity_check, check_routing_change
-from ledger.service import Ledger
 from tests.policy.conftest import POLICY_DIR
-from tests.policy.test_fail_closed import KEYS, entry, qualified_entries
 from tests.policy.test_fail_closed import SUBJECT as CAMPAIGN
+from tests.policy.test_fail_closed import entry, qualified_entries
+from tests.test_routing_at_reference_time import route_campaign
 
 build = policy_conftest.build  # a ledger built from a policy fixture file
 cli = policy_conftest.cli
@@ -170,7 +168,6 @@ def test_a_refused_restoration_exits_1_naming_the_failed_probe(build, cli) -> No
 
 # --- a GPU fault after the host's latest probe ----------------------------------------------------------
 
-ROUTE = {"backend": "vllm", "model": "m-7", "host": "gpu-box-1"}
 ROUTE_NOW = "2026-09-11T09:00:00Z"
 ON_GPU2 = {"host": "gpu-box-1", "services": [{"name": "vllm-embed", "model": "m-7", "gpus": [2],
                                               "gpu_memory_utilization": 0.25}]}  # fmt: skip
@@ -206,25 +203,7 @@ def _route(
     recorded, then ``extra``; the route judged the next morning."""
     es = qualified_entries()
     entry(es, "host")["payload"]["gpus"] = [_gpu(i, bus) for i, bus in enumerate(buses)]
-    entries = [*es, copy.deepcopy(VERDICT), *extra]
-    home = Path(tempfile.mkdtemp(dir=tmp_path)) / "home"
-    ledger = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))
-    try:
-        spec = {
-            "start": "2026-09-10T09:00:00Z",
-            "keys": KEYS,
-            "defaults": {"subject": CAMPAIGN},
-            "entries": entries,
-        }
-        b = _Builder(ledger, spec, POLICY_DIR)
-        b.enrol_keys()
-        b.add_all(entries)
-        return check_routing_change(
-            ledger, load_policy("routing-change", POLICY_DIR), dict(ROUTE), deployment=deployment,
-            now=parse_time(ROUTE_NOW),
-        )  # fmt: skip
-    finally:
-        ledger.close()
+    return route_campaign(tmp_path, [*es, copy.deepcopy(VERDICT), *extra], ROUTE_NOW, deployment)
 
 
 def test_a_gpu_that_fell_off_the_bus_after_the_latest_probe_is_refused(tmp_path: Path) -> None:
