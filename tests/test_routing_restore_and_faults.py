@@ -147,13 +147,37 @@ def test_the_restore_identity_is_the_qualifications_own_check_not_a_copy(tmp_pat
     for p in POLICY_DIR.glob("*.toml"):
         (dest / p.name).write_bytes(p.read_bytes())
     routing = dest / "routing-change.toml"
-    routing.write_text(
-        routing.read_text().replace(
-            'check = "/v1/models did not serve the expected model"', 'check = "nothing"'
+    routing.write_text(routing.read_text().replace('check = "served-identity"', 'check = "nothing"'))
+    with pytest.raises(PolicyError, match="names check 'nothing' of gate 'api-readiness'"):
+        _served_identity_check(load_policy("routing-change", dest))
+
+
+def test_rewording_the_identity_checks_fail_text_keeps_the_restore_check(tmp_path: Path) -> None:
+    """The routing policy reads the qualification's identity check by its `id`, not by the start of its fail
+    text (which found it before): rewording the reason a reviewer reads breaks no reference. Two checks of
+    one gate with the same id are a policy error."""
+    dest = tmp_path / "policies"
+    dest.mkdir()
+    for p in POLICY_DIR.glob("*.toml"):
+        (dest / p.name).write_bytes(p.read_bytes())
+    qual_file = dest / "backend-qualification.toml"
+    text = qual_file.read_text()
+    old = (
+        'fail = "/v1/models did not serve the expected model: the engine is not serving the model under test"'
+    )
+    assert text.count(old) == 1
+    qual_file.write_text(text.replace(old, 'fail = "the engine listed another model on /v1/models"'))
+    qual, check = _served_identity_check(load_policy("routing-change", dest))
+    assert "details.served" in check.source
+
+    qual_file.write_text(
+        text.replace('id = "served-identity"', 'id = "served-identity"\n# dup').replace(
+            'fail = "/health failed after the engine reached readiness',
+            'id = "served-identity"\nfail = "/health failed after the engine reached readiness',
         )
     )
-    with pytest.raises(PolicyError, match="names 0 checks of gate 'api-readiness'"):
-        _served_identity_check(load_policy("routing-change", dest))
+    with pytest.raises(PolicyError, match="check ids of a gate are unique"):
+        load_policy("backend-qualification", dest)
 
 
 def test_a_refused_restoration_exits_1_naming_the_failed_probe(build, cli) -> None:

@@ -165,12 +165,15 @@ class Check(_Model):
     """``expr`` judges the gate's selection; when it fails, ``fail`` is the reason. With ``each`` (CEL over
     one selected entry ``e``, with ``params`` and ``manifest``) and ``detail`` (a template over ``e``), the
     reason also names each selected entry for which ``each`` does not hold — which probe failed, and why.
-    ``each`` only names: the verdict is ``expr``'s."""
+    ``each`` only names: the verdict is ``expr``'s. ``id`` (optional, unique in its gate) is the name another
+    policy reads the check by (the routing policy's ``params.served_identity``), so rewording ``fail`` breaks
+    no reference."""
 
     expr: str
     fail: str
     each: str | None = None
     detail: str | None = None
+    id: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _naming(self) -> Check:
@@ -210,6 +213,9 @@ class Gate(_Model):
         for sel in self.select:
             if not isinstance(sel.get("kind"), str):
                 raise ValueError("every `select` item names a `kind`")
+        ids = [c.id for c in self.checks if c.id is not None]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"check ids of a gate are unique: {sorted(i for i in ids if ids.count(i) > 1)}")
         return self
 
     def selected_kinds(self) -> list[str]:

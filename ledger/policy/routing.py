@@ -852,15 +852,16 @@ def _served_identity_check(policy: LoadedPolicy) -> tuple[LoadedPolicy, Conditio
     if not isinstance(named, dict) or not all(isinstance(named.get(k), str) for k in ("gate", "check")):
         raise PolicyError(
             f"{policy.path}: params.served_identity must name the qualification's identity check: "
-            '{ gate = "…", check = "<the start of its fail text>" }'
+            '{ gate = "…", check = "<the id of the check>" }'
         )
     qual = load_policy(policy.spec.routing.qualification, policy.path.parent)
     gate = next((g for g in qual.gates if g.spec.name == named["gate"]), None)
-    found = [c for c, fail, _ in (gate.checks if gate is not None else ()) if fail.startswith(named["check"])]
+    checks = list(zip(gate.checks, gate.spec.checks, strict=True)) if gate is not None else []
+    found = [compiled[0] for compiled, check in checks if check.id == named["check"]]
     if len(found) != 1:
         raise PolicyError(
-            f"{policy.path}: params.served_identity names {len(found)} checks of gate {named['gate']!r} of "
-            f"{qual.name} whose fail text starts {named['check']!r}; it must name exactly one"
+            f"{policy.path}: params.served_identity names check {named['check']!r} of gate "
+            f"{named['gate']!r}, which {qual.name} does not define (a check's `id`)"
         )
     return qual, found[0]
 
