@@ -487,6 +487,13 @@ def check_routing_change(
     # re-derived as of the check's reference time (``when``): freshness and ages at the time the change is
     # judged at, not at the log's last entry (an unrelated append would change the answer)
     current = _rederive(ledger, policy, verdict, size, match, when) if verdict is not None else None
+    # every other campaign of the same backend, model and host active within the verdict bound, judged
+    # again now: a failure of one stands against the route whatever verdict another campaign earned since
+    standing = (
+        _standing_failures(ledger, policy, verdict, current, size, match, when, snap)
+        if action == "route" and verdict is not None
+        else []
+    )
     host_gpus = _host_gpus(host_entries, usable, (current or {}).get("machine"))
     gpu_probe = host_gpus[2]
     # GPU events the kernel logs of the host record after its latest probe: that probe does not show those
@@ -523,6 +530,7 @@ def check_routing_change(
             "gpu_probe_text": _probe_text(gpu_probe),
         },
         "current": current,
+        "standing_failures": standing,
         "qualified_engine": qualified_engine,
         "qualified_engine_text": (
             f"{qualified_engine} (the engine the campaign's approved spec binds)"
@@ -594,6 +602,7 @@ def check_routing_change(
             if verdict is not None
             else None
         ),
+        "standing_failures": standing,
         "host": {"name": host_name, "facts": facts, "fact_sources": fact_sources},
         "deployment": {"source": deployment_source, "gpus": gpus} if deployment is not None else None,
         "deployment_spec": deployment,
@@ -652,6 +661,10 @@ def _rederive(
         # the machine its job ran on (spec.bindings.hostname, where the job records it): the host's GPUs
         # are those its probes of that machine show (policy rule other-machine)
         "machine": bindings.get("hostname") if isinstance(bindings.get("hostname"), str) else None,
+        # the model revision its approved spec binds: another campaign binding it runs the same model
+        "model_revision": (
+            bindings.get("model_revision") if isinstance(bindings.get("model_revision"), str) else None
+        ),
     }
 
     def same(k: str, got: Any) -> bool:
@@ -670,6 +683,120 @@ def _rederive(
         }
     # not QUALIFIED as of ``when`` (a field it cannot tell is then the evidence it lost: said below)
     return {**base, "verdict": result["verdict"], "reason": _why_not(ledger, verdict, result)}
+
+
+# the kinds whose entries show a campaign was run for a subject (its job, its launches) or judged (a verdict)
+_CAMPAIGN_KINDS = ("job", "engine.launch", "verdict")
+
+
+def _same_name(a: Any, b: Any) -> bool:
+    """Two spellings of one model name: the same once surrounding whitespace and case are set aside."""
+    return isinstance(a, str) and isinstance(b, str) and a.strip().casefold() == b.strip().casefold()
+
+
+def _standing_failures(
+    ledger: Ledger,
+    policy: LoadedPolicy,
+    verdict: Evidence | None,
+    current: Mapping[str, Any] | None,
+    size: int,
+    match: Mapping[str, str],
+    when: datetime,
+    snap: Snapshot,
+) -> list[dict[str, Any]]:
+    """The other campaigns of the requested subject (``match``: backend, model, host) that show a failure,
+    each judged again as of ``when`` with the qualification policy — so that no verdict can be shopped
+    for: a team whose campaign failed cannot route on a second campaign's QUALIFIED while the failure
+    stands.
+
+    A campaign is a candidate when the log took one of its jobs, launches or verdicts (by the campaign its
+    entry names, or the one a verdict evaluated) within the policy's ``verdict_max_age`` before ``when`` —
+    by the time the log took it, not a time the entry claims — under the requested host, model or backend.
+    It is of the requested subject unless what it is judged to be says otherwise (derived, not read from
+    labels alone): a host compares as a host name; a backend by the name ``params.engine_names`` maps it
+    to, its label or the engine its approved spec binds; a model by its name (case and surrounding
+    whitespace aside) or the model revision its spec binds, which the route's own campaign binds too. A
+    field it leaves untold is the requested one (fail closed).
+
+    It shows a failure when it is NOT QUALIFIED, or when a gate past the one that stopped its ladder fails
+    on its evidence all the same (``failing_beyond_ladder``: a crash behind a missing host probe). The
+    failure stops standing once its failing evidence is superseded or the campaign is older than the
+    bound. The campaign of the verdict the route relies on is judged by the other checks (``current``)."""
+    from ledger.policy.loader import load_policy
+    from ledger.policy.verdict import evaluate, evaluated_subject
+
+    assert policy.spec.routing is not None
+    routing = policy.spec.routing
+    names = policy.params.get("engine_names")
+    aliases: dict[str, str] = names if isinstance(names, dict) else {}
+
+    def engine(v: Any) -> str | None:
+        return aliases.get(v.strip(), v.strip()).casefold() if isinstance(v, str) and v.strip() else None
+
+    since = when - timedelta(seconds=parse_duration(routing.verdict_max_age))
+    chosen = (evaluated_subject(verdict.payload) or {}).get("campaign") if verdict is not None else None
+    seen: dict[str, tuple[int, str]] = {}  # campaign -> the newest entry that names it (seq, id)
+    for field in ("host", "model", "backend"):
+        if field not in match:
+            continue
+        for e in _entries(ledger, subject={field: match[field]}, kinds=_CAMPAIGN_KINDS, size=size, snap=snap):
+            if not since <= e.logged_time <= when:
+                continue
+            if e.kind == "verdict":
+                if (e.payload.get("policy") or {}).get("name") != routing.qualification:
+                    continue
+                name = (evaluated_subject(e.payload) or {}).get("campaign")
+            else:
+                name = e.subject.get("campaign")
+            if isinstance(name, str) and name.strip() and name != chosen:
+                seen[name] = max(seen.get(name, (-1, "")), (e.seq, e.id))
+    if not seen:
+        return []
+    revision = (current or {}).get("model_revision")
+    qual = load_policy(routing.qualification, policy.path.parent)
+    out: list[dict[str, Any]] = []
+    for name in sorted(seen):
+        result = evaluate(ledger, {"campaign": name}, qual, at_size=size, reference_time=when)
+        identity = {**(result.get("identity") or {})}
+        bindings = (result.get("manifest") or {}).get("bindings") or {}
+        differs: list[str] = []
+        told_host = identity.get("host")
+        if "host" in match and isinstance(told_host, str) and host_key(told_host) != host_key(match["host"]):
+            differs.append(f"host={told_host}")
+        if "backend" in match:
+            told = [x for x in (engine(identity.get("backend")), engine(bindings.get("engine"))) if x]
+            if told and engine(match["backend"]) not in told:
+                differs.append(f"backend={identity.get('backend') or bindings.get('engine')}")
+        if "model" in match and isinstance(identity.get("model"), str):
+            same_revision = (
+                isinstance(revision, str) and revision and bindings.get("model_revision") == revision
+            )
+            if not _same_name(identity["model"], match["model"]) and not same_revision:
+                differs.append(f"model={identity['model']}")
+        if differs:
+            continue
+        word = str(result.get("verdict") or "")
+        beyond = result.get("failing_beyond_ladder") or []
+        if word.startswith("NOT QUALIFIED"):
+            reason = _first_failure(result)
+        elif beyond:
+            first = beyond[0]
+            reason = (
+                f"{word}, but past where its ladder stopped {first.get('gate')} fails: "
+                f"{first.get('reason') or ''} ({first.get('verdict_if_failed')})"
+            )
+        else:
+            continue
+        out.append({"campaign": name, "entry": seen[name][1], "verdict": word, "reason": reason})
+    return out
+
+
+def _first_failure(result: Mapping[str, Any]) -> str:
+    """The first failed gate of a verdict result and its reason ("" where none failed)."""
+    for g in result.get("gates") or []:
+        if isinstance(g, dict) and g.get("status") == "failed":
+            return f"{g.get('name')}: {g.get('reason') or ''}".strip()
+    return ""
 
 
 # rules under which evidence a verdict relied on stops standing after it was recorded

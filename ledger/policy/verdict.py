@@ -242,6 +242,26 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
     with_against: tuple[list[Evidence], dict[str, list[Evidence]], bool] | None = None
     against_columns: dict[tuple[str, str], list[Any]] = {}
     against_ids = {e.id for e in filtered.against}
+    # the gates past the first that did not pass that would fail on their selection all the same: the
+    # ladder stops there (not authorized), but a failure they show is on record — the routing gate's
+    # no-standing-failure reads it (a crash behind a missing host probe still stands against a route)
+    beyond: list[dict[str, str]] = []
+
+    def judged_with_against(g: CompiledGate, candidates: list[Evidence]) -> dict[str, Any]:
+        nonlocal with_against
+        out = _judge_gate(g, candidates, params, filtered)
+        if out["status"] != "failed" and against_ids:
+            if with_against is None:
+                with_against = _pool(sorted([*filtered.accepted, *filtered.against], key=_seq))
+            pool, pool_kinds, pool_ordered = with_against
+            more = _candidates(g, pool, pool_kinds, params, against_columns, pool_ordered)
+            if any(e.id in against_ids for e in more):
+                judged = _judge_gate(g, more, params, filtered)
+                if judged["status"] == "failed":
+                    out.pop("stopped", None)
+                    out.update(judged)
+        return out
+
     for g in policy.gates:
         spec = g.spec
         candidates = _candidates(g, credited, by_kind, params, columns, ordered)
@@ -254,18 +274,13 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             )
             not_credited.extend({"entry": e.id, "gate": spec.name} for e in candidates)
             gates.append(out)
+            would = judged_with_against(g, candidates)
+            if would["status"] == "failed":
+                beyond.append(
+                    {"gate": spec.name, "verdict_if_failed": spec.verdict, "reason": would["reason"]}
+                )
             continue
-        out.update(_judge_gate(g, candidates, params, filtered))
-        if out["status"] != "failed" and against_ids:
-            if with_against is None:
-                with_against = _pool(sorted([*filtered.accepted, *filtered.against], key=_seq))
-            pool, pool_kinds, pool_ordered = with_against
-            more = _candidates(g, pool, pool_kinds, params, against_columns, pool_ordered)
-            if any(e.id in against_ids for e in more):
-                judged = _judge_gate(g, more, params, filtered)
-                if judged["status"] == "failed":
-                    out.pop("stopped", None)
-                    out.update(judged)
+        out.update(judged_with_against(g, candidates))
         why = out.pop("stopped", "")
         if out["status"] == "missing":
             stopped = (spec.name, why)
@@ -294,6 +309,7 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
         "rejected": [r.to_json() for r in filtered.rejected],
         "not_credited": not_credited,
         "unjudged": unjudged,
+        "failing_beyond_ladder": beyond,
         "manifest": {"bindings": filtered.manifest, "sources": filtered.manifest_sources},
         "counts": {
             "considered": len(snap.entries),
