@@ -148,7 +148,8 @@ def verdict(
         str | None,
         typer.Option(
             help="Judge as of this time (RFC 3339, or e.g. '1 hour ago'; default: with --record the clock, "
-            "else the log time of the last entry)."
+            "else the log time of the last entry): the log as it stood then, without the entries it took "
+            "after that time."
         ),
     ] = None,
     record: Annotated[
@@ -187,10 +188,14 @@ def verdict(
         check_extends_held(ledger)
         if record:
             _refuse_past_record(ledger, at, when)
+        elif now:
+            at = _size_as_of(ledger, at, when)
         result = evaluate(ledger, subj, pol, at_size=at, reference_time=when)
     else:
         reader = _read_ledger(home)
         check_extends_held(reader)
+        if now:
+            at = _size_as_of(reader, at, when)
         result = evaluate(reader, subj, pol, at_size=at, reference_time=when)
     if trust is not None:  # the checkpoint the verdict was judged at must carry the policy's quorum
         problems = checkpoint_problems(ledger, int(result["checkpoint"]["size"]), trust)
@@ -209,6 +214,42 @@ def verdict(
         _render_verdict(result)
     if entry is not None:
         err.print(f"recorded verdict entry {entry.entry_id} (seq {entry.seq})")
+
+
+def _size_as_of(ledger: Any, at: int | None, when: Any) -> int | None:
+    """The log as it stood at ``when`` (``--now``): the entries the log took at or before it — evidence
+    logged after the time a verdict is judged at did not exist then. The log's clock never runs back, so
+    the count is found by bisection on the log times. With ``--at``, that size must not read past
+    ``when`` (an error naming the first entry after it); without an entry at or before ``when`` there is
+    nothing to judge (an error)."""
+    from ledger.entries import format_time, parse_time
+    from ledger.errors import InputError
+
+    total = ledger.size()
+    limit = total if at is None else at
+    if when is None or not 0 < limit <= total:
+        return at  # the evaluation reports a size out of range
+    with ledger.repo.read() as conn:
+        lo, hi = 0, limit  # entries [0, lo) were logged at or before ``when``; [hi, limit) after it
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if parse_time(ledger.repo.logged_at(conn, mid)) <= when:
+                lo = mid + 1
+            else:
+                hi = mid
+        first_after = ledger.repo.logged_at(conn, lo) if lo < limit else None
+    if lo == 0:
+        raise InputError(
+            f"the log holds no entry logged at or before {format_time(when)}: nothing to judge as of then",
+            hint="judge as of a later time (--now)",
+        )
+    if at is not None and first_after is not None:
+        raise InputError(
+            f"--at {at} reads entries logged after --now {format_time(when)} (seq {lo}, logged "
+            f"{first_after}): as of then the log had {lo} entries",
+            hint=f"leave out --at (the log as it stood at --now), or --at {lo} or less",
+        )
+    return lo
 
 
 def _refuse_past_record(ledger: Any, at: int | None, when: Any) -> None:
