@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
@@ -95,8 +96,9 @@ def _reject_constant(name: str) -> Any:
     raise CanonicalJsonError(f"JSON constant {name} is not allowed")
 
 
-def parse_json(data: bytes | str) -> Any:
-    """Parse JSON strictly: no NaN/Infinity, no duplicate keys, bounded depth."""
+def parse_json(data: bytes | str, *, parse_float: Callable[[str], Any] | None = None) -> Any:
+    """Parse JSON strictly: no NaN/Infinity, no duplicate keys, bounded depth (``parse_float``: as
+    ``json.loads``'s; what it raises propagates)."""
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -108,7 +110,11 @@ def parse_json(data: bytes | str) -> Any:
 
     try:
         value = json.loads(
-            data, object_pairs_hook=no_duplicates, parse_constant=_reject_constant, parse_int=_parse_int
+            data,
+            object_pairs_hook=no_duplicates,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
+            parse_float=parse_float,
         )
     except RecursionError as e:
         raise JsonTooDeepError("JSON nested too deeply") from e

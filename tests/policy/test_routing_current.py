@@ -143,6 +143,35 @@ def test_a_gpu_memory_utilization_of_zero_or_out_of_range_is_an_error_not_a_free
     assert "gpu_memory_utilization" in ei.value.message and str(p) in ei.value.message
 
 
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_a_utilisation_with_more_digits_than_a_float_keeps_is_an_error_not_rounded(
+    tmp_path: Path, suffix: str
+) -> None:
+    """Found by an audit: 0.44 + 0.440000000000000001 on one GPU was allowed under a 0.88 bound — the file
+    was read as binary floats (0.44 + 0.44) before the exact sum. A number a float cannot keep as stated is
+    refused, naming it; one it keeps (0.4400000004, 5e-1, 0.50) is read as stated."""
+    fine, bad = 0.4400000004, "0.440000000000000001"
+    for value, ok in ((bad, False), ("0.4400000004", True), ("5e-1", True), ("0.50", True)):
+        p = tmp_path / f"d{suffix}"
+        if suffix == ".toml":
+            p.write_text(
+                f'host = "h"\n[[services]]\nname = "a"\ngpus = [0]\ngpu_memory_utilization = {value}\n'
+            )
+        else:
+            p.write_text(
+                '{"host": "h", "services": [{"name": "a", "gpus": [0], "gpu_memory_utilization": '
+                + value
+                + "}]}"
+            )
+        if ok:
+            assert load_deployment(p)["services"][0]["gpu_memory_utilization"] in (fine, 0.5)
+        else:
+            with pytest.raises(InputError) as ei:
+                load_deployment(p)
+            assert f"{bad} has more digits than can be compared exactly" in ei.value.message
+            assert str(p) in ei.value.message
+
+
 @pytest.mark.parametrize("bad", ["gpu_memory_utilisation", "gpu_mem_util", "GPU_MEMORY_UTILIZATION"])
 def test_misspelled_deployment_key_is_an_error_naming_key_and_file(tmp_path: Path, bad: str) -> None:
     p = tmp_path / "dep.json"
