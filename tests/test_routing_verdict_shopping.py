@@ -1,14 +1,15 @@
 """No verdict shopping: a campaign that failed stands against the route of its backend, model and host.
 
-Before, `ledger check routing-change` followed the most recently recorded verdict among the campaigns that share
-the route's backend, model and host: a team whose campaign came out NOT QUALIFIED opened a second campaign, and
-its QUALIFIED allowed the route while the failure stood. Now every other campaign of the subject that the log
-took a job, launch or verdict of within the policy's verdict_max_age is judged again at the check's reference
-time (`standing_failures`, check `no-standing-failure`)."""
+Before, `ledger check routing-change` followed the most recently recorded verdict among the campaigns that
+share the route's backend, model and host: a team whose campaign came out NOT QUALIFIED opened a second
+campaign, and its QUALIFIED allowed the route while the failure stood. Now every other campaign of the
+subject that the log took a job, launch or verdict of within the policy's verdict_max_age is judged again at
+the check's reference time (`standing_failures`, check `no-standing-failure`)."""
 
 from __future__ import annotations
 
 import copy
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -193,3 +194,43 @@ def test_an_unfinished_other_campaign_does_not_refuse_the_route(tmp_path: Path) 
             e["payload"].update(failure_signature=None, exit_code=None, signal=None)
     r = _route(tmp_path, [e for e in es if e["name"] != "shop-a-completion"])
     assert r["standing_failures"] == [], r["standing_failures"]
+
+
+def test_the_verdict_shows_a_failure_past_where_its_ladder_stopped(tmp_path: Path, cli: Any) -> None:
+    """The INCONCLUSIVE campaign whose crash sits behind a missing host probe says so: the JSON's
+    `failing_beyond_ladder`, a table in `ledger verdict` (on a pipe: one tab-separated line per row), and
+    a table on the verdict page."""
+    from fastapi.testclient import TestClient
+
+    from ledger.api.app import create_app
+    from ledger.api.settings import ApiSettings
+    from tests.test_routing_at_reference_time import _campaign_home
+
+    es = [e for e in failed_campaign() if e["kind"] != "host.probe"]
+    home, ledger, _b = _campaign_home(tmp_path, es)
+    r = cli("verdict", "--home", str(home), "--subject", "campaign=shop-a", "--json")
+    v = json.loads(r.out)
+    assert v["verdict"] == "INCONCLUSIVE"
+    b = v["failing_beyond_ladder"][0]  # the first, in ladder order (ready-control fails after it)
+    assert (
+        b["gate"] == "runtime-stability" and b["verdict_if_failed"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    )
+    r = cli("verdict", "--home", str(home), "--subject", "campaign=shop-a")
+    assert any(
+        line.startswith("runtime-stability\tNOT QUALIFIED — RUNTIME RELIABILITY\t")
+        for line in r.out.splitlines()
+    ), r.out
+    app = create_app(ApiSettings(home=str(home), public_reads=True), ledger=ledger)
+    with TestClient(app) as client:
+        page = client.get("/verdict", params={"subject": "campaign=shop-a"})
+    ledger.close()
+    assert page.status_code == 200
+    assert "Failures past where the ladder stopped" in page.text
+    assert '<span class="tag bad">runtime-stability</span>' in page.text
+
+    # a ladder that failed where it stopped is a failure already: nothing is listed past it
+    home2, ledger2, _b = _campaign_home(tmp_path / "failed", failed_campaign())
+    ledger2.close()
+    r = cli("verdict", "--home", str(home2), "--subject", "campaign=shop-a", "--json")
+    v = json.loads(r.out)
+    assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY" and v["failing_beyond_ladder"] == []

@@ -122,6 +122,12 @@ def _render_verdict(result: dict[str, Any]) -> None:
             [(u["entry"][:12], u.get("kind", ""), u["gate"], u["detail"]) for u in result["unjudged"]],
             title="what no gate judges",
         )
+    if result.get("failing_beyond_ladder"):
+        print_table(
+            ("gate", "verdict if judged", "fails on its evidence all the same"),
+            [(b["gate"], b["verdict_if_failed"], b["reason"]) for b in result["failing_beyond_ladder"]],
+            title="failures past where the ladder stopped (not authorized, still on record)",
+        )
     if result["not_credited"]:
         out.print(
             "not credited (gate not authorized): "

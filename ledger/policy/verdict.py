@@ -242,9 +242,9 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
     with_against: tuple[list[Evidence], dict[str, list[Evidence]], bool] | None = None
     against_columns: dict[tuple[str, str], list[Any]] = {}
     against_ids = {e.id for e in filtered.against}
-    # the gates past the first that did not pass that would fail on their selection all the same: the
-    # ladder stops there (not authorized), but a failure they show is on record — the routing gate's
-    # no-standing-failure reads it (a crash behind a missing host probe still stands against a route)
+    # the gates past a gate that could not be judged that would fail on their selection all the same: the
+    # ladder stops there (not authorized, INCONCLUSIVE), but a failure they show is on record — the routing
+    # gate's no-standing-failure reads it (a crash behind a missing host probe still stands against a route)
     beyond: list[dict[str, str]] = []
 
     def judged_with_against(g: CompiledGate, candidates: list[Evidence]) -> dict[str, Any]:
@@ -274,8 +274,9 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
             )
             not_credited.extend({"entry": e.id, "gate": spec.name} for e in candidates)
             gates.append(out)
-            would = judged_with_against(g, candidates)
-            if would["status"] == "failed":
+            # only where the ladder stopped for want of evidence (INCONCLUSIVE): a failed ladder is a failure
+            would = judged_with_against(g, candidates) if stopped[1] != "failed" else {}
+            if would.get("status") == "failed":
                 beyond.append(
                     {"gate": spec.name, "verdict_if_failed": spec.verdict, "reason": would["reason"]}
                 )
