@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -221,7 +222,49 @@ class Home:
     def exists(self) -> bool:
         return self.config_path.is_file()
 
-    def config(self) -> HomeConfig:
+    def config(self, *, relocate: bool = False) -> HomeConfig:
+        """The home's configuration, paths absolute. A path an older ledger wrote absolute that lies in
+        another home this one is a copy of (``cp -a`` of a home made before paths were kept relative), or
+        in a folder that is gone while this home holds the same file (a home moved), is refused
+        (``ConfigError``): this home would read and write the other home's log. ``relocate``: use this
+        home's own file instead (``ledger migrate --relocate``, which then keeps it relative)."""
+        cfg = self._read_config()
+        moved: dict[str, str] = {}
+        db = (
+            cfg.database_url.removeprefix("sqlite:///") if cfg.database_url.startswith("sqlite:///") else None
+        )
+        for name, value in (("database_url", db), ("store", cfg.store if _is_folder(cfg.store) else None)):
+            if value is None:
+                continue
+            own = self._own_copy_of(Path(value))
+            if own is None:
+                continue
+            if not relocate:
+                raise ConfigError(
+                    f"{self.config_path}: {name} names {value}, which is not this home's but {own[1]} — this "
+                    "home is a copy (or a move) of a home made before paths were kept relative to it, and "
+                    "would read and write the other home's log",
+                    hint="run `ledger migrate --relocate` on this home to use its own files "
+                    "(then `ledger verify`)",
+                )
+            moved[name] = f"sqlite:///{own[0]}" if name == "database_url" else str(own[0])
+        return dataclasses.replace(cfg, **moved) if moved else cfg
+
+    def _own_copy_of(self, path: Path) -> tuple[Path, str] | None:
+        """This home's own file standing for ``path`` — an absolute path outside this home, inside another
+        home's folder (one holding a ledger.toml) or in a folder that is gone — with what ``path`` is
+        instead; None when ``path`` is this home's, or this home holds no such file."""
+        if not path.is_absolute() or relative_to_home(path, self.path) is not None:
+            return None
+        for root in list(path.parents)[:4]:
+            if (root / CONFIG_NAME).is_file():
+                mine = self.path / path.relative_to(root)
+                return (mine, f"in the home at {root}") if mine.exists() else None
+        if not path.exists() and (self.path / path.name).exists():
+            return self.path / path.name, "gone (the home was moved)"
+        return None
+
+    def _read_config(self) -> HomeConfig:
         if not self.exists():
             raise HomeNotInitialisedError(f"no ledger at {self.path}")
         try:

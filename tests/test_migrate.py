@@ -48,7 +48,7 @@ def old_home(request: pytest.FixtureRequest, tmp_path: Path, pg_databases: PgDat
     home = tmp_path / "home"
     shutil.copytree(FIXTURE, home)
     h = Home(home)
-    cfg = h.config()
+    cfg = h._read_config()  # as written (config() refuses its paths: they name the home it was made as)
     url = f"sqlite:///{home / 'ledger.db'}"
     if request.param == "postgres":
         api_fixtures.require_postgres()
@@ -92,7 +92,13 @@ def test_ledger_migrate_upgrades_an_old_home(old_home: Path, cli, monkeypatch: p
 
     r = cli("migrate", "--json")
     assert r.code == 0, r.err
-    assert r.json() == {"home": str(old_home), "from_revision": "0001", "to_revision": SCHEMA_HEAD}
+    database = sa.make_url(url).render_as_string(hide_password=True)
+    assert r.json() == {
+        "home": str(old_home),
+        "database": database,
+        "from_revision": "0001",
+        "to_revision": SCHEMA_HEAD,
+    }
 
     led = Ledger.open(old_home)
     report = led.verify()
@@ -218,4 +224,68 @@ def test_verify_database_url_checks_another_database(
     dst.close()
     r = cli("verify", "--database-url", f"sqlite:///{copy}", "--json")
     assert r.code == 1 and "record-mismatch" in {p["code"] for p in r.json()["problems"]}
+    assert cli("verify").code == 0
+
+
+def _md5s(home: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(home)): hashlib.md5(p.read_bytes()).hexdigest()
+        for p in home.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_migrate_on_a_cp_a_copy_of_an_old_home_does_not_migrate_the_original(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Found by an audit: `ledger migrate` on a `cp -a` copy of a home the old code made (absolute paths in
+    its config) migrated the original's database, said "migrated <copy>", and the copy's appends then went
+    into the original. Now every command refuses such a copy, naming the other home, and
+    `migrate --relocate` points it at its own files; the original is not touched."""
+    orig = tmp_path / "orig"
+    shutil.copytree(FIXTURE, orig)
+    text = (orig / "ledger.toml").read_text().replace("/tmp/oldhome/home", str(orig))
+    (orig / "ledger.toml").write_text(text)
+    copy = tmp_path / "copy"
+    shutil.copytree(orig, copy, symlinks=True)
+    before = _md5s(orig)
+    monkeypatch.setenv("LEDGER_HOME", str(copy))
+    r = cli("migrate")
+    assert r.code == 2, r.out + r.err
+    assert (
+        f"database_url names {orig / 'ledger.db'}, which is not this home's but in the home at {orig}"
+        in r.err
+    )
+    assert "ledger migrate --relocate" in r.err
+    assert cli("keys", "new", "extra", "--role", "collector").code == 2  # no command writes through it
+    assert _md5s(orig) == before
+    r = cli("migrate", "--relocate", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["database"] == f"sqlite:///{copy / 'ledger.db'}"
+    assert 'database_url = "sqlite:///ledger.db"' in (copy / "ledger.toml").read_text()
+    assert 'store = "store"' in (copy / "ledger.toml").read_text()
+    assert cli("keys", "new", "extra", "--role", "collector").code == 0
+    assert _md5s(orig) == before, "the original is untouched"
+    led = Ledger.open(copy)
+    assert led.size() == 10 and led.verify()
+    led.close()
+
+
+def test_a_moved_old_home_is_refused_until_relocated(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The neighbour: the old home was moved (its absolute paths now name nothing) — refused the same way
+    (it would fail on a missing database, or make a new one); `migrate --relocate` uses the moved files."""
+    gone = tmp_path / "gone"
+    moved = tmp_path / "moved"
+    shutil.copytree(FIXTURE, moved)
+    text = (moved / "ledger.toml").read_text().replace("/tmp/oldhome/home", str(gone))
+    (moved / "ledger.toml").write_text(text)
+    monkeypatch.setenv("LEDGER_HOME", str(moved))
+    r = cli("verify")
+    assert r.code == 2 and "gone (the home was moved)" in r.err, r.err
+    assert cli("migrate", "--relocate").code == 0
+    assert not gone.exists()
     assert cli("verify").code == 0

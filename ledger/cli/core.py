@@ -626,18 +626,31 @@ def audit(
     return Outcome.OK if report else Outcome.NO
 
 
-def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
+def migrate(
+    home: HomeOption = None,
+    relocate: Annotated[
+        bool,
+        typer.Option(
+            "--relocate",
+            help="This home is a copy (or a move) of an older home whose config names the other home's "
+            "files: use this home's own database and store instead.",
+        ),
+    ] = False,
+    json_out: JsonOption = False,
+) -> None:
     """Upgrade a home made by an older ledger, in place: its database to this ledger's log format (Alembic
     revision 0002: every Merkle leaf commits the log record; 64-bit seq on PostgreSQL; 0003: witness
     cosignatures; 0004: the hash tiles) and its configuration to paths relative to the home. Checkpoints
     signed before stay checkable; run `ledger verify` after. On SQLite it also takes the query planner's
-    statistics when the log has outgrown them (as appends do)."""
+    statistics when the log has outgrown them (as appends do). A copy of an older home whose config still
+    names the original's files is refused (it would migrate the original) until `--relocate` points it at
+    its own."""
     from ledger.db import SCHEMA_HEAD, analyse_log, make_engine, schema_revision
     from ledger.db import migrate as upgrade
     from ledger.home import Home
 
     h = Home(home_path(home))
-    cfg = h.config()
+    cfg = h.config(relocate=relocate)
     engine = make_engine(cfg.database_url)
     try:
         before = schema_revision(engine)
@@ -646,13 +659,17 @@ def migrate(home: HomeOption = None, json_out: JsonOption = False) -> None:
     finally:
         engine.dispose()
     h.write_config(cfg)
-    info = {"home": str(h.path), "from_revision": before, "to_revision": SCHEMA_HEAD}
+    import sqlalchemy as sa
+
+    # the database migrated, as a user can tell it (a password in the URL is not printed)
+    database = sa.make_url(cfg.database_url).render_as_string(hide_password=True)
+    info = {"home": str(h.path), "database": database, "from_revision": before, "to_revision": SCHEMA_HEAD}
     if json_out:
         print_json(info)
     elif before == SCHEMA_HEAD:
-        out.print(f"already at revision {SCHEMA_HEAD}")
+        out.print(f"already at revision {SCHEMA_HEAD} ({database})")
     else:
-        out.print(f"migrated {h.path}: revision {before} -> {SCHEMA_HEAD}")
+        out.print(f"migrated {h.path}: revision {before} -> {SCHEMA_HEAD} ({database})")
 
 
 def checkpoint(
