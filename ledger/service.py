@@ -1484,15 +1484,24 @@ class Ledger:
             raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
         return b"".join(len(r).to_bytes(2, "big") + r for r in records if r is not None)
 
-    def export_tiles(self, directory: Path, *, size: int | None = None) -> dict[str, Any]:
+    def export_tiles(
+        self, directory: Path, *, size: int | None = None, force: bool = False
+    ) -> dict[str, Any]:
         """Write the log (at its size, or ``size``) as C2SP tlog-tiles static files under ``directory``:
         ``checkpoint``, ``tile/<L>/<N>[.p/<W>]`` and ``tile/entries/<N>[.p/<W>]``, each replaced
         atomically, the checkpoint last (a reader never sees a checkpoint whose tiles are not there yet).
 
         One read snapshot; the leaves stream through a ``TileBuilder`` (bounded memory), whose root must
-        be the one the tiles give. A full tile or bundle already there with the same bytes is kept."""
+        be the one the tiles give. A full tile or bundle already there with the same bytes is kept.
+
+        The folder is the log's publication point, and its checkpoint moves as ``HOME/checkpoint`` does:
+        only forward, and only to a log that still extends it. A checkpoint there that this log did not
+        sign, one larger than the size exported, or one whose root the log no longer gives at its size (a
+        log rewritten or rolled back since) is refused before anything is written (``IntegrityError``),
+        unless ``force``."""
         out = Path(directory)
         written = kept = 0
+        published = self._published_in(out) if not force else None
 
         def put(rel: str, data: bytes) -> None:
             nonlocal written, kept
@@ -1507,6 +1516,23 @@ class Ledger:
         with self.repo.read(snapshot=True) as conn:
             tree = self._tree_at(conn, size)
             n, root = tree.size, tree.root()
+            if published is not None:
+                hint = "export to another folder, or pass --force to replace what it publishes"
+                if published.size > n:
+                    raise IntegrityError(
+                        f"{out / 'checkpoint'} publishes size {published.size}; exporting size {n} would "
+                        "move the published checkpoint back",
+                        hint=hint,
+                    )
+                at = self._tree_at(conn, published.size).root() if published.size else published.root
+                if at != published.root:
+                    raise IntegrityError(
+                        f"the log does not extend the checkpoint {out / 'checkpoint'} publishes (size "
+                        f"{published.size}, root {published.root.hex()[:16]}…): its first {published.size} "
+                        f"entries hash to {at.hex()[:16]}… — a log rewritten or rolled back since (a fork); "
+                        "`ledger verify` names what changed",
+                        hint=hint,
+                    )
             builder = TileBuilder()
             bundle: list[bytes] = []
             for seq, record, leaf in self.repo.iter_records(conn, n):
@@ -1534,6 +1560,24 @@ class Ledger:
         cp = self._sign(n, root)
         write_atomic(out / "checkpoint", cp.note.encode())
         return {"directory": str(out), "size": n, "root": root.hex(), "written": written + 1, "kept": kept}
+
+    def _published_in(self, out: Path) -> Checkpoint | None:
+        """The checkpoint a tiles folder publishes (None when it holds none): it must be this log's,
+        signed by its key (``IntegrityError`` otherwise)."""
+        try:
+            note = (out / "checkpoint").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as e:
+            raise IntegrityError(f"cannot read the checkpoint {out / 'checkpoint'} publishes: {e}") from e
+        try:
+            return parse_checkpoint(note, self.note_key_name, self.log_public_key())
+        except ProofError as e:
+            raise IntegrityError(
+                f"{out / 'checkpoint'} is not a checkpoint of this log ({self.cfg.origin}) signed by its "
+                f"key: {e.message}",
+                hint="export to another folder (it publishes another log), or pass --force to replace it",
+            ) from e
 
     def receipt(self, entry: LoggedEntry) -> Receipt:
         """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin."""

@@ -701,11 +701,20 @@ def checkpoint(
 def tiles_export(
     directory: Annotated[Path, typer.Argument(help="Folder to write into (made when missing).")],
     size: Annotated[int | None, typer.Option(help="Tree size (default: the whole log).")] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace the folder's checkpoint even where this log does not extend it (or with a "
+            "smaller one).",
+        ),
+    ] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Write `checkpoint`, `tile/<L>/<N>[.p/<W>]` and `tile/entries/<N>[.p/<W>]` (C2SP tlog-tiles) as static
-    files an object store or CDN can serve; each file is replaced atomically, the checkpoint last."""
-    info = get_ledger().export_tiles(directory, size=size)
+    files an object store or CDN can serve; each file is replaced atomically, the checkpoint last. The
+    folder's checkpoint only moves forward, to a log that still extends it (else exit 2, nothing written)."""
+    info = get_ledger().export_tiles(directory, size=size, force=force)
     if json_out:
         print_json(info)
     else:
