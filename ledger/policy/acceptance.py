@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,7 +40,17 @@ from ledger.signatures import (
 from ledger.store.base import ArtifactStore
 from ledger.trust import trust_problem
 
-__all__ = ["ACTING_KINDS", "RULES", "Filtered", "Rejection", "filter_evidence", "render"]
+__all__ = [
+    "ACTING_KINDS",
+    "RULES",
+    "Filtered",
+    "Rejection",
+    "acting_decisions",
+    "deciding_acceptance",
+    "filter_evidence",
+    "render",
+    "taken_out",
+]
 
 # Entries that act on other entries rather than being evidence of a gate.
 ACTING_KINDS = frozenset({"supersession", "acceptance", "review", "verdict", "routing.change"})
@@ -256,21 +266,77 @@ def _acceptances(trusted: list[Evidence], superseded_by: Mapping[str, Evidence])
     return out
 
 
+def deciding_acceptance(
+    target: Evidence, acceptances: Sequence[Evidence], who: Callable[[str], str]
+) -> Evidence | None:
+    """Of the acceptances in force of ``target`` (rel ``subject``), the one that decides it, or None: the
+    latest, leaving out any that accepts it signed by ``target``'s own signer (``who``: a key and the keys
+    rotated to it are one signer). An acceptance by the entry's own key is not independent: it credits
+    nothing and decides nothing in the entry's favour — it cannot overrule another key's rejection — while
+    a rejection by it still counts."""
+    own = who(target.signer)
+    deciding = [
+        a for a in acceptances if not (a.payload.get("decision") == "accepted" and who(a.signer) == own)
+    ]
+    return _latest(deciding)
+
+
 def _refused_acting(
-    trusted: list[Evidence], acceptances: Mapping[str, list[Evidence]]
+    trusted: list[Evidence], acceptances: Mapping[str, list[Evidence]], who: Callable[[str], str]
 ) -> dict[str, Evidence]:
-    """Review or supersession id → the acceptance that rejects it (the latest of its acceptances says
-    ``rejected``). A review FAIL is not rejected so: a rejection takes credit away, and lifting a FAIL
-    takes a PASS on the repaired commit (or a supersession of the FAIL, with its reason)."""
+    """Review or supersession id → the acceptance that rejects it (the acceptance that decides it,
+    ``deciding_acceptance``, says ``rejected``). A review FAIL is not rejected so: a rejection takes credit
+    away, and lifting a FAIL takes a PASS on the repaired commit (or a supersession of the FAIL, with its
+    reason)."""
     out: dict[str, Evidence] = {}
     for e in trusted:
         if e.kind == "review" and e.payload.get("result") != "PASS":
             continue
         if e.kind in REJECTABLE_ACTING and e.id in acceptances:
-            latest = _latest(acceptances[e.id])
-            if latest is not None and latest.payload.get("decision") == "rejected":
-                out[e.id] = latest
+            decides = deciding_acceptance(e, acceptances[e.id], who)
+            if decides is not None and decides.payload.get("decision") == "rejected":
+                out[e.id] = decides
     return out
+
+
+def acting_decisions(
+    trusted: list[Evidence], who: Callable[[str], str]
+) -> tuple[dict[str, Evidence], dict[str, list[Evidence]], dict[str, Evidence]]:
+    """What trusted acting entries say about others (``trusted`` in log order): entry id → the supersession
+    in force that supersedes it (``_supersessions``), entry id → its acceptances in force (log order), and
+    review or supersession id → the acceptance that rejects it (``_refused_acting``). A rejected
+    supersession withdraws nothing: the supersessions in force are decided again without it."""
+    superseded_by = _supersessions(trusted, who)
+    acceptances = _acceptances(trusted, superseded_by)
+    refused = _refused_acting(trusted, acceptances, who)
+    if any(e.kind == "supersession" and e.id in refused for e in trusted):
+        superseded_by = _supersessions([t for t in trusted if t.id not in refused], who)
+        acceptances = _acceptances(trusted, superseded_by)
+        refused = _refused_acting(trusted, acceptances, who)
+    return superseded_by, acceptances, refused
+
+
+def taken_out(
+    e: Evidence, acting: Iterable[Evidence], who: Callable[[str], str]
+) -> tuple[str, Evidence] | None:
+    """Whether trusted supersessions and acceptances take ``e`` out, as the acceptance filter decides it:
+    ``(rule, the entry that does)`` — ``superseded`` or ``self-superseded`` (a supersession in force), or
+    ``rejected-by-acceptance`` (the acceptance that decides it rejects it) — or None. ``acting`` are the
+    trusted supersessions and acceptances that ref ``e`` and, in turn, those that ref them (the transitive
+    referrers: a supersession's own supersessions and acceptances decide whether it is in force); any others
+    are ignored. ``who``: the keyring's ``identity`` (a key and the keys rotated to it are one signer)."""
+    entries = sorted({a.id: a for a in (e, *acting)}.values(), key=lambda x: x.seq)
+    superseded_by, acceptances, refused = acting_decisions(entries, who)
+    s = superseded_by.get(e.id)
+    if s is not None:
+        own = e.kind != "supersession" and self_superseded(s, who(e.signer), who)
+        return (Rule.SELF_SUPERSEDED if own else Rule.SUPERSEDED), s
+    if e.id in refused:
+        return Rule.REJECTED_BY_ACCEPTANCE, refused[e.id]
+    decides = deciding_acceptance(e, acceptances.get(e.id, []), who)
+    if decides is not None and decides.payload.get("decision") == "rejected":
+        return Rule.REJECTED_BY_ACCEPTANCE, decides
+    return None
 
 
 def campaign_hosts(
@@ -303,7 +369,8 @@ def _manifest(
 ) -> tuple[dict[str, str], list[str]]:
     """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin
     (a key both bind differently is a ``manifest_conflict``). A spec key that is one of the policy's
-    binding ``keys`` but for case, ``-`` or ``_`` (``modelRevision``) is a ``misspelled_binding`` of it:
+    binding ``keys`` but for case, whitespace, ``.``, ``-`` or ``_`` (``modelRevision``, ``model.revision``,
+    ``"model_revision "``: ``_loose``) is a ``misspelled_binding`` of it:
     what the approved spec meant to bind is never silently dropped. Only ``campaign``'s jobs approve a spec
     (another campaign's job, read because an entry refs it, approved another campaign's; None: any), and
     only pins of ``hosts`` pin the model (another host verified its own files)."""
@@ -349,8 +416,14 @@ def _manifest(
     return out, sources
 
 
+_SPELLING = re.compile(r"[\s._-]+")
+
+
 def _loose(key: str) -> str:
-    return key.replace("-", "").replace("_", "").lower()
+    """A binding key as misspellings of it compare: case, whitespace (leading, trailing, inner), ``.``,
+    ``-`` and ``_`` left out (``Model-Revision``, ``model.revision``, ``"model_revision "`` are
+    ``model_revision``)."""
+    return _SPELLING.sub("", key).lower()
 
 
 def misspelled_binding(spec_key: str, key: str) -> str:
@@ -451,13 +524,7 @@ def filter_evidence(
     # 2. what trusted acting entries say about others. An acceptance that rejects a review or a
     # supersession takes it out: a rejected review credits nothing, a rejected supersession withdraws
     # nothing (the supersessions in force are then decided again without it)
-    superseded_by = _supersessions(trusted, who)
-    acceptances = _acceptances(trusted, superseded_by)
-    refused = _refused_acting(trusted, acceptances)
-    if any(e.kind == "supersession" and e.id in refused for e in trusted):
-        superseded_by = _supersessions([t for t in trusted if t.id not in refused], who)
-        acceptances = _acceptances(trusted, superseded_by)
-        refused = _refused_acting(trusted, acceptances)
+    superseded_by, acceptances, refused = acting_decisions(trusted, who)
 
     def in_force(review: Evidence) -> bool:
         """A review not superseded — or a FAIL superseded only by the key that signed it: as with evidence
@@ -468,13 +535,17 @@ def filter_evidence(
             review.payload.get("result") == "FAIL" and self_superseded(s, who(review.signer), who)
         )
 
-    # a review FAILed by another review is taken out as a rejecting acceptance takes it out: a PASS someone
-    # found wrong credits nothing (one level: what reviews a review is not itself reviewed here)
+    # a review PASS FAILed by another review is taken out as a rejecting acceptance takes it out: a PASS
+    # someone found wrong credits nothing (one level: what reviews a review is not itself reviewed here).
+    # A review FAIL is never dropped so — by its own reviewer or another: a FAIL of a FAIL only takes credit
+    # away, and a FAIL it does not take (a supersession by another key, with its reason, withdraws it)
+    review_result = {r.id: r.payload.get("result") for r in trusted if r.kind == "review"}
     failed_reviews = {
         t
         for a in trusted
         if a.kind == "review" and a.payload.get("result") == "FAIL" and in_force(a) and a.id not in refused
         for t in a.refs("reviews")
+        if t in review_result and review_result[t] != "FAIL"
     }
     reviews: dict[str, list[Evidence]] = {}
     for a in trusted:
@@ -594,7 +665,8 @@ def filter_evidence(
         if e.kind in ACTING_KINDS:
             continue
         decisions = acceptances.get(e.id)
-        latest_acc = _latest(decisions) if decisions else None
+        # the acceptance that decides it: an acceptance by its own key decides nothing in its favour
+        latest_acc = deciding_acceptance(e, decisions, who) if decisions else None
         if latest_acc is not None and latest_acc.payload.get("decision") == "rejected":
             reject(
                 e,
@@ -761,17 +833,21 @@ def filter_evidence(
             support.setdefault(e.id, []).append(passes[-1].id)
         if as_passing and e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
-                reject(e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none")
-                continue
-            if who(latest_acc.signer) == who(e.signer):
-                reject(
-                    e,
-                    Rule.ACCEPTANCE_MISSING,
-                    f"{e.kind} needs an acceptance (ref subject) and has none; its acceptance "
-                    f"{latest_acc.id[:16]} is signed by the key that signed it ({e.signer_name}): not an "
-                    "independent decision",
-                    latest_acc.id,
-                )
+                # none by another key: one by its own key (``deciding_acceptance`` left it out) is named
+                own_acc = _latest([a for a in decisions or [] if a.payload.get("decision") == "accepted"])
+                if own_acc is not None:
+                    reject(
+                        e,
+                        Rule.ACCEPTANCE_MISSING,
+                        f"{e.kind} needs an acceptance (ref subject) and has none; its acceptance "
+                        f"{own_acc.id[:16]} is signed by the key that signed it ({e.signer_name}): not an "
+                        "independent decision",
+                        own_acc.id,
+                    )
+                else:
+                    reject(
+                        e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none"
+                    )
                 continue
             # two people: a key that reviewed the result (any PASS of it, not only the credited one — the
             # answer does not depend on the order the reviews were logged in) does not also accept it
@@ -1028,14 +1104,60 @@ def _required(reqs: tuple[Any, ...], e: Evidence, ctx: Mapping[str, Any]) -> boo
     return any(e.kind in req.kinds and (cond is None or cond.holds(ctx)) for req, cond in reqs)
 
 
+_HEX = re.compile(r"[0-9a-f]+")
+_ABBREV_AT_LEAST = 7  # git's shortest abbreviation of a commit hash
+
+
+def _commit_text(c: Any) -> str | None:
+    """A commit as commits compare: its text, stripped, lower case (git's hashes are case-insensitive hex);
+    None for no commit (absent, empty, blank, not a text)."""
+    return (c.strip().lower() or None) if isinstance(c, str) else None
+
+
+def same_commit(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` name one commit, as git compares them: hex case-insensitively, and an
+    abbreviation of at least 7 hex digits is the full hash it prefixes. A commit not named is no commit."""
+    x, y = _commit_text(a), _commit_text(b)
+    if x is None or y is None:
+        return False
+    if x == y:
+        return True
+    short, full = sorted((x, y), key=len)
+    return (
+        len(short) >= _ABBREV_AT_LEAST
+        and bool(_HEX.fullmatch(x) and _HEX.fullmatch(y))
+        and full.startswith(short)
+    )
+
+
+def _may_be_commit(failed: str, c: Any) -> bool:
+    """Whether the FAILed commit ``failed`` may be ``c``, failing closed: as ``same_commit``, and also where
+    ``failed`` is too short an abbreviation of it, or names it otherwise than by its hash (a tag, a branch:
+    which commit cannot be told)."""
+    x, y = _commit_text(failed), _commit_text(c)
+    if x is None or y is None:
+        return False
+    if not _HEX.fullmatch(x):
+        return True
+    return same_commit(x, y) or (bool(_HEX.fullmatch(y)) and (y.startswith(x) or x.startswith(y)))
+
+
+def _failed_commit(fail: Evidence, e: Evidence) -> str | None:
+    """The commit review FAIL ``fail`` of ``e`` failed: the one it names, else the commit ``e`` was produced
+    at (its subject's ``commit``) — a FAIL that names no commit FAILed the reviewed entry as it stands."""
+    return _commit_text(fail.payload.get("commit")) or _commit_text(e.subject.get("commit"))
+
+
 def _review_problem(
     e: Evidence, review_list: list[Evidence], repaired_required: bool
 ) -> tuple[str, str] | None:
     """Which PASS lifts which FAIL (docs/POLICY.md): the evidence is blocked by its latest review FAIL
-    unless a PASS logged after that FAIL names a commit, that commit is not one any FAIL named, and it
-    is the commit the reviewed evidence itself was produced at (its subject's ``commit``) — a PASS that
-    names the repaired commit but is attached to the failed commit's evidence lifts nothing: the
-    repaired commit's evidence is a new entry with its own review."""
+    unless a PASS logged after that FAIL names a commit, that commit is not one any FAIL failed (the commit it
+    names, else the reviewed entry's own; compared as git does, ``same_commit``, and failing closed on an
+    abbreviation too short to tell, ``_may_be_commit``), and it is the commit the reviewed evidence itself was
+    produced at (its subject's ``commit``) — a PASS that names the repaired commit but is attached to the
+    failed commit's evidence lifts nothing: the repaired commit's evidence is a new entry with its own
+    review."""
     fails = [r for r in review_list if r.payload.get("result") == "FAIL"]
     if not fails:
         return None
@@ -1053,13 +1175,22 @@ def _review_problem(
     commit = last.payload.get("commit")
     if not repaired_required:
         return None
-    failed_commits = {r.payload.get("commit") for r in fails if r.payload.get("commit")}
+    failed_by = next((r for r in fails if _may_be_commit(_failed_commit(r, e) or "", commit)), None)
     own = e.subject.get("commit")
     if not commit:
         why = "names no commit; a PASS on the repaired commit is needed"
-    elif commit in failed_commits:
-        why = f"is on commit {commit}, which FAILed review; a PASS on the repaired commit is needed"
-    elif own != commit:
+    elif failed_by is not None:
+        named = _commit_text(failed_by.payload.get("commit"))
+        how = (
+            ""
+            if named == _commit_text(commit)
+            else f" (review {failed_by.id[:16]} FAILed it as {named})"
+            if named
+            else f" (review {failed_by.id[:16]} names no commit: it FAILed the commit this evidence was "
+            "produced at)"
+        )
+        why = f"is on commit {commit}, which FAILed review{how}; a PASS on the repaired commit is needed"
+    elif not same_commit(own, commit):
         why = (
             f"names commit {commit} but is attached to evidence of "
             + (f"commit {own}" if own else "no named commit")
@@ -1073,12 +1204,12 @@ def _review_problem(
 def _pass_unbound(e: Evidence, last: Evidence) -> str | None:
     """Why the latest review PASS ``last`` of ``e`` does not credit it, or None: a PASS says which commit
     it reviewed, and where the evidence names the commit it was produced at (subject ``commit``), that
-    one — a PASS of another commit reviewed other code."""
+    one (``same_commit``: as git compares them) — a PASS of another commit reviewed other code."""
     commit = last.payload.get("commit")
     own = e.subject.get("commit")
     if not commit:
         return f"{e.kind} needs a review PASS naming the commit it reviewed; PASS {last.id[:16]} names none"
-    if own is not None and commit != own:
+    if own is not None and not same_commit(commit, own):
         return (
             f"{e.kind} was produced at commit {own}; its review PASS {last.id[:16]} names commit {commit}, "
             "so no review PASS of this evidence's commit"

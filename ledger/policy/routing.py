@@ -23,7 +23,7 @@ from ledger.errors import (
     validation_problem,
 )
 from ledger.policy import result_cache
-from ledger.policy.acceptance import _host_gpu_events, _named_events, _pci, _trust_problem, render
+from ledger.policy.acceptance import _host_gpu_events, _named_events, _pci, _trust_problem, render, taken_out
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import ROUTING_NAMES, LoadedPolicy
 from ledger.policy.model import QUALIFIED, parse_duration
@@ -320,40 +320,25 @@ def _collected_times(ledger: Ledger, rows: list[tuple[Any, ...]]) -> list[Any]:
     return times
 
 
-def _cancelled(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> str | None:
-    """Why a trusted supersession or rejecting acceptance in force takes ``e`` out, or None — as the
-    acceptance filter decides it: a supersession superseded in turn is withdrawn, a superseded acceptance
-    says nothing, and of the acceptances in force the latest decides."""
-    acting = _acting(ledger, e, size, snap, policy)
-    sup = _superseding(ledger, e, acting, size, snap, policy)
-    if sup is not None:
-        return f"superseded by {sup.id[:16]}"
-    in_force = [
-        r
-        for r in acting  # in log order
-        if r.kind == "acceptance"
-        and e.id in r.refs("subject")
-        and _superseding(ledger, r, _acting(ledger, r, size, snap, policy), size, snap, policy) is None
-    ]
-    if in_force and in_force[-1].payload.get("decision") == "rejected":
-        return f"rejected by acceptance {in_force[-1].id[:16]}"
-    return None
-
-
-def _superseding(
-    ledger: Ledger, e: Evidence, acting: list[Evidence], size: int, snap: Snapshot, policy: LoadedPolicy
-) -> Evidence | None:
-    """The earliest supersession in force of ``e`` (one not itself superseded by one in force), or None."""
-    return next(
-        (
-            r
-            for r in acting
-            if r.kind == "supersession"
-            and e.id in r.refs("supersedes")
-            and _superseding(ledger, r, _acting(ledger, r, size, snap, policy), size, snap, policy) is None
-        ),
-        None,
-    )
+def _cancelled(
+    ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy
+) -> tuple[str, str] | None:
+    """Why trusted supersessions and acceptances take ``e`` out — ``(rule, detail)`` — or None: as the
+    acceptance filter decides it (``acceptance.taken_out``), over the supersessions and acceptances that ref
+    ``e`` and, in turn, those that ref them."""
+    acting: dict[str, Evidence] = {}
+    todo = [e]
+    while todo:
+        for r in _acting(ledger, todo.pop(), size, snap, policy):
+            if r.id not in acting:
+                acting[r.id] = r
+                todo.append(r)
+    out = taken_out(e, acting.values(), snap.keyring.identity)
+    if out is None:
+        return None
+    rule, by = out
+    said = "rejected by acceptance" if rule == Rule.REJECTED_BY_ACCEPTANCE else "superseded by"
+    return rule, f"{said} {by.id[:16]}"
 
 
 def _acting(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> list[Evidence]:
@@ -436,12 +421,7 @@ def check_routing_change(
         if problem is None and roles is not None and not set(e.roles) & set(roles):
             problem = (Rule.WRONG_ROLE, f"signer {e.signer_name} holds {list(e.roles)}; needs one of {roles}")
         if problem is None:
-            why = _cancelled(ledger, e, size, snap, policy)
-            if why is not None:
-                problem = (
-                    Rule.SUPERSEDED if why.startswith("superseded") else Rule.REJECTED_BY_ACCEPTANCE,
-                    why,
-                )
+            problem = _cancelled(ledger, e, size, snap, policy)
         if problem is None:
             try:
                 check_signature(e, snap.keyring)
