@@ -1177,6 +1177,9 @@ def _review_problem(
         return None
     failed_by = next((r for r in fails if _may_be_commit(_failed_commit(r, e) or "", commit)), None)
     own = e.subject.get("commit")
+    # the evidence's own commit may be a FAILed one (an abbreviation both prefix): then no PASS can show
+    # it was produced at the repaired commit — rules 3 and 4 together fail closed
+    own_failed = next((r for r in fails if own and _may_be_commit(_failed_commit(r, e) or "", own)), None)
     if not commit:
         why = "names no commit; a PASS on the repaired commit is needed"
     elif failed_by is not None:
@@ -1190,6 +1193,13 @@ def _review_problem(
             "produced at)"
         )
         why = f"is on commit {commit}, which FAILed review{how}; a PASS on the repaired commit is needed"
+    elif own_failed is not None:
+        why = (
+            f"names commit {commit}, but the evidence it reviews was produced at commit {own}, which may be "
+            f"the commit review {own_failed.id[:16]} FAILed ({_commit_text(_failed_commit(own_failed, e))}): "
+            "which commit it is cannot be told, so the FAIL stands (the repaired commit's evidence needs its "
+            "own entry, naming its full commit)"
+        )
     elif not same_commit(own, commit):
         why = (
             f"names commit {commit} but is attached to evidence of "

@@ -441,6 +441,29 @@ def test_a_fail_naming_no_commit_is_not_lifted_by_a_pass_of_the_results_own_comm
     assert v["verdict"] == INCONCLUSIVE
 
 
+def test_a_fail_is_not_lifted_when_the_results_abbreviated_commit_may_be_the_failed_one(
+    tmp_path: Path,
+) -> None:
+    """Found by an audit of the commit rule: the result's subject gives its commit abbreviated (cafe000),
+    a FAIL names the full cafe000…0 and a later PASS the full cafe000…1 — both prefixed by cafe000, so the
+    PASS was "of the result's commit" and not "of the failed one", and the FAIL was lifted. Whether the
+    result was produced at the failed commit cannot be told: the FAIL stands."""
+    other = "cafe000" + "1" * 33
+    es = qualified_entries()
+    _semantic_failed(es, C1, subject_commit="cafe000")
+    entry(es, "semantic-review")["payload"]["commit"] = other
+    v = verdict_of(tmp_path, es, keys=KEYS)
+    r = next(r for r in v["rejected"] if v["_names"].get(r["entry"]) == "semantic")
+    assert r["rule"] == "review-fail"
+    assert "which may be the commit review" in r["detail"] and "cannot be told" in r["detail"], r["detail"]
+    assert v["verdict"] == INCONCLUSIVE
+    # the neighbour that stays: the result names its full commit, another than the failed one
+    es = qualified_entries()
+    _semantic_failed(es, C1, subject_commit=other)
+    entry(es, "semantic-review")["payload"]["commit"] = other
+    assert verdict_of(tmp_path, es, keys=KEYS)["verdict"] == QUALIFIED
+
+
 @pytest.mark.parametrize("fail_commit", [C2, "beef000", "cafe0001"])
 def test_a_fail_of_another_commit_is_still_lifted_by_a_pass_of_the_results_commit(
     tmp_path: Path, fail_commit: str
