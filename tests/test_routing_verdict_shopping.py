@@ -117,7 +117,10 @@ def _other_revision(es: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_another_hosts_or_models_failed_campaign_does_not_refuse_the_route(tmp_path: Path) -> None:
-    assert _route(tmp_path, failed_campaign(subject={"host": "gpu-box-2"}))["allowed"] is True
+    # it ran on gpu-box-2: labelled so, its spec binds it and its probe shows it
+    assert _route(tmp_path, _bound_host(failed_campaign(subject={"host": "gpu-box-2"}), "gpu-box-2"))[
+        "allowed"
+    ]
     r = _route(tmp_path, _other_revision(failed_campaign(subject={"model": "m-8"})))
     assert r["allowed"] is True, r["reasons"]
     es = failed_campaign(subject={"backend": "sglang"})
@@ -234,3 +237,55 @@ def test_the_verdict_shows_a_failure_past_where_its_ladder_stopped(tmp_path: Pat
     r = cli("verdict", "--home", str(home2), "--subject", "campaign=shop-a", "--json")
     v = json.loads(r.out)
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY" and v["failing_beyond_ladder"] == []
+
+
+def _relabel(
+    es: list[dict[str, Any]], kinds: tuple[str, ...], subject: dict[str, Any]
+) -> list[dict[str, Any]]:
+    for e in es:
+        if e["kind"] in kinds:
+            e["subject"] = {**e["subject"], **subject}
+    return es
+
+
+CAMPAIGN_KINDS = ("job", "engine.launch", "verdict")
+
+
+def test_a_failed_campaign_whose_job_and_launch_carry_no_labels_still_stands(tmp_path: Path) -> None:
+    """Found by an audit of this rule: candidates were found by the route's exact labels, so a failed campaign
+    whose job, launch and verdict carry only their campaign (or spell the model and backend otherwise, with
+    no host) was never looked at. Now every campaign the log took such an entry of within the bound is a
+    candidate unless what it tells — labels, the engine, host and revision its spec binds — says otherwise."""
+    es = _relabel(failed_campaign(), CAMPAIGN_KINDS, {"host": None, "model": None, "backend": None})
+    r = _route(tmp_path, es)
+    assert r["allowed"] is False and _failed_checks(r) == {"no-standing-failure"}, r["reasons"]
+    es = _relabel(failed_campaign(), CAMPAIGN_KINDS, {"host": None, "model": "M-7", "backend": "VLLM"})
+    r = _route(tmp_path, es)
+    assert r["allowed"] is False and _failed_checks(r) == {"no-standing-failure"}, r["reasons"]
+
+
+def _bound_host(es: list[dict[str, Any]], host: str) -> list[dict[str, Any]]:
+    for e in es:
+        bindings = e["payload"].get("spec", {}).get("bindings")
+        if isinstance(bindings, dict):
+            bindings["hostname"] = host
+        if e["kind"] == "host.probe":
+            e["payload"]["hostname"] = host
+    return es
+
+
+def test_a_host_label_naming_another_host_does_not_hide_a_failure_its_spec_binds_here(tmp_path: Path) -> None:
+    """Found by the same audit: labelled gpu-box-2 everywhere, but its approved spec binds (and its host
+    probe shows) gpu-box-1 — the route's machine: it ran here."""
+    es = _bound_host(failed_campaign(subject={"host": "gpu-box-2"}), "gpu-box-1")
+    r = _route(tmp_path, es)
+    assert r["allowed"] is False and _failed_checks(r) == {"no-standing-failure"}, r["reasons"]
+
+
+def test_an_unlabelled_failed_campaign_whose_spec_binds_another_host_does_not_refuse(tmp_path: Path) -> None:
+    """The neighbour the other way: its job and launch carry no host, its spec binds gpu-box-2 and its
+    probe and pin are gpu-box-2's — it ran elsewhere, and is not this route's."""
+    es = _bound_host(failed_campaign(subject={"host": "gpu-box-2"}), "gpu-box-2")
+    es = _relabel(es, CAMPAIGN_KINDS, {"host": None})
+    r = _route(tmp_path, es)
+    assert r["allowed"] is True, r["reasons"]

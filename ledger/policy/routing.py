@@ -732,45 +732,85 @@ def _standing_failures(
 
     since = when - timedelta(seconds=parse_duration(routing.verdict_max_age))
     chosen = (evaluated_subject(verdict.payload) or {}).get("campaign") if verdict is not None else None
-    seen: dict[str, tuple[int, str]] = {}  # campaign -> the newest entry that names it (seq, id)
-    for field in ("host", "model", "backend"):
-        if field not in match:
-            continue
-        for e in _entries(ledger, subject={field: match[field]}, kinds=_CAMPAIGN_KINDS, size=size, snap=snap):
-            if not since <= e.logged_time <= when:
-                continue
-            if e.kind == "verdict":
-                if (e.payload.get("policy") or {}).get("name") != routing.qualification:
-                    continue
-                name = (evaluated_subject(e.payload) or {}).get("campaign")
-            else:
-                name = e.subject.get("campaign")
-            if isinstance(name, str) and name.strip() and name != chosen:
-                seen[name] = max(seen.get(name, (-1, "")), (e.seq, e.id))
-    if not seen:
-        return []
     revision = (current or {}).get("model_revision")
+    machine = (current or {}).get("machine")
+    want_hosts = {host_key(match["host"])} if "host" in match else set()
+    if isinstance(machine, str) and machine.strip():
+        want_hosts.add(host_key(machine))  # the machine the route's own campaign ran on
+
+    def same(field: str, told: dict[str, set[str]], bound_revisions: set[str]) -> bool:
+        """Whether a campaign that tells these values (labels, the engine, host and revision its spec binds,
+        what its verdict judged) may be of the requested ``field``: any told value is the requested one, or
+        none is told (fail closed)."""
+        values = {v for v in told.get(field, set()) if v.strip()}
+        if field == "host":
+            return not values or any(host_key(v) in want_hosts for v in values)
+        if field == "backend":
+            return not values or engine(match["backend"]) in {engine(v) for v in values}
+        by_revision = bool(revision) and revision in bound_revisions
+        return not values or by_revision or any(_same_name(v, match["model"]) for v in values)
+
+    # every campaign the log took a job, launch or verdict of within the bound, whatever its labels say
+    # (a label left out or spelled otherwise hides nothing); by the time the log took it, not a claim
+    with ledger.repo.read() as conn:
+        rows = ledger.repo.subject_kind_rows(
+            conn, {}, _CAMPAIGN_KINDS, size, logged_since=format_time(since - timedelta(seconds=1))
+        )
+    told: dict[str, dict[str, set[str]]] = {}  # campaign -> field -> the values its entries tell
+    revisions: dict[str, set[str]] = {}
+    seen: dict[str, tuple[int, str]] = {}  # campaign -> the newest entry that names it (seq, id)
+    for e in _parse_rows(rows):
+        if not since <= e.logged_time <= when:
+            continue
+        labels = dict(e.subject)
+        if e.kind == "verdict":
+            if (e.payload.get("policy") or {}).get("name") != routing.qualification:
+                continue
+            judged = evaluated_subject(e.payload) or {}
+            name = judged.get("campaign")
+        else:
+            name = labels.get("campaign")
+        if not isinstance(name, str) or not name.strip() or name == chosen:
+            continue
+        seen[name] = max(seen.get(name, (-1, "")), (e.seq, e.id))
+        mine = told.setdefault(name, {})
+        if e.kind != "verdict":
+            for f in ("host", "model", "backend"):
+                if isinstance(labels.get(f), str):
+                    mine.setdefault(f, set()).add(labels[f])
+        spec = e.payload.get("spec") if e.kind == "job" else None
+        bound = spec.get("bindings") if isinstance(spec, dict) else None
+        if isinstance(bound, dict):
+            for f, key in (("host", "hostname"), ("backend", "engine")):
+                if isinstance(bound.get(key), str):
+                    mine.setdefault(f, set()).add(bound[key])
+            if isinstance(bound.get("model_revision"), str):
+                revisions.setdefault(name, set()).add(bound["model_revision"])
+    candidates = [n for n in sorted(seen) if all(same(f, told[n], revisions.get(n, set())) for f in match)]
+    if not candidates:
+        return []
     qual = load_policy(routing.qualification, policy.path.parent)
     out: list[dict[str, Any]] = []
-    for name in sorted(seen):
+    for name in candidates:
         result = evaluate(ledger, {"campaign": name}, qual, at_size=size, reference_time=when)
-        identity = {**(result.get("identity") or {})}
+        # what it is judged to be joins what its entries tell: the identity its accepted evidence agrees
+        # on, and what its approved spec binds
+        full = {f: set(v) for f, v in told[name].items()}
+        identity = result.get("identity") or {}
         bindings = (result.get("manifest") or {}).get("bindings") or {}
-        differs: list[str] = []
-        told_host = identity.get("host")
-        if "host" in match and isinstance(told_host, str) and host_key(told_host) != host_key(match["host"]):
-            differs.append(f"host={told_host}")
-        if "backend" in match:
-            told = [x for x in (engine(identity.get("backend")), engine(bindings.get("engine"))) if x]
-            if told and engine(match["backend"]) not in told:
-                differs.append(f"backend={identity.get('backend') or bindings.get('engine')}")
-        if "model" in match and isinstance(identity.get("model"), str):
-            same_revision = (
-                isinstance(revision, str) and revision and bindings.get("model_revision") == revision
-            )
-            if not _same_name(identity["model"], match["model"]) and not same_revision:
-                differs.append(f"model={identity['model']}")
-        if differs:
+        for f, value in (
+            ("host", identity.get("host")),
+            ("model", identity.get("model")),
+            ("backend", identity.get("backend")),
+            ("host", bindings.get("hostname")),
+            ("backend", bindings.get("engine")),
+        ):
+            if isinstance(value, str):
+                full.setdefault(f, set()).add(value)
+        bound_revisions = set(revisions.get(name, set()))
+        if isinstance(bindings.get("model_revision"), str):
+            bound_revisions.add(bindings["model_revision"])
+        if not all(same(f, full, bound_revisions) for f in match):
             continue
         word = str(result.get("verdict") or "")
         beyond = result.get("failing_beyond_ladder") or []
