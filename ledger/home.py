@@ -248,7 +248,11 @@ class Home:
                     "(then `ledger verify`)",
                 )
             moved[name] = f"sqlite:///{own[0]}" if name == "database_url" else str(own[0])
-        return dataclasses.replace(cfg, **moved) if moved else cfg
+        if not moved:
+            return cfg
+        return dataclasses.replace(
+            cfg, database_url=moved.get("database_url", cfg.database_url), store=moved.get("store", cfg.store)
+        )
 
     def _own_copy_of(self, path: Path) -> tuple[Path, str] | None:
         """This home's own file standing for ``path`` — an absolute path outside this home, inside another

@@ -167,7 +167,7 @@ def test_rewording_the_identity_checks_fail_text_keeps_the_restore_check(tmp_pat
     )
     assert text.count(old) == 1
     qual_file.write_text(text.replace(old, 'fail = "the engine listed another model on /v1/models"'))
-    qual, check = _served_identity_check(load_policy("routing-change", dest))
+    _qual, check = _served_identity_check(load_policy("routing-change", dest))
     assert "details.served" in check.source
 
     qual_file.write_text(
