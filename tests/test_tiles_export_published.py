@@ -37,14 +37,19 @@ def _fork(ledger: Ledger, keep: int) -> None:
     (ledger.home.path / "checkpoint").unlink(missing_ok=True)
 
 
-def test_a_re_export_of_a_rewritten_log_does_not_replace_the_published_checkpoint(
-    ledger: Ledger, cli, tmp_path: Path
-) -> None:
+def _published(ledger: Ledger, cli, tmp_path: Path) -> tuple[Path, dict[str, bytes]]:  # type: ignore[no-untyped-def]
+    """A log of a few entries exported to ``cdn``: the folder and what it publishes."""
     ledger.new_key("hostA", ["collector"])
     _notes(ledger, 5)
     out = tmp_path / "cdn"
     assert cli("tiles", "export", str(out)).code == 0
-    published = _files(out)
+    return out, _files(out)
+
+
+def test_a_re_export_of_a_rewritten_log_does_not_replace_the_published_checkpoint(
+    ledger: Ledger, cli, tmp_path: Path
+) -> None:
+    out, published = _published(ledger, cli, tmp_path)
     size = ledger.size()
     _fork(ledger, size - 2)
     ledger.close()
@@ -64,11 +69,7 @@ def test_a_re_export_of_a_rewritten_log_does_not_replace_the_published_checkpoin
 def test_an_export_of_a_smaller_size_does_not_move_the_published_checkpoint_back(
     ledger: Ledger, cli, tmp_path: Path
 ) -> None:
-    ledger.new_key("hostA", ["collector"])
-    _notes(ledger, 5)
-    out = tmp_path / "cdn"
-    assert cli("tiles", "export", str(out)).code == 0
-    published = _files(out)
+    out, published = _published(ledger, cli, tmp_path)
     r = cli("tiles", "export", str(out), "--size", "3")
     assert r.code == 2, r.out + r.err
     assert "would move the published checkpoint back" in r.err, r.err
