@@ -20,7 +20,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,11 +47,13 @@ __all__ = [
     "BenchmarkSpec",
     "Bindings",
     "RequestRecord",
+    "answered_models",
     "benchmark_gate_payload",
     "first_served",
     "http_session",
     "judge_bounds",
     "load_benchmark_corpus",
+    "other_answered_models",
     "percentile",
     "policy_bounds",
     "policy_validity",
@@ -64,7 +66,9 @@ __all__ = [
 ]
 
 # +2: the harness records its own scheduling stalls (client_stall_ms)
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+2"
+# +3: a request completes only with finish_reason stop/length, output, [DONE] and a usage count within
+#     max_tokens; the models the answers named are recorded (bounds.bindings.answered_models)
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+3"
 NO_AGGREGATE = "no aggregate result"
 PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
@@ -262,6 +266,7 @@ class RequestRecord:
     text: str | None = None
     error: str | None = None
     fault: bool = False
+    model: str | None = None  # the model the answer's chunks named (comma-joined if more than one)
 
     @property
     def ok(self) -> bool:
@@ -290,6 +295,21 @@ def _digest_ids(ids: Sequence[int]) -> str:
 
 # refused, reset, disconnected, a body cut short: the engine failed the connection
 _FAULTS = (aiohttp.ClientOSError, aiohttp.ServerConnectionError, aiohttp.ClientPayloadError)
+# The finish reasons of a generation that completed (OpenAI's, as vLLM, SGLang and llama.cpp send them):
+# "stop" (an end token or stop string) and "length" (max_tokens reached). Any other — vLLM's "abort" (the
+# engine dropped the request), "content_filter", "tool_calls" (the harness asks for no tools), a word the
+# harness does not know — is a request that did not complete: a request error, never a completion.
+COMPLETED_FINISH_REASONS = frozenset({"stop", "length"})
+# The finish reason by which an engine says it failed the request itself (vLLM's "error": an internal
+# error while generating). It carries no client-error code, so it is judged as an error object in the
+# stream without a 4xx code is: an engine fault, which stops the run.
+FAULT_FINISH_REASONS = frozenset({"error"})
+# what of a body that is no event stream is kept to say what it was (an error object, an HTML page)
+_BODY_KEPT = 65536
+
+
+class _Malformed(Exception):
+    """A stream chunk that is not what the OpenAI streaming API sends: a plain request error."""
 
 
 def _error_message(body: bytes) -> str:
@@ -301,6 +321,36 @@ def _error_message(body: bytes) -> str:
     if isinstance(err, dict):
         return str(err.get("message") or err)[:200]
     return str(err or value)[:200]
+
+
+def _error_object(value: Any) -> dict[str, Any] | None:
+    """The error object a JSON value is, or carries: ``{"error": {...}}`` (OpenAI, vLLM ≥ 0.6) or
+    ``{"object": "error", ...}`` (vLLM's older ``ErrorResponse``); None when it is neither."""
+    if not isinstance(value, dict):
+        return None
+    err = value.get("error")
+    if err:
+        return err if isinstance(err, dict) else {"message": str(err)}
+    if value.get("object") == "error":
+        return value
+    return None
+
+
+def _engine_error(record: RequestRecord, err: Mapping[str, Any], where: str) -> RequestRecord:
+    """An error object the engine answered with (in the stream, or as the whole body of an HTTP 2xx
+    answer): a fault unless its code is a client error (a whole number 400..499)."""
+    code = err.get("code")
+    message = str(err.get("message") or dict(err))[:200]
+    record.error = f"{where}: {message}" + (f" (code {code!r})" if code is not None else "")
+    client_error = isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 500
+    record.fault = not client_error
+    return record
+
+
+def _text(value: Any, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _Malformed(f"{what} is {type(value).__name__} {str(value)[:40]!r}, not text")
 
 
 def request_body(prompt: BenchmarkPrompt, spec: BenchmarkSpec, model: str | None) -> dict[str, Any]:
@@ -332,6 +382,155 @@ def http_session(
     return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers, trust_env=False)
 
 
+@dataclass
+class _Stream:
+    """What a response's event stream said, chunk by chunk."""
+
+    chat: bool
+    t0: float
+    last: float | None = None
+    parts: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    has_ids: bool = False
+    usage: dict[str, Any] | None = None
+    chunks: int = 0
+    models: list[str] = field(default_factory=list)
+    data_lines: int = 0
+    done: bool = False
+    other: list[bytes] = field(default_factory=list)  # lines before any data line (bounded)
+
+    def chunk(self, chunk: Any, record: RequestRecord) -> None:
+        """Read one parsed ``data:`` chunk into the stream and ``record``; raises _Malformed."""
+        if not isinstance(chunk, dict):
+            raise _Malformed("a chunk that is no JSON object")
+        model = _text(chunk.get("model"), "the chunk's model")
+        if model and model not in self.models:
+            self.models.append(model)
+        if "usage" in chunk and chunk["usage"] is not None:
+            if not isinstance(chunk["usage"], dict):
+                raise _Malformed(f"usage is {type(chunk['usage']).__name__}, not an object")
+            self.usage = chunk["usage"]
+        if "choices" not in chunk:  # only a usage chunk may come without choices
+            if not isinstance(chunk.get("usage"), dict):
+                raise _Malformed("a chunk with no choices (its output, if any, is not where the API puts it)")
+            return
+        choices = chunk["choices"]
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise _Malformed("choices is not a list of objects")
+        if choices:
+            # A chunk with choices is one step of output, whatever text it carries: an engine streams a
+            # delta per decode step, and tokens that do not decode to text yet (part of a UTF-8 character,
+            # a special token) come as empty deltas. Time to first token and the inter-token latencies are
+            # taken at these chunks, as `vllm bench serve` takes them; timing only chunks with text put
+            # the "first token" at the first visible character, up to the whole generation late.
+            now = time.perf_counter()
+            if self.last is None:
+                record.ttft_ms = (now - self.t0) * 1000
+            else:
+                record.itl_ms.append((now - self.last) * 1000)
+            self.last = now
+        for choice in choices:
+            if self.chat:
+                delta = choice.get("delta")
+                if delta is not None and not isinstance(delta, dict):
+                    raise _Malformed(f"delta is {type(delta).__name__} {str(delta)[:40]!r}, not an object")
+                piece = _text((delta or {}).get("content"), "delta.content")
+            else:
+                piece = _text(choice.get("text"), "text")
+            ids = choice.get("token_ids")
+            if ids is not None:
+                if not isinstance(ids, list) or any(
+                    isinstance(i, bool) or not isinstance(i, int) for i in ids
+                ):
+                    raise _Malformed("token_ids is not a list of whole numbers")
+                self.has_ids = True
+                self.token_ids.extend(ids)
+            if piece:
+                self.chunks += 1
+                self.parts.append(piece)
+            finish = _text(choice.get("finish_reason"), "finish_reason")
+            if finish:
+                record.finish_reason = finish
+
+
+def _usage_tokens(usage: Mapping[str, Any], max_tokens: int | None) -> tuple[int | None, str | None]:
+    """(the completion tokens the engine's usage reports, None) or (None, why that count is no count)."""
+    n = usage.get("completion_tokens")
+    if isinstance(n, bool) or not isinstance(n, int):
+        return None, f"usage.completion_tokens is {n!r}, not a whole number"
+    if n < 0:
+        return None, f"usage.completion_tokens is {n}, a negative count"
+    if max_tokens is not None and n > max_tokens:
+        return None, f"usage.completion_tokens is {n}, more than the max_tokens {max_tokens} asked for"
+    return n, None
+
+
+def _finish(record: RequestRecord, s: _Stream, max_tokens: int | None) -> RequestRecord:
+    """Judge a stream that ended: a completed request, or a request error (or fault) naming why."""
+    text = "".join(s.parts)
+    record.text = text
+    record.output_digest = _digest_text(text)
+    if s.has_ids:
+        record.token_ids_digest = _digest_ids(s.token_ids)
+    record.model = ",".join(s.models) or None
+    if s.data_lines == 0:  # no event stream: an error object answered with a 2xx status, or anything else
+        body = b"".join(s.other)
+        try:
+            err = _error_object(json.loads(body))
+        except ValueError:
+            err = None
+        if err is not None:
+            return _engine_error(record, err, f"error answered with HTTP {record.http_status}")
+        shown = body[:80].decode("utf-8", "replace").strip()
+        record.error = f"the answer is no event stream (no data: line): {shown!r}"
+        return record
+    if len(s.models) > 1:
+        record.error = f"the stream's chunks name more than one model: {', '.join(s.models)}"
+        return record
+    finish = record.finish_reason
+    if finish is None:
+        record.error = "the stream ended without a finish_reason"
+        return record
+    if finish in FAULT_FINISH_REASONS:
+        record.error = f"the engine ended the request with finish_reason {finish!r} (it failed the request)"
+        record.fault = True
+        return record
+    if finish not in COMPLETED_FINISH_REASONS:
+        record.error = (
+            f"the engine ended the request with finish_reason {finish!r}: not a completed request "
+            f"(completed: {', '.join(sorted(COMPLETED_FINISH_REASONS))})"
+        )
+        return record
+    if not s.done:
+        record.error = "the stream ended without data: [DONE] (cut short, its usage may be lost)"
+        return record
+    if s.usage is not None:
+        n, why = _usage_tokens(s.usage, max_tokens)
+        if why is not None:
+            record.error = why
+            return record
+        record.output_tokens, record.tokens_from = n, "usage"
+    else:
+        count = len(s.token_ids) if s.has_ids else s.chunks
+        record.output_tokens, record.tokens_from = count, "chunks"
+    if not text or not record.output_tokens:
+        record.error = (
+            f"no output: {'an empty answer' if not text else 'text'} with {record.output_tokens} "
+            f"completion token(s) ({record.tokens_from})"
+        )
+        return record
+    # "length" before max_tokens, by an exact count (the engine's usage, or its token ids): chunks with text
+    # are no token count (llama-cpp-python sends no usage, and a token may decode to no text yet)
+    exact = record.tokens_from == "usage" or s.has_ids
+    count = record.output_tokens if record.tokens_from == "usage" else len(s.token_ids)
+    if finish == "length" and max_tokens is not None and exact and count < max_tokens:
+        record.error = (
+            f"finish_reason 'length' after {count} of the max_tokens {max_tokens}: the "
+            "engine stopped before the limit it names"
+        )
+    return record
+
+
 async def send_request(
     client: aiohttp.ClientSession,
     url: str,
@@ -343,17 +542,19 @@ async def send_request(
 ) -> RequestRecord:
     """Send one streaming request and fill ``record``; never raises (bar cancellation).
 
-    Connection refused/reset, a truncated stream and HTTP 5xx (or an error object with a 5xx code in
-    the stream) mark the record a ``fault``; timeouts, 4xx and malformed streams are plain errors.
+    Connection refused/reset, a truncated body, HTTP 5xx, an error object with a 5xx code (or none) —
+    in the stream, or as the whole body of an HTTP 2xx answer — and finish_reason "error" mark the record
+    a ``fault``. Timeouts, 4xx, malformed streams and requests that did not complete are plain errors: a
+    finish_reason other than "stop" or "length" (vLLM's "abort"), none, a stream without ``[DONE]``, no
+    output (an empty answer, 0 completion tokens), "length" before ``max_tokens``, a usage count that is
+    not a whole number in 0..max_tokens. The ``model`` each chunk names is recorded (``record.model``).
     """
     chat = "messages" in body
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        max_tokens = None
     t0 = time.perf_counter()
-    last: float | None = None
-    parts: list[str] = []
-    token_ids: list[int] = []
-    has_ids = False
-    usage_tokens: int | None = None
-    chunks = 0
+    s = _Stream(chat, t0)
     try:
         async with asyncio.timeout(timeout_s), client.post(url, json=dict(body)) as r:
             record.http_status = r.status
@@ -362,58 +563,33 @@ async def send_request(
                 record.error = f"HTTP {r.status}: {message}"
                 record.fault = r.status >= 500
                 return record
+            kept = 0
             async for raw in r.content:  # one SSE line at a time; read to the end so the connection is reused
                 line = raw.decode("utf-8", "replace").strip()
                 if not line.startswith("data:"):
+                    if s.data_lines == 0 and kept < _BODY_KEPT:
+                        s.other.append(raw)
+                        kept += len(raw)
                     continue
+                s.data_lines += 1
                 data = line[5:].strip()
                 if data == "[DONE]":
+                    s.done = True
                     continue
                 try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    record.error = f"malformed stream chunk: {data[:80]!r}"
+                    if s.done:
+                        raise _Malformed("a chunk after [DONE]")
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        raise _Malformed("not JSON") from None
+                    err = _error_object(chunk)
+                    if err is not None:
+                        return _engine_error(record, err, "error in stream")
+                    s.chunk(chunk, record)
+                except _Malformed as e:
+                    record.error = f"malformed stream chunk ({e}): {data[:80]!r}"
                     return record
-                if not isinstance(chunk, dict):
-                    record.error = f"malformed stream chunk: {data[:80]!r}"
-                    return record
-                if chunk.get("error"):
-                    err = chunk["error"]
-                    code = err.get("code") if isinstance(err, dict) else None
-                    record.error = f"error in stream: {_error_message(json.dumps(chunk).encode())}"
-                    record.fault = not isinstance(code, int) or code >= 500
-                    return record
-                usage = chunk.get("usage")
-                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                    usage_tokens = usage["completion_tokens"]
-                choices = chunk.get("choices") or []
-                if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
-                    record.error = f"malformed stream chunk: {data[:80]!r}"
-                    return record
-                if choices:
-                    # A chunk with choices is one step of output, whatever text it carries: an engine
-                    # streams a delta per decode step, and tokens that do not decode to text yet (part of
-                    # a UTF-8 character, a special token) come as empty deltas. Time to first token and
-                    # the inter-token latencies are taken at these chunks, as `vllm bench serve` takes
-                    # them; timing only chunks with text put the "first token" at the first visible
-                    # character, up to the whole generation late.
-                    now = time.perf_counter()
-                    if last is None:
-                        record.ttft_ms = (now - t0) * 1000
-                    else:
-                        record.itl_ms.append((now - last) * 1000)
-                    last = now
-                for choice in choices:
-                    piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-                    ids = choice.get("token_ids")
-                    if isinstance(ids, list):
-                        has_ids = True
-                        token_ids.extend(int(i) for i in ids)
-                    if piece:
-                        chunks += 1
-                        parts.append(piece)
-                    if choice.get("finish_reason"):
-                        record.finish_reason = str(choice["finish_reason"])
     except aiohttp.ConnectionTimeoutError as e:  # the engine does not even accept the connection
         record.error, record.fault = f"{type(e).__name__}: {e}"[:300], True
         return record
@@ -423,25 +599,15 @@ async def send_request(
     except _FAULTS as e:
         record.error, record.fault = f"{type(e).__name__}: {e}"[:300], True
         return record
-    except (aiohttp.ClientError, ValueError) as e:
-        record.error = f"{type(e).__name__}: {e}"[:300]
+    except (aiohttp.ClientError, ValueError, TypeError, AttributeError, KeyError, RecursionError) as e:
+        record.error = f"malformed answer: {type(e).__name__}: {e}"[:300]
         return record
     finally:
         end = time.perf_counter()
         record.end_s = end - clock_origin
         record.e2e_ms = (end - t0) * 1000
-    text = "".join(parts)
-    record.text = text
-    record.output_digest = _digest_text(text)
-    if has_ids:
-        record.token_ids_digest = _digest_ids(token_ids)
-    if usage_tokens is not None:
-        record.output_tokens, record.tokens_from = usage_tokens, "usage"
-    else:
-        record.output_tokens, record.tokens_from = chunks, "chunks"
-    if record.finish_reason is None:
-        record.error = "the stream ended without a finish_reason"
-    return record
+        record.model = record.model or (",".join(s.models) or None)
+    return _finish(record, s, max_tokens)
 
 
 # --- statistics per run and per level ----------------------------------------------------------------
@@ -621,6 +787,11 @@ class BenchmarkResult:
     def has_aggregate(self) -> bool:
         return self.aggregate is not None
 
+    @property
+    def answered_models(self) -> str:
+        """The models the answers named (each streamed chunk's ``model``), sorted and comma-joined."""
+        return answered_models(r.model for r in self.records)
+
     def summary(self) -> dict[str, Any]:
         return {
             "harness": self.harness,
@@ -637,6 +808,7 @@ class BenchmarkResult:
             "parity": self.parity,
             "notes": self.notes,
             "bindings": self.bindings,
+            "answered_models": self.answered_models,
             "runs": [
                 {
                     "level": r.level,
@@ -805,6 +977,24 @@ async def read_bindings(
 def first_served(bound: Mapping[str, str]) -> str | None:
     """The model a harness asks for when its spec names none: the first id the endpoint served."""
     return bound.get("served_models", "").split(",")[0] or None
+
+
+def answered_models(models: Iterable[str | None]) -> str:
+    """The distinct model names answers carried (``RequestRecord.model``, itself comma-joined where one
+    stream named several), sorted and comma-joined: what both harnesses record as
+    ``bounds.bindings.answered_models``."""
+    return ",".join(sorted({name for m in models if m for name in m.split(",") if name}))
+
+
+def other_answered_models(answered: str, expect_model: str | None) -> str | None:
+    """Why answers naming ``answered`` were not the model ``expect_model`` (the campaign's approved
+    served name), or None: every answer that named a model named it (answers naming none say nothing)."""
+    if expect_model is None:
+        return None
+    others = [m for m in answered.split(",") if m and m != expect_model]
+    if not others:
+        return None
+    return f"answers named another model than {expect_model!r}: {', '.join(others)}"
 
 
 class _Stop:
@@ -1120,9 +1310,12 @@ def benchmark_gate_payload(
     *,
     order: int | None = None,
     evidence: Sequence[str] = (),
+    expect_model: str | None = None,
 ) -> dict[str, Any]:
     """The ``gate.result`` payload for gate ``benchmark``: passed only for a valid, complete run whose
-    figures meet every bound; no bounds at all is a failure, not a pass."""
+    figures meet every bound; no bounds at all is a failure, not a pass. ``expect_model`` (the campaign's
+    approved served name, where the engine's answers name the model that answered): an answer naming
+    another fails the gate, as the policy judges ``bounds.bindings.answered_models``."""
     spec = result.spec
     failures, judged = judge_bounds(result.figures, bounds)
     reasons: list[str] = []
@@ -1133,6 +1326,8 @@ def benchmark_gate_payload(
     if not bounds:
         reasons.append("no bounds to judge the figures against")
     reasons += failures
+    if other := other_answered_models(result.answered_models, expect_model):
+        reasons.append(other)
     issued = sum(1 for r in result.records)
     completed = sum(1 for r in result.records if r.ok)
     counts: dict[str, int] = {
@@ -1167,7 +1362,12 @@ def benchmark_gate_payload(
             "limits": judged,
             "figures": result.figures,
             "parity": result.parity,
-            "bindings": result.bindings[0] if result.bindings else {},
+            # what /v1/models served before the first repetition, and the models the answers named
+            # (answers that named none add nothing: answered_models is left out)
+            "bindings": {
+                **(result.bindings[0] if result.bindings else {}),
+                **({"answered_models": result.answered_models} if result.answered_models else {}),
+            },
         },
         "figures": dict(result.figures),
         "reason": "; ".join(reasons) if reasons else None,
@@ -1255,6 +1455,7 @@ def record_benchmark_gate(
     order: int | None = None,
     evidence: Sequence[str] = (),
     refs: Sequence[tuple[str, str]] = (),
+    expect_model: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Store the request JSONL and summary as artifacts and record the gate; returns (entry id, payload)."""
     artifacts = [
@@ -1264,6 +1465,8 @@ def record_benchmark_gate(
             (RESULT_ARTIFACT, "application/json"),
         )
     ]
-    payload = benchmark_gate_payload(result, bounds, order=order, evidence=evidence)
+    payload = benchmark_gate_payload(
+        result, bounds, order=order, evidence=evidence, expect_model=expect_model
+    )
     entry = recorder.record("gate.result", dict(subject), payload, artifacts=artifacts, refs=refs)
     return entry, payload

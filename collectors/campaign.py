@@ -25,7 +25,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ledger.collectors.benchmark import (
     NO_AGGREGATE,
@@ -52,7 +60,7 @@ from ledger.collectors.probe import (
 from ledger.collectors.secrets import Redactor, redact_command
 from ledger.collectors.semantic import SemanticResult, SemanticSpec, run_semantic, semantic_gate_payload
 from ledger.entries import format_time, now_utc, pin_bindings
-from ledger.errors import ConfigError, LedgerError, more_problems
+from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
 from ledger.hashing import hash_file, parse_digest
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures
@@ -305,7 +313,8 @@ class SemanticGate(_HarnessGate):
 
 class BenchmarkGate(_HarnessGate):
     enabled: bool = False
-    levels: list[int] = Field(default_factory=lambda: [1, 4, 32], min_length=1)
+    # concurrency levels: whole numbers ≥ 1, each once (checked at load, before anything is recorded)
+    levels: list[StrictInt] = Field(default_factory=lambda: [1, 4, 32], min_length=1)
     requests: int = Field(default=96, ge=1)  # per level
     repetitions: int = Field(default=2, ge=1)
     api: Literal["chat", "completions"] = "chat"
@@ -315,6 +324,17 @@ class BenchmarkGate(_HarnessGate):
     saturation: Literal["invalid", "report"] | None = None
     min_duration_seconds: float | None = Field(default=None, ge=0)
     max_error_rate: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        bad = [c for c in levels if isinstance(c, bool) or not isinstance(c, int) or c < 1]
+        if bad:
+            raise ValueError(f"concurrency levels must be whole numbers ≥ 1, not {bad}")
+        repeated = sorted({c for c in levels if levels.count(c) > 1})
+        if repeated:
+            raise ValueError(f"concurrency levels repeat: {levels} (each level once: {repeated} twice)")
+        return levels
 
 
 class GatesSection(_Section):
@@ -741,10 +761,7 @@ class CampaignRunner:
             self.result.cancelled_by = f"{signal.Signals(c.signum).name} to pid {os.getpid()}"
             reason = f"cancelled by {signal.Signals(c.signum).name} during gate {gates[max(order, 1) - 1]}"
             self._finish_engine("cancelled")
-            decided = {g.gate for g in self.result.gates}
-            for i, name in enumerate(gates, start=1):
-                if name not in decided:
-                    self._gate(i, name, "not_run", reason="job cancelled")
+            self._not_run_undecided(gates, "job cancelled")
         except LedgerError as err:
             # the collector itself stopped (bad input met mid-run, a store or ledger error): the job ends
             # failed, saying so, and every gate it did not decide is not run — never a job left running
@@ -753,10 +770,20 @@ class CampaignRunner:
             state, reason = "failed", f"the collector stopped during gate {at}: {err.message}"
             self._finish_engine("finished")
             with contextlib.suppress(LedgerError):
-                decided = {g.gate for g in self.result.gates}
-                for i, name in enumerate(gates, start=1):
-                    if name not in decided:
-                        self._gate(i, name, "not_run", reason=f"the collector stopped: {err.message}")
+                self._not_run_undecided(gates, f"the collector stopped: {err.message}")
+        except Exception as bug:
+            # not a ledger error: a fault in the collector itself (a harness that raised, a bug). The job
+            # still ends failed, saying what stopped it, and every gate it did not decide is not run — no
+            # job is left running; the caller gets it as a collector error (one line, exit 2)
+            at = gates[max(order, 1) - 1]
+            what = f"{type(bug).__name__}: {bug}"[:500]
+            aborted = CollectorError(f"the collector stopped during gate {at}: {what}")
+            aborted.__cause__ = bug
+            state, reason = "failed", aborted.message
+            with contextlib.suppress(Exception):
+                self._finish_engine("finished")
+            with contextlib.suppress(Exception):
+                self._not_run_undecided(gates, f"the collector stopped: {what}")
         finally:
             self._finish_engine("finished")
         if state != "cancelled" and time.monotonic() > self._deadline:
@@ -1103,7 +1130,11 @@ class CampaignRunner:
             )
         else:
             payload = semantic_gate_payload(
-                result, min_score=float(min_score), order=order, evidence=evidence
+                result,
+                min_score=float(min_score),
+                order=order,
+                evidence=evidence,
+                expect_model=self._expect_answered_model(),
             )
         if fault:
             payload["status"] = "failed"
@@ -1151,7 +1182,9 @@ class CampaignRunner:
         fault = result.outcome == "fault" or not run.alive()
         if fault:
             evidence += self._harness_fault(result.stopped)
-        payload = benchmark_gate_payload(result, bounds, order=order, evidence=evidence)
+        payload = benchmark_gate_payload(
+            result, bounds, order=order, evidence=evidence, expect_model=self._expect_answered_model()
+        )
         if fault:
             payload["status"] = "failed"
             payload["reason"] = self._fault_reason(payload.get("reason"), result.stopped)
@@ -1164,6 +1197,22 @@ class CampaignRunner:
         )
         self._check_cancel()
         return self._harness_outcome("benchmark", payload, evidence)
+
+    def _not_run_undecided(self, gates: list[str], reason: str) -> None:
+        """Record every gate of ``gates`` the job did not decide as ``not_run``, saying why."""
+        decided = {g.gate for g in self.result.gates}
+        for i, name in enumerate(gates, start=1):
+            if name not in decided:
+                self._gate(i, name, "not_run", reason=reason)
+
+    def _expect_answered_model(self) -> str | None:
+        """The model a harness answer must name (the campaign's approved served name), or None for an
+        engine whose answers echo the asked name (the policy's ``engines_echo_model_name``, as its
+        api-readiness gate and its semantic and benchmark gates judge ``answered_models``)."""
+        echo = self._param("engines_echo_model_name")
+        if isinstance(echo, list) and self.c.spec.engine.kind in echo:
+            return None
+        return self.c.spec.model.served_name
 
     def _stop_requested(self) -> str | None:
         """What a harness asks while it runs: why to stop now (a signal arrived), or None."""

@@ -41,8 +41,10 @@ from ledger.collectors.benchmark import (
     Outcome,
     RequestRecord,
     StopCheck,
+    answered_models,
     first_served,
     http_session,
+    other_answered_models,
     read_bindings,
     send_request,
     until_stopped,
@@ -72,7 +74,9 @@ __all__ = [
 ]
 
 # +2: the run records the ids /v1/models served (bounds.bindings), unchanged from the first item to the last
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+2"
+# +3: an answer that did not complete (benchmark.send_request) is an item error; the models the answers
+#     named are recorded (bounds.bindings.answered_models)
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+3"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -294,6 +298,7 @@ class ItemResult:
     finish_reason: str | None
     e2e_ms: float | None
     error: str | None = None
+    model: str | None = None  # the model the answer named (its chunks' ``model``)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -323,6 +328,11 @@ class SemanticResult:
         return None if changed is None else f"bindings changed during the run: {first} → {changed}"
 
     @property
+    def answered_models(self) -> str:
+        """The models the answers named, sorted and comma-joined (``bounds.bindings.answered_models``)."""
+        return answered_models(i.model for i in self.items)
+
+    @property
     def score(self) -> float | None:
         """The fraction of corpus items that passed; None when the run returned no aggregate result."""
         if self.outcome != "completed" or not self.total:
@@ -342,6 +352,7 @@ class SemanticResult:
             "items": self.total,
             "passed": sum(i.passed for i in self.items),
             "bindings": self.bindings,
+            "answered_models": self.answered_models,
         }
 
 
@@ -431,6 +442,7 @@ async def run_semantic_async(
                     rec.finish_reason,
                     rec.e2e_ms,
                     rec.error,
+                    rec.model,
                 )
             )
         if outcome == "completed":  # the same model from the first item to the last
@@ -501,10 +513,12 @@ def semantic_gate_payload(
     min_score: float,
     order: int | None = None,
     evidence: Sequence[str] = (),
+    expect_model: str | None = None,
 ) -> dict[str, Any]:
     """The ``gate.result`` payload for gate ``semantic``: passed only when the whole corpus was asked
     of an endpoint that served the same models throughout, and the score reaches the policy's
-    ``min_score``."""
+    ``min_score``. ``expect_model`` (the campaign's approved served name, where the engine's answers name
+    the model that answered): an answer naming another fails the gate."""
     if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 < min_score <= 1:
         raise ConfigError(f"the semantic threshold must be a number in (0, 1], not {min_score!r}")
     score = result.score
@@ -519,6 +533,8 @@ def semantic_gate_payload(
         )
     if result.bindings_changed:
         reasons.append(result.bindings_changed)
+    if other := other_answered_models(result.answered_models, expect_model):
+        reasons.append(other)
     counts = {
         "items": result.total,
         "asked": len(result.items),
@@ -542,7 +558,12 @@ def semantic_gate_payload(
             "failed_items": [i.id for i in failed[:100]],
             # the model measured: what /v1/models served before the first item (the policy credits the
             # result only where that includes the campaign's approved model)
-            "bindings": result.bindings[0] if result.bindings else {},
+            # and the models its answers named (the policy fails an answer naming another model)
+            # (answers that named none add nothing: answered_models is left out)
+            "bindings": {
+                **(result.bindings[0] if result.bindings else {}),
+                **({"answered_models": result.answered_models} if result.answered_models else {}),
+            },
         },
         "figures": {"score": score},
         "reason": "; ".join(reasons) if reasons else None,
@@ -561,9 +582,12 @@ def record_semantic_gate(
     order: int | None = None,
     evidence: Sequence[str] = (),
     refs: Sequence[tuple[str, str]] = (),
+    expect_model: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Store the item and failure JSONL as artifacts and record the gate; returns (entry id, payload)."""
-    payload = semantic_gate_payload(result, min_score=min_score, order=order, evidence=evidence)
+    payload = semantic_gate_payload(
+        result, min_score=min_score, order=order, evidence=evidence, expect_model=expect_model
+    )
     artifacts = [
         recorder.artifact(name, path, media_type="application/x-ndjson")
         for name, path in result.artifacts.items()
