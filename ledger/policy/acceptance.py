@@ -1193,18 +1193,18 @@ def _review_problem(
             "produced at)"
         )
         why = f"is on commit {commit}, which FAILed review{how}; a PASS on the repaired commit is needed"
+    elif not same_commit(own, commit):
+        why = (
+            f"names commit {commit} but is attached to evidence of "
+            + (f"commit {own}" if own else "no named commit")
+            + "; the repaired commit's evidence needs its own review"
+        )
     elif own_failed is not None:
         why = (
             f"names commit {commit}, but the evidence it reviews was produced at commit {own}, which may be "
             f"the commit review {own_failed.id[:16]} FAILed ({_commit_text(_failed_commit(own_failed, e))}): "
             "which commit it is cannot be told, so the FAIL stands (the repaired commit's evidence needs its "
             "own entry, naming its full commit)"
-        )
-    elif not same_commit(own, commit):
-        why = (
-            f"names commit {commit} but is attached to evidence of "
-            + (f"commit {own}" if own else "no named commit")
-            + "; the repaired commit's evidence needs its own review"
         )
     else:
         return None

@@ -170,6 +170,8 @@ def build(tmp: Path) -> CampaignLedger:
                 "repetitions": 2,
                 "corpus_digest": BENCH_CORPUS,
                 "outcome": "completed",
+                "temperature": 0.0,
+                "api": "chat",
                 "aggregate": True,
                 "valid": True,
                 "invalid_reasons": [],

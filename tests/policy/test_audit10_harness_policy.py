@@ -119,6 +119,20 @@ def test_a_passed_benchmark_not_run_at_temperature_0_through_the_approved_api_fa
     assert v["verdict"] == PERFORMANCE
 
 
+@pytest.mark.parametrize("left_out", ["temperature", "api"])
+def test_a_passed_benchmark_that_does_not_record_its_temperature_or_api_fails(
+    tmp_path: Path, left_out: str
+) -> None:
+    """The neighbour with the field dropped: the harness records both; a passed result that records
+    either not cannot show it ran at temperature 0 through the approved API (before, one left out was
+    judged as if it had)."""
+    es = qualified_entries()
+    del _payload(es, "benchmark")["bounds"][left_out]
+    v = verdict_of(tmp_path, es)
+    assert gates(v)["benchmark"] == "failed", left_out
+    assert v["verdict"] == PERFORMANCE
+
+
 @pytest.mark.parametrize(
     "bounds", [{"temperature": 0}, {"temperature": 0.0}, {"temperature": 0.0, "api": "chat"}]
 )
