@@ -968,7 +968,15 @@ class CampaignRunner:
         evidence = [eid]
         if run is not None:
             err = str(payload.get("error") or "")
-            server_side = payload.get("http_status") in (None, 500, 502, 503, 504) or not run.alive()
+            # an HTTP 200 that is no completion (an error object, an empty body) is the server's failure to
+            # answer, like a 5xx: the probe records why in details.server_error (the policy re-derives it)
+            raw = payload.get("details")
+            details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            server_side = (
+                payload.get("http_status") in (None, 500, 502, 503, 504)
+                or bool(details.get("server_error"))
+                or not run.alive()
+            )
             if server_side:
                 run.failure_observed = err[:300] or "request failed"
                 with self._interruptible_section():

@@ -8,25 +8,45 @@ failed engine is stopped and described, nothing else.
 The lease is enforced twice: by a watchdog thread here, which records ``lease-expired`` (or ``lease-end``),
 and by a lease keeper (:mod:`lease_keeper`), a separate process started with the engine that stops the
 group if the collector dies (SIGKILL, OOM) or the lease plus a margin passes with the group still running.
+Every process of the engine carries the launch's unique id in its environment (``LEDGER_LAUNCH_ID``):
+after the group's stop, a process that left the group (``setsid()``) and still runs is stopped and named
+in ``details.survivors``. The engine's port is checked twice: a port something already listens on is
+refused before the engine starts (:class:`PortInUse`), and when readiness is reached the listening socket
+must belong to a process of the engine — else another server answered, and the launch fails readiness
+(``port-served-by-another-process``).
+
 Linux only (process groups, ``/proc``, ``CLOCK_MONOTONIC`` shared across processes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
+import urllib.parse
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from ledger.collectors import lease_keeper
-from ledger.collectors.lease_keeper import RELEASE, group_alive, keeper_margin
+from ledger.collectors.lease_keeper import (
+    LAUNCH_MARK,
+    RELEASE,
+    cmdline,
+    group_alive,
+    keeper_margin,
+    marked_processes,
+    stop_marked,
+)
 from ledger.collectors.phases import PhaseTracker
 from ledger.collectors.readiness import ReadyState, check_ready, http_client
 from ledger.collectors.secrets import Redactor, redact_command, redact_env
@@ -34,7 +54,22 @@ from ledger.entries import format_time, now_utc
 from ledger.errors import CollectorError
 from ledger.signatures import ENGINE_ENDED, Classification, RunOutcome, Signature, classify, load_signatures
 
-__all__ = ["RELEVANT_ENV_PREFIXES", "EngineRun", "LaunchSpec", "group_alive", "relevant_env"]
+__all__ = [
+    "PORT_CONFLICT",
+    "RELEVANT_ENV_PREFIXES",
+    "EngineRun",
+    "LaunchSpec",
+    "PortInUse",
+    "group_alive",
+    "listening_sockets",
+    "relevant_env",
+    "socket_owners",
+]
+
+# the line the collector adds to a launch's failure text when another process answered readiness on the
+# engine's port (signature `port-served-by-another-process` in signatures.toml matches it)
+PORT_CONFLICT = "ledger-collector: port {port} answered readiness from a process that is not the engine"
+DRAIN_S = 1.0  # at most this long, before SIGTERM, for the engine's pipes to be read empty
 
 RELEVANT_ENV_PREFIXES = (
     "VLLM_",
@@ -84,24 +119,151 @@ class LaunchSpec:
     lease_ends_run: bool = False
 
 
+class PortInUse(CollectorError):
+    """The engine's port is already listened on: the engine is not started (nothing is recorded of it)."""
+
+
+_LOCAL_HOSTS = ("localhost", "::1", "0.0.0.0", "::", "")  # noqa: S104 (names, compared)
+
+
+def _local_port(base_url: str) -> int | None:
+    """The TCP port of ``base_url`` when it names this host (the engine the collector starts), else None."""
+    try:
+        u = urllib.parse.urlsplit(base_url)
+        port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:
+        return None
+    host = u.hostname or ""
+    return port if host in _LOCAL_HOSTS or host.startswith("127.") else None
+
+
+def listening_sockets(port: int) -> list[tuple[int, int]] | None:
+    """(inode, uid) of every TCP socket in LISTEN state on ``port`` (any address, IPv4 and IPv6) in this
+    network namespace; None when ``/proc/net/tcp`` cannot be read."""
+    found: list[tuple[int, int]] = []
+    readable = False
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text(encoding="ascii", errors="replace").splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            f = line.split()
+            if len(f) < 10 or f[3] != "0A":  # 0A: TCP_LISTEN
+                continue
+            with contextlib.suppress(ValueError):
+                if int(f[1].rsplit(":", 1)[1], 16) == port:
+                    found.append((int(f[9]), int(f[7])))
+    return found if readable else None
+
+
+def socket_owners(inodes: set[int]) -> dict[int, list[int]]:
+    """Socket inode → the pids holding it open (among the processes this user may inspect)."""
+    owners: dict[int, list[int]] = {}
+    if not inodes:
+        return owners
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return owners
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{name}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target.endswith("]"):
+                with contextlib.suppress(ValueError):
+                    ino = int(target[8:-1])
+                    if ino in inodes and int(name) not in owners.setdefault(ino, []):
+                        owners[ino].append(int(name))
+    return owners
+
+
+def _describe(pids: list[int], uids: list[int]) -> str:
+    named = [f"pid {pid} ({cmdline(pid)})" for pid in sorted(pids)[:5]]
+    if not named:  # a socket whose process this user cannot see (another user's)
+        return (
+            "a process of uid " + ", ".join(str(u) for u in sorted(set(uids))) + " this collector cannot see"
+        )
+    return ", ".join(named)
+
+
+def port_holder(port: int) -> str | None:
+    """Who listens on ``port`` (pids and command lines), or None when nothing does."""
+    socks = listening_sockets(port)
+    if not socks:
+        return None
+    owners = socket_owners({ino for ino, _ in socks})
+    return _describe(sorted({pid for pids in owners.values() for pid in pids}), [uid for _, uid in socks])
+
+
 class _Tee(threading.Thread):
-    """Copy one pipe to a file line by line, timing each line for phase tracking."""
+    """Copy one pipe to a file as it arrives, timing each line for phase tracking.
+
+    ``count()`` is the number of lines written so far, a line still without its newline counted: where
+    the log stands. ``drained()`` says whether every byte the engine wrote to the pipe has been written to
+    the file (the pipe holds nothing unread and this thread is waiting for more).
+    """
 
     def __init__(self, pipe: IO[bytes], path: Path, on_line: Callable[[str], None]) -> None:
         super().__init__(daemon=True, name=f"tee-{path.name}")
         self.pipe = pipe
         self.path = path
         self.on_line = on_line
-        self.lines = 0  # lines written to the file so far
+        self.lines = 0  # complete lines written to the file so far
+        self.partial = False  # a line without its newline yet is in the file
+        self._waiting = False  # blocked reading the pipe, everything read before written
+        self._count_lock = threading.Lock()
+
+    def count(self) -> int:
+        with self._count_lock:
+            return self.lines + (1 if self.partial else 0)
+
+    def drained(self) -> bool:
+        if not self._waiting or not self.is_alive():
+            return not self.is_alive()
+        try:
+            buf = fcntl.ioctl(self.pipe.fileno(), termios.FIONREAD, struct.pack("i", 0))
+        except (OSError, ValueError):
+            return True
+        return struct.unpack("i", buf)[0] == 0 and self._waiting
 
     def run(self) -> None:
+        fd = self.pipe.fileno()
+        pending = b""
         with self.path.open("wb") as out:
-            for raw in iter(self.pipe.readline, b""):
-                out.write(raw)
+            while True:
+                self._waiting = True
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except OSError:
+                    chunk = b""
+                self._waiting = False
+                if not chunk:
+                    break
+                out.write(chunk)
                 out.flush()
-                self.lines += 1
+                *lines, pending = (pending + chunk).split(b"\n")
+                with self._count_lock:
+                    self.lines += len(lines)
+                    self.partial = bool(pending)
+                for raw in lines:
+                    with contextlib.suppress(Exception):
+                        self.on_line(raw.decode("utf-8", errors="replace") + "\n")
+            if pending:
+                with self._count_lock:
+                    self.lines += 1
+                    self.partial = False
                 with contextlib.suppress(Exception):
-                    self.on_line(raw.decode("utf-8", errors="replace"))
+                    self.on_line(pending.decode("utf-8", errors="replace"))
         self.pipe.close()
 
 
@@ -130,6 +292,14 @@ class EngineRun:
         # exited | lease-expired | lease-end | finished | cancelled | ready
         self.stop_reason: str | None = None
         self.stop_lines: dict[str, int] | None = None  # log name → its lines when the stop was sent
+        self.stop_drained = False  # the pipes were read empty before those lines were counted
+        self.ready_lines: dict[str, int] | None = None  # log name → its lines when readiness was reached
+        # the launch's unique id, set in the engine's environment (LAUNCH_MARK): every process of the engine
+        # carries it, also one that left the process group
+        self.launch_id = uuid.uuid4().hex
+        self.port = _local_port(spec.base_url)
+        self.port_conflict: str | None = None  # another process answered readiness on the engine's port
+        self.survivors: list[dict[str, Any]] = []  # marked processes still running after the group's stop
         self.lease_expired = False
         self.failure_observed: str | None = None  # set by probes that saw the engine fail a request
         self.stop_escalated = False
@@ -139,14 +309,29 @@ class EngineRun:
         self._keeper: subprocess.Popen[bytes] | None = None
         self._keeper_pipe: int | None = None  # the write end: closed (the collector gone) means stop
         self._keeper_lock = threading.Lock()  # held while the keeper is released and reaped
+        self.refuse_taken_port()
+
+    def refuse_taken_port(self) -> None:
+        """Refuse to launch on a port something already listens on (:class:`PortInUse`): the engine could
+        not bind it, and readiness would be judged on the other server. Checked when the run is made —
+        before anything of it is recorded — and again right before the engine starts."""
+        if self.port is None:
+            return
+        holder = port_holder(self.port)
+        if holder is not None:
+            raise PortInUse(
+                f"port {self.port} ({self.spec.base_url}) is already in use by {holder}: refusing to launch "
+                "the engine (it could not bind the port, and readiness would be judged on the other server)"
+            )
 
     # --- life cycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the command in a new session (its own process group); stdout/stderr go to files."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.spec.env}
+        env = {**os.environ, **self.spec.env, LAUNCH_MARK: self.launch_id}
         env.setdefault("PYTHONUNBUFFERED", "1")
+        self.refuse_taken_port()
         self.started_at = now_utc()
         self._t0 = time.monotonic()
         self._deadline = self._t0 + self.spec.lease_seconds
@@ -194,6 +379,7 @@ class EngineRun:
                     repr(self._deadline + keeper_margin(grace)),
                     repr(grace),
                     str(self.keeper_note),
+                    self.launch_id,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -290,10 +476,56 @@ class EngineRun:
                     return last
                 last = check_ready(self.spec.base_url, self.spec.engine, client)
                 if last.ready:
+                    foreign = self._foreign_listener()
+                    if foreign is not None:
+                        with self._lock:
+                            self.port_conflict = foreign
+                        return ReadyState(False, last.endpoint, last.status, note=foreign)
+                    with self._lock:  # where each log stood: what follows is the engine's run after readiness
+                        self.ready_lines = {t.path.name: t.count() for t in self._tees}
                     self.ready_state = last
                     self.time_to_ready_s = round(self.elapsed(), 3)
                     return last
                 time.sleep(self.spec.poll_interval)
+
+    def engine_pids(self) -> set[int]:
+        """The engine's processes: those carrying its launch mark, and those of its session or group."""
+        pids = set(marked_processes(self.launch_id))
+        if self.pgid is not None:
+            with contextlib.suppress(OSError):
+                for name in os.listdir("/proc"):
+                    if not name.isdigit():
+                        continue
+                    try:
+                        with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
+                            stat = f.read()
+                    except OSError:
+                        continue
+                    rest = stat[stat.rfind(")") + 2 :].split()
+                    if len(rest) >= 4 and self.pgid in (_int(rest[2]), _int(rest[3])):
+                        pids.add(int(name))
+        return pids
+
+    def _foreign_listener(self) -> str | None:
+        """None when the socket listening on the engine's port belongs to a process of the engine; else why
+        the server that answered readiness is not the engine (naming who listens). A port of another host
+        is not checked; where no listening socket can be seen at all, the answer cannot be the engine's
+        (fail closed)."""
+        if self.port is None:
+            return None
+        head = PORT_CONFLICT.format(port=self.port)
+        socks = listening_sockets(self.port)
+        if socks is None:
+            return f"{head}: /proc/net/tcp cannot be read, so whose server answered cannot be told"
+        if not socks:
+            return f"{head}: no socket listens on port {self.port} in this network namespace"
+        owners = socket_owners({ino for ino, _ in socks})
+        mine = self.engine_pids()
+        held = sorted({pid for pids in owners.values() for pid in pids})
+        if any(pid in mine for pid in held):
+            return None
+        who = _describe(held, [uid for _, uid in socks])
+        return f"{head}: it is held by {who}, not by the engine's processes (pid {self.pgid})"
 
     def wait_exit(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the engine to exit on its own; True when it did."""
@@ -311,8 +543,23 @@ class EngineRun:
             if self.stop_reason is None:
                 self._engine_ended()
 
+    def _drain(self) -> None:
+        """Wait (up to :data:`DRAIN_S`) until every byte the engine has written to its pipes is in the log
+        files: the lines counted for the stop are then all the engine logged before it was told to stop. An
+        engine that writes on without a pause is counted when the time is up (later, so more is read)."""
+        deadline = time.monotonic() + DRAIN_S
+        steady = 0
+        while time.monotonic() < deadline:
+            steady = steady + 1 if all(t.drained() for t in self._tees) else 0
+            if steady >= 2:  # twice, 10 ms apart: no chunk was between the read and the write
+                return
+            time.sleep(0.01)
+
     def stop(self, reason: str) -> None:
-        """Stop the whole process group: SIGTERM, a grace period, then SIGKILL. Idempotent."""
+        """Stop the whole process group: SIGTERM, a grace period, then SIGKILL; then any process of the
+        engine that left the group. Idempotent."""
+        if self.proc is not None and self.proc.poll() is None and self.stop_lines is None:
+            self._drain()
         with self._lock:
             if self.stop_reason is None:
                 if self.proc is not None and self.proc.poll() is not None:
@@ -327,7 +574,8 @@ class EngineRun:
             # (the policy reads the run's faults up to there, then up to the first stop marker)
             with self._lock:
                 if self.stop_lines is None:
-                    self.stop_lines = {t.path.name: t.lines for t in self._tees}
+                    self.stop_lines = {t.path.name: t.count() for t in self._tees}
+                    self.stop_drained = True
             self._signal_group(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=self.spec.grace_seconds)
@@ -347,6 +595,11 @@ class EngineRun:
                 self._signal_group(signal.SIGKILL)
                 break
             time.sleep(0.1)
+        # a process of the engine that left its group (setsid) is not reached by the group's signals
+        found = stop_marked(self.launch_id, self.spec.grace_seconds)
+        with self._lock:
+            known = {p["pid"] for p in self.survivors}
+            self.survivors.extend(p for p in found if p["pid"] not in known)
         self._release_keeper()
         for t in self._tees:
             t.join(timeout=5)
@@ -384,7 +637,9 @@ class EngineRun:
 
     @property
     def failed(self) -> bool:
-        return self.stop_reason in ENGINE_ENDED or self.failure_observed is not None
+        return (
+            self.stop_reason in ENGINE_ENDED or self.failure_observed is not None or bool(self.port_conflict)
+        )
 
     def classification(self) -> Classification:
         """The failure signature; status-only signatures count only when the engine itself ended the run."""
@@ -402,7 +657,10 @@ class EngineRun:
         if self.stop_reason not in ENGINE_ENDED:
             # the engine is still running: only log patterns and the observed request failure apply
             sigs = [s for s in sigs if s.patterns or s.request_failed]
-        result = classify(self.log_text(), outcome, sigs)
+        text = self.log_text()
+        if self.port_conflict:  # the collector's own finding, after the engine's logs
+            text += "\n" + self.port_conflict
+        result = classify(text, outcome, sigs)
         if result.signature == "request-failed" and self.failure_observed:
             result = Classification(
                 result.signature, result.title, self.failure_observed, result.matched, result.failure_class
@@ -428,6 +686,15 @@ class EngineRun:
             details["returncode"] = self.proc.returncode
         if self.stop_lines is not None:
             details["stop_lines"] = dict(self.stop_lines)
+            if self.stop_drained:
+                details["stop_drained"] = True
+        if self.ready_lines is not None:
+            details["ready_lines"] = dict(self.ready_lines)
+        details["launch_id"] = self.launch_id
+        if self.port is not None:
+            details["port"] = self.port
+        if self.port_conflict:
+            details["port_conflict"] = self.port_conflict
         if self.ready_state is not None:
             details["ready_server"] = self.ready_state.server
         if c.signature:
@@ -437,6 +704,10 @@ class EngineRun:
         red = self.redactor()
         if self.failure_observed:
             details["failure_observed"] = red.text(self.failure_observed)[0]
+        if self.ended_at is not None:  # checked once the run was stopped: none, or each one found
+            details["survivors"] = [
+                {"pid": sv["pid"], "cmdline": red.text(str(sv["cmdline"]))[0]} for sv in self.survivors
+            ]
         env = {**relevant_env(os.environ), **redact_env(self.spec.env)}
         return {
             "engine": self.spec.engine,
@@ -479,3 +750,10 @@ class EngineRun:
             else:
                 out.append((name, p, 0))
         return out
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None

@@ -24,6 +24,14 @@ job's group) do not reach it. The group id cannot be reused while any member of 
 keeps the id allocated), and the keeper stops watching within :data:`POLL_S` of the group emptying, so it
 never signals another group. One limit: a child the collector forks without exec inherits the pipe's
 write end (it is close-on-exec), and then keeps the collector "alive" for the keeper until it exits too.
+
+A process of the engine that left its group (``setsid()``: a daemonising helper) is out of reach of a
+signal to the group. Every engine process is marked: the launcher sets :data:`LAUNCH_MARK` to the launch's
+unique id in the engine's environment, which every descendant inherits, and after the group's stop
+:func:`stop_marked` finds any process that still carries the mark (``/proc/<pid>/environ``), stops it
+(SIGTERM, the grace, SIGKILL) and names it — the launcher records these as ``details.survivors``; the
+keeper, when it stopped the group itself (the collector gone, the lease run out), writes them to its note.
+While marked processes live outside a group that has ended, the keeper keeps watching them.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import time
 __all__ = [
     "EXIT_COLLECTOR_GONE",
     "EXIT_LEASE",
+    "LAUNCH_MARK",
     "POLL_S",
     "RELEASE",
     "SLACK_S",
@@ -45,6 +54,8 @@ __all__ = [
     "group_exists",
     "keeper_margin",
     "main",
+    "marked_processes",
+    "stop_marked",
 ]
 
 RELEASE = b"r"  # written by the launcher: the run ended under its control, exit without signalling
@@ -52,6 +63,84 @@ POLL_S = 1.0  # how often the keeper checks that the engine's group still exists
 SLACK_S = 3.0  # added to the launcher's own stop time (2 x grace) before the keeper acts on the lease
 EXIT_LEASE = 3  # the keeper stopped the group: the lease deadline plus the margin had passed
 EXIT_COLLECTOR_GONE = 4  # the keeper stopped the group: the collector was gone
+LAUNCH_MARK = "LEDGER_LAUNCH_ID"  # set to the launch's unique id in the engine's environment
+
+
+def _stat(pid: str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, pgrp, session, …)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line (arguments joined by spaces; ``[comm]`` for a kernel thread or an unreadable
+    one), at most 300 characters."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        raw = b""
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace")
+    if not text:
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                text = f"[{f.read().strip()}]"
+        except OSError:
+            text = "?"
+    return text[:300]
+
+
+def marked_processes(mark: str) -> list[int]:
+    """The live (not zombie) processes whose environment carries ``LAUNCH_MARK=mark`` (those this user may
+    read), this process excepted."""
+    if not mark:
+        return []
+    needle = f"{LAUNCH_MARK}={mark}".encode()
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if needle not in env.split(b"\0"):
+            continue
+        rest = _stat(name)
+        if rest is not None and rest[0] not in ("Z", "X"):
+            found.append(int(name))
+    return sorted(found)
+
+
+def stop_marked(mark: str, grace: float) -> list[dict[str, object]]:
+    """Stop every process still marked with ``mark`` (SIGTERM, up to ``grace`` s, then SIGKILL); returns
+    each one found, ``{"pid", "cmdline"}``, as it was before the signal."""
+    pids = marked_processes(mark)
+    if not pids:
+        return []
+    found: list[dict[str, object]] = [{"pid": pid, "cmdline": cmdline(pid)} for pid in pids]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if not marked_processes(mark):
+            return found
+    for pid in marked_processes(mark):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return found
 
 
 def keeper_margin(grace_seconds: float) -> float:
@@ -120,37 +209,49 @@ def stop_group(pgid: int, grace: float, why: str, note: str | None) -> None:
     _signal(pgid, signal.SIGKILL)
 
 
-def watch(fd: int, pgid: int, kill_at: float, grace: float, note: str | None) -> int:
-    """Watch until released, the group is gone (0), the collector is gone or the lease has run out."""
+def _stop_survivors(mark: str | None, grace: float, note: str | None) -> None:
+    """After the group's stop: stop the marked processes that left it, and name them in the note."""
+    if not mark:
+        return
+    for p in stop_marked(mark, grace):
+        _note(note, f"survivor outside process group: pid {p['pid']} ({p['cmdline']}); stopped")
+
+
+def watch(fd: int, pgid: int, kill_at: float, grace: float, note: str | None, mark: str | None = None) -> int:
+    """Watch until released, the group and every marked process are gone (0), the collector is gone or
+    the lease has run out."""
     while True:
         left = kill_at - time.monotonic()
         if left <= 0:
             stop_group(pgid, grace, f"lease deadline passed (+{grace:g} s grace margin)", note)
+            _stop_survivors(mark, grace, note)
             return EXIT_LEASE
         readable, _, _ = select.select([fd], [], [], min(POLL_S, left))
         if readable:
             data = os.read(fd, 64)
             if not data:
                 stop_group(pgid, grace, "the collector is gone (its pipe closed)", note)
+                _stop_survivors(mark, grace, note)
                 return EXIT_COLLECTOR_GONE
             if RELEASE in data:
                 return 0
-        if not group_exists(pgid):
+        if not group_exists(pgid) and not (mark and marked_processes(mark)):
             return 0
 
 
 def main(argv: list[str]) -> int:
-    """``lease_keeper.py FD PGID KILL_AT_MONOTONIC GRACE_S [NOTE_PATH]``."""
+    """``lease_keeper.py FD PGID KILL_AT_MONOTONIC GRACE_S [NOTE_PATH [LAUNCH_ID]]``."""
     if sys.platform != "linux":
         raise SystemExit("lease_keeper: Linux only (CLOCK_MONOTONIC across processes, /proc)")
-    if len(argv) not in (4, 5):
+    if len(argv) not in (4, 5, 6):
         raise SystemExit(main.__doc__)
     fd, pgid, kill_at, grace = int(argv[0]), int(argv[1]), float(argv[2]), float(argv[3])
-    note = argv[4] if len(argv) == 5 else None
+    note = argv[4] if len(argv) >= 5 else None
+    mark = argv[5] if len(argv) == 6 else None
     if pgid <= 1:
         raise SystemExit(f"lease_keeper: refusing process group {pgid}")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its own session already; never a terminal's Ctrl-C
-    return watch(fd, pgid, kill_at, grace, note)
+    return watch(fd, pgid, kill_at, grace, note, mark)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ import httpx
 
 from ledger.answers import schema_problem
 from ledger.collectors.readiness import check_ready, http_client
+from ledger.signatures import ANSWER_BODY_LIMIT as _BODY_LIMIT
+from ledger.signatures import not_a_completion
 
 __all__ = [
     "DEFAULT_PROMPT",
@@ -106,18 +108,28 @@ def _answered_model(r: httpx.Response | None) -> str | None:
     return got if isinstance(got, str) and got else None
 
 
-def _chat(c: httpx.Client, base: str, body: dict[str, Any]) -> tuple[httpx.Response | None, str | None, str]:
+def _kept_body(r: httpx.Response) -> str:
+    """The first :data:`_BODY_LIMIT` bytes of an answer's body, as text."""
+    return r.content[:_BODY_LIMIT].decode("utf-8", errors="replace")
+
+
+def _chat(
+    c: httpx.Client, base: str, body: dict[str, Any]
+) -> tuple[httpx.Response | None, str | None, str, str | None]:
+    """(answer, its completion text or None, why it failed, its body where it was no completion)."""
     try:
         r = c.post(base + "/v1/chat/completions", json=body)
     except httpx.HTTPError as e:
-        return None, None, f"{type(e).__name__}: {e}"
+        return None, None, f"{type(e).__name__}: {e}", None
     if r.status_code != 200:
-        return r, None, f"HTTP {r.status_code}: {_error_text(r)}"
-    try:
-        text = r.json()["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return r, None, "malformed chat completion"
-    return r, str(text or ""), ""
+        return r, None, f"HTTP {r.status_code}: {_error_text(r)}", _kept_body(r)
+    kept = _kept_body(r)
+    why = not_a_completion(r.status_code, kept if len(r.content) <= _BODY_LIMIT else r.text)
+    if why is not None:
+        # the server answered 200 without a completion: it failed to answer (a server-side failure)
+        return r, None, f"HTTP 200 without a completion: {why}", kept
+    text = r.json()["choices"][0]["message"].get("content")
+    return r, str(text or ""), "", None
 
 
 def _body(model: str | None, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -145,7 +157,7 @@ def probe_completion(
     base = base_url.rstrip("/")
     t0 = time.monotonic()
     with http_client(timeout) as c:
-        r, text, err = _chat(c, base, _body(model, prompt, max_tokens))
+        r, text, err, failed_body = _chat(c, base, _body(model, prompt, max_tokens))
     ok = text is not None and text.strip() == expect
     if text is not None and not ok:
         err = f"answer {text.strip()[:80]!r} is not {expect!r}"
@@ -161,7 +173,7 @@ def probe_completion(
         "max_tokens": max_tokens,
         "text": None if text is None else text[:_TEXT_LIMIT],
         "error": err or None,
-        "details": {"prompt": prompt},
+        "details": {"prompt": prompt, **_failure_details(r, failed_body)},
     }
 
 
@@ -194,12 +206,13 @@ def probe_structured(
     r: httpx.Response | None = None
     text: str | None = None
     err = ""
+    failed_body: str | None = None
     used = forms[0]
     with http_client(timeout) as c:
         for form in forms:
             used = form
             t1 = time.monotonic()
-            r, text, err = _chat(
+            r, text, err, failed_body = _chat(
                 c, base, _body(model, prompt, max_tokens, response_format=_response_format(form, schema))
             )
             tried.append(
@@ -230,7 +243,7 @@ def probe_structured(
         "max_tokens": max_tokens,
         "text": None if text is None else text[:_TEXT_LIMIT],
         "error": err or None,
-        "details": {"format": used, "schema": schema, "attempts": tried},
+        "details": {"format": used, "schema": schema, "attempts": tried, **_failure_details(r, failed_body)},
     }
 
 
@@ -251,10 +264,15 @@ def probe_sequential(
     failures: list[str] = []
     statuses: list[int | None] = []
     answered: list[str] = []  # the distinct model names the answers gave, in the order first seen
+    failed: dict[str, Any] = {}  # the first answer that was no completion
+    last: httpx.Response | None = None
     with http_client(timeout) as c:
         for i in range(count):
             t1 = time.monotonic()
-            r, text, err = _chat(c, base, _body(model, prompt, max_tokens))
+            r, text, err, failed_body = _chat(c, base, _body(model, prompt, max_tokens))
+            last = r
+            if failed_body is not None and not failed:
+                failed = _failure_details(r, failed_body)
             ms = _ms(t1)
             statuses.append(r.status_code if r is not None else None)
             name = _answered_model(r)
@@ -276,6 +294,8 @@ def probe_sequential(
     if latencies:
         s = sorted(latencies)
         summary.update(p50_ms=s[len(s) // 2], max_ms=s[-1], mean_ms=round(sum(s) / len(s), 2))
+    if failed and last is not None and failed.get("body_status") != last.status_code:
+        failed = {}  # a later answer decided the recorded status: the body recorded must be of that answer
     return {
         "endpoint": base + "/v1/chat/completions",
         "check": "sequential",
@@ -288,5 +308,17 @@ def probe_sequential(
         "answered_model": next((a for a in answered if a != model), answered[0] if answered else None),
         "max_tokens": max_tokens,
         "error": failures[0] if failures else None,
-        "details": {**summary, "max_latency_ms": max_latency_ms},
+        "details": {**summary, "max_latency_ms": max_latency_ms, **failed},
     }
+
+
+def _failure_details(r: httpx.Response | None, body: str | None) -> dict[str, Any]:
+    """What a probe keeps of an answer that was no completion: its body (the first 2 KB), its HTTP status,
+    and, for a 2xx answer, why it is none (``server_error``: the server failed to answer, like a 5xx)."""
+    if r is None or body is None:
+        return {}
+    out: dict[str, Any] = {"body": body, "body_status": r.status_code}
+    why = not_a_completion(r.status_code, body)
+    if why is not None:
+        out["server_error"] = why
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import tomllib
@@ -15,6 +16,7 @@ from typing import Any
 from ledger.errors import ConfigError
 
 __all__ = [
+    "ANSWER_BODY_LIMIT",
     "COLLECTOR_STOPPED",
     "COLLECTOR_STOP_SIGNALS",
     "CRASH_SIGNALS",
@@ -29,6 +31,7 @@ __all__ = [
     "classify_logs",
     "collector_stop_end",
     "load_signatures",
+    "not_a_completion",
     "pattern_signatures",
     "signature_classes",
     "status_signatures",
@@ -38,6 +41,7 @@ __all__ = [
 # the table is the collectors' data (they classify runs with it); the policy reads the classes it names
 DEFAULT_SIGNATURES = Path(__file__).parent / "collectors" / "signatures.toml"
 _MAX_DETAIL = 500
+ANSWER_BODY_LIMIT = 2048  # bytes of an answer that is no completion a probe keeps (details.body)
 
 # the stop reasons (a launch's ``details.stop_reason``) that say the engine itself ended the run — it exited
 # on its own, or outlived its lease — rather than the collector stopping it; the collector's status-only
@@ -107,6 +111,12 @@ class Signature:
 
     def match(self, text: str, outcome: RunOutcome) -> str | None:
         """The evidence line when every condition holds (``""`` for status-only matches), else None."""
+        found = self.locate(text, outcome)
+        return None if found is None else found[1]
+
+    def locate(self, text: str, outcome: RunOutcome) -> tuple[int, str] | None:
+        """(offset of the evidence line's start in ``text``, the line) when every condition holds
+        (``(0, "")`` for status-only matches), else None."""
         if self.signal is not None and outcome.signal != self.signal:
             return None
         if self.exit_codes and outcome.exit_code not in self.exit_codes:
@@ -118,14 +128,14 @@ class Signature:
         if self.request_failed is not None and outcome.request_failed != self.request_failed:
             return None
         if not self.patterns:
-            return ""
+            return 0, ""
         for pat in self.patterns:
             found = list(pat.finditer(text))  # the last one: a traceback ends with the error itself
             if found:
                 m = found[-1]
                 start = text.rfind("\n", 0, m.start()) + 1
                 end = text.find("\n", m.end())
-                return text[start : end if end >= 0 else len(text)].strip()[:_MAX_DETAIL]
+                return start, text[start : end if end >= 0 else len(text)].strip()[:_MAX_DETAIL]
         return None
 
 
@@ -310,11 +320,15 @@ def stop_markers(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
 
 
 def before_stop(
-    pieces: Iterable[str], markers: Sequence[re.Pattern[str]], kept_lines: int = 0
+    pieces: Iterable[str], markers: Sequence[re.Pattern[str]], kept_lines: int = 0, *, exact: bool = False
 ) -> Iterator[str]:
     """One log's pieces (each of whole lines): its first ``kept_lines`` lines whatever they say (what the
     engine logged before it was told to stop), then on up to the line of the first stop marker, not
-    included (its shutdown)."""
+    included (its shutdown). ``exact``: the first ``kept_lines`` lines and nothing after them (the
+    collector read the engine's pipes empty before it counted them: every line after is its shutdown)."""
+    if exact:
+        yield from _first_lines(pieces, kept_lines)
+        return
     left = kept_lines
     for text in pieces:
         skip = 0
@@ -335,3 +349,55 @@ def before_stop(
             continue
         yield text[: text.rfind("\n", 0, first) + 1]
         return
+
+
+def _first_lines(pieces: Iterable[str], n: int) -> Iterator[str]:
+    """The first ``n`` lines of pieces of whole lines."""
+    left = n
+    for text in pieces:
+        if left <= 0:
+            return
+        cut = 0
+        while left > 0:
+            nl = text.find("\n", cut)
+            if nl < 0:
+                cut = len(text)
+                left -= 1  # a last line without its newline
+                break
+            cut, left = nl + 1, left - 1
+        yield text[:cut]
+
+
+def not_a_completion(status: int | None, body: str) -> str | None:
+    """Why a 2xx answer (its body as recorded) is not a chat completion — an error object (vLLM's
+    ``{"error": {"type": "EngineDeadError", …}}``), an empty body, not JSON, no ``choices[0].message`` —
+    or None when it is one (or the answer was not 2xx). Such an answer is the server's failure to answer,
+    like a 5xx; the collector's probes and the policy (``e.derived.answer_not_completion``) judge the
+    recorded body with this one function."""
+    if status is None or not 200 <= status <= 299:
+        return None
+    if not body.strip():
+        return "an empty body"
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return "a body that is not JSON" + (
+            " (cut at 2 KB)" if len(body.encode()) >= ANSWER_BODY_LIMIT else ""
+        )
+    if not isinstance(data, dict):
+        return "a body that is not a JSON object"
+    err = data.get("error")
+    if err is not None:
+        if isinstance(err, dict):
+            kind = err.get("type") or err.get("code") or "error"
+            return f"an error object: {kind}: {str(err.get('message', ''))[:200]}"
+        return f"an error: {str(err)[:200]}"
+    choices = data.get("choices")
+    if (
+        not isinstance(choices, list)
+        or not choices
+        or not isinstance(choices[0], dict)
+        or not isinstance(choices[0].get("message"), dict)
+    ):
+        return "no choices[0].message"
+    return None

@@ -30,8 +30,8 @@ from ledger.signatures import (
     Signature,
     before_stop,
     classify,
-    classify_logs,
     collector_stop_end,
+    not_a_completion,
     pattern_signatures,
     signature_classes,
     status_signatures,
@@ -1562,6 +1562,7 @@ def _derive(
         }
         if kind == "health.probe":
             derived["ok"] = probe_ok(e.payload)
+            derived["answer_not_completion"] = _answer_not_completion(e.payload)
         if kind == "health.probe" and e.payload.get("check") == "structured":
             problem = e.structured_problem()
             derived["structured_valid"] = problem is None
@@ -1592,9 +1593,13 @@ def _derive(
             if sig is not None:
                 derived["failure_class"] = classes.get(str(sig), UNKNOWN_CLASS)
             outcome = _outcome(e.payload)
-            found = _classify_stored_logs(e, outcome, store, log_signatures, markers)
-            derived["log_failure_signature"] = found.signature
-            derived["log_failure_class"] = found.failure_class
+            scan = _classify_stored_logs(e, outcome, store, log_signatures, markers)
+            derived["log_failure_signature"] = scan.whole.signature
+            derived["log_failure_class"] = scan.whole.failure_class
+            derived["log_failure_named"] = scan.whole_named
+            derived["log_failure_after_ready_signature"] = scan.after_ready.signature
+            derived["log_failure_after_ready_class"] = scan.after_ready.failure_class
+            derived["log_failure_after_ready_named"] = scan.after_ready_named
             end = _classify_end(e.payload, outcome, end_signatures)
             derived["end_failure_signature"] = end.signature
             derived["end_failure_class"] = end.failure_class
@@ -1991,53 +1996,137 @@ def _classify_end(p: dict[str, Any], outcome: RunOutcome, signatures: Sequence[S
     return classify("", outcome, signatures)
 
 
+@dataclass(frozen=True, slots=True)
+class _LogScan:
+    """What a launch's stored logs show: the first signature of the table over everything read
+    (``whole``), and over what the engine logged after readiness (``after_ready``), each with the log, the
+    line and the signature named for a reason."""
+
+    whole: Classification
+    whole_named: str
+    after_ready: Classification
+    after_ready_named: str
+
+
 def _classify_stored_logs(
     e: Evidence,
     outcome: RunOutcome,
     store: ArtifactStore,
     signatures: Sequence[Signature],
     markers: Sequence[re.Pattern[str]],
-) -> Classification:
+) -> _LogScan:
     """The log-pattern signature of one launch, read from what it stored, not from what it claims.
 
     Every stored artifact of the launch is read back (streaming, verified against its digest) in pieces of
-    whole lines, each up to the first stop marker of the table (what an engine prints while it is being
-    stopped from outside is not a fault of the run), with its ``failure_detail``; an artifact the store
-    lacks or that fails its digest adds nothing here (the artifact rule rejects the launch for it). The
-    recorded outcome (ready, exit code, signal, lease) decides the signatures that also name one.
+    whole lines, each up to where the collector's stop began (below), with its ``failure_detail``; an
+    artifact the store lacks or that fails its digest adds nothing here (the artifact rule rejects the
+    launch for it). The recorded outcome (ready, exit code, signal, lease) decides the signatures that also
+    name one. The lines a log held when readiness was reached (``details.ready_lines``, by log name) are
+    the engine's start-up: the after-readiness reading starts past them; a launch that records none (or a
+    malformed count) is read after readiness from its first line (fail closed). ``failure_detail`` is
+    read in both.
     """
     p = e.payload
     raw = p.get("details")
     details: dict[str, Any] = raw if isinstance(raw, dict) else {}
     stop_lines = details.get("stop_lines")
     collector_stopped = details.get("stop_reason") in COLLECTOR_STOPPED
+    drained = details.get("stop_drained") is True and isinstance(stop_lines, dict)
+    ready_lines = details.get("ready_lines")
 
     def kept(name: Any) -> int | None:
         """Lines of a log read whatever they say before the shutdown is cut at a stop marker, or None:
-        read whole. Where the launch records how far each log had come when the collector told the engine
-        to stop (``details.stop_lines``), that far — a marker the engine printed before (a signal from
-        elsewhere) hides none of its later faults; a launch recorded before that was kept, stopped by the
-        collector, from the start; any other (the engine ended on its own, or a malformed record) whole."""
+        read whole. Where the launch records how far each log had come when the collector told the
+        engine to stop (``details.stop_lines``), that far — a marker the engine printed before (a signal
+        from elsewhere) hides none of its later faults; and where it records that it read the engine's
+        pipes empty before it counted them (``details.stop_drained``), that far and no further: every line
+        after is the engine's shutdown. A launch recorded before that was kept, stopped by the collector,
+        from the start; any other (the engine ended on its own, or a malformed record) whole."""
         if isinstance(stop_lines, dict):
             n = stop_lines.get(name)
             return n if type(n) is int and n >= 0 else None
         return 0 if stop_lines is None and collector_stopped else None
 
-    def pieces() -> Iterator[str]:
-        detail = p.get("failure_detail")
-        if isinstance(detail, str):
-            yield detail
-        for a in e.artifacts:
-            if not a.get("stored", True):
-                continue
-            keep = kept(a.get("name"))
-            try:
-                with store.open_verified(parse_digest(str(a.get("digest")))) as f:
-                    yield from _lines_of(f) if keep is None else before_stop(_lines_of(f), markers, keep)
-            except LedgerError:
-                continue
+    def ready_at(name: Any) -> int:
+        if isinstance(ready_lines, dict):
+            n = ready_lines.get(name)
+            return n if type(n) is int and n >= 0 else 0
+        return 0
 
-    return classify_logs(pieces(), outcome, signatures)
+    whole: dict[str, tuple[str, int, str]] = {}  # signature id → (log, line number, line): the last match
+    after: dict[str, tuple[str, int, str]] = {}
+
+    def feed(name: str, first_line: int, text: str, after_ready: bool) -> None:
+        if not text:
+            return
+        for sig in signatures:
+            found = sig.locate(text, outcome)
+            if found is not None:
+                where = (name, first_line + text.count("\n", 0, found[0]), found[1])
+                whole[sig.id] = where
+                if after_ready:
+                    after[sig.id] = where
+
+    detail = p.get("failure_detail")
+    if isinstance(detail, str):
+        feed("failure_detail", 1, detail, True)
+    for a in e.artifacts:
+        if not a.get("stored", True):
+            continue
+        name = str(a.get("name"))
+        keep = kept(a.get("name"))
+        start = ready_at(a.get("name"))
+        line = 1
+        try:
+            with store.open_verified(parse_digest(str(a.get("digest")))) as f:
+                pieces = (
+                    _lines_of(f)
+                    if keep is None
+                    else before_stop(_lines_of(f), markers, keep, exact=drained and keep is not None)
+                )
+                for text in pieces:
+                    cut, need = 0, start - (line - 1)  # this piece's lines logged before readiness
+                    while need > 0 and cut < len(text):
+                        nl = text.find("\n", cut)
+                        cut, need = (len(text) if nl < 0 else nl + 1), need - 1
+                    feed(name, line, text[:cut], False)
+                    feed(name, line + text.count("\n", 0, cut), text[cut:], True)
+                    line += text.count("\n")
+        except LedgerError:
+            continue
+
+    def pick(found: dict[str, tuple[str, int, str]]) -> tuple[Classification, str]:
+        first = next((s for s in signatures if s.id in found), None)
+        if first is None:
+            return Classification(None), ""
+        log, n, text = found[first.id]
+        c = Classification(
+            first.id,
+            first.title,
+            text or None,
+            [s.id for s in signatures if s.id in found],
+            first.failure_class.value,
+        )
+        where = "its failure_detail" if log == "failure_detail" else f"{log} line {n}"
+        return c, f"{where}: {text!r} (signature {first.id}, class {first.failure_class.value})"
+
+    w, w_named = pick(whole)
+    r, r_named = pick(after)
+    return _LogScan(w, w_named, r, r_named)
+
+
+def _answer_not_completion(p: dict[str, Any]) -> str | None:
+    """Why the 2xx answer a completion, structured or sequential probe recorded (``details.body``, with
+    ``details.body_status`` where it records one, else ``http_status``) is not a chat completion — an
+    error object, an empty body, no ``choices[0].message`` (``ledger.signatures.not_a_completion``, as the
+    probe judged it) — or None: the server failed to answer, like a 5xx, whatever the probe claims."""
+    if p.get("check") not in ("completion", "structured", "sequential"):
+        return None
+    details = p.get("details")
+    if not isinstance(details, dict) or not isinstance(details.get("body"), str):
+        return None
+    status = details.get("body_status", p.get("http_status"))
+    return not_a_completion(status if type(status) is int else None, details["body"])
 
 
 def _lines_of(f: Any) -> Iterator[str]:

@@ -18,6 +18,12 @@ failure modes:
   hang      never becomes ready and sleeps forever
   sleeping  /health 200 but /is_sleeping {"is_sleeping": true}; completions hang (or 503 with
             --sleeping-503); POST /wake_up wakes it, POST /sleep puts it back to sleep
+  Options that add to any mode (audit 12): --boot-line TEXT (a line printed at start-up, before
+  readiness), --worker-fault TEXT (after readiness a "worker" prints TEXT to stderr while the server keeps
+  answering), --escape-child (a helper that leaves the process group with setsid() and sleeps),
+  --shutdown-dead (on SIGTERM: uvicorn's "Shutting down", then EngineDeadError, exit 0 — no stop marker),
+  --answer-200 error|empty (completions answer HTTP 200 with an EngineDeadError object, or nothing).
+
   dead-after-ready
             /health answers 200 once (the readiness check), then 503 with an empty body, as vLLM's
             API server does once its engine core is dead; /v1/models still answers 200
@@ -467,6 +473,13 @@ class Handler(BaseHTTPRequestHandler):
                 return
             while State.sleeping:  # a request to a sleeping vLLM hangs
                 time.sleep(0.1)
+        if a.answer_200 == "error":
+            err = {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}
+            self._json(200, {"error": {**err, "type": "EngineDeadError", "code": 500}})
+            return
+        if a.answer_200 == "empty":
+            self._empty(200)
+            return
         if a.mode == "abort":
             with State.lock:
                 self._abort()
@@ -624,6 +637,9 @@ def serve(a: argparse.Namespace) -> int:
         _emit(sys.stdout, f"INFO:     Started server process [{PID}]")
         _emit(sys.stdout, "INFO:     Waiting for application startup.")
         _emit(sys.stdout, "INFO:     Application startup complete.")
+    if a.worker_fault:
+        time.sleep(0.5)
+        _emit(sys.stderr, a.worker_fault)
     while True:
         time.sleep(3600)
 
@@ -648,8 +664,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ignore-sigterm", action="store_true", help="ignore SIGTERM (tests SIGKILL escalation)")
     ap.add_argument("--child", action="store_true", help="spawn a sleeping child in the same process group")
     ap.add_argument("--engine-version", default="0.28.0")
+    ap.add_argument("--boot-line", default="", help="a line printed at start-up, before readiness")
+    ap.add_argument("--worker-fault", default="", help="a line a worker prints to stderr after readiness")
+    ap.add_argument("--escape-child", action="store_true", help="start a helper that leaves the group")
+    ap.add_argument("--shutdown-dead", action="store_true", help="SIGTERM: EngineDeadError, no stop marker")
+    ap.add_argument("--answer-200", choices=("error", "empty"), default=None)
     a = ap.parse_args(argv)
     State.args = a
+    if a.boot_line:
+        _emit(sys.stdout, a.boot_line)
+    if a.escape_child and os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            while True:
+                time.sleep(1)
+        os._exit(0)
 
     if a.child:
         child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(3600)"])
@@ -659,6 +691,19 @@ def main(argv: list[str] | None = None) -> int:
     else:
 
         def on_term(signum: int, frame: FrameType | None) -> NoReturn:
+            if a.shutdown_dead:  # an older vLLM: no "[shutdown]" line, EngineDeadError while it stops
+                _emit(sys.stdout, "INFO:     Shutting down")
+                vlog("ERROR", "async_llm.py:420", "AsyncLLM output_handler failed.", stream=sys.stderr)
+                vlog(
+                    "ERROR",
+                    "async_llm.py:420",
+                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+                    "See stack trace (above) for the root cause.",
+                    stream=sys.stderr,
+                )
+                _emit(sys.stdout, "INFO:     Application shutdown complete.")
+                sys.stdout.flush()
+                os._exit(0)
             if a.flavor == "vllm":
                 vlog("INFO", "launcher.py:99", "Shutting down FastAPI HTTP server.")
             elif a.flavor in ("llamacpp-python", "sglang"):
