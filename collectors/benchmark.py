@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -48,7 +49,9 @@ __all__ = [
     "Bindings",
     "RequestRecord",
     "answered_models",
+    "benchmark_corpus",
     "benchmark_gate_payload",
+    "check_corpus_api",
     "first_served",
     "http_session",
     "judge_bounds",
@@ -68,7 +71,10 @@ __all__ = [
 # +2: the harness records its own scheduling stalls (client_stall_ms)
 # +3: a request completes only with finish_reason stop/length, output, [DONE] and a usage count within
 #     max_tokens; the models the answers named are recorded (bounds.bindings.answered_models)
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+3"
+# +4: reasoning tokens (delta.reasoning_content / delta.reasoning) are output, recorded apart and digested
+#     with the answer; an SSE ``error:`` field or ``event: error`` is an error object; the stream parser is
+#     the endpoint's; a corpus whose items do not fit the api is refused before any request
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+4"
 NO_AGGREGATE = "no aggregate result"
 PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
@@ -135,7 +141,12 @@ class BenchmarkCorpus:
 
 def load_benchmark_corpus(path: Path, expected_digest: str) -> BenchmarkCorpus:
     """Read a benchmark corpus (JSONL: ``id``, ``messages`` | ``prompt``, ``max_tokens``) pinned by digest."""
-    pinned: PinnedFile = read_pinned_jsonl(path, expected_digest)
+    return benchmark_corpus(read_pinned_jsonl(path, expected_digest))
+
+
+def benchmark_corpus(pinned: PinnedFile) -> BenchmarkCorpus:
+    """The benchmark corpus a pinned file's rows are (ConfigError naming the line of the first bad item)."""
+    path = pinned.path
     prompts: list[BenchmarkPrompt] = []
     seen: set[str] = set()
     for number, row in pinned.rows:
@@ -153,6 +164,27 @@ def load_benchmark_corpus(path: Path, expected_digest: str) -> BenchmarkCorpus:
         messages = tuple(line.messages) if line.messages is not None else None
         prompts.append(BenchmarkPrompt(line.id, line.max_tokens, messages, line.prompt))
     return BenchmarkCorpus(path, pinned.digest, tuple(prompts))
+
+
+# what each api sends and the corpus item field it needs: chat ``messages``, completions ``prompt``
+_API_ITEM = {"chat": "messages", "completions": "prompt"}
+
+
+def check_corpus_api(corpus: BenchmarkCorpus, api: str) -> None:
+    """Refuse (ConfigError) a corpus whose items do not fit ``api``: ``chat`` (``/v1/chat/completions``)
+    sends each item's ``messages``, ``completions`` (``/v1/completions``) its ``prompt``. An item of the
+    other kind would be sent where the endpoint does not read it, and every request would be no output."""
+    want = _API_ITEM.get(api)
+    if want is None:
+        raise ConfigError(f"unknown api {api!r} (chat or completions)")
+    misfit = [p.id for p in corpus.prompts if (p.messages if want == "messages" else p.prompt) is None]
+    if misfit:
+        other, fits = ("prompt", "completions") if want == "messages" else ("messages", "chat")
+        raise ConfigError(
+            f"{corpus.path}: api {api!r} needs items with {want}, but {len(misfit)} of "
+            f'{len(corpus.prompts)} carry {other} instead (first: {misfit[0]!r}); use api = "{fits}" '
+            f"or a {api} corpus"
+        )
 
 
 # --- spec -------------------------------------------------------------------------------------------
@@ -190,6 +222,10 @@ class BenchmarkSpec:
     def __post_init__(self) -> None:
         parse_digest(self.corpus_digest)
         levels = self.concurrency
+        for name in ("requests_per_level", "repetitions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be a whole number, not {value!r}")
         if not levels or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in levels):
             raise ConfigError(f"concurrency levels must be positive integers, not {list(levels)!r}")
         if len(set(levels)) != len(levels):
@@ -264,6 +300,9 @@ class RequestRecord:
     output_digest: str | None = None
     token_ids_digest: str | None = None
     text: str | None = None
+    # the reasoning a reasoning parser streamed apart from the answer (delta.reasoning_content / .reasoning):
+    # output of the request like ``text`` (counted, digested with it), None where the stream carried none
+    reasoning: str | None = None
     error: str | None = None
     fault: bool = False
     model: str | None = None  # the model the answer's chunks named (comma-joined if more than one)
@@ -287,6 +326,16 @@ class RequestRecord:
 
 def _digest_text(text: str) -> str:
     return f"blake3:{blake3_hex(text.encode('utf-8'))}"
+
+
+def _digest_output(text: str, reasoning: str | None) -> str:
+    """The digest c1 parity compares: of the answer's text alone where the stream carried no reasoning (as
+    before), else of the reasoning and the answer together (what the engine generated: two runs that
+    reasoned differently to the same answer did not repeat), in a form no answer text can collide with."""
+    if reasoning is None:
+        return _digest_text(text)
+    both = json.dumps({"reasoning": reasoning, "content": text}, sort_keys=True, ensure_ascii=False)
+    return _digest_text(both)
 
 
 def _digest_ids(ids: Sequence[int]) -> str:
@@ -347,6 +396,28 @@ def _engine_error(record: RequestRecord, err: Mapping[str, Any], where: str) -> 
     return record
 
 
+def _sse_error(value: str) -> Mapping[str, Any]:
+    """The error object an SSE ``error:`` field (llama.cpp's server:
+    ``error: {"code":500,"message":"Compute error.","type":"server_error"}``) or an ``event: error`` event's
+    data carries: the object itself, or the one it wraps (``{"error": {...}}``); text that is no JSON object
+    is the message of an error without a code (an engine fault, as :func:`_engine_error` judges it)."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return {"message": value[:200] or "an error event without a message"}
+    err = _error_object(parsed)
+    if err is not None:
+        return err
+    if isinstance(parsed, dict) and parsed:
+        return parsed
+    return {"message": value[:200]}
+
+
+def _is_chat_endpoint(url: str) -> bool:
+    """Whether ``url`` is an OpenAI chat completions endpoint (its stream carries ``delta``s)."""
+    return urlsplit(url).path.rstrip("/").endswith("/chat/completions")
+
+
 def _text(value: Any, what: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -390,6 +461,7 @@ class _Stream:
     t0: float
     last: float | None = None
     parts: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     has_ids: bool = False
     usage: dict[str, Any] | None = None
@@ -435,8 +507,10 @@ class _Stream:
                 if delta is not None and not isinstance(delta, dict):
                     raise _Malformed(f"delta is {type(delta).__name__} {str(delta)[:40]!r}, not an object")
                 piece = _text((delta or {}).get("content"), "delta.content")
+                thought = self._reasoning(delta or {})
             else:
                 piece = _text(choice.get("text"), "text")
+                thought = None
             ids = choice.get("token_ids")
             if ids is not None:
                 if not isinstance(ids, list) or any(
@@ -445,12 +519,25 @@ class _Stream:
                     raise _Malformed("token_ids is not a list of whole numbers")
                 self.has_ids = True
                 self.token_ids.extend(ids)
-            if piece:
+            if piece or thought:
                 self.chunks += 1
+            if piece:
                 self.parts.append(piece)
+            if thought:
+                self.reasoning.append(thought)
             finish = _text(choice.get("finish_reason"), "finish_reason")
             if finish:
                 record.finish_reason = finish
+
+    def _reasoning(self, delta: Mapping[str, Any]) -> str | None:
+        """The reasoning text a delta carries: ``reasoning_content`` (vLLM, SGLang, llama.cpp with a reasoning
+        parser / format) or ``reasoning`` (newer vLLM, llama.cpp); one that sends both sends the same text
+        twice, so it counts once (two different texts are a malformed chunk)."""
+        a = _text(delta.get("reasoning_content"), "delta.reasoning_content")
+        b = _text(delta.get("reasoning"), "delta.reasoning")
+        if a and b and a != b:
+            raise _Malformed("delta.reasoning_content and delta.reasoning carry different texts")
+        return a or b
 
 
 def _usage_tokens(usage: Mapping[str, Any], max_tokens: int | None) -> tuple[int | None, str | None]:
@@ -469,7 +556,8 @@ def _finish(record: RequestRecord, s: _Stream, max_tokens: int | None) -> Reques
     """Judge a stream that ended: a completed request, or a request error (or fault) naming why."""
     text = "".join(s.parts)
     record.text = text
-    record.output_digest = _digest_text(text)
+    record.reasoning = "".join(s.reasoning) or None
+    record.output_digest = _digest_output(text, record.reasoning)
     if s.has_ids:
         record.token_ids_digest = _digest_ids(s.token_ids)
     record.model = ",".join(s.models) or None
@@ -513,10 +601,12 @@ def _finish(record: RequestRecord, s: _Stream, max_tokens: int | None) -> Reques
     else:
         count = len(s.token_ids) if s.has_ids else s.chunks
         record.output_tokens, record.tokens_from = count, "chunks"
-    if not text or not record.output_tokens:
+    # reasoning is output (the engine generated those tokens): a request whose max_tokens ran out while it
+    # reasoned, or that answered only in reasoning, completed
+    if not (text or record.reasoning) or not record.output_tokens:
         record.error = (
-            f"no output: {'an empty answer' if not text else 'text'} with {record.output_tokens} "
-            f"completion token(s) ({record.tokens_from})"
+            f"no output: {'an empty answer' if not (text or record.reasoning) else 'text'} with "
+            f"{record.output_tokens} completion token(s) ({record.tokens_from})"
         )
         return record
     # "length" before max_tokens, by an exact count (the engine's usage, or its token ids): chunks with text
@@ -543,13 +633,19 @@ async def send_request(
     """Send one streaming request and fill ``record``; never raises (bar cancellation).
 
     Connection refused/reset, a truncated body, HTTP 5xx, an error object with a 5xx code (or none) —
-    in the stream, or as the whole body of an HTTP 2xx answer — and finish_reason "error" mark the record
-    a ``fault``. Timeouts, 4xx, malformed streams and requests that did not complete are plain errors: a
-    finish_reason other than "stop" or "length" (vLLM's "abort"), none, a stream without ``[DONE]``, no
-    output (an empty answer, 0 completion tokens), "length" before ``max_tokens``, a usage count that is
-    not a whole number in 0..max_tokens. The ``model`` each chunk names is recorded (``record.model``).
+    in the stream (a ``data:`` object, llama.cpp's SSE ``error:`` field, an ``event: error`` event's data),
+    or as the whole body of an HTTP 2xx answer — and finish_reason "error" mark the record a ``fault``;
+    with a 4xx code it is a plain request error. Chunks are read as the endpoint called sends them
+    (``/v1/chat/completions``: ``delta``; else ``text``); reasoning a reasoning parser streams
+    (``delta.reasoning_content`` / ``delta.reasoning``) is output, recorded in ``record.reasoning``.
+    Timeouts, 4xx, malformed streams and requests that did not complete are plain errors: a finish_reason
+    other than "stop" or "length" (vLLM's "abort"), none, a stream without ``[DONE]``, no output (no answer
+    and no reasoning, or 0 completion tokens), "length" before ``max_tokens``, a usage count that is not a
+    whole number in 0..max_tokens. The ``model`` each chunk names is recorded (``record.model``).
     """
-    chat = "messages" in body
+    # the endpoint called decides what its chunks carry (chat: choices[].delta, completions: choices[].text),
+    # never the body: a body of the other kind is the caller's error (check_corpus_api), not a parser switch
+    chat = _is_chat_endpoint(url)
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         max_tokens = None
@@ -564,18 +660,29 @@ async def send_request(
                 record.fault = r.status >= 500
                 return record
             kept = 0
+            event: str | None = None  # the SSE event type of the event being read (``event: error``)
             async for raw in r.content:  # one SSE line at a time; read to the end so the connection is reused
                 line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
+                name, colon, value = line.partition(":")
+                if not line:
+                    event = None  # a blank line ends an event
+                elif colon and name == "event":
+                    event = value.strip()
+                elif colon and name == "error":
+                    # llama.cpp's server reports a failure mid-stream as an SSE ``error:`` field, not data
+                    return _engine_error(record, _sse_error(value.strip()), "error in stream")
+                if name != "data" or not colon:
                     if s.data_lines == 0 and kept < _BODY_KEPT:
                         s.other.append(raw)
                         kept += len(raw)
                     continue
                 s.data_lines += 1
-                data = line[5:].strip()
+                data = value.strip()
                 if data == "[DONE]":
                     s.done = True
                     continue
+                if event == "error":  # ``event: error`` + ``data: …``: the data is the error, in any form
+                    return _engine_error(record, _sse_error(data), "error in stream")
                 try:
                     if s.done:
                         raise _Malformed("a chunk after [DONE]")
@@ -1136,9 +1243,11 @@ async def run_benchmark_async(
     the ids ``/v1/models`` serves). ``engine_alive``, when given, turns any failed request of a dead
     engine into a fault. ``should_stop``, asked while requests are in flight, stops the run at once
     (outcome ``operator-stop``: the requests in flight are cut, what was seen is written, and the run
-    has no aggregate result). A corpus digest mismatch raises before any request is sent.
+    has no aggregate result). A corpus digest mismatch, or a corpus whose items do not fit ``spec.api``
+    (:func:`check_corpus_api`), raises before any request is sent.
     """
     corpus = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
+    check_corpus_api(corpus, spec.api)
     base = base_url.rstrip("/")
     url = base + ("/v1/chat/completions" if spec.api == "chat" else "/v1/completions")
     started = _now()

@@ -40,7 +40,9 @@ from ledger.collectors.benchmark import (
     BenchmarkResult,
     BenchmarkSpec,
     allowed_validity,
+    benchmark_corpus,
     benchmark_gate_payload,
+    check_corpus_api,
     policy_bounds,
     policy_validity,
     run_benchmark,
@@ -284,6 +286,13 @@ class SequentialGate(_Section):
     timeout_seconds: float = 120
 
 
+def _no_bool(value: Any) -> Any:
+    """``true`` is no number: pydantic's lax mode would read it as 1.0 (a lease, an error rate)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {str(value).lower()}")
+    return value
+
+
 class _HarnessGate(_Section):
     """A harness gate: a pinned corpus run inside the job against the engine under test. The bar it is
     judged by (threshold, bounds, the approved spec) is the policy's, never the campaign's."""
@@ -294,6 +303,11 @@ class _HarnessGate(_Section):
     digest: str | None = None  # blake3:… of the corpus bytes
     request_timeout_seconds: float = Field(default=120, gt=0)
     lease_seconds: float = Field(default=600, gt=0)  # bound on the harness run (and the job's lease)
+
+    @field_validator("request_timeout_seconds", "lease_seconds", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        return _no_bool(value)
 
     @model_validator(mode="after")
     def _corpus_when_enabled(self) -> _HarnessGate:
@@ -315,8 +329,8 @@ class BenchmarkGate(_HarnessGate):
     enabled: bool = False
     # concurrency levels: whole numbers ≥ 1, each once (checked at load, before anything is recorded)
     levels: list[StrictInt] = Field(default_factory=lambda: [1, 4, 32], min_length=1)
-    requests: int = Field(default=96, ge=1)  # per level
-    repetitions: int = Field(default=2, ge=1)
+    requests: StrictInt = Field(default=96, ge=1)  # per level; whole numbers (true is no 1), refused at load
+    repetitions: StrictInt = Field(default=2, ge=1)
     api: Literal["chat", "completions"] = "chat"
     request_token_ids: bool = False
     # How each run is judged valid is the policy's (benchmark_saturation …, ``benchmark_validity``): None
@@ -324,6 +338,11 @@ class BenchmarkGate(_HarnessGate):
     saturation: Literal["invalid", "report"] | None = None
     min_duration_seconds: float | None = Field(default=None, ge=0)
     max_error_rate: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator("min_duration_seconds", "max_error_rate", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        return _no_bool(value)
 
     @field_validator("levels")
     @classmethod
@@ -706,9 +725,17 @@ class CampaignRunner:
         harness's corpus is the one the campaign pins (hashed and parsed as the harness will). Bad input
         found here stores nothing; found after the job started, it would leave a job half-run."""
         resolve_model(self.c.model_path)  # the model is there (InputError naming it, else)
-        for section in (self.c.spec.gates.semantic, self.c.spec.gates.benchmark):
-            if section.enabled and section.corpus is not None and section.digest is not None:
-                read_pinned_jsonl(self._corpus_path(section.corpus), section.digest)
+        semantic, bench = self.c.spec.gates.semantic, self.c.spec.gates.benchmark
+        if semantic.enabled and semantic.corpus is not None and semantic.digest is not None:
+            read_pinned_jsonl(self._corpus_path(semantic.corpus), semantic.digest)
+        if bench.enabled and bench.corpus is not None and bench.digest is not None:
+            # parsed as the harness parses it, and its items must fit the api it is sent to (chat:
+            # messages, completions: prompt); else every request would be "no output"
+            corpus = benchmark_corpus(read_pinned_jsonl(self._corpus_path(bench.corpus), bench.digest))
+            try:
+                check_corpus_api(corpus, bench.api)
+            except ConfigError as e:
+                raise ConfigError(f"campaign {self.c.path}: gates.benchmark.api: {e.message}") from e
 
     def _run(self) -> CampaignResult:
         self._preflight()
@@ -940,7 +967,12 @@ class CampaignRunner:
                     models = probe_models(spec.base_url, expect=self.c.spec.model.served_name)
                 evidence.append(self._record("health.probe", health))
                 evidence.append(self._record("health.probe", models))
-                self.model_id = models.get("model_identity")
+                # ask for the campaign's approved served name wherever the engine lists it (an engine may
+                # list several ids: vLLM's --served-model-name alias name, a base model and its LoRA
+                # adapters); an engine that does not list it fails the identity check just below
+                served = (models.get("details") or {}).get("served") or []
+                want = self.c.spec.model.served_name
+                self.model_id = want if want in served else models.get("model_identity")
                 if not health["ok"]:  # ready, then not: the policy's api-readiness fails it the same way
                     raise _GateFailed(f"/health after readiness: {health.get('error')}", evidence)
                 if not models["ok"]:

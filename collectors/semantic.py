@@ -76,7 +76,10 @@ __all__ = [
 # +2: the run records the ids /v1/models served (bounds.bindings), unchanged from the first item to the last
 # +3: an answer that did not complete (benchmark.send_request) is an item error; the models the answers
 #     named are recorded (bounds.bindings.answered_models)
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+3"
+# +4: reasoning a reasoning parser streams is output (an item that reasoned and gave no answer is scored on
+#     its empty answer, not an error) and is recorded apart (``reasoning``); the answer alone is scored;
+#     llama.cpp's SSE ``error:`` field is an error object (benchmark.send_request)
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+4"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -299,6 +302,7 @@ class ItemResult:
     e2e_ms: float | None
     error: str | None = None
     model: str | None = None  # the model the answer named (its chunks' ``model``)
+    reasoning: str | None = None  # what a reasoning parser streamed apart from the answer (not scored)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -443,6 +447,7 @@ async def run_semantic_async(
                     rec.e2e_ms,
                     rec.error,
                     rec.model,
+                    rec.reasoning,
                 )
             )
         if outcome == "completed":  # the same model from the first item to the last

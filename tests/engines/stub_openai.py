@@ -15,6 +15,11 @@ reply to a prompt is looked up in ``answers`` (by the last user message or the p
   fail_after         requests after the first k are answered 500 (an engine fault)
   reset_after        requests after the first k lose their connection mid-stream (an engine reset)
   exit_after         (as a process, ``--exit-after``) the process dies on request k+1 (an engine crash)
+  served_ids         the ids ``/v1/models`` lists, in order (default: ``model_id``; vLLM's
+                     ``--served-model-name alias name``, a base model and its LoRA adapters list several)
+  echo_model         every answer names the ``model`` it was asked for (vLLM, llama.cpp)
+  reasoning_tokens   a streamed answer starts with this many ``delta.reasoning_content`` chunks (a
+                     reasoning parser), counted against ``max_tokens`` (finish ``length`` when it runs out)
 
 In tests: ``with serve_stub(StubConfig(...)) as base_url: ...`` (a thread). For benchmarks, as a process:
 ``python tests/engines/stub_openai.py --port N [--tokens 16] [--itl-ms 0]``.
@@ -60,6 +65,10 @@ class StubConfig:
     exit_after: int | None = None  # as a process: the (N+1)-th completion request kills it (exit 1)
     empty_deltas: int = 0  # streamed first: chunks whose delta has empty text (tokens with no text yet)
     choices_object: bool = False  # stream one chunk whose ``choices`` is an object, not a list
+    served_ids: tuple[str, ...] = ()  # the ids /v1/models lists (empty: model_id alone)
+    echo_model: bool = False  # answers name the model asked for
+    reasoning_tokens: int = 0  # streamed chat answers reason first (delta.reasoning_content)
+    asked_models: list[str] = field(default_factory=list)  # the ``model`` of every completion request
 
 
 class _Reset(Exception):
@@ -105,12 +114,15 @@ def build_app(cfg: StubConfig) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": cfg.model_id, "object": "model"}]}
+        ids = cfg.served_ids or (cfg.model_id,)
+        return {"object": "list", "data": [{"id": i, "object": "model"} for i in ids]}
 
     async def complete(request: Request, chat: bool) -> Response:
         body = await request.json()
         state["count"] += 1
         number = state["count"]
+        cfg.asked_models.append(str(body.get("model")))
+        named = {"model": body.get("model") or cfg.model_id} if cfg.echo_model else {}
         if cfg.exit_after is not None and number > cfg.exit_after:
             sys.stderr.write(
                 "RuntimeError: scripted engine crash\nvllm.v1.engine.exceptions.EngineDeadError: "
@@ -143,22 +155,30 @@ def build_app(cfg: StubConfig) -> FastAPI:
             reply = {
                 "id": rid,
                 "object": "chat.completion",
+                **named,
                 "choices": [choice],
                 "usage": _usage(len(pieces)),
             }
             return JSONResponse(reply)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         want_ids = cfg.token_ids and bool(body.get("return_token_ids"))
+        thoughts = [f" think{i}" for i in range(cfg.reasoning_tokens)] if chat else []
+        if thoughts:  # the reasoning comes first and counts against max_tokens
+            words = ([w.strip() for w in thoughts] + text.split(" "))[: int(limit or 1 << 30)]
+            pieces = pieces[: max(0, len(words) - len(thoughts))]
+            thoughts = thoughts[: len(words)]
+        ran_out = bool(thoughts) and limit is not None and len(thoughts) + len(pieces) >= int(limit)
 
-        def chunk(piece: str | None, finish: str | None, index: int) -> str:
+        def chunk(piece: str | None, finish: str | None, index: int, *, thought: bool = False) -> str:
             c: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if chat:
-                c["delta"] = {"content": piece} if piece is not None else {}
+                key = "reasoning_content" if thought else "content"
+                c["delta"] = {key: piece} if piece is not None else {}
             else:
                 c["text"] = piece or ""
             if want_ids and piece is not None:
                 c["token_ids"] = [sum(map(ord, piece)) % 32000, index]
-            return "data: " + json.dumps({"id": rid, "object": "chunk", "choices": [c]}) + "\n\n"
+            return "data: " + json.dumps({"id": rid, "object": "chunk", **named, "choices": [c]}) + "\n\n"
 
         async def stream() -> AsyncIterator[str]:
             if cfg.serial:
@@ -172,22 +192,22 @@ def build_app(cfg: StubConfig) -> FastAPI:
                     yield chunk("", None, 0)
                     if cfg.itl_s:
                         await asyncio.sleep(cfg.itl_s)
+                for i, thought in enumerate(thoughts):
+                    last = i == len(thoughts) - 1 and not pieces
+                    yield chunk(thought, ("length" if ran_out else "stop") if last else None, i, thought=True)
                 for i, piece in enumerate(pieces):
                     if i and cfg.itl_s:
                         await asyncio.sleep(cfg.itl_s)
                     if reset and i == 1:
                         raise _Reset("scripted connection reset")
-                    finish = "stop" if i == len(pieces) - 1 else None
+                    finish = ("length" if ran_out else "stop") if i == len(pieces) - 1 else None
                     yield chunk(piece, finish, i)
                 if include_usage:
-                    usage = {
-                        "prompt_tokens": 4,
-                        "completion_tokens": len(pieces),
-                        "total_tokens": 4 + len(pieces),
-                    }
+                    n = len(thoughts) + len(pieces)
+                    usage = {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}
                     yield (
                         "data: "
-                        + json.dumps({"id": rid, "object": "chunk", "choices": [], "usage": usage})
+                        + json.dumps({"id": rid, "object": "chunk", **named, "choices": [], "usage": usage})
                         + "\n\n"
                     )
                 yield "data: [DONE]\n\n"
@@ -247,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--exit-after", type=int, help="after N completion requests the process dies (an engine that crashes)"
     )
+    ap.add_argument("--served-ids", help="comma-separated ids /v1/models lists (default: --model-id)")
+    ap.add_argument("--echo-model", action="store_true", help="answers name the model asked for")
+    ap.add_argument("--reasoning", type=int, default=0, help="streamed chat answers reason N tokens first")
     a = ap.parse_args(argv)
     answers = json.loads(Path(a.answers).read_text()) if a.answers else {}
     cfg = StubConfig(
@@ -258,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         serial=a.serial,
         fail_after=a.fail_after,
         exit_after=a.exit_after,
+        served_ids=tuple(i for i in (a.served_ids or "").split(",") if i),
+        echo_model=a.echo_model,
+        reasoning_tokens=a.reasoning,
     )
     uvicorn.run(build_app(cfg), host="127.0.0.1", port=a.port, log_level="warning")
     return 0
