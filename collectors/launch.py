@@ -11,7 +11,7 @@ group if the collector dies (SIGKILL, OOM) or the lease plus a margin passes wit
 Every process of the engine carries the launch's unique id in its environment (``LEDGER_LAUNCH_ID``):
 after the group's stop, a process that left the group (``setsid()``) and still runs is stopped and named
 in ``details.survivors``. The engine's port is checked twice: a port something already listens on is
-refused before the engine starts (:class:`PortInUse`), and when readiness is reached the listening socket
+refused before the engine starts (``PortInUseError``), and when readiness is reached the listening socket
 must belong to a process of the engine — else another server answered, and the launch fails readiness
 (``port-served-by-another-process``).
 
@@ -51,7 +51,7 @@ from ledger.collectors.phases import PhaseTracker
 from ledger.collectors.readiness import ReadyState, check_ready, http_client
 from ledger.collectors.secrets import Redactor, redact_command, redact_env
 from ledger.entries import format_time, now_utc
-from ledger.errors import CollectorError
+from ledger.errors import CollectorError, PortInUseError
 from ledger.signatures import ENGINE_ENDED, Classification, RunOutcome, Signature, classify, load_signatures
 
 __all__ = [
@@ -59,7 +59,6 @@ __all__ = [
     "RELEVANT_ENV_PREFIXES",
     "EngineRun",
     "LaunchSpec",
-    "PortInUse",
     "group_alive",
     "listening_sockets",
     "relevant_env",
@@ -117,10 +116,6 @@ class LaunchSpec:
     # ready and is still serving when it ends is stopped with reason `lease-end`, a planned stop, not a
     # failure. False (campaigns): the lease running out is the job being killed, `lease-expired`.
     lease_ends_run: bool = False
-
-
-class PortInUse(CollectorError):
-    """The engine's port is already listened on: the engine is not started (nothing is recorded of it)."""
 
 
 _LOCAL_HOSTS = ("localhost", "::1", "0.0.0.0", "::", "")  # noqa: S104 (names, compared)
@@ -227,6 +222,12 @@ class _Tee(threading.Thread):
         with self._count_lock:
             return self.lines + (1 if self.partial else 0)
 
+    def complete(self) -> int:
+        """The complete lines written so far: a line still open is not counted, so a reading that starts
+        here starts with it (what the engine appends to it later is read)."""
+        with self._count_lock:
+            return self.lines
+
     def drained(self) -> bool:
         if not self._waiting or not self.is_alive():
             return not self.is_alive()
@@ -312,14 +313,14 @@ class EngineRun:
         self.refuse_taken_port()
 
     def refuse_taken_port(self) -> None:
-        """Refuse to launch on a port something already listens on (:class:`PortInUse`): the engine could
+        """Refuse to launch on a port something already listens on (``PortInUseError``): the engine could
         not bind it, and readiness would be judged on the other server. Checked when the run is made —
         before anything of it is recorded — and again right before the engine starts."""
         if self.port is None:
             return
         holder = port_holder(self.port)
         if holder is not None:
-            raise PortInUse(
+            raise PortInUseError(
                 f"port {self.port} ({self.spec.base_url}) is already in use by {holder}: refusing to launch "
                 "the engine (it could not bind the port, and readiness would be judged on the other server)"
             )
@@ -482,7 +483,8 @@ class EngineRun:
                             self.port_conflict = foreign
                         return ReadyState(False, last.endpoint, last.status, note=foreign)
                     with self._lock:  # where each log stood: what follows is the engine's run after readiness
-                        self.ready_lines = {t.path.name: t.count() for t in self._tees}
+                        # an open line belongs to what follows: the after-readiness reading starts with it
+                        self.ready_lines = {t.path.name: t.complete() for t in self._tees}
                     self.ready_state = last
                     self.time_to_ready_s = round(self.elapsed(), 3)
                     return last
@@ -525,7 +527,12 @@ class EngineRun:
         if any(pid in mine for pid in held):
             return None
         who = _describe(held, [uid for _, uid in socks])
-        return f"{head}: it is held by {who}, not by the engine's processes (pid {self.pgid})"
+        return (
+            f"{head}: it is held by {who}, not by the engine's processes (pid {self.pgid}). An engine run "
+            "in a container (docker/podman -p, --network host) answers through a process the collector did "
+            "not start, so whose server answered cannot be told: collect run qualifies engines it starts "
+            "itself, not containerised ones"
+        )
 
     def wait_exit(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the engine to exit on its own; True when it did."""
@@ -543,23 +550,26 @@ class EngineRun:
             if self.stop_reason is None:
                 self._engine_ended()
 
-    def _drain(self) -> None:
+    def _drain(self) -> bool:
         """Wait (up to :data:`DRAIN_S`) until every byte the engine has written to its pipes is in the log
-        files: the lines counted for the stop are then all the engine logged before it was told to stop. An
-        engine that writes on without a pause is counted when the time is up (later, so more is read)."""
+        files: the lines counted for the stop are then all the engine logged before it was told to stop.
+        False when the time ran out first (an engine that writes on without a pause): the count is then not
+        known to hold all it wrote before the stop, and the record does not say it does."""
         deadline = time.monotonic() + DRAIN_S
         steady = 0
         while time.monotonic() < deadline:
             steady = steady + 1 if all(t.drained() for t in self._tees) else 0
             if steady >= 2:  # twice, 10 ms apart: no chunk was between the read and the write
-                return
+                return True
             time.sleep(0.01)
+        return False
 
     def stop(self, reason: str) -> None:
         """Stop the whole process group: SIGTERM, a grace period, then SIGKILL; then any process of the
         engine that left the group. Idempotent."""
+        drained = False
         if self.proc is not None and self.proc.poll() is None and self.stop_lines is None:
-            self._drain()
+            drained = self._drain()
         with self._lock:
             if self.stop_reason is None:
                 if self.proc is not None and self.proc.poll() is not None:
@@ -575,7 +585,8 @@ class EngineRun:
             with self._lock:
                 if self.stop_lines is None:
                     self.stop_lines = {t.path.name: t.count() for t in self._tees}
-                    self.stop_drained = True
+                    # only a drain that completed says so: otherwise the policy reads on to a stop marker
+                    self.stop_drained = drained
             self._signal_group(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=self.spec.grace_seconds)

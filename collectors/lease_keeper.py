@@ -123,9 +123,17 @@ def marked_processes(mark: str) -> list[int]:
 
 
 def stop_marked(mark: str, grace: float) -> list[dict[str, object]]:
-    """Stop every process still marked with ``mark`` (SIGTERM, up to ``grace`` s, then SIGKILL); returns
-    each one found, ``{"pid", "cmdline"}``, as it was before the signal."""
+    """Stop every process still marked with ``mark`` once ``grace`` s have passed (SIGTERM, up to ``grace``
+    s more, then SIGKILL); returns each one found, ``{"pid", "cmdline"}``, as it was before the signal. A
+    process that ends on its own within the first ``grace`` s — a helper that follows its parent out — is no
+    survivor: only one still running then outlived the engine's stop."""
     pids = marked_processes(mark)
+    if not pids:
+        return []
+    waited = time.monotonic() + grace
+    while pids and time.monotonic() < waited:
+        time.sleep(0.05)
+        pids = marked_processes(mark)
     if not pids:
         return []
     found: list[dict[str, object]] = [{"pid": pid, "cmdline": cmdline(pid)} for pid in pids]

@@ -331,7 +331,9 @@ class CollectorError(LedgerError):
 
 
 class PortInUseError(LedgerError):
-    """The address ``ledger serve`` should listen on is taken (or not this host's)."""
+    """A port is taken: the address ``ledger serve`` should listen on (or not this host's), or the port an
+    engine ``ledger collect`` would start should listen on (the engine is not started, nothing of it is
+    recorded)."""
 
     code = "port-in-use"
     category = Category.SYSTEM

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from ledger.collectors import lease_keeper
-from ledger.collectors.launch import EngineRun, LaunchSpec, PortInUse
+from ledger.collectors.launch import EngineRun, LaunchSpec
 from ledger.collectors.probe import probe_completion, probe_sequential, probe_structured
+from ledger.errors import PortInUseError
 from ledger.signatures import RunOutcome, classify, load_signatures
 from tests.policy.test_fail_closed import _with_log, entry, gates, qualified_entries, verdict_of
 
@@ -102,7 +103,7 @@ def test_a_port_another_server_already_listens_on_is_refused_before_the_engine_s
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        with pytest.raises(PortInUse) as err:
+        with pytest.raises(PortInUseError) as err:
             engine_run(tmp_path, "--mode", "ok", port=port)
     assert f"port {port}" in err.value.message
     assert f"pid {os.getpid()}" in err.value.message
