@@ -59,7 +59,7 @@ from ledger.collectors.probe import (
     probe_sequential,
     probe_structured,
 )
-from ledger.collectors.secrets import Redactor, redact_command
+from ledger.collectors.secrets import REDACTED, Redactor, redact_command
 from ledger.collectors.semantic import SemanticResult, SemanticSpec, run_semantic, semantic_gate_payload
 from ledger.entries import format_time, now_utc, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
@@ -533,6 +533,13 @@ class _GateFailed(Exception):
         self.recorded = recorded  # the step recorded its own gate.result (a harness gate, with artifacts)
 
 
+# payload fields whose texts an engine wrote (errors, answer bodies, reasons built from them): redacted before
+# they are signed (``CampaignRunner._redacted``)
+_REDACTED_FIELDS = frozenset(
+    {"error", "reason", "body", "server_error", "failures", "detail", "failure_detail", "stopped", "notes"}
+)
+
+
 class CampaignRunner:
     """Walk one campaign's gate ladder, recording everything through ``recorder``."""
 
@@ -576,7 +583,9 @@ class CampaignRunner:
                 )
         self.rec = recorder
         self.work_dir = Path(work_dir)
-        self.log = log or (lambda _msg: None)
+        raw_log = log or (lambda _msg: None)
+        # what the collector prints passes the engine's redactor, as what it records does
+        self.log: Callable[[str], None] = lambda msg: raw_log(self._redact_text(msg))
         self.signatures = signatures if signatures is not None else load_signatures()
         self.handle_signals = handle_signals
         self.subject: dict[str, str] = {
@@ -602,6 +611,32 @@ class CampaignRunner:
 
     # --- recording ------------------------------------------------------------------------------
 
+    def _redactor(self) -> Redactor:
+        """The current engine's redactor (the secrets of its environment and command line, and every
+        secret-shaped value), else one that knows no particular secret."""
+        return self.engine.redactor() if self.engine is not None else Redactor()
+
+    def _redact_text(self, text: str) -> str:
+        return self._redactor().text(text)[0]
+
+    def _redacted(self, payload: Any, key: str = "", red: Redactor | None = None) -> Any:
+        """``payload`` with what an engine said redacted before it is signed: the texts of the fields that
+        carry its errors and answers' bodies (``_REDACTED_FIELDS``), and in a model's answer (``text``) the
+        engine's own secrets. A secret the engine echoed in an error (its HF_TOKEN in a 500 body) was
+        signed into the probe, the gate's reason and the job's."""
+        red = red or self._redactor()
+        if isinstance(payload, dict):
+            return {k: self._redacted(v, str(k), red) for k, v in payload.items()}
+        if isinstance(payload, list):
+            return [self._redacted(v, key, red) for v in payload]
+        if isinstance(payload, str):
+            if key in _REDACTED_FIELDS:
+                return red.text(payload)[0]
+            if key == "text":
+                for secret in sorted(red.known, key=len, reverse=True):
+                    payload = payload.replace(secret, REDACTED)
+        return payload
+
     def _record(
         self,
         kind: str,
@@ -610,6 +645,8 @@ class CampaignRunner:
         artifacts: list[Any] | None = None,
         refs: list[tuple[str, str]] | None = None,
     ) -> str:
+        if kind != "engine.launch":  # the launch record is redacted where it is made (EngineRun)
+            payload = self._redacted(payload)
         all_refs = [("job", self.result.job_entry)] if self.result.job_entry else []
         entry = self.rec.record(
             kind, dict(self.subject), payload, artifacts=artifacts or [], refs=all_refs + (refs or [])
@@ -638,6 +675,7 @@ class CampaignRunner:
             "bounds": bounds or {},
         }
         eid = self._record("gate.result", payload)
+        reason = self._redact_text(reason) if reason is not None else None
         out = GateOutcome(name, status, reason, list(evidence or []), eid)
         self.result.gates.append(out)
         self.log(f"gate {order} {name}: {status}" + (f" — {reason}" if reason else ""))
