@@ -45,6 +45,7 @@ from ledger.collectors.lease_keeper import (
     group_alive,
     keeper_margin,
     marked_processes,
+    proc_stats,
     stop_marked,
 )
 from ledger.collectors.phases import PhaseTracker
@@ -493,19 +494,10 @@ class EngineRun:
     def engine_pids(self) -> set[int]:
         """The engine's processes: those carrying its launch mark, and those of its session or group."""
         pids = set(marked_processes(self.launch_id))
-        if self.pgid is not None:
-            with contextlib.suppress(OSError):
-                for name in os.listdir("/proc"):
-                    if not name.isdigit():
-                        continue
-                    try:
-                        with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
-                            stat = f.read()
-                    except OSError:
-                        continue
-                    rest = stat[stat.rfind(")") + 2 :].split()
-                    if len(rest) >= 4 and self.pgid in (_int(rest[2]), _int(rest[3])):
-                        pids.add(int(name))
+        stats = proc_stats() if self.pgid is not None else None
+        for pid, rest in stats or ():
+            if len(rest) >= 4 and self.pgid in (_int(rest[2]), _int(rest[3])):
+                pids.add(pid)
         return pids
 
     def _foreign_listener(self) -> str | None:

@@ -42,6 +42,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Iterator
 
 __all__ = [
     "EXIT_COLLECTOR_GONE",
@@ -55,6 +56,7 @@ __all__ = [
     "keeper_margin",
     "main",
     "marked_processes",
+    "proc_stats",
     "stop_marked",
 ]
 
@@ -157,25 +159,34 @@ def keeper_margin(grace_seconds: float) -> float:
     return 2 * grace_seconds + SLACK_S
 
 
-def group_alive(pgid: int) -> bool:
-    """True when a non-zombie process of the group exists (zombies only await their reaper)."""
+def proc_stats() -> Iterator[tuple[int, list[str]]] | None:
+    """(pid, the fields of ``/proc/PID/stat`` after the command name: state ppid pgrp session ...) of every
+    process this user may read; None when ``/proc`` cannot be listed."""
     try:
         names = os.listdir("/proc")
     except OSError:
+        return None
+
+    def each() -> Iterator[tuple[int, list[str]]]:
+        for name in names:
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            yield int(name), stat[stat.rfind(")") + 2 :].split()
+
+    return each()
+
+
+def group_alive(pgid: int) -> bool:
+    """True when a non-zombie process of the group exists (zombies only await their reaper)."""
+    stats = proc_stats()
+    if stats is None:
         return True
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...
-        rest = stat[stat.rfind(")") + 2 :].split()
-        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
-            return True
-    return False
+    return any(len(rest) >= 3 and rest[2] == str(pgid) and rest[0] != "Z" for _pid, rest in stats)
 
 
 def group_exists(pgid: int) -> bool:
