@@ -69,20 +69,22 @@ def test_a_models_answer_keeps_its_text_but_not_the_engines_own_secrets() -> Non
 
 
 def _marked(seconds: float, mark: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    """A process of its own session that sleeps ``seconds``, marked as an engine's, once it is seen."""
+    proc = subprocess.Popen(
         [sys.executable, "-c", f"import time; time.sleep({seconds})"],
         env={**os.environ, LAUNCH_MARK: mark},
         start_new_session=True,
     )
+    deadline = time.monotonic() + 5
+    while not marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc
 
 
 def test_a_helper_that_exits_on_its_own_after_the_stop_is_no_survivor() -> None:
     mark = uuid.uuid4().hex
     helper = _marked(0.3, mark)
     try:
-        deadline = time.monotonic() + 5
-        while not marked_processes(mark) and time.monotonic() < deadline:
-            time.sleep(0.02)
         assert marked_processes(mark), "the helper runs, marked"
         assert stop_marked(mark, grace=3.0) == []
     finally:
@@ -94,9 +96,6 @@ def test_a_helper_still_running_after_the_grace_is_a_survivor_and_stopped() -> N
     mark = uuid.uuid4().hex
     helper = _marked(60, mark)
     try:
-        deadline = time.monotonic() + 5
-        while not marked_processes(mark) and time.monotonic() < deadline:
-            time.sleep(0.02)
         found = stop_marked(mark, grace=0.5)
         assert [p["pid"] for p in found] == [helper.pid]
         helper.wait(timeout=5)
