@@ -216,12 +216,19 @@ class _Tee(threading.Thread):
         self.on_line = on_line
         self.lines = 0  # complete lines written to the file so far
         self.partial = False  # a line without its newline yet is in the file
+        self.written = 0  # bytes written to the file so far
         self._waiting = False  # blocked reading the pipe, everything read before written
         self._count_lock = threading.Lock()
 
     def count(self) -> int:
         with self._count_lock:
             return self.lines + (1 if self.partial else 0)
+
+    def size(self) -> int:
+        """The bytes written so far: where the log stands, a line still open cut where it stood (what the
+        engine appends to it later is not counted)."""
+        with self._count_lock:
+            return self.written
 
     def complete(self) -> int:
         """The complete lines written so far: a line still open is not counted, so a reading that starts
@@ -257,6 +264,7 @@ class _Tee(threading.Thread):
                 with self._count_lock:
                     self.lines += len(lines)
                     self.partial = bool(pending)
+                    self.written += len(chunk)
                 for raw in lines:
                     with contextlib.suppress(Exception):
                         self.on_line(raw.decode("utf-8", errors="replace") + "\n")
@@ -294,6 +302,7 @@ class EngineRun:
         # exited | lease-expired | lease-end | finished | cancelled | ready
         self.stop_reason: str | None = None
         self.stop_lines: dict[str, int] | None = None  # log name → its lines when the stop was sent
+        self.stop_bytes: dict[str, int] | None = None  # log name → its bytes when the stop was sent
         self.stop_drained = False  # the pipes were read empty before those lines were counted
         self.ready_lines: dict[str, int] | None = None  # log name → its lines when readiness was reached
         # the launch's unique id, set in the engine's environment (LAUNCH_MARK): every process of the engine
@@ -577,6 +586,7 @@ class EngineRun:
             with self._lock:
                 if self.stop_lines is None:
                     self.stop_lines = {t.path.name: t.count() for t in self._tees}
+                    self.stop_bytes = {t.path.name: t.size() for t in self._tees}
                     # only a drain that completed says so: otherwise the policy reads on to a stop marker
                     self.stop_drained = drained
             self._signal_group(signal.SIGTERM)
@@ -689,6 +699,8 @@ class EngineRun:
             details["returncode"] = self.proc.returncode
         if self.stop_lines is not None:
             details["stop_lines"] = dict(self.stop_lines)
+            if self.stop_bytes is not None:
+                details["stop_bytes"] = dict(self.stop_bytes)
             if self.stop_drained:
                 details["stop_drained"] = True
         if self.ready_lines is not None:

@@ -2032,6 +2032,7 @@ def _classify_stored_logs(
     stop_lines = details.get("stop_lines")
     collector_stopped = details.get("stop_reason") in COLLECTOR_STOPPED
     drained = details.get("stop_drained") is True and isinstance(stop_lines, dict)
+    stop_bytes = details.get("stop_bytes")
     ready_lines = details.get("ready_lines")
 
     def kept(name: Any) -> int | None:
@@ -2046,6 +2047,15 @@ def _classify_stored_logs(
             n = stop_lines.get(name)
             return n if type(n) is int and n >= 0 else None
         return 0 if stop_lines is None and collector_stopped else None
+
+    def cut_at(name: Any) -> int | None:
+        """The bytes of a drained log that are the run's (``details.stop_bytes``), or None: a line still
+        open when the collector told the engine to stop is read as it stood then, not with what the
+        engine's shutdown appended to it. Only with a completed drain, and a whole count of bytes."""
+        if not drained or not isinstance(stop_bytes, dict):
+            return None
+        n = stop_bytes.get(name)
+        return n if type(n) is int and n >= 0 else None
 
     def ready_at(name: Any) -> int:
         if isinstance(ready_lines, dict):
@@ -2075,23 +2085,41 @@ def _classify_stored_logs(
             continue
         name = str(a.get("name"))
         keep = kept(a.get("name"))
+        cut = cut_at(a.get("name")) if keep is not None else None
         start = ready_at(a.get("name"))
-        line = 1
+
+        def scan(pieces: Iterable[str], name: str = name, start: int = start) -> tuple[int, str]:
+            """Feed one log's pieces; the newlines read and the last character."""
+            line, last = 1, ""
+            for text in pieces:
+                last = text[-1:] or last
+                at, need = 0, start - (line - 1)  # this piece's lines logged before readiness
+                while need > 0 and at < len(text):
+                    nl = text.find("\n", at)
+                    at, need = (len(text) if nl < 0 else nl + 1), need - 1
+                feed(name, line, text[:at], False)
+                feed(name, line + text.count("\n", 0, at), text[at:], True)
+                line += text.count("\n")
+            return line - 1, last
+
         try:
-            with store.open_verified(parse_digest(str(a.get("digest")))) as f:
-                pieces = (
-                    _lines_of(f)
-                    if keep is None
-                    else before_stop(_lines_of(f), markers, keep, exact=drained and keep is not None)
-                )
-                for text in pieces:
-                    cut, need = 0, start - (line - 1)  # this piece's lines logged before readiness
-                    while need > 0 and cut < len(text):
-                        nl = text.find("\n", cut)
-                        cut, need = (len(text) if nl < 0 else nl + 1), need - 1
-                    feed(name, line, text[:cut], False)
-                    feed(name, line + text.count("\n", 0, cut), text[cut:], True)
-                    line += text.count("\n")
+            digest = parse_digest(str(a.get("digest")))
+            if keep is None:
+                with store.open_verified(digest) as f:
+                    scan(_lines_of(f))
+                continue
+            if cut is not None:
+                with store.open_verified(digest) as f:
+                    newlines, last = scan(_lines_of(_Head(f, cut)))
+                # the cut must fall inside the last line counted at the stop, one still open (not empty), or
+                # just past its newline; a count of bytes that disagrees with the count of lines is read by
+                # the lines as well
+                if (newlines == keep and (keep == 0 or last == "\n")) or (
+                    newlines == keep - 1 and last not in ("", "\n")
+                ):
+                    continue
+            with store.open_verified(digest) as f:
+                scan(before_stop(_lines_of(f), markers, keep, exact=drained))
         except LedgerError:
             continue
 
@@ -2127,6 +2155,20 @@ def _answer_not_completion(p: dict[str, Any]) -> str | None:
         return None
     status = details.get("body_status", p.get("http_status"))
     return not_a_completion(status if type(status) is int else None, details["body"])
+
+
+class _Head:
+    """The first ``n`` bytes of a binary stream, as a stream."""
+
+    def __init__(self, f: Any, n: int) -> None:
+        self._f, self._left = f, n
+
+    def read(self, size: int) -> bytes:
+        if self._left <= 0:
+            return b""
+        data: bytes = self._f.read(min(size, self._left))
+        self._left -= len(data)
+        return data
 
 
 def _lines_of(f: Any) -> Iterator[str]:

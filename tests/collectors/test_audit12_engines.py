@@ -78,7 +78,7 @@ def launch_from(es: list[dict[str, Any]], run: EngineRun, payload: dict[str, Any
         **{
             k: v
             for k, v in payload["details"].items()
-            if k in ("stop_reason", "stop_lines", "stop_drained", "ready_lines", "survivors")
+            if k in ("stop_reason", "stop_lines", "stop_bytes", "stop_drained", "ready_lines", "survivors")
         },
     }
     launch["payload"]["exit_code"] = payload["exit_code"]
@@ -461,6 +461,103 @@ def test_a_drained_stop_reads_exactly_its_stop_lines(
     log = "INFO serving\nEngineDeadError: EngineCore encountered an issue\n"
     _with_log(es, log, exit_code=0, details=details)
     assert verdict_of(tmp_path, es)["verdict"] == verdict
+
+
+_BAR = "Processed prompts: 100%|##########| 4/4"
+
+
+def test_engine_dead_error_appended_to_a_line_still_open_at_the_stop_is_not_a_fault(tmp_path: Path) -> None:
+    """Regression (audit 16, f4): a progress bar written without its newline, then EngineDeadError appended
+    to that line as the engine stopped on the collector's SIGTERM: the line was counted in stop_lines and
+    read whole, with its shutdown, and a healthy run was NOT QUALIFIED — RUNTIME RELIABILITY. The launch
+    records its logs' bytes at the stop (stop_bytes): the open line is read as it stood then."""
+    run = engine_run(tmp_path, "--mode", "ok", "--shutdown-dead", "--open-line", _BAR)
+    p = ready_then_stop(run, settle=0.3)
+    stderr = run.stderr_path.read_bytes()
+    at = p["details"]["stop_bytes"]["stderr.log"]
+    assert stderr[:at].endswith(b"\n" + _BAR.encode())  # the open line, as it stood at the stop
+    assert not stderr[at:].startswith(b"\n") and b"EngineDeadError" in stderr[at:]  # appended to it
+    assert p["details"]["stop_drained"] is True
+    assert p["details"]["stop_lines"]["stderr.log"] == stderr[:at].count(b"\n") + 1
+    es = qualified_entries()
+    launch_from(es, run, p)
+    assert verdict_of(tmp_path, es)["verdict"] == QUALIFIED
+
+
+def test_a_fault_on_a_line_open_at_the_stop_still_counts(tmp_path: Path) -> None:
+    """Neighbour: what the open line said before the stop is the run's."""
+    es = qualified_entries()
+    bar = "EngineDeadError: boom "
+    log = bar + "ERROR EngineDeadError: EngineCore encountered an issue\n"
+    details = {
+        "stop_reason": "finished",
+        "stop_lines": {"stdout.log": 1, "stderr.log": 1},
+        "stop_bytes": {"stdout.log": 0, "stderr.log": len(bar)},
+        "stop_drained": True,
+    }
+    _with_log(es, log, exit_code=0, details=details)
+    assert verdict_of(tmp_path, es)["verdict"] == RUNTIME
+
+
+_OPEN_LOG = _BAR + "ERROR EngineDeadError: EngineCore encountered an issue\n"
+
+
+@pytest.mark.parametrize(
+    ("stop_bytes", "drained", "verdict"),
+    [
+        ({"stderr.log": len(_BAR)}, True, QUALIFIED),
+        # not drained: the bytes say nothing of where the engine's output stood
+        ({"stderr.log": len(_BAR)}, False, RUNTIME),
+        # dropped, mistyped, negative, not a map: read by the lines, as before (the open line whole)
+        (None, True, RUNTIME),
+        ({"stderr.log": str(len(_BAR))}, True, RUNTIME),
+        ({"stderr.log": len(_BAR) + 0.5}, True, RUNTIME),  # (a whole float is an int in canonical JSON)
+        ({"stderr.log": -1}, True, RUNTIME),
+        ({"stderr.log": True}, True, RUNTIME),
+        (len(_BAR), True, RUNTIME),
+        ({"stderr": len(_BAR)}, True, RUNTIME),
+        # a count of bytes that disagrees with the count of lines (no byte of the line counted at the
+        # stop) is read by the lines
+        ({"stderr.log": 0}, True, RUNTIME),
+    ],
+    ids=[
+        "cut",
+        "not-drained",
+        "dropped",
+        "str",
+        "float",
+        "negative",
+        "bool",
+        "not-a-map",
+        "other-log",
+        "zero",
+    ],
+)
+def test_stop_bytes_cut_a_drained_log_only_when_whole_and_consistent(
+    tmp_path: Path, stop_bytes: Any, drained: bool, verdict: str
+) -> None:
+    es = qualified_entries()
+    details: dict[str, Any] = {"stop_reason": "finished", "stop_lines": {"stdout.log": 1, "stderr.log": 1}}
+    if stop_bytes is not None:
+        details["stop_bytes"] = stop_bytes
+    if drained:
+        details["stop_drained"] = True
+    _with_log(es, _OPEN_LOG, exit_code=0, details=details)
+    assert verdict_of(tmp_path, es)["verdict"] == verdict
+
+
+def test_stop_bytes_that_disagree_with_stop_lines_are_read_by_the_lines(tmp_path: Path) -> None:
+    """A cut that leaves out whole lines counted at the stop (a fault two lines before it) is not trusted."""
+    es = qualified_entries()
+    log = "INFO serving\nERROR EngineDeadError: EngineCore encountered an issue\nINFO more\n"
+    details = {
+        "stop_reason": "finished",
+        "stop_lines": {"stdout.log": 1, "stderr.log": 3},
+        "stop_bytes": {"stdout.log": 0, "stderr.log": len("INFO serving\n")},
+        "stop_drained": True,
+    }
+    _with_log(es, log, exit_code=0, details=details)
+    assert verdict_of(tmp_path, es)["verdict"] == RUNTIME
 
 
 # --- F5: HTTP 200 without a completion ------------------------------------------------------------------

@@ -22,6 +22,7 @@ failure modes:
   readiness), --worker-fault TEXT (after readiness a "worker" prints TEXT to stderr while the server keeps
   answering), --escape-child (a helper that leaves the process group with setsid() and sleeps),
   --shutdown-dead (on SIGTERM: uvicorn's "Shutting down", then EngineDeadError, exit 0 — no stop marker),
+  --open-line TEXT (printed to stderr once serving, without its newline: a progress bar),
   --answer-200 error|empty (completions answer HTTP 200 with an EngineDeadError object, or nothing).
 
   dead-after-ready
@@ -640,6 +641,9 @@ def serve(a: argparse.Namespace) -> int:
     if a.worker_fault:
         time.sleep(0.5)
         _emit(sys.stderr, a.worker_fault)
+    if a.open_line:  # a progress bar: its line stays open, whatever the engine writes next is appended to it
+        sys.stderr.write(a.open_line)
+        sys.stderr.flush()
     while True:
         time.sleep(3600)
 
@@ -668,6 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker-fault", default="", help="a line a worker prints to stderr after readiness")
     ap.add_argument("--escape-child", action="store_true", help="start a helper that leaves the group")
     ap.add_argument("--shutdown-dead", action="store_true", help="SIGTERM: EngineDeadError, no stop marker")
+    ap.add_argument("--open-line", default="", help="text printed to stderr once serving, without a newline")
     ap.add_argument("--answer-200", choices=("error", "empty"), default=None)
     a = ap.parse_args(argv)
     State.args = a
