@@ -52,10 +52,10 @@ __all__ = [
     "benchmark_corpus",
     "benchmark_gate_payload",
     "check_corpus_api",
-    "first_served",
     "http_session",
     "judge_bounds",
     "load_benchmark_corpus",
+    "only_served",
     "other_answered_models",
     "percentile",
     "policy_bounds",
@@ -1081,9 +1081,12 @@ async def read_bindings(
         return None, f"bindings unavailable: {type(e).__name__}: {e}"
 
 
-def first_served(bound: Mapping[str, str]) -> str | None:
-    """The model a harness asks for when its spec names none: the first id the endpoint served."""
-    return bound.get("served_models", "").split(",")[0] or None
+def only_served(bound: Mapping[str, str]) -> str | None:
+    """The model a harness asks for when its spec names none: the one id the endpoint serves, or None
+    where it serves several (an alias or adapter may be listed first: which is the approved model is the
+    caller's to say, ``ledger collect`` refuses to guess) or none."""
+    ids = [m for m in bound.get("served_models", "").split(",") if m]
+    return ids[0] if len(ids) == 1 else None
 
 
 def answered_models(models: Iterable[str | None]) -> str:
@@ -1277,7 +1280,7 @@ async def run_benchmark_async(
             if seen_bindings and bound != seen_bindings[0]:
                 cross.append(f"repetition {repetition}: bindings changed: {seen_bindings[0]} → {bound}")
             seen_bindings.append(bound)
-            model = model or first_served(bound)
+            model = model or only_served(bound)
             for level in spec.concurrency:
                 stalls: list[float] = []
                 records = await _run_level(

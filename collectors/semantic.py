@@ -42,8 +42,8 @@ from ledger.collectors.benchmark import (
     RequestRecord,
     StopCheck,
     answered_models,
-    first_served,
     http_session,
+    only_served,
     other_answered_models,
     read_bindings,
     send_request,
@@ -395,7 +395,7 @@ async def run_semantic_async(
             outcome, stopped = "fault", f"engine fault before the first item: {unread}"
         else:
             seen.append(bound)
-        model = spec.model or first_served(bound or {})
+        model = spec.model or only_served(bound or {})
         for index, item in enumerate(corpus.items):
             if outcome != "completed":  # the bindings could not be read: no item is asked
                 break

@@ -672,7 +672,9 @@ def benchmark_cmd(
             "otherwise (benchmark_saturation_report_engines)."
         ),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model id (default: the first one served).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model id (default: the one served; refused where it serves several).")
+    ] = None,
     lease: Annotated[float, typer.Option(help="Bound on the whole run, seconds.")] = 900.0,
     policy: PolicyOption = "backend-qualification",
     job: Annotated[str | None, typer.Option(help="Entry id of the job this run belongs to.")] = None,
@@ -717,7 +719,7 @@ def benchmark_cmd(
         concurrency=_levels(levels),
         requests_per_level=requests,
         repetitions=repetitions,
-        model=model,
+        model=_model_to_ask(url, model),
         lease_s=lease,
         **validity,
     )
@@ -734,12 +736,39 @@ def benchmark_cmd(
     return Outcome.OK if payload["status"] == "passed" else Outcome.NO
 
 
+def _model_to_ask(url: str, model: str | None) -> str | None:
+    """The model a standalone harness run asks for: ``--model``, else the endpoint's one served model
+    (the harness reads ``/v1/models`` itself). An endpoint that serves several is refused before anything
+    runs: an alias or adapter listed first is not the approved model, and which one is the caller's to
+    say. An endpoint that cannot answer is left to the harness, which records it as the engine's fault."""
+    if model is not None:
+        return model
+    import httpx
+
+    try:
+        r = httpx.get(url.rstrip("/") + "/v1/models", timeout=10.0, trust_env=False)
+        listed = r.json().get("data") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    ids = (
+        sorted({str(m.get("id")) for m in listed if isinstance(m, dict)}) if isinstance(listed, list) else []
+    )
+    if len(ids) > 1:
+        raise InputError(
+            f"{url} serves {len(ids)} models ({', '.join(ids)}) and --model names none",
+            hint="name the campaign's approved served model with --model",
+        )
+    return None
+
+
 @collect_app.command("semantic")
 def semantic_cmd(
     url: Annotated[str, typer.Argument(help="Base URL of the engine's OpenAI-compatible API.")],
     corpus: Annotated[Path, typer.Option(help="Semantic corpus (JSONL; campaigns/README.md).")],
     digest: Annotated[str, typer.Option(help="blake3:… of the corpus bytes (refused if it differs).")],
-    model: Annotated[str | None, typer.Option(help="Model id (default: the first one served).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model id (default: the one served; refused where it serves several).")
+    ] = None,
     lease: Annotated[float, typer.Option(help="Bound on the whole run, seconds.")] = 600.0,
     policy: PolicyOption = "backend-qualification",
     job: Annotated[str | None, typer.Option(help="Entry id of the job this run belongs to.")] = None,
@@ -758,7 +787,7 @@ def semantic_cmd(
     min_score = pol.params.get("semantic_min_score")
     if isinstance(min_score, bool) or not isinstance(min_score, int | float):
         raise InputError(f"policy {policy} sets no semantic_min_score")
-    spec = SemanticSpec(corpus=corpus, corpus_digest=digest, model=model, lease_s=lease)
+    spec = SemanticSpec(corpus=corpus, corpus_digest=digest, model=_model_to_ask(url, model), lease_s=lease)
     rec = _recorder(home, key, server, token)
     subj = _subject(campaign, subject)
     result = run_semantic(spec, url, out_dir=_work_dir(home, subj["campaign"], "semantic"))

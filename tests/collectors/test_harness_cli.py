@@ -151,3 +151,49 @@ def test_review_accept_supersede_one_command_each(home: Path) -> None:
     # a collector key may not sign a review
     r = run_ledger("--home", str(home), "review", entry, "--fail", "--key", "collector")
     assert r.returncode == 2
+
+
+_HARNESS_ARGS = {
+    "benchmark": [
+        *("--corpus", str(BENCH), "--digest", BENCH_DIGEST),
+        *("--levels", "1", "--requests", "2", "--repetitions", "1"),
+    ],
+    "semantic": ["--corpus", str(SEMANTIC), "--digest", SEMANTIC_DIGEST],
+}
+
+
+@pytest.mark.parametrize("harness", ["benchmark", "semantic"])
+def test_a_standalone_harness_without_model_is_refused_where_the_endpoint_serves_several(
+    home: Path, harness: str
+) -> None:
+    """Regression: `ledger collect benchmark|semantic` without --model asked for the first id /v1/models
+    listed — an alias or LoRA adapter listed before the approved model was benchmarked in its place.
+    Where the endpoint serves several, the run is refused before anything is asked or recorded."""
+    cfg = StubConfig(tokens=4, model_id="base", served_ids=("adapter-x", "base"))
+    with serve_stub(cfg) as url:
+        rc, out = _json(home, "collect", harness, url, *_HARNESS_ARGS[harness], "-c", "several")
+    assert rc == 2, out
+    assert "serves 2 models (adapter-x, base) and --model names none" in str(out)
+    assert cfg.asked_models == []
+    rc, log = _core(home, "log", "-s", "campaign=several")
+    assert rc == 0 and log["items"] == []
+
+
+@pytest.mark.parametrize("harness", ["benchmark", "semantic"])
+@pytest.mark.parametrize(
+    ("served", "model", "asked"),
+    [
+        (("base",), None, "base"),  # the one it serves
+        (("adapter-x", "base"), "base", "base"),  # named
+    ],
+    ids=["one-served", "named"],
+)
+def test_a_standalone_harness_asks_for_the_one_served_model_or_the_named_one(
+    home: Path, harness: str, served: tuple[str, ...], model: str | None, asked: str
+) -> None:
+    cfg = StubConfig(tokens=4, model_id="base", served_ids=served)
+    extra = ["--model", model] if model else []
+    with serve_stub(cfg) as url:
+        rc, out = _json(home, "collect", harness, url, *_HARNESS_ARGS[harness], *extra, "-c", "one")
+    assert rc in (0, 1), out
+    assert cfg.asked_models and set(cfg.asked_models) == {asked}
