@@ -30,8 +30,11 @@ def _declared_length(request: Request) -> int | None:
         return None
 
 
-async def read_json_body(request: Request, limit: int) -> Any:
-    """The request body parsed as strict JSON; 413 past ``limit`` bytes, 400 when it is not JSON."""
+async def read_json_body(
+    request: Request, limit: int, *, parse_float: Callable[[str], Any] | None = None
+) -> Any:
+    """The request body parsed as strict JSON; 413 past ``limit`` bytes, 400 when it is not JSON
+    (``parse_float``: as :func:`ledger.canonical.parse_json`'s)."""
     declared = _declared_length(request)
     if declared is not None and declared > limit:
         raise RequestTooLargeError(f"request body of {declared} bytes exceeds the limit of {limit}")
@@ -40,7 +43,7 @@ async def read_json_body(request: Request, limit: int) -> Any:
         body += chunk
         if len(body) > limit:
             raise RequestTooLargeError(f"request body exceeds the limit of {limit} bytes")
-    return parse_json(bytes(body))
+    return parse_json(bytes(body), parse_float=parse_float)
 
 
 class QueueReader:

@@ -19,8 +19,8 @@ from ledger.api.bodies import read_json_body
 from ledger.api.deps import LedgerDep, ServedDep
 from ledger.api.lookup import subject_query
 from ledger.api.models import PROBLEM, inline_schema
-from ledger.canonical import canonical_bytes
-from ledger.entries import parse_time
+from ledger.canonical import canonical_bytes, float_as_stated
+from ledger.entries import parse_when
 from ledger.errors import InputError
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.routing import Deployment, validate_deployment
@@ -94,7 +94,11 @@ class RoutingCheckIn(BaseModel):
         description="the host's deployment after the change, in the format of a `--deployment` file: "
         "host and services (device, gpus, engine, gpu_memory_utilization, env …)",
     )
-    now: str | None = Field(default=None, description="judge as of this time (RFC 3339; default: now)")
+    now: str | None = Field(
+        default=None,
+        description="judge as of this time, read as `ledger check routing-change --now` reads it (RFC 3339, "
+        "UTC when it names no zone; or now, today, yesterday, `N hours ago`); default: now",
+    )
     policy: str = Field(default="routing-change", max_length=100)
 
 
@@ -110,7 +114,8 @@ class RoutingCheckIn(BaseModel):
     },
 )
 async def routing_check(request: Request, _who: Reader, state: ServedDep) -> Any:
-    body = await read_json_body(request, state.settings.max_body_bytes)
+    # numbers as stated: a utilisation with more digits than a float keeps is refused, as in a file
+    body = await read_json_body(request, state.settings.max_body_bytes, parse_float=float_as_stated)
     deployment = None
     if isinstance(body, dict) and body.get("deployment") is not None:
         # first, by the rules a `--deployment` file is read by (one vocabulary, the core's): its refusals
@@ -125,9 +130,10 @@ async def routing_check(request: Request, _who: Reader, state: ServedDep) -> Any
         raise InputError(f"{where}: {first.get('msg', 'invalid routing change')}") from None
     subject = _subject(dict(req.subject))
     try:
-        now = parse_time(req.now) if req.now else None
-    except OverflowError:
-        raise InputError(f"now: {req.now!r} is outside the range of times") from None
+        # as `ledger check routing-change --now` reads it (one parser: no zone is UTC, the range checked)
+        now = parse_when(req.now) if req.now else None
+    except InputError as e:
+        raise InputError(f"now: {e.message}") from None
 
     def run() -> dict[str, Any]:
         return state.ledger.check_routing(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import rfc8785
 
-from ledger.errors import CanonicalJsonError, JsonTooDeepError
+from ledger.errors import CanonicalJsonError, InputError, JsonTooDeepError
 
 __all__ = ["canonical_bytes", "parse_canonical", "parse_json"]
 
@@ -94,6 +95,20 @@ def _parse_int(text: str) -> int | float:
 
 def _reject_constant(name: str) -> Any:
     raise CanonicalJsonError(f"JSON constant {name} is not allowed")
+
+
+def float_as_stated(text: str) -> float:
+    """A number as typed (``parse_float`` of :func:`parse_json` or ``tomllib``), refused where it has more
+    digits than a float keeps: ``0.440000000000000001`` would be signed, stored and compared as ``0.44``,
+    another number than the one stated (a utilisation sum just over its bound would be allowed). The one
+    rule for every number a person types: ``ledger record --data``, a deployment file, a request body."""
+    value = float(text)
+    if Decimal(repr(value)) != Decimal(text):
+        raise InputError(
+            f"{text} has more digits than can be kept exactly (it would be read as {value!r}): "
+            "state it with at most 15 significant digits"
+        )
+    return value
 
 
 def parse_json(data: bytes | str, *, parse_float: Callable[[str], Any] | None = None) -> Any:

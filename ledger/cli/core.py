@@ -307,16 +307,24 @@ def store_gc(
 
 
 def _read_data(data: str) -> Any:
-    from ledger.canonical import parse_json
+    """The ``--data`` JSON as the log will sign it: parsed strictly, each number kept as typed (one with
+    more digits than a float keeps is refused, not rounded unseen), then in its canonical form (RFC 8785:
+    ``20.0`` is ``20``), so the CLI judges the very value an API client's signed entry would carry."""
+    from ledger.canonical import canonical_bytes, float_as_stated, parse_canonical, parse_json
 
     if data.startswith("@"):
         p = Path(data[1:])
         try:
-            raw = sys.stdin.buffer.read() if data == "@-" else p.read_bytes()
+            raw: bytes | str = sys.stdin.buffer.read() if data == "@-" else p.read_bytes()
         except OSError as e:
             raise InputError(f"cannot read {p}: {e.strerror}") from e
-        return parse_json(raw)
-    return parse_json(data)
+    else:
+        raw = data
+    value = parse_json(raw, parse_float=float_as_stated)
+    try:
+        return parse_canonical(canonical_bytes(value))
+    except (ValueError, TypeError, OverflowError) as e:
+        raise InputError(f"--data: {e}") from e
 
 
 def _parse_pairs(items: list[str] | None, what: str) -> list[tuple[str, str]]:

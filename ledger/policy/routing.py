@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ledger.canonical import parse_json
+from ledger.canonical import float_as_stated, parse_json
 from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import (
     InputError,
@@ -106,27 +106,14 @@ def load_deployment(path: Path) -> dict[str, Any]:
         # JSON strictly (``parse_json``): a key given twice is refused, as TOML refuses it (``json`` would
         # keep the last one silently)
         data = (
-            parse_json(raw, parse_float=_float_as_stated)
+            parse_json(raw, parse_float=float_as_stated)
             if path.suffix == ".json"
-            else tomllib.loads(raw.decode("utf-8"), parse_float=_float_as_stated)
+            else tomllib.loads(raw.decode("utf-8"), parse_float=float_as_stated)
         )
     except (InputError, ValueError, UnicodeDecodeError) as e:
         why = e.message if isinstance(e, InputError) else str(e)
         raise InputError(f"{path}: not a valid deployment file: {why}") from e
     return validate_deployment(data, str(path))
-
-
-def _float_as_stated(text: str) -> float:
-    """A number of a deployment file, which the GPU sums compare exactly as the decimal the file states
-    (``_exact``): one with more digits than a float keeps (``0.440000000000000001`` is kept as ``0.44``)
-    would be compared as another number, so it is refused, naming it."""
-    value = float(text)
-    if Decimal(repr(value)) != Decimal(text):
-        raise ValueError(
-            f"{text} has more digits than can be compared exactly (it would be read as {value!r}): "
-            "state it with at most 15 significant digits"
-        )
-    return value
 
 
 def validate_deployment(data: Any, where: str) -> dict[str, Any]:

@@ -699,7 +699,9 @@ def test_routing_check_refuses_malformed_requests(http: httpx.Client, deployment
             ({"subject": {"model": "m", "host": "h"}}, "bad-input"),  # a route names its backend
             ({"subject": {**target, "campaign": "c"}}, "bad-input"),  # verdicts are not matched on it
             ({"subject": target, "action": "fly"}, "bad-input"),
-            ({"subject": target, "now": "yesterday"}, "schema-violation"),
+            ({"subject": target, "now": "the day before"}, "bad-input"),
+            ({"subject": target, "now": "9999-12-31T23:59:59Z"}, "bad-input"),  # out of range, as the CLI's
+            ({"subject": target, "now": 5}, "bad-input"),
             ({"subject": target, "deployment": {"services": [{"name": "a", "gpus": "0"}]}}, "bad-input"),
             ({"subject": target, "deployment": {"services": []}}, "bad-input"),
             ({"subject": target, "policy": "backend-qualification"}, "bad-policy"),
@@ -710,6 +712,19 @@ def test_routing_check_refuses_malformed_requests(http: httpx.Client, deployment
             r = http.post("/v1/routing-check", json=body, headers=rd)
             assert r.status_code == 422, (body, r.text)
             assert error_code(r) == code, (body, r.text)
+        # a utilisation with more digits than a float keeps is refused, as in a --deployment file (it was
+        # read as 0.44 + 0.44 under a 0.88 bound and allowed)
+        r = http.post(
+            "/v1/routing-check",
+            content=(
+                b'{"subject": {"backend": "b", "model": "m", "host": "h"}, "deployment": {"host": "h", '
+                b'"services": [{"name": "a", "gpus": [0], "gpu_memory_utilization": 0.44}, '
+                b'{"name": "b", "gpus": [0], "gpu_memory_utilization": 0.440000000000000001}]}}'
+            ),
+            headers={**rd, "content-type": "application/json"},
+        )
+        assert r.status_code in (400, 422), r.text
+        assert "0.440000000000000001 has more digits than can be kept exactly" in r.text
         not_json = http.post("/v1/routing-check", content=b"{", headers=rd)
         assert not_json.status_code == 400
         assert http.post("/v1/routing-check", json={"subject": target}).status_code == 401
@@ -787,3 +802,18 @@ def test_every_list_endpoint_answers_the_clis_list_shape(http: httpx.Client, dep
         "/v1/entries", params={"subject": f"campaign={subj['campaign']}", "after": one["next"]}, headers=rd
     ).json()
     assert [e["payload"]["text"] for e in rest["items"]] == ["two"] and rest["next"] is None
+
+
+def test_routing_check_reads_now_as_the_cli_does(http: httpx.Client, deployment: Deployment) -> None:
+    """Found by an audit: a reference time without a zone was read as UTC by `--now` but refused by the API
+    with a kind-schema error ("check the payload against its kind's schema"), and a time the CLI refuses
+    as out of range was judged by the API. One parser (``parse_when``) reads both."""
+    rd = deployment.headers("reader")
+    target = {"backend": "b", "model": "m", "host": "h"}
+    with Unchanged(deployment):
+        answers = [
+            http.post("/v1/routing-check", json={"subject": target, "now": now}, headers=rd)
+            for now in ("2026-09-11T09:00:00", "2026-09-11T09:00:00Z", "2026-09-11T11:00:00+02:00")
+        ]
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+    assert answers[0].json() == answers[1].json() == answers[2].json()

@@ -168,7 +168,7 @@ def test_a_utilisation_with_more_digits_than_a_float_keeps_is_an_error_not_round
         else:
             with pytest.raises(InputError) as ei:
                 load_deployment(p)
-            assert f"{bad} has more digits than can be compared exactly" in ei.value.message
+            assert f"{bad} has more digits than can be kept exactly" in ei.value.message
             assert str(p) in ei.value.message
 
 
