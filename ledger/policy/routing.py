@@ -880,23 +880,42 @@ def _host_gpus(
 ) -> tuple[list[int] | None, str, Evidence | None]:
     """GPU indexes on the latest usable host probe of the host (None: no such probe), what it says of them,
     and that probe (None where there is none, or where its GPUs cannot be told apart) — of ``machine``, the
-    one the verdict's campaign job ran on, where it records one: a probe of another machine filed under the
-    host shows that machine's GPUs (as the verdict's rule other-machine rejects it)."""
-    for e in reversed(host_entries):
-        if e.kind != "host.probe" or not usable(e):
-            continue
-        if machine is not None and e.payload.get("hostname") != machine:
-            continue
+    one the verdict's campaign job ran on, where it records one (its name as ``host_key`` compares host
+    names: ``GPU-BOX-1`` and ``gpu-box-1.`` are that machine), a probe of another machine filed under the
+    host shows that machine's GPUs (as the verdict's rule other-machine rejects it).
+
+    "Latest" by the log and by what was observed can differ: a spooled probe observed at 09:30 and logged
+    at 13:00 comes after one observed at 12:00 in the log. A GPU is known to be on the host only where
+    both the last-logged probe and the last-observed one (by observed time, then log order) list it: a
+    late upload does not bring back a GPU a newer observation saw gone, nor the reverse. The last-observed
+    probe is the one a GPU fault must come after."""
+    want = host_key(machine) if machine is not None else None
+    probes = [
+        e
+        for e in host_entries
+        if e.kind == "host.probe"
+        and usable(e)
+        and (want is None or host_key(str(e.payload.get("hostname") or "")) == want)
+    ]
+    if not probes:
+        return None, "no accepted host probe", None
+    last_logged = probes[-1]
+    last_observed = max(probes, key=lambda e: (e.observed_time, e.seq))
+    indexes: list[list[Any]] = []
+    for e in dict.fromkeys((last_observed, last_logged)):
         gpus = e.payload.get("gpus") or []
-        where = f"host probe {e.id[:16]} ({e.collected_at})"
         if any(not isinstance(g, dict) or g.get("index") is None for g in gpus):
             # a GPU listed without its index: which of the host's GPUs a service's index names cannot be
             # told (its place in the list is no index), so no GPU index is known to be on the host
+            where = f"host probe {e.id[:16]} ({e.collected_at})"
             return None, f"{where} lists a GPU without its index: which GPU is which cannot be told", None
-        idx = [g["index"] for g in gpus]
-        text = ", ".join(f"GPU{i}" for i in idx) or "no GPU"
-        return idx, f"{text} on {where}", e
-    return None, "no accepted host probe", None
+        indexes.append([g["index"] for g in gpus])
+    idx = [i for i in indexes[0] if all(i in other for other in indexes[1:])]
+    text = ", ".join(f"GPU{i}" for i in idx) or "no GPU"
+    where = " and ".join(
+        f"host probe {e.id[:16]} ({e.collected_at})" for e in dict.fromkeys((last_observed, last_logged))
+    )
+    return idx, f"{text} on {where}", last_observed
 
 
 def _probe_text(probe: Evidence | None) -> str:
