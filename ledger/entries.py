@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -142,7 +143,10 @@ Sha256Hex = Annotated[str, Field(pattern=r"^(|[0-9a-f]{64})$")]
 Blake3Digest = Annotated[str, Field(pattern=r"^(|blake3:[0-9a-f]{64})$")]
 Count = Annotated[int, Field(ge=0)]
 Figure = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Lease = Annotated[float, Field(gt=0)]  # a lease of no time, or less, bounds nothing
+# a lease of no time, or less, bounds nothing; one past a year bounds no run either (and its end could not
+# be computed near the range of times)
+MAX_LEASE_S = 366 * 86400
+Lease = Annotated[float, Field(gt=0, le=MAX_LEASE_S, allow_inf_nan=False)]
 REVIEW_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")  # a reviewed commit: git's hash, abbreviated or whole
 GitCommit = Annotated[str, Field(pattern=REVIEW_COMMIT.pattern)]
 
@@ -560,9 +564,27 @@ class Acceptance(_Model):
     reason: str
 
 
+# characters that show nothing though Unicode files them as letters or symbols (fillers, a blank pattern)
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# categories that show nothing on their own: controls and format characters (zero-width space, word
+# joiner), separators (spaces), combining marks
+_BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp", "Mn", "Me"})
+
+
+def _visible_text(text: str) -> str:
+    """A text a reader can see: at least one character that shows (a reason of zero-width spaces, word
+    joiners or fillers reads as nothing, yet would withdraw a failure)."""
+    if not any(c not in _BLANK_LETTERS and unicodedata.category(c) not in _BLANK_CATEGORIES for c in text):
+        raise ValueError("shows nothing a reader can see (only spaces, invisible or filler characters)")
+    return text
+
+
+VisibleText = Annotated[str, AfterValidator(_visible_text)]
+
+
 class Supersession(_Model):
     # why the entries it supersedes no longer stand: the one way to withdraw a failure says why
-    reason: str = Field(min_length=1, pattern=r"\S")
+    reason: VisibleText = Field(min_length=1)
     correction: str | None = None
 
 

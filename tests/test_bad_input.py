@@ -155,6 +155,60 @@ CASES = {
         ],
         "schema-violation",
     ),
+    # found by an audit: a number with more digits than a float keeps was signed rounded, unseen
+    "more-digits-than-a-float-keeps": (
+        [
+            "record",
+            "job",
+            "-s",
+            "campaign=c",
+            "--data",
+            '{"job_id": "j", "state": "running", "lease_seconds": 60.000000000000000001}',
+            "--key",
+            "hostA",
+        ],
+        "bad-input",
+    ),
+    # found by an audit: a lease of 1e12 s was stored, then every verdict and routing check crashed
+    # (OverflowError) computing when it ran out
+    "lease-past-a-year": (
+        [
+            "record",
+            "job",
+            "-s",
+            "campaign=c",
+            "--data",
+            '{"job_id": "j", "state": "running", "lease_seconds": 1e12}',
+            "--key",
+            "hostA",
+        ],
+        "schema-violation",
+    ),
+    # found by an audit: a reason of zero-width characters withdrew a failure, saying nothing visible
+    **{
+        f"invisible-supersession-reason-{name}": (
+            [
+                "record",
+                "supersession",
+                "-s",
+                "campaign=c",
+                "--ref",
+                "supersedes={first}",
+                "--data",
+                json.dumps({"reason": text}),
+                "--key",
+                "rev",
+            ],
+            "schema-violation",
+        )
+        for name, text in (
+            ("zwsp", "\u200b"),
+            ("word-joiner", "\u2060 \u2060"),
+            ("hangul-filler", "\u3164"),
+            ("nbsp", "\u00a0"),
+            ("combining", "\u0301"),
+        )
+    },
     "bad-subject-syntax": (
         ["record", "note", "-s", "campaign", "--data", '{"text": "x"}', "--key", "hostA"],
         "bad-input",
@@ -276,3 +330,25 @@ def test_a_model_pin_that_contradicts_itself_is_refused_at_ingest(
         validate_payload("model.pin", 1, payload)
     good = {"root": "/models/m", "files": [{**_FILE, "verified": True, "lfs": True, "expected": "a" * 64}]}
     validate_payload("model.pin", 1, {**good, "total_size": 1})  # the neighbour that holds
+
+
+def test_record_data_is_judged_in_the_canonical_form_the_log_signs(cli, ready: str) -> None:  # type: ignore[no-untyped-def]
+    """Found by an audit: `ledger record --data` refused ``143.0`` for an integer field while an API client's
+    signed entry carrying the same statement (RFC 8785 writes 143.0 as 143) was accepted. The CLI judges
+    the canonical form, as the log signs it; a fraction stays refused."""
+    data = '{"job_id": "j", "state": "killed", "exit_code": 143.0}'
+    ok = cli("record", "job", "-s", "campaign=c", "--data", data, "--key", "hostA", "--json")
+    assert ok.code == 0, ok.err
+    shown = cli("show", ok.json()["id"], "--json").json()
+    assert shown["payload"]["exit_code"] == 143 and type(shown["payload"]["exit_code"]) is int
+    bad = cli("record", "job", "-s", "campaign=c", "--data",
+              '{"job_id": "j", "state": "killed", "exit_code": 143.5}', "--key", "hostA")  # fmt: skip
+    assert bad.code == 2 and "error[schema-violation]" in bad.err
+
+
+@pytest.mark.parametrize("reason", ["relaunched: \u200bthe port was taken", "é", "修正", "x"])
+def test_a_visible_supersession_reason_is_accepted(cli, ready: str, reason: str) -> None:  # type: ignore[no-untyped-def]
+    """Neighbour: a reason that shows something, in any script, with invisible characters among it."""
+    r = cli("record", "supersession", "-s", "campaign=c", "--ref", f"supersedes={ready}",
+            "--data", json.dumps({"reason": reason}), "--key", "rev")  # fmt: skip
+    assert r.code == 0, r.err

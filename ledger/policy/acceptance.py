@@ -599,7 +599,9 @@ def filter_evidence(
     resets: dict[str, tuple[datetime, str]] = {}
     for k in trusted:
         if k.kind == "kernel.log" and k.payload.get("last_reset_at") and "host" in k.subject:
-            t = parse_time(k.payload["last_reset_at"])
+            # the reset happened by the time the log took its kernel log, whatever later time it claims (a
+            # collector's clock ahead): a probe taken before that may predate it
+            t = min(parse_time(k.payload["last_reset_at"]), k.logged_time)
             if t > ref:
                 hi = min(hi, t - _TICK)
             else:
@@ -1020,7 +1022,10 @@ def _unjudged_jobs(
                 "told either"
             )
         else:
-            until = started + timedelta(seconds=float(lease))
+            try:
+                until = started + timedelta(seconds=float(lease))
+            except OverflowError:  # a lease stored before leases were bounded: no end can be computed
+                until = _LATEST
             if ref >= until:
                 lo = max(lo, until)
                 why = (

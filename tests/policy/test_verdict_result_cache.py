@@ -395,11 +395,14 @@ def test_an_append_past_a_freshness_bound_judges_the_campaign_again(build: Any, 
     assert canonical_bytes(again) == canonical_bytes(_from_scratch(b, monkeypatch))
 
 
-def test_a_gpu_reset_the_log_clock_reaches_later_judges_the_campaign_again(
+def test_a_gpu_reset_claimed_after_its_kernel_log_was_logged_counts_from_the_log_time(
     build: Any, monkeypatch: Any
 ) -> None:
-    """A kernel log whose last reset lies after the reference time does not count yet; once the log's
-    clock passes it, the probes collected before it are stale device state: judged again, never served."""
+    """Regression (audit 18, f3): a kernel log logged at the head that claims a GPU reset two hours later (its
+    collector's clock ahead) did not count until the log's clock passed the claim: the campaign stayed
+    QUALIFIED on probes that may predate the reset, and flipped later with nothing appended. The reset
+    happened by the time the log took the kernel log: it counts from then, and the remembered verdict
+    agrees with one judged from scratch at every later time."""
     b, _ = _qualified(build, monkeypatch)
     with b.ledger.repo.read() as conn:
         head = parse_time(b.ledger.repo.logged_at(conn, b.ledger.size() - 1))
@@ -407,14 +410,13 @@ def test_a_gpu_reset_the_log_clock_reaches_later_judges_the_campaign_again(
     host = {**QUALIFIED_CAMPAIGN, "host": "gpu-box-1"}
     _append_later(b, timedelta(0), "kernel.log", host, {"source": "journalctl", "last_reset_at": reset_at})
     before = evaluate(b.ledger, QUALIFIED_CAMPAIGN, load_policy("backend-qualification"))
-    assert not [r for r in before["rejected"] if r["rule"] == "before-gpu-reset"]
-    _append_later(b, timedelta(hours=1))  # before the reset: still served
-    assert _as_a_fresh_verdict(b, monkeypatch)[0] == 0
-    _append_later(b, timedelta(hours=2))  # past it
-    judged, got = _as_a_fresh_verdict(b, monkeypatch)
-    assert judged == 1
-    assert [r for r in got["rejected"] if r["rule"] == "before-gpu-reset"]
-    assert canonical_bytes(got) == canonical_bytes(_from_scratch(b, monkeypatch))
+    assert [r for r in before["rejected"] if r["rule"] == "before-gpu-reset"]
+    assert before["verdict"] != "QUALIFIED"
+    for later in (timedelta(hours=1), timedelta(hours=2)):
+        _append_later(b, later)
+        _, got = _as_a_fresh_verdict(b, monkeypatch)
+        assert [r for r in got["rejected"] if r["rule"] == "before-gpu-reset"]
+        assert canonical_bytes(got) == canonical_bytes(_from_scratch(b, monkeypatch))
 
 
 def test_a_remembered_verdict_whose_window_was_widened_is_ignored(build: Any, monkeypatch: Any) -> None:
