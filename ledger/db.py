@@ -6,6 +6,7 @@ append-only: database triggers refuse UPDATE and DELETE.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -160,12 +161,45 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+def _file_identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _watch_sqlite_file(engine: Engine, path: str) -> None:
+    """Connections bound to the file the home's path names, not to one replaced since: a database restored
+    from a copy (renamed into place) under a running server would otherwise keep its pooled connections on
+    the unlinked file — signing checkpoints of the lost log and accepting appends into it. A pooled
+    connection to a replaced file is dropped and the pool opens the file now there (SQLAlchemy's documented
+    ``DisconnectionError``); where no file is there any more, the request fails (nothing is created)."""
+
+    def on_connect(_dbapi_conn: Any, record: Any) -> None:
+        record.info["file_identity"] = _file_identity(path)
+
+    def on_checkout(_dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        now = _file_identity(path)
+        if now is None:
+            raise StorageError(f"the database file {path} is gone")
+        if record.info.get("file_identity") != now:
+            raise sa.exc.DisconnectionError(f"the database file {path} was replaced")
+
+    event.listen(engine, "connect", on_connect)
+    event.listen(engine.pool, "checkout", on_checkout)
+
+
 def make_engine(url: str) -> Engine:
-    """Create an engine; SQLite gets WAL, a long busy timeout and IMMEDIATE transactions."""
+    """Create an engine; SQLite gets WAL, a long busy timeout and IMMEDIATE transactions, and its
+    connections follow the file at the database's path (``_watch_sqlite_file``)."""
     if url.startswith("sqlite"):
         engine = sa.create_engine(url, connect_args={"timeout": 60, "isolation_level": None})
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
+        path = engine.url.database
+        if path and path != ":memory:" and not path.startswith("file:"):
+            _watch_sqlite_file(engine, str(Path(path).absolute()))
         return engine
     try:
         engine = sa.create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
