@@ -7,6 +7,7 @@ append-only: database triggers refuse UPDATE and DELETE.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -348,6 +349,21 @@ def schema_revision(engine: Engine) -> str | None:
     """The Alembic revision of the database, or None when it has none (never migrated); a SQLite database
     file that does not exist is refused (``require_database``), not created."""
     require_database(engine)
+    name = engine.url.database
+    if engine.dialect.name == "sqlite" and name and name != ":memory:" and Path(name).is_file():
+        # read-only, before the engine's first connection: that one makes the file WAL (its header changes),
+        # and a database of another revision is refused untouched
+        try:
+            ro = sqlite3.connect(f"{Path(name).resolve().as_uri()}?mode=ro", uri=True, timeout=60)
+        except sqlite3.Error:
+            return None
+        try:
+            row = ro.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.Error:
+            return None
+        finally:
+            ro.close()
+        return str(row[0]) if row is not None else None
     try:
         with engine.connect() as conn:
             return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()

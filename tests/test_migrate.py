@@ -289,3 +289,27 @@ def test_a_moved_old_home_is_refused_until_relocated(
     assert cli("migrate", "--relocate").code == 0
     assert not gone.exists()
     assert cli("verify").code == 0
+
+
+@pytest.mark.parametrize(
+    "args", [["verify"], ["log"], ["checkpoint"], ["keys", "list"], ["verdict", "-s", "campaign=c"]]
+)
+def test_a_command_refusing_an_old_home_leaves_its_database_file_untouched(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """Regression: `ledger verify` on a format-1 home changed the SQLite file's header (its first connection
+    made it WAL) before refusing it. The revision is read read-only, before any connection that writes."""
+    import hashlib
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURE, home)
+    cfg = home / "ledger.toml"
+    cfg.write_text(cfg.read_text().replace("/tmp/oldhome/home", str(home)))
+    before = hashlib.sha256((home / "ledger.db").read_bytes()).hexdigest()
+    ledger_bin = str(Path(sys.executable).parent / "ledger")
+    r = subprocess.run([ledger_bin, "--home", str(home), *args], capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and "error[log-format]" in r.stderr, (r.stdout, r.stderr)
+    assert hashlib.sha256((home / "ledger.db").read_bytes()).hexdigest() == before
+    assert not (home / "ledger.db-wal").exists()
