@@ -84,6 +84,16 @@ tiles = APIRouter(tags=["tiles"], responses={401: PROBLEM, 404: PROBLEM})
 # An entry index is a signed 64-bit integer (SQLite INTEGER, PostgreSQL BIGINT): a bundle past it is none.
 _MAX_INDEX = 2**63 - 1
 _TILE_PATH = re.compile(r"^((?:x[0-9]{3}/)*)([0-9]{3})(?:\.p/([1-9][0-9]{0,2}))?$")
+# C2SP: "<L> MUST be a decimal ASCII integer between 0 and 63, with no additional leading zeroes".
+_TILE_LEVEL = re.compile(r"^(0|[1-9][0-9]?)$")
+_MAX_LEVEL = 63
+
+
+def _tile_level(level: str) -> int:
+    """``0`` … ``63`` exactly as the spec writes them: no sign, no leading zero, no fraction."""
+    if _TILE_LEVEL.fullmatch(level) is None or int(level) > _MAX_LEVEL:
+        raise InputError(f"{level!r} is not a tile level (a decimal 0 to {_MAX_LEVEL}, no leading zeroes)")
+    return int(level)
 
 
 def _tile_index(path: str) -> tuple[int, int | None]:
@@ -121,9 +131,9 @@ def c2sp_tile(
     ledger: LedgerDep,
     settings: SettingsDep,
     _who: Reader,
-    level: Annotated[int, Path(ge=0, le=63)],
+    level: str,
     index: str,
 ) -> Response:
-    n, width = _tile_index(index)
+    lv, (n, width) = _tile_level(level), _tile_index(index)
     headers = {"Cache-Control": cache_control(settings, IMMUTABLE)}
-    return Response(ledger.tile(level, n, width), media_type="application/octet-stream", headers=headers)
+    return Response(ledger.tile(lv, n, width), media_type="application/octet-stream", headers=headers)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.entries import Statement, parse_statement, parse_time
+from ledger.errors import ChainBrokenError, LedgerError
 from ledger.log import EntryId
 from ledger.signing import parse_envelope
 
@@ -56,9 +57,20 @@ class LoggedEntry:
 
 
 def entry_from_row(row: Any) -> LoggedEntry:
-    """Parse a ``log_entries`` row (``ledger.repo``) into the entry it records."""
-    env = parse_envelope(bytes(row.envelope))
-    statement = parse_statement(env.statement())
+    """Parse a ``log_entries`` row (``ledger.repo``) into the entry it records. The row was checked when it
+    was appended: one that no longer parses is the database's corruption, never the reader's input, so it is
+    an integrity error (``ChainBrokenError``: an API answers 500, not a 4xx that blames the client) naming
+    the entry."""
+    try:
+        env = parse_envelope(bytes(row.envelope))
+        statement = parse_statement(env.statement())
+    except (LedgerError, ValueError, TypeError) as e:
+        why = f"{e.code}: {e.message}" if isinstance(e, LedgerError) else f"{type(e).__name__}: {e}"
+        raise ChainBrokenError(
+            f"the log's stored entry {row.entry_id} (seq {row.seq}) is corrupt: its envelope no longer "
+            f"parses ({why})",
+            hint="the database was altered outside the ledger: run `ledger verify` on the log's home",
+        ) from e
     return LoggedEntry(
         seq=row.seq,
         entry_id=EntryId(row.entry_id),

@@ -18,6 +18,7 @@ from ledger.errors import (
     ReceiptMismatchError,
 )
 from ledger.log import (
+    RECEIPT_HEADER,
     LogRecord,
     Receipt,
     parse_checkpoint,
@@ -39,6 +40,7 @@ __all__ = [
     "audited_log",
     "check_receipt",
     "require_cosigned",
+    "served_record",
     "verify_proof_document",
     "verify_with_policy",
 ]
@@ -49,6 +51,23 @@ def _hashes(doc: dict[str, Any]) -> list[bytes]:
         return [bytes.fromhex(h) for h in doc["hashes"]]
     except (KeyError, TypeError, ValueError) as e:
         raise ProofError("proof hashes must be a list of hex strings") from e
+
+
+def _int_field(doc: dict[str, Any], name: str) -> int:
+    """A proof document's integer field, exactly an integer: a float (3.9), a string ("3") or a boolean is
+    refused, never rounded or parsed into one."""
+    if name not in doc:
+        raise ProofError(f"the proof document has no {name}")
+    value = doc[name]
+    if type(value) is not int:
+        raise ProofError(f"the proof's {name} must be an integer, not {type(value).__name__} {value!r}")
+    return value
+
+
+def _claimed_size(doc: dict[str, Any], name: str, size: int) -> None:
+    """A size the document states beside a signed checkpoint must be that checkpoint's size."""
+    if name in doc and _int_field(doc, name) != size:
+        raise ProofError(f"the proof's {name} {doc[name]} is not the size of its checkpoint ({size})")
 
 
 def _is_vkey(text: str) -> bool:
@@ -114,7 +133,7 @@ def _checked_record(doc: dict[str, Any]) -> tuple[LogRecord, bytes]:
         raise ProofUncheckedEntryError(e.message) from e
     if "entry_id" in doc and doc["entry_id"] != record.entry_id:
         raise ProofUncheckedEntryError("the proof's entry_id is not the one its log record names")
-    if int(doc["leaf_index"]) != record.index:
+    if _int_field(doc, "leaf_index") != record.index:
         raise ProofError(f"leaf_index {doc['leaf_index']} is not the record's index {record.index}")
     leaf = record_leaf(record_bytes)
     if "leaf_hash" in doc and doc["leaf_hash"] != leaf.hex():
@@ -133,6 +152,7 @@ def _verify_document(
             held = parse_checkpoint(held_checkpoint, name, pub)
             if (held.origin, held.size, held.root) != (cp.origin, cp.size, cp.root):
                 raise ProofError("the proof's checkpoint is not the checkpoint you hold")
+        _claimed_size(doc, "tree_size", cp.size)
         record, leaf = _checked_record(doc)
         verify_inclusion(record.index, cp.size, leaf, _hashes(doc), cp.root)
         return {
@@ -157,6 +177,8 @@ def _verify_document(
             held = parse_checkpoint(held_checkpoint, name, pub)
             if (held.origin, held.size, held.root) != (old.origin, old.size, old.root):
                 raise ProofError("the proof's old checkpoint is not the checkpoint you hold (forked log?)")
+        _claimed_size(doc, "old_size", old.size)
+        _claimed_size(doc, "new_size", new.size)
         verify_consistency(old.size, new.size, old.root, new.root, _hashes(doc))
         return {
             "ok": True,
@@ -258,14 +280,87 @@ class AuditReport:
 
 
 RECEIPTS_UNCHECKED = "receipts-unchecked"
+_FIELDS = ("type", "origin", "index", "entry_id", "logged_at")
+
+
+@dataclass(frozen=True)
+class _Claims:
+    """What a kept receipt's signed note says (read, not yet verified): its origin, index and entry id, and
+    the key names that sign it. The JSON fields beside the note are unsigned: a receipt is grouped and told
+    apart by these, never by them."""
+
+    origin: str | None
+    index: int | None
+    entry_id: str | None
+    signers: frozenset[str]
+
+    def of(self, doc: Any, origin: str, key_name: str) -> bool:
+        """Whether any of the receipt's claims (signed note, signature, JSON field) names the log
+        ``origin`` (signing as ``key_name``): such a receipt is that log's to check, never set aside."""
+        outer = doc.get("origin") if isinstance(doc, dict) else None
+        if self.origin is None and not isinstance(outer, str):
+            return True  # it names no log: checked (and refused) rather than set aside unseen
+        return origin in (self.origin, outer) or key_name in self.signers
+
+    def label(self, doc: Any) -> str:
+        """The log a receipt set aside is of: the one its signed note names, else its JSON field."""
+        if self.origin is not None:
+            return self.origin
+        return str(doc.get("origin")) if isinstance(doc, dict) else "(not a receipt)"
+
+
+def _claims(doc: Any) -> _Claims:
+    note = doc.get("note") if isinstance(doc, dict) else None
+    if not isinstance(note, str):
+        return _Claims(None, None, None, frozenset())
+    body, _, sigs = note.partition("\n\n")
+    lines = body.split("\n")
+    if lines[0] != RECEIPT_HEADER or len(lines) < 4:
+        return _Claims(None, None, None, frozenset())
+    index = int(lines[2]) if lines[2].isascii() and lines[2].isdigit() else None
+    signers = frozenset(
+        p[1] for p in (s.split(" ") for s in sigs.splitlines()) if len(p) == 3 and p[0] == "\u2014"
+    )
+    return _Claims(lines[1], index, lines[3], signers)
+
+
+def _signed_doc(doc: Any) -> dict[str, Any] | None:
+    """The receipt as its signed note and record say it (its unsigned JSON fields taken from them), for
+    its signature to be checked apart from edits of those fields; None when it has no readable record."""
+    claims = _claims(doc)
+    if claims.origin is None or not isinstance(doc, dict):
+        return None
+    try:
+        record = parse_record(base64.b64decode(str(doc.get("record")), validate=True))
+    except (LedgerError, ValueError, binascii.Error):
+        return None
+    return {
+        **doc,
+        "type": "receipt",
+        "origin": claims.origin,
+        "index": record.index,
+        "entry_id": record.entry_id,
+        "logged_at": record.logged_at,
+    }
 
 
 def _origins(receipts: Sequence[dict[str, Any]]) -> Counter[str]:
-    return Counter(str(doc.get("origin")) for doc in receipts)
+    """The logs the kept receipts are of, by their signed notes (``_Claims.label``)."""
+    return Counter(_claims(doc).label(doc) for doc in receipts)
 
 
 def _named(origins: Mapping[str, int]) -> str:
     return ", ".join(f"{o} ({n})" for o, n in sorted(origins.items(), key=lambda x: (-x[1], x[0])))
+
+
+def _where(doc: Any) -> tuple[str | None, Any]:
+    """The entry id and index a receipt's problem is told under: its signed note's, else its JSON's."""
+    claims = _claims(doc)
+    outer = doc if isinstance(doc, dict) else {}
+    eid = claims.entry_id if claims.entry_id is not None else outer.get("entry_id")
+    return (str(eid) if eid is not None else None), (
+        claims.index if claims.index is not None else outer.get("index")
+    )
 
 
 def audit_receipts(
@@ -275,98 +370,173 @@ def audit_receipts(
     *,
     origin: str,
     columns: Callable[[str], LogRecord | None] | None = None,
+    expected: str | None = None,
 ) -> AuditReport:
     """Check every receipt of the log ``origin``: signed by the log key, and its entry still in the log
     with the same log record (index, logged_at, entry id …), proved included under a checkpoint the log
     signs now. The newest receipts matter most (no checkpoint anyone holds may cover them yet): each is
-    checked, whatever its age. A missing entry, an altered record or a bad proof is a problem.
+    checked, whatever its age. A missing entry, an altered record or a bad proof is a problem; so is a log
+    that cannot answer for one entry (its error, that entry's problem: the other receipts are still checked).
+
+    A receipt is the log's when its signed note, a signature on it or its JSON ``origin`` names the log; it
+    is told apart from the others by the record it signs (exact copies are checked once). Its JSON fields
+    are not signed: one that disagrees with the signed note and record is a problem (``receipt-mismatch``),
+    and the entry the log signed is checked all the same.
 
     Receipts of other logs are set aside, counted by origin (``other_origins``); when every receipt kept is
-    of another log, nothing was checked and that is a problem (``receipts-unchecked``), never an "ok".
-    ``public_key`` None: the log's key is not known (the log that signed the receipts is not the one
-    audited any more: ``audit_server``); each receipt is then a problem, its entry checked for only by id.
+    of another log, nothing was checked and that is a problem (``receipts-unchecked``), never an "ok"; so is
+    no receipt of the log at all when some are ``expected`` (the reason: a key pinned for it, a home that
+    appended to it). ``public_key`` None: the log's key is not known (the log that signed the receipts is not
+    the one audited any more: ``audit_server``); each receipt is then a problem, its entry checked for only
+    by id.
 
     The receipt is compared with the record the leaf commits (the proof carries its bytes), never with
-    what readers are shown; ``columns(entry_id)`` (a local audit): the record as the log's readers see it
-    (its row's index, ``logged_at``, kind and signer columns), which must be the committed one too."""
+    what readers are shown; ``columns(entry_id)``: the record as the log's readers see it (a local audit:
+    its row's index, ``logged_at``, kind and signer columns; a server's ``GET /v1/entries/{id}``), which
+    must be the committed one too."""
     report = AuditReport(origin)
-    latest: dict[str, dict[str, Any]] = {}
+    name, pub = _trust(public_key, None, origin) if public_key is not None else (origin, None)
+    ours: list[dict[str, Any]] = []
     for doc in receipts:
-        if doc.get("origin") != origin:
-            report.other_logs += 1
-            other = str(doc.get("origin"))
-            report.other_origins[other] = report.other_origins.get(other, 0) + 1
+        if _claims(doc).of(doc, origin, name):
+            ours.append(doc)
             continue
-        latest[str(doc.get("entry_id"))] = doc
-    if not latest and report.other_logs:
+        other = _claims(doc).label(doc)
+        report.other_logs += 1
+        report.other_origins[other] = report.other_origins.get(other, 0) + 1
+    if not ours and report.other_logs:
         report.problem(
             RECEIPTS_UNCHECKED,
             f"none of the {report.other_logs} receipts this home keeps is of the log {origin}, so none was "
             f"checked: they are of {_named(report.other_origins)} (audit each log where it is served: "
             "`ledger audit --server URL`, with its --public-key)",
         )
-    if public_key is None:
-        for entry_id, doc in latest.items():
+    elif not ours and expected is not None:
+        report.problem(
+            RECEIPTS_UNCHECKED,
+            f"this home keeps no receipt of the log {origin}, so nothing was checked, although {expected}: "
+            "HOME/receipts.jsonl removed or emptied?",
+        )
+    if pub is None:
+        seen_ids: set[str | None] = set()
+        for doc in ours:
+            entry_id, index = _where(doc)
+            if entry_id in seen_ids:
+                continue
+            seen_ids.add(entry_id)
             report.receipts += 1
-            held = "no longer has it" if fetch(entry_id) is None else "holds it under another log"
+            try:
+                held = "no longer has it" if fetch(str(entry_id)) is None else "holds it under another log"
+            except LedgerError as e:
+                held = f"cannot say whether it has it ({e.code}: {e.message})"
             report.problem(
                 ReceiptMismatchError.code,
-                f"entry {entry_id} was received by the log {origin} (index {doc.get('index')}); the log "
-                f"audited is another one and {held}",
+                f"entry {entry_id} was received by the log {origin} (index {index}); the log audited is "
+                f"another one and {held}",
                 entry_id,
-                doc.get("index"),
+                index,
             )
         return report
-    name, pub = _trust(public_key, None, origin)
-    for entry_id, doc in latest.items():
-        report.receipts += 1
-        index = doc.get("index")
+    assert public_key is not None
+    seen: set[bytes] = set()
+    for doc in ours:
+        entry_id, index = _where(doc)
 
-        def problem(code: str, message: str, index: Any = index, eid: str = entry_id) -> None:
+        def problem(code: str, message: str, index: Any = index, eid: str | None = entry_id) -> None:
             report.problem(code, message, eid, index)
 
         try:
             receipt = parse_receipt(doc, pub, key_name=name)
+            edited: list[str] = []
         except LedgerError as e:
-            problem(e.code, f"the receipt is not one this log signed: {e.message}")
-            continue
+            signed = _signed_doc(doc)
+            try:  # only its unsigned JSON fields edited? the signed receipt is still checked
+                if signed is None:
+                    raise e
+                receipt = parse_receipt(signed, pub, key_name=name)
+            except LedgerError:
+                report.receipts += 1
+                problem(e.code, f"the receipt is not one this log signed: {e.message}")
+                continue
+            edited = [
+                f"{k} {doc.get(k)!r} (signed: {signed[k]!r})" for k in _FIELDS if doc.get(k) != signed[k]
+            ]
         rec = receipt.record
+        if rec.to_bytes() in seen and not edited:
+            continue  # the same signed receipt kept twice: checked once
+        seen.add(rec.to_bytes())
+        report.receipts += 1
+        if edited:
+            problem(
+                ReceiptMismatchError.code,
+                f"the receipt's unsigned fields disagree with the record the log signed for entry "
+                f"{rec.entry_id}: {', '.join(edited)}",
+                rec.index,
+                rec.entry_id,
+            )
+        if receipt.origin != origin:
+            problem(
+                ReceiptMismatchError.code,
+                f"the log key signed this receipt for the log {receipt.origin!r}, not {origin!r}",
+                rec.index,
+                rec.entry_id,
+            )
+            continue
         if report.newest_index is None or rec.index > report.newest_index:
             report.newest_index = rec.index
-        proof = fetch(rec.entry_id)
+
+        def entry_problem(code: str, message: str, rec: LogRecord = rec) -> None:
+            report.problem(code, message, rec.entry_id, rec.index)
+
+        try:
+            proof = fetch(rec.entry_id)
+        except LedgerError as e:
+            entry_problem(e.code, f"the log cannot prove entry {rec.entry_id} included: {e.message}")
+            continue
         if proof is None:
-            problem(ReceiptMismatchError.code, f"the log no longer has entry {rec.entry_id} it received")
+            entry_problem(
+                ReceiptMismatchError.code, f"the log no longer has entry {rec.entry_id} it received"
+            )
             continue
         try:
             result = verify_proof_document(proof, public_key, name)
             got = base64.b64decode(str(proof["record"]), validate=True)
         except (LedgerError, KeyError, ValueError) as e:
-            problem(getattr(e, "code", ProofError.code), f"the log's inclusion proof fails: {e}")
+            entry_problem(getattr(e, "code", ProofError.code), f"the log's inclusion proof fails: {e}")
             continue
         if got != rec.to_bytes() or result["origin"] != origin:
-            problem(
+            entry_problem(
                 ReceiptMismatchError.code,
                 f"the log holds entry {rec.entry_id} at index {result['leaf_index']} logged "
                 f"{result['logged_at']}; its receipt says index {rec.index} logged {rec.logged_at}",
             )
             continue
         report.tree_size = max(report.tree_size or 0, int(result["tree_size"]))
-        shown = columns(rec.entry_id) if columns is not None else None
+        if columns is None:
+            continue
+        try:
+            shown = columns(rec.entry_id)
+        except LedgerError as e:
+            entry_problem(e.code, f"the log cannot show entry {rec.entry_id} to its readers: {e.message}")
+            continue
         if shown is not None and shown != rec:
-            problem(
+            entry_problem(
                 ReceiptMismatchError.code,
-                f"the log shows entry {rec.entry_id} at index {shown.index} logged {shown.logged_at}; the "
-                f"record its leaf commits (and its receipt) says index {rec.index} logged {rec.logged_at}",
+                f"the log shows entry {rec.entry_id} at index {shown.index} logged {shown.logged_at}, kind "
+                f"{shown.kind}, signer {shown.signer}; the record its leaf commits (and its receipt) says "
+                f"index {rec.index} logged {rec.logged_at}, kind {rec.kind}, signer {rec.signer}",
             )
     return report
 
 
 def _receipts_verify(receipts: Sequence[dict[str, Any]], origin: str, pub: PublicKey) -> bool:
-    """Whether a receipt of ``origin`` kept here is signed by ``pub`` (under the origin as key name)."""
+    """Whether a receipt of ``origin`` kept here (by its signed note) is signed by ``pub`` (under the origin
+    as key name)."""
     for doc in receipts:
-        if doc.get("origin") == origin:
+        signed = _signed_doc(doc)
+        if signed is not None and signed["origin"] == origin:
             try:
-                parse_receipt(doc, pub, key_name=origin)
+                parse_receipt(signed, pub, key_name=origin)
             except LedgerError:
                 continue
             return True
@@ -415,6 +585,24 @@ def audited_log(
     return served_origin, served_vkey  # none kept, or several: audit_receipts names what it set aside
 
 
+def served_record(entry: Any, entry_id: str) -> LogRecord | None:
+    """The log record a server shows its readers for an entry (``GET /v1/entries/{id}``: ``seq``,
+    ``logged_at``, ``id``, ``kind``, ``signer``); None when it has none. A field missing or mistyped is a
+    ``ReceiptMismatchError`` (what the server shows cannot be told to be the signed record)."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ReceiptMismatchError(f"the server shows entry {entry_id} as no JSON object")
+    want = {"seq": int, "logged_at": str, "id": str, "kind": str, "signer": str}
+    bad = [k for k, t in want.items() if type(entry.get(k)) is not t]
+    if bad:
+        raise ReceiptMismatchError(
+            f"the server shows entry {entry_id} without a well-typed {', '.join(bad)}: its record cannot be "
+            "compared with the receipt"
+        )
+    return LogRecord(entry["seq"], entry["logged_at"], entry["id"], entry["kind"], entry["signer"])
+
+
 def _raw(key: str) -> bytes:
     """The raw Ed25519 key of a verifier key or a base64 key."""
     return parse_verifier_key(key)[1].raw if _is_vkey(key) else PublicKey.from_b64(key).raw
@@ -429,10 +617,14 @@ def audit_server(
     served_vkey: str,
     public_key: str | None = None,
     own_origin: str | None = None,
+    shown: Callable[[str], dict[str, Any] | None] | None = None,
 ) -> AuditReport:
     """Check the receipts of the log a server was sent entries to (``audited_log``) against the log it
     serves now: a server that now serves another log (another origin or key) is a problem, and so is every
-    kept receipt whose entry it no longer proves included as received."""
+    kept receipt whose entry it no longer proves included as received. ``public_key`` (pinned, or recorded
+    for the server when this home appended to it) says receipts of that log are expected: none kept is
+    ``receipts-unchecked``. ``shown(entry_id)``: the server's ``GET /v1/entries/{id}`` (None: no such
+    entry), whose index, ``logged_at``, kind and signer must be the signed record's (``served_record``)."""
     origin, key = audited_log(
         receipts,
         public_key=public_key,
@@ -440,7 +632,19 @@ def audit_server(
         served_vkey=served_vkey,
         own_origin=own_origin,
     )
-    report = audit_receipts(receipts, key, fetch, origin=origin)
+    expected = (
+        f"the log key {public_key} is pinned for {server} (recorded when this home appended there, or given)"
+        if public_key is not None
+        else None
+    )
+
+    def columns(entry_id: str) -> LogRecord | None:
+        assert shown is not None
+        return served_record(shown(entry_id), entry_id)
+
+    report = audit_receipts(
+        receipts, key, fetch, origin=origin, columns=columns if shown else None, expected=expected
+    )
     report.server = {"url": server, "origin": served_origin, "vkey": served_vkey}
     if key is None or origin != served_origin or _raw(key) != _raw(served_vkey):
         known = f"(key {key})" if key is not None else "(its key: give --public-key to check its signatures)"

@@ -1623,6 +1623,9 @@ class Ledger:
             fetch or local,
             origin=origin or self.cfg.origin,
             columns=columns if own else None,
+            # a home keeps the receipt of every entry it appends to its own log, its genesis first
+            # (`ledger init`): none kept of a log that holds entries is a file removed, never "ok"
+            expected=_OWN_RECEIPTS if own and receipts is None and self.size() > 0 else None,
         )
         if own:  # the home's own log: also against the checkpoint the home holds, outside the database
             held: Checkpoint | None = None
@@ -1736,6 +1739,11 @@ class Ledger:
 
     def iter_rows(self, batch: int = 5000) -> Iterator[Any]:
         return self.repo.iter_rows(batch)
+
+
+_OWN_RECEIPTS = (
+    "this home keeps the receipt of every entry it appends to its own log (`ledger init` kept the first)"
+)
 
 
 def _too_large(size: int) -> str:

@@ -561,9 +561,18 @@ def audit_report(
     if not server:
         return ledger.audit(public_key=key)
     from ledger.collectors.remote import LedgerClient, log_key, served_log
+    from ledger.errors import EntryNotFoundError
     from ledger.proofs import audit_server
 
     client = LedgerClient(server, token)
+
+    def shown(entry_id: str) -> dict[str, Any] | None:
+        """What the server shows its readers of an entry (its index, log time, kind, signer), or None."""
+        try:
+            return client.get_entry(entry_id)
+        except EntryNotFoundError:
+            return None
+
     try:
         served_origin, served_vkey = served_log(client.checkpoint())
         return audit_server(
@@ -574,6 +583,7 @@ def audit_report(
             served_vkey=served_vkey,
             public_key=key or log_key(ledger.home_path, client, first_use=False),
             own_origin=ledger.origin,
+            shown=shown,
         )
     finally:
         client.close()
