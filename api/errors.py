@@ -37,6 +37,7 @@ _BY_CODE = {
     "non-canonical-json": 400,  # the body is not (strict) JSON
     "artifact-corrupt": 500,  # the store holds bytes that no longer match their address
     "chain-broken": 500,
+    "log-inconsistent": 500,  # the log no longer extends the checkpoint the server's home holds
 }
 _BY_CATEGORY: dict[Category, int] = {
     Category.INPUT: 422,

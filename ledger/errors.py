@@ -39,6 +39,7 @@ __all__ = [
     "KeyRevokedError",
     "LedgerError",
     "LogFormatError",
+    "LogInconsistentError",
     "LogOrderError",
     "LogTimeBackwardsError",
     "NotAvailableError",
@@ -292,6 +293,14 @@ class LogOrderError(IntegrityError):
     """An entry logged earlier than its predecessor: ``logged_at`` never decreases along the log."""
 
     code = "logged-at-decreasing"
+
+
+class LogInconsistentError(IntegrityError):
+    """The log no longer extends a checkpoint this home holds (entries lost or rewritten since): nothing
+    of it is signed or published, a fork under the log's key."""
+
+    code = "log-inconsistent"
+    hint = "run `ledger verify`: it names what differs from the held checkpoint"
 
 
 class ReceiptMismatchError(IntegrityError):

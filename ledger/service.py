@@ -41,6 +41,7 @@ from ledger.errors import (
     IntegrityError,
     LedgerError,
     LogFormatError,
+    LogInconsistentError,
     LogTimeBackwardsError,
     ProofError,
     RequestTooLargeError,
@@ -1293,10 +1294,25 @@ class Ledger:
         ``ledger checkpoint`` publishes on demand; appends publish on the sequencer's schedule
         (``publish_due``). Without ``store`` it is ``signed_checkpoint``.
         """
-        cp = self.signed_checkpoint(size=size)
-        if store:
-            self._store_checkpoint(cp)
-            self._hold(cp)  # published: the home holds it, outside the database
+        if not store:
+            return self.signed_checkpoint(size=size)
+        held = self.held()
+        with self.repo.read(snapshot=True) as conn:
+            tree = self._tree_at(conn, size)
+            if held is not None:
+                # published under the log's key only where the log still extends what the home holds: a
+                # tree read from rewritten tiles, or a log that lost entries, is a fork (verify names why)
+                current = self.repo.size(conn)
+                whole = tree if held.size <= tree.size else self._tree_at(conn, min(held.size, current))
+                if whole.size < held.size or whole.root(held.size) != held.root:
+                    raise LogInconsistentError(
+                        f"the log (size {current}) does not extend the checkpoint this home holds (size "
+                        f"{held.size}, root {held.root.hex()[:16]}…): no checkpoint is signed or published"
+                    )
+            root = tree.root()
+        cp = self._sign(tree.size, root)
+        self._store_checkpoint(cp)
+        self._hold(cp)  # published: the home holds it, outside the database
         return cp
 
     def publish_checkpoint(self, *, wait: bool = False) -> Checkpoint:

@@ -26,6 +26,7 @@ from ledger.db import make_engine
 from ledger.entries import parse_time
 from ledger.errors import (
     LedgerError,
+    LogInconsistentError,
     LogOrderError,
     ProofError,
 )
@@ -84,7 +85,7 @@ class Problem(StrEnum):
     BAD_KEY_ENTRY = "bad-key-entry"
     CHECKPOINT_MISMATCH = "checkpoint-mismatch"
     TILE_MISMATCH = "tile-mismatch"
-    LOG_INCONSISTENT = "log-inconsistent"
+    LOG_INCONSISTENT = LogInconsistentError.code
 
 
 @dataclass
