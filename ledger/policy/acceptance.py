@@ -48,6 +48,7 @@ __all__ = [
     "acting_decisions",
     "deciding_acceptance",
     "filter_evidence",
+    "not_independent",
     "render",
     "taken_out",
 ]
@@ -266,18 +267,38 @@ def _acceptances(trusted: list[Evidence], superseded_by: Mapping[str, Evidence])
     return out
 
 
+def not_independent(
+    a: Evidence, target: Evidence, who: Callable[[str], str], review_passes: Sequence[Evidence] = ()
+) -> tuple[str, Evidence | None] | None:
+    """Why acceptance ``a`` that *accepts* ``target`` is not an independent decision, or None (it is, or it
+    rejects: a rejection by any key counts): ``("own-key", None)`` — signed by ``target``'s own signer — or
+    ``("reviewer", pass)`` — signed by the signer of ``pass``, one of ``review_passes`` (the review PASSes of
+    ``target`` the caller knows of: any, not only the credited one, so the answer does not depend on the
+    order they were logged in; two people — who reviewed does not also accept). ``who``: a key and the keys
+    rotated to it are one signer."""
+    if a.payload.get("decision") != "accepted":
+        return None
+    signer = who(a.signer)
+    if signer == who(target.signer):
+        return "own-key", None
+    reviewed = next(
+        (r for r in review_passes if r.payload.get("result") == "PASS" and who(r.signer) == signer), None
+    )
+    return ("reviewer", reviewed) if reviewed is not None else None
+
+
 def deciding_acceptance(
-    target: Evidence, acceptances: Sequence[Evidence], who: Callable[[str], str]
+    target: Evidence,
+    acceptances: Sequence[Evidence],
+    who: Callable[[str], str],
+    review_passes: Sequence[Evidence] = (),
 ) -> Evidence | None:
     """Of the acceptances in force of ``target`` (rel ``subject``), the one that decides it, or None: the
-    latest, leaving out any that accepts it signed by ``target``'s own signer (``who``: a key and the keys
-    rotated to it are one signer). An acceptance by the entry's own key is not independent: it credits
-    nothing and decides nothing in the entry's favour — it cannot overrule another key's rejection — while
-    a rejection by it still counts."""
-    own = who(target.signer)
-    deciding = [
-        a for a in acceptances if not (a.payload.get("decision") == "accepted" and who(a.signer) == own)
-    ]
+    latest, leaving out every acceptance that accepts it and is not independent (``not_independent``: signed
+    by ``target``'s own signer, or by a signer of one of ``review_passes``, its review PASSes). Such an
+    acceptance credits nothing and decides nothing in the entry's favour — it cannot overrule another key's
+    rejection, nor another key's acceptance, earlier or later — while a rejection by it still counts."""
+    deciding = [a for a in acceptances if not_independent(a, target, who, review_passes) is None]
     return _latest(deciding)
 
 
@@ -579,6 +600,7 @@ def filter_evidence(
         store,
         terminal,
         campaign=snap.subject.get("campaign"),
+        params=params,
     )
     # a job's end as recorded, never after the log took its terminal entry (a claimed later end would credit
     # output logged after it)
@@ -667,8 +689,11 @@ def filter_evidence(
         if e.kind in ACTING_KINDS:
             continue
         decisions = acceptances.get(e.id)
-        # the acceptance that decides it: an acceptance by its own key decides nothing in its favour
-        latest_acc = deciding_acceptance(e, decisions, who) if decisions else None
+        reviewed = reviews.get(e.id)
+        review_list = sorted(reviewed, key=lambda x: x.seq) if reviewed else []
+        # the acceptance that decides it: one that is not independent (by its own key, or by a key that
+        # signed a review PASS of it) decides nothing in its favour, whatever the order they were logged in
+        latest_acc = deciding_acceptance(e, decisions, who, review_list) if decisions else None
         if latest_acc is not None and latest_acc.payload.get("decision") == "rejected":
             reject(
                 e,
@@ -724,23 +749,40 @@ def filter_evidence(
             if job_term is not None:
                 job_view = job_term.view()
                 p = job_term.payload
-                if _after_end(e, job_term, ended_at[job_term.id]):
+                job_end = ended_at[job_term.id]
+                if _after_end(e, job_term, job_end):
                     ended = p.get("ended_at")
                     said = (
                         f"at {ended}"
                         if ended
                         else f"(records no ended_at; logged before this entry: seq {job_term.seq} < {e.seq})"
                     )
-                    # logged after the terminal entry, the log knows it came after the end; logged before
-                    # it, only the job's claimed ended_at says so — a claim takes credit away, but what
-                    # the entry shows against the engine stands
+                    logged_after = e.seq > job_term.seq
+                    claimed_after = _after_end_claimed(e, job_end)
+                    if claimed_after:
+                        why = f"collected {_observed(e)}, after job"
+                    else:
+                        why = (
+                            f"logged {e.logged_at} (seq {e.seq}), after the terminal entry (seq "
+                            f"{job_term.seq}) of job"
+                        )
+                    claim = (
+                        ""
+                        if claimed_after
+                        else f"; it claims collected_at {e.collected_at}, within the job: a claimed time "
+                        "gives no credit to output the log took after the job ended"
+                    )
+                    # logged after the terminal entry and claiming a time after the end too, the record
+                    # agrees it came after the end: withdrawn. Only one of them says so — the log (a claimed
+                    # time inside the job) or the job's claimed ended_at (logged before its terminal entry)
+                    # — and its credit is withheld, but what the entry shows against the engine stands
                     reject(
                         e,
                         Rule.AFTER_JOB_TERMINAL,
-                        f"produced after job terminal time: collected {_observed(e)}, after job "
-                        f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} {said}",
+                        f"produced after job terminal time: {why} "
+                        f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} {said}{claim}",
                         job_term.id,
-                        credit_only=e.seq < job_term.seq,
+                        credit_only=not (logged_after and claimed_after),
                     )
                     continue
                 stop = job_term if p.get("state") in _STOPPED else stopped_by.get(str(p.get("job_id")))
@@ -801,9 +843,7 @@ def filter_evidence(
             break
         if hit:
             continue
-        reviewed = reviews.get(e.id)
-        review_list = sorted(reviewed, key=lambda x: x.seq) if reviewed else []
-        problem_r = _review_problem(e, review_list, acc.repaired_commit_required) if reviewed else None
+        problem_r = _review_problem(e, review_list, acc.repaired_commit_required, who) if reviewed else None
         if problem_r is not None:
             reject(e, Rule.REVIEW_FAIL, problem_r[0], problem_r[1])
             continue
@@ -835,41 +875,30 @@ def filter_evidence(
             support.setdefault(e.id, []).append(passes[-1].id)
         if as_passing and e.kind in acceptance_kinds and _required(policy.acceptance_required, e, context()):
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
-                # none by another key: one by its own key (``deciding_acceptance`` left it out) is named
-                own_acc = _latest([a for a in decisions or [] if a.payload.get("decision") == "accepted"])
-                if own_acc is not None:
+                # none that is independent: the latest one ``deciding_acceptance`` left out is named
+                left_out = [
+                    (a, why)
+                    for a in decisions or []
+                    if (why := not_independent(a, e, who, review_list)) is not None
+                ]
+                if left_out:
+                    a, (_, by_pass) = left_out[-1]
+                    whose = (
+                        f"the key that signed it ({e.signer_name})"
+                        if by_pass is None
+                        else f"the key that signed its review PASS {by_pass.id[:16]} ({a.signer_name})"
+                    )
                     reject(
                         e,
                         Rule.ACCEPTANCE_MISSING,
                         f"{e.kind} needs an acceptance (ref subject) and has none; its acceptance "
-                        f"{own_acc.id[:16]} is signed by the key that signed it ({e.signer_name}): not an "
-                        "independent decision",
-                        own_acc.id,
+                        f"{a.id[:16]} is signed by {whose}: not an independent decision",
+                        a.id,
                     )
                 else:
                     reject(
                         e, Rule.ACCEPTANCE_MISSING, f"{e.kind} needs an acceptance (ref subject) and has none"
                     )
-                continue
-            # two people: a key that reviewed the result (any PASS of it, not only the credited one — the
-            # answer does not depend on the order the reviews were logged in) does not also accept it
-            own_pass = next(
-                (
-                    r
-                    for r in review_list
-                    if r.payload.get("result") == "PASS" and who(r.signer) == who(latest_acc.signer)
-                ),
-                None,
-            )
-            if own_pass is not None:
-                reject(
-                    e,
-                    Rule.ACCEPTANCE_MISSING,
-                    f"{e.kind} needs an acceptance (ref subject) and has none; its acceptance "
-                    f"{latest_acc.id[:16]} is signed by the key that signed its review PASS "
-                    f"{own_pass.id[:16]} ({latest_acc.signer_name}): not an independent decision",
-                    latest_acc.id,
-                )
                 continue
             support.setdefault(e.id, []).append(latest_acc.id)
         bound = age_limits.get(e.kind)
@@ -1154,10 +1183,12 @@ def _failed_commit(fail: Evidence, e: Evidence) -> str | None:
 
 
 def _review_problem(
-    e: Evidence, review_list: list[Evidence], repaired_required: bool
+    e: Evidence, review_list: list[Evidence], repaired_required: bool, who: Callable[[str], str]
 ) -> tuple[str, str] | None:
     """Which PASS lifts which FAIL (docs/POLICY.md): the evidence is blocked by its latest review FAIL
-    unless a PASS logged after that FAIL names a commit, that commit is not one any FAIL failed (the commit it
+    unless an independent PASS — signed by another signer than the evidence's (``who``: a key and the keys
+    rotated to it are one signer); one by the evidence's own key reviewed nothing, and lifts nothing —
+    logged after that FAIL names a commit, that commit is not one any FAIL failed (the commit it
     names, else the reviewed entry's own; compared as git does, ``same_commit``, and failing closed on an
     abbreviation too short to tell, ``_may_be_commit``), and it is the commit the reviewed evidence itself was
     produced at (its subject's ``commit``) — a PASS that names the repaired commit but is attached to the
@@ -1168,12 +1199,21 @@ def _review_problem(
         return None
     last_fail = fails[-1]
     fail_commit = last_fail.payload.get("commit")
-    later = [r for r in review_list if r.seq > last_fail.seq and r.payload.get("result") == "PASS"]
+    signer = who(e.signer)
+    later_passes = [r for r in review_list if r.seq > last_fail.seq and r.payload.get("result") == "PASS"]
+    later = [r for r in later_passes if who(r.signer) != signer]
     if not later:
+        own_later = (
+            f" by another key than the one that signed it (review PASS {later_passes[-1].id[:16]} is signed "
+            f"by its own key, {e.signer_name}: not an independent review, it lifts nothing)"
+            if later_passes
+            else ""
+        )
         return (
             f"review {last_fail.id[:16]} by {last_fail.signer_name} FAILed it"
             + (f" at commit {fail_commit}" if fail_commit else "")
-            + "; no later review PASS",
+            + "; no later review PASS"
+            + own_later,
             last_fail.id,
         )
     last = later[-1]
@@ -1261,14 +1301,22 @@ def _observed(e: Evidence) -> str:
 
 
 def _after_end(e: Evidence, terminal: Evidence, ended: datetime | None) -> bool:
-    """Was ``e`` produced after the end of the job ``terminal`` (its first terminal entry) ends? By the
-    job's ``ended_at`` when it records one (collector clock against collector clock), the entry's time
-    never after the log took it (``observed_time``: a crash logged while the job ran that claims a later
-    ``collected_at`` is not thereby output after the job — a claim cannot withdraw what the log holds);
-    where the job records none, by the log: ``e`` was logged after the terminal entry."""
-    if ended is not None:
-        return e.observed_time > ended
-    return e.seq > terminal.seq
+    """Was ``e`` produced after the end of the job ``terminal`` (its first terminal entry) ends? Where the
+    log took ``e`` after the terminal entry (log order), the log knows it came after the end, whatever
+    ``collected_at`` it claims: a claimed time inside the job gives no credit to output logged after it ended.
+    Logged before it, by the job's ``ended_at`` when it records one (collector clock against collector clock),
+    the entry's time never after the log took it (``observed_time``: a crash logged while the job ran that
+    claims a later ``collected_at`` is not thereby output after the job — a claim cannot withdraw what the
+    log holds)."""
+    if e.seq > terminal.seq:
+        return True
+    return ended is not None and e.observed_time > ended
+
+
+def _after_end_claimed(e: Evidence, ended: datetime | None) -> bool:
+    """Whether ``e``'s own time (``observed_time``) is after the job's recorded end ``ended``, or the job
+    records none (then log order alone says when the job ended)."""
+    return ended is None or e.observed_time > ended
 
 
 def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Mapping[str, str]) -> str | None:
@@ -1450,6 +1498,7 @@ def _derive(
     terminal: Mapping[str, Evidence],
     *,
     campaign: str | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> None:
     """Facts the log itself establishes, set as ``e.derived`` (CEL: ``e.derived.*``), never taken from
     the entry's own claims:
@@ -1484,6 +1533,14 @@ def _derive(
       whether its recorded answer (``text``) parses as JSON that validates against the schema it recorded
       (``details.schema``), judged here again — ``ok`` is the collector's claim; False (with why) when the
       answer or the schema is missing, or either does not parse. False for every other entry.
+    * ``probe_failed`` — for a ``health.probe``: whether it shows a failure, judged again from its record
+      as the control gates judge it (``_probe_failed``): not ``ok`` (above); a completion whose answer
+      (``text``), stripped of surrounding whitespace, is not exactly ``params.control_answer``; a structured
+      probe whose answer is not ``structured_valid``; a sequential run whose ``count`` is below
+      ``params.sequential_requests`` or is not the number of requests it timed (``latencies_ms``). A value
+      missing or of the wrong type — the probe's or the policy's — is a failure. The gates' "a later pass
+      does not lift it" checks and ``before-launch``'s ``against`` read this one judgement. False for every
+      other entry.
     * ``gpu_events_during_run`` — for an ``engine.launch`` of the evaluated subject, the GPU events (facts
       as in ``gpu_events``, with their ``time``) of every trusted, not superseded ``kernel.log`` of the
       launch's host — of any campaign: a host's health job records its own — whose event time lies in
@@ -1565,9 +1622,11 @@ def _derive(
             "gpu_events_named": "",
             "gpu_events_during_run_named": "",
         }
+        derived["probe_failed"] = False
         if kind == "health.probe":
             derived["ok"] = probe_ok(e.payload)
             derived["answer_not_completion"] = _answer_not_completion(e.payload)
+            derived["probe_failed"] = _probe_failed(e, derived["ok"], params or {})
         if kind == "health.probe" and e.payload.get("check") == "structured":
             problem = e.structured_problem()
             derived["structured_valid"] = problem is None
@@ -2146,6 +2205,36 @@ def _classify_stored_logs(
     w, w_named = pick(whole)
     r, r_named = pick(after)
     return _LogScan(w, w_named, r, r_named)
+
+
+def _count(v: Any) -> bool:
+    """An integer count (a JSON boolean is not one)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _probe_failed(e: Evidence, ok: bool, params: Mapping[str, Any]) -> bool:
+    """``e.derived.probe_failed`` of a ``health.probe`` (``_derive``): whether it shows a failure, as the
+    control gates judge it — the collector's ``ok`` claim is only one side of it. Not ``ok`` (``probe_ok``);
+    a ``completion`` whose ``text``, stripped of surrounding whitespace as the collector strips it, is not
+    ``params.control_answer``; a ``structured`` probe whose answer is not valid against its recorded schema
+    (``Evidence.structured_problem``); a ``sequential`` run whose ``count`` is below
+    ``params.sequential_requests`` or is not the number of ``latencies_ms`` it recorded. Anything missing or
+    mistyped — in the probe or in ``params`` — fails closed (a failure)."""
+    if not ok:
+        return True
+    p = e.payload
+    check = p.get("check")
+    if check == "completion":
+        answer, text = params.get("control_answer"), p.get("text")
+        return not (isinstance(answer, str) and isinstance(text, str) and text.strip() == answer)
+    if check == "structured":
+        return e.structured_problem() is not None
+    if check == "sequential":
+        want, count, timed = params.get("sequential_requests"), p.get("count"), p.get("latencies_ms")
+        if not (isinstance(want, int) and isinstance(count, int) and _count(want) and _count(count)):
+            return True
+        return not (count >= want and isinstance(timed, list) and len(timed) == count)
+    return False
 
 
 def _answer_not_completion(p: dict[str, Any]) -> str | None:

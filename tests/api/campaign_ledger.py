@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ledger.collectors.benchmark import BenchmarkSpec, policy_validity
-from ledger.entries import format_time, now_utc, parse_time
+from ledger.entries import format_time, parse_time
 from ledger.policy.loader import load_policy
 from ledger.recorder import LocalRecorder
 from ledger.service import Ledger
@@ -69,61 +70,27 @@ SEMANTIC_CORPUS = "blake3:f34c93923611acb5921d0b7c24ae05bdce3c2458940a75878c5a85
 BENCH_CORPUS = "blake3:bfef1eb8aa1c4ed5c7c2a49036f79dd2653cb993594020b1e6c7f66b5f8e7254"
 
 
-def _benchmark_figures() -> dict[str, Any]:
-    """Flat per-level figures named as the benchmark harness names them (``metric.stat@cN``)."""
-    out: dict[str, Any] = {}
-    for level, ttft, tpot, rps, tps in (
-        (1, 41.0, 9.8, 2.1, 240.0),
-        (4, 63.5, 12.4, 7.4, 880.0),
-        (32, 212.0, 25.1, 21.0, 2750.0),
-    ):
-        for stat, f in (("p50", 1.0), ("p90", 1.3), ("p95", 1.5), ("p99", 1.7)):
-            out[f"ttft_ms.{stat}@c{level}"] = round(ttft * f, 3)
-            out[f"tpot_ms.{stat}@c{level}"] = round(tpot * f, 3)
-        out[f"request_throughput@c{level}"] = rps
-        out[f"output_throughput@c{level}"] = tps
-        out[f"error_rate@c{level}"] = 0.0
-    out["error_rate"] = 0.0
-    out["c1_parity"] = 1.0
-    return out
+class _HarnessBeforeTheEnd(LocalRecorder):
+    """A recorder that, just before the run job of ``campaign`` records its end, records what
+    ``before_end(subject)`` does (once): what the job ran, logged while it ran."""
+
+    def __init__(
+        self, ledger: Ledger, key: str, campaign: str, before_end: Callable[[dict[str, str]], None]
+    ) -> None:
+        super().__init__(ledger, key)
+        self.campaign, self.before_end = campaign, before_end
+        self.done = False
+
+    def record(self, kind: str, subject: dict[str, str], payload: dict[str, Any], **kw: Any) -> str:
+        ending = kind == "job" and payload.get("state") != "running"
+        if ending and not self.done and subject.get("campaign") == self.campaign:
+            self.done = True
+            self.before_end(dict(subject))
+        return super().record(kind, subject, payload, **kw)
 
 
-def build(tmp: Path) -> CampaignLedger:
-    from ledger.collectors.campaign import CampaignRunner, load_campaign
-
-    home = tmp / "home"
-    led = Ledger.init(home)
-    for name, roles in (("collector", ["collector"]), ("reviewer", ["reviewer"]), ("operator", ["operator"])):
-        led.new_key(name, roles)
-    token, _ = create_token(led.engine, "page-reader", "reader")
-    model_dir = tmp / "fault-model"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text('{"architectures": ["FaultForCausalLM"]}')
-    (model_dir / "model.safetensors").write_bytes(os.urandom(64 * 1024))
-    rec = LocalRecorder(led, "collector")
-    ids: dict[str, str] = {}
-    for name, mode in (("gpu-hang", "abort"), ("healthy", "ok")):
-        c = load_campaign(_campaign_toml(tmp, model_dir, name, mode))
-        CampaignRunner(c, rec, work_dir=tmp / f"work-{name}", handle_signals=False, host_name=HOST).run()
-    [launch] = led.query(subject={"campaign": "gpu-hang"}, kind="engine.launch", limit=5)
-    ids["launch"] = launch.entry_id
-    ids["log"] = next(a.digest for a in launch.statement.artifacts if a.name == "stderr.log")
-    [healthy_launch] = led.query(subject={"campaign": "healthy"}, kind="engine.launch", limit=1)
-    subj = dict(healthy_launch.statement.subject)
-    # the harness runs ran while the campaign's engine did: they were collected between its start and its
-    # end (a harness result collected after the launch ended measured no engine of the campaign)
-    run = healthy_launch.statement.payload
-    began, ended = parse_time(run["started_at"]), parse_time(run["ended_at"])
-    during = format_time(began + (ended - began) / 2)
-    # the harness runs, recorded here by hand, in a job of their own: output logged after the campaign's
-    # run job ended belongs to that job and is not credited (`after-job-terminal`)
-    led.record(
-        "job",
-        subj,
-        {"job_id": "healthy-harness", "state": "running", "started_at": format_time(now_utc())},
-        key="collector",
-    )
-    semantic = led.record(
+def _semantic_result(led: Ledger, subj: dict[str, str], during: str) -> str:
+    return led.record(
         "gate.result",
         subj,
         {
@@ -139,15 +106,11 @@ def build(tmp: Path) -> CampaignLedger:
         },
         key="collector",
         collected_at=during,
-    )
-    led.record(
-        "review",
-        subj,
-        {"result": "PASS", "commit": "c" * 40},
-        key="reviewer",
-        refs=[("reviews", semantic.entry_id)],
-    )
-    bench = led.record(
+    ).entry_id
+
+
+def _benchmark_result(led: Ledger, subj: dict[str, str], during: str) -> str:
+    return led.record(
         "gate.result",
         subj,
         {
@@ -189,19 +152,73 @@ def build(tmp: Path) -> CampaignLedger:
         },
         key="collector",
         collected_at=during,
-    )
-    ids["benchmark"] = bench.entry_id
-    led.record(
-        "job",
-        subj,
-        {
-            "job_id": "healthy-harness",
-            "state": "succeeded",
-            "ended_at": format_time(now_utc()),
-            "exit_code": 0,
-        },
-        key="collector",
-    )
+    ).entry_id
+
+
+def _benchmark_figures() -> dict[str, Any]:
+    """Flat per-level figures named as the benchmark harness names them (``metric.stat@cN``)."""
+    out: dict[str, Any] = {}
+    for level, ttft, tpot, rps, tps in (
+        (1, 41.0, 9.8, 2.1, 240.0),
+        (4, 63.5, 12.4, 7.4, 880.0),
+        (32, 212.0, 25.1, 21.0, 2750.0),
+    ):
+        for stat, f in (("p50", 1.0), ("p90", 1.3), ("p95", 1.5), ("p99", 1.7)):
+            out[f"ttft_ms.{stat}@c{level}"] = round(ttft * f, 3)
+            out[f"tpot_ms.{stat}@c{level}"] = round(tpot * f, 3)
+        out[f"request_throughput@c{level}"] = rps
+        out[f"output_throughput@c{level}"] = tps
+        out[f"error_rate@c{level}"] = 0.0
+    out["error_rate"] = 0.0
+    out["c1_parity"] = 1.0
+    return out
+
+
+def build(tmp: Path) -> CampaignLedger:
+    from ledger.collectors.campaign import CampaignRunner, load_campaign
+
+    home = tmp / "home"
+    led = Ledger.init(home)
+    for name, roles in (("collector", ["collector"]), ("reviewer", ["reviewer"]), ("operator", ["operator"])):
+        led.new_key(name, roles)
+    token, _ = create_token(led.engine, "page-reader", "reader")
+    model_dir = tmp / "fault-model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text('{"architectures": ["FaultForCausalLM"]}')
+    (model_dir / "model.safetensors").write_bytes(os.urandom(64 * 1024))
+    ids: dict[str, str] = {}
+    harness: dict[str, str] = {}
+
+    def harness_runs(subj: dict[str, str]) -> None:
+        """The harness runs of the healthy campaign, recorded here by hand within its run job (before its
+        terminal entry: output the log takes after the job ended is not credited, `after-job-terminal`),
+        collected while its engine ran (a result collected after the launch ended measured no engine)."""
+        [launch] = led.query(subject={"campaign": "healthy"}, kind="engine.launch", limit=1)
+        run = launch.statement.payload
+        began, ended = parse_time(run["started_at"]), parse_time(run["ended_at"])
+        during = format_time(began + (ended - began) / 2)
+        harness["semantic"] = _semantic_result(led, subj, during)
+        led.record(
+            "review",
+            subj,
+            {"result": "PASS", "commit": "c" * 40},
+            key="reviewer",
+            refs=[("reviews", harness["semantic"])],
+        )
+        harness["benchmark"] = _benchmark_result(led, subj, during)
+
+    rec = _HarnessBeforeTheEnd(led, "collector", "healthy", harness_runs)
+    for name, mode in (("gpu-hang", "abort"), ("healthy", "ok")):
+        c = load_campaign(_campaign_toml(tmp, model_dir, name, mode))
+        CampaignRunner(c, rec, work_dir=tmp / f"work-{name}", handle_signals=False, host_name=HOST).run()
+    assert set(harness) == {"semantic", "benchmark"}, "the healthy run's job never ended"
+    [launch] = led.query(subject={"campaign": "gpu-hang"}, kind="engine.launch", limit=5)
+    ids["launch"] = launch.entry_id
+    ids["log"] = next(a.digest for a in launch.statement.artifacts if a.name == "stderr.log")
+    [healthy_launch] = led.query(subject={"campaign": "healthy"}, kind="engine.launch", limit=1)
+    subj = dict(healthy_launch.statement.subject)
+    ids["benchmark"] = harness["benchmark"]
+    bench = led.get(harness["benchmark"])
     led.record(
         "review",
         subj,

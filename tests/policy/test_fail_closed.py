@@ -1676,7 +1676,7 @@ def test_a_check_naming_failures_needs_both_each_and_detail(field: str) -> None:
     from ledger.policy.model import parse_policy_text
 
     text = (POLICY_DIR / "backend-qualification.toml").read_text()
-    line = 'each = "e.derived.ok && e.derived.structured_valid"\n'
+    line = 'each = "!e.derived.probe_failed"\n'
     assert line in text  # the policy still names its failures this way (else this test tests nothing)
     if field == "each":
         text = text.replace(line, "", 1)
