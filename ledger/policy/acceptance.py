@@ -19,7 +19,7 @@ from ledger.entries import format_time, parse_time, pin_bindings
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.conditions import Condition
-from ledger.policy.loader import LoadedPolicy
+from ledger.policy.loader import LoadedPolicy, rule_key
 from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
 from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot, host_key, probe_ok
 from ledger.signatures import (
@@ -642,8 +642,9 @@ def filter_evidence(
     support: dict[str, list[str]] = {}
     post_reset = set(acc.post_reset_kinds)
     rules_by_kind: dict[str, list[tuple[Any, Any, Callable[[Evidence], tuple[Any, ...] | None]]]] = {}
-    for rule, cond in policy.rules:  # in policy order, per kind
-        keyer = _memo_keyer(rule.name, _e_reads(cond.source))
+    for index, (rule, cond) in enumerate(policy.rules):  # in policy order, per kind
+        # memoised per table (a rule name may name several, each with its own condition)
+        keyer = _memo_keyer(f"{index}:{rule.name}", _e_reads(cond.source))
         for rule_kind in dict.fromkeys(rule.kinds):
             rules_by_kind.setdefault(rule_kind, []).append((rule, cond, keyer))
     rule_memo: dict[tuple[Any, ...], bool] = {}
@@ -830,7 +831,7 @@ def filter_evidence(
             if not holds:
                 continue
             ctx = context()
-            compared = policy.rule_differences.get(rule.name)
+            compared = policy.rule_differences.get(rule_key(rule))
             detail = render(rule.detail, ctx)
             if compared is not None:
                 differs = _differences(compared, ctx)
@@ -838,7 +839,8 @@ def filter_evidence(
                     continue
                 detail += ": " + "; ".join(differs)
             credit_only = rule.withholds == "credit"
-            reject(e, rule.name, detail, credit_only=credit_only, against=policy.rule_against.get(rule.name))
+            against = policy.rule_against.get(rule_key(rule))
+            reject(e, rule.name, detail, credit_only=credit_only, against=against)
             hit = True
             break
         if hit:

@@ -72,11 +72,14 @@ class LoadedPolicy:
     acceptance_policy: LoadedPolicy | None = None
     rules: tuple[tuple[CelRule, Condition], ...] = ()
     # rule name → its compiled differences: (label, got, want)
-    rule_differences: Mapping[str, tuple[tuple[str, Condition, Condition], ...]] = field(default_factory=dict)
+    # by ``rule_key``: a rule name may name several tables
+    rule_differences: Mapping[tuple[Any, ...], tuple[tuple[str, Condition, Condition], ...]] = field(
+        default_factory=dict
+    )
     passing: Mapping[str, Condition] = field(default_factory=dict)
     against: Mapping[str, Condition] = field(default_factory=dict)
     # rule name → its own ``against`` (a rule that withholds credit and narrows what it keeps)
-    rule_against: Mapping[str, Condition] = field(default_factory=dict)
+    rule_against: Mapping[tuple[Any, ...], Condition] = field(default_factory=dict)
     review_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
     acceptance_required: tuple[tuple[RequirementRule, Condition | None], ...] = ()
     gates: tuple[CompiledGate, ...] = ()
@@ -135,6 +138,13 @@ ROUTING_NAMES = frozenset(
 )  # fmt: skip
 
 
+def rule_key(rule: Any) -> tuple[Any, ...]:
+    """What names one ``[[rules]]`` table for its compiled ``against`` and ``differences``: several tables
+    may share a rule name (one rule id reported for several kinds, each with its own condition), so the
+    name alone would give one table's expressions to another."""
+    return (rule.name, tuple(rule.kinds), rule.when, rule.against)
+
+
 def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     rules = []
@@ -143,11 +153,11 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
             (rule, compile_condition(rule.when, _where(filename, text, "rules", i, "when"), _ENTRY_NAMES))
         )
     out["rules"] = tuple(rules)
-    diffs: dict[str, tuple[tuple[str, Condition, Condition], ...]] = {}
+    diffs: dict[tuple[Any, ...], tuple[tuple[str, Condition, Condition], ...]] = {}
     for i, rule in enumerate(spec.rules):
         if rule.differences:
             where = _where(filename, text, "rules", i, "differences")
-            diffs[rule.name] = tuple(
+            diffs[rule_key(rule)] = tuple(
                 (
                     d.label,
                     compile_condition(d.got, where, _ENTRY_NAMES),
@@ -157,7 +167,7 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
             )
     out["rule_differences"] = diffs
     out["rule_against"] = {
-        rule.name: compile_condition(
+        rule_key(rule): compile_condition(
             rule.against, _where(filename, text, "rules", i, "against"), _PASSING_NAMES
         )
         for i, rule in enumerate(spec.rules)
