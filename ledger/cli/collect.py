@@ -842,10 +842,9 @@ def campaign_init_cmd(
 
 
 def _gpu_indexes(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise InputError(f"--gpus must be comma-separated GPU indexes, not {text!r}") from e
+    from ledger.collectors.campaign_init import parse_gpus
+
+    return parse_gpus(text)
 
 
 @collect_app.command("run")
