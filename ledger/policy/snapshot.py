@@ -15,7 +15,7 @@ from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ledger.answers import structured_answer_problem
-from ledger.entries import KIND_MODELS, parse_time
+from ledger.entries import KIND_MODELS, REF_REQUIRED, parse_time
 from ledger.errors import EntryNotFoundError, IntegrityError, SignatureError
 from ledger.keyring import Keyring
 from ledger.signing import PublicKey, pae
@@ -791,10 +791,9 @@ def read_snapshot_rows(
             )
         rows: dict[int, Any] = {r[0]: r for r in own}
         linked: list[int] = []
-        for r in repo.linked_rows(conn, subject, n, len(own)):
-            if r[0] not in rows:
-                rows[r[0]] = r
-                linked.append(r[0])
+        for r in _linked_rows(repo, conn, subject, n, rows):
+            rows[r[0]] = r
+            linked.append(r[0])
         last = repo.logged_at(conn, n - 1)
         ring = keyring_at(ledger, n, conn)
         candidates = repo.kind_hosts(conn, kinds, n) if kinds else []
@@ -814,6 +813,58 @@ def read_snapshot_rows(
         keyring=ring,
         reference_time=last,
     )
+
+
+# kinds whose refs name the entries they act on (withdraw, review, decide): one that acts on an entry read
+# with the subject is read with it, however many such steps away from the subject's own entries it is
+_ACTING_KINDS = frozenset(REF_REQUIRED)
+# what an entry of the subject may ref that is read with it though nothing of it refs the subject: context for
+# judging the subject's entries, never evidence for or against it (a job another campaign's job_id names:
+# a result that refs it as its job contradicts itself, `job-of-other-campaign`)
+_CONTEXT_KINDS = frozenset({"job"})
+
+
+def _linked_rows(repo: Any, conn: Any, subject: dict[str, str], n: int, own: dict[int, Any]) -> list[Any]:
+    """The entries below ``n`` read with the subject's own (``own``, by seq), not among them: those that ref
+    an own entry (any kind), the supersessions, reviews and acceptances that ref one of those in turn (to a
+    fixpoint: a supersession of a supersession of the subject's failure, a review FAILing a review of its
+    run — whatever subject they carry), and of the entries the subject's own ref that nothing of the subject
+    reaches so, the jobs only (``_CONTEXT_KINDS``). An entry of another subject that an own entry merely refs
+    (an acceptance filed under this campaign deciding another campaign's launch) is none of this subject's
+    evidence and is not read; nor is what refs only such an entry.
+
+    One ``linked_rows`` read, then one ``referrer_rows`` read per entry of another subject found: a
+    campaign's reviews and supersessions usually carry its subject, so there are seldom any."""
+    found: dict[int, Any] = {}
+    for r in repo.linked_rows(conn, subject, n, len(own)):
+        if r[0] not in own:
+            found.setdefault(r[0], r)
+    if not found:
+        return []
+    own_ids = {r[1] for r in own.values()}
+    referring: dict[int, Any] = {}
+    targets: dict[int, Any] = {}
+    for e in _parse_rows(list(found.values())):
+        (referring if own_ids.intersection(_ref_ids(e.statement)) else targets)[e.seq] = found[e.seq]
+    frontier = [r[1] for r in referring.values()]
+    while frontier:
+        reached: list[str] = []
+        for entry_id in frontier:
+            for r in repo.referrer_rows(conn, entry_id, n):
+                if r[2] in _ACTING_KINDS and r[0] not in own and r[0] not in referring:
+                    targets.pop(r[0], None)
+                    referring[r[0]] = r
+                    reached.append(r[1])
+        frontier = reached
+    return [*referring.values(), *(r for r in targets.values() if r[2] in _CONTEXT_KINDS)]
+
+
+def _ref_ids(statement: Any) -> set[str]:
+    """The entry ids a parsed statement refs (none where its refs are not the list of maps ingest stores)."""
+    refs = statement.get("refs") if isinstance(statement, dict) else None
+    if not isinstance(refs, list):
+        return set()
+    return {str(r.get("id")) for r in refs if isinstance(r, dict)}
 
 
 def _host_rows(
@@ -877,8 +928,9 @@ def load_snapshot(
     *,
     extra_kinds_by_host: Iterable[str] = ("kernel.log",),
 ) -> Snapshot:
-    """The subject's entries, the entries they reference, the entries that reference them, and the
-    GPU-relevant host entries (kernel logs) of the hosts they name — all as of ``size``."""
+    """The subject's entries, the entries that reference them (and what acts on those, ``_linked_rows``), the
+    jobs they reference, and the GPU-relevant host entries (kernel logs) of the hosts they name — all as of
+    ``size``."""
     raw = read_snapshot_rows(ledger, subject, size, extra_kinds_by_host=extra_kinds_by_host)
     return snapshot_from_rows(ledger, raw)[0]
 
