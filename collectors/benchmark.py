@@ -5,11 +5,15 @@ requests (prompts cycled in corpus order) through that many closed-loop workers.
 line of the JSONL artifact. Each (repetition, level) run is judged valid or invalid the way MLPerf
 LoadGen and GuideLLM judge runs: enough completed requests over a long enough time, an error rate
 within bound, no over-saturation (a queue building up inside a level, or throughput that stops rising
-while latency climbs), and the same corpus bytes and engine bindings in every repetition.
+while latency climbs), and the same corpus bytes in every repetition.
 
-The first engine fault (connection refused or reset, an HTTP 5xx, an engine that is no longer alive)
-stops the whole run: no retry. A run that stopped returns no aggregate result — its figures are
-absent, never zero — and its gate fails with "no aggregate result".
+The first engine fault stops the whole run: no retry, no reset. An engine fault is connection refused or
+reset, an HTTP 5xx, an engine that is no longer alive, an engine that hangs (a request timed out, or the
+lease expired with requests outstanding, and the engine then did not answer ``/health`` or ``/v1/models``
+either: :func:`engine_unresponsive`), and an endpoint that stopped serving what the run is bound to (the
+bindings, read before every repetition and after the last, changed or could not be read). A run that
+stopped returns no aggregate result — its figures are absent, never zero — and its gate fails with "no
+aggregate result".
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ __all__ = [
     "answered_models",
     "benchmark_corpus",
     "benchmark_gate_payload",
+    "bindings_change",
     "check_corpus_api",
+    "engine_unresponsive",
     "http_session",
     "judge_bounds",
     "load_benchmark_corpus",
@@ -66,6 +72,7 @@ __all__ = [
     "run_benchmark_async",
     "send_request",
     "served_models",
+    "timed_out",
 ]
 
 # +2: the harness records its own scheduling stalls (client_stall_ms)
@@ -74,7 +81,10 @@ __all__ = [
 # +4: reasoning tokens (delta.reasoning_content / delta.reasoning) are output, recorded apart and digested
 #     with the answer; an SSE ``error:`` field or ``event: error`` is an error object; the stream parser is
 #     the endpoint's; a corpus whose items do not fit the api is refused before any request
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+4"
+# +5: a request timeout (or a lease expiring with requests outstanding) of an engine that then answers neither
+#     /health nor /v1/models is an engine fault (it hangs); the bindings are read again after the last
+#     repetition, and a change of them is an engine fault, not an invalid run
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+5"
 NO_AGGREGATE = "no aggregate result"
 PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
@@ -355,6 +365,8 @@ COMPLETED_FINISH_REASONS = frozenset({"stop", "length"})
 FAULT_FINISH_REASONS = frozenset({"error"})
 # what of a body that is no event stream is kept to say what it was (an error object, an HTML page)
 _BODY_KEPT = 65536
+# how a request that got no (complete) answer in time begins its error (:func:`timed_out`)
+_TIMED_OUT = "timeout after"
 
 
 class _Malformed(Exception):
@@ -701,7 +713,7 @@ async def send_request(
         record.error, record.fault = f"{type(e).__name__}: {e}"[:300], True
         return record
     except TimeoutError as e:
-        record.error = f"timeout after {timeout_s:g} s ({type(e).__name__})"
+        record.error = f"{_TIMED_OUT} {timeout_s:g} s ({type(e).__name__})"
         return record
     except _FAULTS as e:
         record.error, record.fault = f"{type(e).__name__}: {e}"[:300], True
@@ -1081,6 +1093,15 @@ async def read_bindings(
         return None, f"bindings unavailable: {type(e).__name__}: {e}"
 
 
+def bindings_change(first: Mapping[str, str], now: Mapping[str, str]) -> str | None:
+    """Why an endpoint that was bound to ``first`` no longer is (it now serves ``now``), or None where the
+    bindings are the same. Both harnesses judge such a change an engine fault: the engine stopped serving
+    what the run measured (restarted on another model, or under another name)."""
+    if dict(now) == dict(first):
+        return None
+    return f"bindings changed during the run: {dict(first)} → {dict(now)}"
+
+
 def only_served(bound: Mapping[str, str]) -> str | None:
     """The model a harness asks for when its spec names none: the one id the endpoint serves, or None
     where it serves several (an alias or adapter may be listed first: which is the approved model is the
@@ -1105,6 +1126,76 @@ def other_answered_models(answered: str, expect_model: str | None) -> str | None
     if not others:
         return None
     return f"answers named another model than {expect_model!r}: {', '.join(others)}"
+
+
+# --- does the engine still answer? --------------------------------------------------------------------
+
+# The endpoints asked whether an engine still answers after a request timed out. Any HTTP answer below 500
+# from either says its server is running: llama-cpp-python has no /health (404, from its event loop) and
+# answers /v1/models only once the generation in progress lets go of the model's lock; llama.cpp's server
+# and vLLM answer /health at once. An engine that hangs (stopped, deadlocked) answers neither.
+LIVENESS_PATHS = ("/health", "/v1/models")
+LIVENESS_TIMEOUT_S = 10.0  # at most; never longer than a request was given (the run's request timeout)
+
+
+def timed_out(record: RequestRecord) -> bool:
+    """Whether ``record`` is a request that got no (complete) answer within its timeout."""
+    return not record.fault and (record.error or "").startswith(_TIMED_OUT)
+
+
+async def engine_unresponsive(
+    base: str, timeout_s: float, headers: Mapping[str, str] | None = None
+) -> str | None:
+    """Why the engine at ``base`` is taken to hang — none of :data:`LIVENESS_PATHS` gave an HTTP answer below
+    500 within ``timeout_s`` — or None where one did (a slow engine answers: its timed-out requests stay
+    request errors). Asked on a connection of its own (no pooled connection the engine may have closed)."""
+
+    async def ask(client: aiohttp.ClientSession, path: str) -> tuple[int | None, str]:
+        try:
+            async with asyncio.timeout(timeout_s), client.get(base + path) as r:
+                await r.read()
+                return r.status, f"HTTP {r.status}"
+        except TimeoutError:
+            return None, f"no answer within {timeout_s:g} s"
+        except (aiohttp.ClientError, ValueError, OSError) as e:
+            return None, f"{type(e).__name__}: {e}"[:120]
+
+    connector = aiohttp.TCPConnector(force_close=True, limit=len(LIVENESS_PATHS))
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, headers=headers, trust_env=False
+    ) as client:
+        answers = await asyncio.gather(*(ask(client, path) for path in LIVENESS_PATHS))
+    if any(status is not None and status < 500 for status, _ in answers):
+        return None
+    said = ", ".join(f"GET {path}: {what}" for path, (_, what) in zip(LIVENESS_PATHS, answers, strict=True))
+    return f"the engine does not answer ({said}): it hangs"
+
+
+class EngineCheck:
+    """Asks :func:`engine_unresponsive` of one engine; askers at the same time share one question (at c32,
+    32 requests time out together), a later asker asks again."""
+
+    def __init__(self, base: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
+        self.base, self.timeout_s, self.headers = base, timeout_s, headers
+        self._task: asyncio.Task[str | None] | None = None
+
+    async def hangs(self) -> str | None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(engine_unresponsive(self.base, self.timeout_s, self.headers))
+        return await asyncio.shield(self._task)
+
+    async def close(self) -> None:
+        """Cancel a question still open (its askers were cancelled): at the end of a run."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+def liveness_timeout(request_timeout_s: float) -> float:
+    """How long an engine gets to answer :data:`LIVENESS_PATHS`: as long as a request got, at most
+    :data:`LIVENESS_TIMEOUT_S`."""
+    return min(LIVENESS_TIMEOUT_S, request_timeout_s)
 
 
 class _Stop:
@@ -1158,9 +1249,12 @@ async def _run_level(
     engine_alive: Callable[[], bool] | None,
     should_stop: StopCheck | None = None,
     stalls_ms: list[float] | None = None,
+    check: EngineCheck | None = None,
 ) -> list[RequestRecord]:
     """The requests of one (repetition, level), ``level`` in flight; the harness's own scheduling delays
-    meanwhile are appended to ``stalls_ms``."""
+    meanwhile are appended to ``stalls_ms``. After a request timed out, and when the lease expires with
+    requests outstanding, ``check`` asks whether the engine still answers: one that does not hangs, an
+    engine fault that stops the run."""
     records: list[RequestRecord] = []
     prompts = corpus.prompts
     next_index = 0
@@ -1191,6 +1285,11 @@ async def _run_level(
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault = True
                 rec.error += " (the engine is no longer alive)"
+            if timed_out(rec) and check is not None and stop.reason is None:
+                hangs = await check.hangs()
+                if hangs is not None:
+                    rec.fault = True
+                    rec.error = f"{rec.error}; {hangs}"
             if rec.fault:
                 stop.fault(
                     f"engine fault at c{level} repetition {repetition} request {i} "
@@ -1215,12 +1314,21 @@ async def _run_level(
         if pending and time.perf_counter() >= deadline:
             break
     if pending:
-        if stop.reason is None:
-            stop.reason = f"the lease of {spec.lease_s:g} s expired during c{level}"
-            stop.outcome = "lease-expired"
+        lease = stop.reason is None
         for t in pending:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        expired = f"the lease of {spec.lease_s:g} s expired during c{level}"
+        hangs = await check.hangs() if lease and check is not None and stop.reason is None else None
+        if hangs is not None:
+            outstanding = sum(1 for r in records if r.error is not None and r.error.startswith("stopped:"))
+            stop.fault(
+                f"engine fault at c{level} repetition {repetition}: {expired} with {outstanding} "
+                f"request(s) outstanding; {hangs}"
+            )
+        elif stop.reason is None:
+            stop.reason = expired
+            stop.outcome = "lease-expired"
     await asyncio.gather(*tasks, return_exceptions=True)
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
@@ -1242,9 +1350,11 @@ async def run_benchmark_async(
 ) -> BenchmarkResult:
     """Run the benchmark against ``base_url``; write the request JSONL and the summary under ``out_dir``.
 
-    ``bindings`` gives the engine/model identities that must not change between repetitions (default:
-    the ids ``/v1/models`` serves). ``engine_alive``, when given, turns any failed request of a dead
-    engine into a fault. ``should_stop``, asked while requests are in flight, stops the run at once
+    ``bindings`` gives the engine/model identities that must not change during the run (default: the ids
+    ``/v1/models`` serves), read before every repetition and after the last: a change, or bindings that
+    cannot be read, is an engine fault. ``engine_alive``, when given, turns any failed request of a dead
+    engine into a fault; a request that timed out is one where the engine then does not answer
+    (:func:`engine_unresponsive`). ``should_stop``, asked while requests are in flight, stops the run at once
     (outcome ``operator-stop``: the requests in flight are cut, what was seen is written, and the run
     has no aggregate result). A corpus digest mismatch, or a corpus whose items do not fit ``spec.api``
     (:func:`check_corpus_api`), raises before any request is sent.
@@ -1261,6 +1371,7 @@ async def run_benchmark_async(
     seen_bindings: list[dict[str, str]] = []
     cross: list[str] = []
     pool = max(spec.concurrency) + 4
+    check = EngineCheck(base, liveness_timeout(spec.request_timeout_s), headers)
     async with http_session(pool, spec.request_timeout_s, headers) as client:
         model = spec.model
         for repetition in range(spec.repetitions):
@@ -1277,9 +1388,10 @@ async def run_benchmark_async(
             if bound is None:
                 stop.fault(f"engine fault before repetition {repetition}: {unread}")
                 break
-            if seen_bindings and bound != seen_bindings[0]:
-                cross.append(f"repetition {repetition}: bindings changed: {seen_bindings[0]} → {bound}")
             seen_bindings.append(bound)
+            if changed := bindings_change(seen_bindings[0], bound):
+                stop.fault(f"engine fault before repetition {repetition}: {changed}")
+                break
             model = model or only_served(bound)
             for level in spec.concurrency:
                 stalls: list[float] = []
@@ -1297,6 +1409,7 @@ async def run_benchmark_async(
                     engine_alive,
                     should_stop,
                     stalls,
+                    check,
                 )
                 if stop.reason is not None:
                     runs.append(
@@ -1308,6 +1421,15 @@ async def run_benchmark_async(
                 run = LevelRun(level, repetition, records, figures, True, [], queue, [], stalls)
                 _judge_run(run, spec)
                 runs.append(run)
+        if stop.reason is None:  # the same bindings after the last repetition as before the first
+            bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
+            if bound is None:
+                stop.fault(f"engine fault after the last repetition: {unread}")
+            else:
+                seen_bindings.append(bound)
+                if changed := bindings_change(seen_bindings[0], bound):
+                    stop.fault(f"engine fault after the last repetition: {changed}")
+        await check.close()
     all_records = [r for run in runs for r in run.records]
     aggregate: dict[str, Any] | None = None
     reasons: list[str] = []

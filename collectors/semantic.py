@@ -10,12 +10,15 @@ Each corpus line is ``{"id", "messages", "checks": [...]}`` (``max_tokens`` opti
 
 An unknown check type, an unknown key, a bad regex, schema or CEL expression refuses the corpus before
 any request. An item passes when every one of its checks passes; the score is the fraction of items
-that pass, judged against the policy's threshold. The first engine fault stops the run (no retry) and
-the gate fails with "no aggregate result".
+that pass, judged against the policy's threshold. The first engine fault stops the run (no retry, no
+reset), its outcome is "fault" and the gate fails with "no aggregate result". Engine faults are the
+benchmark's (``benchmark.send_request``, an engine no longer alive), and, as there, an engine that hangs: a
+request timed out and the engine then did not answer ``/health`` or ``/v1/models`` either
+(``benchmark.engine_unresponsive``; a slow engine that answers keeps the timeout as the item's error).
 
 Like the benchmark, the run records the model it measured: the ids ``/v1/models`` served before the first
 item (``bounds.bindings``, which the policy compares with the campaign's approved model), read again after
-the last: a run whose endpoint changed what it served meanwhile fails its gate.
+the last: an endpoint that changed what it served meanwhile, or can no longer say, is an engine fault.
 """
 
 from __future__ import annotations
@@ -38,15 +41,19 @@ from ledger.atomic import write_atomic
 from ledger.collectors.benchmark import (
     NO_AGGREGATE,
     Bindings,
+    EngineCheck,
     Outcome,
     RequestRecord,
     StopCheck,
     answered_models,
+    bindings_change,
     http_session,
+    liveness_timeout,
     only_served,
     other_answered_models,
     read_bindings,
     send_request,
+    timed_out,
     until_stopped,
 )
 from ledger.collectors.corpus import read_pinned_jsonl
@@ -79,7 +86,9 @@ __all__ = [
 # +4: reasoning a reasoning parser streams is output (an item that reasoned and gave no answer is scored on
 #     its empty answer, not an error) and is recorded apart (``reasoning``); the answer alone is scored;
 #     llama.cpp's SSE ``error:`` field is an error object (benchmark.send_request)
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+4"
+# +5: a timed-out item of an engine that then answers neither /health nor /v1/models is an engine fault (it
+#     hangs); the bindings changed from the first item to the last are an engine fault, not a failed gate
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+5"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -328,8 +337,7 @@ class SemanticResult:
     def bindings_changed(self) -> str | None:
         """Why the endpoint is not shown to have served one model throughout; None when it is."""
         first, *later = self.bindings or [{}]
-        changed = next((b for b in later if b != first), None)
-        return None if changed is None else f"bindings changed during the run: {first} → {changed}"
+        return next((why for b in later if (why := bindings_change(first, b))), None)
 
     @property
     def answered_models(self) -> str:
@@ -376,9 +384,10 @@ async def run_semantic_async(
 ) -> SemanticResult:
     """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts.
     ``bindings`` gives what the run is bound to, read before the first item and after the last (default:
-    the ids ``/v1/models`` serves; unreadable: an engine fault). ``should_stop`` (asked before and during
-    each request) stops the run at once: outcome ``operator-stop``, the items so far written, no
-    aggregate result."""
+    the ids ``/v1/models`` serves; unreadable or changed: an engine fault). An item whose request timed
+    out is an engine fault where the engine then does not answer (``benchmark.engine_unresponsive``).
+    ``should_stop`` (asked before and during each request) stops the run at once: outcome
+    ``operator-stop``, the items so far written, no aggregate result."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
     base = base_url.rstrip("/")
     url = base + "/v1/chat/completions"
@@ -389,6 +398,7 @@ async def run_semantic_async(
     outcome: Outcome = "completed"
     stopped: str | None = None
     seen: list[dict[str, str]] = []
+    check = EngineCheck(base, liveness_timeout(spec.request_timeout_s), headers)
     async with http_session(2, spec.request_timeout_s, headers) as client:
         bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
         if bound is None:
@@ -431,6 +441,14 @@ async def run_semantic_async(
                 break
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault, rec.error = True, rec.error + " (the engine is no longer alive)"
+            if timed_out(rec):  # a slow engine, or one that hangs: ask whether it still answers
+                asking = asyncio.ensure_future(check.hangs())
+                why = await until_stopped(asking, should_stop)
+                if why:
+                    outcome, stopped = "operator-stop", f"{why} during item {item.id}"
+                    break
+                if (hangs := asking.result()) is not None:
+                    rec.fault, rec.error = True, f"{rec.error}; {hangs}"
             if rec.fault:
                 outcome, stopped = "fault", f"engine fault at item {item.id}: {rec.error}"
                 break
@@ -456,6 +474,9 @@ async def run_semantic_async(
                 outcome, stopped = "fault", f"engine fault after the last item: {unread}"
             else:
                 seen.append(bound)
+                if changed := bindings_change(seen[0], bound):
+                    outcome, stopped = "fault", f"engine fault after the last item: {changed}"
+        await check.close()
     result = SemanticResult(
         spec,
         corpus.digest,
@@ -536,8 +557,8 @@ def semantic_gate_payload(
         reasons.append(
             f"score {score:g} below the threshold {min_score:g}: {len(failed)} item(s) failed ({shown})"
         )
-    if result.bindings_changed:
-        reasons.append(result.bindings_changed)
+    if result.bindings_changed and result.bindings_changed not in (result.stopped or ""):
+        reasons.append(result.bindings_changed)  # (an engine fault: named once, by the stop)
     if other := other_answered_models(result.answered_models, expect_model):
         reasons.append(other)
     counts = {

@@ -164,7 +164,7 @@ def test_run_records_every_request_and_aggregates_per_level(tmp_path: Path) -> N
     assert c4["client_stall_ms"]["ticks"] > 0  # the harness sampled its own scheduling while c4 ran
     assert result.parity is not None and result.parity["fraction"] == 1.0
     assert result.parity["compared"] == 2 * 12 - 4  # every c1 output but each prompt's first
-    assert result.bindings == [{"served_models": "stub-model"}] * 2
+    assert result.bindings == [{"served_models": "stub-model"}] * 3  # before each repetition, after the last
     summary = json.loads(result.artifacts["benchmark-result.json"].read_text())
     assert summary["aggregate"]["c1"]["completed"] == 24
 
@@ -649,7 +649,7 @@ def test_real_llamacpp_server_benchmark_and_semantic_runs(tmp_path: Path) -> Non
     try:
         result = run_benchmark(spec, base, out_dir=tmp_path / "bench")
         assert result.outcome == "completed", result.stopped
-        assert result.bindings == [{"served_models": "tiny"}] * 2
+        assert result.bindings == [{"served_models": "tiny"}] * 3  # each repetition's, and after the last
         assert len(result.records) == 2 * 2 * 8 and all(r.ok for r in result.records)
         assert all(r.ttft_ms is not None and r.output_tokens and r.finish_reason for r in result.records)
         assert result.figures["error_rate"] == 0.0 and result.figures["request_throughput@c4"] > 0

@@ -15,6 +15,13 @@ reply to a prompt is looked up in ``answers`` (by the last user message or the p
   fail_after         requests after the first k are answered 500 (an engine fault)
   reset_after        requests after the first k lose their connection mid-stream (an engine reset)
   exit_after         (as a process, ``--exit-after``) the process dies on request k+1 (an engine crash)
+  hang_after         from completion request k+1 on, the server answers nothing, /health and /v1/models
+                     included (an engine that hangs), until the stub is stopped
+  stop_after         (as a process, ``--stop-after``) completion request k+1 SIGSTOPs the process (an
+                     engine stopped by a signal, as ``kill -STOP`` does: the kernel still accepts
+                     connections, nothing answers them)
+  served_ids_later   the ids ``/v1/models`` lists once more than ``models_change_after`` completion
+                     requests came (an engine restarted on another model, or under another name)
   served_ids         the ids ``/v1/models`` lists, in order (default: ``model_id``; vLLM's
                      ``--served-model-name alias name``, a base model and its LoRA adapters list several)
   echo_model         every answer names the ``model`` it was asked for (vLLM, llama.cpp)
@@ -32,6 +39,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -69,6 +77,10 @@ class StubConfig:
     echo_model: bool = False  # answers name the model asked for
     reasoning_tokens: int = 0  # streamed chat answers reason first (delta.reasoning_content)
     asked_models: list[str] = field(default_factory=list)  # the ``model`` of every completion request
+    hang_after: int | None = None  # completion requests after the first k: nothing answers any more
+    stop_after: int | None = None  # as a process: completion request k+1 SIGSTOPs it
+    served_ids_later: tuple[str, ...] = ()  # what /v1/models lists after models_change_after completions
+    models_change_after: int | None = None
 
 
 class _Reset(Exception):
@@ -95,8 +107,15 @@ def _usage(completion: int) -> dict[str, int]:
 
 def build_app(cfg: StubConfig) -> FastAPI:
     app = FastAPI()
-    state: dict[str, Any] = {"count": 0, "seen": {}}
+    state: dict[str, Any] = {"count": 0, "seen": {}, "hung": False}
     lock = asyncio.Lock()
+    release = threading.Event()  # set when the stub is stopped: a hung server lets its requests go
+    app.state.release = release
+
+    async def hang() -> Response:
+        while not release.is_set():
+            await asyncio.sleep(0.05)
+        return _error(503, "the stub was stopped while it hung")
 
     def reply_for(key: str) -> str:
         seen: dict[str, int] = state["seen"]
@@ -108,19 +127,32 @@ def build_app(cfg: StubConfig) -> FastAPI:
         )
         return f"again{n} {text}" if vary and n else text
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
+    @app.get("/health", response_model=None)
+    async def health() -> dict[str, str] | Response:
+        if state["hung"]:
+            return await hang()
         return {"status": "ok"}
 
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    @app.get("/v1/models", response_model=None)
+    async def models() -> dict[str, Any] | Response:
+        if state["hung"]:
+            return await hang()
         ids = cfg.served_ids or (cfg.model_id,)
+        if cfg.models_change_after is not None and state["count"] > cfg.models_change_after:
+            ids = cfg.served_ids_later
         return {"object": "list", "data": [{"id": i, "object": "model"} for i in ids]}
 
     async def complete(request: Request, chat: bool) -> Response:
         body = await request.json()
+        if state["hung"]:
+            return await hang()
         state["count"] += 1
         number = state["count"]
+        if cfg.hang_after is not None and number > cfg.hang_after:
+            state["hung"] = True
+            return await hang()
+        if cfg.stop_after is not None and number > cfg.stop_after:
+            os.kill(os.getpid(), signal.SIGSTOP)
         cfg.asked_models.append(str(body.get("model")))
         named = {"model": body.get("model") or cfg.model_id} if cfg.echo_model else {}
         if cfg.exit_after is not None and number > cfg.exit_after:
@@ -238,7 +270,8 @@ def free_port() -> int:
 def serve_stub(cfg: StubConfig | None = None, port: int | None = None) -> Iterator[str]:
     """Serve a stub in a thread for the duration of the block; yields its base URL."""
     port = port or free_port()
-    config = uvicorn.Config(build_app(cfg or StubConfig()), host="127.0.0.1", port=port, log_level="error")
+    app = build_app(cfg or StubConfig())
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -250,6 +283,7 @@ def serve_stub(cfg: StubConfig | None = None, port: int | None = None) -> Iterat
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        app.state.release.set()
         server.should_exit = True
         thread.join(timeout=10)
 
@@ -270,6 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--served-ids", help="comma-separated ids /v1/models lists (default: --model-id)")
     ap.add_argument("--echo-model", action="store_true", help="answers name the model asked for")
     ap.add_argument("--reasoning", type=int, default=0, help="streamed chat answers reason N tokens first")
+    ap.add_argument("--hang-after", type=int, help="after N completion requests nothing answers (a hang)")
+    ap.add_argument("--stop-after", type=int, help="completion request N+1 SIGSTOPs the process (a hang)")
+    ap.add_argument("--served-ids-later", help="comma-separated ids /v1/models lists after a change")
+    ap.add_argument(
+        "--models-change-after", type=int, help="/v1/models lists --served-ids-later after N completions"
+    )
     a = ap.parse_args(argv)
     answers = json.loads(Path(a.answers).read_text()) if a.answers else {}
     cfg = StubConfig(
@@ -284,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         served_ids=tuple(i for i in (a.served_ids or "").split(",") if i),
         echo_model=a.echo_model,
         reasoning_tokens=a.reasoning,
+        hang_after=a.hang_after,
+        stop_after=a.stop_after,
+        served_ids_later=tuple(i for i in (a.served_ids_later or "").split(",") if i),
+        models_change_after=a.models_change_after,
     )
     uvicorn.run(build_app(cfg), host="127.0.0.1", port=a.port, log_level="warning")
     return 0
