@@ -1429,13 +1429,11 @@ class CampaignRunner:
             if name not in decided:
                 self._gate(i, name, "not_run", reason=reason)
 
-    def _expect_answered_model(self) -> str | None:
-        """The model a harness answer must name (the campaign's approved served name), or None for an
-        engine whose answers echo the asked name (the policy's ``engines_echo_model_name``, as its
-        api-readiness gate and its semantic and benchmark gates judge ``answered_models``)."""
-        echo = self._param("engines_echo_model_name")
-        if isinstance(echo, list) and self.c.spec.engine.kind in echo:
-            return None
+    def _expect_answered_model(self) -> str:
+        """The model a harness answer must name: the campaign's approved served name, for every engine, as
+        the policy's semantic and benchmark gates judge ``answered_models`` (an engine that echoes the asked
+        name, ``engines_echo_model_name``, answers with the served name the harness asks for: another name
+        is something else answering)."""
         return self.c.spec.model.served_name
 
     def _stop_requested(self) -> str | None:

@@ -452,9 +452,11 @@ def test_a_stream_whose_chunks_name_two_models_is_a_request_error() -> None:
     assert not rec.ok and "more than one model" in (rec.error or "")
 
 
-def test_the_campaign_expects_its_served_name_unless_its_engine_echoes_the_asked_name(
+def test_the_campaign_expects_its_served_name_also_of_an_engine_that_echoes_the_asked_name(
     tmp_path: Path, tiny_model_dir: Path, recorder: LocalRecorder
 ) -> None:
+    """An echoing engine (llama.cpp) answers with the served name the harness asks for: the collector
+    judges its answers as the policy's gates do (audit 21, f3), not as 'nothing to say'."""
     sem = tmp_path / "semantic.jsonl"
     sem.write_text(json.dumps(_SEM_ITEM) + "\n")
     policy = policy_with(tmp_path, corpus_digest(sem))
@@ -467,7 +469,7 @@ def test_the_campaign_expects_its_served_name_unless_its_engine_echoes_the_asked
     runner = CampaignRunner(
         load_campaign(path), recorder, work_dir=tmp_path / "w", handle_signals=False, policy=policy
     )
-    assert runner._expect_answered_model() is None
+    assert runner._expect_answered_model() == MODEL
 
 
 # --- 7. benchmark levels refused at load ----------------------------------------------------------------

@@ -67,11 +67,24 @@ def test_a_harness_answered_by_the_campaigns_model_or_naming_none_qualifies(
     assert verdict_of(tmp_path, es)["verdict"] == QUALIFIED
 
 
-def test_an_engine_that_echoes_the_asked_model_name_is_not_judged_by_its_answers(tmp_path: Path) -> None:
-    """llama.cpp names whatever model was asked: its answers say nothing of the model that answered
-    (params.engines_echo_model_name), as api-readiness judges it; vLLM's do."""
+@pytest.mark.parametrize("gate", ["benchmark", "semantic"])
+def test_an_echoing_engine_whose_answers_named_another_model_fails_its_harness_gate(
+    tmp_path: Path, gate: str
+) -> None:
+    """Regression (audit 21, f3): llama.cpp (params.engines_echo_model_name) was not judged by its answers
+    at all, so a benchmark whose last repetition was answered as 'tiny-restarted' was QUALIFIED. The harness
+    asks for the served name and an echoing engine answers with the name asked: another name is positive
+    proof that something else answered."""
     es = qualified_entries()
-    _payload(es, "benchmark")["bounds"]["bindings"]["answered_models"] = "other-model"
+    _payload(es, gate)["bounds"]["bindings"]["answered_models"] = "m,other-model"
+    _engine(es, "llamacpp")
+    assert gates(verdict_of(tmp_path, es))[gate] == "failed"
+
+
+def test_an_echoing_engine_whose_answers_named_the_served_name_passes(tmp_path: Path) -> None:
+    """Neighbour: the echo of the served name asked."""
+    es = qualified_entries()
+    _payload(es, "benchmark")["bounds"]["bindings"]["answered_models"] = "m"
     _engine(es, "llamacpp")
     assert gates(verdict_of(tmp_path, es))["benchmark"] == "passed"
 
