@@ -653,6 +653,19 @@ def filter_evidence(
     acceptance_kinds = {k for req, _ in policy.acceptance_required for k in req.kinds}
 
     bindings_kinds = frozenset(acc.bindings.kinds) if acc.bindings is not None else frozenset()
+    # the jobs whose engine launch binds otherwise than the pinned manifest: what a harness measured in such a
+    # job (its gate.result, whose own bindings name only the served ids) measured that engine, not the
+    # approved one — a campaign edited between two runs (another model, another engine version) does not
+    # mix the first run's harness results into the second's verdict
+    off_manifest_jobs: dict[str, tuple[Evidence, str]] = {}
+    if acc.bindings is not None:
+        for launch in trusted:
+            if launch.kind not in bindings_kinds or not launch.in_subject or launch.id in superseded_by:
+                continue
+            job_of = launch.derived.get("job")
+            problem = _bindings_problem(launch, acc.bindings.keys, acc.bindings.require_manifest, manifest)
+            if job_of is not None and problem is not None:
+                off_manifest_jobs.setdefault(str(job_of), (launch, problem))
     age_limits: dict[str, tuple[Any, timedelta | None]] = {}  # per kind: freshness bound, as a timedelta
     for e in trusted:
         if e.id in superseded_by:
@@ -814,6 +827,16 @@ def filter_evidence(
                     e, Rule.BINDINGS_MISMATCH, problem_b, manifest_sources[0] if manifest_sources else None
                 )
                 continue
+        if e.kind == "gate.result" and e.derived.get("job") in off_manifest_jobs:
+            launch, problem_b = off_manifest_jobs[str(e.derived["job"])]
+            reject(
+                e,
+                Rule.BINDINGS_MISMATCH,
+                f"ran in job {e.derived['job']}, whose engine launch {launch.id[:16]} {problem_b}: it "
+                "measured that engine, not the approved one",
+                launch.id,
+            )
+            continue
         # CEL sees the entry only where a rule or requirement names its kind; the context (the entry's
         # full view) is built only when needed: a rule that reads a few plain fields of `e` is decided
         # once per distinct value of those fields (`rule_memo`) — a 10,000-probe campaign is a handful
