@@ -653,19 +653,20 @@ def filter_evidence(
     acceptance_kinds = {k for req, _ in policy.acceptance_required for k in req.kinds}
 
     bindings_kinds = frozenset(acc.bindings.kinds) if acc.bindings is not None else frozenset()
-    # the jobs whose engine launch binds otherwise than the pinned manifest: what a harness measured in such a
-    # job (its gate.result, whose own bindings name only the served ids) measured that engine, not the
-    # approved one — a campaign edited between two runs (another model, another engine version) does not
-    # mix the first run's harness results into the second's verdict
-    off_manifest_jobs: dict[str, tuple[Evidence, str]] = {}
+    # the attempts whose engine launch binds otherwise than the pinned manifest: what a harness measured while
+    # such a launch ran (its gate.result, whose own bindings name only the served ids) measured that engine,
+    # not the approved one — a campaign edited between two runs (another model, another engine version) does
+    # not lend the first run's harness results to the second's engine. The attempt as the result claims it
+    # (by collected_at) and as the log took it: either one off the manifest withholds credit
+    off_manifest: dict[int, tuple[Evidence, str]] = {}
     if acc.bindings is not None:
         for launch in trusted:
             if launch.kind not in bindings_kinds or not launch.in_subject or launch.id in superseded_by:
                 continue
-            job_of = launch.derived.get("job")
-            problem = _bindings_problem(launch, acc.bindings.keys, acc.bindings.require_manifest, manifest)
-            if job_of is not None and problem is not None:
-                off_manifest_jobs.setdefault(str(job_of), (launch, problem))
+            attempt = launch.derived.get("attempt")
+            off = _bindings_problem(launch, acc.bindings.keys, acc.bindings.require_manifest, manifest)
+            if type(attempt) is int and off is not None:
+                off_manifest.setdefault(attempt, (launch, off))
     age_limits: dict[str, tuple[Any, timedelta | None]] = {}  # per kind: freshness bound, as a timedelta
     for e in trusted:
         if e.id in superseded_by:
@@ -827,13 +828,19 @@ def filter_evidence(
                     e, Rule.BINDINGS_MISMATCH, problem_b, manifest_sources[0] if manifest_sources else None
                 )
                 continue
-        if e.kind == "gate.result" and e.derived.get("job") in off_manifest_jobs:
-            launch, problem_b = off_manifest_jobs[str(e.derived["job"])]
+        ran_on = (
+            next((off_manifest[a] for a in (e.derived.get("attempt"), e.derived.get("attempt_logged"))
+                  if a in off_manifest), None)
+            if e.kind == "gate.result" and off_manifest
+            else None
+        )  # fmt: skip
+        if ran_on is not None:
+            launch, problem_b = ran_on
             reject(
                 e,
                 Rule.BINDINGS_MISMATCH,
-                f"ran in job {e.derived['job']}, whose engine launch {launch.id[:16]} {problem_b}: it "
-                "measured that engine, not the approved one",
+                f"ran during attempt {launch.derived.get('attempt')} (engine launch {launch.id[:16]}), which "
+                f"is not credited — {problem_b} — so it measured that engine, not the approved one",
                 launch.id,
             )
             continue

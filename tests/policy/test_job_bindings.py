@@ -54,7 +54,7 @@ def test_harness_results_of_a_run_whose_launch_binds_another_model_are_not_credi
     assert v["verdict"] == "INCONCLUSIVE", v["gates"]
     assert gates(v)["semantic"] == "missing" and gates(v)["benchmark"] != "passed"
     details = [r["detail"] for r in v["rejected"] if r["rule"] == "bindings-mismatch"]
-    ran = "ran in job campaign-1, whose engine launch"
+    ran = "ran during attempt 1 (engine launch"
     assert any(ran in d and "model_revision" in d for d in details), details
 
 
