@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -1739,6 +1739,7 @@ def _derive(
         )
         assert launch.derived_ is not None
         launch.derived_["unmatched_job_ends"] = unmatched
+    _devices_not_on_probes(trusted, superseded, subject_launches)
     newest: list[tuple[Any, ...]] = []  # the specs of the runs after the one at hand
     for spec, run in reversed(runs):  # every run of a spec but the newest has a newer one
         if any(_same_measurement(spec, later) for later in newest):
@@ -1816,6 +1817,44 @@ _VISIBLE_DEVICES = (
     "ROCR_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
 )
+# values of a *_VISIBLE_DEVICES item that name no one device (NVIDIA's "all", "none", "void"; an empty list)
+_NO_DEVICE_ITEM = frozenset({"", "all", "none", "void"})
+
+
+def _devices_not_on_probes(
+    trusted: Sequence[Evidence], superseded: Container[str], launches: Sequence[Evidence]
+) -> None:
+    """``e.derived.launch_devices_missing`` of each host probe: every GPU the subject's launches were given
+    (each item of their recorded ``*_VISIBLE_DEVICES``: an index, or a UUID such as ``GPU-…`` / ``MIG-…``)
+    that the probe does not list, as ``VAR=item (launch …)``. A campaign that gives its engine GPU 7 on a
+    host whose probe lists GPU 0 ran on no GPU it names (a CPU build runs on regardless); a MIG instance,
+    which no probe lists, is not found either (fail closed)."""
+    given: list[tuple[Evidence, str, str]] = []
+    for launch in launches:
+        env = launch.payload.get("env")
+        if not isinstance(env, dict):
+            continue
+        for var in _VISIBLE_DEVICES:
+            value = env.get(var)
+            if isinstance(value, str):
+                given += [(launch, var, item.strip()) for item in value.split(",")]
+    given = [g for g in given if g[2].lower() not in _NO_DEVICE_ITEM]
+    if not given:
+        return
+    for e in trusted:
+        if e.kind != "host.probe" or e.derived_ is None or e.id in superseded:
+            continue
+        gpus = [g for g in (e.payload.get("gpus") or []) if isinstance(g, dict)]
+        indexes = {g.get("index") for g in gpus if type(g.get("index")) is int}
+        uuids = {g.get("uuid") for g in gpus if isinstance(g.get("uuid"), str)}
+        missing = {
+            f"{var}={item} (launch {launch.id[:12]})"
+            for launch, var, item in given
+            if not (int(item) in indexes if item.isdigit() else item in uuids)
+        }
+        e.derived_["launch_devices_missing"] = sorted(missing)
+
+
 _PCI = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?")
 
 

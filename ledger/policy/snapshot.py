@@ -196,6 +196,7 @@ NO_DERIVED: dict[str, Any] = {
     "after_launch_end": False,
     "newer_run": False,
     "unmatched_job_ends": [],
+    "launch_devices_missing": [],
 }
 
 
