@@ -544,6 +544,16 @@ def load_campaign(path: Path) -> Campaign:
     return Campaign(spec, p, str(hash_file(p).blake3), model_path, python)
 
 
+def _file_identity(path: Path) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, modification time in ns) of the file ``path`` names — a symlink followed, so
+    one pointed elsewhere is another file — or None where there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -713,6 +723,10 @@ class CampaignRunner:
         # what the model pin recorded (revision, repo, each shard's SHA-256): every launch is bound to it,
         # so the policy can compare the launch to the campaign's pinned manifest key by key
         self._model_bindings: dict[str, str] = {}
+        # the pin the job recorded, and each pinned file's path with its identity on disk when hashed
+        self._pinned: (
+            tuple[dict[str, Any], dict[str, tuple[Path, tuple[int, int, int, int] | None]]] | None
+        ) = None
         self._started = now_utc()
 
     # --- recording ------------------------------------------------------------------------------
@@ -1002,6 +1016,19 @@ class CampaignRunner:
                 self._not_run_undecided(gates, f"the collector stopped: {what}")
         finally:
             self._finish_engine("finished")
+        changed = self._model_changes()
+        if changed:
+            # the files the engine ran are not the ones pinned: a newer pin says so (the model-pinned gate
+            # judges the newest pin), and the job did not run the pinned model
+            pinned, _ = self._pinned or ({}, {})
+            with contextlib.suppress(LedgerError):
+                self._record("model.pin", {**pinned, "verification": "failed", "failures": changed})
+            if state == "succeeded":
+                state, reason = (
+                    "failed",
+                    "the model's files changed after they were pinned: " + "; ".join(changed),
+                )
+            self.log("model files changed after the pin: " + "; ".join(changed))
         if state != "cancelled" and time.monotonic() > self._deadline:
             state, reason = "killed", f"job lease of {lease:g} s expired"
         self.result.state = state
@@ -1081,10 +1108,29 @@ class CampaignRunner:
             payload = {**payload, "verification": "failed", "failures": problems}
         eid = self._record("model.pin", payload, artifacts=reference_artifacts(scan))
         self._model_bindings = pin_bindings(payload)
+        # what the hashed files are on disk (device, inode, size, mtime; a symlink followed): checked again
+        # when the job ends — bytes swapped or rewritten after the hash are not the pinned model
+        self._pinned = (payload, {f.rel: (f.path, _file_identity(f.path)) for f in scan.files})
         counts = {"files": len(scan.files), "bytes": scan.total_size}
         if problems:
             raise _GateFailed("; ".join(problems[:5]), [eid])
         return "passed", None, [eid], counts
+
+    def _model_changes(self) -> list[str]:
+        """The pinned model files that are no longer what was hashed (``_pinned``): gone, or another file
+        (device or inode), size or modification time — each as ``rel: why``. Nothing pinned: nothing."""
+        if self._pinned is None:
+            return []
+        out = []
+        for rel, (path, was) in self._pinned[1].items():
+            now = _file_identity(path)
+            if now is None:
+                out.append(f"{rel}: gone")
+            elif now != was:
+                names = ("device", "inode", "size", "modification time")
+                what = [n for n, a, b in zip(names, was or (None,) * 4, now, strict=True) if a != b]
+                out.append(f"{rel}: another {', '.join(what)} than when it was hashed")
+        return out
 
     def _launch_spec(self, attempt: Any, index: int) -> LaunchSpec:
         e = self.c.spec.engine
