@@ -19,7 +19,7 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -469,19 +469,20 @@ class Campaign:
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+def _variable(m: re.Match[str], env: Mapping[str, str]) -> str:
+    """The value of one ``${VAR}`` / ``${VAR:-default}`` match (groups 1 and 2) in ``env``."""
+    value = env.get(m.group(1))
+    if value:
+        return value
+    if m.group(2) is not None:
+        return m.group(2)
+    raise ConfigError(f"environment variable {m.group(1)} is not set (used as ${{{m.group(1)}}})")
+
+
 def expand(text: str, env: dict[str, str] | None = None) -> str:
     """``${VAR}`` / ``${VAR:-default}`` from the environment, then a leading ``~``."""
     e = os.environ if env is None else env
-
-    def sub(m: re.Match[str]) -> str:
-        value = e.get(m.group(1))
-        if value:
-            return value
-        if m.group(2) is not None:
-            return m.group(2)
-        raise ConfigError(f"environment variable {m.group(1)} is not set (used as ${{{m.group(1)}}})")
-
-    return os.path.expanduser(_VAR.sub(sub, text))
+    return os.path.expanduser(_VAR.sub(lambda m: _variable(m, e), text))
 
 
 # the placeholders of ``command`` and ``extra_args``, and the environment variables, in one pattern
@@ -493,17 +494,9 @@ def _fill(part: str, values: dict[str, str]) -> str:
     campaign's own text, so that nothing a value brings in (a model path holding ``{port}``, a variable
     holding ``{model}``) is replaced again; then a leading ``~`` of the text (never of a placeholder's
     value)."""
-    env = os.environ
 
     def sub(m: re.Match[str]) -> str:
-        if m.group(3) is not None:
-            return values[m.group(3)]
-        value = env.get(m.group(1))
-        if value:
-            return value
-        if m.group(2) is not None:
-            return m.group(2)
-        raise ConfigError(f"environment variable {m.group(1)} is not set (used as ${{{m.group(1)}}})")
+        return values[m.group(3)] if m.group(3) is not None else _variable(m, os.environ)
 
     first = _FILL.match(part)
     out = _FILL.sub(sub, part)
