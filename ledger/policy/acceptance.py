@@ -1821,6 +1821,12 @@ _VISIBLE_DEVICES = (
 _NO_DEVICE_ITEM = frozenset({"", "all", "none", "void"})
 
 
+def _index_text(item: str) -> bool:
+    """A device index as the drivers read it: ASCII digits only (``str.isdigit`` also takes ``²``, ``١``,
+    ``１``, which no driver reads as an index — and ``int`` refuses some of them)."""
+    return item.isascii() and item.isdigit()
+
+
 def _devices_not_on_probes(
     trusted: Sequence[Evidence], superseded: Container[str], launches: Sequence[Evidence]
 ) -> None:
@@ -1844,13 +1850,19 @@ def _devices_not_on_probes(
     for e in trusted:
         if e.kind != "host.probe" or e.derived_ is None or e.id in superseded:
             continue
-        gpus = [g for g in (e.payload.get("gpus") or []) if isinstance(g, dict)]
-        indexes = {g.get("index") for g in gpus if type(g.get("index")) is int}
+        listed = e.payload.get("gpus") or []
+        gpus = [g for g in listed if isinstance(g, dict)]
+        # a GPU's index, or where it records none its place in the list (``GpuInfo``)
+        indexes = {
+            g.get("index") if type(g.get("index")) is int else place
+            for place, g in enumerate(listed)
+            if isinstance(g, dict)
+        }
         uuids = {g.get("uuid") for g in gpus if isinstance(g.get("uuid"), str)}
         missing = {
             f"{var}={item} (launch {launch.id[:12]})"
             for launch, var, item in given
-            if not (int(item) in indexes if item.isdigit() else item in uuids)
+            if not (int(item) in indexes if _index_text(item) else item in uuids)
         }
         e.derived_["launch_devices_missing"] = sorted(missing)
 
@@ -1891,7 +1903,8 @@ def _launch_devices(launch: Evidence, lists: list[list[Any]] | None) -> set[str]
     # CUDA numbers devices fastest first unless told PCI_BUS_ID: only then is its index the probe's (the
     # driver's, in PCI bus order); a UUID names the GPU whatever the order
     cuda_order_known = env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
-    cuda_index = named[0] == "CUDA_VISIBLE_DEVICES" and any(v.strip().isdigit() for v in visible.split(","))
+    items = [v.strip() for v in visible.split(",")]
+    cuda_index = named[0] == "CUDA_VISIBLE_DEVICES" and any(_index_text(v) for v in items)
     if cuda_index and not cuda_order_known:
         return None
     out: set[str] = set()
@@ -1902,7 +1915,10 @@ def _launch_devices(launch: Evidence, lists: list[list[Any]] | None) -> set[str]
                     g
                     for g in gpus
                     if isinstance(g, dict)
-                    and ((item.isdigit() and g.get("index") == int(item)) or (item and g.get("uuid") == item))
+                    and (
+                        (_index_text(item) and g.get("index") == int(item))
+                        or (item and g.get("uuid") == item)
+                    )
                 ),
                 None,
             )

@@ -78,3 +78,24 @@ def test_the_newest_probe_decides(tmp_path: Path) -> None:
     older["payload"]["gpus"] = older["payload"]["gpus"][:2]  # not yet there
     es2.insert(es2.index(entry(es2, "host")), older)
     assert verdict_of(tmp_path / "back", es2)["verdict"] == "QUALIFIED"
+
+
+@pytest.mark.parametrize("item", ["²", "١", "１"], ids=["superscript", "arabic-indic", "fullwidth"])
+def test_a_non_ascii_digit_names_no_gpu_and_crashes_nothing(tmp_path: Path, item: str) -> None:
+    """Regression (audit 27, f2): ``²`` crashed the verdict (``int('²')``: a traceback, exit 1), and ``١`` or
+    ``１`` were read as GPU 1. No driver reads them as an index: a device the host does not have."""
+    v = verdict_of(tmp_path, _given({"CUDA_VISIBLE_DEVICES": item}))
+    assert v["verdict"] == PREREQ, v["gates"]
+
+
+def test_a_probe_whose_gpus_record_no_index_names_them_by_their_place(tmp_path: Path) -> None:
+    """Regression (audit 27, f3): GPUs listed without ``index`` (``GpuInfo``: their place in the list) made
+    every device a launch was given missing: a healthy campaign was NOT QUALIFIED — PREREQUISITES."""
+    es = _given({"CUDA_VISIBLE_DEVICES": "1"})
+    for g in entry(es, "host")["payload"]["gpus"]:
+        del g["index"]
+    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+    es = _given({"CUDA_VISIBLE_DEVICES": "3"})
+    for g in entry(es, "host")["payload"]["gpus"]:
+        del g["index"]
+    assert verdict_of(tmp_path / "past-the-list", es)["verdict"] == PREREQ

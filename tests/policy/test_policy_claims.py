@@ -524,3 +524,46 @@ def test_f5_faulted_harness_result_before_launch_still_counts_against(tmp_path: 
     r = _rule_of(v, "benchmark")
     assert r is not None and r["rule"] == "before-launch" and r.get("counts_against") is True
     assert v["verdict"] == RUNTIME
+
+
+# --- audit 27: what counts against the engine judges a probe as the gates do -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("check", "change", "word"),
+    [
+        ("completion", {"text": "NOT READY"}, "NOT QUALIFIED — CONTROL"),
+        ("sequential", {"count": 5, "latencies_ms": [1.0] * 5}, "NOT QUALIFIED — RUNTIME RELIABILITY"),
+        ("structured", {"text": '{"status": "BROKEN"}'}, "NOT QUALIFIED — CONTROL"),
+    ],
+    ids=["not-ready", "short-sequential", "bad-structured"],
+)
+def test_a_failed_control_recorded_ok_whose_credit_a_rule_withholds_still_counts_against_the_engine(
+    tmp_path: Path, check: str, change: dict[str, Any], word: str
+) -> None:
+    """Regression (audit 27, f1): [acceptance.against] judged a probe by `ok` alone, so a "NOT READY" (a
+    sequential run of 5 of 20, an invalid structured answer) recorded ok = true and withheld by
+    after-launch-end counted for nothing, and the campaign was QUALIFIED; recorded ok = false it was not."""
+    es = qualified_entries()
+    second = entry(es, "launch")
+    second["payload"].update(started_at="2026-09-10T10:00:59Z", attempt=2)
+    first = copy.deepcopy(second)
+    first["name"], first["at"] = "launch-1", "2026-09-10T10:00:55Z"
+    first["payload"].update(
+        attempt=1,
+        started_at="2026-09-10T10:00:20Z",
+        ended_at="2026-09-10T10:00:50Z",
+        exit_code=143,
+        details={"stop_reason": "finished"},
+    )
+    at = es.index(second)
+    es.insert(at, first)
+    late = copy.deepcopy(entry(es, check))
+    late["name"], late["at"] = "late", "2026-09-10T10:00:58Z"
+    late["payload"].update(ok=True, **change)
+    es.insert(at + 1, late)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == word, v["gates"]
+    assert any(r["rule"] == "after-launch-end" and r.get("counts_against") for r in v["rejected"]), v[
+        "rejected"
+    ]
