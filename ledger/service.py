@@ -255,6 +255,9 @@ class Ledger:
 
         ``genesis_at``: the log time of the first entry (default: now). The log's clock never runs back,
         so a history replayed with given times (the policy fixtures) starts its log at its own start."""
+        # a relative home is the one under the current directory: its files are named relative to it in
+        # its configuration, so they must not be named relative to the current directory as well
+        path = Path(path).absolute()
         home = Home(path)
         if home.exists():
             raise InputError(f"a ledger already exists at {path}", hint="use it, or pick another --home")

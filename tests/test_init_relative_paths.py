@@ -201,3 +201,22 @@ def test_path_helpers_leave_other_databases_and_stores_alone(tmp_path: Path) -> 
     assert relative_database_url(f"sqlite:///{tmp_path / 'x' / 'l.db'}", tmp_path) == "sqlite:///x/l.db"
     assert relative_store(str(tmp_path / "s"), tmp_path) == "s"
     assert absolute_store("s", tmp_path) == str(tmp_path / "s")
+
+
+def test_ledger_init_through_the_python_api_with_a_relative_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (found by audit 27): `Ledger.init(Path("rel/home"))` wrote its database relative to the
+    current directory into a configuration read relative to the home, so opening it looked for
+    rel/home/rel/home/ledger.db. The CLI resolved --home first; the library does too now."""
+    from ledger.service import Ledger
+
+    monkeypatch.chdir(tmp_path)
+    led = Ledger.init(Path("rel/home"))
+    led.close()
+    again = Ledger.open(Path("rel/home"))
+    try:
+        assert again.size() >= 1
+    finally:
+        again.close()
+    assert (tmp_path / "rel" / "home" / "ledger.db").is_file()
