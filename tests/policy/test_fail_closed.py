@@ -2008,7 +2008,8 @@ def _with_pci_host(es: list[dict[str, Any]]) -> None:
         pytest.param("GPU-aaaa", "QUALIFIED", id="given-gpu0-by-uuid"),
         pytest.param("1", "NOT QUALIFIED — RUNTIME RELIABILITY", id="given-gpu1"),
         pytest.param("0,1", "NOT QUALIFIED — RUNTIME RELIABILITY", id="given-both"),
-        pytest.param("7", "NOT QUALIFIED — RUNTIME RELIABILITY", id="an-index-the-host-lacks"),
+        # a GPU the host does not have fails host-prerequisites first, earlier on the ladder (audit 22, F9)
+        pytest.param("7", "NOT QUALIFIED — PREREQUISITES", id="an-index-the-host-lacks"),
         pytest.param(None, "NOT QUALIFIED — RUNTIME RELIABILITY", id="every-gpu-visible"),
     ],
 )
