@@ -50,7 +50,7 @@ def test_policy_doc_marks_exactly_the_rules_that_only_withhold_credit() -> None:
             marked[code] = cells[-1]
     assert set(marked) == {str(r) for r in Rule}
     assert {c for c, m in marked.items() if m == "counts against"} == {str(r) for r in CREDIT_ONLY}
-    both = "withdrawn (logged after the end) / counts against (logged before it)"
+    both = "withdrawn (both say after the end) / counts against (only one says so)"
     assert {c for c, m in marked.items() if m == both} == {str(r) for r in CREDIT_ONLY_BY_CLAIM}
     rest = {str(r) for r in CREDIT_ONLY | CREDIT_ONLY_BY_CLAIM}
     assert {m for c, m in marked.items() if c not in rest} == {"withdrawn"}

@@ -63,9 +63,10 @@ CREDIT_ONLY: frozenset[Rule] = frozenset(
         Rule.BEFORE_GPU_RESET,
     }
 )
-# Rules that withdraw an entry where the log knows it is out (logged after what ends it) and only withhold
-# its credit where a claim alone puts it out (a job's claimed ``ended_at``, after an entry logged before the
-# job's terminal entry): the caller passes ``credit_only`` per entry (docs/POLICY.md marks them both ways)
+# Rules that withdraw an entry where the log and the entry's own time both put it out (logged after what ends
+# it, claiming a time after it too) and only withhold its credit where one of them alone does (logged after
+# the job's terminal entry claiming a time inside the job; or logged before it, after the job's claimed
+# ``ended_at``): the caller passes ``credit_only`` per entry (docs/POLICY.md marks them both ways)
 CREDIT_ONLY_BY_CLAIM: frozenset[Rule] = frozenset({Rule.AFTER_JOB_TERMINAL})
 
 _DESCRIPTIONS: dict[Rule, str] = {
