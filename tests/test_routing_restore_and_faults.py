@@ -344,3 +344,59 @@ def test_restore_where_an_older_pass_was_logged_after_a_newer_failure_is_refused
     )  # fmt: skip
     assert r["allowed"] is False
     assert check in _failed(r)
+
+
+def _policies_with_control_answer(tmp_path: Path, answer: str) -> Path:
+    dest = tmp_path / "policies"
+    dest.mkdir()
+    for p in POLICY_DIR.glob("*.toml"):
+        (dest / p.name).write_bytes(p.read_bytes())
+    qual = dest / "backend-qualification.toml"
+    text = qual.read_text()
+    assert text.count('control_answer = "READY"') == 1
+    qual.write_text(text.replace('control_answer = "READY"', f"control_answer = {answer!r}"))
+    return dest
+
+
+def test_restore_ready_answer_was_a_pattern_built_from_its_own_parameter(build, tmp_path: Path) -> None:
+    """The restoration checks judged the READY answer by a regex built from their own parameter
+    (``restoration_expected_text``), beside the qualification's ``control_answer``: two copies, and an answer
+    holding ``.`` or ``(`` was read as a pattern. They now read the qualification's one judgement
+    (``e.derived.probe_failed``, with its params): the answer exactly, surrounding whitespace stripped."""
+    routing_text = (POLICY_DIR / "routing-change.toml").read_text()
+    assert "restoration_expected_text" not in routing_text
+    dest = _policies_with_control_answer(tmp_path, "OK.")
+    policy = load_policy("routing-change", dest)
+    b = build(SEED000)
+
+    def restore(host: str, text: Any) -> dict[str, Any]:
+        _restore(b, host, [HEALTH, MODELS, {**READY, "text": text, "expected": "OK."}])
+        return check_routing_change(
+            b.ledger, policy, {"model": MODEL, "host": host}, action="restore", now=parse_time(RESTORE_NOW)
+        )
+
+    wildcard = restore("pat-a", "OKX")  # "." read as any character before
+    assert wildcard["allowed"] is False
+    assert _failed(wildcard) == {"restoration-ready", "restoration-ready-newest"}, wildcard["reasons"]
+    assert any("answered exactly OK." in x for x in wildcard["reasons"]), wildcard["reasons"]
+    assert restore("pat-b", "  OK.\n")["allowed"] is True  # the neighbour: the answer itself, whitespace aside
+    for host, text in (("pat-c", "ok."), ("pat-d", "OK. READY"), ("pat-e", None)):
+        assert restore(host, text)["allowed"] is False, (host, text)  # another case, more, no answer
+    # the shipped policy: the qualification's READY, not the routing policy's copy
+    assert _restore(b, "pat-g", [HEALTH, MODELS, {**READY, "text": "READY."}])["allowed"] is False
+    assert _restore(b, "pat-h", [HEALTH, MODELS, READY])["allowed"] is True
+
+
+def test_restore_with_no_control_answer_in_the_qualification_is_refused(build, tmp_path: Path) -> None:
+    """A qualification whose control_answer is not a string judges no READY: fail closed, never a pass."""
+    dest = _policies_with_control_answer(tmp_path, "READY")
+    qual = dest / "backend-qualification.toml"
+    qual.write_text(qual.read_text().replace("control_answer = 'READY'", "control_answer = 7"))
+    b = build(SEED000)
+    _restore(b, "noans-a", [HEALTH, MODELS, READY])
+    r = check_routing_change(
+        b.ledger, load_policy("routing-change", dest), {"model": MODEL, "host": "noans-a"}, action="restore",
+        now=parse_time(RESTORE_NOW),
+    )  # fmt: skip
+    assert r["allowed"] is False
+    assert "restoration-ready" in _failed(r), r["reasons"]

@@ -134,7 +134,7 @@ _EACH_NAMES = frozenset({"e", "params", "manifest"})  # a check's `each`
 ROUTING_NAMES = frozenset(
     {"request", "verdict", "verdict_age_s", "verdict_age_text", "max_verdict_age_s", "host", "current",
      "deployment", "gpus", "services", "probes", "identities_text", "params", "routing", "item",
-     "qualified_engine", "qualified_engine_text", "standing_failures"}
+     "qualified_engine", "qualified_engine_text", "standing_failures", "control_answer"}
 )  # fmt: skip
 
 

@@ -23,7 +23,15 @@ from ledger.errors import (
     validation_problem,
 )
 from ledger.policy import result_cache
-from ledger.policy.acceptance import _host_gpu_events, _named_events, _pci, _trust_problem, render, taken_out
+from ledger.policy.acceptance import (
+    _host_gpu_events,
+    _named_events,
+    _pci,
+    _probe_failed,
+    _trust_problem,
+    render,
+    taken_out,
+)
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import ROUTING_NAMES, LoadedPolicy
 from ledger.policy.model import QUALIFIED, parse_duration
@@ -453,6 +461,7 @@ def check_routing_change(
     gpus, services = _layout(deployment, util_max) if deployment is not None else ([], [])
     max_probe_age = parse_duration(routing.probe_max_age)
     probes = []
+    qual: LoadedPolicy | None = None
     oldest = when - timedelta(seconds=max_probe_age)
 
     for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, since=oldest):
@@ -461,6 +470,11 @@ def check_routing_change(
         if 0 <= age <= max_probe_age and usable(e):
             if e.derived_ is None:  # success judged from the record, as the verdict's filter judges it
                 e.set_derived({**NO_DERIVED, "ok": probe_ok(e.payload)})
+            if "probe_failed" not in e.derived:
+                # the ready control's one judgement (``e.derived.probe_failed``), with the qualification's
+                # params (its control_answer): the answer stripped and compared, never a pattern built from it
+                qual = qual or _qualification(policy)
+                e.set_derived({**e.derived, "probe_failed": _probe_failed(e, e.derived["ok"], qual.params)})
             probes.append(e)
     verdict_age = (when - verdict.logged_time).total_seconds() if verdict is not None else None
     if verdict is not None and verdict_age is not None and verdict_age < 0:
@@ -529,6 +543,8 @@ def check_routing_change(
         "probes": probe_views,
         "identities_text": _identities_text(probe_views),
         "params": params,
+        # the ready control's answer, the qualification's one copy (its params.control_answer)
+        "control_answer": _qualification(policy).params.get("control_answer"),
         "routing": routing.model_dump(mode="json", exclude={"checks", "host_fact"}),
     }
     if set(ctx) | {"item"} != ROUTING_NAMES:  # the names a policy's CEL may read are the loader's one copy
@@ -611,11 +627,9 @@ def _rederive(
     re-derived verdict judged (its evaluated subject, else the one value its accepted evidence names; a
     host compares as a host name) — a verdict entry naming another model than it evaluated qualifies
     nothing here."""
-    from ledger.policy.loader import load_policy
     from ledger.policy.verdict import evaluate, evaluated_subject, names_campaign
 
-    assert policy.spec.routing is not None
-    qual = load_policy(policy.spec.routing.qualification, policy.path.parent)
+    qual = _qualification(policy)
     subject = evaluated_subject(verdict.payload)
     if subject is None:
         return {
@@ -1011,20 +1025,25 @@ def _place_gpu_faults(
         item["faults_text"] = "; ".join(f["text"] for f in mine)
 
 
+def _qualification(policy: LoadedPolicy) -> LoadedPolicy:
+    """The qualification policy the routing policy names (``[routing] qualification``), from beside it."""
+    from ledger.policy.loader import load_policy
+
+    assert policy.spec.routing is not None
+    return load_policy(policy.spec.routing.qualification, policy.path.parent)
+
+
 # the qualification's check that judges a /v1/models probe's identity from the list it recorded, named by
 # the routing policy (params.served_identity: its gate and its fail text): restoration-identity applies
 # that check, never a copy of it
 def _served_identity_check(policy: LoadedPolicy) -> tuple[LoadedPolicy, Condition]:
-    from ledger.policy.loader import load_policy
-
-    assert policy.spec.routing is not None
     named = policy.params.get("served_identity")
     if not isinstance(named, dict) or not all(isinstance(named.get(k), str) for k in ("gate", "check")):
         raise PolicyError(
             f"{policy.path}: params.served_identity must name the qualification's identity check: "
             '{ gate = "…", check = "<the id of the check>" }'
         )
-    qual = load_policy(policy.spec.routing.qualification, policy.path.parent)
+    qual = _qualification(policy)
     gate = next((g for g in qual.gates if g.spec.name == named["gate"]), None)
     checks = list(zip(gate.checks, gate.spec.checks, strict=True)) if gate is not None else []
     found = [compiled[0] for compiled, check in checks if check.id == named["check"]]
