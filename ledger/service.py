@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 
 from ledger import __version__
 from ledger.atomic import write_atomic
-from ledger.canonical import canonical_bytes
+from ledger.canonical import canonical_bytes, parse_canonical
 from ledger.db import analyse_if_grown, check_schema, make_engine, migrate
 from ledger.entries import (
     ArtifactRef,
@@ -495,6 +495,8 @@ class Ledger:
         kind_version: int = 1,
         host: str | None = None,
     ) -> dict[str, Any]:
+        """The statement of one entry in its canonical form (what ``sign`` signs and the log stores),
+        checked as ingest checks it: ``SchemaError`` and the like before anything is signed."""
         when = collected_at if isinstance(collected_at, str) else format_time(collected_at or now_utc())
         st = {
             "_type": "https://evidence-ledger.dev/entry/v1",
@@ -511,6 +513,9 @@ class Ledger:
                 "version": __version__,
             },
         }
+        # judged as the log will sign it (RFC 8785: ``143.0`` is ``143``), as an API client's signed entry
+        # and ``ledger record --data`` are: one canonical form for every caller
+        st = parse_canonical(canonical_bytes(st))
         check_ingest(parse_statement(st))  # refuse early, before anything is signed
         return st
 
