@@ -515,9 +515,9 @@ class Ledger:
         }
         # judged as the log will sign it (RFC 8785: ``143.0`` is ``143``), as an API client's signed entry
         # and ``ledger record --data`` are: one canonical form for every caller
-        st = parse_canonical(canonical_bytes(st))
-        check_ingest(parse_statement(st))  # refuse early, before anything is signed
-        return st
+        signed: dict[str, Any] = parse_canonical(canonical_bytes(st))
+        check_ingest(parse_statement(signed))  # refuse early, before anything is signed
+        return signed
 
     def sign(self, statement: dict[str, Any], key: SigningKey | str) -> Envelope:
         k = key if isinstance(key, SigningKey) else self.signing_key(key)
