@@ -379,7 +379,7 @@ def test_restore_ready_answer_was_a_pattern_built_from_its_own_parameter(build, 
     assert wildcard["allowed"] is False
     assert _failed(wildcard) == {"restoration-ready", "restoration-ready-newest"}, wildcard["reasons"]
     assert any("answered exactly OK." in x for x in wildcard["reasons"]), wildcard["reasons"]
-    assert restore("pat-b", "  OK.\n")["allowed"] is True  # the neighbour: the answer itself, whitespace aside
+    assert restore("pat-b", "  OK.\n")["allowed"] is True  # the neighbour: the answer, whitespace aside
     for host, text in (("pat-c", "ok."), ("pat-d", "OK. READY"), ("pat-e", None)):
         assert restore(host, text)["allowed"] is False, (host, text)  # another case, more, no answer
     # the shipped policy: the qualification's READY, not the routing policy's copy
