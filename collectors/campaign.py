@@ -50,7 +50,8 @@ from ledger.collectors.benchmark import (
 )
 from ledger.collectors.corpus import read_pinned_jsonl
 from ledger.collectors.host import EnvInfo, engine_env, host_probe
-from ledger.collectors.launch import EngineRun, LaunchSpec
+from ledger.collectors.launch import EngineRun, LaunchSpec, relevant_env
+from ledger.collectors.model import list_files as list_model_files
 from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
 from ledger.collectors.probe import (
     DEFAULT_PROMPT,
@@ -62,6 +63,7 @@ from ledger.collectors.probe import (
 )
 from ledger.collectors.secrets import REDACTED, Redactor, redact_command
 from ledger.collectors.semantic import SemanticResult, SemanticSpec, run_semantic, semantic_gate_payload
+from ledger.devices import items_not_listed, visible_device_items
 from ledger.entries import MAX_LEASE_S, format_time, now_utc, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
 from ledger.hashing import hash_file, parse_digest
@@ -537,14 +539,33 @@ def load_campaign(path: Path) -> Campaign:
     return Campaign(spec, p, str(hash_file(p).blake3), model_path, python)
 
 
-def _file_identity(path: Path) -> tuple[int, int, int, int] | None:
-    """(device, inode, size, modification time in ns) of the file ``path`` names — a symlink followed, so
-    one pointed elsewhere is another file — or None where there is none."""
+# what each field of ``_file_identity`` is, as the reasons name it
+_IDENTITY_FIELDS = ("device", "inode", "size", "modification time", "change time")
+
+
+def _file_identity(path: Path) -> tuple[int, int, int, int, int] | None:
+    """(device, inode, size, modification time, change time — in ns) of the file ``path`` names — a
+    symlink followed, so one pointed elsewhere is another file — or None where there is none. The change
+    time moves on every write and every ``utime``, and no user can set it back: a rewrite in place that
+    restores the size and the modification time is still another file."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _identity_change(was: tuple[int, ...] | None, now: tuple[int, ...] | None) -> str | None:
+    """What differs between two ``_file_identity`` of one file (``gone``, or the fields that differ, as
+    ``another …``); None when nothing does."""
+    if now is None:
+        return "gone"
+    if was is None:
+        return "another file"  # none was there
+    if now == was:
+        return None
+    what = [n for n, a, b in zip(_IDENTITY_FIELDS, was, now, strict=True) if a != b]
+    return f"another {', '.join(what)}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -718,7 +739,7 @@ class CampaignRunner:
         self._model_bindings: dict[str, str] = {}
         # the pin the job recorded, and each pinned file's path with its identity on disk when hashed
         self._pinned: (
-            tuple[dict[str, Any], dict[str, tuple[Path, tuple[int, int, int, int] | None]]] | None
+            tuple[dict[str, Any], dict[str, tuple[Path, tuple[int, int, int, int, int] | None]]] | None
         ) = None
         self._started = now_utc()
 
@@ -1075,6 +1096,8 @@ class CampaignRunner:
             evidence.append(self._record("env.snapshot", payload, artifacts=[art]))
         if g.require_gpu and not hp["gpus"]:
             problems.append(f"a GPU is required and none was found ({hp['gpu_note']})")
+        elif g.require_gpu:
+            problems += self._devices_not_on_probe(hp["gpus"])
         for d in hp["disks"]:
             if "free_gib" in d and d["free_gib"] < g.min_disk_free_gib:
                 problems.append(
@@ -1084,12 +1107,58 @@ class CampaignRunner:
             raise _GateFailed("; ".join(problems), evidence)
         return "passed", None, evidence, {"gpus": len(hp["gpus"])}
 
+    def _devices_not_on_probe(self, gpus: list[dict[str, Any]]) -> list[str]:
+        """The GPUs the engine would be given that the host probe just taken does not list: each
+        ``*_VISIBLE_DEVICES`` item of the environment each attempt's launch records (this process's engine
+        variables, then the engine's and the attempt's ``env``) that names no probed GPU, by the rule the
+        policy judges the recorded launch by (``ledger.devices``; gate host-prerequisites,
+        ``launch_devices_missing``) — refused before anything is launched. An ``env`` value that does not
+        expand is left to the launch, which refuses it."""
+        e = self.c.spec.engine
+        inherited = relevant_env(os.environ)
+        missing: dict[str, list[str]] = {}
+        for attempt in e.attempts:
+            try:
+                env = {**inherited, **{k: expand(v) for k, v in {**e.env, **attempt.env}.items()}}
+            except ConfigError:
+                continue
+            for var, item in items_not_listed(visible_device_items(env), gpus):
+                missing.setdefault(f"{var}={item}", []).append(attempt.name)
+        if not missing:
+            return []
+        listed = ", ".join(
+            f"{g['index'] if type(g.get('index')) is int else place}"
+            + (f" {g['uuid']}" if isinstance(g.get("uuid"), str) else "")
+            for place, g in enumerate(gpus)
+        )
+        return [
+            f"the engine is given {item} (attempt {', '.join(names)}), a GPU the host probe does not list "
+            f"(it lists: {listed})"
+            for item, names in missing.items()
+        ]
+
     def _gate_model(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         m = self.c.spec.model
         src = resolve_model(self.c.model_path)
+        # what the files are on disk before they are hashed, and again right after: bytes written while
+        # they were read are not the bytes hashed (nor is a file that came or went meanwhile)
+        before = {f.rel: (f.path, _file_identity(f.path)) for f in list_model_files(src)}
         scan = scan_model(src)
+        after = {f.rel: (f.path, _file_identity(f.path)) for f in scan.files}
         payload = pin_payload(scan, repo_id=m.repo_id, revision=m.revision)
         problems = list(scan.failures)
+        for rel in sorted(before.keys() | after.keys()):
+            was, now = before.get(rel), after.get(rel)
+            if was is None or now is None or was[0] != now[0]:
+                problems.append(f"{rel}: listed differently after it was hashed than before")
+                continue
+            if was[1] is None and now[1] is None:
+                continue  # no file either time (a dangling link): the scan says so
+            change = _identity_change(was[1], now[1])
+            if change == "gone":
+                problems.append(f"{rel}: gone while it was hashed")
+            elif change is not None:
+                problems.append(f"{rel}: {change} after the hash than before it (written while it was read)")
         by_path = {f["path"]: f for f in payload["files"]}
         for rel, want in m.sha256.items():
             f = by_path.get(rel)
@@ -1099,11 +1168,14 @@ class CampaignRunner:
                 problems.append(f"{rel}: sha256 {f['sha256']} != pinned {want.lower()}")
         if problems and payload["verification"] != "failed":
             payload = {**payload, "verification": "failed", "failures": problems}
+        elif problems[len(scan.failures) :]:  # the scan failed too: its failures, then these
+            payload = {**payload, "failures": [*payload.get("failures", []), *problems[len(scan.failures) :]]}
         eid = self._record("model.pin", payload, artifacts=reference_artifacts(scan))
         self._model_bindings = pin_bindings(payload)
-        # what the hashed files are on disk (device, inode, size, mtime; a symlink followed): checked again
-        # when the job ends — bytes swapped or rewritten after the hash are not the pinned model
-        self._pinned = (payload, {f.rel: (f.path, _file_identity(f.path)) for f in scan.files})
+        # what the hashed files are on disk (device, inode, size, mtime, ctime; a symlink followed), as
+        # taken right after the hash (and found equal to before it): checked again when the job ends —
+        # bytes swapped or rewritten after the hash are not the pinned model
+        self._pinned = (payload, after)
         counts = {"files": len(scan.files), "bytes": scan.total_size}
         if problems:
             raise _GateFailed("; ".join(problems[:5]), [eid])
@@ -1111,18 +1183,19 @@ class CampaignRunner:
 
     def _model_changes(self) -> list[str]:
         """The pinned model files that are no longer what was hashed (``_pinned``): gone, or another file
-        (device or inode), size or modification time — each as ``rel: why``. Nothing pinned: nothing."""
+        (device or inode), size, modification time or change time (a write or ``utime`` since, whatever
+        the size and modification time say) — each as ``rel: why``. Nothing pinned: nothing."""
         if self._pinned is None:
             return []
         out = []
         for rel, (path, was) in self._pinned[1].items():
-            now = _file_identity(path)
-            if now is None:
+            if was is None:
+                continue  # no file right after the hash: model-pinned failed on it then (``_gate_model``)
+            change = _identity_change(was, _file_identity(path))
+            if change == "gone":
                 out.append(f"{rel}: gone")
-            elif now != was:
-                names = ("device", "inode", "size", "modification time")
-                what = [n for n, a, b in zip(names, was or (None,) * 4, now, strict=True) if a != b]
-                out.append(f"{rel}: another {', '.join(what)} than when it was hashed")
+            elif change is not None:
+                out.append(f"{rel}: {change} than when it was hashed")
         return out
 
     def _launch_spec(self, attempt: Any, index: int) -> LaunchSpec:

@@ -8,14 +8,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "GpuScan",
+    "merge_nvidia_smi_list",
     "parse_amd_smi_json",
     "parse_nvidia_smi_csv",
     "parse_nvidia_smi_xml",
@@ -119,9 +122,62 @@ def parse_nvidia_smi_xml(text: str) -> list[dict[str, Any]]:
                 "memory_used_mib": _mib(g.findtext("fb_memory_usage/used")),
                 "utilization_pct": _num((g.findtext("utilization/gpu_util") or "").rstrip("%")),
                 "pci_bus_id": g.get("id") or g.findtext("pci/pci_bus_id"),
+                **_xml_mig_devices(g),
             }
         )
     return gpus
+
+
+def _count(text: str | None) -> int | None:
+    t = (text or "").strip()
+    return int(t) if t.isascii() and t.isdigit() else None
+
+
+def _xml_mig_devices(g: ET.Element) -> dict[str, Any]:
+    """``{"mig_devices": [...]}`` of a GPU whose ``mig_mode/current_mig`` is ``Enabled`` (else nothing):
+    each ``mig_devices/mig_device`` as its index, GPU/compute instance ids and memory. ``nvidia-smi -q -x``
+    prints no MIG UUID: ``merge_nvidia_smi_list`` adds them from ``nvidia-smi -L``; one it does not name
+    stays without a UUID, and no ``MIG-…`` device item can name it (fail closed)."""
+    if (g.findtext("mig_mode/current_mig") or "").strip().lower() != "enabled":
+        return {}
+    return {
+        "mig_devices": [
+            {
+                "index": _count(m.findtext("index")),
+                "gpu_instance_id": _count(m.findtext("gpu_instance_id")),
+                "compute_instance_id": _count(m.findtext("compute_instance_id")),
+                "memory_total_mib": _mib(m.findtext("fb_memory_usage/total")),
+            }
+            for m in g.findall("mig_devices/mig_device")
+        ]
+    }
+
+
+_SMI_LIST_GPU = re.compile(r"GPU [0-9]+: .* \(UUID: (GPU-[^)\s]+)\)")
+_SMI_LIST_MIG = re.compile(r"MIG \S+\s+Device\s+([0-9]+): \(UUID: (MIG-[^)\s]+)\)")
+
+
+def merge_nvidia_smi_list(gpus: list[dict[str, Any]], text: str) -> None:
+    """Adds the MIG UUIDs ``nvidia-smi -L`` prints (``  MIG 1g.10gb Device 0: (UUID: MIG-…)`` under the
+    ``GPU n: … (UUID: GPU-…)`` line of its GPU) to the MIG devices of that GPU (``parse_nvidia_smi_xml``),
+    matched by the GPU's UUID and the MIG device's index. A MIG line under no GPU line, of a GPU the list
+    does not hold, or of a GPU not in MIG mode there, is left out; a listed index the XML lacks is added
+    with its UUID and index only."""
+    by_uuid = {g.get("uuid"): g for g in gpus if isinstance(g.get("uuid"), str)}
+    gpu: dict[str, Any] | None = None
+    for line in text.splitlines():
+        if m := _SMI_LIST_GPU.fullmatch(line.strip()):
+            gpu = by_uuid.get(m[1])
+        elif (m := _SMI_LIST_MIG.fullmatch(line.strip())) and gpu is not None and "mig_devices" in gpu:
+            index, uuid = int(m[1]), m[2]
+            migs = gpu["mig_devices"]
+            same = [d for d in migs if d.get("index") == index]
+            if len(same) == 1 and same[0].get("uuid") in (None, uuid):
+                same[0]["uuid"] = uuid
+            elif not same:
+                migs.append({"index": index, "uuid": uuid})
+        elif not line.startswith((" ", "\t")):
+            gpu = None  # a line of another shape: no MIG line that follows is this GPU's
 
 
 def _from_nvml() -> tuple[list[dict[str, Any]], str]:
@@ -159,11 +215,66 @@ def _from_nvml() -> tuple[list[dict[str, Any]], str]:
                     "memory_used_mib": round(mem.used / 2**20, 1),
                     "utilization_pct": util,
                     "pci_bus_id": s(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                    **_nvml_mig_devices(pynvml, h, s),
                 }
             )
         return gpus, f"driver {driver}"
     finally:
         pynvml.nvmlShutdown()
+
+
+def _nvml_mig_devices(pynvml: Any, h: Any, s: Callable[[Any], str]) -> dict[str, Any]:
+    """``{"mig_devices": [...]}`` of a GPU in MIG mode (``nvmlDeviceGetMigMode``: current mode enabled),
+    each with its UUID (``MIG-…``), index, GPU/compute instance ids and memory; nothing where MIG is off or
+    not supported. An index with no instance (``NVML_ERROR_NOT_FOUND``) is skipped; an instance NVML
+    cannot read, or whose UUID is not a ``MIG-`` one, is kept without a UUID — no ``MIG-…`` device item
+    can name it (fail closed) — and what failed is recorded in the GPU's ``details``."""
+    try:
+        current = pynvml.nvmlDeviceGetMigMode(h)[0]
+    except pynvml.NVMLError:
+        return {}  # not a MIG-capable GPU (NVML_ERROR_NOT_SUPPORTED)
+    if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return {}
+    migs: list[dict[str, Any]] = []
+    problems: list[str] = []
+    try:
+        count = int(pynvml.nvmlDeviceGetMaxMigDeviceCount(h))
+    except pynvml.NVMLError as e:
+        return {"mig_devices": [], "details": {"mig_error": f"nvmlDeviceGetMaxMigDeviceCount: {e}"}}
+    for i in range(count):
+        try:
+            m = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+        except pynvml.NVMLError as e:
+            if getattr(e, "value", None) != pynvml.NVML_ERROR_NOT_FOUND:
+                problems.append(f"MIG device {i}: {e}")
+            continue
+        mig: dict[str, Any] = {"index": i}
+        try:
+            uuid = s(pynvml.nvmlDeviceGetUUID(m))
+            if uuid.startswith("MIG-"):
+                mig["uuid"] = uuid
+            else:
+                problems.append(f"MIG device {i}: UUID {uuid!r} is not a MIG- UUID")
+        except pynvml.NVMLError as e:
+            problems.append(f"MIG device {i}: nvmlDeviceGetUUID: {e}")
+        for key, fn in (
+            ("gpu_instance_id", "nvmlDeviceGetGpuInstanceId"),
+            ("compute_instance_id", "nvmlDeviceGetComputeInstanceId"),
+        ):
+            try:
+                value = getattr(pynvml, fn)(m)
+                mig[key] = value if type(value) is int and value >= 0 else None
+            except pynvml.NVMLError:
+                mig[key] = None
+        try:
+            mig["memory_total_mib"] = round(pynvml.nvmlDeviceGetMemoryInfo(m).total / 2**20, 1)
+        except pynvml.NVMLError:
+            mig["memory_total_mib"] = None
+        migs.append(mig)
+    out: dict[str, Any] = {"mig_devices": migs}
+    if problems:
+        out["details"] = {"mig_error": "; ".join(problems)[:500]}
+    return out
 
 
 # --- AMD -------------------------------------------------------------------------------------------
@@ -298,6 +409,12 @@ def scan_gpus() -> GpuScan:
     if out:
         try:
             scan.gpus, scan.source, scan.raw = parse_nvidia_smi_xml(out), "nvidia-smi", out
+            if any("mig_devices" in g for g in scan.gpus):
+                listed = _run(["nvidia-smi", "-L"])  # the MIG UUIDs, which the XML does not print
+                if listed:
+                    merge_nvidia_smi_list(scan.gpus, listed)
+                else:
+                    scan.tried.append("nvidia-smi -L: not found or failed (MIG devices without UUID)")
             return scan
         except ET.ParseError as e:
             scan.tried.append(f"nvidia-smi: unparsable output: {e}")

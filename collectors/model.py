@@ -24,6 +24,7 @@ __all__ = [
     "ModelScan",
     "ModelSource",
     "git_blob_sha1",
+    "list_files",
     "pin_payload",
     "reference_artifacts",
     "resolve_model",
@@ -235,7 +236,8 @@ def _dir_link_problem(p: Path, allowed: str, chain: frozenset[str], hf: bool) ->
     return None
 
 
-def _list_files(src: ModelSource) -> list[FileCheck]:
+def list_files(src: ModelSource) -> list[FileCheck]:
+    """The files of a model location that a pin hashes, as ``scan_model`` lists them (links checked)."""
     if src.root.is_file():
         return [FileCheck(src.root.name, src.root, src.root.stat().st_size, None)]
     root = os.path.realpath(src.root)
@@ -283,7 +285,7 @@ def scan_model(
     on_total: Callable[[int, int], object] | None = None,
 ) -> ModelScan:
     """Hash every file (files in parallel, BLAKE3 and SHA-256 in one read) and verify HF blob names."""
-    checks = _list_files(src)
+    checks = list_files(src)
     todo = [c for c in checks if c.problem is None or c.size]
     if on_total is not None:
         on_total(len(todo), sum(c.size for c in todo))

@@ -249,6 +249,18 @@ class Statement(_Model):
 # --- payload kinds ------------------------------------------------------------------------------------
 
 
+class MigDevice(_Model):
+    """A MIG instance the driver lists under a GPU in MIG mode (``*_VISIBLE_DEVICES`` names it by ``uuid``:
+    ``ledger.devices``). ``nvidia-smi -q -x`` records no UUID: then ``uuid`` is absent and no launch can be
+    matched to the instance (fail closed)."""
+
+    uuid: str | None = Field(default=None, pattern=r"^MIG-")
+    index: Count | None = None  # its place among the GPU's MIG devices (NVML / nvidia-smi)
+    gpu_instance_id: Count | None = None
+    compute_instance_id: Count | None = None
+    memory_total_mib: float | None = None
+
+
 class GpuInfo(_Model):
     # the device index the driver gives (``CUDA_VISIBLE_DEVICES``); absent: its place in the list
     index: Count | None = None
@@ -262,6 +274,8 @@ class GpuInfo(_Model):
     memory_used_mib: float | None = None
     utilization_pct: float | None = None
     pci_bus_id: str | None = None
+    # the MIG instances of a GPU in MIG mode (absent: MIG off, or not read — no instance is listed)
+    mig_devices: list[MigDevice] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
 
 

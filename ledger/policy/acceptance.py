@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ledger.devices import (
+    VISIBLE_DEVICES,
+    device_of,
+    index_text,
+    visible_device_items,
+)
 from ledger.entries import format_time, parse_time, pin_bindings
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
@@ -1811,58 +1817,31 @@ def _same_measurement(older: tuple[Any, ...], newer: tuple[Any, ...]) -> bool:
     )
 
 
-_VISIBLE_DEVICES = (
-    "CUDA_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-)
-# values of a *_VISIBLE_DEVICES item that name no one device (NVIDIA's "all", "none", "void"; an empty list)
-_NO_DEVICE_ITEM = frozenset({"", "all", "none", "void"})
-
-
-def _index_text(item: str) -> bool:
-    """A device index as the drivers read it: ASCII digits only (``str.isdigit`` also takes ``²``, ``١``,
-    ``１``, which no driver reads as an index — and ``int`` refuses some of them)."""
-    return item.isascii() and item.isdigit()
-
-
 def _devices_not_on_probes(
     trusted: Sequence[Evidence], superseded: Container[str], launches: Sequence[Evidence]
 ) -> None:
     """``e.derived.launch_devices_missing`` of each host probe: every GPU the subject's launches were given
     (each item of their recorded ``*_VISIBLE_DEVICES``: an index, or a UUID such as ``GPU-…`` / ``MIG-…``)
-    that the probe does not list, as ``VAR=item (launch …)``. A campaign that gives its engine GPU 7 on a
-    host whose probe lists GPU 0 ran on no GPU it names (a CPU build runs on regardless); a MIG instance,
-    which no probe lists, is not found either (fail closed)."""
+    that the probe does not list (``ledger.devices.device_of``: the rule the collector's host gate refuses
+    a launch by, too), as ``VAR=item (launch …)``. A campaign that gives its engine GPU 7 on a host whose
+    probe lists GPU 0 ran on no GPU it names (a CPU build runs on regardless); a MIG instance is found only
+    as a MIG device the probe lists under a GPU (``mig_devices``, with its ``MIG-`` UUID) — a probe that
+    records none does not list it (fail closed)."""
     given: list[tuple[Evidence, str, str]] = []
     for launch in launches:
         env = launch.payload.get("env")
-        if not isinstance(env, dict):
-            continue
-        for var in _VISIBLE_DEVICES:
-            value = env.get(var)
-            if isinstance(value, str):
-                given += [(launch, var, item.strip()) for item in value.split(",")]
-    given = [g for g in given if g[2].lower() not in _NO_DEVICE_ITEM]
+        if isinstance(env, dict):
+            given += [(launch, var, item) for var, item in visible_device_items(env)]
     if not given:
         return
     for e in trusted:
         if e.kind != "host.probe" or e.derived_ is None or e.id in superseded:
             continue
         listed = e.payload.get("gpus") or []
-        gpus = [g for g in listed if isinstance(g, dict)]
-        # a GPU's index, or where it records none its place in the list (``GpuInfo``)
-        indexes = {
-            g.get("index") if type(g.get("index")) is int else place
-            for place, g in enumerate(listed)
-            if isinstance(g, dict)
-        }
-        uuids = {g.get("uuid") for g in gpus if isinstance(g.get("uuid"), str)}
         missing = {
             f"{var}={item} (launch {launch.id[:12]})"
             for launch, var, item in given
-            if not (int(item) in indexes if _index_text(item) else item in uuids)
+            if device_of(item, listed) is None
         }
         e.derived_["launch_devices_missing"] = sorted(missing)
 
@@ -1883,16 +1862,17 @@ def _pci(text: Any) -> str | None:
 
 def _launch_devices(launch: Evidence, lists: list[list[Any]] | None) -> set[str] | None:
     """The PCI addresses of the GPUs a launch was given (its recorded ``*_VISIBLE_DEVICES``, by index or
-    UUID — a CUDA index only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and one such variable only), through every
-    GPU list the host's probes record — whenever taken, of whichever machine filed
-    under the host: indexes move when a GPU falls off the bus, and which list held at the run cannot be
-    told from a later one, so an index names each GPU any list gives it. None when that cannot be told —
+    UUID — a MIG instance's is its GPU's — a CUDA index only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and one
+    such variable only; ``ledger.devices.device_of``), through every GPU list the host's probes record —
+    whenever taken, of whichever machine filed under the host: indexes move when a GPU falls off the bus,
+    and which list held at the run cannot be told from a later one, so an index names each GPU any list
+    gives it. None when that cannot be told —
     no such variable (every GPU visible), a host that records no GPU list, or an item some list does not
     name: then every event of the host is the launch's (fail closed)."""
     env = launch.payload.get("env")
     if not isinstance(env, dict):
         return None
-    named = [k for k in _VISIBLE_DEVICES if k in env]
+    named = [k for k in VISIBLE_DEVICES if k in env]
     if len(named) != 1:
         # none (every GPU visible), or several: they stack (ROCR then HIP; a container's
         # NVIDIA_VISIBLE_DEVICES then CUDA's indexes within it): which GPU an index names cannot be told
@@ -1904,24 +1884,14 @@ def _launch_devices(launch: Evidence, lists: list[list[Any]] | None) -> set[str]
     # driver's, in PCI bus order); a UUID names the GPU whatever the order
     cuda_order_known = env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
     items = [v.strip() for v in visible.split(",")]
-    cuda_index = named[0] == "CUDA_VISIBLE_DEVICES" and any(_index_text(v) for v in items)
+    cuda_index = named[0] == "CUDA_VISIBLE_DEVICES" and any(index_text(v) for v in items)
     if cuda_index and not cuda_order_known:
         return None
     out: set[str] = set()
     for item in (v.strip() for v in visible.split(",")):
         for gpus in lists:
-            found = next(
-                (
-                    g
-                    for g in gpus
-                    if isinstance(g, dict)
-                    and (
-                        (_index_text(item) and g.get("index") == int(item))
-                        or (item and g.get("uuid") == item)
-                    )
-                ),
-                None,
-            )
+            # a MIG instance is on the GPU that lists it: its events are that GPU's (``device_of``)
+            found = device_of(item, gpus)
             address = _pci(found.get("pci_bus_id")) if found is not None else None
             if address is None:
                 return None

@@ -1,0 +1,91 @@
+"""Which GPU a ``*_VISIBLE_DEVICES`` item names on a host probe's GPU list — one rule, read by the collector's
+host gate before it launches an engine and by the policy (``e.derived.launch_devices_missing``,
+``_launch_devices``) when it judges what was recorded.
+
+An item names a probed GPU by its index (ASCII digits: the driver's index, or where a GPU records none its
+place in the list), by its UUID (``GPU-…``), or — for a MIG instance (``MIG-…``) — by the UUID of a MIG
+device the probe lists under that GPU (``mig_devices``): the instance runs on that GPU. Anything else names
+nothing the probe lists: a malformed list, a MIG device without a ``MIG-`` UUID, a legacy
+``MIG-GPU-…/gi/ci`` name — fail closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "NO_DEVICE_ITEM",
+    "VISIBLE_DEVICES",
+    "device_of",
+    "index_text",
+    "items_not_listed",
+    "visible_device_items",
+]
+
+VISIBLE_DEVICES = (
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+# values of a *_VISIBLE_DEVICES item that name no one device (NVIDIA's "all", "none", "void"; an empty list)
+NO_DEVICE_ITEM = frozenset({"", "all", "none", "void"})
+MIG_PREFIX = "MIG-"
+
+
+def index_text(item: str) -> bool:
+    """A device index as the drivers read it: ASCII digits only (``str.isdigit`` also takes ``²``, ``١``,
+    ``１``, which no driver reads as an index — and ``int`` refuses some of them)."""
+    return item.isascii() and item.isdigit()
+
+
+def visible_device_items(env: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Each ``(VAR, item)`` an environment's ``*_VISIBLE_DEVICES`` names one device by (stripped; a value
+    that is not a string, and the items that name no one device — ``all``, ``none``, ``void``, empty —
+    left out)."""
+    out: list[tuple[str, str]] = []
+    for var in VISIBLE_DEVICES:
+        value = env.get(var)
+        if isinstance(value, str):
+            out += [(var, item.strip()) for item in value.split(",")]
+    return [(var, item) for var, item in out if item.lower() not in NO_DEVICE_ITEM]
+
+
+def _lists_mig(gpu: Mapping[str, Any], item: str) -> bool:
+    """Does the probed GPU list a MIG device whose UUID is ``item``? (a ``mig_devices`` that is not a list
+    of objects, or a device whose ``uuid`` is not a ``MIG-`` string, lists none)"""
+    migs = gpu.get("mig_devices")
+    if not isinstance(migs, list):
+        return False
+    return any(
+        isinstance(m, dict)
+        and isinstance(m.get("uuid"), str)
+        and m["uuid"].startswith(MIG_PREFIX)
+        and m["uuid"] == item
+        for m in migs
+    )
+
+
+def device_of(item: str, gpus: Any) -> dict[str, Any] | None:
+    """The probed GPU (an object of a host probe's ``gpus``) a ``*_VISIBLE_DEVICES`` item names — by index
+    (a GPU's ``index``, or where it records none as an integer its place in the list), by its UUID, or as
+    the GPU a MIG instance of that UUID runs on — or None: the probe does not list it."""
+    if not isinstance(gpus, list) or not item:
+        return None
+    by_index = index_text(item)
+    mig = item.startswith(MIG_PREFIX)
+    for place, g in enumerate(gpus):
+        if not isinstance(g, dict):
+            continue
+        if by_index:
+            if (g.get("index") if type(g.get("index")) is int else place) == int(item):
+                return g
+        elif g.get("uuid") == item or (mig and _lists_mig(g, item)):
+            return g
+    return None
+
+
+def items_not_listed(items: Sequence[tuple[str, str]], gpus: Any) -> list[tuple[str, str]]:
+    """The ``(VAR, item)`` of ``items`` (``visible_device_items``) that name no GPU of a probe's list."""
+    return [(var, item) for var, item in items if device_of(item, gpus) is None]
