@@ -10,8 +10,10 @@ while latency climbs), and the same corpus bytes in every repetition.
 The first engine fault stops the whole run: no retry, no reset. An engine fault is connection refused or
 reset, an HTTP 5xx, an engine that is no longer alive, an engine that hangs (a request timed out, or the
 lease expired with requests outstanding, and the engine then did not answer ``/health`` or ``/v1/models``
-either: :func:`engine_unresponsive`), and an endpoint that stopped serving what the run is bound to (the
-bindings, read before every repetition and after the last, changed or could not be read). A run that
+either: :func:`engine_unresponsive`; or its front answered but a one-token canary completion, asked with
+nothing else outstanding, gave no first token: its inference loop hangs — :class:`EngineCheck`), and an
+endpoint that stopped serving what the run is bound to (the bindings, read before every repetition and
+after the last, changed or could not be read). A run that
 stopped returns no aggregate result — its figures are absent, never zero — and its gate fails with "no
 aggregate result".
 """
@@ -19,6 +21,7 @@ aggregate result".
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import json
 import math
@@ -51,11 +54,13 @@ __all__ = [
     "BenchmarkResult",
     "BenchmarkSpec",
     "Bindings",
+    "EngineCheck",
     "RequestRecord",
     "answered_models",
     "benchmark_corpus",
     "benchmark_gate_payload",
     "bindings_change",
+    "canary_timeout",
     "check_corpus_api",
     "engine_unresponsive",
     "http_session",
@@ -73,6 +78,7 @@ __all__ = [
     "send_request",
     "served_models",
     "timed_out",
+    "unjudged_checks",
 ]
 
 # +2: the harness records its own scheduling stalls (client_stall_ms)
@@ -84,7 +90,10 @@ __all__ = [
 # +5: a request timeout (or a lease expiring with requests outstanding) of an engine that then answers neither
 #     /health nor /v1/models is an engine fault (it hangs); the bindings are read again after the last
 #     repetition, and a change of them is an engine fault, not an invalid run
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+5"
+# +6: an engine whose front still answers is asked a one-token canary completion with nothing else
+#     outstanding: no first token is an engine fault (its inference loop hangs); a canary that cannot be
+#     judged makes the run invalid; every question's evidence is in the result (engine_checks)
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+6"
 NO_AGGREGATE = "no aggregate result"
 PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
@@ -901,6 +910,9 @@ class BenchmarkResult:
     parity: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
     artifacts: dict[str, Path] = field(default_factory=dict)
+    # each time the run asked whether the engine still serves (EngineCheck.checks): the probes' answers,
+    # the canary's, the verdict
+    engine_checks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def has_aggregate(self) -> bool:
@@ -928,6 +940,7 @@ class BenchmarkResult:
             "notes": self.notes,
             "bindings": self.bindings,
             "answered_models": self.answered_models,
+            "engine_checks": self.engine_checks,
             "runs": [
                 {
                     "level": r.level,
@@ -1136,6 +1149,11 @@ def other_answered_models(answered: str, expect_model: str | None) -> str | None
 # and vLLM answer /health at once. An engine that hangs (stopped, deadlocked) answers neither.
 LIVENESS_PATHS = ("/health", "/v1/models")
 LIVENESS_TIMEOUT_S = 10.0  # at most; never longer than a request was given (the run's request timeout)
+# what each liveness path answered, for a caller that records it (EngineCheck sets it, engine_unresponsive
+# fills it): (path, HTTP status or None, what it said)
+_LIVENESS_SEEN: contextvars.ContextVar[list[tuple[str, int | None, str]] | None] = contextvars.ContextVar(
+    "liveness_seen", default=None
+)
 
 
 def timed_out(record: RequestRecord) -> bool:
@@ -1147,8 +1165,9 @@ async def engine_unresponsive(
     base: str, timeout_s: float, headers: Mapping[str, str] | None = None
 ) -> str | None:
     """Why the engine at ``base`` is taken to hang — none of :data:`LIVENESS_PATHS` gave an HTTP answer below
-    500 within ``timeout_s`` — or None where one did (a slow engine answers: its timed-out requests stay
-    request errors). Asked on a connection of its own (no pooled connection the engine may have closed)."""
+    500 within ``timeout_s`` — or None where one did (its front answers: :class:`EngineCheck` then asks
+    whether its inference loop still moves). Asked on a connection of its own (no pooled connection the
+    engine may have closed)."""
 
     async def ask(client: aiohttp.ClientSession, path: str) -> tuple[int | None, str]:
         try:
@@ -1166,24 +1185,228 @@ async def engine_unresponsive(
         connector=connector, timeout=timeout, headers=headers, trust_env=False
     ) as client:
         answers = await asyncio.gather(*(ask(client, path) for path in LIVENESS_PATHS))
+    if (seen := _LIVENESS_SEEN.get()) is not None:
+        seen.extend(
+            (path, status, what) for path, (status, what) in zip(LIVENESS_PATHS, answers, strict=True)
+        )
     if any(status is not None and status < 500 for status, _ in answers):
         return None
-    said = ", ".join(f"GET {path}: {what}" for path, (_, what) in zip(LIVENESS_PATHS, answers, strict=True))
+    return _not_answering(
+        ", ".join(_said(path, what) for path, (_, what) in zip(LIVENESS_PATHS, answers, strict=True))
+    )
+
+
+def _said(path: str, what: str) -> str:
+    return f"GET {path}: {what}"
+
+
+def _not_answering(said: str) -> str:
+    """The one wording of an engine fault found by asking the engine after a timeout (both harnesses stop
+    the run with it; the policy reads the run's outcome ``fault``)."""
     return f"the engine does not answer ({said}): it hangs"
 
 
-class EngineCheck:
-    """Asks :func:`engine_unresponsive` of one engine; askers at the same time share one question (at c32,
-    32 requests time out together), a later asker asks again."""
+# --- is the inference loop moving? -------------------------------------------------------------------
+# An engine's HTTP front and its inference loop are separate things: llama.cpp's server answers /health
+# from its HTTP threads while a wedged slot never produces a token, and vLLM's API server answers /health
+# 200 and /v1/models while its engine core hangs. An engine whose front answers after a timeout is
+# therefore asked once more, as an operator would ask it: once the requests that timed out have been given
+# up (the client closed them: a healthy engine frees their slots) and nothing else is outstanding (the
+# harness sends no new request meanwhile, and the requests still in flight are let finish or time out),
+# one canary completion — ``max_tokens`` 1, the model the run asks for, streamed, on a connection of its
+# own — gets :func:`canary_timeout` to produce its first token (a chunk with choices, as TTFT is taken).
+#
+# - a first token: the loop moves, the engine is slow — the timeouts stay request errors (as before);
+# - no first token within the canary timeout: the front answers, the loop does not — the engine hangs:
+#   an engine fault, worded and recorded as the one above ("… it hangs", outcome ``fault``);
+# - HTTP 5xx, connection refused or reset (``send_request``'s faults): the engine does not answer — the
+#   path above, the canary's answer named with the probes';
+# - anything else (no model known to ask for, a 4xx, an answer without a token, requests that would not
+#   drain): the canary cannot be judged — not a fault, but never a pass either: the benchmark run is
+#   invalid and the semantic gate fails, with the reason (fail closed).
+#
+# Each question and its evidence (what each probe answered, the canary's model, timeout, wait for the
+# engine to be idle, status, time to first token, error, and the verdict) is kept in the run's result
+# (``engine_checks`` in the result artifact).
+CANARY_PROMPT = "Reply with one word."
+CanaryVerdict = Literal["answers", "hangs", "not-answering", "unjudged"]
 
-    def __init__(self, base: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
-        self.base, self.timeout_s, self.headers = base, timeout_s, headers
+
+def unjudged_checks(checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Why a question (an :attr:`EngineCheck.checks` entry) could not be judged, one reason per such
+    question: fail closed — both harnesses withhold a pass with these (the benchmark run is invalid, the
+    semantic gate fails), as a canary that said nothing shows the engine neither slow nor hung."""
+    return [str(c.get("reason")) for c in checks if c.get("verdict") == "unjudged"]
+
+
+def canary_timeout(request_timeout_s: float) -> float:
+    """How long a canary completion gets for its first token: the time the spec gives a request (the run's
+    request timeout) — what a whole answer was given, here for one token of an idle engine — and never
+    less than :data:`LIVENESS_TIMEOUT_S`: a run whose request timeout is a tight latency bound (0.5 s)
+    judges speed with it, not whether the loop moves at all."""
+    return max(request_timeout_s, LIVENESS_TIMEOUT_S)
+
+
+def canary_body(chat: bool, model: str) -> dict[str, Any]:
+    """The canary completion: one token of ``model``, streamed, temperature 0."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": 1,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if chat:
+        body["messages"] = [{"role": "user", "content": CANARY_PROMPT}]
+    else:
+        body["prompt"] = CANARY_PROMPT
+    return body
+
+
+class EngineCheck:
+    """Asks whether one engine still serves after a request timed out: :func:`engine_unresponsive`, then,
+    where its front answers, a canary completion (above). Askers at the same time share one question (at
+    c32, 32 requests time out together), a later asker asks again. :meth:`hangs` gives the fault (None:
+    slow, or unjudged — see :attr:`unjudged`); :attr:`checks` keeps every question's evidence.
+
+    The harness brackets each request with :meth:`begin` / :meth:`end`: while a canary is being asked no
+    request begins, and the canary waits until none is in flight. ``url`` is the completion endpoint the
+    run calls, :attr:`model` the model it asks for (set once known)."""
+
+    def __init__(
+        self,
+        base: str,
+        request_timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+        *,
+        url: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.base, self.headers, self.url, self.model = base, headers, url, model
+        self.request_timeout_s = request_timeout_s
+        self.timeout_s = liveness_timeout(request_timeout_s)
+        self.canary_timeout_s = canary_timeout(request_timeout_s)
+        self.checks: list[dict[str, Any]] = []
+        self.inflight = 0
+        self._open = asyncio.Event()  # set: requests may begin (cleared while a canary is asked)
+        self._open.set()
+        self._idle = asyncio.Event()  # set: no request in flight
+        self._idle.set()
         self._task: asyncio.Task[str | None] | None = None
+
+    async def begin(self) -> None:
+        """Wait until no canary is being asked, then count one request in flight."""
+        while not self._open.is_set():
+            await self._open.wait()
+        self.inflight += 1  # (no await since the check above: a canary cannot start in between)
+        self._idle.clear()
+
+    def end(self) -> None:
+        """A request counted by :meth:`begin` is over (answered, failed, timed out or cancelled)."""
+        self.inflight -= 1
+        if self.inflight <= 0:
+            self.inflight = 0
+            self._idle.set()
+
+    @property
+    def unjudged(self) -> list[str]:
+        """:func:`unjudged_checks` of this engine's questions."""
+        return unjudged_checks(self.checks)
 
     async def hangs(self) -> str | None:
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(engine_unresponsive(self.base, self.timeout_s, self.headers))
+            self._task = asyncio.create_task(self._ask())
         return await asyncio.shield(self._task)
+
+    async def _ask(self) -> str | None:
+        seen: list[tuple[str, int | None, str]] = []
+        token = _LIVENESS_SEEN.set(seen)
+        try:
+            why = await engine_unresponsive(self.base, self.timeout_s, self.headers)
+        finally:
+            _LIVENESS_SEEN.reset(token)
+        check: dict[str, Any] = {
+            "at": _now(),
+            "probes": {path: what for path, _, what in seen},
+            "probe_timeout_s": self.timeout_s,
+        }
+        self.checks.append(check)
+        if why is not None:
+            check.update(verdict="not-answering", reason=why)
+            return why
+        return await self._canary(check, ", ".join(_said(path, what) for path, _, what in seen))
+
+    def _judged(self, check: dict[str, Any], verdict: CanaryVerdict, reason: str | None) -> str | None:
+        check.update(verdict=verdict, reason=reason)
+        return reason if verdict in ("hangs", "not-answering") else None
+
+    async def _canary(self, check: dict[str, Any], said: str) -> str | None:
+        canary: dict[str, Any] = {"model": self.model, "max_tokens": 1, "timeout_s": self.canary_timeout_s}
+        check["canary"] = canary
+        front = f"the engine's HTTP front answers ({said or 'a liveness path answered'})"
+        if self.url is None or not self.model:
+            why = "no served model known to ask it for" if self.url else "no completion endpoint to ask"
+            return self._judged(
+                check, "unjudged", f"{front}; whether its inference loop moves cannot be judged: {why}"
+            )
+        self._open.clear()
+        try:
+            t = time.perf_counter()
+            try:
+                # the requests in flight end within their own timeout; those that timed out are closed
+                async with asyncio.timeout(self.request_timeout_s):
+                    await self._idle.wait()
+            except TimeoutError:
+                return self._judged(
+                    check,
+                    "unjudged",
+                    f"{front}; whether its inference loop moves cannot be judged: {self.inflight} "
+                    f"request(s) still in flight after {self.request_timeout_s:g} s",
+                )
+            canary["waited_idle_s"] = round(time.perf_counter() - t, 3)
+            record = RequestRecord("canary", 0, 0, 0, _now(), 0.0)
+            connector = aiohttp.TCPConnector(force_close=True, limit=1)
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=self.timeout_s, sock_read=self.canary_timeout_s
+            )
+            async with aiohttp.ClientSession(
+                connector=connector, timeout=timeout, headers=self.headers, trust_env=False
+            ) as client:
+                origin = time.perf_counter()
+                await send_request(
+                    client,
+                    self.url,
+                    canary_body(_is_chat_endpoint(self.url), self.model),
+                    record,
+                    clock_origin=origin,
+                    timeout_s=self.canary_timeout_s,
+                )
+        finally:
+            self._open.set()
+        canary.update(
+            http_status=record.http_status,
+            ttft_ms=_round(record.ttft_ms),
+            e2e_ms=_round(record.e2e_ms),
+            error=record.error,
+        )
+        asked = f"a canary completion (max_tokens 1, model {self.model!r}, nothing else outstanding)"
+        if record.ttft_ms is not None:  # the loop moves: a slow engine
+            return self._judged(check, "answers", None)
+        if record.fault:
+            return self._judged(check, "not-answering", _not_answering(f"{said}; {asked}: {record.error}"))
+        if timed_out(record):
+            return self._judged(
+                check,
+                "hangs",
+                f"{front} but its inference loop does not: {asked} gave no first token within "
+                f"{self.canary_timeout_s:g} s: it hangs",
+            )
+        return self._judged(
+            check,
+            "unjudged",
+            f"{front}; whether its inference loop moves cannot be judged: {asked} gave no token: "
+            f"{record.error}",
+        )
 
     async def close(self) -> None:
         """Cancel a question still open (its askers were cancelled): at the end of a run."""
@@ -1263,6 +1486,11 @@ async def _run_level(
     async def worker() -> None:
         nonlocal next_index
         while stop.reason is None and next_index < spec.requests_per_level:
+            if check is not None:  # no request begins while a canary is asked
+                await check.begin()
+                if stop.reason is not None or next_index >= spec.requests_per_level:
+                    check.end()
+                    break
             i = next_index
             next_index += 1
             prompt = prompts[i % len(prompts)]
@@ -1282,6 +1510,9 @@ async def _run_level(
                     rec.end_s = time.perf_counter() - origin
                     rec.error = f"stopped: {stop.reason or 'lease expired'}"
                 raise
+            finally:
+                if check is not None:
+                    check.end()
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault = True
                 rec.error += " (the engine is no longer alive)"
@@ -1371,7 +1602,7 @@ async def run_benchmark_async(
     seen_bindings: list[dict[str, str]] = []
     cross: list[str] = []
     pool = max(spec.concurrency) + 4
-    check = EngineCheck(base, liveness_timeout(spec.request_timeout_s), headers)
+    check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
     async with http_session(pool, spec.request_timeout_s, headers) as client:
         model = spec.model
         for repetition in range(spec.repetitions):
@@ -1393,6 +1624,7 @@ async def run_benchmark_async(
                 stop.fault(f"engine fault before repetition {repetition}: {changed}")
                 break
             model = model or only_served(bound)
+            check.model = model  # what a canary asks for: the run's model (none known: unjudged)
             for level in spec.concurrency:
                 stalls: list[float] = []
                 records = await _run_level(
@@ -1444,6 +1676,8 @@ async def run_benchmark_async(
             aggregate[f"c{level}"] = level_figures(recs, total or None, lags)
         sat = _saturation_across_levels(aggregate, spec)
         reasons = [why for run in runs for why in run.invalid_reasons] + cross
+        # a timeout after which the engine's inference loop could not be judged: not shown slow (fail closed)
+        reasons += [f"after a request timed out: {why}" for why in check.unjudged]
         reasons += sat if spec.saturation == "invalid" else []
         if 1 in spec.concurrency:
             parity = repeatability(all_records, 1)
@@ -1468,6 +1702,7 @@ async def run_benchmark_async(
         invalid_reasons=reasons,
         parity=parity,
         notes=notes,
+        engine_checks=check.checks,
     )
     _write_artifacts(result, out_dir)
     return result

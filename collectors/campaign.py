@@ -62,7 +62,13 @@ from ledger.collectors.probe import (
     probe_structured,
 )
 from ledger.collectors.secrets import REDACTED, Redactor, redact_command
-from ledger.collectors.semantic import SemanticResult, SemanticSpec, run_semantic, semantic_gate_payload
+from ledger.collectors.semantic import (
+    CHECKS_ARTIFACT,
+    SemanticResult,
+    SemanticSpec,
+    run_semantic,
+    semantic_gate_payload,
+)
 from ledger.devices import items_not_listed, visible_device_items
 from ledger.entries import MAX_LEASE_S, format_time, now_utc, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
@@ -1476,7 +1482,9 @@ class CampaignRunner:
             payload["status"] = "failed"
             payload["reason"] = self._fault_reason(payload.get("reason"), result.stopped)
         self._operator_stopped(payload, result.outcome)
-        self._record_harness_gate("semantic", payload, result.artifacts, {})
+        self._record_harness_gate(
+            "semantic", payload, result.artifacts, {CHECKS_ARTIFACT: "application/x-ndjson"}
+        )
         self._check_cancel()
         return self._harness_outcome("semantic", payload, evidence)
 

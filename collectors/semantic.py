@@ -14,7 +14,9 @@ that pass, judged against the policy's threshold. The first engine fault stops t
 reset), its outcome is "fault" and the gate fails with "no aggregate result". Engine faults are the
 benchmark's (``benchmark.send_request``, an engine no longer alive), and, as there, an engine that hangs: a
 request timed out and the engine then did not answer ``/health`` or ``/v1/models`` either
-(``benchmark.engine_unresponsive``; a slow engine that answers keeps the timeout as the item's error).
+(``benchmark.engine_unresponsive``), or its front answered but a one-token canary completion gave no first
+token (its inference loop hangs: ``benchmark.EngineCheck``). A slow engine — the canary's first token came —
+keeps the timeout as the item's error; a canary that could not be judged fails the gate with the reason.
 
 Like the benchmark, the run records the model it measured: the ids ``/v1/models`` served before the first
 item (``bounds.bindings``, which the policy compares with the campaign's approved model), read again after
@@ -48,12 +50,12 @@ from ledger.collectors.benchmark import (
     answered_models,
     bindings_change,
     http_session,
-    liveness_timeout,
     only_served,
     other_answered_models,
     read_bindings,
     send_request,
     timed_out,
+    unjudged_checks,
     until_stopped,
 )
 from ledger.collectors.corpus import read_pinned_jsonl
@@ -64,6 +66,7 @@ from ledger.policy.conditions import Condition, compile_condition
 from ledger.recorder import Recorder
 
 __all__ = [
+    "CHECKS_ARTIFACT",
     "HARNESS",
     "HARNESS_DIGEST",
     "CheckOutcome",
@@ -88,12 +91,17 @@ __all__ = [
 #     llama.cpp's SSE ``error:`` field is an error object (benchmark.send_request)
 # +5: a timed-out item of an engine that then answers neither /health nor /v1/models is an engine fault (it
 #     hangs); the bindings changed from the first item to the last are an engine fault, not a failed gate
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+5"
+# +6: an engine whose front still answers is asked a one-token canary completion: no first token is an
+#     engine fault (its inference loop hangs); a canary that cannot be judged fails the gate; every
+#     question's evidence is in the result (engine_checks)
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+6"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
 ITEMS_ARTIFACT = "semantic-items.jsonl"
 FAILURES_ARTIFACT = "semantic-failures.jsonl"
+# what the run asked the engine after an item timed out (benchmark.EngineCheck), where it asked
+CHECKS_ARTIFACT = "semantic-engine-checks.jsonl"
 
 
 # --- corpus ----------------------------------------------------------------------------------------
@@ -332,6 +340,15 @@ class SemanticResult:
     # what the endpoint served before the first item and, for a run that completed, after the last
     bindings: list[dict[str, str]] = field(default_factory=list)
     artifacts: dict[str, Path] = field(default_factory=dict)
+    # each time the run asked whether the engine still serves (benchmark.EngineCheck.checks): the probes'
+    # answers, the canary's, the verdict
+    engine_checks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def unjudged(self) -> list[str]:
+        """Why the engine could not be judged slow or hung after an item timed out (fail closed: the gate
+        fails with it; benchmark.EngineCheck)."""
+        return unjudged_checks(self.engine_checks)
 
     @property
     def bindings_changed(self) -> str | None:
@@ -365,6 +382,7 @@ class SemanticResult:
             "passed": sum(i.passed for i in self.items),
             "bindings": self.bindings,
             "answered_models": self.answered_models,
+            "engine_checks": self.engine_checks,
         }
 
 
@@ -398,7 +416,7 @@ async def run_semantic_async(
     outcome: Outcome = "completed"
     stopped: str | None = None
     seen: list[dict[str, str]] = []
-    check = EngineCheck(base, liveness_timeout(spec.request_timeout_s), headers)
+    check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
     async with http_session(2, spec.request_timeout_s, headers) as client:
         bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
         if bound is None:
@@ -406,6 +424,7 @@ async def run_semantic_async(
         else:
             seen.append(bound)
         model = spec.model or only_served(bound or {})
+        check.model = model  # what a canary asks for: the run's model (none known: unjudged)
         for index, item in enumerate(corpus.items):
             if outcome != "completed":  # the bindings could not be read: no item is asked
                 break
@@ -489,6 +508,7 @@ async def run_semantic_async(
         items,
         len(corpus.items),
         seen,
+        engine_checks=check.checks,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -528,6 +548,10 @@ def _write_artifacts(result: SemanticResult, out_dir: Path) -> None:
         ITEMS_ARTIFACT: out_dir / ITEMS_ARTIFACT,
         FAILURES_ARTIFACT: out_dir / FAILURES_ARTIFACT,
     }
+    if result.engine_checks:  # a run that asked whether the engine still serves keeps what it was told
+        checks = "".join(json.dumps(c, sort_keys=True) + "\n" for c in result.engine_checks)
+        write_atomic(out_dir / CHECKS_ARTIFACT, checks.encode())
+        result.artifacts[CHECKS_ARTIFACT] = out_dir / CHECKS_ARTIFACT
 
 
 # --- the gate --------------------------------------------------------------------------------------
@@ -561,6 +585,8 @@ def semantic_gate_payload(
         reasons.append(result.bindings_changed)  # (an engine fault: named once, by the stop)
     if other := other_answered_models(result.answered_models, expect_model):
         reasons.append(other)
+    if score is not None:  # an item timed out and the engine could not be judged slow: not passed
+        reasons += [f"after an item timed out: {why}" for why in result.unjudged]
     counts = {
         "items": result.total,
         "asked": len(result.items),
