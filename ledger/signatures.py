@@ -17,6 +17,7 @@ from ledger.errors import ConfigError
 
 __all__ = [
     "ANSWER_BODY_LIMIT",
+    "CLASS_PRECEDENCE",
     "COLLECTOR_STOPPED",
     "COLLECTOR_STOP_SIGNALS",
     "CRASH_SIGNALS",
@@ -27,9 +28,11 @@ __all__ = [
     "RunOutcome",
     "Signature",
     "before_stop",
+    "class_rank",
     "classify",
     "classify_logs",
     "collector_stop_end",
+    "decisive",
     "load_signatures",
     "not_a_completion",
     "pattern_signatures",
@@ -84,6 +87,23 @@ class FailureClass(StrEnum):
 
 
 UNKNOWN_CLASS = "unknown"  # what the policy engine reports for an id the signature table lacks
+
+# How grave each failure class is, gravest first: the one precedence the collectors and the policy engine
+# both judge a run by when several signatures match (``decisive``). Classes in one group are equally grave
+# (the table's order decides between them). A fault of the GPU or of the running engine is never shadowed
+# by a line of another class that the table happens to list earlier (a CUDA OOM beside a GPU hang is a
+# GPU fault); an outside stop is the least grave. A class missing here ranks gravest (fails closed).
+CLASS_PRECEDENCE: tuple[frozenset[FailureClass], ...] = (
+    frozenset({FailureClass.GPU_FAULT}),
+    frozenset({FailureClass.RUNTIME_FAULT}),
+    frozenset({FailureClass.RESOURCE, FailureClass.LEASE, FailureClass.STARTUP}),
+    frozenset({FailureClass.OPERATOR_STOP}),
+)
+
+
+def class_rank(cls: FailureClass | str) -> int:
+    """The place of a failure class in ``CLASS_PRECEDENCE`` (0: gravest); a class it lacks ranks 0."""
+    return next((i for i, group in enumerate(CLASS_PRECEDENCE) if cls in group), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +175,22 @@ class Classification:
             "detail": self.detail,
             "matched": list(self.matched),
         }
+
+
+def decisive(matched: Sequence[Signature]) -> Signature | None:
+    """The signature a run is classified by, of those that matched it (in table order): the first, unless
+    a log pattern of a graver class (``CLASS_PRECEDENCE``) matched too — then the gravest of the log-pattern
+    signatures (the first of them in table order among equals). Status-only signatures are the table's
+    fall-backs: they decide only where no log line of a graver class did, so a ready engine that logged a
+    CUDA OOM and exited stays ``cuda-oom``, while a GPU hang beside that OOM is ``gpu-hang``."""
+    if not matched:
+        return None
+    first = matched[0]
+    from_logs = [s for s in matched if s.patterns]
+    gravest = min(from_logs, key=lambda s: class_rank(s.failure_class), default=None)
+    if gravest is not None and class_rank(gravest.failure_class) < class_rank(first.failure_class):
+        return gravest
+    return first
 
 
 def _signature(raw: dict[str, Any], where: str) -> Signature:
@@ -238,21 +274,23 @@ def signature_classes(path: Path | None = None) -> dict[str, str]:
 
 
 def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | None = None) -> Classification:
-    """The first matching signature for a failed run (and every signature that matched)."""
+    """The signature a failed run is classified by (``decisive``: the first matching one in table order,
+    unless a log line of a graver class matched) and every signature that matched."""
     sigs = load_signatures() if signatures is None else signatures
-    first: Signature | None = None
-    detail: str | None = None
-    matched: list[str] = []
+    lines: dict[str, str] = {}
+    matched: list[Signature] = []
     for sig in sigs:
         line = sig.match(text, outcome)
         if line is None:
             continue
-        matched.append(sig.id)
-        if first is None:
-            first, detail = sig, line or None
-    if first is None:
+        matched.append(sig)
+        lines[sig.id] = line
+    pick = decisive(matched)
+    if pick is None:
         return Classification(None)
-    return Classification(first.id, first.title, detail, matched, first.failure_class.value)
+    return Classification(
+        pick.id, pick.title, lines[pick.id] or None, [s.id for s in matched], pick.failure_class.value
+    )
 
 
 @lru_cache(maxsize=8)
@@ -281,8 +319,8 @@ def classify_logs(
     """``classify`` over log text that arrives in pieces, each of whole lines (a stream of any length).
 
     The answer is the one ``classify`` gives the pieces joined: patterns match within a line, so every
-    signature's last matching line is the last one any piece shows, and the first signature in table order
-    that matched anywhere wins.
+    signature's last matching line is the last one any piece shows, and the signature that decides
+    (``decisive``) is chosen among all that matched anywhere.
     """
     last: dict[str, str] = {}
     for text in pieces:
@@ -291,11 +329,11 @@ def classify_logs(
             if line is not None:
                 last[sig.id] = line
     matched = [s for s in signatures if s.id in last]
-    if not matched:
+    pick = decisive(matched)
+    if pick is None:
         return Classification(None)
-    first = matched[0]
     return Classification(
-        first.id, first.title, last[first.id] or None, [s.id for s in matched], first.failure_class.value
+        pick.id, pick.title, last[pick.id] or None, [s.id for s in matched], pick.failure_class.value
     )
 
 

@@ -37,6 +37,7 @@ from ledger.signatures import (
     before_stop,
     classify,
     collector_stop_end,
+    decisive,
     not_a_completion,
     pattern_signatures,
     signature_classes,
@@ -2074,6 +2075,9 @@ def _run_end(launch: Evidence, job: str | None, terminal: Mapping[str, Evidence]
 
 
 _LOG_CHUNK = 1 << 20
+# characters of a line cut between two pieces (``_lines_of``) read again with the next piece: the reach of a
+# fault line across the cut (a progress bar written with ``\r`` and the error appended to it)
+_LOG_OVERLAP = 1 << 16
 
 
 def _int(v: Any) -> int | None:
@@ -2119,9 +2123,9 @@ def _classify_end(p: dict[str, Any], outcome: RunOutcome, signatures: Sequence[S
 
 @dataclass(frozen=True, slots=True)
 class _LogScan:
-    """What a launch's stored logs show: the first signature of the table over everything read
-    (``whole``), and over what the engine logged after readiness (``after_ready``), each with the log, the
-    line and the signature named for a reason."""
+    """What a launch's stored logs show: the signature that decides (``decisive``: the gravest class, the
+    table's order among equals) over everything read (``whole``), and over what the engine logged after
+    readiness (``after_ready``), each with the log, the line and the signature named for a reason."""
 
     whole: Classification
     whole_named: str
@@ -2210,17 +2214,23 @@ def _classify_stored_logs(
         start = ready_at(a.get("name"))
 
         def scan(pieces: Iterable[str], name: str = name, start: int = start) -> tuple[int, str]:
-            """Feed one log's pieces; the newlines read and the last character."""
-            line, last = 1, ""
-            for text in pieces:
-                last = text[-1:] or last
+            """Feed one log's pieces; the newlines read and the last character. A piece that ends inside
+            a line (one longer than a piece, cut by ``_lines_of``) is read again, up to ``_LOG_OVERLAP``
+            characters of its open line, at the head of the next: a fault line that straddles the cut is
+            seen whole (it holds no newline, so the line numbers stand)."""
+            line, last, carry = 1, "", ""
+            for piece in pieces:
+                last = piece[-1:] or last
+                text = carry + piece
                 at, need = 0, start - (line - 1)  # this piece's lines logged before readiness
                 while need > 0 and at < len(text):
                     nl = text.find("\n", at)
                     at, need = (len(text) if nl < 0 else nl + 1), need - 1
                 feed(name, line, text[:at], False)
                 feed(name, line + text.count("\n", 0, at), text[at:], True)
-                line += text.count("\n")
+                line += piece.count("\n")
+                open_line = text[text.rfind("\n") + 1 :]
+                carry = open_line[max(0, len(open_line) - _LOG_OVERLAP) :]
             return line - 1, last
 
         try:
@@ -2245,16 +2255,15 @@ def _classify_stored_logs(
             continue
 
     def pick(found: dict[str, tuple[str, int, str]]) -> tuple[Classification, str]:
-        first = next((s for s in signatures if s.id in found), None)
+        """The signature that decides (``decisive``: the gravest class any log line shows, the table's
+        order among equals), named with its log, line and class."""
+        matched = [s for s in signatures if s.id in found]
+        first = decisive(matched)
         if first is None:
             return Classification(None), ""
         log, n, text = found[first.id]
         c = Classification(
-            first.id,
-            first.title,
-            text or None,
-            [s.id for s in signatures if s.id in found],
-            first.failure_class.value,
+            first.id, first.title, text or None, [s.id for s in matched], first.failure_class.value
         )
         where = "its failure_detail" if log == "failure_detail" else f"{log} line {n}"
         return c, f"{where}: {text!r} (signature {first.id}, class {first.failure_class.value})"
