@@ -1587,11 +1587,31 @@ class CampaignRunner:
 
     # --- engine end -------------------------------------------------------------------------------
 
+    def _health_before_stop(self, run: EngineRun) -> None:
+        """Ask ``/health`` once more right before the collector stops a ready engine that is still alive
+        and showed no failure: an engine that stopped serving after the last probe, without a line in its
+        logs, is not a healthy run. The probe is recorded (``details.phase = "before-stop"``); a failure
+        marks the run failed (``request-failed``, a runtime fault) and the policy's readiness check fails on
+        it like any failed ``/health`` after readiness."""
+        if run.ready_state is None or run.failure_observed is not None or not run.alive():
+            return
+        # not interruptible: this runs on every way out of the ladder, where a cancel must not skip the
+        # engine's own record; the probe is bounded by its own timeout
+        health = probe_health(run.spec.base_url, run.spec.engine)
+        health["details"] = {**health.get("details", {}), "phase": "before-stop"}
+        if not health["ok"]:
+            run.failure_observed = f"/health before the stop: {health.get('error') or 'not ready'}"[:300]
+            self.log(f"/health before the stop failed: {health.get('error')}")
+        with contextlib.suppress(LedgerError):
+            self._record("health.probe", health)
+
     def _finish_engine(self, reason: str) -> str | None:
         """Stop the current engine (if any) and record its ``engine.launch`` once."""
         run = self.engine
         if run is None or self.engine_entry is not None:
             return self.engine_entry
+        if reason == "finished":
+            self._health_before_stop(run)
         run.stop(reason)
         logs = run.log_files()
         arts = [self.rec.artifact(name, path, media_type="text/plain") for name, path, _n in logs]

@@ -401,3 +401,40 @@ def test_the_printed_verdict_command_of_a_campaign_named_with_spaces_and_quotes_
     )
     assert json.loads(v.stdout)["subject"] == {"campaign": name}
     assert json.loads(v.stdout)["verdict"] in line
+
+
+def test_an_engine_that_stops_serving_after_the_last_probe_without_a_log_line_is_not_a_healthy_run(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
+) -> None:
+    """Audit 28: an engine whose /health turned 503 after the collector's last probe, with nothing in its
+    logs, was stopped as a healthy run (runtime-stability passed). The collector asks /health once more
+    right before it stops a ready engine: the failed probe is recorded, the run is a runtime fault
+    (request-failed), and the policy's verdict is RUNTIME RELIABILITY."""
+    from ledger.collectors.campaign import policy_verdict
+
+    # the ladder answers 22 completions (ready control, structured output, 20 sequential): 503 after them
+    args = ["--mode", "ok", "--health-503-after", "22"]
+    c = fault_campaign(tmp_path, tiny_model_dir, [{"name": "default", "args": args}])
+    runner = CampaignRunner(load_campaign(c), recorder, work_dir=tmp_path / "work", handle_signals=False)
+    runner.run()
+    probes = [e["payload"] for e in entries_of(ledger, "health.probe") if e["payload"]["check"] == "health"]
+    last = probes[-1]
+    assert last["details"]["phase"] == "before-stop" and last["ok"] is False and last["http_status"] == 503
+    [launch] = launches(ledger)
+    assert launch["failure_signature"] == "request-failed", launch
+    assert "/health before the stop" in launch["failure_detail"]
+    v = policy_verdict(recorder, runner.subject)
+    assert v is not None and v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+
+
+def test_a_healthy_engine_is_asked_health_once_more_before_its_stop(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
+) -> None:
+    """The neighbour: a healthy engine's before-stop probe passes and changes nothing; an engine that already
+    failed (a request that failed) is not asked again."""
+    c = fault_campaign(tmp_path, tiny_model_dir, [{"name": "default", "args": ["--mode", "ok"]}])
+    run_campaign(c, recorder, tmp_path)
+    probes = [e["payload"] for e in entries_of(ledger, "health.probe") if e["payload"]["check"] == "health"]
+    assert probes[-1]["details"]["phase"] == "before-stop" and probes[-1]["ok"] is True
+    [launch] = launches(ledger)
+    assert launch["failure_signature"] is None and launch["details"]["stop_reason"] == "finished"

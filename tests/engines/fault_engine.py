@@ -24,6 +24,7 @@ failure modes:
   --shutdown-dead (on SIGTERM: uvicorn's "Shutting down", then EngineDeadError, exit 0 — no stop marker),
   --open-line TEXT (printed to stderr once serving, without its newline: a progress bar),
   --answer-200 error|empty (completions answer HTTP 200 with an EngineDeadError object, or nothing).
+  --health-503-after N (/health answers 503, with no log line, once N completions were answered).
 
   dead-after-ready
             /health answers 200 once (the readiness check), then 503 with an empty body, as vLLM's
@@ -66,6 +67,7 @@ class State:
     ready = False
     sleeping = False
     health_answers = 0  # /health requests answered once ready (dead-after-ready)
+    completions = 0  # completion requests answered (--health-503-after)
     aborted = False
     lock = threading.Lock()
     args: argparse.Namespace
@@ -411,6 +413,9 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/health":
             if self._loading():
                 return
+            if a.health_503_after is not None and State.completions >= a.health_503_after:
+                self._empty(503)  # stopped serving, silently: no line in any log
+                return
             if a.mode == "dead-after-ready":
                 State.health_answers += 1
                 if State.health_answers > 1:
@@ -481,6 +486,8 @@ class Handler(BaseHTTPRequestHandler):
         if a.answer_200 == "empty":
             self._empty(200)
             return
+        with State.lock:
+            State.completions += 1
         if a.mode == "abort":
             with State.lock:
                 self._abort()
@@ -674,6 +681,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shutdown-dead", action="store_true", help="SIGTERM: EngineDeadError, no stop marker")
     ap.add_argument("--open-line", default="", help="text printed to stderr once serving, without a newline")
     ap.add_argument("--answer-200", choices=("error", "empty"), default=None)
+    ap.add_argument(
+        "--health-503-after",
+        type=int,
+        default=None,
+        help="/health answers 503 once N completions were answered",
+    )
     a = ap.parse_args(argv)
     State.args = a
     if a.boot_line:
