@@ -76,6 +76,39 @@ ACTIONS = ("route", "restore")
 ENGINE_DEFAULT_UTIL = {"vllm": 0.9}
 
 
+def engine_key(name: Any, aliases: Mapping[str, str] | None = None) -> str | None:
+    """One engine's one name, as every engine comparison of the routing gate reads it: surrounding
+    whitespace and case set aside (``vLLM`` is ``vllm``), then the name the policy's ``params.engine_names``
+    maps it to (``aliases``, from ``engine_aliases``: ``llama.cpp`` is ``llamacpp``; a name it does not list
+    stands for itself). None for no name (not a text, or blank): it names no engine, and matches none."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    key = name.strip().casefold()
+    return (aliases or {}).get(key, key)
+
+
+def engine_aliases(policy: LoadedPolicy) -> dict[str, str]:
+    """The policy's ``params.engine_names`` (another spelling of an engine -> its name) as ``engine_key``
+    reads it, both sides compared as engine names are (whitespace and case aside). Absent: no aliases. A
+    table that is not one of texts, or that maps one spelling to two engines, is the policy's error: the
+    engine a route must reach could not be told."""
+    names = policy.params.get("engine_names")
+    if names is None:
+        return {}
+    where = f"{policy.path}: params.engine_names"
+    if not isinstance(names, Mapping):
+        raise PolicyError(f"{where} must be a table of engine spellings to engine names, not {names!r}")
+    out: dict[str, str] = {}
+    for k, v in names.items():
+        key, value = engine_key(k), engine_key(v)
+        if key is None or value is None:
+            raise PolicyError(f"{where}: {k!r} = {v!r} is not a spelling and an engine name (both texts)")
+        if out.get(key, value) != value:
+            raise PolicyError(f"{where}: {k!r} names two engines ({out[key]}, {value}) as names compare")
+        out[key] = value
+    return out
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -165,7 +198,7 @@ def validate_deployment(data: Any, where: str) -> dict[str, Any]:
         if not gpus:
             raise InputError(f'{which}: device "gpu" needs its gpus: the GPU indexes on the host it uses')
         if s["gpu_memory_utilization"] is None:
-            default = ENGINE_DEFAULT_UTIL.get(s["engine"])
+            default = ENGINE_DEFAULT_UTIL.get(engine_key(s["engine"]) or "")
             if default is None:
                 raise InputError(
                     f"{where}: services[{i}] ({s['name']}): no gpu_memory_utilization and engine "
@@ -187,12 +220,13 @@ def _decimal_text(value: Decimal) -> str:
 
 
 def _layout(
-    deployment: Mapping[str, Any], util_max: Any = None
+    deployment: Mapping[str, Any], util_max: Any = None, aliases: Mapping[str, str] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Per-GPU utilisation sums and per-service views of a deployment, in a deterministic order. Each sum is
     the exact decimal sum of the stated values, compared exactly with ``util_max`` (the policy's
     ``gpu_util_sum_max``: ``within_max``); ``util_sum`` is that sum as a number, ``util_sum_text`` its
-    exact text (0.8800000004 is above 0.88, though it rounds to it)."""
+    exact text (0.8800000004 is above 0.88, though it rounds to it). A service's ``engine_key`` is its
+    engine as engines compare (``engine_key`` with the policy's ``aliases``)."""
     sums: dict[int, Decimal] = {}
     names: dict[int, list[str]] = {}
     services = []
@@ -210,6 +244,7 @@ def _layout(
                 "name": str(s["name"]),
                 "device": str(s["device"]),
                 "engine": str(s["engine"]),
+                "engine_key": engine_key(s["engine"], aliases),
                 "model": str(s.get("model") or ""),
                 "gpus": gpus,
                 "gpus_text": "+".join(str(g) for g in gpus),
@@ -458,7 +493,8 @@ def check_routing_change(
     if deployment is not None:
         deployment = validate_deployment(deployment, deployment_source or "deployment")
     util_max = params.get("gpu_util_sum_max")
-    gpus, services = _layout(deployment, util_max) if deployment is not None else ([], [])
+    aliases = engine_aliases(policy)
+    gpus, services = _layout(deployment, util_max, aliases) if deployment is not None else ([], [])
     max_probe_age = parse_duration(routing.probe_max_age)
     probes = []
     qual: LoadedPolicy | None = None
@@ -503,10 +539,9 @@ def check_routing_change(
     )
     _place_gpu_faults(gpus, gpu_probe, faults)
     probe_views = _probe_views(policy, probes, subject["model"])
-    # the engine a route's traffic must reach: the one the re-derived verdict's approved spec binds (what
-    # its launches ran), else the route's backend as the request names it
-    bound_engine = (current or {}).get("engine")
-    qualified_engine = bound_engine or subject.get("backend")
+    # the engine a route's traffic must reach: the one the re-derived verdict's approved spec binds, else the
+    # one its credited launches ran — never the route's backend label (None: it cannot be told)
+    qualified_engine, qualified_engine_text = _qualified_engine(current, aliases)
     ctx: dict[str, Any] = {
         "request": {
             "action": action,
@@ -530,11 +565,7 @@ def check_routing_change(
         "current": current,
         "standing_failures": standing,
         "qualified_engine": qualified_engine,
-        "qualified_engine_text": (
-            f"{qualified_engine} (the engine the campaign's approved spec binds)"
-            if bound_engine
-            else f"{qualified_engine} (the route's backend: the approved spec binds no engine)"
-        ),
+        "qualified_engine_text": qualified_engine_text,
         "deployment": (
             {**deployment, "host_key": host_key(str(deployment["host"]))} if deployment is not None else None
         ),
@@ -646,6 +677,7 @@ def _rederive(
     judged = {**result.get("identity", {}), **result["subject"]}
     bindings = (result.get("manifest") or {}).get("bindings") or {}
     engine = bindings.get("engine")
+    bound = engine if isinstance(engine, str) and engine.strip() else None
     same_policy = result["policy"].get("digest") == (verdict.payload.get("policy") or {}).get("digest")
     base: dict[str, Any] = {
         "subject": dict(subject),
@@ -653,7 +685,10 @@ def _rederive(
         "reference_time": result["reference_time"],
         "policy_changed": not same_policy,
         # the engine the campaign's approved spec binds (its credited launches ran it: bindings rules)
-        "engine": engine if isinstance(engine, str) else None,
+        "engine": bound,
+        # where it binds none: the engine each launch the verdict credits recorded (``_qualified_engine``
+        # asks them to agree) — a campaign's backend label is no record of what ran
+        "launch_engines": [] if bound is not None else _credited_launch_engines(ledger, qual, result),
         # the device it qualified: "cpu" where its manifest pins a CPU deployment, else a GPU
         "device": "cpu" if bindings.get("device") == "cpu" else "gpu",
         # the machine its job ran on (spec.bindings.hostname, where the job records it): the host's GPUs
@@ -681,6 +716,57 @@ def _rederive(
         }
     # not QUALIFIED as of ``when`` (a field it cannot tell is then the evidence it lost: said below)
     return {**base, "verdict": result["verdict"], "reason": _why_not(ledger, verdict, result)}
+
+
+def _credited_launch_engines(ledger: Ledger, qual: LoadedPolicy, result: Mapping[str, Any]) -> list[Any]:
+    """The ``engine`` each ``engine.launch`` the re-derived verdict credits recorded (as recorded, one per
+    launch, in log order): the launches among the evidence of its passed gates that select launches (by
+    ``kinds`` or ``select``)."""
+    launch_gates = {
+        g.spec.name
+        for g in qual.gates
+        if "engine.launch" in g.spec.kinds or any(s.get("kind") == "engine.launch" for s in g.spec.select)
+    }
+    ids = {
+        i
+        for g in result.get("gates") or []
+        if g.get("name") in launch_gates and g.get("status") == "passed"
+        for i in g.get("evidence") or []
+    }
+    launches = [e for e in (ledger.get(i) for i in sorted(ids)) if e.kind == "engine.launch"]
+    return [e.statement.payload.get("engine") for e in sorted(launches, key=lambda e: e.seq)]
+
+
+def _qualified_engine(
+    current: Mapping[str, Any] | None, aliases: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """The engine a route's traffic must reach, as engines compare (``engine_key``), and the text that says
+    where it comes from: the engine the re-derived verdict's approved spec binds (its credited launches ran
+    it, by the bindings rules); where the spec binds none, the one engine every launch that verdict credits
+    recorded. Never the route's ``backend``: a label the campaign gives itself does not decide the engine.
+    None where it cannot be told — no verdict re-derived, no credited launch, one that records no engine,
+    or launches that ran different engines: the route cannot be judged on its engine (check
+    ``qualified-engine-known`` refuses it)."""
+    if not current:
+        return None, "none: no verdict was re-derived for the route"
+    bound = current.get("engine")
+    if isinstance(bound, str) and bound.strip():
+        return engine_key(bound, aliases), f"{bound} (the engine the campaign's approved spec binds)"
+    ran = list(current.get("launch_engines") or [])
+    unbound = "the approved spec binds no engine"
+    if not ran:
+        return None, f"{unbound}, and the verdict credits no launch that would show the engine that ran"
+    keys = [engine_key(e, aliases) for e in ran]
+    if None in keys:
+        told = ", ".join(repr(e) for e in ran)
+        return None, f"{unbound}, and a launch the verdict credits records no engine (recorded: {told})"
+    one = sorted({k for k in keys if k is not None})
+    if len(one) > 1:
+        return None, (
+            f"{unbound}, and the launches the verdict credits ran different engines ({', '.join(one)}): "
+            "which one the route's traffic must reach cannot be told"
+        )
+    return one[0], f"{one[0]} (the engine every launch the verdict credits ran: the approved spec binds none)"
 
 
 # the kinds whose entries show a campaign was run for a subject (its job, its launches) or judged (a verdict)
@@ -725,11 +811,10 @@ def _standing_failures(
 
     assert policy.spec.routing is not None
     routing = policy.spec.routing
-    names = policy.params.get("engine_names")
-    aliases: dict[str, str] = names if isinstance(names, dict) else {}
+    aliases = engine_aliases(policy)
 
     def engine(v: Any) -> str | None:
-        return aliases.get(v.strip(), v.strip()).casefold() if isinstance(v, str) and v.strip() else None
+        return engine_key(v, aliases)
 
     since = when - timedelta(seconds=parse_duration(routing.verdict_max_age))
     chosen = (evaluated_subject(verdict.payload) or {}).get("campaign") if verdict is not None else None

@@ -532,7 +532,9 @@ def test_a_route_with_no_known_layout_is_not_allowed(build) -> None:
         pytest.param({}, True, id="left-out-is-vllm"),
         pytest.param({"engine": "llamacpp"}, False, id="another-engine"),
         pytest.param({"engine": "sglang"}, False, id="sglang"),
-        pytest.param({"engine": "vLLM"}, False, id="another-spelling-not-mapped"),
+        # engine names compare with case and surrounding whitespace aside (routing.engine_key): one engine
+        pytest.param({"engine": "vLLM"}, True, id="another-case-is-the-same-engine"),
+        pytest.param({"engine": "vllm-openai"}, False, id="another-spelling-not-mapped"),
     ],
 )
 def test_a_route_to_a_service_of_another_engine_than_the_qualified_backend_is_refused(
