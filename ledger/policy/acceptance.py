@@ -396,12 +396,13 @@ def _manifest(
     hosts: frozenset[str],
 ) -> tuple[dict[str, str], list[str]]:
     """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin
-    (a key both bind differently is a ``manifest_conflict``). A spec key that is one of the policy's
-    binding ``keys`` but for case, whitespace, ``.``, ``-`` or ``_`` (``modelRevision``, ``model.revision``,
-    ``"model_revision "``: ``_loose``) is a ``misspelled_binding`` of it:
-    what the approved spec meant to bind is never silently dropped. Only ``campaign``'s jobs approve a spec
-    (another campaign's job, read because an entry refs it, approved another campaign's; None: any), and
-    only pins of ``hosts`` pin the model (another host verified its own files)."""
+    (a key both bind differently is a ``manifest_conflict``). A spec key that is not one of the policy's
+    binding ``keys`` but a misspelling of one (``misspelling_of``: one but for case, whitespace, ``.``, ``-``
+    or ``_`` — ``modelRevision``, ``"model_revision "`` — or a typo away — ``engine_verison``) is a
+    ``misspelled_binding`` of it: what the approved spec meant to bind is never silently dropped. Only
+    ``campaign``'s jobs approve a spec (another campaign's job, read because an entry refs it, approved
+    another campaign's; None: any), and only pins of ``hosts`` pin the model (another host verified its own
+    files)."""
     out: dict[str, str] = {}
     sources: list[str] = []
     jobs = [
@@ -436,10 +437,10 @@ def _manifest(
             out[k] = v if out.get(k, v) == v else manifest_conflict(out[k], v)
         sources.append(pin.id)
     if jobs:
-        meant = {_loose(k): k for k in keys if k != "shard:*"}
+        meant = [k for k in keys if k != "shard:*"]
         for k in first.payload["spec"]["bindings"]:
-            known = meant.get(_loose(str(k)))
-            if known is not None and known != k:
+            known = misspelling_of(str(k), meant)
+            if known is not None:
                 out[known] = misspelled_binding(str(k), known)
     return out, sources
 
@@ -454,9 +455,49 @@ def _loose(key: str) -> str:
     return _SPELLING.sub("", key).lower()
 
 
+def _edits(a: str, b: str) -> int:
+    """The edits that turn ``a`` into ``b``, each a letter dropped, added or replaced, or two adjacent letters
+    swapped (optimal string alignment distance)."""
+    before: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], before[j - 2] + 1)
+        before, prev = prev, row
+    return prev[-1]
+
+
+def _typos(key: str) -> int:
+    """The edits (``_edits``, on the ``_loose`` form) a misspelling of the binding key ``key`` may be away
+    from it: one for a key of up to 7 letters (``engine``, ``adapter``: a second edit there makes another
+    word — ``engineer``, ``engine_id``), two for a longer one (``engine_verison``, ``model_revison`` and
+    ``modl_revisoin`` are one slip or two of a long key). Compared keys lie five or more edits apart, so a key
+    is a misspelling of one of them at most; a key that adds a word (``engine_build``, ``engine_version_min``:
+    the word's length in edits) is another key, recorded and not compared."""
+    return 1 if len(_loose(key)) <= 7 else 2
+
+
+def misspelling_of(spec_key: str, keys: Sequence[str]) -> str | None:
+    """The binding key of ``keys`` that ``spec_key`` (a key of the job's approved spec, not one of them)
+    misspells — the same but for case, whitespace, ``.``, ``-`` or ``_`` (``_loose``), or within ``_typos``
+    edits of it (the nearest; the first of ``keys`` among equals) — else None."""
+    if spec_key in keys:
+        return None
+    loose = _loose(spec_key)
+    near = [
+        (d, i, k)
+        for i, k in enumerate(keys)
+        if abs(len(loose) - len(_loose(k))) <= _typos(k) and (d := _edits(loose, _loose(k))) <= _typos(k)
+    ]
+    return min(near)[2] if near else None
+
+
 def misspelled_binding(spec_key: str, key: str) -> str:
-    """The manifest's value for a binding key the job's approved spec names misspelled: a text no
-    binding equals, naming both."""
+    """The manifest's value for a binding key the job's approved spec names misspelled (``misspelling_of``):
+    a text no binding equals, naming both."""
     return f"misspelled: the job's spec binds {spec_key!r}, which is not the binding key {key!r}"
 
 
@@ -510,8 +551,7 @@ def filter_evidence(
         against the engine (``_counts_against``): only a supersession, with its reason, withdraws one."""
         if e.id in rejected:
             return
-        if credit_only is None:
-            credit_only = rule in CREDIT_ONLY
+        credit_only = withholds_only(rule, credit_only)
         if credit_only and _counts_against(policy, e, params, against, against_memo):
             kept.add(e.id)
             rejected[e.id] = Rejection(e, rule, detail + KEPT_AGAINST, by, counts_against=True)
@@ -674,6 +714,67 @@ def filter_evidence(
             off = _bindings_problem(launch, acc.bindings.keys, acc.bindings.require_manifest, manifest)
             if type(attempt) is int and off is not None:
                 off_manifest.setdefault(attempt, (launch, off))
+
+    def named_jobs_of(e: Evidence) -> list[Evidence]:
+        """The job entries ``e`` names (ref job)."""
+        if not e.statement.get("refs"):
+            return []
+        return [job_entries[jid] for jid in e.refs("job") if jid in job_entries]
+
+    def foreign_job(e: Evidence, named_jobs: list[Evidence]) -> Evidence | None:
+        """A job of another campaign that ``e``, of the evaluated subject, names as its own
+        (``job-of-other-campaign``; of another subject: `other-subject` says so)."""
+        if not e.in_subject:
+            return None
+        return next((j for j in named_jobs if j.subject.get("campaign") != e.subject.get("campaign")), None)
+
+    def job_term_of(e: Evidence, named_jobs: list[Evidence]) -> Evidence | None:
+        """The terminal entry that decides ``e``'s job (``after-job-terminal``, ``killed-run``): of the jobs
+        it belongs to, one it was produced after the end of; else a killed or cancelled one; else the
+        first."""
+        # the jobs it belongs to: the one it names (ref job) and the one the log knows it ran in
+        job_ids = [str(j.payload.get("job_id")) for j in named_jobs]
+        derived_job = e.derived["job"]
+        if derived_job is not None and derived_job not in job_ids:
+            job_ids.append(derived_job)
+        if e.kind in output_kinds and e.in_subject:
+            # and the job of its campaign that ran when it says it was collected: output of a job that
+            # was then killed stays that job's though it is logged late, in the next job (a spool
+            # pushed later) — a claimed time only ever adds a job, so it can only take credit away
+            for jid, (start, end) in job_windows.get(e.subject.get("campaign"), {}).items():
+                if (
+                    jid not in job_ids
+                    and start <= e.collected_time
+                    and (end is None or e.collected_time <= end)
+                ):
+                    job_ids.append(jid)
+        ends = [terminal[j] for j in job_ids if j in terminal]
+        if not ends:
+            return None
+        after = next((t for t in ends if _after_end(e, t, ended_at[t.id])), None)
+        return after or next((t for t in ends if t.payload.get("state") in _STOPPED), ends[0])
+
+    def withdrawn(e: Evidence) -> bool:
+        """Does a rule of the log's own record withdraw the harness result ``e`` — not only withhold its
+        credit (``withholds_only``): a supersession in force (``superseded``; ``self-superseded``
+        withholds), or its job's end (``after-job-terminal``, where the log and its own time both put it
+        after the end)?"""
+        s = superseded_by.get(e.id)
+        if s is not None:
+            return not withholds_only(
+                Rule.SELF_SUPERSEDED if self_superseded(s, who(e.signer), who) else Rule.SUPERSEDED
+            )
+        if foreign_job(e, named := named_jobs_of(e)) is not None:
+            return False  # `job-of-other-campaign` decides it first, and withholds credit
+        t = job_term_of(e, named)
+        return (
+            t is not None
+            and _after_end(e, t, ended_at[t.id])
+            and not withholds_only(Rule.AFTER_JOB_TERMINAL, _after_end_withholds_only(e, t, ended_at[t.id]))
+        )
+
+    # a withdrawn harness result is not evidence of the subject at all: no newer run of another
+    _mark_newer_runs(trusted, {e.id for e in trusted if e.kind == "gate.result" and withdrawn(e)})
     age_limits: dict[str, tuple[Any, timedelta | None]] = {}  # per kind: freshness bound, as a timedelta
     for e in trusted:
         if e.id in superseded_by:
@@ -726,16 +827,9 @@ def filter_evidence(
             continue
         job_view: dict[str, Any] | None = None
         if e.kind != "job":
-            # the jobs it belongs to: the one it names (ref job) and the one the log knows it ran in
-            named_jobs = (
-                [job_entries[jid] for jid in e.refs("job") if jid in job_entries]
-                if e.statement.get("refs")
-                else []
-            )
-            foreign = next(
-                (j for j in named_jobs if j.subject.get("campaign") != e.subject.get("campaign")), None
-            )
-            if foreign is not None and e.in_subject:  # (of another subject: `other-subject` says so)
+            named_jobs = named_jobs_of(e)
+            foreign = foreign_job(e, named_jobs)
+            if foreign is not None:
                 reject(
                     e,
                     Rule.JOB_OF_OTHER_CAMPAIGN,
@@ -745,29 +839,7 @@ def filter_evidence(
                     foreign.id,
                 )
                 continue
-            job_ids = [str(j.payload.get("job_id")) for j in named_jobs]
-            derived_job = e.derived["job"]
-            if derived_job is not None and derived_job not in job_ids:
-                job_ids.append(derived_job)
-            if e.kind in output_kinds and e.in_subject:
-                # and the job of its campaign that ran when it says it was collected: output of a job that
-                # was then killed stays that job's though it is logged late, in the next job (a spool
-                # pushed later) — a claimed time only ever adds a job, so it can only take credit away
-                for jid, (start, end) in job_windows.get(e.subject.get("campaign"), {}).items():
-                    if (
-                        jid not in job_ids
-                        and start <= e.collected_time
-                        and (end is None or e.collected_time <= end)
-                    ):
-                        job_ids.append(jid)
-            job_term: Evidence | None = None
-            if terminal:
-                ends = [terminal[j] for j in job_ids if j in terminal]
-                if ends:
-                    # the job it was produced after the end of decides; else a killed/cancelled one
-                    job_term = next((t for t in ends if _after_end(e, t, ended_at[t.id])), None)
-                    if job_term is None:
-                        job_term = next((t for t in ends if t.payload.get("state") in _STOPPED), ends[0])
+            job_term = job_term_of(e, named_jobs)
             if job_term is not None:
                 job_view = job_term.view()
                 p = job_term.payload
@@ -779,7 +851,6 @@ def filter_evidence(
                         if ended
                         else f"(records no ended_at; logged before this entry: seq {job_term.seq} < {e.seq})"
                     )
-                    logged_after = e.seq > job_term.seq
                     claimed_after = _after_end_claimed(e, job_end)
                     if claimed_after:
                         why = f"collected {_observed(e)}, after job"
@@ -804,7 +875,7 @@ def filter_evidence(
                         f"produced after job terminal time: {why} "
                         f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} {said}{claim}",
                         job_term.id,
-                        credit_only=not (logged_after and claimed_after),
+                        credit_only=_after_end_withholds_only(e, job_term, job_end),
                     )
                     continue
                 stop = job_term if p.get("state") in _STOPPED else stopped_by.get(str(p.get("job_id")))
@@ -1352,6 +1423,21 @@ def _after_end(e: Evidence, terminal: Evidence, ended: datetime | None) -> bool:
     return ended is not None and e.observed_time > ended
 
 
+def _after_end_withholds_only(e: Evidence, terminal: Evidence, ended: datetime | None) -> bool:
+    """For ``e`` after its job's end (``_after_end``): does ``after-job-terminal`` only withhold its credit?
+    Logged after the job's terminal entry and claiming a time after the end too, the record agrees it came
+    after the end: withdrawn. Only one of them says so: its credit is withheld (``CREDIT_ONLY_BY_CLAIM``)."""
+    return not (e.seq > terminal.seq and _after_end_claimed(e, ended))
+
+
+def withholds_only(rule: str, credit_only: bool | None = None) -> bool:
+    """Does ``rule`` only withhold credit, leaving a failure the entry shows as evidence against the engine,
+    rather than withdraw the entry (not evidence of the subject at all)? ``CREDIT_ONLY`` marks the built-in
+    rules; a rule of ``CREDIT_ONLY_BY_CLAIM`` and a ``[[rules]]`` (its ``withholds``) say so per entry:
+    ``credit_only``."""
+    return rule in CREDIT_ONLY if credit_only is None else credit_only
+
+
 def _after_end_claimed(e: Evidence, ended: datetime | None) -> bool:
     """Whether ``e``'s own time (``observed_time``) is after the job's recorded end ``ended``, or the job
     records none (then log order alone says when the job ended)."""
@@ -1555,11 +1641,13 @@ def _derive(
       is then judged as such); None when no job of the campaign started before it.
     * ``failure_class`` — for an ``engine.launch`` with a ``failure_signature``, the class the signature
       table gives it; ``unknown`` for an id the table lacks (policies fail those closed).
-    * ``log_failure_signature`` / ``log_failure_class`` — for an ``engine.launch``, the first signature of
-      the table whose log patterns match what the launch stored (its artifacts, read back from the store,
-      and its ``failure_detail``), and that signature's class; None when no pattern matches. The collector's
-      own classification is not taken on trust: a run recorded as stopped by an operator whose logs show
-      ``EngineDeadError`` is a runtime fault here.
+    * ``log_failure_signature`` / ``log_failure_class`` — for an ``engine.launch``, the signature that
+      decides among those whose log patterns match what the launch stored (its artifacts, read back from
+      the store, and its ``failure_detail``) — the gravest class any of them has
+      (``ledger.signatures.decisive``, ``CLASS_PRECEDENCE``; the table's order among equals), so a CUDA OOM
+      line does not shadow a GPU hang beside it — and that signature's class; None when no pattern
+      matches. The collector's own classification is not taken on trust: a run recorded as stopped by an
+      operator whose logs show ``EngineDeadError`` is a runtime fault here.
     * ``end_failure_signature`` / ``end_failure_class`` — for an ``engine.launch``, the first status-only
       signature (no log patterns) that its recorded end matches, and its class, unless the launch shows
       that the collector stopped the run (``details.stop_reason`` one of ``COLLECTOR_STOPPED``) or
@@ -1609,9 +1697,8 @@ def _derive(
       trusted, not superseded terminal job entry of its campaign that no ``running`` entry started (a
       misspelled job_id): which run that entry ended, and whether it was killed, cannot be told, so the
       policy cannot judge the campaign. Empty otherwise.
-    * ``newer_run`` — for a ``gate.result`` of the evaluated subject (not superseded): whether a newer one
-      (log order) of the same gate, corpus and spec was logged — whatever its outcome, review or acceptance.
-      False for the newest, and for every other entry.
+    * ``newer_run`` — set by ``_mark_newer_runs`` once ``filter_evidence`` knows which results a rule
+      withdraws.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
       ``recovery_action``, ``related_xid``; ``process``, ``pid``, ``oom_scope``, ``summary`` of an OOM-killer
       line, read from the line) from the GPU-fault catalogue (``collectors/gpu_faults.toml``), whatever
@@ -1625,7 +1712,6 @@ def _derive(
     end_signatures = status_signatures()
     markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
-    runs: list[tuple[tuple[Any, ...], Evidence]] = []  # the harness gates' runs with their spec, in log order
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     # campaign → its jobs with a running entry so far, in the order they started (a job_id once), and
     # the ids of those whose terminal entry is logged
@@ -1728,14 +1814,6 @@ def _derive(
                 if job_end is not None and (n not in ends or job_end < ends[n]):
                     ends[n] = job_end
                 subject_launches.append(e)
-        if (
-            kind == "gate.result"
-            and e.in_subject
-            and e.id not in superseded
-            and e.payload.get("status") in ("passed", "failed")
-        ):
-            # a result that ran (a gate never run, or not authorized, measured nothing: no newer run)
-            runs.append((_run_spec(e.payload), e))
         e.set_derived(derived)  # a view built in an earlier round shows this round's facts
     for launch in subject_launches:
         # a terminal entry of the launch's campaign for a job_id no running entry started (a misspelled
@@ -1747,13 +1825,6 @@ def _derive(
         assert launch.derived_ is not None
         launch.derived_["unmatched_job_ends"] = unmatched
     _devices_not_on_probes(trusted, superseded, subject_launches)
-    newest: list[tuple[Any, ...]] = []  # the specs of the runs after the one at hand
-    for spec, run in reversed(runs):  # every run of a spec but the newest has a newer one
-        if any(_same_measurement(spec, later) for later in newest):
-            assert run.derived_ is not None
-            run.derived_["newer_run"] = True
-        if spec not in newest:
-            newest.append(spec)
     if not starts:
         return
     # attempt in progress at time t: the highest attempt number started at or before t
@@ -1777,6 +1848,31 @@ def _derive(
             attempt_end = ends.get(attempt)
             if attempt_end is not None and e.observed_time > attempt_end:
                 e.derived_["after_launch_end"] = True
+
+
+def _mark_newer_runs(trusted: Sequence[Evidence], withdrawn: Container[str]) -> None:
+    """``e.derived.newer_run`` of each ``gate.result`` of the evaluated subject that ran (passed or failed: a
+    gate never run, or not authorized, measured nothing) and that no rule withdraws (``withdrawn``): whether
+    a newer one (log order) of the same measurement (``_same_measurement``) that ran and is not withdrawn was
+    logged — whatever its outcome, review or acceptance: a run whose credit a rule only withholds (failed,
+    unreviewed, unaccepted, self-superseded) is still the engine's newest measurement, but a withdrawn one —
+    superseded by another key, output logged after its job ended and claiming a time after the end — is not
+    evidence of the subject at all. False for the newest, and for every other entry."""
+    runs = [
+        (_run_spec(e.payload), e)
+        for e in trusted
+        if e.kind == "gate.result"
+        and e.in_subject
+        and e.id not in withdrawn
+        and e.payload.get("status") in ("passed", "failed")
+    ]
+    newest: list[tuple[Any, ...]] = []  # the specs of the runs after the one at hand
+    for spec, run in reversed(runs):  # every run of a spec but the newest has a newer one
+        if any(_same_measurement(spec, later) for later in newest):
+            assert run.derived_ is not None
+            run.derived_["newer_run"] = True
+        if spec not in newest:
+            newest.append(spec)
 
 
 _UNREAD = ("unread",)  # a spec field a run leaves out or records with the wrong type
