@@ -38,6 +38,7 @@ _BY_CODE = {
     "artifact-corrupt": 500,  # the store holds bytes that no longer match their address
     "chain-broken": 500,
     "log-inconsistent": 500,  # the log no longer extends the checkpoint the server's home holds
+    "key-already-enrolled": 409,  # the key is in the keyring already: the request conflicts with the log
 }
 _BY_CATEGORY: dict[Category, int] = {
     Category.INPUT: 422,

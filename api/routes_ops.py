@@ -13,7 +13,7 @@ from ledger.api.auth import Admin, Reader
 from ledger.api.bodies import read_json_body
 from ledger.api.deps import LedgerDep, MetricsDep
 from ledger.api.models import Page
-from ledger.errors import InputError
+from ledger.errors import InputError, KeyAlreadyEnrolledError
 from ledger.listing import list_json
 from ledger.service import Ledger
 
@@ -55,7 +55,7 @@ def _enrol_collector(ledger: Ledger, name: str, public_key: str) -> tuple[dict[s
     if pub.key_id in ring.keys:
         rec = ring.keys[pub.key_id]
         if rec.name != name or "collector" not in rec.roles or rec.revoked_at:
-            raise InputError(
+            raise KeyAlreadyEnrolledError(
                 f"key {pub.key_id} is already enrolled as {rec.name!r} "
                 f"(roles {','.join(sorted(rec.roles))}{', revoked' if rec.revoked_at else ''})"
             )

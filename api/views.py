@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -17,9 +17,10 @@ from ledger.api.auth import Reader
 from ledger.api.deps import LedgerDep
 from ledger.api.lookup import artifact_info, is_text, subject_query
 from ledger.api.models import ENTRY_ID
-from ledger.api.pages import page
+from ledger.api.pages import page, templates
 from ledger.errors import EntryNotFoundError, InputError, LedgerError
 from ledger.hashing import parse_digest
+from ledger.policy.snapshot import same_hosts
 from ledger.proofs import verify_proof_document
 from ledger.service import Ledger, LoggedEntry
 
@@ -30,6 +31,58 @@ router = APIRouter(include_in_schema=False)
 _PAGE = 100  # entries per timeline page; "next" links to the following page
 _VIEW_BYTES = 4 * 1024 * 1024  # the log viewer shows at most this much of an artifact
 _POLICY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
+
+
+# --- the addresses of subject and host pages ---------------------------------------------------------
+# A subject value is any text of 1..512 characters: a Hugging Face model id holds "/", a campaign may hold
+# spaces, "%", "#", "?" or non-ASCII letters. Every link to a subject's or a host's page is built here (the
+# templates call these helpers) and the routes read what they build: the value is one path segment with
+# every reserved character escaped ("/" as %2F: the server sees it decoded, hence the ``path`` converters).
+# "." and ".." cannot be a path segment — browsers and HTTP clients resolve them (escaped or not) as dot
+# segments — so those two values go in the query instead (``?value=`` / ``?host=``).
+
+_DOT_SEGMENTS = (".", "..")
+
+
+def _address(base: str, value: str, query_name: str, extra: list[tuple[str, str]]) -> str:
+    if value in _DOT_SEGMENTS:
+        path, query = base, [(query_name, value), *extra]
+    else:
+        path, query = base + quote(value, safe=""), extra
+    return path + ("?" + urlencode(query, quote_via=quote) if query else "")
+
+
+def subject_href(field: str, value: str, *, after: int | None = None) -> str:
+    """The address of FIELD=VALUE's timeline page (``after``: the page of entries after that seq)."""
+    extra = [("after", str(after))] if after is not None else []
+    return _address(f"/subjects/{quote(field, safe='')}/", value, "value", extra)
+
+
+def host_href(host: str) -> str:
+    """The address of a host's page."""
+    return _address("/hosts/", host, "host", [])
+
+
+def verdict_href(subject: dict[str, str], policy: str | None = None) -> str:
+    """The address of the gate ladder of SUBJECT's verdict now (under ``policy``, else the default)."""
+    query = [("subject", f"{k}={v}") for k, v in sorted(subject.items())]
+    return "/verdict?" + urlencode([*query, *([("policy", policy)] if policy else [])], quote_via=quote)
+
+
+templates.env.globals["subject_href"] = subject_href
+templates.env.globals["host_href"] = host_href
+templates.env.globals["verdict_href"] = verdict_href
+
+
+def _one_value(in_path: str, in_query: str | None, name: str) -> str:
+    """The value a page's address names: in its path, or (``.``/``..``, see ``_address``) in its query."""
+    if in_query is None:
+        if not in_path:
+            raise InputError(f"the address names no {name}", hint=f"e.g. /{name}s/… or ?{name}=…")
+        return in_path
+    if in_path:
+        raise InputError(f"the address names the {name} twice: in its path and as ?{name}=")
+    return in_query
 
 
 def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | None:
@@ -77,8 +130,7 @@ def _verdict_now(
     key = (name, *(f"{k}={v}" for k, v in sorted(subject.items())))
     if key in memo:
         return memo[key]
-    query = [("subject", f"{k}={v}") for k, v in sorted(subject.items())]
-    href = "/verdict?" + urlencode([*query, ("policy", name)]) if _POLICY_NAME.match(name) else None
+    href = verdict_href(subject, name) if _POLICY_NAME.match(name) else None
     now: dict[str, Any] = {"href": href}
     if len(memo) < _DERIVE_MAX:
         try:
@@ -176,7 +228,7 @@ def _try_evaluate(ledger: Ledger, subject: dict[str, str], policy: str) -> dict[
         return None
 
 
-@router.get("/subjects/{field}/{value}", response_class=HTMLResponse)
+@router.get("/subjects/{field}/{value:path}", response_class=HTMLResponse)
 def timeline(
     request: Request,
     ledger: LedgerDep,
@@ -184,7 +236,10 @@ def timeline(
     field: str,
     value: str,
     after: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
+    value_in_query: Annotated[str | None, Query(alias="value", max_length=512)] = None,
 ) -> HTMLResponse:
+    """One subject's timeline; the address is ``subject_href``'s (a value may hold "/": ``path``)."""
+    value = _one_value(value, value_in_query, "value")
     entries = ledger.query(subject={field: value}, after_seq=after, limit=_PAGE)
     if not entries and after is None:
         raise EntryNotFoundError(
@@ -210,7 +265,7 @@ def timeline(
             "result": result,
             "charts": summaries.subject_charts(entries, verdicts),
             "verdicts": verdicts,
-            "next_after": entries[-1].seq if len(entries) == _PAGE else None,
+            "next_href": subject_href(field, value, after=entries[-1].seq) if len(entries) == _PAGE else None,
         },
     )
 
@@ -375,11 +430,43 @@ async def log_viewer(
     return page(request, "log.html", ctx)
 
 
-@router.get("/hosts/{host}", response_class=HTMLResponse)
-def host_page(request: Request, ledger: LedgerDep, _who: Reader, host: str) -> HTMLResponse:
-    """A host: its latest probe (OS, GPUs, driver), and the campaigns whose evidence names it."""
-    probes = ledger.query(subject={"host": host}, kind="host.probe", descending=True, limit=20)
-    campaigns = ledger.co_subjects("host", host, "campaign")
+_HOSTS_MAX = 10_000  # host spellings a host page compares (the most recently active first)
+
+
+def _host_spellings(ledger: Ledger, host: str) -> list[str]:
+    """The spellings the log holds of ``host`` as host names compare (``host_key``: case-insensitive, a
+    trailing dot ignored); ``host`` itself when the log holds no other."""
+    known = [s.value for s in ledger.subjects(field="host", limit=_HOSTS_MAX)]
+    return same_hosts([host], known) or [host]
+
+
+@router.get("/hosts/{host:path}", response_class=HTMLResponse)
+def host_page(
+    request: Request,
+    ledger: LedgerDep,
+    _who: Reader,
+    host: str,
+    host_in_query: Annotated[str | None, Query(alias="host", max_length=512)] = None,
+) -> HTMLResponse:
+    """A host: its latest probe (OS, GPUs, driver), and the campaigns whose evidence names it — under any
+    spelling of its name (host names compare case-insensitively, as the policy compares them)."""
+    host = _one_value(host, host_in_query, "host")
+    spellings = _host_spellings(ledger, host)
+    probes = sorted(
+        (
+            e
+            for h in spellings
+            for e in ledger.query(subject={"host": h}, kind="host.probe", descending=True, limit=20)
+        ),
+        key=lambda e: e.seq,
+        reverse=True,
+    )[:20]
+    merged: dict[str, tuple[int, str]] = {}
+    for h in spellings:
+        for c, n, last in ledger.co_subjects("host", h, "campaign"):
+            seen, seen_last = merged.get(c, (0, ""))
+            merged[c] = (seen + n, max(seen_last, last))
+    campaigns = sorted(((c, n, last) for c, (n, last) in merged.items()), key=lambda r: r[2], reverse=True)
     if not probes and not campaigns:
         raise EntryNotFoundError(f"no entry names host={host}", hint="the subjects page (/) lists the hosts")
     memo: dict[tuple[str, ...], dict[str, Any]] = {}
@@ -400,6 +487,7 @@ def host_page(request: Request, ledger: LedgerDep, _who: Reader, host: str) -> H
         "host.html",
         {
             "host": host,
+            "spellings": spellings,
             "probe": probes[0] if probes else None,
             "facts": summaries.host_facts(probes[0]) if probes else [],
             "gpus": probes[0].statement.payload.get("gpus") or [] if probes else [],

@@ -58,14 +58,47 @@ def format_time(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# RFC 3339 section 5.6 ``date-time``, exactly: full-date, "T" (its NOTE: "t" too, and a space, which it lets
+# applications use for readability), partial-time with seconds and an optional fraction, and an offset "Z"
+# ("z") or ±hh:mm. ISO 8601's other forms (basic 20261205T200000Z, week dates, no seconds, ±hhmm) are not
+# RFC 3339. ASCII digits only (``\d`` would take any Unicode digit).
+_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?"
+    r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
+)
+RFC3339_FORM = "YYYY-MM-DDTHH:MM:SS[.fraction] with Z or ±HH:MM (RFC 3339), e.g. 2026-09-09T09:00:00Z"
+
+
 def parse_time(text: str) -> datetime:
+    """An RFC 3339 ``date-time`` (``_RFC3339``) as an aware UTC datetime: the one reading of every time an
+    entry carries (payload and statement times, the log's own). Anything else is a ``SchemaError`` naming
+    the form expected; a fraction finer than microseconds is truncated; a leap second (``:60``) cannot be
+    placed on the log's clock and is refused. ``parse_when`` reads what a person types on top of it."""
+    m = _RFC3339.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise SchemaError(f"not an RFC 3339 date-time: {text!r} (expected {RFC3339_FORM})")
+    year, month, day, hour, minute, second, frac, z, sign, off_h, off_m = m.groups()
+    if second == "60":
+        raise SchemaError(f"a leap second (:60) cannot be placed on the log's clock: {text!r}")
+    offset = timedelta(0) if z else timedelta(hours=int(off_h), minutes=int(off_m))
     try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise SchemaError(f"not an RFC 3339 time: {text!r}") from e
-    if t.tzinfo is None:
-        raise SchemaError(f"time without timezone: {text!r}")
-    return t.astimezone(UTC)
+        if offset >= timedelta(days=1) or (not z and int(off_m) > 59):
+            raise ValueError(f"offset {sign}{off_h}:{off_m} is not within ±00:00..±23:59")
+        t = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            int((frac or "0")[:6].ljust(6, "0")),
+            tzinfo=UTC,
+        )
+        return t + offset if sign == "-" else t - offset
+    except (ValueError, OverflowError) as e:
+        raise SchemaError(
+            f"not a valid RFC 3339 date-time: {text!r}: {e} (expected {RFC3339_FORM})"
+        ) from None
 
 
 _AGO = re.compile(
@@ -91,6 +124,10 @@ def parse_when(text: str, now: datetime | None = None) -> datetime:
         except (OverflowError, ValueError) as e:
             raise InputError(f"time {text!r} is out of range") from e
         return _in_range(ago, text)
+    try:  # the strict core first: an RFC 3339 time means what it means in an entry
+        return _in_range(parse_time(text.strip()), text)
+    except SchemaError:
+        pass
     t = text.strip().replace(",", ".").replace("Z", "+00:00").replace("z", "+00:00")
     if re.search(r"[+-]\d{4}$", t):
         t = t[:-2] + ":" + t[-2:]

@@ -35,6 +35,7 @@ __all__ = [
     "InputError",
     "IntegrityError",
     "JsonTooDeepError",
+    "KeyAlreadyEnrolledError",
     "KeyNotFoundError",
     "KeyRevokedError",
     "LedgerError",
@@ -206,6 +207,18 @@ class KeyNotFoundError(LedgerError):
     code = "key-not-found"
     category = Category.NOT_FOUND
     hint = "`ledger keys list` shows enrolled keys; `ledger keys new NAME --role ROLE` makes one"
+
+
+class KeyAlreadyEnrolledError(InputError):
+    """A ``key.enrol`` names a public key the keyring already holds (under any name): a key is enrolled once;
+    a new role is a grant, a new name a new key. Bad input, not a schema problem (the payload is well formed);
+    HTTP 409, it conflicts with the ledger's state."""
+
+    code = "key-already-enrolled"
+    hint = (
+        "`ledger keys list` shows the enrolled keys and their names; give the key a role with "
+        "`ledger keys grant NAME --role ROLE`, or enrol a new key"
+    )
 
 
 class HomeNotInitialisedError(InputError):

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from ledger.entries import parse_time
-from ledger.errors import SchemaError, UnknownSignerError
+from ledger.errors import KeyAlreadyEnrolledError, SchemaError, UnknownSignerError
 from ledger.signing import KeyId, PublicKey
 
 __all__ = ["KeyRecord", "Keyring"]
@@ -99,7 +99,8 @@ class Keyring:
             if public.key_id != payload["key_id"]:
                 raise SchemaError(f"key.enrol key_id {payload['key_id']} does not match its public key")
             if public.key_id in self.keys:
-                raise SchemaError(f"key {public.key_id} is already enrolled")
+                held = self.keys[public.key_id].name
+                raise KeyAlreadyEnrolledError(f"key {public.key_id} is already enrolled as {held!r}")
             self.keys[public.key_id] = KeyRecord(
                 key_id=public.key_id,
                 name=payload["name"],

@@ -241,6 +241,14 @@ def test_collect_enrol_registers_the_host_key_on_the_server(tmp_path: Path) -> N
         renamed = ledger("collect", "enrol", "--server", server.url, "--token", admin, "--name", "other")
         assert renamed.returncode == 2 and "already enrolled as 'gpu01'" in renamed.stderr
         auth = {"Authorization": f"Bearer {admin}"}
+        # the same key under another name: its own code, 409 (it was a plain bad-input 422)
+        dup = httpx.post(
+            f"{server.url}/v1/keys",
+            json={"name": "other", "public_key": rec["public_key"]},
+            headers=auth,
+            timeout=10,
+        )
+        assert dup.status_code == 409 and dup.json()["code"] == "key-already-enrolled", dup.text
         for body in (
             {"name": "x", "public_key": "!!"},
             {"name": "x"},

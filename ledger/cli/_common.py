@@ -8,6 +8,7 @@ Output conventions (every command follows them):
   on stderr (``ledger.cli.main``).
 - Tables (``print_table``): a Rich table on a terminal; tab-separated lines, no header, no width limit when
   stdout is piped.
+- Nothing printed through ``out``/``err`` wraps when its stream is not a terminal (``_Console.print``).
 - Data (ids, subjects, messages, evidence text) is printed verbatim: the consoles have markup and
   highlighting off; styling is given as ``rich.text.Text`` styles, never as markup in data.
 - Progress bars (``progress``) on stderr, only when stderr is a terminal and not under ``--json``.
@@ -79,8 +80,26 @@ class _Console:
             self._console = Console(**self._options)
         return self._console
 
+    def print(self, *objects: Any, **options: Any) -> None:
+        """``Console.print``; on a stream that is not a terminal nothing is wrapped (``soft_wrap``), so a
+        one-line answer stays one line whatever the width Rich assumes (80, or ``$COLUMNS``) — the
+        convention "piped output has no width limit" holds for every command, not call by call."""
+        console = self.rich()
+        if options.get("soft_wrap") is None and not _isatty(console.file):
+            options["soft_wrap"] = True
+        console.print(*objects, **options)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.rich(), name)
+
+
+def _isatty(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (the test ``print_table`` makes of stdout); a stream without
+    ``isatty`` (or a closed one) is not."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 out = _Console(highlight=False, markup=False, emoji=False)
