@@ -567,6 +567,14 @@ class Job(_Model):
         strings = isinstance(b, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in b.items())
         if not strings:
             raise ValueError("spec.bindings must be an object of strings (binding key → value)")
+        # a key of look-alike letters (Cyrillic "е" in "еngine", fullwidth letters) reads as a binding key
+        # and names none: what the approval meant to pin would be recorded and never compared
+        odd = sorted(k for k in b if not k.isascii())
+        if odd:
+            raise ValueError(
+                f"spec.bindings keys must be ASCII: {', '.join(repr(k) for k in odd)} "
+                f"({', '.join(k.encode('ascii', 'backslashreplace').decode() for k in odd)})"
+            )
         # the device the campaign qualifies on: the routing gate compares a deployment's with it, so a
         # spelling it does not know ("CPU", "cuda") would be read as a GPU deployment
         if "device" in b and b["device"] not in ("cpu", "gpu"):
