@@ -501,6 +501,59 @@ def misspelled_binding(spec_key: str, key: str) -> str:
     return f"misspelled: the job's spec binds {spec_key!r}, which is not the binding key {key!r}"
 
 
+# a manifest key a policy's CEL reads: ``manifest.KEY`` or ``'KEY' in manifest``
+_MANIFEST_READ = re.compile(r"""\bmanifest\.([A-Za-z_][A-Za-z0-9_]*)|['"]([^'"\s]+)['"]\s+in\s+manifest\b""")
+
+
+def manifest_keys_read(policy: LoadedPolicy) -> list[str]:
+    """The manifest keys the policy's own text reads (``manifest.hostname``, ``'served_name' in manifest``),
+    its acceptance policy's included, comment lines left out, in order of first use: the one list of what a
+    job's approved spec binds for the policy beyond its compared binding keys."""
+    found: dict[str, None] = {}
+    for pol in (policy, policy.acceptance_policy):
+        if pol is None:
+            continue
+        for line in pol.data.decode("utf-8", "replace").splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            for m in _MANIFEST_READ.finditer(line):
+                found.setdefault(m[1] or m[2], None)
+    return list(found)
+
+
+def _misspelled_reads(
+    manifest_sources: Sequence[str],
+    trusted: Sequence[Evidence],
+    keys: Sequence[str],
+    bind_keys: Sequence[str],
+) -> list[dict[str, str]]:
+    """The keys of the campaign's approved spec (the first job of the manifest's sources) that misspell a
+    manifest key the policy reads but does not compare as a binding (``keys``: ``manifest_keys_read`` less
+    ``bind_keys``) — ``hostnmae`` for ``hostname``, ``served-name`` for ``served_name`` — each as an
+    unjudged item: what the approval meant to bind for the policy cannot be told, so the verdict cannot be
+    QUALIFIED beside it (the key is not read as absent, which would drop what it meant)."""
+    first = next((e for e in trusted if e.kind == "job" and manifest_sources[:1] == [e.id]), None)
+    if first is None:
+        return []
+    read = [k for k in keys if k not in bind_keys]
+    out: list[dict[str, str]] = []
+    for k in first.payload["spec"]["bindings"]:
+        known = misspelling_of(str(k), read)
+        if known is not None:
+            out.append(
+                {
+                    "entry": first.id,
+                    "kind": "job",
+                    "gate": "",
+                    "job_id": str(first.payload.get("job_id")),
+                    "detail": f"job {first.payload.get('job_id')} (entry {first.id[:16]}): its approved "
+                    f"spec binds {str(k)!r}, a misspelling of {known!r}, which the policy reads from the "
+                    f"manifest: what the approval meant cannot be told (bind {known!r})",
+                }
+            )
+    return out
+
+
 def spec_conflict(key: str, first: str | None, later: str | None, job: Evidence) -> str:
     """The manifest's value for a key two jobs of the campaign bind differently (their approved specs
     disagree): a text no binding equals, naming both."""
@@ -1060,6 +1113,7 @@ def filter_evidence(
     unended, (lo, hi) = _unjudged_jobs(
         job_entries, set(superseded_by), failed_results, campaign, ref, (lo, hi)
     )
+    unended += _misspelled_reads(manifest_sources, trusted, manifest_keys_read(policy), bind_keys)
     return Filtered(
         accepted=accepted,
         rejected=ordered,
