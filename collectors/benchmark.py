@@ -1084,7 +1084,9 @@ async def served_models(client: aiohttp.ClientSession, base: str, timeout_s: flo
     """The ids the endpoint serves (``GET /v1/models``), sorted and comma-joined, as both harnesses record
     them (``bounds.bindings.served_models``: the policy credits a result only of an endpoint that served
     the campaign's approved model). Raises on an answer other than 200 or a body that is no model list."""
-    async with asyncio.timeout(timeout_s), client.get(base + "/v1/models") as r:
+    # the session's own timeouts are the run's request timeout: this read has its own
+    own = aiohttp.ClientTimeout(total=timeout_s, sock_connect=timeout_s, sock_read=timeout_s)
+    async with asyncio.timeout(timeout_s), client.get(base + "/v1/models", timeout=own) as r:
         if r.status != 200:
             raise ValueError(f"/v1/models answered HTTP {r.status}")
         body = await r.json(content_type=None)
@@ -1097,11 +1099,13 @@ async def read_bindings(
 ) -> tuple[dict[str, str] | None, str | None]:
     """(what the run is bound to, None), or (None, why it could not be read): ``bindings()`` when given,
     else :func:`served_models`. An endpoint that cannot say which model it serves is an engine fault to
-    the harnesses: they stop, with no aggregate result."""
+    the harnesses: they stop, with no aggregate result. ``timeout_s`` is the run's request timeout; the read
+    gets :func:`liveness_timeout` of it, as a question of whether the engine answers, not how fast (a tight
+    latency bound of 0.02 s made a busy front "unavailable": an engine fault, audit 31)."""
     try:
         if bindings is not None:
             return dict(bindings()), None
-        return await served_models(client, base, timeout_s), None
+        return await served_models(client, base, liveness_timeout(timeout_s)), None
     except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as e:
         return None, f"bindings unavailable: {type(e).__name__}: {e}"
 
@@ -1148,7 +1152,7 @@ def other_answered_models(answered: str, expect_model: str | None) -> str | None
 # answers /v1/models only once the generation in progress lets go of the model's lock; llama.cpp's server
 # and vLLM answer /health at once. An engine that hangs (stopped, deadlocked) answers neither.
 LIVENESS_PATHS = ("/health", "/v1/models")
-LIVENESS_TIMEOUT_S = 10.0  # at most; never longer than a request was given (the run's request timeout)
+LIVENESS_TIMEOUT_S = 10.0  # what /health and /v1/models get after a timeout, whatever the request timeout
 # what each liveness path answered, for a caller that records it (EngineCheck sets it, engine_unresponsive
 # fills it): (path, HTTP status or None, what it said)
 _LIVENESS_SEEN: contextvars.ContextVar[list[tuple[str, int | None, str]] | None] = contextvars.ContextVar(
@@ -1416,9 +1420,12 @@ class EngineCheck:
 
 
 def liveness_timeout(request_timeout_s: float) -> float:
-    """How long an engine gets to answer :data:`LIVENESS_PATHS`: as long as a request got, at most
-    :data:`LIVENESS_TIMEOUT_S`."""
-    return min(LIVENESS_TIMEOUT_S, request_timeout_s)
+    """How long an engine gets to answer :data:`LIVENESS_PATHS`: :data:`LIVENESS_TIMEOUT_S`, whatever the
+    run's request timeout. A tight latency bound (a request timeout of 0.02 s) judges speed, not whether the
+    engine answers at all: a busy engine's ``/v1/models`` given 0.02 s was read as "it hangs" (audit 31),
+    before the canary could be asked."""
+    del request_timeout_s  # kept for the callers' one signature: the bound does not follow it
+    return LIVENESS_TIMEOUT_S
 
 
 class _Stop:

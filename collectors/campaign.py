@@ -43,6 +43,7 @@ from ledger.collectors.benchmark import (
     allowed_validity,
     benchmark_corpus,
     benchmark_gate_payload,
+    canary_timeout,
     check_corpus_api,
     policy_bounds,
     policy_validity,
@@ -1587,20 +1588,34 @@ class CampaignRunner:
 
     # --- engine end -------------------------------------------------------------------------------
 
+    def _harness_gates(self) -> list[Any]:
+        """The campaign's harness gates (benchmark, semantic), enabled or not: their request timeouts."""
+        return [self.c.spec.gates.benchmark, self.c.spec.gates.semantic]
+
     def _health_before_stop(self, run: EngineRun) -> None:
         """Ask ``/health`` once more right before the collector stops a ready engine that is still alive
         and showed no failure: an engine that stopped serving after the last probe, without a line in its
-        logs, is not a healthy run. The probe is recorded (``details.phase = "before-stop"``); a failure
-        marks the run failed (``request-failed``, a runtime fault) and the policy's readiness check fails on
-        it like any failed ``/health`` after readiness."""
+        logs, is not a healthy run. A probe that gets no answer at all is asked once more, given as long as a
+        harness request gets (``canary_timeout``): a paused or busy engine answers then, a stopped one does
+        not. The probe is recorded (``details.phase = "before-stop"``, with the first try where there were
+        two); a failure marks the run failed (``request-failed``, a runtime fault) and the policy's readiness
+        check fails on it like any failed ``/health`` after readiness."""
         if run.ready_state is None or run.failure_observed is not None or not run.alive():
             return
         # not interruptible: this runs on every way out of the ladder, where a cancel must not skip the
         # engine's own record; the probe is bounded by its own timeout
         health = probe_health(run.spec.base_url, run.spec.engine)
+        if not health["ok"] and health.get("http_status") is None and run.alive():
+            # no answer at all: a paused or busy engine, or a hung one — asked once more, given as long as a
+            # harness request got (``canary_timeout``): a 14 s stall is a slow engine, not a stopped one
+            first = health.get("error")
+            wait = canary_timeout(max(g.request_timeout_seconds for g in self._harness_gates()))
+            health = probe_health(run.spec.base_url, run.spec.engine, timeout=wait)
+            health["details"] = {**health.get("details", {}), "first_try": first, "timeout_s": wait}
         health["details"] = {**health.get("details", {}), "phase": "before-stop"}
         if not health["ok"]:
-            run.failure_observed = f"/health before the stop: {health.get('error') or 'not ready'}"[:300]
+            said = health.get("error") or "not ready"
+            run.failure_observed = f"{health.get('endpoint')} before the stop: {said}"[:300]
             self.log(f"/health before the stop failed: {health.get('error')}")
         with contextlib.suppress(LedgerError):
             self._record("health.probe", health)

@@ -438,3 +438,21 @@ def test_a_healthy_engine_is_asked_health_once_more_before_its_stop(
     assert probes[-1]["details"]["phase"] == "before-stop" and probes[-1]["ok"] is True
     [launch] = launches(ledger)
     assert launch["failure_signature"] is None and launch["details"]["stop_reason"] == "finished"
+
+
+def test_a_pause_of_the_engine_right_before_the_stop_is_a_slow_engine_not_a_stopped_one(
+    tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder
+) -> None:
+    """Audit 31 (F1): a real llama.cpp paused 14 s (SIGSTOP, SIGCONT) right before the collector's stop gave
+    NOT QUALIFIED — RUNTIME RELIABILITY: the before-stop /health had one try of 10 s. A probe that gets no
+    answer at all is asked once more, given as long as a harness request gets (``canary_timeout``): the
+    engine answers, the run is healthy. The first try is kept in the record."""
+    args = ["--mode", "ok", "--health-stall-after", "22", "--health-stall-s", "12"]
+    c = fault_campaign(tmp_path, tiny_model_dir, [{"name": "default", "args": args}])
+    run_campaign(c, recorder, tmp_path)
+    probes = [e["payload"] for e in entries_of(ledger, "health.probe") if e["payload"]["check"] == "health"]
+    last = probes[-1]
+    assert last["details"]["phase"] == "before-stop" and last["ok"] is True, last
+    assert last["details"]["first_try"] and last["details"]["timeout_s"] >= 10, last["details"]
+    [launch] = launches(ledger)
+    assert launch["failure_signature"] is None and launch["details"]["stop_reason"] == "finished"

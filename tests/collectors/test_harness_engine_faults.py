@@ -95,6 +95,13 @@ ANSWERS = {f"question {i}": "yes" for i in range(3)}
 
 
 @pytest.fixture
+def short_liveness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/health and /v1/models get 1 s (LIVENESS_TIMEOUT_S, 10 s in use, whatever the request timeout), for
+    a test of an engine that answers at once or never: the bound only sets how long a hang takes to tell."""
+    monkeypatch.setattr(benchmark_module, "LIVENESS_TIMEOUT_S", 1.0)
+
+
+@pytest.fixture
 def liveness_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Counts the times a harness asked whether the engine still answers (the real question is asked)."""
     asked: list[str] = []
@@ -110,7 +117,9 @@ def liveness_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 # --- F1: an engine that hangs ---------------------------------------------------------------------------
 
 
-def test_f1_an_engine_that_hangs_mid_benchmark_is_an_engine_fault(tmp_path: Path) -> None:
+def test_f1_an_engine_that_hangs_mid_benchmark_is_an_engine_fault(
+    tmp_path: Path, short_liveness: None
+) -> None:
     # from the 4th request on nothing answers (as a SIGSTOPped engine): the request times out, /health and
     # /v1/models do not answer either — the first engine fault stops the run
     with serve_stub(StubConfig(hang_after=3)) as base:

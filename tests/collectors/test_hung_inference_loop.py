@@ -77,6 +77,7 @@ class StandIn:
     slow_s: float = 0.0
     delays: dict[int, float] = field(default_factory=dict)  # completion number → wait before its first token
     canary_status: int | None = None
+    front_delay: float = 0.0  # /health and /v1/models answer after this long (a busy engine's front)
     served: tuple[str, ...] = (MODEL,)
     count: int = 0
     active: int = 0  # completion requests whose client is still connected
@@ -96,9 +97,11 @@ def _chunk(model: str, delta: dict[str, Any], finish: str | None) -> bytes:
 
 def _app(cfg: StandIn) -> web.Application:
     async def health(_: web.Request) -> web.Response:
+        await asyncio.sleep(cfg.front_delay)
         return web.json_response({"status": "ok"})
 
     async def models(_: web.Request) -> web.Response:
+        await asyncio.sleep(cfg.front_delay)
         return web.json_response(
             {"object": "list", "data": [{"id": m, "object": "model"} for m in cfg.served]}
         )
@@ -472,3 +475,21 @@ def test_campaign_hung_inference_behind_live_health_is_not_qualified_runtime_rel
     review_and_accept(ledger, gate(ledger, "semantic")["id"])
     v = evaluate(ledger, {"campaign": "harness"}, policy)
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+
+
+def test_a_tight_request_timeout_does_not_make_a_busy_front_a_hang(
+    tmp_path: Path, short_probes: None
+) -> None:
+    """Audit 31 (F2): a benchmark whose request timeout was a tight latency bound (0.02 s) gave /health and
+    /v1/models that same bound; a busy engine's front answering in 0.2 s was read as "the engine does not
+    answer: it hangs" — RUNTIME RELIABILITY for a healthy engine, before the canary was asked. The probes
+    now get LIVENESS_TIMEOUT_S whatever the request timeout: the front answers, the canary answers, and the
+    timeouts stay request errors (a slow engine)."""
+    cfg = StandIn(slow_first=2, slow_s=0.5, front_delay=0.2)
+    with serve(cfg) as base:
+        result = run_benchmark(_bench(tmp_path, request_timeout_s=0.05), base, out_dir=tmp_path / "o")
+    assert result.outcome != "fault", result.stopped
+    assert not result.valid  # the timed-out requests are errors of a slow run
+    assert cfg.canaries, "the canary was asked"
+    checks = result.engine_checks
+    assert checks and all(c["verdict"] == "answers" for c in checks), checks

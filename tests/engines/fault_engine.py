@@ -25,6 +25,8 @@ failure modes:
   --open-line TEXT (printed to stderr once serving, without its newline: a progress bar),
   --answer-200 error|empty (completions answer HTTP 200 with an EngineDeadError object, or nothing).
   --health-503-after N (/health answers 503, with no log line, once N completions were answered).
+  --health-stall-after N [--health-stall-s S] (/health answers only S s after the first ask once N
+            completions were answered: an engine paused, then running again).
 
   dead-after-ready
             /health answers 200 once (the readiness check), then 503 with an empty body, as vLLM's
@@ -67,7 +69,8 @@ class State:
     ready = False
     sleeping = False
     health_answers = 0  # /health requests answered once ready (dead-after-ready)
-    completions = 0  # completion requests answered (--health-503-after)
+    completions = 0  # completion requests answered (--health-503-after, --health-stall-after)
+    stall_until: float | None = None  # /health waits until then (--health-stall-after)
     aborted = False
     lock = threading.Lock()
     args: argparse.Namespace
@@ -413,6 +416,11 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/health":
             if self._loading():
                 return
+            if a.health_stall_after is not None and State.completions >= a.health_stall_after:
+                with State.lock:  # a pause of the whole engine: every /health waits until it is over
+                    if State.stall_until is None:
+                        State.stall_until = time.monotonic() + a.health_stall_s
+                time.sleep(max(0.0, State.stall_until - time.monotonic()))
             if a.health_503_after is not None and State.completions >= a.health_503_after:
                 self._empty(503)  # stopped serving, silently: no line in any log
                 return
@@ -687,6 +695,10 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="/health answers 503 once N completions were answered",
     )
+    ap.add_argument(
+        "--health-stall-after", type=int, default=None, help="/health stalls once N completions were answered"
+    )
+    ap.add_argument("--health-stall-s", type=float, default=12.0, help="how long that stall lasts")
     a = ap.parse_args(argv)
     State.args = a
     if a.boot_line:
