@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from ledger.devices import (
@@ -509,16 +510,21 @@ def manifest_keys_read(policy: LoadedPolicy) -> list[str]:
     """The manifest keys the policy's own text reads (``manifest.hostname``, ``'served_name' in manifest``),
     its acceptance policy's included, comment lines left out, in order of first use: the one list of what a
     job's approved spec binds for the policy beyond its compared binding keys."""
+    texts = tuple(pol.data for pol in (policy, policy.acceptance_policy) if pol is not None)
+    return list(_manifest_keys_in(texts))
+
+
+@lru_cache(maxsize=64)
+def _manifest_keys_in(texts: tuple[bytes, ...]) -> tuple[str, ...]:
+    """``manifest_keys_read`` of policy texts, once per text (a scan of the file takes milliseconds)."""
     found: dict[str, None] = {}
-    for pol in (policy, policy.acceptance_policy):
-        if pol is None:
-            continue
-        for line in pol.data.decode("utf-8", "replace").splitlines():
+    for text in texts:
+        for line in text.decode("utf-8", "replace").splitlines():
             if line.lstrip().startswith("#"):
                 continue
             for m in _MANIFEST_READ.finditer(line):
                 found.setdefault(m[1] or m[2], None)
-    return list(found)
+    return tuple(found)
 
 
 def _misspelled_reads(
