@@ -1095,17 +1095,17 @@ async def served_models(client: aiohttp.ClientSession, base: str, timeout_s: flo
 
 
 async def read_bindings(
-    client: aiohttp.ClientSession, base: str, timeout_s: float, bindings: Bindings | None = None
+    client: aiohttp.ClientSession, base: str, bindings: Bindings | None = None
 ) -> tuple[dict[str, str] | None, str | None]:
     """(what the run is bound to, None), or (None, why it could not be read): ``bindings()`` when given,
     else :func:`served_models`. An endpoint that cannot say which model it serves is an engine fault to
-    the harnesses: they stop, with no aggregate result. ``timeout_s`` is the run's request timeout; the read
-    gets :func:`liveness_timeout` of it, as a question of whether the engine answers, not how fast (a tight
-    latency bound of 0.02 s made a busy front "unavailable": an engine fault, audit 31)."""
+    the harnesses: they stop, with no aggregate result. The read gets :data:`LIVENESS_TIMEOUT_S`, whatever
+    the run's request timeout: whether the engine answers, not how fast (a tight latency bound of 0.02 s
+    made a busy front "unavailable": an engine fault, audit 31)."""
     try:
         if bindings is not None:
             return dict(bindings()), None
-        return await served_models(client, base, liveness_timeout(timeout_s)), None
+        return await served_models(client, base, LIVENESS_TIMEOUT_S), None
     except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as e:
         return None, f"bindings unavailable: {type(e).__name__}: {e}"
 
@@ -1288,7 +1288,7 @@ class EngineCheck:
     ) -> None:
         self.base, self.headers, self.url, self.model = base, headers, url, model
         self.request_timeout_s = request_timeout_s
-        self.timeout_s = liveness_timeout(request_timeout_s)
+        self.timeout_s = LIVENESS_TIMEOUT_S
         self.canary_timeout_s = canary_timeout(request_timeout_s)
         self.checks: list[dict[str, Any]] = []
         self.inflight = 0
@@ -1417,15 +1417,6 @@ class EngineCheck:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-
-
-def liveness_timeout(request_timeout_s: float) -> float:
-    """How long an engine gets to answer :data:`LIVENESS_PATHS`: :data:`LIVENESS_TIMEOUT_S`, whatever the
-    run's request timeout. A tight latency bound (a request timeout of 0.02 s) judges speed, not whether the
-    engine answers at all: a busy engine's ``/v1/models`` given 0.02 s was read as "it hangs" (audit 31),
-    before the canary could be asked."""
-    del request_timeout_s  # kept for the callers' one signature: the bound does not follow it
-    return LIVENESS_TIMEOUT_S
 
 
 class _Stop:
@@ -1622,7 +1613,7 @@ async def run_benchmark_async(
                 again = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
                 if again.prompts != corpus.prompts:
                     cross.append(f"repetition {repetition}: corpus changed")
-            bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
+            bound, unread = await read_bindings(client, base, bindings)
             if bound is None:
                 stop.fault(f"engine fault before repetition {repetition}: {unread}")
                 break
@@ -1661,7 +1652,7 @@ async def run_benchmark_async(
                 _judge_run(run, spec)
                 runs.append(run)
         if stop.reason is None:  # the same bindings after the last repetition as before the first
-            bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
+            bound, unread = await read_bindings(client, base, bindings)
             if bound is None:
                 stop.fault(f"engine fault after the last repetition: {unread}")
             else:

@@ -1114,6 +1114,12 @@ class CampaignRunner:
             raise _GateFailed("; ".join(problems), evidence)
         return "passed", None, evidence, {"gpus": len(hp["gpus"])}
 
+    def _attempt_env(self, attempt: Any) -> dict[str, str]:
+        """The ``env`` an attempt's engine is given: the engine's, then the attempt's, each value expanded
+        (``ConfigError`` for one that does not expand)."""
+        e = self.c.spec.engine
+        return {k: expand(v) for k, v in {**e.env, **attempt.env}.items()}
+
     def _devices_not_on_probe(self, gpus: list[dict[str, Any]]) -> list[str]:
         """The GPUs the engine would be given that the host probe just taken does not list: each
         ``*_VISIBLE_DEVICES`` item of the environment each attempt's launch records (this process's engine
@@ -1126,7 +1132,7 @@ class CampaignRunner:
         missing: dict[str, list[str]] = {}
         for attempt in e.attempts:
             try:
-                env = {**inherited, **{k: expand(v) for k, v in {**e.env, **attempt.env}.items()}}
+                env = {**inherited, **self._attempt_env(attempt)}
             except ConfigError:
                 continue
             for var, item in items_not_listed(visible_device_items(env), gpus):
@@ -1216,7 +1222,7 @@ class CampaignRunner:
             "served_name": self.c.spec.model.served_name,
         }
         cmd = [_fill(part, values) for part in [*e.command, *attempt.extra_args]]
-        env = {k: expand(v) for k, v in {**e.env, **attempt.env}.items()}
+        env = self._attempt_env(attempt)
         lease = min(e.lease_seconds, self._job_lease_left())
         bindings = {
             "engine": e.kind,

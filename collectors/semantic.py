@@ -418,7 +418,7 @@ async def run_semantic_async(
     seen: list[dict[str, str]] = []
     check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
     async with http_session(2, spec.request_timeout_s, headers) as client:
-        bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
+        bound, unread = await read_bindings(client, base, bindings)
         if bound is None:
             outcome, stopped = "fault", f"engine fault before the first item: {unread}"
         else:
@@ -488,7 +488,7 @@ async def run_semantic_async(
                 )
             )
         if outcome == "completed":  # the same model from the first item to the last
-            bound, unread = await read_bindings(client, base, spec.request_timeout_s, bindings)
+            bound, unread = await read_bindings(client, base, bindings)
             if bound is None:
                 outcome, stopped = "fault", f"engine fault after the last item: {unread}"
             else:
