@@ -325,7 +325,8 @@ class HostProbe(_Model):
     python: str = ""
     cpu_count: int | None = None
     memory_total_mib: float | None = None
-    gpus: list[GpuInfo] = Field(default_factory=list)
+    # required: a probe that leaves its GPUs out says nothing about them, where `[]` says the host shows none
+    gpus: list[GpuInfo]
     gpu_source: str = "none"  # nvml | amd-smi | rocm-smi | nvidia-smi | sysfs | none
     gpu_note: str | None = None  # e.g. "no GPU found"
     disks: list[dict[str, Any]] = Field(default_factory=list)

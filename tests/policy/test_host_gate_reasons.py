@@ -113,15 +113,41 @@ def test_a_probe_whose_gpu_list_is_renamed_is_refused_at_ingest(tmp_path: Path, 
     es = qualified_entries()
     payload = entry(es, "host")["payload"]
     payload[name] = payload.pop("gpus")
-    with pytest.raises(SchemaError, match=f"{name}: Extra inputs"):
+    with pytest.raises(SchemaError, match=f"gpus: Field required .*unknown field '{name}'"):
         verdict_of(tmp_path, es)
 
 
-def test_a_probe_without_its_gpu_list_never_passes_and_claims_no_gpu_gone(tmp_path: Path) -> None:
-    """The probe schema reads a probe without ``gpus`` as one that found none (entries.HostProbe): the gate
-    fails, never passes, and does not claim a GPU some earlier probe saw."""
+def test_a_probe_without_its_gpu_list_is_refused_at_ingest(tmp_path: Path) -> None:
+    """Regression: a probe without ``gpus`` was read as one that found none (the schema's default), so the
+    gate failed "no GPU visible" on a probe that said nothing about its GPUs. ``gpus`` is now required:
+    ``[]`` says the host shows none, an absent list is refused, naming the field."""
+    es = qualified_entries()
+    del entry(es, "host")["payload"]["gpus"]
+    with pytest.raises(SchemaError, match="gpus: Field required"):
+        verdict_of(tmp_path, es)
+
+
+def test_a_stored_probe_without_its_gpu_list_leaves_the_gate_inconclusive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe stored by an older ingest that defaulted ``gpus`` is rejected ``schema-invalid`` when read,
+    naming the field: the gate has no accepted probe (missing: the verdict is INCONCLUSIVE), never "no
+    GPU"."""
+    import ledger.entries as entries_mod
+    import ledger.service as service_mod
+
+    real = entries_mod.parse_statement
+
+    def lenient(value: Any) -> Any:
+        if isinstance(value, dict) and value.get("kind") == "host.probe" and "gpus" not in value["payload"]:
+            return entries_mod.Statement.model_validate(value)
+        return real(value)
+
+    monkeypatch.setattr(service_mod, "parse_statement", lenient)
     es = qualified_entries()
     del entry(es, "host")["payload"]["gpus"]
     v = verdict_of(tmp_path, es)
-    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
-    assert _host_gate(v)["reason"] == NO_GPU
+    assert rejected(v)["host"] == "schema-invalid"
+    assert "gpus" in next(r["detail"] for r in v["rejected"] if r["rule"] == "schema-invalid")
+    assert v["verdict"] == "INCONCLUSIVE"
+    assert _host_gate(v)["status"] == "missing"
