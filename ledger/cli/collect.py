@@ -890,6 +890,21 @@ def run_cmd(
     return Outcome.OK if (result.policy_verdict or result.verdict_hint) == "QUALIFIED" else Outcome.NO
 
 
+def _collector_view(r: CampaignResult) -> str:
+    """The collector's own view of its steps. Where the policy's verdict is known it names no verdict word:
+    the collector's word for its first failed step (PERFORMANCE for a benchmark the engine died under) could
+    differ from the policy's, which re-judges the recorded evidence and is the one verdict printed."""
+    own = "(the collector's own view of its steps)"
+    if r.policy_verdict is None:
+        return f"{r.verdict_hint} {own}"
+    failed = next((g.gate for g in r.gates if g.status == "failed"), None)
+    if failed is not None:
+        return f"{failed} failed first {own}"
+    if r.state != "cancelled" and r.gates and all(g.status == "passed" for g in r.gates):
+        return f"every step passed {own}"
+    return f"not every step ran {own}"
+
+
 def _print_summary(r: CampaignResult, recorded: str = "recorded") -> None:
     colour = {"passed": "green", "failed": "red", "not_authorized": "yellow", "not_run": "dim"}
     print_table(
@@ -917,7 +932,7 @@ def _print_summary(r: CampaignResult, recorded: str = "recorded") -> None:
         print_table(
             ("#", "attempt", "ready", "time to ready", "exit", "signature"), rows, title="engine attempts"
         )
-    out.print(f"collector gates: {r.verdict_hint} (the collector's own view of its steps)", soft_wrap=True)
+    out.print(f"collector gates: {_collector_view(r)}", soft_wrap=True)
     # a command a user can paste: a campaign id with spaces or quotes is quoted for the shell
     again = f"ledger verdict --subject {shlex.quote(f'campaign={r.campaign}')}"
     if r.policy_verdict is not None:
