@@ -4,9 +4,11 @@ host gate before it launches an engine and by the policy (``e.derived.launch_dev
 
 An item names a probed GPU by its index (ASCII digits: the driver's index, or where a GPU records none its
 place in the list), by its UUID (``GPU-…``), or — for a MIG instance (``MIG-…``) — by the UUID of a MIG
-device the probe lists under that GPU (``mig_devices``): the instance runs on that GPU. Anything else names
-nothing the probe lists: a malformed list, a MIG device without a ``MIG-`` UUID, a legacy
-``MIG-GPU-…/gi/ci`` name — fail closed.
+device the probe lists under that GPU (``mig_devices``): the instance runs on that GPU. The legacy name of
+drivers before R470, ``MIG-<GPU UUID>/<GPU instance id>/<compute instance id>``, names the instance of those
+ids that the probe lists under the GPU of that UUID. Anything else names nothing the probe lists: a malformed
+list, a MIG device without a ``MIG-`` UUID (or, for the legacy name, without both instance ids), a legacy
+name whose ids are not ASCII digits — fail closed.
 """
 
 from __future__ import annotations
@@ -67,6 +69,33 @@ def _lists_mig(gpu: Mapping[str, Any], item: str) -> bool:
     )
 
 
+def _legacy_mig(item: str) -> tuple[str, int, int] | None:
+    """``(GPU UUID, GPU instance id, compute instance id)`` of a legacy MIG name
+    ``MIG-GPU-<uuid>/<gi>/<ci>``, or None where ``item`` is not one (ids of ASCII digits only)."""
+    if not item.startswith(MIG_PREFIX + "GPU-"):
+        return None
+    parts = item[len(MIG_PREFIX) :].split("/")
+    if len(parts) != 3 or not parts[0] or not all(index_text(p) for p in parts[1:]):
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+def _lists_legacy_mig(gpu: Mapping[str, Any], name: tuple[str, int, int]) -> bool:
+    """Is the probed GPU the one a legacy MIG name's UUID names, listing an instance of its two ids? (ids
+    recorded as integers; a device that records neither, or not as integers, is not that instance)"""
+    uuid, gi, ci = name
+    migs = gpu.get("mig_devices")
+    if gpu.get("uuid") != uuid or not isinstance(migs, list):
+        return False
+    return any(
+        isinstance(m, dict)
+        and type(m.get("gpu_instance_id")) is int
+        and type(m.get("compute_instance_id")) is int
+        and (m["gpu_instance_id"], m["compute_instance_id"]) == (gi, ci)
+        for m in migs
+    )
+
+
 def device_of(item: str, gpus: Any) -> dict[str, Any] | None:
     """The probed GPU (an object of a host probe's ``gpus``) a ``*_VISIBLE_DEVICES`` item names — by index
     (a GPU's ``index``, or where it records none as an integer its place in the list), by its UUID, or as
@@ -75,11 +104,15 @@ def device_of(item: str, gpus: Any) -> dict[str, Any] | None:
         return None
     by_index = index_text(item)
     mig = item.startswith(MIG_PREFIX)
+    legacy = _legacy_mig(item) if mig else None
     for place, g in enumerate(gpus):
         if not isinstance(g, dict):
             continue
         if by_index:
             if (g.get("index") if type(g.get("index")) is int else place) == int(item):
+                return g
+        elif legacy is not None:
+            if _lists_legacy_mig(g, legacy):
                 return g
         elif g.get("uuid") == item or (mig and _lists_mig(g, item)):
             return g

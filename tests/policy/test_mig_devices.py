@@ -375,8 +375,9 @@ def _with_mig(env: dict[str, str], migs: Any = "listed") -> list[dict[str, Any]]
     return es
 
 
-def test_a_mig_instance_the_probe_lists_passes_host_prerequisites(tmp_path: Path) -> None:
-    v = verdict_of(tmp_path, _with_mig({"CUDA_VISIBLE_DEVICES": MIG_A0}))
+@pytest.mark.parametrize("item", [MIG_A0, f"MIG-{GPU_A}/1/0"], ids=["uuid", "legacy-name"])
+def test_a_mig_instance_the_probe_lists_passes_host_prerequisites(tmp_path: Path, item: str) -> None:
+    v = verdict_of(tmp_path, _with_mig({"CUDA_VISIBLE_DEVICES": item}))
     assert v["verdict"] == "QUALIFIED", v["gates"]
 
 
@@ -385,10 +386,11 @@ def test_a_mig_instance_the_probe_lists_passes_host_prerequisites(tmp_path: Path
     [
         ({"CUDA_VISIBLE_DEVICES": MIG_A2}, "listed"),  # another instance
         ({"CUDA_VISIBLE_DEVICES": MIG_A0}, None),  # the probe records no MIG devices
-        ({"CUDA_VISIBLE_DEVICES": f"MIG-{GPU_A}/1/0"}, "listed"),  # the legacy name: not matched
+        ({"CUDA_VISIBLE_DEVICES": f"MIG-{GPU_A}/2/0"}, "listed"),  # the legacy name of another instance
+        ({"CUDA_VISIBLE_DEVICES": f"MIG-{GPU_B}/1/0"}, "listed"),  # the legacy name on another GPU
         ({"CUDA_VISIBLE_DEVICES": f"{MIG_A0},{MIG_A2}"}, "listed"),  # one of two
     ],
-    ids=["other-instance", "none-recorded", "legacy-name", "one-of-two"],
+    ids=["other-instance", "none-recorded", "legacy-other-instance", "legacy-other-gpu", "one-of-two"],
 )
 def test_a_mig_instance_the_probe_does_not_list_fails_host_prerequisites(
     tmp_path: Path, env: dict[str, str], migs: Any
@@ -419,3 +421,55 @@ def test_a_mig_instance_maps_to_its_parent_gpus_pci_address() -> None:
     assert _launch_devices(_launch({"CUDA_VISIBLE_DEVICES": MIG_A0}), [gpus]) is None
     bad = [_gpu(mig_devices={"uuid": MIG_A2})]
     assert _launch_devices(_launch({"CUDA_VISIBLE_DEVICES": MIG_A2}), [bad]) is None
+
+
+# --- the legacy name (drivers before R470): MIG-<GPU UUID>/<GPU instance id>/<compute instance id> --------
+
+
+def test_a_legacy_mig_name_names_the_gpu_listing_that_instance() -> None:
+    """Regression: ``MIG-GPU-…/1/0`` was never matched, so a launch given a MIG instance by its legacy name
+    failed host-prerequisites though the probe listed the instance (ids 1/0 under that GPU)."""
+    a = _gpu(mig_devices=[{"uuid": MIG_A0, "gpu_instance_id": 1, "compute_instance_id": 0}])
+    b = _gpu(index=1, uuid=GPU_B, mig_devices=[{"gpu_instance_id": 2, "compute_instance_id": 1}])
+    assert device_of(f"MIG-{GPU_A}/1/0", [a, b]) is a
+    assert device_of(f"MIG-{GPU_B}/2/1", [a, b]) is b  # no MIG UUID recorded: the ids name it
+    assert device_of(f"MIG-{GPU_B}/2/1", [b, a]) is b  # reordered
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        f"MIG-{GPU_A}/1/1",  # another compute instance
+        f"MIG-{GPU_A}/2/0",  # another GPU instance
+        f"MIG-{GPU_B}/1/0",  # another GPU
+        f"MIG-{GPU_A}/1",  # a part dropped
+        f"MIG-{GPU_A}/1/0/0",  # a part too many
+        f"MIG-{GPU_A}//0",  # empty
+        f"MIG-{GPU_A}/x/0",  # not digits
+        f"MIG-{GPU_A}/１/0",  # fullwidth digit
+        f"MIG-{GPU_A}/-1/0",
+        f"MIG-{GPU_A.lower()}/1/0",  # the GPU UUID in another case: not the UUID the probe lists
+        "MIG-GPU-/1/0",
+        f"mig-{GPU_A}/1/0",  # not the MIG- prefix
+    ],
+)
+def test_a_legacy_mig_name_of_no_listed_instance_names_nothing(item: str) -> None:
+    a = _gpu(mig_devices=[{"uuid": MIG_A0, "gpu_instance_id": 1, "compute_instance_id": 0}])
+    assert device_of(item, [a]) is None
+
+
+@pytest.mark.parametrize(
+    "mig",
+    [
+        {"uuid": MIG_A0},  # ids dropped
+        {"uuid": MIG_A0, "gpu_instance_id": 1},  # one id dropped
+        {"uuid": MIG_A0, "gi": 1, "ci": 0},  # ids renamed
+        {"uuid": MIG_A0, "gpu_instance_id": "1", "compute_instance_id": "0"},  # ids mistyped
+        {"uuid": MIG_A0, "gpu_instance_id": True, "compute_instance_id": False},  # booleans are not ids
+        {"uuid": MIG_A0, "gpu_instance_id": None, "compute_instance_id": None},  # unread
+        {"uuid": MIG_A0, "gpu_instance_id": 0, "compute_instance_id": 1},  # reordered
+    ],
+    ids=["dropped", "one-dropped", "renamed", "text", "bool", "null", "swapped"],
+)
+def test_a_legacy_mig_name_needs_both_ids_recorded_as_integers(mig: dict[str, Any]) -> None:
+    assert device_of(f"MIG-{GPU_A}/1/0", [_gpu(mig_devices=[mig])]) is None
