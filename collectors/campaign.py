@@ -50,6 +50,7 @@ from ledger.collectors.benchmark import (
     run_benchmark,
 )
 from ledger.collectors.corpus import read_pinned_jsonl
+from ledger.collectors.gpu import scan_gpus
 from ledger.collectors.host import EnvInfo, engine_env, host_probe
 from ledger.collectors.launch import EngineRun, LaunchSpec, relevant_env
 from ledger.collectors.model import list_files as list_model_files
@@ -1084,8 +1085,15 @@ class CampaignRunner:
     def _gate_host(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         g = self.c.spec.gates.host
         disks = [("model", self.c.model_path), ("work", self.work_dir)]
-        hp = host_probe(disks)
-        evidence = [self._record("host.probe", hp)]
+        scan = scan_gpus()
+        hp = host_probe(disks, gpu_scan=scan)
+        raw_dir = self.work_dir / "host"
+        raw_dir.mkdir(parents=True, exist_ok=True)
+        arts = []
+        for name, text in scan.outputs():  # the GPU tools' own output, as `ledger collect host` keeps it
+            (raw_dir / name).write_text(text, encoding="utf-8")
+            arts.append(self.rec.artifact(name, raw_dir / name, media_type="text/plain"))
+        evidence = [self._record("host.probe", hp, artifacts=arts)]
         py = self.c.python
         problems: list[str] = []
         if py is not None and not Path(py).is_file():

@@ -36,6 +36,12 @@ class GpuScan:
     note: str | None = None
     tried: list[str] = field(default_factory=list)
     raw: str | None = None  # the tool output the GPUs were parsed from (kept as an artifact)
+    listing: str | None = None  # `nvidia-smi -L`, read for the MIG UUIDs the XML lacks (kept as an artifact)
+
+    def outputs(self) -> list[tuple[str, str]]:
+        """``(file name, text)`` of each tool output the GPUs were read from, to keep beside the probe."""
+        out = [(f"{self.source}.txt", self.raw)] if self.raw else []
+        return out + ([("nvidia-smi-L.txt", self.listing)] if self.listing else [])
 
 
 def _num(text: Any) -> float | None:
@@ -412,6 +418,7 @@ def scan_gpus() -> GpuScan:
             if any("mig_devices" in g for g in scan.gpus):
                 listed = _run(["nvidia-smi", "-L"])  # the MIG UUIDs, which the XML does not print
                 if listed:
+                    scan.listing = listed
                     merge_nvidia_smi_list(scan.gpus, listed)
                 else:
                     scan.tried.append("nvidia-smi -L: not found or failed (MIG devices without UUID)")

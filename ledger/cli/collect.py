@@ -219,10 +219,10 @@ def host_cmd(
     hp = host_probe(disks, gpu_scan=scan)
     work = _work_dir(home, subj["campaign"], "host")
     arts = []
-    if scan.raw:
-        raw = work / f"{scan.source}.txt"
-        raw.write_text(scan.raw, encoding="utf-8")
-        arts.append(rec.artifact(f"{scan.source}.txt", raw, media_type="text/plain"))
+    for name, text in scan.outputs():
+        raw = work / name
+        raw.write_text(text, encoding="utf-8")
+        arts.append(rec.artifact(name, raw, media_type="text/plain"))
     ids = {"host.probe": rec.record("host.probe", subj, hp, artifacts=arts)}
     snapshots = []
     for i, py in enumerate(engine_python or [sys.executable]):

@@ -16,8 +16,9 @@ import pytest
 import ledger.collectors.campaign as campaign_mod
 from ledger.collectors.campaign import CampaignRunner, _GateFailed, load_campaign
 from ledger.collectors.gpu import GpuScan
-from ledger.collectors.host import EnvInfo, host_probe
+from ledger.collectors.host import EnvInfo
 from ledger.devices import items_not_listed, visible_device_items
+from ledger.hashing import parse_digest
 from ledger.recorder import LocalRecorder
 from ledger.service import Ledger
 
@@ -104,7 +105,7 @@ def _runner(
     )
     scan = GpuScan(gpus=[dict(g) for g in gpus], source="nvml" if gpus else "none")
     scan.note = None if gpus else "no GPU found"
-    monkeypatch.setattr(campaign_mod, "host_probe", lambda disks: host_probe(disks, gpu_scan=scan))
+    monkeypatch.setattr(campaign_mod, "scan_gpus", lambda: scan)
     env = {"interpreter": sys.executable, "python": "3.11", "packages": {}, "env": {}, "details": {}}
     runner._env = EnvInfo(payload=env, freeze="")
     return runner
@@ -307,3 +308,43 @@ def test_os_environ_is_left_alone(
     before = dict(os.environ)
     _gate_host(runner)
     assert dict(os.environ) == before
+
+
+# --- the GPU tools' own output is kept beside the probe ----------------------------------------------
+
+
+def test_collect_run_keeps_the_gpu_tools_output_beside_the_host_probe(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    ledger: Ledger,
+    recorder: LocalRecorder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: `collect run` recorded its host probe with no artifact (`collect host` kept only the
+    XML), so the `nvidia-smi -L` output the MIG UUIDs were read from was not kept anywhere."""
+    runner = _runner(tmp_path, tiny_model_dir, recorder, monkeypatch, PROBED)
+    scan = campaign_mod.scan_gpus()  # the scan `_runner` installed
+    listing = f"GPU 0: NVIDIA A100 (UUID: {GPU0})\n  MIG 1g.10gb Device 0: (UUID: {MIG0})\n"
+    scan.source, scan.raw, scan.listing = "nvidia-smi", "<nvidia_smi_log/>", listing
+    assert _gate_host(runner) is None
+    (probe,) = entries_of(ledger, "host.probe")
+    arts = {a["name"]: a for a in probe["artifacts"]}
+    assert set(arts) == {"nvidia-smi.txt", "nvidia-smi-L.txt"}
+    with ledger.store.open_verified(parse_digest(arts["nvidia-smi-L.txt"]["digest"])) as f:
+        assert f.read() == listing.encode()
+
+
+@pytest.mark.parametrize(
+    ("source", "raw", "listing", "names"),
+    [
+        ("nvml", None, None, []),  # NVML: values, no tool output
+        ("nvidia-smi", "<x/>", None, ["nvidia-smi.txt"]),  # no MIG: `-L` not read
+        ("rocm-smi", "{}", None, ["rocm-smi.txt"]),
+        ("nvidia-smi", "<x/>", "GPU 0: …", ["nvidia-smi.txt", "nvidia-smi-L.txt"]),
+    ],
+)
+def test_the_outputs_a_scan_keeps(
+    source: str, raw: str | None, listing: str | None, names: list[str]
+) -> None:
+    scan = GpuScan(source=source, raw=raw, listing=listing)
+    assert [n for n, _t in scan.outputs()] == names

@@ -316,6 +316,8 @@ def test_scan_gpus_merges_the_listing_when_nvml_is_missing(monkeypatch: pytest.M
     scan = gpu_mod.scan_gpus()
     assert scan.source == "nvidia-smi"
     assert device_of(MIG_A2, scan.gpus) is scan.gpus[0]
+    # both outputs are kept (as the probe's artifacts): the UUIDs came from the listing
+    assert scan.outputs() == [("nvidia-smi.txt", XML), ("nvidia-smi-L.txt", LISTING)]
 
 
 # --- the shared rule on malformed MIG data: names nothing ----------------------------------------------
