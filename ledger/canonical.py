@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -103,6 +104,8 @@ def float_as_stated(text: str) -> float:
     another number than the one stated (a utilisation sum just over its bound would be allowed). The one
     rule for every number a person types: ``ledger record --data``, a deployment file, a request body."""
     value = float(text)
+    if not math.isfinite(value):  # TOML's nan and inf (JSON's NaN/Infinity are refused by its parser)
+        raise InputError(f"{text} is not a finite number")
     if Decimal(repr(value)) != Decimal(text):
         raise InputError(
             f"{text} has more digits than can be kept exactly (it would be read as {value!r}): "
