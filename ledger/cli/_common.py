@@ -60,8 +60,9 @@ __all__ = [
     "warn",
 ]
 
-# Subject fields the collectors, the policies and the README use; others are accepted with a warning.
-SUBJECT_FIELDS = ("campaign", "backend", "backend_version", "model", "host", "deployment", "job")
+# Subject fields the collectors, the policies and the README use; others are accepted with a warning
+# (`commit`: the code revision a gate.result measured, which the review rule reads — docs/POLICY.md).
+SUBJECT_FIELDS = ("campaign", "backend", "backend_version", "model", "host", "deployment", "job", "commit")
 
 
 class _Console:
