@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -24,6 +24,8 @@ from ledger.errors import (
 )
 from ledger.policy import result_cache
 from ledger.policy.acceptance import (
+    KEPT_AGAINST,
+    _counts_against,
     _host_gpu_events,
     _named_events,
     _pci,
@@ -31,6 +33,7 @@ from ledger.policy.acceptance import (
     _trust_problem,
     render,
     taken_out,
+    withholds_only,
 )
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import ROUTING_NAMES, LoadedPolicy
@@ -59,6 +62,7 @@ __all__ = [
     "check_routing_change",
     "host_key",
     "load_deployment",
+    "model_key",
     "record_routing_change",
     "validate_deployment",
 ]
@@ -85,6 +89,18 @@ def engine_key(name: Any, aliases: Mapping[str, str] | None = None) -> str | Non
         return None
     key = name.strip().casefold()
     return (aliases or {}).get(key, key)
+
+
+def model_key(name: Any) -> str | None:
+    """One model's one name, as every model comparison of the routing gate reads it: surrounding whitespace
+    and case set aside (``qwen3-embedding-8b `` is ``Qwen3-Embedding-8B``). The policy's CEL reads it as
+    ``request.model_key`` and each service's ``model_key`` (``deployment-serves-model``,
+    ``deployment-engine``, ``deployment-device``), and the verdict-shopping check compares campaigns' models
+    by it: a service of the routed model spelled otherwise is still a service of that model, judged as one.
+    None for no name (not a text, or blank): it names no model, and matches none."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    return name.strip().casefold()
 
 
 def engine_aliases(policy: LoadedPolicy) -> dict[str, str]:
@@ -246,6 +262,7 @@ def _layout(
                 "engine": str(s["engine"]),
                 "engine_key": engine_key(s["engine"], aliases),
                 "model": str(s.get("model") or ""),
+                "model_key": model_key(s.get("model")),
                 "gpus": gpus,
                 "gpus_text": "+".join(str(g) for g in gpus),
                 "multi_gpu": len(gpus) > 1,
@@ -367,8 +384,11 @@ def _cancelled(
     if out is None:
         return None
     rule, by = out
-    said = "rejected by acceptance" if rule == Rule.REJECTED_BY_ACCEPTANCE else "superseded by"
-    return rule, f"{said} {by.id[:16]}"
+    if rule == Rule.REJECTED_BY_ACCEPTANCE:
+        return rule, f"rejected by acceptance {by.id[:16]}"
+    if rule == Rule.SELF_SUPERSEDED:
+        return rule, f"superseded by {by.id[:16]}, signed by the key that signed it"
+    return rule, f"superseded by {by.id[:16]}"
 
 
 def _acting(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> list[Evidence]:
@@ -446,21 +466,51 @@ def check_routing_change(
     match = {k: v for k, v in subject.items() if k in routing.match_subject}
     ignored: list[dict[str, str]] = []
 
-    def usable(e: Evidence, roles: list[str] | None = None) -> bool:
+    def note(e: Evidence, rule: str, detail: str, counts_against: bool = False) -> None:
+        row: dict[str, Any] = {"entry": e.id, "kind": e.kind, "rule": str(rule), "detail": detail}
+        if counts_against:
+            row = {**row, "detail": detail + KEPT_AGAINST, "counts_against": True}
+        if row not in ignored:  # an entry read for two purposes (a host probe's GPUs and its P2P fact)
+            ignored.append(row)
+
+    def usable(
+        e: Evidence,
+        roles: list[str] | None = None,
+        *,
+        shows_failure: Callable[[Evidence], bool] | None = None,
+    ) -> bool:
+        """Whether ``e`` may be read: trusted, signed by one of ``roles`` where given, and not taken out by
+        the supersessions and acceptances in force (``_cancelled``). ``shows_failure`` (``e`` -> bool, for
+        what the caller reads as a failure ``e`` shows: a host fault, a GPU event after the host's probe, a
+        failed health probe): a rule that only withholds credit (``acceptance.withholds_only`` — rejected by
+        an acceptance, superseded by the key that signed it) does not drop that failure, as the verdict keeps
+        such an entry ``counts_against``; only a withdrawal does (not trusted, superseded by another key with
+        its reason). Such an entry stands against the change and is listed in ``ignored`` with
+        ``counts_against``: it is never credited, so callers that read it for credit pass no
+        ``shows_failure``."""
         problem = _trust_problem(e, snap, policy)
         if problem is None and roles is not None and not set(e.roles) & set(roles):
             problem = (Rule.WRONG_ROLE, f"signer {e.signer_name} holds {list(e.roles)}; needs one of {roles}")
+        kept: tuple[str, str] | None = None
         if problem is None:
             problem = _cancelled(ledger, e, size, snap, policy)
+            if problem is not None and withholds_only(problem[0]) and shows_failure and shows_failure(e):
+                kept, problem = problem, None
         if problem is None:
             try:
                 check_signature(e, snap.keyring)
             except SignatureError as ex:
                 problem = (Rule.BAD_SIGNATURE, ex.message)
         if problem is not None:
-            ignored.append({"entry": e.id, "kind": e.kind, "rule": str(problem[0]), "detail": problem[1]})
+            note(e, *problem)
             return False
+        if kept is not None:
+            note(e, *kept, counts_against=True)
         return True
+
+    def against(e: Evidence) -> bool:
+        """``usable`` for an entry read as a failure it shows (the caller has judged it one)."""
+        return usable(e, shows_failure=lambda _: True)
 
     verdict: Evidence | None = None
     for e in reversed(_entries(ledger, subject=match, kinds=("verdict",), size=size, snap=snap)):
@@ -477,7 +527,9 @@ def check_routing_change(
     fact_sources: dict[str, list[str]] = {}
     for name, cond in policy.host_facts.items():
         hits = [e for e in host_entries if cond.holds({"e": e.view(), "params": params})]
-        hits = [e for e in hits if usable(e)]
+        # a host fact is a fault the host records (the P2P fault): a rejection or its own signer's
+        # supersession withholds credit and drops no failure — only another key's supersession withdraws it
+        hits = [e for e in hits if against(e)]
         facts[name] = bool(hits)
         fact_sources[name] = [e.id for e in hits]
     deployment_source = deployment_from
@@ -499,18 +551,29 @@ def check_routing_change(
     probes = []
     qual: LoadedPolicy | None = None
     oldest = when - timedelta(seconds=max_probe_age)
+    against_memo: dict[tuple[Any, ...], bool] = {}
+
+    def probe_shows_failure(e: Evidence) -> bool:
+        # the acceptance policy's own judgement of a probe that shows a failure ([acceptance.against]:
+        # ``e.derived.probe_failed``), as the verdict keeps one whose credit a rule withholds
+        assert qual is not None
+        return _counts_against(policy, e, qual.params, None, against_memo)
 
     for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, since=oldest):
         # observed: collected_at, never after the log took it (a probe claiming a later time stays as old)
         age = (when - e.observed_time).total_seconds()
-        if 0 <= age <= max_probe_age and usable(e):
-            if e.derived_ is None:  # success judged from the record, as the verdict's filter judges it
-                e.set_derived({**NO_DERIVED, "ok": probe_ok(e.payload)})
-            if "probe_failed" not in e.derived:
-                # the ready control's one judgement (``e.derived.probe_failed``), with the qualification's
-                # params (its control_answer): the answer stripped and compared, never a pattern built from it
-                qual = qual or _qualification(policy)
-                e.set_derived({**e.derived, "probe_failed": _probe_failed(e, e.derived["ok"], qual.params)})
+        if not 0 <= age <= max_probe_age:
+            continue
+        if e.derived_ is None:  # success judged from the record, as the verdict's filter judges it
+            e.set_derived({**NO_DERIVED, "ok": probe_ok(e.payload)})
+        qual = qual or _qualification(policy)
+        if "probe_failed" not in e.derived:
+            # the ready control's one judgement (``e.derived.probe_failed``), with the qualification's
+            # params (its control_answer): the answer stripped and compared, never a pattern built from it
+            e.set_derived({**e.derived, "probe_failed": _probe_failed(e, e.derived["ok"], qual.params)})
+        # a failed probe whose credit is withheld (rejected, or superseded by its own signer) still shows
+        # the engine failing: it stays among the probes (it passes no check, and as the newest it refuses)
+        if usable(e, shows_failure=probe_shows_failure):
             probes.append(e)
     verdict_age = (when - verdict.logged_time).total_seconds() if verdict is not None else None
     if verdict is not None and verdict_age is not None and verdict_age < 0:
@@ -533,7 +596,7 @@ def check_routing_change(
     # GPU events the kernel logs of the host record after its latest probe: that probe does not show those
     # GPUs usable (only for a layout that puts something on a GPU: the GPU checks judge it)
     faults, unplaced = (
-        _gpu_faults_after(host_entries, gpu_probe, usable, params)
+        _gpu_faults_after(host_entries, gpu_probe, against, params)
         if gpu_probe is not None and gpus
         else ({}, [])
     )
@@ -547,6 +610,9 @@ def check_routing_change(
             "action": action,
             "subject": subject,
             "subject_text": " ".join(f"{k}={v}" for k, v in sorted(subject.items())),
+            # the routed model as model names compare (``model_key``): a service's ``model_key`` is matched
+            # with it, never its spelling
+            "model_key": model_key(subject["model"]),
         },
         "verdict": verdict.view() if verdict is not None else None,
         "verdict_age_s": verdict_age,
@@ -774,8 +840,9 @@ _CAMPAIGN_KINDS = ("job", "engine.launch", "verdict")
 
 
 def _same_name(a: Any, b: Any) -> bool:
-    """Two spellings of one model name: the same once surrounding whitespace and case are set aside."""
-    return isinstance(a, str) and isinstance(b, str) and a.strip().casefold() == b.strip().casefold()
+    """Two spellings of one model name (``model_key``: surrounding whitespace and case set aside)."""
+    key = model_key(a)
+    return key is not None and key == model_key(b)
 
 
 def _standing_failures(
@@ -1024,7 +1091,9 @@ def _probe_text(probe: Evidence | None) -> str:
 def _gpu_faults_after(
     host_entries: list[Evidence], probe: Evidence, usable: Any, params: Mapping[str, Any]
 ) -> tuple[dict[str | None, list[dict[str, Any]]], list[dict[str, Any]]]:
-    """The GPU events the usable kernel logs of the host record after its latest host probe (``probe``),
+    """The GPU events the kernel logs of the host record after its latest host probe (``probe``), of the
+    logs ``usable`` lets stand as the failure they show (trusted, not withdrawn: a rejection or its own
+    signer's supersession withholds credit only),
     classified by the GPU-fault catalogue as the verdict classifies them (the derived ``gpu_events``:
     ``acceptance._host_gpu_events``), leaving out those of a class in ``params.gpu_benign_classes``
     (``unknown`` never is) and those whose catalogue code is in ``params.gpu_codes_handled`` (a check of
@@ -1077,7 +1146,9 @@ def _gpu_faults_after(
                     },
                 )
             )
-        if found and usable(k):  # trusted, neither superseded nor rejected (checked only where it matters)
+        # trusted and not withdrawn (checked only where it matters): a GPU fault stands though an acceptance
+        # rejected its log, or its own signer superseded it — only another key's supersession withdraws it
+        if found and usable(k):
             for device, f in found:
                 (by_device.setdefault(device, []) if device is not None else unplaced).append(f)
     return by_device, unplaced
