@@ -161,7 +161,9 @@ def verdict(
     record: Annotated[
         bool,
         typer.Option(
-            "--record", help="Append the verdict as a signed `verdict` entry, judged now (or at --now)."
+            "--record",
+            help="Append the verdict as a signed `verdict` entry, judged now (or at a --now no earlier than "
+            "the log's last entry and no later than the clock).",
         ),
     ] = False,
     key: Annotated[
@@ -259,22 +261,15 @@ def _size_as_of(ledger: Any, at: int | None, when: Any) -> int | None:
 
 
 def _refuse_past_record(ledger: Any, at: int | None, when: Any) -> None:
-    """A recorded verdict judged at a time before the log time of the last entry it reads judged a log
-    that did not exist then: refused (exit 2, nothing recorded)."""
-    from ledger.entries import format_time, parse_time
-    from ledger.errors import InputError
+    """A recorded verdict is judged at a time the log and the clock have both reached (the rule
+    ``check routing-change --record`` keeps too, ``record_time.refuse_unrecordable_time``): before the log
+    time of the last entry it reads it judged a log that did not exist then, and after the clock it would
+    sign today what holds only then (evidence stale or a failure aged out by that time). Either is refused
+    (exit 2, nothing recorded)."""
+    from ledger.policy.record_time import refuse_unrecordable_time
 
-    size = ledger.size() if at is None else at
-    if when is None or not 0 < size <= ledger.size():
-        return  # the evaluation reports a size out of range
-    with ledger.repo.read() as conn:
-        head_at = ledger.repo.logged_at(conn, size - 1)
-    if when < parse_time(head_at):
-        raise InputError(
-            f"cannot record a verdict judged at {format_time(when)}: the log it reads ends with an entry "
-            f"logged at {head_at} (seq {size - 1}), after that time",
-            hint="record without --now (the verdict is judged now), or judge the past without --record",
-        )
+    if when is not None:
+        refuse_unrecordable_time(ledger, ledger.size() if at is None else at, when, "verdict")
 
 
 @verdict_app.command("replay")
@@ -335,7 +330,12 @@ def check_routing_change_cmd(
         str | None, typer.Option(help="Judge as of this time (RFC 3339, or e.g. '1 hour ago'; default: now).")
     ] = None,
     record: Annotated[
-        bool, typer.Option("--record", help="Append the decision as a signed routing.change entry.")
+        bool,
+        typer.Option(
+            "--record",
+            help="Append the decision as a signed routing.change entry (judged now, or at a --now no earlier "
+            "than the log's last entry and no later than the clock).",
+        ),
     ] = False,
     key: Annotated[str | None, typer.Option(help="Key that signs --record (operator/admin).")] = None,
     trust_policy: TrustPolicyOption = None,

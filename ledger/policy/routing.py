@@ -1266,21 +1266,19 @@ def record_routing_change(
     ledger: Ledger, result: dict[str, Any], *, key: str, at: datetime | None = None
 ) -> Any:
     """Append the decision as a signed ``routing.change`` entry (refs the verdict it relied on), carrying
-    the reference time it was judged at (``judged_at``). A decision judged at a time before the log time of
-    the last entry it read (``--now`` in the past) judged a ledger that did not exist then: it is refused
-    (InputError, nothing recorded) — such a what-if is for reading, not for the record."""
+    the reference time it was judged at (``judged_at``). Only a decision judged at a time the log and the
+    clock have both reached is recorded (``record_time.refuse_unrecordable_time``, the rule ``ledger verdict
+    --record`` keeps too): one judged before the log time of the last entry it read (``--now`` in the past)
+    judged a ledger that did not exist then, and one judged after the clock (``--now`` in the future; ``at``
+    where the caller sets the log time) may allow what is refused now — a failure that ages out of its
+    bound tomorrow still stands today. Either is refused (InputError, nothing recorded): a what-if is for
+    reading."""
     from ledger.entries import KIND_MODELS
+    from ledger.policy.record_time import refuse_unrecordable_time
 
     judged_at = str(result["now"])
     size = int(result["checkpoint"]["size"])
-    with ledger.repo.read() as conn:
-        head_at = ledger.repo.logged_at(conn, size - 1)
-    if parse_time(judged_at) < parse_time(head_at):
-        raise InputError(
-            f"cannot record a routing decision judged at {judged_at}: the log it read ends with an entry "
-            f"logged at {head_at} (seq {size - 1}), after that time",
-            hint="record without --now (the decision is judged now), or judge the past without --record",
-        )
+    refuse_unrecordable_time(ledger, size, parse_time(judged_at), "routing decision", clock=at)
     dep = result.get("deployment_spec") or {}
     payload = {
         "action": result["action"],

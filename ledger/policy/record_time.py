@@ -1,0 +1,59 @@
+"""The one rule for the reference time a recorded judgement may carry (``ledger verdict --record``, ``ledger
+check routing-change --record``).
+
+A judgement is recorded as the log's word that, at its reference time, the ledger said so. It is signed and
+appended now, so its reference time must be one the log has reached and the clock has reached:
+
+* not before the log time of the last entry it read (``--now`` in the past): the ledger it judged did not
+  exist then — a past what-if is for reading;
+* not after the clock (``--now`` in the future): evidence that still stands now may have aged out by then
+  (a standing failure past its bound, a verdict's freshness), so a decision judged tomorrow and signed today
+  would record a route, or a verdict, the gate refuses today — a future what-if is for reading too.
+
+No clock-skew tolerance (``RECORD_FUTURE_TOLERANCE`` is zero): the clock the reference time is compared with
+is the one that stamps the entry's ``logged_at`` (this process's), and a reference time left out is read
+from that same clock, so a judgement recorded without ``--now``, or with ``--now now``, is never refused by
+it; any tolerance would let a judgement that many seconds ahead pass (fail closed).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ledger.entries import format_time, now_utc, parse_time
+from ledger.errors import InputError
+
+if TYPE_CHECKING:
+    from ledger.policy.port import PolicyLedger as Ledger
+
+__all__ = ["RECORD_FUTURE_TOLERANCE", "refuse_unrecordable_time"]
+
+# how far after the clock a recorded judgement's reference time may lie: none (see the module's text)
+RECORD_FUTURE_TOLERANCE = timedelta(0)
+
+
+def refuse_unrecordable_time(
+    ledger: Ledger, size: int, when: datetime, what: str, *, clock: datetime | None = None
+) -> None:
+    """Refuse (InputError: exit 2, nothing recorded) to record a judgement — ``what``: ``verdict``,
+    ``routing decision`` — made at reference time ``when`` on the log's first ``size`` entries, where
+    ``when`` is before the log time of the last of them or after the clock (``clock``, default now: the
+    time the entry is logged at). A ``size`` out of range is left to the judgement to report."""
+    if 0 < size <= ledger.size():
+        with ledger.repo.read() as conn:
+            head_at = ledger.repo.logged_at(conn, size - 1)
+        if when < parse_time(head_at):
+            raise InputError(
+                f"cannot record a {what} judged at {format_time(when)}: the log it read ends with an entry "
+                f"logged at {head_at} (seq {size - 1}), after that time",
+                hint=f"record without --now (the {what} is judged now), or judge the past without --record",
+            )
+    now = clock if clock is not None else now_utc()
+    if when > now + RECORD_FUTURE_TOLERANCE:
+        raise InputError(
+            f"cannot record a {what} judged at {format_time(when)}: that is after the clock "
+            f"({format_time(now)}): evidence that stands now may no longer stand then (a failure past its "
+            "bound, a verdict gone stale), and what is recorded now is judged now",
+            hint=f"record without --now (the {what} is judged now), or judge the future without --record",
+        )
