@@ -39,6 +39,7 @@ __all__ = [
     "KeyNotFoundError",
     "KeyRevokedError",
     "LedgerError",
+    "LogClockAheadError",
     "LogFormatError",
     "LogInconsistentError",
     "LogOrderError",
@@ -306,6 +307,18 @@ class LogOrderError(IntegrityError):
     """An entry logged earlier than its predecessor: ``logged_at`` never decreases along the log."""
 
     code = "logged-at-decreasing"
+
+
+class LogClockAheadError(IntegrityError):
+    """The head's log time is further ahead of the sequencer's clock than ``ledger.log.MAX_CLOCK_SKEW``: the
+    log's clock never runs back, so every later entry would be committed at that time. Nothing is
+    appended (a time rewritten behind the log's back, or a clock that was set wrong)."""
+
+    code = "logged-at-ahead"
+    hint = (
+        "check this host's clock; `ledger verify` names an entry logged in the future — restore the "
+        "database from a backup the checkpoint this home holds vouches for"
+    )
 
 
 class LogInconsistentError(IntegrityError):

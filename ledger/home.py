@@ -176,7 +176,14 @@ class Home:
         if not self.receipts_path.is_file():
             return []
         out: list[dict[str, Any]] = []
-        for n, line in enumerate(self.receipts_path.read_text().splitlines(), 1):
+        for n, raw in enumerate(self.receipts_path.read_bytes().splitlines(), 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ConfigError(
+                    f"{self.receipts_path}:{n}: not a receipt (not UTF-8 text: byte 0x{raw[e.start]:02x} "
+                    f"at column {e.start + 1})"
+                ) from e
             if not line.strip():
                 continue
             try:

@@ -10,6 +10,7 @@ import binascii
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, NewType
 
 from ledger.canonical import canonical_bytes, parse_canonical
@@ -20,6 +21,7 @@ from ledger.signing import PublicKey, SigningKey
 __all__ = [
     "GENESIS_PREV",
     "LOG_FORMAT",
+    "MAX_CLOCK_SKEW",
     "MAX_RECORD_BYTES",
     "Checkpoint",
     "EntryId",
@@ -76,6 +78,12 @@ LOG_FORMAT = 2
 """The log format. 1: each leaf was the bare envelope (nothing committed ``logged_at`` or the position).
 2: each leaf is a ``LogRecord`` (index, ``logged_at``, entry id, kind, signer), so a checkpoint commits
 the time and position that revocation and validity are judged at; checkpoint key name = the origin."""
+
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+"""How far ahead of its clock a log time may be and still be trusted: the sequencer refuses to inherit
+a head's log time later than its clock plus this (``LogClockAheadError``: a rewritten or a wrong time
+would be every later entry's), and ``ledger verify`` names an entry logged later than its run's clock
+plus this (``logged-at-future``)."""
 
 MAX_RECORD_BYTES = 65535  # a C2SP entry bundle carries entries of at most 2^16 - 1 bytes
 

@@ -58,12 +58,17 @@ __all__ = [
     "SqliteEntries",
     "SqlitePolicyLedger",
     "SqlitePolicyRepo",
+    "admin_ids",
+    "admins_named",
     "check_extends_held",
     "check_revision",
     "committed_key_rows",
     "committed_rows",
     "find_key",
+    "first_logged_since",
     "held_checkpoint_of",
+    "key_candidates",
+    "missing_row_error",
     "page_json",
     "parse_subject_args",
     "record_leaf_hex",
@@ -223,7 +228,11 @@ def record_leaf_hex(seq: int, logged_at: str, entry_id: str, kind: str, signer: 
         return ""
 
 
-def uncommitted_error(row: Sequence[Any], record: bytes | None = None) -> IntegrityError:
+def uncommitted_error(
+    row: Sequence[Any],
+    record: bytes | None = None,
+    consequence: str = "no verdict or routing decision is made on it",
+) -> IntegrityError:
     """The refusal of an evidence row (seq, entry_id, kind, signer, logged_at, …, leaf_hash) whose columns
     are not the record its leaf commits; ``record``: the row's stored log record bytes, when read, to name
     which column differs."""
@@ -251,14 +260,16 @@ def uncommitted_error(row: Sequence[Any], record: bytes | None = None) -> Integr
         what = "; ".join(diffs) or what
     return IntegrityError(
         f"the log's entry at seq {seq} ({str(entry_id)[:16]}) is not as the log committed it: {what} "
-        "(its row was edited behind the log's back); no verdict or routing decision is made on it",
+        f"(its row was edited behind the log's back); {consequence}",
         hint="`ledger verify` names every altered row; restore the database from a backup that the "
         "checkpoint this home holds vouches for",
     )
 
 
 def committed_rows(
-    rows: Iterable[tuple[Any, ...]], record_of: Callable[[int], bytes | None] | None = None
+    rows: Iterable[tuple[Any, ...]],
+    record_of: Callable[[int], bytes | None] | None = None,
+    consequence: str = "no verdict or routing decision is made on it",
 ) -> list[tuple[Any, ...]]:
     """Evidence tuples (seq, entry_id, kind, signer, logged_at, envelope) from rows that carry the stored
     ``leaf_hash`` last, each checked against it (``record_leaf_hex``); ``IntegrityError`` for the first
@@ -288,7 +299,7 @@ def committed_rows(
         suspect = rows
     for r in suspect:  # the canonical record decides (``LogRecord.to_bytes``)
         if record_leaf_hex(r[0], r[4], r[1], r[2], r[3]) != r[6]:
-            raise uncommitted_error(r, record_of(r[0]) if record_of is not None else None)
+            raise uncommitted_error(r, record_of(r[0]) if record_of is not None else None, consequence)
     # the leaf commits the entry id, and the id is the envelope's BLAKE3: an envelope replaced behind the
     # log's back (another entry's, validly signed) would be judged under this entry's id and place
     blake = blake3.blake3
@@ -351,6 +362,100 @@ def _missing_seq(
     return want if want < size else None
 
 
+# Which rows are ``key.*`` entries is what their leaves commit, not their ``kind`` column: one UPDATE of a
+# key.revoke row's kind would take the revocation out of a read selecting on that column alone. A key entry
+# may only be signed by a key holding the admin role (``ledger.entries`` KIND_ROLES), and the signer is
+# committed by the leaf too, so the candidates are the rows of the kind index's ``key.*`` range AND every
+# row signed by a key that held the admin role (the signer index; the admins found as the key entries
+# enrolling or granting it are read: a fixpoint, a round or two). Every candidate is checked against its
+# leaf (``committed_rows``): a key row whose kind column was renamed is still read through its signer and
+# refused, never skipped. Cost: the key entries plus the admins' other entries (verdicts, notes they
+# signed), each through its index — never a scan of the log. Hiding a key entry now takes rewriting both
+# its kind and its signer columns (still found by ``ledger verify``, which re-derives every leaf).
+
+_KEY_KINDS_ADMIN = ("key.enrol", "key.grant")
+
+
+def admins_named(rows: Iterable[tuple[Any, ...]]) -> set[str]:
+    """The key ids the ``key.enrol``/``key.grant`` rows among ``rows`` (evidence tuples, kind column at 2,
+    envelope at 5) give the admin role (read from their envelopes; a row that does not parse names none:
+    the leaf check and the fold refuse it later)."""
+    from ledger.signing import parse_envelope
+
+    found: set[str] = set()
+    for r in rows:
+        if r[2] not in _KEY_KINDS_ADMIN:
+            continue
+        try:
+            payload = parse_envelope(bytes(r[5])).statement()["payload"]
+            if "admin" in payload.get("roles", ()):
+                found.add(str(payload["key_id"]))
+        except (LedgerError, KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return found
+
+
+def first_logged_since(since: str, n: int, candidate: int | None, logged_at_of: Callable[[int], str]) -> int:
+    """The first seq below ``n`` the log took at or after ``since`` (``n`` when none), by the log times the
+    leaves commit: ``logged_at_of(seq)`` reads one row's time checked against its leaf (``IntegrityError``
+    for an edited row, or none at that seq). ``logged_at`` never decreases along the log (the sequencer
+    refuses an earlier time; ``ledger verify`` names one), so the boundary is where the committed times
+    cross ``since``. ``candidate``: the boundary the mutable ``logged_at`` column's index gives (the first
+    seq whose column is at or after ``since``); it is the answer when the committed times of it and of
+    the entry before it confirm it (two primary-key reads). Else — a column moved behind the log's back
+    — the boundary is bisected over committed times (log2 n reads; an edited row met is refused)."""
+
+    def at_or_after(seq: int) -> bool:
+        return logged_at_of(seq) >= since
+
+    c = n if candidate is None else min(max(int(candidate), 0), n)
+    if (c == n or at_or_after(c)) and (c == 0 or not at_or_after(c - 1)):
+        return c
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if at_or_after(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def missing_row_error(seq: int, n: int) -> IntegrityError:
+    """The refusal of a log read that finds no row at a seq below the size it reads at."""
+    return IntegrityError(
+        f"the log has no entry at seq {seq}, below its {n} entries: its row was deleted behind the log's "
+        "back; no verdict or routing decision is made on it",
+        hint=COMMITTED_HINT,
+    )
+
+
+def admin_ids(ring: Keyring) -> list[str]:
+    """The ids of the keys of ``ring`` that hold the admin role (revoked or not): the signers whose rows
+    a fold from where ``ring`` stands reads as candidate key entries (``key_candidates``)."""
+    return sorted(str(k) for k, r in ring.keys.items() if "admin" in r.roles)
+
+
+def key_candidates(
+    by_kind: Iterable[tuple[Any, ...]],
+    signed_by: Callable[[list[str]], Iterable[tuple[Any, ...]]],
+    admins: Iterable[str] = (),
+) -> list[tuple[Any, ...]]:
+    """The rows that may be ``key.*`` entries: ``by_kind`` (the kind index's ``key.*`` range) and the rows
+    ``signed_by(key ids)`` returns for every key that held the admin role — ``admins`` (as of the start of
+    the range) and those the rows read enrol or grant it — each once, in seq order."""
+    rows: dict[int, tuple[Any, ...]] = {int(r[0]): r for r in by_kind}
+    asked: set[str] = set()
+    want = set(admins) | admins_named(rows.values())
+    while want - asked:
+        new = sorted(want - asked)
+        asked.update(new)
+        got = [r for r in signed_by(new) if int(r[0]) not in rows]
+        rows.update((int(r[0]), r) for r in got)
+        want |= admins_named(got)
+    return [rows[s] for s in sorted(rows)]
+
+
 def committed_key_rows(
     rows: Iterable[tuple[Any, ...]],
     start: int,
@@ -375,10 +480,17 @@ def committed_key_rows(
             "which signers are trusted); no verdict or routing decision is made on it",
             hint=hint,
         )
-    # each row against its leaf, its envelope against its entry id (``committed_rows``)
+    # each row against its leaf, its envelope against its entry id (``committed_rows``); then only the
+    # key entries among them (the candidates hold the admins' other entries too), by their checked kind
     return [
         (int(seq), bytes(envelope))
-        for seq, _id, *_, envelope in committed_rows(sorted(rows, key=lambda r: r[0]), record_of)
+        for seq, _id, kind, *_, envelope in committed_rows(
+            sorted(rows, key=lambda r: r[0]),
+            record_of,
+            "no keyring is folded from it (a key entry altered or hidden changes which signers are "
+            "trusted): nothing is appended, and no verdict or routing decision is made, on it",
+        )
+        if str(kind).startswith("key.")
     ]
 
 
@@ -737,7 +849,7 @@ class SqlitePolicyRepo:
         ).fetchone()
         if row is None:
             raise EntryNotFoundError(f"no entry at seq {seq}")
-        if record_leaf_hex(row[0], row[4], row[1], row[2], row[3]) != row[6]:
+        if record_leaf_hex(int(row[0]), row[4], row[1], row[2], row[3]) != row[6]:
             raise uncommitted_error(row, None if row[5] is None else bytes(row[5]))
         return str(row[4])
 
@@ -811,25 +923,30 @@ class SqlitePolicyRepo:
         # needed: where the kind's (or the recent) entries are fewer than RARE_ROWS and no more than the
         # smallest subject field's, they are read from their index and each one's subject checked by one
         # lookup. Every plan returns the same rows.
+        # ``logged_since`` is judged by the log times the leaves commit, never the mutable column: the
+        # first seq logged since (``first_logged_since``: the column's index proposes it, two committed
+        # reads confirm it) bounds the rows by seq, and every row returned is checked against its leaf.
         head = f"SELECT {_EVIDENCE} FROM log_entries AS e"  # noqa: S608
         where = f" WHERE e.kind IN ({_marks(kinds)}) AND e.seq < ?"
         params: list[Any] = [*kinds, n]
+        since_seq = 0
         if logged_since is not None:
-            where += " AND e.logged_at >= ?"
-            params.append(logged_since)
+            since_seq = self._first_since(conn, logged_since, n)
+            where += " AND e.seq >= ?"
+            params.append(since_seq)
         few = "SELECT count(*) FROM (SELECT 1 FROM {} AND seq < ? LIMIT ?)"
         by_kind = self._count(conn, few.format(f"log_entries WHERE kind IN ({_marks(kinds)})"), [*kinds, n])
-        by_time = RARE_ROWS
-        if logged_since is not None:
-            by_time = self._count(conn, few.format("log_entries WHERE logged_at >= ?"), [logged_since, n])
+        by_time = RARE_ROWS if logged_since is None else min(RARE_ROWS, n - since_seq)
         best = min(by_kind, by_time)
         plan = "subject"
         if subject and best < RARE_ROWS:
             field = few.format("entry_subjects WHERE field = ? AND value = ?")
             if all(self._count(conn, field, [k, v, n], best + 1) >= best for k, v in subject.items()):
-                plan = "kind" if by_kind <= by_time else "logged_at"
-        if plan != "subject":  # named: for ORDER BY seq SQLite would rather scan the table than sort
-            head += f" INDEXED BY ix_log_entries_{plan}"
+                plan = "kind" if by_kind <= by_time else "seq"
+        if plan == "kind":  # named: for ORDER BY seq SQLite would rather scan the table than sort
+            head += " INDEXED BY ix_log_entries_kind"
+        elif plan == "seq":  # the recent rows: a range of the rowid (seq)
+            head += " NOT INDEXED"
         member = (
             " AND e.seq IN (SELECT seq FROM entry_subjects WHERE field = ? AND value = ?)"
             if plan == "subject"
@@ -839,7 +956,25 @@ class SqlitePolicyRepo:
         for k, v in subject.items():
             where += member
             params += [k, v]
-        return self._evidence(conn, head + where + " ORDER BY e.seq", params)
+        rows = self._evidence(conn, head + where + " ORDER BY e.seq", params)
+        return rows if logged_since is None else [r for r in rows if str(r[4]) >= logged_since]
+
+    def _first_since(self, conn: sqlite3.Connection, since: str, n: int) -> int:
+        """``first_logged_since`` on this connection: the column's index proposes, committed times decide."""
+        # the first row of the logged_at index at or after ``since``: one index probe (ties in rowid order)
+        got = conn.execute(
+            "SELECT seq FROM log_entries INDEXED BY ix_log_entries_logged_at WHERE logged_at >= ?"
+            " ORDER BY logged_at LIMIT 1",
+            (since,),
+        ).fetchone()
+
+        def committed_at(seq: int) -> str:
+            try:
+                return self.logged_at(conn, seq)
+            except EntryNotFoundError:
+                raise missing_row_error(seq, n) from None
+
+        return first_logged_since(since, n, None if got is None else int(got[0]), committed_at)
 
     @staticmethod
     def _count(conn: sqlite3.Connection, sql: str, params: list[Any], limit: int | None = None) -> int:
@@ -856,14 +991,30 @@ class SqlitePolicyRepo:
         head = (conn or self.conn).execute("SELECT max(seq) FROM log_entries").fetchone()[0]
         return 0 if head is None else int(head) + 1
 
-    def key_rows(self, conn: sqlite3.Connection, start: int, size: int) -> list[tuple[int, bytes]]:
-        """``LogRepo.key_rows``: (seq, envelope) of the ``key.*`` entries, through the kind index, each
-        read as the log committed it and none missing (``committed_key_rows``: IntegrityError)."""
-        rows = self._tuples(
-            conn,
-            f"SELECT {_EVIDENCE} FROM log_entries AS e WHERE e.kind >= 'key.' AND e.kind < 'key/'"  # noqa: S608
-            " AND e.seq >= ? AND e.seq < ? ORDER BY e.kind, e.seq",
-            (start, size),
+    def key_rows(
+        self, conn: sqlite3.Connection, start: int, size: int, admins: Iterable[str] = ()
+    ) -> list[tuple[int, bytes]]:
+        """``LogRepo.key_rows``: (seq, envelope) of the ``key.*`` entries — the kind index's and every
+        admin's rows (``key_candidates``; ``admins``: the admin key ids as of ``start``) — each read as
+        the log committed it and none missing (``committed_key_rows``: IntegrityError)."""
+
+        def signed_by(ids: list[str]) -> list[tuple[Any, ...]]:
+            return self._tuples(
+                conn,
+                f"SELECT {_EVIDENCE} FROM log_entries AS e"  # noqa: S608
+                f" WHERE e.signer IN ({_marks(ids)}) AND e.seq >= ? AND e.seq < ?",
+                (*ids, start, size),
+            )
+
+        rows = key_candidates(
+            self._tuples(
+                conn,
+                f"SELECT {_EVIDENCE} FROM log_entries AS e WHERE e.kind >= 'key.' AND e.kind < 'key/'"  # noqa: S608
+                " AND e.seq >= ? AND e.seq < ? ORDER BY e.kind, e.seq",
+                (start, size),
+            ),
+            signed_by,
+            admins,
         )
 
         def one(sql: str, params: Sequence[Any] = ()) -> Any:

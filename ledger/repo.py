@@ -32,8 +32,16 @@ from ledger.db import (
     read_connection,
     write_transaction,
 )
-from ledger.errors import IntegrityError
-from ledger.reads import committed_key_rows, committed_rows, record_leaf_hex, uncommitted_error
+from ledger.errors import ChainBrokenError
+from ledger.reads import (
+    committed_key_rows,
+    committed_rows,
+    first_logged_since,
+    key_candidates,
+    missing_row_error,
+    record_leaf_hex,
+    uncommitted_error,
+)
 from ledger.tiles import tile_span
 from ledger.tokens import TOKEN_COLUMNS, TokenRecord, token_of_row, tokens_by_hash
 
@@ -53,9 +61,16 @@ __all__ = [
 _TOKENS_BY_HASH = f"SELECT {', '.join(TOKEN_COLUMNS)} FROM {T_TOKENS.name} WHERE token_hash = ANY(%s)"  # noqa: S608
 
 # ``key_rows`` from a position to the head, as the PostgreSQL sequencer pipelines it
+# (and every row the admins signed since, ``ledger.reads.key_candidates``; each checked against its leaf)
 _KEYS_SINCE = (
-    "SELECT seq, envelope FROM log_entries WHERE kind >= 'key.' AND kind < 'key/' AND seq >= %s"
-    " ORDER BY kind, seq"
+    "SELECT seq, entry_id, kind, signer, logged_at, envelope, leaf_hash FROM log_entries"
+    " WHERE ((kind >= 'key.' AND kind < 'key/') OR signer = ANY(%s)) AND seq >= %s"
+)
+_COUNT_SINCE = "SELECT count(*) FROM log_entries WHERE seq >= %s"
+# the head, with what its leaf commits checked (``LogRepo._committed_head``)
+_HEAD = (
+    "SELECT seq, chain_hash, logged_at, entry_id, kind, signer, leaf_hash FROM log_entries"
+    " ORDER BY seq DESC LIMIT 1"
 )
 
 # The columns a policy evaluation reads, in this order: (seq, entry_id, kind, signer, logged_at, envelope)
@@ -285,6 +300,9 @@ class LogRepo:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # the admin key ids of the appender's cached keyring: the sequencer reads their rows since the
+        # cache as candidate key entries (``key_rows``); set by ``Ledger`` before each sequencing
+        self.known_admins: list[str] = []
         self._version_lock = threading.Lock()
         self._version_conn: sqlite3.Connection | None = None
 
@@ -346,15 +364,22 @@ class LogRepo:
 
     @contextmanager
     def sequence(
-        self, ids: Collection[str], tokens: Collection[str] = (), keys_from: int | None = None
+        self,
+        ids: Collection[str],
+        tokens: Collection[str] = (),
+        keys_from: int | None = None,
+        admins: Collection[str] | None = None,
     ) -> Iterator[tuple[sa.Connection, Head | None, set[str], dict[str, TokenRecord], KeysSince | None]]:
         """The sequencer's transaction: take the appenders' lock, then read the head, which of ``ids``
         the log holds, the API tokens with the hashes ``tokens`` (the group's writers, authorised as
         the group commits), and with ``keys_from`` the ``KeysSince`` a cached keyring standing there
-        needs (another replica appended since). Yields (connection, head, present, tokens by hash,
-        keys since). On PostgreSQL with psycopg the lock and the reads go in one round trip (a
+        needs (another replica appended since; ``admins``: the cache's admin key ids, whose rows since
+        are read too — ``key_rows``; default ``known_admins``). Yields (connection, head, present,
+        tokens by hash, keys since). On PostgreSQL with psycopg the lock and the reads go in one round trip (a
         pipeline: the server runs them in order, so the reads see every append and revocation
         committed before the lock was granted)."""
+        if admins is None:
+            admins = self.known_admins
         with write_transaction(self.engine) as conn:
             raw = _psycopg(conn)
             since: KeysSince | None = None
@@ -366,7 +391,7 @@ class LogRepo:
                 size = 0 if head is None else head.seq + 1
                 if keys_from is not None and keys_from != size:  # the cache is behind (or ahead)
                     chain = self.chain_at(conn, keys_from - 1) if keys_from else None
-                    since = KeysSince(keys_from, chain, self.key_rows(conn, keys_from, size))
+                    since = KeysSince(keys_from, chain, self.key_rows(conn, keys_from, size, admins))
             else:
                 try:
                     with (
@@ -376,12 +401,11 @@ class LogRepo:
                         raw.cursor() as tok,
                         raw.cursor() as chain_c,
                         raw.cursor() as keys_c,
+                        raw.cursor() as count_c,
                     ):
                         with raw.pipeline():
                             lock.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK_KEY})")
-                            h.execute(
-                                "SELECT seq, chain_hash, logged_at FROM log_entries ORDER BY seq DESC LIMIT 1"
-                            )
+                            h.execute(_HEAD)
                             known.execute(
                                 "SELECT entry_id FROM log_entries WHERE entry_id = ANY(%s)", (list(ids),)
                             )
@@ -391,17 +415,22 @@ class LogRepo:
                                 chain_c.execute(
                                     "SELECT chain_hash FROM log_entries WHERE seq = %s", (keys_from - 1,)
                                 )
-                                keys_c.execute(_KEYS_SINCE, (keys_from,))
+                                keys_c.execute(_KEYS_SINCE, (sorted(admins), keys_from))
+                                count_c.execute(_COUNT_SINCE, (keys_from,))
                         row = h.fetchone()
                         present = {str(r[0]) for r in known.fetchall()}
                         found = {str(r[5]): token_of_row(r) for r in tok.fetchall()} if tokens else {}
                         if keys_from is not None:
                             c = chain_c.fetchone() if keys_from else None
-                            rows = sorted((int(q), bytes(e)) for q, e in keys_c.fetchall())
-                            since = KeysSince(keys_from, None if c is None else str(c[0]), rows)
+                            got = [tuple(r) for r in keys_c.fetchall()]
+                            counted = int(count_c.fetchone()[0])
                 except Exception as e:
                     raise _db_error(e, "sequence") from e
-                head = None if row is None else Head(int(row[0]), str(row[1]), str(row[2]))
+                head = None if row is None else self._committed_head(conn, row)
+                size = 0 if head is None else head.seq + 1
+                if keys_from is not None and keys_from != size:
+                    rows = self.key_rows(conn, keys_from, size, admins, prefetched=(got, counted))
+                    since = KeysSince(keys_from, None if c is None else str(c[0]), rows)
             yield conn, head, present, found, since
 
     @property
@@ -419,13 +448,32 @@ class LogRepo:
         return 0 if n is None else int(n) + 1
 
     def head(self, conn: sa.Connection) -> Head | None:
-        """(seq, chain_hash, logged_at) of the last entry, or None for an empty log."""
+        """(seq, chain_hash, logged_at) of the last entry, or None for an empty log; its index and log
+        time as its leaf commits them (``_committed_head``)."""
+        e = T_ENTRIES
         row = conn.execute(
-            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.chain_hash, T_ENTRIES.c.logged_at)
-            .order_by(T_ENTRIES.c.seq.desc())
+            sa.select(
+                e.c.seq, e.c.chain_hash, e.c.logged_at, e.c.entry_id, e.c.kind, e.c.signer, e.c.leaf_hash
+            )
+            .order_by(e.c.seq.desc())
             .limit(1)
         ).first()
-        return None if row is None else Head(int(row.seq), str(row.chain_hash), str(row.logged_at))
+        return None if row is None else self._committed_head(conn, tuple(row))
+
+    @staticmethod
+    def _committed_head(conn: sa.Connection, row: Sequence[Any]) -> Head:
+        """The head from its row (seq, chain_hash, logged_at, entry_id, kind, signer, leaf_hash), checked
+        against the record its leaf commits: the sequencer takes the next entry's earliest log time from
+        it, so a ``logged_at`` column rewritten behind the log's back (to 2099: every later entry would
+        be committed then) is ``IntegrityError``, never inherited. One SHA-256 (~1 µs)."""
+        seq, chain, logged_at, entry_id, kind, signer, leaf = row
+        if record_leaf_hex(int(seq), str(logged_at), str(entry_id), str(kind), str(signer)) != leaf:
+            raise uncommitted_error(
+                (int(seq), entry_id, kind, signer, logged_at, None, leaf),
+                _record_of(conn, int(seq)),
+                "it is the log's head: nothing is appended after it, and no keyring is read up to it",
+            )
+        return Head(int(seq), str(chain), str(logged_at))
 
     def bounds(self, conn: sa.Connection) -> tuple[int | None, int | None, int]:
         """(min seq, max seq, count)."""
@@ -584,14 +632,26 @@ class LogRepo:
 
     # --- keys -------------------------------------------------------------------------------------
 
-    def key_rows(self, conn: sa.Connection, start: int, size: int) -> list[tuple[int, bytes]]:
+    def key_rows(
+        self,
+        conn: sa.Connection,
+        start: int,
+        size: int,
+        admins: Collection[str] = (),
+        *,
+        prefetched: tuple[list[tuple[Any, ...]], int] | None = None,
+    ) -> list[tuple[int, bytes]]:
         """(seq, envelope) of the ``key.*`` entries with start <= seq < size, in sequence order, each read
         as the log committed it and none missing (``ledger.reads.committed_key_rows``: ``IntegrityError``
         for a key row edited behind the log's back, or a seq in the range with no row: one deleted).
 
-        A range on the kind index, ordered by (kind, seq) and sorted here: ordered by seq alone, SQLite
-        walks the primary key over the whole log — every envelope of a million-entry ledger — to find
-        the handful of ``key.*`` entries (LIKE would scan it too).
+        The candidates are the kind index's ``key.*`` range and every row signed by a key that held the
+        admin role (``ledger.reads.key_candidates``; ``admins``: those as of ``start``): a key row whose
+        kind column was renamed is still read, through its committed signer, and refused. A range on the
+        kind index, ordered by (kind, seq) and sorted here: ordered by seq alone, SQLite walks the primary
+        key over the whole log — every envelope of a million-entry ledger — to find the handful of
+        ``key.*`` entries (LIKE would scan it too). ``prefetched``: (the candidate rows of ``admins``,
+        the count of rows from ``start`` on) as the PostgreSQL sequencer read them in its round trip.
         """
         e = T_ENTRIES
         q = (
@@ -601,7 +661,17 @@ class LogRepo:
             .order_by(e.c.kind, e.c.seq)
         )
 
+        def signed_by(ids: list[str]) -> list[tuple[Any, ...]]:
+            if prefetched is not None and set(ids) <= set(admins):
+                return []  # read with the kind range in the sequencer's round trip
+            return _fetch_tuples(
+                conn,
+                sa.select(*_COMMITTED_COLUMNS).where(e.c.signer.in_(ids), e.c.seq >= start, e.c.seq < size),
+            )
+
         def count(lo: int, hi: int) -> int:
+            if prefetched is not None and (lo, hi) == (start, size):
+                return prefetched[1]
             return int(
                 conn.execute(sa.select(sa.func.count()).where(e.c.seq >= lo, e.c.seq < hi)).scalar_one()
             )
@@ -623,13 +693,14 @@ class LogRepo:
                 ).scalars()
             ]
 
+        first = prefetched[0] if prefetched is not None else _fetch_tuples(conn, q)
         return committed_key_rows(
-            _fetch_tuples(conn, q),
+            key_candidates(first, signed_by, admins),
             start,
             size,
             count=count,
             seqs=seqs,
-            whole=whole if self.dialect == "sqlite" else None,  # PostgreSQL counts a range as fast
+            whole=whole if self.dialect == "sqlite" and prefetched is None else None,
             record_of=lambda seq: _record_of(conn, seq),
         )
 
@@ -853,15 +924,24 @@ class LogRepo:
                     yield str(digest), str(name)
 
     def key_entries(self, conn: sa.Connection, start: int, size: int) -> list[Any]:
-        """Rows (seq, entry_id, kind, signer, logged_at, envelope) of the ``key.*`` entries with
-        start <= seq < size, in sequence order (through the kind index, as ``key_rows``)."""
+        """Rows (seq, entry_id, kind, signer, logged_at, envelope) that may be the ``key.*`` entries with
+        start <= seq < size, in sequence order: the kind index's and every admin's rows, as ``key_rows``
+        reads them (``ledger.reads.key_candidates``). Unchecked: the caller checks each against the leaf
+        its tree commits, then folds those whose (checked) kind is ``key.*``."""
         e = T_ENTRIES
+        cols = (e.c.seq, e.c.entry_id, e.c.kind, e.c.signer, e.c.logged_at, e.c.envelope)
         q = (
-            sa.select(e.c.seq, e.c.entry_id, e.c.kind, e.c.signer, e.c.logged_at, e.c.envelope)
+            sa.select(*cols)
             .where(e.c.kind >= "key.", e.c.kind < "key/", e.c.seq >= start, e.c.seq < size)
             .order_by(e.c.kind, e.c.seq)
         )
-        return sorted(conn.execute(q).all(), key=lambda r: int(r.seq))
+
+        def signed_by(ids: list[str]) -> list[Any]:
+            return list(
+                conn.execute(sa.select(*cols).where(e.c.signer.in_(ids), e.c.seq >= start, e.c.seq < size))
+            )
+
+        return key_candidates(conn.execute(q).all(), signed_by)
 
     def row_at(self, conn: sa.Connection, seq: int) -> Any:
         """The entry row at ``seq``, or None."""
@@ -996,11 +1076,32 @@ class LogRepo:
         only those the log took at or after it."""
         q = sa.select(*_COMMITTED_COLUMNS).where(T_ENTRIES.c.kind.in_(list(kinds)), T_ENTRIES.c.seq < n)
         if logged_since is not None:
-            q = q.where(T_ENTRIES.c.logged_at >= logged_since)
+            # by the log times the leaves commit, never the mutable column: the first seq logged since
+            # (the column's index proposes it, two committed reads confirm it; else bisected over
+            # committed times) bounds the rows by seq, and each row returned is checked against its leaf
+            q = q.where(T_ENTRIES.c.seq >= self.first_logged_since(conn, logged_since, n))
         for k, v in subject.items():
             sub = sa.select(T_SUBJECTS.c.seq).where(T_SUBJECTS.c.field == k, T_SUBJECTS.c.value == v)
             q = q.where(T_ENTRIES.c.seq.in_(sub))
-        return _fetch_committed(conn, q.order_by(T_ENTRIES.c.seq))
+        rows = _fetch_committed(conn, q.order_by(T_ENTRIES.c.seq))
+        return rows if logged_since is None else [r for r in rows if str(r[4]) >= logged_since]
+
+    def first_logged_since(self, conn: sa.Connection, since: str, n: int) -> int:
+        """The first seq below ``n`` the log took at or after ``since`` (``n`` when none), by committed log
+        times (``ledger.reads.first_logged_since``): one probe of the logged_at index proposes it, two
+        primary-key reads checked against their leaves confirm it."""
+        e = T_ENTRIES
+        got = conn.execute(
+            sa.select(e.c.seq).where(e.c.logged_at >= since).order_by(e.c.logged_at, e.c.seq).limit(1)
+        ).scalar()
+
+        def committed_at(seq: int) -> str:
+            try:
+                return self.logged_at(conn, seq)
+            except sa.exc.NoResultFound:
+                raise missing_row_error(seq, n) from None
+
+        return first_logged_since(since, n, None if got is None else int(got), committed_at)
 
     def referrer_rows(self, conn: sa.Connection, entry_id: str, n: int) -> list[tuple[Any, ...]]:
         """The evidence tuples below ``n`` of the entries that reference ``entry_id``, in seq order (the
@@ -1020,7 +1121,9 @@ class LogRepo:
         try:
             return TileTree(self.tile_source(conn), size).root()
         except ValueError as e:  # a leaf hash column that is not hex
-            raise IntegrityError(f"a stored leaf hash below size {size} is not a hash: {e}") from e
+            raise ChainBrokenError(
+                f"a stored leaf hash below size {size} is not a hash ({e}): edited behind the log's back"
+            ) from e
 
     # --- reviewer pages -------------------------------------------------------------------------------
 

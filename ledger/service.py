@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import mimetypes
 import os
 import socket
@@ -34,12 +35,14 @@ from ledger.entries import (
 from ledger.errors import (
     ArtifactMissingError,
     BatchTooLargeError,
+    ChainBrokenError,
     ConfigError,
     DanglingRefError,
     EntryNotFoundError,
     InputError,
     IntegrityError,
     LedgerError,
+    LogClockAheadError,
     LogFormatError,
     LogInconsistentError,
     LogTimeBackwardsError,
@@ -53,6 +56,7 @@ from ledger.keyring import KeyRecord, Keyring
 from ledger.log import (
     GENESIS_PREV,
     LOG_FORMAT,
+    MAX_CLOCK_SKEW,
     Checkpoint,
     EntryId,
     LogRecord,
@@ -68,6 +72,7 @@ from ledger.log import (
 from ledger.logged import LoggedEntry, entry_from_row
 from ledger.proofs import AuditReport, audit_receipts
 from ledger.reads import (  # parse_subject_args: defined there, imported by the CLI without the service
+    admin_ids,
     find_key,
     page_json,
     parse_subject_args,
@@ -348,7 +353,7 @@ class Ledger:
                 )
                 if ring.seq > size or at_end != self._keyring_chain:
                     self._keyring = ring = Keyring()
-            replay_keys(ring, self.repo.key_rows(conn, ring.seq, size), size)
+            replay_keys(ring, self.repo.key_rows(conn, ring.seq, size, admin_ids(ring)), size)
             self._keyring_chain = GENESIS_PREV if head is None else str(head.chain_hash)
             return ring
 
@@ -359,7 +364,7 @@ class Ledger:
             # Bounded by the log size seen, so the next fold starts where this one ended rather than
             # at the last key.
             size = self.repo.size(c) if upto is None else upto
-            replay_keys(ring, self.repo.key_rows(c, ring.seq, size), size)
+            replay_keys(ring, self.repo.key_rows(c, ring.seq, size, admin_ids(ring)), size)
 
         if conn is not None:
             run(conn)
@@ -717,7 +722,15 @@ class Ledger:
                 tokens = {r.token for r in group if r.token is not None}
                 with self._cache_lock:  # where this process's keys stand (replicas append too)
                     keys_from = self._keyring.seq
-                with self.repo.sequence(asked, tokens, keys_from) as (conn, head, present, found, since):
+                    # whose rows since the cache are read as candidate key entries (``LogRepo.key_rows``)
+                    self.repo.known_admins = admin_ids(self._keyring)
+                with self.repo.sequence(asked, tokens, keys_from) as (
+                    conn,
+                    head,
+                    present,
+                    found,
+                    since,
+                ):
                     admitted = _authorise(group, found)
                     if not admitted:
                         return False
@@ -815,6 +828,15 @@ class Ledger:
                 latest = trusted.last_logged_at
                 if req.given is None:
                     # the log's clock never runs back: a system clock stepped back logs at the head's time
+                    # — but never inherits a head time far ahead of the clock (one rewritten behind the
+                    # log's back, or a clock set wrong once): every later entry would be committed then
+                    if latest is not None and latest > now + MAX_CLOCK_SKEW:
+                        raise LogClockAheadError(
+                            f"the newest entry (seq {next_seq - 1}) was logged at {format_time(latest)}, "
+                            f"more than {int(MAX_CLOCK_SKEW.total_seconds())} s ahead of this clock "
+                            f"({format_time(now)}); nothing is appended, the log's time is not "
+                            "carried forward"
+                        )
                     when = now if latest is None else max(now, latest)
                 elif latest is not None and req.given < latest:
                     raise LogTimeBackwardsError(
@@ -1211,7 +1233,9 @@ class Ledger:
         process, so after a rollback or a failover what is signed is what the database holds."""
         current = self.repo.size(conn)
         n = current if size is None else size
-        if not 0 <= n <= current:
+        if n < 0:
+            raise InputError(f"tree size {n}: a tree size is a non-negative integer")
+        if not n <= current:
             raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
         return TileTree(self.repo.tile_source(conn), n)
 
@@ -1502,10 +1526,22 @@ class Ledger:
         lo = index * TILE_WIDTH
         with self.repo.read(snapshot=True) as conn:
             records = self.repo.records(conn, lo, lo + w)
-        if len(records) < w:
-            raise EntryNotFoundError(f"the log has no entry bundle {index} of width {w} yet")
-        if any(r is None for r in records):
-            raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
+            size = self.repo.size(conn)
+            if len(records) < w:
+                if lo + w <= size:  # below the log's size: rows gone, not "not yet"
+                    raise ChainBrokenError(
+                        f"the log has {len(records)} entries in {lo}..{lo + w - 1}, below its size {size}, "
+                        f"not {w}: a row was deleted behind the log's back; entry bundle {index} is not "
+                        "served"
+                    )
+                raise EntryNotFoundError(f"the log has no entry bundle {index} of width {w} yet")
+            if any(r is None for r in records):
+                raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
+            # each record must be the leaf the hash tiles serve beside it (one tile read, w SHA-256s)
+            leaves = TileTree(self.repo.tile_source(conn), size).hashes(0, lo, lo + w)
+        for i, (r, leaf) in enumerate(zip(records, leaves, strict=True)):
+            if r is None or hashlib.sha256(b"\x00" + r).digest() != leaf:
+                raise record_leaf_error(lo + i)
         return b"".join(len(r).to_bytes(2, "big") + r for r in records if r is not None)
 
     def export_tiles(
@@ -1567,6 +1603,8 @@ class Ledger:
                 for t in builder.append(bytes.fromhex(str(leaf))):
                     put(f"tile/{t.level}/{tile_path(t.index)}", t.hashes)
                 rec = bytes(record)
+                if hashlib.sha256(b"\x00" + rec).hexdigest() != str(leaf):  # never publish a record
+                    raise record_leaf_error(int(seq))  # that is not the leaf in the tile beside it
                 bundle.append(len(rec).to_bytes(2, "big") + rec)
                 if len(bundle) == TILE_WIDTH:
                     put(f"tile/entries/{tile_path(int(seq) // TILE_WIDTH)}", b"".join(bundle))
@@ -1633,12 +1671,15 @@ class Ledger:
                 return None
 
         def columns(entry_id: str) -> LogRecord | None:
-            """The record as the log's readers see it: the row's columns (``log``, ``show``, the policy)."""
-            try:
-                e = self.get(entry_id)
-            except EntryNotFoundError:
+            """The record as the log's readers see it: the row's own columns (``log``, ``show``, the
+            policy and the keyring select and judge rows by them) — never the envelope's kind and signer,
+            which a rewritten ``kind`` column (a key.revoke renamed) leaves as they were."""
+            row = self.repo.by_id(entry_id)
+            if row is None:
                 return None
-            return LogRecord(e.seq, e.logged_at, e.entry_id, e.kind, e.signer)
+            return LogRecord(
+                int(row.seq), str(row.logged_at), str(row.entry_id), str(row.kind), str(row.signer)
+            )
 
         own = fetch is None and (origin is None or origin == self.cfg.origin)
         report = audit_receipts(
@@ -1692,13 +1733,17 @@ class Ledger:
 
     def consistency(self, old_size: int, new_size: int | None = None) -> dict[str, Any]:
         """A consistency proof between two sizes, with both signed checkpoints (read only)."""
+        for what, given in (("old size", old_size), ("new size", new_size)):
+            if given is not None and given < 0:
+                raise InputError(f"{what} {given}: a tree size is a non-negative integer")
         with self.repo.read(snapshot=True) as conn:
             tree = self._tree_at(conn, new_size)
             new = tree.size
             if not 0 <= old_size <= new:
-                if 0 <= old_size <= self.repo.size(conn):
+                current = self.repo.size(conn)
+                if old_size <= current:
                     raise InputError(f"consistency needs old size ({old_size}) <= new size ({new})")
-                raise InputError(f"the log has {new} entries; no checkpoint at size {old_size}")
+                raise InputError(f"the log has {current} entries; no checkpoint at size {old_size}")
             proof = tree.consistency_proof(old_size) if old_size else []
             roots = tree.root(old_size), tree.root()
         old_cp, new_cp = self._sign(old_size, roots[0]), self._sign(new, roots[1])
@@ -1768,6 +1813,18 @@ class Ledger:
 _OWN_RECEIPTS = (
     "this home keeps the receipt of every entry it appends to its own log (`ledger init` kept the first)"
 )
+
+
+def record_leaf_error(seq: int) -> ChainBrokenError:
+    """The refusal to serve or publish the log record at ``seq``: it does not hash to the leaf the tiles
+    (and checkpoints) commit — its ``record`` column was rewritten behind the log's back."""
+    return ChainBrokenError(
+        f"the stored log record at seq {seq} does not hash to its Merkle leaf (SHA-256(0x00 || record)): "
+        "its record was rewritten behind the log's back; nothing that would contradict the tiles is "
+        "served or published",
+        hint="run `ledger verify` on the log's home; restore the database from a backup the checkpoint "
+        "this home holds vouches for",
+    )
 
 
 def _too_large(size: int) -> str:

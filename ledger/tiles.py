@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ledger.errors import InputError, IntegrityError
+from ledger.errors import ChainBrokenError, InputError
 from ledger.log import _EMPTY_ROOT, _node, _split, merkle_root
 
 __all__ = [
@@ -117,8 +117,9 @@ class TileTree:
         if key not in self._tiles:
             got = self.source.tiles(level, index, index + 1).get(index)
             if got is not None and len(got) != TILE_WIDTH * HASH:
-                raise IntegrityError(
-                    f"stored tile {level}/{index} is {len(got)} bytes, not {TILE_WIDTH * HASH}"
+                raise ChainBrokenError(
+                    f"stored tile {level}/{index} is {len(got)} bytes, not {TILE_WIDTH * HASH}: the "
+                    "database's hash tiles were edited behind the log's back"
                 )
             self._tiles[key] = got
         return self._tiles[key]
@@ -164,7 +165,10 @@ class TileTree:
             if level == 0:
                 got = self.source.leaves(lo, hi)
                 if len(got) != hi - lo:
-                    raise IntegrityError(f"the log has {len(got)} leaves in {lo}..{hi}, not {hi - lo}")
+                    raise ChainBrokenError(
+                        f"the log has {len(got)} leaves in {lo}..{hi - 1}, not {hi - lo}: a row below its "
+                        "size was deleted behind the log's back"
+                    )
             else:
                 roots = self.source.roots(level - 1, lo, hi)
                 got = [

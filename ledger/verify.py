@@ -23,7 +23,7 @@ from typing import Any
 from ledger import _verify_range as _range
 from ledger._verify_range import RangeFacts, check_range, pool_init, pool_task
 from ledger.db import make_engine
-from ledger.entries import parse_time
+from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import (
     LedgerError,
     LogInconsistentError,
@@ -34,6 +34,7 @@ from ledger.hashing import parse_digest
 from ledger.keyring import Keyring
 from ledger.log import (
     GENESIS_PREV,
+    MAX_CLOCK_SKEW,
     Checkpoint,
     LogRecord,
     entry_id_of,
@@ -86,6 +87,7 @@ class Problem(StrEnum):
     CHECKPOINT_MISMATCH = "checkpoint-mismatch"
     TILE_MISMATCH = "tile-mismatch"
     LOG_INCONSISTENT = LogInconsistentError.code
+    LOGGED_AT_FUTURE = "logged-at-future"  # later than the verify run's clock + ``MAX_CLOCK_SKEW``
 
 
 @dataclass
@@ -154,6 +156,8 @@ class _Order:
     checkpoints: Iterator[Any]
     next_cp: Any
     anchor: Checkpoint | None = None  # the home's held checkpoint, checked as the tree passes its size
+    # a log time later than this (the run's clock + ``MAX_CLOCK_SKEW``, as the log writes times) is named
+    future_after: str = field(default_factory=lambda: format_time(now_utc() + MAX_CLOCK_SKEW))
 
 
 HOME_HOLDS = "the signed checkpoint this home holds"
@@ -230,7 +234,10 @@ def _held_start(
                     )
                 )
                 return None
-        ring = replay_keys(Keyring(), [(int(r.seq), bytes(r.envelope)) for r in rows], s)
+        # the candidates hold the admins' other entries too (``LogRepo.key_entries``): fold the key entries
+        ring = replay_keys(
+            Keyring(), [(int(r.seq), bytes(r.envelope)) for r in rows if str(r.kind).startswith("key.")], s
+        )
         last_at = parse_time(last.logged_at) if last is not None else None
         builder = held.builder()
     order = _Order(
@@ -398,6 +405,7 @@ def _in_order(
     problems.extend(
         VerifyProblem(code=_CODES.get(c, c), message=m, seq=q, id=i) for q, i, c, m in facts.problems
     )
+    _future(order, facts, problems)
     stored: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
     for t in facts.tiles:
         stored.setdefault((t[0], t[1]), []).append(t)
@@ -535,6 +543,34 @@ def _trust(order: _Order, facts: RangeFacts, report: VerifyReport) -> None:
                 trusted.update(seq, "", {}, at)
         except LedgerError as e:
             problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, e.message, seq=seq, id=entry_id))
+
+
+def _future(order: _Order, facts: RangeFacts, problems: list[VerifyProblem]) -> None:
+    """Name the range's first entry logged later than the run's clock plus ``MAX_CLOCK_SKEW``: the log's
+    clock never runs back, so one such time (a clock set wrong, or a head's time rewritten and inherited)
+    is every later entry's too. The log writes its times in one fixed RFC 3339 form, so text order is time
+    order (one ``max`` over the range's texts; a time not in that form is named by the range check)."""
+    times = facts.times
+    if not times or max(times) <= order.future_after:
+        return
+    for seq, entry_id, logged_at in zip(facts.seqs, facts.ids, times, strict=True):
+        if logged_at > order.future_after:
+            later = sum(1 for t in times if t > order.future_after) - 1
+            problems.append(
+                VerifyProblem(
+                    Problem.LOGGED_AT_FUTURE,
+                    f"logged at {logged_at}, later than this run's clock plus "
+                    f"{int(MAX_CLOCK_SKEW.total_seconds())} s ({order.future_after})"
+                    + (
+                        f"; {later} more entr{'y' if later == 1 else 'ies'} of this range too"
+                        if later
+                        else ""
+                    ),
+                    seq=seq,
+                    id=entry_id,
+                )
+            )
+            return
 
 
 def _check_anchor(order: _Order, report: VerifyReport) -> None:

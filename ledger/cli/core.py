@@ -519,7 +519,7 @@ def verify(
     from rich.text import Text
 
     ledger = get_ledger(database_url=database_url)
-    note = since.read_text(encoding="utf-8") if since is not None else None
+    note = _read_text(since, "the checkpoint file (--from)") if since is not None else None
     with progress("verifying the ledger", total=ledger.size(), unit="entries", quiet=json_out) as bar:
         report = ledger.verify(artifacts=artifacts, workers=workers, since=note, progress=bar.hook)
     audited = audit_report(ledger) if receipts else None
@@ -556,7 +556,9 @@ def audit_report(
     key this home recorded for the server: ``LEDGER_LOG_VKEY`` or first use, HOME/log-keys.json), else the
     one the receipts kept name, never merely the one the server names now."""
     key = (
-        Path(public_key[1:]).read_text().strip() if public_key and public_key.startswith("@") else public_key
+        _read_text(Path(public_key[1:]), "the public key file (--public-key @FILE)").strip()
+        if public_key and public_key.startswith("@")
+        else public_key
     )
     if not server:
         return ledger.audit(public_key=key)
@@ -785,7 +787,7 @@ def proof_verify(
     from ledger.errors import InputError
     from ledger.proofs import verify_proof_document, verify_with_policy
 
-    held = checkpoint_file.read_text() if checkpoint_file else None
+    held = _read_text(checkpoint_file, "the checkpoint file (--checkpoint)") if checkpoint_file else None
     doc = parse_json(proof.read_bytes())
     policy = load_policy_option(trust_policy)
     if policy is not None:
@@ -797,7 +799,11 @@ def proof_verify(
     elif public_key is None:
         raise InputError("give the log's --public-key or a --trust-policy")
     else:
-        pk = Path(public_key[1:]).read_text().strip() if public_key.startswith("@") else public_key
+        pk = (
+            _read_text(Path(public_key[1:]), "the public key file (--public-key @FILE)").strip()
+            if public_key.startswith("@")
+            else public_key
+        )
         result = verify_proof_document(doc, pk, key_name, held)
     if json_out:
         print_json(result)
@@ -926,3 +932,19 @@ def register(app: typer.Typer) -> None:
     app.add_typer(store_app, name="store")
     app.add_typer(proof_app, name="proof")
     app.add_typer(tiles_app, name="tiles")
+
+
+def _read_text(path: Path, what: str) -> str:
+    """A text file a command was given (a checkpoint note, a key), as UTF-8: one that is not, or cannot
+    be read, is ``InputError`` naming it (exit 2), never a traceback."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {what} {path}: {e.strerror or e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{what} {path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
+            hint="give the file as the log wrote it: a C2SP signed note or a key, in UTF-8",
+        ) from e
