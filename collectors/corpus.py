@@ -42,8 +42,9 @@ def corpus_digest(path: Path) -> str:
 def read_pinned_jsonl(path: Path, expected_digest: str) -> PinnedFile:
     """Hash the file, refuse it unless it is the pinned one, then parse those same bytes as JSONL.
 
-    Blank lines are allowed; every other line must be one JSON object. Nothing is sent to an engine
-    before this succeeds.
+    Blank lines are allowed; every other line must be one JSON object. Lines end at "\n" (or "\r\n")
+    only, as JSON Lines says: U+2028, U+2029, U+0085 and the other breaks ``str.splitlines`` knows may stand
+    raw inside a JSON string. Nothing is sent to an engine before this succeeds.
     """
     want = parse_digest(expected_digest)  # malformed pins are input errors, not mismatches
     data = _read_bytes(path)
@@ -55,8 +56,9 @@ def read_pinned_jsonl(path: Path, expected_digest: str) -> PinnedFile:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: corpus is not UTF-8 ({e.reason} at byte {e.start})") from e
     rows: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
+        if not line.strip(" \t"):  # JSON's whitespace; any other character makes the line an item
             continue
         try:
             value = json.loads(line)

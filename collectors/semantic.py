@@ -8,6 +8,10 @@ Each corpus line is ``{"id", "messages", "checks": [...]}`` (``max_tokens`` opti
   {"type": "json_schema", "schema": {...}}       the answer parses as JSON and validates (JSON Schema 2020-12)
   {"type": "cel", "expr": "answer.n == 4"}       CEL over ``answer`` (the parsed JSON) and ``text``
 
+"Parses as JSON" is strict JSON (``ledger.canonical.parse_json``): ``NaN``, ``Infinity`` and a key twice are
+no JSON. A CEL check reads ``text`` (the stripped answer) always, and ``answer`` where the answer parses: an
+expression that reads ``answer`` of an answer that is not JSON fails its item, saying so.
+
 An unknown check type, an unknown key, a bad regex, schema or CEL expression refuses the corpus before
 any request. An item passes when every one of its checks passes; the score is the fraction of items
 that pass, judged against the policy's threshold. The first engine fault stops the run (no retry, no
@@ -40,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
 from ledger.atomic import write_atomic
+from ledger.canonical import parse_json
 from ledger.collectors.benchmark import (
     NO_AGGREGATE,
     Bindings,
@@ -60,7 +65,7 @@ from ledger.collectors.benchmark import (
 )
 from ledger.collectors.corpus import read_pinned_jsonl
 from ledger.entries import format_time, validate_payload
-from ledger.errors import ConfigError, PolicyError
+from ledger.errors import CanonicalJsonError, ConfigError, PolicyError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy.conditions import Condition, compile_condition
 from ledger.recorder import Recorder
@@ -240,14 +245,17 @@ class CheckOutcome:
     reason: str | None = None
 
 
-_NOT_JSON = object()
+@dataclass(frozen=True)
+class _NotJson:
+    why: str  # what the strict parser said
 
 
 def _parse(text: str) -> Any:
+    """The answer as strict JSON (the ledger's parser: no NaN/Infinity, no key twice), else ``_NotJson``."""
     try:
-        return json.loads(text)
-    except ValueError:
-        return _NOT_JSON
+        return parse_json(text)
+    except CanonicalJsonError as e:
+        return _NotJson(e.message)
 
 
 def score_answer(item: SemanticItem, text: str) -> list[CheckOutcome]:
@@ -269,8 +277,8 @@ def score_answer(item: SemanticItem, text: str) -> list[CheckOutcome]:
             assert compiled.regex is not None
             ok = compiled.regex.search(stripped) is not None
             out.append(CheckOutcome(c.type, ok, None if ok else f"answer does not match /{c.pattern}/"))
-        elif answer is _NOT_JSON:
-            out.append(CheckOutcome(c.type, False, f"answer is not JSON: {stripped[:80]!r}"))
+        elif isinstance(c, JsonSchemaCheck) and isinstance(answer, _NotJson):
+            out.append(CheckOutcome(c.type, False, _not_json(stripped, answer)))
         elif isinstance(c, JsonSchemaCheck):
             error = next(iter(compiled.validator.iter_errors(answer)), None)
             if error is None:
@@ -280,12 +288,24 @@ def score_answer(item: SemanticItem, text: str) -> list[CheckOutcome]:
                 out.append(CheckOutcome(c.type, False, f"schema: {where}: {error.message}"[:300]))
         else:
             assert compiled.program is not None
+            # CEL_NAMES: ``text`` always, ``answer`` only where the answer is JSON (an expression that
+            # then reads it fails: an undefined name is an error, never a pass)
+            context = (
+                {"text": stripped} if isinstance(answer, _NotJson) else {"answer": answer, "text": stripped}
+            )
             try:
-                ok = compiled.program.holds({"answer": answer, "text": stripped})  # CEL_NAMES
+                ok = compiled.program.holds(context)
                 out.append(CheckOutcome(c.type, ok, None if ok else f"CEL `{c.expr}` is false"))
             except PolicyError as e:
-                out.append(CheckOutcome(c.type, False, e.message[:300]))
+                why = e.message
+                if isinstance(answer, _NotJson):
+                    why = f"{_not_json(stripped, answer)}, and CEL `{c.expr}` reads answer: {why}"
+                out.append(CheckOutcome(c.type, False, why[:300]))
     return out
+
+
+def _not_json(stripped: str, answer: _NotJson) -> str:
+    return f"answer is not JSON ({answer.why[:120]}): {stripped[:80]!r}"
 
 
 # --- running ---------------------------------------------------------------------------------------
