@@ -41,7 +41,7 @@ import ledger
 from ledger.atomic import write_atomic
 from ledger.collectors.corpus import PinnedFile, read_pinned_jsonl
 from ledger.entries import HarnessOutcome, format_time, validate_payload
-from ledger.errors import ConfigError
+from ledger.errors import ConfigError, LedgerError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.recorder import Recorder
 
@@ -95,6 +95,10 @@ __all__ = [
 #     judged makes the run invalid; every question's evidence is in the result (engine_checks)
 HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+6"
 NO_AGGREGATE = "no aggregate result"
+# the figure c1 repeatability is judged by (DESIGN §4: "repeatability by token parity across repetitions at
+# temperature 0"), and the word a failure of its bound is reported with
+PARITY_FIGURE = "c1_parity"
+REPEATABILITY = "c1 repeatability"
 PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
 RESULT_ARTIFACT = "benchmark-result.json"
@@ -1009,12 +1013,28 @@ def _saturation_across_levels(aggregate: Mapping[str, Any], spec: BenchmarkSpec)
     return out
 
 
-def repeatability(records: Sequence[RequestRecord], level: int = 1) -> dict[str, Any] | None:
+def _same_output(ref: RequestRecord, other: RequestRecord) -> tuple[bool, bool]:
+    """(the two outputs are the same, only their token counts differ). By token ids where both carry them;
+    else by the digest of the text AND the output token count the engine reported (or the harness counted):
+    the same text generated as other tokens is not the same output at temperature 0."""
+    if ref.token_ids_digest and other.token_ids_digest:
+        return ref.token_ids_digest == other.token_ids_digest, False
+    same_text = ref.output_digest == other.output_digest
+    same_count = (ref.output_tokens, ref.tokens_from) == (other.output_tokens, other.tokens_from)
+    return same_text and same_count, same_text and not same_count
+
+
+def repeatability(
+    records: Sequence[RequestRecord], level: int = 1, *, token_ids_asked: bool = False
+) -> dict[str, Any] | None:
     """Prompt-by-prompt parity of the outputs at ``level`` (temperature 0: c1), across repetitions.
 
     Each prompt's reference is its first completed output (repetition 0); every other completed output
     of that prompt at that level is compared with it — by token ids where both carry them, else by the
-    digest of the text. None when nothing could be compared.
+    digest of the text and the output token count (``_same_output``). ``by`` says which: "token_ids"
+    only where every output compared carried ids; ``asked`` what the run asked for (``request_token_ids``:
+    "token_ids", else "text"), so a run that asked for ids and compared text says so. None when nothing
+    could be compared.
     """
     by_prompt: dict[str, list[RequestRecord]] = {}
     for r in sorted(records, key=lambda r: (r.repetition, r.index)):
@@ -1022,17 +1042,17 @@ def repeatability(records: Sequence[RequestRecord], level: int = 1) -> dict[str,
             by_prompt.setdefault(r.prompt_id, []).append(r)
     compared = matched = 0
     mismatched: list[str] = []
+    counts_differ: list[str] = []
     for pid, outs in by_prompt.items():
         ref = outs[0]
         ok = True
         for other in outs[1:]:
             compared += 1
-            if ref.token_ids_digest and other.token_ids_digest:
-                same = ref.token_ids_digest == other.token_ids_digest
-            else:
-                same = ref.output_digest == other.output_digest
+            same, only_count = _same_output(ref, other)
             matched += same
             ok = ok and same
+            if only_count and pid not in counts_differ:
+                counts_differ.append(pid)
         if not ok:
             mismatched.append(pid)
     if compared == 0:
@@ -1044,8 +1064,22 @@ def repeatability(records: Sequence[RequestRecord], level: int = 1) -> dict[str,
         "fraction": round(matched / compared, 6),
         "prompts": len(by_prompt),
         "prompts_mismatched": sorted(mismatched),
+        # the prompts whose text repeated while the output token count did not
+        "token_counts_differ": sorted(counts_differ),
         "by": "token_ids" if all(r.token_ids_digest for o in by_prompt.values() for r in o) else "text",
+        "asked": "token_ids" if token_ids_asked else "text",
     }
+
+
+def parity_not_as_asked(parity: Mapping[str, Any] | None) -> str | None:
+    """Why a parity record that asked for token ids did not compare by them (the engine sent none for some
+    output), or None: such a run's c1 repeatability is not the token parity its spec asked for."""
+    if parity is None or parity.get("asked") != "token_ids" or parity.get("by") == "token_ids":
+        return None
+    return (
+        f"{REPEATABILITY}: token ids were asked for (request_token_ids) but the engine did not send them "
+        f"for every c1 output: parity compared {parity.get('by')}, not token ids"
+    )
 
 
 def _flat_figures(aggregate: Mapping[str, Any] | None, parity: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -1065,7 +1099,7 @@ def _flat_figures(aggregate: Mapping[str, Any] | None, parity: Mapping[str, Any]
         issued += f["issued"]
     out["error_rate"] = round(errors / issued, 6) if issued else None
     if parity is not None:
-        out["c1_parity"] = parity["fraction"]
+        out[PARITY_FIGURE] = parity["fraction"]
     return out
 
 
@@ -1610,9 +1644,13 @@ async def run_benchmark_async(
             if stop.reason is not None:
                 break
             if repetition:  # the same bytes in every repetition: re-read and re-hash
-                again = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
-                if again.prompts != corpus.prompts:
-                    cross.append(f"repetition {repetition}: corpus changed")
+                try:
+                    again = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
+                except LedgerError as e:  # another digest, gone, unreadable: the run stays, invalid
+                    cross.append(f"repetition {repetition}: corpus changed ({e.message})")
+                else:
+                    if again.prompts != corpus.prompts:
+                        cross.append(f"repetition {repetition}: corpus changed")
             bound, unread = await read_bindings(client, base, bindings)
             if bound is None:
                 stop.fault(f"engine fault before repetition {repetition}: {unread}")
@@ -1678,7 +1716,9 @@ async def run_benchmark_async(
         reasons += [f"after a request timed out: {why}" for why in check.unjudged]
         reasons += sat if spec.saturation == "invalid" else []
         if 1 in spec.concurrency:
-            parity = repeatability(all_records, 1)
+            parity = repeatability(all_records, 1, token_ids_asked=spec.request_token_ids)
+            if why := parity_not_as_asked(parity):
+                reasons.append(why)
         notes = [n for run in runs for n in run.notes] + (sat if spec.saturation == "report" else [])
     else:
         reasons = [f"{NO_AGGREGATE}: {stop.reason}"]
@@ -1764,10 +1804,16 @@ def judge_bounds(
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             failures.append(f"{name}: figure missing ({NO_AGGREGATE if not figures else 'not measured'})")
             continue
+        # c1 parity is the repeatability check: its failure says so (seed 003's "c1 repeatability FAIL")
+        said = (
+            f"{REPEATABILITY} FAIL (token parity across repetitions at temperature 0): "
+            if name == PARITY_FIGURE
+            else ""
+        )
         if "max" in bound and value > bound["max"]:
-            failures.append(f"{name} = {value:g} above the bound {bound['max']:g}")
+            failures.append(f"{said}{name} = {value:g} above the bound {bound['max']:g}")
         if "min" in bound and value < bound["min"]:
-            failures.append(f"{name} = {value:g} below the bound {bound['min']:g}")
+            failures.append(f"{said}{name} = {value:g} below the bound {bound['min']:g}")
     return failures, judged
 
 
@@ -1820,6 +1866,9 @@ def benchmark_gate_payload(
             "corpus_digest": result.corpus_digest,
             "temperature": spec.temperature,
             "api": spec.api,
+            # what c1 parity was asked to compare by (token ids: request_token_ids); bounds.parity.by says
+            # what it compared by, and the policy does not credit a run where the two differ
+            "request_token_ids": spec.request_token_ids,
             **spec.validity(),
             "harness": result.harness,
             "outcome": result.outcome,

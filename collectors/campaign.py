@@ -68,6 +68,7 @@ from ledger.collectors.semantic import (
     CHECKS_ARTIFACT,
     SemanticResult,
     SemanticSpec,
+    load_semantic_corpus,
     run_semantic,
     semantic_gate_payload,
 )
@@ -159,15 +160,27 @@ _VALIDITY_KEYS = {
 }
 
 
-def benchmark_validity(campaign: Campaign, policy: Any) -> dict[str, Any]:
+_CLAIMED: Any = object()  # benchmark_validity before the engine's version was detected
+
+
+def benchmark_validity(
+    campaign: Campaign, policy: Any, engine_version: str | None = _CLAIMED
+) -> dict[str, Any]:
     """How the benchmark judges each run valid (BenchmarkSpec fields): the policy's, for the campaign's
     engine (``policy_validity``). The harness records them and the policy's ``spec-mismatch`` compares
     them, so a campaign's own ``saturation``, ``min_duration_seconds`` or ``max_error_rate`` that differs
     is refused before anything is recorded (its run would pass the collector's gate and not be credited);
     only ``saturation`` may name the policy's stricter ``benchmark_saturation`` where the policy lets the
-    engine's over-saturation be reported."""
+    engine's over-saturation be reported.
+
+    ``engine_version``: the engine package's version detected in the engine's interpreter (None: none
+    was). The policy's rules for a named engine (``benchmark_saturation_report_engines``) follow the engine
+    detected, never the campaign's ``[engine] kind`` alone — as the policy grants them only to a job whose
+    manifest binds a detected ``engine_version`` — so with None the engine is judged by the policy's default
+    rule. Left out (the campaign file alone, before detection): the kind, for the checks at load."""
     name = policy.identity().get("name")
-    engine = campaign.spec.engine.kind
+    kind = campaign.spec.engine.kind
+    engine = kind if engine_version is _CLAIMED or engine_version is not None else None
     try:
         approved = policy_validity(policy.params, engine)
     except ConfigError as e:
@@ -176,9 +189,16 @@ def benchmark_validity(campaign: Campaign, policy: Any) -> dict[str, Any]:
     for key, field_name in _VALIDITY_KEYS.items():
         mine = getattr(g, key)
         if mine is not None and mine not in allowed_validity(policy.params, approved, field_name):
+            undetected = ""
+            if engine is None and policy_validity(policy.params, kind)[field_name] == mine:
+                pkgs = " or ".join(BACKEND_PACKAGES.get(kind, ())) or "no known package"
+                undetected = (
+                    f" (no {pkgs} version was detected in the engine's interpreter: the policy's rule for "
+                    f"engine {kind!r} follows the engine detected, not the campaign's [engine] kind)"
+                )
             raise ConfigError(
                 f"{campaign.path}: [gates.benchmark] {key} = {mine!r}, but the policy {name} judges the "
-                f"benchmark runs of engine {engine!r} by {approved[field_name]!r}: leave {key} out"
+                f"benchmark runs of engine {kind!r} by {approved[field_name]!r}{undetected}: leave {key} out"
             )
         if mine is not None:
             approved[field_name] = mine
@@ -403,12 +423,36 @@ class _HarnessGate(_Section):
         return self
 
 
+def _enabled_said(gate: _HarnessGate, name: str) -> None:
+    """A ``[gates.semantic]`` / ``[gates.benchmark]`` table must say whether its gate runs: left out,
+    ``enabled`` would default to false and a table naming a corpus would silently not run (its gate
+    "not configured" after the engine ran). Refused at load, naming the key, after the table's own
+    fields (a mistyped value is named first); leaving the table out says the gate is not run."""
+    if "enabled" not in gate.model_fields_set:
+        given = ", ".join(sorted(gate.model_fields_set)) or "nothing"
+        raise ValueError(
+            f"gates.{name}.enabled is left out: the table sets {given} but does not say whether the {name} "
+            f"gate runs: write enabled = true (or enabled = false; leave the table out to not run it)"
+        )
+
+
 class SemanticGate(_HarnessGate):
     enabled: bool = False
+
+    @model_validator(mode="after")
+    def _enabled_said(self) -> SemanticGate:
+        _enabled_said(self, "semantic")
+        return self
 
 
 class BenchmarkGate(_HarnessGate):
     enabled: bool = False
+
+    @model_validator(mode="after")
+    def _enabled_said(self) -> BenchmarkGate:
+        _enabled_said(self, "benchmark")
+        return self
+
     # concurrency levels: whole numbers ≥ 1, each once (checked at load, before anything is recorded)
     levels: list[StrictInt] = Field(default_factory=lambda: [1, 4, 32], min_length=1)
     requests: StrictInt = Field(default=96, ge=1)  # per level; whole numbers (true is no 1), refused at load
@@ -443,8 +487,9 @@ class GatesSection(_Section):
     control: ControlGate = ControlGate()
     structured: StructuredGate = StructuredGate()
     sequential: SequentialGate = SequentialGate()
-    semantic: SemanticGate = SemanticGate()
-    benchmark: BenchmarkGate = BenchmarkGate()
+    # left out: not run (a table that is there must say enabled = true or false: ``_enabled_said``)
+    semantic: SemanticGate = SemanticGate(enabled=False)
+    benchmark: BenchmarkGate = BenchmarkGate(enabled=False)
 
 
 class CampaignFile(_Section):
@@ -908,9 +953,23 @@ class CampaignRunner:
         found here stores nothing; found after the job started, it would leave a job half-run."""
         resolve_model(self.c.model_path)  # the model is there (InputError naming it, else)
         self._detect_engine_version()
+        if self.c.spec.gates.benchmark.enabled:
+            # judged by the engine detected: a kind whose package no version of was found gets the
+            # policy's default rule (the policy grants its exemptions only to a detected engine version)
+            self.benchmark_validity = benchmark_validity(self.c, self.policy, self.engine_version)
+            claimed = benchmark_validity(self.c, self.policy)
+            if claimed != self.benchmark_validity:
+                pkgs = " or ".join(BACKEND_PACKAGES.get(self.c.spec.engine.kind, ())) or "no known package"
+                self.log(
+                    f"benchmark: no {pkgs} version detected in the engine's interpreter: its runs are judged "
+                    f"by the policy's default rules ({self.benchmark_validity}), not those for engine "
+                    f"{self.c.spec.engine.kind!r}"
+                )
         semantic, bench = self.c.spec.gates.semantic, self.c.spec.gates.benchmark
         if semantic.enabled and semantic.corpus is not None and semantic.digest is not None:
-            read_pinned_jsonl(self._corpus_path(semantic.corpus), semantic.digest)
+            # parsed and compiled as the harness will (item ids once, known check types, every regex,
+            # schema and CEL expression): a corpus that can never run is refused before the job
+            load_semantic_corpus(self._corpus_path(semantic.corpus), semantic.digest)
         if bench.enabled and bench.corpus is not None and bench.digest is not None:
             # parsed as the harness parses it, and its items must fit the api it is sent to (chat:
             # messages, completions: prompt); else every request would be "no output"

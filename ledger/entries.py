@@ -527,6 +527,8 @@ class HarnessBounds(BaseModel):
     min_duration_s: Figure | None = None
     max_error_rate: _Rate | None = None
     saturation_detection: SaturationDetection | None = None
+    # the benchmark asked the engine for token ids (c1 parity by ids): a boolean, "true" is none
+    request_token_ids: bool | None = None
 
 
 class GateResult(_Model):
