@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import ConfigError, CorpusDigestError
+from ledger.canonical import parse_json
+from ledger.errors import ConfigError, CorpusDigestError, LedgerError
 from ledger.hashing import blake3_hex, parse_digest
 
 __all__ = ["CorpusDigestError", "PinnedFile", "corpus_digest", "read_pinned_jsonl"]
@@ -60,10 +60,10 @@ def read_pinned_jsonl(path: Path, expected_digest: str) -> PinnedFile:
         line = raw.removesuffix("\r")
         if not line.strip(" \t"):  # JSON's whitespace; any other character makes the line an item
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{number}: not JSON: {e.msg}") from e
+        try:  # strict JSON, as every record the ledger reads: no NaN/Infinity, no key twice
+            value = parse_json(line)
+        except LedgerError as e:
+            raise ConfigError(f"{path}:{number}: not JSON: {e.message}") from e
         if not isinstance(value, dict):
             raise ConfigError(f"{path}:{number}: a corpus line must be a JSON object")
         rows.append((number, value))

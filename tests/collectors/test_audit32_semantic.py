@@ -193,3 +193,21 @@ def test_audit32_f3_neighbour_a_line_that_is_not_one_json_object_is_refused(
     p, digest = _write(tmp_path, text)
     with pytest.raises(ConfigError, match=r"c\.jsonl:\d+: not JSON"):
         read_pinned_jsonl(p, digest)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"id": "a", "max_tokens": NaN}', "NaN"),
+        ('{"id": "a", "max_tokens": Infinity}', "Infinity"),
+        ('{"id": "a", "id": "b"}', "duplicate JSON key 'id'"),
+    ],
+    ids=["nan", "infinity", "key-twice"],
+)
+def test_a_corpus_row_that_is_not_strict_json_is_refused(tmp_path: Path, line: str, why: str) -> None:
+    """Regression: corpus rows were read with ``json.loads``, which takes NaN, Infinity and a key twice
+    (the last one winning); every other record the ledger reads is strict JSON (``parse_json``)."""
+    p, digest = _write(tmp_path, line + "\n")
+    with pytest.raises(ConfigError, match=r"c\.jsonl:1: not JSON") as ei:
+        read_pinned_jsonl(p, digest)
+    assert why in ei.value.message
