@@ -1632,7 +1632,6 @@ async def run_benchmark_async(
     stop = _Stop()
     runs: list[LevelRun] = []
     seen_bindings: list[dict[str, str]] = []
-    cross: list[str] = []
     pool = max(spec.concurrency) + 4
     check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
     async with http_session(pool, spec.request_timeout_s, headers) as client:
@@ -1644,13 +1643,20 @@ async def run_benchmark_async(
             if stop.reason is not None:
                 break
             if repetition:  # the same bytes in every repetition: re-read and re-hash
+                # a corpus that changed (another digest, gone, unreadable, other prompts) was moved under
+                # the run by someone, not by the engine: the run stops as an operator's stop (what was
+                # measured is kept; the policy judges it `operator-stopped`, INCONCLUSIVE), never a failure
+                changed: str | None = None
                 try:
                     again = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
-                except LedgerError as e:  # another digest, gone, unreadable: the run stays, invalid
-                    cross.append(f"repetition {repetition}: corpus changed ({e.message})")
+                except LedgerError as e:
+                    changed = f"corpus changed ({e.message})"
                 else:
                     if again.prompts != corpus.prompts:
-                        cross.append(f"repetition {repetition}: corpus changed")
+                        changed = "corpus changed"
+                if changed is not None:
+                    stop.operator(f"repetition {repetition}: {changed}")
+                    break
             bound, unread = await read_bindings(client, base, bindings)
             if bound is None:
                 stop.fault(f"engine fault before repetition {repetition}: {unread}")
@@ -1711,7 +1717,7 @@ async def run_benchmark_async(
             lags = [x for run in mine for x in run.stalls_ms]
             aggregate[f"c{level}"] = level_figures(recs, total or None, lags)
         sat = _saturation_across_levels(aggregate, spec)
-        reasons = [why for run in runs for why in run.invalid_reasons] + cross
+        reasons = [why for run in runs for why in run.invalid_reasons]
         # a timeout after which the engine's inference loop could not be judged: not shown slow (fail closed)
         reasons += [f"after a request timed out: {why}" for why in check.unjudged]
         reasons += sat if spec.saturation == "invalid" else []

@@ -204,7 +204,7 @@ def test_audit32_f1_neighbour_text_parity_of_a_run_that_did_not_ask_for_ids(
 
 
 @pytest.mark.parametrize("change", ["blank-line", "removed", "rewritten-same-prompts"])
-def test_audit32_f8_a_corpus_changed_during_the_run_makes_it_invalid_keeping_its_requests(
+def test_audit32_f8_a_corpus_changed_during_the_run_stops_it_keeping_its_requests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
     corpus = _corpus(tmp_path)
@@ -226,13 +226,15 @@ def test_audit32_f8_a_corpus_changed_during_the_run_makes_it_invalid_keeping_its
     with serve_stub(StubConfig(tokens=2)) as base:
         result = run_benchmark(_spec(corpus), base, out_dir=tmp_path / "o")
     assert calls["n"] == 2
-    assert result.outcome == "completed" and not result.valid
-    assert any(r.startswith("repetition 1: corpus changed") for r in result.invalid_reasons)
-    assert len(result.records) == 6  # both repetitions' requests: nothing dropped
+    # the corpus was moved under the run, not by the engine: an operator's stop (the policy's
+    # `operator-stopped`: INCONCLUSIVE), never a failed benchmark blamed on the engine
+    assert result.outcome == "operator-stop"
+    assert result.stopped is not None and result.stopped.startswith("repetition 1: corpus changed")
+    assert len(result.records) == 3  # repetition 0's requests: nothing dropped
     lines = (tmp_path / "o" / REQUESTS_ARTIFACT).read_text().splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 3
     payload = benchmark_gate_payload(result, {"c1_parity": {"min": 1.0}})
-    assert payload["status"] == "failed" and "corpus changed" in payload["reason"]
+    assert payload["bounds"]["outcome"] == "operator-stop" and "corpus changed" in payload["reason"]
 
 
 def test_audit32_f8_neighbour_an_unchanged_corpus_is_a_valid_run(tmp_path: Path) -> None:
