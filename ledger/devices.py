@@ -20,6 +20,8 @@ __all__ = [
     "NO_DEVICE_ITEM",
     "VISIBLE_DEVICES",
     "device_of",
+    "gpu_name",
+    "gpus_not_listed",
     "index_text",
     "items_not_listed",
     "visible_device_items",
@@ -122,3 +124,49 @@ def device_of(item: str, gpus: Any) -> dict[str, Any] | None:
 def items_not_listed(items: Sequence[tuple[str, str]], gpus: Any) -> list[tuple[str, str]]:
     """The ``(VAR, item)`` of ``items`` (``visible_device_items``) that name no GPU of a probe's list."""
     return [(var, item) for var, item in items if device_of(item, gpus) is None]
+
+
+def _gpu_index(gpu: Mapping[str, Any], place: int) -> int:
+    """A probed GPU's index: its ``index`` where it records one as an integer, else its place in the list
+    (as ``device_of`` reads an index item)."""
+    index = gpu.get("index")
+    return index if type(index) is int else place
+
+
+def _gpu_uuid(gpu: Mapping[str, Any]) -> str | None:
+    uuid = gpu.get("uuid")
+    return uuid if isinstance(uuid, str) and uuid.strip() else None
+
+
+def _same_gpu(a: Mapping[str, Any], a_place: int, b: Mapping[str, Any], b_place: int) -> bool:
+    """Are two probed GPUs (each with its place in its probe's list) the same GPU? By UUID where both
+    record one — a GPU replaced by another at the same index is not the same GPU, and a GPU whose index
+    moved (another fell off the bus before it) still is — else by index (``_gpu_index``)."""
+    ua, ub = _gpu_uuid(a), _gpu_uuid(b)
+    if ua is not None and ub is not None:
+        return ua == ub
+    return _gpu_index(a, a_place) == _gpu_index(b, b_place)
+
+
+def gpu_name(gpu: Any, place: int) -> str:
+    """A probed GPU as a reason names it: ``GPU2 (GPU-…)``, its index as ``_gpu_index`` reads it."""
+    if not isinstance(gpu, Mapping):
+        return f"GPU at place {place} (not an object)"
+    uuid = _gpu_uuid(gpu)
+    return f"GPU{_gpu_index(gpu, place)}" + (f" ({uuid})" if uuid is not None else "")
+
+
+def gpus_not_listed(seen: Any, now: Any) -> list[tuple[int, Any]]:
+    """The GPUs of one host probe's list (``seen``) that another probe's list (``now``) does not list, each
+    as ``(place in seen, GPU)``: the same GPU by UUID where both record one, else by index (an ``index``
+    recorded as an integer, else the GPU's place in its list). An entry of ``seen`` that is not an object
+    is not found either (which GPU it is cannot be told: fail closed); ``now`` that is not a list lists
+    none; ``seen`` that is not a list names none."""
+    if not isinstance(seen, list):
+        return []
+    listed = [(p, g) for p, g in enumerate(now) if isinstance(g, Mapping)] if isinstance(now, list) else []
+    out: list[tuple[int, Any]] = []
+    for place, gpu in enumerate(seen):
+        if not isinstance(gpu, Mapping) or not any(_same_gpu(gpu, place, g, p) for p, g in listed):
+            out.append((place, gpu))
+    return out

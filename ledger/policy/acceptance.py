@@ -9,6 +9,7 @@ and the kernel log's ``last_reset_at``.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any
 from ledger.devices import (
     VISIBLE_DEVICES,
     device_of,
+    gpu_name,
+    gpus_not_listed,
     index_text,
     visible_device_items,
 )
@@ -28,7 +31,15 @@ from ledger.hashing import parse_digest
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import LoadedPolicy, rule_key
 from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
-from ledger.policy.snapshot import NO_DERIVED, Evidence, Snapshot, host_key, probe_ok
+from ledger.policy.snapshot import (
+    NO_DERIVED,
+    Evidence,
+    Snapshot,
+    host_key,
+    newest_entries,
+    newest_text,
+    probe_ok,
+)
 from ledger.signatures import (
     COLLECTOR_STOPPED,
     UNKNOWN_CLASS,
@@ -585,8 +596,12 @@ def filter_evidence(
     store: ArtifactStore,
     *,
     bad_signatures: Mapping[str, str] | None = None,
+    _held_back: Mapping[str, str] | None = None,
 ) -> Filtered:
-    """Apply the acceptance rules in order; the first rule that excludes an entry is the one reported."""
+    """Apply the acceptance rules in order; the first rule that excludes an entry is the one reported.
+    (``_held_back``: the newest harness runs judged as having a newer run, ``_held_back_runs``; set only by
+    the second round of this function.)"""
+    _held_back = dict(_held_back or {})
     acc = policy.acceptance
     params = policy.params
     ref = parse_time(snap.reference_time)
@@ -833,7 +848,9 @@ def filter_evidence(
         )
 
     # a withdrawn harness result is not evidence of the subject at all: no newer run of another
-    _mark_newer_runs(trusted, {e.id for e in trusted if e.kind == "gate.result" and withdrawn(e)})
+    newest_runs = _mark_newer_runs(
+        trusted, {e.id for e in trusted if e.kind == "gate.result" and withdrawn(e)}, _held_back
+    )
     age_limits: dict[str, tuple[Any, timedelta | None]] = {}  # per kind: freshness bound, as a timedelta
     for e in trusted:
         if e.id in superseded_by:
@@ -1104,7 +1121,15 @@ def filter_evidence(
         if job_view is not None:
             support.setdefault(e.id, []).append(job_view["id"])
 
+    held = _held_back_runs(newest_runs, rejected)
+    if any(run_id not in _held_back for run_id in held):
+        # a newest run stands only where every newest run of its measurement holds: judged again with the
+        # ones whose fellow newest run is not credited marked as having a newer run (each round only adds)
+        return filter_evidence(
+            snap, policy, store, bad_signatures=bad_signatures, _held_back={**held, **_held_back}
+        )
     accepted = [e for e in trusted if e.id not in rejected and e.kind not in ACTING_KINDS]
+    _mark_newest([e for e in trusted if e.id not in rejected or e.id in kept])
     ordered = sorted(rejected.values(), key=lambda r: r.entry.seq)
     # the running entries that a failed gate.result refs as its job: the failure of that job is on record
     failed_results = {
@@ -1816,6 +1841,8 @@ def _derive(
             problem = e.structured_problem()
             derived["structured_valid"] = problem is None
             derived["structured_problem"] = problem
+        if kind == "gate.result":
+            derived["artifact_problem"] = _harness_artifact_problem(e, store)
         if kind == "kernel.log":
             recorded = host_events.by_entry.get(e.id, [])
             derived["gpu_events"] = [fact for _, fact in recorded]
@@ -1910,14 +1937,22 @@ def _derive(
                 e.derived_["after_launch_end"] = True
 
 
-def _mark_newer_runs(trusted: Sequence[Evidence], withdrawn: Container[str]) -> None:
+def _mark_newer_runs(
+    trusted: Sequence[Evidence], withdrawn: Container[str], held_back: Mapping[str, str]
+) -> dict[str, list[Evidence]]:
     """``e.derived.newer_run`` of each ``gate.result`` of the evaluated subject that ran (passed or failed: a
     gate never run, or not authorized, measured nothing) and that no rule withdraws (``withdrawn``): whether
-    a newer one (log order) of the same measurement (``_same_measurement``) that ran and is not withdrawn was
-    logged — whatever its outcome, review or acceptance: a run whose credit a rule only withholds (failed,
-    unreviewed, unaccepted, self-superseded) is still the engine's newest measurement, but a withdrawn one —
-    superseded by another key, output logged after its job ended and claiming a time after the end — is not
-    evidence of the subject at all. False for the newest, and for every other entry."""
+    it is not among the newest runs of its measurement (``_same_measurement``) that ran and are not
+    withdrawn — "the newest" judged both ways (``newest_entries``: the one the log took last and every one
+    observed last; a run pushed late from a spool is not newer than one observed after it) — whatever their
+    outcome, review or acceptance: a run whose credit a rule only withholds (failed, unreviewed, unaccepted,
+    self-superseded) is still the engine's newest measurement, but a withdrawn one — superseded by another
+    key, output logged after its job ended and claiming a time after the end — is not evidence of the
+    subject at all. True too for a newest run in ``held_back`` (id → why): another of the newest runs of its
+    measurement is not credited, and every newest run must hold (``_held_back_runs``).
+    ``e.derived.newer_run_named`` names the newer run(s). False for the newest, and for every other entry.
+
+    Returns, for each newest run, the newest runs of its measurement (itself among them)."""
     runs = [
         (_run_spec(e.payload), e)
         for e in trusted
@@ -1926,13 +1961,83 @@ def _mark_newer_runs(trusted: Sequence[Evidence], withdrawn: Container[str]) -> 
         and e.id not in withdrawn
         and e.payload.get("status") in ("passed", "failed")
     ]
-    newest: list[tuple[Any, ...]] = []  # the specs of the runs after the one at hand
-    for spec, run in reversed(runs):  # every run of a spec but the newest has a newer one
-        if any(_same_measurement(spec, later) for later in newest):
-            assert run.derived_ is not None
+    newest_of: dict[str, list[Evidence]] = {}
+    for spec, run in runs:
+        same = [r for s, r in runs if r is run or _same_measurement(spec, s)]
+        newest = newest_entries(same)
+        assert run.derived_ is not None
+        if run not in newest:
             run.derived_["newer_run"] = True
-        if spec not in newest:
-            newest.append(spec)
+            run.derived_["newer_run_named"] = "; ".join(
+                f"run {n.id[:12]} ({newest_text(n, newest)})" for n in newest
+            )
+            continue
+        newest_of[run.id] = newest
+        if run.id in held_back:
+            run.derived_["newer_run"] = True
+            run.derived_["newer_run_named"] = held_back[run.id]
+    return newest_of
+
+
+def _held_back_runs(
+    newest_of: Mapping[str, list[Evidence]], rejected: Mapping[str, Rejection]
+) -> dict[str, str]:
+    """The newest runs (``_mark_newer_runs``) that must not be credited although no rule rejected them:
+    another of the newest runs of their measurement — the one logged last, or one observed last — is not
+    credited (a rule rejected it), and every newest run must hold. Id → the other runs, named with why
+    each is among the newest and the rule that rejected it."""
+    out: dict[str, str] = {}
+    for run_id, newest in newest_of.items():
+        run = next(n for n in newest if n.id == run_id)
+        if run_id in rejected or run.payload.get("status") != "passed":
+            continue
+        unheld = [n for n in newest if n.id != run_id and n.id in rejected]
+        if unheld:
+            out[run_id] = "; ".join(
+                f"run {n.id[:12]} ({newest_text(n, newest)}), not credited: {rejected[n.id].rule}"
+                for n in unheld
+            )
+    return out
+
+
+def _mark_newest(entries: Sequence[Evidence]) -> None:
+    """``e.derived.newest`` of the host probes and model pins a verdict judges (``entries``: the credited
+    ones and those kept as evidence against): whether it is among ``newest_entries`` of its kind and host —
+    the one the log took last, or one observed last — with ``newest_named`` saying which; the gates judge
+    the host and the model's files as every such entry shows them. For a newest host probe,
+    ``gpus_gone``: the GPUs another of those probes lists that it does not (``ledger.devices``: by UUID
+    where both record one, else by index), each named with a probe that saw it (``gpus_gone_named``) —
+    a GPU earlier probes saw that the newest does not list is gone from the host (fell off the bus, a reset
+    holds it), and a probe pushed late does not bring it back."""
+    groups: dict[tuple[str, str | None], list[Evidence]] = {}
+    for e in entries:
+        if e.kind in HOST_SCOPED_KINDS:
+            groups.setdefault((e.kind, _host_of(e)), []).append(e)
+    for (kind, _), group in groups.items():
+        newest = newest_entries(group)
+        for n in newest:
+            if n.derived_ is None:
+                n.set_derived(dict(NO_DERIVED))
+            assert n.derived_ is not None
+            n.derived_["newest"] = True
+            n.derived_["newest_named"] = newest_text(n, newest)
+            if kind != "host.probe":
+                continue
+            gone: dict[str, str] = {}
+            for other in group:
+                if other is n:
+                    continue
+                for place, gpu in gpus_not_listed(
+                    other.payload.get("gpus") or [], n.payload.get("gpus") or []
+                ):
+                    name = gpu_name(gpu, place)
+                    gone.setdefault(
+                        name,
+                        f"{name} (listed by host probe {other.id[:12]}: seq {other.seq}, "
+                        f"observed {_fmt(other.observed_time)})",
+                    )
+            n.derived_["gpus_gone"] = list(gone)
+            n.derived_["gpus_gone_named"] = "; ".join(gone.values())
 
 
 _UNREAD = ("unread",)  # a spec field a run leaves out or records with the wrong type
@@ -2471,6 +2576,148 @@ def _answer_not_completion(p: dict[str, Any]) -> str | None:
         return None
     status = details.get("body_status", p.get("http_status"))
     return not_a_completion(status if type(status) is int else None, details["body"])
+
+
+# What a harness result stores of each thing it counted (the collectors' artifact names:
+# collectors/semantic.py ITEMS_ARTIFACT / FAILURES_ARTIFACT, collectors/benchmark.py REQUESTS_ARTIFACT)
+_SEMANTIC_ITEMS = "semantic-items.jsonl"
+_SEMANTIC_FAILURES = "semantic-failures.jsonl"
+_BENCHMARK_REQUESTS = "benchmark-requests.jsonl"
+
+
+class _Unreadable(Exception):
+    """An artifact line that is not the record the harness writes (``_artifact_records``)."""
+
+
+def _artifact_records(store: ArtifactStore, a: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a stored JSONL artifact, one per line (blank lines skipped), streamed from the
+    store (verified against its digest; a line longer than a piece of ``_lines_of`` is cut, and does not
+    parse). Raises ``_Unreadable`` for a line that is not a JSON object, ``LedgerError`` for an artifact the
+    store lacks or that fails its digest."""
+    if not a.get("stored", True):
+        raise _Unreadable("is recorded by reference only")
+    with store.open_verified(parse_digest(str(a.get("digest")))) as f:
+        n = 0
+        for piece in _lines_of(f):
+            for line in piece.splitlines():
+                n += 1
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    raise _Unreadable(f"line {n} is not JSON") from None
+                if not isinstance(record, dict):
+                    raise _Unreadable(f"line {n} is not a JSON object")
+                yield record
+
+
+def _differing_counts(counts: Any, found: Mapping[str, int], what: str) -> list[str]:
+    """``counts.KEY N, its NAME shows M`` for each count a result records (as an integer) that differs
+    from what its artifact shows (``found``); a recorded value that is not an integer differs too. A count
+    it leaves out is not compared here (its gate asks for the counts it needs)."""
+    if not isinstance(counts, dict):
+        return []
+    out: list[str] = []
+    for key, n in found.items():
+        if key not in counts:
+            continue
+        got = counts[key]
+        if type(got) is not int or got != n:
+            out.append(f"counts.{key} {got!r}, its {what} shows {n}")
+    return out
+
+
+def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
+    """For a ``gate.result`` of a harness (semantic, benchmark): where its own stored record of what it
+    counted contradicts the counts it records, why (None: it does not, or it names no such artifact). Read
+    back, streamed, from the store — the payload's counts are the collector's claim:
+
+    * semantic: ``semantic-items.jsonl`` (one object per item asked, with its boolean ``passed`` and its
+      ``error``): ``counts.asked`` (items), ``passed``, ``failed``, ``errors`` (items with an error) —
+      and ``semantic-failures.jsonl`` (the failed items): as many as ``counts.failed`` (and, beside the
+      items, exactly the ids of the items that failed), each ``passed`` false.
+    * benchmark: ``benchmark-requests.jsonl`` (one object per request issued, with its ``error``: null
+      for a completed request) and its ``level``: ``counts.issued``, ``completed``, ``errors`` and
+      ``completed@cN`` for each level a request records.
+
+    An artifact named twice, recorded by reference only, missing from the store, failing its digest, or
+    holding a line that is not such a record cannot show what the result counted: that is a problem too
+    (fail closed)."""
+    gate = e.payload.get("gate")
+    names = (
+        (_SEMANTIC_ITEMS, _SEMANTIC_FAILURES)
+        if gate == "semantic"
+        else (_BENCHMARK_REQUESTS,)
+        if gate == "benchmark"
+        else ()
+    )
+    named: dict[str, list[Mapping[str, Any]]] = {}
+    for a in e.artifacts:
+        if a.get("name") in names:
+            named.setdefault(str(a.get("name")), []).append(a)
+    if not named:
+        return None
+    for name, found in named.items():
+        if len(found) > 1:
+            return f"it names artifact {name} {len(found)} times: which is its record cannot be told"
+    counts = e.payload.get("counts")
+    name = ""
+    try:
+        if gate == "benchmark":
+            name = _BENCHMARK_REQUESTS
+            issued = completed = 0
+            by_level: dict[str, int] = {}
+            for r in _artifact_records(store, named[name][0]):
+                error, level = r.get("error", ...), r.get("level")
+                if error is not None and not isinstance(error, str):
+                    raise _Unreadable(f"request {issued + 1} records no error (null or a text)")
+                if type(level) is not int:
+                    raise _Unreadable(f"request {issued + 1} records no level")
+                issued += 1
+                if error is None:
+                    completed += 1
+                    by_level[f"completed@c{level}"] = by_level.get(f"completed@c{level}", 0) + 1
+            shown = {"issued": issued, "completed": completed, "errors": issued - completed, **by_level}
+            if isinstance(counts, dict):
+                # a level the result counts that no completed request of the artifact is at: 0 there
+                shown |= {k: 0 for k in counts if k.startswith("completed@c") and k not in shown}
+            differs = _differing_counts(counts, shown, f"{name} ({issued} requests)")
+            return "; ".join(differs) or None
+        failed_ids: list[str] = []
+        if _SEMANTIC_ITEMS in named:
+            name = _SEMANTIC_ITEMS
+            asked = passed = errors = 0
+            for r in _artifact_records(store, named[name][0]):
+                if type(r.get("passed")) is not bool:
+                    raise _Unreadable(f"item {asked + 1} records no boolean passed")
+                asked += 1
+                passed += r["passed"]
+                errors += bool(r.get("error"))
+                if not r["passed"]:
+                    failed_ids.append(str(r.get("id")))
+            shown = {"asked": asked, "passed": passed, "failed": asked - passed, "errors": errors}
+            differs = _differing_counts(counts, shown, f"{name} ({asked} items, {asked - passed} failed)")
+            if differs:
+                return "; ".join(differs)
+        if _SEMANTIC_FAILURES in named:
+            name = _SEMANTIC_FAILURES
+            listed: list[str] = []
+            for r in _artifact_records(store, named[name][0]):
+                if r.get("passed") is not False:
+                    raise _Unreadable(f"failure {len(listed) + 1} does not record passed = false")
+                listed.append(str(r.get("id")))
+            differs = _differing_counts(counts, {"failed": len(listed)}, f"{name} ({len(listed)} items)")
+            if differs:
+                return "; ".join(differs)
+            if _SEMANTIC_ITEMS in named and sorted(listed) != sorted(failed_ids):
+                failed_sorted = sorted(failed_ids)
+                return f"{name} lists items {sorted(listed)}, {_SEMANTIC_ITEMS} shows {failed_sorted} failed"
+    except _Unreadable as ex:
+        return f"artifact {name} {ex}: what the run counted cannot be read back"
+    except LedgerError as ex:
+        return f"artifact {name} cannot be read back: {ex.message}"
+    return None
 
 
 class _Head:

@@ -34,6 +34,8 @@ __all__ = [
     "evidence_from_row",
     "keyring_at",
     "load_snapshot",
+    "newest_entries",
+    "newest_text",
     "read_snapshot_rows",
     "signature_problems",
     "slim_views",
@@ -119,6 +121,38 @@ def same_hosts(named: Iterable[str], among: Iterable[str]) -> list[str]:
     return sorted(h for h in set(among) if host_key(h) in keys)
 
 
+def newest_entries(entries: Iterable[Evidence]) -> list[Evidence]:
+    """ "The newest" of ``entries``, judged both ways (docs/POLICY.md): the one the log took last (highest
+    ``seq``) and every one observed last (``observed_time``: its ``collected_at``, never after the log took
+    it) — a pass spooled and uploaded late is not newer than a failure seen after it, nor can a claimed
+    earlier time hide a later failure. Each of them must hold; where several tie for the last observed
+    time, every one of them must (fail closed: which was seen last cannot be told). In log order; empty
+    for no entries. The one rule for "the newest" wherever the verdict judges it."""
+    items = list(entries)
+    if not items:
+        return []
+    last_logged = max(items, key=lambda e: e.seq)
+    latest = max(e.observed_time for e in items)
+    return sorted({last_logged, *(e for e in items if e.observed_time == latest)}, key=lambda e: e.seq)
+
+
+def newest_text(e: Evidence, newest: list[Evidence]) -> str:
+    """Why ``e`` (one of ``newest_entries``) is among the newest, for a reason: logged last, observed
+    last, or both — with its log position and observed time."""
+    logged_last = e.seq == max(n.seq for n in newest)
+    observed_last = e.observed_time == max(n.observed_time for n in newest)
+    tied = sum(1 for n in newest if n.observed_time == e.observed_time) > 1
+    how = [
+        *(["logged last"] if logged_last else []),
+        *([("observed last (tied)" if tied else "observed last")] if observed_last else []),
+    ]
+    return f"{' and '.join(how)}: seq {e.seq}, observed {_observed_text(e)}"
+
+
+def _observed_text(e: Evidence) -> str:
+    return e.observed_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def clear_caches() -> None:
     """Forget every parsed envelope, every signature check and every remembered verdict, and read no
     verdict a home remembered before (tests; a process never needs to)."""
@@ -195,8 +229,16 @@ NO_DERIVED: dict[str, Any] = {
     "kernel_logs_unread_during_run": [],
     "after_launch_end": False,
     "newer_run": False,
+    "newer_run_named": "",
     "unmatched_job_ends": [],
     "launch_devices_missing": [],
+    # ``newest_entries`` among the entries of its kind and host a verdict credits (host probes, model pins)
+    "newest": False,
+    "newest_named": "",
+    "gpus_gone": [],
+    "gpus_gone_named": "",
+    # a harness result whose own stored artifact contradicts the counts it records (None: none found)
+    "artifact_problem": None,
 }
 
 

@@ -117,8 +117,15 @@ def test_a_later_probe_that_renumbered_the_gpus_does_not_filter_out_the_engines_
 
 
 def test_a_later_probe_the_fallen_gpu_is_missing_from_does_not_filter_out_its_fault(tmp_path: Path) -> None:
+    """The GPU that fell off the bus (3b) is missing from the later probe: it is gone from the host, so
+    host-prerequisites fails first (the ladder's first gate: PREREQUISITES, tests/policy/
+    test_audit35_gpus_gone.py); its fault is not filtered out (the kernel log is not rejected)."""
     es = _remap([_gpu(0, "5E"), _gpu(1, "86")], hostname="gpu-box-1")
-    assert verdict_of(tmp_path, es)["verdict"] == RUNTIME
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
+    assert "health-kernel" not in rejected(v)
+    host = next(g for g in v["gates"] if g["name"] == "host-prerequisites")
+    assert "GPU-3B" in host["reason"]
 
 
 def test_a_fault_on_a_gpu_no_probe_ever_gave_the_engine_is_not_its(tmp_path: Path) -> None:

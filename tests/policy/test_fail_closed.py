@@ -2066,7 +2066,8 @@ def test_a_gpu_an_earlier_host_probe_saw_and_the_newest_does_not_fails_host_prer
 def test_a_gpu_back_in_the_newest_host_probe_passes_host_prerequisites(tmp_path: Path) -> None:
     es = qualified_entries()
     _later_host(es, [], "2026-09-10T10:00:30Z")
-    _later_host(es, [{"index": 0, "name": "NVIDIA H100"}], "2026-09-10T10:00:40Z")
+    # every GPU the first probe saw is back (one still missing is gone: test_audit35_gpus_gone.py)
+    _later_host(es, entry(es, "host")["payload"]["gpus"], "2026-09-10T10:00:40Z")
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
 

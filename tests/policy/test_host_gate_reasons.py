@@ -73,7 +73,8 @@ def test_a_gpu_an_earlier_probe_saw_and_the_newest_does_not_is_gone(tmp_path: Pa
 def test_a_gpu_back_on_the_newest_probe_passes(tmp_path: Path) -> None:
     es = qualified_entries()
     _probe(es, "after-reset", "2026-09-10T10:30:00Z", gpus=[])
-    _probe(es, "back", "2026-09-10T10:31:00Z", gpus=[_GPU])
+    # every GPU the first probe saw is back (one still missing is gone: test_audit35_gpus_gone.py)
+    _probe(es, "back", "2026-09-10T10:31:00Z", gpus=copy.deepcopy(entry(es, "host")["payload"]["gpus"]))
     v = verdict_of(tmp_path, es)
     assert gates(v)["host-prerequisites"] == "passed"
     assert v["verdict"] == "QUALIFIED"
