@@ -47,6 +47,7 @@ from ledger.policy.snapshot import (
     check_signature,
     host_key,
     keyring_at,
+    newest_entries,
     probe_ok,
 )
 from ledger.reads import check_extends_held
@@ -1052,9 +1053,9 @@ def _host_gpus(
 
     "Latest" by the log and by what was observed can differ: a spooled probe observed at 09:30 and logged
     at 13:00 comes after one observed at 12:00 in the log. A GPU is known to be on the host only where
-    both the last-logged probe and the last-observed one (by observed time, then log order) list it: a
-    late upload does not bring back a GPU a newer observation saw gone, nor the reverse. The last-observed
-    probe is the one a GPU fault must come after."""
+    every newest probe lists it (``snapshot.newest_entries``, the verdict's rule: the last-logged probe and
+    every one observed last, ties each): a late upload does not bring back a GPU a newer observation saw
+    gone, nor the reverse. The last-observed probe is the one a GPU fault must come after."""
     want = host_key(machine) if machine is not None else None
     probes = [
         e
@@ -1065,10 +1066,10 @@ def _host_gpus(
     ]
     if not probes:
         return None, "no accepted host probe", None
-    last_logged = probes[-1]
     last_observed = max(probes, key=lambda e: (e.observed_time, e.seq))
+    newest = newest_entries(probes)
     indexes: list[list[Any]] = []
-    for e in dict.fromkeys((last_observed, last_logged)):
+    for e in newest:
         gpus = e.payload.get("gpus") or []
         if any(not isinstance(g, dict) or g.get("index") is None for g in gpus):
             # a GPU listed without its index: which of the host's GPUs a service's index names cannot be
@@ -1078,9 +1079,7 @@ def _host_gpus(
         indexes.append([g["index"] for g in gpus])
     idx = [i for i in indexes[0] if all(i in other for other in indexes[1:])]
     text = ", ".join(f"GPU{i}" for i in idx) or "no GPU"
-    where = " and ".join(
-        f"host probe {e.id[:16]} ({e.collected_at})" for e in dict.fromkeys((last_observed, last_logged))
-    )
+    where = " and ".join(f"host probe {e.id[:16]} ({e.collected_at})" for e in newest)
     return idx, f"{text} on {where}", last_observed
 
 
@@ -1219,14 +1218,13 @@ def _probe_views(policy: LoadedPolicy, probes: list[Evidence], model: str) -> li
     recorded list, ``details.served``, holds it; only a probe that records no list is judged by the id it
     names: a claimed identity the recorded list contradicts is not taken); None for every other check."""
     judge: tuple[LoadedPolicy, Condition] | None = None
-    # ``newest``: the probe of its check the log took last, and the one observed last (its collected_at,
-    # never after the log took it; the log order breaks ties) — each must pass: a probe uploaded late from a
-    # spool is not newer than what was seen after it, nor can a claimed earlier time hide a later failure
+    # ``newest``: the probe of its check the log took last, and every one observed last (its collected_at,
+    # never after the log took it; ties: each) — each must pass (``snapshot.newest_entries``, the verdict's
+    # rule): a probe uploaded late from a spool is not newer than what was seen after it, nor can a claimed
+    # earlier time hide a later failure
     newest: set[str] = set()
     for name in {str(p.payload.get("check")) for p in probes}:
-        mine = [p for p in probes if str(p.payload.get("check")) == name]
-        newest.add(max(mine, key=lambda p: p.seq).id)
-        newest.add(max(mine, key=lambda p: (p.observed_time, p.seq)).id)
+        newest |= {p.id for p in newest_entries(p for p in probes if str(p.payload.get("check")) == name)}
     out: list[dict[str, Any]] = []
     for p in probes:
         view = p.view()
