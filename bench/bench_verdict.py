@@ -101,7 +101,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                     "job_id": job_id,
                     "state": "running",
                     "started_at": format_time(t),
-                    "lease_seconds": 86400.0,
+                    "lease_seconds": 172800.0,  # the harness results are logged a day on
                     "spec": {"bindings": {"served_name": "bench-model"}},
                 },
                 t,
@@ -112,7 +112,12 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
             statement(
                 "host.probe",
                 subj,
-                {"hostname": "bench-host", "os": "linux", "kernel": "6.8", "gpus": [{"name": "GPU"}]},
+                {
+                    "hostname": "bench-host",
+                    "os": "linux",
+                    "kernel": "6.8",
+                    "gpus": [{"index": 0, "name": "GPU"}],
+                },
                 t,
             ),
             "collector",
@@ -335,10 +340,18 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                             "repetitions": params["benchmark_repetitions"],
                             "corpus_digest": params["benchmark_corpus_digest"],
                             "outcome": "completed",
+                            # how it ran, as the harness records it: the policy asks a passed run for both
+                            "temperature": 0.0,
+                            "api": params.get("benchmark_api", "chat"),
                             "aggregate": True,
                             "valid": True,
                             "invalid_reasons": [],
-                            "parity": {"level": 1, "fraction": params["benchmark_min"]["c1_parity"]},
+                            "parity": {
+                                "level": 1,
+                                "compared": params["benchmark_requests"],
+                                "matched": params["benchmark_requests"],
+                                "fraction": params["benchmark_min"]["c1_parity"],
+                            },
                             "bindings": {"served_models": "bench-model"},
                             # each run judged valid by the policy's rules, as the harness records them
                             **BenchmarkSpec(
@@ -381,6 +394,16 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                     [("subject", bench_.entry_id)],
                 ),
                 keys["operator"],
+            ),
+            # the job's terminal entry: a job without one is unjudged once its lease has run out
+            sign_envelope(
+                statement(
+                    "job",
+                    subj,
+                    {"job_id": "bench-job", "state": "succeeded", "ended_at": format_time(t), "exit_code": 0},
+                    t,
+                ),
+                keys["collector"],
             ),
         ],
         logged_at=t,
