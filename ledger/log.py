@@ -79,7 +79,11 @@ LOG_FORMAT = 2
 2: each leaf is a ``LogRecord`` (index, ``logged_at``, entry id, kind, signer), so a checkpoint commits
 the time and position that revocation and validity are judged at; checkpoint key name = the origin."""
 
-MAX_CLOCK_SKEW = timedelta(minutes=5)
+# how far ahead of the sequencer's clock the head's log time may be and still be carried forward: a clock
+# stepped back (NTP, a VM resumed) logs at the head's time, as the log's time never runs back; a head a day
+# or more ahead (2099: a clock set wrong once) would date every later entry so, and is refused
+# (``logged-at-ahead``); ``ledger verify`` names an entry logged that far in its own future
+MAX_CLOCK_SKEW = timedelta(days=1)
 """How far ahead of its clock a log time may be and still be trusted: the sequencer refuses to inherit
 a head's log time later than its clock plus this (``LogClockAheadError``: a rewritten or a wrong time
 would be every later entry's), and ``ledger verify`` names an entry logged later than its run's clock
