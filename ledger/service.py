@@ -1139,7 +1139,9 @@ class Ledger:
     def record_verdict(
         self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
     ) -> LoggedEntry:
-        """Append a signed ``verdict`` entry for ``result`` (signed by ``key``, default the admin key)."""
+        """Append a signed ``verdict`` entry for ``result`` (signed by ``key``, default the admin key); a
+        result judged at a time the log or the clock (``at``, else now) has not reached is refused
+        (InputError, nothing stored: ``policy.verdict.record_verdict``)."""
         from ledger.policy.verdict import record_verdict
 
         return record_verdict(self, result, key=key or self.cfg.admin_key, at=at)

@@ -1952,7 +1952,12 @@ def _mark_newer_runs(
     measurement is not credited, and every newest run must hold (``_held_back_runs``).
     ``e.derived.newer_run_named`` names the newer run(s). False for the newest, and for every other entry.
 
-    Returns, for each newest run, the newest runs of its measurement (itself among them)."""
+    Returns, for each newest run, the newest runs of its measurement (itself among them).
+
+    Runs are grouped by what ``_same_measurement`` compares (their ``_run_spec``): runs of one spec are
+    runs of one measurement, and a spec is compared only with the other specs of its gate that leave a
+    field unread (two specs that record every field readably are one measurement only where equal) — so
+    a campaign of many runs of a few specs costs one pass, not every run against every other."""
     runs = [
         (_run_spec(e.payload), e)
         for e in trusted
@@ -1961,10 +1966,10 @@ def _mark_newer_runs(
         and e.id not in withdrawn
         and e.payload.get("status") in ("passed", "failed")
     ]
+    newest_by_spec = _newest_by_spec(runs)
     newest_of: dict[str, list[Evidence]] = {}
     for spec, run in runs:
-        same = [r for s, r in runs if r is run or _same_measurement(spec, s)]
-        newest = newest_entries(same)
+        newest = newest_by_spec[spec]
         assert run.derived_ is not None
         if run not in newest:
             run.derived_["newer_run"] = True
@@ -1977,6 +1982,30 @@ def _mark_newer_runs(
             run.derived_["newer_run"] = True
             run.derived_["newer_run_named"] = held_back[run.id]
     return newest_of
+
+
+def _newest_by_spec(
+    runs: Sequence[tuple[tuple[Any, ...], Evidence]],
+) -> dict[tuple[Any, ...], list[Evidence]]:
+    """For each spec of ``runs`` (``(_run_spec, run)``), ``newest_entries`` of every run whose spec may be
+    of the same measurement (``_same_measurement``). A spec that records every field readably matches
+    another such spec only where equal: it is compared with the specs of its gate that leave a field
+    unread, and the runs of equal specs are read from one group."""
+    by_spec: dict[tuple[Any, ...], list[Evidence]] = {}
+    for spec, run in runs:
+        by_spec.setdefault(spec, []).append(run)
+    by_gate: dict[Any, list[tuple[Any, ...]]] = {}
+    for spec in by_spec:
+        by_gate.setdefault(spec[0], []).append(spec)
+    out: dict[tuple[Any, ...], list[Evidence]] = {}
+    for specs in by_gate.values():
+        partial = [s for s in specs if any(f is _UNREAD for f in s[1:])]
+        for spec in specs:
+            # a readable spec: itself and the partial ones it matches; a partial one: any of its gate
+            others = specs if any(f is _UNREAD for f in spec[1:]) else [spec, *partial]
+            same = [s for s in others if _same_measurement(spec, s)]
+            out[spec] = newest_entries(r for s in same for r in by_spec[s])
+    return out
 
 
 def _held_back_runs(

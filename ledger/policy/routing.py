@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ledger.canonical import float_as_stated, parse_json
 from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import (
+    EntryNotFoundError,
     InputError,
     LedgerError,
     PolicyError,
@@ -592,7 +593,17 @@ def check_routing_change(
         if action == "route" and verdict is not None
         else []
     )
-    host_gpus = _host_gpus(host_entries, usable, (current or {}).get("machine"))
+    # a probe that no longer lists a GPU the layout uses shows that GPU gone: a rejection or its own signer's
+    # supersession withholds its credit and drops no such failure (``usable``'s ``shows_failure``)
+    host_gpus = _host_gpus(
+        host_entries,
+        usable,
+        (current or {}).get("machine"),
+        used={g["gpu"] for g in gpus},
+        kept=lambda e: next(
+            (r["detail"] for r in ignored if r["entry"] == e.id and r.get("counts_against")), None
+        ),
+    )
     gpu_probe = host_gpus[2]
     # GPU events the kernel logs of the host record after its latest probe: that probe does not show those
     # GPUs usable (only for a layout that puts something on a GPU: the GPU checks judge it)
@@ -796,9 +807,12 @@ def _credited_launch_engines(
 ) -> list[Any]:
     """The ``engine`` each ``engine.launch`` the re-derived verdict credits recorded (as recorded, one per
     launch, in log order): the launches among the evidence of its passed gates that select launches (by
-    ``kinds`` or ``select``). Read as the verdict read them: the evaluated subject's launches in one query
-    (parsed through the snapshot's cache), a credited one it does not name by id (none the policy credits
-    is outside its subject) read alone — a campaign of 10,000 launches read one by one took 7 s."""
+    ``kinds`` or ``select``). Read as the verdict read them: from the evaluated subject's rows the
+    re-derivation read (``verdict.subject_snapshot_rows``: one read of a campaign's rows serves both; parsed
+    through the snapshot's cache), a credited one they do not hold (none the policy credits is outside its
+    subject) read alone — a campaign of 10,000 launches read one by one took 7 s."""
+    from ledger.policy.verdict import subject_snapshot_rows
+
     gates = [
         g
         for g in qual.gates
@@ -821,8 +835,12 @@ def _credited_launch_engines(
     cached = result_cache.recall(st, "credited-launch-engines", args)
     if cached is not None:
         return list(cached)
-    with ledger.repo.read() as conn:
-        rows = [r for r in ledger.repo.subject_kind_rows(conn, dict(subject), kinds, size) if r[1] in ids]
+    # the evaluated subject's rows as the re-derivation just read them (one read of a campaign's rows)
+    try:
+        raw = subject_snapshot_rows(ledger, dict(subject), size, st).rows
+    except EntryNotFoundError:
+        raw = []
+    rows = [r for r in raw if r[2] in kinds and r[1] in ids]
     seen = {r[1] for r in rows}
     found = {
         e.id: (e.seq, e.payload.get("engine"))
@@ -1076,7 +1094,12 @@ def _why_not(ledger: Ledger, verdict: Evidence, result: Mapping[str, Any]) -> st
 
 
 def _host_gpus(
-    host_entries: list[Evidence], usable: Any, machine: str | None = None
+    host_entries: list[Evidence],
+    usable: Callable[..., bool],
+    machine: str | None = None,
+    *,
+    used: set[Any] | None = None,
+    kept: Callable[[Evidence], str | None] | None = None,
 ) -> tuple[list[int] | None, str, Evidence | None]:
     """GPU indexes on the latest usable host probe of the host (None: no such probe), what it says of them,
     and that probe (None where there is none, or where its GPUs cannot be told apart) — of ``machine``, the
@@ -1088,32 +1111,54 @@ def _host_gpus(
     at 13:00 comes after one observed at 12:00 in the log. A GPU is known to be on the host only where
     every newest probe lists it (``snapshot.newest_entries``, the verdict's rule: the last-logged probe and
     every one observed last, ties each): a late upload does not bring back a GPU a newer observation saw
-    gone, nor the reverse. The last-observed probe is the one a GPU fault must come after."""
+    gone, nor the reverse. The last-observed probe is the one a GPU fault must come after.
+
+    A probe that does not list (by its index) a GPU of ``used`` — the layout's — shows that GPU gone: it is
+    read as a failure (``usable``'s ``shows_failure``), so a rejection or its own signer's supersession
+    withholds its credit but leaves it among the probes, and as a newest probe it refuses the GPU; only a
+    withdrawal (another key's supersession, a signer not trusted) drops it, and an older probe that lists
+    the GPU stands. ``kept`` (an entry -> why it is kept as evidence against, or None) names such a probe in
+    the text."""
     want = host_key(machine) if machine is not None else None
+    wanted = used or set()
+
+    def of_machine(e: Evidence) -> bool:
+        return want is None or host_key(str(e.payload.get("hostname") or "")) == want
+
+    def shows_gpu_gone(e: Evidence) -> bool:
+        # only a probe of the machine shows its GPUs gone (another machine's is not read at all)
+        listed = e.payload.get("gpus")
+        indexes = (
+            {g.get("index") for g in listed if isinstance(g, dict)} if isinstance(listed, list) else set()
+        )
+        return of_machine(e) and bool(wanted - indexes)
+
     probes = [
         e
         for e in host_entries
-        if e.kind == "host.probe"
-        and usable(e)
-        and (want is None or host_key(str(e.payload.get("hostname") or "")) == want)
+        if e.kind == "host.probe" and usable(e, shows_failure=shows_gpu_gone) and of_machine(e)
     ]
     if not probes:
         return None, "no accepted host probe", None
-    last_observed = max(probes, key=lambda e: (e.observed_time, e.seq))
     newest = newest_entries(probes)
+    # the last observed (its latest seq where several tie): every probe observed last is among the newest
+    last_observed = max(newest, key=lambda e: (e.observed_time, e.seq))
+
+    def where(e: Evidence) -> str:
+        why = kept(e) if kept is not None else None
+        return f"host probe {e.id[:16]} ({e.collected_at}{'; ' + why if why else ''})"
+
     indexes: list[list[Any]] = []
     for e in newest:
         gpus = e.payload.get("gpus") or []
         if any(not isinstance(g, dict) or g.get("index") is None for g in gpus):
             # a GPU listed without its index: which of the host's GPUs a service's index names cannot be
             # told (its place in the list is no index), so no GPU index is known to be on the host
-            where = f"host probe {e.id[:16]} ({e.collected_at})"
-            return None, f"{where} lists a GPU without its index: which GPU is which cannot be told", None
+            return None, f"{where(e)} lists a GPU without its index: which GPU is which cannot be told", None
         indexes.append([g["index"] for g in gpus])
     idx = [i for i in indexes[0] if all(i in other for other in indexes[1:])]
     text = ", ".join(f"GPU{i}" for i in idx) or "no GPU"
-    where = " and ".join(f"host probe {e.id[:16]} ({e.collected_at})" for e in newest)
-    return idx, f"{text} on {where}", last_observed
+    return idx, f"{text} on {' and '.join(where(e) for e in newest)}", last_observed
 
 
 def _probe_text(probe: Evidence | None) -> str:

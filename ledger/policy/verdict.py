@@ -23,11 +23,13 @@ from ledger.policy.acceptance import Filtered, check_artifact, filter_evidence, 
 from ledger.policy.conditions import Condition, FieldsRead, fields_read, shared_context
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
+from ledger.policy.record_time import refuse_unrecordable_time
 from ledger.policy.snapshot import (
     ANSWERS_HERE,
     PARSED_HERE,
     Evidence,
     Snapshot,
+    SnapshotRows,
     _defaults,
     parsed_items,
     read_snapshot_rows,
@@ -539,7 +541,7 @@ def _evaluate(
         if result is not None:
             result["checkpoint"] = {"size": size, "root": checkpoint_root(ledger, size)}
             return result
-    raw = read_snapshot_rows(ledger, subject, at_size)
+    raw = subject_snapshot_rows(ledger, subject, at_size, st)
     if when is not None:  # judged at the caller's reference time, not the last entry's log time
         raw = dataclasses.replace(raw, reference_time=when)
     # The key leaves out the log size and the reference time: the rows, keyring and hosts read at that
@@ -561,6 +563,20 @@ def _evaluate(
             result_cache.remember(st, "verdict-key", memo_args, (key, raw.size, raw.reference_time))
     result["checkpoint"] = {"size": raw.size, "root": checkpoint_root(ledger, raw.size)}
     return result
+
+
+def subject_snapshot_rows(
+    ledger: Ledger, subject: dict[str, str], at_size: int | None, st: result_cache.Stamp | None
+) -> SnapshotRows:
+    """``read_snapshot_rows`` of ``subject`` at ``at_size``, read once while the database stays as the
+    stamp ``st`` (``result_cache.stamp``, read before) saw it: the routing gate's re-derived verdict and
+    the launches it credits (``routing._credited_launch_engines``) share one read of a campaign's rows."""
+    args = (tuple(subject.items()), at_size)
+    raw: SnapshotRows | None = result_cache.recall(st, "snapshot-rows", args)
+    if raw is None:
+        raw = read_snapshot_rows(ledger, subject, at_size)
+        result_cache.remember(st, "snapshot-rows", args, raw)
+    return raw
 
 
 def _remembered(ledger: Ledger, hit: dict[str, Any] | None, reference_time: str) -> dict[str, Any] | None:
@@ -655,7 +671,20 @@ def record_verdict(
 ) -> LoggedEntry:
     """Append a signed ``verdict`` entry: the verdict word, status, policy, checkpoint, evaluated subject,
     counts and the result's digest; the full result (gates, used and rejected ids) is a stored artifact
-    addressed by that digest, so a campaign of any size fits the envelope limit."""
+    addressed by that digest, so a campaign of any size fits the envelope limit.
+
+    Only a verdict judged at a time the log and the clock have both reached is recorded — every caller
+    (``Ledger.record_verdict``, ``ledger verdict --record``, fixtures) passes here: its ``reference_time``
+    before the log time of the last entry it read (``checkpoint.size``), or after the clock (``at`` where
+    the caller sets the log time, else now), is refused (``record_time.refuse_unrecordable_time``,
+    InputError, nothing stored)."""
+    when, size = result.get("reference_time"), (result.get("checkpoint") or {}).get("size")
+    if not isinstance(when, str) or not isinstance(size, int) or isinstance(size, bool):
+        raise InputError(
+            f"a verdict result records its reference_time (text) and checkpoint.size (an integer); "
+            f"got {when!r} and {size!r}: nothing recorded"
+        )
+    refuse_unrecordable_time(ledger, size, parse_time(when), "verdict", clock=at)
     data = canonical_bytes(result)
     digest = result_digest(result)
     stored = ledger.store.put_stream(io.BytesIO(data), expected=parse_digest(digest))
