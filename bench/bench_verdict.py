@@ -102,7 +102,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                     "state": "running",
                     "started_at": format_time(t),
                     "lease_seconds": 172800.0,  # the harness results are logged a day on
-                    "spec": {"bindings": {"served_name": "bench-model"}},
+                    "spec": {"bindings": {"served_name": "bench-model", "request_token_ids": "false"}},
                 },
                 t,
             ),
@@ -346,7 +346,9 @@ def build(home: Path, total: int, campaign: int) -> dict[str, float]:
                             "aggregate": True,
                             "valid": True,
                             "invalid_reasons": [],
+                            "request_token_ids": False,
                             "parity": {
+                                "by": "text",
                                 "level": 1,
                                 "compared": params["benchmark_requests"],
                                 "matched": params["benchmark_requests"],

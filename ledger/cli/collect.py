@@ -42,7 +42,7 @@ from ledger.cli._common import (
     progress,
     warn,
 )
-from ledger.errors import ConfigError, InputError, KeyNotFoundError
+from ledger.errors import InputError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from ledger.collectors.campaign import CampaignResult
@@ -668,8 +668,9 @@ def benchmark_cmd(
     engine: Annotated[
         str | None,
         typer.Option(
-            help="The engine the endpoint runs (vllm, llamacpp, …): the policy may judge its over-saturation "
-            "otherwise (benchmark_saturation_report_engines)."
+            help="The engine the endpoint runs (vllm, llamacpp, …). The policy's rule for a named engine "
+            "(benchmark_saturation_report_engines) needs the engine's version detected in its interpreter, "
+            "which only `ledger collect run` does: a standalone run is judged by the policy's default rule."
         ),
     ] = None,
     model: Annotated[
@@ -689,30 +690,34 @@ def benchmark_cmd(
     """Run the benchmark harness against URL and record its `gate.result` (bounds: the policy's)."""
     from ledger.collectors.benchmark import (
         BenchmarkSpec,
-        allowed_validity,
         policy_bounds,
         policy_validity,
         record_benchmark_gate,
         run_benchmark,
     )
+    from ledger.collectors.campaign import engine_validity
 
     if saturation is not None and saturation not in ("invalid", "report"):
         raise InputError("--saturation must be invalid or report")
     pol = _harness_policy(policy)
     # each run is judged valid as the policy judges it (its spec-mismatch rule compares what the result
-    # records): a --saturation it would not credit is refused before anything runs
-    try:
-        validity = policy_validity(pol.params, engine)
-    except ConfigError as e:
-        raise ConfigError(f"the policy {policy}: {e.message}") from e
-    if saturation is not None:
-        allowed = allowed_validity(pol.params, validity, "saturation")
-        if saturation not in allowed:
-            raise InputError(
-                f"--saturation {saturation}: the policy {policy} judges the benchmark runs of engine "
-                f"{engine or '(not named: --engine)'} by {validity['saturation']!r}: leave --saturation out"
-            )
-        validity["saturation"] = saturation
+    # records), by the campaign's rule: the policy's rule for a named engine follows the engine's version
+    # detected in its interpreter, which a standalone run has none of (--engine is a claim), so it gets
+    # the policy's default rule; a --saturation the policy would not credit is refused before anything runs
+    validity = engine_validity(
+        pol.params,
+        engine,
+        None,
+        {"saturation": saturation},
+        policy=policy,
+        said=lambda _field, value: "--saturation" if value is None else f"--saturation {value}",
+        claimed_by="--engine (a standalone run detects no engine version: run it in a campaign)",
+    )
+    if engine is not None and saturation is None and policy_validity(pol.params, engine) != validity:
+        err.print(
+            f"benchmark: no engine version is detected by a standalone run: its runs are judged by the "
+            f"policy's default rules (saturation {validity['saturation']!r}), not those for engine {engine!r}"
+        )
     spec = BenchmarkSpec(
         corpus=corpus,
         corpus_digest=digest,

@@ -138,7 +138,8 @@ def _benchmark_result(led: Ledger, subj: dict[str, str], during: str) -> str:
                 "aggregate": True,
                 "valid": True,
                 "invalid_reasons": [],
-                "parity": {"level": 1, "compared": 96, "matched": 96, "fraction": 1.0},
+                "parity": {"level": 1, "compared": 96, "matched": 96, "fraction": 1.0, "by": "text"},
+                "request_token_ids": False,
                 "bindings": {"served_models": "fault-model"},
                 "figures": _benchmark_figures(),
                 # each run judged valid by the shipped policy's rules (for vLLM), as the harness records them

@@ -147,6 +147,8 @@ def test_audit32_f1_neighbour_request_token_ids_is_typed(value: Any) -> None:
 
 
 def _asked_ids(es: list[dict[str, Any]], by: Any = "text", *, drop_by: bool = False) -> None:
+    # the campaign asked for token ids (its job's approved spec: what the policy reads), and so did the run
+    fc.entry(es, "campaign-job")["payload"]["spec"]["bindings"]["request_token_ids"] = "true"
     bounds = fc.entry(es, "benchmark")["payload"]["bounds"]
     bounds["request_token_ids"] = True
     bounds["parity"]["by"] = by

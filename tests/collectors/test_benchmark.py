@@ -532,7 +532,8 @@ def test_gate_payload_carries_what_the_spec_mismatch_rule_reads(tmp_path: Path, 
     payload = benchmark_gate_payload(result, {"ttft_ms.p95@c4": {"max": 10_000}})
     when, differences, params = _spec_mismatch_rule()
     rule = compile_condition(when, "backend-qualification.toml:spec-mismatch")
-    context = {"e": {"payload": payload}, "manifest": {"engine": "vllm"}}
+    # the campaign's job records what its benchmark asked for (spec.bindings.request_token_ids)
+    context = {"e": {"payload": payload}, "manifest": {"engine": "vllm", "request_token_ids": "false"}}
     assert rule.holds({**context, "params": params})  # the rule applies to a benchmark result …
     # … and a 12-request c1/c4 run of one repetition on another corpus is not the approved spec (its runs
     # judged valid by the policy's rules but for the count: each of its 12 requests, not 96)
@@ -551,6 +552,12 @@ def test_gate_payload_carries_what_the_spec_mismatch_rule_reads(tmp_path: Path, 
         "benchmark_corpus_digest": corpus_digest(corpus),
     }
     assert _differences(differences, {**context, "params": same}) == []
+    # what was asked is the job's: one that records nothing (an older job) credits no text comparison, and
+    # one that asked for ids does not take the result's own "not asked"
+    older = {**context, "manifest": {"engine": "vllm"}, "params": same}
+    assert _differences(differences, older) == ["c1 parity compared by"]
+    asked = {**context, "manifest": {"engine": "vllm", "request_token_ids": "true"}, "params": same}
+    assert _differences(differences, asked) == ["c1 parity compared by", "token ids requested"]
 
     entry, recorded = record_benchmark_gate(
         LocalRecorder(ledger, "collector"),

@@ -47,10 +47,8 @@ def test_collect_benchmark_records_a_gate_result_judged_by_the_policys_bounds(ho
             "8",
             "--repetitions",
             "2",
-            "--saturation",
-            "report",
             "--engine",
-            "llamacpp",  # the policy lets llama.cpp's over-saturation be reported
+            "llamacpp",  # no version detected standalone: judged by the policy's default rule
             "-c",
             "cli-bench",
         )
@@ -60,6 +58,7 @@ def test_collect_benchmark_records_a_gate_result_judged_by_the_policys_bounds(ho
     assert out["gate"] == "benchmark"
     assert out["status"] == "passed"
     assert out["bounds"]["limits"]["ttft_ms.p95@c4"]["max"] == 2000
+    assert out["bounds"]["saturation"] == "invalid"  # never "report" from the --engine flag
     assert out["figures"]["c1_parity"] == 1.0
     # … and the policy still rejects it: it is not the approved 96-request c1/c4/c32 spec
     r = run_ledger("--home", str(home), "verdict", "-s", "campaign=cli-bench", "--json")
