@@ -23,7 +23,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,13 +34,17 @@ from ledger import errors as _errors
 from ledger.atomic import fsync_dir, write_atomic
 from ledger.entries import ArtifactRef, format_time, now_utc
 from ledger.errors import (
+    ArtifactMissingError,
+    AuthError,
+    Category,
     ConfigError,
+    ForbiddenError,
     IntegrityError,
     LedgerError,
     ReceiptMismatchError,
     RemoteUnavailableError,
 )
-from ledger.hashing import Digest, HexDigest, hash_file
+from ledger.hashing import Digest, HexDigest, hash_file, parse_digest
 from ledger.log import entry_id_of, parse_checkpoint, parse_verifier_key, verifier_key
 from ledger.proofs import check_receipt
 from ledger.recorder import LocalRecorder, Recorder
@@ -56,6 +60,7 @@ __all__ = [
     "PushReport",
     "RemoteRecorder",
     "Spool",
+    "SpoolTarget",
     "log_key",
     "make_recorder",
     "push_spool",
@@ -86,9 +91,27 @@ def _raise_for(resp: httpx.Response) -> None:
         code, message, hint = str(detail["code"]), str(detail["message"]), str(detail.get("hint") or "")
     except (ValueError, KeyError, TypeError):
         code, message, hint = "http-error", resp.text[:200] or resp.reason_phrase, ""
+        if resp.status_code in (401, 403) and not resp.text:  # a HEAD answer has no body: its status says
+            _raise_auth(resp)
     if resp.status_code >= 500 and resp.status_code != 501:
         raise RemoteUnavailableError(f"server answered {resp.status_code}: [{code}] {message}")
     raise _error_class(code)(f"server refused: {message}", hint=hint or None)
+
+
+def _raise_auth(resp: httpx.Response) -> None:
+    """A 401 or 403 answered without a body (a ``HEAD``): the errors the server's own body would name."""
+    asked = f"{resp.request.method} {resp.request.url.path} answered {resp.status_code} {resp.reason_phrase}"
+    if resp.status_code == 401:
+        raise AuthError(
+            "server refused: the server does not take this bearer token (unknown, revoked or missing; "
+            f"{asked})",
+            hint="pass a token the server issued with --token or LEDGER_TOKEN "
+            "(`ledger tokens new NAME --role writer` on the server)",
+        )
+    raise ForbiddenError(
+        f"server refused: this token's role may not do this ({asked})",
+        hint="writes need a writer token (`ledger tokens new NAME --role writer` on the server)",
+    )
 
 
 def _iter_file(path: Path, sent: Callable[[int], object] | None = None) -> Iterator[bytes]:
@@ -134,7 +157,9 @@ class LedgerClient:
         entries: list[dict[str, Any]] = body["items"] if "items" in body else body["entries"]
         return entries
 
-    def has_artifact(self, digest: Digest) -> bool:
+    def has_artifact(self, digest: Digest | str) -> bool:
+        """Whether the server's store serves the artifact (``HEAD /v1/artifacts/<digest>``)."""
+        digest = parse_digest(digest) if isinstance(digest, str) else digest
         try:
             resp = self.http.head(f"/v1/artifacts/{digest}")
         except httpx.TransportError as e:
@@ -305,14 +330,64 @@ def log_key(home: Path, client: LedgerClient, *, first_use: bool = True) -> str 
 
 # --- the spool ---------------------------------------------------------------------------------------
 
+_TARGET = ".target"  # beside entries/<order>-<id>.json: the server it was collected for (SpoolTarget)
+_TARGETS = ".targets"  # beside artifacts/<hex>: the servers it waits for (a JSON list of URLs)
+_REFUSAL = ".refusal.json"  # beside refused/<order>-<id>.json: the server's reason
+UNTARGETED = "*"  # what a file spooled by an older ledger, which recorded no server, is for
+
+
+@dataclass(frozen=True)
+class SpoolTarget:
+    """The server a spooled entry was collected for: its URL and, when this home knew it then, the log it
+    serves (``origin`` and verifier key ``vkey``, as ``log_key`` gives them). A spooled file is delivered to
+    that server only; a file without one (spooled by an older ledger) to none unless the operator names the
+    server (``ledger push --adopt-untargeted``)."""
+
+    server: str
+    origin: str | None = None
+    vkey: str | None = None
+
+    @classmethod
+    def of(cls, server: str, vkey: str | None = None) -> SpoolTarget:
+        origin = parse_verifier_key(vkey)[0] if vkey is not None else None
+        return cls(server.rstrip("/"), origin, vkey)
+
+    def to_bytes(self) -> bytes:
+        doc = {"server": self.server, "origin": self.origin, "vkey": self.vkey}
+        return (json.dumps(doc, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def read(cls, path: Path) -> SpoolTarget:
+        """The target recorded in ``path``; ``ConfigError`` naming the file when it is unreadable."""
+        try:
+            doc = json.loads(path.read_bytes())
+            server, origin, vkey = doc["server"], doc.get("origin"), doc.get("vkey")
+            if (
+                not isinstance(server, str)
+                or not server
+                or not all(v is None or isinstance(v, str) for v in (origin, vkey))
+            ):
+                raise TypeError("server must be a URL, origin and vkey strings or null")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(f"{path}: not a spool target ({type(e).__name__}: {e})") from e
+        return cls(server.rstrip("/"), origin, vkey)
+
+    def label(self) -> str:
+        return self.server if self.origin is None else f"{self.server} (log {self.origin})"
+
 
 class Spool:
-    """Envelopes and artifacts waiting for the server: ``entries/<order>-<id>.json``, ``artifacts/<hex>``."""
+    """Envelopes and artifacts waiting for a server: ``entries/<order>-<id>.json`` (each beside its
+    ``<order>-<id>.target``: the server it was collected for), ``artifacts/<hex>`` (beside
+    ``<hex>.targets``: the servers it still waits for), and ``refused/``: entries a server refused for good
+    (``<order>-<id>.json`` with its ``.target`` and the server's reason, ``.refusal.json``), kept and never
+    sent again unless moved back to ``entries/``."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.entries_dir = self.root / "entries"
         self.artifacts_dir = self.root / "artifacts"
+        self.refused_dir = self.root / "refused"
 
     def _ensure(self) -> None:
         self.entries_dir.mkdir(parents=True, exist_ok=True)
@@ -343,57 +418,195 @@ class Spool:
             p for p in self.artifacts_dir.iterdir() if len(p.name) == 64 and not p.name.startswith(".")
         )
 
-    def pending(self) -> bool:
-        return bool(self.entry_files() or self.artifact_files())
+    def refused_files(self) -> list[Path]:
+        """Entries a server refused for good, set aside (``push`` never sends them again)."""
+        if not self.refused_dir.is_dir():
+            return []
+        return sorted(
+            p
+            for p in self.refused_dir.iterdir()
+            if p.suffix == ".json" and not p.name.endswith(_REFUSAL) and not p.name.startswith(".")
+        )
 
-    def add_entry(self, envelope: bytes, entry_id: str) -> Path:
-        """Append an envelope to the spool durably: temp file, fsync, rename, fsync the folder."""
+    @staticmethod
+    def entry_target(entry: Path) -> SpoolTarget | None:
+        """The server a spooled entry was collected for; None: it names none (an older ledger spooled it).
+        ``ConfigError`` when its target file is unreadable."""
+        path = entry.with_suffix(_TARGET)
+        return SpoolTarget.read(path) if path.exists() else None
+
+    @staticmethod
+    def artifact_targets(art: Path) -> list[str]:
+        """The servers a spooled artifact still waits for; ``UNTARGETED`` among them: an older ledger spooled
+        it for a server it did not record (it has no targets file). ``ConfigError`` when that file is
+        unreadable."""
+        path = art.with_name(art.name + _TARGETS)
+        if not path.exists():
+            return [UNTARGETED]
+        try:
+            servers = json.loads(path.read_bytes())
+            if not isinstance(servers, list) or not all(isinstance(s, str) and s for s in servers):
+                raise TypeError("not a list of server URLs")
+        except (OSError, ValueError, TypeError) as e:
+            raise ConfigError(f"{path}: not a list of servers ({type(e).__name__}: {e})") from e
+        return [s.rstrip("/") for s in servers]
+
+    def pending(self, server: str | None = None, *, adopt: bool = False) -> bool:
+        """Whether anything waits in the spool; with ``server``, for that server only (with ``adopt``, what
+        names no server too). A file whose target is unreadable waits for none."""
+        if server is None:
+            return bool(self.entry_files() or self.artifact_files())
+        wanted = {server.rstrip("/"), *([UNTARGETED] if adopt else [])}
+        for entry in self.entry_files():
+            with contextlib.suppress(ConfigError):
+                t = self.entry_target(entry)
+                if (t.server if t is not None else UNTARGETED) in wanted:
+                    return True
+        for art in self.artifact_files():
+            with contextlib.suppress(ConfigError):
+                if wanted.intersection(self.artifact_targets(art)):
+                    return True
+        return False
+
+    def add_entry(self, envelope: bytes, entry_id: str, *, target: SpoolTarget | None) -> Path:
+        """Append an envelope to the spool durably (temp file, fsync, rename, fsync the folder), its target
+        first: an entry is never in the spool without the server it is for (``target`` None: for none, as an
+        older ledger spooled them)."""
         with self.locked():
             files = self.entry_files()
             order = int(files[-1].name.split("-", 1)[0]) + 1 if files else 1
             final = self.entries_dir / f"{order:012d}-{entry_id}.json"
+            if target is not None:
+                write_atomic(final.with_suffix(_TARGET), target.to_bytes(), mode=0o600)
             write_atomic(final, envelope, mode=0o600)
             return final
 
-    def add_artifact(self, path: Path, digest: Digest) -> Path:
-        """Copy an artifact into the spool, checking the copy hashes to ``digest``."""
-        self._ensure()
-        final = self.artifacts_dir / digest.hex
-        if final.is_file():
+    def _write_targets(self, art: Path, servers: Sequence[str]) -> None:
+        data = (json.dumps(sorted(set(servers))) + "\n").encode()
+        write_atomic(art.with_name(art.name + _TARGETS), data, mode=0o600)
+
+    def add_artifact(self, path: Path, digest: Digest, *, target: SpoolTarget | None) -> Path:
+        """Copy an artifact into the spool, checking the copy hashes to ``digest``; it waits for the server
+        of ``target`` besides any it waits for already (``target`` None: for none recorded, as an older
+        ledger spooled them). Its targets are written before its bytes: an artifact never waits unaddressed
+        (a crash in between leaves a targets file alone, which the next copy takes up)."""
+        with self.locked():
+            final = self.artifacts_dir / digest.hex
+            if target is not None:
+                sidecar = final.with_name(final.name + _TARGETS)
+                held: list[str] = []
+                with contextlib.suppress(ConfigError):  # an unreadable one is replaced
+                    held = self.artifact_targets(final) if final.exists() or sidecar.exists() else []
+                if target.server not in held:
+                    self._write_targets(final, [*held, target.server])
+            if final.is_file():
+                return final
+            fd, tmp = tempfile.mkstemp(prefix=".spool-", dir=self.artifacts_dir)
+            try:
+                with os.fdopen(fd, "wb") as out, Path(path).open("rb") as src:
+                    shutil.copyfileobj(src, out, _UPLOAD_CHUNK)
+                    out.flush()
+                    os.fsync(out.fileno())
+                copied = hash_file(Path(tmp)).blake3
+                if copied != digest:
+                    raise IntegrityError(f"{path} changed while it was spooled ({copied}, expected {digest})")
+                os.replace(tmp, final)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            fsync_dir(self.artifacts_dir)
             return final
-        fd, tmp = tempfile.mkstemp(prefix=".spool-", dir=self.artifacts_dir)
-        try:
-            with os.fdopen(fd, "wb") as out, Path(path).open("rb") as src:
-                shutil.copyfileobj(src, out, _UPLOAD_CHUNK)
-                out.flush()
-                os.fsync(out.fileno())
-            copied = hash_file(Path(tmp)).blake3
-            if copied != digest:
-                raise IntegrityError(f"{path} changed while it was spooled ({copied}, expected {digest})")
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        fsync_dir(self.artifacts_dir)
-        return final
+
+    def artifact_sent(self, art: Path, server: str, *, adopt: bool = False) -> None:
+        """``server`` holds the artifact now: it no longer waits for it (nor, ``adopt``, for the server it
+        was spooled for without naming it); gone when it waits for no other."""
+        gone = {server.rstrip("/"), *([UNTARGETED] if adopt else [])}
+        left = [s for s in self.artifact_targets(art) if s not in gone]
+        if left:
+            self._write_targets(art, left)
+            return
+        self.remove([art])
+        with contextlib.suppress(FileNotFoundError):
+            art.with_name(art.name + _TARGETS).unlink()
 
     def remove(self, paths: Sequence[Path]) -> None:
+        """Forget delivered entries (with their targets) or artifacts."""
         for p in paths:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+            if p.suffix == ".json":
+                with contextlib.suppress(FileNotFoundError):
+                    p.with_suffix(_TARGET).unlink()
         if paths:
             fsync_dir(paths[0].parent)
+
+    def set_aside(self, entry: Path, server: str, error: LedgerError) -> Path:
+        """Move an entry ``server`` refused for good to ``refused/``, with the server's reason beside it:
+        kept, never deleted, never sent again unless an operator moves it back to ``entries/``."""
+        self.refused_dir.mkdir(parents=True, exist_ok=True)
+        why = {
+            "server": server,
+            "code": error.code,
+            "message": error.message,
+            "hint": error.hint_text,
+            "at": format_time(now_utc()),
+        }
+        dest = self.refused_dir / entry.name
+        write_atomic(
+            dest.with_name(entry.stem + _REFUSAL), (json.dumps(why, indent=2) + "\n").encode(), mode=0o600
+        )
+        os.replace(entry, dest)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(entry.with_suffix(_TARGET), dest.with_suffix(_TARGET))
+        fsync_dir(self.refused_dir)
+        fsync_dir(entry.parent)
+        return dest
+
+    @staticmethod
+    def refusal(refused: Path) -> dict[str, Any]:
+        """The server's reason kept beside a refused entry (empty when unreadable)."""
+        try:
+            doc = json.loads(refused.with_name(refused.stem + _REFUSAL).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
 
 
 @dataclass
 class PushReport:
+    """What a push delivered to its server, and what it left in the spool: ``remaining`` entries and
+    ``remaining_artifacts`` for that server (it was unreachable: ``error``), entries spooled for other servers
+    (``elsewhere``, by server) or for none recorded (``untargeted``, spooled by an older ledger), entries a
+    server refused for good (``refused``: set aside by this push; ``held_refused``: all that are set aside),
+    artifacts that wait for other servers only (``other_artifacts``) and spool files whose target cannot be
+    read (``unreadable``)."""
+
     delivered: int = 0
     duplicates: int = 0
     artifacts: int = 0
     remaining: int = 0
     remaining_artifacts: int = 0
     error: str | None = None
+    server: str = ""
+    elsewhere: dict[str, int] = field(default_factory=dict)
+    untargeted: int = 0
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    held_refused: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    other_artifacts: int = 0
+
+    def left(self) -> bool:
+        """Whether anything is still in the spool, for this server or another (``ledger push`` exit 1)."""
+        return bool(
+            self.remaining
+            or self.remaining_artifacts
+            or self.elsewhere
+            or self.other_artifacts
+            or self.untargeted
+            or self.held_refused
+            or self.unreadable
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -403,7 +616,69 @@ class PushReport:
             "remaining": self.remaining,
             "remaining_artifacts": self.remaining_artifacts,
             "error": self.error,
+            "server": self.server,
+            "elsewhere": self.elsewhere,
+            "untargeted": self.untargeted,
+            "refused": self.refused,
+            "held_refused": self.held_refused,
+            "unreadable": self.unreadable,
+            "other_artifacts": self.other_artifacts,
         }
+
+    def notices(self) -> list[str]:
+        """What a push (``ledger push``, or a collect catching up) says of what it left, each with what to
+        do; empty when it left nothing but this server's files while it was unreachable."""
+        said = []
+        for r in self.refused:
+            said.append(
+                f"{self.server} refused the spooled entry {r['id']} for good ([{r['code']}] {r['message']}): "
+                f"set aside, kept in {r['file']} with the server's reason beside it; it is not sent again — "
+                "once the server would take it (its key trusted again, say), move it back to the spool's "
+                "entries/ folder and run `ledger push`"
+            )
+        if self.held_refused > len(self.refused):
+            said.append(
+                f"{self.held_refused - len(self.refused)} entries refused for good earlier wait in the "
+                "spool's refused/ folder (each beside the server's reason): move one back to entries/ to "
+                "send it again"
+            )
+        for server, n in sorted(self.elsewhere.items()):
+            said.append(
+                f"{n} spooled entr{'y' if n == 1 else 'ies'} collected for {server} left alone (not "
+                f"delivered to {self.server}): deliver {'it' if n == 1 else 'them'} with "
+                f"`ledger push --server {server.split(' ', 1)[0]}`"
+            )
+        if self.other_artifacts and not self.elsewhere:
+            said.append(
+                f"{self.other_artifacts} spooled artifacts wait for other servers (left alone): `ledger push "
+                "--server URL` with the URL their collect named delivers them"
+            )
+        if self.untargeted:
+            said.append(
+                f"{self.untargeted} spooled entries (or artifacts) name no server (an older ledger spooled "
+                f"them) and were not delivered: if they were collected for {self.server}, "
+                f"`ledger push --server {self.server} --adopt-untargeted` delivers them there"
+            )
+        said.extend(f"not delivered: {u}" for u in self.unreadable)
+        return said
+
+
+# What the server's refusal of an entry means it will never take it as sent: the entry is set aside. A token
+# it does not know or trust (auth, forbidden), a server that cannot take it now (unavailable, system) or an
+# error code this client does not know are not the entry's: the push stops and the entry stays.
+_REFUSED_FOR_GOOD = frozenset({Category.INPUT, Category.TOO_LARGE, Category.TRUST, Category.INTEGRITY})
+
+
+def _refused_for_good(e: LedgerError) -> bool:
+    return e.category in _REFUSED_FOR_GOOD or isinstance(e, ArtifactMissingError)
+
+
+class _Refused(Exception):
+    """The server refused what was sent for good (``_refused_for_good``)."""
+
+    def __init__(self, error: LedgerError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _batches(files: list[Path]) -> Iterator[list[tuple[Path, bytes]]]:
@@ -420,43 +695,139 @@ def _batches(files: list[Path]) -> Iterator[list[tuple[Path, bytes]]]:
         yield batch
 
 
+class _Sorted:
+    """The spool's files sorted by the server they are for: ``ours`` are this push's to deliver."""
+
+    def __init__(self, spool: Spool, server: str, vkey: Callable[[], str | None], adopt: bool) -> None:
+        self.entries: list[Path] = []
+        self.artifacts: list[Path] = []
+        self.elsewhere: dict[str, int] = {}
+        self.untargeted = 0
+        self.other_artifacts = 0  # waiting for other servers only
+        self.unreadable: list[str] = []
+        for art in spool.artifact_files():
+            try:
+                targets = spool.artifact_targets(art)
+            except ConfigError as e:
+                self.unreadable.append(e.message)
+                continue
+            if server in targets or (adopt and UNTARGETED in targets):
+                self.artifacts.append(art)
+            elif UNTARGETED in targets:
+                self.untargeted += 1
+            else:
+                self.other_artifacts += 1
+        for entry in spool.entry_files():
+            try:
+                t = spool.entry_target(entry)
+            except ConfigError as e:
+                self.unreadable.append(e.message)
+                continue
+            if t is None:
+                if adopt:
+                    self.entries.append(entry)
+                else:
+                    self.untargeted += 1
+            elif t.server != server:
+                self.elsewhere[t.label()] = self.elsewhere.get(t.label(), 0) + 1
+            elif t.vkey is not None and vkey() not in (None, t.vkey):
+                # collected for the log the home trusted for this URL then; it trusts another now
+                where = f"{t.server} (log key {t.vkey}; this home now trusts another key for it)"
+                self.elsewhere[where] = self.elsewhere.get(where, 0) + 1
+            else:
+                self.entries.append(entry)
+
+
 def _push_locked(
     spool: Spool,
     client: LedgerClient,
     keep_receipts: Callable[[list[dict[str, Any]], list[str]], None],
     progress: Callable[[int], None] | None = None,
+    *,
+    vkey: Callable[[], str | None] = lambda: None,
+    adopt: bool = False,
 ) -> PushReport:
-    """Deliver the spool; ``keep_receipts(answers, ids)`` checks and keeps the receipts of each batch (it
-    raises when one is missing or wrong: the batch stays in the spool)."""
-    report = PushReport()
+    """Deliver what the spool holds for ``client``'s server (with ``adopt``, what names no server too);
+    ``keep_receipts(answers, ids)`` checks and keeps the receipts of each batch (it raises when one is
+    missing or wrong: the batch stays in the spool). An entry the server refuses for good is set aside
+    (``Spool.set_aside``) and the push goes on; ``vkey()``: the log key this home trusts for the server now
+    (an entry spooled for another log at that URL is left alone)."""
+    server = client.server
+    report = PushReport(server=server)
     advance = progress or (lambda _n: None)
+    ours = _Sorted(spool, server, vkey, adopt)
+
+    def deliver(batch: list[tuple[Path, bytes]]) -> None:
+        try:
+            entries = client.append([json.loads(data) for _, data in batch])
+        except RemoteUnavailableError:
+            raise
+        except LedgerError as e:  # the server's refusal (what this client checks of its answer is not)
+            if _refused_for_good(e):
+                raise _Refused(e) from e
+            raise
+        if len(entries) != len(batch):
+            raise IntegrityError(f"server answered {len(entries)} entries for a batch of {len(batch)}")
+        for (path, data), got in zip(batch, entries, strict=True):
+            if got.get("id") != entry_id_of(data):
+                raise IntegrityError(f"server logged {got.get('id')} for spooled {path.name}")
+        # checked, then kept, before the spool forgets them: `ledger audit` checks them later
+        keep_receipts(entries, [entry_id_of(data) for _, data in batch])
+        spool.remove([p for p, _ in batch])
+        report.delivered += sum(1 for e in entries if not e.get("duplicate"))
+        report.duplicates += sum(1 for e in entries if e.get("duplicate"))
+        advance(sum(len(data) for _, data in batch))
+
+    def set_aside(path: Path, data: bytes, e: LedgerError) -> None:
+        kept = spool.set_aside(path, server, e)
+        report.refused.append(
+            {"id": entry_id_of(data), "file": str(kept), "code": e.code, "message": e.message}
+        )
+        advance(len(data))
+
     try:
-        for art in spool.artifact_files():
+        for art in ours.artifacts:
             digest = Digest(HexDigest(art.name))
             size = art.stat().st_size
-            if client.has_artifact(digest):
-                advance(size)  # nothing to send: the server holds these bytes already
-            else:
-                client.upload_file(art, digest, size, sent=advance)
-            spool.remove([art])
+            try:
+                if client.has_artifact(digest):
+                    advance(size)  # nothing to send: the server holds these bytes already
+                else:
+                    client.upload_file(art, digest, size, sent=advance)
+            except RemoteUnavailableError:
+                raise
+            except LedgerError as e:
+                if not _refused_for_good(e):
+                    raise
+                # kept; an entry naming it is refused (artifact-missing) and set aside with the reason
+                report.unreadable.append(
+                    f"{server} refused the spooled artifact {art} ([{e.code}] {e.message})"
+                )
+                continue
+            spool.artifact_sent(art, server, adopt=adopt)
             report.artifacts += 1
-        for batch in _batches(spool.entry_files()):
-            entries = client.append([json.loads(data) for _, data in batch])
-            if len(entries) != len(batch):
-                raise IntegrityError(f"server answered {len(entries)} entries for a batch of {len(batch)}")
-            for (path, data), got in zip(batch, entries, strict=True):
-                if got.get("id") != entry_id_of(data):
-                    raise IntegrityError(f"server logged {got.get('id')} for spooled {path.name}")
-            # checked, then kept, before the spool forgets them: `ledger audit` checks them later
-            keep_receipts(entries, [entry_id_of(data) for _, data in batch])
-            spool.remove([p for p, _ in batch])
-            report.delivered += sum(1 for e in entries if not e.get("duplicate"))
-            report.duplicates += sum(1 for e in entries if e.get("duplicate"))
-            advance(sum(len(data) for _, data in batch))
+        for batch in _batches(ours.entries):
+            try:
+                deliver(batch)
+                continue
+            except _Refused as r:
+                if len(batch) == 1:
+                    set_aside(*batch[0], r.error)
+                    continue
+            for one in batch:  # which of the batch does the server refuse? each alone, in order
+                try:
+                    deliver([one])
+                except _Refused as r:
+                    set_aside(*one, r.error)
     except RemoteUnavailableError as e:
         report.error = e.message
-    report.remaining = len(spool.entry_files())
-    report.remaining_artifacts = len(spool.artifact_files())
+    left = _Sorted(spool, server, vkey, adopt)
+    report.remaining = len(left.entries)
+    report.remaining_artifacts = len(left.artifacts)
+    report.elsewhere, report.untargeted = left.elsewhere, left.untargeted
+    report.other_artifacts = left.other_artifacts
+    report.unreadable += left.unreadable
+    report.held_refused = len(spool.refused_files())
     return report
 
 
@@ -466,11 +837,16 @@ def spool_size(ledger: Ledger) -> tuple[int, int]:
     return len(spool.entry_files()), len(spool.artifact_files())
 
 
-def spool_bytes(ledger: Ledger) -> int:
-    """How many bytes wait in the home's spool (artifacts and envelopes): what ``ledger push`` sends."""
+def spool_bytes(ledger: Ledger, server: str | None = None, *, adopt: bool = False) -> int:
+    """How many bytes wait in the home's spool (artifacts and envelopes); with ``server``, those a ``ledger
+    push`` to it sends (with ``adopt``, what names no server too)."""
     spool = Spool(ledger.spool_dir)
+    files = [*spool.artifact_files(), *spool.entry_files()]
+    if server is not None:
+        ours = _Sorted(spool, server.rstrip("/"), lambda: None, adopt)
+        files = [*ours.artifacts, *ours.entries]
     total = 0
-    for p in [*spool.artifact_files(), *spool.entry_files()]:
+    for p in files:
         with contextlib.suppress(FileNotFoundError):  # a concurrent push delivered it meanwhile
             total += p.stat().st_size
     return total
@@ -483,19 +859,30 @@ def push_spool(
     token: str | None,
     client: LedgerClient | None = None,
     progress: Callable[[int], None] | None = None,
+    adopt_untargeted: bool = False,
 ) -> PushReport:
-    """Deliver the home's spool: artifacts first, then envelopes in the order they were recorded.
+    """Deliver what the home's spool holds for ``server`` (``Spool``: each file keeps the server it was
+    collected for; what is for another is left alone, and so is what names none unless ``adopt_untargeted``):
+    artifacts first, then envelopes in the order they were recorded. An entry the server refuses for good is
+    set aside in the spool's ``refused/`` (``PushReport.refused``) and the rest still delivered.
 
     ``progress`` is called with the number of bytes each step delivered (artifact chunks as they are sent,
-    an artifact the server already holds at once, each batch of envelopes when the server logged it); the
-    calls add up to ``spool_bytes`` when everything was delivered.
+    an artifact the server already holds at once, each batch of envelopes when the server logged it or set
+    aside); the calls add up to ``spool_bytes(ledger, server)`` when everything was delivered.
     """
     spool = Spool(ledger.spool_dir)
     own = client is None
     c = client or LedgerClient(server, token)
     try:
         with spool.locked():
-            return _push_locked(spool, c, lambda got, ids: _keep_receipts(ledger, c, got, ids), progress)
+            return _push_locked(
+                spool,
+                c,
+                lambda got, ids: _keep_receipts(ledger, c, got, ids),
+                progress,
+                vkey=lambda: log_key(ledger.home_path, c, first_use=False),
+                adopt=adopt_untargeted,
+            )
     finally:
         if own:
             c.close()
@@ -539,18 +926,43 @@ class RemoteRecorder:
         self.spool = Spool(ledger.spool_dir)
         self.spooled: list[str] = []  # ids of the entries this recorder could only spool
         self.unreachable: str | None = None  # why the server could not take them
+        self.refused: list[dict[str, Any]] = []  # spooled entries its catching up set aside (``PushReport``)
 
     def close(self) -> None:
         self.client.close()
 
+    def target(self) -> SpoolTarget:
+        """The server what this recorder spools is for, and its log when this home knows its key."""
+        try:
+            vkey = log_key(self.ledger.home_path, self.client, first_use=False)
+        except LedgerError:  # a pin that disagrees with the home: raised where the key is needed
+            vkey = None
+        return SpoolTarget.of(self.client.server, vkey)
+
     def _caught_up(self) -> bool:
-        """Deliver what is spooled; True when nothing is left (so new entries may go straight out)."""
-        if not self.spool.pending():
+        """Deliver what is spooled for this server (what is for another is left alone, and an entry the
+        server refuses for good set aside); True when nothing of it is left (so new entries may go straight
+        out)."""
+        if not self.spool.pending(self.client.server):
             return True
-        return (
-            push_spool(self.ledger, server=self.server, token=self.token, client=self.client).remaining == 0
-            and not self.spool.pending()
+        report = push_spool(self.ledger, server=self.server, token=self.token, client=self.client)
+        self.refused += report.refused
+        return not self.spool.pending(self.client.server)
+
+    def notices(self) -> list[str]:
+        """What a command should say of the spool besides its own entries (``PushReport.notices``): the
+        spooled entries its catching up set aside, and those waiting for other servers, left alone."""
+        left = _Sorted(self.spool, self.client.server, lambda: None, False)
+        report = PushReport(
+            server=self.client.server,
+            elsewhere=left.elsewhere,
+            untargeted=left.untargeted,
+            other_artifacts=left.other_artifacts,
+            refused=self.refused,
+            held_refused=len(self.spool.refused_files()),
+            unreadable=left.unreadable,
         )
+        return report.notices()
 
     def artifact(
         self,
@@ -571,11 +983,11 @@ class RemoteRecorder:
         try:
             if self._caught_up() and not self.client.has_artifact(d.blake3):
                 self.client.upload_file(p, d.blake3, d.size)
-            elif self.spool.pending():
-                self.spool.add_artifact(p, d.blake3)
+            elif self.spool.pending(self.client.server):
+                self.spool.add_artifact(p, d.blake3, target=self.target())
         except RemoteUnavailableError as e:
             self.unreachable = e.message
-            self.spool.add_artifact(p, d.blake3)
+            self.spool.add_artifact(p, d.blake3, target=self.target())
         return describe_artifact(name, p, d.blake3, d.size, d.sha256, media_type)
 
     def record(
@@ -620,7 +1032,7 @@ class RemoteRecorder:
         return entry_id
 
     def _spool(self, data: bytes, entry_id: str, why: LedgerError | None = None) -> None:
-        self.spool.add_entry(data, entry_id)
+        self.spool.add_entry(data, entry_id, target=self.target())
         self.spooled.append(entry_id)
         if why is not None:  # (the error itself says more)
             self.unreachable = (

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.errors import (
+    ArtifactMissingError,
     CosignatureQuorumError,
     InputError,
     LedgerError,
@@ -30,7 +31,7 @@ from ledger.log import (
     verify_consistency,
     verify_inclusion,
 )
-from ledger.signing import PublicKey
+from ledger.signing import PublicKey, parse_envelope
 from ledger.witness import TrustPolicy, check_cosigned
 
 __all__ = [
@@ -371,6 +372,7 @@ def audit_receipts(
     origin: str,
     columns: Callable[[str], LogRecord | None] | None = None,
     expected: str | None = None,
+    artifact_served: Callable[[str], bool] | None = None,
 ) -> AuditReport:
     """Check every receipt of the log ``origin``: signed by the log key, and its entry still in the log
     with the same log record (index, logged_at, entry id …), proved included under a checkpoint the log
@@ -393,8 +395,14 @@ def audit_receipts(
     The receipt is compared with the record the leaf commits (the proof carries its bytes), never with
     what readers are shown; ``columns(entry_id)``: the record as the log's readers see it (a local audit:
     its row's index, ``logged_at``, kind and signer columns; a server's ``GET /v1/entries/{id}``), which
-    must be the committed one too."""
+    must be the committed one too.
+
+    ``artifact_served(digest)``: whether the log's store still serves an artifact (a server's ``HEAD
+    /v1/artifacts/<digest>``). With it, every stored artifact a received entry names (its envelope, as the
+    inclusion proof carries it, names them) must still be served: one that is not is a problem
+    (``artifact-missing``), named for each entry naming it; each digest is asked once."""
     report = AuditReport(origin)
+    named: dict[str, list[LogRecord]] = {}  # digest -> the received entries naming it
     name, pub = _trust(public_key, None, origin) if public_key is not None else (origin, None)
     ours: list[dict[str, Any]] = []
     for doc in receipts:
@@ -512,6 +520,9 @@ def audit_receipts(
             )
             continue
         report.tree_size = max(report.tree_size or 0, int(result["tree_size"]))
+        if artifact_served is not None:
+            for digest in _stored_artifacts(str(proof["envelope"])):
+                named.setdefault(digest, []).append(rec)
         if columns is None:
             continue
         try:
@@ -526,7 +537,47 @@ def audit_receipts(
                 f"{shown.kind}, signer {shown.signer}; the record its leaf commits (and its receipt) says "
                 f"index {rec.index} logged {rec.logged_at}, kind {rec.kind}, signer {rec.signer}",
             )
+    if artifact_served is not None:
+        _audit_artifacts(report, named, artifact_served)
     return report
+
+
+def _stored_artifacts(envelope: str) -> list[str]:
+    """The digests of the artifacts an entry's envelope names as stored (not recorded by reference only);
+    the envelope is the one its log record names (checked with the inclusion proof)."""
+    try:
+        statement = parse_envelope(envelope.encode()).statement()
+    except LedgerError:
+        return []
+    artifacts = statement.get("artifacts") if isinstance(statement, dict) else None
+    return [
+        a["digest"]
+        for a in (artifacts if isinstance(artifacts, list) else [])
+        if isinstance(a, dict) and isinstance(a.get("digest"), str) and a.get("stored", True) is not False
+    ]
+
+
+def _audit_artifacts(
+    report: AuditReport, named: Mapping[str, list[LogRecord]], served: Callable[[str], bool]
+) -> None:
+    """A problem for each received entry naming an artifact the log no longer serves (``artifact-missing``),
+    or cannot say it does (its error's code); one question per digest."""
+    for digest, records in named.items():
+        try:
+            held = served(digest)
+            code = ArtifactMissingError.code
+            why = "the log no longer serves it: its bytes are gone from the store"
+        except LedgerError as e:
+            held, code, why = False, e.code, f"the log cannot say it still serves it: {e.message}"
+        if held:
+            continue
+        for rec in dict.fromkeys(records):
+            report.problem(
+                code,
+                f"entry {rec.entry_id} names the artifact {digest}, which it was received with; {why}",
+                rec.entry_id,
+                rec.index,
+            )
 
 
 def _receipts_verify(receipts: Sequence[dict[str, Any]], origin: str, pub: PublicKey) -> bool:
@@ -618,13 +669,16 @@ def audit_server(
     public_key: str | None = None,
     own_origin: str | None = None,
     shown: Callable[[str], dict[str, Any] | None] | None = None,
+    artifact_served: Callable[[str], bool] | None = None,
 ) -> AuditReport:
     """Check the receipts of the log a server was sent entries to (``audited_log``) against the log it
     serves now: a server that now serves another log (another origin or key) is a problem, and so is every
     kept receipt whose entry it no longer proves included as received. ``public_key`` (pinned, or recorded
     for the server when this home appended to it) says receipts of that log are expected: none kept is
     ``receipts-unchecked``. ``shown(entry_id)``: the server's ``GET /v1/entries/{id}`` (None: no such
-    entry), whose index, ``logged_at``, kind and signer must be the signed record's (``served_record``)."""
+    entry), whose index, ``logged_at``, kind and signer must be the signed record's (``served_record``).
+    ``artifact_served(digest)``: the server's ``HEAD /v1/artifacts/<digest>``; every stored artifact a
+    received entry names must still be served (``audit_receipts``: ``artifact-missing``)."""
     origin, key = audited_log(
         receipts,
         public_key=public_key,
@@ -643,7 +697,13 @@ def audit_server(
         return served_record(shown(entry_id), entry_id)
 
     report = audit_receipts(
-        receipts, key, fetch, origin=origin, columns=columns if shown else None, expected=expected
+        receipts,
+        key,
+        fetch,
+        origin=origin,
+        columns=columns if shown else None,
+        expected=expected,
+        artifact_served=artifact_served,
     )
     report.server = {"url": server, "origin": served_origin, "vkey": served_vkey}
     if key is None or origin != served_origin or _raw(key) != _raw(served_vkey):

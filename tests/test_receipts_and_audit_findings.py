@@ -174,7 +174,8 @@ def test_a_collector_refuses_a_receipt_for_another_entry(logs: tuple[Ledger, Led
 def test_push_refuses_a_receipt_for_another_entry(logs: tuple[Ledger, Ledger]) -> None:
     """`ledger push`: a batch whose receipts are wrong stays in the spool; an honest push delivers it."""
     server, host = logs
-    offline = RemoteRecorder(host, "gpu01", server=f"http://127.0.0.1:{free_port()}")
+    url = f"http://127.0.0.1:{free_port()}"  # down while the entries are recorded: spooled for it
+    offline = RemoteRecorder(host, "gpu01", server=url)
     ids = [offline.record("note", {"campaign": "c"}, {"text": f"offline {i}"}) for i in range(2)]
     offline.close()
     assert _spooled(host) == ids
@@ -184,11 +185,9 @@ def test_push_refuses_a_receipt_for_another_entry(logs: tuple[Ledger, Ledger]) -
         return [{**a, "receipt": r} for a, r in zip(answers, receipts, strict=True)]
 
     with pytest.raises(ReceiptMismatchError, match="names another entry"):
-        push_spool(
-            host, server="http://log.test", token=None, client=InProcessServer(server, reversed_receipts)
-        )
+        push_spool(host, server=url, token=None, client=InProcessServer(server, reversed_receipts, url))
     assert _spooled(host) == ids and not _kept(host, server.origin)
-    report = push_spool(host, server="http://log.test", token=None, client=InProcessServer(server))
+    report = push_spool(host, server=url, token=None, client=InProcessServer(server, url=url))
     assert report.remaining == 0 and _kept(host, server.origin) == ids
 
 

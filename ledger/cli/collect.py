@@ -105,7 +105,11 @@ def _spool_notice(rec: Recorder, server: str) -> None:
     """After a ``--server`` command: say which entries are only spooled, and how to deliver them."""
     from ledger.collectors.remote import RemoteRecorder, spool_size
 
-    if not isinstance(rec, RemoteRecorder) or not rec.spooled:
+    if not isinstance(rec, RemoteRecorder):
+        return
+    for notice in rec.notices():
+        warn(notice)
+    if not rec.spooled:
         return
     entries, artifacts = spool_size(rec.ledger)
     n = len(rec.spooled)
@@ -958,20 +962,34 @@ def push(
     server: Annotated[str, typer.Option(envvar="LEDGER_SERVER", help="Ledger server URL.")],
     token: Annotated[str | None, typer.Option(envvar="LEDGER_TOKEN", help="Writer token.")] = None,
     home: HomeOption = None,
+    adopt_untargeted: Annotated[
+        bool,
+        typer.Option(
+            "--adopt-untargeted",
+            help="Also deliver to --server what the spool holds without naming a server (spooled by an "
+            "older ledger): only when it was collected for that server.",
+        ),
+    ] = False,
     json_out: JsonOption = False,
 ) -> Outcome:
-    """Deliver entries and artifacts spooled while the server was unreachable, in order, exactly once."""
+    """Deliver the entries and artifacts spooled for --server while it was unreachable, in order, exactly
+    once. What was spooled for another server is left alone (and named); an entry the server refuses for
+    good is set aside in the spool's refused/ folder with the server's reason, and the rest delivered. Exit 1
+    while anything is left in the spool."""
     from ledger.collectors.remote import push_spool, spool_bytes
 
     ledger = get_ledger(home)
-    with progress("pushing", total=spool_bytes(ledger), unit="bytes", quiet=json_out) as bar:
-        report = push_spool(ledger, server=server, token=token, progress=bar.advance)
+    total = spool_bytes(ledger, server, adopt=adopt_untargeted)
+    with progress("pushing", total=total, unit="bytes", quiet=json_out) as bar:
+        report = push_spool(
+            ledger, server=server, token=token, progress=bar.advance, adopt_untargeted=adopt_untargeted
+        )
     if json_out:
         print_json(report.to_json())
     else:
         sys.stdout.write(
             f"delivered {report.delivered} entries ({report.duplicates} already there), "
-            f"{report.artifacts} artifacts; {report.remaining} still spooled "
+            f"{report.artifacts} artifacts; {report.remaining} still spooled for it "
             f"(and {report.remaining_artifacts} artifacts)\n"
         )
         if report.remaining or report.remaining_artifacts:
@@ -979,4 +997,6 @@ def push(
                 f"not delivered: {report.error or 'the server did not take them'}; "
                 f"run `ledger push --server {server}` again when it is reachable"
             )
-    return Outcome.NO if report.remaining or report.remaining_artifacts else Outcome.OK
+    for notice in report.notices():
+        warn(notice)
+    return Outcome.NO if report.left() else Outcome.OK

@@ -12,6 +12,7 @@ from ledger.collectors.remote import (
     LedgerClient,
     RemoteRecorder,
     Spool,
+    SpoolTarget,
     make_recorder,
     push_spool,
     spool_bytes,
@@ -101,7 +102,7 @@ def test_offline_spool_then_push_delivers_in_order_exactly_once(
         assert downloaded.content == log.read_bytes()
 
         # A push that died after the server stored the batch but before the spool was cleared re-sends it:
-        spool.add_entry(got[0].envelope, launch)
+        spool.add_entry(got[0].envelope, launch, target=SpoolTarget.of(url))
         again = subprocess.run(
             [
                 LEDGER_BIN,

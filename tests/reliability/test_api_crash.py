@@ -318,7 +318,8 @@ def _spool_more(host: Ledger, spool: Spool, n: int, start: int, rng: random.Rand
     """Spool ``n`` signed notes and 0-2 artifacts, as a collector cut off from its server does.
 
     Entry files are written directly in the spool's documented layout (``entries/<order>-<id>.json``)
-    without the per-file fsync of ``Spool.add_entry``: that is setup, not the code under test.
+    without the per-file fsync of ``Spool.add_entry``: that is setup, not the code under test. They name no
+    server (no ``.target`` beside them, as an older ledger spooled them): the push adopts them.
     """
     key = host.signing_key("gpu01")
     files = spool.entry_files()
@@ -337,7 +338,7 @@ def _spool_more(host: Ledger, spool: Spool, n: int, start: int, rng: random.Rand
     for _ in range(rng.randint(0, 2)):
         art = host.home.path / f"art-{start}.bin"
         art.write_bytes(rng.randbytes(rng.randint(256 * KB, 4 * 1024 * KB)))
-        spool.add_artifact(art, parse_digest(f"blake3:{blake3_hex(art.read_bytes())}"))
+        spool.add_artifact(art, parse_digest(f"blake3:{blake3_hex(art.read_bytes())}"), target=None)
     return ids
 
 
@@ -372,6 +373,7 @@ def test_kill9_push_mid_delivery_delivers_exactly_once(tmp_path: Path, forkserve
         "--home",
         str(host.home.path),
         "push",
+        "--adopt-untargeted",
         "--server",
         server.url,
         "--token",
