@@ -1210,9 +1210,15 @@ class Ledger:
         *,
         workdir: Path | None = None,
     ) -> list[FixtureResult]:
-        """Run the fixture tests of the named policies (default: all), each in a fresh ledger home."""
+        """Run the fixture tests of the named policies (default: all), each in a fresh ledger home. A named
+        policy is loaded first: one that does not exist, or does not load, is an error naming it (as
+        ``ledger verdict --policy`` says), not "0/0 fixtures pass"."""
         from ledger.policy.fixtures import discover_fixtures, run_fixture
+        from ledger.policy.loader import load_policy
 
+        for n in names or []:
+            if n is not None:
+                load_policy(n, policy_dir)
         paths: list[Path] = []
         for n in names or [None]:
             paths.extend(discover_fixtures(policy_dir, n))

@@ -12,11 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ledger.entries import ArtifactRef, parse_time
-from ledger.errors import InputError, LedgerError, PolicyError
+from ledger.errors import InputError, LedgerError, PolicyError, more_problems
 from ledger.policy.loader import default_policy_dir, load_policy
+from ledger.policy.model import check_verdict_word, locate
 from ledger.policy.routing import check_routing_change
 from ledger.policy.verdict import evaluate, record_verdict
 from ledger.signing import SigningKey
@@ -76,12 +79,136 @@ def _read(path: Path) -> dict[str, Any]:
         raise PolicyError(f"cannot read fixture {path}: {e.strerror}") from e
 
 
+# --- the fixture file's schema: an unknown key is an error, never an expectation that checks nothing ---
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# a verdict word a fixture expects: one of the policy engine's (``VERDICT_WORDS``); a misspelled one matched
+# no verdict, so `not_verdict = "QUALIFED"` held of every verdict
+VerdictWord = Annotated[str, AfterValidator(check_verdict_word)]
+# a gate's status in a verdict (``verdict.judge_gate``)
+GateStatus = Literal["passed", "failed", "missing", "not_authorized"]
+
+
+class _RecordVerdict(_Strict):
+    subject: dict[str, Any]
+    key: str = "admin"
+    policy: str = "backend-qualification"
+
+
+class _Artifact(_Strict):
+    name: str
+    text: str
+    stored: bool = True
+    damage: Literal["missing", "corrupt"] | None = None
+
+
+class _Entry(_Strict):
+    name: str | None = None
+    kind: str | None = None
+    key: str | None = None
+    at: str | None = None
+    logged_at: str | None = None
+    subject: dict[str, Any] = Field(default_factory=dict)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    refs: dict[str, str | list[str]] = Field(default_factory=dict)
+    artifacts: list[_Artifact] = Field(default_factory=list)
+    record_verdict: _RecordVerdict | None = None
+
+
+class _Rejected(_Strict):
+    entry: str
+    rule: str | None = None
+    detail: str | None = None
+
+
+class _VerdictExpect(_Strict):
+    verdict: VerdictWord | None = None
+    not_verdict: VerdictWord | None = None
+    gates: dict[str, GateStatus] = Field(default_factory=dict)
+    reasons: dict[str, str] = Field(default_factory=dict)
+    rejected: list[_Rejected] = Field(default_factory=list)
+    accepted: list[str] = Field(default_factory=list)
+    used: list[str] = Field(default_factory=list)
+    not_used: list[str] = Field(default_factory=list)
+    not_credited: list[str] = Field(default_factory=list)
+
+
+class _Verdict(_Strict):
+    label: str | None = None
+    policy: str | None = None
+    after: str | None = None
+    subject: dict[str, Any] | None = None
+    expect: _VerdictExpect
+
+
+class _RoutingExpect(_Strict):
+    allowed: bool | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class _Check(_Strict):
+    label: str | None = None
+    policy: str = "routing-change"
+    subject: dict[str, Any]
+    action: str = "route"
+    deployment: dict[str, Any] | None = None
+    now: str
+    expect: _RoutingExpect
+
+
+class _Defaults(_Strict):
+    subject: dict[str, Any] = Field(default_factory=dict)
+
+
+class FixtureFile(_Strict):
+    """A fixture file (``include`` resolved: its ``entries`` first)."""
+
+    description: str = ""
+    start: str | None = None
+    include: list[str] = Field(default_factory=list)
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    defaults: _Defaults = Field(default_factory=_Defaults)
+    entries: list[_Entry] = Field(default_factory=list)
+    verdicts: list[_Verdict] = Field(default_factory=list)
+    checks: list[_Check] = Field(default_factory=list)
+
+
+def _validate(path: Path, spec: dict[str, Any], text: str, included: int) -> None:
+    """Refuse a fixture whose keys or values the runner does not know: a misspelled expectation
+    (``expect.verdcit``, ``rejectd``) or verdict word would otherwise be ignored and the fixture pass."""
+    try:
+        FixtureFile.model_validate(spec)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = list(err["loc"])
+        if loc[:1] == ["entries"] and len(loc) > 1 and isinstance(loc[1], int):
+            if loc[1] < included:  # an included file's entry: named by its path, not this file's line
+                raise PolicyError(
+                    f"{path}: entries of its include: {'.'.join(map(str, loc[2:]))}: {err['msg']}"
+                ) from e
+            loc[1] -= included
+        line = locate(text, tuple(loc))
+        where = f"{path}:{line}" if line else str(path)
+        msg = (
+            "unknown field"
+            if err["type"] == "extra_forbidden"
+            else str(err["msg"]).removeprefix("Value error, ")
+        )
+        more = more_problems(e.errors(), unknown="unknown field")
+        raise PolicyError(f"{where}: {'.'.join(map(str, loc)) or '(root)'}: {msg}{more}") from e
+
+
 def _load_spec(path: Path) -> dict[str, Any]:
     spec = _read(path)
     entries: list[dict[str, Any]] = []
-    for inc in spec.get("include", []):
+    for inc in spec.get("include", []) if isinstance(spec.get("include"), list) else []:
         entries.extend(_read((path.parent / inc).resolve()).get("entries", []))
     spec["entries"] = entries + spec.get("entries", [])
+    _validate(path, spec, path.read_text(encoding="utf-8"), len(entries))
     return spec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -100,13 +100,12 @@ class LoadedPolicy:
         base.update(self.spec.params)
         return base
 
-    @property
+    @cached_property
     def acceptance(self) -> AcceptanceSection:
-        if self.spec.acceptance is not None:
-            return self.spec.acceptance
-        if self.acceptance_policy is not None:
-            return self.acceptance_policy.acceptance
-        return AcceptanceSection()
+        """The acceptance policy's ``[acceptance]`` with this policy's own ``[acceptance]`` keys over it
+        (``merge_acceptance``): a partial table changes only what it sets."""
+        base = self.acceptance_policy.acceptance if self.acceptance_policy is not None else None
+        return merge_acceptance(base, self.spec.acceptance)
 
     def freshness_seconds(self) -> dict[str, float]:
         return {k: parse_duration(v) for k, v in self.acceptance.freshness.items()}
@@ -117,6 +116,27 @@ class LoadedPolicy:
         if self.acceptance_policy is not None:
             out["acceptance"] = {"name": self.acceptance_policy.name, "digest": self.acceptance_policy.digest}
         return out
+
+
+# [acceptance] keys whose tables are per kind: a policy's own entries are merged over the acceptance
+# policy's kind by kind (a qualification that bounds one kind's freshness keeps the others' bounds)
+_PER_KIND = ("signers", "passing", "against", "freshness")
+
+
+def merge_acceptance(base: AcceptanceSection | None, own: AcceptanceSection | None) -> AcceptanceSection:
+    """A policy's ``[acceptance]`` over its acceptance policy's: only the keys it sets replace the acceptance
+    policy's (``model_fields_set``), the per-kind tables kind by kind; a key it leaves out keeps the
+    acceptance policy's value, never the schema's empty default (which would drop every review, acceptance
+    and freshness requirement)."""
+    if own is None:
+        return base if base is not None else AcceptanceSection()
+    if base is None:
+        return own
+    update: dict[str, Any] = {}
+    for key in own.model_fields_set:
+        value = getattr(own, key)
+        update[key] = {**getattr(base, key), **value} if key in _PER_KIND else value
+    return base.model_copy(update=update)
 
 
 def _where(filename: str, text: str, table: str, index: int | None, key: str) -> str:
@@ -301,6 +321,39 @@ def _check_classes(spec: PolicyFile, text: str, filename: str) -> None:
             )
 
 
+def _check_gates(
+    spec: PolicyFile, text: str, filename: str, gates: frozenset[str] | None, skip: Mapping[str, Any] = {}
+) -> None:
+    """Params naming gates (``*_gates``: ``reviewed_gates``, ``accepted_gates``) name gates of the
+    qualification policy (``gates``): a misspelled one would switch its requirement off. ``skip``: params
+    the policy using this one sets over it (those are checked where they are set)."""
+    if gates is None:
+        return
+    for name, value in spec.params.items():
+        if not name.endswith("_gates") or name in skip:
+            continue
+        bad = [v for v in value if v not in gates] if isinstance(value, list) else [value]
+        if bad:
+            raise PolicyError(
+                f"{_where(filename, text, 'params', None, name)}: params.{name}: unknown gate(s) "
+                f"{', '.join(map(repr, bad))}; the qualification policy's gates: {', '.join(sorted(gates))}"
+            )
+
+
+def _qualification_gates(spec: PolicyFile, path: Path, _seen: tuple[str, ...]) -> frozenset[str] | None:
+    """The gate names ``*_gates`` params are checked against: a qualification policy's own; a routing
+    policy's qualification's. None for an acceptance policy: it is checked with each policy that uses it."""
+    if spec.policy.kind == "qualification":
+        return frozenset(g.name for g in spec.gates)
+    if spec.policy.kind == "routing" and spec.routing is not None:
+        name = spec.routing.qualification
+        if name in _seen or name == spec.policy.name:
+            return None
+        qual = load_policy(name, path.parent, _seen=(*_seen, spec.policy.name))
+        return frozenset(g.spec.name for g in qual.gates)
+    return None
+
+
 def _resolve(name_or_path: str, policy_dir: Path) -> Path:
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         return Path(name_or_path)
@@ -350,16 +403,34 @@ def load_policy(
             )
     if spec.policy.kind == "qualification" and not spec.gates:
         raise PolicyError(f"{filename}: a qualification policy needs at least one [[gates]] table")
+    if spec.policy.kind == "qualification" and acceptance_policy is None:
+        # its reviews, acceptances, freshness bounds, signer roles and bindings are the acceptance policy's:
+        # without one every entry would be credited as it stands
+        raise PolicyError(
+            f"{filename}:{key_line(text, 'policy', None, 'name') or 1}: policy.acceptance: a qualification "
+            "policy names the evidence-acceptance policy it filters evidence with (acceptance = "
+            '"evidence-acceptance" in its [policy] table)'
+        )
     if spec.policy.kind == "routing" and spec.routing is None:
         raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
     _check_classes(spec, text, filename)
+    gates = _qualification_gates(spec, path, _seen)
+    _check_gates(spec, text, filename, gates)
+    if acceptance_policy is not None:
+        # the acceptance policy's gate params name this policy's gates
+        acc_text = acceptance_policy.data.decode("utf-8")
+        _check_gates(acceptance_policy.spec, acc_text, str(acceptance_policy.path), gates, spec.params)
     compiled = dict(_compiled(filename, data))  # the cached dict is shared: never modify it
     if acceptance_policy is not None:
         compiled["rules"] = acceptance_policy.rules + compiled["rules"]
         compiled["rule_differences"] = {**acceptance_policy.rule_differences, **compiled["rule_differences"]}
         compiled["rule_against"] = {**acceptance_policy.rule_against, **compiled["rule_against"]}
-        if spec.acceptance is None:
-            for key in ("passing", "against", "review_required", "acceptance_required"):
+        # this policy's [acceptance] over the acceptance policy's, as ``merge_acceptance`` merges the spec
+        own = spec.acceptance.model_fields_set if spec.acceptance is not None else set()
+        for key in ("passing", "against"):
+            compiled[key] = {**getattr(acceptance_policy, key), **compiled.get(key, {})}
+        for key in ("review_required", "acceptance_required"):
+            if key not in own:
                 compiled[key] = getattr(acceptance_policy, key)
     return LoadedPolicy(
         name=spec.policy.name,

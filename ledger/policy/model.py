@@ -7,8 +7,17 @@ import tomllib
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from ledger.entries import KIND_MODELS
 from ledger.errors import PolicyError, more_problems
 
 __all__ = [
@@ -25,6 +34,8 @@ __all__ = [
     "RoutingCheck",
     "RoutingSection",
     "SignerRule",
+    "check_verdict_word",
+    "known_kinds",
     "parse_duration",
     "parse_policy_text",
 ]
@@ -50,6 +61,42 @@ FailingWord = Literal[
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,63}$")]
+
+
+def check_verdict_word(word: str) -> str:
+    """A verdict word, one of ``VERDICT_WORDS`` (a fixture's expectation, say): a misspelled one would match
+    no verdict and so assert nothing."""
+    if word not in VERDICT_WORDS:
+        raise ValueError(f"unknown verdict word {word!r}; known: {', '.join(map(repr, VERDICT_WORDS))}")
+    return word
+
+
+def known_kinds() -> frozenset[str]:
+    """The payload kinds the ledger knows (``KIND_MODELS``, what ``ledger kinds`` lists): the one vocabulary
+    of every kind a policy names."""
+    return frozenset(k for k, _ in KIND_MODELS)
+
+
+def _kind(value: str) -> str:
+    if value not in known_kinds():
+        raise ValueError(
+            f"unknown kind {value!r} (see `ledger kinds`); known: {', '.join(sorted(known_kinds()))}"
+        )
+    return value
+
+
+def _kind_or_any(value: str) -> str:
+    return value if value == "*" else _kind(value)
+
+
+# A kind a policy names: a misspelled one would silently match no entry and switch its part of the policy off
+Kind = Annotated[str, AfterValidator(_kind)]
+# … or "*", every kind (a freshness bound's default)
+KindOrAny = Annotated[str, AfterValidator(_kind_or_any)]
+# the fields a gate's `select` compares (``verdict._field`` reads them): ``kind`` and ``in_subject`` whole,
+# ``payload.<field>`` (a field of the kind's payload model), ``derived.<name>``, ``subject.<field>``
+SELECT_WHOLE = ("kind", "in_subject")
+SELECT_PATHS = ("payload", "derived", "subject")
 
 
 def parse_duration(text: str) -> float:
@@ -96,7 +143,7 @@ class CelRule(_Model):
     detail names each one that does (``requests 6, approved 96``)."""
 
     name: Name
-    kinds: list[str] = Field(min_length=1)
+    kinds: list[Kind] = Field(min_length=1)
     when: str
     detail: str
     differences: list[Difference] = Field(default_factory=list)
@@ -105,8 +152,20 @@ class CelRule(_Model):
     # the engine — an entry the kind's ``[acceptance.passing]`` does not hold for and ``against`` (this
     # rule's, else the kind's ``[acceptance.against]``) does. Only a supersession, with its reason, withdraws
     # a failure.
-    withholds: Literal["record", "credit"] = "record"
+    # Required: a rule that leaves it out must not withdraw failures by default.
+    withholds: Literal["record", "credit"]
     against: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _withholds_required(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "withholds" not in data:
+            raise ValueError(
+                f'rule {data.get("name")!r} names no `withholds`: set withholds = "credit" (not credited; a '
+                'failure it shows still counts against the engine) or withholds = "record" (not evidence of '
+                "the subject at all, failures included)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _against_needs_credit(self) -> CelRule:
@@ -120,7 +179,7 @@ class CelRule(_Model):
 class RequirementRule(_Model):
     """Entries of ``kinds`` (and ``when``, if given) need a review PASS / an acceptance to be credited."""
 
-    kinds: list[str] = Field(min_length=1)
+    kinds: list[Kind] = Field(min_length=1)
     when: str | None = None
     reason: str = ""
 
@@ -128,19 +187,19 @@ class RequirementRule(_Model):
 class BindingsRule(_Model):
     """Engine bindings that must equal the campaign's pinned manifest."""
 
-    kinds: list[str] = Field(default_factory=lambda: ["engine.launch"])
+    kinds: list[Kind] = Field(default_factory=lambda: ["engine.launch"])
     keys: list[str] = Field(min_length=1)
     require_manifest: bool = False
 
 
 class AcceptanceSection(_Model):
-    signers: dict[str, SignerRule] = Field(default_factory=dict)
-    passing: dict[str, str] = Field(default_factory=dict)
+    signers: dict[Kind, SignerRule] = Field(default_factory=dict)
+    passing: dict[Kind, str] = Field(default_factory=dict)
     # per kind: which entries that are not passing show a failure — evidence against the engine that a rule
     # withholding credit (stale, review FAIL, rejected acceptance, missing artifact, bindings …) never drops
-    against: dict[str, str] = Field(default_factory=dict)
-    freshness: dict[str, str] = Field(default_factory=dict)
-    post_reset_kinds: list[str] = Field(default_factory=list)
+    against: dict[Kind, str] = Field(default_factory=dict)
+    freshness: dict[KindOrAny, str] = Field(default_factory=dict)
+    post_reset_kinds: list[Kind] = Field(default_factory=list)
     artifacts: Literal["verify", "exists"] = "verify"
     signatures: Literal["verify", "trust-log"] = "verify"
     review_required: list[RequirementRule] = Field(default_factory=list)
@@ -149,7 +208,7 @@ class AcceptanceSection(_Model):
     repaired_commit_required: bool = True
     # kinds a campaign's run outputs (its engine, its probes, its harness results): each belongs to the job
     # the log knows it ran in (see `derived.job`), whether or not it names one
-    job_output_kinds: list[str] = Field(
+    job_output_kinds: list[Kind] = Field(
         default_factory=lambda: ["engine.launch", "health.probe", "gate.result"]
     )
 
@@ -197,7 +256,7 @@ class Gate(_Model):
     name: Name
     verdict: FailingWord
     description: str = ""
-    kinds: list[str] = Field(default_factory=list)
+    kinds: list[Kind] = Field(default_factory=list)
     select: list[dict[str, Any]] = Field(default_factory=list)
     where: str | None = None
     require: str | None = None
@@ -213,6 +272,7 @@ class Gate(_Model):
         for sel in self.select:
             if not isinstance(sel.get("kind"), str):
                 raise ValueError("every `select` item names a `kind`")
+            _check_select(sel)
         ids = [c.id for c in self.checks if c.id is not None]
         if len(ids) != len(set(ids)):
             raise ValueError(f"check ids of a gate are unique: {sorted(i for i in ids if ids.count(i) > 1)}")
@@ -220,6 +280,28 @@ class Gate(_Model):
 
     def selected_kinds(self) -> list[str]:
         return list(self.kinds) if self.kinds else [str(s["kind"]) for s in self.select]
+
+
+def _check_select(sel: dict[str, Any]) -> None:
+    """A `select` item's fields are ones selection reads (a misspelled one matches no entry, and the gate
+    would judge no evidence): its kind a known kind, ``payload.<field>`` a field of that kind's payload."""
+    kind = _kind(str(sel["kind"]))
+    fields = {f for (k, _), m in KIND_MODELS.items() if k == kind for f in m.model_fields}
+    for key in sel:
+        head, dot, rest = key.partition(".")
+        if key in SELECT_WHOLE:
+            continue
+        if head in SELECT_PATHS and dot and rest:
+            if head == "payload" and rest.split(".")[0] not in fields:
+                raise ValueError(
+                    f"select field {key!r}: {kind} payloads have no field {rest.split('.')[0]!r}; "
+                    f"known: {', '.join(sorted(fields))}"
+                )
+            continue
+        raise ValueError(
+            f"unknown select field {key!r}; a select item compares {', '.join(SELECT_WHOLE)} or "
+            f"{', '.join(p + '.<field>' for p in SELECT_PATHS)}"
+        )
 
 
 class RoutingCheck(_Model):
@@ -336,6 +418,10 @@ def parse_policy_text(text: str, filename: str) -> PolicyFile:
         line = locate(text, loc)
         where = f"{filename}:{line}" if line else filename
         path = ".".join(str(p) for p in loc) or "(root)"
-        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = (
+            "unknown field"
+            if err["type"] == "extra_forbidden"
+            else str(err["msg"]).removeprefix("Value error, ")
+        )
         more = more_problems(e.errors(), unknown="unknown field")
         raise PolicyError(f"{where}: {path}: {msg}{more}") from e
