@@ -58,3 +58,23 @@ def _no_stray_ledger_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     if "LEDGER_HOME" in os.environ:
         monkeypatch.delenv("LEDGER_HOME")
+
+
+@pytest.fixture
+def clock_at(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """``with clock_at(T):`` the clock a recorded judgement's reference time is held to
+    (``ledger.policy.record_time``) reads T: a test recording a pass judged at a fixture's time, months
+    before the real clock, records it as at that time (a --now before the clock records a pass only where it
+    holds at the clock: ``refuse_pass_not_holding_now``)."""
+    import contextlib
+
+    import ledger.policy.record_time as record_time
+    from ledger.entries import parse_time
+
+    @contextlib.contextmanager
+    def pin(text: str) -> Iterator[None]:
+        with monkeypatch.context() as m:
+            m.setattr(record_time, "now_utc", lambda: parse_time(text))
+            yield
+
+    return pin

@@ -86,11 +86,13 @@ def test_when_every_probe_is_stale_the_reason_names_staleness_not_another_subjec
 
 
 def test_a_recorded_routing_change_carries_the_reference_time_it_judged_at(
-    build, cli, tmp_path: Path
+    build, cli, clock_at, tmp_path: Path
 ) -> None:
     b = build(SEED004)
     p = _dep_file(tmp_path, OK)
-    r = cli(*_args(b, "--deployment", str(p), "--now", "2026-09-11T09:00:00Z", "--record", "--json"))
+    # allowed at the fixture's time, refused at the real clock (months later): recorded with the clock then
+    with clock_at("2026-09-11T09:00:00Z"):
+        r = cli(*_args(b, "--deployment", str(p), "--now", "2026-09-11T09:00:00Z", "--record", "--json"))
     assert r.code == 0, r.out + r.err
     e = b.ledger.get(json.loads(r.out)["recorded"])
     assert e.statement.payload["judged_at"] == "2026-09-11T09:00:00.000000Z"
@@ -162,14 +164,21 @@ def _campaign_home(tmp_path: Path, entries: list[dict[str, Any]]) -> tuple[Path,
     return home, ledger, b
 
 
-def test_verdict_record_does_not_sign_qualified_on_evidence_stale_now(tmp_path: Path, cli) -> None:
+def test_verdict_record_does_not_sign_qualified_on_evidence_stale_now(tmp_path: Path, cli, clock_at) -> None:
     home, ledger, _ = _campaign_home(tmp_path, qualified_entries())
     subj = ["--subject", f"campaign={CAMPAIGN['campaign']}"]
     # judged at the last entry's time (read only) it is QUALIFIED …
     r = cli("verdict", "--home", str(home), *subj, "--json")
     assert json.loads(r.out)["verdict"] == "QUALIFIED"
-    # --now judges (and records) at a stated time; replay judges it again at that time: the same
+    # … and a --now at that time, months before the clock, is not signed QUALIFIED: at the clock its host
+    # probe is stale (audit 38 f4: it was recorded QUALIFIED), exit 2, nothing recorded
+    size = ledger.size()
     r = cli("verdict", "--home", str(home), *subj, "--now", "2026-09-11T00:00:00Z", "--record", "--json")
+    assert r.code == 2 and "as QUALIFIED: judged at the clock" in r.err, r.out + r.err
+    assert ledger.size() == size
+    # with the clock at that time, --now judges (and records) at it; replay judges it again then: the same
+    with clock_at("2026-09-11T00:00:00Z"):
+        r = cli("verdict", "--home", str(home), *subj, "--now", "2026-09-11T00:00:00Z", "--record", "--json")
     assert json.loads(r.out)["verdict"] == "QUALIFIED", r.err
     first = ledger.query(kind="verdict", limit=1, descending=True)[0]
     assert first.statement.payload["reference_time"] == "2026-09-11T00:00:00.000000Z"

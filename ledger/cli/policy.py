@@ -214,6 +214,18 @@ def verdict(
                 f"the verdict's checkpoint (size {result['checkpoint']['size']}) is refused by "
                 f"{trust.source}: " + "; ".join(problems)
             )
+    # a stated time before the clock records QUALIFIED only where it holds at the clock too
+    if record and now and when is not None:
+        from ledger.policy.record_time import refuse_pass_not_holding_now
+
+        def judge_now(t: Any) -> tuple[bool, str]:
+            r = evaluate(ledger, subj, pol, at_size=int(result["checkpoint"]["size"]), reference_time=t)
+            failing = next((g for g in r["gates"] if g["status"] != "passed"), None)
+            why = f" ({failing['name']} {failing['status']}: {failing.get('reason', '')})" if failing else ""
+            return r["verdict"] == "QUALIFIED", f"{r['verdict']}{why}"
+
+        passed = "QUALIFIED" if result["verdict"] == "QUALIFIED" else None
+        refuse_pass_not_holding_now("verdict", passed, when, judge_now)
     entry = ledger.record_verdict(result, key=key) if record else None
     if json_out:
         sys.stdout.buffer.write(canonical_bytes(result) + b"\n")
@@ -369,6 +381,18 @@ def check_routing_change_cmd(
                 f"the checkpoint (size {result['checkpoint']['size']}) is not cosigned as {trust.source} "
                 "asks: " + "; ".join(problems)
             )
+    if record and when is not None:  # a stated time before the clock records allowed only where it holds now
+        from ledger.policy.record_time import refuse_pass_not_holding_now, refuse_unrecordable_time
+
+        # the log's head and the clock first (as record_routing_change checks them), then the clock's answer
+        refuse_unrecordable_time(led, int(result["checkpoint"]["size"]), when, "routing decision")
+
+        def judge_now(t: Any) -> tuple[bool, str]:
+            r = led.check_routing(subj, pol, action=action, deployment=dep, now=t)
+            return bool(r["allowed"]), "allowed" if r["allowed"] else "refused: " + "; ".join(r["reasons"])
+
+        passed = "allowed" if result["allowed"] else None
+        refuse_pass_not_holding_now("routing decision", passed, when, judge_now)
     if record:
         result["recorded"] = led.record_routing_change(result, key=key).entry_id
     if json_out:

@@ -10,6 +10,11 @@ appended now, so its reference time must be one the log has reached and the cloc
   (a standing failure past its bound, a verdict's freshness), so a decision judged tomorrow and signed today
   would record a route, or a verdict, the gate refuses today — a future what-if is for reading too.
 
+A reference time before the clock (a stated ``--now``, at or after the log's head) records a pass only where
+the judgement at the clock passes too (``refuse_pass_not_holding_now``): evidence stale now is not signed
+QUALIFIED, and a route refused now is not recorded as allowed. A failure judged then may be recorded (it is
+what the log said then; replay judges it again at that time).
+
 No clock-skew tolerance (``RECORD_FUTURE_TOLERANCE`` is zero): the clock the reference time is compared with
 is the one that stamps the entry's ``logged_at`` (this process's), and a reference time left out is read
 from that same clock, so a judgement recorded without ``--now``, or with ``--now now``, is never refused by
@@ -18,6 +23,7 @@ it; any tolerance would let a judgement that many seconds ahead pass (fail close
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -27,7 +33,7 @@ from ledger.errors import InputError
 if TYPE_CHECKING:
     from ledger.policy.port import PolicyLedger as Ledger
 
-__all__ = ["RECORD_FUTURE_TOLERANCE", "refuse_unrecordable_time"]
+__all__ = ["RECORD_FUTURE_TOLERANCE", "refuse_pass_not_holding_now", "refuse_unrecordable_time"]
 
 # how far after the clock a recorded judgement's reference time may lie: none (see the module's text)
 RECORD_FUTURE_TOLERANCE = timedelta(0)
@@ -56,4 +62,30 @@ def refuse_unrecordable_time(
             f"({format_time(now)}): evidence that stands now may no longer stand then (a failure past its "
             "bound, a verdict gone stale), and what is recorded now is judged now",
             hint=f"record without --now (the {what} is judged now), or judge the future without --record",
+        )
+
+
+def refuse_pass_not_holding_now(
+    what: str,
+    passed: str | None,
+    when: datetime,
+    judge_at: Callable[[datetime], tuple[bool, str]],
+    *,
+    clock: datetime | None = None,
+) -> None:
+    """Refuse (InputError: exit 2, nothing recorded) to record a passing judgement — ``passed``: its word
+    (``QUALIFIED``, ``allowed``), None where it does not pass — made at a reference time ``when`` before the
+    clock (``clock``, default now), where ``judge_at(clock)`` — the same judgement at the clock: (whether it
+    passes, what it says) — does not pass: its evidence no longer stands now (a host probe gone stale, a
+    verdict past its bound), so the pass would be signed now on evidence the gate refuses now."""
+    now = clock if clock is not None else now_utc()
+    if passed is None or when >= now:
+        return
+    holds, text = judge_at(now)
+    if not holds:
+        raise InputError(
+            f"cannot record a {what} judged at {format_time(when)} as {passed}: judged at the clock "
+            f"({format_time(now)}) it is {text} — evidence that no longer stands now is not signed "
+            "as passing",
+            hint=f"record without --now (the {what} is judged now), or judge the past without --record",
         )

@@ -386,11 +386,22 @@ def _cancelled(
     if out is None:
         return None
     rule, by = out
+    return rule, taken_out_text(rule, by)
+
+
+def taken_out_text(rule: str, by: Evidence) -> str:
+    """What took an entry out (``acceptance.taken_out``'s rule and the entry that does), as the acceptance
+    filter words it: the entry, its signer and the reason it gives."""
+    why = str(by.payload.get("reason") or "")
     if rule == Rule.REJECTED_BY_ACCEPTANCE:
-        return rule, f"rejected by acceptance {by.id[:16]}"
+        return f"rejected by acceptance {by.id[:16]} ({by.signer_name}): {why}".rstrip(": ")
     if rule == Rule.SELF_SUPERSEDED:
-        return rule, f"superseded by {by.id[:16]}, signed by the key that signed it"
-    return rule, f"superseded by {by.id[:16]}"
+        return (
+            f"superseded by {by.id[:16]}, signed by the key that signed it ({by.signer_name}): {why}".rstrip(
+                ": "
+            )
+        )
+    return f"superseded by {by.id[:16]} ({by.signer_name}): {why}".rstrip(": ")
 
 
 def _acting(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> list[Evidence]:
@@ -465,6 +476,7 @@ def check_routing_change(
         reference_time=format_time(when),
     )
     params = policy.params
+    benign = _benign_classes(policy)  # the qualification's one copy: a routing policy's own is refused
     match = {k: v for k, v in subject.items() if k in routing.match_subject}
     ignored: list[dict[str, str]] = []
 
@@ -515,12 +527,21 @@ def check_routing_change(
         return usable(e, shows_failure=lambda _: True)
 
     verdict: Evidence | None = None
+    # where no verdict is usable, why the newest one recorded is not (its ``ignored`` row): the reason
+    # leads with it — a verdict superseded or rejected was recorded, by whom and why it was taken out
+    verdict_withdrawn = ""
     for e in reversed(_entries(ledger, subject=match, kinds=("verdict",), size=size, snap=snap)):
         if e.payload.get("policy", {}).get("name") != routing.qualification:
             continue
         if usable(e, routing.verdict_roles):
             verdict = e
             break
+        if not verdict_withdrawn:
+            detail = next((r["detail"] for r in ignored if r["entry"] == e.id), "not usable")
+            verdict_withdrawn = (
+                f"the newest recorded {routing.qualification} verdict (entry {e.id[:16]}, "
+                f"{e.payload.get('verdict')}, logged {e.logged_at}) is {detail}; "
+            )
     host_name = subject["host"]
     host_entries = _entries(
         ledger, subject={"host": host_name}, kinds=("kernel.log", "host.probe", "note"), size=size, snap=snap
@@ -608,7 +629,7 @@ def check_routing_change(
     # GPU events the kernel logs of the host record after its latest probe: that probe does not show those
     # GPUs usable (only for a layout that puts something on a GPU: the GPU checks judge it)
     faults, unplaced = (
-        _gpu_faults_after(host_entries, gpu_probe, against, params)
+        _gpu_faults_after(host_entries, gpu_probe, against, params, benign)
         if gpu_probe is not None and gpus
         else ({}, [])
     )
@@ -660,6 +681,9 @@ def check_routing_change(
         raise PolicyError(
             f"routing context {sorted(ctx)} is not the loader's ROUTING_NAMES {sorted(ROUTING_NAMES)}"
         )
+    # the texts a fail message may name beyond the CEL context: verdict_withdrawn_text ("" where a verdict
+    # is usable or none was recorded)
+    texts = {"verdict_withdrawn_text": verdict_withdrawn}
     checks: list[dict[str, Any]] = []
     reasons: list[str] = []
     for rc in policy.routing_checks:
@@ -677,9 +701,9 @@ def check_routing_change(
             for item in items:
                 item_ctx = {**ctx, "item": item}
                 if not rc.expr.holds(item_ctx):
-                    fails.append(render(rc.spec.fail, item_ctx))
+                    fails.append(render(rc.spec.fail, {**item_ctx, **texts}))
         elif not rc.expr.holds(ctx):
-            fails.append(render(rc.spec.fail, ctx))
+            fails.append(render(rc.spec.fail, {**ctx, **texts}))
         checks.append(
             {
                 "name": rc.spec.name,
@@ -1166,17 +1190,18 @@ def _probe_text(probe: Evidence | None) -> str:
 
 
 def _gpu_faults_after(
-    host_entries: list[Evidence], probe: Evidence, usable: Any, params: Mapping[str, Any]
+    host_entries: list[Evidence], probe: Evidence, usable: Any, params: Mapping[str, Any], benign: set[str]
 ) -> tuple[dict[str | None, list[dict[str, Any]]], list[dict[str, Any]]]:
     """The GPU events the kernel logs of the host record after its latest host probe (``probe``), of the
     logs ``usable`` lets stand as the failure they show (trusted, not withdrawn: a rejection or its own
     signer's supersession withholds credit only),
     classified by the GPU-fault catalogue as the verdict classifies them (the derived ``gpu_events``:
-    ``acceptance._host_gpu_events``), leaving out those of a class in ``params.gpu_benign_classes``
-    (``unknown`` never is) and those whose catalogue code is in ``params.gpu_codes_handled`` (a check of
-    the policy judges them: a P2P fault): by the PCI address of the device each names (``_pci``, as the
-    verdict matches a launch's GPUs), and those whose device cannot be told — none recorded, one that is
-    no PCI address, or an event of the whole host (the OOM killer: ``ledger.gpu_faults.host_wide``).
+    ``acceptance._host_gpu_events``), leaving out those of a class in ``benign`` (the qualification's
+    ``params.gpu_benign_classes``: ``_benign_classes``) and those whose catalogue code is in
+    ``params.gpu_codes_handled`` (a check of the policy judges them: a P2P fault): by the PCI address of
+    the device each names (``_pci``, as the verdict matches a launch's GPUs), and those whose device cannot
+    be told — none recorded, one that is no PCI address, or an event of the whole host (the OOM killer:
+    ``ledger.gpu_faults.host_wide``).
 
     The probe, taken before such an event, does not show the GPU usable after it: a GPU fallen off the bus
     at 08:10 is gone, however many probes listed it before. An event is after the probe when its time is at
@@ -1184,8 +1209,6 @@ def _gpu_faults_after(
     may have read it at any time up to then: its claimed read time does not narrow that)."""
     from ledger.gpu_faults import host_wide
 
-    benign = params.get("gpu_benign_classes")
-    benign = {str(c) for c in benign} - {"unknown"} if isinstance(benign, list) else set()
     handled = params.get("gpu_codes_handled")
     handled = {str(c) for c in handled} if isinstance(handled, list) else set()
     since = probe.observed_time
@@ -1264,6 +1287,21 @@ def _qualification(policy: LoadedPolicy) -> LoadedPolicy:
 
     assert policy.spec.routing is not None
     return load_policy(policy.spec.routing.qualification, policy.path.parent)
+
+
+def _benign_classes(policy: LoadedPolicy) -> set[str]:
+    """The GPU-fault catalogue's classes that are no fault: the qualification's ``params.gpu_benign_classes``,
+    its one copy (``unknown`` never is; a list missing or mistyped there names none: every event is a
+    fault). A routing policy that states its own list is refused: a second copy could disagree with the
+    verdict's (a GPU reset the qualification fails on, routed onto)."""
+    if "gpu_benign_classes" in policy.params:
+        qual = policy.spec.routing.qualification if policy.spec.routing is not None else "the qualification"
+        raise PolicyError(
+            f"{policy.path}: params.gpu_benign_classes is the qualification's ({qual}'s params."
+            "gpu_benign_classes, one copy): the routing gate reads it there; remove it from this policy"
+        )
+    benign = _qualification(policy).params.get("gpu_benign_classes")
+    return {str(c) for c in benign} - {"unknown"} if isinstance(benign, list) else set()
 
 
 # the qualification's check that judges a /v1/models probe's identity from the list it recorded, named by

@@ -295,7 +295,9 @@ def _bench_verdict_module():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-def test_recording_a_verdict_over_a_10k_entry_campaign_fits_the_envelope_limit(tmp_path: Path, cli) -> None:
+def test_recording_a_verdict_over_a_10k_entry_campaign_fits_the_envelope_limit(
+    tmp_path: Path, cli, clock_at
+) -> None:
     from ledger.service import MAX_ENVELOPE_BYTES, Ledger
 
     bench = _bench_verdict_module()
@@ -305,7 +307,8 @@ def test_recording_a_verdict_over_a_10k_entry_campaign_fits_the_envelope_limit(t
     ledger = Ledger.open(home)
     size = ledger.size()
     head = ledger.get_seq(size - 1).logged_at  # judged as of the campaign's last entry, not the clock
-    r = cli("verdict", "--home", str(home), "--subject", subject, "--now", head, "--record", "--json")
+    with clock_at(head):  # recorded with the clock at that time (the campaign's evidence holds then)
+        r = cli("verdict", "--home", str(home), "--subject", subject, "--now", head, "--record", "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
     assert len(result["used"]) > 9_000

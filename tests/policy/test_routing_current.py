@@ -188,14 +188,15 @@ def test_deployment_without_host_is_an_error(tmp_path: Path) -> None:
         load_deployment(p)
 
 
-def test_routing_check_record_appends_routing_change(build, cli, tmp_path: Path) -> None:
+def test_routing_check_record_appends_routing_change(build, cli, clock_at, tmp_path: Path) -> None:
     b = build("routing-change/seed004-router.toml")
     p = tmp_path / "ok.json"
     p.write_text(json.dumps(OK))
     args = ["check", "routing-change", "--home", str(b.home), "--now", "2026-09-11T09:00:00Z"]
     for k, v in SUBJECT.items():
         args += ["--subject", f"{k}={v}"]
-    r = cli(*args, "--deployment", str(p), "--record", "--key", "operator", "--json")
+    with clock_at("2026-09-11T09:00:00Z"):  # recorded at the fixture's time (the clock then)
+        r = cli(*args, "--deployment", str(p), "--record", "--key", "operator", "--json")
     assert r.code == 0, r.out + r.err
     rec = json.loads(r.out)["recorded"]
     e = b.ledger.get(rec)
