@@ -49,6 +49,7 @@ __all__ = [
     "HARNESS",
     "NO_AGGREGATE",
     "PERCENTILES",
+    "STREAM_CUT",
     "BenchmarkCorpus",
     "BenchmarkPrompt",
     "BenchmarkResult",
@@ -376,6 +377,10 @@ COMPLETED_FINISH_REASONS = frozenset({"stop", "length"})
 # error while generating). It carries no client-error code, so it is judged as an error object in the
 # stream without a 4xx code is: an engine fault, which stops the run.
 FAULT_FINISH_REASONS = frozenset({"error"})
+# a stream that ended with neither a finish_reason nor ``data: [DONE]``: the engine cut the answer off
+STREAM_CUT = (
+    "the stream ended without a finish_reason and without data: [DONE]: the engine cut the answer off"
+)
 # what of a body that is no event stream is kept to say what it was (an error object, an HTML page)
 _BODY_KEPT = 65536
 # how a request that got no (complete) answer in time begins its error (:func:`timed_out`)
@@ -601,6 +606,12 @@ def _finish(record: RequestRecord, s: _Stream, max_tokens: int | None) -> Reques
         record.error = f"the stream's chunks name more than one model: {', '.join(s.models)}"
         return record
     finish = record.finish_reason
+    if finish is None and not s.done:
+        # neither a finish_reason nor [DONE]: the engine cut its answer off mid-stream (llama-cpp-python on an
+        # unhandled exception, "Exception in ASGI application", ends the body there): an engine fault, where
+        # it happened — the next request (on the connection the engine left broken) is not blamed for it
+        record.error, record.fault = STREAM_CUT, True
+        return record
     if finish is None:
         record.error = "the stream ended without a finish_reason"
         return record

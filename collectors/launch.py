@@ -57,6 +57,7 @@ from ledger.signatures import ENGINE_ENDED, Classification, RunOutcome, Signatur
 
 __all__ = [
     "PORT_CONFLICT",
+    "READINESS_REFUSED",
     "RELEVANT_ENV_PREFIXES",
     "EngineRun",
     "LaunchSpec",
@@ -69,6 +70,10 @@ __all__ = [
 # the line the collector adds to a launch's failure text when another process answered readiness on the
 # engine's port (signature `port-served-by-another-process` in signatures.toml matches it)
 PORT_CONFLICT = "ledger-collector: port {port} answered readiness from a process that is not the engine"
+# the line the collector adds when the engine refused its readiness requests (HTTP 401/403: an API key the
+# campaign's command gives the engine and not the collector), the engine's own words after it (signature
+# `readiness-refused`, class config: the campaign's configuration, not the engine's fault)
+READINESS_REFUSED = "ledger-collector: the engine refused the collector's readiness requests: {note}"
 DRAIN_S = 1.0  # at most this long, before SIGTERM, for the engine's pipes to be read empty
 
 RELEVANT_ENV_PREFIXES = (
@@ -310,6 +315,7 @@ class EngineRun:
         self.launch_id = uuid.uuid4().hex
         self.port = _local_port(spec.base_url)
         self.port_conflict: str | None = None  # another process answered readiness on the engine's port
+        self.readiness_refused: str | None = None  # the engine answered readiness 401/403 (READINESS_REFUSED)
         self.survivors: list[dict[str, Any]] = []  # marked processes still running after the group's stop
         self.lease_expired = False
         self.failure_observed: str | None = None  # set by probes that saw the engine fail a request
@@ -332,7 +338,8 @@ class EngineRun:
         if holder is not None:
             raise PortInUseError(
                 f"port {self.port} ({self.spec.base_url}) is already in use by {holder}: refusing to launch "
-                "the engine (it could not bind the port, and readiness would be judged on the other server)"
+                "the engine (it could not bind the port, and readiness would be judged on the other server)",
+                hint=PortInUseError.ENGINE_HINT,
             )
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -486,6 +493,10 @@ class EngineRun:
                     self.stop("lease-expired")
                     return last
                 last = check_ready(self.spec.base_url, self.spec.engine, client)
+                if last.refused:  # up, and refusing the collector: no later poll changes that
+                    with self._lock:
+                        self.readiness_refused = READINESS_REFUSED.format(note=last.note)
+                    return last
                 if last.ready:
                     foreign = self._foreign_listener()
                     if foreign is not None:
@@ -651,7 +662,10 @@ class EngineRun:
     @property
     def failed(self) -> bool:
         return (
-            self.stop_reason in ENGINE_ENDED or self.failure_observed is not None or bool(self.port_conflict)
+            self.stop_reason in ENGINE_ENDED
+            or self.failure_observed is not None
+            or bool(self.port_conflict)
+            or bool(self.readiness_refused)
         )
 
     def classification(self) -> Classification:
@@ -673,6 +687,8 @@ class EngineRun:
         text = self.log_text()
         if self.port_conflict:  # the collector's own finding, after the engine's logs
             text += "\n" + self.port_conflict
+        if self.readiness_refused:  # the same: the engine's refusal, in its words
+            text += "\n" + self.readiness_refused
         result = classify(text, outcome, sigs)
         if result.signature == "request-failed" and self.failure_observed:
             result = Classification(
@@ -710,6 +726,8 @@ class EngineRun:
             details["port"] = self.port
         if self.port_conflict:
             details["port_conflict"] = self.port_conflict
+        if self.readiness_refused:
+            details["readiness_refused"] = self.redactor().text(self.readiness_refused)[0]
         if self.ready_state is not None:
             details["ready_server"] = self.ready_state.server
         if c.signature:

@@ -5,6 +5,11 @@
 - llama.cpp: the C++ ``llama-server`` answers ``/health`` 503 "Loading model", then 200.
   llama-cpp-python's server has no ``/health`` (404): it is ready when ``/v1/models`` answers 200.
 - SGLang: ``/health`` is 503 while starting, then 200.
+
+An answer of 401 or 403 (any engine, any of these endpoints) is no step of a start-up: the server is up and
+refuses the collector — an API key the campaign's command gives the engine (``--api_key``, ``--api-key``)
+that the collector does not send. No later poll is answered otherwise, so it ends the wait at once
+(``ReadyState.refused``), in the engine's words: ``/v1/models: HTTP 401 Invalid API key``.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from typing import Any
 
 import httpx
 
-__all__ = ["ENGINES", "ReadyState", "check_ready", "http_client"]
+__all__ = ["ENGINES", "REFUSED_STATUSES", "ReadyState", "check_ready", "http_client"]
 
 ENGINES = ("vllm", "llamacpp", "sglang", "generic")
+# the server is up and refuses the collector's requests (unauthenticated, forbidden): no poll will change it
+REFUSED_STATUSES = (401, 403)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +33,7 @@ class ReadyState:
     status: int | None = None  # HTTP status of the deciding request (None: nothing answered)
     note: str = ""  # "connection refused", "loading", "sleeping", …
     server: str | None = None  # llama-server | llama-cpp-python, when told apart
+    refused: bool = False  # the server answered 401/403: it is up and refuses the collector (terminal)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,6 +42,7 @@ class ReadyState:
             "status": self.status,
             "note": self.note,
             "server": self.server,
+            "refused": self.refused,
         }
 
 
@@ -70,6 +79,13 @@ def _message(body: Any) -> str:
     return str(body or "")
 
 
+def _refusal(endpoint: str, status: int, body: Any, server: str | None = None) -> ReadyState:
+    """The terminal state of a server that refuses the collector: the engine's own words, its status."""
+    words = _message(body).strip()
+    note = f"{endpoint}: HTTP {status}" + (f" {words}" if words else "")
+    return ReadyState(False, endpoint, status, note=note, server=server, refused=True)
+
+
 def check_ready(base_url: str, engine: str, client: httpx.Client | None = None) -> ReadyState:
     """One readiness poll of the server at ``base_url`` for engine family ``engine``."""
     base = base_url.rstrip("/")
@@ -79,6 +95,8 @@ def check_ready(base_url: str, engine: str, client: httpx.Client | None = None) 
         status, body, err = _get(c, base + "/health")
         if status is None:
             return ReadyState(False, note=err or "no answer")
+        if status in REFUSED_STATUSES:
+            return _refusal("/health", status, body)
         if engine == "llamacpp":
             if status == 200:
                 return ReadyState(True, "/health", 200, server="llama-server")
@@ -87,9 +105,11 @@ def check_ready(base_url: str, engine: str, client: httpx.Client | None = None) 
                     False, "/health", 503, note=_message(body) or "loading", server="llama-server"
                 )
             if status == 404:
-                m_status, _, m_err = _get(c, base + "/v1/models")
+                m_status, m_body, m_err = _get(c, base + "/v1/models")
                 if m_status == 200:
                     return ReadyState(True, "/v1/models", 200, server="llama-cpp-python")
+                if m_status in REFUSED_STATUSES:
+                    return _refusal("/v1/models", m_status, m_body, server="llama-cpp-python")
                 return ReadyState(
                     False,
                     "/v1/models",
@@ -99,12 +119,16 @@ def check_ready(base_url: str, engine: str, client: httpx.Client | None = None) 
                 )
             return ReadyState(False, "/health", status, note=_message(body))
         if status == 404 and engine == "generic":  # no /health: the API answering counts
-            m_status, _, m_err = _get(c, base + "/v1/models")
+            m_status, m_body, m_err = _get(c, base + "/v1/models")
+            if m_status in REFUSED_STATUSES:
+                return _refusal("/v1/models", m_status, m_body)
             return ReadyState(m_status == 200, "/v1/models", m_status, note=m_err if m_status != 200 else "")
         if status != 200:
             return ReadyState(False, "/health", status, note=_message(body) or "starting")
         if engine in ("vllm", "generic"):
             sleeping, s_status = _sleeping(c, base)
+            if s_status in REFUSED_STATUSES:  # /health is open, the API behind it is not the collector's
+                return _refusal("/is_sleeping", s_status, None)
             if sleeping:
                 return ReadyState(False, "/health+/is_sleeping", s_status, note="sleeping")
             if sleeping is False:

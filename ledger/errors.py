@@ -372,7 +372,12 @@ class PortInUseError(LedgerError):
 
     code = "port-in-use"
     category = Category.SYSTEM
-    hint = "stop the other server or pass --port with a free port"
+    hint = "stop the other server or pass --port with a free port"  # `ledger serve`'s
+    # `ledger collect run` / `launch` have no --port: the engine's port is the campaign file's
+    ENGINE_HINT: ClassVar[str] = (
+        "stop the other server, or give the engine a free port: `[engine] port` in the campaign file "
+        "(0: a free port for each attempt) for `collect run`, the port of --ready-url for `collect launch`"
+    )
 
 
 # --- foreign validation errors, told at the boundary -------------------------------------------------------

@@ -84,6 +84,10 @@ class FailureClass(StrEnum):
     RESOURCE = "resource"  # memory (host or device) exhausted, OOM-killed
     LEASE = "lease"  # it hung: the lease ran out before it finished
     OPERATOR_STOP = "operator-stop"  # stopped from outside (SIGTERM by an operator or supervisor)
+    # the campaign's own settings do not fit the engine it starts: the engine refused the collector's requests
+    # (an API key the campaign's command gives the engine, not the collector) — the operator's error, no
+    # evidence of the engine either way
+    CONFIG = "config"
 
 
 UNKNOWN_CLASS = "unknown"  # what the policy engine reports for an id the signature table lacks
@@ -97,7 +101,7 @@ CLASS_PRECEDENCE: tuple[frozenset[FailureClass], ...] = (
     frozenset({FailureClass.GPU_FAULT}),
     frozenset({FailureClass.RUNTIME_FAULT}),
     frozenset({FailureClass.RESOURCE, FailureClass.LEASE, FailureClass.STARTUP}),
-    frozenset({FailureClass.OPERATOR_STOP}),
+    frozenset({FailureClass.OPERATOR_STOP, FailureClass.CONFIG}),
 )
 
 
