@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger.atomic import write_atomic
-from ledger.errors import ConfigError, HomeNotInitialisedError, InputError
+from ledger.errors import ConfigError, HomeNotInitialisedError, InputError, StorageError
 
 if TYPE_CHECKING:
     from ledger.signing import SigningKey
@@ -134,6 +134,10 @@ class HomeConfig:
     root_key_id: str
     admin_key: str
     witnesses: tuple[WitnessConfig, ...] = ()
+    # the size of the home's own log when it began keeping receipts (``receipts.jsonl``): the entries below
+    # it were logged by a ledger that kept none (a home upgraded from log format 1 by ``ledger migrate``),
+    # so ``ledger audit`` expects no receipt of them; 0 (a home made by this ledger): every entry has one
+    receipts_from: int = 0
 
 
 class Home:
@@ -160,16 +164,44 @@ class Home:
         return self.path / "receipts.jsonl"
 
     def keep_receipts(self, receipts: list[dict[str, Any]]) -> None:
-        """Append receipts durably (one write of whole lines, then fsync): a crash loses none it returned."""
+        """Append receipts durably, whole lines or none: every byte written, then fsync, under a lock of the
+        file (the processes of one home append in turn); a crash loses none it returned. A write that
+        cannot be completed (disk full, a file size limit) is cut back to the last whole line and is
+        ``StorageError``: a torn line would have glued the next receipts onto it, and ``ledger audit``
+        refuses such a file whole. A torn last line an earlier crash left (never a whole receipt) is cut
+        before anything is appended."""
         if not receipts:
             return
         data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in receipts).encode()
-        fd = os.open(self.receipts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
+            fd = os.open(self.receipts_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StorageError(f"{self.receipts_path}: cannot be opened to keep receipts ({e})") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            end = _whole_lines_end(fd)
+            try:
+                if end != size:
+                    tail = os.pread(fd, size - end, end)
+                    if _whole_line(tail):  # a last line without its newline: kept, ended
+                        data, end = b"\n" + data, size
+                    else:  # a torn write: never a whole receipt
+                        os.ftruncate(fd, end)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except OSError as e:
+                with contextlib.suppress(OSError):  # nothing half-way: back to the last whole line
+                    os.ftruncate(fd, end)
+                    os.fsync(fd)
+                raise StorageError(
+                    f"{self.receipts_path}: {len(receipts)} receipt(s) could not be kept "
+                    f"({e.strerror or e}); nothing of them is left in it"
+                ) from e
         finally:
-            os.close(fd)
+            os.close(fd)  # releases the lock
 
     def receipts(self) -> list[dict[str, Any]]:
         """The kept receipts, oldest first; a line that is not JSON (a torn last write) is refused."""
@@ -293,6 +325,7 @@ class Home:
                 witnesses=tuple(
                     WitnessConfig(url=str(w["url"]), vkey=str(w["vkey"])) for w in data.get("witness", [])
                 ),
+                receipts_from=_count(data.get("receipts_from", 0), "receipts_from", self.config_path),
             )
         except (KeyError, TypeError) as e:
             raise ConfigError(f"{self.config_path}: missing setting {e}") from e
@@ -306,7 +339,7 @@ class Home:
         return absolute_store(store, self.path)
 
     def _relative(self, cfg: HomeConfig) -> dict[str, str]:
-        out = {k: v for k, v in cfg.__dict__.items() if k != "witnesses"}
+        out = {k: v for k, v in cfg.__dict__.items() if k not in ("witnesses", "receipts_from")}
         out["database_url"] = relative_database_url(cfg.database_url, self.path)
         out["store"] = relative_store(cfg.store, self.path)
         return out
@@ -314,6 +347,8 @@ class Home:
     def write_config(self, cfg: HomeConfig) -> None:
         """Write the configuration, paths inside the home relative to it (a copied home stays itself)."""
         lines = [f"{k} = {json.dumps(v)}" for k, v in self._relative(cfg).items()]
+        if cfg.receipts_from:
+            lines.append(f"receipts_from = {cfg.receipts_from}")
         for w in cfg.witnesses:
             lines += ["", "[[witness]]", f"url = {json.dumps(w.url)}", f"vkey = {json.dumps(w.vkey)}"]
         text = "# evidence ledger home configuration\n" + "\n".join(lines) + "\n"
@@ -341,3 +376,35 @@ class Home:
 
     def has_key(self, name: str) -> bool:
         return self.key_path(name).is_file()
+
+
+def _whole_lines_end(fd: int) -> int:
+    """The size of the file ``fd`` up to and with its last newline (0 when it has none): where a torn last
+    line, a write cut short, begins."""
+    size = os.fstat(fd).st_size
+    pos = size
+    while pos > 0:
+        start = max(0, pos - 65536)
+        chunk = os.pread(fd, pos - start, start)
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        pos = start
+    return 0
+
+
+def _whole_line(raw: bytes) -> bool:
+    """Whether ``raw`` (a last line without its newline) is blank or a whole JSON object."""
+    if not raw.strip():
+        return True
+    try:
+        return isinstance(json.loads(raw), dict)
+    except ValueError:
+        return False
+
+
+def _count(value: object, name: str, path: Path) -> int:
+    """A non-negative integer setting; anything else (a string, a bool, a float) is ``ConfigError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{path}: {name} = {value!r} is not a non-negative integer")
+    return value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 import mimetypes
 import os
 import socket
@@ -112,6 +113,7 @@ if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log`
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger", "parse_subject_args"]
 
 MAX_BATCH = 1000
+_log = logging.getLogger("ledger.checkpoint")  # the sequencer's publication that failed (stderr)
 # The sequencer publishes a checkpoint after an append every CHECKPOINT_EVERY entries, or when the newest
 # published one is older than the interval (LEDGER_CHECKPOINT_INTERVAL seconds, default 1).
 CHECKPOINT_EVERY = 1000
@@ -220,6 +222,11 @@ class Ledger:
         self.home = home
         self.home_bound = home_bound
         self._held_size: int | None = None  # the size of the checkpoint this process knows the home holds
+        self._held_read: tuple[tuple[int, int, int], Checkpoint] | None = None  # (file stat, its checkpoint)
+        # (held size, held root, log size, head chain hash): a log this process proved extends the held
+        # checkpoint (``_refuse_fork``); the sequencer signs receipts at a head it left there without
+        # reading the tiles again (``_guard_head``)
+        self._extends: tuple[int, bytes, int, str] | None = None
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
         self.engine: Engine = make_engine(self.database_url)
@@ -694,9 +701,14 @@ class Ledger:
         self._hand_back_lead()
         if due:
             # the sequencer's step, after the entries are committed: a failure here loses no entry
-            # (the next append publishes again) and never signs what the database does not hold
-            with contextlib.suppress(LedgerError, sa.exc.SQLAlchemyError):
+            # (the next append publishes again) and never signs what the database does not hold; it is
+            # logged (a log that no longer extends the held checkpoint is an operator's to see at once)
+            try:
                 self.publish_checkpoint()
+            except LedgerError as e:
+                _log.error("the scheduled checkpoint was not published: error[%s] %s", e.code, e.message)
+            except sa.exc.SQLAlchemyError as e:
+                _log.error("the scheduled checkpoint was not published: %s", _db_refusal(e))
         self._answer_submitted(group)
 
     def _hand_back_lead(self) -> None:
@@ -715,6 +727,7 @@ class Ledger:
         """Append the group's batches in one transaction; resolve each request. Returns whether a
         checkpoint is due. A database refusal of the group is retried one request per transaction, so
         it sinks only the request it belongs to."""
+        held: Checkpoint | None = None
         try:
             try:
                 ids = {p.entry_id for r in group for p in r.prepared}
@@ -734,6 +747,7 @@ class Ledger:
                     admitted = _authorise(group, found)
                     if not admitted:
                         return False
+                    held = self._guard_head(conn, head)  # a fork gets no receipt: nothing is written
                     plan = self._append_locked(conn, admitted, head, present, since)
             except sa.exc.SQLAlchemyError as e:
                 if len(group) > 1:
@@ -747,6 +761,8 @@ class Ledger:
             return False
         with self._cache_lock:  # committed: the keys as of the new head are this process's cache
             self._keyring, self._keyring_chain = plan.ring, plan.chain
+        if held is not None:  # the new head extends the one checked: it extends the held checkpoint
+            self._extends = (held.size, held.root, plan.ring.seq, plan.chain)
         for r, outcome in zip(admitted, plan.outcomes, strict=True):
             if isinstance(outcome, LedgerError):
                 r.error = outcome
@@ -1282,17 +1298,73 @@ class Ledger:
         """The checkpoint this home holds (``HOME/checkpoint``: the newest its processes published or
         read), its signature checked; None when it holds none. ``ProofError`` when the file is not a
         checkpoint of this log."""
+        try:  # read and its signature checked once per version of the file (every append asks)
+            st = self.home.checkpoint_path.stat()
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        read = self._held_read
+        if stamp is not None and read is not None and read[0] == stamp:
+            return read[1]
         note = self.home.held_checkpoint()
         if note is None:
             return None
         try:
-            return self.held_checkpoint(note)
+            cp = self.held_checkpoint(note)
         except LedgerError as e:
             raise ProofError(
                 f"{self.home.checkpoint_path} is not a signed checkpoint of this log: {e.message}",
                 hint="it is the anchor verify checks the database against: restore it, or remove it to "
                 "hold the next checkpoint the home publishes",
             ) from e
+        if stamp is not None:
+            self._held_read = (stamp, cp)
+        return cp
+
+    def _refuse_fork(
+        self, conn: sa.Connection, held: Checkpoint | None, tree: TileTree | None = None
+    ) -> None:
+        """The one check before anything is signed under the log's key — a checkpoint published, served or
+        carried by a proof, a receipt: the log in the snapshot ``conn`` reads still extends ``held``, the
+        checkpoint the home holds (None: it holds none). A log that lost entries below it (a backup
+        restored), or whose first ``held.size`` entries no longer hash to its root (rewritten, or a tile's
+        root rewritten), is a fork: ``LogInconsistentError`` (HTTP 500), and nothing is signed. ``tree``:
+        the tree about to be signed, of that snapshot (read once for both)."""
+        if held is None:
+            return
+        current = self.repo.size(conn)
+        if tree is None or tree.size < held.size:
+            tree = self._tree_at(conn, held.size) if held.size <= current else None
+        if tree is None or tree.root(held.size) != held.root:
+            raise LogInconsistentError(
+                f"the log (size {current}) does not extend the checkpoint this home holds (size "
+                f"{held.size}, root {held.root.hex()[:16]}…): nothing is signed under the log's key "
+                "(no checkpoint, receipt or proof) and nothing is appended",
+                hint="`ledger verify` names what changed; restore the database from a backup that holds "
+                "every entry the held checkpoint (HOME/checkpoint) covers",
+            )
+
+    def _guard_head(self, conn: sa.Connection, head: Head | None) -> Checkpoint | None:
+        """``_refuse_fork`` for the sequencer, in its transaction, before it appends (the receipts of what
+        it appends are signed under the log's key). Cheap where nothing moved: a head this process left
+        (or one after it whose chain still holds the entry it left at) extends what was proved; only a
+        head elsewhere (a backup restored, entries removed) reads the tiles. Returns the held checkpoint."""
+        held = self.held()
+        if held is None:
+            return None
+        size, chain = (0, GENESIS_PREV) if head is None else (head.seq + 1, str(head.chain_hash))
+        memo = self._extends
+        if memo == (held.size, held.root, size, chain):
+            return held
+        if not (
+            memo is not None
+            and memo[:2] == (held.size, held.root)
+            and 0 < memo[2] <= size
+            and self.repo.chain_at(conn, memo[2] - 1) == memo[3]
+        ):
+            self._refuse_fork(conn, held)
+        self._extends = (held.size, held.root, size, chain)
+        return held
 
     def _hold(self, cp: Checkpoint) -> None:
         """Make ``cp`` the checkpoint the home holds when it is newer than the held one and the log still
@@ -1318,9 +1390,12 @@ class Ledger:
 
     def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint:
         """A checkpoint of the log as the database holds it now (or at an earlier size), signed and not
-        stored: reads never write. The published ones are the sequencer's (``publish_checkpoint``)."""
+        stored: reads never write. The published ones are the sequencer's (``publish_checkpoint``). None of
+        a log that no longer extends the checkpoint the home holds (``_refuse_fork``)."""
+        held = self.held()
         with self.repo.read(snapshot=True) as conn:
             tree = self._tree_at(conn, size)
+            self._refuse_fork(conn, held, tree)
             root = tree.root()
         return self._sign(tree.size, root)
 
@@ -1339,16 +1414,9 @@ class Ledger:
         held = self.held()
         with self.repo.read(snapshot=True) as conn:
             tree = self._tree_at(conn, size)
-            if held is not None:
-                # published under the log's key only where the log still extends what the home holds: a
-                # tree read from rewritten tiles, or a log that lost entries, is a fork (verify names why)
-                current = self.repo.size(conn)
-                whole = tree if held.size <= tree.size else self._tree_at(conn, min(held.size, current))
-                if whole.size < held.size or whole.root(held.size) != held.root:
-                    raise LogInconsistentError(
-                        f"the log (size {current}) does not extend the checkpoint this home holds (size "
-                        f"{held.size}, root {held.root.hex()[:16]}…): no checkpoint is signed or published"
-                    )
+            # published under the log's key only where the log still extends what the home holds: a
+            # tree read from rewritten tiles, or a log that lost entries, is a fork (verify names why)
+            self._refuse_fork(conn, held, tree)
             root = tree.root()
         cp = self._sign(tree.size, root)
         self._store_checkpoint(cp)
@@ -1583,6 +1651,7 @@ class Ledger:
 
         with self.repo.read(snapshot=True) as conn:
             tree = self._tree_at(conn, size)
+            self._refuse_fork(conn, self.held(), tree)  # its checkpoint is signed under the log's key
             n, root = tree.size, tree.root()
             if published is not None:
                 hint = "export to another folder, or pass --force to replace what it publishes"
@@ -1650,13 +1719,35 @@ class Ledger:
             ) from e
 
     def receipt(self, entry: LoggedEntry) -> Receipt:
-        """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin."""
+        """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin. Signed
+        only while the log extends the checkpoint the home holds: the sequencer checked it in the
+        transaction that appended (or found) the entry; otherwise it is checked here (``_refuse_fork``)."""
+        held = self.held()
+        memo = self._extends
+        if held is not None and not (
+            memo is not None and memo[:2] == (held.size, held.root) and entry.seq < memo[2]
+        ):
+            with self.repo.read(snapshot=True) as conn:  # not one the sequencer just checked: check now
+                self._refuse_fork(conn, held)
         record = LogRecord(entry.seq, entry.logged_at, entry.entry_id, entry.kind, entry.signer)
         return sign_receipt(self.cfg.origin, record, self._log_signing_key(), key_name=self.note_key_name)
 
     def keep_receipts(self, receipts: Sequence[Receipt | dict[str, Any]]) -> None:
-        """Keep receipts in this home (``ledger record`` and collectors; the spool's from ``ledger push``)."""
-        self.home.keep_receipts([r.to_json() if isinstance(r, Receipt) else dict(r) for r in receipts])
+        """Keep receipts in this home (``ledger record`` and collectors; the spool's from ``ledger push``).
+        Each is of an entry the log holds already: a receipt that could not be kept (disk full) is
+        ``StorageError`` naming those entries — logged, their receipts not kept (``HOME/receipts.jsonl``
+        holds whole lines only) — never a silent success."""
+        docs = [r.to_json() if isinstance(r, Receipt) else dict(r) for r in receipts]
+        try:
+            self.home.keep_receipts(docs)
+        except StorageError as e:
+            logged = ", ".join(f"{d.get('entry_id')} (index {d.get('index')})" for d in docs[:5])
+            more = f" and {len(docs) - 5} more" if len(docs) > 5 else ""
+            raise StorageError(
+                f"the log holds the entries {logged}{more}, but their receipts were not kept: {e.message}",
+                hint="the entries stand (`ledger show ID`, `ledger proof ID`); free space or raise the file "
+                "size limit before the next append — `ledger audit` checks the receipts that were kept",
+            ) from e
 
     def audit(
         self,
@@ -1674,7 +1765,7 @@ class Ledger:
 
         def local(entry_id: str) -> dict[str, Any] | None:
             try:
-                return self.inclusion(entry_id)
+                return self.inclusion(entry_id, anchor=False)  # the held checkpoint: checked below, once
             except EntryNotFoundError:
                 return None
 
@@ -1690,6 +1781,7 @@ class Ledger:
             )
 
         own = fetch is None and (origin is None or origin == self.cfg.origin)
+        kept_since = self.cfg.receipts_from
         report = audit_receipts(
             self.home.receipts() if receipts is None else receipts,
             public_key or self.log_public_key().b64,
@@ -1697,8 +1789,10 @@ class Ledger:
             origin=origin or self.cfg.origin,
             columns=columns if own else None,
             # a home keeps the receipt of every entry it appends to its own log, its genesis first
-            # (`ledger init`): none kept of a log that holds entries is a file removed, never "ok"
-            expected=_OWN_RECEIPTS if own and receipts is None and self.size() > 0 else None,
+            # (`ledger init`): none kept of a log that holds entries is a file removed, never "ok" — but
+            # of entries logged before the home kept receipts (``receipts_from``: a home upgraded from log
+            # format 1, whose ledger kept none) none is expected
+            expected=_OWN_RECEIPTS if own and receipts is None and self.size() > kept_since else None,
         )
         if own:  # the home's own log: also against the checkpoint the home holds, outside the database
             held: Checkpoint | None = None
@@ -1713,11 +1807,16 @@ class Ledger:
             )
         return report
 
-    def inclusion(self, id_or_prefix: str, *, size: int | None = None) -> dict[str, Any]:
-        """An inclusion proof of the entry's log record, with the record and envelope it names (read only)."""
+    def inclusion(self, id_or_prefix: str, *, size: int | None = None, anchor: bool = True) -> dict[str, Any]:
+        """An inclusion proof of the entry's log record, with the record and envelope it names (read only).
+        Its checkpoint is signed under the log's key: refused for a log that no longer extends the held
+        checkpoint (``_refuse_fork``) unless ``anchor`` is False — the local audit only, which checks the
+        log against the held checkpoint itself (named once) and each kept receipt all the same."""
         entry = self.get(id_or_prefix)
+        held = self.held() if anchor else None
         with self.repo.read(snapshot=True) as conn:
             tree = self._tree_at(conn, size)
+            self._refuse_fork(conn, held, tree)  # the proof carries a checkpoint signed under the log key
             n = tree.size
             if entry.seq >= n:
                 raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {n}")
@@ -1752,6 +1851,7 @@ class Ledger:
                 if old_size <= current:
                     raise InputError(f"consistency needs old size ({old_size}) <= new size ({new})")
                 raise InputError(f"the log has {current} entries; no checkpoint at size {old_size}")
+            self._refuse_fork(conn, self.held(), tree)  # both checkpoints are signed under the log key
             proof = tree.consistency_proof(old_size) if old_size else []
             roots = tree.root(old_size), tree.root()
         old_cp, new_cp = self._sign(old_size, roots[0]), self._sign(new, roots[1])

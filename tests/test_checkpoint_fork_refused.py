@@ -35,7 +35,10 @@ def test_a_rewritten_tile_root_is_not_signed_and_published_as_the_logs_checkpoin
             _drop_triggers(conn)
             assert conn.execute(sa.text("UPDATE tiles SET root = :r WHERE level = 0 AND idx = 0"),
                                 {"r": b"\x01" * 32}).rowcount == 1  # fmt: skip
-        led.record("note", {"campaign": "c"}, {"text": "after"}, key="admin")
+        # nor is an entry appended to it: its receipt would be signed under the log's key (audit 37, f4)
+        with pytest.raises(LogInconsistentError, match="does not extend the checkpoint this home holds"):
+            led.record("note", {"campaign": "c"}, {"text": "after"}, key="admin")
+        assert led.size() == 301
         before = _checkpoints(led)
         with pytest.raises(LogInconsistentError, match="does not extend the checkpoint this home holds"):
             led.checkpoint()

@@ -586,6 +586,7 @@ def audit_report(
             public_key=key or log_key(ledger.home_path, client, first_use=False),
             own_origin=ledger.origin,
             shown=shown,
+            artifact_served=client.has_artifact,
         )
     finally:
         client.close()
@@ -615,6 +616,7 @@ def print_audit(report: AuditReport) -> None:
 
 
 def audit(
+    home: HomeOption = None,
     server: Annotated[
         str | None,
         typer.Option("--server", envvar="LEDGER_SERVER", help="Audit the receipts of this ledger server."),
@@ -635,13 +637,24 @@ def audit(
     """Check every receipt this home kept (HOME/receipts.jsonl): each received entry is still in the log,
     at the index and log time its receipt says, under a checkpoint the log signs now; and (the home's own
     log) the log against the signed checkpoint the home holds (HOME/checkpoint). With --server, a server
-    that now serves another log than the one the entries were sent to is a problem. Receipts of other logs
+    that now serves another log than the one the entries were sent to is a problem, and so is an artifact a
+    received entry names that the server no longer serves (artifact-missing). Receipts of other logs
     are set aside and named; when every receipt kept is of another log, nothing was checked: a problem.
     Exit 1 on any problem."""
-    report = audit_report(get_ledger(), server, token, public_key)
+    ledger = get_ledger(home)
+    report = audit_report(ledger, server, token, public_key)
+    # entries a home upgraded from log format 1 logged before it kept receipts: none is expected of them
+    before = ledger.cfg.receipts_from if not server else 0
     if json_out:
-        print_json(report.to_json())
+        print_json({**report.to_json(), **({"receipts_from": before} if before else {})})
     else:
+        if before:
+            err.print(
+                f"note: the first {before} entries of this home's log (index 0..{before - 1}) were logged "
+                "before it kept receipts (a home upgraded from log format 1 by `ledger migrate`): none is "
+                "expected of them; `ledger verify` checks them",
+                soft_wrap=True,
+            )
         print_audit(report)
     return Outcome.OK if report else Outcome.NO
 
@@ -665,6 +678,10 @@ def migrate(
     statistics when the log has outgrown them (as appends do). A copy of an older home whose config still
     names the original's files is refused (it would migrate the original) until `--relocate` points it at
     its own."""
+    import dataclasses
+
+    import sqlalchemy as sa
+
     from ledger.db import SCHEMA_HEAD, analyse_log, make_engine, schema_revision
     from ledger.db import migrate as upgrade
     from ledger.home import Home
@@ -676,10 +693,14 @@ def migrate(
         before = schema_revision(engine)
         upgrade(cfg.database_url)
         analyse_log(engine)  # SQLite's planner statistics, when the log has outgrown them
+        if before is not None and before < "0002" and not cfg.receipts_from:
+            # a ledger of log format 1 kept no receipts: `ledger audit` expects none of these entries
+            with engine.connect() as conn:
+                logged = int(conn.execute(sa.text("SELECT count(*) FROM log_entries")).scalar_one())
+            cfg = dataclasses.replace(cfg, receipts_from=logged)
     finally:
         engine.dispose()
     h.write_config(cfg)
-    import sqlalchemy as sa
 
     # the database migrated, as a user can tell it (a password in the URL is not printed)
     database = sa.make_url(cfg.database_url).render_as_string(hide_password=True)

@@ -271,6 +271,10 @@ def test_forked_postgres_log_fails_consistency_via_the_api(tmp_path: Path, pg_da
         pg_databases.made.append(fork_db)
         fork_home = tmp_path / "forked"
         shutil.copytree(dep.home, fork_home, ignore=shutil.ignore_patterns("serve-*.log"))
+        # the fork's operator removes the home's anchor too: with it held, the fork server would sign nothing
+        # under the log key (audit 37, f4: tests/test_fix44_log_fork.py); the client's held checkpoint still
+        # catches the fork
+        (fork_home / "checkpoint").unlink(missing_ok=True)
         h = Home(fork_home)
         cfg = h.config()
         fork_url = dep.database_url.rsplit("/", 1)[0] + "/" + fork_db

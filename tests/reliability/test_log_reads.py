@@ -171,6 +171,14 @@ def test_warm_server_after_rollback_signs_the_database_log(tmp_path: Path, pg_da
         last = r.json()["items"][-1]["id"]
         assert httpx.get(f"{srv.url}/v1/proofs/inclusion/{last}", headers=h).status_code == 200
         _roll_back(dep.ledger, 5)
+        # below the checkpoint the home holds: a fork, nothing signed under the log key nor appended (audit
+        # 37, f4); the operator who accepts the rolled-back log removes the anchor, and then what is signed
+        # is what the database holds, never the warm caches' log
+        r = httpx.get(srv.url + "/v1/checkpoint", headers=h)
+        assert r.status_code == 500 and r.json()["code"] == "log-inconsistent", r.text
+        r = httpx.post(srv.url + "/v1/entries", json=envs[0], headers=dep.headers("writer"))
+        assert r.status_code == 500 and r.json()["code"] == "log-inconsistent", r.text
+        (dep.home / "checkpoint").unlink()
         cp = httpx.get(srv.url + "/v1/checkpoint", headers=h).json()
         size, root = _true_root(dep.ledger)
         assert (cp["size"], cp["root"]) == (size, root.hex())
