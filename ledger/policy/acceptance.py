@@ -81,8 +81,9 @@ HOST_SCOPED_KINDS = frozenset({"host.probe", "model.pin"})
 # table): one recorded by reference only cannot be read, so the entry cannot be judged
 READ_BACK_KINDS = frozenset({"engine.launch"})
 # Acting entries an acceptance may reject (a rejected review PASS credits nothing; a rejected supersession
-# withdraws nothing)
-REJECTABLE_ACTING = frozenset({"review", "supersession"})
+# withdraws nothing; a rejected acceptance decides nothing — so a rejection of a rejection reinstates what
+# that rejection took out, as a supersession of a supersession does)
+REJECTABLE_ACTING = frozenset({"review", "supersession", "acceptance"})
 
 
 @dataclass(frozen=True)
@@ -324,16 +325,22 @@ def deciding_acceptance(
 def _refused_acting(
     trusted: list[Evidence], acceptances: Mapping[str, list[Evidence]], who: Callable[[str], str]
 ) -> dict[str, Evidence]:
-    """Review or supersession id → the acceptance that rejects it (the acceptance that decides it,
-    ``deciding_acceptance``, says ``rejected``). A review FAIL is not rejected so: a rejection takes credit
-    away, and lifting a FAIL takes a PASS on the repaired commit (or a supersession of the FAIL, with its
-    reason)."""
+    """Review, supersession or acceptance id → the acceptance that rejects it (the acceptance that decides
+    it, ``deciding_acceptance``, says ``rejected``). A review FAIL is not rejected so: a rejection takes
+    credit away, and lifting a FAIL takes a PASS on the repaired commit (or a supersession of the FAIL, with
+    its reason).
+
+    A rejected acceptance decides nothing, not even about another acceptance: the log is walked from its
+    end (references point back, so every acceptance of an entry is decided before the entry), and an
+    acceptance already rejected is left out of what decides the entries it refs — a rejection of a
+    rejection reinstates what that rejection took out."""
     out: dict[str, Evidence] = {}
-    for e in trusted:
+    for e in reversed(trusted):
         if e.kind == "review" and e.payload.get("result") != "PASS":
             continue
         if e.kind in REJECTABLE_ACTING and e.id in acceptances:
-            decides = deciding_acceptance(e, acceptances[e.id], who)
+            in_force = [a for a in acceptances[e.id] if a.id not in out]
+            decides = deciding_acceptance(e, in_force, who)
             if decides is not None and decides.payload.get("decision") == "rejected":
                 out[e.id] = decides
     return out
@@ -344,8 +351,9 @@ def acting_decisions(
 ) -> tuple[dict[str, Evidence], dict[str, list[Evidence]], dict[str, Evidence]]:
     """What trusted acting entries say about others (``trusted`` in log order): entry id → the supersession
     in force that supersedes it (``_supersessions``), entry id → its acceptances in force (log order), and
-    review or supersession id → the acceptance that rejects it (``_refused_acting``). A rejected
-    supersession withdraws nothing: the supersessions in force are decided again without it."""
+    review, supersession or acceptance id → the acceptance that rejects it (``_refused_acting``). A
+    rejected supersession withdraws nothing: the supersessions in force are decided again without it. A
+    rejected acceptance decides nothing: it is not among the acceptances in force returned."""
     superseded_by = _supersessions(trusted, who)
     acceptances = _acceptances(trusted, superseded_by)
     refused = _refused_acting(trusted, acceptances, who)
@@ -353,6 +361,12 @@ def acting_decisions(
         superseded_by = _supersessions([t for t in trusted if t.id not in refused], who)
         acceptances = _acceptances(trusted, superseded_by)
         refused = _refused_acting(trusted, acceptances, who)
+    if refused:
+        acceptances = {
+            t: kept
+            for t, decided in acceptances.items()
+            if (kept := [a for a in decided if a.id not in refused])
+        }
     return superseded_by, acceptances, refused
 
 
@@ -802,11 +816,9 @@ def filter_evidence(
             return None
         return next((j for j in named_jobs if j.subject.get("campaign") != e.subject.get("campaign")), None)
 
-    def job_term_of(e: Evidence, named_jobs: list[Evidence]) -> Evidence | None:
-        """The terminal entry that decides ``e``'s job (``after-job-terminal``, ``killed-run``): of the jobs
-        it belongs to, one it was produced after the end of; else a killed or cancelled one; else the
-        first."""
-        # the jobs it belongs to: the one it names (ref job) and the one the log knows it ran in
+    def job_ids_of(e: Evidence, named_jobs: list[Evidence]) -> list[str]:
+        """The jobs ``e`` belongs to (``job_term_of``, ``operator_stopped``)."""
+        # the one it names (ref job) and the one the log knows it ran in
         job_ids = [str(j.payload.get("job_id")) for j in named_jobs]
         derived_job = e.derived["job"]
         if derived_job is not None and derived_job not in job_ids:
@@ -822,11 +834,25 @@ def filter_evidence(
                     and (end is None or e.collected_time <= end)
                 ):
                     job_ids.append(jid)
-        ends = [terminal[j] for j in job_ids if j in terminal]
+        return job_ids
+
+    def job_term_of(e: Evidence, named_jobs: list[Evidence]) -> Evidence | None:
+        """The terminal entry that decides ``e``'s job (``after-job-terminal``, ``killed-run``): of the jobs
+        it belongs to (``job_ids_of``), one it was produced after the end of; else a killed or cancelled
+        one; else the first."""
+        ends = [terminal[j] for j in job_ids_of(e, named_jobs) if j in terminal]
         if not ends:
             return None
         after = next((t for t in ends if _after_end(e, t, ended_at[t.id])), None)
         return after or next((t for t in ends if t.payload.get("state") in _STOPPED), ends[0])
+
+    # an engine launch the operator stopped (``operator_stopped``): judged by the ends of the jobs it
+    # belongs to, as ``killed-run`` finds them (``job_ids_of``), before any rule or [acceptance.against]
+    # reads it
+    for launch in trusted:
+        if launch.kind == "engine.launch" and launch.derived_ is not None:
+            ends = [terminal.get(j) for j in job_ids_of(launch, named_jobs_of(launch))]
+            launch.derived_["operator_stopped"] = _operator_stopped(launch, ends)
 
     def withdrawn(e: Evidence) -> bool:
         """Does a rule of the log's own record withdraw the harness result ``e`` — not only withhold its
@@ -1573,6 +1599,37 @@ def _bindings_problem(e: Evidence, keys: list[str], require: bool, manifest: Map
 
 _PLAIN = (str, int, bool, type(None))
 _STOPPED = ("killed", "cancelled")
+
+
+def _operator_stopped(launch: Evidence, job_ends: Sequence[Evidence | None]) -> bool:
+    """``e.derived.operator_stopped`` of an ``engine.launch``: the operator stopped its run, as the log
+    knows it — every job it belongs to (the jobs ``killed-run`` reads: the one it names, the one the log
+    knows it ran in, the one running when it says it was collected) has ended, and the first terminal entry
+    of each (``job_ends``, None for a job not ended) says the job was stopped (``_STOPPED``) at a signal it
+    names (``cancelled_by``); and the launch agrees: its ``details.stop_reason`` is ``cancelled``, it
+    records no ``failure_signature`` and its stored logs show no failure (``log_failure_class``, derived).
+    A launch that says ``cancelled`` in a job that did not end so (or ended so with no signal named, or
+    has not ended) is not one: its claim is not the log's record. Only the launch's not being ready is
+    thereby not a failure of the engine (``[acceptance.against]``); any other failure it shows counts."""
+    if launch.kind != "engine.launch" or not job_ends:
+        return False
+    for end in job_ends:
+        by = end.payload.get("cancelled_by") if end is not None else None
+        if (
+            end is None
+            or end.payload.get("state") not in _STOPPED
+            or not (isinstance(by, str) and by.strip())
+        ):
+            return False
+    details = launch.payload.get("details")
+    return (
+        isinstance(details, dict)
+        and details.get("stop_reason") == "cancelled"
+        and launch.payload.get("failure_signature") is None
+        and launch.derived.get("log_failure_class") is None
+    )
+
+
 _ATTEMPT_ONLY = (("derived", "attempt"),)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -1831,6 +1888,7 @@ def _derive(
             "gpu_events": [],
             "gpu_events_named": "",
             "gpu_events_during_run_named": "",
+            "operator_stopped": False,  # set by ``filter_evidence`` (``_operator_stopped``)
         }
         derived["probe_failed"] = False
         if kind == "health.probe":

@@ -82,7 +82,9 @@ _DESCRIPTIONS: dict[Rule, str] = {
     Rule.SUPERSEDED: "superseded by a later supersession",
     Rule.SELF_SUPERSEDED: "superseded by the key that signed it: not credited, but a failure it shows stands",
     Rule.OTHER_HOST: "a host probe or model pin of a host the campaign did not run on, or of none",
-    Rule.REJECTED_BY_ACCEPTANCE: "rejected by an acceptance entry (evidence, a review or a supersession)",
+    Rule.REJECTED_BY_ACCEPTANCE: (
+        "rejected by an acceptance entry (evidence, a review, a supersession or an acceptance)"
+    ),
     Rule.JOB_OF_OTHER_CAMPAIGN: "refs as its job a job of another campaign than the one it names",
     Rule.AFTER_JOB_TERMINAL: "produced after its job's terminal time",
     Rule.KILLED_RUN: "from a cancelled or killed run: not credited as passing",

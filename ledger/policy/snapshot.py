@@ -228,6 +228,8 @@ NO_DERIVED: dict[str, Any] = {
     "gpu_events_during_run": [],
     "kernel_logs_unread_during_run": [],
     "after_launch_end": False,
+    # an engine launch the operator stopped (``acceptance._operator_stopped``): set by ``filter_evidence``
+    "operator_stopped": False,
     "newer_run": False,
     "newer_run_named": "",
     "unmatched_job_ends": [],
