@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -272,7 +275,7 @@ class Gate(_Model):
         for sel in self.select:
             if not isinstance(sel.get("kind"), str):
                 raise ValueError("every `select` item names a `kind`")
-            _check_select(sel)
+            _check_select(sel, self.name)
         ids = [c.id for c in self.checks if c.id is not None]
         if len(ids) != len(set(ids)):
             raise ValueError(f"check ids of a gate are unique: {sorted(i for i in ids if ids.count(i) > 1)}")
@@ -282,12 +285,14 @@ class Gate(_Model):
         return list(self.kinds) if self.kinds else [str(s["kind"]) for s in self.select]
 
 
-def _check_select(sel: dict[str, Any]) -> None:
+def _check_select(sel: dict[str, Any], gate: str = "") -> None:
     """A `select` item's fields are ones selection reads (a misspelled one matches no entry, and the gate
-    would judge no evidence): its kind a known kind, ``payload.<field>`` a field of that kind's payload."""
+    would judge no evidence): its kind a known kind, ``payload.<field>`` a field of that kind's payload,
+    and its value one that field can hold (``_check_select_value``)."""
     kind = _kind(str(sel["kind"]))
-    fields = {f for (k, _), m in KIND_MODELS.items() if k == kind for f in m.model_fields}
-    for key in sel:
+    models = [m for (k, _), m in KIND_MODELS.items() if k == kind]
+    fields = {f for m in models for f in m.model_fields}
+    for key, want in sel.items():
         head, dot, rest = key.partition(".")
         if key in SELECT_WHOLE:
             continue
@@ -297,11 +302,101 @@ def _check_select(sel: dict[str, Any]) -> None:
                     f"select field {key!r}: {kind} payloads have no field {rest.split('.')[0]!r}; "
                     f"known: {', '.join(sorted(fields))}"
                 )
+            if head == "payload":
+                _check_select_value(gate, kind, models, key, want)
             continue
         raise ValueError(
             f"unknown select field {key!r}; a select item compares {', '.join(SELECT_WHOLE)} or "
             f"{', '.join(p + '.<field>' for p in SELECT_PATHS)}"
         )
+
+
+def _check_select_value(gate: str, kind: str, models: Sequence[type[BaseModel]], key: str, want: Any) -> None:
+    """A select value is one the field can hold, as ingest types it (the kind's payload model, strict): a
+    value no accepted entry can have (``"payload.check" = "helth"``, ``"payload.ok" = "true"``) would
+    select nothing, and the gate judge no evidence. Mirrors selection (``verdict._equal``): a list is the
+    field's whole value where the field holds lists, else "any of" (then every item is one it can hold).
+    A path into a field typed ``Any`` (``payload.details.x``) is not checked: the model types no value."""
+    path = key.split(".")[1:]
+    adapters = [a for m in models if (a := _field_adapter(m, path)) is not None]
+    if not adapters or any(_holds(a, want) for a in adapters):
+        return
+    bad = want
+    if isinstance(want, list) and want:
+        wrong = [w for w in want if not any(_holds(a, w) for a in adapters)]
+        if not wrong:
+            return
+        bad = wrong[0]
+    what = repr(bad) if bad is want else f"{bad!r} (in {want!r})"
+    allowed = "; ".join(dict.fromkeys(_allowed(a, bad) for a in adapters))
+    raise ValueError(
+        f"gate {gate!r}: select {key!r} = {what}: no {kind} entry can hold it (ingest refuses it), so it "
+        f"would select nothing; allowed: {allowed}"
+    )
+
+
+def _field_adapter(model: type[BaseModel], path: list[str]) -> TypeAdapter[Any] | None:
+    """The type (with its constraints) ingest gives ``payload.<path>`` of ``model``; None where the model
+    does not type it (no such field in this version, or a path into an untyped ``Any``/``dict`` value)."""
+    info = model.model_fields.get(path[0])
+    if info is None:
+        return None
+    tp: Any = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    for part in path[1:]:
+        tp = _member(tp, part)
+        if tp is None:
+            return None
+    return None if tp is Any else TypeAdapter(tp)
+
+
+def _member(tp: Any, part: str) -> Any:
+    """The type of ``part`` inside a value of type ``tp`` (a nested model's field, a typed dict's value),
+    None where ``tp`` does not type it."""
+    args = [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, UnionType) else [tp]
+    if len(args) != 1:
+        return None
+    (inner,) = args
+    if get_origin(inner) is Annotated:
+        inner = get_args(inner)[0]
+    if isinstance(inner, type) and issubclass(inner, BaseModel):
+        info = inner.model_fields.get(part)
+        if info is None:
+            return None
+        return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    if get_origin(inner) is dict and len(get_args(inner)) == 2 and get_args(inner)[1] is not Any:
+        return get_args(inner)[1]
+    return None
+
+
+def _holds(adapter: TypeAdapter[Any], value: Any) -> bool:
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError:
+        return False
+    return True
+
+
+def _allowed(adapter: TypeAdapter[Any], value: Any) -> str:
+    """The values a field allows, for the refusal: a closed set's members, else what the type says."""
+    lits = _literals(adapter.core_schema)
+    if lits is not None:
+        return ", ".join(repr(v) for v in lits)
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError as e:
+        return str(e.errors()[0]["msg"]).removeprefix("Input should be ")
+    return "(any)"
+
+
+def _literals(schema: Any) -> list[Any] | None:
+    """The members of a closed set (a ``Literal`` field, optionally ``None``-able), else None."""
+    t = schema.get("type")
+    if t == "literal":
+        return list(schema["expected"])
+    if t in ("nullable", "default", "function-after", "function-before"):
+        inner = _literals(schema["schema"])
+        return None if inner is None else inner + ([None] if t == "nullable" else [])
+    return None
 
 
 class RoutingCheck(_Model):
