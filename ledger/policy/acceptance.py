@@ -322,6 +322,22 @@ def deciding_acceptance(
     return _latest(deciding)
 
 
+def taken_out_text(rule: str, by: Evidence) -> str:
+    """What took an entry out (``taken_out``'s rule and the entry that does), in the words the filter gives
+    its supersession rejections (one copy: the filter and the routing gate both build them here): the
+    entry, its signer and the reason it gives."""
+    why = str(by.payload.get("reason") or "")
+    if rule == Rule.REJECTED_BY_ACCEPTANCE:
+        return f"rejected by acceptance {by.id[:16]} ({by.signer_name}): {why}".rstrip(": ")
+    if rule == Rule.SELF_SUPERSEDED:
+        return (
+            f"superseded by {by.id[:16]}, signed by the key that signed it ({by.signer_name}): {why}".rstrip(
+                ": "
+            )
+        )
+    return f"superseded by {by.id[:16]} ({by.signer_name}): {why}".rstrip(": ")
+
+
 def _refused_acting(
     trusted: list[Evidence], acceptances: Mapping[str, list[Evidence]], who: Callable[[str], str]
 ) -> dict[str, Evidence]:
@@ -881,7 +897,6 @@ def filter_evidence(
     for e in trusted:
         if e.id in superseded_by:
             s = superseded_by[e.id]
-            why = s.payload.get("reason", "")
             if (
                 self_superseded(s, who(e.signer), who) and e.kind != "supersession"
             ):  # (withdrawing a withdrawal restores)
@@ -890,14 +905,12 @@ def filter_evidence(
                 reject(
                     e,
                     Rule.SELF_SUPERSEDED,
-                    f"superseded by {s.id[:16]}, signed by the key that signed it ({s.signer_name}): {why} — "
+                    f"{taken_out_text(Rule.SELF_SUPERSEDED, s)} — "
                     "a key withdraws no failure of its own record (another key's supersession does)",
                     s.id,
                 )
                 continue
-            reject(
-                e, Rule.SUPERSEDED, f"superseded by {s.id[:16]} ({s.signer_name}): {why}".rstrip(": "), s.id
-            )
+            reject(e, Rule.SUPERSEDED, taken_out_text(Rule.SUPERSEDED, s), s.id)
             continue
         if e.kind in HOST_SCOPED_KINDS and _host_of(e) not in hosts:
             reject(e, Rule.OTHER_HOST, _other_host(e, hosts, snap.subject))
@@ -1089,9 +1102,9 @@ def filter_evidence(
             if latest_acc is None or latest_acc.payload.get("decision") != "accepted":
                 # none that is independent: the latest one ``deciding_acceptance`` left out is named
                 left_out = [
-                    (a, why)
+                    (a, reason)
                     for a in decisions or []
-                    if (why := not_independent(a, e, who, review_list)) is not None
+                    if (reason := not_independent(a, e, who, review_list)) is not None
                 ]
                 if left_out:
                     a, (_, by_pass) = left_out[-1]

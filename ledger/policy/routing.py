@@ -34,6 +34,7 @@ from ledger.policy.acceptance import (
     _trust_problem,
     render,
     taken_out,
+    taken_out_text,
     withholds_only,
 )
 from ledger.policy.conditions import Condition
@@ -387,21 +388,6 @@ def _cancelled(
         return None
     rule, by = out
     return rule, taken_out_text(rule, by)
-
-
-def taken_out_text(rule: str, by: Evidence) -> str:
-    """What took an entry out (``acceptance.taken_out``'s rule and the entry that does), as the acceptance
-    filter words it: the entry, its signer and the reason it gives."""
-    why = str(by.payload.get("reason") or "")
-    if rule == Rule.REJECTED_BY_ACCEPTANCE:
-        return f"rejected by acceptance {by.id[:16]} ({by.signer_name}): {why}".rstrip(": ")
-    if rule == Rule.SELF_SUPERSEDED:
-        return (
-            f"superseded by {by.id[:16]}, signed by the key that signed it ({by.signer_name}): {why}".rstrip(
-                ": "
-            )
-        )
-    return f"superseded by {by.id[:16]} ({by.signer_name}): {why}".rstrip(": ")
 
 
 def _acting(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy) -> list[Evidence]:
