@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import fastapi_offline
 from fastapi import Depends, FastAPI, Request
@@ -19,6 +20,7 @@ from ledger.api.caching import DefaultCacheControl
 from ledger.api.deps import Served, known_query, served
 from ledger.api.errors import install_error_handlers
 from ledger.api.metrics import Metrics
+from ledger.api.models import PROBLEM
 from ledger.api.requestlog import RequestLogMiddleware, configure_logging
 from ledger.api.settings import ApiSettings
 from ledger.service import Ledger
@@ -138,9 +140,11 @@ def create_app(settings: ApiSettings, ledger: Ledger | None = None) -> FastAPI:
     app.state.served = state
     state.metrics.track_size(state.ledger)
     install_error_handlers(app)
+    # a refused request's body is ``ErrorOut`` (``PROBLEM``), never FastAPI's HTTPValidationError
+    errors: dict[int | str, dict[str, Any]] = {422: PROBLEM}
     for module in (routes_ops, routes_entries, routes_artifacts, routes_log, routes_policy, session, views):
-        app.include_router(module.router)
-    app.include_router(routes_log.tiles)  # C2SP tlog-tiles at the server's root
+        app.include_router(module.router, responses=errors)
+    app.include_router(routes_log.tiles, responses=errors)  # C2SP tlog-tiles at the server's root
     app.add_middleware(_MetricsMiddleware, metrics=lambda: state.metrics)
     app.add_middleware(DefaultCacheControl, settings=lambda: state.settings)
     app.add_middleware(RequestLogMiddleware)  # outermost: every request gets its id first

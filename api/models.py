@@ -16,62 +16,33 @@ class Page(BaseModel):
     """Every list the API answers (and the CLI prints with ``--json``): ``ledger.listing.list_json``."""
 
     items: list[dict[str, Any]] = Field(description="the items of this page, in order")
-    next: int | None = Field(
-        description="cursor of the next page (pass it as ?after=), or null when this is the last page"
+    next: int | str | None = Field(
+        description="cursor of the next page (pass it as ?after=), or null when this is the last page: "
+        "an entry's seq; for /v1/subjects the last subject's LAST_SEQ:FIELD"
     )
 
 
 class ErrorDetail(BaseModel):
     code: str
     message: str
-    hint: str = ""
+    hint: str
 
 
 class ErrorOut(BaseModel):
-    """An RFC 9457 problem document with the ledger's stable error ``code`` and a ``hint``."""
+    """An RFC 9457 problem document with the ledger's stable error ``code`` and a ``hint`` — every error
+    body the API answers (``api.errors``), 422 included; ``PROBLEM`` publishes it."""
 
-    type: str
+    type: str = Field(description="/errors/CODE")
     title: str
     status: int
     detail: str
-    code: str
-    hint: str
+    code: str = Field(description="the stable error code, e.g. entry-not-found")
+    hint: str = Field(description="what to do next (never empty)")
     instance: str | None = None
-    request_id: str | None = None
-    error: ErrorDetail  # the same code, message and hint (the shape before problem documents)
-
-
-# An error response as the OpenAPI document publishes it: application/problem+json.
-PROBLEM: dict[str, Any] = {
-    "description": "An RFC 9457 problem document (`code` is the ledger's stable error code)",
-    "content": {
-        "application/problem+json": {
-            "schema": {
-                "type": "object",
-                "required": ["type", "title", "status", "detail", "code", "hint"],
-                "properties": {
-                    "type": {"type": "string", "description": "/errors/CODE"},
-                    "title": {"type": "string"},
-                    "status": {"type": "integer"},
-                    "detail": {"type": "string"},
-                    "code": {"type": "string", "description": "the stable error code, e.g. entry-not-found"},
-                    "hint": {"type": "string", "description": "what to do next (never empty)"},
-                    "instance": {"type": "string"},
-                    "request_id": {"type": "string", "description": "as the X-Request-ID header and the log"},
-                    "error": {
-                        "type": "object",
-                        "required": ["code", "message", "hint"],
-                        "properties": {
-                            "code": {"type": "string"},
-                            "message": {"type": "string"},
-                            "hint": {"type": "string"},
-                        },
-                    },
-                },
-            }
-        }
-    },
-}
+    request_id: str | None = Field(default=None, description="as the X-Request-ID header and the log")
+    error: ErrorDetail = Field(
+        description="the same code, message and hint (the shape before problem documents)"
+    )
 
 
 _SIGNATURE = {
@@ -126,3 +97,12 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     out: dict[str, Any] = sub(schema)
     return out
+
+
+# An error response as the OpenAPI document publishes it: application/problem+json, ``ErrorOut``'s schema.
+# ``create_app`` lists it for 422 on every router (in place of FastAPI's HTTPValidationError, a body the
+# server never answers); routes list it for their other error statuses.
+PROBLEM: dict[str, Any] = {
+    "description": "An RFC 9457 problem document (`code` is the ledger's stable error code)",
+    "content": {"application/problem+json": {"schema": inline_schema(ErrorOut)}},
+}

@@ -95,8 +95,12 @@ async def enrol_collector(
 def list_subjects(
     ledger: LedgerDep,
     _who: Reader,
-    field: Annotated[str | None, Query()] = None,
+    field: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+    after: Annotated[
+        str | None, Query(max_length=200, description="the `next` of the page before (LAST_SEQ:FIELD)")
+    ] = None,
 ) -> dict[str, Any]:
-    rows = ledger.subjects(field=field, limit=limit)
-    return list_json(r.__dict__ for r in rows)
+    """A field neither the subject vocabulary nor the log knows is refused (422, naming the known ones)."""
+    rows, next_cursor = ledger.subjects_page(field=field, limit=limit, after=after)
+    return list_json((r.__dict__ for r in rows), next_cursor)

@@ -29,6 +29,7 @@ __all__ = ["router"]
 router = APIRouter(include_in_schema=False)
 
 _PAGE = 100  # entries per timeline page; "next" links to the following page
+_SUBJECTS_PAGE = 200  # subjects per home page; "older subjects →" links to the following page
 _VIEW_BYTES = 4 * 1024 * 1024  # the log viewer shows at most this much of an artifact
 _POLICY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
 
@@ -153,21 +154,41 @@ def _rejection_reason(item: dict[str, Any]) -> str:
 
 
 @router.get("/", response_class=HTMLResponse)
-def home(request: Request, ledger: LedgerDep, _who: Reader) -> HTMLResponse:
+def home(
+    request: Request,
+    ledger: LedgerDep,
+    _who: Reader,
+    after: Annotated[str | None, Query(max_length=200, description="a subject list's `next`")] = None,
+) -> HTMLResponse:
+    """The subjects, most recently active first, ``_SUBJECTS_PAGE`` a page ("older subjects →" links on)."""
     memo: dict[tuple[str, ...], dict[str, Any]] = {}
     rows = []
-    for s in ledger.subjects(limit=200):
+    subjects, next_cursor = ledger.subjects_page(limit=_SUBJECTS_PAGE, after=after)
+    for s in subjects:
         recorded = _latest_verdict(ledger, s.field, s.value)
         rows.append({"s": s, "verdict": recorded, "now": _verdict_now(ledger, recorded, memo)})
-    return page(request, "subjects.html", {"rows": rows, "size": ledger.size(), "origin": ledger.origin})
+    context = {
+        "rows": rows,
+        "size": ledger.size(),
+        "origin": ledger.origin,
+        "first_page": after is None,
+        "next_href": "/?" + urlencode({"after": next_cursor}) if next_cursor else None,
+    }
+    return page(request, "subjects.html", context)
 
 
 def _annotate(ledger: Ledger, entries: list[LoggedEntry]) -> dict[str, list[dict[str, Any]]]:
-    """What later entries of the timeline say about earlier ones: superseded, rejected, reviewed …"""
+    """What the log says about a page's entries: superseded, rejected, reviewed … — from the page and from
+    every entry that references one (a later page, another subject: one refs read for the page's ids)."""
     notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for e in entries:
+    on_page = {e.entry_id for e in entries}
+    # what points at this page's entries from anywhere in the log (a later page, another subject): one read
+    later = [e for e in ledger.referrers(on_page) if e.entry_id not in on_page]
+    for e in [*entries, *later]:
         p = e.statement.payload
         for r in e.statement.refs:
+            if r.id not in on_page:
+                continue
             if e.kind == "supersession" and r.rel == "supersedes":
                 notes[r.id].append(
                     {"tag": "superseded", "bad": True, "by": e.entry_id, "reason": p.get("reason", "")}

@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["LIST_FIELDS", "list_json"]
+__all__ = ["LIST_FIELDS", "SUBJECT_FIELDS", "list_json"]
+
+# Subject fields the collectors, the policies and the README use — the one list: the CLI accepts others with a
+# warning, the API's subject list refuses a field neither this list nor the log knows (`commit`: the code
+# revision a gate.result measured, which the review rule reads — docs/POLICY.md).
+SUBJECT_FIELDS = ("campaign", "backend", "backend_version", "model", "host", "deployment", "job", "commit")
 
 LIST_FIELDS = ("items", "next")
 

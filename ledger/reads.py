@@ -37,7 +37,7 @@ from ledger.errors import (
     ProofError,
 )
 from ledger.keyring import KeyRecord, Keyring
-from ledger.listing import list_json
+from ledger.listing import SUBJECT_FIELDS, list_json
 from ledger.log import (
     LOG_FORMAT,
     Checkpoint,
@@ -54,6 +54,7 @@ from ledger.trust import replay_keys
 
 __all__ = [
     "SCHEMA_HEAD",
+    "SUBJECT_FIELDS",
     "EntryReader",
     "SqliteEntries",
     "SqlitePolicyLedger",

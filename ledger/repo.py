@@ -109,6 +109,13 @@ class SubjectSummary:
     last_seq: int
     last_logged_at: str
 
+    @property
+    def cursor(self) -> str:
+        """Where the list after this subject starts (``subjects(after=…)``): ``LAST_SEQ:FIELD``. The list is
+        ordered by last activity, newest first, then by field — one entry names each field once, so the
+        pair is unique where two subjects' last entry is the same."""
+        return f"{self.last_seq}:{self.field}"
+
 
 @dataclass
 class RangeRows:
@@ -562,9 +569,13 @@ class LogRepo:
         with self.read() as conn:
             return list(conn.execute(q))
 
-    def referrers(self, entry_id: str, rel: str | None = None) -> list[Any]:
-        """Rows of the entries that reference ``entry_id``, in sequence order."""
-        sub = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id == entry_id)
+    def referrers(self, entry_id: str | Collection[str], rel: str | None = None) -> list[Any]:
+        """Rows of the entries that reference ``entry_id`` (or any of a collection of ids: one read for a
+        page of entries), in sequence order."""
+        ids = [entry_id] if isinstance(entry_id, str) else list(entry_id)
+        if not ids:
+            return []
+        sub = sa.select(T_REFS.c.seq).where(T_REFS.c.target_id.in_(ids))
         if rel:
             sub = sub.where(T_REFS.c.rel == rel)
         with self.read() as conn:
@@ -597,22 +608,23 @@ class LogRepo:
                 yield from rows
                 last = rows[-1].seq
 
-    def subjects(self, *, field: str | None = None, limit: int = 500) -> list[SubjectSummary]:
-        """Distinct subject FIELD=VALUE pairs (key entries excluded), most recently active first."""
+    def subjects(
+        self, *, field: str | None = None, limit: int = 500, after: tuple[int, str] | None = None
+    ) -> list[SubjectSummary]:
+        """Distinct subject FIELD=VALUE pairs (key entries excluded), most recently active first (then by
+        field); ``after`` is a ``SubjectSummary.cursor`` as (last seq, field): the list after that subject."""
+        last = sa.func.max(T_SUBJECTS.c.seq)
         q = (
-            sa.select(
-                T_SUBJECTS.c.field,
-                T_SUBJECTS.c.value,
-                sa.func.count().label("n"),
-                sa.func.max(T_SUBJECTS.c.seq).label("last"),
-            )
+            sa.select(T_SUBJECTS.c.field, T_SUBJECTS.c.value, sa.func.count().label("n"), last.label("last"))
             .where(T_SUBJECTS.c.field != "key")
             .group_by(T_SUBJECTS.c.field, T_SUBJECTS.c.value)
-            .order_by(sa.desc("last"))
+            .order_by(sa.desc("last"), T_SUBJECTS.c.field)
             .limit(limit)
         )
         if field:
             q = q.where(T_SUBJECTS.c.field == field)
+        if after is not None:
+            q = q.having(sa.or_(last < after[0], sa.and_(last == after[0], T_SUBJECTS.c.field > after[1])))
         with self.read() as conn:
             rows = conn.execute(q).all()
             when: dict[int, str] = (

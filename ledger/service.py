@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -73,6 +73,7 @@ from ledger.log import (
 from ledger.logged import LoggedEntry, entry_from_row
 from ledger.proofs import AuditReport, audit_receipts
 from ledger.reads import (  # parse_subject_args: defined there, imported by the CLI without the service
+    SUBJECT_FIELDS,
     admin_ids,
     find_key,
     page_json,
@@ -191,6 +192,19 @@ def _authorise(group: list[AppendRequest], found: dict[str, TokenRecord]) -> lis
                 continue
         admitted.append(r)
     return admitted
+
+
+def _subject_cursor(after: str | None) -> tuple[int, str] | None:
+    """A subject list's ``next`` (``SubjectSummary.cursor``: ``LAST_SEQ:FIELD``) as (seq, field)."""
+    if after is None:
+        return None
+    seq, sep, field = after.partition(":")
+    if not sep or not field or "\x00" in field or not seq.isascii() or not seq.isdigit() or int(seq) >= 2**63:
+        raise InputError(
+            f"subject cursor {after[:80]!r} is not LAST_SEQ:FIELD",
+            hint="pass back the `next` a subject list answered",
+        )
+    return int(seq), field
 
 
 def _db_refusal(e: sa.exc.SQLAlchemyError) -> str:
@@ -1017,8 +1031,9 @@ class Ledger:
         with their entry count and last logged time (e.g. the campaigns on a host), most recent first."""
         return self.repo.co_subjects(field, value, other)
 
-    def referrers(self, entry_id: str, rel: str | None = None) -> list[LoggedEntry]:
-        """Entries that reference ``entry_id`` (supersessions, reviews, acceptances …)."""
+    def referrers(self, entry_id: str | Collection[str], rel: str | None = None) -> list[LoggedEntry]:
+        """Entries that reference ``entry_id`` (supersessions, reviews, acceptances …), or any of a
+        collection of ids in one read (a reviewer page's entries), in sequence order."""
         return [entry_from_row(r) for r in self.repo.referrers(entry_id, rel)]
 
     def page_json(self, entries: Sequence[LoggedEntry], limit: int | None) -> dict[str, Any]:
@@ -1038,11 +1053,27 @@ class Ledger:
     def signer_names(self) -> dict[str, str]:
         return signer_names(self.keyring())
 
-    def subjects(self, *, field: str | None = None, limit: int = 500) -> list[SubjectSummary]:
-        """Distinct subject FIELD=VALUE pairs (key entries excluded), most recently active first."""
+    def subjects(
+        self, *, field: str | None = None, limit: int = 500, after: str | None = None
+    ) -> list[SubjectSummary]:
+        """Distinct subject FIELD=VALUE pairs (key entries excluded), most recently active first; ``after``
+        is a ``SubjectSummary.cursor`` (``LAST_SEQ:FIELD``): the list after that subject. A ``field``
+        neither ``SUBJECT_FIELDS`` nor the log knows is an input error naming the known ones (a
+        misspelt field would answer an empty list, read as "no such subjects")."""
         if field and "\x00" in field:
             raise InputError("NUL characters are not allowed in a subject field")
-        return self.repo.subjects(field=field, limit=limit)
+        if field and field not in SUBJECT_FIELDS and not self.repo.subjects(field=field, limit=1):
+            raise InputError(
+                f"unknown subject field {field!r}", hint=f"the subject fields: {', '.join(SUBJECT_FIELDS)}"
+            )
+        return self.repo.subjects(field=field, limit=limit, after=_subject_cursor(after))
+
+    def subjects_page(
+        self, *, field: str | None = None, limit: int = 500, after: str | None = None
+    ) -> tuple[list[SubjectSummary], str | None]:
+        """One page of ``subjects`` and the cursor of the next (None on the last page)."""
+        rows = self.subjects(field=field, limit=limit + 1, after=after)
+        return rows[:limit], rows[limit - 1].cursor if len(rows) > limit else None
 
     # --- what this ledger is ----------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ledger.listing import SUBJECT_FIELDS  # the one list (the API's subject list reads it too)
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -59,10 +61,6 @@ __all__ = [
     "time_arg",
     "warn",
 ]
-
-# Subject fields the collectors, the policies and the README use; others are accepted with a warning
-# (`commit`: the code revision a gate.result measured, which the review rule reads — docs/POLICY.md).
-SUBJECT_FIELDS = ("campaign", "backend", "backend_version", "model", "host", "deployment", "job", "commit")
 
 
 class _Console:
