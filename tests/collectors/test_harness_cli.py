@@ -31,7 +31,9 @@ def _core(home: Path, *args: str) -> tuple[int, Any]:
 
 
 def test_collect_benchmark_records_a_gate_result_judged_by_the_policys_bounds(home: Path) -> None:
-    with serve_stub(StubConfig(tokens=4)) as url:
+    # a steady 50 ms to the first token: judged by the default (over-saturation invalid) rule, a stub that
+    # answers in ~1 ms showed a c4 TTFT 3.6x its c1 TTFT (1.1 -> 3.8 ms) on a loaded machine, over-saturated
+    with serve_stub(StubConfig(tokens=4, ttft_s=0.05)) as url:
         rc, out = _json(
             home,
             "collect",
