@@ -600,6 +600,61 @@ def _fill(part: str, values: dict[str, str]) -> str:
     return out if first is not None and first.group(3) is not None else os.path.expanduser(out)
 
 
+# the options that set the model id an engine serves at /v1/models (vLLM's and SGLang's; vLLM's parser also
+# takes the underscore spelling): a literal value must name the campaign's [model] served_name
+_SERVED_NAME_OPTIONS = ("--served-model-name", "--served_model_name")
+
+
+def _served_names(argv: list[str], served: str) -> list[list[str] | None]:
+    """The values of each ``--served-model-name`` in one attempt's ``argv`` (the campaign's command and the
+    attempt's extra_args, as launched), each filled as launched (``{served_name}`` is the campaign's own),
+    the ``=`` form one value, the spaced form every item up to the next option (vLLM's nargs="+"); None
+    for an option given no value."""
+    values = {
+        "served_name": served,
+        "python": "{python}",
+        "model": "{model}",
+        "port": "{port}",
+        "host": "{host}",
+    }
+    found: list[list[str] | None] = []
+    for i, part in enumerate(argv):
+        name, eq, value = part.partition("=")
+        if name not in _SERVED_NAME_OPTIONS:
+            continue
+        if eq:
+            found.append([_fill(value, values)] if value else None)
+            continue
+        names: list[str] = []
+        for item in argv[i + 1 :]:
+            if item.startswith("-"):
+                break
+            names.append(_fill(item, values))
+        found.append(names or None)
+    return found
+
+
+def _check_served_name(spec: CampaignFile, p: Path) -> None:
+    """Refuse a campaign whose engine command serves its model under a name that is not its [model]
+    served_name: the engine serves what it is told, and the identity probe would fail the engine for the
+    campaign's own contradiction. Every literal ``--served-model-name`` of each attempt must list it."""
+    served = spec.model.served_name
+    for attempt in spec.engine.attempts:
+        argv = [*spec.engine.command, *attempt.extra_args]
+        for names in _served_names(argv, served):
+            if names is None:
+                raise ConfigError(
+                    f"campaign {p}: attempt {attempt.name!r}: --served-model-name is given no value "
+                    f"(model.served_name is {served!r}: name it, or write {{served_name}})"
+                )
+            if served not in names:
+                raise ConfigError(
+                    f"campaign {p}: attempt {attempt.name!r}: the engine command serves the model as "
+                    f"{names!r} (--served-model-name) while model.served_name is {served!r}: the identity "
+                    f"probe would find no {served!r}; make them agree (write {{served_name}})"
+                )
+
+
 def load_campaign(path: Path) -> Campaign:
     """Read and validate a campaign file."""
     p = Path(path)
@@ -622,6 +677,7 @@ def load_campaign(path: Path) -> Campaign:
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"campaign {p}: unknown key {loc!r}{more}") from e
         raise ConfigError(f"campaign {p}: {loc}: {err['msg']}{more}") from e
+    _check_served_name(spec, p)
     where = expand(spec.model.path)
     if not where.strip():  # ${VAR:-} that expands to nothing would name the campaign's folder
         raise ConfigError(
