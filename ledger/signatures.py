@@ -33,6 +33,7 @@ __all__ = [
     "classify_logs",
     "collector_stop_end",
     "decisive",
+    "engine_words",
     "load_signatures",
     "not_a_completion",
     "pattern_signatures",
@@ -85,8 +86,9 @@ class FailureClass(StrEnum):
     LEASE = "lease"  # it hung: the lease ran out before it finished
     OPERATOR_STOP = "operator-stop"  # stopped from outside (SIGTERM by an operator or supervisor)
     # the campaign's own settings do not fit the engine it starts: the engine refused the collector's requests
-    # (an API key the campaign's command gives the engine, not the collector) — the operator's error, no
-    # evidence of the engine either way
+    # (an API key the campaign's command gives the engine, not the collector), or its own command line
+    # (argparse's "error: argument --dtype: invalid choice", a --help that prints the usage and exits) — the
+    # operator's error, no evidence of the engine either way
     CONFIG = "config"
 
 
@@ -277,9 +279,28 @@ def signature_classes(path: Path | None = None) -> dict[str, str]:
     return dict(_classes(*_stamp(path)))
 
 
+# a line of the engine's own that reads as an error (``ValueError: …``, argparse's ``prog: error: …``, a
+# logger's ``ERROR``): what a run classified by a status-only signature quotes as its ``failure_detail``
+_ERROR_LINE = re.compile(r"\b[A-Za-z_.]*(Error|Exception)\b|\berror:|\bERROR\b|\bFATAL\b")
+
+
+def engine_words(text: str, signatures: Sequence[Signature]) -> str | None:
+    """The engine's last error-looking line in ``text`` (``_ERROR_LINE``), stripped and cut to the detail's
+    bound, or None where it has none: the ``failure_detail`` of a run whose deciding signature reads no log
+    line (``engine-died-before-readiness`` …), so its record quotes the engine's words. A line that any log
+    pattern of ``signatures`` matches is passed over: the detail names no class the run was not judged by
+    (the policy engine reads ``failure_detail`` with the same patterns)."""
+    patterns = [p for s in signatures for p in s.patterns]
+    for line in reversed(text.splitlines()):
+        if _ERROR_LINE.search(line) and not any(p.search(line) for p in patterns):
+            return line.strip()[:_MAX_DETAIL]
+    return None
+
+
 def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | None = None) -> Classification:
     """The signature a failed run is classified by (``decisive``: the first matching one in table order,
-    unless a log line of a graver class matched) and every signature that matched."""
+    unless a log line of a graver class matched) and every signature that matched. A signature that reads
+    no log line takes the engine's last error-looking line as its detail (``engine_words``)."""
     sigs = load_signatures() if signatures is None else signatures
     lines: dict[str, str] = {}
     matched: list[Signature] = []
@@ -292,9 +313,8 @@ def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | N
     pick = decisive(matched)
     if pick is None:
         return Classification(None)
-    return Classification(
-        pick.id, pick.title, lines[pick.id] or None, [s.id for s in matched], pick.failure_class.value
-    )
+    detail = lines[pick.id] or (None if pick.patterns else engine_words(text, sigs))
+    return Classification(pick.id, pick.title, detail, [s.id for s in matched], pick.failure_class.value)
 
 
 @lru_cache(maxsize=8)
@@ -327,18 +347,19 @@ def classify_logs(
     (``decisive``) is chosen among all that matched anywhere.
     """
     last: dict[str, str] = {}
+    words: str | None = None  # the engine's last error-looking line (``engine_words``) of any piece
     for text in pieces:
         for sig in signatures:
             line = sig.match(text, outcome)
             if line is not None:
                 last[sig.id] = line
+        words = engine_words(text, signatures) or words
     matched = [s for s in signatures if s.id in last]
     pick = decisive(matched)
     if pick is None:
         return Classification(None)
-    return Classification(
-        pick.id, pick.title, last[pick.id] or None, [s.id for s in matched], pick.failure_class.value
-    )
+    detail = last[pick.id] or (None if pick.patterns else words)
+    return Classification(pick.id, pick.title, detail, [s.id for s in matched], pick.failure_class.value)
 
 
 @lru_cache(maxsize=8)
