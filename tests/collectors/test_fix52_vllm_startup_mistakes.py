@@ -210,3 +210,26 @@ def test_kv_cache_request_over_host_memory_is_resource_not_a_dead_worker(exit_co
 def test_kv_cache_line_alone_names_the_request() -> None:
     c = classify(KV_VALUE_ERROR + "\n", RunOutcome(ready=False, exit_code=1), load_signatures())
     assert (c.signature, c.detail) == ("cpu-memory-utilization", KV_VALUE_ERROR)
+
+
+def test_the_policys_config_exit_codes_are_the_exit_statuses_of_the_config_signatures() -> None:
+    """One vocabulary: the exit statuses the acceptance policy lets a config refusal end with
+    (``params.config_exit_codes``: a launch whose logs show the refusal its signature names is explained by
+    it, exit status included) are those the config-class signatures of the table end with — found when the
+    first version excused every exit status, a crash status 139 included."""
+    import tomllib
+    from pathlib import Path
+
+    from ledger.signatures import FailureClass
+
+    repo = Path(__file__).resolve().parents[2]
+    table = tomllib.loads((repo / "collectors" / "signatures.toml").read_text())
+    policy = tomllib.loads((repo / "policies" / "evidence-acceptance.toml").read_text())
+    codes = {
+        code
+        for sig in table["signature"]
+        if sig.get("class") == FailureClass.CONFIG.value
+        for code in sig.get("exit_codes", [])
+    }
+    assert sorted(codes) == sorted(policy["params"]["config_exit_codes"])
+    assert 139 not in codes
