@@ -146,6 +146,9 @@ def _fork_home(home: Path, to: Path) -> Path:
     conn.execute("DELETE FROM checkpoints")  # the forger also drops the checkpoints that would betray it
     conn.commit()
     conn.close()
+    # … and the checkpoint the copied home holds: with it, the fork signs nothing under the log's key (the
+    # held-checkpoint check, `Ledger._refuse_fork`), and the forger's proofs below could not be made
+    h.checkpoint_path.unlink(missing_ok=True)
     return to
 
 
