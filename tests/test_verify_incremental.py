@@ -109,6 +109,9 @@ def test_log_rewritten_before_the_held_checkpoint_is_inconsistent(led: Ledger) -
     # fewer entries than the held checkpoint: entries lost
     report = led.verify(since=held.note)
     assert [p.code for p in report.problems] == ["log-inconsistent"]
+    # the forger drops the checkpoint the home holds too: with it the lost log takes no append (nothing is
+    # signed under the log's key for a log that does not extend it); the collector's copy is `held`
+    led.home.checkpoint_path.unlink()
     _notes(led, held.size - keep + 50, "rewritten ")
     # by itself the rewritten log is well formed (the checkpoint its home holds aside) ...
     assert led.verify(anchor=False)
