@@ -97,3 +97,29 @@ def test_every_readme_ledger_line_names_real_commands_and_options() -> None:
                     assert w.split("=", 1)[0] in opts, f"README: `{' '.join(path)}` has no option {w}"
             checked += 1
     assert checked >= 30
+
+
+def test_readme_routing_step_names_a_host_and_deployment_that_allow() -> None:
+    """Audit 51 f5: the README's allowed routing check named `host=$(hostname)` and no deployment, while the
+    campaign's subject host is its `[campaign] host` and `deployment-known` refuses a check without one.
+    Each `routing-change` line that says it is allowed names the campaign's host and a deployment file of that
+    host, as `scripts/demo.sh` runs it."""
+    import tomllib
+
+    root = README.parent
+    text = README.read_text().replace("\\\n", " ")
+    lines = [ln for ln in text.splitlines() if "routing-change" in ln and "# allowed" in ln]
+    assert lines, "the README shows no allowed routing check"
+    for ln in lines:
+        words = shlex.split(ln, comments=True)
+        assert "--deployment" in words, f"README: allowed routing check without --deployment: {ln.strip()}"
+        deployment = tomllib.loads((root / words[words.index("--deployment") + 1]).read_text())
+        hosts = [w.split("=", 1)[1] for w in words if w.startswith("host=")]
+        assert hosts == [deployment["host"]], f"README: routing subject host {hosts} is not the deployment's"
+        campaign = next(
+            tomllib.loads(p.read_text())
+            for p in (root / "campaigns").glob("*.toml")
+            if tomllib.loads(p.read_text())["campaign"].get("host") == hosts[0]
+        )
+        backend = [w.split("=", 1)[1] for w in words if w.startswith("backend=")]
+        assert backend and campaign["engine"]["kind"] == backend[0]
