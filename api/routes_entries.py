@@ -17,6 +17,7 @@ from ledger.api.caching import IMMUTABLE, REVALIDATE, cache_control, etag, not_m
 from ledger.api.deps import LedgerDep, Served, ServedDep
 from ledger.api.lookup import subject_query
 from ledger.api.models import BATCH_SCHEMA, ENTRY_ID, ENVELOPE_SCHEMA, PROBLEM, Page
+from ledger.db import SEQ_MAX
 from ledger.entries import check_kind_filter
 from ledger.errors import BatchTooLargeError, InputError, LedgerError
 from ledger.listing import list_json
@@ -24,7 +25,6 @@ from ledger.service import MAX_BATCH, AppendRequest, Ledger, LoggedEntry
 
 __all__ = ["router"]
 
-_SEQ_MAX = 2**63 - 1  # `seq` is a 64-bit integer (BIGINT on PostgreSQL): larger cursors cannot be bound
 EntryIdPath = Annotated[str, Path(pattern=ENTRY_ID, description="entry id or unique prefix (hex, any case)")]
 
 router = APIRouter(
@@ -53,7 +53,7 @@ def list_entries(
     until: Annotated[str | None, Query(description="logged before (RFC 3339)")] = None,
     after: Annotated[
         int | None,
-        Query(ge=0, le=_SEQ_MAX, description="keyset cursor: `next` of the previous page"),
+        Query(ge=0, le=SEQ_MAX, description="keyset cursor: `next` of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",

@@ -11,6 +11,7 @@ from ledger.api.auth import Reader
 from ledger.api.caching import IMMUTABLE, cache_control
 from ledger.api.deps import LedgerDep, SettingsDep
 from ledger.api.models import ENTRY_ID, PROBLEM
+from ledger.db import SEQ_MAX
 from ledger.errors import EntryNotFoundError, InputError
 from ledger.log import Checkpoint
 from ledger.service import Ledger
@@ -82,7 +83,7 @@ tiles = APIRouter(tags=["tiles"], responses={401: PROBLEM, 404: PROBLEM})
 # A tile or bundle never changes once full; a read that needs a token is ``private`` (no shared cache may
 # keep it: RFC 9111 §3.5), ``public`` only on a server started with --public-reads (api/caching.py).
 # An entry index is a signed 64-bit integer (SQLite INTEGER, PostgreSQL BIGINT): a bundle past it is none.
-_MAX_INDEX = 2**63 - 1
+_MAX_INDEX = SEQ_MAX
 _TILE_PATH = re.compile(r"^((?:x[0-9]{3}/)*)([0-9]{3})(?:\.p/([1-9][0-9]{0,2}))?$")
 # C2SP: "<L> MUST be a decimal ASCII integer between 0 and 63, with no additional leading zeroes".
 _TILE_LEVEL = re.compile(r"^(0|[1-9][0-9]?)$")

@@ -13,8 +13,9 @@ from ledger.api.auth import Admin, Reader
 from ledger.api.bodies import read_json_body
 from ledger.api.deps import LedgerDep, MetricsDep
 from ledger.api.models import Page
+from ledger.db import SEQ_MAX
 from ledger.errors import InputError, KeyAlreadyEnrolledError
-from ledger.listing import list_json
+from ledger.listing import list_json, page_of
 from ledger.service import Ledger
 
 __all__ = ["router"]
@@ -43,8 +44,25 @@ def metrics(m: MetricsDep) -> Response:
     summary="Enrolled keys with roles and revocation state (as `ledger keys list --json`)",
     response_model=Page,
 )
-def keys(ledger: LedgerDep, _who: Reader) -> dict[str, Any]:
-    return list_json(r.to_json() for r in ledger.keyring().keys.values())
+def keys(
+    ledger: LedgerDep,
+    _who: Reader,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+    after: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=SEQ_MAX,
+            description="the `next` of the page before (its last key's enrolled_seq)",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """In the order the log enrolled them (``enrolled_seq``: one key per ``key.enrol`` entry, so the
+    cursor names one key); a page of ``limit`` and the cursor of the next, as ``/v1/subjects`` pages."""
+    ring = sorted(ledger.keyring().keys.values(), key=lambda r: r.enrolled_seq)
+    rows = [r for r in ring if after is None or r.enrolled_seq > after][: limit + 1]
+    recs, next_cursor = page_of(rows, limit, lambda r: r.enrolled_seq)
+    return list_json((r.to_json() for r in recs), next_cursor)
 
 
 def _enrol_collector(ledger: Ledger, name: str, public_key: str) -> tuple[dict[str, Any], bool]:

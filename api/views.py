@@ -18,6 +18,7 @@ from ledger.api.deps import LedgerDep
 from ledger.api.lookup import artifact_info, is_text, subject_query
 from ledger.api.models import ENTRY_ID
 from ledger.api.pages import page, templates
+from ledger.db import SEQ_MAX
 from ledger.errors import EntryNotFoundError, InputError, LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.snapshot import same_hosts
@@ -256,7 +257,7 @@ def timeline(
     _who: Reader,
     field: str,
     value: str,
-    after: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
+    after: Annotated[int | None, Query(ge=0, le=SEQ_MAX)] = None,
     value_in_query: Annotated[str | None, Query(alias="value", max_length=512)] = None,
 ) -> HTMLResponse:
     """One subject's timeline; the address is ``subject_href``'s (a value may hold "/": ``path``)."""

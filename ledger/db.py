@@ -26,6 +26,7 @@ __all__ = [
     "LOG_TABLES",
     "METADATA",
     "SCHEMA_HEAD",
+    "SEQ_MAX",
     "T_ARTIFACTS",
     "T_CHECKPOINTS",
     "T_COSIGNATURES",
@@ -44,6 +45,10 @@ __all__ = [
     "schema_revision",
     "write_transaction",
 ]
+
+# The largest seq (and tree index) the log can hold: ``seq`` is a 64-bit integer (BIGINT on PostgreSQL), so
+# a larger cursor or index cannot even be bound — the one bound every route and parser checks against.
+SEQ_MAX = 2**63 - 1
 
 LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", "checkpoints", "tiles")
 

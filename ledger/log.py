@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NewType
@@ -25,12 +25,14 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "Checkpoint",
     "EntryId",
+    "HeldFault",
     "LogRecord",
     "MerkleTree",
     "Receipt",
     "chain_hash",
     "consistency_proof",
     "entry_id_of",
+    "held_fault",
     "inclusion_proof",
     "leaf_hash",
     "merkle_root",
@@ -555,3 +557,45 @@ def parse_receipt(doc: Any, public: PublicKey, *, key_name: str | None = None) -
     ):
         raise ProofError("the receipt's fields disagree with its record")
     return Receipt(origin, record, note)
+
+
+@dataclass(frozen=True)
+class HeldFault:
+    """How a log fails to extend a signed checkpoint held outside it: it has fewer entries (``lost``), or
+    its first ``held.size`` entries hash to another ``root`` (rewritten; ``detail`` when that root could
+    not even be read). ``held_fault`` finds it; each caller raises or reports it in its own terms."""
+
+    size: int  # the log's size
+    held: Checkpoint
+    root: bytes | None = None  # the log's root at ``held.size`` (None: lost, or unreadable)
+    detail: str = ""  # why the root at ``held.size`` could not be read
+
+    @property
+    def lost(self) -> bool:
+        return self.size < self.held.size
+
+    def reason(self) -> str:
+        """What differs, in words (``lost``: the sizes; else the roots, or why one could not be read)."""
+        if self.lost:
+            return f"{self.held.size - self.size} of the entries it covers are gone (the log has {self.size})"
+        if self.root is None:
+            return self.detail
+        return (
+            f"its first {self.held.size} entries hash to root {self.root.hex()[:16]}…, "
+            f"not the root it signs {self.held.root.hex()[:16]}…"
+        )
+
+
+def held_fault(size: int, held: Checkpoint, root_at: Callable[[int], bytes]) -> HeldFault | None:
+    """The one check of a log against a signed checkpoint held outside it (the home's HOME/checkpoint, or
+    one a verifier brings): None when the log extends it — at least ``held.size`` entries, and the tree of
+    the first ``held.size`` hashing to its root — else how it does not. ``size``: the log's size;
+    ``root_at(n)``: the root of its first ``n`` entries (from the stored tiles: O(log n) reads), whose
+    ``LedgerError`` (a tile unreadable) is a fault too, never a pass."""
+    if size < held.size:
+        return HeldFault(size, held)
+    try:
+        root = root_at(held.size)
+    except LedgerError as e:
+        return HeldFault(size, held, detail=e.message)
+    return None if root == held.root else HeldFault(size, held, root)

@@ -44,6 +44,7 @@ from ledger.log import (
     EntryId,
     LogRecord,
     entry_id_of,
+    held_fault,
     parse_checkpoint,
     parse_record,
 )
@@ -520,23 +521,23 @@ def check_extends_held(ledger: Any) -> Checkpoint | None:
         "the home saw these entries (its checkpoint file is outside the database): `ledger verify` names "
         "what changed; restore the database from a backup the held checkpoint vouches for"
     )
-    if size < held.size:
+    fault = held_fault(size, held, repo.tree_root)
+    if fault is not None and fault.lost:
         raise IntegrityError(
             f"the log has {size} entries; this home holds a signed checkpoint of size {held.size}: "
             f"{held.size - size} entries it saw are gone (the log was truncated behind its back)",
             hint=hint,
         )
-    try:
-        root = repo.tree_root(held.size)
-    except IntegrityError as e:
+    if fault is not None and fault.root is None:
         raise IntegrityError(
-            f"the log is not the one this home holds a signed checkpoint of (size {held.size}): {e.message}",
+            f"the log is not the one this home holds a signed checkpoint of (size {held.size}): "
+            f"{fault.detail}",
             hint=hint,
-        ) from e
-    if root != held.root:
+        )
+    if fault is not None and fault.root is not None:
         raise IntegrityError(
             f"the log is not the one this home holds a signed checkpoint of: its first {held.size} entries "
-            f"hash to root {root.hex()[:16]}…, the held checkpoint signs {held.root.hex()[:16]}… (an "
+            f"hash to root {fault.root.hex()[:16]}…, the held checkpoint signs {held.root.hex()[:16]}… (an "
             "entry before it was rewritten or removed)",
             hint=hint,
         )

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from ledger import __version__
 from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes, parse_canonical
-from ledger.db import analyse_if_grown, check_schema, make_engine, migrate
+from ledger.db import SEQ_MAX, analyse_if_grown, check_schema, make_engine, migrate
 from ledger.entries import (
     ArtifactRef,
     Statement,
@@ -54,6 +54,7 @@ from ledger.errors import (
 from ledger.hashing import Digest, blake3_hex, hash_file, parse_digest
 from ledger.home import Home, HomeConfig, resolve_home
 from ledger.keyring import KeyRecord, Keyring
+from ledger.listing import page_of
 from ledger.log import (
     GENESIS_PREV,
     LOG_FORMAT,
@@ -64,6 +65,7 @@ from ledger.log import (
     Receipt,
     chain_hash,
     entry_id_of,
+    held_fault,
     parse_checkpoint,
     record_leaf,
     sign_checkpoint,
@@ -199,7 +201,14 @@ def _subject_cursor(after: str | None) -> tuple[int, str] | None:
     if after is None:
         return None
     seq, sep, field = after.partition(":")
-    if not sep or not field or "\x00" in field or not seq.isascii() or not seq.isdigit() or int(seq) >= 2**63:
+    if (
+        not sep
+        or not field
+        or "\x00" in field
+        or not seq.isascii()
+        or not seq.isdigit()
+        or int(seq) > SEQ_MAX
+    ):
         raise InputError(
             f"subject cursor {after[:80]!r} is not LAST_SEQ:FIELD",
             hint="pass back the `next` a subject list answered",
@@ -1073,7 +1082,7 @@ class Ledger:
     ) -> tuple[list[SubjectSummary], str | None]:
         """One page of ``subjects`` and the cursor of the next (None on the last page)."""
         rows = self.subjects(field=field, limit=limit + 1, after=after)
-        return rows[:limit], rows[limit - 1].cursor if len(rows) > limit else None
+        return page_of(rows, limit, lambda r: r.cursor)
 
     # --- what this ledger is ----------------------------------------------------------------------
 
@@ -1365,8 +1374,8 @@ class Ledger:
             return
         current = self.repo.size(conn)
         if tree is None or tree.size < held.size:
-            tree = self._tree_at(conn, held.size) if held.size <= current else None
-        if tree is None or tree.root(held.size) != held.root:
+            tree = self._tree_at(conn, min(held.size, current))  # lost entries: held_fault reads no root
+        if held_fault(current, held, tree.root) is not None:
             raise LogInconsistentError(
                 f"the log (size {current}) does not extend the checkpoint this home holds (size "
                 f"{held.size}, root {held.root.hex()[:16]}…): nothing is signed under the log's key "

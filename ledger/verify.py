@@ -28,7 +28,6 @@ from ledger.errors import (
     LedgerError,
     LogInconsistentError,
     LogOrderError,
-    ProofError,
 )
 from ledger.hashing import parse_digest
 from ledger.keyring import Keyring
@@ -36,10 +35,11 @@ from ledger.log import (
     GENESIS_PREV,
     MAX_CLOCK_SKEW,
     Checkpoint,
+    HeldFault,
     LogRecord,
     entry_id_of,
+    held_fault,
     parse_checkpoint,
-    verify_consistency,
 )
 from ledger.repo import LogRepo
 from ledger.signing import PublicKey, parse_envelope
@@ -47,7 +47,7 @@ from ledger.store.base import ArtifactStore
 from ledger.tiles import TileBuilder, TileTree, tile_last_seq
 from ledger.trust import TrustedLog, replay_keys, trust_problem
 
-__all__ = ["Problem", "VerifyProblem", "VerifyReport", "check_held", "verify_log"]
+__all__ = ["HeldFault", "Problem", "VerifyProblem", "VerifyReport", "check_held", "held_fault", "verify_log"]
 
 _CHUNK = 4096  # entries per range a worker checks (at most)
 _MIN_CHUNK = 256  # ... and at least, but for the log's last
@@ -172,30 +172,22 @@ def lost_message(size: int, held: int, whose: str) -> str:
 def _consistent(
     repo: LogRepo, conn: Any, since: Checkpoint, problems: list[VerifyProblem], whose: str
 ) -> int | None:
-    """The log's size when it is consistent with the held checkpoint ``since`` (a consistency proof from
-    the tiles, checked against the held root); None, with the problem named, when entries were lost or
+    """The log's size when it extends the held checkpoint ``since`` (``held_fault``: the tree the stored
+    tiles hold has the held root at its size); None, with the problem named, when entries were lost or
     the log before it was rewritten."""
-    s = since.size
     current = repo.size(conn)
-    if s > current:
-        problems.append(VerifyProblem(Problem.LOG_INCONSISTENT, lost_message(current, s, whose)))
-        return None
-    now = TileTree(repo.tile_source(conn), current)
-    try:
-        proof = now.consistency_proof(s) if s else []
-        if s:
-            verify_consistency(s, current, since.root, now.root(), proof)
-        elif since.root != now.root(0):
-            raise ProofError("the held checkpoint of size 0 has another root than the empty tree")
-    except LedgerError as e:
-        problems.append(
-            VerifyProblem(
-                Problem.LOG_INCONSISTENT,
-                f"the log is not consistent with {whose} at size {s} (rewritten before it): {e.message}",
-            )
+    fault = held_fault(current, since, TileTree(repo.tile_source(conn), current).root)
+    if fault is None:
+        return current
+    if fault.lost:
+        message = lost_message(current, since.size, whose)
+    else:
+        message = (
+            f"the log is not consistent with {whose} at size {since.size} (rewritten before it): "
+            f"{fault.reason()}"
         )
-        return None
-    return current
+    problems.append(VerifyProblem(Problem.LOG_INCONSISTENT, message))
+    return None
 
 
 def check_held(repo: LogRepo, held: Checkpoint) -> list[VerifyProblem]:
@@ -580,7 +572,8 @@ def _check_anchor(order: _Order, report: VerifyReport) -> None:
     if cp is None or cp.size != len(order.builder):
         return
     order.anchor = None  # checked
-    if order.builder.root() != cp.root:
+    builder = order.builder
+    if held_fault(len(builder), cp, lambda _size: builder.root()) is not None:
         report.problems.append(
             VerifyProblem(
                 Problem.LOG_INCONSISTENT,

@@ -33,9 +33,10 @@ from ledger.cli._common import (
 )
 from ledger.cli.witness import TrustPolicyOption, load_policy_option
 from ledger.entries import REVIEW_COMMIT
-from ledger.errors import InputError
+from ledger.errors import InputError, StorageError
 
 if TYPE_CHECKING:
+    from ledger.log import Checkpoint
     from ledger.proofs import AuditReport
     from ledger.service import Ledger, LoggedEntry
 
@@ -528,9 +529,12 @@ def verify(
         audited.problems = [
             p for p in audited.problems if p["entry_id"] or (p["code"], p["message"]) not in named
         ]
+    before = receipts_kept_from(ledger)
     if json_out:
         print_json(
-            report.to_json() if audited is None else {**report.to_json(), "receipts": audited.to_json()}
+            report.to_json()
+            if audited is None
+            else {**report.to_json(), "receipts": audit_json(audited, before)}
         )
     else:
         for p in report.problems:
@@ -544,7 +548,7 @@ def verify(
             f"{report.artifacts_checked} artifacts, {report.checkpoints_checked} checkpoints{held}\n"
         )
         if audited is not None:
-            print_audit(audited)
+            print_audit(audited, before)
     return Outcome.OK if report and (audited is None or audited) else Outcome.NO
 
 
@@ -592,12 +596,34 @@ def audit_report(
         client.close()
 
 
-def print_audit(report: AuditReport) -> None:
-    """An audit's problems on stderr, and its summary line on stdout."""
+def receipts_kept_from(ledger: Ledger, server: str | None = None) -> int:
+    """The log size from which this home kept receipts of its own log (``receipts_from``: a home upgraded
+    from log format 1 by `ledger migrate`, whose ledger kept none, logged that many entries before it did):
+    none is expected of them. 0 for a home that kept every one, and for a server's log (``server``)."""
+    return ledger.cfg.receipts_from if not server else 0
+
+
+def audit_json(report: AuditReport, receipts_from: int = 0) -> dict[str, Any]:
+    """A receipts check as ``ledger audit --json`` prints it (and ``verify --receipts --json`` under
+    ``receipts``): ``receipts_from`` (``receipts_kept_from``) when the home kept receipts only from there."""
+    return {**report.to_json(), **({"receipts_from": receipts_from} if receipts_from else {})}
+
+
+def print_audit(report: AuditReport, receipts_from: int = 0) -> None:
+    """An audit's problems on stderr, and its summary line on stdout; first (``receipts_from``: see
+    ``receipts_kept_from``) the note that the log's first entries were logged before the home kept
+    receipts."""
     from rich.text import Text
 
     from ledger.proofs import RECEIPTS_UNCHECKED
 
+    if receipts_from:
+        err.print(
+            f"note: the first {receipts_from} entries of this home's log (index 0..{receipts_from - 1}) were "
+            "logged before it kept receipts (a home upgraded from log format 1 by `ledger migrate`): none is "
+            "expected of them; `ledger verify` checks them",
+            soft_wrap=True,
+        )
     for p in report.problems:
         where = f"index {p['index']} {p['entry_id'][:16]}" if p["entry_id"] else "ledger"
         err.print(
@@ -643,19 +669,11 @@ def audit(
     Exit 1 on any problem."""
     ledger = get_ledger(home)
     report = audit_report(ledger, server, token, public_key)
-    # entries a home upgraded from log format 1 logged before it kept receipts: none is expected of them
-    before = ledger.cfg.receipts_from if not server else 0
+    before = receipts_kept_from(ledger, server)
     if json_out:
-        print_json({**report.to_json(), **({"receipts_from": before} if before else {})})
+        print_json(audit_json(report, before))
     else:
-        if before:
-            err.print(
-                f"note: the first {before} entries of this home's log (index 0..{before - 1}) were logged "
-                "before it kept receipts (a home upgraded from log format 1 by `ledger migrate`): none is "
-                "expected of them; `ledger verify` checks them",
-                soft_wrap=True,
-            )
-        print_audit(report)
+        print_audit(report, before)
     return Outcome.OK if report else Outcome.NO
 
 
@@ -701,16 +719,52 @@ def migrate(
     finally:
         engine.dispose()
     h.write_config(cfg)
+    held = hold_migrated_checkpoint(h.path)
 
     # the database migrated, as a user can tell it (a password in the URL is not printed)
     database = sa.make_url(cfg.database_url).render_as_string(hide_password=True)
     info = {"home": str(h.path), "database": database, "from_revision": before, "to_revision": SCHEMA_HEAD}
     if json_out:
         print_json(info)
-    elif before == SCHEMA_HEAD:
+        return
+    if before == SCHEMA_HEAD:
         out.print(f"already at revision {SCHEMA_HEAD} ({database})")
     else:
         out.print(f"migrated {h.path}: revision {before} -> {SCHEMA_HEAD} ({database})")
+    if held is not None:
+        out.print(
+            f"holds the signed checkpoint of the migrated log at size {held.size} ({h.checkpoint_path})",
+            soft_wrap=True,
+        )
+
+
+def hold_migrated_checkpoint(path: Path) -> Checkpoint | None:
+    """After ``ledger migrate``: a home that holds no signed checkpoint (a format-1 home never did) is made
+    to hold one of the migrated log as it stands (HOME/checkpoint, outside the database): the anchor
+    ``verify``, appends and signing compare the log against (``Ledger._refuse_fork``,
+    ``reads.check_extends_held``, ``verify._consistent``), so a later rewrite of history before it is
+    named. The checkpoint the home holds already is kept (appends and publications move it on). Returns the
+    checkpoint newly held, or None. A home that cannot be written is an error, not a home left unanchored."""
+    led = get_ledger(path)  # home-bound: signing a checkpoint holds it (``Ledger._hold``, best effort)
+    try:
+        if led.held() is not None:
+            return None
+        cp = led.signed_checkpoint()
+        if led.held() is not None:
+            return cp
+        # ``_hold`` leaves a home it cannot write as it was: write it here, to name why it failed
+        try:
+            with led.home.checkpoint_lock():
+                if led.held() is None:
+                    led.home.hold_checkpoint(cp.note)
+        except OSError as e:
+            raise StorageError(
+                f"{led.home.checkpoint_path}: the checkpoint of the migrated log could not be held ({e})",
+                hint="make the home writable and run `ledger migrate` again (the database is migrated)",
+            ) from e
+        return cp
+    finally:
+        led.close()
 
 
 def checkpoint(
