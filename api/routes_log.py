@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from ledger.api.auth import Reader
 from ledger.api.caching import IMMUTABLE, cache_control
@@ -78,7 +78,19 @@ def proof_consistency(
 # --- C2SP tlog-tiles: <prefix>/checkpoint, <prefix>/tile/<L>/<N>[.p/<W>], <prefix>/tile/entries/<N>[.p/<W>]
 # The prefix is the server's root. Tiles and bundles are computed from the database on each request.
 
-tiles = APIRouter(tags=["tiles"], responses={401: PROBLEM, 404: PROBLEM})
+
+def _path_as_written(request: Request) -> None:
+    """A C2SP path is ASCII digits, ``x``, ``.p`` and slashes: one with a control character is none (audit
+    52 f1: the router's ``{index:path}`` is ``.*``, which stops at a newline, and ``$`` matches before a final
+    one, so ``tile/0/000.p/5%0A`` reached the handler as ``000.p/5`` and was cached immutable)."""
+    path = str(request.scope["path"])  # not request.url.path: it drops what follows a newline
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise InputError(f"{path!r} is not a C2SP path: it holds a control character")
+
+
+tiles = APIRouter(
+    tags=["tiles"], responses={401: PROBLEM, 404: PROBLEM}, dependencies=[Depends(_path_as_written)]
+)
 
 # A tile or bundle never changes once full; a read that needs a token is ``private`` (no shared cache may
 # keep it: RFC 9111 §3.5), ``public`` only on a server started with --public-reads (api/caching.py).
@@ -99,7 +111,7 @@ def _tile_level(level: str) -> int:
 
 def _tile_index(path: str) -> tuple[int, int | None]:
     """``x001/x234/067[.p/W]`` -> (1234067, W): zero-padded 3-digit groups, all but the last after an x."""
-    m = _TILE_PATH.match(path)
+    m = _TILE_PATH.fullmatch(path)  # not match: its $ also matches before a final newline (audit 52 f1)
     if m is None:
         raise InputError(f"{path!r} is not a tile index (x001/x234/067, optionally .p/<width>)")
     groups = [g[1:] for g in m.group(1).split("/") if g] + [m.group(2)]
@@ -138,3 +150,26 @@ def c2sp_tile(
     lv, (n, width) = _tile_level(level), _tile_index(index)
     headers = {"Cache-Control": cache_control(settings, IMMUTABLE)}
     return Response(ledger.tile(lv, n, width), media_type="application/octet-stream", headers=headers)
+
+
+# HEAD answers what GET would, without the body (RFC 9110 §9.3.2): the exported static files answer HEAD from
+# any object store or CDN, so `ledger serve` does too (audit 52 f2: 405 here, 200 there).
+def _head_of(resp: Response) -> Response:
+    return Response(
+        status_code=resp.status_code, headers={**resp.headers, "content-length": str(len(resp.body))}
+    )
+
+
+@tiles.head("/checkpoint", summary="C2SP: the checkpoint's headers (HEAD)")
+def c2sp_checkpoint_head(ledger: LedgerDep, settings: SettingsDep, who: Reader) -> Response:
+    return _head_of(c2sp_checkpoint(ledger, settings, who))
+
+
+@tiles.head("/tile/entries/{index:path}", summary="C2SP: an entry bundle's headers (HEAD)")
+def c2sp_entries_head(ledger: LedgerDep, settings: SettingsDep, who: Reader, index: str) -> Response:
+    return _head_of(c2sp_entries(ledger, settings, who, index))
+
+
+@tiles.head("/tile/{level}/{index:path}", summary="C2SP: a hash tile's headers (HEAD)")
+def c2sp_tile_head(ledger: LedgerDep, settings: SettingsDep, who: Reader, level: str, index: str) -> Response:
+    return _head_of(c2sp_tile(ledger, settings, who, level, index))

@@ -134,6 +134,9 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/checkpoint"): Rule("read", _fixed("/checkpoint")),
     ("GET", "/tile/{level}/{index}"): Rule("read", _fixed("/tile/0/000.p/1")),
     ("GET", "/tile/entries/{index}"): Rule("read", _fixed("/tile/entries/000.p/1")),
+    ("HEAD", "/checkpoint"): Rule("read", _fixed("/checkpoint")),
+    ("HEAD", "/tile/{level}/{index}"): Rule("read", _fixed("/tile/0/000.p/1")),
+    ("HEAD", "/tile/entries/{index}"): Rule("read", _fixed("/tile/entries/000.p/1")),
     ("GET", "/v1/proofs/inclusion/{entry_id}"): Rule("read", lambda c: f"/v1/proofs/inclusion/{c.entry_id}"),
     ("GET", "/v1/proofs/consistency"): Rule("read", _fixed("/v1/proofs/consistency?old=1")),
     # the policy engine answers 200, or 404/422 for a policy or subject it does not know, 501 if absent;
