@@ -85,6 +85,7 @@ __all__ = [
     "NOT_BOUND",
     "REQUEST_TOKEN_IDS",
     "STEP_FOR_GATE",
+    "STEP_WORDS",
     "Campaign",
     "CampaignResult",
     "CampaignRunner",
@@ -99,6 +100,8 @@ __all__ = [
     "load_campaign",
     "policy_verdict",
     "sequential_count",
+    "step_line",
+    "step_word",
     "structured_schema",
 ]
 
@@ -117,6 +120,26 @@ STEP_FOR_GATE = {
     "benchmark": "_gate_benchmark",
 }
 DEFAULT_POLICY = "backend-qualification"
+# The console's word for each status a step records in its ``gate.result``. A step is the collector's view
+# as it ran; the gate's status is the policy's, which re-judges the recorded evidence (a probe the engine
+# refused, HTTP 401 or a context-length 400, is not credited: the gate is ``missing`` and the verdict
+# INCONCLUSIVE). So the console never calls a step ``failed``: that word is the policy's, for a gate.
+STEP_WORDS = {
+    "passed": "passed",
+    "failed": "did not pass",
+    "not_run": "not run",
+    "not_authorized": "skipped",
+}
+
+
+def step_word(status: str) -> str:
+    """The console's word for a step's recorded ``status`` (an unknown one as it is: never hidden)."""
+    return STEP_WORDS.get(status, status)
+
+
+def step_line(order: int | str, name: str, status: str, reason: str | None) -> str:
+    """The console line for one step as the collector records it: its word, not the gate's verdict."""
+    return f"step {order} {name}: {step_word(status)}" + (f" — {reason}" if reason else "")
 
 
 def _policy(policy: Any = None) -> Any:
@@ -600,16 +623,48 @@ def _fill(part: str, values: dict[str, str]) -> str:
     return out if first is not None and first.group(3) is not None else os.path.expanduser(out)
 
 
-# the options that set the model id an engine serves at /v1/models (vLLM's and SGLang's; vLLM's parser also
-# takes the underscore spelling): a literal value must name the campaign's [model] served_name
+# The options that set the model id an engine serves at /v1/models, in each engine's own spelling: a literal
+# value must name the campaign's [model] served_name. vLLM's and SGLang's ``--served-model-name`` (vLLM's
+# parser also takes the underscore spelling; nargs="+") is judged for every kind, as before; the llamacpp
+# kind adds llama-server's ``-a`` / ``--alias`` (one value, which newer builds split at commas into several
+# aliases) and llama-cpp-python's ``--model_alias`` (argparse: one value, and any unambiguous prefix of the
+# option, ``--model_al``, is the same option; ``--model`` itself is the model path).
 _SERVED_NAME_OPTIONS = ("--served-model-name", "--served_model_name")
+_LLAMA_SERVER_ALIAS = ("--alias", "-a")
+_LLAMA_CPP_PYTHON_ALIAS = "--model_alias"
+# the same names given through the engine's environment: llama-server reads LLAMA_ARG_ALIAS (commas as
+# --alias), llama-cpp-python's settings read MODEL_ALIAS (any case) where no option sets it
+_LLAMA_SERVER_ALIAS_ENV = "LLAMA_ARG_ALIAS"
+_LLAMA_CPP_PYTHON_ALIAS_ENV = "MODEL_ALIAS"
 
 
-def _served_names(argv: list[str], served: str) -> list[list[str] | None]:
-    """The values of each ``--served-model-name`` in one attempt's ``argv`` (the campaign's command and the
-    attempt's extra_args, as launched), each filled as launched (``{served_name}`` is the campaign's own),
-    the ``=`` form one value, the spaced form every item up to the next option (vLLM's nargs="+"); None
-    for an option given no value."""
+@dataclass(frozen=True)
+class _NameOption:
+    """How one engine option that names the served model takes its value."""
+
+    many: bool  # every item up to the next option (vLLM's nargs="+"); else exactly the next item
+    commas: bool  # the value is a comma-separated list (llama-server's --alias)
+
+
+def _name_option(kind: str, name: str) -> _NameOption | None:
+    """The served-name option ``name`` (an argv item, before any ``=``) is for an engine of ``kind``."""
+    if name in _SERVED_NAME_OPTIONS:
+        return _NameOption(many=True, commas=False)
+    if kind != "llamacpp":
+        return None
+    if name in _LLAMA_SERVER_ALIAS:
+        return _NameOption(many=False, commas=True)
+    if name.startswith("--model_") and _LLAMA_CPP_PYTHON_ALIAS.startswith(name):
+        return _NameOption(many=False, commas=False)
+    return None
+
+
+def _served_names(kind: str, argv: list[str], served: str) -> list[tuple[str, list[str] | None, _NameOption]]:
+    """Each served-name option of one attempt's ``argv`` (the campaign's command and the attempt's
+    extra_args, as launched) for an engine of ``kind``: the option as written, its values, each filled as
+    launched (``{served_name}`` is the campaign's own); the ``=`` form one value, the spaced form the next
+    item (every item up to the next option for vLLM's nargs="+"); None for an option given no value (an
+    item that starts with ``-`` is the next option, not a name)."""
     values = {
         "served_name": served,
         "python": "{python}",
@@ -617,41 +672,76 @@ def _served_names(argv: list[str], served: str) -> list[list[str] | None]:
         "port": "{port}",
         "host": "{host}",
     }
-    found: list[list[str] | None] = []
+    found: list[tuple[str, list[str] | None, _NameOption]] = []
     for i, part in enumerate(argv):
         name, eq, value = part.partition("=")
-        if name not in _SERVED_NAME_OPTIONS:
+        option = _name_option(kind, name)
+        if option is None:
             continue
         if eq:
-            found.append([_fill(value, values)] if value else None)
+            found.append((name, [_fill(value, values)] if value else None, option))
             continue
         names: list[str] = []
         for item in argv[i + 1 :]:
             if item.startswith("-"):
                 break
             names.append(_fill(item, values))
-        found.append(names or None)
+            if not option.many:
+                break
+        found.append((name, names or None, option))
+    return found
+
+
+def _env_names(kind: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The served-name variables of an attempt's environment (``engine.env`` then the attempt's) for an
+    engine of ``kind``: (variable, value as launched). A value naming a variable that is not set is left to
+    the launch, which refuses it."""
+    if kind != "llamacpp":
+        return []
+    found: list[tuple[str, str]] = []
+    for key, raw in env.items():
+        if key != _LLAMA_SERVER_ALIAS_ENV and key.upper() != _LLAMA_CPP_PYTHON_ALIAS_ENV:
+            continue
+        try:
+            found.append((key, expand(raw)))
+        except ConfigError:
+            continue
     return found
 
 
 def _check_served_name(spec: CampaignFile, p: Path) -> None:
     """Refuse a campaign whose engine command serves its model under a name that is not its [model]
     served_name: the engine serves what it is told, and the identity probe would fail the engine for the
-    campaign's own contradiction. Every literal ``--served-model-name`` of each attempt must list it."""
+    campaign's own contradiction. Every literal served-name option of each attempt, in its engine's own
+    spelling (``--served-model-name``; for llamacpp ``--alias`` / ``-a`` / ``--model_alias``), and every
+    such variable of its environment must name it; an alias llama-server would split at a comma is refused
+    (builds differ in whether it does)."""
     served = spec.model.served_name
+    kind = spec.engine.kind
     for attempt in spec.engine.attempts:
+        where = f"campaign {p}: attempt {attempt.name!r}"
         argv = [*spec.engine.command, *attempt.extra_args]
-        for names in _served_names(argv, served):
+        given = _served_names(kind, argv, served)
+        for key, value in _env_names(kind, {**spec.engine.env, **attempt.env}):
+            how = _NameOption(many=False, commas=key == _LLAMA_SERVER_ALIAS_ENV)
+            given.append((f"the environment's {key}", [value] if value else None, how))
+        for option, names, how in given:
             if names is None:
                 raise ConfigError(
-                    f"campaign {p}: attempt {attempt.name!r}: --served-model-name is given no value "
+                    f"{where}: {option} is given no value "
                     f"(model.served_name is {served!r}: name it, or write {{served_name}})"
+                )
+            if how.commas and any("," in n for n in names):
+                raise ConfigError(
+                    f"{where}: {option} {names[0]!r} holds a comma: llama-server builds that split aliases "
+                    f"at commas serve each part, older ones the whole text, so the model's id is not known "
+                    f"before launch (model.served_name is {served!r}: give that name alone)"
                 )
             if served not in names:
                 raise ConfigError(
-                    f"campaign {p}: attempt {attempt.name!r}: the engine command serves the model as "
-                    f"{names!r} (--served-model-name) while model.served_name is {served!r}: the identity "
-                    f"probe would find no {served!r}; make them agree (write {{served_name}})"
+                    f"{where}: the engine would serve the model as {names!r} ({option}) while "
+                    f"model.served_name is {served!r}: the identity probe would find no {served!r}; make "
+                    f"them agree (write {{served_name}})"
                 )
 
 
@@ -771,6 +861,8 @@ class CampaignResult:
     exit_signal: int | None = None
     verdict_words: dict[str, str] = field(default_factory=dict)  # gate → the policy's verdict if it fails
     policy_verdict: str | None = None  # the policy engine's verdict on the recorded evidence, when derived
+    # with it, each gate as the policy judged it: name → {"status", "reason", "evidence"} (the verdict's)
+    policy_gates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def verdict_hint(self) -> str:
@@ -796,6 +888,7 @@ class CampaignResult:
             "state": self.state,
             "verdict_hint": self.verdict_hint,
             "policy_verdict": self.policy_verdict,
+            "policy_gates": self.policy_gates,
             "gates": [g.__dict__ for g in self.gates],
             "attempts": self.attempts,
             "entries": self.entries,
@@ -963,7 +1056,7 @@ class CampaignRunner:
         reason = self._redact_text(reason) if reason is not None else None
         out = GateOutcome(name, status, reason, list(evidence or []), eid)
         self.result.gates.append(out)
-        self.log(f"gate {order} {name}: {status}" + (f" — {reason}" if reason else ""))
+        self.log(step_line(order, name, status, reason))
         return out
 
     # --- signals --------------------------------------------------------------------------------
@@ -1166,7 +1259,7 @@ class CampaignRunner:
                 self._gate(order, name, status, reason=why, evidence=evidence, counts=counts)
             for later, name in enumerate(gates[order:], start=order + 1):
                 if state == "failed":
-                    self._gate(later, name, "not_authorized", reason=f"gate {gates[order - 1]} failed")
+                    self._gate(later, name, "not_authorized", reason=f"step {gates[order - 1]} did not pass")
         except Cancelled as c:
             state = "cancelled"
             self.result.exit_signal = c.signum
@@ -1596,10 +1689,7 @@ class CampaignRunner:
         eid = self._record("gate.result", payload, artifacts=arts)
         out = GateOutcome(name, payload["status"], payload.get("reason"), list(payload["evidence"]), eid)
         self.result.gates.append(out)
-        self.log(
-            f"gate {payload['order']} {name}: {payload['status']}"
-            + (f" — {out.reason}" if out.reason else "")
-        )
+        self.log(step_line(payload["order"], name, payload["status"], out.reason))
         return out
 
     def _harness_outcome(

@@ -889,6 +889,7 @@ def run_cmd(
     result = runner.run()
     derived = policy_verdict(rec, runner.subject, runner.policy)
     result.policy_verdict = derived["verdict"] if derived is not None else None
+    result.policy_gates = _policy_gates(derived)
     if json_out:
         print_json(result.to_json())
     else:
@@ -899,31 +900,89 @@ def run_cmd(
     return Outcome.OK if (result.policy_verdict or result.verdict_hint) == "QUALIFIED" else Outcome.NO
 
 
+def _policy_gates(derived: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Each gate of a derived verdict as the policy judged it: name → {"status", "reason", "evidence"}."""
+    if derived is None:
+        return {}
+    return {
+        str(g["name"]): {"status": g.get("status"), "reason": g.get("reason"), "evidence": g.get("evidence")}
+        for g in derived.get("gates") or []
+        if isinstance(g, dict) and "name" in g
+    }
+
+
 def _collector_view(r: CampaignResult) -> str:
     """The collector's own view of its steps. Where the policy's verdict is known it names no verdict word:
     the collector's word for its first failed step (PERFORMANCE for a benchmark the engine died under) could
-    differ from the policy's, which re-judges the recorded evidence and is the one verdict printed."""
+    differ from the policy's, which re-judges the recorded evidence and is the one verdict printed. Nor does
+    it call a gate failed that the policy does not: a step that did not pass (a probe the engine refused)
+    may leave the gate without evidence (``missing``, INCONCLUSIVE), and the line then says what the policy
+    says of that gate."""
+    from ledger.collectors.campaign import step_word
+    from ledger.policy.model import INCONCLUSIVE, QUALIFIED
+
     own = "(the collector's own view of its steps)"
     if r.policy_verdict is None:
         return f"{r.verdict_hint} {own}"
     failed = next((g.gate for g in r.gates if g.status == "failed"), None)
     if failed is not None:
-        return f"{failed} failed first {own}"
+        judged = r.policy_gates.get(failed, {}).get("status") if r.policy_gates else None
+        if judged == "failed" or (not r.policy_gates and r.policy_verdict not in (QUALIFIED, INCONCLUSIVE)):
+            return f"{failed} failed first {own}"
+        said = f"{failed} {step_word('failed')} first {own}"
+        if judged:
+            return f"{said}; the policy: {failed} {judged}"
+        return f"{said}; the policy has no gate {failed}" if r.policy_gates else said
     if r.state != "cancelled" and r.gates and all(g.status == "passed" for g in r.gates):
         return f"every step passed {own}"
     return f"not every step ran {own}"
 
 
-def _print_summary(r: CampaignResult, recorded: str = "recorded") -> None:
-    colour = {"passed": "green", "failed": "red", "not_authorized": "yellow", "not_run": "dim"}
-    print_table(
-        ("#", "gate", "status", "reason", "evidence"),
-        [
-            (i, g.gate, Text(g.status, style=colour.get(g.status, "")), g.reason or "", len(g.evidence))
+_COLOUR = {
+    "passed": "green",
+    "failed": "red",
+    "missing": "yellow",
+    "not_authorized": "yellow",
+    "not_run": "dim",
+}
+
+
+def _gate_rows(r: CampaignResult) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    """The summary's gate table. With the policy's verdict: each gate's status and reason as the policy
+    judged it and the evidence it credits, the collector's step beside it in the step's own words (the
+    policy's gates the collector recorded no step for too). Without it: the collector's steps, named as
+    steps, with the evidence each recorded."""
+    from ledger.collectors.campaign import step_word
+
+    if not r.policy_gates:
+        return ("#", "gate", "collector step", "reason", "evidence"), [
+            (
+                i,
+                g.gate,
+                Text(step_word(g.status), style=_COLOUR.get(g.status, "")),
+                g.reason or "",
+                len(g.evidence),
+            )
             for i, g in enumerate(r.gates, start=1)
-        ],
-        title=f"campaign {r.campaign} — job {r.job_id} ({r.state})",
-    )
+        ]
+    rows: list[tuple[Any, ...]] = []
+    steps = {g.gate: g for g in r.gates}
+    names = [g.gate for g in r.gates] + [n for n in r.policy_gates if n not in steps]
+    for i, name in enumerate(names, start=1):
+        judged = r.policy_gates.get(name)
+        status = str(judged["status"]) if judged and judged.get("status") else "not judged"
+        step = steps.get(name)
+        did = "—" if step is None else step_word(step.status) + (f": {step.reason}" if step.reason else "")
+        reason = str(judged.get("reason") or "") if judged else "no gate of the policy"
+        used = judged.get("evidence") if judged else None
+        count = len(used) if isinstance(used, list) else "—"
+        rows.append((i, name, Text(status, style=_COLOUR.get(status, "")), reason, did, count))
+    return ("#", "gate", "policy", "policy's reason", "collector step", "evidence"), rows
+
+
+def _print_summary(r: CampaignResult, recorded: str = "recorded") -> None:
+    headers, rows = _gate_rows(r)
+    print_table(headers, rows, title=f"campaign {r.campaign} — job {r.job_id} ({r.state})")
     if r.attempts:
         rows = []
         for x in r.attempts:
