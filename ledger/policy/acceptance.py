@@ -1644,33 +1644,21 @@ def _operator_stopped(launch: Evidence, job_ends: Sequence[Evidence | None]) -> 
 
 
 _ATTEMPT_ONLY = (("derived", "attempt"),)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _e_reads(source: str) -> tuple[tuple[str, ...], ...] | None:
     """The field paths of ``e`` a CEL condition reads (``e.derived.attempt`` → ("derived", "attempt")),
     or None when it may read more than named fields of ``e`` (or the per-entry ``job``)."""
-    from ledger.policy.conditions import _tokens
+    from ledger.policy.conditions import _tokens, paths_read
 
     toks = _tokens(source)
     if toks is None or "[" in toks or "job" in toks:
         return None
-    n = len(toks)
-    paths: set[tuple[str, ...]] = set()
-    for i, t in enumerate(toks):
-        if t != "e" or (i and toks[i - 1] == "."):
-            continue
-        path: list[str] = []
-        j = i
-        while j + 2 < n and toks[j + 1] == "." and _NAME.fullmatch(toks[j + 2]):
-            if j + 3 < n and toks[j + 3] == "(":
-                break  # a method call (`.contains(…)`): the value read is the path so far
-            path.append(toks[j + 2])
-            j += 2
-        if not path:
-            return None  # `e` used whole
-        paths.add(tuple(path))
-    return tuple(sorted(paths))
+    reads = paths_read(source, {"e": "e"})
+    if reads is None or any(not r.path for r in reads):
+        return None  # `e` used whole, or rebound by a macro
+    # `'x' in e.payload` reads the map the key is tested in
+    return tuple(sorted({r.path[:-1] if r.how == "in" else r.path for r in reads}))
 
 
 _ENTRY_ATTRS = ("kind", "in_subject", "collected_at", "logged_at", "seq", "id")

@@ -22,7 +22,17 @@ if TYPE_CHECKING:
 
 from ledger.errors import PolicyError
 
-__all__ = ["Condition", "FieldsRead", "compile_condition", "fields_read", "free_names", "shared_context"]
+__all__ = [
+    "Condition",
+    "FieldsRead",
+    "Read",
+    "compile_condition",
+    "fields_read",
+    "free_names",
+    "paths_read",
+    "shared_context",
+    "template_paths",
+]
 
 
 def _cel() -> Any:
@@ -204,19 +214,31 @@ _TOKEN = re.compile(
 _ELEMENT_MACROS = frozenset({"exists", "all", "exists_one"})
 
 
-def _tokens(source: str) -> list[str] | None:
-    out: list[str] = []
+def _tokens(source: str, *, keep_strings: bool = False) -> list[str] | None:
+    """CEL tokens of ``source`` (whitespace dropped); a string literal as ``""`` unless ``keep_strings``
+    (then as written, quotes included). None when it cannot be tokenised."""
+    lexed = _lexed(source)
+    if lexed is None:
+        return None
+    if keep_strings:
+        return [t for t, _ in lexed]
+    return ['""' if is_str else t for t, is_str in lexed]
+
+
+@lru_cache(maxsize=1024)
+def _lexed(source: str) -> tuple[tuple[str, bool], ...] | None:
+    """``source``'s tokens, each with whether it is a string literal: once per text (a policy's load
+    reads each expression's names, its compile its variables)."""
+    out: list[tuple[str, bool]] = []
     pos = 0
-    while pos < len(source):
-        m = _TOKEN.match(source, pos)
-        if m is None:
+    for m in _TOKEN.finditer(source):
+        if m.start() != pos:
             return None
         pos = m.end()
         kind = m.lastgroup
-        if kind == "ws":
-            continue
-        out.append('""' if kind == "str" else m.group())
-    return out
+        if kind != "ws":
+            out.append((m.group(), kind == "str"))
+    return tuple(out) if pos == len(source) else None
 
 
 @lru_cache(maxsize=256)
@@ -284,3 +306,142 @@ def fields_read(list_name: str, sources: Iterable[str]) -> FieldsRead | None:
     (and ``size(list)``); no indexing anywhere. A conservative lexical check: anything else → None.
     """
     return _fields_read(list_name, tuple(sources))
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read of a variable's fields in a CEL expression or a message template: ``root`` is the
+    variable (or, for an element a macro binds over a list, ``lists``' label for it), ``path`` the field
+    names read from it in order (``e.derived.attempt`` → ("derived", "attempt")); ``how`` is "read", or
+    "has" (``has(e.payload.x)``) or "in" (``'x' in e.payload``: the last name is the key tested), or
+    "bound" (path empty: a macro rebinds the variable, ``x.all(e, …)``: what it reads cannot be told)."""
+
+    root: str
+    path: tuple[str, ...]
+    how: str = "read"
+
+
+def _string_value(tok: str) -> str | None:
+    """A plain one-line string literal's text (``'x'``, ``"x"``), None for anything else."""
+    if len(tok) >= 2 and tok[0] in "'\"" and tok[-1] == tok[0] and not tok.startswith(tok[0] * 3):
+        inner = tok[1:-1]
+        return None if "\\" in inner else inner
+    return None
+
+
+# what may stand beside ``'k' in x.y`` for it to test the key ``k`` of ``x.y`` (nothing binding tighter)
+_KEY_TEST_EDGES = frozenset({"", "(", ")", "&", "|", "?", ":", ",", "!"})
+
+
+def paths_read(
+    source: str, roots: Mapping[str, str], lists: Mapping[str, str] | None = None
+) -> tuple[Read, ...] | None:
+    """The field paths a CEL condition reads from its variables: the one extractor of "which names of
+    ``e`` (``params`` …) does this expression read" (``acceptance._e_reads`` answers its own question,
+    whether the reads are *all* plain fields, from these).
+
+    ``roots``: variable → the label its reads are reported under (``{"e": "e", "params": "params"}``).
+    ``lists``: list variable → the label of its elements: a variable a macro called directly on the list
+    binds (``evidence.exists(v, v.payload.ok)``) reads an element. A variable a macro binds over anything
+    else (``e.derived.gpu_events.all(f, …)``) is not a root there: a root it shadows is reported once,
+    ``how`` "bound", its reads not at all.
+    A chain stops before a method call (``e.payload.text.contains(…)``: ("payload", "text")); a string
+    index continues it (``e.payload['check']``); any other index ends it. Every occurrence of a root is
+    reported, even one used whole (empty path). None when the text cannot be tokenised.
+    """
+    return _paths_read(source, tuple(roots.items()), tuple((lists or {}).items()))
+
+
+@lru_cache(maxsize=1024)
+def _paths_read(
+    source: str, root_items: tuple[tuple[str, str], ...], list_items: tuple[tuple[str, str], ...]
+) -> tuple[Read, ...] | None:
+    raw = _tokens(source, keep_strings=True)
+    if raw is None:
+        return None
+    roots, lists = dict(root_items), dict(list_items)
+    pad = 3  # tokens read around a position: padding instead of bounds checks
+    toks = [""] * pad + raw + [""] * (pad + 1)
+    elements: dict[str, str] = {}
+    shadowed: set[str] = set()
+    binding: set[int] = set()  # token positions of macro variables where they are bound
+    for i in range(pad, pad + len(raw)):
+        if toks[i] in _BINDING_MACROS and toks[i - 1] == "." and toks[i + 1] == "(" and toks[i + 3] == ",":
+            var, receiver = toks[i + 2], toks[i - 2]
+            if not _is_name(var):
+                continue
+            binding.add(i + 2)
+            if receiver in lists and toks[i - 3] != ".":
+                elements[var] = lists[receiver]
+            else:
+                shadowed.add(var)
+    wanted = (set(roots) | set(elements)) - shadowed
+    # a root a macro rebinds to something else: its reads there cannot be told apart (reported whole)
+    out: list[Read] = [Read(roots[v], (), "bound") for v in sorted(shadowed) if v in roots]
+    for i in range(pad, pad + len(raw)):
+        t = toks[i]
+        if t not in wanted or i in binding or toks[i - 1] == "." or toks[i + 1] == "(":
+            continue
+        label = elements[t] if t in elements else roots[t]
+        path: list[str] = []
+        j = i
+        while True:
+            if toks[j + 1] == "." and _is_name(toks[j + 2]) and toks[j + 3] != "(":
+                path.append(toks[j + 2])
+                j += 2
+            elif (
+                toks[j + 1] == "[" and toks[j + 3] == "]" and (key := _string_value(toks[j + 2])) is not None
+            ):
+                path.append(key)
+                j += 3
+            else:
+                break
+        how = "read"
+        if toks[i - 1] == "(" and toks[i - 2] == "has" and toks[i - 3] != "." and toks[j + 1] == ")":
+            how = "has"
+        elif (
+            toks[i - 1] == "in"
+            and (key := _string_value(toks[i - 2])) is not None
+            and toks[i - 3] in _KEY_TEST_EDGES
+            and toks[j + 1] in _KEY_TEST_EDGES
+        ):
+            path.append(key)
+            how = "in"
+        out.append(Read(label, tuple(path), how))
+    return tuple(out)
+
+
+# a format field name (``str.format``'s grammar): a name, then ``.attr`` and ``[key]`` parts
+_FIELD_NAME = re.compile(r"(?P<first>[^.\[]+)(?P<rest>(?:\.[^.\[]+|\[[^\]]*\])*)")
+_FIELD_PART = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")
+
+
+def template_paths(
+    template: str, roots: Mapping[str, str], lists: Mapping[str, str] | None = None
+) -> tuple[Read, ...]:
+    """The paths a message template (``{e[derived][attempt]}``, ``{params[attempt_budget]}``; filled by
+    ``acceptance.render``) reads from its variables, as ``paths_read`` reports them; ``{evidence[0][kind]}``
+    reads an element of a list in ``lists``. A placeholder naming something absent prints as ``?``."""
+    import string
+
+    lists = lists or {}
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:
+        return ()
+    out: list[Read] = []
+    for _literal, field_name, _spec, _conv in parsed:
+        if not field_name:
+            continue
+        m = _FIELD_NAME.fullmatch(field_name)
+        if m is None:
+            continue
+        first = m["first"]
+        keys = [a or k for a, k in _FIELD_PART.findall(m["rest"])]
+        label = roots.get(first)
+        if first in lists and keys and keys[0].isdigit():
+            label, keys = lists[first], keys[1:]
+        if label is None:
+            continue
+        out.append(Read(label, tuple(keys)))
+    return tuple(out)

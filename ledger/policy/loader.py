@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from pathlib import Path
 from typing import Any
 
 from ledger.errors import PolicyError
 from ledger.hashing import blake3_hex
-from ledger.policy.conditions import Condition, compile_condition
+from ledger.policy.conditions import Condition, Read, compile_condition, paths_read, template_paths
 from ledger.policy.model import (
     AcceptanceSection,
     CelRule,
@@ -23,6 +23,7 @@ from ledger.policy.model import (
     locate,
     parse_duration,
     parse_policy_text,
+    path_problem,
 )
 
 __all__ = [
@@ -289,6 +290,139 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class _Text:
+    """One CEL expression or message template of a policy, with what its variables hold: ``entries``,
+    each variable that is one entry → the kinds it can be (None: not told here); ``evidence``, the kinds
+    of the elements of the ``evidence`` list (``has_evidence``: its context has one). Every context holds
+    ``params``."""
+
+    source: str
+    where: Callable[[], str]  # its place, file:line (found only for a refusal)
+    template: bool
+    entries: Mapping[str, tuple[str, ...] | None]
+    evidence: tuple[str, ...] | None = None
+    has_evidence: bool = False
+
+
+def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
+    """Every CEL expression and message template of a policy that reads entries or ``params``, with the
+    context each is evaluated in (the contexts ``_compile`` names, the kinds each applies to)."""
+    out: list[_Text] = []
+
+    def add(source: str | None, where: Callable[[], str], template: bool = False, **ctx: Any) -> None:
+        if source:
+            out.append(_Text(source, where, template, **ctx))
+
+    def place(table: str, index: int | None, key: str) -> Callable[[], str]:
+        return partial(_where, filename, text, table, index, key)
+
+    for i, rule in enumerate(spec.rules):
+        ents = {"e": tuple(rule.kinds), "job": ("job",)}
+        add(rule.when, place("rules", i, "when"), entries=ents)
+        add(rule.detail, place("rules", i, "detail"), True, entries=ents)
+        add(rule.against, place("rules", i, "against"), entries={"e": tuple(rule.kinds)})
+        where = place("rules", i, "differences")
+        for d in rule.differences:
+            add(d.got, where, entries=ents)
+            add(d.want, where, entries=ents)
+    acc = spec.acceptance
+    if acc is not None:
+        for table in ("passing", "against"):
+            for kind, expr in getattr(acc, table).items():
+                add(expr, place(f"acceptance.{table}", None, kind), entries={"e": (kind,)})
+        for section in ("review_required", "acceptance_required"):
+            for i, req in enumerate(getattr(acc, section)):
+                where = place(f"acceptance.{section}", i, "when")
+                add(req.when, where, entries={"e": tuple(req.kinds), "job": ("job",)})
+    for i, gate in enumerate(spec.gates):
+        kinds = tuple(gate.selected_kinds())
+        lists: dict[str, Any] = {"entries": {}, "evidence": kinds, "has_evidence": True}
+        add(gate.where, place("gates", i, "where"), entries={"e": kinds})
+        add(gate.require, place("gates", i, "require"), **lists)
+        add(gate.missing, place("gates", i, "missing"), True, **lists)
+        for r in gate.requires:
+            where = place("gates", i, "requires")
+            add(r.expr, where, **lists)
+            add(r.missing, where, True, **lists)
+        for j, check in enumerate(gate.checks):
+
+            def at(key: str, i: int = i, j: int = j) -> Callable[[], str]:
+                def found() -> str:
+                    line = locate(text, ("gates", i, "checks", j, key))
+                    return f"{filename}:{line}" if line else _where(filename, text, "gates", i, "checks")
+
+                return found
+
+            add(check.expr, at("expr"), **lists)
+            add(check.fail, at("fail"), True, **lists)
+            add(check.each, at("each"), entries={"e": kinds})
+            add(check.detail, at("detail"), True, entries={"e": kinds})
+    if spec.routing is not None:
+        for name, expr in spec.routing.host_fact.items():
+            # a host's entries of several kinds (routing's choice): their payload names are not told here
+            add(expr, place("routing.host_fact", None, name), entries={"e": None})
+        for i, rc in enumerate(spec.routing.checks):
+            for key in ("applies", "expr", "fail"):
+                add(
+                    getattr(rc, key),
+                    place("routing.checks", i, key),
+                    key == "fail",
+                    entries={},
+                )
+    return out
+
+
+def _read_problem(t: _Text, r: Read, params: frozenset[str], guarded: set[str]) -> str | None:
+    """Why the read ``r`` of ``t`` names nothing its context can hold, or None."""
+    if r.root == "params":
+        if not r.path or r.path[0] in params or r.path[0] in guarded:
+            return None
+        name = r.path[0]
+        from difflib import get_close_matches
+
+        near = get_close_matches(name, sorted(params), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return (
+            f"the policy sets no such param{hint}; it sets: {', '.join(sorted(params))} "
+            f"(a param it may leave unset is read behind `'{name}' in params`)"
+        )
+    kinds = t.evidence if r.root == "evidence[]" else t.entries.get(r.root)
+    if not r.path:
+        return None
+    return path_problem(r.path[0], r.path[1:], kinds)
+
+
+def _check_reads(spec: PolicyFile, text: str, filename: str, params: frozenset[str]) -> None:
+    """Every name a policy's CEL and message templates read of an entry (``e.payload.<field>``,
+    ``e.derived.<name>``, ``e.subject.<field>``; also ``has(…)`` and ``'x' in e.payload``) and of
+    ``params`` is one that can be there (``model.path_problem``; ``params``: the keys the policy and its
+    acceptance policy set). A misspelled name would read as absent, or fail only where evaluation
+    reaches it: refused here, naming file, line and name."""
+    for t in _texts(spec, text, filename):
+        roots = {v: v for v in t.entries} | {"params": "params"}
+        lists = {"evidence": "evidence[]"} if t.has_evidence else {}
+        reads = template_paths(t.source, roots, lists) if t.template else paths_read(t.source, roots, lists)
+        if not reads:
+            continue
+        guarded = {r.path[0] for r in reads if r.root == "params" and r.how != "read" and len(r.path) == 1}
+        for r in reads:
+            problem = _read_problem(t, r, params, guarded)
+            if problem is not None:
+                var = "e" if r.root == "evidence[]" else r.root
+                what = "template" if t.template else "CEL"
+                read = ".".join((var, *r.path))
+                if r.how == "in":  # the key it tests, in what it tests it in
+                    read = f"{r.path[-1]!r} in {'.'.join((var, *r.path[:-1]))}"
+                raise PolicyError(f"{t.where()}: {what} reads `{read}`: {problem}")
+
+
+@lru_cache(maxsize=64)
+def _reads_checked(filename: str, data: bytes, params: frozenset[str]) -> None:
+    """``_check_reads`` once per (file, bytes, the params it is read with). Errors are not cached."""
+    _check_reads(_parsed(filename, data), data.decode("utf-8"), filename, params)
+
+
 # One policy file's validated spec and compiled CEL, cached by (file name, bytes): a changed file is
 # read anew, an unchanged one is not re-validated and recompiled on every verdict. Errors are not cached.
 @lru_cache(maxsize=64)
@@ -420,6 +554,8 @@ def load_policy(
         # the acceptance policy's gate params name this policy's gates
         acc_text = acceptance_policy.data.decode("utf-8")
         _check_gates(acceptance_policy.spec, acc_text, str(acceptance_policy.path), gates, spec.params)
+    base_params = acceptance_policy.params if acceptance_policy is not None else {}
+    _reads_checked(filename, data, frozenset({**base_params, **spec.params}))
     compiled = dict(_compiled(filename, data))  # the cached dict is shared: never modify it
     if acceptance_policy is not None:
         compiled["rules"] = acceptance_policy.rules + compiled["rules"]

@@ -22,8 +22,11 @@ from pydantic import (
 
 from ledger.entries import KIND_MODELS
 from ledger.errors import PolicyError, more_problems
+from ledger.listing import SUBJECT_FIELDS
+from ledger.signatures import UNKNOWN_CLASS, FailureClass
 
 __all__ = [
+    "DERIVED_FIELDS",
     "VERDICT_WORDS",
     "AcceptanceSection",
     "BindingsRule",
@@ -41,6 +44,7 @@ __all__ = [
     "known_kinds",
     "parse_duration",
     "parse_policy_text",
+    "path_problem",
 ]
 
 QUALIFIED = "QUALIFIED"
@@ -100,6 +104,103 @@ KindOrAny = Annotated[str, AfterValidator(_kind_or_any)]
 # ``payload.<field>`` (a field of the kind's payload model), ``derived.<name>``, ``subject.<field>``
 SELECT_WHOLE = ("kind", "in_subject")
 SELECT_PATHS = ("payload", "derived", "subject")
+
+
+def _failure_class(value: str) -> str:
+    known = {c.value for c in FailureClass} | {UNKNOWN_CLASS}
+    if value not in known:
+        raise ValueError(f"unknown failure class {value!r}; known: {', '.join(sorted(known))}")
+    return value
+
+
+_Class = Annotated[str, AfterValidator(_failure_class)] | None  # a signature's class (None: none matched)
+# The facts the policy engine derives from the log for each entry, ``e.derived.<name>`` (CEL) and
+# ``derived.<name>`` (a gate's `select`), with the type of each value: the one list of their names. What
+# each means is documented where they are derived (``ledger.policy.acceptance._derive`` and the functions
+# it names); ``tests/policy/test_fix60_policy_names.py`` fails when a derivation produces a name this
+# table lacks, or this table names one none produces. A policy naming any other is refused at load.
+DERIVED_FIELDS: dict[str, Any] = {
+    "ok": bool,
+    "attempt": int,
+    "attempt_logged": int,
+    "job": str | None,
+    "failure_class": _Class,
+    "log_failure_signature": str | None,
+    "log_failure_class": _Class,
+    "log_failure_named": str,
+    "log_failure_after_ready_signature": str | None,
+    "log_failure_after_ready_class": _Class,
+    "log_failure_after_ready_named": str,
+    "end_failure_signature": str | None,
+    "end_failure_class": _Class,
+    "answer_not_completion": str | None,
+    "structured_valid": bool,
+    "structured_problem": str | None,
+    "probe_failed": bool,
+    "gpu_events": list[dict[str, Any]],
+    "gpu_events_named": str,
+    "gpu_events_during_run": list[dict[str, Any]],
+    "gpu_events_during_run_named": str,
+    "kernel_logs_unread_during_run": list[str],
+    "after_launch_end": bool,
+    "operator_stopped": bool,
+    "newer_run": bool,
+    "newer_run_named": str,
+    "unmatched_job_ends": list[str],
+    "launch_devices_missing": list[str],
+    "newest": bool,
+    "newest_named": str,
+    "gpus_gone": list[str],
+    "gpus_gone_named": str,
+    "artifact_problem": str | None,
+}
+
+
+def _close(name: str, known: Sequence[str]) -> str:
+    from difflib import get_close_matches
+
+    near = get_close_matches(name, known, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def path_problem(head: str, rest: Sequence[str], kinds: Sequence[str] | None) -> str | None:
+    """Why an entry's ``<head>.<rest…>`` names nothing there (a misspelling: it would read as absent,
+    match nothing, or fail only when evaluation reaches it), or None: ``payload.<field>`` a field of a
+    payload model of ``kinds`` (None: the kinds cannot be told; then payload names are not checked) —
+    its first name only: no payload model types the fields of a nested object (dicts, lists, ``Any``);
+    ``derived.<name>`` one of ``DERIVED_FIELDS``; ``subject.<field>`` one of
+    ``ledger.listing.SUBJECT_FIELDS``. Read behind a guard (``has(e.payload.x)``, ``'x' in e.payload``) a
+    name that can never be there is as misspelled."""
+    if not rest:
+        return None
+    name = rest[0]
+    if head == "derived":
+        if name not in DERIVED_FIELDS:
+            return (
+                f"no such derived fact{_close(name, list(DERIVED_FIELDS))}; "
+                f"known: {', '.join(sorted(DERIVED_FIELDS))}"
+            )
+        return None
+    if head == "subject":
+        if name not in SUBJECT_FIELDS:
+            return f"no such subject field{_close(name, SUBJECT_FIELDS)}; known: {', '.join(SUBJECT_FIELDS)}"
+        return None
+    if head != "payload" or kinds is None:
+        return None
+    models, fields = _payload_models(tuple(kinds))
+    if not models:
+        return None
+    if name not in fields:
+        what, known = "/".join(dict.fromkeys(kinds)), sorted(fields)
+        return f"{what} payloads have no field {name!r}{_close(name, known)}; known: {', '.join(known)}"
+    return None
+
+
+@lru_cache(maxsize=256)
+def _payload_models(kinds: tuple[str, ...]) -> tuple[tuple[type[BaseModel], ...], frozenset[str]]:
+    """The payload models of ``kinds`` (every version) and the fields any of them has."""
+    models = tuple(m for (k, _), m in KIND_MODELS.items() if k in kinds)
+    return models, frozenset(f for m in models for f in m.model_fields)
 
 
 def parse_duration(text: str) -> float:
@@ -288,22 +389,27 @@ class Gate(_Model):
 def _check_select(sel: dict[str, Any], gate: str = "") -> None:
     """A `select` item's fields are ones selection reads (a misspelled one matches no entry, and the gate
     would judge no evidence): its kind a known kind, ``payload.<field>`` a field of that kind's payload,
-    and its value one that field can hold (``_check_select_value``)."""
+    ``derived.<name>`` a derived fact (``DERIVED_FIELDS``), ``subject.<field>`` a subject field
+    (``SUBJECT_FIELDS``), and its value one that field can hold (``_check_select_value``)."""
     kind = _kind(str(sel["kind"]))
     models = [m for (k, _), m in KIND_MODELS.items() if k == kind]
-    fields = {f for m in models for f in m.model_fields}
     for key, want in sel.items():
         head, dot, rest = key.partition(".")
         if key in SELECT_WHOLE:
             continue
         if head in SELECT_PATHS and dot and rest:
-            if head == "payload" and rest.split(".")[0] not in fields:
-                raise ValueError(
-                    f"select field {key!r}: {kind} payloads have no field {rest.split('.')[0]!r}; "
-                    f"known: {', '.join(sorted(fields))}"
-                )
+            problem = path_problem(head, rest.split("."), [kind])
+            if problem is not None:
+                raise ValueError(f"gate {gate!r}: select field {key!r}: {problem}")
+            path = rest.split(".")
             if head == "payload":
-                _check_select_value(gate, kind, models, key, want)
+                adapters = [a for m in models if (a := _field_adapter(m, path)) is not None]
+            elif head == "derived":
+                # a path into a derived value (``derived.gpu_events.x``) is not typed here
+                adapters = [_adapter(path[0])] if len(path) == 1 else []
+            else:
+                adapters = [_adapter("")] if len(path) == 1 else []  # subject values are texts
+            _check_select_value(gate, kind, adapters, key, want)
             continue
         raise ValueError(
             f"unknown select field {key!r}; a select item compares {', '.join(SELECT_WHOLE)} or "
@@ -311,14 +417,22 @@ def _check_select(sel: dict[str, Any], gate: str = "") -> None:
         )
 
 
-def _check_select_value(gate: str, kind: str, models: Sequence[type[BaseModel]], key: str, want: Any) -> None:
+@lru_cache(maxsize=64)
+def _adapter(derived: str) -> TypeAdapter[Any]:
+    """The type of the derived fact ``derived``'s values; "": a subject field's (a text)."""
+    return TypeAdapter(DERIVED_FIELDS[derived] if derived else str)
+
+
+def _check_select_value(
+    gate: str, kind: str, adapters: Sequence[TypeAdapter[Any]], key: str, want: Any
+) -> None:
     """A select value is one the field can hold, as ingest types it (the kind's payload model, strict): a
     value no accepted entry can have (``"payload.check" = "helth"``, ``"payload.ok" = "true"``) would
     select nothing, and the gate judge no evidence. Mirrors selection (``verdict._equal``): a list is the
     field's whole value where the field holds lists, else "any of" (then every item is one it can hold).
-    A path into a field typed ``Any`` (``payload.details.x``) is not checked: the model types no value."""
-    path = key.split(".")[1:]
-    adapters = [a for m in models if (a := _field_adapter(m, path)) is not None]
+    A path into a field typed ``Any`` (``payload.details.x``) is not checked: the model types no value.
+    ``adapters``: the types the field may have (the kind's payload models'; a derived fact's; a subject
+    field's, a text); none: not checked."""
     if not adapters or any(_holds(a, want) for a in adapters):
         return
     bad = want

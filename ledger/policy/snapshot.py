@@ -208,6 +208,8 @@ def probe_ok(payload: dict[str, Any]) -> bool:
     return type(status) is int and 200 <= status <= 299
 
 
+# defaults of the derived facts; their names and types are ledger.policy.model.DERIVED_FIELDS (a test keeps
+# the two, and what acceptance._derive sets, equal)
 NO_DERIVED: dict[str, Any] = {
     "ok": False,
     "attempt": 0,

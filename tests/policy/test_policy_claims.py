@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from ledger.errors import PolicyError
 from tests.policy.test_fail_closed import POLICY_DIR, entry, gates, qualified_entries, rejected, verdict_of
 
 QUALIFIED = "QUALIFIED"
@@ -209,14 +210,19 @@ def test_f2_ready_control_answer_with_surrounding_whitespace_still_passes(tmp_pa
 
 
 def test_f2_ready_control_with_the_policys_control_answer_dropped_never_passes(tmp_path: Path) -> None:
-    """Neighbour (the policy's field dropped): without params.control_answer no answer is READY."""
+    """Neighbour (the policy's field dropped): a policy whose text still reads params.control_answer is
+    refused at load (fix60: every params name a CEL or template reads is one the policy sets); one that no
+    longer reads it anywhere still judges no answer READY (`_probe_failed`)."""
     policies = tmp_path / "policies"
     shutil.copytree(POLICY_DIR, policies, ignore=shutil.ignore_patterns("fixtures"))
     path = policies / "backend-qualification.toml"
     text = path.read_text()
     assert 'control_answer = "READY"' in text
     path.write_text(text.replace('control_answer = "READY"', 'control_answer_renamed = "READY"'))
-    v = verdict_of(tmp_path, qualified_entries(), policy_dir=policies)
+    with pytest.raises(PolicyError, match=r"params\.control_answer"):
+        verdict_of(tmp_path / "a", qualified_entries(), policy_dir=policies)
+    path.write_text(path.read_text().replace("{params[control_answer]}", "READY"))
+    v = verdict_of(tmp_path / "b", qualified_entries(), policy_dir=policies)
     assert gates(v)["ready-control"] == "failed"
     assert v["verdict"] != QUALIFIED
 
