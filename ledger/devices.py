@@ -13,14 +13,17 @@ name whose ids are not ASCII digits — fail closed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "NO_DEVICE_ITEM",
     "VISIBLE_DEVICES",
     "device_of",
+    "gpu_at",
+    "gpu_index",
     "gpu_name",
+    "gpus_gone_at",
     "gpus_not_listed",
     "index_text",
     "items_not_listed",
@@ -126,11 +129,14 @@ def items_not_listed(items: Sequence[tuple[str, str]], gpus: Any) -> list[tuple[
     return [(var, item) for var, item in items if device_of(item, gpus) is None]
 
 
-def _gpu_index(gpu: Mapping[str, Any], place: int) -> int:
+def _gpu_index(gpu: Any, place: int) -> int:
     """A probed GPU's index: its ``index`` where it records one as an integer, else its place in the list
-    (as ``device_of`` reads an index item)."""
-    index = gpu.get("index")
+    (as ``device_of`` reads an index item; an entry that is not an object, too)."""
+    index = gpu.get("index") if isinstance(gpu, Mapping) else None
     return index if type(index) is int else place
+
+
+gpu_index = _gpu_index  # the one rule, for the routing gate: which index a listed GPU is at
 
 
 def _gpu_uuid(gpu: Mapping[str, Any]) -> str | None:
@@ -170,3 +176,19 @@ def gpus_not_listed(seen: Any, now: Any) -> list[tuple[int, Any]]:
         if not isinstance(gpu, Mapping) or not any(_same_gpu(gpu, place, g, p) for p, g in listed):
             out.append((place, gpu))
     return out
+
+
+def gpu_at(gpus: Any, index: int) -> tuple[int, Any] | None:
+    """The first GPU of a probe's list at ``index`` (as ``gpu_index`` reads it), with its place; None where
+    the list (or what is not a list) holds none there."""
+    if not isinstance(gpus, list):
+        return None
+    return next(((p, g) for p, g in enumerate(gpus) if _gpu_index(g, p) == index), None)
+
+
+def gpus_gone_at(seen: Any, now: Any, indexes: Iterable[int]) -> list[tuple[int, Any]]:
+    """The GPUs of ``seen`` at one of ``indexes`` that ``now`` does not list (``gpus_not_listed``: the same
+    GPU by UUID where both record one, else by index): where one is, the GPU at that index is not the GPU
+    ``seen`` showed there — gone, or replaced by another GPU (another UUID at its index)."""
+    wanted = set(indexes)
+    return [(p, g) for p, g in gpus_not_listed(seen, now) if _gpu_index(g, p) in wanted]

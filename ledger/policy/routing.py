@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from ledger.canonical import float_as_stated, parse_json
+from ledger.devices import gpu_at, gpu_index, gpu_name, gpus_gone_at
 from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import (
     EntryNotFoundError,
@@ -38,7 +40,7 @@ from ledger.policy.acceptance import (
     withholds_only,
 )
 from ledger.policy.conditions import Condition
-from ledger.policy.loader import ROUTING_NAMES, LoadedPolicy
+from ledger.policy.loader import ROUTING_NAMES, CompiledGate, LoadedPolicy
 from ledger.policy.model import QUALIFIED, parse_duration
 from ledger.policy.rules import Rule
 from ledger.policy.snapshot import (
@@ -136,23 +138,55 @@ Device = Literal["gpu", "cpu"]  # what a deployment's service runs on
 DEVICES: tuple[str, ...] = get_args(Device)
 
 
+def _text(value: str) -> str:
+    """A deployment's text field as every reader takes it: surrounding whitespace stripped (``" gpu-box-1 "``
+    is ``gpu-box-1``: the gate's normalisers set it aside, and a recorded layout keeps one spelling), and
+    none that is blank — ``"   "`` names no host, service, engine or model: an input error naming the field,
+    never a layout judged (and refused with an unreadable reason) or recorded."""
+    text = value.strip()
+    if not text:
+        raise PydanticCustomError("blank", "blank (whitespace only): it names nothing")
+    return text
+
+
+def _env_name(value: str) -> str:
+    """An env variable's name, as written: not blank, and no surrounding whitespace — stripped, two names
+    could become one key and one value be dropped silently; a shell takes no such name either."""
+    if not value.strip():
+        raise PydanticCustomError("blank", "blank (whitespace only): it names no variable")
+    if value != value.strip():
+        raise PydanticCustomError(
+            "padded", "{name!r} has surrounding whitespace: no variable name does", {"name": value}
+        )
+    return value
+
+
+# every text of a deployment (a host, a service's name, engine, model)
+# (their schema says so too: at least one character that is not whitespace)
+Text = Annotated[str, AfterValidator(_text), WithJsonSchema({"type": "string", "pattern": r"\S"})]
+EnvName = Annotated[
+    str, AfterValidator(_env_name), WithJsonSchema({"type": "string", "pattern": r"^\S(.*\S)?$"})
+]
+
+
 class Service(_Strict):
-    name: str = Field(min_length=1)
+    name: Text
     # "gpu" needs its gpus (indexes on the host); "cpu" takes none. Left out, a service that lists gpus is
     # a GPU service (the form before device existed); one that lists none must say device = "cpu".
     device: Device | None = None
     gpus: list[Annotated[int, Field(ge=0)]] | None = None  # GPU indexes on the host: 0, 1, …
-    engine: str = "vllm"
-    model: str | None = None
+    engine: Text = "vllm"
+    model: Text | None = None
     port: int | None = None
     # the fraction of each of its GPUs' memory the engine reserves: above 0 (an engine reserving none does not
     # run; 0 would let any layout's sum pass), at most 1
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    env: dict[str, str] = Field(default_factory=dict)
+    # an env variable's value is taken as written ("" is a value: CUDA_VISIBLE_DEVICES="" hides every GPU)
+    env: dict[EnvName, str] = Field(default_factory=dict)
 
 
 class Deployment(_Strict):
-    host: str = Field(min_length=1)
+    host: Text
     services: list[Service] = Field(min_length=1)
 
 
@@ -513,21 +547,38 @@ def check_routing_change(
         return usable(e, shows_failure=lambda _: True)
 
     verdict: Evidence | None = None
-    # where no verdict is usable, why the newest one recorded is not (its ``ignored`` row): the reason
-    # leads with it — a verdict superseded or rejected was recorded, by whom and why it was taken out
+    # the route is judged on the NEWEST verdict the log took for the subject, and on it alone: one that is
+    # not usable (superseded, rejected by an acceptance, its key revoked, not of a verdict role) leaves no
+    # verdict — an older one does not stand in for it (an operator withdrawing the newest verdict, "do not
+    # route", would otherwise route on the one before), as a newer NOT QUALIFIED verdict is not passed over
+    # for an older QUALIFIED one. Where it is not usable, why (its ``ignored`` row, what took it out:
+    # ``acceptance.taken_out_text``) leads the reason
     verdict_withdrawn = ""
-    for e in reversed(_entries(ledger, subject=match, kinds=("verdict",), size=size, snap=snap)):
-        if e.payload.get("policy", {}).get("name") != routing.qualification:
-            continue
-        if usable(e, routing.verdict_roles):
-            verdict = e
-            break
-        if not verdict_withdrawn:
-            detail = next((r["detail"] for r in ignored if r["entry"] == e.id), "not usable")
-            verdict_withdrawn = (
-                f"the newest recorded {routing.qualification} verdict (entry {e.id[:16]}, "
-                f"{e.payload.get('verdict')}, logged {e.logged_at}) is {detail}; "
+    recorded = [
+        e
+        for e in reversed(_entries(ledger, subject=match, kinds=("verdict",), size=size, snap=snap))
+        if (e.payload.get("policy") or {}).get("name") == routing.qualification
+    ]
+    if recorded and usable(recorded[0], routing.verdict_roles):
+        verdict = recorded[0]
+    elif recorded:
+        e = recorded[0]
+        detail = next((r["detail"] for r in ignored if r["entry"] == e.id), "not usable")
+        older = recorded[1:]
+        instead = ""
+        if older:
+            ids = ", ".join(o.id[:16] for o in older[:3]) + (
+                f" and {len(older) - 3} more" if len(older) > 3 else ""
             )
+            several = len(older) > 1
+            instead = (
+                f"; the older recorded {'verdicts (entries' if several else 'verdict (entry'} {ids}) "
+                f"{'do' if several else 'does'} not stand in for the newest one"
+            )
+        verdict_withdrawn = (
+            f"the newest recorded {routing.qualification} verdict (entry {e.id[:16]}, "
+            f"{e.payload.get('verdict')}, logged {e.logged_at}) is {detail}{instead}; "
+        )
     host_name = subject["host"]
     host_entries = _entries(
         ledger, subject={"host": host_name}, kinds=("kernel.log", "host.probe", "note"), size=size, snap=snap
@@ -602,6 +653,9 @@ def check_routing_change(
     )
     # a probe that no longer lists a GPU the layout uses shows that GPU gone: a rejection or its own signer's
     # supersession withholds its credit and drops no such failure (``usable``'s ``shows_failure``)
+    # the GPUs the verdict qualified are those the probes its host gates read list (``current.host_probes``):
+    # a GPU of the layout must still be that GPU at its index, by the verdict's own rule (``_host_gpus``)
+    judged_probes = set((current or {}).get("host_probes") or [])
     host_gpus = _host_gpus(
         host_entries,
         usable,
@@ -610,8 +664,12 @@ def check_routing_change(
         kept=lambda e: next(
             (r["detail"] for r in ignored if r["entry"] == e.id and r.get("counts_against")), None
         ),
+        qualified=[e for e in host_entries if e.kind == "host.probe" and e.id in judged_probes],
+        one_machine=_one_machine_rule(policy) if gpus else None,
     )
     gpu_probe = host_gpus[2]
+    for item in gpus:  # why the GPU at its index is not the one the verdict qualified ("" where it is)
+        item["gone_text"] = host_gpus[3].get(item["gpu"], "")
     # GPU events the kernel logs of the host record after its latest probe: that probe does not show those
     # GPUs usable (only for a layout that puts something on a GPU: the GPU checks judge it)
     faults, unplaced = (
@@ -788,6 +846,9 @@ def _rederive(
         "model_revision": (
             bindings.get("model_revision") if isinstance(bindings.get("model_revision"), str) else None
         ),
+        # the host probes its gates that judge the host read (``_host_probe_gates``): the GPUs it qualified
+        # on — a GPU the route uses must still be the one these show at its index (``_host_gpus``)
+        "host_probes": _judged_host_probes(qual, result),
     }
 
     def same(k: str, got: Any) -> bool:
@@ -806,6 +867,74 @@ def _rederive(
         }
     # not QUALIFIED as of ``when`` (a field it cannot tell is then the evidence it lost: said below)
     return {**base, "verdict": result["verdict"], "reason": _why_not(ledger, verdict, result)}
+
+
+def _host_probe_gates(qual: LoadedPolicy) -> list[CompiledGate]:
+    """The qualification's gates that judge the host: those selecting ``host.probe`` (by ``kinds`` or a
+    ``select``) — host-prerequisites in the shipped policy."""
+    return [
+        g
+        for g in qual.gates
+        if "host.probe" in g.spec.kinds or any(sel.get("kind") == "host.probe" for sel in g.spec.select)
+    ]
+
+
+def _judged_host_probes(qual: LoadedPolicy, result: Mapping[str, Any]) -> list[str]:
+    """The ids of the host probes the re-derived verdict's host gates read (their ``evidence``), in order."""
+    names = {g.spec.name for g in _host_probe_gates(qual)}
+    out: list[str] = []
+    for g in result.get("gates") or []:
+        if isinstance(g, Mapping) and g.get("name") in names:
+            out += [str(i) for i in g.get("evidence") or [] if str(i) not in out]
+    return out
+
+
+def _one_machine_rule(policy: LoadedPolicy) -> Callable[[list[Evidence]], str | None]:
+    """The qualification's own rule that one host is one machine, applied to a host's probes: the
+    ``requires`` of its gates that judge the host (``_host_probe_gates``; the shipped host-prerequisites:
+    "probes of the host that name different machines (payload.hostname) … cannot be judged") — one copy,
+    never restated here. The returned function gives None where the probes meet every such requirement,
+    else why which GPUs are on the host cannot be told. A qualification that states no such requirement
+    is the policy's error: a host's GPUs could be read from another machine's probe."""
+    from ledger.policy.conditions import shared_context
+
+    qual = _qualification(policy)
+    reqs = [(g.spec.name, cond, missing) for g in _host_probe_gates(qual) for cond, missing in g.requires]
+    if not reqs:
+        raise PolicyError(
+            f"{qual.path}: no gate that judges host.probe states what its probes need to be judged "
+            "(`requires`, one host is one machine): the routing gate applies that rule to tell a host's GPUs "
+            "where the campaign's job records no machine"
+        )
+
+    def judge(probes: list[Evidence]) -> str | None:
+        ctx = {
+            "evidence": [e.view() for e in probes],
+            "params": qual.params,
+            "manifest": {},
+            "count": len(probes),
+        }
+        shared = shared_context(ctx)
+        for gate, cond, missing in reqs:
+            try:
+                unmet = not cond.holds(shared)
+                error = ""
+            except PolicyError as ex:  # it cannot be judged on these probes: fail closed
+                unmet, error = True, f" (it cannot be evaluated on them: {ex.message})"
+            if not unmet:
+                continue
+            machines = sorted({repr(e.payload.get("hostname")) for e in probes})
+            which = ", ".join(f"host probe {e.id[:16]} of {e.payload.get('hostname')!r}" for e in probes[:6])
+            said = f"{qual.name}'s {gate} cannot judge it either: {render(missing, ctx)}{error}"
+            if len(machines) > 1:
+                return (
+                    f"probes of this host name machines {', '.join(machines[:-1])} and {machines[-1]} "
+                    f"({which}): which GPUs are on it cannot be told ({said})"
+                )
+            return f"which GPUs are on the host cannot be told from its probes ({which}): {said}"
+        return None
+
+    return judge
 
 
 def _credited_launch_engines(
@@ -1110,12 +1239,18 @@ def _host_gpus(
     *,
     used: set[Any] | None = None,
     kept: Callable[[Evidence], str | None] | None = None,
-) -> tuple[list[int] | None, str, Evidence | None]:
-    """GPU indexes on the latest usable host probe of the host (None: no such probe), what it says of them,
-    and that probe (None where there is none, or where its GPUs cannot be told apart) — of ``machine``, the
-    one the verdict's campaign job ran on, where it records one (its name as ``host_key`` compares host
-    names: ``GPU-BOX-1`` and ``gpu-box-1.`` are that machine), a probe of another machine filed under the
-    host shows that machine's GPUs (as the verdict's rule other-machine rejects it).
+    qualified: Sequence[Evidence] = (),
+    one_machine: Callable[[list[Evidence]], str | None] | None = None,
+) -> tuple[list[int] | None, str, Evidence | None, dict[int, str]]:
+    """GPU indexes on the latest usable host probe of the host (None: no such probe, or which GPUs are on
+    the host cannot be told), what it says of them, that probe (None where there is none, or where its GPUs
+    cannot be told apart), and why a GPU the verdict qualified is not there at its index (index -> text) —
+    of ``machine``, the one the verdict's campaign job ran on, where it records one (its name as
+    ``host_key`` compares host names: ``GPU-BOX-1`` and ``gpu-box-1.`` are that machine), a probe of
+    another machine filed under the host shows that machine's GPUs (as the verdict's rule other-machine
+    rejects it). Where the job records no machine, the host's probes must meet the qualification's own
+    rule that one host is one machine (``one_machine``: ``_one_machine_rule``): probes naming two machines
+    leave the host's GPUs untold (None), as its host-prerequisites gate cannot judge them either.
 
     "Latest" by the log and by what was observed can differ: a spooled probe observed at 09:30 and logged
     at 13:00 comes after one observed at 12:00 in the log. A GPU is known to be on the host only where
@@ -1123,17 +1258,34 @@ def _host_gpus(
     every one observed last, ties each): a late upload does not bring back a GPU a newer observation saw
     gone, nor the reverse. The last-observed probe is the one a GPU fault must come after.
 
-    A probe that does not list (by its index) a GPU of ``used`` — the layout's — shows that GPU gone: it is
-    read as a failure (``usable``'s ``shows_failure``), so a rejection or its own signer's supersession
-    withholds its credit but leaves it among the probes, and as a newest probe it refuses the GPU; only a
-    withdrawal (another key's supersession, a signer not trusted) drops it, and an older probe that lists
-    the GPU stands. ``kept`` (an entry -> why it is kept as evidence against, or None) names such a probe in
-    the text."""
+    A GPU is still the one the verdict qualified as the verdict's own rule decides it
+    (``ledger.devices.gpus_not_listed``: the same GPU by UUID where both probes record one, else by
+    index): where a probe the verdict judged the host on (``qualified``) lists a GPU at an index that a
+    newest probe does not list, the GPU at that index is another one (replaced, or renumbered after one
+    fell off the bus) or none: that index is not among those on the host, and the text names the GPU the
+    verdict qualified and the one there now. An index no such probe lists is judged by the newest
+    probes alone.
+
+    A probe that does not list (by its index) a GPU of ``used`` — the layout's —, or that lists another GPU
+    at its index than the verdict qualified, shows that GPU gone: it is read as a failure (``usable``'s
+    ``shows_failure``), so a rejection or its own signer's supersession withholds its credit but leaves it
+    among the probes, and as a newest probe it refuses the GPU; only a withdrawal (another key's
+    supersession, a signer not trusted) drops it, and an older probe that lists the GPU stands. ``kept``
+    (an entry -> why it is kept as evidence against, or None) names such a probe in the text."""
     want = host_key(machine) if machine is not None else None
     wanted = used or set()
 
     def of_machine(e: Evidence) -> bool:
         return want is None or host_key(str(e.payload.get("hostname") or "")) == want
+
+    def gone_at(e: Evidence, indexes: set[Any]) -> list[tuple[Evidence, int, Any]]:
+        # the GPUs the verdict's probes show at these indexes that ``e`` does not list (replaced or gone)
+        now = e.payload.get("gpus") or []
+        return [
+            (q, place, gpu)
+            for q in qualified
+            for place, gpu in gpus_gone_at(q.payload.get("gpus") or [], now, indexes)
+        ]
 
     def shows_gpu_gone(e: Evidence) -> bool:
         # only a probe of the machine shows its GPUs gone (another machine's is not read at all)
@@ -1141,7 +1293,7 @@ def _host_gpus(
         indexes = (
             {g.get("index") for g in listed if isinstance(g, dict)} if isinstance(listed, list) else set()
         )
-        return of_machine(e) and bool(wanted - indexes)
+        return of_machine(e) and (bool(wanted - indexes) or bool(gone_at(e, wanted)))
 
     probes = [
         e
@@ -1149,7 +1301,11 @@ def _host_gpus(
         if e.kind == "host.probe" and usable(e, shows_failure=shows_gpu_gone) and of_machine(e)
     ]
     if not probes:
-        return None, "no accepted host probe", None
+        return None, "no accepted host probe", None, {}
+    if want is None and one_machine is not None:
+        untold = one_machine(probes)
+        if untold is not None:
+            return None, untold, None, {}
     newest = newest_entries(probes)
     # the last observed (its latest seq where several tie): every probe observed last is among the newest
     last_observed = max(newest, key=lambda e: (e.observed_time, e.seq))
@@ -1164,11 +1320,35 @@ def _host_gpus(
         if any(not isinstance(g, dict) or g.get("index") is None for g in gpus):
             # a GPU listed without its index: which of the host's GPUs a service's index names cannot be
             # told (its place in the list is no index), so no GPU index is known to be on the host
-            return None, f"{where(e)} lists a GPU without its index: which GPU is which cannot be told", None
+            return (
+                None,
+                f"{where(e)} lists a GPU without its index: which GPU is which cannot be told",
+                None,
+                {},
+            )
         indexes.append([g["index"] for g in gpus])
     idx = [i for i in indexes[0] if all(i in other for other in indexes[1:])]
+    # a GPU the verdict qualified that a newest probe does not list at its index: that index holds another
+    # GPU (or none) — not the GPU the verdict judged
+    replaced: dict[int, str] = {}
+    for e in newest:
+        for q, place, gpu in gone_at(e, set(idx)):
+            index = gpu_index(gpu, place)
+            there = gpu_at(e.payload.get("gpus") or [], index)
+            now = (
+                f"it lists {gpu_name(there[1], there[0])} there"
+                if there is not None
+                else "it lists none there"
+            )
+            replaced.setdefault(
+                index,
+                f"the GPU the verdict qualified there, {gpu_name(gpu, place)} on host probe {q.id[:16]} "
+                f"(collected {q.collected_at}), is not on {where(e)}: {now} — another GPU replaced it (or it "
+                "moved); ",
+            )
+    idx = [i for i in idx if i not in replaced]
     text = ", ".join(f"GPU{i}" for i in idx) or "no GPU"
-    return idx, f"{text} on {' and '.join(where(e) for e in newest)}", last_observed
+    return idx, f"{text} on {' and '.join(where(e) for e in newest)}", last_observed, replaced
 
 
 def _probe_text(probe: Evidence | None) -> str:
