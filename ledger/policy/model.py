@@ -163,6 +163,25 @@ def _close(name: str, known: Sequence[str]) -> str:
     return f" (did you mean {near[0]!r}?)" if near else ""
 
 
+# The top-level names of an entry as a policy's CEL sees it (``snapshot.Evidence.view``; a test keeps the two
+# equal): ``e.paylod.x`` or ``e.colected_at`` names nothing, and is refused at load like a misspelled field.
+ENTRY_VIEW_FIELDS = (
+    "id",
+    "seq",
+    "kind",
+    "subject",
+    "payload",
+    "derived",
+    "refs",
+    "signer",
+    "roles",
+    "collected_at",
+    "logged_at",
+    "artifacts",
+    "in_subject",
+)
+
+
 def path_problem(head: str, rest: Sequence[str], kinds: Sequence[str] | None) -> str | None:
     """Why an entry's ``<head>.<rest…>`` names nothing there (a misspelling: it would read as absent,
     match nothing, or fail only when evaluation reaches it), or None: ``payload.<field>`` a field of a
@@ -170,7 +189,11 @@ def path_problem(head: str, rest: Sequence[str], kinds: Sequence[str] | None) ->
     its first name only: no payload model types the fields of a nested object (dicts, lists, ``Any``);
     ``derived.<name>`` one of ``DERIVED_FIELDS``; ``subject.<field>`` one of
     ``ledger.listing.SUBJECT_FIELDS``. Read behind a guard (``has(e.payload.x)``, ``'x' in e.payload``) a
-    name that can never be there is as misspelled."""
+    name that can never be there is as misspelled. ``head`` itself must be a name an entry has
+    (``ENTRY_VIEW_FIELDS``)."""
+    if head not in ENTRY_VIEW_FIELDS:
+        names = ", ".join(ENTRY_VIEW_FIELDS)
+        return f"an entry has no field {head!r}{_close(head, ENTRY_VIEW_FIELDS)}; known: {names}"
     if not rest:
         return None
     name = rest[0]
