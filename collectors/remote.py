@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -261,10 +262,21 @@ class LogKeys:
             raise ConfigError(f"{self.path}: unreadable ({e})") from e
         if not isinstance(data, dict):
             raise ConfigError(f"{self.path}: not a JSON object of server URLs")
-        return data
+        # keyed by ``server_key``: one server written two ways (an older ledger kept URLs as written) is one
+        # key, and two keys it holds for it that disagree are an error, never the one read last
+        out: dict[str, Any] = {}
+        for url, held in data.items():
+            key = server_key(url)
+            if key in out and _held_vkey(out[key]) != _held_vkey(held):
+                raise ConfigError(
+                    f"{self.path}: {url!r} and another entry are the same server ({key}) with different keys",
+                    hint=f"keep the entry of the log key {key} really serves and remove the other",
+                )
+            out[key] = held
+        return out
 
     def get(self, server: str) -> str | None:
-        entry = self._read().get(server.rstrip("/"))
+        entry = self._read().get(server_key(server))
         if entry is None:
             return None
         vkey = entry.get("vkey") if isinstance(entry, dict) else entry
@@ -276,12 +288,17 @@ class LogKeys:
         """Record ``vkey`` for ``server`` unless the home holds one already; returns the one held."""
         with self._locked():
             data = self._read()
-            held = data.get(server.rstrip("/"))
+            held = data.get(server_key(server))
             if held is not None:
                 return str(held.get("vkey") if isinstance(held, dict) else held).strip()
-            data[server.rstrip("/")] = {"vkey": vkey, "how": how, "at": format_time(now_utc())}
+            data[server_key(server)] = {"vkey": vkey, "how": how, "at": format_time(now_utc())}
             write_atomic(self.path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), mode=0o644)
         return vkey
+
+
+def _held_vkey(held: Any) -> Any:
+    """The log key a log-keys entry holds (``{"vkey": …, "how": …, "at": …}``, or the key alone)."""
+    return (held.get("vkey") if isinstance(held, dict) else held) or None
 
 
 def _pinned_env() -> str | None:
@@ -330,6 +347,30 @@ def log_key(home: Path, client: LedgerClient, *, first_use: bool = True) -> str 
 
 # --- the spool ---------------------------------------------------------------------------------------
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def server_key(url: str) -> str:
+    """A server URL as the spool, its targets and the home's log keys compare it: the same server however it
+    was written (RFC 3986 §6.2.2–6.2.3: scheme and host in lower case, the scheme's default port left out,
+    no trailing slash) — ``HTTP://Prod.test:80/`` is ``http://prod.test``. A text that is no URL with a
+    host is compared as written, less a trailing slash."""
+    text = url.strip().rstrip("/")
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return text
+    if not parts.scheme or not parts.hostname:
+        return text
+    scheme = parts.scheme.lower()
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    netloc = host if port is None or port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
+    if "@" in parts.netloc:
+        netloc = parts.netloc.rsplit("@", 1)[0] + "@" + netloc
+    return urlunsplit((scheme, netloc, parts.path.rstrip("/"), parts.query, parts.fragment))
+
+
 _TARGET = ".target"  # beside entries/<order>-<id>.json: the server it was collected for (SpoolTarget)
 _TARGETS = ".targets"  # beside artifacts/<hex>: the servers it waits for (a JSON list of URLs)
 _REFUSAL = ".refusal.json"  # beside refused/<order>-<id>.json: the server's reason
@@ -350,7 +391,7 @@ class SpoolTarget:
     @classmethod
     def of(cls, server: str, vkey: str | None = None) -> SpoolTarget:
         origin = parse_verifier_key(vkey)[0] if vkey is not None else None
-        return cls(server.rstrip("/"), origin, vkey)
+        return cls(server_key(server), origin, vkey)
 
     def to_bytes(self) -> bytes:
         doc = {"server": self.server, "origin": self.origin, "vkey": self.vkey}
@@ -370,7 +411,7 @@ class SpoolTarget:
                 raise TypeError("server must be a URL, origin and vkey strings or null")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"{path}: not a spool target ({type(e).__name__}: {e})") from e
-        return cls(server.rstrip("/"), origin, vkey)
+        return cls(server_key(server), origin, vkey)
 
     def label(self) -> str:
         return self.server if self.origin is None else f"{self.server} (log {self.origin})"
@@ -449,14 +490,14 @@ class Spool:
                 raise TypeError("not a list of server URLs")
         except (OSError, ValueError, TypeError) as e:
             raise ConfigError(f"{path}: not a list of servers ({type(e).__name__}: {e})") from e
-        return [s.rstrip("/") for s in servers]
+        return [server_key(s) for s in servers]
 
     def pending(self, server: str | None = None, *, adopt: bool = False) -> bool:
         """Whether anything waits in the spool; with ``server``, for that server only (with ``adopt``, what
         names no server too). A file whose target is unreadable waits for none."""
         if server is None:
             return bool(self.entry_files() or self.artifact_files())
-        wanted = {server.rstrip("/"), *([UNTARGETED] if adopt else [])}
+        wanted = {server_key(server), *([UNTARGETED] if adopt else [])}
         for entry in self.entry_files():
             with contextlib.suppress(ConfigError):
                 t = self.entry_target(entry)
@@ -521,7 +562,7 @@ class Spool:
     def artifact_sent(self, art: Path, server: str, *, adopt: bool = False) -> None:
         """``server`` holds the artifact now: it no longer waits for it (nor, ``adopt``, for the server it
         was spooled for without naming it); gone when it waits for no other."""
-        gone = {server.rstrip("/"), *([UNTARGETED] if adopt else [])}
+        gone = {server_key(server), *([UNTARGETED] if adopt else [])}
         left = [s for s in self.artifact_targets(art) if s not in gone]
         if left:
             self._write_targets(art, left)
@@ -752,7 +793,7 @@ def _push_locked(
     missing or wrong: the batch stays in the spool). An entry the server refuses for good is set aside
     (``Spool.set_aside``) and the push goes on; ``vkey()``: the log key this home trusts for the server now
     (an entry spooled for another log at that URL is left alone)."""
-    server = client.server
+    server = server_key(client.server)
     report = PushReport(server=server)
     advance = progress or (lambda _n: None)
     ours = _Sorted(spool, server, vkey, adopt)
@@ -843,7 +884,7 @@ def spool_bytes(ledger: Ledger, server: str | None = None, *, adopt: bool = Fals
     spool = Spool(ledger.spool_dir)
     files = [*spool.artifact_files(), *spool.entry_files()]
     if server is not None:
-        ours = _Sorted(spool, server.rstrip("/"), lambda: None, adopt)
+        ours = _Sorted(spool, server_key(server), lambda: None, adopt)
         files = [*ours.artifacts, *ours.entries]
     total = 0
     for p in files:
