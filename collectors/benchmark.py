@@ -39,14 +39,38 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
 from ledger.atomic import write_atomic
-from ledger.collectors.corpus import PinnedFile, read_pinned_jsonl
+from ledger.collectors.corpus import (
+    ChatMessage,
+    CorpusId,
+    CorpusText,
+    PinnedFile,
+    chat_messages,
+    corpus_problem,
+    read_pinned_jsonl,
+)
 from ledger.entries import HarnessOutcome, format_time, validate_payload
 from ledger.errors import ConfigError, LedgerError
 from ledger.hashing import blake3_hex, parse_digest
+from ledger.policy.bounds import (  # the figure names: one grammar, read by the policy loader too
+    DISTRIBUTION_METRICS,
+    DISTRIBUTION_STATS,
+    LEVEL_METRICS,
+    PARITY_FIGURE,
+    PARITY_LEVEL,
+    PERCENTILES,
+    RUN_ERROR_RATE,
+    STALL_METRIC,
+    STALL_STATS,
+    distribution_figure,
+    level_figure,
+    level_name,
+)
 from ledger.recorder import Recorder
 
 __all__ = [
+    "BEFORE_THE_CUT",
     "HARNESS",
+    "LEASE_EXPIRED",
     "NO_AGGREGATE",
     "PERCENTILES",
     "STREAM_CUT",
@@ -94,19 +118,29 @@ __all__ = [
 # +6: an engine whose front still answers is asked a one-token canary completion with nothing else
 #     outstanding: no first token is an engine fault (its inference loop hangs); a canary that cannot be
 #     judged makes the run invalid; every question's evidence is in the result (engine_checks)
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+6"
+# +7: the requests the run itself cut are counted apart (counts.cut); corpus messages are the one chat
+#     message model (collectors/corpus.py), refused at load, and a blank prompt or id too; the figure names
+#     are ledger.policy.bounds' (the one grammar a policy's bounds are checked against when it loads)
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+7"
 NO_AGGREGATE = "no aggregate result"
-# the figure c1 repeatability is judged by (DESIGN §4: "repeatability by token parity across repetitions at
-# temperature 0"), and the word a failure of its bound is reported with
-PARITY_FIGURE = "c1_parity"
+# the word a failure of the c1 parity bound (PARITY_FIGURE, ledger.policy.bounds) is reported with
 REPEATABILITY = "c1 repeatability"
-PERCENTILES = (50, 95, 99)
 REQUESTS_ARTIFACT = "benchmark-requests.jsonl"
 RESULT_ARTIFACT = "benchmark-result.json"
 
 # how a harness run ended (the one copy is the ledger's: the payload model refuses any other word)
 Outcome = HarnessOutcome
 OPERATOR_STOP: Outcome = "operator-stop"
+# the run's own lease (its time bound) ran out before it finished: the harness cut it, not the engine —
+# no aggregate result, and the policy's `harness-lease-expired` judges it INCONCLUSIVE (run it again with a
+# longer lease), unless what the engine did before the cut already fails the gate
+LEASE_EXPIRED: Outcome = "lease-expired"
+# the words a lease-expired run's reason says what the engine already failed before the cut with (both
+# harnesses): only such a run is evidence against the engine
+BEFORE_THE_CUT = "failed before the lease ran out"
+# the error of a request the run itself cut (its lease ran out, an operator's stop, another request's engine
+# fault): no answer the engine failed to give — counted apart (``counts.cut``)
+CUT = "stopped:"
 STOP_POLL_S = 0.1  # how often a run asks ``should_stop`` while requests are in flight
 # The harness times its own scheduling: a task sleeping STALL_TICK_S records how late it wakes. A client
 # the machine does not run cannot read a chunk when it arrives, so every latency it measures meanwhile
@@ -140,9 +174,10 @@ def percentile(values: Sequence[float], q: int) -> float | None:
 class _PromptLine(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    id: str = Field(min_length=1, max_length=200)
-    messages: list[dict[str, Any]] | None = Field(default=None, min_length=1)
-    prompt: str | None = None
+    id: CorpusId
+    # the one chat message model both harnesses read (collectors/corpus.py): refused here, not by the engine
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    prompt: CorpusText | None = None  # a completions prompt: something to complete, never blank
     max_tokens: int = Field(gt=0, le=65536)
 
 
@@ -177,15 +212,16 @@ def benchmark_corpus(pinned: PinnedFile) -> BenchmarkCorpus:
         try:
             line = _PromptLine.model_validate(row)
         except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "(line)"
-            raise ConfigError(f"{path}:{number}: {where}: {err['msg']}") from e
+            raise ConfigError(f"{path}:{number}: {corpus_problem(e)}") from e
         if (line.messages is None) == (line.prompt is None):
             raise ConfigError(f"{path}:{number}: give exactly one of messages (chat) or prompt (completions)")
         if line.id in seen:
             raise ConfigError(f"{path}:{number}: prompt id {line.id!r} appears twice")
         seen.add(line.id)
-        messages = tuple(line.messages) if line.messages is not None else None
+        try:
+            messages = chat_messages(line.messages) if line.messages is not None else None
+        except ValueError as e:
+            raise ConfigError(f"{path}:{number}: {e}") from e
         prompts.append(BenchmarkPrompt(line.id, line.max_tokens, messages, line.prompt))
     return BenchmarkCorpus(path, pinned.digest, tuple(prompts))
 
@@ -761,8 +797,10 @@ def _round(v: float | None, digits: int = 3) -> float | None:
 
 
 def _distribution(values: Sequence[float]) -> dict[str, float | None]:
+    """``DISTRIBUTION_STATS``: the ``PERCENTILES`` (``p95``) and the mean of ``values``."""
     out: dict[str, float | None] = {f"p{q}": _round(percentile(values, q)) for q in PERCENTILES}
     out["mean"] = _round(statistics.fmean(values)) if values else None
+    assert tuple(out) == DISTRIBUTION_STATS
     return out
 
 
@@ -802,7 +840,7 @@ def level_figures(
         "tpot_ms": _distribution([t for r in done if (t := r.tpot_ms) is not None]),
         "itl_ms": _distribution([x for r in done for x in r.itl_ms]),
         "e2e_ms": _distribution([r.e2e_ms for r in done if r.e2e_ms is not None]),
-        "client_stall_ms": stall_figures(stalls_ms),
+        STALL_METRIC: stall_figures(stalls_ms),
     }
 
 
@@ -995,7 +1033,7 @@ def _judge_run(run: LevelRun, spec: BenchmarkSpec) -> None:
             f" {q['ttft_fit_first_ms']} → {q['ttft_fit_last_ms']} ms"
         )
         (why if spec.saturation == "invalid" else run.notes).append(msg)
-    stall = f["client_stall_ms"]
+    stall = f[STALL_METRIC]
     if stall["max"] is not None and stall["max"] > CLIENT_STALL_NOTE_MS:
         run.notes.append(
             f"{where}: the harness itself was not run for up to {stall['max']:g} ms "
@@ -1098,17 +1136,18 @@ def _flat_figures(aggregate: Mapping[str, Any] | None, parity: Mapping[str, Any]
     if aggregate is None:
         return out
     errors = issued = 0
-    for name, f in aggregate.items():
-        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-            for stat, v in f[metric].items():
-                out[f"{metric}.{stat}@{name}"] = v
-        for metric in ("request_throughput", "output_throughput", "error_rate", "duration_s"):
-            out[f"{metric}@{name}"] = f[metric]
-        for stat in ("max", "total"):
-            out[f"client_stall_ms.{stat}@{name}"] = f["client_stall_ms"][stat]
+    # every name from ledger.policy.bounds, the grammar a policy's bounds are checked against when it loads
+    for level, f in ((int(name.removeprefix("c")), f) for name, f in aggregate.items()):
+        for metric in DISTRIBUTION_METRICS:
+            for stat in DISTRIBUTION_STATS:
+                out[distribution_figure(metric, stat, level)] = f[metric][stat]
+        for metric in LEVEL_METRICS:
+            out[level_figure(metric, level)] = f[metric]
+        for stat in STALL_STATS:
+            out[distribution_figure(STALL_METRIC, stat, level)] = f[STALL_METRIC][stat]
         errors += f["errors"]
         issued += f["issued"]
-    out["error_rate"] = round(errors / issued, 6) if issued else None
+    out[RUN_ERROR_RATE] = round(errors / issued, 6) if issued else None
     if parity is not None:
         out[PARITY_FIGURE] = parity["fraction"]
     return out
@@ -1493,6 +1532,11 @@ async def until_stopped(awaitable: Any, should_stop: StopCheck | None) -> str | 
             return why
 
 
+def _cut(record: RequestRecord) -> bool:
+    """Whether the run itself cut ``record`` (``CUT``), rather than the engine failing it."""
+    return record.error is not None and record.error.startswith(CUT)
+
+
 async def _watch_stalls(out: list[float]) -> None:
     """Until cancelled: how late (ms) each STALL_TICK_S sleep of this event loop wakes up."""
     while True:
@@ -1551,7 +1595,7 @@ async def _run_level(
             except asyncio.CancelledError:
                 if rec.error is None:
                     rec.end_s = time.perf_counter() - origin
-                    rec.error = f"stopped: {stop.reason or 'lease expired'}"
+                    rec.error = f"{CUT} {stop.reason or 'lease expired'}"
                 raise
             finally:
                 if check is not None:
@@ -1595,14 +1639,14 @@ async def _run_level(
         expired = f"the lease of {spec.lease_s:g} s expired during c{level}"
         hangs = await check.hangs() if lease and check is not None and stop.reason is None else None
         if hangs is not None:
-            outstanding = sum(1 for r in records if r.error is not None and r.error.startswith("stopped:"))
+            outstanding = sum(1 for r in records if _cut(r))
             stop.fault(
                 f"engine fault at c{level} repetition {repetition}: {expired} with {outstanding} "
                 f"request(s) outstanding; {hangs}"
             )
         elif stop.reason is None:
             stop.reason = expired
-            stop.outcome = "lease-expired"
+            stop.outcome = LEASE_EXPIRED
     await asyncio.gather(*tasks, return_exceptions=True)
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
@@ -1726,14 +1770,14 @@ async def run_benchmark_async(
             recs = [r for run in mine for r in run.records]
             total = sum(run.figures["duration_s"] or 0.0 for run in mine)
             lags = [x for run in mine for x in run.stalls_ms]
-            aggregate[f"c{level}"] = level_figures(recs, total or None, lags)
+            aggregate[level_name(level)] = level_figures(recs, total or None, lags)
         sat = _saturation_across_levels(aggregate, spec)
         reasons = [why for run in runs for why in run.invalid_reasons]
         # a timeout after which the engine's inference loop could not be judged: not shown slow (fail closed)
         reasons += [f"after a request timed out: {why}" for why in check.unjudged]
         reasons += sat if spec.saturation == "invalid" else []
-        if 1 in spec.concurrency:
-            parity = repeatability(all_records, 1, token_ids_asked=spec.request_token_ids)
+        if PARITY_LEVEL in spec.concurrency:
+            parity = repeatability(all_records, PARITY_LEVEL, token_ids_asked=spec.request_token_ids)
             if why := parity_not_as_asked(parity):
                 reasons.append(why)
         notes = [n for run in runs for n in run.notes] + (sat if spec.saturation == "report" else [])
@@ -1834,6 +1878,25 @@ def judge_bounds(
     return failures, judged
 
 
+def _errors_beyond_bound(result: BenchmarkResult, bounds: Mapping[str, Any]) -> str | None:
+    """For a run its lease cut: the requests the engine failed before the cut (not those the cut ended),
+    where they already exceed the ``error_rate`` bound of the whole approved run (every request of every
+    level and repetition) whatever the requests not sent would do — evidence against the engine (the
+    policy's ``harness-lease-expired`` counts the run so); None otherwise."""
+    limit = (bounds.get("error_rate") or {}).get("max")
+    if isinstance(limit, bool) or not isinstance(limit, int | float):
+        return None
+    spec = result.spec
+    planned = spec.requests_per_level * len(spec.concurrency) * spec.repetitions
+    failed = [r for r in result.records if r.error is not None and not _cut(r)]
+    if not failed or len(failed) <= limit * planned:
+        return None
+    return (
+        f"{len(failed)} of the {planned} requests of the run {BEFORE_THE_CUT} (first: "
+        f"{failed[0].error}): the error rate cannot stay within {limit:g} whatever the rest would do"
+    )
+
+
 def benchmark_gate_payload(
     result: BenchmarkResult,
     bounds: Mapping[str, Any],
@@ -1851,6 +1914,8 @@ def benchmark_gate_payload(
     reasons: list[str] = []
     if result.aggregate is None:
         reasons.append(f"{NO_AGGREGATE}: {result.stopped}")
+        if result.outcome == LEASE_EXPIRED and (beyond := _errors_beyond_bound(result, bounds)):
+            reasons.append(beyond)
     elif not result.valid:
         reasons.append("invalid run: " + "; ".join(result.invalid_reasons))
     if not bounds:
@@ -1868,6 +1933,9 @@ def benchmark_gate_payload(
         "completed": completed,
         "errors": issued - completed,
         "prompts": len({r.prompt_id for r in result.records}),
+        # of the errors, the requests the run itself cut (its lease, an operator's stop, another request's
+        # fault): the rest are the engine's (the policy counts those of a lease-expired run against it)
+        "cut": sum(1 for r in result.records if _cut(r)),
     }
     for level in spec.concurrency:
         counts[f"completed@c{level}"] = sum(1 for r in result.records if r.ok and r.level == level)

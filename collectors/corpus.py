@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ledger.canonical import parse_json
 from ledger.errors import ConfigError, CorpusDigestError, LedgerError
 from ledger.hashing import blake3_hex, parse_digest
 
-__all__ = ["CorpusDigestError", "PinnedFile", "corpus_digest", "read_pinned_jsonl"]
+__all__ = [
+    "CHAT_ROLES",
+    "ChatMessage",
+    "CorpusDigestError",
+    "CorpusId",
+    "CorpusText",
+    "PinnedFile",
+    "chat_messages",
+    "corpus_digest",
+    "corpus_problem",
+    "read_pinned_jsonl",
+]
 
 _MAX_CORPUS_BYTES = 16 * 1024 * 1024
 
@@ -70,3 +83,92 @@ def read_pinned_jsonl(path: Path, expected_digest: str) -> PinnedFile:
     if not rows:
         raise ConfigError(f"{path}: the corpus has no items")
     return PinnedFile(path, got, tuple(rows))
+
+
+# --- the chat message a corpus item sends: the one model both loaders (benchmark, semantic) read ----------
+#
+# What every engine the project launches accepts in ``/v1/chat/completions`` ``messages``: llama-cpp-python's
+# server types them as system | user | assistant | tool (+ the deprecated function) and asks a tool message
+# for its ``tool_call_id``; vLLM's OpenAI types accept the same four (a "developer" role or a custom one only
+# where its chat template knows it). A corpus message outside this model — no content, content 5, role
+# "robot", a key no engine reads — would be refused by the engine (HTTP 400) on every request, and that
+# refusal counted as the engine's error: it is refused here, at load, naming the line and the field.
+
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or only whitespace")
+    return value
+
+
+def _plain_id(value: str) -> str:
+    _not_blank(value)
+    if value != value.strip():
+        raise ValueError(f"{value!r} has whitespace around it")
+    return value
+
+
+# an item's id: named in every record and reason, so never blank nor padded with whitespace
+CorpusId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_plain_id)]
+# a text the engine is asked (a completions prompt, a text content part): something to answer
+CorpusText = Annotated[str, AfterValidator(_not_blank)]
+
+
+class TextPart(BaseModel):
+    """One content part of a message: text (a text model reads nothing else)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    type: Literal["text"]
+    text: CorpusText
+
+
+class ChatMessage(BaseModel):
+    """A chat message as the engines accept it: a role of ``CHAT_ROLES``, its content a non-blank text or a
+    non-empty list of text parts; a tool message names the tool call it answers (``tool_call_id``), no other
+    message does; no other key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: CorpusText | Annotated[list[TextPart], Field(min_length=1)]
+    tool_call_id: CorpusText | None = None
+
+    @model_validator(mode="after")
+    def _tool_call(self) -> ChatMessage:
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("a tool message names the tool call it answers (tool_call_id)")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError(f"tool_call_id is for tool messages, not a {self.role} message")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """The message as sent: the corpus's own keys and values."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def chat_messages(messages: list[ChatMessage]) -> tuple[dict[str, Any], ...]:
+    """A validated chat as the request sends it; a chat without a user message asks nothing (ValueError)."""
+    if not any(m.role == "user" for m in messages):
+        raise ValueError("messages: no user message (the engine would be asked nothing)")
+    return tuple(m.to_json() for m in messages)
+
+
+def corpus_problem(e: ValidationError) -> str:
+    """The first problem pydantic found in a corpus line, as ``field.path: what`` (``messages.1.content``).
+    A union's alternatives (content: a text or a list of text parts) are said once: for a list, what is
+    wrong inside it; for anything else, what content must be."""
+    errors = e.errors()
+    err = errors[0]
+    branch = [x for x in errors if any("list[" in str(p) for p in x["loc"])]
+    if isinstance(err["input"], list) and branch:
+        err = branch[0]  # content given as a list: say what is wrong with its parts
+    # the union's branch tags ("function-after[…]", "list[TextPart]") are no field names
+    loc = [str(p) for p in err["loc"] if "[" not in str(p)]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if loc and loc[-1] == "content" and err["type"] in ("string_type", "list_type"):
+        parts = '{"type": "text", "text": ...}'
+        msg = f"must be a text or a list of text parts ({parts}), not {err['input']!r}"
+    return f"{'.'.join(loc) or '(line)'}: {msg}"

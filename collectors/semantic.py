@@ -46,6 +46,8 @@ import ledger
 from ledger.atomic import write_atomic
 from ledger.canonical import parse_json
 from ledger.collectors.benchmark import (
+    BEFORE_THE_CUT,
+    LEASE_EXPIRED,
     NO_AGGREGATE,
     Bindings,
     EngineCheck,
@@ -63,7 +65,7 @@ from ledger.collectors.benchmark import (
     unjudged_checks,
     until_stopped,
 )
-from ledger.collectors.corpus import read_pinned_jsonl
+from ledger.collectors.corpus import ChatMessage, CorpusId, chat_messages, corpus_problem, read_pinned_jsonl
 from ledger.entries import format_time, validate_payload
 from ledger.errors import CanonicalJsonError, ConfigError, PolicyError
 from ledger.hashing import blake3_hex, parse_digest
@@ -99,7 +101,10 @@ __all__ = [
 # +6: an engine whose front still answers is asked a one-token canary completion: no first token is an
 #     engine fault (its inference loop hangs); a canary that cannot be judged fails the gate; every
 #     question's evidence is in the result (engine_checks)
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+6"
+# +7: an item whose request the run's own lease cut (its timeout was the lease's time left, not the request
+#     timeout) is not scored: the run ends lease-expired (an engine that then hangs: a fault); corpus
+#     messages are the one chat message model (collectors/corpus.py), refused at load
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+7"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -152,8 +157,9 @@ CHECK_TYPES = ("exact", "contains", "regex", "json_schema", "cel")
 class _ItemLine(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    id: str = Field(min_length=1, max_length=200)
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    id: CorpusId
+    # the one chat message model both harnesses read (collectors/corpus.py): refused here, not by the engine
+    messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, gt=0, le=65536)
     checks: list[Check] = Field(min_length=1)
 
@@ -214,6 +220,8 @@ def _validation_message(e: ValidationError) -> str:
         msg = f"unknown check type {ctx.get('tag')!r} (known: {', '.join(CHECK_TYPES)})"
     elif err["type"] == "union_tag_not_found":
         msg = f"a check needs a type (one of {', '.join(CHECK_TYPES)})"
+    else:
+        return corpus_problem(e)
     return f"{where}: {msg}"
 
 
@@ -230,8 +238,12 @@ def load_semantic_corpus(path: Path, expected_digest: str) -> SemanticCorpus:
         if line.id in seen:
             raise ConfigError(f"{path}:{number}: item id {line.id!r} appears twice")
         seen.add(line.id)
+        try:
+            messages = chat_messages(line.messages)
+        except ValueError as e:
+            raise ConfigError(f"{path}:{number}: {e}") from e
         checks = tuple(_compile(c, f"{path}:{number}: checks[{i}]") for i, c in enumerate(line.checks))
-        items.append(SemanticItem(line.id, tuple(line.messages), line.max_tokens, checks))
+        items.append(SemanticItem(line.id, messages, line.max_tokens, checks))
     return SemanticCorpus(path, pinned.digest, tuple(items))
 
 
@@ -451,7 +463,7 @@ async def run_semantic_async(
             left = deadline - time.perf_counter()
             if left <= 0:
                 outcome, stopped = (
-                    "lease-expired",
+                    LEASE_EXPIRED,
                     f"the lease of {spec.lease_s:g} s expired before item {item.id}",
                 )
                 break
@@ -480,6 +492,25 @@ async def run_semantic_async(
                 break
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault, rec.error = True, rec.error + " (the engine is no longer alive)"
+            # The request's timeout was the lease's time left, not the engine's own request timeout: the
+            # harness's own bound cut it. Not scored (the engine answered nothing wrong); the run ends
+            # lease-expired, no aggregate result — unless the engine then hangs (an engine fault, as the
+            # benchmark judges a lease expiring with requests outstanding)
+            if not rec.fault and timed_out(rec) and left < spec.request_timeout_s:
+                expired = (
+                    f"the lease of {spec.lease_s:g} s expired during item {item.id} (its request was cut "
+                    f"after the {left:.3g} s the lease had left; the engine's own request timeout is "
+                    f"{spec.request_timeout_s:g} s)"
+                )
+                asking = asyncio.ensure_future(check.hangs())
+                why = await until_stopped(asking, should_stop)
+                if why:
+                    outcome, stopped = "operator-stop", f"{why} during item {item.id}"
+                elif (hangs := asking.result()) is not None:
+                    outcome, stopped = "fault", f"engine fault at item {item.id}: {expired}; {hangs}"
+                else:
+                    outcome, stopped = LEASE_EXPIRED, expired
+                break
             if timed_out(rec):  # a slow engine, or one that hangs: ask whether it still answers
                 asking = asyncio.ensure_future(check.hangs())
                 why = await until_stopped(asking, should_stop)
@@ -577,6 +608,22 @@ def _write_artifacts(result: SemanticResult, out_dir: Path) -> None:
 # --- the gate --------------------------------------------------------------------------------------
 
 
+def _threshold_unreachable(
+    result: SemanticResult, failed: Sequence[ItemResult], min_score: float
+) -> str | None:
+    """For a run its lease cut: the items that failed before the cut, where they already put the score below
+    ``min_score`` whatever the items not asked would answer (evidence against the engine: the policy's
+    ``harness-lease-expired`` counts the run so); None where the rest could still reach it."""
+    total = result.total
+    if not failed or not total or total - len(failed) >= min_score * total:
+        return None
+    shown = ", ".join(i.id for i in failed[:10]) + (" …" if len(failed) > 10 else "")
+    return (
+        f"{len(failed)} of {total} item(s) {BEFORE_THE_CUT} ({shown}): the score cannot reach "
+        f"the threshold {min_score:g} whatever the {total - len(result.items)} item(s) not asked would answer"
+    )
+
+
 def semantic_gate_payload(
     result: SemanticResult,
     *,
@@ -596,6 +643,10 @@ def semantic_gate_payload(
     reasons: list[str] = []
     if score is None:
         reasons.append(f"{NO_AGGREGATE}: {result.stopped or 'no items'}")
+        if result.outcome == LEASE_EXPIRED and (
+            unreached := _threshold_unreachable(result, failed, min_score)
+        ):
+            reasons.append(unreached)
     elif score < min_score:
         shown = ", ".join(i.id for i in failed[:10]) + (" …" if len(failed) > 10 else "")
         reasons.append(

@@ -455,6 +455,19 @@ def _check_classes(spec: PolicyFile, text: str, filename: str) -> None:
             )
 
 
+def _check_bounds(spec: PolicyFile, text: str, filename: str) -> None:
+    """A policy's benchmark bounds (``benchmark_max`` / ``benchmark_min``) name figures a run of its approved
+    spec records (``ledger.policy.bounds``, the grammar the harness builds its figures with): a bound on a
+    figure no approved run can produce — a level outside ``benchmark_concurrency``, a misspelt name — would
+    fail every engine as "figure missing"."""
+    from ledger.policy.bounds import bound_problems
+
+    problems = bound_problems(spec.params)
+    if problems:
+        where = _where(filename, text, "params", None, problems[0][0])
+        raise PolicyError(f"{where}: " + "; ".join(f"params.{name}: {why}" for name, why in problems))
+
+
 def _check_gates(
     spec: PolicyFile, text: str, filename: str, gates: frozenset[str] | None, skip: Mapping[str, Any] = {}
 ) -> None:
@@ -548,6 +561,7 @@ def load_policy(
     if spec.policy.kind == "routing" and spec.routing is None:
         raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
     _check_classes(spec, text, filename)
+    _check_bounds(spec, text, filename)
     gates = _qualification_gates(spec, path, _seen)
     _check_gates(spec, text, filename, gates)
     if acceptance_policy is not None:

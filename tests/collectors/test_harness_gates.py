@@ -19,7 +19,7 @@ import pytest
 
 from ledger.collectors.campaign import CampaignRunner, load_campaign
 from ledger.entries import format_time, now_utc, pin_bindings
-from ledger.errors import ConfigError
+from ledger.errors import ConfigError, PolicyError
 from ledger.hashing import blake3_hex
 from ledger.policy.loader import load_policy
 from ledger.policy.verdict import evaluate
@@ -241,10 +241,13 @@ def test_policy_rejudges_a_passed_benchmark_against_its_own_bounds(
 def test_a_bounded_figure_that_is_missing_fails_closed(
     tmp_path: Path, tiny_model_dir: Path, ledger: Ledger, recorder: LocalRecorder, corpus: tuple[Path, str]
 ) -> None:
-    policy = policy_with(tmp_path, corpus[1], benchmark_max='{ "ttft_ms.p95@c8" = 2000, "error_rate" = 0 }')
-    result = run(stub_campaign(tmp_path, tiny_model_dir, corpus), recorder, tmp_path, policy)
+    # a figure the approved spec records, but this run cannot measure: one-token answers have no time per
+    # output token after the first (a bound on a figure no approved run records is refused at load)
+    policy = policy_with(tmp_path, corpus[1], benchmark_max='{ "tpot_ms.p95@c4" = 2000, "error_rate" = 0 }')
+    c = stub_campaign(tmp_path, tiny_model_dir, corpus, stub_args=("--tokens", "1"))
+    result = run(c, recorder, tmp_path, policy)
     assert result.gates[-1].status == "failed"
-    assert "ttft_ms.p95@c8: figure missing" in (result.gates[-1].reason or "")
+    assert "tpot_ms.p95@c4: figure missing" in (result.gates[-1].reason or "")
     # a gate.result that claims "passed" without the figure is not passed by the policy either (recorded
     # in a job of its own that still runs, so nothing but the figures can reject it; reviewed and accepted)
     bench = gate(ledger, "benchmark")
@@ -587,8 +590,13 @@ def test_a_policy_without_sequential_requests_needs_the_campaign_to_name_its_cou
     tmp_path: Path, tiny_model_dir: Path, corpus: tuple[Path, str]
 ) -> None:
     policy = policy_with(tmp_path, corpus[1])
-    text = policy.path.read_text()
-    policy.path.write_text(re.sub(r"(?m)^sequential_requests = .*\n", "", text))
+    text = re.sub(r"(?m)^sequential_requests = .*\n", "", policy.path.read_text())
+    policy.path.write_text(text)
+    # a policy whose text still names the param it dropped is refused at load (fix60); one that names it
+    # nowhere leaves the count to the campaign
+    with pytest.raises(PolicyError, match=r"params\.sequential_requests"):
+        load_policy(str(policy.path), policy.path.parent)
+    policy.path.write_text(text.replace("{params[sequential_requests]}", "the asked number of"))
     policy = load_policy(str(policy.path), policy.path.parent)
     assert "sequential_requests" not in policy.params
     path = stub_campaign(tmp_path, tiny_model_dir, corpus)
