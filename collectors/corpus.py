@@ -127,13 +127,15 @@ class TextPart(BaseModel):
 
 class ChatMessage(BaseModel):
     """A chat message as the engines accept it: a role of ``CHAT_ROLES``, its content a non-blank text or a
-    non-empty list of text parts; a tool message names the tool call it answers (``tool_call_id``), no other
-    message does; no other key."""
+    non-empty list of text parts; the OpenAI ``name`` of its author (a non-blank text: vLLM's request model
+    keeps it, llama-cpp-python's drops it); a tool message names the tool call it answers (``tool_call_id``),
+    no other message does; no other key."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     role: Literal["system", "user", "assistant", "tool"]
     content: CorpusText | Annotated[list[TextPart], Field(min_length=1)]
+    name: CorpusText | None = None
     tool_call_id: CorpusText | None = None
 
     @model_validator(mode="after")

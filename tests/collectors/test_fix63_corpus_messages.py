@@ -100,6 +100,8 @@ MALFORMED = [
     pytest.param(["hello"], "messages.0: Input should be a valid dictionary", id="message-not-object"),
     pytest.param([], "messages: List should have at least 1", id="messages-empty"),
     pytest.param([{"role": "system", "content": "be brief"}], "no user message", id="no-user-message"),
+    pytest.param([{**GOOD, "name": ""}], "messages.0.name: must not be empty", id="name-blank"),
+    pytest.param([{**GOOD, "name": 7}], "messages.0.name: Input should be a valid string", id="name-int"),
 ]
 
 
@@ -166,6 +168,12 @@ def test_empty_benchmark_prompt_is_refused(tmp_path: Path, prompt: Any, said: st
                 {"role": "user", "content": "So?"},
             ],
             id="tool-with-call-id",
+        ),
+        # audit 55 f8: the OpenAI `name` of a message's author — vLLM's request model keeps it,
+        # llama-cpp-python's drops it; both accept it
+        pytest.param(
+            [{"role": "system", "name": "ops", "content": "be brief"}, {**GOOD, "name": "alice"}],
+            id="openai-name-field",
         ),
     ],
 )
