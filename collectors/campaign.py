@@ -52,7 +52,7 @@ from ledger.collectors.benchmark import (
 from ledger.collectors.corpus import read_pinned_jsonl
 from ledger.collectors.gpu import scan_gpus
 from ledger.collectors.host import EnvInfo, engine_env, host_probe
-from ledger.collectors.launch import EngineRun, LaunchSpec, relevant_env
+from ledger.collectors.launch import EngineRun, LaunchSpec, launch_env, relevant_env
 from ledger.collectors.model import list_files as list_model_files
 from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
 from ledger.collectors.probe import (
@@ -659,37 +659,73 @@ def _name_option(kind: str, name: str) -> _NameOption | None:
     return None
 
 
-def _served_names(kind: str, argv: list[str], served: str) -> list[tuple[str, list[str] | None, _NameOption]]:
-    """Each served-name option of one attempt's ``argv`` (the campaign's command and the attempt's
-    extra_args, as launched) for an engine of ``kind``: the option as written, its values, each filled as
-    launched (``{served_name}`` is the campaign's own); the ``=`` form one value, the spaced form the next
-    item (every item up to the next option for vLLM's nargs="+"); None for an option given no value (an
-    item that starts with ``-`` is the next option, not a name)."""
-    values = {
-        "served_name": served,
-        "python": "{python}",
-        "model": "{model}",
-        "port": "{port}",
-        "host": "{host}",
-    }
+# a Python interpreter's own options that take the next item as their value (``python -W error -m …``)
+_PYTHON_VALUE_OPTIONS = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def _engine_start(argv: list[str]) -> int:
+    """Where the engine's own arguments begin in ``argv``: after the program, and when the program is a
+    Python interpreter (``{python}``, or a program named ``python…``) after its own options, its ``-m
+    MODULE`` / ``-c CODE`` or its script — the interpreter's ``-m`` is not llama-server's ``-m``."""
+    if not argv:
+        return 0
+    program = argv[0]
+    with contextlib.suppress(ConfigError):  # ${VAR} that is not set: the launch refuses it
+        program = _fill(program, _placeholders())
+    if program != "{python}" and not re.fullmatch(r"python[0-9.]*", os.path.basename(program)):
+        return 1
+    i = 1
+    while i < len(argv):
+        item = argv[i]
+        if item in ("-m", "-c"):
+            return i + 2
+        if item.startswith(("-m", "-c")) and not item.startswith("--"):
+            return i + 1  # -mllama_cpp.server
+        if not item.startswith("-") or item == "-":
+            return i + 1  # a script (or stdin)
+        i += 2 if item in _PYTHON_VALUE_OPTIONS else 1
+    return i
+
+
+def _option_values(
+    argv: list[str], option_of: Callable[[str], _NameOption | None], values: dict[str, str]
+) -> list[tuple[str, list[str] | None, _NameOption]]:
+    """Each option of one attempt's ``argv`` (the campaign's command and the attempt's extra_args, as
+    launched) that ``option_of`` knows, among the engine's own arguments (``_engine_start``): the option as
+    written, its values, each filled as launched from ``values``; the ``=`` form one value, the spaced
+    form the next item (every item up to the next option where the option takes several); None for an
+    option given no value (an item that starts with ``-`` is the next option, not a value). Repeated
+    options are each found."""
     found: list[tuple[str, list[str] | None, _NameOption]] = []
-    for i, part in enumerate(argv):
-        name, eq, value = part.partition("=")
-        option = _name_option(kind, name)
+    for i in range(_engine_start(argv), len(argv)):
+        name, eq, value = argv[i].partition("=")
+        option = option_of(name)
         if option is None:
             continue
         if eq:
             found.append((name, [_fill(value, values)] if value else None, option))
             continue
-        names: list[str] = []
+        given: list[str] = []
         for item in argv[i + 1 :]:
             if item.startswith("-"):
                 break
-            names.append(_fill(item, values))
+            given.append(_fill(item, values))
             if not option.many:
                 break
-        found.append((name, names or None, option))
+        found.append((name, given or None, option))
     return found
+
+
+def _placeholders(**filled: str) -> dict[str, str]:
+    """The placeholder values a check fills argv with: those named, the rest left as written."""
+    names = ("python", "model", "port", "host", "served_name")
+    return {name: filled.get(name, "{" + name + "}") for name in names}
+
+
+def _served_names(kind: str, argv: list[str], served: str) -> list[tuple[str, list[str] | None, _NameOption]]:
+    """Each served-name option of one attempt's ``argv`` for an engine of ``kind`` (``_option_values``;
+    ``{served_name}`` is the campaign's own)."""
+    return _option_values(argv, lambda name: _name_option(kind, name), _placeholders(served_name=served))
 
 
 def _env_names(kind: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -745,6 +781,141 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
                 )
 
 
+# The options that name the model file or folder an engine loads, in each engine's own spelling (checked
+# against the engines' parsers): llama-server ``-m`` / ``--model``; llama-cpp-python ``--model`` (argparse:
+# ``--mod``/``--mode`` are ambiguous with ``--model_alias``, so only the whole name is the option); vLLM
+# ``--model`` (every shorter prefix is ambiguous) and the positional model of ``vllm serve MODEL`` (which
+# overrides ``--model``) or of the api_server (which takes one and ignores it: vLLM then loads its default
+# model); SGLang ``--model-path`` / ``--model``. A kind the collector cannot read (generic) is held to the
+# common spellings and must load ``{model}``. Each value, as launched, must be the pinned [model] path.
+_MODEL_OPTIONS: dict[str, tuple[str, ...]] = {
+    "llamacpp": ("-m", "--model"),
+    "vllm": ("--model",),
+    "sglang": ("--model-path", "--model"),
+    "generic": ("-m", "--model", "--model-path"),
+}
+# Options that make the engine take its model from elsewhere than the path it is given (a download, a
+# config file that lists the models): what it loads is not known before launch, so never the pinned model.
+# (whole option, shortest prefix the engine's argparse takes for it; llama-server takes whole names only)
+_MODEL_ELSEWHERE: dict[str, tuple[tuple[str, str], ...]] = {
+    "llamacpp": (
+        *((o, o) for o in ("-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file")),
+        *((o, o) for o in ("-dr", "--docker-repo")),
+        ("--config_file", "--co"),  # llama-cpp-python: the config file's models replace --model
+        ("--hf_model_repo_id", "--hf_m"),  # llama-cpp-python: --model is then a file of a hub repo
+    ),
+    "vllm": (("--config", "--config"),),  # a YAML file of options: its ``model`` is not read here
+    "sglang": (),
+    "generic": (),
+}
+# the same, as the engine's environment gives them (the launch's whole environment: an inherited one counts)
+_MODEL_ELSEWHERE_ENV: dict[str, tuple[str, ...]] = {
+    "llamacpp": (
+        "CONFIG_FILE",
+        "LLAMA_ARG_MODEL_URL",
+        "LLAMA_ARG_HF_REPO",
+        "LLAMA_ARG_HF_FILE",
+        "LLAMA_ARG_DOCKER_REPO",
+        "HF_MODEL_REPO_ID",
+    ),
+}
+# llama-cpp-python's settings read these in any case; the other names are read as written
+_ANY_CASE_ENV = ("HF_MODEL_REPO_ID", "MODEL")
+# the model named through the campaign's own environment: llama-server's LLAMA_ARG_MODEL, llama-cpp-python's
+# MODEL (any case); the command's option wins over both, but one that names another file contradicts it
+_MODEL_ENV: dict[str, tuple[str, ...]] = {"llamacpp": ("LLAMA_ARG_MODEL", "MODEL")}
+
+
+def _env_key_is(key: str, name: str) -> bool:
+    return key.upper() == name if name in _ANY_CASE_ENV else key == name
+
+
+def _model_option(kind: str, name: str) -> _NameOption | None:
+    return _NameOption(many=False, commas=False) if name in _MODEL_OPTIONS[kind] else None
+
+
+def _elsewhere_option(kind: str, name: str) -> _NameOption | None:
+    for whole, shortest in _MODEL_ELSEWHERE[kind]:
+        if name.startswith(shortest) and whole.startswith(name):
+            return _NameOption(many=False, commas=False)
+    return None
+
+
+def _positional_model(kind: str, argv: list[str]) -> str | None:
+    """vLLM's positional model: the first engine argument (``vllm serve MODEL``: the one after ``serve``)
+    when it is no option."""
+    if kind != "vllm":
+        return None
+    start = _engine_start(argv)
+    rest = argv[start:]
+    if rest[:1] == ["serve"]:
+        rest = rest[1:]
+    return rest[0] if rest and not rest[0].startswith("-") else None
+
+
+def same_model(value: str, model: Path) -> bool:
+    """Whether the path an engine is given names the model at ``model``: both resolved (a relative
+    value from the directory the engine starts in, the collector's; symlinks followed), or one file."""
+    given = Path(value)
+    if not given.is_absolute():
+        given = Path.cwd() / given
+    if os.path.realpath(given) == os.path.realpath(model):
+        return True
+    try:
+        return os.path.samefile(given, model)
+    except OSError:
+        return False
+
+
+def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
+    """Refuse a campaign whose engine would load another model than the one it pins: the job hashes
+    [model] path and binds every launch to that pin, so the engine must load that path and nothing else.
+    For each attempt's argv as launched (command, then extra_args; ``=`` forms; every repetition, the
+    last of which the engine keeps), every model option of the engine's kind (``_MODEL_OPTIONS``; vLLM's
+    positional model too) must name the pinned path (``{model}``, or a path that resolves to it); an
+    option or variable that makes the engine fetch its model elsewhere (a hub repo, a URL, a config file)
+    is refused; a model variable of the campaign's environment must name it too. A command that names no
+    model at all is not refused here (the test stand-in engines take none): the engine's log shows what
+    it loaded."""
+    kind = spec.engine.kind
+    values = _placeholders(model=str(model))
+    for attempt in spec.engine.attempts:
+        where = f"campaign {p}: attempt {attempt.name!r}"
+        argv = [*spec.engine.command, *attempt.extra_args]
+        fix = f"write {_MODEL_OPTIONS[kind][-1]} {{model}}, the pinned [model] path ({model})"
+        for option, _, _ in _option_values(argv, lambda n: _elsewhere_option(kind, n), values):
+            raise ConfigError(
+                f"{where}: {option} makes the engine load its model from elsewhere than the pinned "
+                f"[model] path {model}: the job would pin one model and qualify what the engine fetched; "
+                f"leave {option} out and {fix}"
+            )
+        try:
+            engine_env = {k: expand(v) for k, v in {**spec.engine.env, **attempt.env}.items()}
+        except ConfigError:
+            engine_env = {}  # a variable that does not expand: the launch refuses it
+        for key in launch_env(engine_env):
+            if any(_env_key_is(key, n) for n in _MODEL_ELSEWHERE_ENV.get(kind, ())):
+                raise ConfigError(
+                    f"{where}: the engine's environment sets {key}, which makes it load its model from "
+                    f"elsewhere than the pinned [model] path {model}: unset it for the engine"
+                )
+        given = _option_values(argv, lambda n: _model_option(kind, n), values)
+        positional = _positional_model(kind, argv)
+        if positional is not None:
+            given.append(("the positional model", [_fill(positional, values)], _NameOption(False, False)))
+        for key, raw in engine_env.items():
+            if any(_env_key_is(key, n) for n in _MODEL_ENV.get(kind, ())):
+                given.append((f"the environment's {key}", [raw] if raw else None, _NameOption(False, False)))
+        for option, names, _ in given:
+            if names is None:
+                raise ConfigError(f"{where}: {option} is given no value; {fix}")
+            if not same_model(names[0], model):
+                raise ConfigError(
+                    f"{where}: the engine would load {names[0]!r} ({option}) while the pinned model is "
+                    f"{model} ([model] path): the job would pin one model and qualify another; {fix}"
+                )
+
+
 def load_campaign(path: Path) -> Campaign:
     """Read and validate a campaign file."""
     p = Path(path)
@@ -776,6 +947,7 @@ def load_campaign(path: Path) -> Campaign:
     model_path = Path(where)
     if not model_path.is_absolute():
         model_path = (p.parent / model_path).absolute()
+    _check_model(spec, p, model_path)
     python = expand(spec.engine.python) if spec.engine.python else None
     return Campaign(spec, p, str(hash_file(p).blake3), model_path, python)
 
@@ -1173,19 +1345,26 @@ class CampaignRunner:
             except ConfigError as e:
                 raise ConfigError(f"campaign {self.c.path}: gates.benchmark.api: {e.message}") from e
 
+    def _read_env(self, extra: Mapping[str, str]) -> EnvInfo:
+        """The engine's interpreter (its packages, ``pip freeze``) read under the environment an engine
+        given ``extra`` runs under: ``launch_env``, the merge the launch itself does."""
+        py = self.c.python
+        return engine_env(py, launch_env(extra)) if extra else engine_env(py)
+
     def _detect_engine_version(self) -> None:
-        """Read the engine's interpreter (its packages, ``pip freeze``) before the job starts: the version
-        found is the subject's ``backend_version`` and every launch's ``engine_version`` binding from the
-        job's first entry on. A campaign's ``backend_version`` is a claim: one that differs from the version
-        detected, or that nothing detected can confirm, is refused before anything is recorded. What the
-        interpreter said is recorded by the host gate (``env.snapshot``); an interpreter that is missing or
-        cannot be read fails there, as before."""
+        """Read the engine's interpreter (its packages, ``pip freeze``) before the job starts, under the
+        environment each attempt's engine runs under (this process's, then ``[engine] env``, then the
+        attempt's ``env``: a ``PYTHONPATH`` there decides which engine runs): the version found is the
+        subject's ``backend_version`` and every launch's ``engine_version`` binding from the job's first
+        entry on. Attempts whose environments give the interpreter different software (another engine
+        version, other packages) are refused before anything is recorded: one job qualifies one engine, and
+        its ``env.snapshot`` and bindings name it. A campaign's ``backend_version`` is a claim: one that
+        differs from the version detected, or that nothing detected can confirm, is refused before
+        anything is recorded. What the interpreter said is recorded by the host gate (``env.snapshot``); an
+        interpreter that is missing or cannot be read fails there, as before."""
         py = self.c.python
         if py is None or Path(py).is_file():
-            try:
-                self._env = engine_env(py)
-            except LedgerError as e:
-                self._env_error = e
+            self._read_attempts()
         found: dict[str, str] = {}
         if self._env is not None:
             packages = self._env.payload.get("packages") or {}
@@ -1214,6 +1393,54 @@ class CampaignRunner:
         self.engine_version = detected
         if detected is not None:
             self.subject["backend_version"] = detected
+
+    def _read_attempts(self) -> None:
+        """``_detect_engine_version``'s reading: each attempt's environment read once (attempts with the
+        same variables share a reading); ``_env`` is the first attempt's, every other must agree with it."""
+        readings: list[tuple[str, EnvInfo]] = []
+        by_env: dict[tuple[tuple[str, str], ...], EnvInfo] = {}
+        for attempt in self.c.spec.engine.attempts:
+            try:
+                extra = self._attempt_env(attempt)
+            except ConfigError:
+                continue  # a variable that does not expand: that attempt's launch refuses it
+            key = tuple(sorted(extra.items()))
+            if key not in by_env:
+                try:
+                    by_env[key] = self._read_env(extra)
+                except LedgerError as e:
+                    self._env_error = e
+                    return
+            readings.append((attempt.name, by_env[key]))
+        if not readings:
+            return
+        self._env = readings[0][1]
+        pkgs = BACKEND_PACKAGES.get(self.c.spec.engine.kind, ())
+
+        def software(env: EnvInfo) -> tuple[Any, ...]:
+            p = env.payload
+            executable = (p.get("details") or {}).get("executable")
+            return (p.get("python"), executable, p.get("packages"), env.freeze)
+
+        def engine(env: EnvInfo) -> str:
+            packages = env.payload.get("packages") or {}
+            return ", ".join(f"{k} {packages[k]}" for k in pkgs if packages.get(k)) or "no engine package"
+
+        first_name, first = readings[0]
+        for name, other in readings[1:]:
+            if software(other) == software(first):
+                continue
+            what = (
+                f"{engine(first)} for attempt {first_name!r}, {engine(other)} for attempt {name!r}"
+                if engine(other) != engine(first)
+                else f"attempts {first_name!r} and {name!r}: other packages or interpreter"
+            )
+            raise ConfigError(
+                f"{self.c.path}: the engine's interpreter {self.c.python or sys.executable} runs other "
+                f"software under the attempts' environments ({what}; [engine] env and each attempt's env "
+                "as the launch merges them): one job qualifies one engine; give the attempts the same "
+                "engine environment, or run them as separate campaigns"
+            )
 
     def _run(self) -> CampaignResult:
         self._preflight()
@@ -1354,8 +1581,10 @@ class CampaignRunner:
         else:
             if self._env_error is not None:
                 raise self._env_error
-            # read before the job started (``_detect_engine_version``), or now when the runner skipped that
-            env = self._env if self._env is not None else engine_env(py)
+            # read before the job started (``_detect_engine_version``), or now when the runner skipped that:
+            # either way under the environment the first attempt's engine runs under
+            first = self.c.spec.engine.attempts[0]
+            env = self._env if self._env is not None else self._read_env(self._attempt_env(first))
             freeze = self.work_dir / "pip-freeze.txt"
             freeze.parent.mkdir(parents=True, exist_ok=True)
             freeze.write_text(env.freeze, encoding="utf-8")
@@ -1476,7 +1705,9 @@ class CampaignRunner:
         e = self.c.spec.engine
         port = e.port or free_port(e.host)
         values = {
-            "python": self.c.python or "python3",
+            # the interpreter whose version was read (``engine_env``: this one where [engine] python is
+            # left out), not whichever ``python3`` the launch's PATH finds
+            "python": self.c.python or sys.executable,
             "model": str(self.c.model_path),
             "port": str(port),
             "host": e.host,

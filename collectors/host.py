@@ -133,9 +133,14 @@ class EnvInfo:
 
 
 def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None = None) -> EnvInfo:
-    """Versions of the engine packages and ``pip freeze`` of an interpreter (default: this one)."""
+    """Versions of the engine packages and ``pip freeze`` of an interpreter (default: this one), read
+    under ``env``: the whole environment the engine runs under (``launch.launch_env`` of the variables it
+    is given; default: this process's). A ``PYTHONPATH`` or ``PYTHONHOME`` there decides which packages the
+    interpreter imports, so the version read without it is not the version that runs; ``payload["env"]``
+    is the engine-relevant part of that environment."""
+    run_env = dict(os.environ if env is None else env)
     py = str(python or sys.executable)
-    if shutil.which(py) is None and not Path(py).is_file():
+    if shutil.which(py, path=run_env.get("PATH")) is None and not Path(py).is_file():
         raise CollectorError(f"interpreter not found: {py}")
     try:
         r = subprocess.run(
@@ -144,6 +149,7 @@ def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None =
             text=True,
             timeout=60,
             check=False,
+            env=run_env,
         )
         info = json.loads(r.stdout) if r.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError) as e:
@@ -152,14 +158,19 @@ def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None =
         raise CollectorError(f"cannot query interpreter {py}: {r.stderr.strip()[-300:]}")
     try:
         f = subprocess.run(
-            [py, "-m", "pip", "freeze", "--all"], capture_output=True, text=True, timeout=120, check=False
+            [py, "-m", "pip", "freeze", "--all"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=run_env,
         )
         freeze = f.stdout if f.returncode == 0 else ""
         freeze_note = None if f.returncode == 0 else f.stderr.strip()[-300:]
     except (OSError, subprocess.TimeoutExpired) as e:
         freeze, freeze_note = "", str(e)
     if not freeze:
-        freeze = _freeze_from_metadata(py)
+        freeze = _freeze_from_metadata(py, run_env)
     details: dict[str, Any] = {"executable": info["executable"]}
     if freeze_note:
         details["pip_freeze_note"] = scrub_text(freeze_note)
@@ -168,7 +179,7 @@ def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None =
             "interpreter": py,
             "python": info["python"],
             "packages": info["packages"],
-            "env": relevant_env(os.environ if env is None else env),
+            "env": relevant_env(run_env),
             "details": details,
         },
         # ``pkg @ git+https://user:token@host/...`` lines carry credentials
@@ -176,13 +187,15 @@ def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None =
     )
 
 
-def _freeze_from_metadata(py: str) -> str:
+def _freeze_from_metadata(py: str, env: Mapping[str, str]) -> str:
     script = (
         "import importlib.metadata as m\n"
         "print('\\n'.join(sorted({f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions()})))"
     )
     try:
-        r = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+        r = subprocess.run(
+            [py, "-c", script], capture_output=True, text=True, timeout=60, check=False, env=dict(env)
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return r.stdout

@@ -62,6 +62,7 @@ __all__ = [
     "EngineRun",
     "LaunchSpec",
     "group_alive",
+    "launch_env",
     "listening_sockets",
     "relevant_env",
     "socket_owners",
@@ -95,12 +96,23 @@ RELEVANT_ENV_PREFIXES = (
     "TRANSFORMERS_",
     "NVIDIA_",
 )
+# and these whole names: the libraries the engine loads, and which Python packages it imports (a
+# PYTHONPATH in front of the venv runs another engine version than the venv's)
+RELEVANT_ENV_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME")
 
 
 def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     """The engine-relevant variables of an environment (secrets redacted)."""
-    keep = {k: v for k, v in env.items() if k.startswith(RELEVANT_ENV_PREFIXES) or k == "LD_LIBRARY_PATH"}
+    keep = {k: v for k, v in env.items() if k.startswith(RELEVANT_ENV_PREFIXES) or k in RELEVANT_ENV_NAMES}
     return redact_env(keep)
+
+
+def launch_env(engine_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment an engine runs under: this process's, then the variables the engine is given
+    (a campaign's ``[engine] env``, then its attempt's). One merge for the launch and for every reading
+    of the engine's interpreter (its version, ``pip freeze``): a ``PYTHONPATH`` the engine runs with is
+    one its version is read with."""
+    return {**os.environ, **engine_env}
 
 
 @dataclass
@@ -347,7 +359,7 @@ class EngineRun:
     def start(self) -> None:
         """Start the command in a new session (its own process group); stdout/stderr go to files."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.spec.env, LAUNCH_MARK: self.launch_id}
+        env = {**launch_env(self.spec.env), LAUNCH_MARK: self.launch_id}
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.refuse_taken_port()
         self.started_at = now_utc()
@@ -765,7 +777,7 @@ class EngineRun:
 
     def redactor(self) -> Redactor:
         """Redacts what the engine was handed (its inherited environment too) and secret-shaped text."""
-        return Redactor.from_sources({**os.environ, **self.spec.env}, self.spec.command)
+        return Redactor.from_sources(launch_env(self.spec.env), self.spec.command)
 
     def log_files(self) -> list[tuple[str, Path, int]]:
         """(artifact name, path to store, redactions) of both logs, secrets redacted in a copy if needed."""

@@ -119,7 +119,7 @@ def test_llamacpp_alias_naming_the_served_name_loads(tmp_path: Path, extra: list
 
 def test_the_model_path_option_is_not_taken_for_model_alias(tmp_path: Path) -> None:
     # ``--model`` is the model path (an exact option, never a prefix of --model_alias)
-    c = load_campaign(_campaign(tmp_path, ["--model", "/elsewhere/other.gguf", "--model_alias", "tiny"]))
+    c = load_campaign(_campaign(tmp_path, ["--model", "{model}", "--model_alias", "tiny"]))
     assert c.spec.engine.kind == "llamacpp"
 
 
