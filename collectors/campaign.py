@@ -758,7 +758,10 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
         where = f"campaign {p}: attempt {attempt.name!r}"
         argv = [*spec.engine.command, *attempt.extra_args]
         given = _served_names(kind, argv, served)
-        for key, value in _env_names(kind, {**spec.engine.env, **attempt.env}):
+        # an alias option wins over the variable (llama-cpp-python reads MODEL_ALIAS only where no option
+        # sets it, llama-server its LLAMA_ARG_ALIAS likewise — audit 55 f2): the variables count only where
+        # the command gives none
+        for key, value in [] if given else _env_names(kind, {**spec.engine.env, **attempt.env}):
             how = _NameOption(many=False, commas=key == _LLAMA_SERVER_ALIAS_ENV)
             given.append((f"the environment's {key}", [value] if value else None, how))
         for option, names, how in given:

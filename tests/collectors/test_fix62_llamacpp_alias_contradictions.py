@@ -181,8 +181,24 @@ def test_llama_cpp_python_model_alias_is_one_name_commas_and_all(tmp_path: Path)
 def test_llamacpp_alias_in_the_environment_contradicting_served_name_is_refused(
     tmp_path: Path, env: dict[str, str] | None, attempt_env: dict[str, str] | None, named: str
 ) -> None:
-    msg = _refused(_campaign(tmp_path, ["--model_alias", "{served_name}"], env=env, attempt_env=attempt_env))
+    msg = _refused(_campaign(tmp_path, [], env=env, attempt_env=attempt_env))
     assert named in msg and "'other'" in msg and "'tiny'" in msg
+
+
+@pytest.mark.parametrize(
+    "option", [["--model_alias", "{served_name}"], ["--alias", "{served_name}"], ["--model_alias=tiny"]]
+)
+@pytest.mark.parametrize("variable", ["MODEL_ALIAS", "LLAMA_ARG_ALIAS", "model_alias"])
+def test_alias_option_wins_over_an_alias_variable_in_the_environment(
+    tmp_path: Path, option: list[str], variable: str
+) -> None:
+    """Audit 55 f2: `--model_alias {served_name}` with `MODEL_ALIAS=default` in the environment was refused,
+    though the engine serves the option's name (llama-cpp-python reads MODEL_ALIAS only where no option
+    sets it; llama-server's LLAMA_ARG_ALIAS likewise): the variable counts only where no option is given."""
+    assert load_campaign(_campaign(tmp_path, option, env={variable: "default"}))
+    # the option itself still must name served_name, whatever the environment says
+    wrong = [o.replace("{served_name}", "other").replace("=tiny", "=other") for o in option]
+    assert "'other'" in _refused(_campaign(tmp_path, wrong, env={variable: "tiny"}))
 
 
 def test_llamacpp_alias_environment_neighbours(tmp_path: Path) -> None:
