@@ -620,6 +620,71 @@ def manifest_conflict(spec_value: str, pin_value: str) -> str:
     return f"conflict: the job's spec binds {spec_value}, the newest model pin {pin_value}"
 
 
+JobKey = tuple[Any, str]  # a job: (its campaign, its job_id) — another campaign's job_id is another job
+
+
+@dataclass
+class _JobLog:
+    """Which terminal entry ends which job, read once from log order (``_job_log``): ``filter_evidence``
+    (``after-job-terminal``, ``killed-run``, the job windows, ``operator_stopped``), ``_derive`` (the job a
+    launch ran in, ``unmatched_job_ends``) and ``_unjudged_jobs`` read this one reading."""
+
+    # the job's first running entry not superseded (it started the job)
+    started: dict[JobKey, Evidence] = field(default_factory=dict)
+    # the terminal entry that ended the job: its first terminal entry logged after a running entry of it
+    # (a job ends once; a later terminal entry does not reopen it)
+    ended: dict[JobKey, Evidence] = field(default_factory=dict)
+    # the first terminal entry of the job that says killed or cancelled, wherever it is in the log: a job
+    # any terminal entry says was stopped was stopped, whatever another says (``killed-run``: it only ever
+    # withholds the credit of passing output)
+    stopped_by: dict[JobKey, Evidence] = field(default_factory=dict)
+    # terminal entries logged before any running entry of their job (a misspelled job_id, an end logged
+    # before its start): they end no run — which run they ended, and how, cannot be told
+    unmatched: list[Evidence] = field(default_factory=list)
+    # (job, running entry, the earlier end): a job started again after it ended
+    restarted: list[tuple[JobKey, Evidence, Evidence]] = field(default_factory=list)
+    # (job, running entry, its failed end), for each run a terminal entry ``failed`` closed
+    failed: list[tuple[JobKey, Evidence, Evidence]] = field(default_factory=list)
+    # the runs no terminal entry closed, by job: the running entry that opened each
+    open: dict[JobKey, Evidence] = field(default_factory=dict)
+
+
+def _job_key(j: Evidence) -> JobKey:
+    return (j.subject.get("campaign"), str(j.payload.get("job_id")))
+
+
+def _job_log(job_entries: Iterable[Evidence], superseded: Container[str]) -> _JobLog:
+    """Read the job entries in log order (seq), once. A running entry opens a run of its job (its campaign
+    and job_id); a terminal entry closes the open run — and ends the job, the first to do so — only where a
+    running entry of that job precedes it in the log. One logged before every running entry of its job is
+    unmatched (``_JobLog.unmatched``): it ends no run and withdraws no output logged after it. A job whose
+    running entry is superseded is withdrawn, its ends with it: they are not unmatched. Superseded entries
+    start and end nothing."""
+    out = _JobLog()
+    preceded: set[JobKey] = set()  # jobs a running entry (superseded or not) was logged for so far
+    for j in sorted(job_entries, key=lambda x: x.seq):
+        key, state = _job_key(j), j.payload.get("state")
+        if state == "running":
+            preceded.add(key)
+            if j.id in superseded:
+                continue
+            if key in out.ended and key not in out.open:
+                out.restarted.append((key, j, out.ended[key]))
+            out.started.setdefault(key, j)
+            out.open.setdefault(key, j)
+        elif state in TERMINAL_STATES and j.id not in superseded:
+            if state in _STOPPED:
+                out.stopped_by.setdefault(key, j)
+            if key not in preceded:
+                out.unmatched.append(j)
+                continue
+            out.ended.setdefault(key, j)
+            start = out.open.pop(key, None)
+            if start is not None and state == "failed":
+                out.failed.append((key, start, j))
+    return out
+
+
 def filter_evidence(
     snap: Snapshot,
     policy: LoadedPolicy,
@@ -725,31 +790,18 @@ def filter_evidence(
             for target in a.refs("reviews"):
                 reviews.setdefault(target, []).append(a)
     job_entries = {e.id: e for e in trusted if e.kind == "job"}
-    terminal: dict[str, Evidence] = {}
-    stopped_by: dict[str, Evidence] = {}
-    # the campaign each job_id's first running entry names: a terminal entry of another campaign under the
-    # same job_id ends some other job, not this one (``job_campaign``)
-    job_campaign: dict[str, Any] = {}
-    for j in sorted(job_entries.values(), key=lambda x: x.seq):
-        if j.payload.get("state") == "running" and j.id not in superseded_by:
-            job_campaign.setdefault(str(j.payload.get("job_id")), j.subject.get("campaign"))
-    for j in sorted(job_entries.values(), key=lambda x: x.seq):
-        jid = str(j.payload.get("job_id"))
-        if jid in job_campaign and j.subject.get("campaign") != job_campaign[jid]:
-            continue
-        if j.payload.get("state") in TERMINAL_STATES and j.id not in superseded_by:
-            # a job ends once: its first terminal entry in the log; a later one does not reopen it
-            terminal.setdefault(str(j.payload.get("job_id")), j)
-            if j.payload.get("state") in _STOPPED:
-                # a job any terminal entry says was killed or cancelled was stopped, whatever another says
-                # (`succeeded`, then `killed`: the records contradict each other, and a stop is not a pass)
-                stopped_by.setdefault(str(j.payload.get("job_id")), j)
+    # which terminal entry ends which job — (campaign, job_id): another campaign's entry under the same
+    # job_id ends some other job — read once from log order (``_job_log``): an end logged before every
+    # running entry of its job ends no run (``_unjudged_jobs`` and ``unmatched_job_ends`` name it)
+    jobs = _job_log(job_entries.values(), superseded_by)
+    terminal, stopped_by = jobs.ended, jobs.stopped_by
+    unmatched_ids = {u.id for u in jobs.unmatched}
     _derive(
         trusted,
         set(superseded_by),
         frozenset(acc.job_output_kinds),
         store,
-        terminal,
+        jobs,
         campaign=snap.subject.get("campaign"),
         params=params,
     )
@@ -758,14 +810,12 @@ def filter_evidence(
     ended_at = {t.id: (_job_end(t) if t.payload.get("ended_at") else None) for t in terminal.values()}
     output_kinds = frozenset(acc.job_output_kinds)
     # campaign → job_id → (start, end or None): when each job of the campaign ran, by its first running
-    # entry and its first terminal one (its ended_at, else when the log took it)
+    # entry and the terminal entry that ended it (its ended_at, else when the log took it)
     job_windows: dict[Any, dict[str, tuple[datetime, datetime | None]]] = {}
-    for j in sorted(job_entries.values(), key=lambda x: x.seq):
-        if j.payload.get("state") == "running" and j.id not in superseded_by:
-            jid = str(j.payload.get("job_id"))
-            term = terminal.get(jid)
-            until = (ended_at[term.id] or term.observed_time) if term is not None else None
-            job_windows.setdefault(j.subject.get("campaign"), {}).setdefault(jid, (j.observed_time, until))
+    for (job_of, jid), j in jobs.started.items():
+        term = terminal.get((job_of, jid))
+        until = (ended_at[term.id] or term.observed_time) if term is not None else None
+        job_windows.setdefault(job_of, {})[jid] = (j.observed_time, until)
     # The reference time decides which GPU resets count and which entries are stale, nothing else here:
     # [lo, hi] is the range of reference times for which both come out the same (``Filtered.window``).
     lo, hi = _EARLIEST, _LATEST
@@ -832,42 +882,53 @@ def filter_evidence(
             return None
         return next((j for j in named_jobs if j.subject.get("campaign") != e.subject.get("campaign")), None)
 
-    def job_ids_of(e: Evidence, named_jobs: list[Evidence]) -> list[str]:
+    def job_keys_of(e: Evidence, named_jobs: list[Evidence]) -> list[JobKey]:
         """The jobs ``e`` belongs to (``job_term_of``, ``operator_stopped``)."""
         # the one it names (ref job) and the one the log knows it ran in
-        job_ids = [str(j.payload.get("job_id")) for j in named_jobs]
+        keys = [_job_key(j) for j in named_jobs]
         derived_job = e.derived["job"]
-        if derived_job is not None and derived_job not in job_ids:
-            job_ids.append(derived_job)
+        campaign_of_e = e.subject.get("campaign")
+        if derived_job is not None and (campaign_of_e, derived_job) not in keys:
+            keys.append((campaign_of_e, derived_job))
         if e.kind in output_kinds and e.in_subject:
             # and the job of its campaign that ran when it says it was collected: output of a job that
             # was then killed stays that job's though it is logged late, in the next job (a spool
             # pushed later) — a claimed time only ever adds a job, so it can only take credit away
-            for jid, (start, end) in job_windows.get(e.subject.get("campaign"), {}).items():
+            for jid, (start, end) in job_windows.get(campaign_of_e, {}).items():
                 if (
-                    jid not in job_ids
+                    (campaign_of_e, jid) not in keys
                     and start <= e.collected_time
                     and (end is None or e.collected_time <= end)
                 ):
-                    job_ids.append(jid)
-        return job_ids
+                    keys.append((campaign_of_e, jid))
+        return keys
 
     def job_term_of(e: Evidence, named_jobs: list[Evidence]) -> Evidence | None:
         """The terminal entry that decides ``e``'s job (``after-job-terminal``, ``killed-run``): of the jobs
-        it belongs to (``job_ids_of``), one it was produced after the end of; else a killed or cancelled
-        one; else the first."""
-        ends = [terminal[j] for j in job_ids_of(e, named_jobs) if j in terminal]
+        it belongs to (``job_keys_of``) and the entries that ended them (``_job_log``: never one logged
+        before every running entry of its job), one it was produced after the end of; else a killed or
+        cancelled one; else the first."""
+        ends = [terminal[k] for k in job_keys_of(e, named_jobs) if k in terminal]
         if not ends:
             return None
         after = next((t for t in ends if _after_end(e, t, ended_at[t.id])), None)
         return after or next((t for t in ends if t.payload.get("state") in _STOPPED), ends[0])
 
+    def stop_of(e: Evidence, named_jobs: list[Evidence], job_term: Evidence | None) -> Evidence | None:
+        """The terminal entry that says ``e``'s job was killed or cancelled (``killed-run``): the one that
+        decides it (``job_term_of``), else any of a job it belongs to (``_JobLog.stopped_by``, an end
+        logged before the job's running entry included: it ends no run, but a passing record of a job
+        some entry says was stopped is not credited)."""
+        if job_term is not None and job_term.payload.get("state") in _STOPPED:
+            return job_term
+        return next((stopped_by[k] for k in job_keys_of(e, named_jobs) if k in stopped_by), None)
+
     # an engine launch the operator stopped (``operator_stopped``): judged by the ends of the jobs it
-    # belongs to, as ``killed-run`` finds them (``job_ids_of``), before any rule or [acceptance.against]
+    # belongs to, as ``killed-run`` finds them (``job_keys_of``), before any rule or [acceptance.against]
     # reads it
     for launch in trusted:
         if launch.kind == "engine.launch" and launch.derived_ is not None:
-            ends = [terminal.get(j) for j in job_ids_of(launch, named_jobs_of(launch))]
+            ends = [terminal.get(k) for k in job_keys_of(launch, named_jobs_of(launch))]
             launch.derived_["operator_stopped"] = _operator_stopped(launch, ends)
 
     def withdrawn(e: Evidence) -> bool:
@@ -993,23 +1054,29 @@ def filter_evidence(
                         credit_only=_after_end_withholds_only(e, job_term, job_end),
                     )
                     continue
-                stop = job_term if p.get("state") in _STOPPED else stopped_by.get(str(p.get("job_id")))
-                if stop is not None and e.kind in policy.passing and _passing(policy, e, params):
-                    sp = stop.payload
+            stop = stop_of(e, named_jobs, job_term)
+            if stop is not None and e.kind in policy.passing and _passing(policy, e, params):
+                sp = stop.payload
+                if stop.id in unmatched_ids:
                     also = (
-                        f" (its first terminal entry says {p.get('state')}; a later one, {stop.id[:16]}, "
-                        f"says {sp.get('state')})"
-                        if stop is not job_term
-                        else ""
+                        f" (entry {stop.id[:16]}, logged before every running entry of the job: it ends "
+                        "no run, but a job an entry says was stopped is not credited as passing)"
                     )
-                    reject(
-                        e,
-                        Rule.KILLED_RUN,
-                        f"from job {p.get('job_id')} that was {sp.get('state')} "
-                        f"(exit {sp.get('exit_code')}){also}: not credited as passing",
-                        stop.id,
+                elif job_term is not None and stop is not job_term and _job_key(stop) == _job_key(job_term):
+                    also = (
+                        f" (its first terminal entry says {job_term.payload.get('state')}; a later one, "
+                        f"{stop.id[:16]}, says {sp.get('state')})"
                     )
-                    continue
+                else:
+                    also = ""
+                reject(
+                    e,
+                    Rule.KILLED_RUN,
+                    f"from job {sp.get('job_id')} that was {sp.get('state')} "
+                    f"(exit {sp.get('exit_code')}){also}: not credited as passing",
+                    stop.id,
+                )
+                continue
         art = _artifact_problem(e, store, acc.artifacts, art_cache) if e.artifacts else None
         if art is not None:
             reject(e, *art)
@@ -1180,9 +1247,7 @@ def filter_evidence(
         and (t.id not in superseded_by or self_superseded(superseded_by[t.id], who(t.signer), who))
         for j in t.refs("job")
     }
-    unended, (lo, hi) = _unjudged_jobs(
-        job_entries, set(superseded_by), failed_results, campaign, ref, (lo, hi)
-    )
+    unended, (lo, hi) = _unjudged_jobs(jobs, failed_results, campaign, ref, (lo, hi))
     unended += _misspelled_reads(manifest_sources, trusted, manifest_keys_read(policy), bind_keys)
     return Filtered(
         accepted=accepted,
@@ -1199,15 +1264,15 @@ def filter_evidence(
 
 
 def _unjudged_jobs(
-    job_entries: Mapping[str, Evidence],
-    superseded: set[str],
+    jobs: _JobLog,
     failed_results: set[str],
     campaign: str | None,
     ref: datetime,
     window: tuple[datetime, datetime],
 ) -> tuple[list[dict[str, str]], tuple[datetime, datetime]]:
-    """The jobs of ``campaign`` whose run no gate judges, in log order (the trusted, not superseded job
-    entries), each as ``unjudged`` names it: ``entry`` (its running entry), ``kind`` ``job``, ``job_id``,
+    """The jobs of ``campaign`` whose run no gate judges, in log order, as the job log reads them
+    (``_job_log``: the one reading of which terminal entry ends which job), each as ``unjudged`` names it:
+    ``entry`` (its running entry; for an unmatched end, that entry), ``kind`` ``job``, ``job_id``,
     ``detail``. The verdict cannot be QUALIFIED beside them:
 
     * a job a running entry started and no terminal entry ended since (a job started again after its end is
@@ -1219,30 +1284,18 @@ def _unjudged_jobs(
       the running entries such results ref): the failure its end records — a collector that stopped mid-run,
       a failure entered by hand — is judged by no gate;
     * a job started again under its job_id after it ended: a job ends once (its first terminal entry), so
-      what a later run produced would be judged as output after that end.
+      what a later run produced would be judged as output after that end;
+    * a terminal entry logged before every running entry of its job (``_JobLog.unmatched``): it ends no run
+      and withdraws no output logged after it — which run it ended, and how, cannot be told.
 
     Only this campaign's job entries start or end its jobs: another campaign's under the same job_id ends
     some other job.
     """
     lo, hi = window
-    opened: dict[str, Evidence] = {}  # job_id → the running entry that opened it, in log order
-    failed: list[tuple[str, Evidence, Evidence]] = []  # (job_id, running entry, its failed end)
-    ended: dict[str, Evidence] = {}  # job_id → the terminal entry that ended it
-    restarted: list[tuple[str, Evidence, Evidence]] = []  # (job_id, running entry, the earlier end)
-    for j in sorted(job_entries.values(), key=lambda x: x.seq):
-        if j.id in superseded or j.subject.get("campaign") != campaign:
-            continue  # another campaign's entry under the same job_id neither starts nor ends this job
-        state, job_id = j.payload.get("state"), str(j.payload.get("job_id"))
-        if state == "running":
-            if job_id in ended and job_id not in opened:
-                restarted.append((job_id, j, ended[job_id]))
-            opened.setdefault(job_id, j)
-        elif state in TERMINAL_STATES:
-            start = opened.pop(job_id, None)
-            if start is not None:
-                ended.setdefault(job_id, j)
-            if start is not None and state == "failed" and start.id not in failed_results:
-                failed.append((job_id, start, j))
+    restarted = [(k[1], j, end) for k, j, end in jobs.restarted if k[0] == campaign]
+    failed = [(k[1], j, end) for k, j, end in jobs.failed if k[0] == campaign and j.id not in failed_results]
+    opened = {k[1]: j for k, j in jobs.open.items() if k[0] == campaign}
+    unmatched = [u for u in jobs.unmatched if u.subject.get("campaign") == campaign]
     out: list[dict[str, str]] = []
     for job_id, j, end in restarted:
         out.append(
@@ -1270,6 +1323,26 @@ def _unjudged_jobs(
                 + f" by entry {end.id[:16]}, and no failed gate.result refs it as its job: no gate "
                 "judges the failure its end records — if it says nothing about the engine, supersede the "
                 "job's running entry with the reason (the job is then withdrawn, its end with it)",
+            }
+        )
+    for u in unmatched:
+        job_id = str(u.payload.get("job_id"))
+        later = (campaign, job_id) in jobs.started
+        out.append(
+            {
+                "entry": u.id,
+                "kind": "job",
+                "gate": "",
+                "job_id": job_id,
+                "detail": f"job entry {u.id[:16]} (logged {_fmt(u.logged_time)}) says job {job_id} ended "
+                f"{u.payload.get('state')}, but no running entry of that job was logged before it"
+                + (
+                    " (its running entry is logged after its end)"
+                    if later
+                    else " (no running entry of the campaign names that job_id: a misspelled job_id?)"
+                )
+                + ": it ends no run, so which run it ended, and how, cannot be told — record the end "
+                "again after the job's running entry, or supersede this entry with the reason",
             }
         )
     for job_id, j in opened.items():
@@ -1763,7 +1836,7 @@ def _derive(
     superseded: set[str],
     output_kinds: frozenset[str],
     store: ArtifactStore,
-    terminal: Mapping[str, Evidence],
+    jobs: _JobLog,
     *,
     campaign: str | None = None,
     params: Mapping[str, Any] | None = None,
@@ -1780,8 +1853,9 @@ def _derive(
     * ``job`` — for kinds in ``output_kinds``, the ``job_id`` of the job of the same campaign it ran in,
       whether or not it says so: the latest one whose ``running`` entry precedes it in the log and whose
       terminal entry does not (two jobs of a campaign may overlap: one that ended before it was logged is
-      not the one it ran in); when every such job has ended, the latest to start (its output after the end
-      is then judged as such); None when no job of the campaign started before it.
+      not the one it ran in; a terminal entry logged before every running entry of its job ends nothing,
+      ``_job_log``); when every such job has ended, the latest to start (its output after the end is then
+      judged as such); None when no job of the campaign started before it.
     * ``failure_class`` — for an ``engine.launch`` with a ``failure_signature``, the class the signature
       table gives it; ``unknown`` for an id the table lacks (policies fail those closed).
     * ``log_failure_signature`` / ``log_failure_class`` — for an ``engine.launch``, the signature that
@@ -1837,9 +1911,10 @@ def _derive(
       not the one launched. False otherwise (no end recorded: the claim only ever takes credit away, so
       it is read as written).
     * ``unmatched_job_ends`` — for an ``engine.launch`` of the evaluated subject, the ``job_id`` of every
-      trusted, not superseded terminal job entry of its campaign that no ``running`` entry started (a
-      misspelled job_id): which run that entry ended, and whether it was killed, cannot be told, so the
-      policy cannot judge the campaign. Empty otherwise.
+      trusted, not superseded terminal job entry of its campaign logged before every ``running`` entry of
+      its job (``_JobLog.unmatched``: a misspelled job_id, or an end logged before its start): it ends no
+      run — which run it ended, and whether it was killed, cannot be told, so the policy cannot judge the
+      campaign. Empty otherwise.
     * ``newer_run`` — set by ``_mark_newer_runs`` once ``filter_evidence`` knows which results a rule
       withdraws.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
@@ -1857,32 +1932,25 @@ def _derive(
     starts: list[tuple[datetime, int]] = []
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     # campaign → its jobs with a running entry so far, in the order they started (a job_id once), and
-    # the ids of those whose terminal entry is logged
+    # those (campaign, job_id) whose terminal entry is logged after a running entry of theirs (``_job_log``:
+    # an end logged before every start of its job ends nothing)
     campaign_jobs: dict[str | None, dict[str, None]] = {}
-    ended_jobs: set[str] = set()
-    job_start: dict[str, datetime] = {}  # job_id → when its first running entry was observed
-    # campaign → the job_ids its terminal job entries end (to find those no running entry started)
-    campaign_ends: dict[str | None, set[str]] = {}
+    ended_jobs: set[JobKey] = set()
     subject_launches: list[Evidence] = []
     host_events = _host_gpu_events(trusted, superseded)
     n = 0
-    withdrawn_jobs: set[str] = set()  # job_ids a superseded running entry started: withdrawn, ends and all
     for e in trusted:  # in seq order
         kind = e.kind
         if kind == "job":
-            if e.id in superseded and e.payload.get("state") == "running":
-                withdrawn_jobs.add(str(e.payload.get("job_id")))
             if e.id not in superseded:
                 state, job_id = e.payload.get("state"), str(e.payload.get("job_id"))
+                in_campaign = campaign_jobs.setdefault(e.subject.get("campaign"), {})
                 if state == "running":
-                    jobs = campaign_jobs.setdefault(e.subject.get("campaign"), {})
-                    jobs.pop(job_id, None)  # started again: the latest start decides its place
-                    jobs[job_id] = None
-                    ended_jobs.discard(job_id)
-                    job_start.setdefault(job_id, e.observed_time)
-                elif state in TERMINAL_STATES:
-                    ended_jobs.add(job_id)
-                    campaign_ends.setdefault(e.subject.get("campaign"), set()).add(job_id)
+                    in_campaign.pop(job_id, None)  # started again: the latest start decides its place
+                    in_campaign[job_id] = None
+                    ended_jobs.discard(_job_key(e))
+                elif state in TERMINAL_STATES and job_id in in_campaign:
+                    ended_jobs.add(_job_key(e))
             continue
         derived: dict[str, Any] = {
             **NO_DERIVED,
@@ -1909,14 +1977,18 @@ def _derive(
                 [{**fact, "time": format_time(t) if t is not None else None} for t, fact in recorded]
             )
         if kind in output_kinds and e.in_subject:
-            in_campaign = campaign_jobs.get(e.subject.get("campaign"))
-            if in_campaign:  # the latest still running, else the latest to start
-                latest = next(reversed(in_campaign))
-                derived["job"] = next((j for j in reversed(in_campaign) if j not in ended_jobs), latest)
+            of = e.subject.get("campaign")
+            started_jobs = campaign_jobs.get(of)
+            if started_jobs:  # the latest still running, else the latest to start
+                latest = next(reversed(started_jobs))
+                derived["job"] = next(
+                    (j for j in reversed(started_jobs) if (of, j) not in ended_jobs), latest
+                )
         if kind == "engine.launch" and e.in_subject:
-            job = derived["job"]
-            run_from = job_start.get(job) if job is not None else None
-            run_to = _run_end(e, job, terminal)
+            job_key = (e.subject.get("campaign"), derived["job"]) if derived["job"] is not None else None
+            first = jobs.started.get(job_key) if job_key is not None else None
+            run_from = first.observed_time if first is not None else None
+            run_to = _run_end(e, jobs.ended.get(job_key) if job_key is not None else None)
             derived["gpu_events_during_run"] = host_events.during(e, run_from, run_to)
             details = e.payload.get("details")
             derived["gpu_events_during_run_named"] = _named_events(
@@ -1955,21 +2027,20 @@ def _derive(
                         ends[n] = parse_time(ended)
                 # the engine ran no longer than the job it ran in: a probe observed after that job ended
                 # (in a later job, with no launch of its own) answered no engine of this attempt
-                launch_job = derived["job"]
-                job_end = _job_end(terminal.get(launch_job) if launch_job is not None else None)
+                job_end = _job_end(jobs.ended.get(job_key) if job_key is not None else None)
                 if job_end is not None and (n not in ends or job_end < ends[n]):
                     ends[n] = job_end
                 subject_launches.append(e)
         e.set_derived(derived)  # a view built in an earlier round shows this round's facts
     for launch in subject_launches:
-        # a terminal entry of the launch's campaign for a job_id no running entry started (a misspelled
-        # job_id, a job entered by hand): which run it ended, and how, cannot be told
-        started = campaign_jobs.get(launch.subject.get("campaign"), {})
-        unmatched = sorted(
-            campaign_ends.get(launch.subject.get("campaign"), set()) - set(started) - withdrawn_jobs
-        )
+        # a terminal entry of the launch's campaign logged before every running entry of its job (a
+        # misspelled job_id, a job entered by hand, an end logged before its start): it ends no run —
+        # which run it ended, and how, cannot be told
+        of = launch.subject.get("campaign")
         assert launch.derived_ is not None
-        launch.derived_["unmatched_job_ends"] = unmatched
+        launch.derived_["unmatched_job_ends"] = sorted(
+            {str(u.payload.get("job_id")) for u in jobs.unmatched if u.subject.get("campaign") == of}
+        )
     _devices_not_on_probes(trusted, superseded, subject_launches)
     if not starts:
         return
@@ -2409,17 +2480,17 @@ def _job_end(end: Evidence | None) -> datetime | None:
     return t
 
 
-def _run_end(launch: Evidence, job: str | None, terminal: Mapping[str, Evidence]) -> datetime:
+def _run_end(launch: Evidence, job_end_entry: Evidence | None) -> datetime:
     """The latest a launch's engine may have run, as far as the log can know: the later of its own end
     (``ended_at``, never after the log took the launch; without one, its log time) and the end of the
-    job it ran in (that job's ``ended_at``, never after its end was logged) — a claimed end never narrows
-    the run below its job."""
+    job it ran in (``job_end_entry``, the terminal entry that ended it: its ``ended_at``, never after it was
+    logged) — a claimed end never narrows the run below its job."""
     own = launch.logged_time
     ended = launch.payload.get("ended_at")
     with contextlib.suppress(LedgerError, TypeError, ValueError):
         if isinstance(ended, str):
             own = min(parse_time(ended), own)
-    job_end = _job_end(terminal.get(job) if job is not None else None)
+    job_end = _job_end(job_end_entry)
     return own if job_end is None else max(own, job_end)
 
 

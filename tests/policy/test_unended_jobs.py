@@ -130,7 +130,9 @@ def test_an_end_under_a_misspelled_job_id_does_not_end_it(tmp_path: Path) -> Non
     es.append(_ended("second-end", "campaign-02", "killed", "2026-09-10T12:10:00Z"))
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == INCONCLUSIVE
-    assert [u["job_id"] for u in _unended(v)] == ["campaign-2"]
+    # the misspelled end ends no run (unmatched, listed with its own detail); campaign-2 is still open
+    assert sorted(u["job_id"] for u in _unended(v)) == ["campaign-02", "campaign-2"]
+    assert any("no running entry of that job was logged before it" in u["detail"] for u in _unended(v))
 
 
 def test_an_end_superseded_with_its_reason_opens_the_job_again(tmp_path: Path) -> None:
