@@ -11,7 +11,7 @@ import importlib.util
 import re
 import sys
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +31,7 @@ __all__ = [
     "free_names",
     "paths_read",
     "shared_context",
+    "template_attribute_fields",
     "template_paths",
 ]
 
@@ -126,30 +127,95 @@ _BINDING_MACROS = frozenset({"exists", "all", "exists_one", "map", "filter"})
 
 def free_names(source: str) -> frozenset[str] | None:
     """The variables ``source`` reads from its context: identifiers that are not a field (``.x``), a
-    function (``f(``), a keyword or a variable a macro binds (``list.exists(v, …)``). None when it cannot
-    be tokenised (then nothing is checked)."""
+    function (``f(``), a keyword or a variable a macro binds where the macro binds it (``list.exists(v, …)``:
+    inside that call's parentheses; ``v`` used outside them is read from the context). None when it cannot
+    be tokenised or a macro's parentheses do not close (then nothing is checked here; CEL refuses it)."""
     toks = _tokens(source)
     if toks is None:
         return None
+    scopes = _macro_scopes(toks)
+    if scopes is None:
+        return None
     n = len(toks)
-    bound = {
-        toks[i + 2]
-        for i in range(n - 3)
-        if toks[i] in _BINDING_MACROS
-        and i
-        and toks[i - 1] == "."
-        and toks[i + 1] == "("
-        and toks[i + 3] == ","
-    }
     return frozenset(
         t
         for i, t in enumerate(toks)
         if _is_name(t)
         and t not in _KEYWORDS
-        and t not in bound
+        and _binder(scopes, t, i) is None
         and (i == 0 or toks[i - 1] != ".")
         and (i + 1 >= n or toks[i + 1] != "(")
     )
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """Where a macro binds its variable: ``var`` at token ``at``, read as that variable in the tokens
+    ``start`` ..< ``end`` (after the binding's comma, up to the call's closing parenthesis); ``receiver`` is
+    the token before ``.macro`` and ``receiver_at`` its position."""
+
+    var: str
+    at: int
+    start: int
+    end: int
+    receiver: str
+    receiver_at: int
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _macro_scopes(toks: Sequence[str]) -> tuple[_Scope, ...] | None:
+    """Every binding macro call of ``toks`` (``recv.exists(v, …)``, ``all``, ``exists_one``, ``map``,
+    ``filter``) with the extent its variable is bound in: the call's own parentheses, found by matching
+    brackets in the token stream (string literals are single tokens). None when the brackets do not
+    match: then where a variable is bound cannot be told."""
+    n = len(toks)
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for i, t in enumerate(toks):
+        if t in _OPEN:
+            stack.append(i)
+        elif t in _CLOSE:
+            if not stack or _OPEN.index(toks[stack[-1]]) != _CLOSE.index(t):
+                return None
+            closing[stack.pop()] = i
+    if stack:
+        return None
+    out: list[_Scope] = []
+    for i, t in enumerate(toks):
+        if (
+            t in _BINDING_MACROS
+            and i > 0
+            and toks[i - 1] == "."
+            and i + 3 < n
+            and toks[i + 1] == "("
+            and _is_name(toks[i + 2])
+            and toks[i + 3] == ","
+        ):
+            receiver_at = i - 2
+            out.append(
+                _Scope(
+                    toks[i + 2],
+                    i + 2,
+                    i + 4,
+                    closing[i + 1],
+                    toks[receiver_at] if receiver_at >= 0 else "",
+                    receiver_at,
+                )
+            )
+    return tuple(out)
+
+
+def _binder(scopes: Sequence[_Scope], name: str, pos: int) -> _Scope | None:
+    """The innermost macro scope that binds ``name`` at token ``pos`` (the binding itself included), None
+    where ``name`` there is no macro's variable."""
+    best: _Scope | None = None
+    for s in scopes:
+        inside = pos == s.at or s.start <= pos < s.end
+        if s.var == name and inside and (best is None or s.start > best.start):
+            best = s
+    return best
 
 
 def compile_condition(source: str, where: str, names: frozenset[str] | None = None) -> Condition:
@@ -313,8 +379,7 @@ class Read:
     """One read of a variable's fields in a CEL expression or a message template: ``root`` is the
     variable (or, for an element a macro binds over a list, ``lists``' label for it), ``path`` the field
     names read from it in order (``e.derived.attempt`` → ("derived", "attempt")); ``how`` is "read", or
-    "has" (``has(e.payload.x)``) or "in" (``'x' in e.payload``: the last name is the key tested), or
-    "bound" (path empty: a macro rebinds the variable, ``x.all(e, …)``: what it reads cannot be told)."""
+    "has" (``has(e.payload.x)``) or "in" (``'x' in e.payload``: the last name is the key tested)."""
 
     root: str
     path: tuple[str, ...]
@@ -343,11 +408,14 @@ def paths_read(
     ``roots``: variable → the label its reads are reported under (``{"e": "e", "params": "params"}``).
     ``lists``: list variable → the label of its elements: a variable a macro called directly on the list
     binds (``evidence.exists(v, v.payload.ok)``) reads an element. A variable a macro binds over anything
-    else (``e.derived.gpu_events.all(f, …)``) is not a root there: a root it shadows is reported once,
-    ``how`` "bound", its reads not at all.
+    else (``e.derived.gpu_events.all(f, …)``) is not a root there. A macro binds its variable inside its
+    own parentheses only (``_macro_scopes``): a root it shadows (``x.all(e, e > 0)``) is that root again
+    outside them, and read there as any other (a variable reused in one macro switches off no check of the
+    rest of the expression); nested macros bind innermost first.
     A chain stops before a method call (``e.payload.text.contains(…)``: ("payload", "text")); a string
     index continues it (``e.payload['check']``); any other index ends it. Every occurrence of a root is
-    reported, even one used whole (empty path). None when the text cannot be tokenised.
+    reported, even one used whole (empty path). None when the text cannot be tokenised or its brackets do
+    not match (where a macro binds cannot be told: the caller refuses it).
     """
     return _paths_read(source, tuple(roots.items()), tuple((lists or {}).items()))
 
@@ -359,30 +427,27 @@ def _paths_read(
     raw = _tokens(source, keep_strings=True)
     if raw is None:
         return None
+    scopes = _macro_scopes(raw)
+    if scopes is None:
+        return None  # brackets that do not match: where a macro binds its variable cannot be told
     roots, lists = dict(root_items), dict(list_items)
     pad = 3  # tokens read around a position: padding instead of bounds checks
     toks = [""] * pad + raw + [""] * (pad + 1)
-    elements: dict[str, str] = {}
-    shadowed: set[str] = set()
-    binding: set[int] = set()  # token positions of macro variables where they are bound
-    for i in range(pad, pad + len(raw)):
-        if toks[i] in _BINDING_MACROS and toks[i - 1] == "." and toks[i + 1] == "(" and toks[i + 3] == ",":
-            var, receiver = toks[i + 2], toks[i - 2]
-            if not _is_name(var):
-                continue
-            binding.add(i + 2)
-            if receiver in lists and toks[i - 3] != ".":
-                elements[var] = lists[receiver]
-            else:
-                shadowed.add(var)
-    wanted = (set(roots) | set(elements)) - shadowed
-    # a root a macro rebinds to something else: its reads there cannot be told apart (reported whole)
-    out: list[Read] = [Read(roots[v], (), "bound") for v in sorted(shadowed) if v in roots]
+    binding = {s.at for s in scopes}  # token positions of macro variables where they are bound
+    out: list[Read] = []
     for i in range(pad, pad + len(raw)):
         t = toks[i]
-        if t not in wanted or i in binding or toks[i - 1] == "." or toks[i + 1] == "(":
+        if not _is_name(t) or i - pad in binding or toks[i - 1] == "." or toks[i + 1] == "(":
             continue
-        label = elements[t] if t in elements else roots[t]
+        scope = _binder(scopes, t, i - pad)
+        if scope is None:
+            label = roots.get(t)
+        elif scope.receiver in lists and (scope.receiver_at < 1 or raw[scope.receiver_at - 1] != "."):
+            label = lists[scope.receiver]  # an element of a list root: an entry
+        else:
+            label = None  # a macro's variable over anything else: not a root there (its reads are not)
+        if label is None:
+            continue
         path: list[str] = []
         j = i
         while True:
@@ -444,4 +509,27 @@ def template_paths(
         if label is None:
             continue
         out.append(Read(label, tuple(keys)))
+    return tuple(out)
+
+
+def template_attribute_fields(template: str) -> tuple[tuple[str, str], ...]:
+    """The placeholders of a message template that use attribute syntax (``{e.derived.attempt}``), each
+    with the key syntax that reads the same names (``{e[derived][attempt]}``). ``acceptance.render`` fills
+    a template from maps (``str.format``): an attribute of a map is never there, so such a placeholder
+    always prints ``?``."""
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:
+        return ()
+    out: list[tuple[str, str]] = []
+    for _literal, field_name, _spec, _conv in parsed:
+        if not field_name:
+            continue
+        m = _FIELD_NAME.fullmatch(field_name)
+        if m is None or not any(a for a, _k in _FIELD_PART.findall(m["rest"])):
+            continue
+        keys = "".join(f"[{a or k}]" for a, k in _FIELD_PART.findall(m["rest"]))
+        out.append((field_name, m["first"] + keys))
     return tuple(out)

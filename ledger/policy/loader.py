@@ -11,7 +11,14 @@ from typing import Any
 
 from ledger.errors import PolicyError
 from ledger.hashing import blake3_hex
-from ledger.policy.conditions import Condition, Read, compile_condition, paths_read, template_paths
+from ledger.policy.conditions import (
+    Condition,
+    Read,
+    compile_condition,
+    paths_read,
+    template_attribute_fields,
+    template_paths,
+)
 from ledger.policy.model import (
     AcceptanceSection,
     CelRule,
@@ -295,7 +302,9 @@ class _Text:
     """One CEL expression or message template of a policy, with what its variables hold: ``entries``,
     each variable that is one entry → the kinds it can be (None: not told here); ``evidence``, the kinds
     of the elements of the ``evidence`` list (``has_evidence``: its context has one). Every context holds
-    ``params``."""
+    ``params``. ``group``: the item it belongs to (a rule; a gate check; a gate's `require` or one of its
+    `requires`): a template of the item is filled only where the item's CEL held (or failed), so a param
+    that CEL reads behind its guard (``'x' in params``) is guarded for the item's templates too."""
 
     source: str
     where: Callable[[], str]  # its place, file:line (found only for a refusal)
@@ -303,6 +312,7 @@ class _Text:
     entries: Mapping[str, tuple[str, ...] | None]
     evidence: tuple[str, ...] | None = None
     has_evidence: bool = False
+    group: tuple[Any, ...] = ()
 
 
 def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
@@ -319,8 +329,8 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
 
     for i, rule in enumerate(spec.rules):
         ents = {"e": tuple(rule.kinds), "job": ("job",)}
-        add(rule.when, place("rules", i, "when"), entries=ents)
-        add(rule.detail, place("rules", i, "detail"), True, entries=ents)
+        add(rule.when, place("rules", i, "when"), entries=ents, group=("rules", i))
+        add(rule.detail, place("rules", i, "detail"), True, entries=ents, group=("rules", i))
         add(rule.against, place("rules", i, "against"), entries={"e": tuple(rule.kinds)})
         where = place("rules", i, "differences")
         for d in rule.differences:
@@ -339,12 +349,12 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
         kinds = tuple(gate.selected_kinds())
         lists: dict[str, Any] = {"entries": {}, "evidence": kinds, "has_evidence": True}
         add(gate.where, place("gates", i, "where"), entries={"e": kinds})
-        add(gate.require, place("gates", i, "require"), **lists)
-        add(gate.missing, place("gates", i, "missing"), True, **lists)
-        for r in gate.requires:
+        add(gate.require, place("gates", i, "require"), **lists, group=("gates", i, "require"))
+        add(gate.missing, place("gates", i, "missing"), True, **lists, group=("gates", i, "require"))
+        for k, r in enumerate(gate.requires):
             where = place("gates", i, "requires")
-            add(r.expr, where, **lists)
-            add(r.missing, where, True, **lists)
+            add(r.expr, where, **lists, group=("gates", i, "requires", k))
+            add(r.missing, where, True, **lists, group=("gates", i, "requires", k))
         for j, check in enumerate(gate.checks):
 
             def at(key: str, i: int = i, j: int = j) -> Callable[[], str]:
@@ -354,10 +364,11 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
 
                 return found
 
-            add(check.expr, at("expr"), **lists)
-            add(check.fail, at("fail"), True, **lists)
-            add(check.each, at("each"), entries={"e": kinds})
-            add(check.detail, at("detail"), True, entries={"e": kinds})
+            group = ("gates", i, "checks", j)
+            add(check.expr, at("expr"), **lists, group=group)
+            add(check.fail, at("fail"), True, **lists, group=group)
+            add(check.each, at("each"), entries={"e": kinds}, group=group)
+            add(check.detail, at("detail"), True, entries={"e": kinds}, group=group)
     if spec.routing is not None:
         for name, expr in spec.routing.host_fact.items():
             # a host's entries of several kinds (routing's choice): their payload names are not told here
@@ -369,11 +380,14 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
                     place("routing.checks", i, key),
                     key == "fail",
                     entries={},
+                    group=("routing.checks", i),
                 )
     return out
 
 
-def _read_problem(t: _Text, r: Read, params: frozenset[str], guarded: set[str]) -> str | None:
+def _read_problem(
+    t: _Text, r: Read, params: frozenset[str], guarded: set[str], subject_fields: tuple[str, ...]
+) -> str | None:
     """Why the read ``r`` of ``t`` names nothing its context can hold, or None."""
     if r.root == "params":
         if not r.path or r.path[0] in params or r.path[0] in guarded:
@@ -390,31 +404,66 @@ def _read_problem(t: _Text, r: Read, params: frozenset[str], guarded: set[str]) 
     kinds = t.evidence if r.root == "evidence[]" else t.entries.get(r.root)
     if not r.path:
         return None
-    return path_problem(r.path[0], r.path[1:], kinds)
+    return path_problem(r.path[0], r.path[1:], kinds, subject_fields=subject_fields)
+
+
+def _reads_of(t: _Text) -> tuple[Read, ...]:
+    """What ``t`` reads (``paths_read`` / ``template_paths``). A CEL text whose reads cannot be told
+    (brackets that do not match: where a macro binds cannot be told) is refused, never left unchecked."""
+    roots = {v: v for v in t.entries} | {"params": "params"}
+    lists = {"evidence": "evidence[]"} if t.has_evidence else {}
+    if t.template:
+        return template_paths(t.source, roots, lists)
+    reads = paths_read(t.source, roots, lists)
+    if reads is None:
+        compile_condition(t.source, t.where())  # its syntax error, where CEL finds one
+        raise PolicyError(
+            f"{t.where()}: CEL `{t.source}`: which names it reads cannot be told (its brackets do not match)"
+        )
+    return reads
+
+
+def _guards(reads: tuple[Read, ...]) -> set[str]:
+    """The params ``reads`` test before reading (``'x' in params``, ``has(params.x)``)."""
+    return {r.path[0] for r in reads if r.root == "params" and r.how != "read" and len(r.path) == 1}
 
 
 def _check_reads(spec: PolicyFile, text: str, filename: str, params: frozenset[str]) -> None:
     """Every name a policy's CEL and message templates read of an entry (``e.payload.<field>``,
     ``e.derived.<name>``, ``e.subject.<field>``; also ``has(…)`` and ``'x' in e.payload``) and of
     ``params`` is one that can be there (``model.path_problem``; ``params``: the keys the policy and its
-    acceptance policy set). A misspelled name would read as absent, or fail only where evaluation
-    reaches it: refused here, naming file, line and name."""
-    for t in _texts(spec, text, filename):
-        roots = {v: v for v in t.entries} | {"params": "params"}
-        lists = {"evidence": "evidence[]"} if t.has_evidence else {}
-        reads = template_paths(t.source, roots, lists) if t.template else paths_read(t.source, roots, lists)
-        if not reads:
-            continue
-        guarded = {r.path[0] for r in reads if r.root == "params" and r.how != "read" and len(r.path) == 1}
+    acceptance policy set, or one the text, or for a template its item's CEL, tests first; subject fields:
+    ``SUBJECT_FIELDS`` and the ones the policy declares, ``[policy] subject_fields``). A misspelled name
+    would read as absent, or fail only where evaluation reaches it: refused here, naming file, line and
+    name. A template placeholder in attribute syntax (``{e.derived.attempt}``) always prints ``?``
+    (templates are filled from maps): refused too, naming the key syntax that reads it."""
+    texts = _texts(spec, text, filename)
+    for t in texts:
+        if t.template and (attrs := template_attribute_fields(t.source)):
+            field_name, keyed = attrs[0]
+            raise PolicyError(
+                f"{t.where()}: template `{{{field_name}}}` uses attribute syntax, which a template never "
+                f"fills (it would print '?'): write {{{keyed}}}"
+            )
+    read = [(t, _reads_of(t)) for t in texts]
+    group_guards: dict[tuple[Any, ...], set[str]] = {}
+    for t, reads in read:
+        if t.group and not t.template:
+            group_guards.setdefault(t.group, set()).update(_guards(reads))
+    subject_fields = tuple(spec.policy.subject_fields)
+    for t, reads in read:
+        guarded = _guards(reads)
+        if t.template and t.group:
+            guarded |= group_guards.get(t.group, set())
         for r in reads:
-            problem = _read_problem(t, r, params, guarded)
+            problem = _read_problem(t, r, params, guarded, subject_fields)
             if problem is not None:
                 var = "e" if r.root == "evidence[]" else r.root
                 what = "template" if t.template else "CEL"
-                read = ".".join((var, *r.path))
+                shown = ".".join((var, *r.path))
                 if r.how == "in":  # the key it tests, in what it tests it in
-                    read = f"{r.path[-1]!r} in {'.'.join((var, *r.path[:-1]))}"
-                raise PolicyError(f"{t.where()}: {what} reads `{read}`: {problem}")
+                    shown = f"{r.path[-1]!r} in {'.'.join((var, *r.path[:-1]))}"
+                raise PolicyError(f"{t.where()}: {what} reads `{shown}`: {problem}")
 
 
 @lru_cache(maxsize=64)
@@ -455,17 +504,45 @@ def _check_classes(spec: PolicyFile, text: str, filename: str) -> None:
             )
 
 
-def _check_bounds(spec: PolicyFile, text: str, filename: str) -> None:
+def _check_bounds(
+    spec: PolicyFile, text: str, filename: str, acceptance_policy: LoadedPolicy | None = None
+) -> None:
     """A policy's benchmark bounds (``benchmark_max`` / ``benchmark_min``) name figures a run of its approved
     spec records (``ledger.policy.bounds``, the grammar the harness builds its figures with): a bound on a
     figure no approved run can produce — a level outside ``benchmark_concurrency``, a misspelt name — would
-    fail every engine as "figure missing"."""
-    from ledger.policy.bounds import bound_problems
+    fail every engine as "figure missing".
 
-    problems = bound_problems(spec.params)
-    if problems:
-        where = _where(filename, text, "params", None, problems[0][0])
-        raise PolicyError(f"{where}: " + "; ".join(f"params.{name}: {why}" for name, why in problems))
+    Checked on the params the policy runs with: its acceptance policy's with its own over them (as
+    ``LoadedPolicy.params`` merges them), so a bound the acceptance policy sets is checked against the levels
+    this policy approves. An acceptance policy loaded alone is checked against its own levels where it sets
+    both bounds and levels; bounds without levels are checked with each policy that uses it (they bound
+    nothing until one supplies the levels)."""
+    from ledger.policy.bounds import BOUND_PARAMS, LEVELS_PARAM, bound_problems
+
+    own = spec.params
+    if spec.policy.kind == "acceptance" and LEVELS_PARAM not in own:
+        return
+    base = acceptance_policy.params if acceptance_policy is not None else {}
+    problems = bound_problems({**base, **own})
+    if not problems:
+        return
+    acc_text = acceptance_policy.data.decode("utf-8") if acceptance_policy is not None else ""
+
+    def origin(name: str) -> str:
+        if name in own or acceptance_policy is None:
+            return ""
+        line = key_line(acc_text, "params", None, name)
+        at = f"{acceptance_policy.path}:{line}" if line else str(acceptance_policy.path)
+        levels = "this policy's" if LEVELS_PARAM in own else "the"
+        return (
+            f" (set by acceptance policy {acceptance_policy.name!r}, {at}; checked against {levels} "
+            f"{LEVELS_PARAM})"
+        )
+
+    name = problems[0][0]
+    anchor = name if name in own else next((p for p in (LEVELS_PARAM, *BOUND_PARAMS) if p in own), None)
+    where = _where(filename, text, "params", None, anchor) if anchor else filename
+    raise PolicyError(f"{where}: " + "; ".join(f"params.{n}{origin(n)}: {why}" for n, why in problems))
 
 
 def _check_gates(
@@ -561,7 +638,7 @@ def load_policy(
     if spec.policy.kind == "routing" and spec.routing is None:
         raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
     _check_classes(spec, text, filename)
-    _check_bounds(spec, text, filename)
+    _check_bounds(spec, text, filename, acceptance_policy)
     gates = _qualification_gates(spec, path, _seen)
     _check_gates(spec, text, filename, gates)
     if acceptance_policy is not None:

@@ -16,11 +16,12 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from ledger.entries import KIND_MODELS
+from ledger.entries import _SUBJECT_KEY, KIND_MODELS
 from ledger.errors import PolicyError, more_problems
 from ledger.listing import SUBJECT_FIELDS
 from ledger.signatures import UNKNOWN_CLASS, FailureClass
@@ -156,15 +157,18 @@ DERIVED_FIELDS: dict[str, Any] = {
 }
 
 
-def _close(name: str, known: Sequence[str]) -> str:
+def _close(name: str, known: Sequence[str], cutoff: float = 0.6) -> str:
     from difflib import get_close_matches
 
-    near = get_close_matches(name, known, n=1)
+    near = get_close_matches(name, known, n=1, cutoff=cutoff)
     return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 # The top-level names of an entry as a policy's CEL sees it (``snapshot.Evidence.view``; a test keeps the two
 # equal): ``e.paylod.x`` or ``e.colected_at`` names nothing, and is refused at load like a misspelled field.
+# how close to a known subject field a declared one may not be (``campain``, ``hosts``; not ``region``)
+_NEAR_SUBJECT = 0.85
+
 ENTRY_VIEW_FIELDS = (
     "id",
     "seq",
@@ -182,15 +186,18 @@ ENTRY_VIEW_FIELDS = (
 )
 
 
-def path_problem(head: str, rest: Sequence[str], kinds: Sequence[str] | None) -> str | None:
+def path_problem(
+    head: str, rest: Sequence[str], kinds: Sequence[str] | None, *, subject_fields: Sequence[str] = ()
+) -> str | None:
     """Why an entry's ``<head>.<rest…>`` names nothing there (a misspelling: it would read as absent,
     match nothing, or fail only when evaluation reaches it), or None: ``payload.<field>`` a field of a
     payload model of ``kinds`` (None: the kinds cannot be told; then payload names are not checked) —
     its first name only: no payload model types the fields of a nested object (dicts, lists, ``Any``);
     ``derived.<name>`` one of ``DERIVED_FIELDS``; ``subject.<field>`` one of
-    ``ledger.listing.SUBJECT_FIELDS``. Read behind a guard (``has(e.payload.x)``, ``'x' in e.payload``) a
-    name that can never be there is as misspelled. ``head`` itself must be a name an entry has
-    (``ENTRY_VIEW_FIELDS``)."""
+    ``ledger.listing.SUBJECT_FIELDS`` or of ``subject_fields``, the further ones the policy declares
+    (``[policy] subject_fields``, ``PolicyHeader``). Read behind a guard (``has(e.payload.x)``,
+    ``'x' in e.payload``) a name that can never be there is as misspelled. ``head`` itself must be a name
+    an entry has (``ENTRY_VIEW_FIELDS``)."""
     if head not in ENTRY_VIEW_FIELDS:
         names = ", ".join(ENTRY_VIEW_FIELDS)
         return f"an entry has no field {head!r}{_close(head, ENTRY_VIEW_FIELDS)}; known: {names}"
@@ -205,8 +212,15 @@ def path_problem(head: str, rest: Sequence[str], kinds: Sequence[str] | None) ->
             )
         return None
     if head == "subject":
-        if name not in SUBJECT_FIELDS:
-            return f"no such subject field{_close(name, SUBJECT_FIELDS)}; known: {', '.join(SUBJECT_FIELDS)}"
+        if name not in SUBJECT_FIELDS and name not in subject_fields:
+            subjects = (*SUBJECT_FIELDS, *subject_fields)
+            declared = f" (declared: {', '.join(subject_fields)})" if subject_fields else ""
+            return (
+                f"no such subject field{_close(name, subjects)}; "
+                f"known: {', '.join(SUBJECT_FIELDS)}{declared} "
+                "(a policy reading a further field the ledger records declares it: "
+                f'[policy] subject_fields = ["{name}"])'
+            )
         return None
     if head != "payload" or kinds is None:
         return None
@@ -244,6 +258,30 @@ class PolicyHeader(_Model):
     version: int = 1
     description: str = ""
     acceptance: Name | None = None  # the evidence-acceptance policy a qualification/routing policy uses
+    # subject fields outside ``SUBJECT_FIELDS`` the policy reads (``-s region=…``: the ledger records a field
+    # it does not know, with a warning): each a name an entry's subject may hold (``entries._SUBJECT_KEY``),
+    # neither a known field nor a near-spelling of one (a declared ``campain`` would let a misspelling in)
+    subject_fields: list[str] = Field(default_factory=list)
+
+    @field_validator("subject_fields")
+    @classmethod
+    def _subject_fields(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _SUBJECT_KEY.fullmatch(name):
+                raise ValueError(f"subject field {name!r} must match {_SUBJECT_KEY.pattern}")
+            if name in SUBJECT_FIELDS:
+                raise ValueError(
+                    f"subject field {name!r} is known already (SUBJECT_FIELDS): declare only others"
+                )
+            near = _close(name, SUBJECT_FIELDS, cutoff=_NEAR_SUBJECT)
+            if near:
+                raise ValueError(
+                    f"subject field {name!r} is a near-spelling of a known one{near}: a declared misspelling "
+                    "would read as absent; declare only fields the ledger records under another name"
+                )
+            if v.count(name) > 1:
+                raise ValueError(f"subject field {name!r} is declared twice")
+        return v
 
 
 class SignerRule(_Model):
@@ -393,13 +431,15 @@ class Gate(_Model):
     checks: list[Check] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _selection(self) -> Gate:
+    def _selection(self, info: ValidationInfo) -> Gate:
         if bool(self.kinds) == bool(self.select):
             raise ValueError("a gate selects its evidence with exactly one of `kinds` or `select`")
+        # the policy's declared subject fields (``parse_policy_text`` passes them as validation context)
+        declared = (info.context or {}).get("subject_fields", ())
         for sel in self.select:
             if not isinstance(sel.get("kind"), str):
                 raise ValueError("every `select` item names a `kind`")
-            _check_select(sel, self.name)
+            _check_select(sel, self.name, declared)
         ids = [c.id for c in self.checks if c.id is not None]
         if len(ids) != len(set(ids)):
             raise ValueError(f"check ids of a gate are unique: {sorted(i for i in ids if ids.count(i) > 1)}")
@@ -409,11 +449,12 @@ class Gate(_Model):
         return list(self.kinds) if self.kinds else [str(s["kind"]) for s in self.select]
 
 
-def _check_select(sel: dict[str, Any], gate: str = "") -> None:
+def _check_select(sel: dict[str, Any], gate: str = "", subject_fields: Sequence[str] = ()) -> None:
     """A `select` item's fields are ones selection reads (a misspelled one matches no entry, and the gate
     would judge no evidence): its kind a known kind, ``payload.<field>`` a field of that kind's payload,
     ``derived.<name>`` a derived fact (``DERIVED_FIELDS``), ``subject.<field>`` a subject field
-    (``SUBJECT_FIELDS``), and its value one that field can hold (``_check_select_value``)."""
+    (``SUBJECT_FIELDS``, or one of the policy's declared ``subject_fields``), and its value one that field
+    can hold (``_check_select_value``)."""
     kind = _kind(str(sel["kind"]))
     models = [m for (k, _), m in KIND_MODELS.items() if k == kind]
     for key, want in sel.items():
@@ -421,7 +462,7 @@ def _check_select(sel: dict[str, Any], gate: str = "") -> None:
         if key in SELECT_WHOLE:
             continue
         if head in SELECT_PATHS and dot and rest:
-            problem = path_problem(head, rest.split("."), [kind])
+            problem = path_problem(head, rest.split("."), [kind], subject_fields=subject_fields)
             if problem is not None:
                 raise ValueError(f"gate {gate!r}: select field {key!r}: {problem}")
             path = rest.split(".")
@@ -634,6 +675,16 @@ def key_line(text: str, table: str, index: int | None, key: str) -> int | None:
     return locate(text, tuple(parts))
 
 
+def _declared_subject_fields(data: Any) -> tuple[str, ...]:
+    """``[policy] subject_fields`` as written, for checking the gates' `select` (the header's own validator
+    refuses a declaration that is not a list of valid names; then this is empty)."""
+    header = data.get("policy") if isinstance(data, dict) else None
+    declared = header.get("subject_fields") if isinstance(header, dict) else None
+    if not isinstance(declared, list) or not all(isinstance(n, str) for n in declared):
+        return ()
+    return tuple(declared)
+
+
 def parse_policy_text(text: str, filename: str) -> PolicyFile:
     """Parse and validate a policy file's text; errors name the file and, where possible, the line."""
     try:
@@ -643,7 +694,7 @@ def parse_policy_text(text: str, filename: str) -> PolicyFile:
         where = f"{filename}:{m.group(1)}:{m.group(2)}" if m else filename
         raise PolicyError(f"{where}: TOML syntax error: {str(e).split(' (at line')[0]}") from e
     try:
-        return PolicyFile.model_validate(data)
+        return PolicyFile.model_validate(data, context={"subject_fields": _declared_subject_fields(data)})
     except ValidationError as e:
         err = e.errors()[0]
         loc = tuple(err["loc"])
