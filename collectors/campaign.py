@@ -37,6 +37,8 @@ from pydantic import (
 )
 
 from ledger.collectors.benchmark import (
+    BEFORE_THE_CUT,
+    LEASE_EXPIRED,
     NO_AGGREGATE,
     BenchmarkResult,
     BenchmarkSpec,
@@ -1020,6 +1022,9 @@ class GateOutcome:
     reason: str | None = None
     evidence: list[str] = field(default_factory=list)
     entry_id: str | None = None
+    # a harness run its own lease cut, with nothing the engine failed before the cut: the policy's
+    # harness-lease-expired judges it INCONCLUSIVE, and so does the collector's own hint
+    undecided: bool = False
 
 
 @dataclass
@@ -1048,7 +1053,7 @@ class CampaignResult:
             return "INCONCLUSIVE"
         for g in self.gates:
             if g.status == "failed":
-                return self.verdict_words.get(g.gate, "INCONCLUSIVE")
+                return "INCONCLUSIVE" if g.undecided else self.verdict_words.get(g.gate, "INCONCLUSIVE")
         ran = {g.gate: g.status for g in self.gates}
         if self.verdict_words and all(ran.get(name) == "passed" for name in self.verdict_words):
             return "QUALIFIED"
@@ -1922,6 +1927,9 @@ class CampaignRunner:
         ]
         eid = self._record("gate.result", payload, artifacts=arts)
         out = GateOutcome(name, payload["status"], payload.get("reason"), list(payload["evidence"]), eid)
+        out.undecided = (payload.get("bounds") or {}).get(
+            "outcome"
+        ) == LEASE_EXPIRED and BEFORE_THE_CUT not in (payload.get("reason") or "")
         self.result.gates.append(out)
         self.log(step_line(payload["order"], name, payload["status"], out.reason))
         return out
