@@ -18,6 +18,7 @@ from ledger.answers import structured_answer_problem
 from ledger.entries import KIND_MODELS, REF_REQUIRED, parse_time
 from ledger.errors import EntryNotFoundError, IntegrityError, SignatureError
 from ledger.keyring import Keyring
+from ledger.policy.model import ENTRY_VIEW_FIELDS
 from ledger.signing import PublicKey, pae
 
 if TYPE_CHECKING:
@@ -653,23 +654,7 @@ def _frozen(v: Any, depth: int = 0) -> tuple[Any, ...] | None:
     return None
 
 
-_VIEW_FIELDS = frozenset(
-    {
-        "id",
-        "seq",
-        "kind",
-        "subject",
-        "payload",
-        "refs",
-        "signer",
-        "roles",
-        "collected_at",
-        "logged_at",
-        "artifacts",
-        "in_subject",
-        "derived",
-    }
-)
+_VIEW_FIELDS = frozenset(ENTRY_VIEW_FIELDS)  # the one list, ledger.policy.model
 _SIMPLE = {
     "id": "id",
     "seq": "seq",
