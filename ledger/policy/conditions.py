@@ -165,12 +165,8 @@ class _Scope:
 _OPEN, _CLOSE = "([{", ")]}"
 
 
-def _macro_scopes(toks: Sequence[str]) -> tuple[_Scope, ...] | None:
-    """Every binding macro call of ``toks`` (``recv.exists(v, …)``, ``all``, ``exists_one``, ``map``,
-    ``filter``) with the extent its variable is bound in: the call's own parentheses, found by matching
-    brackets in the token stream (string literals are single tokens). None when the brackets do not
-    match: then where a variable is bound cannot be told."""
-    n = len(toks)
+def _closing(toks: Sequence[str]) -> dict[int, int] | None:
+    """Each opening bracket's position → its closing bracket's; None when the brackets do not match."""
     closing: dict[int, int] = {}
     stack: list[int] = []
     for i, t in enumerate(toks):
@@ -180,7 +176,17 @@ def _macro_scopes(toks: Sequence[str]) -> tuple[_Scope, ...] | None:
             if not stack or _OPEN.index(toks[stack[-1]]) != _CLOSE.index(t):
                 return None
             closing[stack.pop()] = i
-    if stack:
+    return None if stack else closing
+
+
+def _macro_scopes(toks: Sequence[str]) -> tuple[_Scope, ...] | None:
+    """Every binding macro call of ``toks`` (``recv.exists(v, …)``, ``all``, ``exists_one``, ``map``,
+    ``filter``) with the extent its variable is bound in: the call's own parentheses, found by matching
+    brackets in the token stream (string literals are single tokens). None when the brackets do not
+    match: then where a variable is bound cannot be told."""
+    n = len(toks)
+    closing = _closing(toks)
+    if closing is None:
         return None
     out: list[_Scope] = []
     for i, t in enumerate(toks):
@@ -398,6 +404,169 @@ def _string_value(tok: str) -> str | None:
 _KEY_TEST_EDGES = frozenset({"", "(", ")", "&", "|", "?", ":", ",", "!"})
 
 
+@dataclass(frozen=True)
+class _Entries:
+    """A macro's variable that is an element of a list root (``label``: ``lists``' label for it), or the
+    value at ``prefix`` in one (``evidence.map(x, x.payload).exists(p, …)``: ``p`` is an ``x.payload``)."""
+
+    label: str
+    prefix: tuple[str, ...] = ()
+
+
+# what else a macro's variable may range over (None: values that are no entries, ``e.payload.files``):
+_COMPUTED = (
+    "<computed>"  # values a ``map`` computed from entries (``x.derived.attempt + 1``): read whole only
+)
+_UNTOLD = "<untold>"  # a receiver that may hold entries but whose elements cannot be told (``[evidence][0]``)
+_Over = _Entries | str | None
+_MAPPING_MACROS = ("filter", "map")
+
+
+class _Elements:
+    """What each macro's variable in one expression ranges over, from its receiver (``recv.exists(v, …)``):
+    a list root (its elements: entries); ``R.filter(x, …)`` (the elements of ``R``, however deep the
+    chain); ``R.map(x, x.path)`` over entries (the value at that path of each: checked as such) or any other
+    ``R.map(x, …)`` over entries (computed values, ``_COMPUTED``); a field path (``e.payload.events``,
+    ``params.xs``: no entries); anything else that mentions entries — a list root, an entry variable, a
+    variable over entries — cannot be told (``_UNTOLD``: its variable's reads are refused, never skipped).
+    ``params`` (the label of the policy's settings) holds no entries."""
+
+    def __init__(
+        self,
+        raw: Sequence[str],
+        scopes: Sequence[_Scope],
+        closing: Mapping[int, int],
+        roots: Mapping[str, str],
+        lists: Mapping[str, str],
+    ) -> None:
+        self.raw, self.scopes, self.roots, self.lists = raw, scopes, roots, lists
+        self.opening = {c: o for o, c in closing.items()}
+        self.by_at = {s.at: s for s in scopes}
+        self.memo: dict[int, _Over] = {}
+
+    def of(self, s: _Scope) -> _Over:
+        """What ``s``'s variable ranges over."""
+        if s.at not in self.memo:
+            self.memo[s.at] = _UNTOLD  # (a receiver precedes its macro: no cycle; this only guards)
+            self.memo[s.at] = self._receiver(s.receiver_at)
+        return self.memo[s.at]
+
+    def _var(self, name: str, pos: int) -> _Over:
+        """What the variable ``name`` at ``pos`` holds, for a receiver: a list root (as ``_Entries`` of its
+        label), a macro's variable (what that ranges over), or None (a root, ``params``: no list of
+        entries itself)."""
+        scope = _binder(self.scopes, name, pos)
+        if scope is not None:
+            return self.of(scope)
+        label = self.lists.get(name)
+        return None if label is None else _Entries(label)
+
+    def _receiver(self, end: int) -> _Over:
+        raw = self.raw
+        if end < 0:
+            return None  # ``.exists(`` with nothing before it: CEL refuses the syntax
+        start = self._chain_start(end)
+        if start == end and _is_name(raw[end]) and raw[end] not in _KEYWORDS:
+            if _binder(self.scopes, raw[end], end) is None:
+                return self._var(raw[end], end)  # a list root: its entries; any other root: none
+            held = self._var(raw[end], end)  # a macro's variable used as a list
+            return None if held is None or isinstance(held, _Entries) else _UNTOLD
+        if raw[end] == ")":
+            j = self.opening[end]
+            s = self.by_at.get(j + 1)
+            if s is not None and s.receiver_at == j - 3 and raw[j - 1] in _MAPPING_MACROS:
+                over = self.of(s)
+                if raw[j - 1] == "filter" or not isinstance(over, _Entries):
+                    return over  # a filter keeps its receiver's elements
+                return self._mapped(s, over)
+        if self._path_end(start) == end:
+            held = self._var(raw[start], start)
+            # a field of a root or of an entry holds no entries; of a computed value it may
+            return _UNTOLD if held in (_COMPUTED, _UNTOLD) else None
+        # anything else (``[evidence][0]``, ``(cond ? evidence : [])``, ``[e]``): untold where it mentions
+        # a list root, or an entry (a root but ``params``, a variable over entries) used whole — a field of
+        # one (``[e.payload.n]``, ``e.payload.text.split(',')``) is no entry
+        for k in range(start, end + 1):
+            t = raw[k]
+            if not _is_name(t) or t in _KEYWORDS or (k > 0 and raw[k - 1] == "."):
+                continue
+            after = raw[k + 1] if k + 1 < len(raw) else ""
+            if after == "(":
+                continue  # a function's name
+            if _binder(self.scopes, t, k) is not None:
+                entry = self._var(t, k) is not None
+            else:
+                entry = t in self.lists or self.roots.get(t, "params") != "params"
+            if entry and (after != "." or t in self.lists):
+                return _UNTOLD
+        return None
+
+    def _mapped(self, s: _Scope, over: _Entries) -> _Over:
+        """The elements of ``R.map(x, [pred,] t)`` whose ``x`` is ``over``: the value at a path ``t`` of
+        ``x`` (``x``, ``x.payload``), else values computed from entries."""
+        raw, depth, arg = self.raw, 0, s.start
+        for k in range(s.start, s.end):
+            if raw[k] in _OPEN:
+                depth += 1
+            elif raw[k] in _CLOSE:
+                depth -= 1
+            elif raw[k] == "," and depth == 0:
+                arg = k + 1
+        if raw[arg] == s.var and self._path_end(arg) == s.end - 1:
+            return _Entries(over.label, over.prefix + self._path(arg, s.end - 1))
+        return _COMPUTED
+
+    def _chain_start(self, end: int) -> int:
+        """Where the postfix chain ending at ``end`` (``a.b(…)[…].c``) starts: its first name, or the
+        bracket that opens a parenthesised group, list or map literal."""
+        raw, k = self.raw, end
+        while True:
+            t = raw[k]
+            if t in _CLOSE:
+                j = self.opening[k]
+                before = raw[j - 1] if j > 0 else ""
+                call = _is_name(before) and before not in _KEYWORDS
+                if t != "}" and (call or before in (")", "]")):
+                    k = j - 1
+                    continue
+                return j
+            if _is_name(t) and t not in _KEYWORDS and k >= 2 and raw[k - 1] == ".":
+                k -= 2
+                continue
+            return k
+
+    def _path_end(self, start: int) -> int:
+        """The last token of the field path starting at the name at ``start`` (``e.payload['x'].y``);
+        -1 when no name is there."""
+        raw, n = self.raw, len(self.raw)
+        if not _is_name(raw[start]) or raw[start] in _KEYWORDS:
+            return -1
+        k = start
+        while True:
+            if k + 2 < n and raw[k + 1] == "." and _is_name(raw[k + 2]) and (k + 3 >= n or raw[k + 3] != "("):
+                k += 2
+            elif (
+                k + 3 < n
+                and raw[k + 1] == "["
+                and raw[k + 3] == "]"
+                and _string_value(raw[k + 2]) is not None
+            ):
+                k += 3
+            else:
+                return k
+
+    def _path(self, start: int, end: int) -> tuple[str, ...]:
+        """The field names of the path ``start`` … ``end`` (after its first name)."""
+        out: list[str] = []
+        for k in range(start + 1, end + 1):
+            t = self.raw[k]
+            if self.raw[k - 1] == ".":
+                out.append(t)
+            elif self.raw[k - 1] == "[" and (key := _string_value(t)) is not None:
+                out.append(key)
+        return tuple(out)
+
+
 def paths_read(
     source: str, roots: Mapping[str, str], lists: Mapping[str, str] | None = None
 ) -> tuple[Read, ...] | None:
@@ -406,16 +575,22 @@ def paths_read(
     whether the reads are *all* plain fields, from these).
 
     ``roots``: variable → the label its reads are reported under (``{"e": "e", "params": "params"}``).
-    ``lists``: list variable → the label of its elements: a variable a macro called directly on the list
-    binds (``evidence.exists(v, v.payload.ok)``) reads an element. A variable a macro binds over anything
-    else (``e.derived.gpu_events.all(f, …)``) is not a root there. A macro binds its variable inside its
+    ``lists``: list variable → the label of its elements: a variable a macro binds over the list reads an
+    element (``evidence.exists(v, v.payload.ok)``), also through ``filter`` calls
+    (``evidence.filter(x, …).exists(v, …)``: the list's elements) and a ``map`` to a path of each element
+    (``evidence.map(x, x.payload).all(p, p.ok)``: ``p.ok`` reads ``payload.ok``; ``_Elements``). A variable
+    a macro binds over values that are no entries (``e.derived.gpu_events.all(f, …)``) is not a root there.
+    A macro binds its variable inside its
     own parentheses only (``_macro_scopes``): a root it shadows (``x.all(e, e > 0)``) is that root again
     outside them, and read there as any other (a variable reused in one macro switches off no check of the
     rest of the expression); nested macros bind innermost first.
     A chain stops before a method call (``e.payload.text.contains(…)``: ("payload", "text")); a string
     index continues it (``e.payload['check']``); any other index ends it. Every occurrence of a root is
     reported, even one used whole (empty path). None when the text cannot be tokenised or its brackets do
-    not match (where a macro binds cannot be told: the caller refuses it).
+    not match (where a macro binds cannot be told), or a macro's variable is read whose receiver may hold
+    entries but whose elements cannot be told (``[evidence][0].exists(e, …)``, ``[e].all(x, …)``), or a
+    field of a value a ``map`` computed from entries is read (``evidence.map(x, {'k': x.kind}).exists(m,
+    m.k …)``): the caller refuses it, never leaves its reads unchecked.
     """
     return _paths_read(source, tuple(roots.items()), tuple((lists or {}).items()))
 
@@ -427,10 +602,11 @@ def _paths_read(
     raw = _tokens(source, keep_strings=True)
     if raw is None:
         return None
-    scopes = _macro_scopes(raw)
-    if scopes is None:
+    scopes, closing = _macro_scopes(raw), _closing(raw)
+    if scopes is None or closing is None:
         return None  # brackets that do not match: where a macro binds its variable cannot be told
     roots, lists = dict(root_items), dict(list_items)
+    elements = _Elements(raw, scopes, closing, roots, lists)
     pad = 3  # tokens read around a position: padding instead of bounds checks
     toks = [""] * pad + raw + [""] * (pad + 1)
     binding = {s.at for s in scopes}  # token positions of macro variables where they are bound
@@ -440,15 +616,18 @@ def _paths_read(
         if not _is_name(t) or i - pad in binding or toks[i - 1] == "." or toks[i + 1] == "(":
             continue
         scope = _binder(scopes, t, i - pad)
+        over = None if scope is None else elements.of(scope)
         if scope is None:
-            label = roots.get(t)
-        elif scope.receiver in lists and (scope.receiver_at < 1 or raw[scope.receiver_at - 1] != "."):
-            label = lists[scope.receiver]  # an element of a list root: an entry
-        else:
-            label = None  # a macro's variable over anything else: not a root there (its reads are not)
+            label, path = roots.get(t), []
+        elif isinstance(over, _Entries):
+            label, path = over.label, list(over.prefix)  # an element of a list root (or a value in one)
+        elif over == _UNTOLD:
+            return None  # a variable over a receiver that may hold entries, but which cannot be told
+        else:  # over values that are no entries (None) or that a ``map`` computed from entries
+            label, path = (None if over is None else ""), []
         if label is None:
-            continue
-        path: list[str] = []
+            continue  # no root, or a macro's variable over values that are no entries (nor its reads)
+        path_at = len(path)
         j = i
         while True:
             if toks[j + 1] == "." and _is_name(toks[j + 2]) and toks[j + 3] != "(":
@@ -472,6 +651,10 @@ def _paths_read(
         ):
             path.append(key)
             how = "in"
+        if over == _COMPUTED:
+            if len(path) > path_at:
+                return None  # a field of a value a ``map`` computed: which name it is cannot be told
+            continue
         out.append(Read(label, tuple(path), how))
     return tuple(out)
 

@@ -418,7 +418,9 @@ def _reads_of(t: _Text) -> tuple[Read, ...]:
     if reads is None:
         compile_condition(t.source, t.where())  # its syntax error, where CEL finds one
         raise PolicyError(
-            f"{t.where()}: CEL `{t.source}`: which names it reads cannot be told (its brackets do not match)"
+            f"{t.where()}: CEL `{t.source}`: which names it reads cannot be told (brackets that do not "
+            "match, a macro over a list whose elements cannot be told — write `evidence.exists(e, …)` or "
+            "`evidence.filter(x, …).exists(e, …)` — or a field of a value `map` computed)"
         )
     return reads
 
