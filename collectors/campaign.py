@@ -665,18 +665,193 @@ def _name_option(kind: str, name: str) -> _NameOption | None:
 _PYTHON_VALUE_OPTIONS = ("-W", "-X", "--check-hash-based-pycs")
 
 
-def _engine_start(argv: list[str]) -> int:
-    """Where the engine's own arguments begin in ``argv``: after the program, and when the program is a
-    Python interpreter (``{python}``, or a program named ``python…``) after its own options, its ``-m
-    MODULE`` / ``-c CODE`` or its script — the interpreter's ``-m`` is not llama-server's ``-m``."""
-    if not argv:
-        return 0
-    program = argv[0]
+@dataclass(frozen=True)
+class _Launcher:
+    """How one program that runs another (``taskset -c 0-3 PROGRAM …``) takes its own arguments, as its
+    getopt parser reads them (options up to the first item that is none; long options also as any
+    unambiguous prefix): short options that take a value (``-N 0`` / ``-N0``) and that take none, long
+    options likewise (``--cpunodebind=0`` / ``--cpunodebind 0``), the options that make it run no program
+    or run it elsewhere than the collector judges (refused), and how many plain items it takes before the
+    program (taskset's CPU mask, chrt's priority)."""
+
+    short_value: str = ""
+    short_flag: str = ""
+    long_value: tuple[str, ...] = ()
+    long_flag: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+    operands: int = 0
+
+
+# The launchers a campaign may put in front of the engine (checked against util-linux, coreutils and
+# numactl): what follows them, past their own options, is the engine's command as the collector reads it.
+# ``env`` also takes NAME=VALUE items, which are the engine's environment. Any other first program that
+# is neither a Python interpreter nor a known engine program (``_ENGINE_PROGRAMS``) is refused at load
+# (``uv run``, ``sh -c``, a wrapper script: what they start is not known before launch); kind generic
+# keeps its own rule (its first item is the program).
+_LAUNCHERS: dict[str, _Launcher] = {
+    "env": _Launcher(
+        short_flag="i0v",
+        short_value="u",
+        long_flag=(
+            "ignore-environment",
+            "null",
+            "debug",
+            "list-signal-handling",
+            "default-signal",
+            "ignore-signal",
+            "block-signal",
+        ),
+        long_value=("unset",),
+        # -C starts the engine in another folder (relative paths would name other files); -S splits a
+        # text into the command, which is then not read here
+        refused=("-C", "--chdir", "-S", "--split-string"),
+    ),
+    "taskset": _Launcher(
+        short_flag="ac", long_flag=("all-tasks", "cpu-list"), refused=("-p", "--pid"), operands=1
+    ),
+    "numactl": _Launcher(
+        short_value="NmCipwP",
+        short_flag="lab",
+        long_value=(
+            "cpunodebind",
+            "membind",
+            "physcpubind",
+            "interleave",
+            "preferred",
+            "weighted-interleave",
+            "preferred-many",
+        ),
+        long_flag=("localalloc", "all", "balancing"),
+        refused=("-s", "--show", "-H", "--hardware"),
+    ),
+    "nice": _Launcher(short_value="n", long_value=("adjustment",)),
+    "chrt": _Launcher(
+        short_value="TPD",
+        short_flag="bdfioRrav",
+        long_value=("sched-runtime", "sched-period", "sched-deadline"),
+        long_flag=(
+            "batch",
+            "deadline",
+            "fifo",
+            "idle",
+            "other",
+            "rr",
+            "reset-on-fork",
+            "all-tasks",
+            "verbose",
+        ),
+        refused=("-p", "--pid", "-m", "--max"),
+        operands=1,
+    ),
+    "stdbuf": _Launcher(short_value="ioe", long_value=("input", "output", "error")),
+    "ionice": _Launcher(
+        short_value="cn",
+        short_flag="t",
+        long_value=("class", "classdata"),
+        long_flag=("ignore",),
+        refused=("-p", "--pid", "-P", "--pgid", "-u", "--uid"),
+    ),
+    "nohup": _Launcher(),
+}
+# the engines' own programs (basename): llama.cpp's server, vLLM's CLI (``vllm serve``)
+_ENGINE_PROGRAMS = ("llama-server", "vllm")
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What the collector reads in front of the engine: where the program that is not a launcher stands,
+    the environment an ``env`` launcher gives it, and why the launchers cannot be read (None if they can)."""
+
+    program: int
+    env: dict[str, str]
+    problem: str | None
+
+
+def _program_name(item: str) -> str:
     with contextlib.suppress(ConfigError):  # ${VAR} that is not set: the launch refuses it
-        program = _fill(program, _placeholders())
-    if program != "{python}" and not re.fullmatch(r"python[0-9.]*", os.path.basename(program)):
-        return 1
-    i = 1
+        item = _fill(item, _placeholders())
+    return item
+
+
+def _is_python(program: str) -> bool:
+    return program == "{python}" or re.fullmatch(r"python[0-9.]*", os.path.basename(program)) is not None
+
+
+def _launcher_options(name: str, how: _Launcher, argv: list[str], i: int) -> tuple[int, str | None]:
+    """Past the options of the launcher ``name`` whose first argument is ``argv[i]``: the index of the
+    first item that is no option of it, or a problem."""
+    while i < len(argv):
+        item = argv[i]
+        if item == "--":
+            return i + 1, None
+        if item.startswith("--"):
+            opt, eq, _ = item[2:].partition("=")
+            known = [o for o in (*how.long_value, *how.long_flag) if o.startswith(opt)] if opt else []
+            refused = [r for r in how.refused if r.startswith("--") and r[2:].startswith(opt)] if opt else []
+            if opt in how.long_value or opt in how.long_flag:
+                known = [opt]
+            if refused and (opt == refused[0][2:] or not known):
+                return i, f"{name} {item} (it runs no engine, or runs it where the check does not look)"
+            if len(known) != 1:
+                return i, f"{name} option {item!r} is not one the collector knows"
+            i += 2 if known[0] in how.long_value and not eq else 1
+            continue
+        if item == "-" and name == "env":  # env - : the same as -i
+            i += 1
+            continue
+        if not item.startswith("-") or item == "-":
+            return i, None
+        if name == "nice" and re.fullmatch(r"-[0-9]+", item):  # nice's old form: -10
+            i += 1
+            continue
+        j = 1
+        step = 1
+        while j < len(item):
+            c = item[j]
+            if f"-{c}" in how.refused:
+                return i, f"{name} -{c} (it runs no engine, or runs it where the check does not look)"
+            if c in how.short_value:
+                step = 1 if j + 1 < len(item) else 2  # -N0, or -N 0
+                break
+            if c not in how.short_flag:
+                return i, f"{name} option {item!r} is not one the collector knows"
+            j += 1
+        i += step
+    return i, None
+
+
+def _skip_launchers(argv: list[str]) -> _Launch:
+    """Where the engine's program stands in ``argv`` past the launchers in front of it (``_LAUNCHERS``)."""
+    i = 0
+    env: dict[str, str] = {}
+    while i < len(argv):
+        name = os.path.basename(_program_name(argv[i]))
+        how = _LAUNCHERS.get(name)
+        if how is None:
+            return _Launch(i, env, None)
+        i, problem = _launcher_options(name, how, argv, i + 1)
+        if problem is not None:
+            return _Launch(i, env, problem)
+        if name == "env":
+            while i < len(argv) and "=" in argv[i] and not argv[i].startswith("="):
+                key, _, value = argv[i].partition("=")
+                env[key] = value
+                i += 1
+        i += how.operands
+    return _Launch(i, env, f"{' '.join(argv[:i])!r} starts no program")
+
+
+def _engine_start(argv: list[str]) -> int:
+    """Where the engine's own arguments begin in ``argv``: past the launchers in front of the program
+    (``_skip_launchers``), after the program, and when the program is a Python interpreter (``{python}``,
+    or a program named ``python…``) after its own options, its ``-m MODULE`` / ``-c CODE`` or its script —
+    the interpreter's ``-m`` is not llama-server's ``-m``."""
+    start = _skip_launchers(argv).program
+    if start >= len(argv):
+        return len(argv)
+    if not _is_python(_program_name(argv[start])):
+        return start + 1
+    i = start + 1
     while i < len(argv):
         item = argv[i]
         if item in ("-m", "-c"):
@@ -763,7 +938,8 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
         # an alias option wins over the variable (llama-cpp-python reads MODEL_ALIAS only where no option
         # sets it, llama-server its LLAMA_ARG_ALIAS likewise — audit 55 f2): the variables count only where
         # the command gives none
-        for key, value in [] if given else _env_names(kind, {**spec.engine.env, **attempt.env}):
+        launched = {**spec.engine.env, **attempt.env, **_skip_launchers(argv).env}  # env NAME=VALUE last
+        for key, value in [] if given else _env_names(kind, launched):
             how = _NameOption(many=False, commas=key == _LLAMA_SERVER_ALIAS_ENV)
             given.append((f"the environment's {key}", [value] if value else None, how))
         for option, names, how in given:
@@ -789,10 +965,13 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
 # The options that name the model file or folder an engine loads, in each engine's own spelling (checked
 # against the engines' parsers): llama-server ``-m`` / ``--model``; llama-cpp-python ``--model`` (argparse:
 # ``--mod``/``--mode`` are ambiguous with ``--model_alias``, so only the whole name is the option); vLLM
-# ``--model`` (every shorter prefix is ambiguous) and the positional model of ``vllm serve MODEL`` (which
-# overrides ``--model``) or of the api_server (which takes one and ignores it: vLLM then loads its default
-# model); SGLang ``--model-path`` / ``--model``. A kind the collector cannot read (generic) is held to the
-# common spellings and must load ``{model}``. Each value, as launched, must be the pinned [model] path.
+# ``--model`` (every shorter prefix is ambiguous) and the positional model of ``vllm serve MODEL`` or of the
+# api_server (which takes one and ignores it: vLLM then loads its default model); vLLM 0.32's
+# FlexibleArgumentParser moves the first ``--model`` of ``vllm serve`` into the positional slot, so
+# ``serve X --model Y`` fails ("unrecognized arguments: X") and among repeats the first decides — every
+# value is held to the pin, so which one wins does not matter here; SGLang ``--model-path`` / ``--model``.
+# A kind the collector cannot read (generic) is held to the common spellings and must load ``{model}``.
+# Each value, as launched, must be the pinned [model] path.
 _MODEL_OPTIONS: dict[str, tuple[str, ...]] = {
     "llamacpp": ("-m", "--model"),
     "vllm": ("--model",),
@@ -806,6 +985,10 @@ _MODEL_ELSEWHERE: dict[str, tuple[tuple[str, str], ...]] = {
     "llamacpp": (
         *((o, o) for o in ("-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file")),
         *((o, o) for o in ("-dr", "--docker-repo")),
+        # llama-server's downloads of a draft model, a projector, a vocoder; its router's model folder/preset
+        *((o, o) for o in ("-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf", "-mmu", "--mmproj-url")),
+        *((o, o) for o in ("-hfv", "-hfrv", "--hf-repo-v", "-hffv", "--hf-file-v")),
+        *((o, o) for o in ("--models-dir", "--models-preset")),
         ("--config_file", "--co"),  # llama-cpp-python: the config file's models replace --model
         ("--hf_model_repo_id", "--hf_m"),  # llama-cpp-python: --model is then a file of a hub repo
     ),
@@ -821,11 +1004,71 @@ _MODEL_ELSEWHERE_ENV: dict[str, tuple[str, ...]] = {
         "LLAMA_ARG_HF_REPO",
         "LLAMA_ARG_HF_FILE",
         "LLAMA_ARG_DOCKER_REPO",
+        "LLAMA_ARG_MMPROJ_URL",
+        "LLAMA_ARG_SPEC_DRAFT_HF_REPO",
+        "LLAMA_ARG_HFD_REPO",
         "HF_MODEL_REPO_ID",
     ),
 }
+# Options that make the engine load weights or tokenizer files beside its model (checked against the
+# engines' parsers): a LoRA adapter, a draft model, a multimodal projector, a control vector, another
+# tokenizer. The job pins and hashes [model] path only, so each such file must lie inside the pinned
+# model FOLDER (which the pin hashes whole; the file itself resolved, symlinks followed) or be refused:
+# with a one-file model nothing beside it is pinned. (whole option, shortest prefix the engine's
+# argparse takes for it — llama-server and vLLM take whole names only —, how its value names files:
+# "path" one path, "commas" a comma-separated list, "scaled" a comma-separated list of FILE:SCALE
+# (older llama-server builds: FILE then SCALE), "many" every item up to the next option, each a path
+# or NAME=PATH)
+_EXTRA_WEIGHTS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "llamacpp": (
+        # llama-cpp-python (argparse; its --draft_model names a method, prompt-lookup decoding, that
+        # loads no file, so it is not here)
+        ("--lora_path", "--lora_p", "path"),
+        ("--lora_base", "--lora_b", "path"),
+        ("--clip_model_path", "--cl", "path"),
+        ("--hf_tokenizer_config_path", "--hf_t", "path"),
+        ("--hf_pretrained_model_name_or_path", "--hf_p", "path"),
+        # llama-server
+        ("--lora", "--lora", "commas"),
+        ("--lora-scaled", "--lora-scaled", "scaled"),
+        ("--control-vector", "--control-vector", "commas"),
+        ("--control-vector-scaled", "--control-vector-scaled", "scaled"),
+        *((o, o, "path") for o in ("-md", "--model-draft", "--spec-draft-model", "-mm", "--mmproj")),
+        *((o, o, "path") for o in ("-mv", "--model-vocoder")),
+    ),
+    # vLLM's parser reads every option's underscores as dashes
+    "vllm": tuple((o, o, "path") for o in ("--tokenizer", "--hf-config-path", "--hf_config_path")),
+    "sglang": (
+        ("--tokenizer-path", "--tokenizer-pa", "path"),
+        ("--speculative-draft-model-path", "--speculative-draft-model-p", "path"),
+        ("--lora-paths", "--lora-pa", "many"),
+    ),
+    "generic": (),
+}
+# the same through the engine's environment: llama-cpp-python's settings (any case), llama-server's
+# LLAMA_ARG_* (as written)
+_EXTRA_WEIGHTS_ENV: dict[str, tuple[str, ...]] = {
+    "llamacpp": (
+        "LORA_PATH",
+        "LORA_BASE",
+        "CLIP_MODEL_PATH",
+        "HF_TOKENIZER_CONFIG_PATH",
+        "HF_PRETRAINED_MODEL_NAME_OR_PATH",
+        "LLAMA_ARG_LORA",
+        "LLAMA_ARG_MODEL_DRAFT",
+        "LLAMA_ARG_MMPROJ",
+    ),
+}
 # llama-cpp-python's settings read these in any case; the other names are read as written
-_ANY_CASE_ENV = ("HF_MODEL_REPO_ID", "MODEL")
+_ANY_CASE_ENV = (
+    "HF_MODEL_REPO_ID",
+    "MODEL",
+    "LORA_PATH",
+    "LORA_BASE",
+    "CLIP_MODEL_PATH",
+    "HF_TOKENIZER_CONFIG_PATH",
+    "HF_PRETRAINED_MODEL_NAME_OR_PATH",
+)
 # the model named through the campaign's own environment: llama-server's LLAMA_ARG_MODEL, llama-cpp-python's
 # MODEL (any case); the command's option wins over both, but one that names another file contradicts it
 _MODEL_ENV: dict[str, tuple[str, ...]] = {"llamacpp": ("LLAMA_ARG_MODEL", "MODEL")}
@@ -872,6 +1115,71 @@ def same_model(value: str, model: Path) -> bool:
         return False
 
 
+def _extra_how(kind: str, name: str) -> str | None:
+    """How the extra-weights option ``name`` (an argv item, before any ``=``) of an engine of ``kind``
+    names its files (``_EXTRA_WEIGHTS``), or None when it is none."""
+    for whole, shortest, how in _EXTRA_WEIGHTS[kind]:
+        if name.startswith(shortest) and whole.startswith(name):
+            return how
+    return None
+
+
+def _extra_option(kind: str, name: str) -> _NameOption | None:
+    how = _extra_how(kind, name)
+    return None if how is None else _NameOption(many=how == "many", commas=False)
+
+
+def _extra_files(how: str, values: list[str]) -> list[str]:
+    """The files an extra-weights option's values name (``_EXTRA_WEIGHTS``)."""
+    if how == "many":
+        return [v.partition("=")[2] if "=" in v else v for v in values]
+    if how == "path":
+        return values[:1]
+    parts = [part for value in values[:1] for part in value.split(",")]
+    if how == "scaled":
+        return [part.rpartition(":")[0] if ":" in part else part for part in parts]
+    return parts
+
+
+def within_pin(value: str, model: Path) -> bool:
+    """Whether a file an engine is given beside its model is covered by the pin of ``model``: the model
+    itself (``same_model``), or, when the pinned model is a folder, a file that resolves (symlinks
+    followed; a relative value from the collector's directory) inside that folder."""
+    if same_model(value, model):
+        return True
+    if not value or not model.is_dir():
+        return False
+    given = Path(value) if Path(value).is_absolute() else Path.cwd() / value
+    real, folder = os.path.realpath(given), os.path.realpath(model)
+    return real.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _check_program(kind: str, argv: list[str], where: str) -> _Launch:
+    """The launchers and program of one attempt's ``argv``: refused where a launcher cannot be read, or
+    where the program past them is neither a Python interpreter nor an engine's own program (kind
+    generic keeps its own rule: its first item is the program)."""
+    launch = _skip_launchers(argv)
+    if kind == "generic":
+        return launch
+    known = f"launchers read: {', '.join(_LAUNCHERS)}; engine programs: {', '.join(_ENGINE_PROGRAMS)}, python"
+    if launch.problem is not None:
+        raise ConfigError(
+            f"{where}: the command's launcher cannot be read: {launch.problem}; the model check would "
+            f"not know which arguments are the engine's ({known})"
+        )
+    try:
+        program = _fill(argv[launch.program], _placeholders())
+    except ConfigError:
+        return launch  # ${VAR} that is not set: the launch refuses it
+    if not _is_python(program) and os.path.basename(program) not in _ENGINE_PROGRAMS:
+        raise ConfigError(
+            f"{where}: the command starts {program!r}, which is neither a launcher the collector reads, "
+            f"a Python interpreter, nor an engine's own program: the model check cannot tell what it "
+            f"loads ({known}); start the engine through one of them"
+        )
+    return launch
+
+
 def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
     """Refuse a campaign whose engine would load another model than the one it pins: the job hashes
     [model] path and binds every launch to that pin, so the engine must load that path and nothing else.
@@ -879,7 +1187,11 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
     last of which the engine keeps), every model option of the engine's kind (``_MODEL_OPTIONS``; vLLM's
     positional model too) must name the pinned path (``{model}``, or a path that resolves to it); an
     option or variable that makes the engine fetch its model elsewhere (a hub repo, a URL, a config file)
-    is refused; a model variable of the campaign's environment must name it too. A command that names no
+    is refused; a model variable of the campaign's environment must name it too; a file of weights or a
+    tokenizer beside the model (``_EXTRA_WEIGHTS``: a LoRA adapter, a draft model, a projector …) must lie
+    inside the pinned model folder (``within_pin``). Launchers in front of the engine are read past
+    (``_skip_launchers``); another first program than Python or an engine's own is refused
+    (``_check_program``; kind generic keeps its rule). A command that names no
     model at all is not refused here (the test stand-in engines take none): the engine's log shows what
     it loaded."""
     kind = spec.engine.kind
@@ -888,6 +1200,7 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
         where = f"campaign {p}: attempt {attempt.name!r}"
         argv = [*spec.engine.command, *attempt.extra_args]
         fix = f"write {_MODEL_OPTIONS[kind][-1]} {{model}}, the pinned [model] path ({model})"
+        launch = _check_program(kind, argv, where) if argv else _Launch(0, {}, None)
         for option, _, _ in _option_values(argv, lambda n: _elsewhere_option(kind, n), values):
             raise ConfigError(
                 f"{where}: {option} makes the engine load its model from elsewhere than the pinned "
@@ -898,11 +1211,36 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
             engine_env = {k: expand(v) for k, v in {**spec.engine.env, **attempt.env}.items()}
         except ConfigError:
             engine_env = {}  # a variable that does not expand: the launch refuses it
-        for key in launch_env(engine_env):
+        for key, raw in launch.env.items():  # env NAME=VALUE in front of the engine: set last
+            with contextlib.suppress(ConfigError):
+                engine_env[key] = _fill(raw, values)
+        whole_env = {**launch_env(engine_env), **engine_env}
+        for key in whole_env:
             if any(_env_key_is(key, n) for n in _MODEL_ELSEWHERE_ENV.get(kind, ())):
                 raise ConfigError(
                     f"{where}: the engine's environment sets {key}, which makes it load its model from "
                     f"elsewhere than the pinned [model] path {model}: unset it for the engine"
+                )
+        extra: list[tuple[str, list[str] | None]] = []
+        for option, names, _ in _option_values(argv, lambda n: _extra_option(kind, n), values):
+            how = _extra_how(kind, option) or "path"
+            extra.append((option, _extra_files(how, names) if names is not None else None))
+        for key, raw in whole_env.items():
+            if any(_env_key_is(key, n) for n in _EXTRA_WEIGHTS_ENV.get(kind, ())):
+                how = "commas" if key == "LLAMA_ARG_LORA" else "path"
+                extra.append((f"the environment's {key}", _extra_files(how, [raw]) if raw else None))
+        for option, files in extra:
+            for file in files if files is not None else [""]:
+                if within_pin(file, model):
+                    continue
+                inside = "a file inside the pinned model folder" if model.is_dir() else "pin a model folder"
+                raise ConfigError(
+                    f"{where}: {option} {file!r} makes the engine load weights or tokenizer files the pin "
+                    f"does not cover (the job pins and hashes only [model] path {model}): the job would "
+                    f"qualify a model it did not pin; leave {option} out, or {inside} that holds it"
+                    if file
+                    else f"{where}: {option} is given no file: the engine's extra weights are not known; "
+                    f"leave {option} out"
                 )
         given = _option_values(argv, lambda n: _model_option(kind, n), values)
         positional = _positional_model(kind, argv)

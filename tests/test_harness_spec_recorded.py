@@ -428,7 +428,7 @@ served_name = "m"
 
 [engine]
 kind = "{kind}"
-command = ["serve"]
+command = ["vllm", "serve"]
 
 [gates.benchmark]
 enabled = true
