@@ -569,6 +569,7 @@ class HeldFault:
     held: Checkpoint
     root: bytes | None = None  # the log's root at ``held.size`` (None: lost, or unreadable)
     detail: str = ""  # why the root at ``held.size`` could not be read
+    error: LedgerError | None = None  # ... as the tree reported it (a caller may raise it as it is)
 
     @property
     def lost(self) -> bool:
@@ -597,5 +598,5 @@ def held_fault(size: int, held: Checkpoint, root_at: Callable[[int], bytes]) -> 
     try:
         root = root_at(held.size)
     except LedgerError as e:
-        return HeldFault(size, held, detail=e.message)
+        return HeldFault(size, held, detail=e.message, error=e)
     return None if root == held.root else HeldFault(size, held, root)

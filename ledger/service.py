@@ -1375,7 +1375,10 @@ class Ledger:
         current = self.repo.size(conn)
         if tree is None or tree.size < held.size:
             tree = self._tree_at(conn, min(held.size, current))  # lost entries: held_fault reads no root
-        if held_fault(current, held, tree.root) is not None:
+        fault = held_fault(current, held, tree.root)
+        if fault is not None and fault.error is not None:
+            raise fault.error  # the tree cannot be read (a row deleted behind the log's back): that error
+        if fault is not None:
             raise LogInconsistentError(
                 f"the log (size {current}) does not extend the checkpoint this home holds (size "
                 f"{held.size}, root {held.root.hex()[:16]}…): nothing is signed under the log's key "
