@@ -11,6 +11,7 @@ stopped, what was seen is recorded, the job ends ``cancelled`` with its terminal
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -1017,8 +1018,8 @@ _MODEL_ELSEWHERE_ENV: dict[str, tuple[str, ...]] = {
 # with a one-file model nothing beside it is pinned. (whole option, shortest prefix the engine's
 # argparse takes for it — llama-server and vLLM take whole names only —, how its value names files:
 # "path" one path, "commas" a comma-separated list, "scaled" a comma-separated list of FILE:SCALE
-# (older llama-server builds: FILE then SCALE), "many" every item up to the next option, each a path
-# or NAME=PATH)
+# (older llama-server builds: FILE then SCALE), "many" every item up to the next option, each a path,
+# NAME=PATH or a JSON object naming its "path", "json" a JSON object naming its "model")
 _EXTRA_WEIGHTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "llamacpp": (
         # llama-cpp-python (argparse; its --draft_model names a method, prompt-lookup decoding, that
@@ -1037,7 +1038,13 @@ _EXTRA_WEIGHTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         *((o, o, "path") for o in ("-mv", "--model-vocoder")),
     ),
     # vLLM's parser reads every option's underscores as dashes
-    "vllm": tuple((o, o, "path") for o in ("--tokenizer", "--hf-config-path", "--hf_config_path")),
+    "vllm": (
+        *((o, o, "path") for o in ("--tokenizer", "--hf-config-path", "--hf_config_path")),
+        # LoRA adapters (`name=path`, or a JSON object naming its `path`) and a speculative decoding
+        # config (JSON: a draft `model` it names; a method without one, n-gram, loads no file)
+        *((o, o, "many") for o in ("--lora-modules", "--lora_modules")),
+        *((o, o, "json") for o in ("--speculative-config", "--speculative_config")),
+    ),
     "sglang": (
         ("--tokenizer-path", "--tokenizer-pa", "path"),
         ("--speculative-draft-model-path", "--speculative-draft-model-p", "path"),
@@ -1131,14 +1138,39 @@ def _extra_option(kind: str, name: str) -> _NameOption | None:
 
 def _extra_files(how: str, values: list[str]) -> list[str]:
     """The files an extra-weights option's values name (``_EXTRA_WEIGHTS``)."""
+    if how == "json":
+        return [f for v in values[:1] for f in _json_files(v, "model")]
     if how == "many":
-        return [v.partition("=")[2] if "=" in v else v for v in values]
+        return [
+            f
+            for v in values
+            for f in (
+                _json_files(v, "path")
+                if v.lstrip().startswith("{")
+                else [v.partition("=")[2] if "=" in v else v]
+            )
+        ]
     if how == "path":
         return values[:1]
     parts = [part for value in values[:1] for part in value.split(",")]
     if how == "scaled":
         return [part.rpartition(":")[0] if ":" in part else part for part in parts]
     return parts
+
+
+def _json_files(value: str, key: str) -> list[str]:
+    """The file a JSON option value names under ``key`` (none where it names none); a value that is no JSON
+    object, or whose ``key`` is no text, is returned whole: no file it could name is covered by the pin."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return [value]
+    if not isinstance(doc, dict):
+        return [value]
+    named = doc.get(key)
+    if named is None:
+        return []
+    return [named] if isinstance(named, str) else [value]
 
 
 def within_pin(value: str, model: Path) -> bool:
