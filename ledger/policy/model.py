@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import tomllib
+from bisect import bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -623,18 +625,42 @@ def _header_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
+_KEY_LINE = re.compile(r'^\s*(?:"([^"]*)"|([^\s="]+))\s*=')
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A policy text's lines, its table headers (in order, and each name's lines) and the key each line
+    sets (a bare or double-quoted key before ``=``; None for other lines)."""
+
+    lines: list[str]
+    headers: list[tuple[int, str]]
+    by_name: dict[str, list[int]]
+    keys: list[str | None]
+
+
 @lru_cache(maxsize=8)
-def _layout(text: str) -> tuple[list[str], list[tuple[int, str]]]:
-    """A policy text's lines and table headers, split once for all the locations a load asks for."""
-    return text.splitlines(), _header_lines(text)
+def _layout(text: str) -> _Layout:
+    """``text`` read once for all the locations a load asks for."""
+    lines = text.splitlines()
+    keys: list[str | None] = []
+    for line in lines:
+        m = _KEY_LINE.match(line)
+        keys.append(None if m is None else (m[1] if m[1] is not None else m[2]))
+    headers = _header_lines(text)
+    by_name: dict[str, list[int]] = {}
+    for no, name in headers:
+        by_name.setdefault(name, []).append(no)
+    return _Layout(lines, headers, by_name, keys)
 
 
 def locate(text: str, loc: tuple[int | str, ...]) -> int | None:
     """Best-effort line of the TOML key at pydantic error location ``loc``."""
-    lines, headers = _layout(text)
+    layout = _layout(text)
+    headers, keys = layout.headers, layout.keys
     table_parts: list[str] = []
     index: int | None = None
-    start, end = 1, len(lines)
+    start, end = 1, len(layout.lines)
     rest: list[int | str] = list(loc)
     # Walk the dotted path: tables and arrays of tables narrow the region, the last string is the key.
     while rest:
@@ -644,7 +670,7 @@ def locate(text: str, loc: tuple[int | str, ...]) -> int | None:
             rest.pop(0)
             continue
         candidate = ".".join([*table_parts, str(part)])
-        matches = [(no, name) for no, name in headers if name == candidate and start <= no <= end]
+        matches = [no for no in layout.by_name.get(candidate, ()) if start <= no <= end]
         if not matches:
             break
         table_parts.append(str(part))
@@ -653,15 +679,19 @@ def locate(text: str, loc: tuple[int | str, ...]) -> int | None:
             index = int(rest.pop(0))
         chosen = matches[index] if index is not None and index < len(matches) else matches[0]
         index = None
-        start = chosen[0]
-        later = [no for no, name in headers if no > start and not name.startswith(candidate + ".")]
-        end = (later[0] - 1) if later else len(lines)
+        start = chosen
+        inside = candidate + "."
+        later = (
+            no
+            for no, name in headers[bisect_right(headers, (start, "\uffff")) :]
+            if not name.startswith(inside)
+        )
+        end = next(later, len(layout.lines) + 1) - 1
     key = next((p for p in rest if isinstance(p, str)), None)
     if key is None:
         return start if table_parts else None
-    pat = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
     for no in range(start, end + 1):
-        if pat.match(lines[no - 1]):
+        if keys[no - 1] == key:
             return no
     return start if table_parts else None
 
