@@ -32,6 +32,7 @@ __all__ = [
     "paths_read",
     "shared_context",
     "template_attribute_fields",
+    "template_names",
     "template_paths",
 ]
 
@@ -692,6 +693,25 @@ def template_paths(
         if label is None:
             continue
         out.append(Read(label, tuple(keys)))
+    return tuple(out)
+
+
+def template_names(template: str) -> tuple[str, ...] | None:
+    """The first name of every placeholder of a message template (``{e[payload][x]}``: ``e``; a
+    positional ``{}`` or ``{0}``: that text), in order; None when the template cannot be parsed (an
+    unmatched brace: ``acceptance.render`` would print it as written, placeholders unfilled)."""
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:
+        return None
+    out: list[str] = []
+    for _literal, field_name, _spec, _conv in parsed:
+        if field_name is None:
+            continue
+        m = _FIELD_NAME.fullmatch(field_name)
+        out.append(m["first"] if m is not None else field_name)
     return tuple(out)
 
 

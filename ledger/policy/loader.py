@@ -17,6 +17,7 @@ from ledger.policy.conditions import (
     compile_condition,
     paths_read,
     template_attribute_fields,
+    template_names,
     template_paths,
 )
 from ledger.policy.model import (
@@ -35,6 +36,7 @@ from ledger.policy.model import (
 
 __all__ = [
     "ROUTING_NAMES",
+    "ROUTING_TEXTS",
     "CompiledGate",
     "LoadedPolicy",
     "default_policy_dir",
@@ -164,6 +166,9 @@ ROUTING_NAMES = frozenset(
      "deployment", "gpus", "services", "probes", "identities_text", "params", "routing", "item",
      "qualified_engine", "qualified_engine_text", "standing_failures", "control_answer"}
 )  # fmt: skip
+# what a routing check's `fail` message may name beyond its CEL context (``check_routing_change`` fills
+# exactly these)
+ROUTING_TEXTS = frozenset({"verdict_withdrawn_text"})
 
 
 def rule_key(rule: Any) -> tuple[Any, ...]:
@@ -313,6 +318,7 @@ class _Text:
     evidence: tuple[str, ...] | None = None
     has_evidence: bool = False
     group: tuple[Any, ...] = ()
+    names: frozenset[str] = frozenset()  # a template's: the names its context fills
 
 
 def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
@@ -330,7 +336,14 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
     for i, rule in enumerate(spec.rules):
         ents = {"e": tuple(rule.kinds), "job": ("job",)}
         add(rule.when, place("rules", i, "when"), entries=ents, group=("rules", i))
-        add(rule.detail, place("rules", i, "detail"), True, entries=ents, group=("rules", i))
+        add(
+            rule.detail,
+            place("rules", i, "detail"),
+            True,
+            entries=ents,
+            group=("rules", i),
+            names=_ENTRY_NAMES,
+        )
         add(rule.against, place("rules", i, "against"), entries={"e": tuple(rule.kinds)})
         where = place("rules", i, "differences")
         for d in rule.differences:
@@ -350,11 +363,18 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
         lists: dict[str, Any] = {"entries": {}, "evidence": kinds, "has_evidence": True}
         add(gate.where, place("gates", i, "where"), entries={"e": kinds})
         add(gate.require, place("gates", i, "require"), **lists, group=("gates", i, "require"))
-        add(gate.missing, place("gates", i, "missing"), True, **lists, group=("gates", i, "require"))
+        add(
+            gate.missing,
+            place("gates", i, "missing"),
+            True,
+            **lists,
+            group=("gates", i, "require"),
+            names=_GATE_NAMES,
+        )
         for k, r in enumerate(gate.requires):
             where = place("gates", i, "requires")
             add(r.expr, where, **lists, group=("gates", i, "requires", k))
-            add(r.missing, where, True, **lists, group=("gates", i, "requires", k))
+            add(r.missing, where, True, **lists, group=("gates", i, "requires", k), names=_GATE_NAMES)
         for j, check in enumerate(gate.checks):
 
             def at(key: str, i: int = i, j: int = j) -> Callable[[], str]:
@@ -366,9 +386,9 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
 
             group = ("gates", i, "checks", j)
             add(check.expr, at("expr"), **lists, group=group)
-            add(check.fail, at("fail"), True, **lists, group=group)
+            add(check.fail, at("fail"), True, **lists, group=group, names=_GATE_NAMES)
             add(check.each, at("each"), entries={"e": kinds}, group=group)
-            add(check.detail, at("detail"), True, entries={"e": kinds}, group=group)
+            add(check.detail, at("detail"), True, entries={"e": kinds}, group=group, names=_EACH_NAMES)
     if spec.routing is not None:
         for name, expr in spec.routing.host_fact.items():
             # a host's entries of several kinds (routing's choice): their payload names are not told here
@@ -381,6 +401,7 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
                     key == "fail",
                     entries={},
                     group=("routing.checks", i),
+                    names=ROUTING_NAMES | ROUTING_TEXTS,
                 )
     return out
 
@@ -430,6 +451,28 @@ def _guards(reads: tuple[Read, ...]) -> set[str]:
     return {r.path[0] for r in reads if r.root == "params" and r.how != "read" and len(r.path) == 1}
 
 
+def _check_template_names(t: _Text) -> None:
+    """A message template whose braces do not match is printed as written, and a placeholder whose first
+    name its context does not fill (``{parms[x]}``, a positional ``{}``) always prints ``?``: both refused
+    at load, naming the names the context fills."""
+    firsts = template_names(t.source)
+    if firsts is None:
+        raise PolicyError(
+            f"{t.where()}: template {t.source!r} cannot be read (a brace that does not match; write a "
+            "literal brace as {{ or }}): it would be printed as written, its placeholders unfilled"
+        )
+    for first in firsts:
+        if first not in t.names:
+            from difflib import get_close_matches
+
+            near = get_close_matches(first, sorted(t.names), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise PolicyError(
+                f"{t.where()}: template placeholder {{{first}…}} names nothing its message is filled "
+                f"from{hint}: it would always print '?'; it may name: {', '.join(sorted(t.names))}"
+            )
+
+
 def _check_reads(spec: PolicyFile, text: str, filename: str, params: frozenset[str]) -> None:
     """Every name a policy's CEL and message templates read of an entry (``e.payload.<field>``,
     ``e.derived.<name>``, ``e.subject.<field>``; also ``has(…)`` and ``'x' in e.payload``) and of
@@ -441,6 +484,8 @@ def _check_reads(spec: PolicyFile, text: str, filename: str, params: frozenset[s
     (templates are filled from maps): refused too, naming the key syntax that reads it."""
     texts = _texts(spec, text, filename)
     for t in texts:
+        if t.template:
+            _check_template_names(t)
         if t.template and (attrs := template_attribute_fields(t.source)):
             field_name, keyed = attrs[0]
             raise PolicyError(

@@ -40,7 +40,7 @@ from ledger.policy.acceptance import (
     withholds_only,
 )
 from ledger.policy.conditions import Condition
-from ledger.policy.loader import ROUTING_NAMES, CompiledGate, LoadedPolicy
+from ledger.policy.loader import ROUTING_NAMES, ROUTING_TEXTS, CompiledGate, LoadedPolicy
 from ledger.policy.model import QUALIFIED, parse_duration
 from ledger.policy.rules import Rule
 from ledger.policy.snapshot import (
@@ -728,6 +728,10 @@ def check_routing_change(
     # the texts a fail message may name beyond the CEL context: verdict_withdrawn_text ("" where a verdict
     # is usable or none was recorded)
     texts = {"verdict_withdrawn_text": verdict_withdrawn}
+    if set(texts) != ROUTING_TEXTS:  # the names a fail message may name: the loader's one copy
+        raise PolicyError(
+            f"routing texts {sorted(texts)} are not the loader's ROUTING_TEXTS {sorted(ROUTING_TEXTS)}"
+        )
     checks: list[dict[str, Any]] = []
     reasons: list[str] = []
     for rc in policy.routing_checks:
