@@ -1922,6 +1922,14 @@ def _derive(
       line, read from the line) from the GPU-fault catalogue (``collectors/gpu_faults.toml``), whatever
       class the entry itself claims; ``unknown`` for a code the catalogue lacks. Empty otherwise.
       ``gpu_events_named`` names them for a reason, as ``gpu_events_during_run_named`` does.
+    * ``gpu_events_in_campaign`` — for a ``kernel.log``, those of its ``gpu_events`` that lie in the campaign
+      it is labelled with: at or after the start of that campaign's first job or run (``_campaign_starts``,
+      by the log) — a fault and reset before it (seed 003: a retained historical reset, recorded by the
+      post-reset check before any model work) is no engine's of the campaign. An event without a time
+      counts (it cannot be shown before the start), and so does every event of a log whose campaign has no
+      job or run output in the log, or that names no campaign. An event before the start keeps its other
+      effects: it dates the host's reset (``last_reset_at``), and it is in ``gpu_events_during_run`` of any
+      launch whose run it lies in. ``gpu_events_in_campaign_named`` names them, as ``gpu_events_named``.
     """
     from bisect import bisect_right
 
@@ -1938,6 +1946,7 @@ def _derive(
     ended_jobs: set[JobKey] = set()
     subject_launches: list[Evidence] = []
     host_events = _host_gpu_events(trusted, superseded)
+    campaign_starts = _campaign_starts(trusted, output_kinds)
     n = 0
     for e in trusted:  # in seq order
         kind = e.kind
@@ -1956,6 +1965,8 @@ def _derive(
             **NO_DERIVED,
             "gpu_events": [],
             "gpu_events_named": "",
+            "gpu_events_in_campaign": [],
+            "gpu_events_in_campaign_named": "",
             "gpu_events_during_run_named": "",
             "operator_stopped": False,  # set by ``filter_evidence`` (``_operator_stopped``)
         }
@@ -1973,9 +1984,13 @@ def _derive(
         if kind == "kernel.log":
             recorded = host_events.by_entry.get(e.id, [])
             derived["gpu_events"] = [fact for _, fact in recorded]
-            derived["gpu_events_named"] = _named_events(
-                [{**fact, "time": format_time(t) if t is not None else None} for t, fact in recorded]
-            )
+            derived["gpu_events_named"] = _named_timed_events(recorded)
+            # the campaign's own: none before its first job or run began (an event without a time counts)
+            label = e.subject.get("campaign")
+            start = campaign_starts.get(label) if isinstance(label, str) else None
+            ours = [(t, fact) for t, fact in recorded if start is None or t is None or t >= start]
+            derived["gpu_events_in_campaign"] = [fact for _, fact in ours]
+            derived["gpu_events_in_campaign_named"] = _named_timed_events(ours)
         if kind in output_kinds and e.in_subject:
             of = e.subject.get("campaign")
             started_jobs = campaign_jobs.get(of)
@@ -2320,6 +2335,16 @@ def _launch_devices(launch: Evidence, lists: list[list[Any]] | None) -> set[str]
     return out or None
 
 
+def _claimed_start(e: Evidence) -> datetime:
+    """When an entry began, as far as the log can know: its ``started_at`` where it claims an earlier time
+    than when it was observed (``observed_time``: its ``collected_at``, never after the log took it), else
+    that — a start that does not parse claims nothing."""
+    try:
+        return min(parse_time(e.payload["started_at"]), e.observed_time)
+    except (KeyError, TypeError, LedgerError):
+        return e.observed_time
+
+
 class _HostGpuEvents:
     """Every GPU event of the trusted, not superseded kernel logs, per entry and per host with its time."""
 
@@ -2338,10 +2363,7 @@ class _HostGpuEvents:
     def _start(launch: Evidence, job_start: datetime | None) -> datetime:
         """Where a launch's run starts: the earlier of its ``started_at`` (never after the log took it) and
         its job's start."""
-        try:
-            start = min(parse_time(launch.payload["started_at"]), launch.observed_time)
-        except (KeyError, TypeError, LedgerError):
-            start = launch.observed_time
+        start = _claimed_start(launch)
         return start if job_start is None else min(start, job_start)
 
     def unread_during(self, launch: Evidence, job_start: datetime | None, end: datetime) -> list[str]:
@@ -2398,6 +2420,35 @@ def _named_events(facts: list[dict[str, Any]], engine_pid: Any = None) -> str:
         named.append(text)
     more = len(facts) - len(named)
     return "; ".join(named) + (f"; and {more} more" if more > 0 else "")
+
+
+def _named_timed_events(recorded: list[tuple[datetime | None, dict[str, Any]]]) -> str:
+    """``_named_events`` of a kernel log's events as ``_HostGpuEvents.by_entry`` holds them (with their
+    time, None where the event records none): ``_derive``'s gpu_events_named and
+    gpu_events_in_campaign_named."""
+    return _named_events(
+        [{**fact, "time": format_time(t) if t is not None else None} for t, fact in recorded]
+    )
+
+
+def _campaign_starts(trusted: Iterable[Evidence], output_kinds: Container[str]) -> dict[str, datetime]:
+    """Campaign → when its first job or run began, as far as the log can know (``_derive``:
+    gpu_events_in_campaign): the earliest, over the campaign's job entries and its run outputs
+    (``output_kinds``: its launches, probes, harness results), of each one's start
+    (``_claimed_start``: its claimed ``started_at`` or ``collected_at`` where earlier than when the log took
+    it — the earlier one, so nothing inside the campaign is left out). Every job entry counts, whatever
+    its state (one that ended had begun), and so does a superseded entry: supersession withdraws what an
+    entry claims, not that the log took it then — an earlier start only ever counts more events (fail
+    closed). A campaign with none has no start here: every event of its kernel logs counts."""
+    out: dict[str, datetime] = {}
+    for e in trusted:
+        campaign = e.subject.get("campaign")
+        if not isinstance(campaign, str) or (e.kind != "job" and e.kind not in output_kinds):
+            continue
+        t = _claimed_start(e)
+        if campaign not in out or t < out[campaign]:
+            out[campaign] = t
+    return out
 
 
 def _overlaps(since: datetime | None, seen: datetime, start: datetime, end: datetime) -> bool:

@@ -142,6 +142,8 @@ DERIVED_FIELDS: dict[str, Any] = {
     "probe_failed": bool,
     "gpu_events": list[dict[str, Any]],
     "gpu_events_named": str,
+    "gpu_events_in_campaign": list[dict[str, Any]],
+    "gpu_events_in_campaign_named": str,
     "gpu_events_during_run": list[dict[str, Any]],
     "gpu_events_during_run_named": str,
     "kernel_logs_unread_during_run": list[str],
