@@ -242,12 +242,15 @@ def _evaluate(ledger: Ledger, subject: dict[str, str], policy: str, at: int | No
     return ledger.evaluate_verdict(subject, Ledger.load_policy(_policy_name(policy)), at_size=at)
 
 
-def _try_evaluate(ledger: Ledger, subject: dict[str, str], policy: str) -> dict[str, Any] | None:
-    """The verdict now, for a subject the policy can judge (a campaign); None when it cannot."""
+def _try_evaluate(
+    ledger: Ledger, subject: dict[str, str], policy: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The verdict now of a subject the policy judges (a campaign), or why the server cannot derive it
+    (shown as such: a page never reads a verdict it could not derive as "no verdict")."""
     try:
-        return _evaluate(ledger, subject, policy, None)
-    except LedgerError:
-        return None
+        return _evaluate(ledger, subject, policy, None), None
+    except LedgerError as e:
+        return None, e.message
 
 
 @router.get("/subjects/{field}/{value:path}", response_class=HTMLResponse)
@@ -270,7 +273,13 @@ def timeline(
     names = ledger.signer_names()
     notes = _annotate(ledger, entries)
     rejected = [(e, n) for e in entries for n in notes.get(e.entry_id, []) if n["bad"]]
-    result = _try_evaluate(ledger, {field: value}, "backend-qualification") if field == "campaign" else None
+    # the verdict now judges the whole campaign: every page of its timeline shows it whole, with its
+    # reasons (the /verdict page's ladder, rejected evidence, what no gate judges), beside the log's notes
+    result, problem = (
+        _try_evaluate(ledger, {field: value}, "backend-qualification")
+        if field == "campaign"
+        else (None, None)
+    )
     verdicts = ledger.query(subject={field: value}, kind="verdict", limit=200)
     return page(
         request,
@@ -284,7 +293,8 @@ def timeline(
             "summary": {e.entry_id: summaries.row_note(e) for e in entries},
             "rejected": rejected,
             "verdict": _latest_verdict(ledger, field, value),
-            "result": result,
+            **(_verdict_context(ledger, result) if result is not None else {}),
+            "now_problem": problem,
             "charts": summaries.subject_charts(entries, verdicts),
             "verdicts": verdicts,
             "next_href": subject_href(field, value, after=entries[-1].seq) if len(entries) == _PAGE else None,

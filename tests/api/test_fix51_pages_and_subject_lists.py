@@ -100,6 +100,12 @@ def _rejected_table(body: str) -> str:
     return body.split("<h2>Rejected evidence</h2>", 1)[1].split("<h2>Timeline</h2>", 1)[0]
 
 
+def _log_notes(body: str) -> str:
+    """The timeline's table of the log's own notes (supersessions, rejecting acceptances, review FAILs)."""
+    head = "The log's own notes against this page's entries</h2>"
+    return body.split(head, 1)[1].split("<h2>Timeline</h2>", 1)[0]
+
+
 def _row(body: str, entry_id: str) -> str:
     """The timeline row of one entry (its notes cell)."""
     timeline = body.split("<h2>Timeline</h2>", 1)[1]
@@ -134,13 +140,19 @@ def test_a_supersession_logged_on_a_later_timeline_page_marks_the_target_and_lis
 def test_the_later_page_does_not_repeat_rejections_of_entries_it_does_not_show(
     site: tuple[TestClient, Ledger, dict[str, str]],
 ) -> None:
-    client, _ledger, _ids = site
+    client, _ledger, ids = site
     first = client.get("/subjects/campaign/c")
     nxt = re.search(r'<a href="([^"]*)">older entries →</a>', first.text)
     assert nxt is not None
     second = client.get(html.unescape(nxt.group(1)))
     assert second.status_code == 200
-    assert "nothing rejected" in _rejected_table(second.text)
+    # the log's own notes are the page's: none of page 1's entries is listed again
+    notes = _log_notes(second.text)
+    assert "no note in the log marks an entry of this page rejected" in notes
+    assert not any(f'/entries/{i}"' in notes for i in ids.values())
+    # the verdict now is the whole campaign's: every page lists what it rejects (fix70)
+    assert f'/entries/{ids["superseded"]}"' in _rejected_table(second.text)
+    assert "nothing rejected" not in second.text
 
 
 def _walk(client: TestClient, **params: Any) -> list[dict[str, Any]]:
