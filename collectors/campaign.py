@@ -1103,9 +1103,40 @@ def _positional_model(kind: str, argv: list[str]) -> str | None:
         return None
     start = _engine_start(argv)
     rest = argv[start:]
-    if rest[:1] == ["serve"]:
+    if _serves(argv):
         rest = rest[1:]
     return rest[0] if rest and not rest[0].startswith("-") else None
+
+
+def _serves(argv: list[str]) -> bool:
+    """Whether the engine's first argument is vLLM's ``serve``: only then is the positional model the one
+    vLLM loads (the api_server takes one and ignores it)."""
+    return argv[_engine_start(argv) :][:1] == ["serve"]
+
+
+def _names_no_model(kind: str, argv: list[str], env: Mapping[str, str]) -> str | None:
+    """Why one attempt's ``argv`` (as launched) and its engine's environment ``env`` (the campaign's and
+    the attempt's variables and an ``env`` launcher's, as written) name no model for an engine of
+    ``kind``, or None when they name one: no model option of the kind (``_MODEL_OPTIONS``), no positional
+    model ``vllm serve`` reads, no model variable (``_MODEL_ENV``). The engine would then load a model of
+    its own choosing (vLLM its default hub model, llama-server its default path). Kind generic is not
+    read: None."""
+    if kind == "generic" or _option_values(argv, lambda n: _model_option(kind, n), _placeholders()):
+        return None
+    if _positional_model(kind, argv) is not None and _serves(argv):
+        return None
+    if any(_env_key_is(key, n) for key in env for n in _MODEL_ENV.get(kind, ())):
+        return None
+    said = [f"no {' / '.join(_MODEL_OPTIONS[kind])} option"]
+    if kind == "vllm":
+        said.append(
+            "a positional model, which the api_server ignores (only `vllm serve` reads one)"
+            if _positional_model(kind, argv) is not None
+            else "no positional model of `vllm serve`"
+        )
+    if _MODEL_ENV.get(kind):
+        said.append(f"no {' or '.join(_MODEL_ENV[kind])} in the engine's environment")
+    return "; ".join(said)
 
 
 def same_model(value: str, model: Path) -> bool:
@@ -1223,9 +1254,10 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
     tokenizer beside the model (``_EXTRA_WEIGHTS``: a LoRA adapter, a draft model, a projector …) must lie
     inside the pinned model folder (``within_pin``). Launchers in front of the engine are read past
     (``_skip_launchers``); another first program than Python or an engine's own is refused
-    (``_check_program``; kind generic keeps its rule). A command that names no
-    model at all is not refused here (the test stand-in engines take none): the engine's log shows what
-    it loaded."""
+    (``_check_program``; kind generic keeps its rule). An attempt that names no model at all (no model
+    option, no positional model ``vllm serve`` reads, no model variable in the engine's environment:
+    ``_names_no_model``) is refused for every kind but generic: the engine would load one of its own
+    choosing (vLLM its default hub model, llama-server its default path) and the job would qualify it."""
     kind = spec.engine.kind
     values = _placeholders(model=str(model))
     for attempt in spec.engine.attempts:
@@ -1289,6 +1321,13 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
                     f"{where}: the engine would load {names[0]!r} ({option}) while the pinned model is "
                     f"{model} ([model] path): the job would pin one model and qualify another; {fix}"
                 )
+        missing = _names_no_model(kind, argv, {**spec.engine.env, **attempt.env, **launch.env})
+        if missing is not None:
+            raise ConfigError(
+                f"{where}: the command names no model ({missing}): the engine would load one of its own "
+                f"choosing (vLLM its default hub model, llama-server its default path) while the job pins "
+                f"[model] path {model}, and would qualify what the engine picked; {fix}"
+            )
 
 
 def load_campaign(path: Path) -> Campaign:

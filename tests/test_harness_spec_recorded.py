@@ -428,7 +428,7 @@ served_name = "m"
 
 [engine]
 kind = "{kind}"
-command = ["vllm", "serve"]
+command = ["vllm", "serve", "--model", "{{model}}"]
 
 [gates.benchmark]
 enabled = true

@@ -48,7 +48,8 @@ served_name = "fault-model"
 [engine]
 kind = "vllm"
 python = "{sys.executable}"
-command = ["{{python}}", "{FAULT_ENGINE}", "--port", "{{port}}", "--flavor", "vllm", "--load-seconds", "0.3"]
+command = ["{{python}}", "{FAULT_ENGINE}", "--port", "{{port}}", "--flavor", "vllm", "--load-seconds", "0.3",
+           "--model", "{{model}}"]
 lease_seconds = 30
 grace_seconds = 3
 exit_wait_seconds = 3

@@ -86,7 +86,7 @@ def fault_campaign(
         f'kind = "{flavor if flavor != "vllm" else "vllm"}"',
         f'python = "{sys.executable}"',
         f'command = ["{{python}}", "{FAULT_ENGINE}", "--port", "{{port}}", "--flavor", "{flavor}", '
-        '"--load-seconds", "0.3"]',
+        '"--load-seconds", "0.3", "--model", "{model}"]',
         f"lease_seconds = {engine_lease}",
         "grace_seconds = 3",
         "exit_wait_seconds = 3",

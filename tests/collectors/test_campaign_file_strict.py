@@ -51,7 +51,8 @@ def _base(model: Path, **sections: str) -> str:
     parts = {
         "campaign": 'id = "strict"\nlease_seconds = 120',
         "model": f'path = "{model}"\nserved_name = "m"',
-        "engine": 'kind = "vllm"\ncommand = ["{python}", "-c", "pass", "--port", "{port}"]',
+        "engine": 'kind = "vllm"\n'
+        'command = ["{python}", "-c", "pass", "--model", "{model}", "--port", "{port}"]',
     }
     out = []
     for name in ("campaign", "model", "engine"):
@@ -346,10 +347,8 @@ def test_f7_the_engine_runs_the_model_path_the_launch_and_pin_record(
     model = tmp_path / "models" / "run{port}"
     model.parent.mkdir()
     tiny_model_dir.rename(model)
-    c = fault_campaign(tmp_path, model, [], name="portpath")
-    c.write_text(
-        c.read_text().replace('"--load-seconds", "0.3"]', '"--load-seconds", "0.3", "--model", "{model}"]')
-    )
+    c = fault_campaign(tmp_path, model, [], name="portpath")  # its command gives --model {model}
+    assert '"--model", "{model}"]' in c.read_text()
     CampaignRunner(load_campaign(c), recorder, work_dir=tmp_path / "work", handle_signals=False).run()
     [launch] = [e["payload"] for e in entries_of(ledger, "engine.launch")]
     [pin] = [e["payload"] for e in entries_of(ledger, "model.pin")]

@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--refuse", choices=("401", "context"), required=True)
+ap.add_argument("--model", required=True)  # the pinned path a real engine loads: named, not read
 a = ap.parse_args()
 CONTEXT = (
     "This model's maximum context length is 16 tokens. However, you requested 24 tokens (16 in the "
@@ -78,7 +79,9 @@ FAILED = re.compile(r"\bfailed\b")
 def _campaign(tmp_path: Path, model_dir: Path, refuse: str) -> Path:
     engine = tmp_path / "refusing_engine.py"
     engine.write_text(ENGINE, encoding="utf-8")
-    command = json.dumps(["{python}", str(engine), "--port", "{port}", "--refuse", refuse])
+    command = json.dumps(
+        ["{python}", str(engine), "--port", "{port}", "--refuse", refuse, "--model", "{model}"]
+    )
     p = tmp_path / "refused.toml"
     p.write_text(
         '[campaign]\nid = "refused"\nlease_seconds = 120\n\n'

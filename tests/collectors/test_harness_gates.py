@@ -105,7 +105,7 @@ served_name = "stub-model"
 [engine]
 kind = "generic"
 python = "{sys.executable}"
-command = ["{{python}}", "{STUB}", "--port", "{{port}}", {args}]
+command = ["{{python}}", "{STUB}", "--port", "{{port}}", "--model", "{{model}}", {args}]
 lease_seconds = 240
 grace_seconds = 3
 exit_wait_seconds = 3

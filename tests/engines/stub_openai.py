@@ -292,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="deterministic OpenAI-compatible streaming stub")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model-id", default="stub-model")
+    # the model path a campaign gives its engine (``--model {model}``): a real engine loads it, the stub
+    # serves --model-id and ignores it (without it argparse would read --model as --model-id)
+    ap.add_argument("--model", default=None)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--ttft-ms", type=float, default=0.0)
     ap.add_argument("--itl-ms", type=float, default=0.0)
