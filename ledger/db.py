@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from ledger.errors import InputError, StorageError
+from ledger.errors import InputError, LedgerError, StorageError
 from ledger.reads import SCHEMA_HEAD, check_revision
 
 __all__ = [
@@ -35,8 +35,10 @@ __all__ = [
     "T_SUBJECTS",
     "T_TILES",
     "T_TOKENS",
+    "Blob",
     "analyse_if_grown",
     "analyse_log",
+    "blob",
     "check_schema",
     "make_engine",
     "migrate",
@@ -59,6 +61,34 @@ LOG_TABLES = ("log_entries", "entry_subjects", "entry_refs", "entry_artifacts", 
 METADATA = sa.MetaData()
 
 
+class Blob(sa.types.TypeDecorator[bytes]):
+    """A binary column (``LargeBinary``: SQLite BLOB, PostgreSQL bytea) read as its bytes whatever SQLite
+    holds in it. SQLite keeps any value in any column: one rewritten with a string function (``replace()``,
+    ``||``) is TEXT, which its driver returns as ``str`` or cannot even decode (the whole fetch fails). Every
+    SELECT of such a column reads ``CAST(column AS BLOB)`` (its bytes; on PostgreSQL a cast of bytea to
+    itself, which the planner drops), so the row reaches its own checks — its hash, its record, its tile —
+    and those name it. What a reader gets is then checked by ``blob``."""
+
+    impl = sa.LargeBinary
+    cache_ok = True
+
+    def column_expression(self, colexpr: Any) -> Any:
+        return sa.cast(colexpr, sa.LargeBinary)
+
+
+def blob(value: object, fault: Callable[[str], LedgerError]) -> bytes:
+    """The bytes of a value read from a binary column (an envelope, a log record, a tile's hashes or
+    root): ``bytes``, or a driver's ``memoryview``/``bytearray``. Anything else (a NULL where the row
+    needs bytes, a value of another type a reader that does not cast got) is the row's corruption:
+    ``fault(what the value is)`` is raised, the caller's error naming the row (its seq, its tile) — never a
+    ``TypeError`` from ``bytes(str)``, never a value taken for bytes."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, (memoryview, bytearray)):
+        return bytes(value)
+    raise fault(f"its stored value is {'NULL' if value is None else type(value).__name__}, not bytes")
+
+
 def _pk(name: str) -> sa.Column[Any]:
     return sa.Column(name, sa.BigInteger, primary_key=True, autoincrement=False)
 
@@ -77,9 +107,9 @@ T_ENTRIES = sa.Table(
     _text("signer", 64, index=True),
     _text("collected_at", 40),
     _text("logged_at", 40, index=True),
-    sa.Column("envelope", sa.LargeBinary, nullable=False),
+    sa.Column("envelope", Blob, nullable=False),
     # the log record (``ledger.log.LogRecord`` bytes) the Merkle leaf hashes; NULL only before migration 0002
-    sa.Column("record", sa.LargeBinary, nullable=True),
+    sa.Column("record", Blob, nullable=True),
     _text("leaf_hash", 64),
     _text("prev_hash", 64),
     _text("chain_hash", 64),
@@ -146,8 +176,8 @@ T_TILES = sa.Table(
     sa.Column("idx", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("chain_hash", sa.String(64), primary_key=True),
     sa.Column("last_seq", sa.BigInteger, nullable=False, index=True),
-    sa.Column("hashes", sa.LargeBinary, nullable=False),  # 256 * 32 bytes
-    sa.Column("root", sa.LargeBinary, nullable=False),  # 32 bytes: the hash of the subtree the tile spans
+    sa.Column("hashes", Blob, nullable=False),  # 256 * 32 bytes
+    sa.Column("root", Blob, nullable=False),  # 32 bytes: the hash of the subtree the tile spans
 )
 
 

@@ -28,6 +28,7 @@ from ledger.db import (
     T_SUBJECTS,
     T_TILES,
     T_TOKENS,
+    blob,
     lock_log,
     read_connection,
     write_transaction,
@@ -42,7 +43,7 @@ from ledger.reads import (
     record_leaf_hex,
     uncommitted_error,
 )
-from ledger.tiles import tile_span
+from ledger.tiles import tile_path, tile_span
 from ledger.tokens import TOKEN_COLUMNS, TokenRecord, token_of_row, tokens_by_hash
 
 __all__ = [
@@ -209,9 +210,56 @@ def _fetch_committed(conn: sa.Connection, q: Any) -> list[tuple[Any, ...]]:
 
 def _record_of(conn: sa.Connection, seq: int) -> bytes | None:
     """The stored log record bytes of the row at ``seq`` (read to name the column a refused row
-    differs in)."""
-    got = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
-    return None if got is None else bytes(got)
+    differs in; None when it has none, or none that is bytes: the refusal then names no column)."""
+    return _named_record(
+        seq, conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
+    )
+
+
+def _named_record(seq: int, value: object) -> bytes | None:
+    """``record_bytes``, or None where the value is not bytes (it only names a column of a refusal)."""
+    try:
+        return record_bytes(seq, value)
+    except ChainBrokenError:
+        return None
+
+
+def record_bytes(seq: int, value: object) -> bytes | None:
+    """A stored log record (the ``record`` column of the row at ``seq``) as bytes; None for NULL (log
+    format 1). ``ChainBrokenError`` naming the seq for a value that is not bytes (``ledger.db.blob``)."""
+    if value is None:
+        return None
+    return blob(
+        value,
+        lambda what: ChainBrokenError(
+            f"the stored log record at seq {seq} is no log record ({what}): its record column was "
+            "rewritten behind the log's back"
+        ),
+    )
+
+
+def envelope_bytes(seq: int, value: object) -> bytes:
+    """A stored envelope (the ``envelope`` column of the row at ``seq``) as bytes; ``ChainBrokenError``
+    naming the seq for a value that is not bytes (``ledger.db.blob``)."""
+    return blob(
+        value,
+        lambda what: ChainBrokenError(
+            f"the stored envelope at seq {seq} is no envelope ({what}): its envelope column was rewritten "
+            "behind the log's back"
+        ),
+    )
+
+
+def tile_bytes(level: int, idx: int, value: object) -> bytes:
+    """A stored tile's ``hashes`` or ``root`` as bytes; ``ChainBrokenError`` naming the tile for a value
+    that is not bytes (``ledger.db.blob``)."""
+    return blob(
+        value,
+        lambda what: ChainBrokenError(
+            f"stored tile {level}/{tile_path(idx)} is no tile ({what}): the database's hash tiles were "
+            "edited behind the log's back"
+        ),
+    )
 
 
 def _subject_seqs(subject: dict[str, str], n: int) -> Any:
@@ -250,9 +298,9 @@ def _names_its_last_leaf() -> Any:
     return T_TILES.c.last_seq == (T_TILES.c.idx + 1) * sa.bindparam("span", type_=sa.BigInteger) - 1
 
 
-def _tile_column_query(column: Any) -> Any:
+def _tile_column_query(*columns: Any) -> Any:
     return (
-        sa.select(T_TILES.c.idx, column)
+        sa.select(T_TILES.c.idx, *columns)
         .select_from(_valid_tiles())
         .where(
             T_TILES.c.level == sa.bindparam("level"),
@@ -264,7 +312,10 @@ def _tile_column_query(column: Any) -> Any:
 
 
 # built once: a proof runs a few of these, and building a statement costs as much as running it
-_TILE_COLUMN_QUERIES = {c.name: _tile_column_query(c) for c in (T_TILES.c.hashes, T_TILES.c.root)}
+_TILE_COLUMN_QUERIES = {
+    "hashes": _tile_column_query(T_TILES.c.hashes, T_TILES.c.root),  # a tile is read with its root
+    "root": _tile_column_query(T_TILES.c.root),
+}
 
 
 class RepoTiles:
@@ -273,6 +324,9 @@ class RepoTiles:
     def __init__(self, repo: LogRepo, conn: sa.Connection | None) -> None:
         self.repo = repo
         self.conn = conn
+        # the root of each tile ``tiles`` read, from the same row: ``TileTree`` checks a tile against its
+        # root as it reads it (``roots`` of that one tile then needs no second query)
+        self._tile_roots: dict[tuple[int, int], bytes] = {}
 
     @contextmanager
     def _conn(self) -> Iterator[sa.Connection]:
@@ -282,20 +336,25 @@ class RepoTiles:
             with self.repo.read() as c:
                 yield c
 
-    def _column(self, column: Any, level: int, lo: int, hi: int) -> dict[int, bytes]:
-        q = _TILE_COLUMN_QUERIES[column.name]
+    def _rows(self, name: str, level: int, lo: int, hi: int) -> list[Any]:
         span = tile_span(level)
         if span is None:
-            return {}
+            return []
         with self._conn() as c:
             params = {"level": level, "lo": lo, "hi": hi, "span": span}
-            return {int(i): bytes(v) for i, v in c.execute(q, params)}
+            return list(c.execute(_TILE_COLUMN_QUERIES[name], params))
 
     def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
-        return self._column(T_TILES.c.hashes, level, lo, hi)
+        out: dict[int, bytes] = {}
+        for i, hashes, root in self._rows("hashes", level, lo, hi):
+            out[int(i)] = tile_bytes(level, int(i), hashes)
+            self._tile_roots[(level, int(i))] = tile_bytes(level, int(i), root)
+        return out
 
     def roots(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
-        return self._column(T_TILES.c.root, level, lo, hi)
+        if hi - lo == 1 and (level, lo) in self._tile_roots:
+            return {lo: self._tile_roots[(level, lo)]}
+        return {int(i): tile_bytes(level, int(i), v) for i, v in self._rows("root", level, lo, hi)}
 
     def leaves(self, lo: int, hi: int) -> list[bytes]:
         with self._conn() as c:
@@ -489,6 +548,14 @@ class LogRepo:
         ).one()
         return lo, hi, int(count)
 
+    def seq_after(self, conn: sa.Connection, start: int, rows: int, end: int) -> int | None:
+        """The seq ``rows`` rows on from ``start`` (the first row with ``start <= seq < end`` is 0 on),
+        None when fewer rows follow: a keyset page boundary whatever the seq values are."""
+        e = T_ENTRIES
+        q = sa.select(e.c.seq).where(e.c.seq >= start, e.c.seq < end).order_by(e.c.seq).offset(rows).limit(1)
+        got = conn.execute(q).scalar()
+        return None if got is None else int(got)
+
     def chain_at(self, conn: sa.Connection, seq: int) -> str | None:
         """The chain hash of the entry at ``seq`` (it commits every entry up to it), or None."""
         h = conn.execute(sa.select(T_ENTRIES.c.chain_hash).where(T_ENTRIES.c.seq == seq)).scalar()
@@ -504,7 +571,7 @@ class LogRepo:
             ).where(e.c.seq == seq)
         ).one()
         if record_leaf_hex(int(row[0]), row[4], row[1], row[2], row[3]) != row[6]:
-            raise uncommitted_error(tuple(row), None if row[5] is None else bytes(row[5]))
+            raise uncommitted_error(tuple(row), _named_record(int(row[0]), row[5]))
         return str(row[4])
 
     # --- entries by id and seq --------------------------------------------------------------------
@@ -720,12 +787,12 @@ class LogRepo:
         """Envelopes of every ``key.enrol`` entry, in sequence order."""
         with self.read() as conn:
             return [
-                bytes(e)
-                for e in conn.execute(
-                    sa.select(T_ENTRIES.c.envelope)
+                envelope_bytes(int(seq), e)
+                for seq, e in conn.execute(
+                    sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.envelope)
                     .where(T_ENTRIES.c.kind == "key.enrol")
                     .order_by(T_ENTRIES.c.seq)
-                ).scalars()
+                )
             ]
 
     # --- appends ----------------------------------------------------------------------------------
@@ -820,15 +887,18 @@ class LogRepo:
     def records(self, conn: sa.Connection, lo: int, hi: int) -> list[bytes | None]:
         """The stored log records of lo <= seq < hi, in sequence order."""
         q = (
-            sa.select(T_ENTRIES.c.record)
+            sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.record)
             .where(T_ENTRIES.c.seq >= lo, T_ENTRIES.c.seq < hi)
             .order_by(T_ENTRIES.c.seq)
         )
-        return [None if r is None else bytes(r) for r in conn.execute(q).scalars()]
+        return [record_bytes(int(seq), r) for seq, r in conn.execute(q)]
 
-    def iter_records(self, conn: sa.Connection, size: int, batch: int = 5000) -> Iterator[Any]:
+    def iter_records(
+        self, conn: sa.Connection, size: int, batch: int = 5000
+    ) -> Iterator[tuple[int, bytes | None, str]]:
         """(seq, record, leaf_hash) of the entries below ``size``, in sequence order, in keyset pages read
-        through ``conn`` (one snapshot)."""
+        through ``conn`` (one snapshot); a record that is not bytes is ``ChainBrokenError`` naming its seq
+        (``record_bytes``)."""
         e = T_ENTRIES
         last = -1
         while True:
@@ -840,13 +910,14 @@ class LogRepo:
             ).all()
             if not rows:
                 return
-            yield from rows
+            for seq, record, leaf in rows:
+                yield int(seq), record_bytes(int(seq), record), str(leaf)
             last = rows[-1].seq
 
     def record_at(self, conn: sa.Connection, seq: int) -> bytes | None:
         """The stored log record of the entry at ``seq``."""
         r = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
-        return None if r is None else bytes(r)
+        return record_bytes(seq, r)
 
     def checkpoints(self, conn: sa.Connection) -> list[Any]:
         return list(conn.execute(sa.select(T_CHECKPOINTS).order_by(T_CHECKPOINTS.c.size)).all())

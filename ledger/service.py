@@ -1656,12 +1656,33 @@ class Ledger:
                 raise EntryNotFoundError(f"the log has no entry bundle {index} of width {w} yet")
             if any(r is None for r in records):
                 raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
-            # each record must be the leaf the hash tiles serve beside it (one tile read, w SHA-256s)
+            # each record must be the leaf the hash tiles serve beside it (one tile read, checked against
+            # its root, and w SHA-256s)
             leaves = TileTree(self.repo.tile_source(conn), size).hashes(0, lo, lo + w)
-        for i, (r, leaf) in enumerate(zip(records, leaves, strict=True)):
-            if r is None or hashlib.sha256(b"\x00" + r).digest() != leaf:
-                raise record_leaf_error(lo + i)
+            for i, (r, leaf) in enumerate(zip(records, leaves, strict=True)):
+                if r is None or hashlib.sha256(b"\x00" + r).digest() != leaf:
+                    raise self._bundle_leaf_error(conn, lo + i, r)
         return b"".join(len(r).to_bytes(2, "big") + r for r in records if r is not None)
+
+    def _bundle_leaf_error(self, conn: sa.Connection, seq: int, record: bytes | None) -> ChainBrokenError:
+        """Who to blame when the record at ``seq`` is not the leaf the tiles give beside it. A record that
+        hashes to its own ``leaf_hash`` column was not rewritten: the leaf came from the stored full tile
+        (the leaf hash column would have given the record's), and that tile was rewritten — with its root,
+        else reading it was refused already (or the record was, with its leaf hash: ``ledger verify`` tells
+        which). Otherwise the record (``record_leaf_error``)."""
+        try:
+            column = self.repo.leaf_hashes(conn, start=seq, size=seq + 1)
+        except ValueError:  # a leaf hash column that is not hex: not the record's
+            column = []
+        if record is not None and column == [hashlib.sha256(b"\x00" + record).digest()]:
+            return ChainBrokenError(
+                f"stored tile 0/{tile_path(seq // TILE_WIDTH)} holds another leaf for seq {seq} than its log "
+                "record, which hashes to the entry's leaf hash: the tile was rewritten behind the log's back "
+                f"(or the record with its leaf hash); entry bundle {seq // TILE_WIDTH} is not served",
+                hint="run `ledger verify` on the log's home (it names what changed); restore the database "
+                "from a backup the checkpoint this home holds vouches for",
+            )
+        return record_leaf_error(seq)
 
     def export_tiles(
         self, directory: Path, *, size: int | None = None, force: bool = False
@@ -1715,19 +1736,18 @@ class Ledger:
                     )
             builder = TileBuilder()
             bundle: list[bytes] = []
-            for seq, record, leaf in self.repo.iter_records(conn, n):
-                if record is None:
+            for seq, rec, leaf in self.repo.iter_records(conn, n):  # a record not bytes: chain-broken
+                if rec is None:
                     raise LogFormatError("the log has entries without a log record: run `ledger migrate`")
-                if int(seq) != len(builder):
+                if seq != len(builder):
                     raise IntegrityError(f"the log skips from seq {len(builder) - 1} to {seq}")
-                for t in builder.append(bytes.fromhex(str(leaf))):
+                for t in builder.append(bytes.fromhex(leaf)):
                     put(f"tile/{t.level}/{tile_path(t.index)}", t.hashes)
-                rec = bytes(record)
-                if hashlib.sha256(b"\x00" + rec).hexdigest() != str(leaf):  # never publish a record
-                    raise record_leaf_error(int(seq))  # that is not the leaf in the tile beside it
+                if hashlib.sha256(b"\x00" + rec).hexdigest() != leaf:  # never publish a record
+                    raise record_leaf_error(seq)  # that is not the leaf in the tile beside it
                 bundle.append(len(rec).to_bytes(2, "big") + rec)
                 if len(bundle) == TILE_WIDTH:
-                    put(f"tile/entries/{tile_path(int(seq) // TILE_WIDTH)}", b"".join(bundle))
+                    put(f"tile/entries/{tile_path(seq // TILE_WIDTH)}", b"".join(bundle))
                     bundle = []
             if builder.root() != root:
                 raise IntegrityError("the log's leaves do not give the root its tiles give")

@@ -11,6 +11,7 @@ entries after it are checked, once the log is proved consistent with it.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 from collections import deque
@@ -41,7 +42,7 @@ from ledger.log import (
     held_fault,
     parse_checkpoint,
 )
-from ledger.repo import LogRepo
+from ledger.repo import LogRepo, envelope_bytes
 from ledger.signing import PublicKey, parse_envelope
 from ledger.store.base import ArtifactStore
 from ledger.tiles import TileBuilder, TileTree, tile_last_seq
@@ -53,16 +54,29 @@ _CHUNK = 4096  # entries per range a worker checks (at most)
 _MIN_CHUNK = 256  # ... and at least, but for the log's last
 
 
-def _ranges(start: int, end: int, workers: int) -> list[tuple[int, int]]:
-    """The sequence ranges the workers check: ``_CHUNK`` entries each, smaller towards the end (an
-    eighth of what is left per worker, down to ``_MIN_CHUNK``) so that no core waits long for the last."""
-    out: list[tuple[int, int]] = []
+def _ranges(start: int, end: int, workers: int) -> Iterator[tuple[int, int]]:
+    """The sequence ranges the workers check, of a log whose seqs are 0 .. end - 1 with none missing:
+    ``_CHUNK`` entries each, smaller towards the end (an eighth of what is left per worker, down to
+    ``_MIN_CHUNK``) so that no core waits long for the last. Made as they are taken (O(1) memory)."""
     a = start
     while a < end:
         size = max(min(_CHUNK, (end - a) // (8 * workers)), _MIN_CHUNK) if workers > 1 else _CHUNK
-        out.append((a, min(a + size, end)))
+        yield a, min(a + size, end)
         a += size
-    return out
+
+
+def _row_ranges(repo: LogRepo, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The ranges of a log whose seqs are not 0 .. n - 1 (a row moved to, or inserted at, a seq far beyond
+    the others; rows deleted): ``_CHUNK`` rows each, each ending where the rows the log holds put it (a
+    keyset page), so the work is bounded by the rows there are, never by the largest seq; the in-order
+    pass names the first seq missing (``seq-gap``)."""
+    a = start
+    while a < end:
+        with repo.read() as conn:
+            b = repo.seq_after(conn, a, _CHUNK, end)
+        b = end if b is None else b
+        yield a, b
+        a = b
 
 
 class Problem(StrEnum):
@@ -176,15 +190,23 @@ def _consistent(
     tiles hold has the held root at its size); None, with the problem named, when entries were lost or
     the log before it was rewritten."""
     current = repo.size(conn)
-    fault = held_fault(current, since, TileTree(repo.tile_source(conn), current).root)
+    tree = TileTree(repo.tile_source(conn), current)
+    fault = held_fault(current, since, tree.root)
     if fault is None:
         return current
     if fault.lost:
         message = lost_message(current, since.size, whose)
+    elif fault.error is not None:  # a stored tile or a row below its size cannot be read as the log's
+        message = f"the log is not consistent with {whose} at size {since.size}: {fault.reason()}"
     else:
+        try:  # a stored tile's root edited (its hashes kept) gives another root: name the tile
+            tree.check_roots()
+            why = "a stored tile or an entry changed"
+        except LedgerError as e:
+            why = e.message
         message = (
-            f"the log is not consistent with {whose} at size {since.size} (rewritten before it): "
-            f"{fault.reason()}"
+            f"the log is not consistent with {whose} at size {since.size} (rewritten before it: the "
+            f"stored tiles give another root): {fault.reason()}; {why}"
         )
     problems.append(VerifyProblem(Problem.LOG_INCONSISTENT, message))
     return None
@@ -214,24 +236,42 @@ def _held_start(
         held = TileTree(repo.tile_source(conn), s)
         rows = list(repo.key_entries(conn, 0, s))
         last = repo.row_at(conn, s - 1) if s else None
+        envelopes: dict[int, bytes] = {}
         for r in rows + ([last] if last is not None else []):
-            record = LogRecord(int(r.seq), r.logged_at, r.entry_id, r.kind, r.signer)
-            if record.leaf() != held.leaf(int(r.seq)) or entry_id_of(bytes(r.envelope)) != r.entry_id:
+            seq = int(r.seq)
+            try:  # a stored tile that is not the log's is named (``TileTree._tile``), not the entry
+                leaf = held.leaf(seq)
+            except LedgerError as e:
+                problems.append(VerifyProblem(e.code, e.message))
+                return None
+            try:
+                envelopes[seq] = envelope_bytes(seq, r.envelope)
+            except LedgerError as e:
+                problems.append(VerifyProblem(e.code, e.message, seq=seq, id=str(r.entry_id)))
+                return None
+            record = LogRecord(seq, r.logged_at, r.entry_id, r.kind, r.signer)
+            if record.leaf() != leaf or entry_id_of(envelopes[seq]) != r.entry_id:
                 problems.append(
                     VerifyProblem(
                         Problem.LOG_INCONSISTENT,
                         "an entry before the held checkpoint is not the one its tree commits",
-                        seq=int(r.seq),
+                        seq=seq,
                         id=str(r.entry_id),
                     )
                 )
                 return None
         # the candidates hold the admins' other entries too (``LogRepo.key_entries``): fold the key entries
         ring = replay_keys(
-            Keyring(), [(int(r.seq), bytes(r.envelope)) for r in rows if str(r.kind).startswith("key.")], s
+            Keyring(),
+            [(int(r.seq), envelopes[int(r.seq)]) for r in rows if str(r.kind).startswith("key.")],
+            s,
         )
         last_at = parse_time(last.logged_at) if last is not None else None
-        builder = held.builder()
+        try:
+            builder = held.builder()
+        except LedgerError as e:
+            problems.append(VerifyProblem(e.code, e.message))
+            return None
     order = _Order(
         TrustedLog(root_key_id, ring, last_logged_at=last_at),
         str(last.chain_hash) if last is not None else GENESIS_PREV,
@@ -273,6 +313,8 @@ def verify_log(
     problems: list[VerifyProblem] = report.problems
     with repo.read() as conn:
         lo, hi, count = repo.bounds(conn)
+    # seqs 0 .. max are all there (a primary key holds each once): ranges by arithmetic; else by the rows
+    contiguous = count == 0 or (lo == 0 and hi is not None and hi + 1 == count)
     v1 = since is None and any(cp.format == 1 for cp in repo.iter_checkpoints())
 
     if since is not None:
@@ -283,6 +325,9 @@ def verify_log(
             return report
         order, end = started
         order.checkpoints = repo.iter_checkpoints(since.size)
+        with repo.read() as conn:  # the log may have grown since: its seqs up to ``end`` are read again
+            lo, hi, count = repo.bounds(conn)
+        contiguous = count == 0 or (lo == 0 and hi is not None and hi + 1 == count)
     else:
         end = 0 if hi is None else hi + 1
         order = _Order(
@@ -316,19 +361,20 @@ def verify_log(
     checkpoints_upto(start)
     keys = _public_keys(repo)
     n = workers or os.cpu_count() or 1
-    ranges = _ranges(start, end, n)
+    ranges = _ranges(start, end, n) if contiguous else _row_ranges(repo, start, end)
+    first = list(itertools.islice(ranges, 2))
+    todo = itertools.chain(first, ranges)
 
     def consume(res: RangeFacts) -> None:
         _in_order(order, res, report, checkpoints_upto)
         if progress is not None:
             progress(len(res.seqs))  # entries whose signatures, records and order are checked
 
-    if n > 1 and len(ranges) > 1:
+    if n > 1 and len(first) > 1:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(
             max_workers=n, mp_context=ctx, initializer=pool_init, initargs=(database_url, keys, v1)
         ) as pool:
-            todo = iter(ranges)
             window: deque[Future[RangeFacts]] = deque()
 
             def submit() -> None:
@@ -345,7 +391,7 @@ def verify_log(
     else:
         engine = make_engine(database_url)
         try:
-            for a, b in ranges:
+            for a, b in todo:
                 consume(check_range(engine, a, b, keys, v1))
         finally:
             engine.dispose()
