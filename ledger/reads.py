@@ -602,7 +602,7 @@ class EntryRow(NamedTuple):
     chain_hash: str
 
 
-_ROW = "e.seq, e.entry_id, e.signer, e.logged_at, e.envelope, e.prev_hash, e.chain_hash"
+_ROW = "e.seq, e.entry_id, e.signer, e.logged_at, CAST(e.envelope AS BLOB), e.prev_hash, e.chain_hash"
 
 
 def sqlite_file(database_url: str) -> Path | None:
@@ -656,8 +656,8 @@ class SqliteEntries:
                 rows = [
                     (int(seq), bytes(env))
                     for seq, env in c.execute(
-                        "SELECT seq, envelope FROM log_entries WHERE kind >= 'key.' AND kind < 'key/'"
-                        " AND seq >= 0 AND seq < ? ORDER BY kind, seq",
+                        "SELECT seq, CAST(envelope AS BLOB) FROM log_entries"
+                        " WHERE kind >= 'key.' AND kind < 'key/' AND seq >= 0 AND seq < ? ORDER BY kind, seq",
                         (size,),
                     )
                 ]
@@ -742,7 +742,7 @@ class SqliteEntries:
 # --- the policy's reads (``ledger.policy.port``) on a SQLite file ---------------------------------------
 
 # the evidence tuple's columns, and the leaf hash each row is checked against (``committed_rows``)
-_EVIDENCE = "e.seq, e.entry_id, e.kind, e.signer, e.logged_at, e.envelope, e.leaf_hash"
+_EVIDENCE = "e.seq, e.entry_id, e.kind, e.signer, e.logged_at, CAST(e.envelope AS BLOB), e.leaf_hash"
 
 
 RARE_ROWS = 4096  # below this many entries of a kind (or logged since a time), their index drives a read
@@ -802,7 +802,7 @@ class SqlitePolicyRepo:
     def _record(conn: sqlite3.Connection, seq: int) -> bytes | None:
         """The stored log record bytes of the row at ``seq`` (read to name the column a refused row
         differs in)."""
-        got = conn.execute("SELECT record FROM log_entries WHERE seq = ?", (seq,)).fetchone()
+        got = conn.execute("SELECT CAST(record AS BLOB) FROM log_entries WHERE seq = ?", (seq,)).fetchone()
         return None if got is None or got[0] is None else bytes(got[0])
 
     def subject_rows(
@@ -846,7 +846,8 @@ class SqlitePolicyRepo:
     def logged_at(self, conn: sqlite3.Connection, seq: int) -> str:
         """The log time of the entry at ``seq``, checked against the record its leaf commits."""
         row = conn.execute(
-            "SELECT seq, entry_id, kind, signer, logged_at, record, leaf_hash FROM log_entries WHERE seq = ?",
+            "SELECT seq, entry_id, kind, signer, logged_at, CAST(record AS BLOB), leaf_hash FROM log_entries"
+            " WHERE seq = ?",
             (seq,),
         ).fetchone()
         if row is None:
@@ -1085,7 +1086,7 @@ class SqlitePolicyRepo:
         # a tile of this log names its own last leaf (``valid_tiles``): a row inserted with another one
         # that happens to carry that entry's chain hash is no tile of the log
         sql = (
-            f"SELECT t.idx, t.{column} FROM tiles AS t JOIN log_entries AS e"  # noqa: S608 (constant column)
+            f"SELECT t.idx, CAST(t.{column} AS BLOB) FROM tiles AS t JOIN log_entries AS e"  # noqa: S608 (constant column)
             " ON e.seq = t.last_seq AND e.chain_hash = t.chain_hash"
             " WHERE t.level = ? AND t.idx >= ? AND t.idx < ? AND t.last_seq = (t.idx + 1) * ? - 1"
         )

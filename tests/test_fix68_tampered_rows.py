@@ -397,3 +397,30 @@ def test_a_tile_checked_once_is_checked_again_after_the_database_changed(log302:
     _zero_hash_100(log302)
     with pytest.raises(ChainBrokenError, match="stored tile 0/000"):
         log302.led.tile(0, 0)
+
+
+@pytest.mark.parametrize(
+    ("column", "edit", "refused"),
+    [
+        # the verdict reads the row's columns against its leaf, not the record bytes (verify names those)
+        ("record", BACKDATED, False),
+        ("envelope", "replace(envelope, 'entry+json', 'entry+jsom')", True),
+        ("envelope", "CAST(envelope AS TEXT)", False),  # the same bytes, typed TEXT
+    ],
+)
+def test_the_policy_readers_sqlite_path_on_a_column_stored_as_text_names_the_row_not_a_type_error(
+    log302: Log, cli: Callable[..., CliResult], column: str, edit: str, refused: bool
+) -> None:
+    """The verdict's own SQLite reader (``ledger.reads``, not SQLAlchemy) read the binary columns as the
+    driver returned them: a TEXT value died with ``TypeError: string argument without an encoding`` (or
+    blake3's "object supporting the buffer API required"). It reads ``CAST(col AS BLOB)`` too: the row's
+    own check refuses it, or — the same bytes typed TEXT — it is read as they are."""
+    seq = _newest(log302)
+    log302.edit(f"UPDATE log_entries SET {column} = {edit} WHERE seq = ?", seq)
+    r = cli("--home", str(log302.led.home_path), "verdict", "--subject", "campaign=f68")
+    text = r.out + r.err
+    assert "TypeError" not in text and "Traceback" not in text and "buffer API" not in text, text
+    if refused:
+        assert r.code == 2 and str(seq) in text, text  # refused, naming the row
+    else:
+        assert r.code in (0, 1), text  # judged: the bytes read are the ones the entry id names
