@@ -698,7 +698,8 @@ def template_paths(
 
 def template_names(template: str) -> tuple[str, ...] | None:
     """The first name of every placeholder of a message template (``{e[payload][x]}``: ``e``; a
-    positional ``{}`` or ``{0}``: that text), in order; None when the template cannot be parsed (an
+    positional ``{}`` or ``{0}``: that text; one nested in a format spec, ``{count:{width}}``, too), in
+    order; None when the template cannot be parsed (an
     unmatched brace: ``acceptance.render`` would print it as written, placeholders unfilled)."""
     import string
 
@@ -707,11 +708,16 @@ def template_names(template: str) -> tuple[str, ...] | None:
     except ValueError:
         return None
     out: list[str] = []
-    for _literal, field_name, _spec, _conv in parsed:
+    for _literal, field_name, spec, _conv in parsed:
         if field_name is None:
             continue
         m = _FIELD_NAME.fullmatch(field_name)
         out.append(m["first"] if m is not None else field_name)
+        if spec and "{" in spec:  # a nested placeholder in the format spec (``{count:{width}}``)
+            nested = template_names(spec)
+            if nested is None:
+                return None
+            out.extend(nested)
     return tuple(out)
 
 

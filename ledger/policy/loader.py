@@ -166,6 +166,14 @@ ROUTING_NAMES = frozenset(
      "deployment", "gpus", "services", "probes", "identities_text", "params", "routing", "item",
      "qualified_engine", "qualified_engine_text", "standing_failures", "control_answer"}
 )  # fmt: skip
+
+
+def routing_names(for_each: str | None) -> frozenset[str]:
+    """The names a routing check's `expr` and `fail` may read: ``item`` only in a check with `for_each`
+    (one item at a time); its `applies` is judged once, on no item (``routing_names(None)``)."""
+    return ROUTING_NAMES if for_each else ROUTING_NAMES - {"item"}
+
+
 # what a routing check's `fail` message may name beyond its CEL context (``check_routing_change`` fills
 # exactly these)
 ROUTING_TEXTS = frozenset({"verdict_withdrawn_text"})
@@ -285,10 +293,14 @@ def _compile(spec: PolicyFile, text: str, filename: str) -> dict[str, Any]:
                 CompiledRoutingCheck(
                     spec=rc,
                     applies=compile_condition(
-                        rc.applies, _where(filename, text, "routing.checks", i, "applies"), ROUTING_NAMES
+                        rc.applies,
+                        _where(filename, text, "routing.checks", i, "applies"),
+                        routing_names(None),
                     ),
                     expr=compile_condition(
-                        rc.expr, _where(filename, text, "routing.checks", i, "expr"), ROUTING_NAMES
+                        rc.expr,
+                        _where(filename, text, "routing.checks", i, "expr"),
+                        routing_names(rc.for_each),
                     ),
                 )
             )
@@ -401,7 +413,7 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
                     key == "fail",
                     entries={},
                     group=("routing.checks", i),
-                    names=ROUTING_NAMES | ROUTING_TEXTS,
+                    names=routing_names(rc.for_each) | ROUTING_TEXTS,
                 )
     return out
 

@@ -104,3 +104,49 @@ def test_template_names_reads_first_names() -> None:
     assert template_names("a {e[payload][x]} b {params[y]!r} {count:d} {}") == ("e", "params", "count", "")
     assert template_names("{{literal}} only") == ()
     assert template_names("{e[kind]") is None
+
+
+# --- audit 61 f3: `item` outside a for_each check; a placeholder nested in a format spec --------------------
+
+IDENTITY_FAIL = 'fail = "no fresh /v1/models answer served the expected {request[subject][model]}'
+IDENTITY_EXPR = 'expr = """probes.exists(p, p.payload.check == \'models\' && p.serves_model == true) &&'
+
+
+def test_item_in_the_fail_of_a_routing_check_without_for_each_loaded_and_printed_question_marks(
+    policy_copy: Path,
+) -> None:
+    """Regression (audit 61 f3): ``{item[id]:.16}`` in restoration-identity's `fail` (no `for_each`: no item
+    is ever filled) loaded and printed ``?``."""
+    new = IDENTITY_FAIL.replace("expected", "expected (newest probe {item[id]:.16})")
+    msg = _refused(policy_copy, ROUTING, IDENTITY_FAIL, new, match="names nothing its message is filled from")
+    assert "{item…}" in msg, msg
+
+
+def test_item_in_the_cel_of_a_routing_check_without_for_each_is_refused(policy_copy: Path) -> None:
+    new = IDENTITY_EXPR.replace('expr = """', 'expr = """item != null && ')
+    _refused(policy_copy, ROUTING, IDENTITY_EXPR, new, match="item")
+
+
+def test_item_in_a_for_each_checks_fail_still_loads(policy_copy: Path) -> None:
+    load_policy(ROUTING, policy_copy)  # the shipped for_each checks read {item[...]}
+
+
+@pytest.mark.parametrize("spec", ["{count:{wdth}}", "{count:>{width}.{prec}}"])
+def test_a_placeholder_nested_in_a_format_spec_naming_nothing_is_refused(
+    policy_copy: Path, spec: str
+) -> None:
+    """Regression (audit 61 f3): ``{count:{wdth}}`` loaded and rendered ``?``: the nested name was never
+    read."""
+    _refused(
+        policy_copy, QUAL, GATE_FAIL, GATE_FAIL.replace("no GPU", f"{spec} no GPU"), match="names nothing"
+    )
+
+
+def test_a_placeholder_nested_in_a_format_spec_naming_the_context_loads(policy_copy: Path) -> None:
+    _edit(policy_copy, QUAL, GATE_FAIL, GATE_FAIL.replace("no GPU", "{count:>{count}} no GPU"))
+    load_policy(QUAL, policy_copy)
+
+
+def test_template_names_reads_nested_spec_names() -> None:
+    assert template_names("{count:{width}}") == ("count", "width")
+    assert template_names("{count:{width") is None
