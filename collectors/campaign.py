@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -102,7 +103,9 @@ __all__ = [
     "ladder",
     "load_campaign",
     "policy_verdict",
+    "request_form_refused",
     "sequential_count",
+    "sequential_max_latency",
     "step_line",
     "step_word",
     "structured_schema",
@@ -178,6 +181,54 @@ def sequential_count(campaign: Campaign, policy: Any) -> int:
             "leave count out, or ask for more"
         )
     return g.count
+
+
+def sequential_max_latency(campaign: Campaign, policy: Any) -> float | None:
+    """The latency bar of the sequential-request run: the policy's ``sequential_max_latency_ms`` (the bar
+    its gate judges the recorded latencies against). A campaign's ``[gates.sequential] max_latency_ms``
+    may only repeat it: another value is refused before anything is recorded (a campaign cannot set its
+    own bar — a stricter one would fail the engine by the campaign's choice, a looser one pass the
+    collector's step and fail the verdict), and so is one where the policy sets none. None: neither sets
+    one (the policy's gate then fails closed)."""
+    g = campaign.spec.gates.sequential
+    bar = policy.params.get("sequential_max_latency_ms")
+    name = policy.identity().get("name")
+    if bar is not None and (type(bar) not in (int, float) or not math.isfinite(bar) or bar <= 0):
+        raise ConfigError(
+            f"the policy {name}: sequential_max_latency_ms = {bar!r} is not a positive number of milliseconds"
+        )
+    if g.enabled and g.max_latency_ms is not None and g.max_latency_ms != bar:
+        raise ConfigError(
+            f"{campaign.path}: [gates.sequential] max_latency_ms = {g.max_latency_ms:g}, "
+            f"but the policy {name} "
+            + (
+                f"judges sequential latencies against its own bar, sequential_max_latency_ms = {bar:g}"
+                if bar is not None
+                else "sets no sequential_max_latency_ms"
+            )
+            + ": a campaign cannot set its own bar (leave max_latency_ms out)"
+        )
+    return None if bar is None else float(bar)
+
+
+def request_form_refused(payload: Mapping[str, Any], params: Mapping[str, Any]) -> bool:
+    """Did the engine refuse the request form of a structured probe (``[gates.structured] format``), not
+    fail to answer it? Its HTTP status is in the policy's ``request_form_refused_http_statuses`` and its
+    recorded ``error`` matches one of ``request_form_refusal_patterns`` — llama-cpp-python's HTTP 500
+    "1 validation error … 'response_format'" for ``json_schema``. The same params the policy's
+    ``engine-refused-probe`` rule reads: the campaign's configuration, not a runtime fault. A param missing
+    or mistyped refuses nothing (the 500 stays a fault)."""
+    statuses = params.get("request_form_refused_http_statuses")
+    patterns = params.get("request_form_refusal_patterns")
+    error = payload.get("error")
+    if payload.get("check") != "structured" or not isinstance(error, str):
+        return False
+    if not isinstance(statuses, list) or not isinstance(patterns, list):
+        return False
+    status = payload.get("http_status")
+    if type(status) is not int or status not in statuses:
+        return False
+    return any(isinstance(p, str) and re.search(p, error) is not None for p in patterns)
 
 
 # a campaign's [gates.benchmark] key → the BenchmarkSpec field of the policy's run validity it names
@@ -1528,6 +1579,7 @@ class CampaignRunner:
                 f"{self.policy.identity().get('name')} judges the ready control by the answer {answer!r}"
             )
         self.sequential_count = sequential_count(campaign, self.policy)
+        self.sequential_max_latency_ms = sequential_max_latency(campaign, self.policy)
         self.benchmark_validity: dict[str, Any] = {}
         if campaign.spec.gates.benchmark.enabled:
             self.benchmark_validity = benchmark_validity(campaign, self.policy)
@@ -2222,7 +2274,10 @@ class CampaignRunner:
             # answer, like a 5xx: the probe records why in details.server_error (the policy re-derives it)
             raw = payload.get("details")
             details: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            server_side = (
+            # … but an engine that refused the structured probe's request form (llama-cpp-python's 500
+            # naming response_format for json_schema) refused the campaign's setting: no runtime fault
+            refused_form = request_form_refused(payload, self.policy.params) and run.alive()
+            server_side = not refused_form and (
                 payload.get("http_status") in (None, 500, 502, 503, 504)
                 or bool(details.get("server_error"))
                 or not run.alive()
@@ -2237,6 +2292,14 @@ class CampaignRunner:
             sig = self.result.attempts[-1].get("failure_signature") if self.result.attempts else None
             if sig and server_side:
                 raise _GateFailed(f"{payload.get('error')} [engine failure: {sig}]", evidence)
+            if refused_form:
+                form = details.get("format")
+                raise _GateFailed(
+                    f"the engine refuses the {form} request form of [gates.structured] format (HTTP "
+                    f"{payload.get('http_status')}: a request validation error naming response_format): the "
+                    'campaign\'s configuration — use format = "auto" or "json_object"',
+                    evidence,
+                )
         raise _GateFailed(str(payload.get("error") or "probe failed"), evidence)
 
     def _require_engine(self) -> str:
@@ -2290,10 +2353,18 @@ class CampaignRunner:
                 prompt=g.prompt,
                 model=self.model_id,
                 max_tokens=g.max_tokens,
-                max_latency_ms=g.max_latency_ms,
+                max_latency_ms=self.sequential_max_latency_ms,
                 timeout=g.timeout_seconds,
             )
         status, why, ev, _ = self._probe_gate(p)
+        slow = (p.get("details") or {}).get("over_latency")
+        if slow:
+            # every request was answered: the policy judges the latencies against its bar, and says so
+            raise _GateFailed(
+                f"all {p.get('count')} requests answered, {len(slow)} above the policy's bar of "
+                f"{self.sequential_max_latency_ms:g} ms (sequential_max_latency_ms): {slow[0]}",
+                ev,
+            )
         return status, why, ev, {"requests": self.sequential_count, "completed": int(p.get("count") or 0)}
 
     def _gate_runtime(self) -> tuple[str, str | None, list[str], dict[str, int]]:

@@ -113,23 +113,61 @@ def _kept_body(r: httpx.Response) -> str:
     return r.content[:_BODY_LIMIT].decode("utf-8", errors="replace")
 
 
+def _stopped(answer: Any) -> dict[str, Any]:
+    """Why the engine ended a completion and how long it made it, as its answer says: ``finish_reason``
+    (``choices[0].finish_reason``: "stop", or "length" where max_tokens cut the answer) and
+    ``completion_tokens`` (``usage.completion_tokens``); a field the answer leaves out or mistypes is None
+    (the policy reads a missing finish reason as no evidence that the answer ended on its own)."""
+    choice = answer["choices"][0]
+    finish = choice.get("finish_reason")
+    usage = answer.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return {
+        "finish_reason": finish if isinstance(finish, str) else None,
+        "completion_tokens": tokens if type(tokens) is int and tokens >= 0 else None,
+    }
+
+
+_NOT_STOPPED: dict[str, Any] = {"finish_reason": None, "completion_tokens": None}
+
+
 def _chat(
     c: httpx.Client, base: str, body: dict[str, Any]
-) -> tuple[httpx.Response | None, str | None, str, str | None]:
-    """(answer, its completion text or None, why it failed, its body where it was no completion)."""
+) -> tuple[httpx.Response | None, str | None, str, str | None, dict[str, Any]]:
+    """(answer, its completion text or None, why it failed, its body where it was no completion, why and
+    after how many tokens the engine ended the completion — :func:`_stopped`)."""
     try:
         r = c.post(base + "/v1/chat/completions", json=body)
     except httpx.HTTPError as e:
-        return None, None, f"{type(e).__name__}: {e}", None
+        return None, None, f"{type(e).__name__}: {e}", None, dict(_NOT_STOPPED)
     if r.status_code != 200:
-        return r, None, f"HTTP {r.status_code}: {_error_text(r)}", _kept_body(r)
+        return r, None, f"HTTP {r.status_code}: {_error_text(r)}", _kept_body(r), dict(_NOT_STOPPED)
     kept = _kept_body(r)
     why = not_a_completion(r.status_code, kept if len(r.content) <= _BODY_LIMIT else r.text)
     if why is not None:
         # the server answered 200 without a completion: it failed to answer (a server-side failure)
-        return r, None, f"HTTP 200 without a completion: {why}", kept
-    text = r.json()["choices"][0]["message"].get("content")
-    return r, str(text or ""), "", None
+        return r, None, f"HTTP 200 without a completion: {why}", kept, dict(_NOT_STOPPED)
+    answer = r.json()
+    text = answer["choices"][0]["message"].get("content")
+    return r, str(text or ""), "", None, _stopped(answer)
+
+
+# the finish reason of an answer max_tokens cut (OpenAI's, vLLM's, llama.cpp's, llama-cpp-python's word)
+CUT_FINISH_REASON = "length"
+
+
+def _cut(stopped: dict[str, Any], max_tokens: int) -> str | None:
+    """Why an answer is no judgement of the engine, or None: the probe's own ``max_tokens`` (the
+    campaign's setting) cut it — it ended with ``finish_reason`` "length". Such an answer is neither the
+    right nor a wrong one: the probe does not pass, and the policy withholds its credit (INCONCLUSIVE)."""
+    if stopped.get("finish_reason") != CUT_FINISH_REASON:
+        return None
+    tokens = stopped.get("completion_tokens")
+    made = f", {tokens} tokens" if tokens is not None else ""
+    return (
+        f"the campaign's max_tokens ({max_tokens}) cut the answer (finish_reason "
+        f"{CUT_FINISH_REASON!r}{made}): no judgement of the engine — raise max_tokens"
+    )
 
 
 def _body(model: str | None, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -157,9 +195,12 @@ def probe_completion(
     base = base_url.rstrip("/")
     t0 = time.monotonic()
     with http_client(timeout) as c:
-        r, text, err, failed_body = _chat(c, base, _body(model, prompt, max_tokens))
-    ok = text is not None and text.strip() == expect
-    if text is not None and not ok:
+        r, text, err, failed_body, stopped = _chat(c, base, _body(model, prompt, max_tokens))
+    cut = _cut(stopped, max_tokens) if text is not None else None
+    ok = text is not None and text.strip() == expect and cut is None
+    if cut is not None:
+        err = f"answer {text.strip()[:80]!r}: {cut}" if text is not None else cut
+    elif text is not None and not ok:
         err = f"answer {text.strip()[:80]!r} is not {expect!r}"
     return {
         "endpoint": base + "/v1/chat/completions",
@@ -171,6 +212,7 @@ def probe_completion(
         "answered_model": _answered_model(r),
         "expected": expect,
         "max_tokens": max_tokens,
+        **stopped,
         "text": None if text is None else text[:_TEXT_LIMIT],
         "error": err or None,
         "details": {"prompt": prompt, **_failure_details(r, failed_body)},
@@ -207,12 +249,13 @@ def probe_structured(
     text: str | None = None
     err = ""
     failed_body: str | None = None
+    stopped: dict[str, Any] = dict(_NOT_STOPPED)
     used = forms[0]
     with http_client(timeout) as c:
         for form in forms:
             used = form
             t1 = time.monotonic()
-            r, text, err, failed_body = _chat(
+            r, text, err, failed_body, stopped = _chat(
                 c, base, _body(model, prompt, max_tokens, response_format=_response_format(form, schema))
             )
             tried.append(
@@ -230,8 +273,9 @@ def probe_structured(
     if text is not None:
         # judged as the policy re-judges the recorded answer: one check, ledger.answers
         problem = schema_problem(text, schema)
-        ok = problem is None
-        err = problem or err
+        cut = _cut(stopped, max_tokens)
+        ok = problem is None and cut is None
+        err = cut or problem or err
     return {
         "endpoint": base + "/v1/chat/completions",
         "check": "structured",
@@ -241,6 +285,7 @@ def probe_structured(
         "model_identity": model,
         "answered_model": _answered_model(r),
         "max_tokens": max_tokens,
+        **stopped,
         "text": None if text is None else text[:_TEXT_LIMIT],
         "error": err or None,
         "details": {"format": used, "schema": schema, "attempts": tried, **_failure_details(r, failed_body)},
@@ -258,10 +303,15 @@ def probe_sequential(
     timeout: float = 60.0,
     stop_on_failure: bool = True,
 ) -> dict[str, Any]:
-    """``count`` sequential chat completions; passes when every one answers 200 (within the latency bound)."""
+    """``count`` sequential chat completions; passes (``ok``) when every one answers 200 with a completion.
+
+    ``max_latency_ms`` (the qualification policy's ``sequential_max_latency_ms``) is recorded beside the
+    latencies, never folded into ``ok``: a request answered too slowly was answered, and the policy judges
+    the recorded latencies against its own bar. ``details.over_latency`` lists the requests above it."""
     base = base_url.rstrip("/")
     latencies: list[float] = []
     failures: list[str] = []
+    slow: list[str] = []  # requests answered above max_latency_ms: answered, so no failure
     statuses: list[int | None] = []
     answered: list[str] = []  # the distinct model names the answers gave, in the order first seen
     failed: dict[str, Any] = {}  # the first answer that was no completion
@@ -269,7 +319,7 @@ def probe_sequential(
     with http_client(timeout) as c:
         for i in range(count):
             t1 = time.monotonic()
-            r, text, err, failed_body = _chat(c, base, _body(model, prompt, max_tokens))
+            r, text, err, failed_body, _ = _chat(c, base, _body(model, prompt, max_tokens))
             last = r
             if failed_body is not None and not failed:
                 failed = _failure_details(r, failed_body)
@@ -283,12 +333,14 @@ def probe_sequential(
             else:
                 latencies.append(ms)
                 if max_latency_ms is not None and ms > max_latency_ms:
-                    failures.append(f"request {i + 1}: {ms} ms > bound {max_latency_ms} ms")
+                    slow.append(f"request {i + 1}: {ms} ms > {max_latency_ms} ms")
             if failures and stop_on_failure:
                 break
     done = len(latencies)
     ok = done == count and not failures
     summary: dict[str, Any] = {"completed": done, "requested": count, "failures": failures[:20]}
+    if slow:
+        summary["over_latency"] = slow[:20]
     if len(answered) > 1:
         summary["answered_models"] = answered[:20]
     if latencies:

@@ -467,6 +467,11 @@ class HealthProbe(_Model):
     count: Count | None = None
     latencies_ms: list[Figure] = Field(default_factory=list)  # a negative latency measured nothing
     max_tokens: Count | None = None
+    # a completion or structured probe's answer: why the engine stopped (``choices[0].finish_reason``:
+    # "stop", or "length" where the probe's max_tokens cut it) and how many tokens it generated
+    # (``usage.completion_tokens``); None where the answer records none (an entry from before the fields)
+    finish_reason: str | None = None
+    completion_tokens: Count | None = None
     error: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 

@@ -503,11 +503,13 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(a.reply_delay)
         text = reply_text(body, a.reply)
         now = int(time.time())
-        usage = {
-            "prompt_tokens": 12,
-            "completion_tokens": max(1, len(text) // 4),
-            "total_tokens": 12 + max(1, len(text) // 4),
-        }
+        tokens = max(1, len(text) // 4)  # about four characters a token
+        # as real engines answer: an answer max_tokens cuts ends with finish_reason "length", else "stop"
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        finish = "stop"
+        if type(limit) is int and 0 < limit < tokens:
+            text, tokens, finish = text[: limit * 4], limit, "length"
+        usage = {"prompt_tokens": 12, "completion_tokens": tokens, "total_tokens": 12 + tokens}
         if path == "/v1/chat/completions":
             self._json(
                 200,
@@ -520,7 +522,7 @@ class Handler(BaseHTTPRequestHandler):
                         {
                             "index": 0,
                             "message": {"role": "assistant", "content": text},
-                            "finish_reason": "stop",
+                            "finish_reason": finish,
                         }
                     ],
                     "usage": usage,
@@ -534,7 +536,7 @@ class Handler(BaseHTTPRequestHandler):
                     "object": "text_completion",
                     "created": now,
                     "model": a.model_id,
-                    "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
+                    "choices": [{"index": 0, "text": text, "finish_reason": finish}],
                     "usage": usage,
                 },
             )

@@ -175,11 +175,13 @@ def build_app(cfg: StubConfig) -> FastAPI:
         words = text.split(" ")
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
         limit = body.get("max_completion_tokens") or body.get("max_tokens")  # vllm bench sends the former
+        # as real engines answer: finish_reason "length" where max_tokens cut the answer, else "stop"
+        cut = limit is not None and len(pieces) > int(limit)
         pieces = pieces[: int(limit or len(pieces))]
         rid = f"stub-{number}"
         if not body.get("stream"):
             out = "".join(pieces)
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if cut else "stop"}
             if chat:
                 choice["message"] = {"role": "assistant", "content": out}
             else:
@@ -199,7 +201,9 @@ def build_app(cfg: StubConfig) -> FastAPI:
             words = ([w.strip() for w in thoughts] + text.split(" "))[: int(limit or 1 << 30)]
             pieces = pieces[: max(0, len(words) - len(thoughts))]
             thoughts = thoughts[: len(words)]
-        ran_out = bool(thoughts) and limit is not None and len(thoughts) + len(pieces) >= int(limit)
+        ran_out = (bool(thoughts) and limit is not None and len(thoughts) + len(pieces) >= int(limit)) or (
+            not thoughts and cut
+        )
 
         def chunk(piece: str | None, finish: str | None, index: int, *, thought: bool = False) -> str:
             c: dict[str, Any] = {"index": 0, "finish_reason": finish}
