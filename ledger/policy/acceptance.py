@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -626,8 +627,9 @@ JobKey = tuple[Any, str]  # a job: (its campaign, its job_id) — another campai
 @dataclass
 class _JobLog:
     """Which terminal entry ends which job, read once from log order (``_job_log``): ``filter_evidence``
-    (``after-job-terminal``, ``killed-run``, the job windows, ``operator_stopped``), ``_derive`` (the job a
-    launch ran in, ``unmatched_job_ends``) and ``_unjudged_jobs`` read this one reading."""
+    (``after-job-terminal``, ``killed-run``, the job windows, ``operator_stopped``), ``_derive``
+    (``derived.job``: the job open when the log took an entry, ``open_at``; ``unmatched_job_ends``) and
+    ``_unjudged_jobs`` read this one reading."""
 
     # the job's first running entry not superseded (it started the job)
     started: dict[JobKey, Evidence] = field(default_factory=dict)
@@ -647,6 +649,49 @@ class _JobLog:
     failed: list[tuple[JobKey, Evidence, Evidence]] = field(default_factory=list)
     # the runs no terminal entry closed, by job: the running entry that opened each
     open: dict[JobKey, Evidence] = field(default_factory=dict)
+    # every run, by campaign, in the order they started: (job_id, the running entry that opened it, the
+    # terminal entry that closed it or None) — which job was open when the log took an entry (``open_at``)
+    runs: dict[Any, list[tuple[str, Evidence, Evidence | None]]] = field(default_factory=dict)
+
+    # per campaign, read once from ``runs`` (``_timeline``): the seq of each run's start or end in log order
+    # with the job open just after it, and the campaign's ends in log order (their seqs, and the entries)
+    _timelines: dict[Any, tuple[list[int], list[str | None], list[int], list[Evidence]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def _timeline(self, campaign: Any) -> tuple[list[int], list[str | None], list[int], list[Evidence]]:
+        if campaign not in self._timelines:
+            runs = self.runs.get(campaign, [])
+            events = sorted(
+                [(start.seq, i) for i, (_, start, _) in enumerate(runs)]
+                + [(end.seq, i) for i, (_, _, end) in enumerate(runs) if end is not None]
+            )
+            at: list[int] = []
+            job: list[str | None] = []
+            running: set[int] = set()  # the runs open, by their place in start order
+            for seq, i in events:
+                running ^= {i}  # a run starts, else it ends
+                at.append(seq)
+                job.append(runs[max(running)][0] if running else None)
+            ends = sorted((end for _, _, end in runs if end is not None), key=lambda t: t.seq)
+            self._timelines[campaign] = (at, job, [t.seq for t in ends], ends)
+        return self._timelines[campaign]
+
+    def open_at(self, campaign: Any, seq: int) -> str | None:
+        """The job of ``campaign`` open when the log took the entry at ``seq``: of the runs whose running
+        entry precedes it and whose terminal entry does not, the latest to start (two jobs of a campaign may
+        overlap); None when none was open — output logged after every job of the campaign ended belongs to
+        none of them."""
+        at, job, _, _ = self._timeline(campaign)
+        i = bisect_left(at, seq)
+        return job[i - 1] if i else None
+
+    def ended_before(self, campaign: Any, seq: int) -> Evidence | None:
+        """The terminal entry of ``campaign``'s run that the log took last before ``seq``: the end of the
+        campaign's latest run to end before the entry was logged; None when no run of it had ended."""
+        _, _, end_seqs, ends = self._timeline(campaign)
+        i = bisect_left(end_seqs, seq)
+        return ends[i - 1] if i else None
 
 
 def _job_key(j: Evidence) -> JobKey:
@@ -671,7 +716,9 @@ def _job_log(job_entries: Iterable[Evidence], superseded: Container[str]) -> _Jo
             if key in out.ended and key not in out.open:
                 out.restarted.append((key, j, out.ended[key]))
             out.started.setdefault(key, j)
-            out.open.setdefault(key, j)
+            if key not in out.open:
+                out.open[key] = j
+                out.runs.setdefault(key[0], []).append((key[1], j, None))
         elif state in TERMINAL_STATES and j.id not in superseded:
             if state in _STOPPED:
                 out.stopped_by.setdefault(key, j)
@@ -680,8 +727,12 @@ def _job_log(job_entries: Iterable[Evidence], superseded: Container[str]) -> _Jo
                 continue
             out.ended.setdefault(key, j)
             start = out.open.pop(key, None)
-            if start is not None and state == "failed":
-                out.failed.append((key, start, j))
+            if start is not None:
+                runs = out.runs[key[0]]
+                i = next(i for i in reversed(range(len(runs))) if runs[i][1] is start)
+                runs[i] = (key[1], start, j)
+                if state == "failed":
+                    out.failed.append((key, start, j))
     return out
 
 
@@ -944,10 +995,11 @@ def filter_evidence(
         if foreign_job(e, named := named_jobs_of(e)) is not None:
             return False  # `job-of-other-campaign` decides it first, and withholds credit
         t = job_term_of(e, named)
-        return (
-            t is not None
-            and _after_end(e, t, ended_at[t.id])
-            and not withholds_only(Rule.AFTER_JOB_TERMINAL, _after_end_withholds_only(e, t, ended_at[t.id]))
+        if t is None or not _after_end(e, t, ended_at[t.id]):
+            return False
+        open_job = jobs.open_at(e.subject.get("campaign"), e.seq)
+        return not withholds_only(
+            Rule.AFTER_JOB_TERMINAL, _after_end_withholds_only(e, t, ended_at[t.id], open_job)
         )
 
     # a withdrawn harness result is not evidence of the subject at all: no newer run of another
@@ -1042,16 +1094,38 @@ def filter_evidence(
                         "gives no credit to output the log took after the job ended"
                     )
                     # logged after the terminal entry and claiming a time after the end too, the record
-                    # agrees it came after the end: withdrawn. Only one of them says so — the log (a claimed
-                    # time inside the job) or the job's claimed ended_at (logged before its terminal entry)
-                    # — and its credit is withheld, but what the entry shows against the engine stands
+                    # agrees it came after the end: withdrawn — unless the log took it while a job of its
+                    # campaign ran, or it is an engine that started after the end (``_not_that_jobs_output``).
+                    # Only one of them says so — the log (a claimed time inside the job) or the job's claimed
+                    # ended_at (logged before its terminal entry) — and its credit is withheld, but what the
+                    # entry shows against the engine stands
+                    open_job = jobs.open_at(e.subject.get("campaign"), e.seq)
+                    other = _not_that_jobs_output(e, job_term, open_job)
                     reject(
                         e,
                         Rule.AFTER_JOB_TERMINAL,
                         f"produced after job terminal time: {why} "
-                        f"{p.get('job_id')} ended {p.get('state')}/{p.get('exit_code')} {said}{claim}",
+                        f"{p.get('job_id')} ended {_ended_as(p)} {said}{claim}{other or ''}",
                         job_term.id,
-                        credit_only=_after_end_withholds_only(e, job_term, job_end),
+                        credit_only=_after_end_withholds_only(e, job_term, job_end, open_job),
+                    )
+                    continue
+            elif e.kind in output_kinds and e.in_subject and e.derived["job"] is None:
+                # output the log took when no job of its campaign was open, after one had ended: it belongs
+                # to none of them (no ended job's end withdraws it), and output of no job is not credited —
+                # a failure it shows counts against the engine
+                gone = jobs.ended_before(e.subject.get("campaign"), e.seq)
+                if gone is not None:
+                    gp = gone.payload
+                    reject(
+                        e,
+                        Rule.AFTER_JOB_TERMINAL,
+                        f"logged {e.logged_at} (seq {e.seq}) when no job of campaign "
+                        f"{e.subject.get('campaign')!r} was open: after job {gp.get('job_id')} ended "
+                        f"{_ended_as(gp)} (terminal entry {gone.id[:16]}, seq {gone.seq}) and before any "
+                        "other started — output of no job is not credited",
+                        gone.id,
+                        credit_only=True,
                     )
                     continue
             stop = stop_of(e, named_jobs, job_term)
@@ -1072,8 +1146,7 @@ def filter_evidence(
                 reject(
                     e,
                     Rule.KILLED_RUN,
-                    f"from job {sp.get('job_id')} that was {sp.get('state')} "
-                    f"(exit {sp.get('exit_code')}){also}: not credited as passing",
+                    f"from job {sp.get('job_id')} that was {_ended_as(sp)}{also}: not credited as passing",
                     stop.id,
                 )
                 continue
@@ -1620,11 +1693,49 @@ def _after_end(e: Evidence, terminal: Evidence, ended: datetime | None) -> bool:
     return ended is not None and e.observed_time > ended
 
 
-def _after_end_withholds_only(e: Evidence, terminal: Evidence, ended: datetime | None) -> bool:
+def _after_end_withholds_only(
+    e: Evidence, terminal: Evidence, ended: datetime | None, open_job: str | None
+) -> bool:
     """For ``e`` after its job's end (``_after_end``): does ``after-job-terminal`` only withhold its credit?
     Logged after the job's terminal entry and claiming a time after the end too, the record agrees it came
-    after the end: withdrawn. Only one of them says so: its credit is withheld (``CREDIT_ONLY_BY_CLAIM``)."""
+    after the end — output of the job's engine after it was gone: withdrawn. Only one of them says so: its
+    credit is withheld (``CREDIT_ONLY_BY_CLAIM``). Nor is it withdrawn where it is not that job's output at
+    all (``_not_that_jobs_output``: logged while a job of its campaign was open, ``open_job``, or an engine
+    that started after the end): a failure it shows counts against the engine — whether a failure counts
+    never depends on an earlier job's end (only a supersession of the entry withdraws it)."""
+    if _not_that_jobs_output(e, terminal, open_job) is not None:
+        return True
     return not (e.seq > terminal.seq and _after_end_claimed(e, ended))
+
+
+def _not_that_jobs_output(e: Evidence, terminal: Evidence, open_job: str | None) -> str | None:
+    """Why ``e``, produced after the end of the job ``terminal`` ends (``_after_end``), is not output of
+    that job's engine — said as a reason's tail —, or None: the log took it, after that end, while a job of
+    its campaign was open (``open_job``, ``_JobLog.open_at``: another job, or the same job started again —
+    the log decides which run an entry belongs to, not the job it names), or it is an ``engine.launch`` that
+    started (``_claimed_start``: its ``started_at``, never after it was observed) after the job ended
+    (``_job_end``): a new engine, never that job's output."""
+    if open_job is not None and e.seq > terminal.seq:
+        again = " again" if open_job == str(terminal.payload.get("job_id")) else ""
+        return (
+            f"; the log took it while job {open_job} ran{again}: that run's output, not the ended job's "
+            "(what it shows against the engine stands)"
+        )
+    if e.kind == "engine.launch":
+        started, end = _claimed_start(e), _job_end(terminal)
+        if end is not None and started > end:
+            return (
+                f"; it started at {_fmt(started)}, after the job ended at {_fmt(end)}: a new engine, not the "
+                "ended job's output (what it shows against the engine stands)"
+            )
+    return None
+
+
+def _ended_as(p: Mapping[str, Any]) -> str:
+    """How a terminal job entry (its payload ``p``) says the job ended: its state, and its exit code where
+    it records one (an exit code never recorded is left out, not printed as None)."""
+    code = p.get("exit_code")
+    return f"{p.get('state')}" + (f" (exit {code})" if code is not None else "")
 
 
 def withholds_only(rule: str, credit_only: bool | None = None) -> bool:
@@ -1851,11 +1962,13 @@ def _derive(
       latest such launch started at or before the entry was collected (0: before any launch). Probes of
       an attempt beyond the budget are thereby beyond it too.
     * ``job`` — for kinds in ``output_kinds``, the ``job_id`` of the job of the same campaign it ran in,
-      whether or not it says so: the latest one whose ``running`` entry precedes it in the log and whose
-      terminal entry does not (two jobs of a campaign may overlap: one that ended before it was logged is
-      not the one it ran in; a terminal entry logged before every running entry of its job ends nothing,
-      ``_job_log``); when every such job has ended, the latest to start (its output after the end is then
-      judged as such); None when no job of the campaign started before it.
+      whether or not it says so: the one open when the log took it (``_JobLog.open_at``, the one job
+      reading) — the latest whose ``running`` entry precedes it in the log and whose terminal entry does not
+      (two jobs of a campaign may overlap: one that ended before it was logged is not the one it ran in; a
+      terminal entry logged before every running entry of its job ends nothing); None when no job of the
+      campaign was open then — before any started, or after every one had ended: output logged after every
+      job ended belongs to none of them (``filter_evidence`` withholds its credit, and a failure it shows
+      counts against the engine).
     * ``failure_class`` — for an ``engine.launch`` with a ``failure_signature``, the class the signature
       table gives it; ``unknown`` for an id the table lacks (policies fail those closed).
     * ``log_failure_signature`` / ``log_failure_class`` — for an ``engine.launch``, the signature that
@@ -1939,11 +2052,6 @@ def _derive(
     markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
-    # campaign → its jobs with a running entry so far, in the order they started (a job_id once), and
-    # those (campaign, job_id) whose terminal entry is logged after a running entry of theirs (``_job_log``:
-    # an end logged before every start of its job ends nothing)
-    campaign_jobs: dict[str | None, dict[str, None]] = {}
-    ended_jobs: set[JobKey] = set()
     subject_launches: list[Evidence] = []
     host_events = _host_gpu_events(trusted, superseded)
     campaign_starts = _campaign_starts(trusted, output_kinds)
@@ -1951,15 +2059,6 @@ def _derive(
     for e in trusted:  # in seq order
         kind = e.kind
         if kind == "job":
-            if e.id not in superseded:
-                state, job_id = e.payload.get("state"), str(e.payload.get("job_id"))
-                in_campaign = campaign_jobs.setdefault(e.subject.get("campaign"), {})
-                if state == "running":
-                    in_campaign.pop(job_id, None)  # started again: the latest start decides its place
-                    in_campaign[job_id] = None
-                    ended_jobs.discard(_job_key(e))
-                elif state in TERMINAL_STATES and job_id in in_campaign:
-                    ended_jobs.add(_job_key(e))
             continue
         derived: dict[str, Any] = {
             **NO_DERIVED,
@@ -1992,13 +2091,8 @@ def _derive(
             derived["gpu_events_in_campaign"] = [fact for _, fact in ours]
             derived["gpu_events_in_campaign_named"] = _named_timed_events(ours)
         if kind in output_kinds and e.in_subject:
-            of = e.subject.get("campaign")
-            started_jobs = campaign_jobs.get(of)
-            if started_jobs:  # the latest still running, else the latest to start
-                latest = next(reversed(started_jobs))
-                derived["job"] = next(
-                    (j for j in reversed(started_jobs) if (of, j) not in ended_jobs), latest
-                )
+            # the job open when the log took it (``_JobLog.open_at``); none after every job had ended
+            derived["job"] = jobs.open_at(e.subject.get("campaign"), e.seq)
         if kind == "engine.launch" and e.in_subject:
             job_key = (e.subject.get("campaign"), derived["job"]) if derived["job"] is not None else None
             first = jobs.started.get(job_key) if job_key is not None else None

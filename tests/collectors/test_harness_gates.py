@@ -263,7 +263,7 @@ def test_a_bounded_figure_that_is_missing_fails_closed(
     eid = ledger.record("gate.result", bench["subject"], forged, key="collector").entry_id
     review_and_accept(ledger, gate(ledger, "semantic")["id"], eid)
     v = evaluate(ledger, {"campaign": "harness"}, policy)
-    # logged after the campaign's job ended, naming no job: that job's output, and not credited
+    # logged after the campaign's job ended with no job open, naming no job: output of no job, not credited
     assert {r["entry"]: r["rule"] for r in v["rejected"]}[outside] == "after-job-terminal"
     assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE", v["gates"]
     # recorded after the campaign's engine stopped, it measured no engine of the campaign: not credited
