@@ -11,6 +11,7 @@ stopped, what was seen is recorded, the job ends ``cancelled`` with its terminal
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -817,6 +818,15 @@ class _Launch:
     program: int
     env: dict[str, str]
     problem: str | None
+    unset: frozenset[str] = frozenset()  # names ``env -u`` / ``--unset`` removes (no later NAME=VALUE sets)
+    cleared: bool = False  # ``env -i`` / ``-`` / ``--ignore-environment``: the engine inherits nothing
+
+    def engine_env(self, base: Mapping[str, str], assigned: Mapping[str, str]) -> dict[str, str]:
+        """The environment the engine gets when the launchers start it under ``base``: ``base`` less what
+        an ``env`` launcher unsets (all of it where one clears it), then the launchers' NAME=VALUE items
+        (``assigned``: this launch's ``env``, as filled by the caller)."""
+        kept = {} if self.cleared else {k: v for k, v in base.items() if k not in self.unset}
+        return {**kept, **assigned}
 
 
 def _program_name(item: str) -> str:
@@ -829,15 +839,19 @@ def _is_python(program: str) -> bool:
     return program == "{python}" or re.fullmatch(r"python[0-9.]*", os.path.basename(program)) is not None
 
 
-def _launcher_options(name: str, how: _Launcher, argv: list[str], i: int) -> tuple[int, str | None]:
+def _launcher_options(
+    name: str, how: _Launcher, argv: list[str], i: int, read: list[tuple[str, str | None]] | None = None
+) -> tuple[int, str | None]:
     """Past the options of the launcher ``name`` whose first argument is ``argv[i]``: the index of the
-    first item that is no option of it, or a problem."""
+    first item that is no option of it, or a problem. Each option read is added to ``read`` (when given)
+    under its whole name (``-u``, ``--unset``; ``env -`` as ``-i``) with its value (None for a flag)."""
+    seen: list[tuple[str, str | None]] = [] if read is None else read
     while i < len(argv):
         item = argv[i]
         if item == "--":
             return i + 1, None
         if item.startswith("--"):
-            opt, eq, _ = item[2:].partition("=")
+            opt, eq, value = item[2:].partition("=")
             known = [o for o in (*how.long_value, *how.long_flag) if o.startswith(opt)] if opt else []
             refused = [r for r in how.refused if r.startswith("--") and r[2:].startswith(opt)] if opt else []
             if opt in how.long_value or opt in how.long_flag:
@@ -846,9 +860,13 @@ def _launcher_options(name: str, how: _Launcher, argv: list[str], i: int) -> tup
                 return i, f"{name} {item} (it runs no engine, or runs it where the check does not look)"
             if len(known) != 1:
                 return i, f"{name} option {item!r} is not one the collector knows"
-            i += 2 if known[0] in how.long_value and not eq else 1
+            takes = known[0] in how.long_value
+            given = value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+            seen.append((f"--{known[0]}", given if takes else None))
+            i += 2 if takes and not eq else 1
             continue
         if item == "-" and name == "env":  # env - : the same as -i
+            seen.append(("-i", None))
             i += 1
             continue
         if not item.startswith("-") or item == "-":
@@ -864,33 +882,61 @@ def _launcher_options(name: str, how: _Launcher, argv: list[str], i: int) -> tup
                 return i, f"{name} -{c} (it runs no engine, or runs it where the check does not look)"
             if c in how.short_value:
                 step = 1 if j + 1 < len(item) else 2  # -N0, or -N 0
+                rest = item[j + 1 :] if j + 1 < len(item) else (argv[i + 1] if i + 1 < len(argv) else None)
+                seen.append((f"-{c}", rest))
                 break
             if c not in how.short_flag:
                 return i, f"{name} option {item!r} is not one the collector knows"
+            seen.append((f"-{c}", None))
             j += 1
         i += step
     return i, None
 
 
+# what ``env``'s options do to the environment it passes on (coreutils: every -u, and a clearing -i, take
+# effect before its NAME=VALUE items)
+_ENV_CLEARS = ("-i", "--ignore-environment")
+_ENV_UNSETS = ("-u", "--unset")
+
+
 def _skip_launchers(argv: list[str]) -> _Launch:
-    """Where the engine's program stands in ``argv`` past the launchers in front of it (``_LAUNCHERS``)."""
+    """Where the engine's program stands in ``argv`` past the launchers in front of it (``_LAUNCHERS``), and
+    what an ``env`` launcher leaves the engine: its NAME=VALUE items, the names it unsets, whether it
+    clears the environment (``_Launch.engine_env``); launchers in a row each act on what the one before
+    passes on."""
     i = 0
     env: dict[str, str] = {}
+    unset: set[str] = set()
+    cleared = False
+
+    def launch(at: int, problem: str | None) -> _Launch:
+        return _Launch(at, env, problem, frozenset(unset), cleared)
+
     while i < len(argv):
         name = os.path.basename(_program_name(argv[i]))
         how = _LAUNCHERS.get(name)
         if how is None:
-            return _Launch(i, env, None)
-        i, problem = _launcher_options(name, how, argv, i + 1)
+            return launch(i, None)
+        read: list[tuple[str, str | None]] = []
+        i, problem = _launcher_options(name, how, argv, i + 1, read)
         if problem is not None:
-            return _Launch(i, env, problem)
+            return launch(i, problem)
         if name == "env":
+            if any(option in _ENV_CLEARS for option, _ in read):
+                cleared = True
+                env.clear()
+                unset.clear()
+            for option, value in read:
+                if option in _ENV_UNSETS and value is not None:
+                    env.pop(value, None)
+                    unset.add(value)
             while i < len(argv) and "=" in argv[i] and not argv[i].startswith("="):
                 key, _, value = argv[i].partition("=")
                 env[key] = value
+                unset.discard(key)
                 i += 1
         i += how.operands
-    return _Launch(i, env, f"{' '.join(argv[:i])!r} starts no program")
+    return launch(i, f"{' '.join(argv[:i])!r} starts no program")
 
 
 def _engine_start(argv: list[str]) -> int:
@@ -914,6 +960,25 @@ def _engine_start(argv: list[str]) -> int:
             return i + 1  # a script (or stdin)
         i += 2 if item in _PYTHON_VALUE_OPTIONS else 1
     return i
+
+
+def _engine_program(argv: list[str]) -> str | None:
+    """The program that reads the engine's arguments: an engine's own program past the launchers
+    (``_ENGINE_PROGRAMS``, by basename), or the module a Python interpreter runs (``-m MODULE``); None for
+    a script, code, or a program not read here."""
+    start = _skip_launchers(argv).program
+    if start >= len(argv):
+        return None
+    program = _program_name(argv[start])
+    if os.path.basename(program) in _ENGINE_PROGRAMS:
+        return os.path.basename(program)
+    if not _is_python(program):
+        return None
+    end = _engine_start(argv)
+    item = argv[end - 1] if end - 1 > start else ""
+    if end - 2 > start and argv[end - 2] == "-m":
+        return item
+    return item[2:] if item.startswith("-m") and not item.startswith("--") else None
 
 
 def _option_values(
@@ -990,7 +1055,8 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
         # an alias option wins over the variable (llama-cpp-python reads MODEL_ALIAS only where no option
         # sets it, llama-server its LLAMA_ARG_ALIAS likewise — audit 55 f2): the variables count only where
         # the command gives none
-        launched = {**spec.engine.env, **attempt.env, **_skip_launchers(argv).env}  # env NAME=VALUE last
+        launch = _skip_launchers(argv)  # env NAME=VALUE last, less what env -u / -i removes
+        launched = launch.engine_env({**spec.engine.env, **attempt.env}, launch.env)
         for key, value in [] if given else _env_names(kind, launched):
             how = _NameOption(many=False, commas=key == _LLAMA_SERVER_ALIAS_ENV)
             given.append((f"the environment's {key}", [value] if value else None, how))
@@ -1015,8 +1081,11 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
 
 
 # The options that name the model file or folder an engine loads, in each engine's own spelling (checked
-# against the engines' parsers): llama-server ``-m`` / ``--model``; llama-cpp-python ``--model`` (argparse:
-# ``--mod``/``--mode`` are ambiguous with ``--model_alias``, so only the whole name is the option); vLLM
+# against the engines' parsers), keyed by the program that reads them (``_model_readers``: kind llamacpp runs
+# one of two programs, each with its own spellings): llama-server ``-m`` / ``--model``; llama-cpp-python
+# (``python -m llama_cpp.server``) ``--model`` only (argparse: ``--mod``/``--mode`` are ambiguous with
+# ``--model_alias``, so only the whole name is the option; ``-m`` is refused: it exits "unrecognized
+# arguments"); vLLM
 # ``--model`` (every shorter prefix is ambiguous) and the positional model of ``vllm serve MODEL`` or of the
 # api_server (which takes one and ignores it: vLLM then loads its default model); vLLM 0.32's
 # FlexibleArgumentParser moves the first ``--model`` of ``vllm serve`` into the positional slot, so
@@ -1025,7 +1094,8 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
 # A kind the collector cannot read (generic) is held to the common spellings and must load ``{model}``.
 # Each value, as launched, must be the pinned [model] path.
 _MODEL_OPTIONS: dict[str, tuple[str, ...]] = {
-    "llamacpp": ("-m", "--model"),
+    "llama-server": ("-m", "--model"),
+    "llama_cpp.server": ("--model",),
     "vllm": ("--model",),
     "sglang": ("--model-path", "--model"),
     "generic": ("-m", "--model", "--model-path"),
@@ -1127,17 +1197,58 @@ _ANY_CASE_ENV = (
     "HF_TOKENIZER_CONFIG_PATH",
     "HF_PRETRAINED_MODEL_NAME_OR_PATH",
 )
-# the model named through the campaign's own environment: llama-server's LLAMA_ARG_MODEL, llama-cpp-python's
-# MODEL (any case); the command's option wins over both, but one that names another file contradicts it
-_MODEL_ENV: dict[str, tuple[str, ...]] = {"llamacpp": ("LLAMA_ARG_MODEL", "MODEL")}
+# the model named through the engine's environment, keyed like ``_MODEL_OPTIONS`` by the program that reads
+# it: llama-server's LLAMA_ARG_MODEL (as written), llama-cpp-python's MODEL (pydantic-settings: any case);
+# the other program's variable names no model. Both programs let a model option win over the variable
+# (llama-server: an argument over its env; llama-cpp-python: the settings built from its arguments over
+# the environment), so the variables count only where the command gives no model option — the
+# environment the engine gets, inherited values included; the campaign's own variable that names another
+# file than its option still contradicts it
+_MODEL_ENV: dict[str, tuple[str, ...]] = {
+    "llama-server": ("LLAMA_ARG_MODEL",),
+    "llama_cpp.server": ("MODEL",),
+}
+# the programs an engine kind runs that read the model in their own spellings (the keys above); a kind not
+# here is its own key
+_KIND_PROGRAMS: dict[str, tuple[str, ...]] = {"llamacpp": ("llama-server", "llama_cpp.server")}
+
+
+def _model_readers(kind: str, argv: list[str]) -> tuple[str, ...]:
+    """The keys of ``_MODEL_OPTIONS`` / ``_MODEL_ENV`` that say how one attempt's ``argv`` names its model:
+    the program ``_engine_program`` finds where the kind runs several (``_KIND_PROGRAMS``); every one of
+    them where the program is none of them (a script: each spelling it might read is held to the pin); the
+    kind itself otherwise."""
+    programs = _KIND_PROGRAMS.get(kind)
+    if programs is None:
+        return (kind,)
+    program = _engine_program(argv)
+    return (program,) if program in programs else programs
+
+
+def _spellings(table: Mapping[str, tuple[str, ...]], readers: tuple[str, ...]) -> tuple[str, ...]:
+    """The spellings of ``readers`` in ``table``, each once, in table order."""
+    return tuple(dict.fromkeys(name for r in readers for name in table.get(r, ())))
 
 
 def _env_key_is(key: str, name: str) -> bool:
     return key.upper() == name if name in _ANY_CASE_ENV else key == name
 
 
-def _model_option(kind: str, name: str) -> _NameOption | None:
-    return _NameOption(many=False, commas=False) if name in _MODEL_OPTIONS[kind] else None
+def _model_options(kind: str, argv: list[str]) -> tuple[str, ...]:
+    """The model options one attempt's ``argv`` gives its engine's program (``_model_readers``)."""
+    return _spellings(_MODEL_OPTIONS, _model_readers(kind, argv))
+
+
+def _model_option(options: tuple[str, ...], name: str) -> _NameOption | None:
+    return _NameOption(many=False, commas=False) if name in options else None
+
+
+def _foreign_model_options(kind: str, argv: list[str]) -> tuple[str, ...]:
+    """The model options of the other programs of the kind (``_KIND_PROGRAMS``) than the one ``argv`` runs,
+    which that program does not take (llama-server's ``-m`` to llama-cpp-python: it exits "unrecognized
+    arguments")."""
+    own = _model_options(kind, argv)
+    return tuple(o for o in _spellings(_MODEL_OPTIONS, _KIND_PROGRAMS.get(kind, ())) if o not in own)
 
 
 def _elsewhere_option(kind: str, name: str) -> _NameOption | None:
@@ -1147,16 +1258,79 @@ def _elsewhere_option(kind: str, name: str) -> _NameOption | None:
     return None
 
 
+# vLLM serve's options (0.32's parser, whole names; it reads an option's underscores as dashes) after which
+# a bare item is known to be the option's one value (``--port 8000``) or not (a flag: ``--enforce-eager``),
+# so the positional model is the first bare item past them; past any other option written without ``=``
+# (a prefix argparse would take, one of several values, an optional value) where the model stands is not
+# told here (``_serve_positional``)
+_VLLM_SERVE_VALUE = (
+    "--host",
+    "--port",
+    "--uvicorn-log-level",
+    "--dtype",
+    "--max-model-len",
+    "--gpu-memory-utilization",
+    "--tensor-parallel-size",
+    "-tp",
+    "--seed",
+    "--max-num-seqs",
+    "--block-size",
+)
+_VLLM_SERVE_FLAGS = ("--enforce-eager", "--no-enforce-eager", "--trust-remote-code", "--no-trust-remote-code")
+# vLLM refuses a ``serve`` whose first argument is an option where --served-model-name is given and --model
+# is not (argparse_utils: "`model` should be provided as the first positional argument")
+_VLLM_SERVED_NAME = re.compile(r"--served[-_]model[-_]name(=.*)?")
+_VLLM_MODEL = re.compile(r"--model(=.+)?")
+_PUT_MODEL_FIRST = "put the model first: `vllm serve {model} …`"
+
+
+def _serve_positional(rest: list[str]) -> tuple[str | None, str | None]:
+    """The positional model of ``vllm serve`` among its arguments ``rest`` (past ``serve``) as its argparse
+    reads it: (the first item that is neither an option nor a known option's value, or None; the option
+    past which that cannot be told, or None). ``--`` ends the options."""
+    i = 0
+    while i < len(rest):
+        item = rest[i]
+        if item == "--":
+            return (rest[i + 1] if i + 1 < len(rest) else None), None
+        if not item.startswith("-") or item == "-":
+            return item, None
+        name = "--" + item[2:].replace("_", "-") if item.startswith("--") else item
+        if "=" in item or name in _VLLM_SERVE_FLAGS:  # an explicit value, or none: nothing more is taken
+            i += 1
+        elif name in _VLLM_SERVE_VALUE:
+            i += 2
+        else:
+            return None, item
+    return None, None
+
+
 def _positional_model(kind: str, argv: list[str]) -> str | None:
-    """vLLM's positional model: the first engine argument (``vllm serve MODEL``: the one after ``serve``)
-    when it is no option."""
+    """vLLM's positional model: for ``vllm serve`` the one its parser reads past the options
+    (``_serve_positional``); for the api_server its first engine argument when it is no option."""
     if kind != "vllm":
         return None
-    start = _engine_start(argv)
-    rest = argv[start:]
+    rest = argv[_engine_start(argv) :]
     if _serves(argv):
-        rest = rest[1:]
+        return _serve_positional(rest[1:])[0]
     return rest[0] if rest and not rest[0].startswith("-") else None
+
+
+def _model_not_first(kind: str, argv: list[str]) -> str | None:
+    """Why ``vllm serve``'s positional model cannot be found in ``argv`` with no --model option to name it:
+    an option before it that the check cannot read past (``_serve_positional``), or --served-model-name with
+    the model not first (vLLM refuses that); None otherwise."""
+    if kind != "vllm" or not _serves(argv):
+        return None
+    rest = argv[_engine_start(argv) + 1 :]
+    if not rest or not rest[0].startswith("-") or any(_VLLM_MODEL.fullmatch(a) for a in rest):
+        return None
+    positional, unread = _serve_positional(rest)
+    if unread is not None:
+        return f"the check does not know whether {unread!r} takes the item after it as its value"
+    if positional is not None and any(_VLLM_SERVED_NAME.fullmatch(a) for a in rest):
+        return "vLLM refuses a positional model that is not first where --served-model-name is given"
+    return None
 
 
 def _serves(argv: list[str]) -> bool:
@@ -1167,26 +1341,32 @@ def _serves(argv: list[str]) -> bool:
 
 def _names_no_model(kind: str, argv: list[str], env: Mapping[str, str]) -> str | None:
     """Why one attempt's ``argv`` (as launched) and its engine's environment ``env`` (the campaign's and
-    the attempt's variables and an ``env`` launcher's, as written) name no model for an engine of
-    ``kind``, or None when they name one: no model option of the kind (``_MODEL_OPTIONS``), no positional
-    model ``vllm serve`` reads, no model variable (``_MODEL_ENV``). The engine would then load a model of
-    its own choosing (vLLM its default hub model, llama-server its default path). Kind generic is not
-    read: None."""
-    if kind == "generic" or _option_values(argv, lambda n: _model_option(kind, n), _placeholders()):
+    the attempt's variables and an ``env`` launcher's, as the engine gets them past the launchers' -u / -i:
+    ``_Launch.engine_env``; an inherited variable is not the campaign's and names nothing it pinned) name
+    no model for an engine of ``kind``, or None when they name one: no model option of its program
+    (``_model_options``), no positional model ``vllm serve`` reads, no model variable its program reads
+    (``_MODEL_ENV``). The engine would then load a model of its own choosing (vLLM its default hub model,
+    llama-server its default path). Kind generic is not read: None."""
+    options = _model_options(kind, argv)
+    if kind == "generic" or _option_values(argv, lambda n: _model_option(options, n), _placeholders()):
         return None
-    if _positional_model(kind, argv) is not None and _serves(argv):
+    not_first = _model_not_first(kind, argv)
+    if _positional_model(kind, argv) is not None and _serves(argv) and not_first is None:
         return None
-    if any(_env_key_is(key, n) for key in env for n in _MODEL_ENV.get(kind, ())):
+    variables = _spellings(_MODEL_ENV, _model_readers(kind, argv))
+    if any(_env_key_is(key, n) for key in env for n in variables):
         return None
-    said = [f"no {' / '.join(_MODEL_OPTIONS[kind])} option"]
+    said = [f"no {' / '.join(options)} option"]
     if kind == "vllm":
         said.append(
             "a positional model, which the api_server ignores (only `vllm serve` reads one)"
-            if _positional_model(kind, argv) is not None
+            if _positional_model(kind, argv) is not None and not _serves(argv)
+            else f"{_PUT_MODEL_FIRST} ({not_first})"
+            if not_first is not None
             else "no positional model of `vllm serve`"
         )
-    if _MODEL_ENV.get(kind):
-        said.append(f"no {' or '.join(_MODEL_ENV[kind])} in the engine's environment")
+    if variables:
+        said.append(f"no {' or '.join(variables)} in the engine's environment")
     return "; ".join(said)
 
 
@@ -1298,10 +1478,14 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
     """Refuse a campaign whose engine would load another model than the one it pins: the job hashes
     [model] path and binds every launch to that pin, so the engine must load that path and nothing else.
     For each attempt's argv as launched (command, then extra_args; ``=`` forms; every repetition, the
-    last of which the engine keeps), every model option of the engine's kind (``_MODEL_OPTIONS``; vLLM's
-    positional model too) must name the pinned path (``{model}``, or a path that resolves to it); an
-    option or variable that makes the engine fetch its model elsewhere (a hub repo, a URL, a config file)
-    is refused; a model variable of the campaign's environment must name it too; a file of weights or a
+    last of which the engine keeps), every model option of the program it runs (``_MODEL_OPTIONS`` by
+    ``_model_readers``: llama-server and llama-cpp-python spell it differently; the other program's option
+    is refused; vLLM's positional model too, found as ``vllm serve`` reads it or refused where it cannot
+    be told: "put the model first") must name the pinned path (``{model}``, or a path that resolves to
+    it); an option or variable that makes the engine fetch its model elsewhere (a hub repo, a URL, a
+    config file) is refused; a model variable that program reads (``_MODEL_ENV``) must name it too: the
+    campaign's own always, and where no option names the model the one the engine gets (inherited values
+    included, an ``env`` launcher's -u / -i applied: ``_Launch.engine_env``); a file of weights or a
     tokenizer beside the model (``_EXTRA_WEIGHTS``: a LoRA adapter, a draft model, a projector …) must lie
     inside the pinned model folder (``within_pin``). Launchers in front of the engine are read past
     (``_skip_launchers``); another first program than Python or an engine's own is refused
@@ -1314,8 +1498,16 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
     for attempt in spec.engine.attempts:
         where = f"campaign {p}: attempt {attempt.name!r}"
         argv = [*spec.engine.command, *attempt.extra_args]
-        fix = f"write {_MODEL_OPTIONS[kind][-1]} {{model}}, the pinned [model] path ({model})"
+        options = _model_options(kind, argv)
+        variables = _spellings(_MODEL_ENV, _model_readers(kind, argv))
+        fix = f"write {options[-1]} {{model}}, the pinned [model] path ({model})"
         launch = _check_program(kind, argv, where) if argv else _Launch(0, {}, None)
+        foreign = functools.partial(_model_option, _foreign_model_options(kind, argv))
+        for option, _, _ in _option_values(argv, foreign, values):
+            raise ConfigError(
+                f'{where}: {option} is no option of {_engine_program(argv)} (it exits "unrecognized '
+                f'arguments"; {option} names the model for another program of kind {kind}); {fix}'
+            )
         for option, _, _ in _option_values(argv, lambda n: _elsewhere_option(kind, n), values):
             raise ConfigError(
                 f"{where}: {option} makes the engine load its model from elsewhere than the pinned "
@@ -1326,10 +1518,14 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
             engine_env = {k: expand(v) for k, v in {**spec.engine.env, **attempt.env}.items()}
         except ConfigError:
             engine_env = {}  # a variable that does not expand: the launch refuses it
+        assigned: dict[str, str] = {}
         for key, raw in launch.env.items():  # env NAME=VALUE in front of the engine: set last
             with contextlib.suppress(ConfigError):
-                engine_env[key] = _fill(raw, values)
-        whole_env = {**launch_env(engine_env), **engine_env}
+                assigned[key] = _fill(raw, values)
+        # what the engine gets: the launch's environment (inherited, then the campaign's), less what an
+        # env launcher unsets or clears, then its NAME=VALUE items; and the campaign's own part of it
+        whole_env = launch.engine_env(launch_env(engine_env), assigned)
+        own_env = launch.engine_env(engine_env, assigned)
         for key in whole_env:
             if any(_env_key_is(key, n) for n in _MODEL_ELSEWHERE_ENV.get(kind, ())):
                 raise ConfigError(
@@ -1357,13 +1553,31 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
                     else f"{where}: {option} is given no file: the engine's extra weights are not known; "
                     f"leave {option} out"
                 )
-        given = _option_values(argv, lambda n: _model_option(kind, n), values)
+        not_first = _model_not_first(kind, argv)
+        if not_first is not None and _positional_model(kind, argv) is not None:
+            raise ConfigError(
+                f"{where}: {_PUT_MODEL_FIRST} ({not_first}; the pinned [model] path is {model})"
+            )
+        given = _option_values(argv, functools.partial(_model_option, options), values)
         positional = _positional_model(kind, argv)
         if positional is not None:
             given.append(("the positional model", [_fill(positional, values)], _NameOption(False, False)))
-        for key, raw in engine_env.items():
-            if any(_env_key_is(key, n) for n in _MODEL_ENV.get(kind, ())):
-                given.append((f"the environment's {key}", [raw] if raw else None, _NameOption(False, False)))
+        # an option wins over the variable (_MODEL_ENV): with one, the campaign's own variable must still
+        # agree with it; without, the variable the engine gets (inherited too) is the model it loads
+        for key, raw in (own_env if given else whole_env).items():
+            if any(_env_key_is(key, n) for n in variables):
+                said = f"the environment's {key}" + ("" if key in own_env else ", inherited by the engine")
+                given.append((said, [raw] if raw else None, _NameOption(False, False)))
+        # the kind's other program's model variable: this program does not read it, but the campaign that
+        # names another model there than its pin contradicts itself
+        foreign_env = [n for n in _spellings(_MODEL_ENV, _KIND_PROGRAMS.get(kind, ())) if n not in variables]
+        for key, raw in own_env.items():
+            if any(_env_key_is(key, n) for n in foreign_env) and not same_model(raw, model):
+                raise ConfigError(
+                    f"{where}: the environment's {key} names {raw!r} while the pinned model is {model} "
+                    f"([model] path): {_engine_program(argv)} does not read {key}, but the campaign "
+                    f"contradicts its pin; leave {key} out, or name the pinned model"
+                )
         for option, names, _ in given:
             if names is None:
                 raise ConfigError(f"{where}: {option} is given no value; {fix}")
@@ -1372,7 +1586,7 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
                     f"{where}: the engine would load {names[0]!r} ({option}) while the pinned model is "
                     f"{model} ([model] path): the job would pin one model and qualify another; {fix}"
                 )
-        missing = _names_no_model(kind, argv, {**spec.engine.env, **attempt.env, **launch.env})
+        missing = _names_no_model(kind, argv, own_env)
         if missing is not None:
             raise ConfigError(
                 f"{where}: the command names no model ({missing}): the engine would load one of its own "
