@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import re
 import signal
@@ -194,10 +193,10 @@ def sequential_max_latency(campaign: Campaign, policy: Any) -> float | None:
     g = campaign.spec.gates.sequential
     bar = policy.params.get("sequential_max_latency_ms")
     name = policy.identity().get("name")
-    if bar is not None and (type(bar) not in (int, float) or not math.isfinite(bar) or bar <= 0):
-        raise ConfigError(
-            f"the policy {name}: sequential_max_latency_ms = {bar!r} is not a positive number of milliseconds"
-        )
+    from ledger.policy.loader import positive_number_problem
+
+    if bar is not None and (why := positive_number_problem(bar)) is not None:  # the loader's own check
+        raise ConfigError(f"the policy {name}: sequential_max_latency_ms = {why}")
     if g.enabled and g.max_latency_ms is not None and g.max_latency_ms != bar:
         raise ConfigError(
             f"{campaign.path}: [gates.sequential] max_latency_ms = {g.max_latency_ms:g}, "

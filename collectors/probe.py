@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from ledger.answers import schema_problem
+from ledger.answers import CUT_FINISH_REASON, cut_undecided, schema_problem
 from ledger.collectors.readiness import check_ready, http_client
 from ledger.signatures import ANSWER_BODY_LIMIT as _BODY_LIMIT
 from ledger.signatures import not_a_completion
@@ -153,14 +153,14 @@ def _chat(
 
 
 # the finish reason of an answer max_tokens cut (OpenAI's, vLLM's, llama.cpp's, llama-cpp-python's word)
-CUT_FINISH_REASON = "length"
-
-
-def _cut(stopped: dict[str, Any], max_tokens: int) -> str | None:
+def _cut(stopped: dict[str, Any], max_tokens: int, check: str, text: str, expect: str | None) -> str | None:
     """Why an answer is no judgement of the engine, or None: the probe's own ``max_tokens`` (the
-    campaign's setting) cut it — it ended with ``finish_reason`` "length". Such an answer is neither the
-    right nor a wrong one: the probe does not pass, and the policy withholds its credit (INCONCLUSIVE)."""
-    if stopped.get("finish_reason") != CUT_FINISH_REASON:
+    campaign's setting) cut it while it could still have become the right one
+    (``ledger.answers.cut_undecided``, the policy's ``e.derived.cut_undecided``: one judgement). Such an
+    answer is neither the right nor a wrong one: the probe does not pass, and the policy withholds its
+    credit (INCONCLUSIVE). A cut answer that is already wrong is judged as any other answer."""
+    record = {"check": check, "text": text, "max_tokens": max_tokens, **stopped}
+    if not cut_undecided(record, expect):
         return None
     tokens = stopped.get("completion_tokens")
     made = f", {tokens} tokens" if tokens is not None else ""
@@ -196,7 +196,7 @@ def probe_completion(
     t0 = time.monotonic()
     with http_client(timeout) as c:
         r, text, err, failed_body, stopped = _chat(c, base, _body(model, prompt, max_tokens))
-    cut = _cut(stopped, max_tokens) if text is not None else None
+    cut = _cut(stopped, max_tokens, "completion", text, expect) if text is not None else None
     ok = text is not None and text.strip() == expect and cut is None
     if cut is not None:
         err = f"answer {text.strip()[:80]!r}: {cut}" if text is not None else cut
@@ -273,7 +273,7 @@ def probe_structured(
     if text is not None:
         # judged as the policy re-judges the recorded answer: one check, ledger.answers
         problem = schema_problem(text, schema)
-        cut = _cut(stopped, max_tokens)
+        cut = _cut(stopped, max_tokens, "structured", text, None)
         ok = problem is None and cut is None
         err = cut or problem or err
     return {

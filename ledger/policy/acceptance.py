@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+from ledger.answers import cut_undecided
 from ledger.devices import (
     VISIBLE_DEVICES,
     device_of,
@@ -1998,6 +1999,11 @@ def _derive(
       missing or of the wrong type — the probe's or the policy's — is a failure. The gates' "a later pass
       does not lift it" checks and ``before-launch``'s ``against`` read this one judgement. False for every
       other entry.
+    * ``sequential_slowest_ms`` — for a sequential ``health.probe``: the largest of its recorded
+      ``latencies_ms`` (None where it records no list of numbers), what a latency reason names.
+    * ``cut_undecided`` — for a completion or structured ``health.probe``: its answer was cut by its own
+      ``max_tokens`` while it could still have become the right one (``ledger.answers.cut_undecided``, the
+      collector's judgement too); the ``campaign-cut-probe`` rule withholds such a probe. False otherwise.
     * ``gpu_events_during_run`` — for an ``engine.launch`` of the evaluated subject, the GPU events (facts
       as in ``gpu_events``, with their ``time``) of every trusted, not superseded ``kernel.log`` of the
       launch's host — of any campaign: a host's health job records its own — whose event time lies in
@@ -2074,6 +2080,8 @@ def _derive(
             derived["ok"] = probe_ok(e.payload)
             derived["answer_not_completion"] = _answer_not_completion(e.payload)
             derived["probe_failed"] = _probe_failed(e, derived["ok"], params or {})
+            derived["cut_undecided"] = cut_undecided(e.payload, (params or {}).get("control_answer"))
+            derived["sequential_slowest_ms"] = _slowest(e.payload)
         if kind == "health.probe" and e.payload.get("check") == "structured":
             problem = e.structured_problem()
             derived["structured_valid"] = problem is None
@@ -2866,6 +2874,18 @@ def _probe_failed(e: Evidence, ok: bool, params: Mapping[str, Any]) -> bool:
             return True
         return not (count >= want and isinstance(timed, list) and len(timed) == count)
     return False
+
+
+def _slowest(p: dict[str, Any]) -> float | None:
+    """``e.derived.sequential_slowest_ms``: the largest latency a sequential run recorded (``latencies_ms``),
+    for a reason to name what the gate judged (the run's own ``details.max_ms`` is its claim); None where it
+    records no list of numbers."""
+    timed = p.get("latencies_ms") if p.get("check") == "sequential" else None
+    if not isinstance(timed, list) or not timed:
+        return None
+    if not all(type(v) in (int, float) for v in timed):
+        return None
+    return float(max(timed))
 
 
 def _answer_not_completion(p: dict[str, Any]) -> str | None:

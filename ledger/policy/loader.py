@@ -563,6 +563,27 @@ def _check_classes(spec: PolicyFile, text: str, filename: str) -> None:
             )
 
 
+# params that are a positive, finite number (int or float; a bool or a text is no number, though CEL's
+# ``double()`` would read "60000" or "inf"): checked at load, so the collector (which reads the same value)
+# and the gate that judges by it never disagree on what the policy says
+POSITIVE_NUMBER_PARAMS = ("sequential_max_latency_ms",)
+
+
+def positive_number_problem(value: Any) -> str | None:
+    """Why ``value`` is no positive, finite number, or None."""
+    import math
+
+    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+        return f"{value!r} is not a positive, finite number (a whole number or a decimal, not text)"
+    return None
+
+
+def _check_number_params(spec: PolicyFile, text: str, filename: str) -> None:
+    for name in POSITIVE_NUMBER_PARAMS:
+        if name in spec.params and (why := positive_number_problem(spec.params[name])) is not None:
+            raise PolicyError(f"{_where(filename, text, 'params', None, name)}: params.{name}: {why}")
+
+
 def _check_bounds(
     spec: PolicyFile, text: str, filename: str, acceptance_policy: LoadedPolicy | None = None
 ) -> None:
@@ -697,6 +718,7 @@ def load_policy(
     if spec.policy.kind == "routing" and spec.routing is None:
         raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
     _check_classes(spec, text, filename)
+    _check_number_params(spec, text, filename)
     _check_bounds(spec, text, filename, acceptance_policy)
     gates = _qualification_gates(spec, path, _seen)
     _check_gates(spec, text, filename, gates)

@@ -140,6 +140,8 @@ DERIVED_FIELDS: dict[str, Any] = {
     "structured_valid": bool,
     "structured_problem": str | None,
     "probe_failed": bool,
+    "cut_undecided": bool,
+    "sequential_slowest_ms": float | None,
     "gpu_events": list[dict[str, Any]],
     "gpu_events_named": str,
     "gpu_events_in_campaign": list[dict[str, Any]],

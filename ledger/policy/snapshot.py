@@ -228,6 +228,8 @@ NO_DERIVED: dict[str, Any] = {
     "answer_not_completion": None,
     "structured_valid": False,
     "structured_problem": None,
+    "cut_undecided": False,
+    "sequential_slowest_ms": None,
     "gpu_events_during_run": [],
     "kernel_logs_unread_during_run": [],
     "after_launch_end": False,

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ledger.collectors.probe import CUT_FINISH_REASON
+from ledger import answers
+from ledger.collectors import probe as collector_probe
 from ledger.entries import HealthProbe
 from ledger.policy.fixtures import run_fixture
 from ledger.policy.loader import load_policy
@@ -207,9 +208,14 @@ def test_old_probe_without_finish_fields_still_validates() -> None:
     assert p.finish_reason is None and p.completion_tokens is None
 
 
-def test_the_policys_cut_word_is_the_collectors() -> None:
+def test_the_policys_cut_judgement_is_the_collectors() -> None:
+    """One judgement of a cut answer: the policy's rule reads ``e.derived.cut_undecided`` (derived by
+    ``ledger.answers.cut_undecided``), which the collector's probe calls too."""
     text = (POLICY_DIR / "backend-qualification.toml").read_text()
-    assert f"e.payload.finish_reason == '{CUT_FINISH_REASON}'" in text
+    assert "e.derived.cut_undecided" in text
+    assert "finish_reason == 'length'" not in text  # no second copy of the cut word
+    assert collector_probe.cut_undecided is answers.cut_undecided
+    assert collector_probe.CUT_FINISH_REASON is answers.CUT_FINISH_REASON
 
 
 # --- F2: the engine refused the structured probe's request form ------------------------------------
