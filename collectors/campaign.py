@@ -715,6 +715,8 @@ def _name_option(kind: str, name: str) -> _NameOption | None:
 
 # a Python interpreter's own options that take the next item as their value (``python -W error -m …``)
 _PYTHON_VALUE_OPTIONS = ("-W", "-X", "--check-hash-based-pycs")
+# CPython's short options that take no value (they may be joined: ``-Im``, ``-uBm``)
+_PYTHON_FLAGS = "bBdEhiIOPqsSuvVx?"
 
 
 @dataclass(frozen=True)
@@ -807,6 +809,17 @@ _LAUNCHERS: dict[str, _Launcher] = {
 }
 # the engines' own programs (basename): llama.cpp's server, vLLM's CLI (``vllm serve``)
 _ENGINE_PROGRAMS = ("llama-server", "vllm")
+# the engine kind each known program (an engine's own, by basename, or the module ``python -m`` runs) is
+# the engine of: a campaign of one kind whose command runs another kind's program is refused — the model
+# check reads the options, variables and positional model of its kind, not the ones that program reads
+_KIND_OF_PROGRAM: dict[str, str] = {
+    "llama-server": "llamacpp",
+    "llama_cpp.server": "llamacpp",
+    "vllm": "vllm",
+    "vllm.entrypoints.openai.api_server": "vllm",
+    "vllm.entrypoints.cli.main": "vllm",
+    "sglang.launch_server": "sglang",
+}
 
 
 @dataclass(frozen=True)
@@ -948,17 +961,36 @@ def _engine_start(argv: list[str]) -> int:
         return len(argv)
     if not _is_python(_program_name(argv[start])):
         return start + 1
+    return _python_run(argv, start)[0]
+
+
+def _python_run(argv: list[str], start: int) -> tuple[int, str | None]:
+    """For a Python interpreter at ``argv[start]``: where its program's own arguments begin, and the module
+    it runs (``-m MODULE``; None for ``-c CODE``, a script or stdin). CPython's short options may be joined
+    (``-Im llama_cpp.server`` is ``-I -m llama_cpp.server``; ``-mllama_cpp.server``, ``-IWignore``): a run
+    of flags that take no value, ended by one that takes the rest of the item or the next item."""
     i = start + 1
     while i < len(argv):
         item = argv[i]
-        if item in ("-m", "-c"):
-            return i + 2
-        if item.startswith(("-m", "-c")) and not item.startswith("--"):
-            return i + 1  # -mllama_cpp.server
         if not item.startswith("-") or item == "-":
-            return i + 1  # a script (or stdin)
-        i += 2 if item in _PYTHON_VALUE_OPTIONS else 1
-    return i
+            return i + 1, None  # a script (or stdin)
+        if item.startswith("--"):
+            i += 2 if item in _PYTHON_VALUE_OPTIONS else 1
+            continue
+        for k, flag in enumerate(item[1:], start=1):
+            rest = item[k + 1 :]
+            if flag in "mc":  # the rest of the item, or the next item, is the module or the code
+                value = rest if rest else (argv[i + 1] if i + 1 < len(argv) else "")
+                end = i + 1 if rest else i + 2
+                return end, (value if flag == "m" else None)
+            if flag in "WX":  # takes a value: the rest of the item, or the next item
+                i += 1 if rest else 2
+                break
+            if flag not in _PYTHON_FLAGS:
+                return i + 1, None  # an option the check does not know: no module is read
+        else:
+            i += 1
+    return i, None
 
 
 def _engine_program(argv: list[str]) -> str | None:
@@ -973,11 +1005,7 @@ def _engine_program(argv: list[str]) -> str | None:
         return os.path.basename(program)
     if not _is_python(program):
         return None
-    end = _engine_start(argv)
-    item = argv[end - 1] if end - 1 > start else ""
-    if end - 2 > start and argv[end - 2] == "-m":
-        return item
-    return item[2:] if item.startswith("-m") and not item.startswith("--") else None
+    return _python_run(argv, start)[1]
 
 
 def _option_values(
@@ -1163,7 +1191,11 @@ _EXTRA_WEIGHTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         # LoRA adapters (`name=path`, or a JSON object naming its `path`) and a speculative decoding
         # config (JSON: a draft `model` it names; a method without one, n-gram, loads no file)
         *((o, o, "many") for o in ("--lora-modules", "--lora_modules")),
-        *((o, o, "json") for o in ("--speculative-config", "--speculative_config")),
+        *((o, o, "json") for o in ("--speculative-config", "--speculative_config", "-sc")),
+        # a draft model of its own option (merged into the speculative config's `model`), and multimodal
+        # LoRA adapters (a JSON object: modality → adapter path)
+        *((o, o, "path") for o in ("--spec-model", "--spec_model")),
+        *((o, o, "values") for o in ("--default-mm-loras", "--default_mm_loras")),
     ),
     "sglang": (
         ("--tokenizer-path", "--tokenizer-pa", "path"),
@@ -1209,7 +1241,9 @@ _MODEL_ENV: dict[str, tuple[str, ...]] = {
 }
 # the programs an engine kind runs that read the model in their own spellings (the keys above); a kind not
 # here is its own key
-_KIND_PROGRAMS: dict[str, tuple[str, ...]] = {"llamacpp": ("llama-server", "llama_cpp.server")}
+_KIND_PROGRAMS: dict[str, tuple[str, ...]] = {
+    "llamacpp": tuple(p for p, k in _KIND_OF_PROGRAM.items() if k == "llamacpp")
+}
 
 
 def _model_readers(kind: str, argv: list[str]) -> tuple[str, ...]:
@@ -1389,6 +1423,11 @@ def _extra_how(kind: str, name: str) -> str | None:
     for whole, shortest, how in _EXTRA_WEIGHTS[kind]:
         if name.startswith(shortest) and whole.startswith(name):
             return how
+    if name.startswith("--") and "." in name:
+        # vLLM folds ``--speculative-config.model D`` into its JSON option: the key ``model`` names a file
+        option, _, key = name.partition(".")
+        if _extra_how(kind, option) == "json":
+            return "path" if key == "model" else None
     return None
 
 
@@ -1412,6 +1451,14 @@ def _extra_files(how: str, values: list[str]) -> list[str]:
             )
         ]
     if how == "path":
+        return values[:1]
+    if how == "values":  # a JSON object whose values are files; anything else is returned whole
+        try:
+            doc = json.loads(values[0]) if values else None
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and all(isinstance(v, str) for v in doc.values()):
+            return list(doc.values())
         return values[:1]
     parts = [part for value in values[:1] for part in value.split(",")]
     if how == "scaled":
@@ -1448,9 +1495,10 @@ def within_pin(value: str, model: Path) -> bool:
 
 
 def _check_program(kind: str, argv: list[str], where: str) -> _Launch:
-    """The launchers and program of one attempt's ``argv``: refused where a launcher cannot be read, or
-    where the program past them is neither a Python interpreter nor an engine's own program (kind
-    generic keeps its own rule: its first item is the program)."""
+    """The launchers and program of one attempt's ``argv``: refused where a launcher cannot be read, where
+    the program past them is neither a Python interpreter nor an engine's own program, or where it is a
+    known program of another engine kind (``_KIND_OF_PROGRAM``: kind vllm running llama-server). Kind
+    generic keeps its own rule: its first item is the program."""
     launch = _skip_launchers(argv)
     if kind == "generic":
         return launch
@@ -1469,6 +1517,15 @@ def _check_program(kind: str, argv: list[str], where: str) -> _Launch:
             f"{where}: the command starts {program!r}, which is neither a launcher the collector reads, "
             f"a Python interpreter, nor an engine's own program: the model check cannot tell what it "
             f"loads ({known}); start the engine through one of them"
+        )
+    runs = _engine_program(argv)
+    owner = _KIND_OF_PROGRAM.get(runs) if runs is not None else None
+    if owner is not None and owner != kind:
+        raise ConfigError(
+            f"{where}: [engine] kind is {kind!r}, but the command runs {runs!r}, the engine of kind "
+            f"{owner!r}: the model check reads the options and variables of kind {kind!r}, not the ones "
+            f"{runs!r} reads, and the job would record the software of the wrong engine; set kind = "
+            f"{owner!r}, or run {kind!r}'s own program"
         )
     return launch
 

@@ -209,12 +209,26 @@ def test_llamacpp_alias_environment_neighbours(tmp_path: Path) -> None:
     assert "comma" in _refused(_campaign(tmp_path, [], env={"LLAMA_ARG_ALIAS": "tiny,other"}))
 
 
-@pytest.mark.parametrize("kind", ["vllm", "sglang", "generic"])
-def test_llamacpp_spellings_are_not_judged_for_other_engines(tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "program"),
+    [
+        ("vllm", ["vllm", "serve", "{model}"]),
+        ("sglang", ["{python}", "-m", "sglang.launch_server", "--model-path", "{model}"]),
+        ("generic", ["{python}", "-m", "llama_cpp.server", "--model", "{model}"]),
+    ],
+)
+def test_llamacpp_spellings_are_not_judged_for_other_engines(
+    tmp_path: Path, kind: str, program: list[str]
+) -> None:
     # ``-a`` / ``--alias`` mean something else (or nothing) to other engines: only llamacpp's are judged
+    # (each kind runs its own program: another kind's is refused, audit 64 f1)
     c = _campaign(
         tmp_path, ["-a", "other", "--model_alias", "other"], kind=kind, env={"LLAMA_ARG_ALIAS": "x"}
     )
+    text = c.read_text()
+    base = json.dumps(BASE)[1:-1]
+    assert base in text
+    c.write_text(text.replace(base, json.dumps(program)[1:-1]))
     assert load_campaign(c).spec.engine.kind == kind
 
 
