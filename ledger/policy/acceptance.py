@@ -708,10 +708,18 @@ def _job_log(job_entries: Iterable[Evidence], superseded: Container[str]) -> _Jo
     start and end nothing."""
     out = _JobLog()
     preceded: set[JobKey] = set()  # jobs a running entry (superseded or not) was logged for so far
+    # the runs ``open_at`` reads, by the running entries that opened them, superseded ones included: a
+    # supersession withdraws a job's spec, not which run the log took its output in, nor the end that says
+    # the run was stopped (audit 63 f1: a killed job's passes were credited once its running entry was
+    # superseded)
+    run_open: dict[JobKey, Evidence] = {}
     for j in sorted(job_entries, key=lambda x: x.seq):
         key, state = _job_key(j), j.payload.get("state")
         if state == "running":
             preceded.add(key)
+            if key not in run_open:
+                run_open[key] = j
+                out.runs.setdefault(key[0], []).append((key[1], j, None))
             if j.id in superseded:
                 continue
             if key in out.ended and key not in out.open:
@@ -719,7 +727,6 @@ def _job_log(job_entries: Iterable[Evidence], superseded: Container[str]) -> _Jo
             out.started.setdefault(key, j)
             if key not in out.open:
                 out.open[key] = j
-                out.runs.setdefault(key[0], []).append((key[1], j, None))
         elif state in TERMINAL_STATES and j.id not in superseded:
             if state in _STOPPED:
                 out.stopped_by.setdefault(key, j)
@@ -727,13 +734,14 @@ def _job_log(job_entries: Iterable[Evidence], superseded: Container[str]) -> _Jo
                 out.unmatched.append(j)
                 continue
             out.ended.setdefault(key, j)
-            start = out.open.pop(key, None)
-            if start is not None:
+            opened = run_open.pop(key, None)
+            if opened is not None:
                 runs = out.runs[key[0]]
-                i = next(i for i in reversed(range(len(runs))) if runs[i][1] is start)
-                runs[i] = (key[1], start, j)
-                if state == "failed":
-                    out.failed.append((key, start, j))
+                i = next(i for i in reversed(range(len(runs))) if runs[i][1] is opened)
+                runs[i] = (key[1], opened, j)
+            start = out.open.pop(key, None)
+            if start is not None and state == "failed":
+                out.failed.append((key, start, j))
     return out
 
 
@@ -1729,6 +1737,39 @@ def _not_that_jobs_output(e: Evidence, terminal: Evidence, open_job: str | None)
                 f"; it started at {_fmt(started)}, after the job ended at {_fmt(end)}: a new engine, not the "
                 "ended job's output (what it shows against the engine stands)"
             )
+    answered = _engine_answered(e)
+    if answered is not None and e.seq > terminal.seq:
+        return (
+            f"; {answered} after the job ended: an engine was there to answer, so it is no output of the "
+            "ended job's engine after it was gone (what it shows against the engine stands)"
+        )
+    return None
+
+
+def _engine_answered(e: Evidence) -> str | None:
+    """How ``e``, a failed probe or harness result, shows that an engine answered it — a probe that records
+    an HTTP status, a harness result that ran to completion or records answered requests or scored items —
+    or None (a pass; a connection refused, a run with nothing answered: what an engine gone after its job's
+    end leaves). A failure an answering engine shows is evidence against the engine whatever job it names
+    (audit 63 f2); a pass logged after its job's end stays withdrawn (no newer run; audit 29 f7)."""
+    p = e.payload
+    failed = (e.kind == "health.probe" and e.derived.get("probe_failed") is True) or (
+        e.kind == "gate.result" and p.get("status") == "failed"
+    )
+    if not failed:
+        return None
+    if e.kind == "health.probe":
+        status = p.get("http_status")
+        return f"an engine answered it (HTTP {status})" if type(status) is int else None
+    if e.kind == "gate.result":
+        bounds, counts = p.get("bounds"), p.get("counts")
+        if isinstance(bounds, dict) and bounds.get("outcome") == "completed":
+            return "its run completed"
+        if isinstance(counts, dict):
+            for name in ("completed", "passed", "failed"):
+                value = counts.get(name)
+                if type(value) is int and value > 0:
+                    return f"its run records {value} {name}"
     return None
 
 

@@ -238,10 +238,17 @@ def test_a_jobs_claimed_end_does_not_withdraw_a_failure_logged_before_its_end(tm
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == RUNTIME
     assert rejected(v)["fail500"] == "after-job-terminal"
-    # the neighbour: logged after the job's terminal entry, the log knows it came after the end — withdrawn
+    # the neighbour: logged after the job's terminal entry, the log knows it came after the end — but an
+    # engine answered it (HTTP 500): a failure an answering engine shows counts whatever job it names, as it
+    # does naming none (audit 63 f2; it used to be withdrawn)
     es.remove(fail)
     fail["at"] = "2026-09-10T10:55:00Z"
     es.append(fail)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == RUNTIME
+    assert rejected(v)["fail500"] == "after-job-terminal"
+    # … and one that no engine answered (no HTTP status: the engine gone with its job) is withdrawn
+    fail["payload"].pop("http_status")
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == QUALIFIED
     assert rejected(v)["fail500"] == "after-job-terminal"

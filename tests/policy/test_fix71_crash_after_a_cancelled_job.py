@@ -343,3 +343,88 @@ def test_the_killed_run_detail_leaves_out_an_exit_code_never_recorded(tmp_path: 
     detail = v["_rejected"]["job1-launch"]["detail"]
     assert _rule(v, "job1-launch") == ("killed-run", False)
     assert "that was cancelled:" in detail and "None" not in detail, detail
+
+
+# --- audit 63: the neighbours of the one job reading ------------------------------------------------------
+
+
+def _killed_job1_passing(*, superseded: bool, names_job: bool) -> list[dict[str, Any]]:
+    """Job 1: a ready launch and a passing probe (naming the job or not), then killed (exit 137); its
+    running entry superseded ("wrong spec") where ``superseded``."""
+    probe = copy.deepcopy(_by(_campaign(), "health"))
+    probe.update(name="job1-health", at="2026-09-10T09:31:05Z")
+    probe.pop("refs", None)
+    if names_job:
+        probe["refs"] = {"job": "job1-start"}
+    out = [
+        _job("job1-start", "job1", "2026-09-10T09:30:00Z"),
+        _launch(
+            "job1-launch", "2026-09-10T09:31:00Z", "2026-09-10T09:30:20Z", "job1-start" if names_job else None
+        ),
+        probe,
+        _job("job1-killed", "job1", "2026-09-10T09:35:00Z", "killed", exit_code=137),
+    ]
+    if superseded:
+        out.append(
+            _supersede("job1-superseded", "job1-start", "2026-09-10T09:36:00Z", "job1 ran the wrong spec")
+        )
+    return out
+
+
+@pytest.mark.parametrize(("superseded", "names_job"), [(True, False), (True, True), (False, False)])
+def test_a_killed_jobs_output_was_credited_once_its_running_entry_was_superseded(
+    tmp_path: Path, superseded: bool, names_job: bool
+) -> None:
+    """Regression (audit 63 f1): job 1 killed, its running entry superseded, its output naming no job: the
+    run fell out of the job reading (``open_at`` gave no job) and its passing launch and probe were credited
+    as standalone output. A supersession withdraws the job's spec, not which run the log took its output
+    in, nor the end that says the run was stopped: ``killed-run`` as before."""
+    v = _verdict(tmp_path, _killed_job1_passing(superseded=superseded, names_job=names_job))
+    assert v["verdict"] == "INCONCLUSIVE", v["_rejected"]
+    assert _rule(v, "job1-launch") == ("killed-run", False), v["_rejected"]
+    assert _rule(v, "job1-health") == ("killed-run", False)
+
+
+def _ended_job1_then(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Job 1 ends succeeded at 09:35; ``entry`` is logged at 09:37 when no job is open, naming job 1; the
+    campaign's own job (10:00 to 10:50) passes everything."""
+    return [
+        _job("job1-start", "job1", "2026-09-10T09:30:00Z"),
+        _job("job1-done", "job1", "2026-09-10T09:35:00Z", "succeeded", exit_code=0),
+        entry,
+        *_campaign(),
+    ]
+
+
+def _late_answer(**payload: Any) -> dict[str, Any]:
+    probe = copy.deepcopy(_by(_campaign(), "completion"))
+    probe.update(name="late", at="2026-09-10T09:37:00Z", refs={"job": "job1-start"})
+    probe["payload"].update(payload)
+    return probe
+
+
+def test_a_failure_naming_an_ended_job_was_withdrawn_though_an_engine_answered_it(tmp_path: Path) -> None:
+    """Regression (audit 63 f2): a control probe answered HTTP 200 "I cannot comply" after job 1 ended,
+    naming job 1 (`--job`), was withdrawn as job 1's late output and the campaign was QUALIFIED; naming no
+    job it counted. An engine answered it: its failure counts whatever job it names."""
+    v = _verdict(tmp_path, _ended_job1_then(_late_answer(ok=False, text="I cannot comply", error="wrong")))
+    assert v["verdict"] == "NOT QUALIFIED — CONTROL", v["_rejected"]
+    assert _rule(v, "late") == ("after-job-terminal", True)
+    assert "an engine answered it (HTTP 200)" in v["_rejected"]["late"]["detail"]
+
+
+def test_neighbour_a_late_failure_no_engine_answered_is_still_withdrawn(tmp_path: Path) -> None:
+    """The killed or ended job's engine gone: a connection refused (no HTTP status) after the end is the
+    job's late output, withdrawn as before."""
+    late = _late_answer(ok=False, text=None, error="connection refused")
+    late["payload"].pop("http_status", None)
+    v = _verdict(tmp_path, _ended_job1_then(late))
+    assert v["verdict"] == "QUALIFIED", v["_rejected"]
+    assert _rule(v, "late") == ("after-job-terminal", False)
+
+
+def test_neighbour_a_late_pass_naming_an_ended_job_is_still_withdrawn(tmp_path: Path) -> None:
+    """A pass after the end stays withdrawn: not credited, and no newer run (audit 29 f7)."""
+    v = _verdict(tmp_path, _ended_job1_then(_late_answer()))
+    assert v["verdict"] == "QUALIFIED", v["_rejected"]
+    assert _rule(v, "late") == ("after-job-terminal", False)

@@ -84,14 +84,17 @@ def test_a_withdrawn_late_copy_reviewed_and_accepted_is_still_no_newer_run(tmp_p
     assert v["verdict"] == QUALIFIED
 
 
-def test_a_withdrawn_late_failed_copy_neither_hides_the_run_nor_counts_against(tmp_path: Path) -> None:
-    """Withdrawn: not evidence of the subject at all — no newer run, and no failure of the engine."""
+def test_a_late_failed_copy_an_engine_answered_counts_against_whatever_job_it_names(tmp_path: Path) -> None:
+    """A failed run whose requests an engine answered (its outcome completed) after the job ended is no
+    output of the ended job's engine after it was gone: it counts against the engine, as it does naming
+    no job (audit 63 f2; it used to be withdrawn). Its credit is withheld all the same."""
     es = qualified_entries()
     _late_copy(es, "benchmark", "2026-09-10T10:55:00Z", status="failed")
     v = verdict_of(tmp_path, es)
-    assert rejected(v) == {"benchmark-late": "after-job-terminal"}
-    assert counted_against(v) == {}
-    assert v["verdict"] == QUALIFIED
+    # the newest run of the spec is the failed one now: the older pass is no longer the newest
+    assert rejected(v) == {"benchmark-late": "after-job-terminal", "benchmark": "newer-run"}
+    assert counted_against(v) == {"benchmark-late": "after-job-terminal"}
+    assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE"
 
 
 def test_a_late_copy_claiming_a_time_inside_the_job_still_is_a_newer_run(tmp_path: Path) -> None:
