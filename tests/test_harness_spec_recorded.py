@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -417,6 +418,13 @@ def test_a_policy_without_usable_validity_params_runs_no_benchmark(param: str, v
         policy_validity(params, "vllm")
 
 
+# each kind runs its own program (a kind running another kind's is refused at load, audit 64 f1)
+_COMMANDS = {
+    "vllm": ["vllm", "serve", "--model", "{model}"],
+    "llamacpp": ["{python}", "-m", "llama_cpp.server", "--model", "{model}"],
+}
+
+
 def _campaign(tmp_path: Path, extra: str, kind: str = "vllm") -> Path:
     text = f"""
 [campaign]
@@ -428,7 +436,7 @@ served_name = "m"
 
 [engine]
 kind = "{kind}"
-command = ["vllm", "serve", "--model", "{{model}}"]
+command = {json.dumps(_COMMANDS[kind])}
 
 [gates.benchmark]
 enabled = true
