@@ -1,6 +1,8 @@
-"""How a structured-output answer is judged: the one check the collector's probe and the policy share.
+"""How a control answer is judged: the checks the collector's probe and the policy share.
 
-The probe records ``ok`` by it; the policy re-judges the recorded answer by it (``ok`` alone is a claim).
+A structured-output answer against its schema (``schema_problem``), and whether an answer the request's
+``max_tokens`` cut could still have become the right one (``cut_undecided``). The probe records ``ok`` by
+them; the policy re-judges the recorded answer by them (``ok`` alone is a claim).
 """
 
 from __future__ import annotations
