@@ -21,11 +21,11 @@ it cannot prove that no entry of the subject was left out (see docs/INTEROP.md).
 
 from __future__ import annotations
 
-import base64
 import io
 import re
 import tempfile
 import zipfile
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -96,6 +96,9 @@ class BundleProblem(StrEnum):
     """The stable codes ``ledger bundle verify`` names a problem with (docs/INTEROP.md lists them)."""
 
     MEMBER_MISSING = "bundle-member-missing"  # the manifest names a file the bundle lacks
+    MEMBER_DUPLICATE = "bundle-member-duplicate"  # two ZIP members have one name (which one is meant?)
+    MEMBER_UNLISTED = "bundle-member-unlisted"  # a ZIP member the manifest does not name
+    ENTRY_DUPLICATE = "bundle-entry-duplicate"  # the manifest lists one entry (id or seq) twice
     LOG_KEY = "bundle-log-key"  # the bundled verifier key is unreadable, or not the one given
     CHECKPOINT_SIGNATURE = "bundle-checkpoint-signature"  # the note does not verify with the log key
     CHECKPOINT_MISMATCH = "bundle-checkpoint-mismatch"  # the note is not the checkpoint the manifest names
@@ -609,12 +612,27 @@ class BundleReport:
 
 
 class _Zip:
+    """The bundle's members, each read by the name the manifest gives. A name two members share is
+    ambiguous (``zipfile`` reads the last, other tools the first): it is a problem, and so is a member
+    no manifest field names (``unlisted``, once every named file was read)."""
+
     def __init__(self, zf: zipfile.ZipFile, report: BundleReport) -> None:
         self.zf = zf
         self.report = report
-        self.names = set(zf.namelist())
+        members = zf.namelist()
+        self.names = set(members)
+        self.asked: set[str] = {MANIFEST}
+        for name, n in sorted(Counter(members).items()):
+            if n > 1:
+                report.add(BundleProblem.MEMBER_DUPLICATE, f"the bundle holds {n} files named {name!r}")
+
+    def unlisted(self) -> None:
+        for name in sorted(self.names - self.asked):
+            self.report.add(BundleProblem.MEMBER_UNLISTED, f"the manifest does not name the file {name!r}")
 
     def read(self, name: Any, what: str) -> bytes | None:
+        if isinstance(name, str):
+            self.asked.add(name)
         if not isinstance(name, str) or name not in self.names:
             self.report.add(BundleProblem.MEMBER_MISSING, f"{what}: the bundle has no file {name!r}")
             return None
@@ -637,22 +655,26 @@ def open_manifest(zf: zipfile.ZipFile) -> dict[str, Any]:
     return manifest
 
 
+def _count(value: Any, what: str) -> int:
+    """A manifest's size or position: a JSON integer, never a string, a float or a boolean."""
+    if type(value) is not int or value < 0:
+        raise BundleError(f"malformed bundle manifest: {what} {value!r} is not a non-negative integer")
+    return value
+
+
 def _log_key(manifest: dict[str, Any], public_key: str | None, report: BundleReport) -> tuple[str, PublicKey]:
     origin = str(manifest.get("log", {}).get("origin", ""))
     bundled = manifest.get("log", {}).get("verifier_key")
     if public_key is not None:
+        from ledger.proofs import _trust  # the one reading of a log key (C2SP verifier key, else base64)
+
         report.log_key = "given"
-        text = public_key.strip()
-        parts = text.split("+", 2)
-        if len(parts) == 3 and len(parts[1]) == 8:
-            name, pub = parse_verifier_key(text)
-        else:
-            name, pub = origin, PublicKey.from_b64(text)
-        if (
-            isinstance(bundled, str)
-            and bundled.strip() != text
-            and bundled.split("+")[-1:] != [base64.b64encode(b"\x01" + pub.raw).decode()]
-        ):
+        name, pub = _trust(public_key.strip(), None, origin)
+        try:
+            same = parse_verifier_key(str(bundled))[1].raw == pub.raw
+        except LedgerError:
+            same = False
+        if not same:
             report.add(BundleProblem.LOG_KEY, "the bundle's verifier key is not the log key given")
         return name, pub
     try:
@@ -695,7 +717,7 @@ def _verify(
     report.subject = dict(manifest["subject"])
     report.origin = manifest["log"]["origin"]
     claimed = manifest["checkpoint"]
-    report.checkpoint = {"size": int(claimed["size"]), "root": str(claimed["root"])}
+    report.checkpoint = {"size": _count(claimed["size"], "checkpoint size"), "root": str(claimed["root"])}
     name, pub = _log_key(manifest, public_key, report)
 
     # the checkpoint: signed by the log key, and the one the manifest names
@@ -730,9 +752,20 @@ def _verify(
     # entries: envelope ↔ id, record ↔ envelope and index, inclusion under the checkpoint's root
     rows: list[_Row] = []
     parsed: list[tuple[_Row, Envelope]] = []
+    seen_seq: set[int] = set()
+    seen_id: set[str] = set()
     for item in manifest["entries"]:
-        seq, eid = int(item["seq"]), str(item["id"])
+        seq, eid = _count(item["seq"], "entry seq"), str(item["id"])
         where = {"seq": seq, "entry": eid}
+        if seq in seen_seq or eid in seen_id:
+            report.add(
+                BundleProblem.ENTRY_DUPLICATE,
+                f"the manifest lists entry {eid} (seq {seq}) again, or another entry at that seq",
+                **where,
+            )
+            continue
+        seen_seq.add(seq)
+        seen_id.add(eid)
         env_bytes = z.read(item.get("envelope"), f"entry {eid}")
         rec_bytes = z.read(item.get("record"), f"entry {eid} log record")
         if env_bytes is None or rec_bytes is None:
@@ -900,6 +933,7 @@ def _verify(
             "verdict cannot be re-derived from this bundle (fails closed)",
             artifact=digest,
         )
+    z.unlisted()
     if rederived is not None and bundled is not None:
         report.rederived_digest = result_digest(rederived)
         if canonical_bytes(rederived) != canonical_bytes(bundled):

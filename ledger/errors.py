@@ -28,6 +28,8 @@ __all__ = [
     "CorpusDigestError",
     "CosignatureQuorumError",
     "DanglingRefError",
+    "DatabaseNotInitialisedError",
+    "DatabaseUnreachableError",
     "EntryNotFoundError",
     "EnvelopeError",
     "ForbiddenError",
@@ -227,6 +229,15 @@ class HomeNotInitialisedError(InputError):
     hint = "run `ledger init` (or pass --home / set LEDGER_HOME)"
 
 
+class DatabaseNotInitialisedError(HomeNotInitialisedError):
+    """The database a home or --database-url names holds no ledger schema (never migrated)."""
+
+    code = "database-not-initialised"
+    hint = (
+        "`ledger init --database-url URL` makes a ledger's database; `ledger migrate` upgrades an older one"
+    )
+
+
 class ArtifactMissingError(LedgerError):
     code = "artifact-missing"
     category = Category.NOT_FOUND
@@ -348,6 +359,13 @@ class LogFormatError(ConfigError):
 class StorageError(LedgerError):
     code = "storage"
     category = Category.SYSTEM
+
+
+class DatabaseUnreachableError(StorageError):
+    """The database server a home or --database-url names does not answer."""
+
+    code = "database-unreachable"
+    hint = "check --database-url (or database_url in HOME/ledger.toml) and that the server is up"
 
 
 class NotAvailableError(LedgerError):

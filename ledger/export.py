@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +60,8 @@ VSA_PREDICATE = "https://slsa.dev/verification_summary/v1"
 ENTRY_PREDICATE = "https://evidence-ledger.dev/attestation/entry/v1"
 ENTRY_SCHEMA = Path(__file__).parent / "schemas" / "entry-attestation-v1.json"
 EXPORTER_ROLE = "exporter"
-# the tlog entry's kind: this log's entries (the body is the stored envelope), not a Rekor kind
+# the tlog entry's kind: this log's entries (the body is the log record, docs/LOG.md: the Merkle leaf
+# commits it; the entry's envelope is fetched by the record's entry id), not a Rekor kind
 TLOG_KIND = {"kind": "evidence-ledger-entry", "version": "1"}
 _CHUNK = 1 << 20
 
@@ -88,8 +88,19 @@ def _sha256_of(ledger: Ledger, digest: str) -> str:
     return h.hexdigest()
 
 
+def _self_subject(entry: LoggedEntry) -> dict[str, Any]:
+    """The entry itself as a resource descriptor: its URN, its id (the envelope's BLAKE3) and SHA-256."""
+    return {
+        "name": f"entry/{entry.entry_id}",
+        "uri": entry_uri(entry.entry_id),
+        "digest": {"blake3": entry.entry_id, "sha256": hashlib.sha256(entry.envelope).hexdigest()},
+        "mediaType": "application/vnd.evidence-ledger.entry+json",
+    }
+
+
 def _subjects(ledger: Ledger, entry: LoggedEntry) -> list[dict[str, Any]]:
-    """The entry's artifacts (sha256 + blake3); none: the entry itself (its envelope's digests)."""
+    """The entry's artifacts (sha256 + blake3); none: the entry itself (its envelope's digests). A verdict
+    names itself too: the VSA predicate has no field for its own entry (``_OWN_ENTRY``)."""
     out: list[dict[str, Any]] = []
     for a in entry.statement.artifacts:
         digests = {"blake3": a.digest.removeprefix("blake3:")}
@@ -103,18 +114,8 @@ def _subjects(ledger: Ledger, entry: LoggedEntry) -> list[dict[str, Any]]:
                 )
             digests["sha256"] = _sha256_of(ledger, a.digest)
         out.append({"name": a.name, "digest": digests, "mediaType": a.media_type})
-    if not out:
-        out.append(
-            {
-                "name": f"entry/{entry.entry_id}",
-                "uri": entry_uri(entry.entry_id),
-                "digest": {
-                    "blake3": entry.entry_id,
-                    "sha256": hashlib.sha256(entry.envelope).hexdigest(),
-                },
-                "mediaType": "application/vnd.evidence-ledger.entry+json",
-            }
-        )
+    if not out or entry.kind == "verdict":
+        out.append(_self_subject(entry))
     return out
 
 
@@ -315,14 +316,78 @@ def verify_bundle(
     return Checked(statement, entry_id, index, cp.size)
 
 
-def _check_binding(statement: dict[str, Any], entry_id: str) -> None:
-    """The statement speaks of the logged entry: its predicate, configuration or subject names its id."""
-    text = json.dumps(statement.get("predicate", {}), sort_keys=True)
-    names: Iterable[str] = (s.get("uri", "") for s in statement.get("subject", []))
-    if entry_id not in text and entry_uri(entry_id) not in names:
-        raise ProofError(f"the statement does not name the logged entry {entry_id}")
-    if statement.get("_type") != STATEMENT_V1:
-        raise InputError(f"statement _type {statement.get('_type')!r} is not {STATEMENT_V1}")
+_ENTRY_URN = entry_uri("")
+
+
+def _urn_entry_id(value: Any) -> str | None:
+    """The entry id an ``urn:evidence-ledger:entry:<id>`` names; None for anything else."""
+    if isinstance(value, str) and value.startswith(_ENTRY_URN) and len(value) > len(_ENTRY_URN):
+        return value[len(_ENTRY_URN) :]
+    return None
+
+
+def _subject_entry_ids(statement: dict[str, Any]) -> list[str]:
+    """The entry ids the statement's subjects name by URN (the entry attesting itself)."""
+    subjects = statement.get("subject")
+    if not isinstance(subjects, list):
+        return []
+    ids = (_urn_entry_id(s.get("uri")) if isinstance(s, dict) else None for s in subjects)
+    return [i for i in ids if i is not None]
+
+
+def _entry_predicate_id(statement: dict[str, Any]) -> str | None:
+    entry = statement["predicate"].get("entry")
+    eid = entry.get("id") if isinstance(entry, dict) else None
+    return eid if isinstance(eid, str) and eid else None
+
+
+def _test_result_id(statement: dict[str, Any]) -> str | None:
+    return _urn_entry_id(statement["predicate"].get("url"))
+
+
+def _vsa_id(statement: dict[str, Any]) -> str | None:
+    ids = _subject_entry_ids(statement)
+    return ids[0] if len(ids) == 1 else None
+
+
+# predicateType -> the one field naming the statement's OWN entry (what ``statement_for`` writes there):
+# ours ``predicate.entry.id``; test-result ``predicate.url``; the VSA has no such field, so a verdict's
+# statement names itself as a subject. Every other id in a predicate (refs, inputAttestations, …) names
+# another entry and binds nothing.
+_OWN_ENTRY: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    ENTRY_PREDICATE: _entry_predicate_id,
+    TEST_RESULT_PREDICATE: _test_result_id,
+    VSA_PREDICATE: _vsa_id,
+}
+
+
+def _check_binding(statement: Any, entry_id: str) -> None:
+    """The statement is about the logged entry: the field naming its own entry (``_OWN_ENTRY``, by
+    predicate type) is exactly the logged entry's id, and no subject names another entry."""
+    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_V1:
+        got = statement.get("_type") if isinstance(statement, dict) else type(statement).__name__
+        raise InputError(f"statement _type {got!r} is not {STATEMENT_V1}")
+    ptype = statement.get("predicateType")
+    own = _OWN_ENTRY.get(ptype) if isinstance(ptype, str) else None
+    if own is None:
+        raise InputError(f"predicateType {ptype!r} is none this ledger exports ({sorted(_OWN_ENTRY)})")
+    if not isinstance(statement.get("predicate"), dict):
+        raise InputError("the statement's predicate is not a JSON object")
+    named = own(statement)
+    if named is None:
+        raise ProofError(
+            f"the statement does not name the logged entry {entry_id}: its {ptype} predicate names no "
+            "entry of its own"
+        )
+    if named != entry_id:
+        raise ProofError(
+            f"the statement does not name the logged entry {entry_id}: it is about entry {named}"
+        )
+    others = sorted(set(_subject_entry_ids(statement)) - {entry_id})
+    if others:
+        raise ProofError(
+            f"the statement does not name the logged entry {entry_id}: a subject is entry {others[0]}"
+        )
 
 
 def subject_bundles(ledger: Ledger, subject: dict[str, str], *, key: str) -> list[dict[str, Any]]:

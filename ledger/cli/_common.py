@@ -167,7 +167,45 @@ def get_ledger(home: Path | None = None, *, database_url: str | None = None) -> 
     home holds (``Ledger.__init__``), so no command can forget either."""
     from ledger.service import Ledger
 
-    return Ledger.open(home_path(home), database_url=database_url, home_bound=True)
+    ledger = Ledger.open(home_path(home), database_url=database_url, home_bound=True)
+    try:
+        _require_ledger_database(ledger)
+    except BaseException:
+        ledger.close()
+        raise
+    return ledger
+
+
+def _require_ledger_database(ledger: Ledger) -> None:
+    """Refuse, as one ``error[…]`` line, a database the ledger cannot use, before a command reads it:
+    unreachable (``DatabaseUnreachableError``) or holding no ledger schema (never migrated:
+    ``DatabaseNotInitialisedError``;
+    a schema of another revision ``Ledger.__init__`` refused already). Without this the command's first
+    query failed deep inside SQLAlchemy, a traceback and exit 1 (verify's "problems found")."""
+    import sqlalchemy as sa
+
+    from ledger.db import schema_revision
+    from ledger.errors import DatabaseNotInitialisedError, DatabaseUnreachableError
+
+    engine = ledger.engine
+    shown = engine.url.render_as_string(hide_password=True)
+    if engine.dialect.name == "sqlite":
+        path = engine.url.database
+        if not path or path.startswith(("file:", ":")) or not Path(path).is_file():
+            return  # in memory, a URI filename, or a missing file (``Ledger.open`` refused that one)
+        rev = schema_revision(engine)  # read-only: never through the engine, which would change the file
+    else:
+        try:
+            with engine.connect() as conn:
+                has = sa.inspect(conn).has_table("alembic_version")
+                rev = (
+                    conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() if has else None
+                )
+        except sa.exc.DBAPIError as e:
+            reason = str(e.orig if e.orig is not None else e).strip().splitlines()[0]
+            raise DatabaseUnreachableError(f"cannot reach database {shown}: {reason}") from e
+    if rev is None:
+        raise DatabaseNotInitialisedError(f"database {shown} holds no ledger (its schema was never made)")
 
 
 def init_ledger(path: Path, *, database_url: str | None = None, store: str | None = None) -> Ledger:
