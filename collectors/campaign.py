@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -683,13 +683,25 @@ def _fill(part: str, values: dict[str, str]) -> str:
 # kind adds llama-server's ``-a`` / ``--alias`` (one value, which newer builds split at commas into several
 # aliases) and llama-cpp-python's ``--model_alias`` (argparse: one value, and any unambiguous prefix of the
 # option, ``--model_al``, is the same option; ``--model`` itself is the model path).
+_T = TypeVar("_T")  # a spelling: a name, or (whole option, shortest prefix)
 _SERVED_NAME_OPTIONS = ("--served-model-name", "--served_model_name")
-_LLAMA_SERVER_ALIAS = ("--alias", "-a")
-_LLAMA_CPP_PYTHON_ALIAS = "--model_alias"
-# the same names given through the engine's environment: llama-server reads LLAMA_ARG_ALIAS (commas as
-# --alias), llama-cpp-python's settings read MODEL_ALIAS (any case) where no option sets it
-_LLAMA_SERVER_ALIAS_ENV = "LLAMA_ARG_ALIAS"
-_LLAMA_CPP_PYTHON_ALIAS_ENV = "MODEL_ALIAS"
+# The llamacpp kind's alias options, keyed like ``_MODEL_OPTIONS`` by the program that reads them:
+# (whole option, shortest prefix the program's parser takes for it — llama-server takes whole names only).
+# Every one of the kind's is held to served_name whichever program runs (the other program's exits on it:
+# "invalid argument" / "unrecognized arguments"), and any of them keeps the variables from counting.
+_ALIAS_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "llama-server": (("--alias", "--alias"), ("-a", "-a")),
+    "llama_cpp.server": (("--model_alias", "--model_"),),
+}
+# the same names given through the engine's environment, keyed likewise: llama-server reads
+# LLAMA_ARG_ALIAS (as written; commas as --alias), llama-cpp-python's settings MODEL_ALIAS (any case:
+# ``_ANY_CASE_ENV``), each where no option of its own sets it; the other program's variable names nothing
+_ALIAS_ENV: dict[str, tuple[str, ...]] = {
+    "llama-server": ("LLAMA_ARG_ALIAS",),
+    "llama_cpp.server": ("MODEL_ALIAS",),
+}
+# the alias spellings whose value is a comma-separated list of aliases (llama-server's)
+_ALIAS_COMMAS = ("--alias", "-a", "LLAMA_ARG_ALIAS")
 
 
 @dataclass(frozen=True)
@@ -700,17 +712,22 @@ class _NameOption:
     commas: bool  # the value is a comma-separated list (llama-server's --alias)
 
 
+def _alias_option(readers: tuple[str, ...], name: str) -> _NameOption | None:
+    """The alias option ``name`` (an argv item, before any ``=``) is of one of the programs ``readers``
+    (``_ALIAS_OPTIONS``), or None."""
+    for whole, shortest in _spellings(_ALIAS_OPTIONS, readers):
+        if name.startswith(shortest) and whole.startswith(name):
+            return _NameOption(many=False, commas=whole in _ALIAS_COMMAS)
+    return None
+
+
 def _name_option(kind: str, name: str) -> _NameOption | None:
-    """The served-name option ``name`` (an argv item, before any ``=``) is for an engine of ``kind``."""
+    """The served-name option ``name`` (an argv item, before any ``=``) is for an engine of ``kind``:
+    ``--served-model-name`` for every kind, as before; the alias options of the kind's programs
+    (``_ALIAS_OPTIONS``)."""
     if name in _SERVED_NAME_OPTIONS:
         return _NameOption(many=True, commas=False)
-    if kind != "llamacpp":
-        return None
-    if name in _LLAMA_SERVER_ALIAS:
-        return _NameOption(many=False, commas=True)
-    if name.startswith("--model_") and _LLAMA_CPP_PYTHON_ALIAS.startswith(name):
-        return _NameOption(many=False, commas=False)
-    return None
+    return _alias_option(_KIND_PROGRAMS.get(kind, ()), name)
 
 
 # a Python interpreter's own options that take the next item as their value (``python -W error -m …``)
@@ -1046,47 +1063,63 @@ def _placeholders(**filled: str) -> dict[str, str]:
 def _served_names(kind: str, argv: list[str], served: str) -> list[tuple[str, list[str] | None, _NameOption]]:
     """Each served-name option of one attempt's ``argv`` for an engine of ``kind`` (``_option_values``;
     ``{served_name}`` is the campaign's own)."""
-    return _option_values(argv, lambda name: _name_option(kind, name), _placeholders(served_name=served))
+    return _option_values(argv, functools.partial(_name_option, kind), _placeholders(served_name=served))
 
 
-def _env_names(kind: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """The served-name variables of an attempt's environment (``engine.env`` then the attempt's) for an
-    engine of ``kind``: (variable, value as launched). A value naming a variable that is not set is left to
-    the launch, which refuses it."""
-    if kind != "llamacpp":
-        return []
-    found: list[tuple[str, str]] = []
-    for key, raw in env.items():
-        if key != _LLAMA_SERVER_ALIAS_ENV and key.upper() != _LLAMA_CPP_PYTHON_ALIAS_ENV:
-            continue
-        try:
-            found.append((key, expand(raw)))
-        except ConfigError:
-            continue
-    return found
+def _env_names(readers: tuple[str, ...], env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The alias variables of ``env`` (the engine's environment, values as launched) that the programs
+    ``readers`` read (``_ALIAS_ENV``, each in its program's case rule): (variable, value)."""
+    names = _spellings(_ALIAS_ENV, readers)
+    return [(key, value) for key, value in env.items() if any(_env_key_is(key, n) for n in names)]
 
 
 def _check_served_name(spec: CampaignFile, p: Path) -> None:
     """Refuse a campaign whose engine command serves its model under a name that is not its [model]
     served_name: the engine serves what it is told, and the identity probe would fail the engine for the
     campaign's own contradiction. Every literal served-name option of each attempt, in its engine's own
-    spelling (``--served-model-name``; for llamacpp ``--alias`` / ``-a`` / ``--model_alias``), and every
-    such variable of its environment must name it; an alias llama-server would split at a comma is refused
-    (builds differ in whether it does)."""
+    spelling (``--served-model-name``; for llamacpp ``--alias`` / ``-a`` / ``--model_alias``:
+    ``_ALIAS_OPTIONS``), must name it. Where no option names it, the alias variable the program it runs
+    reads (``_ALIAS_ENV`` by ``_model_readers``; both where it runs neither) in the environment the engine
+    gets (inherited values included, an ``env`` launcher's -u / -i applied: ``_Launch.engine_env``) must
+    name it, and the campaign's own variable of the other program, which names nothing to this one, must
+    not contradict it. An alias llama-server would split at a comma is refused (builds differ in whether
+    it does)."""
     served = spec.model.served_name
     kind = spec.engine.kind
+    values = _placeholders(served_name=served)
     for attempt in spec.engine.attempts:
         where = f"campaign {p}: attempt {attempt.name!r}"
         argv = [*spec.engine.command, *attempt.extra_args]
+        readers = _model_readers(kind, argv)
+        program = _engine_program(argv)
         given = _served_names(kind, argv, served)
+        own: dict[str, str] = {}
+        for key, raw in {**spec.engine.env, **attempt.env}.items():
+            with contextlib.suppress(ConfigError):  # a variable that is not set: the launch refuses it
+                own[key] = expand(raw)
+        launch = _skip_launchers(argv)
+        assigned: dict[str, str] = {}
+        for key, raw in launch.env.items():  # env NAME=VALUE in front of the engine: set last
+            with contextlib.suppress(ConfigError):
+                assigned[key] = _fill(raw, values)
+        # what the engine gets (inherited, then the campaign's, less what env -u / -i removes, then env's
+        # NAME=VALUE items), and the campaign's own part of it
+        whole_env = launch.engine_env(launch_env(own), assigned)
+        own_env = launch.engine_env(own, assigned)
         # an alias option wins over the variable (llama-cpp-python reads MODEL_ALIAS only where no option
         # sets it, llama-server its LLAMA_ARG_ALIAS likewise — audit 55 f2): the variables count only where
-        # the command gives none
-        launch = _skip_launchers(argv)  # env NAME=VALUE last, less what env -u / -i removes
-        launched = launch.engine_env({**spec.engine.env, **attempt.env}, launch.env)
-        for key, value in [] if given else _env_names(kind, launched):
-            how = _NameOption(many=False, commas=key == _LLAMA_SERVER_ALIAS_ENV)
-            given.append((f"the environment's {key}", [value] if value else None, how))
+        # the command gives none; each program reads only its own variable (the other's, the campaign's
+        # own, names nothing to it, but must not contradict served_name)
+        if not given:
+            for key, value in _env_names(readers, whole_env):
+                said = f"the environment's {key}" + ("" if key in own_env else ", inherited by the engine")
+                how = _NameOption(many=False, commas=key in _ALIAS_COMMAS)
+                given.append((said, [value] if value else None, how))
+            others = tuple(r for r in _KIND_PROGRAMS.get(kind, ()) if r not in readers)
+            for key, value in _env_names(others, own_env):
+                said = f"the environment's {key} ({program} does not read it, but the campaign names it)"
+                how = _NameOption(many=False, commas=key in _ALIAS_COMMAS)
+                given.append((said, [value] if value else None, how))
         for option, names, how in given:
             if names is None:
                 raise ConfigError(
@@ -1222,6 +1255,7 @@ _EXTRA_WEIGHTS_ENV: dict[str, tuple[str, ...]] = {
 _ANY_CASE_ENV = (
     "HF_MODEL_REPO_ID",
     "MODEL",
+    "MODEL_ALIAS",
     "LORA_PATH",
     "LORA_BASE",
     "CLIP_MODEL_PATH",
@@ -1258,7 +1292,7 @@ def _model_readers(kind: str, argv: list[str]) -> tuple[str, ...]:
     return (program,) if program in programs else programs
 
 
-def _spellings(table: Mapping[str, tuple[str, ...]], readers: tuple[str, ...]) -> tuple[str, ...]:
+def _spellings(table: Mapping[str, tuple[_T, ...]], readers: tuple[str, ...]) -> tuple[_T, ...]:
     """The spellings of ``readers`` in ``table``, each once, in table order."""
     return tuple(dict.fromkeys(name for r in readers for name in table.get(r, ())))
 

@@ -21,6 +21,7 @@ from ledger.policy.conditions import (
     template_paths,
 )
 from ledger.policy.model import (
+    ENTRY_VIEW_FIELDS,
     AcceptanceSection,
     CelRule,
     Gate,
@@ -35,7 +36,12 @@ from ledger.policy.model import (
 )
 
 __all__ = [
+    "ROUTING_ENTRIES",
+    "ROUTING_HOST_FACT_KINDS",
+    "ROUTING_ITEMS",
     "ROUTING_NAMES",
+    "ROUTING_PROBE_FIELDS",
+    "ROUTING_PROBE_KINDS",
     "ROUTING_TEXTS",
     "CompiledGate",
     "LoadedPolicy",
@@ -177,6 +183,31 @@ def routing_names(for_each: str | None) -> frozenset[str]:
 # what a routing check's `fail` message may name beyond its CEL context (``check_routing_change`` fills
 # exactly these)
 ROUTING_TEXTS = frozenset({"verdict_withdrawn_text"})
+
+# What the routing context's entries and lists hold (``check_routing_change`` builds exactly these, and
+# refuses to judge where what it built is not): read through them, a name is checked when the policy loads
+# like an entry's (``model.path_problem``), so a misspelling is refused naming file, line and name, never
+# read as absent at check time.
+# a context name that is one entry (its view, ``Evidence.view``) → the kinds it can be
+ROUTING_ENTRIES: Mapping[str, tuple[str, ...]] = {"verdict": ("verdict",)}
+# ``probes``: entries of these kinds, each view with these further names (``routing._probe_views``)
+ROUTING_PROBE_KINDS = ("health.probe",)
+ROUTING_PROBE_FIELDS = frozenset({"serves_model", "newest"})
+# the other lists a check may take one `item` at a time (`for_each`) → the names each item holds
+ROUTING_ITEMS: Mapping[str, frozenset[str]] = {
+    "services": frozenset(
+        {"name", "device", "engine", "engine_key", "model", "model_key", "gpus", "gpus_text", "multi_gpu",
+         "env", "gpu_memory_utilization"}
+    ),
+    "gpus": frozenset(
+        {"gpu", "util_sum", "util_sum_text", "within_max", "services", "detail", "gone_text", "faults",
+         "faults_text", "pci_text"}
+    ),
+    "standing_failures": frozenset({"campaign", "entry", "verdict", "reason"}),
+}  # fmt: skip
+# the entries a `[routing.host_fact]` condition is judged on, one at a time as `e`: the host's entries of
+# these kinds
+ROUTING_HOST_FACT_KINDS = ("kernel.log", "host.probe", "note")
 
 
 def rule_key(rule: Any) -> tuple[Any, ...]:
@@ -331,6 +362,12 @@ class _Text:
     has_evidence: bool = False
     group: tuple[Any, ...] = ()
     names: frozenset[str] = frozenset()  # a template's: the names its context fills
+    # further lists whose elements are read as entries: list variable → the label of its elements (a key of
+    # ``entries``); and the further names an entry of a label holds beyond an entry view's (``extra``), or
+    # the names a variable that is no entry holds at its top level (``shapes``: routing's items)
+    lists: Mapping[str, str] = field(default_factory=dict)
+    extra: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    shapes: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
@@ -403,17 +440,29 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
             add(check.detail, at("detail"), True, entries={"e": kinds}, group=group, names=_EACH_NAMES)
     if spec.routing is not None:
         for name, expr in spec.routing.host_fact.items():
-            # a host's entries of several kinds (routing's choice): their payload names are not told here
-            add(expr, place("routing.host_fact", None, name), entries={"e": None})
+            # a host's entries of the kinds routing judges host facts on: a payload name none of them has
+            add(expr, place("routing.host_fact", None, name), entries={"e": ROUTING_HOST_FACT_KINDS})
         for i, rc in enumerate(spec.routing.checks):
             for key in ("applies", "expr", "fail"):
+                item = rc.for_each if key != "applies" else None  # `applies` is judged on no item
+                routed: dict[str, tuple[str, ...] | None] = dict(ROUTING_ENTRIES)
+                routed["probes[]"] = ROUTING_PROBE_KINDS  # what a macro's variable over `probes` reads
+                more = {"probes[]": ROUTING_PROBE_FIELDS}
+                shaped: dict[str, frozenset[str]] = {}
+                if item == "probes":  # one probe at a time: an entry with the probes' further names
+                    routed["item"], more["item"] = ROUTING_PROBE_KINDS, ROUTING_PROBE_FIELDS
+                elif item is not None and item in ROUTING_ITEMS:
+                    shaped["item"] = ROUTING_ITEMS[item]
                 add(
                     getattr(rc, key),
                     place("routing.checks", i, key),
                     key == "fail",
-                    entries={},
+                    entries=routed,
                     group=("routing.checks", i),
                     names=routing_names(rc.for_each) | ROUTING_TEXTS,
+                    lists={"probes": "probes[]"},
+                    extra=more,
+                    shapes=shaped,
                 )
     return out
 
@@ -434,17 +483,36 @@ def _read_problem(
             f"the policy sets no such param{hint}; it sets: {', '.join(sorted(params))} "
             f"(a param it may leave unset is read behind `'{name}' in params`)"
         )
-    kinds = t.evidence if r.root == "evidence[]" else t.entries.get(r.root)
     if not r.path:
         return None
+    if r.root in t.shapes:  # a value that is no entry (routing's items): its own names, at its top level
+        names = t.shapes[r.root]
+        if r.path[0] in names:
+            return None
+        from difflib import get_close_matches
+
+        near = get_close_matches(r.path[0], sorted(names), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return f"it holds no {r.path[0]!r}{hint}; it holds: {', '.join(sorted(names))}"
+    extra = t.extra.get(r.root, frozenset())
+    if r.path[0] in extra:
+        return None
+    if extra and r.path[0] not in ENTRY_VIEW_FIELDS:  # an entry view with further names (routing's probes)
+        from difflib import get_close_matches
+
+        held = [*ENTRY_VIEW_FIELDS, *sorted(extra)]
+        near = get_close_matches(r.path[0], held, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return f"it holds no {r.path[0]!r}{hint}; it holds: {', '.join(held)}"
+    kinds = t.evidence if r.root == "evidence[]" else t.entries.get(r.root)
     return path_problem(r.path[0], r.path[1:], kinds, subject_fields=subject_fields)
 
 
 def _reads_of(t: _Text) -> tuple[Read, ...]:
     """What ``t`` reads (``paths_read`` / ``template_paths``). A CEL text whose reads cannot be told
     (brackets that do not match: where a macro binds cannot be told) is refused, never left unchecked."""
-    roots = {v: v for v in t.entries} | {"params": "params"}
-    lists = {"evidence": "evidence[]"} if t.has_evidence else {}
+    roots = {v: v for v in (*t.entries, *t.shapes) if v not in t.lists.values()} | {"params": "params"}
+    lists = ({"evidence": "evidence[]"} if t.has_evidence else {}) | dict(t.lists)
     if t.template:
         return template_paths(t.source, roots, lists)
     reads = paths_read(t.source, roots, lists)
@@ -494,6 +562,14 @@ def _check_reads(spec: PolicyFile, text: str, filename: str, params: frozenset[s
     would read as absent, or fail only where evaluation reaches it: refused here, naming file, line and
     name. A template placeholder in attribute syntax (``{e.derived.attempt}``) always prints ``?``
     (templates are filled from maps): refused too, naming the key syntax that reads it."""
+    for i, rc in enumerate(spec.routing.checks if spec.routing is not None else ()):
+        if rc.for_each is not None and rc.for_each not in (*ROUTING_ITEMS, "probes"):
+            lists = ", ".join(sorted((*ROUTING_ITEMS, "probes")))
+            raise PolicyError(
+                f"{_where(filename, text, 'routing.checks', i, 'for_each')}: for_each names "
+                f"{rc.for_each!r}, which is no list the routing context holds: the check could never be "
+                f"judged on an item (it may name: {lists})"
+            )
     texts = _texts(spec, text, filename)
     for t in texts:
         if t.template:
@@ -517,7 +593,7 @@ def _check_reads(spec: PolicyFile, text: str, filename: str, params: frozenset[s
         for r in reads:
             problem = _read_problem(t, r, params, guarded, subject_fields)
             if problem is not None:
-                var = "e" if r.root == "evidence[]" else r.root
+                var = {"evidence[]": "e", "probes[]": "probes[…]"}.get(r.root, r.root)
                 what = "template" if t.template else "CEL"
                 shown = ".".join((var, *r.path))
                 if r.how == "in":  # the key it tests, in what it tests it in

@@ -40,8 +40,18 @@ from ledger.policy.acceptance import (
     withholds_only,
 )
 from ledger.policy.conditions import Condition
-from ledger.policy.loader import ROUTING_NAMES, ROUTING_TEXTS, CompiledGate, LoadedPolicy
-from ledger.policy.model import QUALIFIED, parse_duration
+from ledger.policy.loader import (
+    ROUTING_ENTRIES,
+    ROUTING_HOST_FACT_KINDS,
+    ROUTING_ITEMS,
+    ROUTING_NAMES,
+    ROUTING_PROBE_FIELDS,
+    ROUTING_PROBE_KINDS,
+    ROUTING_TEXTS,
+    CompiledGate,
+    LoadedPolicy,
+)
+from ledger.policy.model import ENTRY_VIEW_FIELDS, QUALIFIED, parse_duration
 from ledger.policy.rules import Rule
 from ledger.policy.snapshot import (
     NO_DERIVED,
@@ -556,7 +566,9 @@ def check_routing_change(
     verdict_withdrawn = ""
     recorded = [
         e
-        for e in reversed(_entries(ledger, subject=match, kinds=("verdict",), size=size, snap=snap))
+        for e in reversed(
+            _entries(ledger, subject=match, kinds=ROUTING_ENTRIES["verdict"], size=size, snap=snap)
+        )
         if (e.payload.get("policy") or {}).get("name") == routing.qualification
     ]
     if recorded and usable(recorded[0], routing.verdict_roles):
@@ -580,8 +592,10 @@ def check_routing_change(
             f"{e.payload.get('verdict')}, logged {e.logged_at}) is {detail}{instead}; "
         )
     host_name = subject["host"]
+    # the host's entries: the kinds its host facts are judged on (the loader's one copy, which checks the
+    # names a host fact reads), its probes and kernel logs among them
     host_entries = _entries(
-        ledger, subject={"host": host_name}, kinds=("kernel.log", "host.probe", "note"), size=size, snap=snap
+        ledger, subject={"host": host_name}, kinds=ROUTING_HOST_FACT_KINDS, size=size, snap=snap
     )
     facts: dict[str, bool] = {}
     fact_sources: dict[str, list[str]] = {}
@@ -619,7 +633,7 @@ def check_routing_change(
         assert qual is not None
         return _counts_against(policy, e, qual.params, None, against_memo)
 
-    for e in _entries(ledger, subject=match, kinds=("health.probe",), size=size, snap=snap, since=oldest):
+    for e in _entries(ledger, subject=match, kinds=ROUTING_PROBE_KINDS, size=size, snap=snap, since=oldest):
         # observed: collected_at, never after the log took it (a probe claiming a later time stays as old)
         age = (when - e.observed_time).total_seconds()
         if not 0 <= age <= max_probe_age:
@@ -725,6 +739,16 @@ def check_routing_change(
         raise PolicyError(
             f"routing context {sorted(ctx)} is not the loader's ROUTING_NAMES {sorted(ROUTING_NAMES)}"
         )
+    # what its lists hold, one item at a time: the loader's one copy, which checks the names a check reads
+    # through them when the policy loads
+    shapes = {name: (ctx[name], fields) for name, fields in ROUTING_ITEMS.items()}
+    shapes["probes"] = (probe_views, frozenset(ENTRY_VIEW_FIELDS) | ROUTING_PROBE_FIELDS)
+    for name, (items, fields) in shapes.items():
+        for one in items:
+            if set(one) != fields:
+                raise PolicyError(
+                    f"routing context {name} item holds {sorted(one)}, not the loader's {sorted(fields)}"
+                )
     # the texts a fail message may name beyond the CEL context: verdict_withdrawn_text ("" where a verdict
     # is usable or none was recorded)
     texts = {"verdict_withdrawn_text": verdict_withdrawn}
