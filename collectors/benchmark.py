@@ -38,6 +38,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
+from ledger.answers import Refusal, refusal
 from ledger.atomic import write_atomic
 from ledger.collectors.corpus import (
     ChatMessage,
@@ -69,6 +70,7 @@ from ledger.recorder import Recorder
 
 __all__ = [
     "BEFORE_THE_CUT",
+    "CAMPAIGN_CONFIG",
     "HARNESS",
     "LEASE_EXPIRED",
     "NO_AGGREGATE",
@@ -98,6 +100,8 @@ __all__ = [
     "policy_validity",
     "read_bindings",
     "record_benchmark_gate",
+    "refusal_reason",
+    "refused_by_campaign",
     "run_benchmark",
     "run_benchmark_async",
     "send_request",
@@ -135,6 +139,12 @@ OPERATOR_STOP: Outcome = "operator-stop"
 # no aggregate result, and the policy's `harness-lease-expired` judges it INCONCLUSIVE (run it again with a
 # longer lease), unless what the engine did before the cut already fails the gate
 LEASE_EXPIRED: Outcome = "lease-expired"
+# the engine refused a request of the run for the campaign's own configuration (FailureClass.CONFIG's word,
+# as "operator-stop" is FailureClass.OPERATOR_STOP's): ``refused_by_campaign`` — its context length cannot
+# hold a corpus prompt and its max_tokens, an API key the harness does not send. Both harnesses stop there:
+# no aggregate result, and nothing of the engine judged (the policy's `harness-campaign-config` judges it
+# INCONCLUSIVE, unless what the engine failed before the refusal already fails the gate)
+CAMPAIGN_CONFIG: Outcome = "config"
 # the words a lease-expired run's reason says what the engine already failed before the cut with (both
 # harnesses): only such a run is evidence against the engine
 BEFORE_THE_CUT = "failed before the lease ran out"
@@ -366,6 +376,8 @@ class RequestRecord:
     error: str | None = None
     fault: bool = False
     model: str | None = None  # the model the answer's chunks named (comma-joined if more than one)
+    # the engine refused the request for the campaign's configuration (``refused_by_campaign``): which refusal
+    refusal: Refusal | None = None
 
     @property
     def ok(self) -> bool:
@@ -1516,6 +1528,32 @@ class _Stop:
         if self.reason is None:
             self.reason, self.outcome = text, OPERATOR_STOP
 
+    def config(self, text: str) -> None:
+        if self.reason is None:
+            self.reason, self.outcome = text, CAMPAIGN_CONFIG
+
+
+def refused_by_campaign(record: RequestRecord, params: Mapping[str, Any] | None) -> Refusal | None:
+    """Which refusal of the campaign's configuration a request the engine failed shows — judged by
+    ``ledger.answers.refusal`` with the policy's params, the one judgement a refused health probe gets
+    (``e.derived.refusal``): an HTTP 400 whose error matches ``params.context_refusal_patterns`` (the
+    campaign's context length cannot hold the prompt and its max_tokens), an HTTP 401/403
+    (``params.refused_http_statuses``). Set on ``record.refusal``; None — no params given, a fault, no
+    error, or another error — and the request is judged as before (an error against the engine)."""
+    if params is None or record.fault or record.error is None:
+        return None
+    record.refusal = refusal({"http_status": record.http_status, "error": record.error}, params)
+    return record.refusal
+
+
+def refusal_reason(record: RequestRecord, where: str) -> str:
+    """The one wording of a run the campaign's configuration stopped (both harnesses)."""
+    return (
+        f"the engine refused {where} for the campaign's configuration ({record.refusal}: "
+        f"{record.error}): nothing of the engine was judged — fit the campaign to the corpus (a context "
+        "length that holds every prompt and its max_tokens; the access the harness needs) and run it again"
+    )
+
 
 async def until_stopped(awaitable: Any, should_stop: StopCheck | None) -> str | None:
     """Await ``awaitable``; when ``should_stop`` gives a reason first, cancel it and return the reason."""
@@ -1560,11 +1598,13 @@ async def _run_level(
     should_stop: StopCheck | None = None,
     stalls_ms: list[float] | None = None,
     check: EngineCheck | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> list[RequestRecord]:
     """The requests of one (repetition, level), ``level`` in flight; the harness's own scheduling delays
     meanwhile are appended to ``stalls_ms``. After a request timed out, and when the lease expires with
     requests outstanding, ``check`` asks whether the engine still answers: one that does not hangs, an
-    engine fault that stops the run."""
+    engine fault that stops the run. A request the engine refused for the campaign's configuration
+    (``refused_by_campaign``, the policy's ``params``) stops the run too, outcome ``config``."""
     records: list[RequestRecord] = []
     prompts = corpus.prompts
     next_index = 0
@@ -1608,11 +1648,16 @@ async def _run_level(
                 if hangs is not None:
                     rec.fault = True
                     rec.error = f"{rec.error}; {hangs}"
-            if rec.fault:
+            if refused_by_campaign(rec, params) is not None:
+                stop.config(
+                    refusal_reason(rec, f"c{level} repetition {repetition} request {i} (prompt {prompt.id})")
+                )
+            elif rec.fault:
                 stop.fault(
                     f"engine fault at c{level} repetition {repetition} request {i} "
                     f"(prompt {prompt.id}): {rec.error}"
                 )
+            if rec.fault or rec.refusal is not None:
                 for t in tasks:
                     if t is not asyncio.current_task():
                         t.cancel()
@@ -1665,6 +1710,7 @@ async def run_benchmark_async(
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> BenchmarkResult:
     """Run the benchmark against ``base_url``; write the request JSONL and the summary under ``out_dir``.
 
@@ -1674,7 +1720,11 @@ async def run_benchmark_async(
     engine into a fault; a request that timed out is one where the engine then does not answer
     (:func:`engine_unresponsive`). ``should_stop``, asked while requests are in flight, stops the run at once
     (outcome ``operator-stop``: the requests in flight are cut, what was seen is written, and the run
-    has no aggregate result). A corpus digest mismatch, or a corpus whose items do not fit ``spec.api``
+    has no aggregate result). ``params``: the policy's (its refusal params,
+    ``ledger.answers.REFUSAL_PARAMS``): a request the engine refused for the campaign's configuration
+    (``refused_by_campaign``: the context length cannot hold a prompt and its max_tokens) stops the run,
+    outcome ``config`` — no aggregate result, nothing of the engine judged; without them such a request is
+    an error like any other. A corpus digest mismatch, or a corpus whose items do not fit ``spec.api``
     (:func:`check_corpus_api`), raises before any request is sent.
     """
     corpus = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
@@ -1739,6 +1789,7 @@ async def run_benchmark_async(
                     should_stop,
                     stalls,
                     check,
+                    params,
                 )
                 if stop.reason is not None:
                     runs.append(
@@ -1816,6 +1867,7 @@ def run_benchmark(
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> BenchmarkResult:
     """:func:`run_benchmark_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
@@ -1827,6 +1879,7 @@ def run_benchmark(
             engine_alive=engine_alive,
             headers=headers,
             should_stop=should_stop,
+            params=params,
         )
     )
 
@@ -1936,6 +1989,8 @@ def benchmark_gate_payload(
         # of the errors, the requests the run itself cut (its lease, an operator's stop, another request's
         # fault): the rest are the engine's (the policy counts those of a lease-expired run against it)
         "cut": sum(1 for r in result.records if _cut(r)),
+        # of the errors, the requests the engine refused for the campaign's configuration (outcome config)
+        "refused": sum(1 for r in result.records if r.refusal is not None),
     }
     for level in spec.concurrency:
         counts[f"completed@c{level}"] = sum(1 for r in result.records if r.ok and r.level == level)

@@ -38,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from ledger.answers import REFUSAL_REQUEST_FORM, refusal
 from ledger.collectors.benchmark import (
     BEFORE_THE_CUT,
     LEASE_EXPIRED,
@@ -213,22 +214,13 @@ def sequential_max_latency(campaign: Campaign, policy: Any) -> float | None:
 
 def request_form_refused(payload: Mapping[str, Any], params: Mapping[str, Any]) -> bool:
     """Did the engine refuse the request form of a structured probe (``[gates.structured] format``), not
-    fail to answer it? Its HTTP status is in the policy's ``request_form_refused_http_statuses`` and its
-    recorded ``error`` matches one of ``request_form_refusal_patterns`` — llama-cpp-python's HTTP 500
-    "1 validation error … 'response_format'" for ``json_schema``. The same params the policy's
-    ``engine-refused-probe`` rule reads: the campaign's configuration, not a runtime fault. A param missing
-    or mistyped refuses nothing (the 500 stays a fault)."""
-    statuses = params.get("request_form_refused_http_statuses")
-    patterns = params.get("request_form_refusal_patterns")
-    error = payload.get("error")
-    if payload.get("check") != "structured" or not isinstance(error, str):
-        return False
-    if not isinstance(statuses, list) or not isinstance(patterns, list):
-        return False
-    status = payload.get("http_status")
-    if type(status) is not int or status not in statuses:
-        return False
-    return any(isinstance(p, str) and re.search(p, error) is not None for p in patterns)
+    fail to answer it? ``ledger.answers.refusal`` says ``request-form`` — the one judgement the policy's
+    ``engine-refused-probe`` rule reads (``e.derived.refusal``): its HTTP status in the policy's
+    ``request_form_refused_http_statuses`` and its recorded ``error`` matching one of
+    ``request_form_refusal_patterns`` — llama-cpp-python's HTTP 500 "1 validation error … 'response_format'"
+    for ``json_schema``. The campaign's configuration, not a runtime fault. A param missing or mistyped
+    refuses nothing (the 500 stays a fault)."""
+    return refusal(payload, params) == REFUSAL_REQUEST_FORM
 
 
 # a campaign's [gates.benchmark] key → the BenchmarkSpec field of the policy's run validity it names
@@ -2749,6 +2741,7 @@ class CampaignRunner:
             out_dir=self.work_dir / "semantic",
             engine_alive=run.alive,
             should_stop=self._stop_requested,
+            params=self.policy.params,  # a request refused for the campaign's configuration: outcome config
         )
         evidence: list[str] = []
         fault = result.outcome == "fault" or not run.alive()
@@ -2812,6 +2805,7 @@ class CampaignRunner:
             out_dir=self.work_dir / "benchmark",
             engine_alive=run.alive,
             should_stop=self._stop_requested,
+            params=self.policy.params,  # a request refused for the campaign's configuration: outcome config
         )
         evidence: list[str] = []
         fault = result.outcome == "fault" or not run.alive()

@@ -47,6 +47,7 @@ from ledger.atomic import write_atomic
 from ledger.canonical import parse_json
 from ledger.collectors.benchmark import (
     BEFORE_THE_CUT,
+    CAMPAIGN_CONFIG,
     LEASE_EXPIRED,
     NO_AGGREGATE,
     Bindings,
@@ -60,6 +61,8 @@ from ledger.collectors.benchmark import (
     only_served,
     other_answered_models,
     read_bindings,
+    refusal_reason,
+    refused_by_campaign,
     send_request,
     timed_out,
     unjudged_checks,
@@ -431,13 +434,17 @@ async def run_semantic_async(
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> SemanticResult:
     """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts.
     ``bindings`` gives what the run is bound to, read before the first item and after the last (default:
     the ids ``/v1/models`` serves; unreadable or changed: an engine fault). An item whose request timed
     out is an engine fault where the engine then does not answer (``benchmark.engine_unresponsive``).
     ``should_stop`` (asked before and during each request) stops the run at once: outcome
-    ``operator-stop``, the items so far written, no aggregate result."""
+    ``operator-stop``, the items so far written, no aggregate result. ``params``: the policy's (its refusal
+    params): an item the engine refused for the campaign's configuration (``benchmark.refused_by_campaign``:
+    the context length cannot hold its prompt and max_tokens) is not scored and stops the run, outcome
+    ``config`` — no aggregate result, nothing of the engine judged; without them it is a failed item."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
     base = base_url.rstrip("/")
     url = base + "/v1/chat/completions"
@@ -519,6 +526,9 @@ async def run_semantic_async(
                     break
                 if (hangs := asking.result()) is not None:
                     rec.fault, rec.error = True, f"{rec.error}; {hangs}"
+            if refused_by_campaign(rec, params) is not None:
+                outcome, stopped = CAMPAIGN_CONFIG, refusal_reason(rec, f"item {item.id}")
+                break
             if rec.fault:
                 outcome, stopped = "fault", f"engine fault at item {item.id}: {rec.error}"
                 break
@@ -574,6 +584,7 @@ def run_semantic(
     engine_alive: Callable[[], bool] | None = None,
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> SemanticResult:
     """:func:`run_semantic_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
@@ -585,6 +596,7 @@ def run_semantic(
             engine_alive=engine_alive,
             headers=headers,
             should_stop=should_stop,
+            params=params,
         )
     )
 

@@ -2,18 +2,34 @@
 
 A structured-output answer against its schema (``schema_problem``), and whether an answer the request's
 ``max_tokens`` cut could still have become the right one (``cut_undecided``). The probe records ``ok`` by
-them; the policy re-judges the recorded answer by them (``ok`` alone is a claim).
+them; the policy re-judges the recorded answer by them (``ok`` alone is a claim). And whether the engine
+refused a request for the campaign's configuration rather than failing it (``refusal``): the collector's
+probe and harnesses and the policy's ``e.derived.refusal`` judge it by that one function.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from collections.abc import Mapping
+from typing import Any, Final, Literal
 
 from ledger.canonical import parse_json
 from ledger.errors import LedgerError
 
-__all__ = ["CUT_FINISH_REASON", "cut_undecided", "schema_problem", "structured_answer_problem"]
+__all__ = [
+    "CUT_FINISH_REASON",
+    "REFUSALS",
+    "REFUSAL_ACCESS",
+    "REFUSAL_CONTEXT",
+    "REFUSAL_PARAMS",
+    "REFUSAL_REQUEST_FORM",
+    "Refusal",
+    "cut_undecided",
+    "refusal",
+    "schema_problem",
+    "structured_answer_problem",
+]
 
 # the finish reason of an answer the request's max_tokens cut (OpenAI's, as vLLM and llama.cpp report it)
 CUT_FINISH_REASON = "length"
@@ -94,3 +110,92 @@ def _json_prefix(text: str) -> bool:
     except RecursionError:
         return False
     return True
+
+
+# --- requests the engine refused: the campaign's configuration, not the engine's ----------------------------
+
+# Which refusal a request's record shows (``refusal``; the policy's ``e.derived.refusal``): the engine
+# refused the collector's credentials (an API key or access rule of the campaign: HTTP 401/403), the
+# campaign's context length (vLLM's --max-model-len, llama-server's --ctx-size) cannot hold the request, or
+# the engine does not accept the request form the campaign asks ([gates.structured] format). Each is the
+# campaign's configuration: nothing of the engine was judged.
+Refusal = Literal["access", "context", "request-form"]
+REFUSAL_ACCESS: Final = "access"
+REFUSAL_CONTEXT: Final = "context"
+REFUSAL_REQUEST_FORM: Final = "request-form"
+REFUSALS: tuple[Refusal, ...] = (REFUSAL_ACCESS, REFUSAL_CONTEXT, REFUSAL_REQUEST_FORM)
+# the params ``refusal`` reads (evidence-acceptance's [params]; a policy's CEL reads them only through
+# ``e.derived.refusal``: tests/policy/test_fix68_one_refusal.py)
+REFUSAL_PARAMS = (
+    "refused_http_statuses",
+    "context_refused_http_statuses",
+    "context_refusal_patterns",
+    "request_form_refused_http_statuses",
+    "request_form_refusal_patterns",
+)
+
+
+def _listed(status: int, statuses: Any) -> bool:
+    return isinstance(statuses, list) and any(type(s) is int and s == status for s in statuses)
+
+
+def _matches(error: str, patterns: Any) -> bool:
+    """Does ``error`` match one of ``patterns`` (regular expressions, searched as CEL's ``matches``)? A
+    param that is no list of texts, or a pattern that does not compile, matches nothing."""
+    if not isinstance(patterns, list):
+        return False
+    for p in patterns:
+        if not isinstance(p, str):
+            continue
+        try:
+            if re.search(p, error) is not None:
+                return True
+        except re.error:
+            continue
+    return False
+
+
+def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
+    """Which refusal of the campaign's configuration a request's record shows (``REFUSALS``), or None: the
+    engine failed it, or answered it. ``payload``: a ``health.probe``'s (``check``, ``http_status``,
+    ``error``, ``count``) or what a harness records of one request (``http_status``, ``error``);
+    ``params``: the policy's (evidence-acceptance's ``REFUSAL_PARAMS``).
+
+    * ``access``: an HTTP status in ``params.refused_http_statuses`` (401/403: an API key or access rule of
+      the campaign the collector does not meet);
+    * ``context``: a status in ``params.context_refused_http_statuses`` (400) whose recorded ``error`` (the
+      engine's message) matches one of ``params.context_refusal_patterns`` (vLLM's "maximum context length
+      is N tokens", llama-server's "exceeds the available context size");
+    * ``request-form``: a ``structured`` probe whose status is in
+      ``params.request_form_refused_http_statuses`` and whose error matches one of
+      ``params.request_form_refusal_patterns`` (a request validation error naming response_format).
+
+    Checked in that order (the first that holds is the one). A sequential run the engine answered before it
+    refused (``count`` not the whole number 0) shows none: the engine changed its answer mid-run. A status
+    that is not a non-2xx whole number (none: no answer), an error that is no text, a param missing or
+    mistyped: no refusal — the request is judged as any other failure (fail closed)."""
+    if not isinstance(payload, Mapping) or not isinstance(params, Mapping):
+        return None
+    status = payload.get("http_status")
+    if type(status) is not int or 200 <= status <= 299:
+        return None
+    check = payload.get("check")
+    count = payload.get("count")
+    if check == "sequential" and not (type(count) is int and count == 0):
+        return None
+    if _listed(status, params.get("refused_http_statuses")):
+        return REFUSAL_ACCESS
+    error = payload.get("error")
+    if not isinstance(error, str):
+        return None
+    if _listed(status, params.get("context_refused_http_statuses")) and _matches(
+        error, params.get("context_refusal_patterns")
+    ):
+        return REFUSAL_CONTEXT
+    if (
+        check == "structured"
+        and _listed(status, params.get("request_form_refused_http_statuses"))
+        and _matches(error, params.get("request_form_refusal_patterns"))
+    ):
+        return REFUSAL_REQUEST_FORM
+    return None

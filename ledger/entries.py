@@ -477,8 +477,9 @@ class HealthProbe(_Model):
 
 
 # how a harness run ended (benchmark, semantic): the one copy (the harnesses write it, policies read it);
-# "operator-stop" is FailureClass.OPERATOR_STOP's word (a signal from outside)
-HarnessOutcome = Literal["completed", "fault", "lease-expired", "operator-stop"]
+# "operator-stop" is FailureClass.OPERATOR_STOP's word (a signal from outside), "config" FailureClass.CONFIG's
+# (the engine refused a request for the campaign's configuration: ledger.answers.refusal)
+HarnessOutcome = Literal["completed", "fault", "lease-expired", "operator-stop", "config"]
 
 
 def _whole_count(v: Any) -> Any:

@@ -734,7 +734,9 @@ def benchmark_cmd(
     )
     rec = _recorder(home, key, server, token)
     subj = _subject(campaign, subject)
-    result = run_benchmark(spec, url, out_dir=_work_dir(home, subj["campaign"], "benchmark"))
+    result = run_benchmark(
+        spec, url, out_dir=_work_dir(home, subj["campaign"], "benchmark"), params=pol.params
+    )
     entry, payload = record_benchmark_gate(
         rec, subj, result, policy_bounds(pol.params), refs=[("job", job)] if job else []
     )
@@ -799,7 +801,7 @@ def semantic_cmd(
     spec = SemanticSpec(corpus=corpus, corpus_digest=digest, model=_model_to_ask(url, model), lease_s=lease)
     rec = _recorder(home, key, server, token)
     subj = _subject(campaign, subject)
-    result = run_semantic(spec, url, out_dir=_work_dir(home, subj["campaign"], "semantic"))
+    result = run_semantic(spec, url, out_dir=_work_dir(home, subj["campaign"], "semantic"), params=pol.params)
     entry, payload = record_semantic_gate(
         rec, subj, result, min_score=float(min_score), refs=[("job", job)] if job else []
     )

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from ledger.answers import cut_undecided
+from ledger.answers import cut_undecided, refusal
 from ledger.devices import (
     VISIBLE_DEVICES,
     device_of,
@@ -1513,6 +1513,13 @@ def _counts_against(
     cond = against if against is not None else policy.against.get(e.kind)
     if cond is None:
         return False
+    if e.kind == "health.probe" and e.derived.get("refusal") is None:
+        # a probe whose facts another reader derived from the defaults (the routing gate's): its refusal
+        # (``e.derived.refusal``, a pure function of its record and the params) judged with the params this
+        # condition is judged with — one judgement, never the default's "none"
+        shown = refusal(e.payload, params if isinstance(params, Mapping) else {})
+        if shown is not None:
+            e.set_derived({**e.derived, "refusal": shown})
     reads = _e_reads(cond.source)
     key = _memo_key("against:" + cond.source, reads, e) if reads is not None else None
     if key is not None and key in memo:
@@ -2045,6 +2052,11 @@ def _derive(
     * ``cut_undecided`` — for a completion or structured ``health.probe``: its answer was cut by its own
       ``max_tokens`` while it could still have become the right one (``ledger.answers.cut_undecided``, the
       collector's judgement too); the ``campaign-cut-probe`` rule withholds such a probe. False otherwise.
+    * ``refusal`` — for a ``health.probe``: which refusal of the campaign's configuration its record shows
+      (``ledger.answers.refusal``, with the policy's params — the collector's probe and harnesses judge a
+      refused request by the same function): ``access`` (HTTP 401/403), ``context`` (the campaign's context
+      length cannot hold the request), ``request-form`` (a structured probe's request form refused); None
+      for none, and for every other entry. ``engine-refused-probe`` and ``[acceptance.against]`` read it.
     * ``gpu_events_during_run`` — for an ``engine.launch`` of the evaluated subject, the GPU events (facts
       as in ``gpu_events``, with their ``time``) of every trusted, not superseded ``kernel.log`` of the
       launch's host — of any campaign: a host's health job records its own — whose event time lies in
@@ -2117,11 +2129,13 @@ def _derive(
             "operator_stopped": False,  # set by ``filter_evidence`` (``_operator_stopped``)
         }
         derived["probe_failed"] = False
+        derived["refusal"] = None
         if kind == "health.probe":
             derived["ok"] = probe_ok(e.payload)
             derived["answer_not_completion"] = _answer_not_completion(e.payload)
             derived["probe_failed"] = _probe_failed(e, derived["ok"], params or {})
             derived["cut_undecided"] = cut_undecided(e.payload, (params or {}).get("control_answer"))
+            derived["refusal"] = refusal(e.payload, params or {})
             derived["sequential_slowest_ms"] = _slowest(e.payload)
         if kind == "health.probe" and e.payload.get("check") == "structured":
             problem = e.structured_problem()

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from ledger.answers import Refusal
 from ledger.entries import _SUBJECT_KEY, KIND_MODELS
 from ledger.errors import PolicyError, more_problems
 from ledger.listing import SUBJECT_FIELDS
@@ -141,6 +142,9 @@ DERIVED_FIELDS: dict[str, Any] = {
     "structured_problem": str | None,
     "probe_failed": bool,
     "cut_undecided": bool,
+    # which refusal of the campaign's configuration a probe shows (``ledger.answers.refusal``; its words
+    # ``ledger.answers.REFUSALS``), None: none
+    "refusal": Refusal | None,
     "sequential_slowest_ms": float | None,
     "gpu_events": list[dict[str, Any]],
     "gpu_events_named": str,

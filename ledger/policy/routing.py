@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from ledger.answers import refusal
 from ledger.canonical import float_as_stated, parse_json
 from ledger.devices import gpu_at, gpu_index, gpu_name, gpus_gone_at
 from ledger.entries import format_time, now_utc, parse_time
@@ -644,7 +645,13 @@ def check_routing_change(
         if "probe_failed" not in e.derived:
             # the ready control's one judgement (``e.derived.probe_failed``), with the qualification's
             # params (its control_answer): the answer stripped and compared, never a pattern built from it
-            e.set_derived({**e.derived, "probe_failed": _probe_failed(e, e.derived["ok"], qual.params)})
+            e.set_derived(
+                {
+                    **e.derived,
+                    "probe_failed": _probe_failed(e, e.derived["ok"], qual.params),
+                    "refusal": refusal(e.payload, qual.params),
+                }
+            )
         # a failed probe whose credit is withheld (rejected, or superseded by its own signer) still shows
         # the engine failing: it stays among the probes (it passes no check, and as the newest it refuses)
         if usable(e, shows_failure=probe_shows_failure):

@@ -229,6 +229,8 @@ NO_DERIVED: dict[str, Any] = {
     "structured_valid": False,
     "structured_problem": None,
     "cut_undecided": False,
+    # which refusal of the campaign's configuration a probe shows (``ledger.answers.refusal``): None, none
+    "refusal": None,
     "sequential_slowest_ms": None,
     "gpu_events_during_run": [],
     "kernel_logs_unread_during_run": [],
