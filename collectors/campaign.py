@@ -679,8 +679,9 @@ _T = TypeVar("_T")  # a spelling: a name, or (whole option, shortest prefix)
 _SERVED_NAME_OPTIONS = ("--served-model-name", "--served_model_name")
 # The llamacpp kind's alias options, keyed like ``_MODEL_OPTIONS`` by the program that reads them:
 # (whole option, shortest prefix the program's parser takes for it — llama-server takes whole names only).
-# Every one of the kind's is held to served_name whichever program runs (the other program's exits on it:
-# "invalid argument" / "unrecognized arguments"), and any of them keeps the variables from counting.
+# The other program's option is refused at load (``_foreign_alias_option``: the program exits on it,
+# ``_UNKNOWN_OPTION_EXIT``); where the program is neither (a script) every one is held to served_name.
+# Any of them keeps the variables from counting.
 _ALIAS_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "llama-server": (("--alias", "--alias"), ("-a", "-a")),
     "llama_cpp.server": (("--model_alias", "--model_"),),
@@ -694,6 +695,12 @@ _ALIAS_ENV: dict[str, tuple[str, ...]] = {
 }
 # the alias spellings whose value is a comma-separated list of aliases (llama-server's)
 _ALIAS_COMMAS = ("--alias", "-a", "LLAMA_ARG_ALIAS")
+# how each llamacpp program exits at start-up on an option it does not take (llama-server's own parser;
+# llama-cpp-python's argparse ``parse_args``)
+_UNKNOWN_OPTION_EXIT: dict[str, str] = {
+    "llama-server": "invalid argument",
+    "llama_cpp.server": "unrecognized arguments",
+}
 
 
 @dataclass(frozen=True)
@@ -711,6 +718,22 @@ def _alias_option(readers: tuple[str, ...], name: str) -> _NameOption | None:
         if name.startswith(shortest) and whole.startswith(name):
             return _NameOption(many=False, commas=whole in _ALIAS_COMMAS)
     return None
+
+
+def _foreign_alias_option(kind: str, argv: list[str], name: str) -> _NameOption | None:
+    """The alias option ``name`` (an argv item, before any ``=``) of another program of the kind
+    (``_KIND_PROGRAMS``) than the one ``argv`` runs (``_model_readers``), which that program does not take
+    (llama-server's ``-a`` to llama-cpp-python; llama-cpp-python's ``--model_al`` to llama-server), or
+    None; where the program is none of them (a script) no alias option is foreign."""
+    readers = _model_readers(kind, argv)
+    if _alias_option(readers, name) is not None:
+        return None
+    return _alias_option(tuple(r for r in _KIND_PROGRAMS.get(kind, ()) if r not in readers), name)
+
+
+def _alias_owner(name: str) -> str:
+    """The program (``_ALIAS_OPTIONS``) whose alias option ``name`` is."""
+    return next(program for program in _ALIAS_OPTIONS if _alias_option((program,), name) is not None)
 
 
 def _name_option(kind: str, name: str) -> _NameOption | None:
@@ -1075,7 +1098,9 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
     gets (inherited values included, an ``env`` launcher's -u / -i applied: ``_Launch.engine_env``) must
     name it, and the campaign's own variable of the other program, which names nothing to this one, must
     not contradict it. An alias llama-server would split at a comma is refused (builds differ in whether
-    it does)."""
+    it does). The other llama.cpp program's alias option (``_foreign_alias_option``: llama-server's
+    ``-a`` / ``--alias`` to llama-cpp-python, its ``--model_alias`` or a prefix argparse takes to
+    llama-server) is refused: the program exits on it at start-up."""
     served = spec.model.served_name
     kind = spec.engine.kind
     values = _placeholders(served_name=served)
@@ -1084,6 +1109,15 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
         argv = [*spec.engine.command, *attempt.extra_args]
         readers = _model_readers(kind, argv)
         program = _engine_program(argv)
+        # the other llama.cpp program's alias option: the program exits on it at start-up, and the failed
+        # launch would be recorded against the engine
+        foreign = functools.partial(_foreign_alias_option, kind, argv)
+        for option, _, _ in _option_values(argv, foreign, values):
+            raise ConfigError(
+                f'{where}: {option} is no option of {program} (it exits "{_UNKNOWN_OPTION_EXIT[readers[0]]}"'
+                f"; {option} names the served model for {_alias_owner(option)}, another program of kind "
+                f"{kind}); write {_ALIAS_OPTIONS[readers[0]][0][0]} {{served_name}}"
+            )
         given = _served_names(kind, argv, served)
         own: dict[str, str] = {}
         for key, raw in {**spec.engine.env, **attempt.env}.items():
@@ -1587,8 +1621,9 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
         foreign = functools.partial(_model_option, _foreign_model_options(kind, argv))
         for option, _, _ in _option_values(argv, foreign, values):
             raise ConfigError(
-                f'{where}: {option} is no option of {_engine_program(argv)} (it exits "unrecognized '
-                f'arguments"; {option} names the model for another program of kind {kind}); {fix}'
+                f"{where}: {option} is no option of {_engine_program(argv)} (it exits "
+                f'"{_UNKNOWN_OPTION_EXIT[_model_readers(kind, argv)[0]]}"; {option} names the model for '
+                f"another program of kind {kind}); {fix}"
             )
         for option, _, _ in _option_values(argv, lambda n: _elsewhere_option(kind, n), values):
             raise ConfigError(

@@ -20,6 +20,9 @@ from ledger.collectors.campaign import load_campaign
 from ledger.errors import ConfigError, InputError
 
 BASE = ["{python}", "-m", "llama_cpp.server", "--model", "{model}", "--port", "{port}"]
+# llama-server's spellings (--alias / -a / LLAMA_ARG_ALIAS) are judged on a llama-server command (fix72:
+# llama_cpp.server exits on them, so they are refused there: test_fix72_other_programs_alias_option.py)
+SERVER = ["llama-server", "-m", "{model}", "--port", "{port}"]
 
 
 def _campaign(
@@ -27,11 +30,12 @@ def _campaign(
     extra_command: list[str],
     *,
     kind: str = "llamacpp",
+    base: list[str] = BASE,
     extra_args: list[str] | None = None,
     env: dict[str, str] | None = None,
     attempt_env: dict[str, str] | None = None,
 ) -> Path:
-    command = json.dumps([*BASE, *extra_command])
+    command = json.dumps([*base, *extra_command])
     lines = [
         '[campaign]\nid = "c"\n',
         f'[model]\npath = "{tmp_path}"\nserved_name = "tiny"\n',
@@ -59,18 +63,17 @@ def _refused(path: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    "extra",
+    ("extra", "base"),
     [
-        ["--alias", "other"],
-        ["-a", "other"],
-        ["--alias=other"],
-        ["--model_alias", "other"],
-        ["--model_alias=other"],
-        ["--model_al", "other"],  # argparse takes an unambiguous prefix as the option
-        ["--model_", "other"],
-        ["--alias", "tiny", "--alias", "other"],  # repeated: the second names another model
-        ["--alias", "other", "--alias", "tiny"],  # builds differ: last wins, or both are served
-        ["--model_alias", "{served_name}", "-a", "other"],
+        (["--alias", "other"], SERVER),
+        (["-a", "other"], SERVER),
+        (["--alias=other"], SERVER),
+        (["--model_alias", "other"], BASE),
+        (["--model_alias=other"], BASE),
+        (["--model_al", "other"], BASE),  # argparse takes an unambiguous prefix as the option
+        (["--model_", "other"], BASE),
+        (["--alias", "tiny", "--alias", "other"], SERVER),  # repeated: the second names another model
+        (["--alias", "other", "--alias", "tiny"], SERVER),  # builds differ: last wins, or both are served
     ],
     ids=[
         "alias",
@@ -82,26 +85,31 @@ def _refused(path: Path) -> str:
         "model_alias-shortest-prefix",
         "alias-repeated-second-other",
         "alias-repeated-first-other",
-        "python-alias-ok-server-alias-other",
     ],
 )
 def test_llamacpp_alias_contradicting_served_name_is_refused_at_load(
-    tmp_path: Path, extra: list[str]
+    tmp_path: Path, extra: list[str], base: list[str]
 ) -> None:
-    msg = _refused(_campaign(tmp_path, extra))
+    msg = _refused(_campaign(tmp_path, extra, base=base))
     assert "'other'" in msg and "'tiny'" in msg and "served_name" in msg
 
 
+def test_python_alias_ok_server_alias_other_is_refused_as_no_option_of_the_program(tmp_path: Path) -> None:
+    # was "python-alias-ok-server-alias-other": llama_cpp.server exits on llama-server's -a (fix72)
+    msg = _refused(_campaign(tmp_path, ["--model_alias", "{served_name}", "-a", "other"]))
+    assert "-a is no option of llama_cpp.server" in msg
+
+
 @pytest.mark.parametrize(
-    "extra",
+    ("extra", "base"),
     [
-        ["--model_alias", "{served_name}"],  # the shipped llamacpp campaigns
-        ["--model_alias=tiny"],
-        ["--alias", "tiny"],
-        ["-a", "{served_name}"],
-        ["--alias={served_name}"],
-        ["--alias", "tiny", "--alias", "tiny"],
-        [],  # no alias: nothing to compare (the engine's own default id)
+        (["--model_alias", "{served_name}"], BASE),  # the shipped llamacpp campaigns
+        (["--model_alias=tiny"], BASE),
+        (["--alias", "tiny"], SERVER),
+        (["-a", "{served_name}"], SERVER),
+        (["--alias={served_name}"], SERVER),
+        (["--alias", "tiny", "--alias", "tiny"], SERVER),
+        ([], BASE),  # no alias: nothing to compare (the engine's own default id)
     ],
     ids=[
         "model_alias-placeholder",
@@ -113,8 +121,10 @@ def test_llamacpp_alias_contradicting_served_name_is_refused_at_load(
         "none",
     ],
 )
-def test_llamacpp_alias_naming_the_served_name_loads(tmp_path: Path, extra: list[str]) -> None:
-    assert load_campaign(_campaign(tmp_path, extra)).spec.model.served_name == "tiny"
+def test_llamacpp_alias_naming_the_served_name_loads(
+    tmp_path: Path, extra: list[str], base: list[str]
+) -> None:
+    assert load_campaign(_campaign(tmp_path, extra, base=base)).spec.model.served_name == "tiny"
 
 
 def test_the_model_path_option_is_not_taken_for_model_alias(tmp_path: Path) -> None:
@@ -124,14 +134,14 @@ def test_the_model_path_option_is_not_taken_for_model_alias(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "extra",
+    ("extra", "base"),
     [
-        ["--alias"],
-        ["-a"],
-        ["--alias", "--port", "1"],
-        ["--alias="],
-        ["--model_alias"],
-        ["--model_alias", "-x"],
+        (["--alias"], SERVER),
+        (["-a"], SERVER),
+        (["--alias", "--port", "1"], SERVER),
+        (["--alias="], SERVER),
+        (["--model_alias"], BASE),
+        (["--model_alias", "-x"], BASE),
     ],
     ids=[
         "alias-last",
@@ -142,22 +152,22 @@ def test_the_model_path_option_is_not_taken_for_model_alias(tmp_path: Path) -> N
         "model_alias-then-option",
     ],
 )
-def test_llamacpp_alias_without_value_is_refused(tmp_path: Path, extra: list[str]) -> None:
-    msg = _refused(_campaign(tmp_path, extra))
+def test_llamacpp_alias_without_value_is_refused(tmp_path: Path, extra: list[str], base: list[str]) -> None:
+    msg = _refused(_campaign(tmp_path, extra, base=base))
     assert "no value" in msg and "'tiny'" in msg
 
 
 def test_llamacpp_alias_in_an_attempts_extra_args_is_judged_as_launched(tmp_path: Path) -> None:
-    msg = _refused(_campaign(tmp_path, ["--model_alias", "{served_name}"], extra_args=["-a", "other"]))
+    msg = _refused(_campaign(tmp_path, ["--alias", "{served_name}"], base=SERVER, extra_args=["-a", "other"]))
     assert "attempt 'second'" in msg and "'other'" in msg
     # the option ends the command and its value opens the attempt's extra_args
-    ok = _campaign(tmp_path, ["--alias"], extra_args=["{served_name}"])
+    ok = _campaign(tmp_path, ["--alias"], base=SERVER, extra_args=["{served_name}"])
     assert load_campaign(ok).spec.engine.attempts[0].name == "second"
 
 
 @pytest.mark.parametrize("value", ["tiny,other", "other,tiny", "tiny,"])
 def test_llama_server_alias_holding_a_comma_is_refused(tmp_path: Path, value: str) -> None:
-    msg = _refused(_campaign(tmp_path, ["--alias", value]))
+    msg = _refused(_campaign(tmp_path, ["--alias", value], base=SERVER))
     assert "comma" in msg and "'tiny'" in msg
 
 
@@ -186,19 +196,24 @@ def test_llamacpp_alias_in_the_environment_contradicting_served_name_is_refused(
 
 
 @pytest.mark.parametrize(
-    "option", [["--model_alias", "{served_name}"], ["--alias", "{served_name}"], ["--model_alias=tiny"]]
+    ("option", "base"),
+    [
+        (["--model_alias", "{served_name}"], BASE),
+        (["--alias", "{served_name}"], SERVER),
+        (["--model_alias=tiny"], BASE),
+    ],
 )
 @pytest.mark.parametrize("variable", ["MODEL_ALIAS", "LLAMA_ARG_ALIAS", "model_alias"])
 def test_alias_option_wins_over_an_alias_variable_in_the_environment(
-    tmp_path: Path, option: list[str], variable: str
+    tmp_path: Path, option: list[str], base: list[str], variable: str
 ) -> None:
     """Audit 55 f2: `--model_alias {served_name}` with `MODEL_ALIAS=default` in the environment was refused,
     though the engine serves the option's name (llama-cpp-python reads MODEL_ALIAS only where no option
     sets it; llama-server's LLAMA_ARG_ALIAS likewise): the variable counts only where no option is given."""
-    assert load_campaign(_campaign(tmp_path, option, env={variable: "default"}))
+    assert load_campaign(_campaign(tmp_path, option, base=base, env={variable: "default"}))
     # the option itself still must name served_name, whatever the environment says
     wrong = [o.replace("{served_name}", "other").replace("=tiny", "=other") for o in option]
-    assert "'other'" in _refused(_campaign(tmp_path, wrong, env={variable: "tiny"}))
+    assert "'other'" in _refused(_campaign(tmp_path, wrong, base=base, env={variable: "tiny"}))
 
 
 def test_llamacpp_alias_environment_neighbours(tmp_path: Path) -> None:
