@@ -180,32 +180,54 @@ def _require_ledger_database(ledger: Ledger) -> None:
     """Refuse, as one ``error[…]`` line, a database the ledger cannot use, before a command reads it:
     unreachable (``DatabaseUnreachableError``) or holding no ledger schema (never migrated:
     ``DatabaseNotInitialisedError``;
-    a schema of another revision ``Ledger.__init__`` refused already). Without this the command's first
+    a schema of another revision ``Ledger.__init__`` refused already; a revision row without the ledger's
+    tables: another application's ``alembic_version``, or tables dropped). Without this the command's first
     query failed deep inside SQLAlchemy, a traceback and exit 1 (verify's "problems found")."""
+    import sqlite3
+
     import sqlalchemy as sa
 
-    from ledger.db import schema_revision
+    from ledger.db import METADATA, schema_revision
     from ledger.errors import DatabaseNotInitialisedError, DatabaseUnreachableError
 
     engine = ledger.engine
     shown = engine.url.render_as_string(hide_password=True)
+    tables: set[str] = set()
     if engine.dialect.name == "sqlite":
         path = engine.url.database
         if not path or path.startswith(("file:", ":")) or not Path(path).is_file():
             return  # in memory, a URI filename, or a missing file (``Ledger.open`` refused that one)
         rev = schema_revision(engine)  # read-only: never through the engine, which would change the file
+        if rev is not None:
+            ro = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=60)
+            try:
+                tables = {r[0] for r in ro.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            except sqlite3.Error as e:
+                raise DatabaseNotInitialisedError(f"database {shown}: its tables cannot be read: {e}") from e
+            finally:
+                ro.close()
     else:
         try:
             with engine.connect() as conn:
-                has = sa.inspect(conn).has_table("alembic_version")
+                inspector = sa.inspect(conn)
+                has = inspector.has_table("alembic_version")
                 rev = (
                     conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() if has else None
                 )
+                tables = set(inspector.get_table_names()) if rev is not None else set()
         except sa.exc.DBAPIError as e:
             reason = str(e.orig if e.orig is not None else e).strip().splitlines()[0]
             raise DatabaseUnreachableError(f"cannot reach database {shown}: {reason}") from e
     if rev is None:
         raise DatabaseNotInitialisedError(f"database {shown} holds no ledger (its schema was never made)")
+    # the revision row alone does not make a ledger: the tables the ledger reads (its schema, ``METADATA``:
+    # what its migrations make) must be there too
+    missing = sorted(set(METADATA.tables) - tables)
+    if missing:
+        raise DatabaseNotInitialisedError(
+            f"database {shown} holds no ledger: its alembic_version names revision {rev}, but the ledger's "
+            f"tables {', '.join(missing)} are not there (another application's database, or tables dropped)"
+        )
 
 
 def init_ledger(path: Path, *, database_url: str | None = None, store: str | None = None) -> Ledger:

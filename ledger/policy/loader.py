@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
 from pathlib import Path
@@ -28,6 +28,7 @@ from ledger.policy.model import (
     PolicyFile,
     RequirementRule,
     RoutingCheck,
+    RoutingSection,
     key_line,
     locate,
     parse_duration,
@@ -39,15 +40,18 @@ __all__ = [
     "ROUTING_ENTRIES",
     "ROUTING_HOST_FACT_KINDS",
     "ROUTING_ITEMS",
+    "ROUTING_LISTS",
     "ROUTING_NAMES",
     "ROUTING_PROBE_FIELDS",
     "ROUTING_PROBE_KINDS",
+    "ROUTING_SHAPES",
     "ROUTING_TEXTS",
     "CompiledGate",
     "LoadedPolicy",
     "default_policy_dir",
     "list_policies",
     "load_policy",
+    "routing_shapes",
 ]
 
 
@@ -205,6 +209,46 @@ ROUTING_ITEMS: Mapping[str, frozenset[str]] = {
     ),
     "standing_failures": frozenset({"campaign", "entry", "verdict", "reason"}),
 }  # fmt: skip
+# the routing context's other names → the names each holds at its top level (``check_routing_change``
+# builds exactly these where the value is a map, and refuses to judge where it is not; ``host`` also holds
+# each of the policy's `[routing.host_fact]` facts: ``routing_shapes``). A name mapped to no names is a
+# scalar (a number, a text, null): no field of it is there. A misspelt name read of one (``host.gpu_indexs``,
+# ``current.verdct``) is refused at load, naming file, line and name, never read as absent at check time.
+ROUTING_SHAPES: Mapping[str, frozenset[str]] = {
+    "request": frozenset({"action", "subject", "subject_text", "model_key"}),
+    "host": frozenset(
+        {"name", "key", "gpu_indexes", "gpu_text", "gpu_faults_unplaced", "gpu_faults_unplaced_text",
+         "gpu_probe_text"}
+    ),
+    # the re-derived verdict (``routing._rederive``; null where no verdict is trusted)
+    "current": frozenset(
+        {"verdict", "reason", "subject", "size", "reference_time", "policy_changed", "engine",
+         "launch_engines", "device", "machine", "model_revision", "host_probes"}
+    ),
+    # the validated layout (``routing.validate_deployment``) and its host as host names compare
+    "deployment": frozenset({"host", "services", "host_key"}),
+    # the policy's [routing] table, less its checks and host facts
+    "routing": frozenset(RoutingSection.model_fields) - {"checks", "host_fact"},
+    **dict.fromkeys(
+        ("verdict_age_s", "verdict_age_text", "max_verdict_age_s", "identities_text", "qualified_engine",
+         "qualified_engine_text", "control_answer"),
+        frozenset(),
+    ),
+}  # fmt: skip
+
+
+def routing_shapes(host_facts: Iterable[str]) -> dict[str, frozenset[str]]:
+    """``ROUTING_SHAPES`` for a policy whose `[routing.host_fact]` names ``host_facts``: ``host`` holds
+    each."""
+    return {**ROUTING_SHAPES, "host": ROUTING_SHAPES["host"] | frozenset(host_facts)}
+
+
+# every list of the routing context → the label a macro's variable over it (or an index of it) reads as
+ROUTING_LISTS: Mapping[str, str] = {name: f"{name}[]" for name in ("probes", *ROUTING_ITEMS)}
+# every name of the routing context is read through one of these: an entry, a list, a map or scalar, params
+# or a `for_each` item
+if {*ROUTING_ENTRIES, *ROUTING_LISTS, *ROUTING_SHAPES, "params", "item"} != ROUTING_NAMES:
+    raise AssertionError("ROUTING_NAMES is not the names ROUTING_ENTRIES/LISTS/SHAPES describe")
 # the entries a `[routing.host_fact]` condition is judged on, one at a time as `e`: the host's entries of
 # these kinds
 ROUTING_HOST_FACT_KINDS = ("kernel.log", "host.probe", "note")
@@ -442,13 +486,18 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
         for name, expr in spec.routing.host_fact.items():
             # a host's entries of the kinds routing judges host facts on: a payload name none of them has
             add(expr, place("routing.host_fact", None, name), entries={"e": ROUTING_HOST_FACT_KINDS})
+        # every list's elements, read through a macro (``services.exists(s, s.model_key …)``, any variable
+        # name) or an index (``gpus[0].within_max``), and every map of the context (``host.gpu_indexes``)
+        # are checked as `item` is under `for_each`
+        shapes = routing_shapes(spec.routing.host_fact)
+        shapes.update({ROUTING_LISTS[name]: fields for name, fields in ROUTING_ITEMS.items()})
         for i, rc in enumerate(spec.routing.checks):
             for key in ("applies", "expr", "fail"):
                 item = rc.for_each if key != "applies" else None  # `applies` is judged on no item
                 routed: dict[str, tuple[str, ...] | None] = dict(ROUTING_ENTRIES)
-                routed["probes[]"] = ROUTING_PROBE_KINDS  # what a macro's variable over `probes` reads
-                more = {"probes[]": ROUTING_PROBE_FIELDS}
-                shaped: dict[str, frozenset[str]] = {}
+                routed[ROUTING_LISTS["probes"]] = ROUTING_PROBE_KINDS  # what an element of `probes` reads
+                more = {ROUTING_LISTS["probes"]: ROUTING_PROBE_FIELDS}
+                shaped = dict(shapes)
                 if item == "probes":  # one probe at a time: an entry with the probes' further names
                     routed["item"], more["item"] = ROUTING_PROBE_KINDS, ROUTING_PROBE_FIELDS
                 elif item is not None and item in ROUTING_ITEMS:
@@ -460,7 +509,7 @@ def _texts(spec: PolicyFile, text: str, filename: str) -> list[_Text]:
                     entries=routed,
                     group=("routing.checks", i),
                     names=routing_names(rc.for_each) | ROUTING_TEXTS,
-                    lists={"probes": "probes[]"},
+                    lists=ROUTING_LISTS,
                     extra=more,
                     shapes=shaped,
                 )
@@ -489,6 +538,8 @@ def _read_problem(
         names = t.shapes[r.root]
         if r.path[0] in names:
             return None
+        if not names:
+            return f"it is one value (a number, a text or null), which holds no {r.path[0]!r} nor any name"
         from difflib import get_close_matches
 
         near = get_close_matches(r.path[0], sorted(names), n=1)
@@ -516,6 +567,9 @@ def _reads_of(t: _Text) -> tuple[Read, ...]:
     if t.template:
         return template_paths(t.source, roots, lists)
     reads = paths_read(t.source, roots, lists)
+    if reads is not None and lists:
+        indexed = _element_reads(t.source, roots, lists)
+        reads = None if indexed is None else tuple(dict.fromkeys((*reads, *indexed)))
     if reads is None:
         compile_condition(t.source, t.where())  # its syntax error, where CEL finds one
         raise PolicyError(
@@ -524,6 +578,54 @@ def _reads_of(t: _Text) -> tuple[Read, ...]:
             "`evidence.filter(x, …).exists(e, …)` — or a field of a value `map` computed)"
         )
     return reads
+
+
+def _element_reads(
+    source: str, roots: Mapping[str, str], lists: Mapping[str, str]
+) -> tuple[Read, ...] | None:
+    """What ``source`` reads of a list's element taken by index (``gpus[0].within_max``, ``'x' in
+    services[1]``, ``has(probes[0].payload.x)``), as reads of its list's label (``lists``): ``paths_read``
+    ends a path at an index that is no string, so each such element (innermost first) is read as a
+    variable of that label standing in its place. A list name a macro binds there is its variable, no list.
+    None where the brackets do not match (``paths_read`` refuses it too)."""
+    from ledger.policy.conditions import _binder, _closing, _macro_scopes, _tokens
+
+    toks = _tokens(source, keep_strings=True)
+    out: list[Read] = []
+    while toks is not None:
+        scopes, closing = _macro_scopes(toks), _closing(toks)
+        if scopes is None or closing is None:
+            return None
+        found = [
+            (i, closing[i + 1])
+            for i, t in enumerate(toks)
+            if t in lists
+            and (i == 0 or toks[i - 1] != ".")
+            and i + 1 < len(toks)
+            and toks[i + 1] == "["
+            and _binder(scopes, t, i) is None
+        ]
+        if not found:
+            break
+        # an index whose brackets hold no other (``services[gpus[0].gpu]``: gpus[0] first)
+        inner = [(i, j) for i, j in found if not any(i < k < j for k, _ in found)]
+        stand_in: dict[str, str] = {}
+        rewritten: list[str] = []
+        pos = 0
+        for i, j in inner:
+            name = f"_element_{len(stand_in)}_"  # no name a policy can write: a CEL name is checked first
+            while name in toks:
+                name += "_"
+            stand_in[name] = lists[toks[i]]
+            rewritten += [*toks[pos:i], name]
+            pos = j + 1
+        rewritten += toks[pos:]
+        reads = paths_read(" ".join(rewritten), {**roots, **stand_in}, lists)
+        if reads is None:
+            return None
+        out += [r for r in reads if r.root in lists.values()]
+        toks = rewritten
+    return tuple(out)
 
 
 def _guards(reads: tuple[Read, ...]) -> set[str]:
@@ -563,8 +665,8 @@ def _check_reads(spec: PolicyFile, text: str, filename: str, params: frozenset[s
     name. A template placeholder in attribute syntax (``{e.derived.attempt}``) always prints ``?``
     (templates are filled from maps): refused too, naming the key syntax that reads it."""
     for i, rc in enumerate(spec.routing.checks if spec.routing is not None else ()):
-        if rc.for_each is not None and rc.for_each not in (*ROUTING_ITEMS, "probes"):
-            lists = ", ".join(sorted((*ROUTING_ITEMS, "probes")))
+        if rc.for_each is not None and rc.for_each not in ROUTING_LISTS:
+            lists = ", ".join(sorted(ROUTING_LISTS))
             raise PolicyError(
                 f"{_where(filename, text, 'routing.checks', i, 'for_each')}: for_each names "
                 f"{rc.for_each!r}, which is no list the routing context holds: the check could never be "
@@ -593,7 +695,8 @@ def _check_reads(spec: PolicyFile, text: str, filename: str, params: frozenset[s
         for r in reads:
             problem = _read_problem(t, r, params, guarded, subject_fields)
             if problem is not None:
-                var = {"evidence[]": "e", "probes[]": "probes[…]"}.get(r.root, r.root)
+                # an element of a list (``services[]``) is shown as ``services[…]``
+                var = "e" if r.root == "evidence[]" else r.root.replace("[]", "[…]")
                 what = "template" if t.template else "CEL"
                 shown = ".".join((var, *r.path))
                 if r.how == "in":  # the key it tests, in what it tests it in

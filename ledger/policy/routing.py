@@ -48,9 +48,11 @@ from ledger.policy.loader import (
     ROUTING_NAMES,
     ROUTING_PROBE_FIELDS,
     ROUTING_PROBE_KINDS,
+    ROUTING_SHAPES,
     ROUTING_TEXTS,
     CompiledGate,
     LoadedPolicy,
+    routing_shapes,
 )
 from ledger.policy.model import ENTRY_VIEW_FIELDS, QUALIFIED, parse_duration
 from ledger.policy.rules import Rule
@@ -756,6 +758,15 @@ def check_routing_change(
                 raise PolicyError(
                     f"routing context {name} item holds {sorted(one)}, not the loader's {sorted(fields)}"
                 )
+    # what its maps hold (a scalar: no map): the loader's one copy, which checks the names a check reads of
+    # them when the policy loads (``host`` holds the policy's host facts too)
+    for name, fields in routing_shapes(policy.host_facts).items():
+        value = ctx[name]
+        if (isinstance(value, dict) and set(value) != fields) or (
+            not fields and isinstance(value, dict | list)
+        ):
+            held = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise PolicyError(f"routing context {name} holds {held}, not the loader's {sorted(fields)}")
     # the texts a fail message may name beyond the CEL context: verdict_withdrawn_text ("" where a verdict
     # is usable or none was recorded)
     texts = {"verdict_withdrawn_text": verdict_withdrawn}
@@ -843,14 +854,23 @@ def _rederive(
 
     qual = _qualification(policy)
     subject = evaluated_subject(verdict.payload)
+    # a verdict that cannot be re-derived holds every name the loader's ROUTING_SHAPES["current"] lists, each
+    # unknown (a check reading one reads null, never a missing key)
+    unknown: dict[str, Any] = {
+        **dict.fromkeys(ROUTING_SHAPES["current"]),
+        "launch_engines": [],
+        "host_probes": [],
+        "policy_changed": False,
+    }
     if subject is None:
         return {
-            "verdict": None,
+            **unknown,
             "reason": f"verdict {verdict.id[:16]} records no evaluated subject: it cannot be re-derived",
         }
     if not names_campaign(subject):
         return {
-            "verdict": None,
+            **unknown,
+            "subject": dict(subject),
             "reason": f"verdict {verdict.id[:16]} judged no one campaign (subject {subject}): "
             "it cannot be re-derived",
         }
