@@ -11,7 +11,7 @@ import re
 import secrets
 import socket
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -207,23 +207,47 @@ class Home:
         """The kept receipts, oldest first; a line that is not JSON (a torn last write) is refused."""
         if not self.receipts_path.is_file():
             return []
+        return self._receipt_lines(self.receipts_path.read_bytes().splitlines(), lambda n: f":{n}")
+
+    def receipts_since(self, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """The receipts kept after byte ``offset`` of ``receipts.jsonl`` (one a call returned), up to its
+        last whole line, and the offset after them: a process reads the file once, then only what was
+        appended (it only grows: ``keep_receipts``). Nothing (and ``offset``) when there is no file.
+        A line that is not a receipt is ``ConfigError`` naming its byte offset."""
+        try:
+            with self.receipts_path.open("rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return [], offset
+        except OSError as e:
+            raise ConfigError(f"{self.receipts_path}: cannot be read ({e})") from e
+        end = data.rfind(b"\n") + 1  # a last line without its newline is being written: read it next time
+        starts = [offset]
+        for line in data[:end].splitlines(keepends=True)[:-1]:
+            starts.append(starts[-1] + len(line))
+        docs = self._receipt_lines(data[:end].splitlines(), lambda n: f" (byte {starts[n - 1]})")
+        return docs, offset + end
+
+    def _receipt_lines(self, lines: list[bytes], where: Callable[[int], str]) -> list[dict[str, Any]]:
+        """Each line a receipt (a JSON object), blank lines skipped; ``where(n)`` names line ``n``."""
         out: list[dict[str, Any]] = []
-        for n, raw in enumerate(self.receipts_path.read_bytes().splitlines(), 1):
+        for n, raw in enumerate(lines, 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise ConfigError(
-                    f"{self.receipts_path}:{n}: not a receipt (not UTF-8 text: byte 0x{raw[e.start]:02x} "
-                    f"at column {e.start + 1})"
+                    f"{self.receipts_path}{where(n)}: not a receipt (not UTF-8 text: byte "
+                    f"0x{raw[e.start]:02x} at column {e.start + 1})"
                 ) from e
             if not line.strip():
                 continue
             try:
                 doc = json.loads(line)
             except ValueError as e:
-                raise ConfigError(f"{self.receipts_path}:{n}: not a receipt ({e})") from e
+                raise ConfigError(f"{self.receipts_path}{where(n)}: not a receipt ({e})") from e
             if not isinstance(doc, dict):
-                raise ConfigError(f"{self.receipts_path}:{n}: not a receipt")
+                raise ConfigError(f"{self.receipts_path}{where(n)}: not a receipt")
             out.append(doc)
         return out
 

@@ -14,7 +14,14 @@ from datetime import timedelta
 from typing import Any, NewType
 
 from ledger.canonical import canonical_bytes, parse_canonical
-from ledger.errors import InputError, LedgerError, ProofError, SignatureError
+from ledger.errors import (
+    ChainBrokenError,
+    InputError,
+    LedgerError,
+    LogFormatError,
+    ProofError,
+    SignatureError,
+)
 from ledger.hashing import blake3_hex
 from ledger.signing import PublicKey, SigningKey
 
@@ -30,6 +37,7 @@ __all__ = [
     "MerkleTree",
     "Receipt",
     "chain_hash",
+    "checked_leaf",
     "consistency_proof",
     "entry_id_of",
     "held_fault",
@@ -161,6 +169,31 @@ def parse_record(data: bytes) -> LogRecord:
 def record_leaf(record_bytes: bytes) -> bytes:
     """The Merkle leaf hash of a log record."""
     return leaf_hash(record_bytes)
+
+
+def checked_leaf(seq: int, entry_id: str, record: bytes | None, column: object) -> bytes:
+    """The Merkle leaf of the row at ``seq``: its ``leaf_hash`` column, served only where it is the hash of
+    the log record the row holds (``record_leaf``) — the one check every reader of leaves applies (the
+    service's ``RepoTiles`` and the read-only ``ledger.reads``). ``ChainBrokenError`` naming the entry for a
+    leaf hash rewritten behind the log's back (or not a hash), or a record rewritten (not the one its leaf
+    commits); ``LogFormatError`` for a row without a record (log format 1, ``record`` None)."""
+    if record is None:
+        raise LogFormatError(
+            f"the entry at seq {seq} ({entry_id}) has no log record (log format 1): its leaf cannot be "
+            "checked",
+            hint="run `ledger migrate`",
+        )
+    want = record_leaf(record)
+    if not isinstance(column, str) or column != want.hex():
+        raise ChainBrokenError(
+            f"the stored log record at seq {seq} does not hash to its Merkle leaf, the leaf hash of its row "
+            f"(entry {entry_id}) {str(column)[:16]!r}… (SHA-256(0x00 || record) = {want.hex()[:16]}…): its "
+            "record or its leaf hash was rewritten behind the log's back; no tile, proof or checkpoint "
+            "is served from it",
+            hint="run `ledger verify` on the log's home (it names what changed); restore the database "
+            "from a backup the checkpoint this home holds vouches for",
+        )
+    return want
 
 
 def _node(left: bytes, right: bytes) -> bytes:

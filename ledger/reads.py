@@ -43,6 +43,7 @@ from ledger.log import (
     Checkpoint,
     EntryId,
     LogRecord,
+    checked_leaf,
     entry_id_of,
     held_fault,
     parse_checkpoint,
@@ -1100,11 +1101,13 @@ class SqlitePolicyRepo:
         return self._tile_column("root", level, lo, hi)
 
     def leaves(self, lo: int, hi: int) -> list[bytes]:
-        with self.read() as c:
+        with self.read() as c:  # each leaf the hash of its row's record, as RepoTiles.leaves reads it
             return [
-                bytes.fromhex(h)
-                for (h,) in c.execute(
-                    "SELECT leaf_hash FROM log_entries WHERE seq >= ? AND seq < ? ORDER BY seq", (lo, hi)
+                checked_leaf(int(seq), str(eid), None if rec is None else bytes(rec), leaf)
+                for seq, eid, rec, leaf in c.execute(
+                    "SELECT seq, entry_id, CAST(record AS BLOB), leaf_hash FROM log_entries "
+                    "WHERE seq >= ? AND seq < ? ORDER BY seq",
+                    (lo, hi),
                 )
             ]
 

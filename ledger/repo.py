@@ -34,6 +34,7 @@ from ledger.db import (
     write_transaction,
 )
 from ledger.errors import ChainBrokenError
+from ledger.log import checked_leaf as log_checked_leaf
 from ledger.reads import (
     committed_key_rows,
     committed_rows,
@@ -250,6 +251,12 @@ def envelope_bytes(seq: int, value: object) -> bytes:
     )
 
 
+def checked_leaf(seq: int, entry_id: str, record: object, column: object) -> bytes:
+    """``ledger.log.checked_leaf`` of a row as the database driver gives it: its record column read as
+    bytes first (``record_bytes``: a value that is not bytes is the row's corruption, named)."""
+    return log_checked_leaf(seq, entry_id, record_bytes(seq, record), column)
+
+
 def tile_bytes(level: int, idx: int, value: object) -> bytes:
     """A stored tile's ``hashes`` or ``root`` as bytes; ``ChainBrokenError`` naming the tile for a value
     that is not bytes (``ledger.db.blob``)."""
@@ -321,9 +328,10 @@ _TILE_COLUMN_QUERIES = {
 class RepoTiles:
     """``ledger.tiles.TileSource`` over one connection (one snapshot): stored full tiles and leaf hashes."""
 
-    def __init__(self, repo: LogRepo, conn: sa.Connection | None) -> None:
+    def __init__(self, repo: LogRepo, conn: sa.Connection | None, *, checked: bool = True) -> None:
         self.repo = repo
         self.conn = conn
+        self.checked = checked  # each leaf read checked against its row's record (``leaves``)
         # the root of each tile ``tiles`` read, from the same row: ``TileTree`` checks a tile against its
         # root as it reads it (``roots`` of that one tile then needs no second query)
         self._tile_roots: dict[tuple[int, int], bytes] = {}
@@ -357,8 +365,22 @@ class RepoTiles:
         return {int(i): tile_bytes(level, int(i), v) for i, v in self._rows("root", level, lo, hi)}
 
     def leaves(self, lo: int, hi: int) -> list[bytes]:
+        """The leaf hashes of ``lo <= seq < hi``, each checked against the log record its row holds: a
+        leaf served (in a tile, a proof, a root) is SHA-256(0x00 || record) of its row, never a
+        ``leaf_hash`` column rewritten behind the log's back (``ChainBrokenError`` naming the entry).
+        Unless ``checked`` is False: the leaf hash columns as they are (the local audit, which judges
+        each received entry's record against its receipt and leaf itself, one entry at a time)."""
+        if not self.checked:
+            with self._conn() as c:
+                return self.repo.leaf_hashes(c, start=lo, size=hi)
+        e = T_ENTRIES
+        q = (
+            sa.select(e.c.seq, e.c.entry_id, e.c.record, e.c.leaf_hash)
+            .where(e.c.seq >= lo, e.c.seq < hi)
+            .order_by(e.c.seq)
+        )
         with self._conn() as c:
-            return self.repo.leaf_hashes(c, start=lo, size=hi)
+            return [checked_leaf(int(seq), str(eid), rec, leaf) for seq, eid, rec, leaf in c.execute(q)]
 
 
 class LogRepo:
@@ -914,6 +936,17 @@ class LogRepo:
                 yield int(seq), record_bytes(int(seq), record), str(leaf)
             last = rows[-1].seq
 
+    def entry_ids_at(self, conn: sa.Connection, seqs: Collection[int]) -> dict[int, str]:
+        """The entry id at each of ``seqs`` the log holds, by seq (a seq it lacks is not a key)."""
+        out: dict[int, str] = {}
+        wanted = sorted(set(seqs))
+        for i in range(0, len(wanted), 500):
+            q = sa.select(T_ENTRIES.c.seq, T_ENTRIES.c.entry_id).where(
+                T_ENTRIES.c.seq.in_(wanted[i : i + 500])
+            )
+            out.update((int(seq), str(eid)) for seq, eid in conn.execute(q))
+        return out
+
     def record_at(self, conn: sa.Connection, seq: int) -> bytes | None:
         """The stored log record of the entry at ``seq``."""
         r = conn.execute(sa.select(T_ENTRIES.c.record).where(T_ENTRIES.c.seq == seq)).scalar()
@@ -969,10 +1002,10 @@ class LogRepo:
 
     # --- hash tiles ---------------------------------------------------------------------------------
 
-    def tile_source(self, conn: sa.Connection | None = None) -> RepoTiles:
+    def tile_source(self, conn: sa.Connection | None = None, *, checked: bool = True) -> RepoTiles:
         """The stored tiles and leaves as a ``ledger.tiles.TileSource``: over ``conn`` (one snapshot), or a
-        connection per read."""
-        return RepoTiles(self, conn)
+        connection per read; ``checked``: see ``RepoTiles.leaves``."""
+        return RepoTiles(self, conn, checked=checked)
 
     def has_tile(self, conn: sa.Connection, level: int, idx: int) -> bool:
         """Whether the log the database holds has its full tile ``level``/``idx`` stored."""

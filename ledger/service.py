@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Container, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -240,16 +240,18 @@ class Ledger:
     ) -> None:
         """``home_bound``: this process is the home's own user (the CLI, ``ledger.cli._common.get_ledger``),
         not a server appending for remote clients: every entry ``append`` appends gets the log's receipt
-        kept in the home (``HOME/receipts.jsonl``, ``ledger audit``), and every checkpoint it signs for a
-        read, not only those it publishes, may advance the checkpoint the home holds (``HOME/checkpoint``)."""
+        kept in the home (``HOME/receipts.jsonl``, ``ledger audit``). Every process, home-bound or not,
+        holds each checkpoint it signs, for a read too (``HOME/checkpoint``: ``_hold``)."""
         self.home = home
         self.home_bound = home_bound
-        self._held_size: int | None = None  # the size of the checkpoint this process knows the home holds
         self._held_read: tuple[tuple[int, int, int], Checkpoint] | None = None  # (file stat, its checkpoint)
         # (held size, held root, log size, head chain hash): a log this process proved extends the held
         # checkpoint (``_refuse_fork``); the sequencer signs receipts at a head it left there without
         # reading the tiles again (``_guard_head``)
         self._extends: tuple[int, bytes, int, str] | None = None
+        # the receipts of its own log this home kept, read from ``receipts.jsonl`` once and then only what
+        # was appended: (file inode, bytes read, floor, {index: entry ids} of those at index >= floor)
+        self._kept: tuple[int, int, int, dict[int, set[str]]] | None = None
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
         self.engine: Engine = make_engine(self.database_url)
@@ -863,6 +865,9 @@ class Ledger:
             saved_seq, saved_last = ring.seq, trusted.last_logged_at
             out: list[LoggedEntry] = []
             batch_ids: set[str] = set()
+            # each entry this request appends, by id: an envelope the batch names again is answered as its
+            # duplicate (one answer per envelope, in order)
+            batch_entries: dict[str, LoggedEntry] = {}
             try:
                 latest = trusted.last_logged_at
                 if req.given is None:
@@ -892,6 +897,7 @@ class Ledger:
                         out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
                         continue
                     if p.entry_id in batch_ids:
+                        out.append(replace(batch_entries[p.entry_id], duplicate=True))
                         continue
                     st = p.statement
                     pub = p.verified_with
@@ -930,6 +936,7 @@ class Ledger:
                         )
                     )
                     batch_ids.add(p.entry_id)
+                    batch_entries[p.entry_id] = out[-1]
                     prev = ch
                     next_seq += 1
             except LedgerError as e:  # this request alone is refused: undo what it added
@@ -1291,17 +1298,21 @@ class Ledger:
     def leaf_hashes(self, size: int | None = None) -> list[bytes]:
         return self.repo.leaf_hashes(size=size)
 
-    def _tree_at(self, conn: sa.Connection, size: int | None = None) -> TileTree:
+    def _tree_at(
+        self, conn: sa.Connection, size: int | None = None, *, strict: bool = False, checked: bool = True
+    ) -> TileTree:
         """The log's Merkle tree in the database snapshot ``conn`` reads (at its size, or ``size``), read
-        from the stored hash tiles and, for the right edge, the leaf hashes: nothing of it is kept in this
-        process, so after a rollback or a failover what is signed is what the database holds."""
+        from the stored hash tiles and, for the right edge, the leaf hashes (each checked against its
+        row's record): nothing of it is kept in this process, so after a rollback or a failover what is
+        signed is what the database holds. ``strict``: see ``TileTree`` (a tile served); ``checked``:
+        see ``RepoTiles.leaves`` (False: the local audit only)."""
         current = self.repo.size(conn)
         n = current if size is None else size
         if n < 0:
             raise InputError(f"tree size {n}: a tree size is a non-negative integer")
         if not n <= current:
             raise InputError(f"the log has {current} entries; no checkpoint at size {n}")
-        return TileTree(self.repo.tile_source(conn), n)
+        return TileTree(self.repo.tile_source(conn, checked=checked), n, strict=strict)
 
     def tree(self) -> TileTree:
         """The log's Merkle tree as the database holds it now (read from its tiles, a connection a read)."""
@@ -1324,13 +1335,15 @@ class Ledger:
         """The log's C2SP signed-note verifier key (``ledger keys export log --vkey``)."""
         return verifier_key(self.note_key_name, self.log_public_key())
 
-    def _sign(self, size: int, root: bytes) -> Checkpoint:
+    def _sign(self, size: int, root: bytes, *, hold: bool = True) -> Checkpoint:
         """Sign a checkpoint of the tree the database holds at ``size`` (every caller read its root from the
-        database). A home-bound process holds it when it is newer than the checkpoint the home holds."""
+        database). Every process of the home holds it when it is newer than the checkpoint the home holds
+        (``_hold``: what is handed out under the log's key is what the anchor covers) — unless ``hold`` is
+        False: the audit's own proofs, whose log it judges and so never vouches for (never handed out)."""
         cp = sign_checkpoint(
             self.cfg.origin, size, root, self._log_signing_key(), key_name=self.note_key_name
         )
-        if self.home_bound:
+        if hold:
             self._hold(cp)
         return cp
 
@@ -1369,7 +1382,12 @@ class Ledger:
         checkpoint the home holds (None: it holds none). A log that lost entries below it (a backup
         restored), or whose first ``held.size`` entries no longer hash to its root (rewritten, or a tile's
         root rewritten), is a fork: ``LogInconsistentError`` (HTTP 500), and nothing is signed. ``tree``:
-        the tree about to be signed, of that snapshot (read once for both)."""
+        the tree about to be signed, of that snapshot (read once for both).
+
+        Past the held checkpoint, the receipts this home kept of its own log stand for it: a log that no
+        longer holds an entry a kept receipt names, at its index, lost it (deleted behind its back, maybe
+        appended over) — refused the same way (``_receipt_lost``)."""
+        self._receipt_lost(0 if held is None else held.size)
         if held is None:
             return
         current = self.repo.size(conn)
@@ -1379,13 +1397,66 @@ class Ledger:
         if fault is not None and fault.error is not None:
             raise fault.error  # the tree cannot be read (a row deleted behind the log's back): that error
         if fault is not None:
+            why = ""
+            if not fault.lost:
+                try:  # name the stored tile whose root (or hashes, with it) was rewritten, where one was
+                    tree.check_roots()
+                except LedgerError as e:
+                    why = f": {e.message}"
             raise LogInconsistentError(
                 f"the log (size {current}) does not extend the checkpoint this home holds (size "
-                f"{held.size}, root {held.root.hex()[:16]}…): nothing is signed under the log's key "
+                f"{held.size}, root {held.root.hex()[:16]}…){why}: nothing is signed under the log's key "
                 "(no checkpoint, receipt or proof) and nothing is appended",
                 hint="`ledger verify` names what changed; restore the database from a backup that holds "
                 "every entry the held checkpoint (HOME/checkpoint) covers",
             )
+
+    def _receipt_lost(self, floor: int) -> None:
+        """``LogInconsistentError`` naming the first receipt this home kept of its own log, at an index
+        ``>= floor`` (those below are the held checkpoint's to vouch for), whose entry the log no longer
+        holds at that index. Cheap: the receipts file is read once per process, then only its new lines;
+        only the receipts past the held checkpoint are kept in memory and looked up (one query). The
+        file is read before the database (a read begun after it): a receipt is kept only after its entry
+        committed, so an entry a fresh read lacks was lost, never "not yet"."""
+        kept = self._kept_since(floor)
+        if not kept:
+            return
+        with self.repo.read() as conn:
+            found = self.repo.entry_ids_at(conn, kept.keys())
+        for index in sorted(kept):
+            for entry_id in sorted(kept[index]):
+                if found.get(index) != entry_id:
+                    raise LogInconsistentError(
+                        f"the log lost entry {entry_id} at index {index}, whose signed receipt this home "
+                        f"kept (HOME/receipts.jsonl; {'another entry' if index in found else 'no entry'} "
+                        "is there now): nothing is signed under the log's key (no checkpoint, receipt or "
+                        "proof) and nothing is appended",
+                        hint="`ledger audit` names every receipt the log no longer stands by; restore the "
+                        "database from a backup that holds the received entries",
+                    )
+
+    def _kept_since(self, floor: int) -> dict[int, set[str]]:
+        """The entry ids of the receipts this home kept of its own log at each index ``>= floor``."""
+        path = self.home.receipts_path
+        with self._cache_lock:
+            try:
+                inode = path.stat().st_ino
+            except OSError:  # none kept (a removed file is ``ledger audit``'s to report)
+                self._kept = None
+                return {}
+            kept = self._kept
+            if kept is None or kept[0] != inode or floor < kept[2]:
+                kept = (inode, 0, floor, {})
+            docs, offset = self.home.receipts_since(kept[1])
+            pending = {i: ids for i, ids in kept[3].items() if i >= floor}
+            for d in docs:
+                index, entry_id = d.get("index"), d.get("entry_id")
+                if d.get("origin") != self.cfg.origin or type(index) is not int or index < floor:
+                    continue  # another log's, or one ``ledger audit`` reports as not a receipt
+                if isinstance(entry_id, str):
+                    pending.setdefault(index, set()).add(entry_id)
+            self._kept = (inode, offset, floor, pending)
+            return {i: set(ids) for i, ids in pending.items()}
 
     def _guard_head(self, conn: sa.Connection, head: Head | None) -> Checkpoint | None:
         """``_refuse_fork`` for the sequencer, in its transaction, before it appends (the receipts of what
@@ -1410,26 +1481,51 @@ class Ledger:
         return held
 
     def _hold(self, cp: Checkpoint) -> None:
-        """Make ``cp`` the checkpoint the home holds when it is newer than the held one and the log still
-        extends the held one (never a fork: the held checkpoint stays, for ``verify`` to report). Outside
-        the database, so deleting checkpoint rows does not remove the anchor. Best effort: a home that
-        cannot be written keeps its older anchor (an append or read never fails for it)."""
-        if self._held_size is not None and cp.size <= self._held_size:
+        """Make ``cp``, a checkpoint about to be handed out (or published) under the log's key, the
+        checkpoint the home holds when it is newer than the held one, the log still extending both (never
+        a fork: the held checkpoint stays, for ``verify`` to report). Outside the database, so deleting
+        checkpoint rows does not remove the anchor. Every process of the home holds what it signs — a
+        server too: a checkpoint handed out and not held would leave the log free to sign a fork of it
+        (rolled back below it, above the anchor). Never best effort: a checkpoint that cannot be held is
+        not handed out — ``LogInconsistentError`` for a log that no longer holds it or no longer extends
+        the held one (it changed after the caller read it), ``StorageError`` for a home that cannot be
+        written. Cheap where nothing moved: the held checkpoint is read once per version of the file
+        (``held``), so a checkpoint no newer than it costs one ``stat``."""
+        held = self.held()
+        if held is not None and held.size >= cp.size:
             return
-        with contextlib.suppress(LedgerError, OSError, sa.exc.SQLAlchemyError), self.home.checkpoint_lock():
-            held = self.held()
-            if held is not None and held.size >= cp.size:
-                self._held_size = held.size
-                return
-            if held is not None:
+        try:
+            with self.home.checkpoint_lock():
+                held = self.held()  # another thread or process may have moved it meanwhile
+                if held is not None and held.size >= cp.size:
+                    return
                 with self.repo.read(snapshot=True) as conn:
-                    if self.repo.size(conn) < cp.size:
-                        return
-                    tree = self._tree_at(conn, cp.size)
-                    if tree.root() != cp.root or tree.root(held.size) != held.root:
-                        return  # the log no longer extends what the home holds: keep the evidence
-            self.home.hold_checkpoint(cp.note)
-            self._held_size = cp.size
+                    current = self.repo.size(conn)
+                    tree = self._tree_at(conn, cp.size) if current >= cp.size else None
+                    if (
+                        tree is None
+                        or tree.root() != cp.root
+                        or (held is not None and tree.root(held.size) != held.root)
+                    ):
+                        raise LogInconsistentError(
+                            f"the log (size {current}) no longer holds the checkpoint just signed (size "
+                            f"{cp.size}, root {cp.root.hex()[:16]}…)"
+                            + (
+                                ""
+                                if held is None
+                                else f" extending the one this home holds (size {held.size})"
+                            )
+                            + ": it changed while it was signed; the checkpoint is not handed out",
+                            hint="`ledger verify` names what changed; restore the database from a backup "
+                            "that holds every entry the held checkpoint (HOME/checkpoint) covers",
+                        )
+                self.home.hold_checkpoint(cp.note)
+        except OSError as e:
+            raise StorageError(
+                f"{self.home.checkpoint_path}: the checkpoint of size {cp.size} could not be held ({e}): a "
+                "checkpoint the home does not hold is not handed out (the anchor would not cover it)",
+                hint="make the home writable by the process that serves the log",
+            ) from e
 
     def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint:
         """A checkpoint of the log as the database holds it now (or at an earlier size), signed and not
@@ -1627,12 +1723,18 @@ class Ledger:
 
     def tile(self, level: int, index: int, width: int | None = None) -> bytes:
         """The C2SP tlog-tiles hash tile ``level``/``index`` (full: 256 hashes; or partial of ``width``),
-        from the stored tiles. ``EntryNotFoundError`` when the log has no such tile."""
+        from the stored tiles. ``EntryNotFoundError`` when the log has no such tile.
+
+        A tile served is checked against what it commits first (a ``strict`` tree): a full tile against
+        its stored root and the 256 rows' leaves (level 0: each the hash of its row's record) or tile
+        roots below it; a partial tile's hashes are the leaves of its rows, or the roots of full tiles
+        each checked against its hashes. A tile that is not the log's is ``ChainBrokenError`` naming it
+        (level/index): never served. Reads only (one snapshot)."""
         if not 0 <= level <= 63 or index < 0 or (width is not None and not 1 <= width <= 255):
             raise InputError("no such tile (level 0..63, index >= 0, width 1..255)")
         w = TILE_WIDTH if width is None else width
         with self.repo.read(snapshot=True) as conn:
-            tree = self._tree_at(conn)
+            tree = self._tree_at(conn, strict=True)
             if (index * TILE_WIDTH + w) << (TILE_HEIGHT * level) > tree.size:
                 raise EntryNotFoundError(f"the log has no tile {level}/{index} of width {w} yet")
             return tree.tile(level, index, width)
@@ -1873,13 +1975,16 @@ class Ledger:
     def inclusion(self, id_or_prefix: str, *, size: int | None = None, anchor: bool = True) -> dict[str, Any]:
         """An inclusion proof of the entry's log record, with the record and envelope it names (read only).
         Its checkpoint is signed under the log's key: refused for a log that no longer extends the held
-        checkpoint (``_refuse_fork``) unless ``anchor`` is False — the local audit only, which checks the
-        log against the held checkpoint itself (named once) and each kept receipt all the same."""
+        checkpoint, or that lost an entry a kept receipt names (``_refuse_fork``), unless ``anchor`` is
+        False — the local audit only, which checks the log against the held checkpoint itself (named once)
+        and each kept receipt all the same: its proof is not handed out, and never moves the checkpoint
+        the home holds (a read that judges a log does not vouch for it)."""
         entry = self.get(id_or_prefix)
         held = self.held() if anchor else None
         with self.repo.read(snapshot=True) as conn:
-            tree = self._tree_at(conn, size)
-            self._refuse_fork(conn, held, tree)  # the proof carries a checkpoint signed under the log key
+            tree = self._tree_at(conn, size, checked=anchor)  # the audit judges each leaf it is given
+            if anchor:  # the proof carries a checkpoint signed under the log key
+                self._refuse_fork(conn, held, tree)
             n = tree.size
             if entry.seq >= n:
                 raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {n}")
@@ -1887,7 +1992,7 @@ class Ledger:
             proof = tree.inclusion_proof(entry.seq)
             leaf = tree.leaf(entry.seq)
             record = self.repo.record_at(conn, entry.seq)
-        cp = self._sign(n, root)
+        cp = self._sign(n, root, hold=anchor)  # an audit's proof never moves the held checkpoint
         return {
             "type": "inclusion",
             "entry_id": entry.entry_id,

@@ -116,20 +116,36 @@ def _hashes_to(hashes: bytes, root: bytes, levels: Callable[[], list[list[bytes]
     return True
 
 
+def _in_order(found: dict[int, bytes], lo: int) -> list[bytes]:
+    """``found`` (by index, from ``lo``) as a list, up to the first index it lacks."""
+    out: list[bytes] = []
+    while (h := found.get(lo + len(out))) is not None:
+        out.append(h)
+    return out
+
+
 class TileTree:
     """The RFC 6962 tree of ``size`` leaves, read from a ``TileSource``; proofs byte-identical to
-    ``ledger.log.MerkleTree``'s. One instance serves one request: it memoises what it read."""
+    ``ledger.log.MerkleTree``'s. One instance serves one request: it memoises what it read.
 
-    def __init__(self, source: TileSource, size: int) -> None:
+    Every stored full tile read is checked against its stored root. ``strict`` (a tile served to a tlog
+    client, which checks it against nothing but the next checkpoint): also each full tile against what is
+    below it (``_tile``), and each stored root the right edge takes against its tile's hashes
+    (``_checked_roots``) — the reads of what a tile commits, bounded per tile (256 rows or roots; at most
+    255 tiles of 8 KiB for a partial tile above level 0)."""
+
+    def __init__(self, source: TileSource, size: int, *, strict: bool = False) -> None:
         if size < 0:
             raise InputError(f"tree size {size} < 0")
         self.source = source
         self.size = size
+        self.strict = strict
         self._tiles: dict[tuple[int, int], bytes | None] = {}
         self._levels: dict[tuple[int, int], list[list[bytes]]] = {}
         self._nodes: dict[tuple[int, int], bytes] = {}
         self._edge: dict[tuple[int, int], list[bytes]] = {}
         self._roots_read: set[tuple[int, int]] = set()  # (level, index) of the stored roots the edge took
+        self._below: set[tuple[int, int]] = set()  # the tiles checked against what is below them
 
     def __len__(self) -> int:
         return self.size
@@ -137,39 +153,99 @@ class TileTree:
     # --- reading tiles --------------------------------------------------------------------------
 
     def _tile(self, level: int, index: int) -> bytes | None:
-        """The stored full tile ``level``/``index`` (None: not stored), checked before anything is read
-        from it: 256 hashes whose Merkle root is the tile's stored ``root`` — the hash the tree above (and
-        so every checkpoint) commits it by. A tile whose hashes were edited (its length kept, its root
-        not) is ``ChainBrokenError`` naming it: never served, never a proof, never a root."""
+        """The stored full tile ``level``/``index`` (None: not stored), checked against what it commits
+        before anything is read from it: 256 hashes whose Merkle root is the tile's stored ``root`` (the
+        hash the tree above, and so every checkpoint, commits it by), and which are the hashes below it —
+        at level 0 the leaves of the 256 rows it spans (each the hash of its row's record: the source's
+        ``leaves``), above the stored roots of the 256 tiles below — the latter only in a ``strict`` tree
+        (and for ``check_roots``). A tile whose hashes were edited (its root kept; or, strict, rewritten
+        to match) is ``ChainBrokenError`` naming it: never served, never a proof, never a root. Cost
+        (strict): one read of the 256 rows (or roots) below per tile per tree."""
+        return self._read_tile(level, index, below=self.strict)
+
+    def _read_tile(self, level: int, index: int, *, below: bool) -> bytes | None:
+        """``_tile``; ``below``: also checked against what is below it (once per tree)."""
         key = (level, index)
         if key not in self._tiles:
             got = self.source.tiles(level, index, index + 1).get(index)
             if got is not None:
-                if len(got) != TILE_WIDTH * HASH:
-                    raise ChainBrokenError(
-                        f"stored tile {level}/{tile_path(index)} is {len(got)} bytes, not "
-                        f"{TILE_WIDTH * HASH}: the database's hash tiles were edited behind the log's back"
-                    )
                 root = self.source.roots(level, index, index + 1).get(index)
-                if root is None or not _hashes_to(got, root, lambda: self._tile_levels(level, index, got)):
-                    self._levels.pop(key, None)
-                    raise ChainBrokenError(
-                        f"stored tile {level}/{tile_path(index)} is not the log's: its 256 hashes do not "
-                        "hash to its stored root (the hash the tree above it commits): the database's hash "
-                        "tiles were edited behind the log's back; nothing is served, proved or signed "
-                        "from it",
-                        hint="run `ledger verify` on the log's home (it names the tile); restore the "
-                        "database from a backup the checkpoint this home holds vouches for",
-                    )
+                self._check_tile(level, index, got, root)
             self._tiles[key] = got
-        return self._tiles[key]
+        got = self._tiles[key]
+        if below and got is not None and key not in self._below:
+            lo = index * TILE_WIDTH
+            under = (
+                self.source.leaves(lo, lo + TILE_WIDTH)
+                if level == 0
+                else _in_order(self.source.roots(level - 1, lo, lo + TILE_WIDTH), lo)
+            )
+            if b"".join(under) != got:
+                self._levels.pop(key, None)
+                first = next(
+                    (i for i, h in enumerate(under) if got[i * HASH : (i + 1) * HASH] != h), len(under)
+                )
+                what = (
+                    f"the leaf of seq {lo + first}"
+                    if level == 0
+                    else f"the root of stored tile {level - 1}/{tile_path(lo + first)}"
+                )
+                raise ChainBrokenError(
+                    f"stored tile {level}/{tile_path(index)} is not the log's: its hash {first} is not "
+                    f"{what} (of {len(under)} of the {TILE_WIDTH} below it the database holds): the "
+                    "database's hash tiles were edited behind the log's back; nothing is served, proved "
+                    "or signed from it",
+                    hint="run `ledger verify` on the log's home (it names the tile); restore the "
+                    "database from a backup the checkpoint this home holds vouches for",
+                )
+            self._below.add(key)
+        return got
+
+    def _check_tile(self, level: int, index: int, data: bytes, root: bytes | None) -> None:
+        """``ChainBrokenError`` naming tile ``level``/``index`` unless its 256 hashes ``data`` hash to
+        its stored ``root``."""
+        if len(data) != TILE_WIDTH * HASH:
+            raise ChainBrokenError(
+                f"stored tile {level}/{tile_path(index)} is {len(data)} bytes, not "
+                f"{TILE_WIDTH * HASH}: the database's hash tiles were edited behind the log's back"
+            )
+        if root is None or not _hashes_to(data, root, lambda: self._tile_levels(level, index, data)):
+            self._levels.pop((level, index), None)
+            raise ChainBrokenError(
+                f"stored tile {level}/{tile_path(index)} is not the log's: its 256 hashes do not "
+                "hash to its stored root (the hash the tree above it commits): the database's hash "
+                "tiles were edited behind the log's back; nothing is served, proved or signed "
+                "from it",
+                hint="run `ledger verify` on the log's home (it names the tile); restore the database "
+                "from a backup the checkpoint this home holds vouches for",
+            )
+
+    def _checked_roots(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        """The stored roots of the full tiles of ``level`` in ``lo .. hi - 1``, each checked against its
+        tile's 256 hashes (one read of those tiles, hashed once per process: ``_hashes_to``): a root
+        column edited alone is ``ChainBrokenError`` naming its tile, never a hash of a partial tile
+        above, a proof or a root."""
+        roots = self.source.roots(level, lo, hi)
+        if not roots:
+            return roots
+        tiles = self.source.tiles(level, min(roots), max(roots) + 1)
+        for j in sorted(roots):
+            data = tiles.get(j)
+            if data is None:
+                raise ChainBrokenError(
+                    f"stored tile {level}/{tile_path(j)} has a root and no hashes: the database's hash "
+                    "tiles were edited behind the log's back"
+                )
+            self._check_tile(level, j, data, roots[j])
+        return roots
 
     def check_roots(self) -> None:
         """Each stored tile root this tree took for a right edge (``_unstored``) checked against its
-        tile's hashes (``_tile``): ``ChainBrokenError`` naming the first tile whose root was edited. A
-        diagnosis, for a root no held checkpoint signs (it reads the whole tile of each root)."""
+        tile's hashes, and each such tile against what is below it (``_read_tile``): ``ChainBrokenError``
+        naming the first tile whose root (or hashes and root) was edited. A diagnosis, for a root no
+        held checkpoint signs (it reads the whole tile of each root, and the rows below it)."""
         for level, index in sorted(self._roots_read):
-            self._tile(level, index)
+            self._read_tile(level, index, below=True)
 
     def _tile_levels(self, level: int, index: int, data: bytes) -> list[list[bytes]]:
         """The 9 levels of the subtree a full tile spans (256 hashes up to its root)."""
@@ -217,7 +293,11 @@ class TileTree:
                         "size was deleted behind the log's back"
                     )
             else:
-                roots = self.source.roots(level - 1, lo, hi)
+                roots = (
+                    self._checked_roots(level - 1, lo, hi)
+                    if self.strict
+                    else self.source.roots(level - 1, lo, hi)
+                )
                 self._roots_read.update((level - 1, j) for j in roots)
                 got = [
                     roots.get(j) or merkle_root(self.hashes(level - 1, j * TILE_WIDTH, (j + 1) * TILE_WIDTH))

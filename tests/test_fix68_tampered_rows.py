@@ -402,8 +402,8 @@ def test_a_tile_checked_once_is_checked_again_after_the_database_changed(log302:
 @pytest.mark.parametrize(
     ("column", "edit", "refused"),
     [
-        # the verdict reads the row's columns against its leaf, not the record bytes (verify names those)
-        ("record", BACKDATED, False),
+        # every leaf read is the hash of its row's record (fix 67): a record edited is refused, naming the row
+        ("record", BACKDATED, True),
         ("envelope", "replace(envelope, 'entry+json', 'entry+jsom')", True),
         ("envelope", "CAST(envelope AS TEXT)", False),  # the same bytes, typed TEXT
     ],

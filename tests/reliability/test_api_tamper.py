@@ -287,10 +287,17 @@ def test_forked_postgres_log_fails_consistency_via_the_api(tmp_path: Path, pg_da
             for table in LOG_TABLES:
                 conn.execute(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
                 conn.execute(f"DROP TRIGGER IF EXISTS {table}_no_truncate ON {table}")
+            # a consistent forger: the row's log record names the forged envelope, its leaf that record's hash
+            row = conn.execute("SELECT record FROM log_entries WHERE seq=4").fetchone()
+            assert row is not None
+            rec = json.loads(bytes(row[0]))
+            rec["entry_id"] = blake3_hex(forged)
+            record = canonical_bytes(rec)
             conn.execute(
-                "UPDATE log_entries SET envelope=%s, entry_id=%s, leaf_hash=%s WHERE seq=4",
-                (forged, blake3_hex(forged), leaf_hash(forged).hex()),
+                "UPDATE log_entries SET envelope=%s, entry_id=%s, record=%s, leaf_hash=%s WHERE seq=4",
+                (forged, blake3_hex(forged), record, leaf_hash(record).hex()),
             )
+            conn.execute("DELETE FROM tiles")  # tiles are rebuilt from the rows
             conn.execute("DELETE FROM checkpoints")
 
         srv = start_server(dep.home)

@@ -19,8 +19,9 @@ import sqlalchemy as sa
 
 import ledger.service as service
 from ledger.db import LOG_TABLES
-from ledger.errors import UnknownSignerError
-from ledger.log import MerkleTree
+from ledger.errors import LogInconsistentError, StorageError, UnknownSignerError
+from ledger.home import Home
+from ledger.log import MerkleTree, sign_checkpoint
 from ledger.proofs import verify_proof_document
 from ledger.service import Ledger
 from tests.reliability import api_fixtures
@@ -143,6 +144,11 @@ def test_stale_tree_never_signs_the_lost_log(led: Ledger) -> None:
     assert led.inclusion(led.get_seq(led.size() - 1).entry_id)  # the tree and keyring are warm
     keep = 6
     _roll_back(led, keep)
+    # below the checkpoint just signed (and held): a fork, refused; the operator who accepts the rolled-back
+    # log removes the anchor, and then what is signed is what the database holds, never the warm tree's log
+    with pytest.raises(LogInconsistentError):
+        led.signed_checkpoint()
+    (led.home_path / "checkpoint").unlink()
     cp = led.signed_checkpoint()
     assert (cp.size, cp.root) == _true_root(led) and cp.size == keep != warm.size
     # the log grows again, differently: what the warm object signs is the database's log
@@ -191,3 +197,136 @@ def test_warm_server_after_rollback_signs_the_database_log(tmp_path: Path, pg_da
     finally:
         srv.stop()
         dep.ledger.close()
+
+
+# --- issue 12, fix 73: a checkpoint handed out and not held ------------------------------------------------
+# Finding: `ledger serve` (a process that is not home-bound) held only the checkpoints its sequencer published
+# (every 1000 entries or LEDGER_CHECKPOINT_INTERVAL seconds); the checkpoints it signed for reads (GET
+# /checkpoint, the one an inclusion proof carries) moved nothing. Whether a rollback below a checkpoint a
+# client already had was refused hung on whether a publication happened to be due: the warm-server test
+# above passed when the genesis checkpoint was over 1 s old at the batch, and a fork of a checkpoint the log
+# key had signed was signed otherwise. Every checkpoint signed under the log's key is now held first.
+
+NEVER_DUE = (
+    "3600"  # no scheduled publication during a test: only what is signed for reads can move the anchor
+)
+
+
+def _held(home: Path) -> int | None:
+    cpf = home / "checkpoint"
+    return int(cpf.read_text().splitlines()[1]) if cpf.exists() else None
+
+
+def test_a_checkpoint_served_for_a_read_and_not_held_let_a_rollback_below_it_be_signed(
+    tmp_path: Path, pg_databases: PgDatabases
+) -> None:
+    """The warm-server scenario with no publication due: the checkpoint the inclusion proof carried is held,
+    so the rollback below it is refused (before the fix: 200 and a checkpoint of the shorter log)."""
+    dep = make_deployment("postgres", tmp_path / "server", pg_databases)
+    genesis = _held(dep.home)
+    srv = start_server(dep.home, env={"LEDGER_CHECKPOINT_INTERVAL": NEVER_DUE})
+    try:
+        h = dep.headers("reader")
+        envs = [dep.sign("note", {"campaign": "c"}, {"text": f"#{i}"}) for i in range(10)]
+        r = httpx.post(srv.url + "/v1/entries/batch", json={"envelopes": envs}, headers=dep.headers("writer"))
+        assert r.status_code == 201, r.text
+        assert _held(dep.home) == genesis  # nothing published: the schedule is not what this test relies on
+        r = httpx.get(f"{srv.url}/v1/proofs/inclusion/{r.json()['items'][-1]['id']}", headers=h)
+        assert r.status_code == 200, r.text
+        served = r.json()["checkpoint"]
+        assert _held(dep.home) == dep.ledger.size()
+        assert served.split("\n")[1] == str(dep.ledger.size())
+        _roll_back(dep.ledger, 5)
+        for path in ("/v1/checkpoint", "/v1/proofs/consistency?old=2&new=4"):
+            r = httpx.get(srv.url + path, headers=h)
+            assert r.status_code == 500 and r.json()["code"] == "log-inconsistent", (path, r.text)
+    finally:
+        srv.stop()
+        dep.ledger.close()
+
+
+@pytest.mark.parametrize("read", ["signed_checkpoint", "inclusion", "consistency"])
+def test_each_read_that_signs_holds_its_checkpoint(
+    led: Ledger, read: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neighbours: every read that hands out a checkpoint under the log key holds it — a ledger opened as
+    `ledger serve` opens it (not home-bound) — and a rollback below it is then refused, whatever the read."""
+    monkeypatch.setenv("LEDGER_CHECKPOINT_INTERVAL", NEVER_DUE)
+    assert not led.home_bound
+    led.record("note", {"campaign": "c"}, {"text": "past the anchor"}, key="hostA")
+    size = led.size()
+    assert (_held(led.home_path) or 0) < size
+    if read == "signed_checkpoint":
+        led.signed_checkpoint()
+    elif read == "inclusion":
+        led.inclusion(led.get_seq(size - 1).entry_id)
+    else:
+        led.consistency(1, size)
+    assert _held(led.home_path) == size
+    _roll_back(led, size - 1)
+    with pytest.raises(LogInconsistentError):
+        led.signed_checkpoint()
+    assert _held(led.home_path) == size  # the evidence stays
+
+
+def test_an_audit_proof_is_still_not_held(led: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neighbour: the local audit's own proofs (``anchor=False``) are never handed out and hold nothing."""
+    monkeypatch.setenv("LEDGER_CHECKPOINT_INTERVAL", NEVER_DUE)
+    led.record("note", {"campaign": "c"}, {"text": "past the anchor"}, key="hostA")
+    before = _held(led.home_path)
+    led.inclusion(led.get_seq(led.size() - 1).entry_id, anchor=False)
+    assert _held(led.home_path) == before
+
+
+def test_a_removed_anchor_is_held_again_by_the_next_signature(
+    led: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neighbour: after the operator removes HOME/checkpoint (accepting a rolled-back log), the next one
+    signed is held even though it is smaller than one this process held before (no stale memo of it)."""
+    monkeypatch.setenv("LEDGER_CHECKPOINT_INTERVAL", NEVER_DUE)
+    big = led.signed_checkpoint()
+    assert _held(led.home_path) == big.size
+    _roll_back(led, 4)
+    (led.home_path / "checkpoint").unlink()
+    assert led.signed_checkpoint().size == 4
+    assert _held(led.home_path) == 4
+    _roll_back(led, 3)  # a second rollback, below what was signed after the first: refused too
+    with pytest.raises(LogInconsistentError):
+        led.signed_checkpoint()
+
+
+def test_a_checkpoint_the_home_cannot_hold_is_not_handed_out(
+    led: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neighbour: a home whose checkpoint cannot be written refuses the read (``StorageError`` naming the
+    file), never hands out a checkpoint the anchor does not cover."""
+    monkeypatch.setenv("LEDGER_CHECKPOINT_INTERVAL", NEVER_DUE)
+    led.record("note", {"campaign": "c"}, {"text": "past the anchor"}, key="hostA")
+    before = _held(led.home_path)
+
+    def refuse(self: Home, note: str) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(Home, "hold_checkpoint", refuse)
+    with pytest.raises(StorageError, match="checkpoint"):
+        led.signed_checkpoint()
+    assert _held(led.home_path) == before
+
+
+def test_a_log_that_changed_while_a_checkpoint_was_signed_is_refused(
+    led: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neighbour: the log rolled back between the read that signed a checkpoint and its holding: the hold
+    is refused (``LogInconsistentError``), never skipped in silence with the checkpoint handed out."""
+    monkeypatch.setenv("LEDGER_CHECKPOINT_INTERVAL", NEVER_DUE)
+    led.record("note", {"campaign": "c"}, {"text": "past the anchor"}, key="hostA")
+    size = led.size()
+    with led.repo.read(snapshot=True) as conn:
+        root = led._tree_at(conn).root()
+    cp = sign_checkpoint(led.cfg.origin, size, root, led._log_signing_key(), key_name=led.note_key_name)
+    before = _held(led.home_path)
+    assert before is not None and before < size
+    _roll_back(led, size - 1)
+    with pytest.raises(LogInconsistentError, match="no longer holds the checkpoint just signed"):
+        led._hold(cp)
+    assert _held(led.home_path) == before

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ledger.canonical import canonical_bytes
 from ledger.db import LOG_TABLES
 from ledger.entries import format_time, now_utc
 from ledger.errors import KeyRevokedError
@@ -139,16 +140,23 @@ def _fork_home(home: Path, to: Path) -> Path:
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_no_delete")
     from ledger.hashing import blake3_hex
 
+    # a consistent forger: the row's log record names the forged envelope and its leaf is that record's hash
+    (old,) = conn.execute("SELECT CAST(record AS BLOB) FROM log_entries WHERE seq=4").fetchone()
+    rec = json.loads(bytes(old))
+    rec["entry_id"] = blake3_hex(env)
+    record = canonical_bytes(rec)
     conn.execute(
-        "UPDATE log_entries SET envelope=?, entry_id=?, leaf_hash=? WHERE seq=4",
-        (env, blake3_hex(env), leaf_hash(env).hex()),
+        "UPDATE log_entries SET envelope=?, entry_id=?, record=?, leaf_hash=? WHERE seq=4",
+        (env, blake3_hex(env), record, leaf_hash(record).hex()),
     )
+    conn.execute("DELETE FROM tiles")  # tiles are rebuilt from the rows
     conn.execute("DELETE FROM checkpoints")  # the forger also drops the checkpoints that would betray it
     conn.commit()
     conn.close()
     # … and the checkpoint the copied home holds: with it, the fork signs nothing under the log's key (the
     # held-checkpoint check, `Ledger._refuse_fork`), and the forger's proofs below could not be made
     h.checkpoint_path.unlink(missing_ok=True)
+    (to / "receipts.jsonl").unlink(missing_ok=True)  # and the kept receipts that name the rewritten entry
     return to
 
 
