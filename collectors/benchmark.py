@@ -27,6 +27,7 @@ import json
 import math
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -38,7 +39,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
-from ledger.answers import Refusal, refusal
+from ledger.answers import HARNESS_REQUEST, Refusal, refusal
 from ledger.atomic import write_atomic
 from ledger.collectors.corpus import (
     ChatMessage,
@@ -141,7 +142,8 @@ OPERATOR_STOP: Outcome = "operator-stop"
 LEASE_EXPIRED: Outcome = "lease-expired"
 # the engine refused a request of the run for the campaign's own configuration (FailureClass.CONFIG's word,
 # as "operator-stop" is FailureClass.OPERATOR_STOP's): ``refused_by_campaign`` — its context length cannot
-# hold a corpus prompt and its max_tokens, an API key the harness does not send. Both harnesses stop there:
+# hold a corpus prompt and its max_tokens, an API key the harness does not send (before the engine answered
+# any request of the run; for the context, any request of that prompt). Both harnesses stop there:
 # no aggregate result, and nothing of the engine judged (the policy's `harness-campaign-config` judges it
 # INCONCLUSIVE, unless what the engine failed before the refusal already fails the gate)
 CAMPAIGN_CONFIG: Outcome = "config"
@@ -1533,16 +1535,30 @@ class _Stop:
             self.reason, self.outcome = text, CAMPAIGN_CONFIG
 
 
-def refused_by_campaign(record: RequestRecord, params: Mapping[str, Any] | None) -> Refusal | None:
+def refused_by_campaign(
+    record: RequestRecord, params: Mapping[str, Any] | None, answered: Counter[str]
+) -> Refusal | None:
     """Which refusal of the campaign's configuration a request the engine failed shows — judged by
     ``ledger.answers.refusal`` with the policy's params, the one judgement a refused health probe gets
     (``e.derived.refusal``): an HTTP 400 whose error matches ``params.context_refusal_patterns`` (the
     campaign's context length cannot hold the prompt and its max_tokens), an HTTP 401/403
-    (``params.refused_http_statuses``). Set on ``record.refusal``; None — no params given, a fault, no
-    error, or another error — and the request is judged as before (an error against the engine)."""
+    (``params.refused_http_statuses``). ``answered``: the run's answered requests so far by prompt id —
+    passed as the request's ``count`` and ``prompt_count``, by which ``refusal`` judges a refusal the run's
+    own answers contradict the engine's (an access refusal after any answer, a context refusal of a prompt
+    answered before). Set on ``record.refusal``; None — no params given, a fault, no error, or another
+    error — and the request is judged as before (an error against the engine)."""
     if params is None or record.fault or record.error is None:
         return None
-    record.refusal = refusal({"http_status": record.http_status, "error": record.error}, params)
+    record.refusal = refusal(
+        {
+            "check": HARNESS_REQUEST,
+            "http_status": record.http_status,
+            "error": record.error,
+            "count": sum(answered.values()),
+            "prompt_count": answered[record.prompt_id],
+        },
+        params,
+    )
     return record.refusal
 
 
@@ -1599,13 +1615,17 @@ async def _run_level(
     stalls_ms: list[float] | None = None,
     check: EngineCheck | None = None,
     params: Mapping[str, Any] | None = None,
+    answered: Counter[str] | None = None,
 ) -> list[RequestRecord]:
     """The requests of one (repetition, level), ``level`` in flight; the harness's own scheduling delays
     meanwhile are appended to ``stalls_ms``. After a request timed out, and when the lease expires with
     requests outstanding, ``check`` asks whether the engine still answers: one that does not hangs, an
     engine fault that stops the run. A request the engine refused for the campaign's configuration
-    (``refused_by_campaign``, the policy's ``params``) stops the run too, outcome ``config``."""
+    (``refused_by_campaign``, the policy's ``params``) stops the run too, outcome ``config``. ``answered``:
+    the run's answered requests by prompt id, across its levels and repetitions (counted here as they
+    come back; ``refused_by_campaign`` reads it)."""
     records: list[RequestRecord] = []
+    tally: Counter[str] = answered if answered is not None else Counter()
     prompts = corpus.prompts
     next_index = 0
     tasks: list[asyncio.Task[None]] = []
@@ -1648,7 +1668,9 @@ async def _run_level(
                 if hangs is not None:
                     rec.fault = True
                     rec.error = f"{rec.error}; {hangs}"
-            if refused_by_campaign(rec, params) is not None:
+            if rec.ok:
+                tally[rec.prompt_id] += 1
+            if refused_by_campaign(rec, params, tally) is not None:
                 stop.config(
                     refusal_reason(rec, f"c{level} repetition {repetition} request {i} (prompt {prompt.id})")
                 )
@@ -1722,10 +1744,13 @@ async def run_benchmark_async(
     (outcome ``operator-stop``: the requests in flight are cut, what was seen is written, and the run
     has no aggregate result). ``params``: the policy's (its refusal params,
     ``ledger.answers.REFUSAL_PARAMS``): a request the engine refused for the campaign's configuration
-    (``refused_by_campaign``: the context length cannot hold a prompt and its max_tokens) stops the run,
-    outcome ``config`` — no aggregate result, nothing of the engine judged; without them such a request is
-    an error like any other. A corpus digest mismatch, or a corpus whose items do not fit ``spec.api``
-    (:func:`check_corpus_api`), raises before any request is sent.
+    (``refused_by_campaign``: the context length cannot hold a prompt and its max_tokens, an API key the
+    harness does not send) stops the run, outcome ``config`` — no aggregate result, nothing of the engine
+    judged; without them such a request is an error like any other, and so is a refusal the run's own
+    answers contradict (an access refusal after the engine answered a request of the run, a context
+    refusal of a prompt it answered before: the engine changed its answer mid-run). A corpus digest
+    mismatch, or a corpus whose items do not fit ``spec.api`` (:func:`check_corpus_api`), raises before any
+    request is sent.
     """
     corpus = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
     check_corpus_api(corpus, spec.api)
@@ -1738,6 +1763,7 @@ async def run_benchmark_async(
     runs: list[LevelRun] = []
     seen_bindings: list[dict[str, str]] = []
     pool = max(spec.concurrency) + 4
+    answered: Counter[str] = Counter()  # the run's answered requests by prompt id (refused_by_campaign)
     check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
     async with http_session(pool, spec.request_timeout_s, headers) as client:
         model = spec.model
@@ -1790,6 +1816,7 @@ async def run_benchmark_async(
                     stalls,
                     check,
                     params,
+                    answered,
                 )
                 if stop.reason is not None:
                     runs.append(

@@ -33,6 +33,7 @@ import asyncio
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -378,6 +379,8 @@ class SemanticResult:
     # each time the run asked whether the engine still serves (benchmark.EngineCheck.checks): the probes'
     # answers, the canary's, the verdict
     engine_checks: list[dict[str, Any]] = field(default_factory=list)
+    # the item the engine refused for the campaign's configuration (outcome config; not scored): its id
+    refused: list[str] = field(default_factory=list)
 
     @property
     def unjudged(self) -> list[str]:
@@ -444,7 +447,9 @@ async def run_semantic_async(
     ``operator-stop``, the items so far written, no aggregate result. ``params``: the policy's (its refusal
     params): an item the engine refused for the campaign's configuration (``benchmark.refused_by_campaign``:
     the context length cannot hold its prompt and max_tokens) is not scored and stops the run, outcome
-    ``config`` — no aggregate result, nothing of the engine judged; without them it is a failed item."""
+    ``config`` — no aggregate result, nothing of the engine judged; without them it is a failed item, and so
+    is a refusal the run's own answers contradict (an access refusal after the engine answered an item of
+    the run: ``ledger.answers.refusal``)."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
     base = base_url.rstrip("/")
     url = base + "/v1/chat/completions"
@@ -455,6 +460,8 @@ async def run_semantic_async(
     outcome: Outcome = "completed"
     stopped: str | None = None
     seen: list[dict[str, str]] = []
+    answered: Counter[str] = Counter()  # the items the engine answered, by id (refused_by_campaign)
+    refused: list[str] = []
     check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
     async with http_session(2, spec.request_timeout_s, headers) as client:
         bound, unread = await read_bindings(client, base, bindings)
@@ -526,9 +533,12 @@ async def run_semantic_async(
                     break
                 if (hangs := asking.result()) is not None:
                     rec.fault, rec.error = True, f"{rec.error}; {hangs}"
-            if refused_by_campaign(rec, params) is not None:
+            if refused_by_campaign(rec, params, answered) is not None:
                 outcome, stopped = CAMPAIGN_CONFIG, refusal_reason(rec, f"item {item.id}")
+                refused.append(item.id)
                 break
+            if rec.ok:
+                answered[item.id] += 1
             if rec.fault:
                 outcome, stopped = "fault", f"engine fault at item {item.id}: {rec.error}"
                 break
@@ -570,6 +580,7 @@ async def run_semantic_async(
         len(corpus.items),
         seen,
         engine_checks=check.checks,
+        refused=refused,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -677,6 +688,9 @@ def semantic_gate_payload(
         "failed": len(failed),
         "errors": sum(1 for i in result.items if i.error),
     }
+    if result.refused:  # the item the engine refused for the campaign's configuration (outcome config), not
+        # scored: the policy's `harness-campaign-config` excuses a run only where its own record shows one
+        counts["refused"] = len(result.refused)
     payload: dict[str, Any] = {
         "gate": "semantic",
         "status": "failed" if reasons else "passed",

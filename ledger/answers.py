@@ -19,6 +19,7 @@ from ledger.errors import LedgerError
 
 __all__ = [
     "CUT_FINISH_REASON",
+    "HARNESS_REQUEST",
     "REFUSALS",
     "REFUSAL_ACCESS",
     "REFUSAL_CONTEXT",
@@ -135,6 +136,12 @@ REFUSAL_PARAMS = (
 )
 
 
+# the ``check`` a harness (benchmark, semantic) gives ``refusal`` for one request it sent, with ``count`` (the
+# run's requests the engine answered before this one) and ``prompt_count`` (those of them that asked the same
+# prompt, by corpus id): the harness passes what it saw, ``refusal`` judges it
+HARNESS_REQUEST: Final = "harness"
+
+
 def _listed(status: int, statuses: Any) -> bool:
     return isinstance(statuses, list) and any(type(s) is int and s == status for s in statuses)
 
@@ -155,11 +162,35 @@ def _matches(error: str, patterns: Any) -> bool:
     return False
 
 
+def _none_yet(value: Any) -> bool | None:
+    """Is a recorded count of answers the whole number 0 (True), another whole number ≥ 0 (False)? None:
+    missing, mistyped (a boolean, a text, a fraction) or negative — no count at all."""
+    if type(value) is not int or value < 0:
+        return None
+    return value == 0
+
+
+def _answered_before(payload: Mapping[str, Any], check: Any) -> tuple[bool, bool] | None:
+    """Of a request a run sent (a ``sequential`` probe's, a harness's ``HARNESS_REQUEST``): did the engine
+    answer none of the run's requests before refusing it, and none that asked the same prompt? ``(True,
+    True)`` for a request that is no run's; None where the record does not say (fail closed)."""
+    if check == "sequential":  # one prompt, asked ``count`` times: every answer is one of the same prompt
+        none = _none_yet(payload.get("count"))
+        return None if none is None else (none, none)
+    if check == HARNESS_REQUEST:
+        none, same = _none_yet(payload.get("count")), _none_yet(payload.get("prompt_count"))
+        if none is None or same is None or (none and not same):  # the prompt's answers are of the run's
+            return None
+        return none, same
+    return True, True
+
+
 def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
     """Which refusal of the campaign's configuration a request's record shows (``REFUSALS``), or None: the
     engine failed it, or answered it. ``payload``: a ``health.probe``'s (``check``, ``http_status``,
-    ``error``, ``count``) or what a harness records of one request (``http_status``, ``error``);
-    ``params``: the policy's (evidence-acceptance's ``REFUSAL_PARAMS``).
+    ``error``, ``count``) or what a harness passes of one request it sent (``check`` ``HARNESS_REQUEST``,
+    ``http_status``, ``error``, ``count``, ``prompt_count``); ``params``: the policy's (evidence-acceptance's
+    ``REFUSAL_PARAMS``).
 
     * ``access``: an HTTP status in ``params.refused_http_statuses`` (401/403: an API key or access rule of
       the campaign the collector does not meet);
@@ -170,8 +201,20 @@ def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
       ``params.request_form_refused_http_statuses`` and whose error matches one of
       ``params.request_form_refusal_patterns`` (a request validation error naming response_format).
 
-    Checked in that order (the first that holds is the one). A sequential run the engine answered before it
-    refused (``count`` not the whole number 0) shows none: the engine changed its answer mid-run. A status
+    Checked in that order (the first that holds is the one). A refusal the run's own earlier answers
+    contradict is none — the engine changed its answer mid-run, its failure:
+
+    * of a run (a ``sequential`` probe; a harness request, ``HARNESS_REQUEST``), ``count`` is the requests
+      of the run the engine answered before it refused this one: an access refusal holds only where it is
+      the whole number 0 — the run sends the same credentials with every request, so one answer shows
+      they were met;
+    * a context refusal holds only where no request of the run that asked the same prompt was answered
+      before (``prompt_count`` 0; a sequential probe asks one prompt: its ``count``): whether a request
+      fits the context length the engine was launched with (--max-model-len; --ctx-size, per slot) depends
+      on its prompt and max_tokens, which a run sends the same each time it asks the prompt — another,
+      shorter prompt answered says nothing of this one, the same prompt answered says it fits.
+
+    A count missing, mistyped (a boolean, a text) or negative, a ``prompt_count`` above ``count``; a status
     that is not a non-2xx whole number (none: no answer), an error that is no text, a param missing or
     mistyped: no refusal — the request is judged as any other failure (fail closed)."""
     if not isinstance(payload, Mapping) or not isinstance(params, Mapping):
@@ -180,18 +223,19 @@ def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
     if type(status) is not int or 200 <= status <= 299:
         return None
     check = payload.get("check")
-    count = payload.get("count")
-    if check == "sequential" and not (type(count) is int and count == 0):
+    before = _answered_before(payload, check)
+    if before is None:
         return None
+    none_answered, prompt_unanswered = before
     if _listed(status, params.get("refused_http_statuses")):
-        return REFUSAL_ACCESS
+        return REFUSAL_ACCESS if none_answered else None
     error = payload.get("error")
     if not isinstance(error, str):
         return None
     if _listed(status, params.get("context_refused_http_statuses")) and _matches(
         error, params.get("context_refusal_patterns")
     ):
-        return REFUSAL_CONTEXT
+        return REFUSAL_CONTEXT if prompt_unanswered else None
     if (
         check == "structured"
         and _listed(status, params.get("request_form_refused_http_statuses"))

@@ -274,7 +274,10 @@ def test_semantic_item_refused_for_context_length_is_inconclusive_not_semantic_q
     tmp_path: Path,
 ) -> None:
     es = qualified_entries()
-    _config_run(es, "semantic", {"items": 12, "asked": 2, "passed": 2, "failed": 0, "errors": 0})
+    # (fix 74: the record shows its refused item, counts.refused, as the harness now records it)
+    _config_run(
+        es, "semantic", {"items": 12, "asked": 2, "passed": 2, "failed": 0, "errors": 0, "refused": 1}
+    )
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == "INCONCLUSIVE", v["gates"]
     assert rejected(v)["semantic"] == RULE
@@ -302,7 +305,9 @@ def rule() -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("bounds", "fires"),
     [
-        ({"outcome": "config"}, True),
+        # (fix 74: the outcome excuses only with the record's own refused request and no aggregate)
+        ({"outcome": "config", "aggregate": False}, True),
+        ({"outcome": "config"}, False),  # aggregate dropped
         ({}, False),  # dropped
         ({"Outcome": "config"}, False),  # renamed
         ({"outcome": "Config"}, False),  # misspelt
@@ -314,7 +319,8 @@ def test_campaign_config_rule_fires_only_on_the_recorded_outcome(
     rule: dict[str, Any], bounds: dict[str, Any], fires: bool
 ) -> None:
     cond = compile_condition(rule["when"], "backend-qualification.toml")
-    assert cond.holds({"e": {"payload": {"gate": "benchmark", "bounds": bounds}}}) is fires
+    payload = {"gate": "benchmark", "bounds": bounds, "counts": {"refused": 1}}
+    assert cond.holds({"e": {"payload": payload}}) is fires
 
 
 @pytest.mark.parametrize(
