@@ -58,8 +58,15 @@ from ledger.collectors.corpus import read_pinned_jsonl
 from ledger.collectors.gpu import scan_gpus
 from ledger.collectors.host import EnvInfo, engine_env, host_probe
 from ledger.collectors.launch import EngineRun, LaunchSpec, launch_env, relevant_env
+from ledger.collectors.model import (
+    FileCheck,
+    ModelSource,
+    pin_payload,
+    reference_artifacts,
+    resolve_model,
+    scan_model,
+)
 from ledger.collectors.model import list_files as list_model_files
-from ledger.collectors.model import pin_payload, reference_artifacts, resolve_model, scan_model
 from ledger.collectors.probe import (
     DEFAULT_PROMPT,
     probe_completion,
@@ -1957,6 +1964,8 @@ class CampaignRunner:
         self._pinned: (
             tuple[dict[str, Any], dict[str, tuple[Path, tuple[int, int, int, int, int] | None]]] | None
         ) = None
+        # the model location that was pinned: listed again when the job ends (``_model_changes``)
+        self._pinned_source: ModelSource | None = None
         self._started = now_utc()
 
     # --- recording ------------------------------------------------------------------------------
@@ -2479,26 +2488,52 @@ class CampaignRunner:
         # taken right after the hash (and found equal to before it): checked again when the job ends —
         # bytes swapped or rewritten after the hash are not the pinned model
         self._pinned = (payload, after)
+        self._pinned_source = src
         counts = {"files": len(scan.files), "bytes": scan.total_size}
         if problems:
             raise _GateFailed("; ".join(problems[:5]), [eid])
         return "passed", None, [eid], counts
 
     def _model_changes(self) -> list[str]:
-        """The pinned model files that are no longer what was hashed (``_pinned``): gone, or another file
-        (device or inode), size, modification time or change time (a write or ``utime`` since, whatever
-        the size and modification time say) — each as ``rel: why``. Nothing pinned: nothing."""
+        """What of the pinned model is no longer what was hashed (``_pinned``), each as ``rel: why``. The
+        model location is listed again as the pin listed it (``list_model_files``: every file under a
+        folder, every split of a GGUF split set): a file that is listed now and was not pinned (added, or
+        a split the header now names), or was pinned and is listed no more, or is now another path (a link
+        retargeted); and each pinned file that is gone, or another file (device or inode), size,
+        modification time or change time (a write or ``utime`` since, whatever the size and modification
+        time say). The set compared is every file the pin hashes, not the files an engine is thought to
+        load: which those are differs by engine and version (weights by suffix with fallbacks, tokenizer
+        and template files, remote code), so any file that came or went fails closed. Nothing pinned:
+        nothing."""
         if self._pinned is None:
             return []
+        pinned = self._pinned[1]
         out = []
-        for rel, (path, was) in self._pinned[1].items():
+        now: dict[str, FileCheck] = {}
+        if self._pinned_source is not None:
+            try:
+                now = {f.rel: f for f in list_model_files(self._pinned_source)}
+            except OSError as e:
+                out.append(f"{self._pinned_source.root}: cannot be listed again: {e.strerror or e}")
+        listed = self._pinned_source is not None and not out
+        for rel in sorted(now.keys() - pinned.keys()):
+            problem = now[rel].problem
+            out.append(f"{rel}: added after the pin (no pin lists it)" + (f"; {problem}" if problem else ""))
+        for rel, (path, was) in pinned.items():
             if was is None:
                 continue  # no file right after the hash: model-pinned failed on it then (``_gate_model``)
+            f = now.get(rel)
             change = _identity_change(was, _file_identity(path))
             if change == "gone":
                 out.append(f"{rel}: gone")
             elif change is not None:
                 out.append(f"{rel}: {change} than when it was hashed")
+            elif listed and f is None:
+                out.append(f"{rel}: no longer listed in the model (the pin listed it)")
+            elif f is not None and f.path != path:
+                out.append(f"{rel}: now {f.path}, another file than the one hashed ({path})")
+            if f is not None and f.problem and change != "gone":
+                out.append(f"{rel}: {f.problem}")  # what it says of the set now (another split count …)
         return out
 
     def _launch_spec(self, attempt: Any, index: int) -> LaunchSpec:

@@ -1,5 +1,6 @@
 """Model pins: every file of a model directory or HF cache snapshot hashed (BLAKE3 + SHA-256, one read),
-and, in an HF cache, each blob verified offline against its own name."""
+and, in an HF cache, each blob verified offline against its own name; a model named by one GGUF file is
+every split of its set (``gguf_split_set``), as llama.cpp loads it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ledger.hashing import Digest, FileDigests, HexDigest, blake3_hex
 __all__ = [
     "ModelScan",
     "ModelSource",
+    "gguf_split_set",
     "git_blob_sha1",
     "list_files",
     "pin_payload",
@@ -35,6 +37,13 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _HF_REPO_DIR = re.compile(r"^(models|datasets|spaces)--(.+)$")
 _REVISION = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+# llama.cpp's split naming (llama_split_path: "%s-%05d-of-%05d.gguf"): given one split it loads the others
+# beside it by this name, for split numbers 1 … split.count
+_GGUF_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>[0-9]{5})-of-(?P<count>[0-9]{5})\.gguf$")
+_GGUF_MAGIC = b"GGUF"
+# the header keys a split set is read by (gguf's Keys.Split names, the ones llama.cpp reads)
+_SPLIT_COUNT_KEY = "split.count"
+_SPLIT_NO_KEY = "split.no"
 
 
 @dataclass(frozen=True)
@@ -236,10 +245,96 @@ def _dir_link_problem(p: Path, allowed: str, chain: frozenset[str], hf: bool) ->
     return None
 
 
+def _gguf_split_keys(path: Path) -> tuple[int | None, int | None, str | None]:
+    """``split.count`` and ``split.no`` of a GGUF file's header, read with the gguf library (None for a
+    key it lacks, and for both where the file is not a GGUF), and why the header could not be read."""
+    try:
+        with path.open("rb") as f:
+            magic = f.read(len(_GGUF_MAGIC))
+    except OSError as e:
+        return None, None, f"cannot read: {e.strerror or e}"
+    if magic != _GGUF_MAGIC:
+        return None, None, None
+    import gguf
+
+    values: list[int | None] = []
+    try:
+        reader = gguf.GGUFReader(path, "r")
+        for key in (_SPLIT_COUNT_KEY, _SPLIT_NO_KEY):
+            field = reader.get_field(key)
+            value = None if field is None else field.contents()
+            if value is not None and (type(value) is not int or value < 0):
+                return None, None, f"its GGUF header's {key} is {value!r}, not a count"
+            values.append(value)
+    except Exception as e:  # a malformed header: the parser's own error, whatever its type
+        return None, None, f"cannot read its GGUF header: {type(e).__name__}: {str(e)[:200]}"
+    return values[0], values[1], None
+
+
+def gguf_split_set(path: Path) -> tuple[list[Path], list[str]]:
+    """The files llama.cpp loads for the model file ``path``, and what makes that set not one it would
+    load whole. A file that is one split of a set — named ``PREFIX-NNNNN-of-MMMMM.gguf`` (llama.cpp's split
+    naming) or with ``split.count`` above 1 in its GGUF header — is loaded with every split of the set,
+    each found beside it by that naming: all of them are listed, ``path`` first. Fail closed: a name and a
+    header that disagree on the count, a header split count under a name llama.cpp cannot derive the
+    others from, a file that is not the set's first split, or an unreadable header is a problem; a split
+    that is missing is for the caller to find (it is listed all the same)."""
+    key_count, key_no, unreadable = _gguf_split_keys(path)
+    m = _GGUF_SPLIT.match(path.name)
+    problems = [unreadable] if unreadable else []
+    if m is None:
+        if key_count is not None and key_count > 1:
+            problems.append(
+                f"its GGUF header says it is one of {_SPLIT_COUNT_KEY} = {key_count} splits, but its name is "
+                f"not llama.cpp's split naming (PREFIX-00001-of-{key_count:05d}.gguf): the other splits "
+                "cannot be found"
+            )
+        return [path], problems
+    no, count = int(m["no"]), int(m["count"])
+    if key_count is not None and key_count != count:
+        problems.append(f"its name says {count} splits, its GGUF header {_SPLIT_COUNT_KEY} = {key_count}")
+    if count < 1 or not 1 <= no <= count:
+        problems.append(f"its name says split {no} of {count}: not a split of a set")
+        return [path], problems
+    if count > 1 and no != 1:
+        problems.append(
+            f"it is split {no} of {count}: llama.cpp loads a split set from its first split "
+            f"({m['prefix']}-00001-of-{count:05d}.gguf)"
+        )
+    if key_no is not None and key_count is not None and key_count > 1 and key_no != no - 1:
+        problems.append(f"its name says split {no}, its GGUF header {_SPLIT_NO_KEY} = {key_no} (from 0)")
+    siblings = [path.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    return [path, *(s for s in siblings if s.name != path.name)], problems
+
+
+def _model_file(p: Path, problem: str | None = None, missing: str = "missing") -> FileCheck:
+    """One file a model location names directly (the model file, a split beside it), a link followed."""
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return FileCheck(p.name, p, 0, None, problem=missing)
+    except (OSError, RuntimeError, ValueError) as e:
+        return FileCheck(p.name, p, 0, None, problem=f"cannot read: {getattr(e, 'strerror', None) or e}")
+    if not stat.S_ISREG(st.st_mode):
+        return FileCheck(p.name, p, 0, None, problem="not a regular file; not read")
+    return FileCheck(p.name, p, st.st_size, None, problem=problem)
+
+
 def list_files(src: ModelSource) -> list[FileCheck]:
-    """The files of a model location that a pin hashes, as ``scan_model`` lists them (links checked)."""
-    if src.root.is_file():
-        return [FileCheck(src.root.name, src.root, src.root.stat().st_size, None)]
+    """The files of a model location that a pin hashes, as ``scan_model`` lists them (links checked): every
+    file under a folder; for one file, the file and, where it is one split of a GGUF split set, every split
+    of the set (``gguf_split_set``) — the one listing the pin hashes and the end-of-job check lists again."""
+    if not src.root.is_dir():
+        paths, problems = gguf_split_set(src.root)
+        first = _model_file(src.root, "; ".join(problems) or None)
+        count = len(paths)
+        return [
+            first,
+            *(
+                _model_file(p, missing=f"missing split of {count}: llama.cpp loads every split of the set")
+                for p in paths[1:]
+            ),
+        ]
     root = os.path.realpath(src.root)
     hf_blobs: str | None = None
     allowed = root
