@@ -24,6 +24,7 @@ from ledger.entries import parse_when
 from ledger.errors import InputError
 from ledger.policy.loader import LoadedPolicy
 from ledger.policy.routing import Deployment, validate_deployment
+from ledger.reads import parse_subject_pairs
 from ledger.service import Ledger
 
 __all__ = ["RoutingCheckIn", "router"]
@@ -41,11 +42,9 @@ _BODY = "request body"
 
 
 def _subject(subject: dict[str, str]) -> dict[str, str]:
+    """A subject already read by the one reader (``ledger.reads.parse_subject_pairs``), refused if empty."""
     if not subject:
         raise InputError("name the subject: at least one FIELD=VALUE")
-    for k, v in subject.items():
-        if not k or not v or "\x00" in k or "\x00" in v or len(k) > 64 or len(v) > 512:
-            raise InputError(f"subject {k!r}={v!r} is not a FIELD=VALUE the log can hold")
     return subject
 
 
@@ -128,7 +127,8 @@ async def routing_check(request: Request, _who: Reader, state: ServedDep) -> Any
         first = e.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"
         raise InputError(f"{where}: {first.get('msg', 'invalid routing change')}") from None
-    subject = _subject(dict(req.subject))
+    # read as `ledger check routing-change --subject` reads its options (one reader: nothing trimmed)
+    subject = _subject(parse_subject_pairs(req.subject.items(), given_as="subject."))
     try:
         # as `ledger check routing-change --now` reads it (one parser: no zone is UTC, the range checked)
         now = parse_when(req.now) if req.now else None

@@ -23,6 +23,7 @@ from ledger.errors import EntryNotFoundError, InputError, LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.snapshot import same_hosts
 from ledger.proofs import verify_proof_document
+from ledger.reads import parse_subject_pairs
 from ledger.service import Ledger, LoggedEntry
 
 __all__ = ["router"]
@@ -264,7 +265,17 @@ def timeline(
     value_in_query: Annotated[str | None, Query(alias="value", max_length=512)] = None,
 ) -> HTMLResponse:
     """One subject's timeline; the address is ``subject_href``'s (a value may hold "/": ``path``)."""
+    if value_in_query is None:
+        # the value as sent: the route's pattern ends in ``$``, which also matches before a final newline
+        # (``/subjects/campaign/c1%0A`` would read as c1, another subject than the one asked about)
+        prefix = f"/subjects/{field}/"
+        sent = request.scope["path"]
+        if prefix in sent:
+            value = sent[sent.index(prefix) + len(prefix) :]
     value = _one_value(value, value_in_query, "value")
+    # the address read as every subject question is (one reader: a value with white space around it is
+    # refused naming the field, never shown as the timeline of another subject)
+    [(field, value)] = parse_subject_pairs([(field, value)], given_as="the address's ").items()
     entries = ledger.query(subject={field: value}, after_seq=after, limit=_PAGE)
     if not entries and after is None:
         raise EntryNotFoundError(

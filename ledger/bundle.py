@@ -202,12 +202,13 @@ def create_bundle(
 ) -> dict[str, Any]:
     """Write the reviewer bundle of ``subject`` under ``policy`` (the log at ``at_size``, default now) to
     ``out``; returns the manifest. ``redact``: artifact names (or digests) bundled as digests only."""
-    from ledger.policy.snapshot import read_snapshot_rows, snapshot_from_rows
-    from ledger.policy.verdict import evaluate, result_digest
+    from ledger.policy.snapshot import snapshot_from_rows
+    from ledger.policy.verdict import evaluate, result_digest, subject_snapshot_rows
 
     n = ledger.size() if at_size is None else at_size
     result = evaluate(ledger, subject, policy, at_size=n)
-    raw = read_snapshot_rows(ledger, subject, n)
+    # the rows the verdict judged (its campaign's, whatever else the subject names: ``judged_scope``)
+    raw = subject_snapshot_rows(ledger, subject, n, None)
     snap, _ = snapshot_from_rows(ledger, raw)
     seqs = {e.seq for e in snap.entries}
     with ledger.repo.read() as conn:

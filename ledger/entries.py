@@ -38,6 +38,7 @@ __all__ = [
     "parse_statement",
     "parse_time",
     "parse_when",
+    "subject_problem",
     "validate_payload",
 ]
 
@@ -46,6 +47,33 @@ STATEMENT_TYPE = "https://evidence-ledger.dev/entry/v1"
 ROLES = ("collector", "reviewer", "operator", "admin", "exporter")
 Role = Literal["collector", "reviewer", "operator", "admin", "exporter"]
 _SUBJECT_KEY = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+SUBJECT_VALUE_MAX = 512
+
+
+def subject_problem(key: Any, value: Any) -> str | None:
+    """Why ``key=value`` is no subject field a new entry may name (None: it is one) — the one rule that
+    ingest (``check_ingest``) and every reader of a subject (``ledger.reads.parse_subject_pairs``: the
+    CLI's ``--subject``, the API's ``?subject=``, a routing check's body, a timeline's address) apply, so a
+    subject asked about is the subject stored. A value is 1..512 characters, with no white space around it
+    and no control character: ``"vllm-embed "`` would be another campaign than ``vllm-embed`` to the
+    subject index while every person reading it sees one."""
+    if not isinstance(key, str) or not _SUBJECT_KEY.fullmatch(key):
+        return f"subject field {key!r} must match {_SUBJECT_KEY.pattern}"
+    if not isinstance(value, str):
+        return f"subject {key} must be text, not {type(value).__name__}"
+    if not value or len(value) > SUBJECT_VALUE_MAX:
+        return f"subject {key} must be 1..{SUBJECT_VALUE_MAX} characters"
+    if value != value.strip():
+        return (
+            f"subject {key}={value!r} has white space around its value: it would name another {key} than "
+            f"{value.strip()!r} (write {key}={value.strip()})"
+        )
+    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        return f"subject {key}={value!r} holds the control character {bad!r}: a value is one line of text"
+    return None
+
+
 _ENTRY_ID = re.compile(r"^[0-9a-f]{64}$")
 _DIGEST = re.compile(r"^blake3:[0-9a-f]{64}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -851,6 +879,12 @@ def check_ingest(st: Statement) -> Statement:
             f"engine.launch started_at {started} is after the entry's collected_at "
             f"{st.collected_at}: a launch is recorded after it started"
         )
+    for key, value in st.subject.items():
+        # a value with white space around it, or a control character, is refused here rather than in the
+        # schema: an entry stored before the rule stays readable (``ledger.reads.parse_subject_pairs``)
+        problem = subject_problem(key, value)
+        if problem is not None:
+            raise SchemaError(f"subject.{key}: {problem}")
     for name in SUBJECT_REQUIRED.get(st.kind, ()):
         if name not in st.subject:
             raise SchemaError(

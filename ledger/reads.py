@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol
 
 import blake3
 
-from ledger.entries import format_time, parse_time
+from ledger.entries import format_time, parse_time, subject_problem
 from ledger.errors import (
     EntryNotFoundError,
     InputError,
@@ -74,6 +74,7 @@ __all__ = [
     "missing_row_error",
     "page_json",
     "parse_subject_args",
+    "parse_subject_pairs",
     "record_leaf_hex",
     "refuse_nul",
     "resolve_entry_id",
@@ -115,17 +116,30 @@ class EntryReader(Protocol):
 # --- shared by the service and SqliteEntries ------------------------------------------------------------
 
 
-def parse_subject_args(items: Iterable[str], *, given_as: str = "--subject ") -> dict[str, str]:
-    """``["campaign=c1", "host=h"]`` → ``{"campaign": "c1", "host": "h"}``. A field named twice is an input
-    error naming it (the last value would silently win: the subject asked about would not be the one
-    answered), whoever parses — the CLI's ``--subject`` and the API's ``?subject=`` alike; ``given_as``
-    is how the caller's user wrote each item (the CLI's option; the API's ``subject=``), for the message."""
+def parse_subject_pairs(pairs: Iterable[tuple[str, str]], *, given_as: str = "--subject ") -> dict[str, str]:
+    """``[("campaign", "c1"), ("host", "h")]`` → ``{"campaign": "c1", "host": "h"}``: the one reader of a
+    subject asked about — the CLI's ``--subject``, the API's ``?subject=`` (``parse_subject_args``), a
+    routing check's body and a timeline page's address alike. Each field is checked by the rule ingest
+    applies (``ledger.entries.subject_problem``); its value is taken as given, never trimmed: a value with
+    white space around it is refused naming the field, not answered for another subject (a field name
+    holds none, so white space around it is set aside). A field named twice is an input error naming it
+    (the last value would silently win). ``given_as`` is how the caller's user wrote each field (the CLI's
+    option; the API's ``subject=``), for the message.
+
+    An entry stored before ingest refused such values keeps its value (it stays readable: ``ledger log``
+    by another field, ``ledger show ID``), but no subject question names it: supersede it and record it
+    again under the value without the white space."""
     out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise InputError(f"subject {item!r} must be FIELD=VALUE")
-        key, value = key.strip(), value.strip()
+    for given, value in pairs:
+        # a field name holds no white space, so ``campaign =x`` names campaign; a value is taken as given
+        key = given.strip() if isinstance(given, str) else given
+        problem = subject_problem(key, value)
+        if problem is not None:
+            raise InputError(
+                f"{given_as}{key}={value!r}: {problem}",
+                hint="a subject value has no white space around it and no control character "
+                "(an entry stored with one before that rule is read by `ledger log` or `ledger show ID`)",
+            )
         if key in out:
             raise InputError(
                 f"subject field {key!r} given twice ({given_as}{key}={out[key]} and "
@@ -135,9 +149,29 @@ def parse_subject_args(items: Iterable[str], *, given_as: str = "--subject ") ->
     return out
 
 
+def parse_subject_args(items: Iterable[str], *, given_as: str = "--subject ") -> dict[str, str]:
+    """``["campaign=c1", "host=h"]`` → ``{"campaign": "c1", "host": "h"}``, each split at its first ``=``
+    and read by ``parse_subject_pairs`` (the one rule: nothing trimmed, a field named twice refused)."""
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise InputError(f"subject {item!r} must be FIELD=VALUE")
+        pairs.append((key, value))
+    return parse_subject_pairs(pairs, given_as=given_as)
+
+
 def check_revision(rev: str | None) -> None:
     """Refuse a database of another schema revision: an old home is upgraded by ``ledger migrate``."""
     if rev is not None and rev != SCHEMA_HEAD:
+        if not (len(rev) == len(SCHEMA_HEAD) and rev.isascii() and rev.isdigit()):
+            # the ledger's migrations number their revisions ("0001" …): any other id is another
+            # application's Alembic history, neither an older ledger's (migrate would rewrite another
+            # application's database) nor a newer one's
+            raise LogFormatError(
+                f"the database's alembic_version names revision {rev!r}, which is no ledger's schema "
+                f"revision (this ledger's are 0001 … {SCHEMA_HEAD}): it is not a ledger's database"
+            )
         raise LogFormatError(
             f"the database is at schema revision {rev}; this ledger needs {SCHEMA_HEAD}"
             + (" (run `ledger migrate`)" if rev < SCHEMA_HEAD else " (made by a newer ledger)")

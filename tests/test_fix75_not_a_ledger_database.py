@@ -112,3 +112,30 @@ def test_verify_on_a_sqlite_ledger_with_its_tables_still_runs(tmp_path: Path) ->
     db = next((tmp_path / "home").rglob("*.db"))
     code, out, err = _run("--home", str(tmp_path / "home"), "verify", "--database-url", f"sqlite:///{db}")
     assert code == 0, out + err
+
+
+@pytest.mark.parametrize("rev", ["a1b2c3d4e5f6", "abc123", "9999x", "00041"])
+def test_another_applications_alembic_revision_is_not_called_a_newer_ledger(rev: str) -> None:
+    """A revision id that is no ledger's (its migrations number them "0001" …) was reported "made by a newer
+    ledger" (sorted after the head) or "run `ledger migrate`" (sorted before it: migrate would rewrite
+    another application's database). It is named as no ledger's schema revision."""
+    from ledger.errors import LogFormatError
+    from ledger.reads import check_revision
+
+    with pytest.raises(LogFormatError) as e:
+        check_revision(rev)
+    assert "no ledger's schema revision" in e.value.message
+    assert "newer ledger" not in e.value.message and "ledger migrate" not in e.value.message
+
+
+def test_a_ledger_revision_older_or_newer_is_still_told_so() -> None:
+    from ledger.errors import LogFormatError
+    from ledger.reads import check_revision
+
+    check_revision(SCHEMA_HEAD)
+    older = f"{int(SCHEMA_HEAD) - 1:0{len(SCHEMA_HEAD)}d}"
+    newer = f"{int(SCHEMA_HEAD) + 1:0{len(SCHEMA_HEAD)}d}"
+    with pytest.raises(LogFormatError, match="ledger migrate"):
+        check_revision(older)
+    with pytest.raises(LogFormatError, match="newer ledger"):
+        check_revision(newer)

@@ -122,6 +122,13 @@ def _render_verdict(result: dict[str, Any]) -> None:
             [(u["entry"][:12], u.get("kind", ""), u["gate"], u["detail"]) for u in result["unjudged"]],
             title="what no gate judges",
         )
+    problems = [c for c in result.get("claims") or [] if c.get("status") != "holds"]
+    if problems:
+        print_table(
+            ("field", "asked", "status", "why the campaign is not shown to be what was asked"),
+            [(c["field"], c["asked"], c["status"], c["detail"]) for c in problems],
+            title="the question's fields checked against the campaign's own entries",
+        )
     if result.get("failing_beyond_ladder"):
         print_table(
             ("gate", "verdict if judged", "fails on its evidence all the same"),

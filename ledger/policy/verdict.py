@@ -31,6 +31,7 @@ from ledger.policy.snapshot import (
     Snapshot,
     SnapshotRows,
     _defaults,
+    host_key,
     parsed_items,
     read_snapshot_rows,
     signature_problems,
@@ -49,16 +50,19 @@ if TYPE_CHECKING:
     from ledger.store.base import ArtifactStore
 
 __all__ = [
+    "CAMPAIGN",
     "IDENTITY_FIELDS",
     "RESULT_ARTIFACT",
     "evaluate",
     "evaluated_subject",
+    "judged_scope",
     "record_verdict",
     "recorded_result",
     "replay_verdict",
     "result_digest",
 ]
 
+CAMPAIGN = "campaign"  # the subject field that names the unit a qualification verdict judges
 IDENTITY_FIELDS = ("backend", "backend_version", "model", "model_revision", "host", "gpu")
 STATUS = {QUALIFIED: "qualified", INCONCLUSIVE: "inconclusive"}
 MAX_SIGNATURE_ROUNDS = 5
@@ -541,12 +545,14 @@ def _evaluate(
         if result is not None:
             result["checkpoint"] = {"size": size, "root": checkpoint_root(ledger, size)}
             return result
+    # the campaign's rows, whatever else the question names (``judged_scope``)
     raw = subject_snapshot_rows(ledger, subject, at_size, st)
     if when is not None:  # judged at the caller's reference time, not the last entry's log time
         raw = dataclasses.replace(raw, reference_time=when)
     # The key leaves out the log size and the reference time: the rows, keyring and hosts read at that
     # size are the inputs, and a remembered result states the reference times it holds at (``window``).
-    key = result_cache.key_for(raw, policy)
+    # It names the question asked (the fields checked as claims), not only the campaign read.
+    key = result_cache.key_for(dataclasses.replace(raw, subject=dict(subject)), policy)
     result = _remembered(ledger, result_cache.get(ledger, key), raw.reference_time)
     if result is not None:
         result_cache.remember(st, "verdict-key", memo_args, (key, raw.size, raw.reference_time))
@@ -555,6 +561,7 @@ def _evaluate(
         parsed_before, answers_before = PARSED_HERE[0], ANSWERS_HERE[0]
         snap, consistent = snapshot_from_rows(ledger, raw)
         result, artifacts, window = _compute(ledger, snap, policy)
+        result = _with_claims(result, snap, subject)
         if PARSED_HERE[0] - parsed_before >= SAVE_PARSED_AFTER or ANSWERS_HERE[0] != answers_before:
             # enough was parsed or judged here that the home's file should hold it
             result_cache.save_parsed(ledger, raw.subject, parsed_items(snap.entries))
@@ -568,15 +575,93 @@ def _evaluate(
 def subject_snapshot_rows(
     ledger: Ledger, subject: dict[str, str], at_size: int | None, st: result_cache.Stamp | None
 ) -> SnapshotRows:
-    """``read_snapshot_rows`` of ``subject`` at ``at_size``, read once while the database stays as the
-    stamp ``st`` (``result_cache.stamp``, read before) saw it: the routing gate's re-derived verdict and
-    the launches it credits (``routing._credited_launch_engines``) share one read of a campaign's rows."""
-    args = (tuple(subject.items()), at_size)
+    """``read_snapshot_rows`` of the rows a verdict about ``subject`` judges (``judged_scope``: its
+    campaign's) at ``at_size``, read once while the database stays as the stamp ``st``
+    (``result_cache.stamp``, read before) saw it: the routing gate's re-derived verdict and the launches it
+    credits (``routing._credited_launch_engines``) share one read of a campaign's rows, and a bundle of the
+    verdict holds those rows."""
+    scope = judged_scope(subject)
+    args = (tuple(sorted(scope.items())), at_size)
     raw: SnapshotRows | None = result_cache.recall(st, "snapshot-rows", args)
     if raw is None:
-        raw = read_snapshot_rows(ledger, subject, at_size)
+        raw = read_snapshot_rows(ledger, scope, at_size)
         result_cache.remember(st, "snapshot-rows", args, raw)
     return raw
+
+
+def judged_scope(subject: Mapping[str, str]) -> dict[str, str]:
+    """What a qualification verdict about ``subject`` reads: every entry of the campaign it names. The
+    campaign is the unit of judgement; another field the question names (host, backend, model …) selects
+    nothing — it is a claim about the campaign, checked against the campaign's own entries
+    (``_with_claims``): an entry of the campaign that leaves the field out, or names another value, is the
+    campaign's evidence all the same, and its failure counts. So asking in more words never drops evidence,
+    and the verdict for the campaign with more fields is never better than for the campaign alone. A subject
+    naming no campaign is read as it is (``evaluate`` refuses it)."""
+    if names_campaign(subject):
+        return {CAMPAIGN: subject[CAMPAIGN]}
+    return dict(subject)
+
+
+def _same_value(field: str, got: str, asked: str) -> bool:
+    """Whether an entry's subject value is the one asked: a host as a host name (``host_key``, the one case
+    rule), every other field exactly as stored."""
+    if field == "host":
+        return host_key(got) == host_key(asked)
+    return got == asked
+
+
+def _with_claims(result: dict[str, Any], snap: Snapshot, subject: Mapping[str, str]) -> dict[str, Any]:
+    """``result`` (the campaign judged whole) as the answer to ``subject``: each field it names beside the
+    campaign checked against the campaign's own entries (``claims``, one item per field, in field order):
+    ``holds`` where every entry of the campaign that names the field names the asked value (a host compared
+    by ``host_key``); ``contradicted`` where one names another (those entries named); ``untold`` where none
+    names it. A claim that does not hold keeps a QUALIFIED verdict from standing for the question
+    (INCONCLUSIVE: the campaign is QUALIFIED, but not shown to be what was asked); a verdict that is not
+    QUALIFIED stands as it is. Only the campaign asked alone is answered without ``claims``."""
+    claims = {k: v for k, v in subject.items() if k != CAMPAIGN}
+    if not claims:
+        return result
+    campaign = subject[CAMPAIGN]
+    own = [e for e in snap.entries if e.in_subject]
+    checked: list[dict[str, Any]] = []
+    for field_name, asked in sorted(claims.items()):
+        naming = [(e, e.subject[field_name]) for e in own if field_name in e.subject]
+        other = [(e, v) for e, v in naming if not _same_value(field_name, v, asked)]
+        item: dict[str, Any] = {"field": field_name, "asked": asked}
+        if other:
+            values = sorted({v for _, v in other})
+            listed = "; ".join(
+                f"{e.kind} {e.id[:16]} names {field_name}={v}" for e, v in other[:NAMED_AT_MOST]
+            )
+            more = f"; and {len(other) - NAMED_AT_MOST} more" if len(other) > NAMED_AT_MOST else ""
+            item.update(
+                status="contradicted",
+                entries=[{"entry": e.id, "kind": e.kind, "value": v} for e, v in other],
+                detail=f"campaign {campaign}'s own entries name {field_name} "
+                f"{', '.join(repr(v) for v in values)}, not {asked!r} ({listed}{more}): they are its "
+                f"evidence all the same, judged above, but they do not show the campaign is "
+                f"{field_name}={asked} (ask about campaign={campaign} alone, or with the {field_name} its "
+                "entries name)",
+            )
+        elif not naming:
+            item.update(
+                status="untold",
+                entries=[],
+                detail=f"no entry of campaign {campaign} names {field_name}: that it is {field_name}={asked} "
+                "cannot be told from its evidence",
+            )
+        else:
+            item.update(
+                status="holds",
+                entries=[],
+                detail=f"every entry of campaign {campaign} that names {field_name} names {asked!r}",
+            )
+        checked.append(item)
+    out = {**result, "subject": dict(subject), "claims": checked}
+    if out["verdict"] == QUALIFIED and any(c["status"] != "holds" for c in checked):
+        out["verdict"] = INCONCLUSIVE
+        out["status"] = STATUS[INCONCLUSIVE]
+    return out
 
 
 def _remembered(ledger: Ledger, hit: dict[str, Any] | None, reference_time: str) -> dict[str, Any] | None:
@@ -730,7 +815,7 @@ def recorded_result(store: ArtifactStore, payload: Mapping[str, Any], entry_id: 
 
 def names_campaign(subject: Mapping[str, str]) -> bool:
     """Does ``subject`` name the one campaign a qualification verdict judges?"""
-    return bool(str(subject.get("campaign") or "").strip())
+    return bool(str(subject.get(CAMPAIGN) or "").strip())
 
 
 def evaluated_subject(payload: Mapping[str, Any]) -> dict[str, str] | None:

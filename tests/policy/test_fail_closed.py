@@ -2493,8 +2493,14 @@ def test_runtime_evidence_naming_another_subject_is_not_credited_though_it_refs_
     e = entry(es, name)
     e["subject"] = {**SUBJECT, field: SUBJECT[field] + "-other"}
     v = verdict_of(tmp_path, es)
-    assert rejected(v).get(name) == "other-subject", v["rejected"]
     assert v["verdict"] != "QUALIFIED", v["gates"]
+    if field == "campaign":  # another campaign's entry, read because it refs this campaign's job
+        assert rejected(v).get(name) == "other-subject", v["rejected"]
+    else:  # an entry of this campaign naming another value: the asked field is contradicted (fix71)
+        assert v["verdict"] == "INCONCLUSIVE", v["verdict"]
+        [claim] = [c for c in v["claims"] if c["field"] == field]
+        assert claim["status"] == "contradicted", claim
+        assert claim["entries"] and all(c["value"] == SUBJECT[field] + "-other" for c in claim["entries"])
 
 
 def test_a_review_naming_another_subject_still_reviews_the_entry_it_refs(tmp_path: Path) -> None:
