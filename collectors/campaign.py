@@ -2656,6 +2656,9 @@ class CampaignRunner:
             if launch:
                 evidence.append(launch)
             sig = self.result.attempts[-1].get("failure_signature") if self.result.attempts else None
+            outside = self._stopped_from_outside() if payload.get("http_status") is None else None
+            if outside and server_side:
+                raise _GateFailed(f"{payload.get('error')}: {outside}", evidence)
             if sig and server_side:
                 raise _GateFailed(f"{payload.get('error')} [engine failure: {sig}]", evidence)
             if refused_form:
@@ -2832,13 +2835,19 @@ class CampaignRunner:
                 evidence=evidence,
                 expect_model=self._expect_answered_model(),
             )
+        outside = self._stopped_from_outside() if fault else None
         if fault:
             payload["status"] = "failed"
-            payload["reason"] = self._fault_reason(payload.get("reason"), result.stopped)
+            payload["reason"] = (
+                f"no aggregate result: {outside}"
+                if outside
+                else self._fault_reason(payload.get("reason"), result.stopped)
+            )
         self._operator_stopped(payload, result.outcome)
-        self._record_harness_gate(
+        out = self._record_harness_gate(
             "semantic", payload, result.artifacts, {CHECKS_ARTIFACT: "application/x-ndjson"}
         )
+        out.undecided = out.undecided or outside is not None  # the policy: stopped-from-outside
         self._check_cancel()
         return self._harness_outcome("semantic", payload, evidence)
 
@@ -2884,16 +2893,22 @@ class CampaignRunner:
         payload = benchmark_gate_payload(
             result, bounds, order=order, evidence=evidence, expect_model=self._expect_answered_model()
         )
+        outside = self._stopped_from_outside() if fault else None
         if fault:
             payload["status"] = "failed"
-            payload["reason"] = self._fault_reason(payload.get("reason"), result.stopped)
+            payload["reason"] = (
+                f"no aggregate result: {outside}"
+                if outside
+                else self._fault_reason(payload.get("reason"), result.stopped)
+            )
         self._operator_stopped(payload, result.outcome)
-        self._record_harness_gate(
+        out = self._record_harness_gate(
             "benchmark",
             payload,
             result.artifacts,
             {"benchmark-requests.jsonl": "application/x-ndjson", "benchmark-result.json": "application/json"},
         )
+        out.undecided = out.undecided or outside is not None  # the policy: stopped-from-outside
         self._check_cancel()
         return self._harness_outcome("benchmark", payload, evidence)
 
@@ -2935,6 +2950,27 @@ class CampaignRunner:
         why = reason or f"no aggregate result: {stopped or 'the engine is no longer alive'}"
         return f"{why}; the first engine fault stops the gate (no retry, no reset)" + (
             f" [engine failure: {sig}]" if sig else ""
+        )
+
+    def _stopped_from_outside(self) -> str | None:
+        """Why the engine of the current attempt is no fault of its own when a request got no answer: its
+        recorded launch ended by a signal whose class (the signature table's) is one of the policy's
+        ``stop_classes`` (an outside SIGTERM, ``killed-sigterm``, class operator-stop); None otherwise (a
+        SIGKILL, class resource, is the engine's). The policy derives the same from the log
+        (``e.derived.stop_cut``, rule stopped-from-outside); this is the collector's own hint."""
+        from ledger.signatures import signature_classes
+
+        last = self.result.attempts[-1] if self.result.attempts else None
+        stops = self._param("stop_classes")
+        if last is None or not last.get("ready") or not isinstance(stops, list):
+            return None
+        sig = last.get("failure_signature")
+        cls = signature_classes().get(str(sig)) if sig is not None else None
+        if cls is None or cls not in stops or last.get("stop_reason") != "exited":
+            return None
+        return (
+            f"the engine was stopped from outside (signal {last.get('signal')}: {sig}, class {cls}) while "
+            "the request waited for its answer: no evidence of the engine either way (run it again)"
         )
 
     def _order(self, name: str) -> int:

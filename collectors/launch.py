@@ -53,7 +53,15 @@ from ledger.collectors.readiness import ReadyState, check_ready, http_client
 from ledger.collectors.secrets import Redactor, redact_command, redact_env
 from ledger.entries import format_time, now_utc
 from ledger.errors import CollectorError, PortInUseError
-from ledger.signatures import ENGINE_ENDED, Classification, RunOutcome, Signature, classify, load_signatures
+from ledger.signatures import (
+    ENGINE_ENDED,
+    Classification,
+    RunOutcome,
+    Signature,
+    classify,
+    load_signatures,
+    stop_markers,
+)
 
 __all__ = [
     "PORT_CONFLICT",
@@ -588,9 +596,31 @@ class EngineRun:
             time.sleep(0.01)
         return False
 
+    def _stopping_already(self) -> bool:
+        """The engine's logs, after readiness, already show a stop marker (``stop_markers`` of the signature
+        table: the line an engine prints when told to stop from outside) before this process told it to
+        stop: someone else stopped it, and it is shutting down."""
+        if self.ready_lines is None or self.stop_lines is not None:
+            return False
+        markers = stop_markers()
+        for t in self._tees:
+            try:
+                lines = t.path.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                continue
+            after = "\n".join(lines[self.ready_lines.get(t.path.name, 0) :])
+            if any(m.search(after) for m in markers):
+                return True
+        return False
+
     def stop(self, reason: str) -> None:
         """Stop the whole process group: SIGTERM, a grace period, then SIGKILL; then any process of the
-        engine that left the group. Idempotent."""
+        engine that left the group. Idempotent. An engine already shutting down when asked (its logs show a
+        stop marker after readiness: stopped from outside) is given the grace period to end on its own
+        first: its end is then its own (``exited``, with the signal that ended it), not this stop's."""
+        if self.proc is not None and self.proc.poll() is None and self._stopping_already():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=self.spec.grace_seconds)
         drained = False
         if self.proc is not None and self.proc.poll() is None and self.stop_lines is None:
             drained = self._drain()

@@ -2087,6 +2087,10 @@ def _derive(
       its job (``_JobLog.unmatched``: a misspelled job_id, or an end logged before its start): it ends no
       run — which run it ended, and whether it was killed, cannot be told, so the policy cannot judge the
       campaign. Empty otherwise.
+    * ``stop_cut`` — for a ``health.probe`` or ``gate.result`` that failed for lack of an answer while its
+      engine was being stopped from outside (``_mark_stop_cuts``): the launch of its attempt ended by a
+      signal in ``params.stop_classes`` and nothing of the attempt logged after it was answered; the text
+      names the launch and its end. None otherwise.
     * ``newer_run`` — set by ``_mark_newer_runs`` once ``filter_evidence`` knows which results a rule
       withdraws.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
@@ -2111,6 +2115,7 @@ def _derive(
     markers = stop_markers()
     starts: list[tuple[datetime, int]] = []
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
+    launch_of: dict[int, Evidence] = {}  # attempt → its launch (``stop_cut``)
     subject_launches: list[Evidence] = []
     host_events = _host_gpu_events(trusted, superseded)
     campaign_starts = _campaign_starts(trusted, output_kinds)
@@ -2203,6 +2208,7 @@ def _derive(
                 if job_end is not None and (n not in ends or job_end < ends[n]):
                     ends[n] = job_end
                 subject_launches.append(e)
+                launch_of[n] = e
         e.set_derived(derived)  # a view built in an earlier round shows this round's facts
     for launch in subject_launches:
         # a terminal entry of the launch's campaign logged before every running entry of its job (a
@@ -2237,6 +2243,93 @@ def _derive(
             attempt_end = ends.get(attempt)
             if attempt_end is not None and e.observed_time > attempt_end:
                 e.derived_["after_launch_end"] = True
+    _mark_stop_cuts(trusted, launch_of, params or {})
+
+
+def _unanswered(e: Evidence) -> bool | None:
+    """Whether ``e`` failed for lack of an answer: a ``health.probe`` that is not ok and records no HTTP
+    status (refused, reset, cut, timed out), a ``gate.result`` whose harness run an engine fault stopped
+    (``bounds.outcome`` "fault": the first request the engine did not answer ends it). False for an entry
+    that shows the engine answered (a probe with an HTTP status, a harness run that completed); None for
+    any other entry (it says neither)."""
+    if e.kind == "health.probe":
+        if e.payload.get("http_status") is not None:
+            return False
+        return None if e.derived.get("ok") else True
+    if e.kind == "gate.result":
+        bounds = e.payload.get("bounds")
+        outcome = bounds.get("outcome") if isinstance(bounds, dict) else None
+        if outcome == "fault":
+            return True
+        return False if outcome == "completed" else None
+    return None
+
+
+def _stop_classes(params: Mapping[str, Any], name: str) -> frozenset[str] | None:
+    value = params.get(name)
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        return None  # a policy that names none (or mistypes them) excuses nothing: fail closed
+    return frozenset(value)
+
+
+def _stopped_from_outside(launch: Evidence, params: Mapping[str, Any]) -> str | None:
+    """Why ``launch`` (a ready one) was ended by a signal the policy classes as a stop
+    (``params.stop_classes``), from its recorded end (``end_failure_class``: the status-only signature of
+    its exit status, where the launch does not attribute the end to the collector's own stop), with no
+    failure in its stored logs the policy does not excuse (a class in ``params.fault_classes`` anywhere, or
+    one outside ``params.stop_classes`` after readiness); None otherwise — a SIGKILL (class resource: the
+    OOM killer) is no such stop."""
+    stop = _stop_classes(params, "stop_classes")
+    faults = _stop_classes(params, "fault_classes")
+    d = launch.derived
+    if stop is None or faults is None or launch.payload.get("ready") is not True:
+        return None
+    if d.get("end_failure_class") not in stop:
+        return None
+    if d.get("log_failure_class") is not None and d.get("log_failure_class") in faults:
+        return None
+    after = d.get("log_failure_after_ready_class")
+    if after is not None and after not in stop:
+        return None
+    if launch.payload.get("lease_expired") is True:  # a hung engine the lease cut
+        return None
+    return (
+        f"launch {launch.id[:12]} (attempt {d.get('attempt')}) ended by signal "
+        f"{launch.payload.get('signal')} "
+        f"({d.get('end_failure_signature')}, class {d.get('end_failure_class')}: a stop from outside, "
+        "params.stop_classes)"
+    )
+
+
+def _mark_stop_cuts(
+    trusted: Sequence[Evidence], launch_of: Mapping[int, Evidence], params: Mapping[str, Any]
+) -> None:
+    """``e.derived.stop_cut`` of a ``health.probe`` or ``gate.result`` that failed for lack of an answer
+    (``_unanswered``) because its engine was stopped from outside: the launch of its attempt — the same
+    attempt when it was collected and when the log took it — ended by a signal the policy classes as a stop
+    (``_stopped_from_outside``), and no entry of that attempt logged after it shows the engine answering
+    (an answer after the failure shows the engine still served then: the failure came before the stop and
+    is the engine's). The text names the launch and its end; None otherwise. A failure the engine showed
+    with an answer (an HTTP 5xx, a wrong answer) is never such a cut."""
+    answered_last: dict[int, int] = {}  # attempt → the seq of the last entry of it showing an answer
+    for e in trusted:
+        if e.derived_ is None or e.kind not in ("health.probe", "gate.result"):
+            continue
+        attempt = e.derived_.get("attempt_logged")
+        if isinstance(attempt, int) and attempt > 0 and _unanswered(e) is False:
+            answered_last[attempt] = max(answered_last.get(attempt, -1), e.seq)
+    for e in trusted:
+        if e.derived_ is None or not e.in_subject or _unanswered(e) is not True:
+            continue
+        attempt = e.derived_.get("attempt")
+        if not isinstance(attempt, int) or attempt <= 0 or e.derived_.get("attempt_logged") != attempt:
+            continue
+        launch = launch_of.get(attempt)
+        if launch is None or answered_last.get(attempt, -1) > e.seq:
+            continue
+        why = _stopped_from_outside(launch, params)
+        if why is not None:
+            e.derived_["stop_cut"] = why
 
 
 def _mark_newer_runs(

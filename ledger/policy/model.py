@@ -154,6 +154,9 @@ DERIVED_FIELDS: dict[str, Any] = {
     "gpu_events_during_run_named": str,
     "kernel_logs_unread_during_run": list[str],
     "after_launch_end": bool,
+    # a probe or harness result that failed for lack of an answer while its engine was stopped from outside
+    # (``acceptance._mark_stop_cuts``): the launch and its end, named; None: none
+    "stop_cut": str | None,
     "operator_stopped": bool,
     "newer_run": bool,
     "newer_run_named": str,

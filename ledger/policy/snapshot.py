@@ -235,6 +235,8 @@ NO_DERIVED: dict[str, Any] = {
     "gpu_events_during_run": [],
     "kernel_logs_unread_during_run": [],
     "after_launch_end": False,
+    # a probe or harness result its engine's stop from outside cut (``acceptance._mark_stop_cuts``)
+    "stop_cut": None,
     # an engine launch the operator stopped (``acceptance._operator_stopped``): set by ``filter_evidence``
     "operator_stopped": False,
     "newer_run": False,
