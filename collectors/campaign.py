@@ -67,6 +67,7 @@ from ledger.collectors.model import (
     scan_model,
 )
 from ledger.collectors.model import list_files as list_model_files
+from ledger.collectors.model import list_model as list_model_location
 from ledger.collectors.probe import (
     DEFAULT_PROMPT,
     probe_completion,
@@ -1771,17 +1772,36 @@ def _file_identity(path: Path) -> tuple[int, int, int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _identity_change(was: tuple[int, ...] | None, now: tuple[int, ...] | None) -> str | None:
+def _identity_change(
+    was: tuple[int, ...] | None, now: tuple[int, ...] | None, fields: tuple[str, ...] = _IDENTITY_FIELDS
+) -> str | None:
     """What differs between two ``_file_identity`` of one file (``gone``, or the fields that differ, as
-    ``another …``); None when nothing does."""
+    ``another …``), or two ``_folder_identity`` of one folder (``fields``: ``_FOLDER_IDENTITY_FIELDS``);
+    None when nothing does."""
     if now is None:
         return "gone"
     if was is None:
         return "another file"  # none was there
     if now == was:
         return None
-    what = [n for n, a, b in zip(_IDENTITY_FIELDS, was, now, strict=True) if a != b]
+    what = [n for n, a, b in zip(fields, was, now, strict=True) if a != b]
     return f"another {', '.join(what)}"
+
+
+# what each field of ``_folder_identity`` is, as the reasons name it
+_FOLDER_IDENTITY_FIELDS = ("device", "inode", "modification time", "change time")
+
+
+def _folder_identity(path: Path) -> tuple[int, int, int, int] | None:
+    """(device, inode, modification time, change time — in ns) of the folder ``path`` names (a link
+    followed), or None where there is none. Adding an entry to a folder or removing one moves both times
+    (and the change time cannot be set back): a weights file added after a listing and removed before the
+    next one — the engine loaded it meanwhile — still shows as a folder that moved."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -1966,6 +1986,9 @@ class CampaignRunner:
         ) = None
         # the model location that was pinned: listed again when the job ends (``_model_changes``)
         self._pinned_source: ModelSource | None = None
+        # each folder the pin listed files in (``ModelListing.folders``) with its identity right after the
+        # hash: a folder whose identity moved had a file added or removed since (``_model_changes``)
+        self._pinned_folders: dict[Path, tuple[int, int, int, int] | None] = {}
         self._started = now_utc()
 
     # --- recording ------------------------------------------------------------------------------
@@ -2453,10 +2476,14 @@ class CampaignRunner:
         m = self.c.spec.model
         src = resolve_model(self.c.model_path)
         # what the files are on disk before they are hashed, and again right after: bytes written while
-        # they were read are not the bytes hashed (nor is a file that came or went meanwhile)
-        before = {f.rel: (f.path, _file_identity(f.path)) for f in list_model_files(src)}
+        # they were read are not the bytes hashed (nor is a file that came or went meanwhile, even one
+        # gone again: its folder's identity moved)
+        listing = list_model_location(src)
+        folders_before = {d: _folder_identity(d) for d in listing.folders}
+        before = {f.rel: (f.path, _file_identity(f.path)) for f in listing.files}
         scan = scan_model(src)
         after = {f.rel: (f.path, _file_identity(f.path)) for f in scan.files}
+        folders_after = {d: _folder_identity(d) for d in folders_before}
         payload = pin_payload(scan, repo_id=m.repo_id, revision=m.revision)
         problems = list(scan.failures)
         for rel in sorted(before.keys() | after.keys()):
@@ -2471,6 +2498,13 @@ class CampaignRunner:
                 problems.append(f"{rel}: gone while it was hashed")
             elif change is not None:
                 problems.append(f"{rel}: {change} after the hash than before it (written while it was read)")
+        # what the two listings cannot show: an entry that came and went again (said where nothing else is)
+        for d, was_d in folders_before.items() if len(problems) == len(scan.failures) else ():
+            change = _identity_change(was_d, folders_after[d], _FOLDER_IDENTITY_FIELDS)
+            if was_d is None or change == "gone":
+                problems.append(f"{d}: a folder the model was listed from is gone")
+            elif change is not None:
+                problems.append(f"{d}: a file was added or removed in {d} while it was hashed ({change})")
         by_path = {f["path"]: f for f in payload["files"]}
         for rel, want in m.sha256.items():
             f = by_path.get(rel)
@@ -2489,6 +2523,7 @@ class CampaignRunner:
         # bytes swapped or rewritten after the hash are not the pinned model
         self._pinned = (payload, after)
         self._pinned_source = src
+        self._pinned_folders = folders_after
         counts = {"files": len(scan.files), "bytes": scan.total_size}
         if problems:
             raise _GateFailed("; ".join(problems[:5]), [eid])
@@ -2503,8 +2538,10 @@ class CampaignRunner:
         modification time or change time (a write or ``utime`` since, whatever the size and modification
         time say). The set compared is every file the pin hashes, not the files an engine is thought to
         load: which those are differs by engine and version (weights by suffix with fallbacks, tokenizer
-        and template files, remote code), so any file that came or went fails closed. Nothing pinned:
-        nothing."""
+        and template files, remote code), so any file that came or went fails closed — also one that came
+        and went again before this listing (the engine loaded it meanwhile): each folder the pin listed
+        files in (``_pinned_folders``, not one the pin skips, such as ``.cache``) whose identity moved had
+        an entry added or removed. Nothing pinned: nothing."""
         if self._pinned is None:
             return []
         pinned = self._pinned[1]
@@ -2534,6 +2571,15 @@ class CampaignRunner:
                 out.append(f"{rel}: now {f.path}, another file than the one hashed ({path})")
             if f is not None and f.problem and change != "gone":
                 out.append(f"{rel}: {f.problem}")  # what it says of the set now (another split count …)
+        # what the listing cannot show: an entry that came and went again (said where nothing else is)
+        for d, was_d in self._pinned_folders.items() if not out else ():
+            if was_d is None:
+                continue  # no folder right after the hash: model-pinned failed on it then
+            change = _identity_change(was_d, _folder_identity(d), _FOLDER_IDENTITY_FIELDS)
+            if change == "gone":
+                out.append(f"{d}: the folder is gone (the pin listed files in it)")
+            elif change is not None:
+                out.append(f"{d}: a file was added or removed in {d} during the run ({change} than pinned)")
         return out
 
     def _launch_spec(self, attempt: Any, index: int) -> LaunchSpec:

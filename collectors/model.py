@@ -22,11 +22,13 @@ from ledger.errors import InputError
 from ledger.hashing import Digest, FileDigests, HexDigest, blake3_hex
 
 __all__ = [
+    "ModelListing",
     "ModelScan",
     "ModelSource",
     "gguf_split_set",
     "git_blob_sha1",
     "list_files",
+    "list_model",
     "pin_payload",
     "reference_artifacts",
     "resolve_model",
@@ -320,21 +322,43 @@ def _model_file(p: Path, problem: str | None = None, missing: str = "missing") -
     return FileCheck(p.name, p, st.st_size, None, problem=problem)
 
 
+@dataclass(frozen=True)
+class ModelListing:
+    """What a pin lists of a model location: its files (``list_files``) and every folder walked to find
+    them — the root and each folder under it the walk went into, as the engine sees it (a followed link by
+    its own path), none it skips (``.git``, ``.cache``, ``__pycache__``, a link not followed), and none
+    for a model named by one file. A folder's own identity moves when an entry is added to it or removed
+    from it, so a file that came and went between two listings still shows there."""
+
+    files: list[FileCheck]
+    folders: list[Path]
+
+
 def list_files(src: ModelSource) -> list[FileCheck]:
     """The files of a model location that a pin hashes, as ``scan_model`` lists them (links checked): every
     file under a folder; for one file, the file and, where it is one split of a GGUF split set, every split
     of the set (``gguf_split_set``) — the one listing the pin hashes and the end-of-job check lists again."""
+    return list_model(src).files
+
+
+def list_model(src: ModelSource) -> ModelListing:
+    """``list_files`` and the folders its walk went into (``ModelListing``), from one walk."""
     if not src.root.is_dir():
         paths, problems = gguf_split_set(src.root)
         first = _model_file(src.root, "; ".join(problems) or None)
         count = len(paths)
-        return [
-            first,
-            *(
-                _model_file(p, missing=f"missing split of {count}: llama.cpp loads every split of the set")
-                for p in paths[1:]
-            ),
-        ]
+        return ModelListing(
+            [
+                first,
+                *(
+                    _model_file(
+                        p, missing=f"missing split of {count}: llama.cpp loads every split of the set"
+                    )
+                    for p in paths[1:]
+                ),
+            ],
+            [],
+        )
     root = os.path.realpath(src.root)
     hf_blobs: str | None = None
     allowed = root
@@ -343,10 +367,12 @@ def list_files(src: ModelSource) -> list[FileCheck]:
         hf_blobs = os.path.join(os.path.realpath(src.root.parent.parent), "blobs")
         allowed = hf_blobs
     checks: list[FileCheck] = []
+    folders: list[Path] = []
     # the real folders from the root down to each folder walked: a link back to one of them is a loop
     chains: dict[str, frozenset[str]] = {str(src.root): frozenset({root})}
     for dirpath, dirnames, filenames in os.walk(src.root, followlinks=True):
         chain = chains.pop(dirpath, frozenset())
+        folders.append(Path(dirpath))
         keep = []
         for d in sorted(dirnames):
             if d in (".git", ".cache", "__pycache__"):
@@ -369,7 +395,7 @@ def list_files(src: ModelSource) -> list[FileCheck]:
                 checks.append(_check_file(p, rel, root, None))
             else:
                 checks.append(_check_file(p, rel, allowed, hf_blobs))
-    return checks
+    return ModelListing(checks, folders)
 
 
 def scan_model(

@@ -50,13 +50,22 @@ _SUBJECT_KEY = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 SUBJECT_VALUE_MAX = 512
 
 
+def _code_point(c: str) -> str:
+    """``U+200B ZERO WIDTH SPACE``: a character as a message names it (it may be invisible)."""
+    return f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}"
+
+
 def subject_problem(key: Any, value: Any) -> str | None:
     """Why ``key=value`` is no subject field a new entry may name (None: it is one) — the one rule that
     ingest (``check_ingest``) and every reader of a subject (``ledger.reads.parse_subject_pairs``: the
     CLI's ``--subject``, the API's ``?subject=``, a routing check's body, a timeline's address) apply, so a
-    subject asked about is the subject stored. A value is 1..512 characters, with no white space around it
-    and no control character: ``"vllm-embed "`` would be another campaign than ``vllm-embed`` to the
-    subject index while every person reading it sees one."""
+    subject asked about is the subject stored. A value is 1..512 characters of one line, with no white
+    space around it, no control character, no invisible character anywhere in it (a format character,
+    Unicode category Cf: U+200B ZERO WIDTH SPACE, U+FEFF, U+2060, U+00AD SOFT HYPHEN, U+200E, U+180E …;
+    or a filler that shows nothing, ``_BLANK_LETTERS``), and written in Unicode normal form NFC: a value
+    with a space or a U+200B after ``vllm-embed``, or ``café`` written decomposed (``e`` and U+0301),
+    would be another subject than ``vllm-embed`` or ``café`` to the subject index while every person
+    reading it sees one."""
     if not isinstance(key, str) or not _SUBJECT_KEY.fullmatch(key):
         return f"subject field {key!r} must match {_SUBJECT_KEY.pattern}"
     if not isinstance(value, str):
@@ -71,6 +80,26 @@ def subject_problem(key: Any, value: Any) -> str | None:
     bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
     if bad is not None:
         return f"subject {key}={value!r} holds the control character {bad!r}: a value is one line of text"
+    bad = next((c for c in value if unicodedata.category(c) in ("Zl", "Zp")), None)
+    if bad is not None:
+        return f"subject {key}={value!r} holds the line break {_code_point(bad)}: a value is one line of text"
+    # format characters (Cf) and the letters that show nothing (``_BLANK_LETTERS``: fillers, a blank pattern)
+    invisible = [c for c in value if unicodedata.category(c) == "Cf" or c in _BLANK_LETTERS]
+    if invisible:
+        seen = "".join(c for c in value if c not in invisible)
+        fix = f"write {key}={seen}" if seen and subject_problem(key, seen) is None else "remove it"
+        return (
+            f"subject {key}={value!a} holds the invisible character {_code_point(invisible[0])}"
+            f"{f' (and {len(invisible) - 1} more)' if len(invisible) > 1 else ''}: it would name another "
+            f"{key} than the {seen!r} a reader sees ({fix})"
+        )
+    nfc = unicodedata.normalize("NFC", value)
+    if value != nfc:
+        return (
+            f"subject {key}={value!a} is not in Unicode normal form NFC (it is written decomposed): it "
+            f"would name another {key} than {nfc!r}, which reads the same (write {key}={nfc}, "
+            "its NFC form)"
+        )
     return None
 
 
