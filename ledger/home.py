@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_HOME",
     "Home",
+    "ReceiptsRead",
     "WitnessConfig",
     "absolute_database_url",
     "absolute_store",
@@ -140,6 +141,22 @@ class HomeConfig:
     receipts_from: int = 0
 
 
+_ANCHOR = 4096  # the bytes a read of receipts.jsonl keeps of what it read last (``ReceiptsRead.anchor``)
+
+
+@dataclass(frozen=True)
+class ReceiptsRead:
+    """Where a read of ``receipts.jsonl`` ended (``Home.receipts_since``): the file (``inode``), the byte
+    after its last whole line read (``offset``) and the bytes just before it (``anchor``, up to 4 KiB: they
+    tell the file appended to from the file rewritten in place); ``restarted``: this read began again at
+    byte 0, the file the earlier one read being gone, replaced or rewritten."""
+
+    inode: int
+    offset: int
+    anchor: bytes
+    restarted: bool = False
+
+
 class Home:
     """Paths and configuration of one ledger home."""
 
@@ -209,25 +226,47 @@ class Home:
             return []
         return self._receipt_lines(self.receipts_path.read_bytes().splitlines(), lambda n: f":{n}")
 
-    def receipts_since(self, offset: int) -> tuple[list[dict[str, Any]], int]:
-        """The receipts kept after byte ``offset`` of ``receipts.jsonl`` (one a call returned), up to its
-        last whole line, and the offset after them: a process reads the file once, then only what was
-        appended (it only grows: ``keep_receipts``). Nothing (and ``offset``) when there is no file.
-        A line that is not a receipt is ``ConfigError`` naming its byte offset."""
+    def receipts_since(self, read: ReceiptsRead | None = None) -> tuple[list[dict[str, Any]], ReceiptsRead]:
+        """The receipts kept in ``receipts.jsonl`` after ``read`` (what an earlier call returned; None: from
+        the start), and where this read ended: a process reads the file once, then only what was appended
+        (``keep_receipts`` only appends). A file that is not the one ``read`` ended in — another inode, or
+        the same one rewritten in place (``truncate -s0``, ``: >``, ``cp other``): shorter than where
+        ``read`` ended, or other bytes just before it — is read again from the start, and the read returned
+        says so (``restarted``: the caller drops what it read of it before). Nothing when there is no file.
+
+        The lines are read as ``receipts`` reads the whole file (one reading): blank lines skipped, every
+        other line a receipt; a last line without its newline is a receipt when it is a whole JSON object
+        (``keep_receipts`` keeps it so), returned again by each call until its newline comes, and a torn
+        one (no whole JSON object: a write under way) is read once it is whole. A line that is not a
+        receipt is ``ConfigError`` naming its byte offset."""
         try:
             with self.receipts_path.open("rb") as f:
-                f.seek(offset)
+                st = os.fstat(f.fileno())
+                go_on = read is not None and _continues(f.fileno(), st.st_ino, st.st_size, read)
+                start = read.offset if read is not None and go_on else 0
+                f.seek(start)
                 data = f.read()
         except FileNotFoundError:
-            return [], offset
+            return [], ReceiptsRead(0, 0, b"", restarted=read is not None)
         except OSError as e:
             raise ConfigError(f"{self.receipts_path}: cannot be read ({e})") from e
-        end = data.rfind(b"\n") + 1  # a last line without its newline is being written: read it next time
-        starts = [offset]
-        for line in data[:end].splitlines(keepends=True)[:-1]:
+        end = data.rfind(b"\n") + 1
+        lines = data[:end].splitlines(keepends=True)
+        if _whole_line(data[end:]):  # blank, or a whole receipt without its newline (not a write under way)
+            lines.append(data[end:])
+        starts = [start]
+        for line in lines[:-1]:
             starts.append(starts[-1] + len(line))
-        docs = self._receipt_lines(data[:end].splitlines(), lambda n: f" (byte {starts[n - 1]})")
-        return docs, offset + end
+        docs = self._receipt_lines(
+            [line.rstrip(b"\r\n") for line in lines], lambda n: f" (byte {starts[n - 1]})"
+        )
+        before = read.anchor if read is not None and go_on else b""
+        return docs, ReceiptsRead(
+            st.st_ino,
+            start + end,
+            (before + data[:end])[-_ANCHOR:],
+            restarted=read is not None and not go_on,
+        )
 
     def _receipt_lines(self, lines: list[bytes], where: Callable[[int], str]) -> list[dict[str, Any]]:
         """Each line a receipt (a JSON object), blank lines skipped; ``where(n)`` names line ``n``."""
@@ -415,6 +454,15 @@ def _whole_lines_end(fd: int) -> int:
             return start + nl + 1
         pos = start
     return 0
+
+
+def _continues(fd: int, inode: int, size: int, read: ReceiptsRead) -> bool:
+    """Whether the open file ``fd`` (``inode``, ``size`` bytes) is the one ``read`` ended in, only appended
+    to since: the same inode, at least as long, the same bytes just before where it ended."""
+    if inode != read.inode or size < read.offset:
+        return False
+    start = read.offset - len(read.anchor)
+    return os.pread(fd, len(read.anchor), start) == read.anchor
 
 
 def _whole_line(raw: bytes) -> bool:

@@ -52,7 +52,7 @@ from ledger.errors import (
     StorageError,
 )
 from ledger.hashing import Digest, blake3_hex, hash_file, parse_digest
-from ledger.home import Home, HomeConfig, resolve_home
+from ledger.home import Home, HomeConfig, ReceiptsRead, resolve_home
 from ledger.keyring import KeyRecord, Keyring
 from ledger.listing import page_of
 from ledger.log import (
@@ -116,6 +116,7 @@ if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log`
 __all__ = ["Ledger", "LoggedEntry", "VerifyProblem", "VerifyReport", "open_ledger", "parse_subject_args"]
 
 MAX_BATCH = 1000
+_PREFIXES_KEPT = 4096  # the sizes below the held checkpoint proved to be its tree there (``_within_held``)
 _log = logging.getLogger("ledger.checkpoint")  # the sequencer's publication that failed (stderr)
 # The sequencer publishes a checkpoint after an append every CHECKPOINT_EVERY entries, or when the newest
 # published one is older than the interval (LEDGER_CHECKPOINT_INTERVAL seconds, default 1).
@@ -250,8 +251,11 @@ class Ledger:
         # reading the tiles again (``_guard_head``)
         self._extends: tuple[int, bytes, int, str] | None = None
         # the receipts of its own log this home kept, read from ``receipts.jsonl`` once and then only what
-        # was appended: (file inode, bytes read, floor, {index: entry ids} of those at index >= floor)
-        self._kept: tuple[int, int, int, dict[int, set[str]]] | None = None
+        # was appended: (where the read ended, floor, {index: entry ids} of those at index >= floor)
+        self._kept: tuple[ReceiptsRead, int, dict[int, set[str]]] | None = None
+        # (held size, held root, {size: root}): the checkpoints of smaller sizes proved to be the held
+        # checkpoint's tree at their size (``_within_held``)
+        self._prefixes: tuple[int, bytes, dict[int, bytes]] | None = None
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
         self.engine: Engine = make_engine(self.database_url)
@@ -1436,26 +1440,25 @@ class Ledger:
                     )
 
     def _kept_since(self, floor: int) -> dict[int, set[str]]:
-        """The entry ids of the receipts this home kept of its own log at each index ``>= floor``."""
-        path = self.home.receipts_path
+        """The entry ids of the receipts this home kept of its own log at each index ``>= floor``: what
+        was read of ``receipts.jsonl`` before, and what was appended since (``Home.receipts_since``). A
+        file replaced, removed or rewritten in place (emptied and refilled) is read again from the start,
+        and what was read of it before is dropped."""
         with self._cache_lock:
-            try:
-                inode = path.stat().st_ino
-            except OSError:  # none kept (a removed file is ``ledger audit``'s to report)
-                self._kept = None
-                return {}
             kept = self._kept
-            if kept is None or kept[0] != inode or floor < kept[2]:
-                kept = (inode, 0, floor, {})
-            docs, offset = self.home.receipts_since(kept[1])
-            pending = {i: ids for i, ids in kept[3].items() if i >= floor}
+            if kept is not None and floor < kept[1]:
+                kept = None  # the receipts below the floor read then were not kept: read them all again
+            docs, read = self.home.receipts_since(None if kept is None else kept[0])
+            pending = (
+                {} if kept is None or read.restarted else {i: s for i, s in kept[2].items() if i >= floor}
+            )
             for d in docs:
                 index, entry_id = d.get("index"), d.get("entry_id")
                 if d.get("origin") != self.cfg.origin or type(index) is not int or index < floor:
                     continue  # another log's, or one ``ledger audit`` reports as not a receipt
                 if isinstance(entry_id, str):
                     pending.setdefault(index, set()).add(entry_id)
-            self._kept = (inode, offset, floor, pending)
+            self._kept = (read, floor, pending)
             return {i: set(ids) for i, ids in pending.items()}
 
     def _guard_head(self, conn: sa.Connection, head: Head | None) -> Checkpoint | None:
@@ -1489,15 +1492,20 @@ class Ledger:
         (rolled back below it, above the anchor). Never best effort: a checkpoint that cannot be held is
         not handed out — ``LogInconsistentError`` for a log that no longer holds it or no longer extends
         the held one (it changed after the caller read it), ``StorageError`` for a home that cannot be
-        written. Cheap where nothing moved: the held checkpoint is read once per version of the file
-        (``held``), so a checkpoint no newer than it costs one ``stat``."""
+        written. A checkpoint no newer than the held one is handed out only where it is the held one's
+        tree at its size (``_within_held``): one signed from a snapshot read before a rollback, while
+        another request held one of the log regrown since, is a fork. Cheap where nothing moved: the held
+        checkpoint is read once per version of the file (``held``), so the held checkpoint signed again
+        costs one ``stat`` and a comparison."""
         held = self.held()
         if held is not None and held.size >= cp.size:
+            self._within_held(cp, held)
             return
         try:
             with self.home.checkpoint_lock():
                 held = self.held()  # another thread or process may have moved it meanwhile
                 if held is not None and held.size >= cp.size:
+                    self._within_held(cp, held)
                     return
                 with self.repo.read(snapshot=True) as conn:
                     current = self.repo.size(conn)
@@ -1526,6 +1534,43 @@ class Ledger:
                 "checkpoint the home does not hold is not handed out (the anchor would not cover it)",
                 hint="make the home writable by the process that serves the log",
             ) from e
+
+    def _within_held(self, cp: Checkpoint, held: Checkpoint) -> None:
+        """``cp`` (no larger than ``held``, the checkpoint the home holds) is ``held``'s tree at its size, or
+        ``LogInconsistentError`` and it is not handed out. The same size: the same root (the common case,
+        the held checkpoint signed again: bytes compared). Smaller: proved on the database as it is now —
+        its first ``held.size`` entries still hash to ``held``'s root, and its first ``cp.size`` to
+        ``cp``'s — once per held checkpoint and size (``_prefixes``: a fact of the two signed roots,
+        whatever the database holds later); a log that no longer extends ``held`` cannot prove it:
+        refused."""
+        if cp.size == held.size and cp.root == held.root:
+            return
+        with self._cache_lock:
+            memo = self._prefixes
+            if memo is not None and memo[:2] == (held.size, held.root) and memo[2].get(cp.size) == cp.root:
+                return
+        agrees = False
+        if cp.size < held.size:
+            with self.repo.read(snapshot=True) as conn:
+                current = self.repo.size(conn)
+                if current >= held.size:
+                    tree = self._tree_at(conn, held.size)
+                    agrees = tree.root() == held.root and tree.root(cp.size) == cp.root
+        if not agrees:
+            raise LogInconsistentError(
+                f"the checkpoint just signed (size {cp.size}, root {cp.root.hex()[:16]}…) is not the tree "
+                f"of the checkpoint this home holds (size {held.size}, root {held.root.hex()[:16]}…) at "
+                f"size {cp.size}: the log changed while it was signed (rolled back and regrown: a fork); "
+                "the checkpoint is not handed out",
+                hint="`ledger verify` names what changed; restore the database from a backup that holds "
+                "every entry the held checkpoint (HOME/checkpoint) covers",
+            )
+        with self._cache_lock:
+            memo = self._prefixes
+            if memo is None or memo[:2] != (held.size, held.root) or len(memo[2]) >= _PREFIXES_KEPT:
+                memo = (held.size, held.root, {})
+            memo[2][cp.size] = cp.root
+            self._prefixes = memo
 
     def signed_checkpoint(self, *, size: int | None = None) -> Checkpoint:
         """A checkpoint of the log as the database holds it now (or at an earlier size), signed and not
