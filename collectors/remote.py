@@ -95,7 +95,9 @@ def _raise_for(resp: httpx.Response) -> None:
         if resp.status_code in (401, 403) and not resp.text:  # a HEAD answer has no body: its status says
             _raise_auth(resp)
     if resp.status_code >= 500 and resp.status_code != 501:
-        raise RemoteUnavailableError(f"server answered {resp.status_code}: [{code}] {message}")
+        unavailable = RemoteUnavailableError(f"server answered {resp.status_code}: [{code}] {message}")
+        unavailable.server_code = code  # the server's own error code (an audit reads log-inconsistent)
+        raise unavailable
     raise _error_class(code)(f"server refused: {message}", hint=hint or None)
 
 

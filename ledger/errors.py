@@ -376,6 +376,7 @@ class NotAvailableError(LedgerError):
 class RemoteUnavailableError(StorageError):
     code = "server-unreachable"
     hint = "entries are spooled in the home; `ledger push` delivers them later"
+    server_code: str | None = None  # the code of the server's own 5xx answer, where it gave one
 
 
 class CollectorError(LedgerError):

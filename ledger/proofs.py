@@ -14,6 +14,7 @@ from ledger.errors import (
     CosignatureQuorumError,
     InputError,
     LedgerError,
+    LogInconsistentError,
     ProofError,
     ProofUncheckedEntryError,
     ReceiptMismatchError,
@@ -37,6 +38,7 @@ from ledger.witness import TrustPolicy, check_cosigned
 __all__ = [
     "AuditReport",
     "audit_receipts",
+    "audit_refusing_server",
     "audit_server",
     "audited_log",
     "check_receipt",
@@ -592,6 +594,45 @@ def _receipts_verify(receipts: Sequence[dict[str, Any]], origin: str, pub: Publi
                 continue
             return True
     return False
+
+
+def audit_refusing_server(
+    receipts: Sequence[dict[str, Any]],
+    *,
+    server: str,
+    refusal: str,
+    own_origin: str | None,
+    shown: Callable[[str], dict[str, Any] | None],
+) -> AuditReport:
+    """The audit of a server that refuses to sign its log (``log-inconsistent``: its log no longer extends
+    a checkpoint it handed out — entries it had vouched for were lost or rewritten). Nothing it says can be
+    proved, so that refusal is the first problem; and each entry a kept receipt of another log than the
+    home's own names that the server no longer shows (``GET /v1/entries/{id}``, no signature needed) is
+    named as lost. Never "ok": the entries it still shows are unproven."""
+    origins = {o: n for o, n in _origins(receipts).items() if o != own_origin}
+    report = AuditReport(origin=next(iter(origins)) if len(origins) == 1 else ", ".join(sorted(origins)))
+    report.server = {"url": server, "origin": "", "vkey": ""}
+    report.problem(
+        LogInconsistentError.code,
+        f"{server} refuses to sign its log, so no entry it received can be proved included: {refusal}",
+    )
+    seen: set[str] = set()
+    for doc in receipts:
+        if _claims(doc).label(doc) not in origins:
+            continue
+        entry_id, index = _where(doc)
+        if entry_id is None or entry_id in seen:
+            continue
+        seen.add(entry_id)
+        report.receipts += 1
+        if shown(entry_id) is None:
+            report.problem(
+                ReceiptMismatchError.code,
+                f"the log no longer has entry {entry_id} it received (index {index})",
+                entry_id,
+                index,
+            )
+    return report
 
 
 def audited_log(

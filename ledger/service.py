@@ -1391,8 +1391,8 @@ class Ledger:
         Past the held checkpoint, the receipts this home kept of its own log stand for it: a log that no
         longer holds an entry a kept receipt names, at its index, lost it (deleted behind its back, maybe
         appended over) — refused the same way (``_receipt_lost``)."""
-        self._receipt_lost(0 if held is None else held.size)
         if held is None:
+            self._receipt_lost(0)
             return
         current = self.repo.size(conn)
         if tree is None or tree.size < held.size:
@@ -1414,6 +1414,8 @@ class Ledger:
                 hint="`ledger verify` names what changed; restore the database from a backup that holds "
                 "every entry the held checkpoint (HOME/checkpoint) covers",
             )
+        # past the held checkpoint (what it covers was checked above: a loss there is named as such)
+        self._receipt_lost(held.size)
 
     def _receipt_lost(self, floor: int) -> None:
         """``LogInconsistentError`` naming the first receipt this home kept of its own log, at an index

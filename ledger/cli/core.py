@@ -567,8 +567,8 @@ def audit_report(
     if not server:
         return ledger.audit(public_key=key)
     from ledger.collectors.remote import LedgerClient, log_key, served_log
-    from ledger.errors import EntryNotFoundError
-    from ledger.proofs import audit_server
+    from ledger.errors import EntryNotFoundError, LogInconsistentError, RemoteUnavailableError
+    from ledger.proofs import audit_refusing_server, audit_server
 
     client = LedgerClient(server, token)
 
@@ -580,7 +580,16 @@ def audit_report(
             return None
 
     try:
-        served_origin, served_vkey = served_log(client.checkpoint())
+        try:
+            served_origin, served_vkey = served_log(client.checkpoint())
+        except RemoteUnavailableError as e:
+            if e.server_code != LogInconsistentError.code:
+                raise
+            # the server refuses to sign: its log no longer extends what it handed out — the finding itself
+            return audit_refusing_server(
+                ledger.home.receipts(), server=client.server, refusal=e.message, own_origin=ledger.origin,
+                shown=shown,
+            )  # fmt: skip
         return audit_server(
             ledger.home.receipts(),
             client.inclusion,

@@ -218,7 +218,12 @@ def test_remote_collector_keeps_server_receipts_and_audit_names_a_deleted_entry(
         bad = audit()
         assert bad.returncode == 1, bad.stdout + bad.stderr
         problems = json.loads(bad.stdout)["problems"]
-        assert [(p["entry_id"], p["code"]) for p in problems] == [(ids[-1], "receipt-mismatch")]
+        # the server held the checkpoint its proofs carried: it now refuses to sign the shortened log (the
+        # finding itself), and the entry it no longer shows is named as lost
+        assert [(p["entry_id"], p["code"]) for p in problems] == [
+            (None, "log-inconsistent"),
+            (ids[-1], "receipt-mismatch"),
+        ], problems
     finally:
         rec.close()
         srv.stop()
