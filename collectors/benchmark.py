@@ -50,7 +50,16 @@ from ledger.collectors.corpus import (
     corpus_problem,
     read_pinned_jsonl,
 )
-from ledger.entries import HarnessOutcome, format_time, validate_payload
+from ledger.entries import (
+    FAULT_ANSWERED,
+    FAULT_OTHER,
+    FAULT_TIMEOUT,
+    FAULT_UNANSWERED,
+    HarnessFaultKind,
+    HarnessOutcome,
+    format_time,
+    validate_payload,
+)
 from ledger.errors import ConfigError, LedgerError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy.bounds import (  # the figure names: one grammar, read by the policy loader too
@@ -103,8 +112,10 @@ __all__ = [
     "record_benchmark_gate",
     "refusal_reason",
     "refused_by_campaign",
+    "request_fault_kind",
     "run_benchmark",
     "run_benchmark_async",
+    "run_fault_kind",
     "send_request",
     "served_models",
     "timed_out",
@@ -377,6 +388,9 @@ class RequestRecord:
     reasoning: str | None = None
     error: str | None = None
     fault: bool = False
+    # the fault was the connection's (refused, reset, closed before the answer was whole): the engine said
+    # nothing of the request — no HTTP error status, no error object (``request_fault_kind``)
+    unanswered: bool = False
     model: str | None = None  # the model the answer's chunks named (comma-joined if more than one)
     # the engine refused the request for the campaign's configuration (``refused_by_campaign``): which refusal
     refusal: Refusal | None = None
@@ -435,6 +449,42 @@ STREAM_CUT = (
 _BODY_KEPT = 65536
 # how a request that got no (complete) answer in time begins its error (:func:`timed_out`)
 _TIMED_OUT = "timeout after"
+# how a request whose connection the engine did not accept in time begins its error (a fault: a hang)
+_CONNECT_TIMED_OUT = aiohttp.ConnectionTimeoutError.__name__
+
+
+def request_fault_kind(record: RequestRecord) -> HarnessFaultKind | None:
+    """What a request's fault was (``ledger.entries.HarnessFaultKind``), None for no fault: "unanswered" only
+    where its connection was refused, reset or closed before the answer was whole (``record.unanswered``);
+    "timeout" where it timed out (a hang found after, or a connection never accepted); "answered" where the
+    engine answered that it failed (an HTTP status: 5xx, an error object, finish_reason "error", a stream
+    the engine ended itself); "other" otherwise (a plain error of an engine no longer alive)."""
+    if not record.fault:
+        return None
+    if record.unanswered:
+        return FAULT_UNANSWERED
+    error = record.error or ""
+    if error.startswith((_TIMED_OUT, _CONNECT_TIMED_OUT)):
+        return FAULT_TIMEOUT
+    if record.http_status is not None:
+        return FAULT_ANSWERED
+    return FAULT_OTHER
+
+
+def run_fault_kind(outcome: str, faulted: Sequence[RequestRecord]) -> HarnessFaultKind | None:
+    """``bounds.fault_kind`` of a harness run: None unless its outcome is "fault"; "unanswered" only where
+    it faulted requests and every one of them was unanswered (``request_fault_kind``); else the gravest
+    other kind any shows ("answered", then "timeout"), "other" where none is known (a fault no request
+    shows: the bindings unreadable or changed, a hang found when the lease ran out)."""
+    if outcome != "fault":
+        return None
+    kinds = {request_fault_kind(r) for r in faulted if r.fault}
+    if kinds == {FAULT_UNANSWERED}:
+        return FAULT_UNANSWERED
+    for kind in (FAULT_ANSWERED, FAULT_TIMEOUT):
+        if kind in kinds:
+            return kind
+    return FAULT_OTHER
 
 
 class _Malformed(Exception):
@@ -784,13 +834,14 @@ async def send_request(
                     record.error = f"malformed stream chunk ({e}): {data[:80]!r}"
                     return record
     except aiohttp.ConnectionTimeoutError as e:  # the engine does not even accept the connection
-        record.error, record.fault = f"{type(e).__name__}: {e}"[:300], True
+        record.error, record.fault = f"{_CONNECT_TIMED_OUT}: {e}"[:300], True
         return record
     except TimeoutError as e:
         record.error = f"{_TIMED_OUT} {timeout_s:g} s ({type(e).__name__})"
         return record
     except _FAULTS as e:
         record.error, record.fault = f"{type(e).__name__}: {e}"[:300], True
+        record.unanswered = True
         return record
     except (aiohttp.ClientError, ValueError, TypeError, AttributeError, KeyError, RecursionError) as e:
         record.error = f"malformed answer: {type(e).__name__}: {e}"[:300]
@@ -980,6 +1031,8 @@ class BenchmarkResult:
     # each time the run asked whether the engine still serves (EngineCheck.checks): the probes' answers,
     # the canary's, the verdict
     engine_checks: list[dict[str, Any]] = field(default_factory=list)
+    # when the fault that stopped the run was seen (outcome "fault"; ``bounds.fault_at``)
+    fault_at: str | None = None
 
     @property
     def has_aggregate(self) -> bool:
@@ -1521,10 +1574,11 @@ class _Stop:
     def __init__(self) -> None:
         self.reason: str | None = None
         self.outcome: Outcome = "completed"
+        self.at: str | None = None  # when the first fault stopped the run (``bounds.fault_at``)
 
     def fault(self, text: str) -> None:
         if self.reason is None:
-            self.reason, self.outcome = text, "fault"
+            self.reason, self.outcome, self.at = text, "fault", _now()
 
     def operator(self, text: str) -> None:
         if self.reason is None:
@@ -1870,6 +1924,7 @@ async def run_benchmark_async(
         ended_at=_now(),
         outcome=stop.outcome,
         stopped=stop.reason,
+        fault_at=stop.at,
         runs=runs,
         records=all_records,
         bindings=seen_bindings,
@@ -2018,6 +2073,9 @@ def benchmark_gate_payload(
         "cut": sum(1 for r in result.records if _cut(r)),
         # of the errors, the requests the engine refused for the campaign's configuration (outcome config)
         "refused": sum(1 for r in result.records if r.refusal is not None),
+        # of the errors, the faults whose connection was refused, reset or closed before an answer
+        # (``request_fault_kind`` "unanswered"): the only ones a stop from outside can excuse
+        "unanswered": sum(1 for r in result.records if request_fault_kind(r) == FAULT_UNANSWERED),
     }
     for level in spec.concurrency:
         counts[f"completed@c{level}"] = sum(1 for r in result.records if r.ok and r.level == level)
@@ -2039,6 +2097,9 @@ def benchmark_gate_payload(
             **spec.validity(),
             "harness": result.harness,
             "outcome": result.outcome,
+            # what the fault that stopped the run was, and when it was seen (the policy's stop_cut)
+            "fault_kind": run_fault_kind(result.outcome, result.records),
+            "fault_at": result.fault_at,
             "aggregate": result.aggregate is not None,
             "valid": result.valid,
             "invalid_reasons": result.invalid_reasons,

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, Literal, TypeVar
@@ -86,11 +87,11 @@ from ledger.collectors.semantic import (
     semantic_gate_payload,
 )
 from ledger.devices import items_not_listed, visible_device_items
-from ledger.entries import MAX_LEASE_S, format_time, now_utc, pin_bindings
+from ledger.entries import FAULT_UNANSWERED, MAX_LEASE_S, format_time, now_utc, parse_time, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
 from ledger.hashing import hash_file, parse_digest
 from ledger.recorder import Recorder
-from ledger.signatures import FailureClass, Signature, load_signatures
+from ledger.signatures import FailureClass, Signature, load_signatures, unanswered_error
 
 __all__ = [
     "BOUND_KEYS",
@@ -1804,6 +1805,19 @@ def _folder_identity(path: Path) -> tuple[int, int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
+def _unanswered_fault_at(payload: Mapping[str, Any]) -> datetime | None:
+    """When a harness run's fault was seen (``bounds.fault_at``), only where every request it faulted got no
+    answer (``bounds.fault_kind`` "unanswered": never an HTTP 5xx, never a timeout); None otherwise."""
+    bounds = payload.get("bounds")
+    if not isinstance(bounds, Mapping) or bounds.get("fault_kind") != FAULT_UNANSWERED:
+        return None
+    at = bounds.get("fault_at")
+    try:
+        return parse_time(at) if isinstance(at, str) else None
+    except LedgerError:
+        return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -2675,6 +2689,7 @@ class CampaignRunner:
         )
 
     def _probe_gate(self, payload: dict[str, Any]) -> tuple[str, str | None, list[str], dict[str, int]]:
+        failed_at = now_utc()  # the probe returned: when it is seen, as the policy reads it (collected_at)
         eid = self._record("health.probe", payload)
         if payload["ok"]:
             return "passed", None, [eid], {"requests": int(payload.get("count") or 1)}
@@ -2702,7 +2717,9 @@ class CampaignRunner:
             if launch:
                 evidence.append(launch)
             sig = self.result.attempts[-1].get("failure_signature") if self.result.attempts else None
-            outside = self._stopped_from_outside() if payload.get("http_status") is None else None
+            # no answer at all (its connection refused, reset, closed: never a timeout, never an HTTP status)
+            unanswered = payload.get("http_status") is None and unanswered_error(payload.get("error"))
+            outside = self._stopped_from_outside(run, failed_at) if unanswered else None
             if outside and server_side:
                 raise _GateFailed(f"{payload.get('error')}: {outside}", evidence)
             if sig and server_side:
@@ -2881,7 +2898,7 @@ class CampaignRunner:
                 evidence=evidence,
                 expect_model=self._expect_answered_model(),
             )
-        outside = self._stopped_from_outside() if fault else None
+        outside = self._stopped_from_outside(run, _unanswered_fault_at(payload)) if fault else None
         if fault:
             payload["status"] = "failed"
             payload["reason"] = (
@@ -2939,7 +2956,7 @@ class CampaignRunner:
         payload = benchmark_gate_payload(
             result, bounds, order=order, evidence=evidence, expect_model=self._expect_answered_model()
         )
-        outside = self._stopped_from_outside() if fault else None
+        outside = self._stopped_from_outside(run, _unanswered_fault_at(payload)) if fault else None
         if fault:
             payload["status"] = "failed"
             payload["reason"] = (
@@ -2998,17 +3015,33 @@ class CampaignRunner:
             f" [engine failure: {sig}]" if sig else ""
         )
 
-    def _stopped_from_outside(self) -> str | None:
-        """Why the engine of the current attempt is no fault of its own when a request got no answer: its
-        recorded launch ended by a signal whose class (the signature table's) is one of the policy's
-        ``stop_classes`` (an outside SIGTERM, ``killed-sigterm``, class operator-stop); None otherwise (a
-        SIGKILL, class resource, is the engine's). The policy derives the same from the log
-        (``e.derived.stop_cut``, rule stopped-from-outside); this is the collector's own hint."""
+    def _stopped_from_outside(self, run: EngineRun | None, failed_at: datetime | None) -> str | None:
+        """Why the engine of the current attempt is no fault of its own when a request got no answer (seen at
+        ``failed_at``; None: the failure was an answer or a timeout — never excused): its recorded launch
+        ended by a signal (one the process ended by: an exit status, 143 too, is none) whose class (the
+        signature table's) is one of the policy's ``stop_classes`` (an outside SIGTERM, ``killed-sigterm``,
+        class operator-stop), no Python traceback in its logs after readiness, and the stop reached the
+        engine (``EngineRun.stopped_at``) no later than ``stop_cut_tolerance_s`` after the failure was seen;
+        None otherwise (a SIGKILL, class resource, is the engine's). The policy derives the same from the
+        log (``e.derived.stop_cut``, rule stopped-from-outside); this is the collector's own hint."""
         from ledger.signatures import signature_classes
 
         last = self.result.attempts[-1] if self.result.attempts else None
         stops = self._param("stop_classes")
-        if last is None or not last.get("ready") or not isinstance(stops, list):
+        tolerance = self._param("stop_cut_tolerance_s")
+        if last is None or not last.get("ready") or not isinstance(stops, list) or run is None:
+            return None
+        if failed_at is None or isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
+            return None
+        signal_no = last.get("signal")
+        if isinstance(signal_no, bool) or not isinstance(signal_no, int) or last.get("exit_code") is not None:
+            return None
+        stopped = run.stopped_at()
+        if (
+            stopped is None
+            or (stopped - failed_at).total_seconds() > tolerance
+            or run.traceback_after_ready()
+        ):
             return None
         sig = last.get("failure_signature")
         cls = signature_classes().get(str(sig)) if sig is not None else None

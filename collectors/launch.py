@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -55,6 +56,7 @@ from ledger.entries import format_time, now_utc
 from ledger.errors import CollectorError, PortInUseError
 from ledger.signatures import (
     ENGINE_ENDED,
+    PYTHON_TRACEBACK,
     Classification,
     RunOutcome,
     Signature,
@@ -84,6 +86,7 @@ PORT_CONFLICT = "ledger-collector: port {port} answered readiness from a process
 # `readiness-refused`, class config: the campaign's configuration, not the engine's fault)
 READINESS_REFUSED = "ledger-collector: the engine refused the collector's readiness requests: {note}"
 DRAIN_S = 1.0  # at most this long, before SIGTERM, for the engine's pipes to be read empty
+EXIT_POLL_S = 0.02  # how often the leader's end is polled where no pidfd can watch it (``_watch_exit``)
 
 RELEVANT_ENV_PREFIXES = (
     "VLLM_",
@@ -340,6 +343,13 @@ class EngineRun:
         self.lease_expired = False
         self.failure_observed: str | None = None  # set by probes that saw the engine fail a request
         self.stop_escalated = False
+        # when the engine's leader process ended, as a thread watching it saw (``_watch_exit``), and when
+        # its logs first showed a stop marker after readiness before this process told it to stop
+        # (``_on_line``): the policy's ``stop_cut`` compares a failure's time with the earlier of the two
+        self.exited_at: Any = None
+        self.stop_marker_at: Any = None
+        self._markers = stop_markers()
+        self._exit_watch: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
         self._stopped = threading.Event()
         self.keeper_note = self.log_dir / "lease-keeper.log"  # written by the keeper only when it acts
@@ -397,6 +407,8 @@ class EngineRun:
             t.start()
         self._watchdog = threading.Thread(target=self._watch_lease, daemon=True, name="lease-watchdog")
         self._watchdog.start()
+        self._exit_watch = threading.Thread(target=self._watch_exit, daemon=True, name="exit-watch")
+        self._exit_watch.start()
 
     def _start_keeper(self) -> None:
         """Start the lease keeper: it stops the group should this process die or the watchdog not act."""
@@ -474,6 +486,39 @@ class EngineRun:
     def _on_line(self, line: str) -> None:
         with self._lock:
             self._phases.feed(line, time.monotonic() - self._t0)
+            if (
+                self.stop_marker_at is None
+                and self.ready_lines is not None
+                and self.stop_lines is None
+                and any(m.search(line) for m in self._markers)
+            ):
+                self.stop_marker_at = now_utc()
+
+    def _watch_exit(self) -> None:
+        """Record when the engine's leader process ends (``exited_at``), as it ends: a pidfd that becomes
+        readable (it does not reap the process: ``Popen`` still does), else a poll every
+        :data:`EXIT_POLL_S`. The time of an end the collector only noticed later (after a probe returned)
+        would put an outside stop after the failure it caused."""
+        proc = self.proc
+        if proc is None:
+            return
+        fd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            fd = os.pidfd_open(proc.pid)
+        try:
+            while self.exited_at is None:
+                if fd is not None:
+                    ended = bool(select.select([fd], [], [], 0.5)[0])
+                else:
+                    ended = proc.poll() is not None
+                    if not ended:
+                        time.sleep(EXIT_POLL_S)
+                if ended:
+                    with self._lock:
+                        self.exited_at = now_utc()
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def _watch_lease(self) -> None:
         """Stop the group when the lease runs out, even while the caller is blocked in a request."""
@@ -613,6 +658,26 @@ class EngineRun:
                 return True
         return False
 
+    def traceback_after_ready(self) -> bool:
+        """Whether a log shows a Python traceback after readiness (``PYTHON_TRACEBACK``): the engine failed
+        at runtime, whatever ended it. True also where a log cannot be read (fail closed)."""
+        if self.ready_lines is None:
+            return True
+        for t in self._tees:
+            try:
+                lines = t.path.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                return True
+            if any(PYTHON_TRACEBACK in line for line in lines[self.ready_lines.get(t.path.name, 0) :]):
+                return True
+        return False
+
+    def stopped_at(self) -> Any:
+        """When a stop reached the engine, as this process saw it: the earlier of its leader's end
+        (``exited_at``) and its first stop marker after readiness (``stop_marker_at``); None: neither."""
+        times = [t for t in (self.exited_at, self.stop_marker_at) if t is not None]
+        return min(times) if times else None
+
     def stop(self, reason: str) -> None:
         """Stop the whole process group: SIGTERM, a grace period, then SIGKILL; then any process of the
         engine that left the group. Idempotent. An engine already shutting down when asked (its logs show a
@@ -669,6 +734,8 @@ class EngineRun:
         self._release_keeper()
         for t in self._tees:
             t.join(timeout=5)
+        if self._exit_watch is not None:  # the leader is reaped: its end is recorded at once
+            self._exit_watch.join(timeout=1)
         self.ended_at = now_utc()
 
     def _signal_group(self, sig: signal.Signals) -> None:
@@ -763,6 +830,10 @@ class EngineRun:
                 details["stop_drained"] = True
         if self.ready_lines is not None:
             details["ready_lines"] = dict(self.ready_lines)
+        if self.exited_at is not None:
+            details["exited_at"] = format_time(self.exited_at)
+        if self.stop_marker_at is not None:
+            details["stop_marker_at"] = format_time(self.stop_marker_at)
         details["launch_id"] = self.launch_id
         if self.port is not None:
             details["port"] = self.port

@@ -64,6 +64,7 @@ from ledger.collectors.benchmark import (
     read_bindings,
     refusal_reason,
     refused_by_campaign,
+    run_fault_kind,
     send_request,
     timed_out,
     unjudged_checks,
@@ -381,6 +382,10 @@ class SemanticResult:
     engine_checks: list[dict[str, Any]] = field(default_factory=list)
     # the item the engine refused for the campaign's configuration (outcome config; not scored): its id
     refused: list[str] = field(default_factory=list)
+    # the request whose fault stopped the run (outcome "fault"; none: a fault no request shows), and when
+    # the run saw it: ``bounds.fault_kind`` / ``bounds.fault_at``
+    faulted: list[RequestRecord] = field(default_factory=list)
+    fault_at: str | None = None
 
     @property
     def unjudged(self) -> list[str]:
@@ -462,6 +467,8 @@ async def run_semantic_async(
     seen: list[dict[str, str]] = []
     answered: Counter[str] = Counter()  # the items the engine answered, by id (refused_by_campaign)
     refused: list[str] = []
+    faulted: list[RequestRecord] = []
+    fault_at: str | None = None
     check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
     async with http_session(2, spec.request_timeout_s, headers) as client:
         bound, unread = await read_bindings(client, base, bindings)
@@ -541,6 +548,8 @@ async def run_semantic_async(
                 answered[item.id] += 1
             if rec.fault:
                 outcome, stopped = "fault", f"engine fault at item {item.id}: {rec.error}"
+                faulted.append(rec)
+                fault_at = _now()
                 break
             checks = [] if rec.error else score_answer(item, rec.text or "")
             passed = rec.error is None and all(c.passed for c in checks)
@@ -581,6 +590,8 @@ async def run_semantic_async(
         seen,
         engine_checks=check.checks,
         refused=refused,
+        faulted=faulted,
+        fault_at=(fault_at or _now()) if outcome == "fault" else None,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -703,6 +714,9 @@ def semantic_gate_payload(
             "harness": result.harness,
             "harness_digest": result.harness_digest,
             "outcome": result.outcome,
+            # what the fault that stopped the run was, and when it was seen (the policy's stop_cut)
+            "fault_kind": run_fault_kind(result.outcome, result.faulted),
+            "fault_at": result.fault_at,
             "aggregate": score is not None,
             "failed_items": [i.id for i in failed[:100]],
             # the model measured: what /v1/models served before the first item (the policy credits the

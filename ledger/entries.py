@@ -537,6 +537,18 @@ class HealthProbe(_Model):
 # "operator-stop" is FailureClass.OPERATOR_STOP's word (a signal from outside), "config" FailureClass.CONFIG's
 # (the engine refused a request for the campaign's configuration: ledger.answers.refusal)
 HarnessOutcome = Literal["completed", "fault", "lease-expired", "operator-stop", "config"]
+# what the fault that stopped a harness run (outcome "fault") was, over every request the engine faulted
+# (``bounds.fault_kind``, written by ``collectors/benchmark.py`` ``run_fault_kind``, read by the policy's
+# ``stop_cut``): "unanswered" — each one's connection was refused, reset or closed before the engine
+# answered it (no HTTP status, no error object: the engine said nothing); "answered" — one got an answer
+# that says the engine failed (an HTTP 5xx, an error object, finish_reason "error", a stream the engine
+# ended itself); "timeout" — one timed out (a hang, a connection never accepted); "other" — anything else
+# (the bindings unreadable or changed, a plain error of an engine no longer alive)
+HarnessFaultKind = Literal["unanswered", "answered", "timeout", "other"]
+FAULT_UNANSWERED: HarnessFaultKind = "unanswered"
+FAULT_ANSWERED: HarnessFaultKind = "answered"
+FAULT_TIMEOUT: HarnessFaultKind = "timeout"
+FAULT_OTHER: HarnessFaultKind = "other"
 
 
 def _whole_count(v: Any) -> Any:
@@ -592,6 +604,9 @@ class HarnessBounds(BaseModel):
     saturation_detection: SaturationDetection | None = None
     # the benchmark asked the engine for token ids (c1 parity by ids): a boolean, "true" is none
     request_token_ids: bool | None = None
+    # a run an engine fault stopped: what the fault was (``HarnessFaultKind``) and when the harness saw it
+    fault_kind: HarnessFaultKind | None = None
+    fault_at: Time | None = None
 
 
 class GateResult(_Model):

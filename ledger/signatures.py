@@ -23,6 +23,7 @@ __all__ = [
     "CRASH_SIGNALS",
     "DEFAULT_SIGNATURES",
     "ENGINE_ENDED",
+    "PYTHON_TRACEBACK",
     "Classification",
     "FailureClass",
     "RunOutcome",
@@ -40,6 +41,7 @@ __all__ = [
     "signature_classes",
     "status_signatures",
     "stop_markers",
+    "unanswered_error",
 ]
 
 # the table is the collectors' data (they classify runs with it); the policy reads the classes it names
@@ -372,9 +374,34 @@ def _stop_markers(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
     if not isinstance(raw, list) or not all(isinstance(m, str) and m for m in raw):
         raise ConfigError(f"{p}: stop_markers must be a list of regular expressions")
     try:
-        return tuple(re.compile(m) for m in raw)
+        # each marker is a line's: ``^``/``$`` anchor at every line of the text searched (the collector's
+        # ``_stopping_already`` and ``before_stop`` search text of many lines)
+        return tuple(re.compile(m, re.MULTILINE) for m in raw)
     except re.error as e:
         raise ConfigError(f"{p}: bad stop marker: {e}") from e
+
+
+# A health probe's error (``collectors/probe.py``: ``f"{type(e).__name__}: {e}"`` of the httpx error) that
+# says the request got no answer because its connection was refused, reset or closed: the engine said nothing
+# (no HTTP status). Anything else — a timeout (``ReadTimeout``, ``ConnectTimeout``, … : the engine hung), a
+# protocol error that is no bare disconnect, no error at all — is not (fail closed). The policy's
+# ``stop_cut`` and the collector's ``_stopped_from_outside`` read this one judgement.
+_UNANSWERED_ERROR = re.compile(
+    r"(?:ConnectError|ReadError|WriteError): "
+    r"|RemoteProtocolError: Server disconnected without sending a response"
+)
+
+
+# the head of a Python traceback: an engine that printed one after readiness failed at runtime, whatever
+# ended it later (an unmatched one has no signature of its own): no stop from outside excuses its failure
+# (the policy's ``stop_cut``, the collector's ``_stopped_from_outside``)
+PYTHON_TRACEBACK = "Traceback (most recent call last)"
+
+
+def unanswered_error(error: object) -> bool:
+    """Whether a probe's recorded ``error`` says its request got no answer: its connection refused, reset or
+    closed (``_UNANSWERED_ERROR``, matched at the start); never a timeout, never a text of another shape."""
+    return isinstance(error, str) and _UNANSWERED_ERROR.match(error) is not None
 
 
 def stop_markers(path: Path | None = None) -> tuple[re.Pattern[str], ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
@@ -27,7 +28,7 @@ from ledger.devices import (
     index_text,
     visible_device_items,
 )
-from ledger.entries import format_time, parse_time, pin_bindings
+from ledger.entries import FAULT_UNANSWERED, format_time, parse_time, pin_bindings
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.conditions import Condition
@@ -44,6 +45,7 @@ from ledger.policy.snapshot import (
 )
 from ledger.signatures import (
     COLLECTOR_STOPPED,
+    PYTHON_TRACEBACK,
     UNKNOWN_CLASS,
     Classification,
     RunOutcome,
@@ -57,6 +59,7 @@ from ledger.signatures import (
     signature_classes,
     status_signatures,
     stop_markers,
+    unanswered_error,
 )
 from ledger.store.base import ArtifactStore
 from ledger.trust import trust_problem
@@ -2116,6 +2119,8 @@ def _derive(
     starts: list[tuple[datetime, int]] = []
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     launch_of: dict[int, Evidence] = {}  # attempt → its launch (``stop_cut``)
+    # launch id → why its stored logs do not show a clean run after readiness (``_LogScan.unclean``)
+    unclean: dict[str, str | None] = {}
     subject_launches: list[Evidence] = []
     host_events = _host_gpu_events(trusted, superseded)
     campaign_starts = _campaign_starts(trusted, output_kinds)
@@ -2178,6 +2183,7 @@ def _derive(
                 derived["failure_class"] = classes.get(str(sig), UNKNOWN_CLASS)
             outcome = _outcome(e.payload)
             scan = _classify_stored_logs(e, outcome, store, log_signatures, markers)
+            unclean[e.id] = scan.unclean
             derived["log_failure_signature"] = scan.whole.signature
             derived["log_failure_class"] = scan.whole.failure_class
             derived["log_failure_named"] = scan.whole_named
@@ -2243,26 +2249,79 @@ def _derive(
             attempt_end = ends.get(attempt)
             if attempt_end is not None and e.observed_time > attempt_end:
                 e.derived_["after_launch_end"] = True
-    _mark_stop_cuts(trusted, launch_of, params or {})
+    _mark_stop_cuts(trusted, launch_of, params or {}, unclean)
 
 
 def _unanswered(e: Evidence) -> bool | None:
-    """Whether ``e`` failed for lack of an answer: a ``health.probe`` that is not ok and records no HTTP
-    status (refused, reset, cut, timed out), a ``gate.result`` whose harness run an engine fault stopped
-    (``bounds.outcome`` "fault": the first request the engine did not answer ends it). False for an entry
-    that shows the engine answered (a probe with an HTTP status, a harness run that completed); None for
-    any other entry (it says neither)."""
+    """Whether ``e`` failed for lack of an answer: a ``health.probe`` that is not ok, records no HTTP
+    status and whose error says its connection was refused, reset or closed (``unanswered_error``: never a
+    timeout — a hang is the engine's); a ``gate.result`` whose harness run an engine fault stopped
+    (``bounds.outcome`` "fault") where every request the engine faulted was unanswered so
+    (``bounds.fault_kind`` "unanswered": never an HTTP 5xx or another answer, never a timeout; a record
+    without it is no such run — fail closed). False for an entry that shows the engine answered (a probe
+    with an HTTP status, a harness run that completed); None for any other entry (it says neither, or its
+    failure is the engine's whatever ended it)."""
     if e.kind == "health.probe":
         if e.payload.get("http_status") is not None:
             return False
-        return None if e.derived.get("ok") else True
+        if e.derived.get("ok"):
+            return None
+        return True if unanswered_error(e.payload.get("error")) else None
     if e.kind == "gate.result":
         bounds = e.payload.get("bounds")
         outcome = bounds.get("outcome") if isinstance(bounds, dict) else None
         if outcome == "fault":
-            return True
+            return True if bounds.get("fault_kind") == FAULT_UNANSWERED else None  # type: ignore[union-attr]
         return False if outcome == "completed" else None
     return None
+
+
+def _failed_at(e: Evidence) -> datetime | None:
+    """When ``e`` failed, as far as the log can know: a probe's observed time (its ``collected_at``, taken
+    after its request returned, never after the log took it); a harness run's ``bounds.fault_at`` (when it
+    saw the fault), never after its own observed time. None where a harness run records no time that
+    parses (fail closed: no stop can be shown to come first)."""
+    if e.kind != "gate.result":
+        return e.observed_time
+    bounds = e.payload.get("bounds")
+    at = bounds.get("fault_at") if isinstance(bounds, dict) else None
+    if not isinstance(at, str):
+        return None
+    try:
+        return min(parse_time(at), e.observed_time)
+    except LedgerError:
+        return None
+
+
+def _stopped_at(launch: Evidence) -> datetime | None:
+    """When the stop from outside reached ``launch``'s engine, as the collector saw it: the earlier of the
+    time its leader process ended (``details.exited_at``) and the time its logs first showed a stop marker
+    after readiness (``details.stop_marker_at``); None where it records neither (a launch recorded before
+    they were kept: no stop time to compare a failure with — fail closed) or one that does not parse."""
+    raw = launch.payload.get("details")
+    details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    times: list[datetime] = []
+    for key in ("exited_at", "stop_marker_at"):
+        v = details.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, str):
+            return None
+        try:
+            times.append(parse_time(v))
+        except LedgerError:
+            return None
+    return min(times) if times else None
+
+
+def _tolerance(params: Mapping[str, Any]) -> float | None:
+    """``params.stop_cut_tolerance_s``: how much earlier than the recorded stop a failure may be seen and
+    still be the stop's (a finite number ≥ 0); None where the policy names none or mistypes it (nothing
+    is excused: fail closed)."""
+    v = params.get("stop_cut_tolerance_s")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
 
 
 def _stop_classes(params: Mapping[str, Any], name: str) -> frozenset[str] | None:
@@ -2272,17 +2331,28 @@ def _stop_classes(params: Mapping[str, Any], name: str) -> frozenset[str] | None
     return frozenset(value)
 
 
-def _stopped_from_outside(launch: Evidence, params: Mapping[str, Any]) -> str | None:
+def _stopped_from_outside(
+    launch: Evidence, params: Mapping[str, Any], unclean: Mapping[str, str | None] | None = None
+) -> str | None:
     """Why ``launch`` (a ready one) was ended by a signal the policy classes as a stop
     (``params.stop_classes``), from its recorded end (``end_failure_class``: the status-only signature of
-    its exit status, where the launch does not attribute the end to the collector's own stop), with no
-    failure in its stored logs the policy does not excuse (a class in ``params.fault_classes`` anywhere, or
-    one outside ``params.stop_classes`` after readiness); None otherwise — a SIGKILL (class resource: the
-    OOM killer) is no such stop."""
+    its exit status, where the launch does not attribute the end to the collector's own stop) — a signal
+    the collector saw end the process (``signal`` a whole number, no ``exit_code``: an exit status 143 is
+    the engine's own exit, no signal) —, with no failure in its stored logs the policy does not excuse (a
+    class in ``params.fault_classes`` anywhere, or one outside ``params.stop_classes`` after readiness)
+    and logs that show a clean run after readiness (``unclean``: every log read, no Python traceback);
+    None otherwise — a SIGKILL (class resource: the OOM killer) is no such stop."""
     stop = _stop_classes(params, "stop_classes")
     faults = _stop_classes(params, "fault_classes")
     d = launch.derived
     if stop is None or faults is None or launch.payload.get("ready") is not True:
+        return None
+    sig = launch.payload.get("signal")
+    if isinstance(sig, bool) or not isinstance(sig, int) or sig <= 0:
+        return None
+    if launch.payload.get("exit_code") is not None:  # an exit status (143 too) is the engine's own exit
+        return None
+    if unclean is None or launch.id not in unclean or unclean[launch.id] is not None:
         return None
     if d.get("end_failure_class") not in stop:
         return None
@@ -2302,15 +2372,23 @@ def _stopped_from_outside(launch: Evidence, params: Mapping[str, Any]) -> str | 
 
 
 def _mark_stop_cuts(
-    trusted: Sequence[Evidence], launch_of: Mapping[int, Evidence], params: Mapping[str, Any]
+    trusted: Sequence[Evidence],
+    launch_of: Mapping[int, Evidence],
+    params: Mapping[str, Any],
+    unclean: Mapping[str, str | None],
 ) -> None:
     """``e.derived.stop_cut`` of a ``health.probe`` or ``gate.result`` that failed for lack of an answer
     (``_unanswered``) because its engine was stopped from outside: the launch of its attempt — the same
     attempt when it was collected and when the log took it — ended by a signal the policy classes as a stop
     (``_stopped_from_outside``), and no entry of that attempt logged after it shows the engine answering
     (an answer after the failure shows the engine still served then: the failure came before the stop and
-    is the engine's). The text names the launch and its end; None otherwise. A failure the engine showed
-    with an answer (an HTTP 5xx, a wrong answer) is never such a cut."""
+    is the engine's), and the failure was not seen before the stop reached the engine (``_failed_at`` no
+    earlier than ``_stopped_at`` less ``params.stop_cut_tolerance_s``: a failure before the signal cannot
+    be its doing). The text names the launch and its end; None otherwise. A failure the engine showed with
+    an answer (an HTTP 5xx, a wrong answer) or a timeout (a hang) is never such a cut."""
+    tolerance = _tolerance(params)
+    if tolerance is None:
+        return
     answered_last: dict[int, int] = {}  # attempt → the seq of the last entry of it showing an answer
     for e in trusted:
         if e.derived_ is None or e.kind not in ("health.probe", "gate.result"):
@@ -2327,7 +2405,10 @@ def _mark_stop_cuts(
         launch = launch_of.get(attempt)
         if launch is None or answered_last.get(attempt, -1) > e.seq:
             continue
-        why = _stopped_from_outside(launch, params)
+        failed, stopped = _failed_at(e), _stopped_at(launch)
+        if failed is None or stopped is None or (stopped - failed).total_seconds() > tolerance:
+            continue
+        why = _stopped_from_outside(launch, params, unclean)
         if why is not None:
             e.derived_["stop_cut"] = why
 
@@ -2852,6 +2933,9 @@ class _LogScan:
     whole_named: str
     after_ready: Classification
     after_ready_named: str
+    # why the logs do not show a clean run after readiness (a Python traceback there, a log not read
+    # back, none stored); None: clean (``_stopped_from_outside``)
+    unclean: str | None = None
 
 
 def _classify_stored_logs(
@@ -2911,10 +2995,13 @@ def _classify_stored_logs(
 
     whole: dict[str, tuple[str, int, str]] = {}  # signature id → (log, line number, line): the last match
     after: dict[str, tuple[str, int, str]] = {}
+    unclean: list[str] = [] if e.artifacts else ["no log stored"]
 
     def feed(name: str, first_line: int, text: str, after_ready: bool) -> None:
         if not text:
             return
+        if after_ready and not unclean and (at := text.find(PYTHON_TRACEBACK)) >= 0:
+            unclean.append(f"{name} line {first_line + text.count(chr(10), 0, at)}: a Python traceback")
         for sig in signatures:
             found = sig.locate(text, outcome)
             if found is not None:
@@ -2928,6 +3015,7 @@ def _classify_stored_logs(
         feed("failure_detail", 1, detail, True)
     for a in e.artifacts:
         if not a.get("stored", True):
+            unclean.append(f"{a.get('name')} not stored")
             continue
         name = str(a.get("name"))
         keep = kept(a.get("name"))
@@ -2973,6 +3061,7 @@ def _classify_stored_logs(
             with store.open_verified(digest) as f:
                 scan(before_stop(_lines_of(f), markers, keep, exact=drained))
         except LedgerError:
+            unclean.append(f"{name} not read back")
             continue
 
     def pick(found: dict[str, tuple[str, int, str]]) -> tuple[Classification, str]:
@@ -2991,7 +3080,7 @@ def _classify_stored_logs(
 
     w, w_named = pick(whole)
     r, r_named = pick(after)
-    return _LogScan(w, w_named, r, r_named)
+    return _LogScan(w, w_named, r, r_named, unclean[0] if unclean else None)
 
 
 def _count(v: Any) -> bool:

@@ -8,7 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ledger.collectors.launch import EngineRun, LaunchSpec
+from ledger.entries import parse_time
 
 MARKER = "[shutdown] API server: shutdown triggered"  # a stop marker of collectors/signatures.toml
 
@@ -39,7 +42,11 @@ def _run(tmp_path: Path, *, stop: bool, marker: str = MARKER) -> EngineRun:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and "serving" not in run.stdout_path.read_text():
         time.sleep(0.05)
-    time.sleep(0.8)  # past the marker, if any
+    if stop:  # past the marker (waited for, not timed: a loaded machine starts the engine late)
+        while time.monotonic() < deadline and marker not in run.stdout_path.read_text():
+            time.sleep(0.05)
+    else:
+        time.sleep(0.8)  # where a marker would have been
     return run
 
 
@@ -74,3 +81,91 @@ def test_a_line_that_is_no_marker_is_not_a_stop(tmp_path: Path) -> None:
     run.stop("finished")
     # the collector stopped it before (or while) it killed itself: its stop, sent with stop_lines
     assert "stop_lines" in run.payload()["details"]
+
+
+# --- fix 80 (audit 71 f2): uvicorn's stop line as uvicorn really logs it, among other lines ---------------
+
+UVICORN_LINES = (
+    'INFO:     127.0.0.1:47002 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    "INFO:     Shutting down",
+    "INFO:     Waiting for connections to close. (CTRL+C to force quit)",
+)
+
+ENGINE_LINES = """
+import os, signal, sys, time
+print("serving", flush=True)
+time.sleep(0.5)
+for line in {lines!r}:
+    print(line, flush=True)
+time.sleep(1.0)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(60)
+"""
+
+
+def _run_lines(tmp_path: Path, lines: tuple[str, ...]) -> EngineRun:
+    spec = LaunchSpec(
+        engine="generic",
+        command=[sys.executable, "-c", ENGINE_LINES.format(lines=lines)],
+        base_url="http://127.0.0.1:9",
+        lease_seconds=30,
+        grace_seconds=5,
+    )
+    run = EngineRun(spec, tmp_path / "logs")
+    run.start()
+    run.ready_lines = {"stdout.log": 0, "stderr.log": 0}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "serving" not in run.stdout_path.read_text():
+        time.sleep(0.05)
+    time.sleep(0.8)
+    return run
+
+
+def test_uvicorns_stop_line_among_others_is_a_stop_marker(tmp_path: Path) -> None:
+    """f2: ``^INFO:\\s+Shutting down$`` matched nothing in the joined log (compiled without re.MULTILINE):
+    uvicorn's real sequence is now read as an engine already shutting down — its own end, its signal."""
+    run = _run_lines(tmp_path, UVICORN_LINES)
+    run.stop("finished")
+    p = run.payload()
+    assert p["details"]["stop_reason"] == "exited"
+    assert p["signal"] == 15
+    assert "stop_lines" not in p["details"]
+    # the stop's times the policy compares a failure with: the marker's line, then the process's end
+    assert p["details"]["stop_marker_at"] <= p["details"]["exited_at"] <= p["ended_at"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO:     Shutting down now",  # more words after it
+        "DEBUG:    Shutting down",  # another level
+        "INFO:     shutting down",  # another case
+    ],
+)
+def test_a_near_miss_of_uvicorns_stop_line_is_no_marker(tmp_path: Path, line: str) -> None:
+    run = _run_lines(tmp_path, (UVICORN_LINES[0], line))
+    run.stop("finished")
+    p = run.payload()
+    assert "stop_lines" in p["details"]
+    assert "stop_marker_at" not in p["details"]
+
+
+def test_the_engines_end_is_recorded_when_it_happens(tmp_path: Path) -> None:
+    """``details.exited_at`` is when the process ended (a watcher sees it), not when the collector next
+    looked: an engine that ended 1.3 s before the collector's stop keeps that time."""
+    spec = LaunchSpec(
+        engine="generic",
+        command=[sys.executable, "-c", "import time; print('serving', flush=True); time.sleep(0.3)"],
+        base_url="http://127.0.0.1:9",
+        lease_seconds=30,
+        grace_seconds=5,
+    )
+    run = EngineRun(spec, tmp_path / "logs")
+    run.start()
+    time.sleep(1.6)
+    run.stop("finished")
+    p = run.payload()
+    exited = parse_time(p["details"]["exited_at"])
+    assert (parse_time(p["ended_at"]) - exited).total_seconds() > 1.0
+    assert (exited - parse_time(p["started_at"])).total_seconds() < 1.0

@@ -17,13 +17,39 @@ RUNTIME = "NOT QUALIFIED — RUNTIME RELIABILITY"
 RULE = "stopped-from-outside"
 
 
+# when the collector saw the engine's process end (fix 80: the stop's time, ``details.exited_at``): just
+# before the structured probe (10:01:20) failed; a benchmark cut passes its own
+EXITED_AT = "2026-09-10T10:01:19.900000Z"
+BENCHMARK_EXITED_AT = "2026-09-10T10:29:59.800000Z"
+# a clean run's stored log: readiness, then an access line (fix 80: a launch whose logs are not stored, or
+# show a traceback after readiness, excuses nothing)
+CLEAN_LOG = (
+    "INFO:     Application startup complete.\n"
+    'INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+)
+
+
 def _stopped(
-    es: list[dict[str, Any]], *, signal: int = 15, signature: str = "killed-sigterm", **details: Any
+    es: list[dict[str, Any]],
+    *,
+    signal: int = 15,
+    signature: str = "killed-sigterm",
+    exited_at: str = EXITED_AT,
+    log: str = CLEAN_LOG,
+    **details: Any,
 ) -> None:
-    """The launch ended by a signal of its own (not the collector's stop): stop reason "exited"."""
-    p = entry(es, "launch")["payload"]
+    """The launch ended by a signal of its own (not the collector's stop): stop reason "exited", its
+    process's end seen at ``exited_at``, its stored log ``log`` (the first line before readiness)."""
+    launch = entry(es, "launch")
+    p = launch["payload"]
     p.update(signal=signal, exit_code=None, failure_signature=signature)
-    p["details"] = {"stop_reason": "exited", **details}
+    p["details"] = {
+        "stop_reason": "exited",
+        "ready_lines": {"stderr.log": 1},
+        "exited_at": exited_at,
+        **details,
+    }
+    launch["artifacts"] = [{"name": "stderr.log", "text": log}]
 
 
 def _cut_structured(es: list[dict[str, Any]], **payload: Any) -> None:
@@ -46,9 +72,15 @@ def _cut_benchmark(es: list[dict[str, Any]], **counts: Any) -> None:
     p = entry(es, "benchmark")["payload"]
     p["status"] = "failed"
     p["reason"] = "no aggregate result: engine fault at c1 repetition 0 request 81"
-    p["bounds"].update(outcome="fault", aggregate=False, valid=False)
+    p["bounds"].update(
+        outcome="fault",
+        aggregate=False,
+        valid=False,
+        fault_kind="unanswered",
+        fault_at="2026-09-10T10:29:59.900000Z",
+    )
     p["figures"] = {}
-    p["counts"].update(completed=81, issued=82, errors=1, cut=0, **counts)
+    p["counts"].update(completed=81, issued=82, errors=1, cut=0, unanswered=1, **counts)
     for name in ("benchmark-review", "benchmark-acceptance"):
         es.remove(entry(es, name))
 
@@ -66,7 +98,7 @@ def test_probe_cut_by_an_outside_sigterm_is_not_a_runtime_fault(tmp_path: Path) 
 
 def test_benchmark_cut_by_an_outside_sigterm_is_not_a_runtime_fault(tmp_path: Path) -> None:
     es = qualified_entries()
-    _stopped(es)
+    _stopped(es, exited_at=BENCHMARK_EXITED_AT)
     _cut_benchmark(es)
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == "INCONCLUSIVE", v["gates"]
@@ -169,13 +201,14 @@ def test_a_policy_without_stop_classes_excuses_nothing(tmp_path: Path) -> None:
 
 
 def test_a_probe_that_claims_nothing_is_judged_by_the_launch_not_by_itself(tmp_path: Path) -> None:
-    """The probe's own words (its error) are not read: a cut probe whose error says nothing of a stop is
-    excused by the launch's end all the same, and one whose error claims an operator stop is not excused
-    when the launch shows none."""
+    """The probe's claim of a stop is not read: the launch's end decides. Its error is read only to
+    narrow (fix 80): an error that does not say the connection was refused, reset or closed — empty here —
+    is no evidence of a request left unanswered, so it is not excused (fail closed); and one whose error
+    claims an operator stop is not excused when the launch shows none."""
     es = qualified_entries()
     _stopped(es)
     _cut_structured(es, error="")
-    assert verdict_of(tmp_path, es)["verdict"] == "INCONCLUSIVE"
+    assert verdict_of(tmp_path, es)["verdict"] == RUNTIME
     es = qualified_entries()
     entry(es, "launch")["payload"].update(failure_signature="request-failed")
     _cut_structured(es, error="stopped by the operator (SIGTERM, operator-stop)")
@@ -185,7 +218,7 @@ def test_a_probe_that_claims_nothing_is_judged_by_the_launch_not_by_itself(tmp_p
 def test_benchmark_errors_before_the_stop_still_count(tmp_path: Path) -> None:
     """More failed requests than were in flight when the stop cut the run: the engine failed before."""
     es = qualified_entries()
-    _stopped(es)
+    _stopped(es, exited_at=BENCHMARK_EXITED_AT)
     _cut_benchmark(es)
     entry(es, "benchmark")["payload"]["counts"]["errors"] = 40
     v = verdict_of(tmp_path, es)
