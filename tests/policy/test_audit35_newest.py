@@ -115,8 +115,13 @@ def test_f1_neighbour_a_failed_pin_of_another_host_does_not_count(tmp_path: Path
     es = _pins(late="pin")
     entry(es, "pin-failed")["subject"] = {**entry(es, "pin").get("subject", {}), "host": "other-box"}
     v = verdict_of(tmp_path, es)
-    assert rejected(v).get("pin-failed") in (None, "other-host")  # another host's fact: not even read
-    assert gates(v)["model-pinned"] == "passed" and v["verdict"] == QUALIFIED
+    assert rejected(v).get("pin-failed") in (None, "other-host")  # another host's fact: not counted
+    assert gates(v)["model-pinned"] == "passed"
+    # but an entry of the campaign names another host than the one asked: the claim does not hold, so the
+    # verdict for this host is not QUALIFIED (fix 71: the campaign is the unit, the other fields claims)
+    assert v["verdict"] == "INCONCLUSIVE", v["gates"]
+    [claim] = [c for c in v["claims"] if c["field"] == "host"]
+    assert claim["status"] == "contradicted", claim
 
 
 # --- f2: the GPUs the engine was given, on the newest probe ------------------------------------------------

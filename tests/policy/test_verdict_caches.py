@@ -64,8 +64,9 @@ def _tamper(home: Path, seq: int, envelope: dict[str, Any], *, thorough: bool = 
 
     A plain edit (``thorough=False``) leaves the row's entry id, so its envelope no longer hashes to the id
     its leaf commits: every verdict refuses the log (``error[integrity]``). The thorough forger also
-    rewrites the row's entry id, its log record and its leaf to match (and the index rows under the id):
-    each row then agrees with its leaf, and only the signature, which the forger cannot make, is wrong —
+    rewrites the row's entry id, its log record and its leaf to match (and the index rows under the id),
+    and removes HOME/checkpoint (which would refuse every signature over the rewritten log: no verdict at
+    all): each row then agrees with its leaf, and only the signature, which the forger cannot make, is wrong —
     what the caches must never vouch for. Returns the row's entry id after the edit."""
     from ledger.log import LogRecord, entry_id_of
 
@@ -88,6 +89,8 @@ def _tamper(home: Path, seq: int, envelope: dict[str, Any], *, thorough: bool = 
     (now,) = db.execute("SELECT entry_id FROM log_entries WHERE seq = ?", (seq,)).fetchone()
     db.commit()
     db.close()
+    if thorough:  # and sets aside the checkpoint the home holds: it covers the row, so with it nothing is
+        (home / "checkpoint").unlink(missing_ok=True)  # signed (log-inconsistent) and no verdict is given
     return str(now)
 
 
