@@ -596,6 +596,9 @@ def _receipts_verify(receipts: Sequence[dict[str, Any]], origin: str, pub: Publi
     return False
 
 
+UNKNOWN_LOG = "(log not known)"  # the origin an audit names when it cannot tell which log it checks
+
+
 def audit_refusing_server(
     receipts: Sequence[dict[str, Any]],
     *,
@@ -603,28 +606,82 @@ def audit_refusing_server(
     refusal: str,
     own_origin: str | None,
     shown: Callable[[str], dict[str, Any] | None],
+    public_key: str | None = None,
 ) -> AuditReport:
     """The audit of a server that refuses to sign its log (``log-inconsistent``: its log no longer extends
     a checkpoint it handed out — entries it had vouched for were lost or rewritten). Nothing it says can be
-    proved, so that refusal is the first problem; and each entry a kept receipt of another log than the
-    home's own names that the server no longer shows (``GET /v1/entries/{id}``, no signature needed) is
-    named as lost. Never "ok": the entries it still shows are unproven."""
-    origins = {o: n for o, n in _origins(receipts).items() if o != own_origin}
-    report = AuditReport(origin=next(iter(origins)) if len(origins) == 1 else ", ".join(sorted(origins)))
+    proved, so that refusal is the first problem; and each entry a kept receipt of the server's log names
+    that the server no longer shows (``GET /v1/entries/{id}``, no signature needed) is named as lost. Never
+    "ok": the entries it still shows are unproven.
+
+    The server's log is the pinned one (``public_key``: ``--public-key``, or the key this home recorded for
+    the server, ``audited_log``'s rule without a log served), its receipts checked against that key; without
+    one, the one log other than the home's own (``own_origin``) whose receipts the home keeps. Receipts of
+    other logs (another server's) are set aside, counted by origin, never blamed on this server; with no key
+    known and receipts of several other logs, which is the server's cannot be told: that is said
+    (``receipts-unchecked``) and none is named lost."""
+    candidates: list[str] = []
+    if public_key is not None:
+        origin = (
+            parse_verifier_key(public_key)[0]
+            if _is_vkey(public_key)
+            else _signed_origin(receipts, PublicKey.from_b64(public_key))
+        )
+    else:
+        candidates = sorted(o for o in _origins(receipts) if o != own_origin)
+        origin = candidates[0] if len(candidates) == 1 else None
+    report = AuditReport(origin=origin if origin is not None else UNKNOWN_LOG)
     report.server = {"url": server, "origin": "", "vkey": ""}
     report.problem(
         LogInconsistentError.code,
         f"{server} refuses to sign its log, so no entry it received can be proved included: {refusal}",
     )
-    seen: set[str] = set()
+    name, pub = _trust(public_key, None, origin) if public_key is not None and origin else (origin, None)
+    ours: list[dict[str, Any]] = []
     for doc in receipts:
-        if _claims(doc).label(doc) not in origins:
+        if origin is not None and name is not None and _claims(doc).of(doc, origin, name):
+            ours.append(doc)
             continue
+        other = _claims(doc).label(doc)
+        report.other_logs += 1
+        report.other_origins[other] = report.other_origins.get(other, 0) + 1
+    if not ours and report.other_logs:
+        if origin is not None:
+            why = f"none of the {report.other_logs} receipts this home keeps is of the log {origin}"
+        elif public_key is not None:
+            why = f"no receipt this home keeps verifies under the log key pinned for {server} ({public_key})"
+        elif not candidates:
+            why = "this home keeps no receipt of a log other than its own"
+        else:
+            why = (
+                f"no log key is known for {server} (none recorded in HOME/log-keys.json, no --public-key) "
+                "and the receipts this home keeps are of several logs: which is its log cannot be told "
+                "(give its --public-key)"
+            )
+        report.problem(
+            RECEIPTS_UNCHECKED,
+            f"{why}, so none was checked (none is named lost); they are of {_named(report.other_origins)}",
+        )
+    seen: set[str] = set()  # entries judged (a receipt the key refuses shadows no other of its entry)
+    for doc in ours:
         entry_id, index = _where(doc)
-        if entry_id is None or entry_id in seen:
+        if entry_id is not None and entry_id in seen:
             continue
+        if pub is not None:
+            try:  # its signed note (its unsigned JSON fields aside) is the log key's
+                parse_receipt(_signed_doc(doc) or doc, pub, key_name=str(name))
+            except LedgerError as e:
+                report.receipts += 1
+                report.problem(
+                    e.code, f"the receipt is not one this log signed: {e.message}", entry_id, index
+                )
+                continue
+        if entry_id is None:
+            continue  # no key to refuse it with, no entry to ask for
         seen.add(entry_id)
         report.receipts += 1
+        if isinstance(index, int) and (report.newest_index is None or index > report.newest_index):
+            report.newest_index = index
         if shown(entry_id) is None:
             report.problem(
                 ReceiptMismatchError.code,
@@ -633,6 +690,18 @@ def audit_refusing_server(
                 index,
             )
     return report
+
+
+def _signed_origin(receipts: Sequence[dict[str, Any]], pub: PublicKey) -> str | None:
+    """The one log whose kept receipts verify under ``pub`` (a base64 log key names no origin), None when
+    none does; several is an ``InputError`` (the key cannot say which)."""
+    signed = sorted(o for o in _origins(receipts) if _receipts_verify(receipts, o, pub))
+    if len(signed) > 1:
+        raise InputError(
+            f"receipts of several logs ({', '.join(signed)}) verify under this key: give the log's "
+            "verifier key (origin+hash+key, `ledger keys export log --vkey`) to say which"
+        )
+    return signed[0] if signed else None
 
 
 def audited_log(
@@ -661,13 +730,7 @@ def audited_log(
             served_origin == served_name or _receipts_verify(receipts, served_origin, pub)
         ):
             return served_origin, public_key
-        signed = sorted(o for o in _origins(receipts) if _receipts_verify(receipts, o, pub))
-        if len(signed) > 1:
-            raise InputError(
-                f"receipts of several logs ({', '.join(signed)}) verify under this key: give the log's "
-                "verifier key (origin+hash+key, `ledger keys export log --vkey`) to say which"
-            )
-        return (signed[0] if signed else served_origin), public_key
+        return (_signed_origin(receipts, pub) or served_origin), public_key
     origins = _origins(receipts)
     if served_origin in origins:
         return served_origin, served_vkey

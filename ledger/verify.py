@@ -313,8 +313,12 @@ def verify_log(
     re-derived leaves, so deleting checkpoint rows or tiles does not hide either."""
     report = VerifyReport()
     problems: list[VerifyProblem] = report.problems
-    with repo.read() as conn:
+    with repo.read(snapshot=True) as conn:
+        # the largest checkpoint stored when the log's size is read (read first, in the same snapshot): a
+        # larger one met later was published after, by a sequencer appending meanwhile (``_beyond_log``)
+        latest = repo.latest_checkpoint(conn)
         lo, hi, count = repo.bounds(conn)
+    signed_before = 0 if latest is None else int(latest.size)
     # seqs 0 .. max are all there (a primary key holds each once): ranges by arithmetic; else by the rows
     contiguous = count == 0 or (lo == 0 and hi is not None and hi + 1 == count)
     v1 = since is None and any(cp.format == 1 for cp in repo.iter_checkpoints())
@@ -398,9 +402,12 @@ def verify_log(
         finally:
             engine.dispose()
 
-    # checkpoints beyond the log: the log no longer has what they signed
+    # checkpoints beyond the log verified: the log no longer has what they signed, but for one of a log that
+    # grew while verify ran
+    grown_to: list[int] = []  # the log's size read again (when a checkpoint past it needs it)
     while order.next_cp is not None:
-        _check_checkpoint(order, order.next_cp, origin, log_key_name, log_public_key, report, since)
+        if not _beyond_log(repo, order.next_cp.size, len(order.builder), signed_before, grown_to):
+            _check_checkpoint(order, order.next_cp, origin, log_key_name, log_public_key, report, since)
         order.next_cp = next(order.checkpoints, None)
     report.size = len(order.builder)
     report.root = order.builder.root().hex()
@@ -433,6 +440,21 @@ def verify_log(
 
 
 _CODES: dict[str, str] = {str(p): p for p in Problem}
+
+
+def _beyond_log(repo: LogRepo, size: int, verified: int, signed_before: int, grown_to: list[int]) -> bool:
+    """Whether a stored checkpoint of ``size``, past the ``verified`` entries, belongs to a log that grew
+    while verify ran (not checked: the entries it signs were appended after the log's size was read), not
+    to one that lost entries. It does when it was published after that read (larger than every checkpoint
+    stored then, ``signed_before``, read in the same snapshot: the log held the entries of each of those)
+    and the log, its size read again now (after the checkpoint was read), holds its ``size`` entries. A
+    checkpoint stored before the size was read, or one past the log's size now, is judged (the log no
+    longer has the root it signed)."""
+    if size <= verified or size <= signed_before:
+        return False
+    if not grown_to or size > grown_to[0]:  # read again after this checkpoint was (a page read later)
+        grown_to[:] = [repo.size()]
+    return size <= grown_to[0]
 
 
 def _in_order(

@@ -585,10 +585,11 @@ def audit_report(
         except RemoteUnavailableError as e:
             if e.server_code != LogInconsistentError.code:
                 raise
-            # the server refuses to sign: its log no longer extends what it handed out — the finding itself
+            # the server refuses to sign: its log no longer extends what it handed out — the finding itself;
+            # its log is the one pinned for it (never every log but the home's own: another server's)
             return audit_refusing_server(
                 ledger.home.receipts(), server=client.server, refusal=e.message, own_origin=ledger.origin,
-                shown=shown,
+                shown=shown, public_key=key or log_key(ledger.home_path, client, first_use=False),
             )  # fmt: skip
         return audit_server(
             ledger.home.receipts(),
