@@ -76,9 +76,9 @@ def test_llamacpp_campaign_control_fails_honestly(home: Path) -> None:
 
 
 def test_llamacpp_on_a_gguf_cut_short_names_the_corrupt_model_files(tmp_path: Path, home: Path) -> None:
-    """Seed 004's model directory corrupted by racing downloads, on the real engine: llama.cpp cannot read
-    a GGUF cut short, and the launch says so (`model-files-corrupt`, the engine's own line as detail)
-    instead of a bare death before readiness; the policy's verdict is RUNTIME RELIABILITY (no readiness)."""
+    """Seed 004's model directory corrupted by racing downloads: a GGUF cut short. The pin reads its header
+    and refuses it before the engine is launched (the engine's own `model-files-corrupt` line is judged by
+    tests/collectors/test_real_logs.py); the verdict is PREREQUISITES, the model's fault."""
     env = ensure_engine("llamacpp")
     whole = Path(env["TINY_GGUF"]).read_bytes()
     cut = tmp_path / "models" / "tiny.gguf"
@@ -93,14 +93,16 @@ def test_llamacpp_on_a_gguf_cut_short_names_the_corrupt_model_files(tmp_path: Pa
     r = _run_llamacpp(home, str(campaign), env)
     assert r.returncode == 1, r.stderr
     result = json.loads(r.stdout)
-    assert result["policy_verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
+    # the pin reads the GGUF's header (its split keys, fix 76): a file cut short is refused there, before
+    # any engine is launched — the model's fault, not the engine's (PREREQUISITES, not RUNTIME RELIABILITY)
+    assert result["policy_verdict"] == "NOT QUALIFIED — PREREQUISITES"
     gates = _gates(home)
-    assert gates["model-pinned"] == "passed"  # no digests pinned: the pin records what is there
-    assert gates["api-readiness"] == "failed"
-    [launch] = _ledger_entries(home, "engine.launch")
-    assert launch["ready"] is False
-    assert launch["failure_signature"] == "model-files-corrupt"
-    assert "corrupted or incomplete" in launch["failure_detail"]
+    assert gates["model-pinned"] == "failed"
+    assert gates["api-readiness"] == "not_authorized"
+    assert _ledger_entries(home, "engine.launch") == []
+    pin = _ledger_entries(home, "model.pin")[0]
+    assert pin["verification"] == "failed"
+    assert any("tiny.gguf: cannot read its GGUF header" in f for f in pin["failures"]), pin["failures"]
 
 
 def test_llamacpp_trained_campaign_ends_qualified_under_the_policy(home: Path) -> None:
