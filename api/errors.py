@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ledger.api.auth import SESSION_COOKIE
-from ledger.errors import Category, LedgerError
+from ledger.errors import HOME_FAULTS, Category, LedgerError
 
 __all__ = [
     "PROBLEM_JSON",
@@ -35,10 +35,10 @@ _log = logging.getLogger("ledger.api")
 
 _BY_CODE = {
     "non-canonical-json": 400,  # the body is not (strict) JSON
-    "artifact-corrupt": 500,  # the store holds bytes that no longer match their address
-    "chain-broken": 500,
-    "log-inconsistent": 500,  # the log no longer extends the checkpoint the server's home holds
     "key-already-enrolled": 409,  # the key is in the keyring already: the request conflicts with the log
+    # the server's own faults (its log, its log clock, its stored bytes, its home's files): never the
+    # request's, so a collector keeps what it sent spooled (``ledger.errors.HOME_FAULTS``)
+    **{cls.code: 500 for cls in HOME_FAULTS},
 }
 _BY_CATEGORY: dict[Category, int] = {
     Category.INPUT: 422,

@@ -35,6 +35,7 @@ from ledger import errors as _errors
 from ledger.atomic import fsync_dir, write_atomic
 from ledger.entries import ArtifactRef, format_time, now_utc
 from ledger.errors import (
+    HOME_FAULTS,
     ArtifactMissingError,
     AuthError,
     Category,
@@ -42,6 +43,7 @@ from ledger.errors import (
     ForbiddenError,
     IntegrityError,
     LedgerError,
+    ReceiptForkError,
     ReceiptMismatchError,
     RemoteUnavailableError,
 )
@@ -83,6 +85,9 @@ def _error_class(code: str) -> type[LedgerError]:
     return LedgerError
 
 
+_SERVER_FAULT_CODES = frozenset(cls.code for cls in HOME_FAULTS)
+
+
 def _raise_for(resp: httpx.Response) -> None:
     """Turn a refusal into the ledger error the server raised; 5xx and gateway errors mean 'try later'."""
     if resp.status_code < 400:
@@ -94,7 +99,9 @@ def _raise_for(resp: httpx.Response) -> None:
         code, message, hint = "http-error", resp.text[:200] or resp.reason_phrase, ""
         if resp.status_code in (401, 403) and not resp.text:  # a HEAD answer has no body: its status says
             _raise_auth(resp)
-    if resp.status_code >= 500 and resp.status_code != 501:
+    # a fault of the server's own state (its log, its log clock, its home) is the server's, never what was
+    # sent, even where an older server answered it 4xx: try later, the entry stays spooled
+    if (resp.status_code >= 500 and resp.status_code != 501) or code in _SERVER_FAULT_CODES:
         unavailable = RemoteUnavailableError(f"server answered {resp.status_code}: [{code}] {message}")
         unavailable.server_code = code  # the server's own error code (an audit reads log-inconsistent)
         raise unavailable
@@ -951,7 +958,55 @@ def _keep_receipts(
                 f"server is in {LogKeys(ledger.home_path).path}",
             ) from e
         receipts.append(got["receipt"])
+    _refuse_forked(ledger, client, receipts)
     ledger.keep_receipts(receipts)
+
+
+def _kept_by_index(ledger: Ledger, origins: set[str]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The receipts this home kept of the logs ``origins``, by (origin, index): the first kept of each. A
+    line that is no receipt is skipped here (``ledger audit`` names it)."""
+    kept: dict[tuple[str, int], dict[str, Any]] = {}
+    try:
+        data = ledger.home.receipts_path.read_bytes()
+    except FileNotFoundError:
+        return kept
+    except OSError as e:
+        raise ConfigError(f"{ledger.home.receipts_path}: cannot be read ({e})") from e
+    for line in data.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(doc, dict):
+            continue
+        origin, index = doc.get("origin"), doc.get("index")
+        if origin in origins and type(index) is int and isinstance(doc.get("entry_id"), str):
+            kept.setdefault((origin, index), doc)
+    return kept
+
+
+def _refuse_forked(ledger: Ledger, client: LedgerClient, receipts: list[dict[str, Any]]) -> None:
+    """``ReceiptForkError`` when a receipt the log just signed is for an index this home holds a receipt of
+    (or another of the batch is for) naming another entry: two receipts signed under one log key for one
+    index are the proof that the log forked (a server restored from an older backup appended over what it
+    had receipted). Nothing of the batch is kept (its entries stay spooled); both receipts are kept aside
+    in ``HOME/spool/forks/`` for the server's operator, and the error names both entries and the index."""
+    kept = _kept_by_index(ledger, {str(r.get("origin")) for r in receipts})
+    for r in receipts:
+        key = (str(r.get("origin")), int(r["index"]))
+        before = kept.setdefault(key, r)
+        if before.get("entry_id") == r.get("entry_id"):
+            continue
+        origin, index = key
+        aside = Path(ledger.spool_dir) / "forks" / f"{index}-{r['entry_id']}.json"
+        proof = {"origin": origin, "index": index, "kept": before, "received": r}
+        write_atomic(aside, (json.dumps(proof, indent=2, sort_keys=True) + "\n").encode())
+        raise ReceiptForkError(
+            f"{client.server} signed a receipt for entry {r['entry_id']} at index {index} of the log "
+            f"{origin!r}, whose receipt this home holds for another entry, {before.get('entry_id')}: the "
+            f"log forked; the receipt is not kept and the entry stays in the spool {ledger.spool_dir} "
+            f"(both signed receipts are kept in {aside})",
+        )
 
 
 # --- the recorder ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 __all__ = [
+    "HOME_FAULTS",
     "REFINES",
     "ArtifactCorruptError",
     "ArtifactMissingError",
@@ -33,6 +34,7 @@ __all__ = [
     "EntryNotFoundError",
     "EnvelopeError",
     "ForbiddenError",
+    "HomeFaultError",
     "HomeNotInitialisedError",
     "InputError",
     "IntegrityError",
@@ -52,6 +54,7 @@ __all__ = [
     "ProofError",
     "ProofUncheckedEntryError",
     "RangeNotSatisfiableError",
+    "ReceiptForkError",
     "ReceiptMismatchError",
     "RemoteUnavailableError",
     "RequestTooLargeError",
@@ -346,6 +349,18 @@ class ReceiptMismatchError(IntegrityError):
     code = "receipt-mismatch"
 
 
+class ReceiptForkError(IntegrityError):
+    """The log signed a receipt for an index this home already holds a receipt of, naming another entry
+    (a server restored from a backup appended over what it had receipted): the two receipts, both signed
+    under the log's key, are the proof of a fork. The new one is not kept; the entry stays spooled."""
+
+    code = "receipt-fork"
+    hint = (
+        "the server's log forked (restored from an older backup?): keep the two receipts the message "
+        "names for its operator; `ledger audit --server URL` names every receipt it no longer stands by"
+    )
+
+
 class LogFormatError(ConfigError):
     """The home's database is in an older log format (or none this code knows)."""
 
@@ -377,6 +392,40 @@ class RemoteUnavailableError(StorageError):
     code = "server-unreachable"
     hint = "entries are spooled in the home; `ledger push` delivers them later"
     server_code: str | None = None  # the code of the server's own 5xx answer, where it gave one
+
+
+class HomeFaultError(LedgerError):
+    """The ledger's own home cannot take an append as it must: its held checkpoint (``HOME/checkpoint``) or
+    kept receipts (``HOME/receipts.jsonl``) unreadable or not of its log, its database rows in an older log
+    format. A fault of the home (a server's: HTTP 500), never of the entry that met it; it wraps the error
+    met, whose code it keeps (``cause_code``) and names in its message."""
+
+    code = "home-fault"
+    category = Category.SYSTEM
+    hint = "the server's (or home's) own files need its operator: `ledger verify` on that home names them"
+    cause_code: str | None = None
+
+    @classmethod
+    def wrapping(cls, cause: LedgerError) -> HomeFaultError:
+        err = cls(
+            f"this ledger's home cannot take an append now: error[{cause.code}]: {cause.message}",
+            hint=cause.hint_text or None,
+        )
+        err.cause_code = cause.code
+        return err
+
+
+# The errors that name a fault of the ledger's own state — its log (lost, rewritten, out of order), its log
+# clock, its stored bytes, its home's files — never of the request that met it: a server answers them HTTP
+# 500 (``ledger.api.errors``), and a collector keeps the entry it sent spooled (``collectors.remote``).
+HOME_FAULTS: tuple[type[LedgerError], ...] = (
+    ArtifactCorruptError,
+    ChainBrokenError,
+    LogInconsistentError,
+    LogClockAheadError,
+    LogOrderError,
+    HomeFaultError,
+)
 
 
 class CollectorError(LedgerError):

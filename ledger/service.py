@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -34,12 +34,15 @@ from ledger.entries import (
     parse_time,
 )
 from ledger.errors import (
+    HOME_FAULTS,
     ArtifactMissingError,
     BatchTooLargeError,
+    Category,
     ChainBrokenError,
     ConfigError,
     DanglingRefError,
     EntryNotFoundError,
+    HomeFaultError,
     InputError,
     IntegrityError,
     LedgerError,
@@ -776,7 +779,10 @@ class Ledger:
                     admitted = _authorise(group, found)
                     if not admitted:
                         return False
-                    held = self._guard_head(conn, head)  # a fork gets no receipt: nothing is written
+                    try:  # a fork gets no receipt: nothing is written
+                        held = self._guard_head(conn, head)
+                    except LedgerError as e:  # the home's fault, never the entries' (``_raise_home_fault``)
+                        _raise_home_fault(e)
                     plan = self._append_locked(conn, admitted, head, present, since)
             except sa.exc.SQLAlchemyError as e:
                 if len(group) > 1:
@@ -1934,13 +1940,16 @@ class Ledger:
         """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin. Signed
         only while the log extends the checkpoint the home holds: the sequencer checked it in the
         transaction that appended (or found) the entry; otherwise it is checked here (``_refuse_fork``)."""
-        held = self.held()
-        memo = self._extends
-        if held is not None and not (
-            memo is not None and memo[:2] == (held.size, held.root) and entry.seq < memo[2]
-        ):
-            with self.repo.read(snapshot=True) as conn:  # not one the sequencer just checked: check now
-                self._refuse_fork(conn, held)
+        try:  # what the home holds is the home's to answer for, never the entry's (``_raise_home_fault``)
+            held = self.held()
+            memo = self._extends
+            if held is not None and not (
+                memo is not None and memo[:2] == (held.size, held.root) and entry.seq < memo[2]
+            ):
+                with self.repo.read(snapshot=True) as conn:  # not one the sequencer just checked: check now
+                    self._refuse_fork(conn, held)
+        except LedgerError as e:
+            _raise_home_fault(e)
         record = LogRecord(entry.seq, entry.logged_at, entry.entry_id, entry.kind, entry.signer)
         return sign_receipt(self.cfg.origin, record, self._log_signing_key(), key_name=self.note_key_name)
 
@@ -2136,6 +2145,17 @@ class Ledger:
 _OWN_RECEIPTS = (
     "this home keeps the receipt of every entry it appends to its own log (`ledger init` kept the first)"
 )
+
+
+def _raise_home_fault(e: LedgerError) -> NoReturn:
+    """Raise an error met reading the home's own state for an append or its receipt (the held checkpoint,
+    the kept receipts, the log's rows) as the home's fault, never the entry's: ``e`` itself where it names
+    such a fault already (``HOME_FAULTS``) or is a system one (storage, database), else ``HomeFaultError``
+    wrapping it (a ``proof-invalid`` HOME/checkpoint, a ``bad-config`` receipts.jsonl, ``log-format``
+    rows)."""
+    if isinstance(e, HOME_FAULTS) or e.category is Category.SYSTEM:
+        raise e
+    raise HomeFaultError.wrapping(e) from e
 
 
 def record_leaf_error(seq: int) -> ChainBrokenError:
