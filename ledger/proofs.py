@@ -366,6 +366,22 @@ def _where(doc: Any) -> tuple[str | None, Any]:
     )
 
 
+def _receipts_of(
+    report: AuditReport, receipts: Iterable[dict[str, Any]], origin: str | None, name: str | None
+) -> list[dict[str, Any]]:
+    """The kept receipts of the log ``origin`` (its key named ``name``); every other one is set aside on
+    ``report``, counted by the log it names (None: no log known, all set aside)."""
+    ours: list[dict[str, Any]] = []
+    for doc in receipts:
+        if origin is not None and name is not None and _claims(doc).of(doc, origin, name):
+            ours.append(doc)
+            continue
+        other = _claims(doc).label(doc)
+        report.other_logs += 1
+        report.other_origins[other] = report.other_origins.get(other, 0) + 1
+    return ours
+
+
 def audit_receipts(
     receipts: Iterable[dict[str, Any]],
     public_key: str | None,
@@ -406,14 +422,7 @@ def audit_receipts(
     report = AuditReport(origin)
     named: dict[str, list[LogRecord]] = {}  # digest -> the received entries naming it
     name, pub = _trust(public_key, None, origin) if public_key is not None else (origin, None)
-    ours: list[dict[str, Any]] = []
-    for doc in receipts:
-        if _claims(doc).of(doc, origin, name):
-            ours.append(doc)
-            continue
-        other = _claims(doc).label(doc)
-        report.other_logs += 1
-        report.other_origins[other] = report.other_origins.get(other, 0) + 1
+    ours = _receipts_of(report, receipts, origin, name)
     if not ours and report.other_logs:
         report.problem(
             RECEIPTS_UNCHECKED,
@@ -637,14 +646,7 @@ def audit_refusing_server(
         f"{server} refuses to sign its log, so no entry it received can be proved included: {refusal}",
     )
     name, pub = _trust(public_key, None, origin) if public_key is not None and origin else (origin, None)
-    ours: list[dict[str, Any]] = []
-    for doc in receipts:
-        if origin is not None and name is not None and _claims(doc).of(doc, origin, name):
-            ours.append(doc)
-            continue
-        other = _claims(doc).label(doc)
-        report.other_logs += 1
-        report.other_origins[other] = report.other_origins.get(other, 0) + 1
+    ours = _receipts_of(report, receipts, origin, name)
     if not ours and report.other_logs:
         if origin is not None:
             why = f"none of the {report.other_logs} receipts this home keeps is of the log {origin}"
