@@ -428,7 +428,8 @@ def test_a_fail_of_the_full_hash_is_not_lifted_by_a_pass_of_its_abbreviation(tmp
     assert v["verdict"] == INCONCLUSIVE
 
 
-@pytest.mark.parametrize("subject_commit", [C1, C1.upper(), f" {C1} "])
+# (a subject value with white space around it is refused at ingest since fix 71)
+@pytest.mark.parametrize("subject_commit", [C1, C1.upper()])
 def test_a_fail_naming_no_commit_is_not_lifted_by_a_pass_of_the_results_own_commit(
     tmp_path: Path, subject_commit: str
 ) -> None:
