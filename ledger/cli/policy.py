@@ -126,7 +126,7 @@ def _render_verdict(result: dict[str, Any]) -> None:
     if problems:
         print_table(
             ("field", "asked", "status", "why the campaign is not shown to be what was asked"),
-            [(c["field"], c["asked"], c["status"], c["detail"]) for c in problems],
+            [(c["field"], c["asked"] or "—", c["status"], c["detail"]) for c in problems],
             title="the question's fields checked against the campaign's own entries",
         )
     if result.get("failing_beyond_ladder"):

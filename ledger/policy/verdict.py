@@ -610,6 +610,49 @@ def _same_value(field: str, got: str, asked: str) -> bool:
     return got == asked
 
 
+# the fields a route is named by (routing matches backend, model and host): one campaign runs one of each
+SPLIT_FIELDS = ("backend", "model", "host")
+
+
+def _splits(campaign: str, own: list[Evidence], asked: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The route fields the question does not ask (``SPLIT_FIELDS``) whose values the campaign's own
+    entries disagree on (a host compared by ``host_key``): a campaign whose launch names one host and
+    whose host probe and pin another (audit 74 f1) cannot say which machine its prerequisites cover, nor
+    which backend or model its gates judged. One item each, status ``split``, naming the values and the
+    entries; like a claim that does not hold, it keeps a QUALIFIED verdict from standing."""
+    out: list[dict[str, Any]] = []
+    for field_name in SPLIT_FIELDS:
+        if field_name in asked:
+            continue  # asked: each entry naming another value is a contradicted claim already
+        groups: dict[str, list[tuple[Evidence, str]]] = {}
+        for e in own:
+            if field_name in e.subject:
+                v = e.subject[field_name]
+                groups.setdefault(host_key(v) if field_name == "host" else v, []).append((e, v))
+        if len(groups) < 2:
+            continue
+        values = sorted({v for named in groups.values() for _, v in named})
+        listed = "; ".join(
+            f"{len(named)} entr{'y' if len(named) == 1 else 'ies'} name {field_name}={named[0][1]}"
+            for named in groups.values()
+        )
+        out.append(
+            {
+                "field": field_name,
+                "asked": None,
+                "status": "split",
+                "entries": [
+                    {"entry": e.id, "kind": e.kind, "value": v} for named in groups.values() for e, v in named
+                ],
+                "detail": f"campaign {campaign}'s own entries name {field_name} "
+                f"{', '.join(repr(v) for v in values)} ({listed}): one campaign runs on one {field_name}, so "
+                f"which one its gates judged cannot be told (record the campaign again under one "
+                f"{field_name}, or supersede the entries that name the wrong one)",
+            }
+        )
+    return out
+
+
 def _with_claims(result: dict[str, Any], snap: Snapshot, subject: Mapping[str, str]) -> dict[str, Any]:
     """``result`` (the campaign judged whole) as the answer to ``subject``: each field it names beside the
     campaign checked against the campaign's own entries (``claims``, one item per field, in field order):
@@ -619,10 +662,11 @@ def _with_claims(result: dict[str, Any], snap: Snapshot, subject: Mapping[str, s
     (INCONCLUSIVE: the campaign is QUALIFIED, but not shown to be what was asked); a verdict that is not
     QUALIFIED stands as it is. Only the campaign asked alone is answered without ``claims``."""
     claims = {k: v for k, v in subject.items() if k != CAMPAIGN}
-    if not claims:
-        return result
     campaign = subject[CAMPAIGN]
     own = [e for e in snap.entries if e.in_subject]
+    splits = _splits(campaign, own, claims)
+    if not claims and not splits:
+        return result
     checked: list[dict[str, Any]] = []
     for field_name, asked in sorted(claims.items()):
         naming = [(e, e.subject[field_name]) for e in own if field_name in e.subject]
@@ -657,6 +701,7 @@ def _with_claims(result: dict[str, Any], snap: Snapshot, subject: Mapping[str, s
                 detail=f"every entry of campaign {campaign} that names {field_name} names {asked!r}",
             )
         checked.append(item)
+    checked += splits
     out = {**result, "subject": dict(subject), "claims": checked}
     if out["verdict"] == QUALIFIED and any(c["status"] != "holds" for c in checked):
         out["verdict"] = INCONCLUSIVE

@@ -126,8 +126,9 @@ def test_naming_host_backend_or_model_beside_the_campaign_drops_none_of_its_fail
 def test_a_claim_the_campaigns_entries_contradict_is_inconclusive_naming_them(
     field: str, stored: str, asked: str, tmp_path: Path
 ) -> None:
-    """A passing entry of the campaign names another value: the campaign alone stays QUALIFIED, the
-    question with the field is INCONCLUSIVE naming the entry and the field (not QUALIFIED, not dropped)."""
+    """A passing entry of the campaign names another value: the question with the field is INCONCLUSIVE
+    naming the entry and the field (not QUALIFIED, not dropped); the campaign alone is INCONCLUSIVE too, its
+    own entries naming two values of a route field (a ``split``, audit 74 f1)."""
     led, _spec, builder = build_fixture_ledger(QUALIFIED_FIXTURE, tmp_path / "home", init=Ledger.init)
     try:
         last = parse_time(led.get_seq(led.size() - 1).logged_at)
@@ -136,7 +137,11 @@ def test_a_claim_the_campaigns_entries_contradict_is_inconclusive_naming_them(
             "note", {**FULL, field: stored}, {"text": "x"}, builder.keys["operator"], at=at
         )
         clear_caches()
-        assert _verdict(led, {"campaign": "vllm-embed"})["verdict"] == "QUALIFIED"
+        alone = _verdict(led, {"campaign": "vllm-embed"})
+        assert alone["verdict"] == "INCONCLUSIVE"
+        [split] = alone["claims"]
+        assert split["field"] == field and split["status"] == "split"
+        assert note.entry_id in [e["entry"] for e in split["entries"]]
         r = _verdict(led, {"campaign": "vllm-embed", field: asked})
         assert r["verdict"] == "INCONCLUSIVE" and r["status"] == "inconclusive"
         [claim] = r["claims"]
