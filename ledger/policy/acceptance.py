@@ -2405,6 +2405,8 @@ def _mark_stop_cuts(
         launch = launch_of.get(attempt)
         if launch is None or answered_last.get(attempt, -1) > e.seq:
             continue
+        if e.derived_.get("artifact_problem") is not None:
+            continue  # its stored record contradicts what it counts (no answer among them): no excuse
         failed, stopped = _failed_at(e), _stopped_at(launch)
         if failed is None or stopped is None or (stopped - failed).total_seconds() > tolerance:
             continue
@@ -3199,8 +3201,9 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
       and ``semantic-failures.jsonl`` (the failed items): as many as ``counts.failed`` (and, beside the
       items, exactly the ids of the items that failed), each ``passed`` false.
     * benchmark: ``benchmark-requests.jsonl`` (one object per request issued, with its ``error``: null
-      for a completed request) and its ``level``: ``counts.issued``, ``completed``, ``errors`` and
-      ``completed@cN`` for each level a request records.
+      for a completed request) and its ``level``: ``counts.issued``, ``completed``, ``errors``,
+      ``unanswered`` (faulted, ``unanswered`` true, no HTTP status) and ``completed@cN`` for each level a
+      request records.
 
     An artifact named twice, recorded by reference only, missing from the store, failing its digest, or
     holding a line that is not such a record cannot show what the result counted: that is a problem too
@@ -3227,7 +3230,7 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
     try:
         if gate == "benchmark":
             name = _BENCHMARK_REQUESTS
-            issued = completed = 0
+            issued = completed = unanswered = 0
             by_level: dict[str, int] = {}
             for r in _artifact_records(store, named[name][0]):
                 error, level = r.get("error", ...), r.get("level")
@@ -3239,7 +3242,17 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
                 if error is None:
                     completed += 1
                     by_level[f"completed@c{level}"] = by_level.get(f"completed@c{level}", 0) + 1
-            shown = {"issued": issued, "completed": completed, "errors": issued - completed, **by_level}
+                # a request that faulted without an answer (the collector's ``request_fault_kind``
+                # "unanswered"): an HTTP status recorded is an answer, whatever else it says (audit 73 f1)
+                if r.get("fault") is True and r.get("unanswered") is True and r.get("http_status") is None:
+                    unanswered += 1
+            shown = {
+                "issued": issued,
+                "completed": completed,
+                "errors": issued - completed,
+                "unanswered": unanswered,
+                **by_level,
+            }
             if isinstance(counts, dict):
                 # a level the result counts that no completed request of the artifact is at: 0 there
                 shown |= {k: 0 for k in counts if k.startswith("completed@c") and k not in shown}
