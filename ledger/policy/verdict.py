@@ -612,6 +612,10 @@ def _same_value(field: str, got: str, asked: str) -> bool:
 
 # the fields a route is named by (routing matches backend, model and host): one campaign runs one of each
 SPLIT_FIELDS = ("backend", "model", "host")
+# kinds that record the tool's own judgement of a campaign, not what ran: a verdict entry naming another model
+# says nothing of the machine or model the campaign's gates judged (the routing gate compares what a verdict
+# entry names with what it evaluated)
+JUDGEMENT_KINDS = frozenset({"verdict", "routing.change"})
 
 
 def _splits(campaign: str, own: list[Evidence], asked: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -626,7 +630,7 @@ def _splits(campaign: str, own: list[Evidence], asked: Mapping[str, str]) -> lis
             continue  # asked: each entry naming another value is a contradicted claim already
         groups: dict[str, list[tuple[Evidence, str]]] = {}
         for e in own:
-            if field_name in e.subject:
+            if field_name in e.subject and e.kind not in JUDGEMENT_KINDS:
                 v = e.subject[field_name]
                 groups.setdefault(host_key(v) if field_name == "host" else v, []).append((e, v))
         if len(groups) < 2:
