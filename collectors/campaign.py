@@ -3024,14 +3024,15 @@ class CampaignRunner:
         engine (``EngineRun.stopped_at``) no later than ``stop_cut_tolerance_s`` after the failure was seen;
         None otherwise (a SIGKILL, class resource, is the engine's). The policy derives the same from the
         log (``e.derived.stop_cut``, rule stopped-from-outside); this is the collector's own hint."""
+        from ledger.policy.acceptance import stop_classes, stop_cut_tolerance
         from ledger.signatures import signature_classes
 
         last = self.result.attempts[-1] if self.result.attempts else None
-        stops = self._param("stop_classes")
-        tolerance = self._param("stop_cut_tolerance_s")
-        if last is None or not last.get("ready") or not isinstance(stops, list) or run is None:
+        params = self.policy.params
+        stops, tolerance = stop_classes(params, "stop_classes"), stop_cut_tolerance(params)
+        if last is None or not last.get("ready") or stops is None or run is None:
             return None
-        if failed_at is None or isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
+        if failed_at is None or tolerance is None:  # the policy's own reading of its params (one copy)
             return None
         signal_no = last.get("signal")
         if isinstance(signal_no, bool) or not isinstance(signal_no, int) or last.get("exit_code") is not None:

@@ -2314,7 +2314,7 @@ def _stopped_at(launch: Evidence) -> datetime | None:
     return min(times) if times else None
 
 
-def _tolerance(params: Mapping[str, Any]) -> float | None:
+def stop_cut_tolerance(params: Mapping[str, Any]) -> float | None:
     """``params.stop_cut_tolerance_s``: how much earlier than the recorded stop a failure may be seen and
     still be the stop's (a finite number ≥ 0); None where the policy names none or mistypes it (nothing
     is excused: fail closed)."""
@@ -2324,7 +2324,7 @@ def _tolerance(params: Mapping[str, Any]) -> float | None:
     return float(v)
 
 
-def _stop_classes(params: Mapping[str, Any], name: str) -> frozenset[str] | None:
+def stop_classes(params: Mapping[str, Any], name: str) -> frozenset[str] | None:
     value = params.get(name)
     if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
         return None  # a policy that names none (or mistypes them) excuses nothing: fail closed
@@ -2342,8 +2342,8 @@ def _stopped_from_outside(
     class in ``params.fault_classes`` anywhere, or one outside ``params.stop_classes`` after readiness)
     and logs that show a clean run after readiness (``unclean``: every log read, no Python traceback);
     None otherwise — a SIGKILL (class resource: the OOM killer) is no such stop."""
-    stop = _stop_classes(params, "stop_classes")
-    faults = _stop_classes(params, "fault_classes")
+    stop = stop_classes(params, "stop_classes")
+    faults = stop_classes(params, "fault_classes")
     d = launch.derived
     if stop is None or faults is None or launch.payload.get("ready") is not True:
         return None
@@ -2386,7 +2386,7 @@ def _mark_stop_cuts(
     earlier than ``_stopped_at`` less ``params.stop_cut_tolerance_s``: a failure before the signal cannot
     be its doing). The text names the launch and its end; None otherwise. A failure the engine showed with
     an answer (an HTTP 5xx, a wrong answer) or a timeout (a hang) is never such a cut."""
-    tolerance = _tolerance(params)
+    tolerance = stop_cut_tolerance(params)
     if tolerance is None:
         return
     answered_last: dict[int, int] = {}  # attempt → the seq of the last entry of it showing an answer
