@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -26,6 +29,7 @@ from ledger.errors import (
     more_problems,
     validation_problem,
 )
+from ledger.listing import SUBJECT_FIELDS
 from ledger.policy import result_cache
 from ledger.policy.acceptance import (
     KEPT_AGAINST,
@@ -54,7 +58,7 @@ from ledger.policy.loader import (
     LoadedPolicy,
     routing_shapes,
 )
-from ledger.policy.model import ENTRY_VIEW_FIELDS, QUALIFIED, parse_duration
+from ledger.policy.model import ENTRY_VIEW_FIELDS, QUALIFIED, PolicyFile, parse_duration
 from ledger.policy.rules import Rule
 from ledger.policy.snapshot import (
     NO_DERIVED,
@@ -274,6 +278,413 @@ def validate_deployment(data: Any, where: str) -> dict[str, Any]:
     return out
 
 
+# --- what the routing context holds below its top level ---------------------------------------------------
+# The loader's ROUTING_SHAPES and ROUTING_ITEMS name what each of the context's maps and lists holds at its
+# top level (the one copy of those names); this is what the values under those names hold, as
+# ``check_routing_change`` builds them (and checks it built: ``_context_problem``). A check's CEL and its fail
+# template are read against it (``check_routing_reads``), at every depth: ``request.subject.modle``,
+# ``deployment.services.exists(s, s.modle …)`` or ``{item[faults][0][codee]}`` is refused naming file, line,
+# the name and the names that are there — never read as absent at check time (a CEL error only where
+# evaluation reaches it, or a key test that is always false, a check silently always on or off).
+
+
+@dataclass(frozen=True)
+class _Map:
+    """A map holding ``fields`` (name -> what it holds); ``optional``: those of them it may leave out (a key
+    test tells); ``free``: a map whose names are free (an env table: any name, each holding ``free``), where
+    a read of a name it does not hold at check time is a CEL error, so the check cannot be judged and the
+    change is refused (``Condition.value``), never passed."""
+
+    fields: Mapping[str, _Node] = field(default_factory=dict)
+    optional: frozenset[str] = frozenset()
+    free: _Node | None = None
+    # read from a recorded entry, not built by the gate (``current.subject``: what the verdict evaluated,
+    # validated when it was recorded): a read is checked against ``fields``, what it holds is not
+    recorded: bool = False
+
+
+@dataclass(frozen=True)
+class _List:
+    element: _Node
+
+
+# one value: a number, a text, a boolean or null (no name below it)
+_SCALAR = "scalar"
+# an entry's view (``verdict``, a probe), whose names the loader checks (``model.path_problem``)
+_ENTRY = "entry"
+_Node = _Map | _List | str
+
+# a GPU event of the host's kernel logs after its latest probe (``_gpu_faults_after``)
+_FAULT = _Map(dict.fromkeys(("entry", "time", "code", "fault_class", "device", "text"), _SCALAR))
+_ENV = _Map(free=_SCALAR)  # a service's env variables: free names, each a text
+_TEXTS = _List(_SCALAR)
+_SERVICE_BELOW: dict[str, _Node] = {"gpus": _TEXTS, "env": _ENV}
+_DEPLOYED_SERVICE = _Map({f: _SERVICE_BELOW.get(f, _SCALAR) for f in Service.model_fields})
+# the names of the loader's ROUTING_SHAPES / ROUTING_ITEMS that hold more than one value (any other is one
+# value); ``request.subject``, ``current.subject`` and ``params`` depend on the policy (``_routing_schema``)
+_BELOW: Mapping[str, Mapping[str, _Node]] = {
+    "host": {"gpu_indexes": _TEXTS, "gpu_faults_unplaced": _List(_FAULT)},
+    "current": {"launch_engines": _TEXTS, "host_probes": _TEXTS},
+    "deployment": {"services": _List(_DEPLOYED_SERVICE)},
+    "routing": {"verdict_roles": _TEXTS, "match_subject": _TEXTS},
+    "gpus": {"services": _TEXTS, "faults": _List(_FAULT)},
+    "services": {"gpus": _TEXTS, "env": _ENV},
+}
+for _name, _below in _BELOW.items():
+    if not set(_below) <= {*ROUTING_SHAPES.get(_name, ()), *ROUTING_ITEMS.get(_name, ())} - {"subject"}:
+        raise AssertionError(f"routing context {_name}: {sorted(_below)} is not among the loader's names")
+
+
+def _params_node(value: Any) -> _Node:
+    """What a param holds, from its value: a table's names are the ones it sets."""
+    if isinstance(value, Mapping):
+        return _Map({str(k): _params_node(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return _List(_SCALAR if all(not isinstance(v, Mapping | list) for v in value) else _ENTRY)
+    return _SCALAR
+
+
+def _routing_schema(spec: PolicyFile, params: Mapping[str, Any]) -> dict[str, _Node]:
+    """Every name of the routing context of the policy ``spec`` (and of a fail message's texts) -> what it
+    holds, at every depth; ``params``: the policy's (with its acceptance policy's)."""
+    assert spec.routing is not None
+    routing = spec.routing
+    subject_fields = (*SUBJECT_FIELDS, *spec.policy.subject_fields)
+    below: dict[str, Mapping[str, _Node]] = {
+        **_BELOW,
+        "request": {
+            "subject": _Map(
+                dict.fromkeys(routing.match_subject, _SCALAR),
+                optional=frozenset(routing.match_subject) - set(REQUIRED_SUBJECT),
+            )
+        },
+        # the subject the verdict evaluated, as recorded: any subject field, each it may leave out
+        "current": {
+            **_BELOW["current"],
+            "subject": _Map(
+                dict.fromkeys(subject_fields, _SCALAR), optional=frozenset(subject_fields), recorded=True
+            ),
+        },
+    }
+
+    def shape(name: str, fields: frozenset[str]) -> _Map:
+        return _Map({f: below.get(name, {}).get(f, _SCALAR) for f in sorted(fields)})
+
+    out: dict[str, _Node] = {
+        name: shape(name, fields) if fields else _SCALAR
+        for name, fields in routing_shapes(routing.host_fact).items()
+    }
+    out.update({name: _List(shape(name, fields)) for name, fields in ROUTING_ITEMS.items()})
+    out.update(dict.fromkeys(ROUTING_ENTRIES, _ENTRY))
+    out["probes"] = _List(_ENTRY)
+    out.update(dict.fromkeys(ROUTING_TEXTS, _SCALAR))
+    # the params the policy (and its acceptance policy) sets; one it leaves unset is the loader's to judge
+    # (read behind `'x' in params`)
+    held = _params_node(params)
+    assert isinstance(held, _Map)
+    out["params"] = _Map(held.fields, free=_ENTRY)
+    return out
+
+
+class _Misread(Exception):
+    """A read of a name its value cannot hold: ``shown``, the read as written, and why."""
+
+    def __init__(self, shown: str, why: str) -> None:
+        super().__init__(shown, why)
+        self.shown, self.why = shown, why
+
+
+_UNTOLD = "untold"  # a value read from a list literal, a choice or a call's result holding maps or lists
+_FIXED = "one value (a number, a text, a boolean or null)"
+
+
+def _step(node: _Node | None, base: str, name: str | None, how: str = "read") -> _Node | None:
+    """What ``base`` (shown as read, holding ``node``) holds at ``name`` (None: an index computed at check
+    time; ``how``: "in" for a key test); raises ``_Misread`` where it cannot hold it."""
+    from difflib import get_close_matches
+
+    shown = f"{name!r} in {base}" if how == "in" else f"{base}.{name}" if name is not None else f"{base}[…]"
+    if node is None or node == _ENTRY:
+        return None  # not the routing context's own value: the loader checks an entry's names
+    if node == _UNTOLD:
+        raise _Misread(
+            shown,
+            f"which names {base} holds cannot be told (a value taken from a list literal, a parenthesised "
+            "choice or a call's result, of maps or lists): read them through the context's own names "
+            "(`host.gpu_indexes`, `services.exists(s, s.env …)`, `deployment.services[0].name`)",
+        )
+    if isinstance(node, _List):
+        if name is None or name.isdigit():
+            return node.element
+        raise _Misread(
+            shown,
+            f"{base} is a list, which holds no {name!r}: read its elements through a macro "
+            f"(`{base}.exists(x, x.{name} …)`) or an index (`{base}[0].{name}`)",
+        )
+    if isinstance(node, _Map):
+        if node.free is not None and name not in node.fields:
+            return node.free
+        if name is None:
+            raise _Misread(
+                shown,
+                f"a key computed at check time, of {base}, whose names are fixed "
+                f"({', '.join(sorted(node.fields)) or 'none'}): which name it reads cannot be told — "
+                "name it",
+            )
+        if name in node.fields:
+            return node.fields[name]
+        near = get_close_matches(name, sorted(node.fields), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        held = ", ".join(sorted(node.fields)) or "no name"
+        raise _Misread(shown, f"{base} holds no {name!r}{hint}; it holds: {held} (names compare as written)")
+    raise _Misread(shown, f"{base} is {_FIXED}, which holds no {name!r} nor any name")
+
+
+def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
+    """The first read of ``source`` (a routing check's CEL) of a name its value cannot hold, at any depth:
+    through a context name (``request.subject.x``), an index (``m['x']``, ``deployment.services[0].x``), a
+    key test (``'x' in request.subject``, ``has(m.x)``), or a macro's variable over a list below the top
+    level (``deployment.services.exists(s, s.x)``, ``gpus.exists(g, g.faults.all(f, f.x))``), or of a
+    value whose names cannot be told (``[item.env].exists(m, m.X)``). None where every read holds (or the
+    text cannot be read: the loader refuses that)."""
+    from ledger.policy.conditions import (
+        _KEY_TEST_EDGES,
+        _binder,
+        _closing,
+        _is_name,
+        _macro_scopes,
+        _string_value,
+        _tokens,
+    )
+
+    raw = _tokens(source, keep_strings=True)
+    if raw is None:
+        return None
+    scopes, closing = _macro_scopes(raw), _closing(raw)
+    if scopes is None or closing is None:
+        return None
+    opening = {c: o for o, c in closing.items()}
+    binding = {s.at: s for s in scopes}
+    by_call = {s.at - 1: s for s in scopes}  # a macro's "(" -> its scope
+    memo: dict[int, tuple[_Node | None, str]] = {}
+    notes: dict[str, str] = {}  # a macro's variable -> what it ranges over (for a refusal's text)
+    n = len(raw)
+
+    def name_at(k: int) -> bool:
+        return 0 <= k < n and _is_name(raw[k]) and raw[k] not in ("true", "false", "null", "in")
+
+    def ends_chain(k: int) -> bool:
+        nxt = raw[k + 1] if k + 1 < n else ""
+        return nxt not in (".", "[", "(")
+
+    def held_in(start: int, end: int) -> bool:
+        """Whether the tokens start..end mention a map or list of the context (a value of them whole)."""
+        for k in range(start, end + 1):
+            if (name_at(k) or raw[k] in ")]") and ends_chain(k) and k not in binding:
+                node = typed(k)[0]
+                if isinstance(node, _Map | _List) or node == _UNTOLD:
+                    return True
+        return False
+
+    def var(scope: Any) -> tuple[_Node | None, str]:
+        recv, shown = typed(scope.receiver_at) if scope.receiver_at >= 0 else (None, "")
+        over = f"each of {shown}"
+        if isinstance(recv, _List):
+            return recv.element, over
+        if isinstance(recv, _Map):
+            return _SCALAR, f"each name of {shown}"  # a macro over a map ranges over its names
+        return recv, over
+
+    def typed(end: int) -> tuple[_Node | None, str]:
+        """What the chain ending at token ``end`` holds, and the chain as read."""
+        if end not in memo:
+            memo[end] = (None, raw[end])  # (a chain never reads itself: this only guards)
+            memo[end] = chain(end)
+        return memo[end]
+
+    def chain(end: int) -> tuple[_Node | None, str]:
+        t = raw[end]
+        if name_at(end) and (end == 0 or raw[end - 1] != "."):
+            scope = _binder(scopes, t, end)
+            if scope is not None:
+                node, over = var(scope)
+                notes.setdefault(t, over)
+                return node, t
+            return roots.get(t), t
+        if name_at(end) and end >= 2 and raw[end - 1] == ".":
+            node, base = typed(end - 2)
+            return _step(node, base, t), f"{base}.{t}"
+        if t == "]" and end in opening:
+            o = opening[end]
+            if o > 0 and (name_at(o - 1) or raw[o - 1] in ")]"):
+                node, base = typed(o - 1)
+                key = _string_value(raw[o + 1]) if o + 2 == end else None
+                if key is not None:
+                    return _step(node, base, key), f"{base}[{raw[o + 1]}]"
+                index = raw[o + 1] if o + 2 == end else None
+                return _step(node, base, index if index is not None and index.isdigit() else None), (
+                    f"{base}[{index if index is not None and index.isdigit() else '…'}]"
+                )
+            return (_UNTOLD if held_in(o + 1, end - 1) else None), "[…]"
+        if t == ")" and end in opening:
+            o = opening[end]
+            if o >= 3 and raw[o - 2] == "." and name_at(o - 1):
+                method, scope = raw[o - 1], by_call.get(o)
+                node, base = typed(o - 3)
+                if method == "filter" and scope is not None:
+                    return node, f"{base}.filter(…)"
+                if method == "map" and scope is not None and isinstance(node, _List):
+                    # ``R.map(x, x.a.b)``: the value at that path of each element; anything else computed
+                    path: _Node | None = node.element
+                    commas = [i for i in range(scope.start, scope.end) if raw[i] == "," and depth(i, o) == 1]
+                    k = commas[-1] + 1 if commas else scope.start
+                    if raw[k] == scope.var and all(
+                        raw[i] == "." and name_at(i + 1) for i in range(k + 1, scope.end, 2)
+                    ):
+                        read = scope.var
+                        for i in range(k + 2, scope.end, 2):
+                            path, read = _step(path, read, raw[i]), f"{read}.{raw[i]}"
+                        return _List(path) if path is not None else None, f"{base}.map(…)"
+                    return (_UNTOLD if held_in(k, scope.end - 1) else None), f"{base}.map(…)"
+                if method in ("exists", "all", "exists_one"):
+                    return _SCALAR, f"{base}.{method}(…)"
+                return (_UNTOLD if isinstance(node, _Map | _List) else None), f"{base}.{method}(…)"
+            return (_UNTOLD if held_in(o + 1, end - 1) else None), "(…)"
+        return None, t
+
+    def depth(i: int, o: int) -> int:
+        """How many brackets enclose token ``i`` from the one at ``o`` on (1: directly inside it)."""
+        return sum(1 for a, b in closing.items() if o <= a < i < b)
+
+    try:
+        for k in range(n):
+            if k in binding or not (name_at(k) or raw[k] in ")]"):
+                continue
+            if name_at(k) and k + 1 < n and raw[k + 1] == "(":
+                continue  # a function's or method's name
+            typed(k)
+        for k in range(1, n - 1):  # ``'x' in m``: the name tested, in the map it is tested in
+            key = _string_value(raw[k - 1]) if raw[k] == "in" else None
+            end = _chain_end(raw, k + 1, closing) if key is not None else None
+            edges = (raw[k - 2] if k >= 2 else "", raw[end + 1] if end is not None and end + 1 < n else "")
+            if key is None or end is None or not all(e in _KEY_TEST_EDGES for e in edges):
+                continue
+            node, shown = typed(end)
+            if isinstance(node, _Map):  # (of a list, ``in`` tests membership)
+                _step(node, shown, key, "in")
+    except _Misread as e:
+        first = re.split(r"[.\[ ]", e.shown.split(" in ")[-1], maxsplit=1)[0]
+        return _Misread(e.shown, f"{e.why} ({first}: {notes[first]})") if first in notes else e
+    return None
+
+
+def _chain_end(raw: Sequence[str], start: int, closing: Mapping[int, int]) -> int | None:
+    """The last token of the field path starting at the name at ``start`` (``m.a['b'][0]``), None where no
+    name starts one or it ends in a call."""
+    from ledger.policy.conditions import _is_name
+
+    n = len(raw)
+    if start >= n or not _is_name(raw[start]):
+        return None
+    k = start
+    while True:
+        if k + 2 < n and raw[k + 1] == "." and _is_name(raw[k + 2]):
+            if k + 3 < n and raw[k + 3] == "(":
+                return None
+            k += 2
+        elif k + 1 < n and raw[k + 1] == "[" and k + 1 in closing:
+            k = closing[k + 1]
+        else:
+            return k if k + 1 >= n or raw[k + 1] != "(" else None
+
+
+def _template_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
+    """The first placeholder of a fail template (``{request[subject][modle]}``) that names what its value
+    cannot hold, at any depth (a list's element by its index: ``{item[faults][0][code]}``)."""
+    from ledger.policy.conditions import template_paths
+
+    for r in template_paths(source, {name: name for name in roots}):
+        node: _Node | None = roots[r.root]
+        base = r.root
+        for i, key in enumerate(r.path):
+            try:
+                node = _step(node, base, key)
+            except _Misread as e:
+                shown = "{" + r.root + "".join(f"[{k}]" for k in r.path[: i + 1]) + "}"
+                return _Misread(shown, e.why)
+            base = f"{base}[{key}]"
+    return None
+
+
+@lru_cache(maxsize=64)
+def _reads_problem(filename: str, data: bytes, params_json: str) -> str | None:
+    """``check_routing_reads``'s answer for one policy's bytes and the params it is read with."""
+    from ledger.policy.loader import _parsed, _texts
+
+    spec = _parsed(filename, data)
+    assert spec.routing is not None
+    schema = _routing_schema(spec, json.loads(params_json))
+    for t in _texts(spec, data.decode("utf-8"), filename):
+        if t.group[:1] != ("routing.checks",):
+            continue
+        roots = {k: v for k, v in schema.items() if k != "item"}
+        each = spec.routing.checks[t.group[1]].for_each
+        if each is not None and ("item" in t.shapes or "item" in t.entries):
+            listed = schema.get(each)  # what one item holds (`for_each` names one of the context's lists)
+            roots["item"] = listed.element if isinstance(listed, _List) else _ENTRY
+        found = _template_misread(t.source, roots) if t.template else _cel_misread(t.source, roots)
+        if found is not None:
+            what = "template" if t.template else "CEL"
+            return f"{t.where()}: {what} reads `{found.shown}`: {found.why}"
+    return None
+
+
+def check_routing_reads(policy: LoadedPolicy) -> None:
+    """Every name a routing policy's checks read (CEL and fail templates), at every depth of the routing
+    context (``_routing_schema``: ``request.subject.x``, ``item.faults[0].x``, ``deployment.services.exists(s,
+    s.x)``, ``params.served_identity.x``), is one its value holds: else PolicyError naming file, line, the
+    read and the names there. A map with free names (a service's ``env``) takes any name; a read of one it
+    does not hold when the change is judged is a CEL error, so the check is not judged and the change is
+    refused — never allowed."""
+    if policy.spec.routing is None:
+        return
+    params = json.dumps(policy.params, sort_keys=True, default=str)
+    problem = _reads_problem(str(policy.path), policy.data, params)
+    if problem is not None:
+        raise PolicyError(problem)
+
+
+def _context_problem(value: Any, node: _Node, where: str) -> str | None:
+    """Why ``value``, built for the routing context at ``where``, does not hold what ``_routing_schema`` says
+    its name holds (what the policy's reads were checked against), or None. Null stands for any value."""
+    if value is None or node == _ENTRY:
+        return None
+    if node == _SCALAR:
+        return (
+            f"{where} is a {type(value).__name__}, not one value" if isinstance(value, dict | list) else None
+        )
+    if isinstance(node, _List):
+        if not isinstance(value, list):
+            return f"{where} is a {type(value).__name__}, not a list"
+        for i, v in enumerate(value):
+            if (why := _context_problem(v, node.element, f"{where}[{i}]")) is not None:
+                return why
+        return None
+    assert isinstance(node, _Map)
+    if not isinstance(value, dict):
+        return f"{where} is a {type(value).__name__}, not a map"
+    if node.free is None and not node.recorded:
+        names = set(value)
+        if not set(node.fields) - node.optional <= names <= set(node.fields):
+            read = sorted(node.fields)
+            return f"{where} holds {sorted(names)}, not the names the policy is read against {read}"
+    for k, v in value.items():
+        held = node.fields.get(k, node.free or _SCALAR)
+        if (why := _context_problem(v, held, f"{where}.{k}")) is not None:
+            return why
+    return None
+
+
 def _exact(value: Any) -> Decimal:
     """A utilisation as the decimal its text states (a float's shortest round-trip text: ``0.1`` is 1/10,
     not the binary fraction nearest it), so that sums and bounds compare exactly."""
@@ -477,6 +888,9 @@ def check_routing_change(
     the API's request body."""
     if policy.kind != "routing" or policy.spec.routing is None:
         raise PolicyError(f"{policy.path}: {policy.name} is a {policy.kind} policy, not a routing policy")
+    # every name its checks read, at every depth of the context, is one that can be there (a misspelt
+    # ``request.subject.modle`` is refused here, naming file and line, before anything is judged)
+    check_routing_reads(policy)
     if action not in ACTIONS:
         raise InputError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
     missing = [k for k in (*REQUIRED_SUBJECT, *REQUIRED_FOR_ACTION[action]) if k not in subject]
@@ -767,6 +1181,11 @@ def check_routing_change(
         ):
             held = sorted(value) if isinstance(value, dict) else type(value).__name__
             raise PolicyError(f"routing context {name} holds {held}, not the loader's {sorted(fields)}")
+    # what each holds below its top level: what the policy's reads were checked against (``_routing_schema``)
+    schema = _routing_schema(policy.spec, params)
+    for name, value in ctx.items():
+        if (why := _context_problem(value, schema[name], f"routing context {name}")) is not None:
+            raise PolicyError(why)
     # the texts a fail message may name beyond the CEL context: verdict_withdrawn_text ("" where a verdict
     # is usable or none was recorded)
     texts = {"verdict_withdrawn_text": verdict_withdrawn}
