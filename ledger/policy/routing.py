@@ -59,7 +59,7 @@ from ledger.policy.loader import (
     routing_shapes,
 )
 from ledger.policy.model import ENTRY_VIEW_FIELDS, QUALIFIED, PolicyFile, parse_duration
-from ledger.policy.rules import Rule
+from ledger.policy.rules import TRUST_RULES, Rule
 from ledger.policy.snapshot import (
     NO_DERIVED,
     Evidence,
@@ -100,6 +100,8 @@ ACTIONS = ("route", "restore")
 # What a service's engine reserves when the deployment does not say (its own default): vLLM's
 # ``--gpu-memory-utilization`` is 0.9. A service of another engine must state its value.
 ENGINE_DEFAULT_UTIL = {"vllm": 0.9}
+# the rule codes of the trust path (a signer unknown, revoked, outside its validity, of another role)
+_TRUST_RULE_CODES = frozenset(str(rule) for rule in TRUST_RULES.values())
 
 
 def engine_key(name: Any, aliases: Mapping[str, str] | None = None) -> str | None:
@@ -992,7 +994,11 @@ def check_routing_change(
         verdict = recorded[0]
     elif recorded:
         e = recorded[0]
-        detail = next((r["detail"] for r in ignored if r["entry"] == e.id), "not usable")
+        row = next((r for r in ignored if r["entry"] == e.id), None)
+        detail = "not usable" if row is None else str(row["detail"])
+        if row is not None and row["rule"] in _TRUST_RULE_CODES:
+            # the trust path's detail is a sentence of its own ("key X was revoked effective …": audit 77 f2)
+            detail = f"not trusted: {detail}"
         older = recorded[1:]
         instead = ""
         if older:

@@ -584,3 +584,28 @@ def test_a_blank_deployment_host_exits_2_and_records_nothing(tmp_path: Path) -> 
         assert led.size() == size
     finally:
         led.close()
+
+
+def test_revoked_verdict_signer_reason_reads_is_key_reviewer_was_revoked(tmp_path: Path) -> None:
+    """Regression (audit 77 f2): the trust path's detail is a sentence of its own, so the reason read "… is
+    key reviewer-2 was revoked effective …"; it reads "is not trusted: key … was revoked …", while a
+    supersession's detail still reads "is superseded by …" (``test_fix48_routing_gate``)."""
+    ledger, ids = _build(
+        tmp_path,
+        _verdict("v2", "2026-09-10T11:10:00Z", key="reviewer-2")
+        + """
+[[entries]]
+kind = "key.revoke"
+at = "2026-09-10T11:30:00Z"
+payload = { key = "reviewer-2", effective_at = "2026-09-10T11:05:00Z", reason = "key material leaked" }
+""",
+    )
+    try:
+        r = _check(ledger, [2])
+    finally:
+        ledger.close()
+    assert r["allowed"] is False and r["verdict"] is None
+    first = r["reasons"][0]
+    assert f"verdict (entry {ids['v2'][:16]}" in first, first
+    assert "is not trusted: key reviewer-2 was revoked effective 2026-09-10T11:05:00" in first, first
+    assert "is key" not in first, first
