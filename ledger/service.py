@@ -1167,14 +1167,15 @@ class Ledger:
 
     @staticmethod
     def load_policy(name_or_path: str, policy_dir: Path | None = None) -> LoadedPolicy:
-        from ledger.policy.loader import load_policy
+        from ledger.policy.routing import load_checked
 
-        return load_policy(name_or_path, policy_dir)
+        return load_checked(name_or_path, policy_dir)
 
     def _policy(self, policy: LoadedPolicy | str, policy_dir: Path | None) -> LoadedPolicy:
-        from ledger.policy.loader import LoadedPolicy, load_policy
+        from ledger.policy.loader import LoadedPolicy
+        from ledger.policy.routing import load_checked
 
-        return policy if isinstance(policy, LoadedPolicy) else load_policy(policy, policy_dir)
+        return policy if isinstance(policy, LoadedPolicy) else load_checked(policy, policy_dir)
 
     def evaluate_verdict(
         self,

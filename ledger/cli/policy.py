@@ -72,9 +72,9 @@ def _read_ledger(home: Path | None) -> Any:
 
 
 def _load_policy(name: str, policy_dir: Path | None) -> Any:
-    from ledger.policy.loader import load_policy
+    from ledger.policy.routing import load_checked
 
-    return load_policy(name, policy_dir)
+    return load_checked(name, policy_dir)
 
 
 def _render_verdict(result: dict[str, Any]) -> None:
@@ -419,11 +419,12 @@ def check_routing_change_cmd(
 def policy_list(policy_dir: PolicyDirOption = None, json_out: JsonOption = False) -> None:
     """Policies in the policy folder with their kind and digest."""
     from ledger.policy.fixtures import discover_fixtures
-    from ledger.policy.loader import list_policies, load_policy
+    from ledger.policy.loader import list_policies
+    from ledger.policy.routing import load_checked
 
     rows: list[dict[str, Any]] = []
     for p in list_policies(policy_dir):
-        pol = load_policy(str(p))
+        pol = load_checked(str(p))
         rows.append(
             {
                 "name": pol.name,
@@ -445,9 +446,9 @@ def policy_list(policy_dir: PolicyDirOption = None, json_out: JsonOption = False
 @policy_app.command("show")
 def policy_show(name: str, policy_dir: PolicyDirOption = None, json_out: JsonOption = False) -> None:
     """A policy's validated content (JSON) or its file text."""
-    from ledger.policy.loader import load_policy
+    from ledger.policy.routing import load_checked
 
-    pol = load_policy(name, policy_dir)
+    pol = load_checked(name, policy_dir)
     if json_out:
         print_json(
             {

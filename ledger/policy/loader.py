@@ -919,7 +919,7 @@ def load_policy(
         for key in ("review_required", "acceptance_required"):
             if key not in own:
                 compiled[key] = getattr(acceptance_policy, key)
-    loaded = LoadedPolicy(
+    return LoadedPolicy(
         name=spec.policy.name,
         path=path,
         data=data,
@@ -927,11 +927,3 @@ def load_policy(
         acceptance_policy=acceptance_policy,
         **compiled,
     )
-    if spec.routing is not None:
-        # the names a routing check reads below the top level of its context (``request.subject.x``,
-        # ``deployment.services.exists(s, s.x)``, ``{item[faults][0][x]}``): checked against what the routing
-        # gate builds there, its one copy (``routing._routing_schema``); cached per bytes and params
-        from ledger.policy.routing import check_routing_reads
-
-        check_routing_reads(loaded)
-    return loaded

@@ -56,6 +56,7 @@ from ledger.policy.loader import (
     ROUTING_TEXTS,
     CompiledGate,
     LoadedPolicy,
+    load_policy,
     routing_shapes,
 )
 from ledger.policy.model import ENTRY_VIEW_FIELDS, QUALIFIED, PolicyFile, parse_duration
@@ -639,6 +640,16 @@ def _reads_problem(filename: str, data: bytes, params_json: str) -> str | None:
             what = "template" if t.template else "CEL"
             return f"{t.where()}: {what} reads `{found.shown}`: {found.why}"
     return None
+
+
+def load_checked(name_or_path: str, policy_dir: Path | None = None) -> LoadedPolicy:
+    """``loader.load_policy``, and for a routing policy the names its checks read below the top level of the
+    routing context (``check_routing_reads``): what the tool loads a policy through (``Ledger.load_policy``,
+    ``ledger policy list/show``), so a misspelled nested name is refused when the policy is loaded, not first
+    when a change is judged. (The loader cannot call it: the routing gate reads the loader.)"""
+    policy = load_policy(name_or_path, policy_dir)
+    check_routing_reads(policy)
+    return policy
 
 
 def check_routing_reads(policy: LoadedPolicy) -> None:
@@ -1544,7 +1555,6 @@ def _standing_failures(
     on its evidence all the same (``failing_beyond_ladder``: a crash behind a missing host probe). The
     failure stops standing once its failing evidence is superseded or the campaign is older than the
     bound. The campaign of the verdict the route relies on is judged by the other checks (``current``)."""
-    from ledger.policy.loader import load_policy
     from ledger.policy.verdict import evaluate, evaluated_subject
 
     assert policy.spec.routing is not None
@@ -1929,7 +1939,6 @@ def _place_gpu_faults(
 
 def _qualification(policy: LoadedPolicy) -> LoadedPolicy:
     """The qualification policy the routing policy names (``[routing] qualification``), from beside it."""
-    from ledger.policy.loader import load_policy
 
     assert policy.spec.routing is not None
     return load_policy(policy.spec.routing.qualification, policy.path.parent)

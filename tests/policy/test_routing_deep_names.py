@@ -17,12 +17,13 @@ change is judged is a CEL error, so the check is not judged and the change is re
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import ledger.policy.routing as routing_module
 from ledger.errors import PolicyError
 from ledger.policy.loader import ROUTING_ITEMS, ROUTING_SHAPES, LoadedPolicy, load_policy, routing_shapes
 from ledger.policy.routing import (
@@ -34,7 +35,9 @@ from ledger.policy.routing import (
     _routing_schema,
     check_routing_change,
     check_routing_reads,
+    load_checked,
 )
+from ledger.service import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "routing-change"
@@ -99,21 +102,20 @@ def test_misspelled_nested_subject_name_is_refused_naming_file_line_and_name(pol
     assert "CEL reads" in msg
 
 
-def test_check_routing_change_refuses_a_policy_reading_a_misspelled_nested_name(
-    policies: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_check_routing_change_refuses_a_policy_reading_a_misspelled_nested_name(policies: Path) -> None:
     """Before anything is judged (the ledger is never read): a misspelled name below the top level."""
     (policies / f"{NAME}.toml").write_text(
         (policies / f"{NAME}.toml").read_text().replace(PLAIN, _expr("current.subject.campain != ''"))
     )
-    # refused when the policy loads (``load_policy`` calls ``check_routing_reads``) ...
+    # refused when the tool loads the policy (``routing.load_checked``: ``Ledger.load_policy``, ``ledger
+    # policy list/show``) ...
     with pytest.raises(PolicyError, match=r"current\.subject\.campain.*did you mean 'campaign'"):
-        load_policy(NAME, policies)
+        load_checked(NAME, policies)
+    with pytest.raises(PolicyError, match=r"current\.subject\.campain"):
+        Ledger.load_policy(NAME, policies)
 
-    # ... and by the gate itself, before the ledger is read, for a policy built past the loader's check
-    with monkeypatch.context() as m:
-        m.setattr(routing_module, "check_routing_reads", lambda policy: None)
-        policy = load_policy(NAME, policies)
+    # ... and by the gate itself, before the ledger is read, for a policy the loader alone built
+    policy = load_policy(NAME, policies)
 
     class Untouched:
         def __getattr__(self, name: str) -> Any:
@@ -319,3 +321,22 @@ def test_recorded_subject_with_a_field_the_routing_policy_does_not_read_is_judge
     assert "not one value" in (
         _context_problem({**recorded, "subject": {"campaign": ["c1"]}}, current, "c") or ""
     )
+
+
+def test_policy_show_and_list_refuse_a_misspelled_nested_name(policies: Path) -> None:
+    """The CLI loads a routing policy through ``load_checked``: ``policy show`` and ``policy list`` exit 2
+    naming the read, as ``check routing-change`` does (the loader alone cannot: the gate reads the loader)."""
+    (policies / f"{NAME}.toml").write_text(
+        (policies / f"{NAME}.toml").read_text().replace(PLAIN, _expr("request.subject.modle != ''"))
+    )
+    ledger_bin = Path(sys.executable).parent / "ledger"
+    for args in (["policy", "show", NAME], ["policy", "list"]):
+        r = subprocess.run(
+            [str(ledger_bin), *args, "--policy-dir", str(policies)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert "request.subject.modle" in r.stderr and "did you mean 'model'" in r.stderr, r.stderr
