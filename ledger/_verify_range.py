@@ -15,6 +15,7 @@ import gc
 import hashlib
 import itertools
 import json
+import operator
 import re
 from collections.abc import Sequence
 from datetime import date
@@ -27,7 +28,7 @@ from sqlalchemy.engine import Engine
 
 from ledger.canonical import MAX_DEPTH, parse_canonical
 from ledger.db import T_ARTIFACTS, T_ENTRIES, T_REFS, T_SUBJECTS, T_TILES, blob, make_engine, read_connection
-from ledger.entries import parse_statement
+from ledger.entries import Statement, parse_statement
 from ledger.errors import (
     CanonicalJsonError,
     ChainBrokenError,
@@ -38,7 +39,16 @@ from ledger.errors import (
 from ledger.log import LOG_FORMAT, MAX_RECORD_BYTES, LogRecord, chain_hash, entry_id_of, leaf_hash
 from ledger.signing import PAYLOAD_TYPE, PublicKey, Verifier, pae, parse_canonical_envelope, parse_envelope
 
-__all__ = ["RangeFacts", "check_range", "pool_init", "pool_task"]
+__all__ = [
+    "INDEX_TABLES",
+    "IndexRows",
+    "RangeFacts",
+    "check_range",
+    "index_rows",
+    "orphan_index_rows",
+    "pool_init",
+    "pool_task",
+]
 
 # the problem codes a range's check names (``ledger.verify.Problem``'s values: that module imports this one)
 ENTRY_ID_MISMATCH = "entry-id-mismatch"
@@ -49,6 +59,100 @@ SEQ_GAP = "seq-gap"
 NO_LOG_RECORD = LogFormatError.code
 CHAIN_BROKEN = ChainBrokenError.code
 NON_CANONICAL_JSON = CanonicalJsonError.code
+
+
+class IndexRows(NamedTuple):
+    """The index rows of one entry, table by table, as ingest inserts them (``index_rows``)."""
+
+    subjects: list[dict[str, Any]]  # entry_subjects: seq, field, value
+    refs: list[dict[str, Any]]  # entry_refs: seq, rel, target_id
+    artifacts: list[dict[str, Any]]  # entry_artifacts: seq, name, digest, stored
+
+
+def index_rows(seq: int, st: Statement) -> IndexRows:
+    """The index rows the entry at ``seq`` whose statement is ``st`` has: what ingest inserts with its log
+    row (``Ledger._plan``) and what ``ledger verify`` recomputes from the stored envelope (one copy). The
+    readers find a campaign's entries by these rows, and nothing else commits them."""
+    return IndexRows(
+        [{"seq": seq, "field": k, "value": v} for k, v in st.subject.items()],
+        [{"seq": seq, "rel": r.rel, "target_id": r.id} for r in {(r.rel, r.id): r for r in st.refs}.values()],
+        [{"seq": seq, "name": a.name, "digest": a.digest, "stored": a.stored} for a in st.artifacts],
+    )
+
+
+# the index tables in ``IndexRows`` order: (table, its columns but seq, how many of them name the row)
+INDEX_TABLES: tuple[tuple[sa.Table, tuple[str, ...], int], ...] = (
+    (T_SUBJECTS, ("field", "value"), 1),
+    (T_REFS, ("rel", "target_id"), 2),
+    (T_ARTIFACTS, ("name", "digest", "stored"), 1),
+)
+_NO_ROWS: frozenset[tuple[Any, ...]] = frozenset()
+# an entry's stored index rows, table by table (``INDEX_TABLES`` order): seq -> rows (their columns but seq)
+_Stored = tuple[dict[int, set[tuple[Any, ...]]], ...]
+
+
+# each index table's row as ``_fetch`` reads it (its columns but seq, in ``INDEX_TABLES`` order; two or more
+# columns each, so ``itemgetter`` gives a tuple)
+assert all(len(cols) > 1 for _t, cols, _k in INDEX_TABLES)
+_AS_READ = tuple(operator.itemgetter(*cols) for _t, cols, _k in INDEX_TABLES)
+
+
+def _expected(seq: int, st: Statement) -> tuple[set[tuple[Any, ...]], ...]:
+    """``index_rows`` of the entry as the row tuples ``_fetch`` reads (columns but seq, ``INDEX_TABLES``)."""
+    subjects, refs, artifacts = index_rows(seq, st)
+    as_subject, as_ref, as_artifact = _AS_READ
+    return set(map(as_subject, subjects)), set(map(as_ref, refs)), set(map(as_artifact, artifacts))
+
+
+def _row_text(cols: tuple[str, ...], row: tuple[Any, ...]) -> str:
+    return " ".join(f"{c}={v!r}" for c, v in zip(cols, row, strict=True))
+
+
+def _index_problems(seq: int, st: Statement, stored: _Stored) -> list[str]:
+    """Each index row of the entry at ``seq`` that is missing, changed or extra (its table and columns
+    named), against ``index_rows`` of its statement; empty when the stored rows are exactly those."""
+    out: list[str] = []
+    for want, (table, cols, k), have_by_seq in zip(_expected(seq, st), INDEX_TABLES, stored, strict=True):
+        have = have_by_seq.get(seq, _NO_ROWS)
+        if want == have:
+            continue
+        missing = {r[:k]: r for r in want - have}
+        extra = {r[:k]: r for r in have - want}
+        for key in sorted(missing.keys() & extra.keys(), key=repr):
+            out.append(
+                f"{table.name} row {_row_text(cols, extra[key])} is changed: the entry's is "
+                f"{_row_text(cols, missing[key])}"
+            )
+        for key in sorted(missing.keys() - extra.keys(), key=repr):
+            out.append(f"{table.name} row {_row_text(cols, missing[key])} of the entry is missing")
+        for key in sorted(extra.keys() - missing.keys(), key=repr):
+            out.append(f"{table.name} row {_row_text(cols, extra[key])} is not the entry's (extra)")
+    return out
+
+
+def orphan_index_rows(engine: Engine, lo: int, hi: int, limit: int = 100) -> list[tuple[int, str]]:
+    """The index rows at a seq below ``lo`` or from ``hi`` on that no log entry holds (one statement per
+    table and side, so an entry appended meanwhile is read with its rows; each a range of the table's
+    primary key, never a scan of it): (seq, what the row is), at most ``limit`` per table and side, in seq
+    order. A row at a seq of ``lo`` .. ``hi`` - 1 is ``check_range``'s."""
+    out: list[tuple[int, str]] = []
+    e = T_ENTRIES.c
+    with read_connection(engine) as conn:
+        for table, cols, _k in INDEX_TABLES:
+            c = table.c
+            for side in (c.seq < lo, c.seq >= hi):
+                q = (
+                    sa.select(c.seq, *(c[n] for n in cols))
+                    .where(side, ~sa.exists().where(e.seq == c.seq))
+                    .order_by(c.seq)
+                    .limit(limit + 1)
+                )
+                rows = conn.execute(q).all()
+                for seq, *rest in rows[:limit]:
+                    out.append((int(seq), f"{table.name} row {_row_text(cols, tuple(rest))}"))
+                if len(rows) > limit:
+                    out.append((int(rows[limit][0]), f"{table.name}: more such rows from this seq on"))
+    return out
 
 
 class RangeFacts(NamedTuple):
@@ -86,9 +190,7 @@ _QUERIES = {
     "entries": _in_range(
         T_ENTRIES, *_ENTRY_COLUMNS, "leaf_hash", "prev_hash", "chain_hash", "record"
     ).order_by(T_ENTRIES.c.seq),
-    "subjects": _in_range(T_SUBJECTS, "seq", "field", "value"),
-    "refs": _in_range(T_REFS, "seq", "rel", "target_id"),
-    "artifacts": _in_range(T_ARTIFACTS, "seq", "name", "digest", "stored"),
+    **{table.name: _in_range(table, "seq", *cols) for table, cols, _k in INDEX_TABLES},
     "tiles": _in_range(T_TILES, "level", "idx", "chain_hash", "last_seq", "hashes", "root", seq="last_seq"),
 }
 _COMPILED: dict[tuple[str, str], tuple[str, bool]] = {}
@@ -250,15 +352,11 @@ def check_range(engine: Engine, lo: int, hi: int, keys: dict[str, bytes], v1: bo
     to the one before it."""
     with read_connection(engine) as conn:
         rows = _fetch(conn, "entries", lo, hi)
-        subjects: dict[int, dict[str, str]] = {}
-        for seq, name, value in _fetch(conn, "subjects", lo, hi):
-            subjects.setdefault(seq, {})[name] = value
-        refs: dict[int, set[tuple[str, str]]] = {}
-        for seq, rel, target in _fetch(conn, "refs", lo, hi):
-            refs.setdefault(seq, set()).add((rel, target))
-        arts: dict[int, set[tuple[str, str, bool]]] = {}
-        for seq, name, digest, stored in _fetch(conn, "artifacts", lo, hi):
-            arts.setdefault(seq, set()).add((name, digest, bool(stored)))
+        # each index table's rows of the range, by seq: compared as stored (``stored`` 0/1 equals False/True)
+        index: _Stored = tuple({} for _ in INDEX_TABLES)
+        for (table, _cols, _k), by_seq in zip(INDEX_TABLES, index, strict=True):
+            for seq, *rest in _fetch(conn, table.name, lo, hi):
+                by_seq.setdefault(seq, set()).add(tuple(rest))
         # a tile column that is not bytes is no tile of the log: empty, it is named where it is compared
         tiles = [
             (int(lv), int(ix), str(ch), int(ls), _blob_or_empty(hs), _blob_or_empty(rt))
@@ -291,11 +389,11 @@ def check_range(engine: Engine, lo: int, hi: int, keys: dict[str, bytes], v1: bo
                     problems.append((seq, entry_id, CHAIN_BROKEN, f"stored envelope: {e.message}"))
                     env = b""
             try:
-                checked = _fast_row(row, env, keys, verifiers, subjects, refs, arts)
+                checked = _fast_row(row, env, keys, verifiers, index)
             except Exception:  # whatever the fast path cannot read, the exact path decides
                 checked = None
             if checked is None:  # the exact check, which names what is wrong
-                checked = _check_row(row, env, keys, verifiers, subjects, refs, arts, problems)
+                checked = _check_row(row, env, keys, verifiers, index, problems)
             st_kind, key_payload, leaf = checked
             # order within the range (the first entry's is checked by the parent, against the range before)
             if expected is not None:
@@ -315,6 +413,19 @@ def check_range(engine: Engine, lo: int, hi: int, keys: dict[str, bytes], v1: bo
                 key_payloads[i] = key_payload
             if v1_leaves is not None:
                 v1_leaves.append(leaf_hash(env))
+        # index rows at a seq of the range that no entry of it holds (a row added for no entry)
+        held = set(seqs)
+        for (table, cols, _k), by_seq in zip(INDEX_TABLES, index, strict=True):
+            for seq in sorted(by_seq.keys() - held):
+                for r in sorted(by_seq[seq], key=repr):
+                    problems.append(
+                        (
+                            seq,
+                            None,
+                            INDEX_MISMATCH,
+                            f"{table.name} row {_row_text(cols, r)}: no entry is at seq {seq}",
+                        )
+                    )
     finally:
         if gc_was:
             gc.enable()
@@ -344,17 +455,12 @@ def _blob_or_empty(value: object) -> bytes:
         return b""
 
 
-_NO_SUBJECT: dict[str, str] = {}
-
-
 def _fast_row(
     row: Sequence[Any],
     env: bytes,
     keys: dict[str, bytes],
     verifiers: dict[str, Verifier],
-    subjects: dict[int, dict[str, str]],
-    refs: dict[int, set[tuple[str, str]]],
-    arts: dict[int, set[tuple[str, str, bool]]],
+    index: _Stored,
 ) -> tuple[str, dict[str, Any] | None, bytes] | None:
     """``_check_row``'s (kind, key payload, leaf) when it would find no problem, by the same checks; None
     when one of them does not pass (or the row is not plain enough to check this way): ``_check_row`` then
@@ -386,13 +492,9 @@ def _fast_row(
     st = parse_statement(_canonical_value(payload))  # raises: the exact path names the problem
     if st.kind != kind or st.collected_at != collected_at:
         return None
-    if st.subject != subjects.get(seq, _NO_SUBJECT):
-        return None
-    if (st.refs or seq in refs) and {(r.rel, r.id) for r in st.refs} != refs.get(seq):
-        return None
-    named = {(a.name, a.digest, a.stored) for a in st.artifacts} if st.artifacts else None
-    if (named or seq in arts) and named != arts.get(seq):
-        return None
+    for want, have in zip(_expected(seq, st), index, strict=True):  # the rows ingest wrote (``index_rows``)
+        if want != have.get(seq, _NO_ROWS):
+            return None
     verifier = verifiers.get(signer)
     if verifier is None:
         if signer not in keys:
@@ -408,9 +510,7 @@ def _check_row(
     env_bytes: bytes,
     keys: dict[str, bytes],
     verifiers: dict[str, Verifier],
-    subjects: dict[int, dict[str, str]],
-    refs: dict[int, set[tuple[str, str]]],
-    arts: dict[int, set[tuple[str, str, bool]]],
+    index: _Stored,
     problems: list[tuple[Any, ...]],
 ) -> tuple[str, dict[str, Any] | None, bytes]:
     """Every per-entry check of one row, each problem named; (kind, key payload, leaf) for the in-order
@@ -476,12 +576,8 @@ def _check_row(
             problem(UnknownSignerError.code, f"signer {env.signer} is not enrolled")
         else:
             verifier.verify_envelope(env)
-        if dict(st.subject) != subjects.get(seq, {}):
-            problem(INDEX_MISMATCH, "subject index rows disagree with the entry")
-        if {(r.rel, r.id) for r in st.refs} != refs.get(seq, set()):
-            problem(INDEX_MISMATCH, "ref index rows disagree with the entry")
-        if {(a.name, a.digest, a.stored) for a in st.artifacts} != arts.get(seq, set()):
-            problem(INDEX_MISMATCH, "artifact index rows disagree with the entry")
+        for message in _index_problems(seq, st, index):  # the rows ingest wrote (``index_rows``)
+            problem(INDEX_MISMATCH, message)
     except LedgerError as e:
         problem(e.code, e.message)
     return kind, key_payload, leaf

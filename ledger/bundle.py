@@ -620,12 +620,10 @@ class _Zip:
     def __init__(self, zf: zipfile.ZipFile, report: BundleReport) -> None:
         self.zf = zf
         self.report = report
-        members = zf.namelist()
-        self.names = set(members)
+        self.names = set(zf.namelist())
         self.asked: set[str] = {MANIFEST}
-        for name, n in sorted(Counter(members).items()):
-            if n > 1:
-                report.add(BundleProblem.MEMBER_DUPLICATE, f"the bundle holds {n} files named {name!r}")
+        for name, n in _duplicate_members(zf):
+            report.add(BundleProblem.MEMBER_DUPLICATE, f"the bundle holds {n} files named {name!r}")
 
     def unlisted(self) -> None:
         for name in sorted(self.names - self.asked):
@@ -642,6 +640,27 @@ class _Zip:
         except (zipfile.BadZipFile, OSError, ValueError) as e:  # a damaged member (bad CRC …)
             self.report.add(BundleProblem.MEMBER_MISSING, f"{what}: file {name!r} cannot be read: {e}")
             return None
+
+
+def _duplicate_members(zf: zipfile.ZipFile) -> list[tuple[str, int]]:
+    """The member names the ZIP holds more than once, with how many times (``bundle-member-duplicate``)."""
+    return [(name, n) for name, n in sorted(Counter(zf.namelist()).items()) if n > 1]
+
+
+def _repeated_entries(entries: Sequence[Any]) -> set[int]:
+    """The positions of the manifest's entries that list an entry id or a seq a listing before them does
+    (``bundle-entry-duplicate``: the first listing is the one used)."""
+    seen_seq: set[Any] = set()
+    seen_id: set[str] = set()
+    out: set[int] = set()
+    for i, item in enumerate(entries):
+        seq, eid = item["seq"], str(item["id"])
+        if seq in seen_seq or eid in seen_id:
+            out.add(i)
+            continue
+        seen_seq.add(seq)
+        seen_id.add(eid)
+    return out
 
 
 def open_manifest(zf: zipfile.ZipFile) -> dict[str, Any]:
@@ -753,20 +772,19 @@ def _verify(
     # entries: envelope ↔ id, record ↔ envelope and index, inclusion under the checkpoint's root
     rows: list[_Row] = []
     parsed: list[tuple[_Row, Envelope]] = []
-    seen_seq: set[int] = set()
-    seen_id: set[str] = set()
     for item in manifest["entries"]:
-        seq, eid = _count(item["seq"], "entry seq"), str(item["id"])
+        _count(item["seq"], "entry seq")
+    repeated = _repeated_entries(manifest["entries"])
+    for i, item in enumerate(manifest["entries"]):
+        seq, eid = item["seq"], str(item["id"])
         where = {"seq": seq, "entry": eid}
-        if seq in seen_seq or eid in seen_id:
+        if i in repeated:
             report.add(
                 BundleProblem.ENTRY_DUPLICATE,
                 f"the manifest lists entry {eid} (seq {seq}) again, or another entry at that seq",
                 **where,
             )
             continue
-        seen_seq.add(seq)
-        seen_id.add(eid)
         env_bytes = z.read(item.get("envelope"), f"entry {eid}")
         rec_bytes = z.read(item.get("record"), f"entry {eid} log record")
         if env_bytes is None or rec_bytes is None:
@@ -937,6 +955,7 @@ def _verify(
     z.unlisted()
     if rederived is not None and bundled is not None:
         report.rederived_digest = result_digest(rederived)
+        _considered(rederived, bundled, report)
         if canonical_bytes(rederived) != canonical_bytes(bundled):
             diff = [k for k in sorted(set(rederived) | set(bundled)) if rederived.get(k) != bundled.get(k)]
             report.add(
@@ -944,6 +963,28 @@ def _verify(
                 f"re-derived here: {rederived.get('verdict')}; bundled: {bundled.get('verdict')} "
                 f"({', '.join(diff) or 'bytes'} differ)",
             )
+
+
+def _considered(rederived: dict[str, Any], bundled: dict[str, Any], report: BundleReport) -> None:
+    """Name the entries of the verdict's snapshot the bundle lacks (or holds beyond it): the verdict counts
+    the entries it read (``counts.considered``), and the bundle's rows give the same count when the bundle
+    holds each of them. An entry the verdict read but does not name by id is found this way only: the
+    count names how many, never which (``bundle-entry-absent``)."""
+    have, want = (v.get("counts", {}).get("considered") for v in (rederived, bundled))
+    if type(have) is not int or type(want) is not int or have == want:
+        return
+    if have < want:
+        message = (
+            f"the verdict read {want} entries of the subject, the bundle holds {have} of them: "
+            f"{want - have} entr{'y' if want - have == 1 else 'ies'} the verdict read "
+            f"{'is' if want - have == 1 else 'are'} not in the bundle"
+        )
+    else:
+        message = (
+            f"the verdict read {want} entries of the subject, the bundle holds {have}: "
+            f"{have - want} the verdict did not read"
+        )
+    report.add(BundleProblem.ENTRY_ABSENT, message)
 
 
 def _rederive(
@@ -992,6 +1033,23 @@ def bundle_report(
     into it."""
     with zipfile.ZipFile(source) as zf:
         manifest = open_manifest(zf)
+        # a name held twice, or an entry listed twice: which one the report reads is the reader's guess
+        # (``zipfile`` the last, other tools the first): refused, as ``verify_bundle`` refuses it
+        twice = [
+            f"{BundleProblem.MEMBER_DUPLICATE}: {n} files named {name!r}"
+            for name, n in _duplicate_members(zf)
+        ]
+        try:
+            listed = manifest["entries"]
+            twice += [
+                f"{BundleProblem.ENTRY_DUPLICATE}: the manifest lists entry {listed[i]['id']} (seq "
+                f"{listed[i]['seq']}) again, or another entry at that seq"
+                for i in sorted(_repeated_entries(listed))
+            ]
+        except (KeyError, TypeError) as e:
+            raise BundleError(f"malformed bundle manifest: {type(e).__name__}: {e}") from e
+        if twice:
+            raise BundleError(f"the bundle is ambiguous, no report is made of it: {'; '.join(twice)}")
         try:
             result = parse_canonical(zf.read(manifest["verdict"]["file"]))
         except (KeyError, LedgerError) as e:

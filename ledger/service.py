@@ -109,7 +109,7 @@ from ledger.tokens import (
     verify_token,
 )
 from ledger.trust import TrustedLog, authorise, replay_keys
-from ledger.verify import VerifyProblem, VerifyReport, check_held, verify_log
+from ledger.verify import VerifyProblem, VerifyReport, check_held, index_rows, verify_log
 
 if TYPE_CHECKING:  # the policy floor is imported where it is used: `ledger log` / `show` start without it
     from ledger.policy.fixtures import FixtureResult
@@ -931,15 +931,11 @@ class Ledger:
                             "chain_hash": ch,
                         }
                     )
-                    subj_rows.extend({"seq": next_seq, "field": k, "value": v} for k, v in st.subject.items())
-                    ref_rows.extend(
-                        {"seq": next_seq, "rel": r.rel, "target_id": r.id}
-                        for r in {(r.rel, r.id): r for r in st.refs}.values()
-                    )
-                    art_rows.extend(
-                        {"seq": next_seq, "name": a.name, "digest": a.digest, "stored": a.stored}
-                        for a in st.artifacts
-                    )
+                    # the index rows the readers find entries by; `ledger verify` recomputes them (one copy)
+                    index = index_rows(next_seq, st)
+                    subj_rows.extend(index.subjects)
+                    ref_rows.extend(index.refs)
+                    art_rows.extend(index.artifacts)
                     out.append(
                         LoggedEntry(
                             next_seq, p.entry_id, st, p.envelope_bytes, p.envelope.signer, logged_at, prev, ch

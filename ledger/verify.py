@@ -22,7 +22,15 @@ from enum import StrEnum
 from typing import Any
 
 from ledger import _verify_range as _range
-from ledger._verify_range import RangeFacts, check_range, pool_init, pool_task
+from ledger._verify_range import (
+    IndexRows,
+    RangeFacts,
+    check_range,
+    index_rows,
+    orphan_index_rows,
+    pool_init,
+    pool_task,
+)
 from ledger.db import make_engine
 from ledger.entries import format_time, now_utc, parse_time
 from ledger.errors import (
@@ -48,7 +56,17 @@ from ledger.store.base import ArtifactStore
 from ledger.tiles import TileBuilder, TileTree, tile_last_seq
 from ledger.trust import TrustedLog, replay_keys, trust_problem
 
-__all__ = ["HeldFault", "Problem", "VerifyProblem", "VerifyReport", "check_held", "held_fault", "verify_log"]
+__all__ = [
+    "HeldFault",
+    "IndexRows",
+    "Problem",
+    "VerifyProblem",
+    "VerifyReport",
+    "check_held",
+    "held_fault",
+    "index_rows",
+    "verify_log",
+]
 
 _CHUNK = 4096  # entries per range a worker checks (at most)
 _MIN_CHUNK = 256  # ... and at least, but for the log's last
@@ -401,6 +419,18 @@ def verify_log(
                 consume(check_range(engine, a, b, keys, v1))
         finally:
             engine.dispose()
+    # index rows at a seq outside the ranges checked that no entry holds (the readers would file them under
+    # an entry appended there later); those of the entries below a held checkpoint (seqs 0 .. ``start`` - 1)
+    # are checked by a full verify only, as the entries are
+    engine = make_engine(database_url)
+    try:
+        orphans = orphan_index_rows(engine, 0, max(end, start))
+    finally:
+        engine.dispose()
+    problems.extend(
+        VerifyProblem(Problem.INDEX_MISMATCH, f"{what}: no entry is at seq {seq}", seq=seq)
+        for seq, what in orphans
+    )
 
     # checkpoints beyond the log verified: the log no longer has what they signed, but for one of a log that
     # grew while verify ran
