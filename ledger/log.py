@@ -36,6 +36,7 @@ __all__ = [
     "LogRecord",
     "MerkleTree",
     "Receipt",
+    "ReceiptClaim",
     "chain_hash",
     "checked_leaf",
     "consistency_proof",
@@ -49,6 +50,7 @@ __all__ = [
     "parse_receipt",
     "parse_record",
     "parse_verifier_key",
+    "receipt_claim",
     "record_leaf",
     "sign_checkpoint",
     "sign_receipt",
@@ -590,6 +592,80 @@ def parse_receipt(doc: Any, public: PublicKey, *, key_name: str | None = None) -
     ):
         raise ProofError("the receipt's fields disagree with its record")
     return Receipt(origin, record, note)
+
+
+@dataclass(frozen=True)
+class ReceiptClaim:
+    """What a kept receipt says the log signed for the entry at its index, read without checking its
+    signature (``parse_receipt`` checks it, for ``ledger audit``): the leaf hash its signed note names,
+    which the record beside it hashes to (``leaf``), that record's bytes where it carries one (``record``,
+    parsed only when asked: ``says``), and the log time its note names (``logged_at``)."""
+
+    leaf: bytes
+    record: bytes | None = None
+    logged_at: str | None = None
+
+    def says(self, index: int, entry_id: str) -> dict[str, object]:
+        """The fields of the record the receipt signs for ``entry_id`` at ``index``, as it says them:
+        its record's (``v`` aside), else its note's (index, entry id, logged_at). ``ProofError`` for a
+        record that is no log record, or one of another index or entry."""
+        if self.record is None:
+            return {"index": index, "entry_id": entry_id, "logged_at": self.logged_at}
+        try:
+            rec = parse_record(self.record)
+        except ProofError as e:
+            raise ProofError(f"its record is no log record: {e.message}") from e
+        if (rec.index, rec.entry_id) != (index, entry_id):
+            raise ProofError(
+                f"its record names index {rec.index} and entry {rec.entry_id}, not the ones its fields name"
+            )
+        return {k: v for k, v in rec.to_json().items() if k != "v"}
+
+
+def receipt_claim(doc: dict[str, Any], origin: str, index: int, entry_id: str) -> ReceiptClaim:
+    """The ``ReceiptClaim`` of a receipt (its JSON) kept of the log ``origin`` for ``entry_id`` at
+    ``index`` (its JSON fields), from the leaf line of its signed note and from its ``record``: either
+    will do, and where it has both the record must hash to the note's leaf, the note naming ``origin``,
+    ``index`` and ``entry_id``. ``ProofError`` naming what is wrong where it has neither, or a part of it
+    is no receipt's, or its parts contradict each other: a receipt the log cannot be judged against is
+    never one the log passes. Cheap (no signature checked, its record parsed only by ``says``): the
+    signing guard reads each receipt kept past the held checkpoint."""
+    leaf: bytes | None = None
+    logged_at: str | None = None
+    note = doc.get("note")
+    if note is not None:
+        lines = note.partition("\n\n")[0].split("\n") if isinstance(note, str) else []
+        if len(lines) != 6 or lines[0] != RECEIPT_HEADER:
+            raise ProofError(
+                f"its note is no receipt note ({RECEIPT_HEADER}, origin, index, entry id, logged_at, leaf)"
+            )
+        if lines[1:4] != [origin, str(index), entry_id]:
+            raise ProofError(
+                f"its signed note names the log {lines[1]!r}, index {lines[2]!r} and entry {lines[3]!r}, "
+                "not the ones its fields name"
+            )
+        try:
+            leaf = base64.b64decode(lines[5], validate=True)
+        except ValueError:  # binascii.Error, or non-ASCII text
+            leaf = b""
+        if len(leaf) != 32:
+            raise ProofError(f"the leaf its signed note names ({lines[5]!r}) is no base64 SHA-256 hash")
+        logged_at = lines[4]
+    record = doc.get("record")
+    data: bytes | None = None
+    if record is not None:
+        try:
+            data = base64.b64decode(record, validate=True) if isinstance(record, str) else None
+        except ValueError:  # binascii.Error, or non-ASCII text
+            data = None
+        if data is None:
+            raise ProofError("its record is not base64 text")
+        signed, leaf = leaf, record_leaf(data)
+        if signed is not None and leaf != signed:
+            raise ProofError("its record does not hash to the leaf its signed note names")
+    if leaf is None:
+        raise ProofError("it carries neither a signed note nor a record: no leaf the log signed")
+    return ReceiptClaim(leaf, data, logged_at)
 
 
 @dataclass(frozen=True)

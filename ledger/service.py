@@ -66,10 +66,13 @@ from ledger.log import (
     EntryId,
     LogRecord,
     Receipt,
+    ReceiptClaim,
     chain_hash,
     entry_id_of,
     held_fault,
     parse_checkpoint,
+    parse_record,
+    receipt_claim,
     record_leaf,
     sign_checkpoint,
     sign_receipt,
@@ -87,7 +90,7 @@ from ledger.reads import (  # parse_subject_args: defined there, imported by the
     resolve_entry_id,
     signer_names,
 )
-from ledger.repo import EntryFilter, Head, KeysSince, LogRepo, SubjectSummary
+from ledger.repo import EntryFilter, Head, KeysSince, LogRepo, SubjectSummary, checked_leaf
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
 from ledger.tiles import (
@@ -254,8 +257,8 @@ class Ledger:
         # reading the tiles again (``_guard_head``)
         self._extends: tuple[int, bytes, int, str] | None = None
         # the receipts of its own log this home kept, read from ``receipts.jsonl`` once and then only what
-        # was appended: (where the read ended, floor, {index: entry ids} of those at index >= floor)
-        self._kept: tuple[ReceiptsRead, int, dict[int, set[str]]] | None = None
+        # was appended: (where the read ended, floor, {index: kept} of those at index >= floor: ``_Kept``)
+        self._kept: tuple[ReceiptsRead, int, dict[int, set[_Kept]]] | None = None
         # (held size, held root, {size: root}): the checkpoints of smaller sizes proved to be the held
         # checkpoint's tree at their size (``_within_held``)
         self._prefixes: tuple[int, bytes, dict[int, bytes]] | None = None
@@ -1423,32 +1426,109 @@ class Ledger:
     def _receipt_lost(self, floor: int) -> None:
         """``LogInconsistentError`` naming the first receipt this home kept of its own log, at an index
         ``>= floor`` (those below are the held checkpoint's to vouch for), whose entry the log no longer
-        holds at that index. Cheap: the receipts file is read once per process, then only its new lines;
-        only the receipts past the held checkpoint are kept in memory and looked up (one query). The
-        file is read before the database (a read begun after it): a receipt is kept only after its entry
-        committed, so an entry a fresh read lacks was lost, never "not yet"."""
+        holds at that index, or holds rewritten (``_receipt_fault``)."""
+        fault = self._receipt_fault(floor)
+        if fault is not None:
+            raise fault[0]
+
+    def _receipt_fault(self, floor: int) -> tuple[LedgerError, int, str] | None:
+        """The first receipt this home kept of its own log at an index ``>= floor`` that the log no longer
+        stands by, as (the error, its index, its entry id); None when the log stands by every one. The log
+        lost the entry (it is not at that index: deleted behind its back, maybe appended over), or holds it
+        rewritten — its row's record, re-derived into its leaf (``checked_leaf``: a record that no longer
+        hashes to its row's leaf hash is ``ChainBrokenError``), is not the leaf the receipt signs (its
+        ``logged_at``, kind, signer … rewritten with the leaf and chain hashes agreeing): either is
+        ``LogInconsistentError`` naming the entry, its index and what differs. A kept receipt that names no
+        leaf the log signed, or contradicts itself (``receipt_claim``), cannot judge the log and is
+        ``ConfigError`` naming it (never passed).
+
+        Cheap: the receipts file is read once per process, then only its new lines; only the receipts past
+        the held checkpoint are kept in memory and looked up (one query per 500 of them, their rows'
+        records and leaf hashes with their entry ids). The file is read before the database (a read begun
+        after it): a receipt is kept only after its entry committed, so an entry a fresh read lacks was
+        lost, never "not yet"."""
         kept = self._kept_since(floor)
         if not kept:
-            return
+            return None
+        ids = sorted({k.entry_id for ks in kept.values() for k in ks})
         with self.repo.read() as conn:
-            found = self.repo.entry_ids_at(conn, kept.keys())
+            rows: dict[str, Any] = {}
+            for i in range(0, len(ids), 500):
+                rows.update(self.repo.by_ids(conn, ids[i : i + 500]))
+            missing = [i for i, ks in kept.items() if any(not _at(rows.get(k.entry_id), i) for k in ks)]
+            there = self.repo.entry_ids_at(conn, missing) if missing else {}
         for index in sorted(kept):
-            for entry_id in sorted(kept[index]):
-                if found.get(index) != entry_id:
-                    raise LogInconsistentError(
-                        f"the log lost entry {entry_id} at index {index}, whose signed receipt this home "
-                        f"kept (HOME/receipts.jsonl; {'another entry' if index in found else 'no entry'} "
-                        "is there now): nothing is signed under the log's key (no checkpoint, receipt or "
-                        "proof) and nothing is appended",
-                        hint="`ledger audit` names every receipt the log no longer stands by; restore the "
-                        "database from a backup that holds the received entries",
-                    )
+            for k in sorted(kept[index], key=lambda k: (k.entry_id, k.fault)):
+                row = rows.get(k.entry_id)
+                if row is None or not _at(row, index):
+                    return self._receipt_error(k, index, there), index, k.entry_id
+                if k.claim is None:
+                    return self._unjudged(index, k.entry_id, k.fault), index, k.entry_id
+                leaf = checked_leaf(index, k.entry_id, row.record, row.leaf_hash)
+                if leaf != k.claim.leaf:
+                    return self._receipt_error(k, index, there, row.record, leaf), index, k.entry_id
+        return None
 
-    def _kept_since(self, floor: int) -> dict[int, set[str]]:
-        """The entry ids of the receipts this home kept of its own log at each index ``>= floor``: what
-        was read of ``receipts.jsonl`` before, and what was appended since (``Home.receipts_since``). A
-        file replaced, removed or rewritten in place (emptied and refilled) is read again from the start,
-        and what was read of it before is dropped."""
+    def _unjudged(self, index: int, entry_id: str, why: str) -> ConfigError:
+        """The refusal over a kept receipt that cannot judge the log (``why``: ``receipt_claim``)."""
+        return ConfigError(
+            f"{self.home.receipts_path}: the receipt this home kept of entry {entry_id} at index {index} "
+            f"cannot judge the log: {why}; nothing is signed under the log's key (no checkpoint, receipt "
+            "or proof) and nothing is appended",
+            hint="`ledger audit` names every receipt it cannot check; restore HOME/receipts.jsonl from a "
+            "backup",
+        )
+
+    def _receipt_error(
+        self,
+        k: _Kept,
+        index: int,
+        there: dict[int, str],
+        record: bytes | None = None,
+        leaf: bytes | None = None,
+    ) -> LedgerError:
+        """The refusal over a kept receipt the log no longer stands by: its entry lost at ``index``
+        (``there``: what the log holds at each index a receipt's entry is not at), or held there with the
+        ``record`` whose ``leaf`` is not the one the receipt signs (each field that differs named) —
+        unless the receipt's own record is no log record of that entry (``_unjudged``)."""
+        tail = (
+            ": nothing is signed under the log's key (no checkpoint, receipt or proof) and nothing is "
+            "appended"
+        )
+        if leaf is None:
+            return LogInconsistentError(
+                f"the log lost entry {k.entry_id} at index {index}, whose signed receipt this home "
+                f"kept (HOME/receipts.jsonl; {'another entry' if index in there else 'no entry'} "
+                f"is there now){tail}",
+                hint="`ledger audit` names every receipt the log no longer stands by; restore the "
+                "database from a backup that holds the received entries",
+            )
+        assert k.claim is not None
+        try:
+            says = k.claim.says(index, k.entry_id)
+        except ProofError as e:  # the receipt's record, not the log, is what is wrong
+            return self._unjudged(index, k.entry_id, e.message)
+        try:
+            now = parse_record(bytes(record or b"")).to_json()
+            differs = "; ".join(
+                f"{f} {now.get(f)} where the receipt says {v}" for f, v in says.items() if now.get(f) != v
+            )
+        except ProofError as e:
+            differs = f"its record is no log record ({e.message})"
+        return LogInconsistentError(
+            f"the log holds entry {k.entry_id} at index {index} rewritten since it signed the receipt "
+            f"this home kept (HOME/receipts.jsonl): its record hashes to leaf {leaf.hex()[:16]}…, the "
+            f"receipt signs leaf {k.claim.leaf.hex()[:16]}…"
+            f"{' (' + differs + ')' if differs else ''}{tail}",
+            hint="`ledger audit` names every receipt the log no longer stands by; restore the "
+            "database from a backup that holds the received entries as they were received",
+        )
+
+    def _kept_since(self, floor: int) -> dict[int, set[_Kept]]:
+        """The receipts this home kept of its own log at each index ``>= floor`` (``_Kept``: the entry id
+        and the leaf each signs): what was read of ``receipts.jsonl`` before, and what was appended since
+        (``Home.receipts_since``). A file replaced, removed or rewritten in place (emptied and refilled)
+        is read again from the start, and what was read of it before is dropped."""
         with self._cache_lock:
             kept = self._kept
             if kept is not None and floor < kept[1]:
@@ -1462,9 +1542,13 @@ class Ledger:
                 if d.get("origin") != self.cfg.origin or type(index) is not int or index < floor:
                     continue  # another log's, or one ``ledger audit`` reports as not a receipt
                 if isinstance(entry_id, str):
-                    pending.setdefault(index, set()).add(entry_id)
+                    try:
+                        k = _Kept(entry_id, receipt_claim(d, self.cfg.origin, index, entry_id))
+                    except ProofError as e:
+                        k = _Kept(entry_id, None, e.message)
+                    pending.setdefault(index, set()).add(k)
             self._kept = (read, floor, pending)
-            return {i: set(ids) for i, ids in pending.items()}
+            return {i: set(ks) for i, ks in pending.items()}
 
     def _guard_head(self, conn: sa.Connection, head: Head | None) -> Checkpoint | None:
         """``_refuse_fork`` for the sequencer, in its transaction, before it appends (the receipts of what
@@ -2133,10 +2217,40 @@ class Ledger:
         )
         if anchor_problem is not None:
             report.problems.insert(0, anchor_problem)
+        if anchor:
+            report.problems.extend(self._receipts_problem(home_cp))
         return report
+
+    def _receipts_problem(self, held: Checkpoint | None) -> list[VerifyProblem]:
+        """``verify``'s problem with the receipts this home kept of its own log past ``held`` (the
+        checkpoint it holds): the first one the log no longer stands by (``_receipt_fault``), the refusal
+        every signature and append meets. A row whose record no longer hashes to its leaf hash, or has no
+        record, is left to ``verify_log``, which names each such row itself."""
+        try:
+            fault = self._receipt_fault(0 if held is None else held.size)
+        except (ChainBrokenError, LogFormatError):
+            return []
+        except LedgerError as e:
+            return [VerifyProblem(e.code, e.message)]
+        return [] if fault is None else [VerifyProblem(fault[0].code, fault[0].message, fault[1], fault[2])]
 
     def iter_rows(self, batch: int = 5000) -> Iterator[Any]:
         return self.repo.iter_rows(batch)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A receipt this home kept of its own log (``Ledger._kept_since``): its entry id, and what it says
+    the log signed (``receipt_claim``), or why it says nothing that can judge the log (``fault``)."""
+
+    entry_id: str
+    claim: ReceiptClaim | None
+    fault: str = ""
+
+
+def _at(row: Any, seq: int) -> bool:
+    """Whether ``row`` is an entry row (not None) at ``seq``."""
+    return row is not None and int(row.seq) == seq
 
 
 _OWN_RECEIPTS = (
