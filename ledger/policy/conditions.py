@@ -29,6 +29,7 @@ __all__ = [
     "compile_condition",
     "fields_read",
     "free_names",
+    "leading_dot_name",
     "paths_read",
     "shared_context",
     "template_attribute_fields",
@@ -225,6 +226,36 @@ def _binder(scopes: Sequence[_Scope], name: str, pos: int) -> _Scope | None:
     return best
 
 
+# what may stand before a ``.`` that reads a field of it (``x.f``, ``f(x).f``, ``[x][0].f``, ``{…}.f``),
+# besides a name, a string or a number: any other token there (none, an operator, ``(``, ``[``, ``,``,
+# ``!``, ``?``, ``:``, the keyword ``in``) makes the ``.`` start the name (``.request.action``)
+_DOT_RECEIVER_ENDS = frozenset(")]}")
+
+
+def leading_dot_name(source: str) -> str | None:
+    """The first name of ``source`` (CEL) written with a leading dot (``.request.action``,
+    ``'x' in .request.subject``), as written up to its last ``.name``; None where there is none or the text
+    cannot be tokenised (CEL refuses that). CEL reads such a name from the root of its namespace, which
+    celpy never resolves: every evaluation reaching it is an error, however the name is spelled."""
+    lexed = _lexed(source)
+    if lexed is None:
+        return None
+    n = len(lexed)
+    for i, (t, is_str) in enumerate(lexed):
+        if is_str or t != "." or i + 1 >= n or lexed[i + 1][1] or not _is_name(lexed[i + 1][0]):
+            continue
+        if i > 0:
+            prev, prev_str = lexed[i - 1]
+            value = prev_str or prev in _DOT_RECEIVER_ENDS or prev[:1].isdigit()
+            if value or (_is_name(prev) and prev != "in"):
+                continue  # a field of a value (a name, a literal, a bracket's or call's result)
+        k = i + 1
+        while k + 2 < n and lexed[k + 1][0] == "." and not lexed[k + 2][1] and _is_name(lexed[k + 2][0]):
+            k += 2
+        return "".join(t for t, _ in lexed[i : k + 1])
+    return None
+
+
 def compile_condition(source: str, where: str, names: frozenset[str] | None = None) -> Condition:
     """Compile ``source``; a syntax error becomes a PolicyError naming ``where`` (file:line). With
     ``names`` (the variables its context will hold), reading any other variable is refused here: CEL
@@ -233,6 +264,13 @@ def compile_condition(source: str, where: str, names: frozenset[str] | None = No
     text = source.strip()
     if not text:
         raise PolicyError(f"{where}: empty CEL expression")
+    dotted = leading_dot_name(text)
+    if dotted is not None:
+        raise PolicyError(
+            f"{where}: CEL `{text}` reads `{dotted}`: leading-dot names are not supported (CEL's name "
+            "from the root of its namespace, which is never resolved: every evaluation reaching it would "
+            f"be an error): write `{dotted[1:]}`"
+        )
     if names is not None:
         unknown = sorted((free_names(text) or frozenset()) - names)
         if unknown:
@@ -670,7 +708,8 @@ def template_paths(
 ) -> tuple[Read, ...]:
     """The paths a message template (``{e[derived][attempt]}``, ``{params[attempt_budget]}``; filled by
     ``acceptance.render``) reads from its variables, as ``paths_read`` reports them; ``{evidence[0][kind]}``
-    reads an element of a list in ``lists``. A placeholder naming something absent prints as ``?``."""
+    reads an element of a list in ``lists``; one nested in a format spec (``{count:{params[width]}}``) too. A
+    placeholder naming something absent prints as ``?``."""
     import string
 
     lists = lists or {}
@@ -679,20 +718,18 @@ def template_paths(
     except ValueError:
         return ()
     out: list[Read] = []
-    for _literal, field_name, _spec, _conv in parsed:
-        if not field_name:
-            continue
-        m = _FIELD_NAME.fullmatch(field_name)
-        if m is None:
-            continue
-        first = m["first"]
-        keys = [a or k for a, k in _FIELD_PART.findall(m["rest"])]
-        label = roots.get(first)
-        if first in lists and keys and keys[0].isdigit():
-            label, keys = lists[first], keys[1:]
-        if label is None:
-            continue
-        out.append(Read(label, tuple(keys)))
+    for _literal, field_name, spec, _conv in parsed:
+        m = _FIELD_NAME.fullmatch(field_name) if field_name else None
+        if m is not None:
+            first = m["first"]
+            keys = [a or k for a, k in _FIELD_PART.findall(m["rest"])]
+            label = roots.get(first)
+            if first in lists and keys and keys[0].isdigit():
+                label, keys = lists[first], keys[1:]
+            if label is not None:
+                out.append(Read(label, tuple(keys)))
+        if spec and "{" in spec:  # a placeholder nested in the format spec (``{x:{params[width]}}``)
+            out.extend(template_paths(spec, roots, lists))
     return tuple(out)
 
 

@@ -397,7 +397,8 @@ class _Misread(Exception):
         self.shown, self.why = shown, why
 
 
-_UNTOLD = "untold"  # a value read from a list literal, a choice or a call's result holding maps or lists
+# a value read from a list or map literal, a choice or a call's result holding maps or lists
+_UNTOLD = "untold"
 _FIXED = "one value (a number, a text, a boolean or null)"
 
 
@@ -412,9 +413,9 @@ def _step(node: _Node | None, base: str, name: str | None, how: str = "read") ->
     if node == _UNTOLD:
         raise _Misread(
             shown,
-            f"which names {base} holds cannot be told (a value taken from a list literal, a parenthesised "
-            "choice or a call's result, of maps or lists): read them through the context's own names "
-            "(`host.gpu_indexes`, `services.exists(s, s.env …)`, `deployment.services[0].name`)",
+            f"which names {base} holds cannot be told (a value taken from a list or map literal, a "
+            "parenthesised choice or a call's result, of maps or lists): read them through the context's "
+            "own names (`host.gpu_indexes`, `services.exists(s, s.env …)`, `deployment.services[0].name`)",
         )
     if isinstance(node, _List):
         if name is None or name.isdigit():
@@ -483,7 +484,7 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
     def held_in(start: int, end: int) -> bool:
         """Whether the tokens start..end mention a map or list of the context (a value of them whole)."""
         for k in range(start, end + 1):
-            if (name_at(k) or raw[k] in ")]") and ends_chain(k) and k not in binding:
+            if (name_at(k) or raw[k] in ")]}") and ends_chain(k) and k not in binding:
                 node = typed(k)[0]
                 if isinstance(node, _Map | _List) or node == _UNTOLD:
                     return True
@@ -519,7 +520,7 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
             return _step(node, base, t), f"{base}.{t}"
         if t == "]" and end in opening:
             o = opening[end]
-            if o > 0 and (name_at(o - 1) or raw[o - 1] in ")]"):
+            if o > 0 and (name_at(o - 1) or raw[o - 1] in ")]}"):
                 node, base = typed(o - 1)
                 key = _string_value(raw[o + 1]) if o + 2 == end else None
                 if key is not None:
@@ -553,6 +554,11 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
                     return _SCALAR, f"{base}.{method}(…)"
                 return (_UNTOLD if isinstance(node, _Map | _List) else None), f"{base}.{method}(…)"
             return (_UNTOLD if held_in(o + 1, end - 1) else None), "(…)"
+        if t == "}" and end in opening:
+            # a map literal (``{'s': request.subject}.s``): like a list literal, what it holds of the
+            # context's maps or lists cannot be told
+            o = opening[end]
+            return (_UNTOLD if held_in(o + 1, end - 1) else None), "{…}"
         return None, t
 
     def depth(i: int, o: int) -> int:
@@ -561,7 +567,7 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
 
     try:
         for k in range(n):
-            if k in binding or not (name_at(k) or raw[k] in ")]"):
+            if k in binding or not (name_at(k) or raw[k] in ")]}"):
                 continue
             if name_at(k) and k + 1 < n and raw[k + 1] == "(":
                 continue  # a function's or method's name

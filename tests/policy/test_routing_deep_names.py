@@ -212,6 +212,22 @@ def test_shipped_routing_policy_reads_only_names_that_are_there(policies: Path) 
         ),
         (PLAIN_FAIL, 'fail = "{deployment[services][0][Name]}"', ("{deployment[services][0][Name]}",)),
         (PLAIN_FAIL, 'fail = "{deployment[services][first][name]}"', ("is a list",)),
+        # fix 90: a placeholder nested in a format spec (``str.format`` fills it too)
+        (
+            PLAIN_FAIL,
+            'fail = "{host[name]:{request[subject][modle]}}"',
+            ("{request[subject][modle]}", "'model'"),
+        ),
+        (
+            PLAIN_FAIL,
+            'fail = "{host[name]:>{host[key]}.{host[gpu_indexes][x]}}"',
+            ("{host[gpu_indexes][x]}",),
+        ),
+        (
+            PLAIN_FAIL,
+            'fail = "{host[name]!r:{deployment[services][0][Name]}}"',
+            ("{deployment[services][0][Name]}",),
+        ),
     ],
 )
 def test_nested_name_not_there_is_refused(policies: Path, old: str, new: str, words: tuple[str, ...]) -> None:
@@ -237,6 +253,7 @@ def test_nested_name_not_there_is_refused(policies: Path, old: str, new: str, wo
         (PLAIN, _expr("routing.match_subject.exists(m, m == 'model')")),
         (SERVICES, _expr("item.env.ANY_NAME == '1' || item.env['OTHER'] == '1' || 'X' in item.env")),
         (GPUS_FAIL, 'fail = "{item[faults][0][code]} GPU{item[gpu]} ({item[pci_text]}) faulted after'),
+        (PLAIN_FAIL, 'fail = "{host[name]:{request[subject][model]}} {deployment[host]:>{host[key]}}"'),
     ],
 )
 def test_nested_name_that_is_there_still_loads(policies: Path, old: str, new: str) -> None:
@@ -340,3 +357,25 @@ def test_policy_show_and_list_refuse_a_misspelled_nested_name(policies: Path) ->
         )
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert "request.subject.modle" in r.stderr and "did you mean 'model'" in r.stderr, r.stderr
+
+
+def test_format_spec_placeholder_of_a_qualification_template_is_checked(tmp_path: Path) -> None:
+    """Fix 90: the loader's check of any policy's templates reads a placeholder nested in a format spec
+    (``template_paths``): ``{e[payload][gate]:{e[payload][gaet]}}`` is refused like ``{e[payload][gaet]}``."""
+    d = tmp_path / "policies"
+    d.mkdir()
+    for p in (REPO / "policies").glob("*.toml"):
+        shutil.copy(p, d / p.name)
+    p = d / "backend-qualification.toml"
+    old = "the {e[payload][gate]} run was stopped by the operator"
+    text = p.read_text()
+    assert text.count(old) == 1
+    p.write_text(
+        text.replace(old, "the {e[payload][gate]:{e[payload][gaet]}} run was stopped by the operator")
+    )
+    with pytest.raises(PolicyError, match=r"backend-qualification\.toml:\d+: .*gaet"):
+        load_policy("backend-qualification", d)
+    p.write_text(
+        text.replace(old, "the {e[payload][gate]:{e[payload][gate]}} run was stopped by the operator")
+    )
+    load_policy("backend-qualification", d)
