@@ -39,7 +39,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
-from ledger.answers import HARNESS_REQUEST, Refusal, refusal
+from ledger.answers import HARNESS_REQUEST, Refusal, refusal, request_unanswered
 from ledger.atomic import write_atomic
 from ledger.collectors.corpus import (
     ChatMessage,
@@ -455,13 +455,16 @@ _CONNECT_TIMED_OUT = aiohttp.ConnectionTimeoutError.__name__
 
 def request_fault_kind(record: RequestRecord) -> HarnessFaultKind | None:
     """What a request's fault was (``ledger.entries.HarnessFaultKind``), None for no fault: "unanswered" only
-    where its connection was refused, reset or closed before the answer was whole (``record.unanswered``);
+    where its connection was refused, reset or closed before the answer was whole (``record.unanswered``)
+    and the engine sent no error status (none, or a 2xx one before the stream was cut);
     "timeout" where it timed out (a hang found after, or a connection never accepted); "answered" where the
     engine answered that it failed (an HTTP status: 5xx, an error object, finish_reason "error", a stream
     the engine ended itself); "other" otherwise (a plain error of an engine no longer alive)."""
     if not record.fault:
         return None
-    if record.unanswered:
+    # an error status is an answer, whatever cut its body after (audit 73 f1); a 2xx one whose stream was cut
+    # is not (the policy's ``acceptance._request_unanswered`` judges the stored record the same way)
+    if request_unanswered(record.fault, record.unanswered, record.http_status):
         return FAULT_UNANSWERED
     error = record.error or ""
     if error.startswith((_TIMED_OUT, _CONNECT_TIMED_OUT)):

@@ -49,6 +49,7 @@ from ledger.canonical import parse_json
 from ledger.collectors.benchmark import (
     BEFORE_THE_CUT,
     CAMPAIGN_CONFIG,
+    CUT,
     LEASE_EXPIRED,
     NO_AGGREGATE,
     Bindings,
@@ -81,6 +82,7 @@ __all__ = [
     "CHECKS_ARTIFACT",
     "HARNESS",
     "HARNESS_DIGEST",
+    "REQUESTS_ARTIFACT",
     "CheckOutcome",
     "ItemResult",
     "SemanticCorpus",
@@ -109,12 +111,19 @@ __all__ = [
 # +7: an item whose request the run's own lease cut (its timeout was the lease's time left, not the request
 #     timeout) is not scored: the run ends lease-expired (an engine that then hangs: a fault); corpus
 #     messages are the one chat message model (collectors/corpus.py), refused at load
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+7"
+# +8: every request the run sent is recorded (REQUESTS_ARTIFACT: its HTTP status or none, fault, unanswered,
+#     refusal), the one that stopped the run too: the policy reads what stopped it back from the record
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+8"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
 ITEMS_ARTIFACT = "semantic-items.jsonl"
 FAILURES_ARTIFACT = "semantic-failures.jsonl"
+# every request the run sent, in order (``benchmark.RequestRecord``, as benchmark-requests.jsonl records
+# its own): the scored items, and the one a fault, a refusal or a stop ended the run at — each with its HTTP
+# status (none: no answer), ``fault``, ``unanswered`` and ``refusal``, from which the policy reads back what
+# stopped the run (``bounds.fault_kind``, ``counts.refused``) rather than taking the payload's word for it
+REQUESTS_ARTIFACT = "semantic-requests.jsonl"
 # what the run asked the engine after an item timed out (benchmark.EngineCheck), where it asked
 CHECKS_ARTIFACT = "semantic-engine-checks.jsonl"
 
@@ -386,6 +395,8 @@ class SemanticResult:
     # the run saw it: ``bounds.fault_kind`` / ``bounds.fault_at``
     faulted: list[RequestRecord] = field(default_factory=list)
     fault_at: str | None = None
+    # every request the run sent, in order (``REQUESTS_ARTIFACT``)
+    requests: list[RequestRecord] = field(default_factory=list)
 
     @property
     def unjudged(self) -> list[str]:
@@ -469,6 +480,7 @@ async def run_semantic_async(
     refused: list[str] = []
     faulted: list[RequestRecord] = []
     fault_at: str | None = None
+    sent: list[RequestRecord] = []  # every request the run sent (``REQUESTS_ARTIFACT``)
     check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
     async with http_session(2, spec.request_timeout_s, headers) as client:
         bound, unread = await read_bindings(client, base, bindings)
@@ -502,6 +514,7 @@ async def run_semantic_async(
                 outcome, stopped = "operator-stop", f"{why} before item {item.id}"
                 break
             rec = RequestRecord(item.id, 1, 0, index, _now(), time.perf_counter() - origin)
+            sent.append(rec)
             why = await until_stopped(
                 send_request(
                     client, url, body, rec, clock_origin=origin, timeout_s=min(spec.request_timeout_s, left)
@@ -510,6 +523,8 @@ async def run_semantic_async(
             )
             if why:
                 outcome, stopped = "operator-stop", f"{why} during item {item.id}"
+                if rec.error is None:  # the run cut it (as the benchmark records a request it cut)
+                    rec.error = f"{CUT} {stopped}"
                 break
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault, rec.error = True, rec.error + " (the engine is no longer alive)"
@@ -592,6 +607,7 @@ async def run_semantic_async(
         refused=refused,
         faulted=faulted,
         fault_at=(fault_at or _now()) if outcome == "fault" else None,
+        requests=sent,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -629,9 +645,12 @@ def _write_artifacts(result: SemanticResult, out_dir: Path) -> None:
     failed = "".join(json.dumps(i.to_json(), sort_keys=True) + "\n" for i in result.items if not i.passed)
     write_atomic(out_dir / ITEMS_ARTIFACT, every.encode())
     write_atomic(out_dir / FAILURES_ARTIFACT, failed.encode())
+    sent = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in result.requests)
+    write_atomic(out_dir / REQUESTS_ARTIFACT, sent.encode())
     result.artifacts = {
         ITEMS_ARTIFACT: out_dir / ITEMS_ARTIFACT,
         FAILURES_ARTIFACT: out_dir / FAILURES_ARTIFACT,
+        REQUESTS_ARTIFACT: out_dir / REQUESTS_ARTIFACT,
     }
     if result.engine_checks:  # a run that asked whether the engine still serves keeps what it was told
         checks = "".join(json.dumps(c, sort_keys=True) + "\n" for c in result.engine_checks)

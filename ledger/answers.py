@@ -4,7 +4,9 @@ A structured-output answer against its schema (``schema_problem``), and whether 
 ``max_tokens`` cut could still have become the right one (``cut_undecided``). The probe records ``ok`` by
 them; the policy re-judges the recorded answer by them (``ok`` alone is a claim). And whether the engine
 refused a request for the campaign's configuration rather than failing it (``refusal``): the collector's
-probe and harnesses and the policy's ``e.derived.refusal`` judge it by that one function.
+probe and harnesses and the policy's ``e.derived.refusal`` judge it by that one function; and whether a
+harness request that faulted got no answer (``request_unanswered``), the collector's ``request_fault_kind``
+and the policy's read-back of the stored request record alike.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "Refusal",
     "cut_undecided",
     "refusal",
+    "request_unanswered",
     "schema_problem",
     "structured_answer_problem",
 ]
@@ -243,3 +246,14 @@ def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
     ):
         return REFUSAL_REQUEST_FORM
     return None
+
+
+def request_unanswered(fault: Any, unanswered: Any, http_status: Any) -> bool:
+    """A harness request that faulted without an answer: ``fault`` and ``unanswered`` true (its connection
+    refused, reset or closed before the answer was whole), and no HTTP status, or a 2xx one — the connection
+    cut before the streamed answer was whole (an outside stop cuts the streams in flight mid-answer). An error
+    status (a 4xx, a 5xx: audit 73 f1) is an answer whatever else the record says, and so is a status that is
+    no whole number (fail closed). The collector judges its live ``RequestRecord`` by it, the policy the
+    stored record's fields."""
+    no_answer = http_status is None or (type(http_status) is int and 200 <= http_status <= 299)
+    return fault is True and unanswered is True and no_answer

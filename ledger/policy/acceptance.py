@@ -19,7 +19,14 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from ledger.answers import cut_undecided, refusal
+from ledger.answers import (
+    REFUSAL_ACCESS,
+    REFUSAL_CONTEXT,
+    REFUSALS,
+    cut_undecided,
+    refusal,
+    request_unanswered,
+)
 from ledger.devices import (
     VISIBLE_DEVICES,
     device_of,
@@ -2271,8 +2278,52 @@ def _unanswered(e: Evidence) -> bool | None:
         bounds = e.payload.get("bounds")
         outcome = bounds.get("outcome") if isinstance(bounds, dict) else None
         if outcome == "fault":
-            return True if bounds.get("fault_kind") == FAULT_UNANSWERED else None  # type: ignore[union-attr]
+            if bounds.get("fault_kind") != FAULT_UNANSWERED:  # type: ignore[union-attr]
+                return None
+            return True if _unanswered_claim_problem(e) is None else None
         return False if outcome == "completed" else None
+    return None
+
+
+def _max_concurrency(bounds: Any) -> int | None:
+    """The largest concurrency level a benchmark result records (``bounds.concurrency``: whole numbers
+    above 0); None where it records none or mistypes one."""
+    levels = bounds.get("concurrency") if isinstance(bounds, dict) else None
+    if not isinstance(levels, list) or not levels:
+        return None
+    ints = [c for c in levels if type(c) is int and c > 0]
+    return max(ints) if len(ints) == len(levels) else None
+
+
+def _unanswered_claim_problem(e: Evidence) -> str | None:
+    """Why a harness result's claim that the requests its engine faulted went unanswered
+    (``bounds.fault_kind`` "unanswered") is not one its own record can bear out, before that record is read
+    back (``_harness_artifact_problem`` reads it): a run stopped from outside leaves unanswered only the
+    requests in flight when the stop came — a benchmark's ``counts.unanswered`` must be a whole number from
+    1 to its largest concurrency level (``bounds.concurrency``), a semantic run (one item at a time) must
+    store its per-request record (``semantic-requests.jsonl``: a record written before it was kept shows
+    no HTTP status per item, so what stopped the run cannot be read back — fail closed). None: it can."""
+    gate = e.payload.get("gate")
+    if gate == "semantic":
+        if not any(a.get("name") == _SEMANTIC_REQUESTS for a in e.artifacts):
+            return f"it stores no {_SEMANTIC_REQUESTS}: which request went unanswered cannot be read back"
+        return None
+    if gate != "benchmark":
+        return f"gate {gate!r} is no harness whose unanswered requests can be read back"
+    counts = e.payload.get("counts")
+    n = counts.get("unanswered") if isinstance(counts, dict) else None
+    most = _max_concurrency(e.payload.get("bounds"))
+    if type(n) is not int or n < 1:
+        return f"counts.unanswered {n!r} is no whole number above 0"
+    if most is None:
+        return (
+            "bounds.concurrency names no concurrency level: how many requests were in flight cannot be told"
+        )
+    if n > most:
+        return (
+            f"counts.unanswered {n} is more than the {most} requests its largest concurrency level has in "
+            "flight: a stop from outside leaves unanswered only the requests in flight when it came"
+        )
     return None
 
 
@@ -3146,6 +3197,9 @@ def _answer_not_completion(p: dict[str, Any]) -> str | None:
 _SEMANTIC_ITEMS = "semantic-items.jsonl"
 _SEMANTIC_FAILURES = "semantic-failures.jsonl"
 _BENCHMARK_REQUESTS = "benchmark-requests.jsonl"
+# every request a semantic run sent (collectors/semantic.py REQUESTS_ARTIFACT), in benchmark-requests.jsonl's
+# shape: read back by the one function both harnesses' request records are (``_requests_shown``)
+_SEMANTIC_REQUESTS = "semantic-requests.jsonl"
 
 
 class _Unreadable(Exception):
@@ -3202,15 +3256,20 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
       items, exactly the ids of the items that failed), each ``passed`` false.
     * benchmark: ``benchmark-requests.jsonl`` (one object per request issued, with its ``error``: null
       for a completed request) and its ``level``: ``counts.issued``, ``completed``, ``errors``,
-      ``unanswered`` (faulted, ``unanswered`` true, no HTTP status) and ``completed@cN`` for each level a
-      request records.
+      ``unanswered`` (``_request_unanswered``), ``refused`` and ``completed@cN`` for
+      each level a request records.
+    * both (``_requests_shown``, the one reading of a harness's per-request record — semantic:
+      ``semantic-requests.jsonl``, every request it sent, ``counts.refused`` compared): a
+      ``bounds.fault_kind`` "unanswered" the faulted requests it records do not all show; more requests
+      unanswered than were in flight at once; a refusal of the campaign's configuration another request of
+      the same run contradicts, whatever their order.
 
     An artifact named twice, recorded by reference only, missing from the store, failing its digest, or
     holding a line that is not such a record cannot show what the result counted: that is a problem too
     (fail closed)."""
     gate = e.payload.get("gate")
     names = (
-        (_SEMANTIC_ITEMS, _SEMANTIC_FAILURES)
+        (_SEMANTIC_ITEMS, _SEMANTIC_FAILURES, _SEMANTIC_REQUESTS)
         if gate == "semantic"
         else (_BENCHMARK_REQUESTS,)
         if gate == "benchmark"
@@ -3230,34 +3289,14 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
     try:
         if gate == "benchmark":
             name = _BENCHMARK_REQUESTS
-            issued = completed = unanswered = 0
-            by_level: dict[str, int] = {}
-            for r in _artifact_records(store, named[name][0]):
-                error, level = r.get("error", ...), r.get("level")
-                if error is not None and not isinstance(error, str):
-                    raise _Unreadable(f"request {issued + 1} records no error (null or a text)")
-                if type(level) is not int:
-                    raise _Unreadable(f"request {issued + 1} records no level")
-                issued += 1
-                if error is None:
-                    completed += 1
-                    by_level[f"completed@c{level}"] = by_level.get(f"completed@c{level}", 0) + 1
-                # a request that faulted without an answer (the collector's ``request_fault_kind``
-                # "unanswered"): an HTTP status recorded is an answer, whatever else it says (audit 73 f1)
-                if r.get("fault") is True and r.get("unanswered") is True and r.get("http_status") is None:
-                    unanswered += 1
-            shown = {
-                "issued": issued,
-                "completed": completed,
-                "errors": issued - completed,
-                "unanswered": unanswered,
-                **by_level,
-            }
+            shown, problems = _requests_shown(
+                _artifact_records(store, named[name][0]), e.payload.get("bounds")
+            )
             if isinstance(counts, dict):
                 # a level the result counts that no completed request of the artifact is at: 0 there
                 shown |= {k: 0 for k in counts if k.startswith("completed@c") and k not in shown}
-            differs = _differing_counts(counts, shown, f"{name} ({issued} requests)")
-            return "; ".join(differs) or None
+            differs = _differing_counts(counts, shown, f"{name} ({shown['issued']} requests)")
+            return "; ".join(differs + problems) or None
         failed_ids: list[str] = []
         if _SEMANTIC_ITEMS in named:
             name = _SEMANTIC_ITEMS
@@ -3274,6 +3313,16 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
             differs = _differing_counts(counts, shown, f"{name} ({asked} items, {asked - passed} failed)")
             if differs:
                 return "; ".join(differs)
+        if _SEMANTIC_REQUESTS in named:
+            name = _SEMANTIC_REQUESTS
+            shown, problems = _requests_shown(
+                _artifact_records(store, named[name][0]), e.payload.get("bounds")
+            )
+            differs = _differing_counts(
+                counts, {"refused": shown["refused"]}, f"{name} ({shown['issued']} requests)"
+            )
+            if differs or problems:
+                return "; ".join(differs + problems)
         if _SEMANTIC_FAILURES in named:
             name = _SEMANTIC_FAILURES
             listed: list[str] = []
@@ -3292,6 +3341,108 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
     except LedgerError as ex:
         return f"artifact {name} cannot be read back: {ex.message}"
     return None
+
+
+def _request_unanswered(r: Mapping[str, Any]) -> bool:
+    """A recorded request that faulted without an answer (``answers.request_unanswered``, the judgement the
+    collector's ``request_fault_kind`` makes of the same fields)."""
+    return request_unanswered(r.get("fault"), r.get("unanswered"), r.get("http_status"))
+
+
+def _requests_shown(records: Iterable[dict[str, Any]], bounds: Any) -> tuple[dict[str, int], list[str]]:
+    """What a harness's per-request record (``benchmark-requests.jsonl``, ``semantic-requests.jsonl``: one
+    ``benchmark.RequestRecord`` per request sent, in order) shows, judged request by request: its counts
+    (``issued``, ``completed``, ``errors``, ``unanswered``, ``refused``, ``completed@cN``) and where it
+    contradicts itself or the result:
+
+    * ``bounds.fault_kind`` "unanswered" (outcome "fault") where it records no faulted request, or one that
+      is not unanswered (``_request_unanswered``);
+    * more requests unanswered than were in flight at once: a stop from outside cuts the requests in flight
+      when it comes — those of one (repetition, level), at most that level's concurrency (and never more
+      than the largest level of ``bounds.concurrency``, where it records one);
+    * a refusal of the campaign's configuration (``refusal``) another request of the run contradicts,
+      whatever their order — the run sends the same credentials with every request, and the same prompt
+      and max_tokens each time it asks a prompt: an ``access`` refusal where any request of the run was
+      answered, before it or after it; a ``context`` refusal where a request of the same prompt was.
+
+    Raises ``_Unreadable`` for a request that records no error (null or a text), no whole-number level, a
+    or a refusal that is none of ``ledger.answers.REFUSALS``."""
+    issued = completed = unanswered = faulted = 0
+    by_level: dict[str, int] = {}
+    in_flight: dict[tuple[int | None, int], int] = {}  # (repetition, level) → its requests unanswered
+    first_answered: int | None = None
+    answered_prompts: dict[str, int] = {}  # prompt id → the first request that answered it
+    refused: list[tuple[int, str, Any, Any]] = []  # (request, refusal, prompt id, HTTP status)
+    for r in records:
+        n = issued + 1
+        error, level, kind = r.get("error", ...), r.get("level"), r.get("refusal")
+        if error is not None and not isinstance(error, str):
+            raise _Unreadable(f"request {n} records no error (null or a text)")
+        if type(level) is not int:
+            raise _Unreadable(f"request {n} records no level")
+        if kind is not None and kind not in REFUSALS:
+            raise _Unreadable(f"request {n} records refusal {kind!r}, none of {list(REFUSALS)}")
+        issued = n
+        if error is None:
+            completed += 1
+            by_level[f"completed@c{level}"] = by_level.get(f"completed@c{level}", 0) + 1
+            first_answered = n if first_answered is None else first_answered
+            answered_prompts.setdefault(str(r.get("prompt_id")), n)
+        faulted += r.get("fault") is True
+        if _request_unanswered(r):
+            # a repetition left out or mistyped: one run of its level with every other such request (never
+            # fewer in flight at once than the record shows — the bound below only tightens)
+            rep = r.get("repetition")
+            repetition = rep if type(rep) is int else None
+            unanswered += 1
+            in_flight[(repetition, level)] = in_flight.get((repetition, level), 0) + 1
+        if kind is not None:
+            refused.append((n, kind, r.get("prompt_id"), r.get("http_status")))
+    problems: list[str] = []
+    b: Mapping[str, Any] = bounds if isinstance(bounds, dict) else {}
+    if (
+        b.get("outcome") == "fault"
+        and b.get("fault_kind") == FAULT_UNANSWERED
+        and (faulted == 0 or unanswered != faulted)
+    ):
+        problems.append(
+            f"bounds.fault_kind {FAULT_UNANSWERED!r}, its record shows {faulted} faulted request(s), "
+            f"{unanswered} of them unanswered (no HTTP status, or a 2xx one whose stream was cut)"
+        )
+    most = _max_concurrency(b) if "concurrency" in b else None
+    if len(in_flight) > 1:
+        runs = ", ".join(f"c{lv} repetition {rep}" for rep, lv in sorted(in_flight, key=str))
+        problems.append(
+            f"requests unanswered in {len(in_flight)} runs of a level ({runs}): a stop from outside leaves "
+            "unanswered only the requests in flight when it came"
+        )
+    for (rep, lv), k in sorted(in_flight.items(), key=str):
+        bound = min(lv, most) if most is not None else lv
+        if k > bound:
+            problems.append(
+                f"{k} requests unanswered at c{lv} repetition {rep}, more than the {bound} in flight at once"
+            )
+    for n, kind, prompt, status in refused:
+        if kind == REFUSAL_ACCESS and first_answered is not None:
+            problems.append(
+                f"request {n} is recorded refused for the campaign's access (HTTP {status}) but request "
+                f"{first_answered} of the same run was answered: its credentials were met — the refusal "
+                "is the engine's, not the campaign's"
+            )
+        elif kind == REFUSAL_CONTEXT and (m := answered_prompts.get(str(prompt))) is not None:
+            problems.append(
+                f"request {n} is recorded refused for the campaign's context length (prompt {prompt}) but "
+                f"request {m} of the same run answered that prompt: it fits — the refusal is the engine's"
+            )
+    shown = {
+        "issued": issued,
+        "completed": completed,
+        "errors": issued - completed,
+        "unanswered": unanswered,
+        "refused": len(refused),
+        **by_level,
+    }
+    return shown, problems
 
 
 class _Head:

@@ -172,7 +172,11 @@ def test_harness_gates_pass_and_the_policy_qualifies_after_review_and_acceptance
     ]
     sem, bench = gate(ledger, "semantic"), gate(ledger, "benchmark")
     assert sem["payload"]["figures"] == {"score": 1.0}
-    assert {a["name"] for a in sem["artifacts"]} == {"semantic-items.jsonl", "semantic-failures.jsonl"}
+    assert {a["name"] for a in sem["artifacts"]} == {
+        "semantic-items.jsonl",
+        "semantic-failures.jsonl",
+        "semantic-requests.jsonl",
+    }
     assert {a["name"] for a in bench["artifacts"]} == {"benchmark-requests.jsonl", "benchmark-result.json"}
     assert bench["payload"]["counts"]["requests"] == 96
     assert bench["payload"]["counts"]["completed"] == 96 * 3 * 2

@@ -187,7 +187,11 @@ def test_run_scores_the_corpus_and_itemises_failures(tmp_path: Path, ledger: Led
     )
     assert payload["status"] == "passed"
     stored = ledger.get(entry)
-    assert {a.name for a in stored.statement.artifacts} == {"semantic-items.jsonl", "semantic-failures.jsonl"}
+    assert {a.name for a in stored.statement.artifacts} == {
+        "semantic-items.jsonl",
+        "semantic-failures.jsonl",
+        "semantic-requests.jsonl",
+    }
 
 
 def test_an_engine_fault_stops_the_semantic_run_with_no_aggregate_result(tmp_path: Path) -> None:

@@ -320,7 +320,7 @@ def test_campaign_config_rule_fires_only_on_the_recorded_outcome(
 ) -> None:
     cond = compile_condition(rule["when"], "backend-qualification.toml")
     payload = {"gate": "benchmark", "bounds": bounds, "counts": {"refused": 1}}
-    assert cond.holds({"e": {"payload": payload}}) is fires
+    assert cond.holds({"e": {"payload": payload, "derived": {"artifact_problem": None}}}) is fires
 
 
 @pytest.mark.parametrize(

@@ -153,7 +153,12 @@ def test_config_outcome_excused_without_a_refused_request(
     rule: dict[str, Any], payload: dict[str, Any], fires: bool
 ) -> None:
     cond = compile_condition(rule["when"], "backend-qualification.toml")
-    assert cond.holds({"e": {"payload": payload}, "params": rule["params"]}) is fires
+    # ``e.derived.artifact_problem``: none where the run's stored request record agrees with it (fix 83)
+    e = {"payload": payload, "derived": {"artifact_problem": None}}
+    assert cond.holds({"e": e, "params": rule["params"]}) is fires
+    # a stored record that contradicts the run is never excused as the campaign's configuration (fix 83)
+    e = {"payload": payload, "derived": {"artifact_problem": "an access refusal beside an answered request"}}
+    assert cond.holds({"e": e, "params": rule["params"]}) is False
 
 
 def _failing_benchmark(

@@ -7,6 +7,7 @@ engine whose logs show no traceback after readiness and whose end is a signal, n
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,13 @@ def _cut_semantic(es: list[dict[str, Any]], **bounds: Any) -> None:
     p["bounds"].update(bounds)
     p["figures"] = {"score": None}
     p["counts"].update(asked=3, passed=3, failed=0, errors=0)
+    # (fix 83) the run's per-request record: three items answered, the fourth's connection lost unanswered
+    ok = {"level": 1, "repetition": 0, "error": None, "fault": False, "http_status": 200, "unanswered": False}
+    lost = {**ok, "prompt_id": "s3", "error": "ClientOSError: reset", "fault": True, "http_status": None}
+    lines = [{**ok, "prompt_id": f"s{i}"} for i in range(3)] + [{**lost, "unanswered": True}]
+    entry(es, "semantic")["artifacts"] = [
+        {"name": "semantic-requests.jsonl", "text": "".join(json.dumps(x) + "\n" for x in lines)}
+    ]
     for name in ("semantic-review", "benchmark", "benchmark-review", "benchmark-acceptance"):
         es.remove(entry(es, name))
 
