@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from ledger.errors import InputError, SchemaError, UnknownKindError, more_problems
+from ledger.listing import SUBJECT_FIELDS
 
 __all__ = [
     "KIND_MODELS",
@@ -35,6 +36,8 @@ __all__ = [
     "check_ingest",
     "check_kind_filter",
     "format_time",
+    "misspelled_subject_field",
+    "misspelling_of",
     "parse_statement",
     "parse_time",
     "parse_when",
@@ -65,9 +68,18 @@ def subject_problem(key: Any, value: Any) -> str | None:
     or a filler that shows nothing, ``_BLANK_LETTERS``), and written in Unicode normal form NFC: a value
     with a space or a U+200B after ``vllm-embed``, or ``café`` written decomposed (``e`` and U+0301),
     would be another subject than ``vllm-embed`` or ``café`` to the subject index while every person
-    reading it sees one."""
+    reading it sees one. A field that misspells a known subject field (``misspelled_subject_field``:
+    ``hots``, ``hsot``, ``modle``, ``bakend``, ``back_end``) is refused too, naming both: the policy reads
+    the known field, and would read the misspelled one as absent (audit 75 f2: a campaign whose engine
+    entries named ``hots=gpu-box-2`` was no split of two hosts)."""
     if not isinstance(key, str) or not _SUBJECT_KEY.fullmatch(key):
         return f"subject field {key!r} must match {_SUBJECT_KEY.pattern}"
+    known = misspelled_subject_field(key)
+    if known is not None:
+        return (
+            f"subject field {key!r} misspells the subject field {known!r}: an entry naming {key}= leaves "
+            f"{known} out, and what it names would be read as absent (write {known}={value!s})"
+        )
     if not isinstance(value, str):
         return f"subject {key} must be text, not {type(value).__name__}"
     if not value or len(value) > SUBJECT_VALUE_MAX:
@@ -101,6 +113,65 @@ def subject_problem(key: Any, value: Any) -> str | None:
             "its NFC form)"
         )
     return None
+
+
+_SPELLING = re.compile(r"[\s._-]+")
+
+
+def _loose(key: str) -> str:
+    """A key as misspellings of it compare: case, whitespace (leading, trailing, inner), ``.``, ``-`` and
+    ``_`` left out (``Model-Revision``, ``model.revision``, ``"model_revision "`` are ``model_revision``)."""
+    return _SPELLING.sub("", key).lower()
+
+
+def _edits(a: str, b: str) -> int:
+    """The edits that turn ``a`` into ``b``, each a letter dropped, added or replaced, or two adjacent letters
+    swapped (optimal string alignment distance)."""
+    before: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], before[j - 2] + 1)
+        before, prev = prev, row
+    return prev[-1]
+
+
+def _typos(key: str) -> int:
+    """The edits (``_edits``, on the ``_loose`` form) a misspelling of the key ``key`` may be away from it:
+    one for a key of up to 7 letters (``engine``, ``adapter``, ``host``: a second edit there makes another
+    word — ``engineer``, ``engine_id``), two for a longer one (``engine_verison``, ``model_revison`` and
+    ``modl_revisoin`` are one slip or two of a long key). Compared keys lie five or more edits apart, so a key
+    is a misspelling of one of them at most; a key that adds a word (``engine_build``, ``engine_version_min``:
+    the word's length in edits) is another key, recorded and not compared."""
+    return 1 if len(_loose(key)) <= 7 else 2
+
+
+def misspelling_of(spec_key: str, keys: Sequence[str]) -> str | None:
+    """The key of ``keys`` that ``spec_key`` (not one of them: a key of a job's approved spec, a field of an
+    entry's subject) misspells — the same but for case, whitespace, ``.``, ``-`` or ``_`` (``_loose``), or
+    within ``_typos`` edits of it (the nearest; the first of ``keys`` among equals) — else None. The one
+    reading of a misspelled key: a binding key (``ledger.policy.acceptance``) and a subject field
+    (``misspelled_subject_field``) alike."""
+    if spec_key in keys:
+        return None
+    loose = _loose(spec_key)
+    near = [
+        (d, i, k)
+        for i, k in enumerate(keys)
+        if abs(len(loose) - len(_loose(k))) <= _typos(k) and (d := _edits(loose, _loose(k))) <= _typos(k)
+    ]
+    return min(near)[2] if near else None
+
+
+def misspelled_subject_field(key: str) -> str | None:
+    """The known subject field (``ledger.listing.SUBJECT_FIELDS``: the fields the policy judges — the route's
+    backend, model and host, the campaign …) that the subject field ``key`` misspells (``misspelling_of``:
+    ``hots``, ``hsot``, ``modle``, ``bakend``, ``back_end``, ``campain``), else None (``key`` is a known
+    field, or another field, recorded as it is)."""
+    return misspelling_of(key, SUBJECT_FIELDS)
 
 
 _ENTRY_ID = re.compile(r"^[0-9a-f]{64}$")

@@ -137,8 +137,9 @@ def parse_subject_pairs(pairs: Iterable[tuple[str, str]], *, given_as: str = "--
         if problem is not None:
             raise InputError(
                 f"{given_as}{key}={value!r}: {problem}",
-                hint="a subject value has no white space around it and no control character "
-                "(an entry stored with one before that rule is read by `ledger log` or `ledger show ID`)",
+                hint="a subject field is a known one spelled right, its value has no white space around it "
+                "and no control character (an entry stored with one before that rule is read by "
+                "`ledger log` or `ledger show ID`)",
             )
         if key in out:
             raise InputError(

@@ -299,11 +299,24 @@ def warn(message: str) -> None:
 
 
 def parse_subject(items: list[str] | None) -> dict[str, str]:
-    """``--subject FIELD=VALUE`` options as a dict; a field outside ``SUBJECT_FIELDS`` gets a warning, and a
-    field named twice is an input error naming it (the last would silently win: ``parse_subject_args``,
-    the one parser the API uses too)."""
+    """``--subject FIELD=VALUE`` options as a dict; a field outside ``SUBJECT_FIELDS`` gets a warning, a
+    field that misspells one of them (``ledger.entries.misspelled_subject_field``: ``hots=``, ``modle=``) is
+    an input error naming both (exit 2: it would ask about, or record, an entry that leaves the known field
+    out — ingest refuses it, ``ledger.entries.subject_problem``), and a field named twice is an input error
+    naming it (the last would silently win: ``parse_subject_args``, the one parser the API uses too)."""
+    from ledger.entries import misspelled_subject_field
+    from ledger.errors import InputError
     from ledger.reads import parse_subject_args
 
+    for item in items or []:
+        given = item.partition("=")[0].strip()
+        known = misspelled_subject_field(given)
+        if known is not None:
+            raise InputError(
+                f"--subject {item}: subject field {given!r} misspells the subject field {known!r}",
+                hint=f"write --subject {known}={item.partition('=')[2]} (the subject fields: "
+                f"{', '.join(SUBJECT_FIELDS)})",
+            )
     subject = parse_subject_args(items or [])
     for field in subject:
         if field not in SUBJECT_FIELDS:

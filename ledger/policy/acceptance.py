@@ -35,7 +35,7 @@ from ledger.devices import (
     index_text,
     visible_device_items,
 )
-from ledger.entries import FAULT_UNANSWERED, format_time, parse_time, pin_bindings
+from ledger.entries import FAULT_UNANSWERED, format_time, misspelling_of, parse_time, pin_bindings
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.conditions import Condition
@@ -497,56 +497,6 @@ def _manifest(
             if known is not None:
                 out[known] = misspelled_binding(str(k), known)
     return out, sources
-
-
-_SPELLING = re.compile(r"[\s._-]+")
-
-
-def _loose(key: str) -> str:
-    """A binding key as misspellings of it compare: case, whitespace (leading, trailing, inner), ``.``,
-    ``-`` and ``_`` left out (``Model-Revision``, ``model.revision``, ``"model_revision "`` are
-    ``model_revision``)."""
-    return _SPELLING.sub("", key).lower()
-
-
-def _edits(a: str, b: str) -> int:
-    """The edits that turn ``a`` into ``b``, each a letter dropped, added or replaced, or two adjacent letters
-    swapped (optimal string alignment distance)."""
-    before: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        row = [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
-            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
-            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                row[j] = min(row[j], before[j - 2] + 1)
-        before, prev = prev, row
-    return prev[-1]
-
-
-def _typos(key: str) -> int:
-    """The edits (``_edits``, on the ``_loose`` form) a misspelling of the binding key ``key`` may be away
-    from it: one for a key of up to 7 letters (``engine``, ``adapter``: a second edit there makes another
-    word — ``engineer``, ``engine_id``), two for a longer one (``engine_verison``, ``model_revison`` and
-    ``modl_revisoin`` are one slip or two of a long key). Compared keys lie five or more edits apart, so a key
-    is a misspelling of one of them at most; a key that adds a word (``engine_build``, ``engine_version_min``:
-    the word's length in edits) is another key, recorded and not compared."""
-    return 1 if len(_loose(key)) <= 7 else 2
-
-
-def misspelling_of(spec_key: str, keys: Sequence[str]) -> str | None:
-    """The binding key of ``keys`` that ``spec_key`` (a key of the job's approved spec, not one of them)
-    misspells — the same but for case, whitespace, ``.``, ``-`` or ``_`` (``_loose``), or within ``_typos``
-    edits of it (the nearest; the first of ``keys`` among equals) — else None."""
-    if spec_key in keys:
-        return None
-    loose = _loose(spec_key)
-    near = [
-        (d, i, k)
-        for i, k in enumerate(keys)
-        if abs(len(loose) - len(_loose(k))) <= _typos(k) and (d := _edits(loose, _loose(k))) <= _typos(k)
-    ]
-    return min(near)[2] if near else None
 
 
 def misspelled_binding(spec_key: str, key: str) -> str:

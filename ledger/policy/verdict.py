@@ -15,15 +15,23 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_bytes
-from ledger.entries import KIND_MODELS, ArtifactRef, format_time, parse_time
+from ledger.entries import KIND_MODELS, ArtifactRef, format_time, misspelled_subject_field, parse_time
 from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy import result_cache
-from ledger.policy.acceptance import Filtered, check_artifact, filter_evidence, render
+from ledger.policy.acceptance import (
+    ACTING_KINDS,
+    Filtered,
+    check_artifact,
+    filter_evidence,
+    render,
+    withholds_only,
+)
 from ledger.policy.conditions import Condition, FieldsRead, fields_read, shared_context
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
 from ledger.policy.record_time import refuse_unrecordable_time
+from ledger.policy.rules import CREDIT_ONLY_BY_CLAIM, RULES, Rule
 from ledger.policy.snapshot import (
     ANSWERS_HERE,
     PARSED_HERE,
@@ -612,10 +620,62 @@ def _same_value(field: str, got: str, asked: str) -> bool:
 
 # the fields a route is named by (routing matches backend, model and host): one campaign runs one of each
 SPLIT_FIELDS = ("backend", "model", "host")
-# kinds that record the tool's own judgement of a campaign, not what ran: a verdict entry naming another model
-# says nothing of the machine or model the campaign's gates judged (the routing gate compares what a verdict
-# entry names with what it evaluated)
-JUDGEMENT_KINDS = frozenset({"verdict", "routing.change"})
+
+
+def _campaign_evidence(result: Mapping[str, Any], snap: Snapshot) -> list[Evidence]:
+    """The campaign's own entries that are still its evidence — what its splits and claims are judged on
+    (audit 75 f1). Left out: the kinds judged by what they ref, not by what they name (``ACTING_KINDS``: a
+    supersession, review or acceptance is filed under the subject of the entry it acts on — a supersession
+    of a mistyped entry copies its mistyped host —, and a verdict or routing change records the tool's own
+    judgement, not what ran), and the entries a rule of the verdict's ``rejected`` withdraws: not evidence
+    of the campaign at all (untrusted, superseded by another key with its reason — ``withholds_only`` is
+    False). Kept (fail closed): an entry only withheld from credit (self-superseded, rejected by an
+    acceptance, stale … — its failure still counts), one a rule withdraws or withholds per entry
+    (``CREDIT_ONLY_BY_CLAIM``), one a policy's own ``[[rules]]`` rejects (whether that rule withdraws or
+    withholds, the result does not say), and a host's fact filed under the campaign for another host than
+    it ran on (``other-host``: that disagreement is what a split or a contradicted claim reports)."""
+    withdrawn = {
+        str(r.get("entry"))
+        for r in result.get("rejected") or []
+        if isinstance(r, Mapping)
+        and r.get("rule") in RULES
+        and r.get("rule") not in CREDIT_ONLY_BY_CLAIM
+        and r.get("rule") != Rule.OTHER_HOST
+        and not r.get("counts_against")
+        and not withholds_only(str(r.get("rule")))
+    }
+    return [e for e in snap.entries if e.in_subject and e.kind not in ACTING_KINDS and e.id not in withdrawn]
+
+
+def _misspelled(campaign: str, own: list[Evidence], asked: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The subject fields of the campaign's own entries that misspell a known one
+    (``ledger.entries.misspelled_subject_field``: ``hots``, ``modle``, ``bakend``), stored before ingest
+    refused them (audit 75 f2): the known field read as absent would hide a split of two hosts, or let a
+    claim hold that an entry contradicts. One item per misspelled field, status ``misspelled``, naming both
+    fields and the entries; like a split, it keeps a QUALIFIED verdict from standing."""
+    found: dict[tuple[str, str], list[tuple[Evidence, str]]] = {}
+    for e in own:
+        for key, value in e.subject.items():
+            known = misspelled_subject_field(key)
+            if known is not None:
+                found.setdefault((key, known), []).append((e, str(value)))
+    out: list[dict[str, Any]] = []
+    for (key, known), named in sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        values = sorted({v for _, v in named})
+        out.append(
+            {
+                "field": known,
+                "asked": asked.get(known),
+                "status": "misspelled",
+                "spelled": key,
+                "entries": [{"entry": e.id, "kind": e.kind, "value": v} for e, v in named],
+                "detail": f"{len(named)} entr{'y' if len(named) == 1 else 'ies'} of campaign {campaign} "
+                f"name {key} {', '.join(repr(v) for v in values)}, which misspells the subject field "
+                f"{known!r}: the policy reads {known}, so what they name cannot be told from their evidence "
+                f"(supersede them and record them again under {known}=…)",
+            }
+        )
+    return out
 
 
 def _splits(campaign: str, own: list[Evidence], asked: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -630,7 +690,7 @@ def _splits(campaign: str, own: list[Evidence], asked: Mapping[str, str]) -> lis
             continue  # asked: each entry naming another value is a contradicted claim already
         groups: dict[str, list[tuple[Evidence, str]]] = {}
         for e in own:
-            if field_name in e.subject and e.kind not in JUDGEMENT_KINDS:
+            if field_name in e.subject:
                 v = e.subject[field_name]
                 groups.setdefault(host_key(v) if field_name == "host" else v, []).append((e, v))
         if len(groups) < 2:
@@ -664,11 +724,14 @@ def _with_claims(result: dict[str, Any], snap: Snapshot, subject: Mapping[str, s
     by ``host_key``); ``contradicted`` where one names another (those entries named); ``untold`` where none
     names it. A claim that does not hold keeps a QUALIFIED verdict from standing for the question
     (INCONCLUSIVE: the campaign is QUALIFIED, but not shown to be what was asked); a verdict that is not
-    QUALIFIED stands as it is. Only the campaign asked alone is answered without ``claims``."""
+    QUALIFIED stands as it is. The campaign's own entries are those still its evidence
+    (``_campaign_evidence``: not an acting entry, not withdrawn); beside the claims, the route fields they
+    disagree on (``_splits``) and the subject fields they misspell (``_misspelled``) are items too. Only the
+    campaign asked alone, its entries agreeing, is answered without ``claims``."""
     claims = {k: v for k, v in subject.items() if k != CAMPAIGN}
     campaign = subject[CAMPAIGN]
-    own = [e for e in snap.entries if e.in_subject]
-    splits = _splits(campaign, own, claims)
+    own = _campaign_evidence(result, snap)
+    splits = _splits(campaign, own, claims) + _misspelled(campaign, own, claims)
     if not claims and not splits:
         return result
     checked: list[dict[str, Any]] = []

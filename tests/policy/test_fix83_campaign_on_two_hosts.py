@@ -7,15 +7,50 @@ the verdict is not QUALIFIED (INCONCLUSIVE, a ``split`` item naming both values 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ledger.policy.verdict import SPLIT_FIELDS
-from tests.policy.test_fail_closed import SUBJECT, entry, qualified_entries, verdict_of
+from ledger.entries import parse_time
+from ledger.policy.fixtures import _Builder
+from ledger.policy.loader import load_policy
+from ledger.policy.verdict import SPLIT_FIELDS, evaluate
+from ledger.service import Ledger
+from tests.policy.test_fail_closed import KEYS, POLICY_DIR, SUBJECT, entry, qualified_entries, verdict_of
 
 CAMPAIGN_ONLY = {"campaign": SUBJECT["campaign"]}
 RAN_ELSEWHERE = ("launch", "health", "models", "completion", "structured", "sequential")
+
+
+@contextmanager
+def built(
+    tmp_path: Path, entries: list[dict[str, Any]], defaults: Mapping[str, str]
+) -> Iterator[tuple[Ledger, dict[str, dict[str, str]]]]:
+    """The fixture ``entries`` recorded with ``defaults`` as the subject every entry starts from (an entry's
+    own subject is merged over it: ``_Builder``), and each named entry's subject as the log stored it."""
+    home = tmp_path / f"home-{len(list(tmp_path.glob('home-*')))}"
+    led = Ledger.init(home, genesis_at=parse_time("2026-09-10T09:00:00Z"))
+    try:
+        spec = {"start": "2026-09-10T09:00:00Z", "keys": KEYS, "defaults": {"subject": dict(defaults)}}
+        b = _Builder(led, {**spec, "entries": entries}, POLICY_DIR)
+        b.enrol_keys()
+        b.add_all(entries)
+        stored = {n: dict(led.get(e.entry_id).statement.subject) for n, e in b.names.items()}
+        yield led, stored
+    finally:
+        led.close()
+
+
+def verdict_built(
+    tmp_path: Path, entries: list[dict[str, Any]], defaults: Mapping[str, str], subject: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """The verdict for ``subject`` on ``entries`` recorded with ``defaults`` (``built``), and the subjects
+    stored."""
+    with built(tmp_path, entries, defaults) as (led, stored):
+        return evaluate(led, dict(subject), load_policy("backend-qualification", POLICY_DIR)), stored
 
 
 def _moved(field: str, value: str, names: tuple[str, ...] = RAN_ELSEWHERE) -> list[dict[str, object]]:
@@ -50,13 +85,36 @@ def test_one_host_in_two_spellings_is_one_host(tmp_path: Path) -> None:
     assert "claims" not in v  # the campaign asked alone, its entries agreeing: the result as before
 
 
+NO_HOST = {k: v for k, v in SUBJECT.items() if k != "host"}
+
+
 def test_entries_that_leave_the_host_out_are_no_split(tmp_path: Path) -> None:
-    """Neighbour: an entry that names no host says nothing of another machine (field dropped)."""
+    """Neighbour: an entry that names no host says nothing of another machine (field dropped). Built without
+    a host in the defaults (``_Builder`` merges the defaults into each entry's subject: with ``SUBJECT``
+    there, every entry named host after all — audit 75): the engine's entries are stored without host, the
+    job, host probe and pin with host=gpu-box-1."""
     es = qualified_entries()
-    for name in RAN_ELSEWHERE:
-        entry(es, name)["subject"] = {k: v for k, v in SUBJECT.items() if k != "host"}
-    v = verdict_of(tmp_path, es, subject=CAMPAIGN_ONLY)
-    assert v["verdict"] == "QUALIFIED", v.get("claims")
+    for e in es:
+        e["subject"] = {**(NO_HOST if e.get("name") in RAN_ELSEWHERE else SUBJECT), **e.get("subject", {})}
+    v, stored = verdict_built(tmp_path, es, NO_HOST, CAMPAIGN_ONLY)
+    assert all("host" not in stored[name] for name in RAN_ELSEWHERE), stored
+    assert {stored[name].get("host") for name in ("campaign-job", "host", "pin")} == {SUBJECT["host"]}
+    assert v["verdict"] == "QUALIFIED", (v.get("claims"), [g for g in v["gates"] if g["status"] != "passed"])
+    assert "claims" not in v  # no entry names another host: no split, answered as the campaign alone
+    assert v["identity"]["host"] == SUBJECT["host"]
+
+
+def test_entries_that_leave_the_host_out_beside_another_host_are_a_split(tmp_path: Path) -> None:
+    """Neighbour of the above (must still fail): with the host left out of the engine's entries, one more
+    entry naming gpu-box-2 splits the campaign — an entry without the field does not hide one with another."""
+    es = qualified_entries()
+    for e in es:
+        e["subject"] = {**(NO_HOST if e.get("name") in RAN_ELSEWHERE else SUBJECT), **e.get("subject", {})}
+    entry(es, "completion")["subject"] = {**SUBJECT, "host": "gpu-box-2"}
+    v, stored = verdict_built(tmp_path, es, NO_HOST, CAMPAIGN_ONLY)
+    assert stored["completion"]["host"] == "gpu-box-2" and "host" not in stored["launch"]
+    assert v["verdict"] == "INCONCLUSIVE"
+    assert [(c["field"], c["status"]) for c in v["claims"]] == [("host", "split")]
 
 
 def test_a_split_is_reported_beside_the_claims_asked(tmp_path: Path) -> None:
