@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from ledger.errors import IntegrityError, LogClockAheadError
+from ledger.errors import IntegrityError, LogClockAheadError, LogInconsistentError
 from ledger.policy.fixtures import build_fixture_ledger
 from ledger.service import Ledger
 from tests import test_routing_committed_record as committed
@@ -302,6 +302,17 @@ def test_a_head_time_far_ahead_of_the_clock_is_refused_and_verify_names_it(
     led.new_key("op", ["operator"])
     led.record("note", {"campaign": "c"}, {"text": "a"}, key="op")
     seq = _rewrite_head_time(led, "2099-01-01T00:00:00.000000Z")
+    # the home that appended the head kept its receipt: the rewrite is named as one (fix 87)
+    fresh = Ledger.open(led.home.path)
+    try:
+        with pytest.raises(LogInconsistentError) as rewritten:
+            fresh.record("note", {"campaign": "c"}, {"text": "b"}, key="op")
+        assert "logged_at 2099-01-01T00:00:00.000000Z where the receipt says" in rewritten.value.message
+        assert fresh.size() == seq + 1
+    finally:
+        fresh.close()
+    # a home that holds no receipt of it (another collector's, or the receipts gone): refused as ahead
+    (led.home.path / "receipts.jsonl").unlink()
     fresh = Ledger.open(led.home.path)
     try:
         with pytest.raises(LogClockAheadError) as e:
