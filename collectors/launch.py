@@ -61,6 +61,8 @@ from ledger.signatures import (
     RunOutcome,
     Signature,
     classify,
+    echoed_line,
+    find_engine_text,
     load_signatures,
     stop_markers,
 )
@@ -490,6 +492,7 @@ class EngineRun:
                 self.stop_marker_at is None
                 and self.ready_lines is not None
                 and self.stop_lines is None
+                and not echoed_line(line)
                 and any(m.search(line) for m in self._markers)
             ):
                 self.stop_marker_at = now_utc()
@@ -654,7 +657,7 @@ class EngineRun:
             except OSError:
                 continue
             after = "\n".join(lines[self.ready_lines.get(t.path.name, 0) :])
-            if any(m.search(after) for m in markers):
+            if any(find_engine_text(after, m) >= 0 for m in markers):
                 return True
         return False
 
@@ -668,7 +671,10 @@ class EngineRun:
                 lines = t.path.read_text(encoding="utf-8", errors="replace").splitlines()
             except OSError:
                 return True
-            if any(PYTHON_TRACEBACK in line for line in lines[self.ready_lines.get(t.path.name, 0) :]):
+            if any(
+                PYTHON_TRACEBACK in line and not echoed_line(line)
+                for line in lines[self.ready_lines.get(t.path.name, 0) :]
+            ):
                 return True
         return False
 

@@ -34,7 +34,9 @@ __all__ = [
     "classify_logs",
     "collector_stop_end",
     "decisive",
+    "echoed_line",
     "engine_words",
+    "find_engine_text",
     "load_signatures",
     "not_a_completion",
     "pattern_signatures",
@@ -114,6 +116,65 @@ def class_rank(cls: FailureClass | str) -> int:
     return next((i for i, group in enumerate(CLASS_PRECEDENCE) if cls in group), 0)
 
 
+# Lines in which an engine echoes the content of a request or of its answer — text the client (the collector
+# itself) sent or the model wrote, not words of the engine's runtime. A fault pattern found in one of them
+# says nothing of the run (the collector's prompt "… a GPU Hang …" echoed is no GPU hang), nor does a stop
+# marker or a traceback head the prompt quotes. Recognised by the logger that writes them, per engine:
+# vLLM's request logger (``--enable-log-requests``: vllm/entrypoints/serve/utils/request_logger.py; before
+# 0.11 vllm/entrypoints/logger.py), whose records are "Received request …", "Request … details: prompt: …",
+# "Request … JSON body: …", "Generated response …: output: …". vLLM's formatter (``NewLineFormatter``) repeats
+# a record's header — "(APIServer pid=1889) DEBUG 12-06 17:35:54 [entrypoints/.../request_logger.py:55] " —
+# at the head of every continuation line of a message of several lines, so a continuation line of an echo
+# carries the request logger's own header and is recognised by it, line by line; a line without that header
+# is the engine's own, whatever line precedes it (a crash printed raw after an echo still counts: fail
+# closed). The prompt and the answer are written with ``%r`` and the body as JSON, so their newlines are
+# escapes within the one line. The legacy logger.py is recognised by the message as well (its file name is
+# no logger of requests alone), so its continuation lines are not. Only DEBUG and INFO records: the request
+# logger writes no other level with content. A vLLM run with ``VLLM_LOGGING_PREFIX`` set prints another head:
+# its echoes are not recognised (judged as the engine's lines). llama-cpp-python writes no request content to
+# its logs (uvicorn's access line is the method, path and status; the collector sends no query string).
+_ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_ECHO_LINE = re.compile(
+    r"(?:\([^()\s]+(?: [^()\s]+)*? pid=\d+\) )?(?:DEBUG|INFO) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \["
+    r"(?:(?:[^\]\s]*/)?request_logger\.py:\d+\] "
+    r"|(?:[^\]\s]*/)?logger\.py:\d+\] "
+    r"(?:Received request |Generated response |Request \S+ (?:details|JSON body): ))"
+)
+
+
+def echoed_line(line: str) -> bool:
+    """Whether a log line is one where the engine echoes a request's or an answer's content (``_ECHO_LINE``:
+    vLLM's request logger), judged by the logger's header at the line's start: its content is the client's
+    or the model's text, no word of the engine's runtime — no fault, stop marker or traceback in it counts."""
+    return _ECHO_LINE.match(_ANSI_COLOUR.sub("", line)) is not None
+
+
+def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
+    """The start of the line holding ``text[start]`` and the end (its newline, or the text's end) of the line
+    holding the end of ``text[start:end]``."""
+    first = text.rfind("\n", 0, start) + 1
+    last = text.find("\n", end)
+    return first, last if last >= 0 else len(text)
+
+
+def _echoed_span(lines: str) -> bool:
+    """Whether every line of ``lines`` (those a match touches) is an echo (``echoed_line``)."""
+    return all(echoed_line(line) for line in lines.split("\n"))
+
+
+def find_engine_text(text: str, pattern: re.Pattern[str] | str, start: int = 0) -> int:
+    """The offset in ``text`` of the first occurrence (from ``start``) of ``pattern`` (a regular expression,
+    or a plain text such as ``PYTHON_TRACEBACK``) on a line that is no echo of request content
+    (``echoed_line``), or -1 where there is none: how the collector and the policy engine find the engine's
+    own stop markers and traceback heads, as the signatures' patterns are found (``Signature.locate``)."""
+    pat = pattern if isinstance(pattern, re.Pattern) else re.compile(re.escape(pattern))
+    for m in pat.finditer(text, start):
+        a, b = _line_bounds(text, m.start(), m.end())
+        if not _echoed_span(text[a:b]):
+            return m.start()
+    return -1
+
+
 @dataclass(frozen=True, slots=True)
 class RunOutcome:
     """What is known about an engine run when it stopped."""
@@ -158,12 +219,13 @@ class Signature:
         if not self.patterns:
             return 0, ""
         for pat in self.patterns:
-            found = list(pat.finditer(text))  # the last one: a traceback ends with the error itself
-            if found:
-                m = found[-1]
-                start = text.rfind("\n", 0, m.start()) + 1
-                end = text.find("\n", m.end())
-                return start, text[start : end if end >= 0 else len(text)].strip()[:_MAX_DETAIL]
+            # the last one: a traceback ends with the error itself; a line that echoes a request's or an
+            # answer's content (``echoed_line``) is the client's text, never the engine's fault
+            for m in reversed(list(pat.finditer(text))):
+                start, end = _line_bounds(text, m.start(), m.end())
+                if _echoed_span(text[start:end]):
+                    continue
+                return start, text[start:end].strip()[:_MAX_DETAIL]
         return None
 
 
@@ -294,6 +356,8 @@ def engine_words(text: str, signatures: Sequence[Signature]) -> str | None:
     (the policy engine reads ``failure_detail`` with the same patterns)."""
     patterns = [p for s in signatures for p in s.patterns]
     for line in reversed(text.splitlines()):
+        if echoed_line(line):  # the client's text or the model's, not the engine's words
+            continue
         if _ERROR_LINE.search(line) and not any(p.search(line) for p in patterns):
             return line.strip()[:_MAX_DETAIL]
     return None
@@ -431,9 +495,9 @@ def before_stop(
                     break
                 cut, left = nl + 1, left - 1
             skip = cut
-        first = min(
-            (m.start() for m in (mk.search(text, skip) for mk in markers) if m is not None), default=None
-        )
+        # a marker on an echoed line (``echoed_line``: a prompt quoting it) is no stop of the engine
+        found = (find_engine_text(text, mk, skip) for mk in markers)
+        first = min((at for at in found if at >= 0), default=None)
         if first is None:
             yield text
             continue

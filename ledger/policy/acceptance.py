@@ -61,6 +61,7 @@ from ledger.signatures import (
     classify,
     collector_stop_end,
     decisive,
+    find_engine_text,
     not_a_completion,
     pattern_signatures,
     signature_classes,
@@ -3003,7 +3004,7 @@ def _classify_stored_logs(
     def feed(name: str, first_line: int, text: str, after_ready: bool) -> None:
         if not text:
             return
-        if after_ready and not unclean and (at := text.find(PYTHON_TRACEBACK)) >= 0:
+        if after_ready and not unclean and (at := find_engine_text(text, PYTHON_TRACEBACK)) >= 0:
             unclean.append(f"{name} line {first_line + text.count(chr(10), 0, at)}: a Python traceback")
         for sig in signatures:
             found = sig.locate(text, outcome)
