@@ -37,6 +37,7 @@ __all__ = [
     "check_kind_filter",
     "format_time",
     "misspelled_subject_field",
+    "misspelled_subject_words",
     "misspelling_of",
     "parse_statement",
     "parse_time",
@@ -77,7 +78,7 @@ def subject_problem(key: Any, value: Any) -> str | None:
     known = misspelled_subject_field(key)
     if known is not None:
         return (
-            f"subject field {key!r} misspells the subject field {known!r}: an entry naming {key}= leaves "
+            f"subject field {misspelled_subject_words(key, known)}: an entry naming {key}= leaves "
             f"{known} out, and what it names would be read as absent (write {known}={value!s})"
         )
     if not isinstance(value, str):
@@ -142,36 +143,103 @@ def _edits(a: str, b: str) -> int:
 def _typos(key: str) -> int:
     """The edits (``_edits``, on the ``_loose`` form) a misspelling of the key ``key`` may be away from it:
     one for a key of up to 7 letters (``engine``, ``adapter``, ``host``: a second edit there makes another
-    word — ``engineer``, ``engine_id``), two for a longer one (``engine_verison``, ``model_revison`` and
+    word — ``engineer``, ``hostel``), two for a longer one (``engine_verison``, ``model_revison`` and
     ``modl_revisoin`` are one slip or two of a long key). Compared keys lie five or more edits apart, so a key
-    is a misspelling of one of them at most; a key that adds a word (``engine_build``, ``engine_version_min``:
-    the word's length in edits) is another key, recorded and not compared."""
+    is a misspelling of one of them at most. Not every key within them is a misspelling (``misspelling_of``):
+    a key that adds a word after a separator (``engine_id``, ``deployment_id``) and, for a key of up to 7
+    letters, an edit that makes another word of a subject field (``_edge_word``: ``mode``, ``most``,
+    ``ghost``) are other keys."""
     return 1 if len(_loose(key)) <= 7 else 2
 
 
-def misspelling_of(spec_key: str, keys: Sequence[str]) -> str | None:
+def _plural(loose: str, known: str) -> bool:
+    """Whether ``loose`` (a ``_loose`` form) is the plural of the ``_loose`` form ``known`` (``hosts``,
+    ``models``, ``engine_versions``): one field names one thing, so a plural is a misspelling of the field
+    (``misspelling_of``) whatever its length — never another field holding a list."""
+    return loose in (known + "s", known + "es")
+
+
+def _edge_word(a: str, b: str) -> bool:
+    """Whether the ASCII ``_loose`` form ``a`` is another word than the short key ``b`` rather than a slip of
+    it: one edit at its edge that makes words of the subject fields — a letter put before the first
+    (``ghost`` for ``host``), the first letter replaced (``most``), the last letter dropped (``mode`` for
+    ``model``). Every other edit is a slip (fail closed): a letter doubled (``hhost``, ``modell``) or dropped
+    from a doubled pair, a letter appended (``hostr``; a plural is ``_plural``), the last letter replaced
+    (``hosr``, ``modes``), the first dropped (``ost``), an edit inside, two letters swapped anywhere
+    (``ohst``, ``hots``); and a key that is not ASCII (``һost`` with a Cyrillic ``һ``: a look-alike, not a
+    word)."""
+    if not (a.isascii() and b.isascii()) or len(b) < 2:
+        return False
+    if len(a) == len(b) + 1:  # a letter put before the first, not doubling it
+        return a[1:] == b and a[0] != b[0]
+    if len(a) + 1 == len(b):  # the last letter dropped, not one of a doubled pair
+        return b[:-1] == a and b[-1] != a[-1]
+    return len(a) == len(b) and a[1:] == b[1:] and a[0] != b[0]  # the first letter replaced
+
+
+def _adds_a_word(spec_key: str, loose_known: str) -> bool:
+    """Whether ``spec_key`` is the key whose ``_loose`` form is ``loose_known`` with a word added beside it,
+    a separator (whitespace, ``.``, ``-``, ``_``) between them — ``deployment_id``, ``host_name``,
+    ``model.id``, ``job-2``, ``primary_host``: another key, not a misspelling of it. A separator with no word
+    beyond it (``host_``, ``_host``, ``host.``) adds nothing, and a key whose parts only spell the known key
+    again (``back_end``, ``engine_verison`` for ``engine_version``) adds no word."""
+    parts = [p for p in _SPELLING.split(spec_key) if p]
+    return any(
+        _loose("".join(parts[:i])) == loose_known or _loose("".join(parts[i:])) == loose_known
+        for i in range(1, len(parts))
+    )
+
+
+def misspelling_of(spec_key: str, keys: Sequence[str], *, edge_words: bool = False) -> str | None:
     """The key of ``keys`` that ``spec_key`` (not one of them: a key of a job's approved spec, a field of an
-    entry's subject) misspells — the same but for case, whitespace, ``.``, ``-`` or ``_`` (``_loose``), or
-    within ``_typos`` edits of it (the nearest; the first of ``keys`` among equals) — else None. The one
-    reading of a misspelled key: a binding key (``ledger.policy.acceptance``) and a subject field
-    (``misspelled_subject_field``) alike."""
+    entry's subject) misspells, else None — the one reading of a misspelled key: a binding key
+    (``ledger.policy.acceptance``) and a subject field (``misspelled_subject_field``) alike. A misspelling
+    is the same but for case, whitespace, ``.``, ``-`` or ``_`` (``_loose``: ``back_end``, ``Host``,
+    ``host_``), the key's plural (``_plural``: ``hosts``, ``engines``), or within ``_typos`` edits of it (the
+    nearest; the first of ``keys`` among equals: ``hots``, ``hsot``, ``hst``, ``modle``, ``bakend``,
+    ``engine_verison``) — except a key that adds a word after a separator (``_adds_a_word``:
+    ``deployment_id``, ``host_name``, ``engine_id``: another key), and, with ``edge_words`` (subject fields,
+    ``misspelled_subject_field``), the one edit at a key of up to 7 letters that makes another word of it
+    (``_edge_word``: ``mode``, ``most``, ``ghost`` are not ``model`` and ``host``). A binding key has no such
+    words (``engine``, ``adapter``): ``engin`` and ``adapte`` misspell them, as a key left unpinned would let
+    any value pass. Fail closed: a doubled letter, a slip inside the key, two letters swapped and a
+    look-alike letter that is not ASCII are misspellings."""
     if spec_key in keys:
         return None
     loose = _loose(spec_key)
-    near = [
-        (d, i, k)
-        for i, k in enumerate(keys)
-        if abs(len(loose) - len(_loose(k))) <= _typos(k) and (d := _edits(loose, _loose(k))) <= _typos(k)
-    ]
+    near: list[tuple[int, int, str]] = []
+    for i, k in enumerate(keys):
+        known = _loose(k)
+        if loose == known or _plural(loose, known):
+            near.append((0, i, k))
+            continue
+        if _adds_a_word(spec_key, known) or abs(len(loose) - len(known)) > _typos(k):
+            continue
+        d = _edits(loose, known)
+        if d <= _typos(k) and not (edge_words and _typos(k) == 1 and _edge_word(loose, known)):
+            near.append((d, i, k))
     return min(near)[2] if near else None
 
 
 def misspelled_subject_field(key: str) -> str | None:
     """The known subject field (``ledger.listing.SUBJECT_FIELDS``: the fields the policy judges — the route's
     backend, model and host, the campaign …) that the subject field ``key`` misspells (``misspelling_of``:
-    ``hots``, ``hsot``, ``modle``, ``bakend``, ``back_end``, ``campain``), else None (``key`` is a known
-    field, or another field, recorded as it is)."""
-    return misspelling_of(key, SUBJECT_FIELDS)
+    ``hots``, ``hsot``, ``modle``, ``bakend``, ``back_end``, ``campain``, and the plurals ``hosts``,
+    ``models``), else None (``key`` is a known field, or another field, recorded as it is: ``deployment_id``,
+    ``host_name``, ``mode``, ``most``, ``ghost``, ``region``)."""
+    return misspelling_of(key, SUBJECT_FIELDS, edge_words=True)
+
+
+def misspelled_subject_words(key: str, known: str) -> str:
+    """How a message names the subject field ``key`` that misspells the subject field ``known``
+    (``misspelled_subject_field``): ``'hots' misspells the subject field 'host'``, and for a plural
+    (``hosts``) that it is the plural of a subject field — a subject names one host, not a list."""
+    words = f"{key!r} misspells the subject field {known!r}"
+    if _plural(_loose(key), _loose(known)):
+        words += (
+            f" (the plural of a subject field: a subject names one {known}, so record one entry per {known})"
+        )
+    return words
 
 
 _ENTRY_ID = re.compile(r"^[0-9a-f]{64}$")

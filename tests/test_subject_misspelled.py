@@ -37,7 +37,17 @@ MISSPELLED = [("hots", "host"), ("hsot", "host"), ("modle", "model"), ("bakend",
 # the same but for case-insensitive punctuation, or one slip more of a long field
 ALSO = [("back_end", "backend"), ("host.", "host"), ("campain", "campaign"), ("deploymnet", "deployment")]
 # other fields, recorded as they are: not one edit from a short field, nor a known field with a word added
-OTHER = ["region", "gpu", "node", "model_revision", "backend_version", "hostname", "zone"]
+OTHER = [
+    "region",
+    "gpu",
+    "node",
+    "model_revision",
+    "backend_version",
+    "hostname",
+    "zone",
+    "deployment_id",
+    "mode",
+]
 NO_HOST = {k: v for k, v in SUBJECT.items() if k != "host"}
 CAMPAIGN_ONLY = {"campaign": SUBJECT["campaign"]}
 

@@ -304,7 +304,7 @@ def parse_subject(items: list[str] | None) -> dict[str, str]:
     an input error naming both (exit 2: it would ask about, or record, an entry that leaves the known field
     out — ingest refuses it, ``ledger.entries.subject_problem``), and a field named twice is an input error
     naming it (the last would silently win: ``parse_subject_args``, the one parser the API uses too)."""
-    from ledger.entries import misspelled_subject_field
+    from ledger.entries import misspelled_subject_field, misspelled_subject_words
     from ledger.errors import InputError
     from ledger.reads import parse_subject_args
 
@@ -313,7 +313,7 @@ def parse_subject(items: list[str] | None) -> dict[str, str]:
         known = misspelled_subject_field(given)
         if known is not None:
             raise InputError(
-                f"--subject {item}: subject field {given!r} misspells the subject field {known!r}",
+                f"--subject {item}: subject field {misspelled_subject_words(given, known)}",
                 hint=f"write --subject {known}={item.partition('=')[2]} (the subject fields: "
                 f"{', '.join(SUBJECT_FIELDS)})",
             )

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from ledger.answers import Refusal
-from ledger.entries import _SUBJECT_KEY, KIND_MODELS
+from ledger.entries import _SUBJECT_KEY, KIND_MODELS, misspelled_subject_field, misspelled_subject_words
 from ledger.errors import PolicyError, more_problems
 from ledger.listing import SUBJECT_FIELDS
 from ledger.signatures import UNKNOWN_CLASS, FailureClass
@@ -179,8 +179,6 @@ def _close(name: str, known: Sequence[str], cutoff: float = 0.6) -> str:
 
 # The top-level names of an entry as a policy's CEL sees it (``snapshot.Evidence.view``; a test keeps the two
 # equal): ``e.paylod.x`` or ``e.colected_at`` names nothing, and is refused at load like a misspelled field.
-# how close to a known subject field a declared one may not be (``campain``, ``hosts``; not ``region``)
-_NEAR_SUBJECT = 0.85
 
 ENTRY_VIEW_FIELDS = (
     "id",
@@ -286,11 +284,12 @@ class PolicyHeader(_Model):
                 raise ValueError(
                     f"subject field {name!r} is known already (SUBJECT_FIELDS): declare only others"
                 )
-            near = _close(name, SUBJECT_FIELDS, cutoff=_NEAR_SUBJECT)
-            if near:
+            near = misspelled_subject_field(name)
+            if near is not None:
                 raise ValueError(
-                    f"subject field {name!r} is a near-spelling of a known one{near}: a declared misspelling "
-                    "would read as absent; declare only fields the ledger records under another name"
+                    f"subject field {name!r} is a near-spelling of a known one "
+                    f"({misspelled_subject_words(name, near)}): a declared misspelling would read as "
+                    "absent; declare only fields the ledger records under another name"
                 )
             if v.count(name) > 1:
                 raise ValueError(f"subject field {name!r} is declared twice")

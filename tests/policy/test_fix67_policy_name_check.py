@@ -413,6 +413,10 @@ def test_misspelt_known_subject_field_still_refused_with_a_declaration(policy_co
     [
         ('["campain"]', "near-spelling of a known one"),  # a misspelling declared in
         ('["hosts"]', "near-spelling of a known one"),
+        # the slips ingest refuses are refused declared too: one rule (fix 91: difflib let them in)
+        ('["hots"]', "near-spelling of a known one"),
+        ('["modle"]', "near-spelling of a known one"),
+        ('["jbo"]', "near-spelling of a known one"),
         ('["campaign"]', "is known already"),
         ('["Region"]', "must match"),  # not a name an entry's subject may hold
         ('["1region"]', "must match"),
@@ -423,6 +427,13 @@ def test_misspelt_known_subject_field_still_refused_with_a_declaration(policy_co
 )
 def test_a_bad_subject_field_declaration_is_refused(policy_copy: Path, declared: str, match: str) -> None:
     _refused(policy_copy, QUAL, (HEADER, HEADER + f"subject_fields = {declared}\n"), match=match)
+
+
+def test_declared_fields_ingest_takes_are_not_near_spellings(policy_copy: Path) -> None:
+    """Regression (fix 91): the declared fields were read by a second near-spelling rule (difflib), which
+    refused ``deployment_id`` and ``mode`` — fields ingest records — and let ``hots`` in."""
+    _edit(policy_copy, QUAL, (HEADER, HEADER + 'subject_fields = ["deployment_id", "mode", "region"]\n'))
+    load_policy(QUAL, policy_copy)
 
 
 def test_a_misspelt_declaration_key_is_refused(policy_copy: Path) -> None:
