@@ -115,10 +115,16 @@ def _run_lines(tmp_path: Path, lines: tuple[str, ...]) -> EngineRun:
     run = EngineRun(spec, tmp_path / "logs")
     run.start()
     run.ready_lines = {"stdout.log": 0, "stderr.log": 0}
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "serving" not in run.stdout_path.read_text():
+    # wait for what the engine printed, not for a time (regression: under load the log file was not yet
+    # there when first read — FileNotFoundError — and a fixed sleep could end before the lines came)
+    def printed() -> str:
+        return run.stdout_path.read_text() if run.stdout_path.exists() else ""
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (lines and lines[-1] in printed()):
         time.sleep(0.05)
-    time.sleep(0.8)
+    assert lines[-1] in printed(), printed()
+    time.sleep(0.1)
     return run
 
 
