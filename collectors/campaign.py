@@ -15,8 +15,10 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 import tomllib
@@ -86,10 +88,14 @@ from ledger.collectors.semantic import (
     run_semantic,
     semantic_gate_payload,
 )
+from ledger.collectors.semantic import (
+    REQUESTS_ARTIFACT as SEMANTIC_REQUESTS_ARTIFACT,
+)
 from ledger.devices import items_not_listed, visible_device_items
 from ledger.entries import FAULT_UNANSWERED, MAX_LEASE_S, format_time, now_utc, parse_time, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
 from ledger.hashing import hash_file, parse_digest
+from ledger.policy.acceptance import COMMIT_BINDING
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures, unanswered_error
 
@@ -136,6 +142,7 @@ STEP_FOR_GATE = {
     "benchmark": "_gate_benchmark",
 }
 DEFAULT_POLICY = "backend-qualification"
+ROUTING_POLICY = "routing-change"  # the policy whose params.engine_names is the one mapping of engine names
 # The console's word for each status a step records in its ``gate.result``. A step is the collector's view
 # as it ran; the gate's status is the policy's, which re-judges the recorded evidence (a probe the engine
 # refused, HTTP 401 or a context-length 400, is not credited: the gate is ``missing`` and the verdict
@@ -360,6 +367,9 @@ ENGINE_VERSION = "engine_version"  # the engine package's version, as detected i
 # the campaign's [gates.benchmark] request_token_ids, as its job's approved spec records it ("true" or
 # "false": bindings are texts): the policy judges what c1 parity compared by what the campaign asked
 REQUEST_TOKEN_IDS = "request_token_ids"  # noqa: S105 (a binding key, not a secret)
+# the code commit the collector ran at (``code_commit``), bound in the job's spec.bindings: the commit a
+# review PASS of the job's results must name (the acceptance policy's one name for it)
+CODE_COMMIT = COMMIT_BINDING
 BOUND_KEYS = (
     "engine",
     ENGINE_VERSION,
@@ -373,6 +383,8 @@ NOT_BOUND = {
     "device": "the job's cpu/gpu deployment: judged by the policy from the job spec, not per launch",
     "served_name": "the model id /v1/models must serve: judged by the api-readiness identity check",
     "hostname": "the machine the job ran on: judged by the policy's other-machine rule",
+    CODE_COMMIT: "the code commit the collector ran at (``code_commit``): judged by the review rule — a "
+    "review PASS credits the job's results only where it names this commit (acceptance.produced_at)",
     REQUEST_TOKEN_IDS: "whether the benchmark asked the engine for token ids (true/false): judged by the "
     "policy's spec-mismatch rule (c1 parity compared by), never taken from the result's own bounds",
 }
@@ -409,11 +421,25 @@ class CampaignSection(_Section):
     # subject "host": the name the fleet knows the host by (what a deployment file's `host` names);
     # default: this machine's hostname
     host: str | None = Field(default=None, min_length=1, max_length=255)
+    # the commit of the code under review (a native engine's or a patched backend's source, as its reviewers
+    # name it: a full git object name); left out: the collector's own checkout's HEAD (``code_commit``), none
+    # where the collector runs from no checkout (an installed package) — then no review PASS credits the job
+    commit: str | None = None
 
     @field_validator("id")
     @classmethod
     def _id(cls, value: str) -> str:
         return _text(value, "a campaign id")
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, value: str | None) -> str | None:
+        if value is not None and not _FULL_COMMIT.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is no full commit: write the 40 (SHA-1) or 64 (SHA-256) lower-case hex digits "
+                "of `git rev-parse HEAD` in the checkout under review"
+            )
+        return value
 
     @field_validator("backend", "backend_version", "host")
     @classmethod
@@ -1097,7 +1123,65 @@ def _env_names(readers: tuple[str, ...], env: Mapping[str, str]) -> list[tuple[s
     return [(key, value) for key, value in env.items() if any(_env_key_is(key, n) for n in names)]
 
 
-def _check_served_name(spec: CampaignFile, p: Path) -> None:
+# The engine programs that serve their model, where no alias option or variable names it, under the model
+# argument as launched (llama-cpp-python's model.py: ``model_alias = model``; vLLM's served_model_name
+# defaults to its model; SGLang's to its model path). Every other known program of a kind
+# (``_KIND_OF_PROGRAM``: llama-server, whose default id differs between builds — the path, the file name)
+# must be given its alias; a script's default is not known and is not judged.
+_DEFAULT_ID_IS_MODEL = (
+    "llama_cpp.server",
+    "vllm",
+    "vllm.entrypoints.openai.api_server",
+    "vllm.entrypoints.cli.main",
+    "sglang.launch_server",
+)
+
+
+def _alias_spelling(program: str) -> tuple[str, tuple[str, ...]]:
+    """The option (and the variables) that name the served model to ``program``, as the refusals write
+    them: llama.cpp's programs' own (``_ALIAS_OPTIONS`` / ``_ALIAS_ENV``), else ``--served-model-name``."""
+    if program in _ALIAS_OPTIONS:
+        return _ALIAS_OPTIONS[program][0][0], _ALIAS_ENV.get(program, ())
+    return _SERVED_NAME_OPTIONS[0], ()
+
+
+def _default_id(
+    kind: str,
+    argv: list[str],
+    served: str,
+    values: dict[str, str],
+    envs: tuple[Mapping[str, str], Mapping[str, str]],
+    where: str,
+) -> None:
+    """Refuse an attempt whose command names no served name (no alias option, no alias variable) to a
+    known engine program of its kind when the id that program then serves is not ``served``: the model
+    argument as launched for ``_DEFAULT_ID_IS_MODEL`` (``_models_given``, each value: a repeated option or
+    a variable beside it must all be ``served``), and for any other known program (llama-server) always,
+    its default not being known before launch. ``envs``: the campaign's own part of the engine's
+    environment and the whole of it. A program the collector does not know (a script) is not judged."""
+    program = _engine_program(argv)
+    if program is None or _KIND_OF_PROGRAM.get(program) != kind:
+        return
+    option, variables = _alias_spelling(program)
+    said = f"no {option}" + "".join(f" and no {v} in its environment" for v in variables)
+    fix = f"add {option} {{served_name}} to the command"
+    if program not in _DEFAULT_ID_IS_MODEL:
+        raise ConfigError(
+            f"{where}: the command gives {program} {said}: it would serve the model under its default id, "
+            f"which differs between its builds, while model.served_name is {served!r}; the identity probe "
+            f"would fail the engine for the campaign's own configuration; {fix}"
+        )
+    for given, names, _ in _models_given(kind, argv, values, *envs):
+        if names is None or names[0] != served:
+            raise ConfigError(
+                f"{where}: the command gives {program} {said}: it would serve the model under its default "
+                f"id, its model ({given}) as launched, {names[0] if names else ''!r}, while "
+                f"model.served_name is {served!r}: the identity probe would find no {served!r} and fail "
+                f"the engine for the campaign's own configuration; {fix}"
+            )
+
+
+def _check_served_name(spec: CampaignFile, p: Path, model: Path) -> None:
     """Refuse a campaign whose engine command serves its model under a name that is not its [model]
     served_name: the engine serves what it is told, and the identity probe would fail the engine for the
     campaign's own contradiction. Every literal served-name option of each attempt, in its engine's own
@@ -1109,10 +1193,13 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
     not contradict it. An alias llama-server would split at a comma is refused (builds differ in whether
     it does). The other llama.cpp program's alias option (``_foreign_alias_option``: llama-server's
     ``-a`` / ``--alias`` to llama-cpp-python, its ``--model_alias`` or a prefix argparse takes to
-    llama-server) is refused: the program exits on it at start-up."""
+    llama-server) is refused: the program exits on it at start-up. Where neither an option nor a variable
+    names the model, the engine's own default id applies (``_default_id``: llama-cpp-python, vLLM and
+    SGLang serve the model under its model argument as launched, so it must be served_name; llama-server's
+    default differs between builds, so its alias is required); a script's default is not known here."""
     served = spec.model.served_name
     kind = spec.engine.kind
-    values = _placeholders(served_name=served)
+    values = _placeholders(served_name=served, model=str(model))
     for attempt in spec.engine.attempts:
         where = f"campaign {p}: attempt {attempt.name!r}"
         argv = [*spec.engine.command, *attempt.extra_args]
@@ -1129,14 +1216,19 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
             )
         given = _served_names(kind, argv, served)
         own: dict[str, str] = {}
+        unexpanded: list[str] = []  # a variable that is not set: the launch refuses it, naming it
         for key, raw in {**spec.engine.env, **attempt.env}.items():
-            with contextlib.suppress(ConfigError):  # a variable that is not set: the launch refuses it
+            try:
                 own[key] = expand(raw)
+            except ConfigError:
+                unexpanded.append(key)
         launch = _skip_launchers(argv)
         assigned: dict[str, str] = {}
         for key, raw in launch.env.items():  # env NAME=VALUE in front of the engine: set last
-            with contextlib.suppress(ConfigError):
+            try:
                 assigned[key] = _fill(raw, values)
+            except ConfigError:
+                unexpanded.append(key)
         # what the engine gets (inherited, then the campaign's, less what env -u / -i removes, then env's
         # NAME=VALUE items), and the campaign's own part of it
         whole_env = launch.engine_env(launch_env(own), assigned)
@@ -1155,6 +1247,11 @@ def _check_served_name(spec: CampaignFile, p: Path) -> None:
                 said = f"the environment's {key} ({program} does not read it, but the campaign names it)"
                 how = _NameOption(many=False, commas=key in _ALIAS_COMMAS)
                 given.append((said, [value] if value else None, how))
+        # no alias named: the engine's default id, unless an alias variable it reads does not expand (the
+        # launch refuses that, naming the variable)
+        alias_unread = any(_env_key_is(k, n) for k in unexpanded for n in _spellings(_ALIAS_ENV, readers))
+        if not given and not alias_unread:
+            _default_id(kind, argv, served, values, (own_env, whole_env), where)
         for option, names, how in given:
             if names is None:
                 raise ConfigError(
@@ -1296,6 +1393,8 @@ _ANY_CASE_ENV = (
     "CLIP_MODEL_PATH",
     "HF_TOKENIZER_CONFIG_PATH",
     "HF_PRETRAINED_MODEL_NAME_OR_PATH",
+    "PORT",
+    "HOST",
 )
 # the model named through the engine's environment, keyed like ``_MODEL_OPTIONS`` by the program that reads
 # it: llama-server's LLAMA_ARG_MODEL (as written), llama-cpp-python's MODEL (pydantic-settings: any case);
@@ -1470,6 +1569,33 @@ def _names_no_model(kind: str, argv: list[str], env: Mapping[str, str]) -> str |
     if variables:
         said.append(f"no {' or '.join(variables)} in the engine's environment")
     return "; ".join(said)
+
+
+def _models_given(
+    kind: str,
+    argv: list[str],
+    values: dict[str, str],
+    own_env: Mapping[str, str],
+    whole_env: Mapping[str, str],
+) -> list[tuple[str, list[str] | None, _NameOption]]:
+    """Where one attempt's ``argv`` and its engine's environment name the model, each value as launched
+    (``values`` fills the placeholders): every model option of the program it runs (``_model_options``),
+    the positional model (``_positional_model``), and the model variable that program reads
+    (``_MODEL_ENV``): an option wins over the variable, so with one only the campaign's own variable
+    (``own_env``: it must still agree), without one the variable the engine gets (``whole_env``, inherited
+    too) is the model it loads. The model check holds each to the pin; the served-name check reads the
+    same values as the id an engine serves its model under where no alias names it."""
+    options = _model_options(kind, argv)
+    variables = _spellings(_MODEL_ENV, _model_readers(kind, argv))
+    given = _option_values(argv, functools.partial(_model_option, options), values)
+    positional = _positional_model(kind, argv)
+    if positional is not None:
+        given.append(("the positional model", [_fill(positional, values)], _NameOption(False, False)))
+    for key, raw in (own_env if given else whole_env).items():
+        if any(_env_key_is(key, n) for n in variables):
+            said = f"the environment's {key}" + ("" if key in own_env else ", inherited by the engine")
+            given.append((said, [raw] if raw else None, _NameOption(False, False)))
+    return given
 
 
 def same_model(value: str, model: Path) -> bool:
@@ -1684,16 +1810,7 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
             raise ConfigError(
                 f"{where}: {_PUT_MODEL_FIRST} ({not_first}; the pinned [model] path is {model})"
             )
-        given = _option_values(argv, functools.partial(_model_option, options), values)
-        positional = _positional_model(kind, argv)
-        if positional is not None:
-            given.append(("the positional model", [_fill(positional, values)], _NameOption(False, False)))
-        # an option wins over the variable (_MODEL_ENV): with one, the campaign's own variable must still
-        # agree with it; without, the variable the engine gets (inherited too) is the model it loads
-        for key, raw in (own_env if given else whole_env).items():
-            if any(_env_key_is(key, n) for n in variables):
-                said = f"the environment's {key}" + ("" if key in own_env else ", inherited by the engine")
-                given.append((said, [raw] if raw else None, _NameOption(False, False)))
+        given = _models_given(kind, argv, values, own_env, whole_env)
         # the kind's other program's model variable: this program does not read it, but the campaign that
         # names another model there than its pin contradicts itself
         foreign_env = [n for n in _spellings(_MODEL_ENV, _KIND_PROGRAMS.get(kind, ())) if n not in variables]
@@ -1721,6 +1838,182 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
             )
 
 
+# The options that set where an engine listens, keyed like ``_MODEL_OPTIONS`` by the program that reads them
+# (``_model_readers``): (whole option, shortest prefix the program's parser takes for it, what it sets).
+# llama-cpp-python's argparse takes any unambiguous prefix (checked against 0.3.36's parser: ``--p`` is
+# --port, ``--ho`` --host); llama-server and vLLM take whole names only; SGLang's argparse takes prefixes
+# (not checked against its parser: held from ``--po`` / ``--ho``, so a shorter one is not read); a kind
+# the collector cannot read (generic) is held to the common spellings.
+_LISTEN_OPTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "llama-server": (("--port", "--port", "port"), ("--host", "--host", "host")),
+    "llama_cpp.server": (("--port", "--p", "port"), ("--host", "--ho", "host")),
+    "vllm": (("--port", "--port", "port"), ("--host", "--host", "host")),
+    "sglang": (("--port", "--po", "port"), ("--host", "--ho", "host")),
+    "generic": (("--port", "--port", "port"), ("--host", "--host", "host")),
+}
+# the same through the engine's environment: (variable, what it sets, read even where an option sets it).
+# llama-cpp-python's __main__ runs uvicorn on ``os.getenv("PORT")`` / ``os.getenv("HOST")`` (as written)
+# over its --port / --host, and its settings read PORT / HOST in any case (``_ANY_CASE_ENV``) where no
+# option sets them; llama-server reads LLAMA_ARG_PORT / LLAMA_ARG_HOST where no option sets them.
+_LISTEN_ENV: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    "llama_cpp.server": (("PORT", "port", True), ("HOST", "host", True)),
+    "llama-server": (("LLAMA_ARG_PORT", "port", False), ("LLAMA_ARG_HOST", "host", False)),
+}
+# what ``{port}`` is filled with at load where the collector picks a free port per attempt ([engine] port
+# 0): no text a campaign or the environment can hold, so only the placeholder itself matches it
+_PORT_PER_ATTEMPT = "\x00port"
+
+
+def _listen_option(readers: tuple[str, ...], name: str) -> _NameOption | None:
+    """Whether ``name`` (an argv item, before any ``=``) is a port or host option of one of ``readers``."""
+    return _NameOption(many=False, commas=False) if _listen_what(readers, name) is not None else None
+
+
+def _listen_what(readers: tuple[str, ...], name: str) -> str | None:
+    """What the listen option ``name`` sets ("port" / "host", ``_LISTEN_OPTIONS``), or None."""
+    for whole, shortest, what in _spellings(_LISTEN_OPTIONS, readers):
+        if name.startswith(shortest) and whole.startswith(name):
+            return what
+    return None
+
+
+def _check_listen(spec: CampaignFile, p: Path) -> None:
+    """Refuse a campaign whose engine would listen elsewhere than where the collector polls it
+    (``[engine] host`` and the port it picks per attempt, or ``[engine] port``): every launch would wait
+    for readiness on a port nothing serves and be recorded as the engine hanging (``lease-expired``),
+    the campaign's own mistake judged as the engine's runtime failure. For each attempt's argv as launched,
+    every port and host option of the program it runs (``_LISTEN_OPTIONS`` by ``_model_readers``; ``=``
+    forms, prefixes its parser takes, every repetition) must be ``{port}`` / ``{host}`` (or the very value
+    they are filled with); a port or host variable that program reads (``_LISTEN_ENV``) in the environment
+    the engine gets (inherited values included, an ``env`` launcher's -u / -i applied:
+    ``_Launch.engine_env``) must be that value too. (A command that gives no port option at all is not
+    judged here: the engine then listens on its default port.) Such a variable is refused rather than dropped
+    from the engine's environment: the campaign (or the operator's shell) said where the engine listens,
+    and the collector does not rewrite what the engine is given behind its back; ``env -u PORT`` in front
+    of the command, or unsetting it, is the fix the refusal names."""
+    e = spec.engine
+    kind = e.kind
+    values = _placeholders(port=str(e.port) if e.port else _PORT_PER_ATTEMPT, host=e.host)
+    polled = {
+        "port": "a free port it picks per attempt, [engine] port being 0"
+        if not e.port
+        else f"[engine] port {e.port}",
+        "host": f"[engine] host {e.host!r}",
+    }
+    for attempt in e.attempts:
+        where = f"campaign {p}: attempt {attempt.name!r}"
+        argv = [*e.command, *attempt.extra_args]
+        readers = _model_readers(kind, argv)
+        program = _engine_program(argv) or "the engine"
+        told: set[str] = set()
+        for option, given, _ in _option_values(argv, functools.partial(_listen_option, readers), values):
+            what = _listen_what(readers, option) or "port"
+            told.add(what)
+            if given is not None and given[0] == values[what]:
+                continue
+            said = "no value" if given is None else repr(given[0])
+            raise ConfigError(
+                f"{where}: {option} is given {said}: the engine would listen elsewhere than the collector "
+                f"polls it ({polled[what]}), and every launch would be recorded as the engine hanging; "
+                f"write {option} {{{what}}}"
+                + (f"; to keep {given[0]}, set [engine] {what} to it" if given else "")
+            )
+        own: dict[str, str] = {}
+        for key, raw in {**e.env, **attempt.env}.items():
+            with contextlib.suppress(ConfigError):  # a variable that is not set: the launch refuses it
+                own[key] = expand(raw)
+        launch = _skip_launchers(argv)
+        assigned: dict[str, str] = {}
+        for key, raw in launch.env.items():  # env NAME=VALUE in front of the engine: filled like the command
+            with contextlib.suppress(ConfigError):
+                assigned[key] = _fill(raw, values)
+        whole_env = launch.engine_env(launch_env(own), assigned)
+        own_env = launch.engine_env(own, assigned)
+        for key, value in whole_env.items():
+            for name, what, always in _spellings(_LISTEN_ENV, readers):
+                read = (always and key == name) or (what not in told and _env_key_is(key, name))
+                if not read:
+                    continue
+                if value == values[what]:
+                    told.add(what)
+                    continue
+                whose = "" if key in own_env else ", inherited by the engine"
+                when = (
+                    f"over its {what} option"
+                    if always and key == name
+                    else f"where no option sets the {what}"
+                )
+                raise ConfigError(
+                    f"{where}: the engine's environment sets {key}={value!r}{whose}, which {program} reads "
+                    f"{when}: the engine would listen elsewhere than the collector polls it "
+                    f"({polled[what]}), and every launch would be recorded as the engine hanging; unset "
+                    f"{key} for the engine (put `env -u {key}` in front of the command, or leave it out of "
+                    f"[engine] env)"
+                )
+
+
+_FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git's SHA-1 and SHA-256 object names
+
+
+def code_commit(where: Path | None = None) -> tuple[str | None, str]:
+    """(the code commit the collector runs at, where it was read): the git ``HEAD`` commit of the checkout
+    whose tracked files include this module (``where``: another file, for tests), full and lower case —
+    never a branch or a tag, which move. (None, why) where it cannot be told: not a tracked file of a git
+    checkout (an installed package inside some other repository's folder is not that repository's code), no
+    ``git``, or an answer that is no full commit hash. Changes not committed are not told apart: the
+    commit names what the reviewer can check out."""
+    f = (where or Path(__file__)).resolve()
+    git = shutil.which("git")
+    if git is None:
+        return None, "no git program to read the collector's checkout"
+
+    def ask(*args: str) -> subprocess.CompletedProcess[str] | None:
+        try:
+            return subprocess.run(
+                [git, "-C", str(f.parent), *args], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    tracked = ask("ls-files", "--error-unmatch", "--", f.name)
+    if tracked is None or tracked.returncode != 0:
+        return None, f"{f} is not a tracked file of a git checkout"
+    head = ask("rev-parse", "--verify", "--end-of-options", "HEAD^{commit}")
+    commit = head.stdout.strip().lower() if head is not None and head.returncode == 0 else ""
+    if not _FULL_COMMIT.fullmatch(commit):
+        return None, f"git names no HEAD commit of the checkout of {f}"
+    return commit, f"git HEAD of the checkout of {f.parent}"
+
+
+def _check_backend(spec: CampaignFile, p: Path) -> None:
+    """A campaign's ``[campaign] backend`` (the subject's backend, the name its verdict qualifies and a route
+    is judged by) must name the engine its ``[engine] kind`` runs, as engine names compare (``engine_key``,
+    by the routing policy's ``params.engine_names``: ``llama.cpp`` is llamacpp): a llama.cpp campaign filed
+    as backend vllm would qualify vllm on what llama.cpp ran. A generic engine names no engine family: any
+    backend. ConfigError naming both, before anything is recorded."""
+    backend, kind = spec.campaign.backend, spec.engine.kind
+    if backend is None or kind == "generic":
+        return
+    from ledger.errors import PolicyError
+    from ledger.policy.loader import load_policy
+    from ledger.policy.routing import engine_aliases, engine_key
+
+    try:
+        aliases = engine_aliases(load_policy(ROUTING_POLICY))
+    except PolicyError as e:
+        raise ConfigError(
+            f"campaign {p}: campaign.backend {backend!r}: which engine it names cannot be told ({e})"
+        ) from e
+    named, runs = engine_key(backend, aliases), engine_key(kind, aliases)
+    if named != runs:
+        raise ConfigError(
+            f"campaign {p}: campaign.backend {backend!r} names engine {named}, but [engine] kind is {kind!r} "
+            f"(engine {runs}): its verdict would qualify backend {backend!r} on what {kind} ran — leave "
+            f"backend out (it defaults to the engine kind) or name engine {runs} (engine names compare by "
+            f"the {ROUTING_POLICY} policy's params.engine_names)"
+        )
+
+
 def load_campaign(path: Path) -> Campaign:
     """Read and validate a campaign file."""
     p = Path(path)
@@ -1743,7 +2036,6 @@ def load_campaign(path: Path) -> Campaign:
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"campaign {p}: unknown key {loc!r}{more}") from e
         raise ConfigError(f"campaign {p}: {loc}: {err['msg']}{more}") from e
-    _check_served_name(spec, p)
     where = expand(spec.model.path)
     if not where.strip():  # ${VAR:-} that expands to nothing would name the campaign's folder
         raise ConfigError(
@@ -1753,6 +2045,9 @@ def load_campaign(path: Path) -> Campaign:
     if not model_path.is_absolute():
         model_path = (p.parent / model_path).absolute()
     _check_model(spec, p, model_path)
+    _check_served_name(spec, p, model_path)
+    _check_listen(spec, p)
+    _check_backend(spec, p)
     python = expand(spec.engine.python) if spec.engine.python else None
     return Campaign(spec, p, str(hash_file(p).blake3), model_path, python)
 
@@ -1981,6 +2276,9 @@ class CampaignRunner:
         # the engine's version is detected before the job starts (``_preflight``), never taken from the
         # campaign: a campaign's backend_version is only checked against it
         self.engine_version: str | None = None
+        # the code commit the collector runs at (``code_commit``, read before the job starts): bound in the
+        # job's spec, the commit a review PASS of its results must name
+        self.code_commit: str | None = None
         self._env: EnvInfo | None = None
         self._env_error: LedgerError | None = None
         self.job_id = str(uuid.uuid4())
@@ -2156,6 +2454,10 @@ class CampaignRunner:
                 # whether the benchmark asks the engine for token ids: the policy reads what c1 parity
                 # must have compared from here, never from the benchmark result's own claim
                 REQUEST_TOKEN_IDS: "true" if self.c.spec.gates.benchmark.request_token_ids else "false",
+                # the commit of the code under review (``[campaign] commit``, else the collector's own
+                # checkout's HEAD): a review PASS credits this job's results only where it names it (absent:
+                # no PASS credits them)
+                **({CODE_COMMIT: self.code_commit} if self.code_commit is not None else {}),
             },
         }
 
@@ -2165,6 +2467,14 @@ class CampaignRunner:
         found here stores nothing; found after the job started, it would leave a job half-run."""
         resolve_model(self.c.model_path)  # the model is there (InputError naming it, else)
         self._detect_engine_version()
+        stated = self.c.spec.campaign.commit
+        self.code_commit, source = (stated, "[campaign] commit") if stated is not None else code_commit()
+        self.log(
+            f"code commit: {self.code_commit} ({source}): a review PASS credits this job's results only "
+            "where it names this commit"
+            if self.code_commit is not None
+            else f"code commit: none bound ({source}): no review PASS credits this job's results"
+        )
         if self.c.spec.gates.benchmark.enabled:
             # judged by the engine detected: a kind whose package no version of was found gets the
             # policy's default rule (the policy grants its exemptions only to a detected engine version)
@@ -2908,7 +3218,10 @@ class CampaignRunner:
             )
         self._operator_stopped(payload, result.outcome)
         out = self._record_harness_gate(
-            "semantic", payload, result.artifacts, {CHECKS_ARTIFACT: "application/x-ndjson"}
+            "semantic",
+            payload,
+            result.artifacts,
+            {CHECKS_ARTIFACT: "application/x-ndjson", SEMANTIC_REQUESTS_ARTIFACT: "application/x-ndjson"},
         )
         out.undecided = out.undecided or outside is not None  # the policy: stopped-from-outside
         self._check_cancel()

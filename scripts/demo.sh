@@ -63,9 +63,10 @@ field "$WORK/run-trained.json" "'\n'.join(f\"  {g['gate']:20} {g['status']}\" fo
   || fail "not every collector gate of $TRAINED passed"
 SEM=$(field "$WORK/run-trained.json" "next(g['entry_id'] for g in r['gates'] if g['gate'] == 'semantic')")
 BENCH=$(field "$WORK/run-trained.json" "next(g['entry_id'] for g in r['gates'] if g['gate'] == 'benchmark')")
-# the commit reviewed: the checkout's; outside a git checkout, the SHA-256 of the sources reviewed
-COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null \
-  || (cd "$REPO" && find ledger -name '*.py' -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-64))
+# the commit reviewed: the checkout's — the commit the collector ran at, which its job binds
+# (spec.bindings.commit); outside a git checkout no commit is bound and no review PASS credits the results
+COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null) \
+  || fail "not a git checkout: the collector binds no code commit, so no review PASS could credit the results"
 
 step "review and acceptance: what the evidence-acceptance policy needs before it credits them"
 L review "$SEM" --pass --commit "$COMMIT" --key reviewer --summary "semantic items and their checks read"

@@ -420,8 +420,17 @@ def test_a_policy_without_usable_validity_params_runs_no_benchmark(param: str, v
 
 # each kind runs its own program (a kind running another kind's is refused at load, audit 64 f1)
 _COMMANDS = {
-    "vllm": ["vllm", "serve", "--model", "{model}"],
-    "llamacpp": ["{python}", "-m", "llama_cpp.server", "--model", "{model}"],
+    # each names its served model (fix 88: the engine's default id, its model path, is refused at load)
+    "vllm": ["vllm", "serve", "--model", "{model}", "--served-model-name", "{served_name}"],
+    "llamacpp": [
+        "{python}",
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        "{model}",
+        "--model_alias",
+        "{served_name}",
+    ],
 }
 
 

@@ -935,6 +935,17 @@ def filter_evidence(
         after = next((t for t in ends if _after_end(e, t, ended_at[t.id])), None)
         return after or next((t for t in ends if t.payload.get("state") in _STOPPED), ends[0])
 
+    def jobs_of(e: Evidence) -> list[Evidence]:
+        """The running entries of the jobs ``e`` belongs to (``job_keys_of``) and those it names (ref job):
+        the approved specs that bind the code commit it was produced at (``produced_at``)."""
+        named = named_jobs_of(e)
+        out = {j.id: j for j in named if j.payload.get("state") == "running"}
+        for k in job_keys_of(e, named):
+            started = jobs.started.get(k)
+            if started is not None:
+                out.setdefault(started.id, started)
+        return list(out.values())
+
     def stop_of(e: Evidence, named_jobs: list[Evidence], job_term: Evidence | None) -> Evidence | None:
         """The terminal entry that says ``e``'s job was killed or cancelled (``killed-run``): the one that
         decides it (``job_term_of``), else any of a job it belongs to (``_JobLog.stopped_by``, an end
@@ -1178,7 +1189,10 @@ def filter_evidence(
             break
         if hit:
             continue
-        problem_r = _review_problem(e, review_list, acc.repaired_commit_required, who) if reviewed else None
+        made = produced_at(e, jobs_of(e)) if reviewed and acc.repaired_commit_required else (None, None)
+        problem_r = (
+            _review_problem(e, review_list, acc.repaired_commit_required, who, made) if reviewed else None
+        )
         if problem_r is not None:
             reject(e, Rule.REVIEW_FAIL, problem_r[0], problem_r[1])
             continue
@@ -1203,7 +1217,7 @@ def filter_evidence(
                     e, Rule.REVIEW_MISSING, f"{e.kind} needs a review PASS (ref reviews) and has none{why}"
                 )
                 continue
-            unbound = _pass_unbound(e, passes[-1]) if acc.repaired_commit_required else None
+            unbound = _pass_unbound(e, passes[-1], made) if acc.repaired_commit_required else None
             if unbound is not None:
                 reject(e, Rule.REVIEW_MISSING, unbound, passes[-1].id)
                 continue
@@ -1533,14 +1547,54 @@ def _may_be_commit(failed: str, c: Any) -> bool:
     return same_commit(x, y) or (bool(_HEX.fullmatch(y)) and (y.startswith(x) or x.startswith(y)))
 
 
-def _failed_commit(fail: Evidence, e: Evidence) -> str | None:
-    """The commit review FAIL ``fail`` of ``e`` failed: the one it names, else the commit ``e`` was produced
-    at (its subject's ``commit``) — a FAIL that names no commit FAILed the reviewed entry as it stands."""
-    return _commit_text(fail.payload.get("commit")) or _commit_text(e.subject.get("commit"))
+# The job's approved spec binding that names the code commit the collector ran at (collectors/campaign.py
+# binds it in ``spec.bindings``): the commit a review PASS of the job's results must name
+COMMIT_BINDING = "commit"
+
+
+def produced_at(e: Evidence, jobs: Iterable[Evidence]) -> tuple[str | None, str | None]:
+    """(the commit ``e`` was produced at, why it cannot be told): its subject's ``commit`` (an entry recorded
+    by hand says so) and the ``spec.bindings.commit`` of each of its ``jobs`` (the collector binds the code
+    commit it ran at there; a job that binds none says nothing of the code). Where those that name one
+    name one commit (``same_commit``) it is that one, in its fullest spelling; where none names any, (None,
+    None); where two name different commits, or one names a commit by no text, which code produced it
+    cannot be told: (None, the reason) — never the one a review happens to name."""
+    named: list[tuple[str, str]] = []
+    subject_commit = e.subject.get("commit")
+    if subject_commit is not None:
+        if _commit_text(subject_commit) is None:
+            return None, f"its subject's commit {subject_commit!r} names no commit"
+        named.append(("its subject", str(_commit_text(subject_commit))))
+    for j in jobs:
+        spec = j.payload.get("spec")
+        bindings = spec.get("bindings") if isinstance(spec, dict) else None
+        if not isinstance(bindings, dict) or bindings.get(COMMIT_BINDING) is None:
+            continue  # no approved spec, or one that binds no commit: the job says nothing of the code
+        bound = bindings[COMMIT_BINDING]
+        where = f"job {j.payload.get('job_id')} ({j.id[:16]})"
+        if _commit_text(bound) is None:
+            return None, f"{where} binds commit {bound!r}, which names no commit"
+        named.append((where, str(_commit_text(bound))))
+    if not named:
+        return None, None
+    for w, c in named[1:]:
+        if not same_commit(c, named[0][1]):
+            return None, f"{named[0][0]} names commit {named[0][1]}, {w} commit {c}"
+    return max((c for _, c in named), key=len), None
+
+
+def _failed_commit(fail: Evidence, own: str | None) -> str | None:
+    """The commit review FAIL ``fail`` failed: the one it names, else ``own``, the commit the reviewed entry
+    was produced at (``produced_at``) — a FAIL that names no commit FAILed the reviewed entry as it stands."""
+    return _commit_text(fail.payload.get("commit")) or _commit_text(own)
 
 
 def _review_problem(
-    e: Evidence, review_list: list[Evidence], repaired_required: bool, who: Callable[[str], str]
+    e: Evidence,
+    review_list: list[Evidence],
+    repaired_required: bool,
+    who: Callable[[str], str],
+    made: tuple[str | None, str | None] = (None, None),
 ) -> tuple[str, str] | None:
     """Which PASS lifts which FAIL (docs/POLICY.md): the evidence is blocked by its latest review FAIL
     unless an independent PASS — signed by another signer than the evidence's (``who``: a key and the keys
@@ -1550,7 +1604,8 @@ def _review_problem(
     abbreviation too short to tell, ``_may_be_commit``), and it is the commit the reviewed evidence itself was
     produced at (its subject's ``commit``) — a PASS that names the repaired commit but is attached to the
     failed commit's evidence lifts nothing: the repaired commit's evidence is a new entry with its own
-    review."""
+    review. ``made``: the commit ``e`` was produced at and why it cannot be told (``produced_at``)."""
+    own, unknown = made
     fails = [r for r in review_list if r.payload.get("result") == "FAIL"]
     if not fails:
         return None
@@ -1577,12 +1632,16 @@ def _review_problem(
     commit = last.payload.get("commit")
     if not repaired_required:
         return None
-    failed_by = next((r for r in fails if _may_be_commit(_failed_commit(r, e) or "", commit)), None)
-    own = e.subject.get("commit")
+    failed_by = next((r for r in fails if _may_be_commit(_failed_commit(r, own) or "", commit)), None)
     # the evidence's own commit may be a FAILed one (an abbreviation both prefix): then no PASS can show
     # it was produced at the repaired commit — rules 3 and 4 together fail closed
-    own_failed = next((r for r in fails if own and _may_be_commit(_failed_commit(r, e) or "", own)), None)
-    if not commit:
+    own_failed = next((r for r in fails if own and _may_be_commit(_failed_commit(r, own) or "", own)), None)
+    if unknown is not None:
+        why = (
+            f"names commit {commit}, but which commit the evidence it reviews was produced at cannot be told "
+            f"({unknown})"
+        )
+    elif not commit:
         why = "names no commit; a PASS on the repaired commit is needed"
     elif failed_by is not None:
         named = _commit_text(failed_by.payload.get("commit"))
@@ -1604,7 +1663,7 @@ def _review_problem(
     elif own_failed is not None:
         why = (
             f"names commit {commit}, but the evidence it reviews was produced at commit {own}, which may be "
-            f"the commit review {own_failed.id[:16]} FAILed ({_commit_text(_failed_commit(own_failed, e))}): "
+            f"the commit review {own_failed.id[:16]} FAILed ({_failed_commit(own_failed, own)}): "
             "which commit it is cannot be told, so the FAIL stands (the repaired commit's evidence needs its "
             "own entry, naming its full commit)"
         )
@@ -1613,15 +1672,30 @@ def _review_problem(
     return f"review PASS {last.id[:16]} {why}", last.id
 
 
-def _pass_unbound(e: Evidence, last: Evidence) -> str | None:
+def _pass_unbound(
+    e: Evidence, last: Evidence, made: tuple[str | None, str | None] = (None, None)
+) -> str | None:
     """Why the latest review PASS ``last`` of ``e`` does not credit it, or None: a PASS says which commit
-    it reviewed, and where the evidence names the commit it was produced at (subject ``commit``), that
-    one (``same_commit``: as git compares them) — a PASS of another commit reviewed other code."""
+    it reviewed, and it must be the commit the evidence was produced at (``made``, from ``produced_at``: its
+    subject's ``commit``, its job's ``spec.bindings.commit``; compared by ``same_commit``, as git compares
+    them) — a PASS of another commit reviewed other code, and where the evidence names no commit it was
+    produced at, or names two, no PASS can show it reviewed that code (fail closed)."""
     commit = last.payload.get("commit")
-    own = e.subject.get("commit")
+    own, unknown = made
     if not commit:
         return f"{e.kind} needs a review PASS naming the commit it reviewed; PASS {last.id[:16]} names none"
-    if own is not None and not same_commit(commit, own):
+    if unknown is not None:
+        return (
+            f"{e.kind}: which commit it was produced at cannot be told ({unknown}); its review PASS "
+            f"{last.id[:16]} names commit {commit}, so no review PASS of this evidence's commit"
+        )
+    if own is None:
+        return (
+            f"{e.kind} names no commit it was produced at (neither its subject's commit nor its job's "
+            f"spec.bindings.{COMMIT_BINDING}); its review PASS {last.id[:16]} names commit {commit}, but "
+            "no PASS can show it reviewed the code that produced it"
+        )
+    if not same_commit(commit, own):
         return (
             f"{e.kind} was produced at commit {own}; its review PASS {last.id[:16]} names commit {commit}, "
             "so no review PASS of this evidence's commit"

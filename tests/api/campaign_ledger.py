@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.collectors.benchmark import BenchmarkSpec, policy_validity
+from ledger.collectors.campaign import code_commit
 from ledger.entries import format_time, parse_time
 from ledger.policy.loader import load_policy
 from ledger.recorder import LocalRecorder
@@ -203,7 +204,7 @@ def build(tmp: Path) -> CampaignLedger:
         led.record(
             "review",
             subj,
-            {"result": "PASS", "commit": "c" * 40},
+            {"result": "PASS", "commit": code_commit()[0]},
             key="reviewer",
             refs=[("reviews", harness["semantic"])],
         )
@@ -224,7 +225,7 @@ def build(tmp: Path) -> CampaignLedger:
     led.record(
         "review",
         subj,
-        {"result": "PASS", "commit": "c" * 40},
+        {"result": "PASS", "commit": code_commit()[0]},
         key="reviewer",
         refs=[("reviews", bench.entry_id)],
     )

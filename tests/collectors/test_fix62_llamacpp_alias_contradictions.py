@@ -109,7 +109,8 @@ def test_python_alias_ok_server_alias_other_is_refused_as_no_option_of_the_progr
         (["-a", "{served_name}"], SERVER),
         (["--alias={served_name}"], SERVER),
         (["--alias", "tiny", "--alias", "tiny"], SERVER),
-        ([], BASE),  # no alias: nothing to compare (the engine's own default id)
+        # no alias: the engine's own default id, its --model path, is refused (fix 88,
+        # test_served_name_default.py)
     ],
     ids=[
         "model_alias-placeholder",
@@ -118,7 +119,6 @@ def test_python_alias_ok_server_alias_other_is_refused_as_no_option_of_the_progr
         "short-a",
         "alias-equals",
         "twice",
-        "none",
     ],
 )
 def test_llamacpp_alias_naming_the_served_name_loads(
@@ -218,8 +218,10 @@ def test_alias_option_wins_over_an_alias_variable_in_the_environment(
 
 def test_llamacpp_alias_environment_neighbours(tmp_path: Path) -> None:
     assert load_campaign(_campaign(tmp_path, [], env={"LLAMA_ARG_ALIAS": "tiny", "MODEL_ALIAS": "tiny"}))
-    # another variable that merely contains the word is no alias
-    assert load_campaign(_campaign(tmp_path, [], env={"LLAMA_ARG_ALIAS_X": "other", "MY_MODEL_ALIAS": "x"}))
+    # another variable that merely contains the word is no alias: no alias is named, so the engine's
+    # default id (its --model path) is what is refused (fix 88)
+    msg = _refused(_campaign(tmp_path, [], env={"LLAMA_ARG_ALIAS_X": "other", "MY_MODEL_ALIAS": "x"}))
+    assert "its default id" in msg and "'x'" not in msg and "'other'" not in msg
     assert "no value" in _refused(_campaign(tmp_path, [], env={"LLAMA_ARG_ALIAS": ""}))
     assert "comma" in _refused(_campaign(tmp_path, [], env={"LLAMA_ARG_ALIAS": "tiny,other"}))
 
@@ -227,8 +229,19 @@ def test_llamacpp_alias_environment_neighbours(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "program"),
     [
-        ("vllm", ["vllm", "serve", "{model}"]),
-        ("sglang", ["{python}", "-m", "sglang.launch_server", "--model-path", "{model}"]),
+        ("vllm", ["vllm", "serve", "{model}", "--served-model-name", "{served_name}"]),
+        (
+            "sglang",
+            [
+                "{python}",
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "{model}",
+                "--served-model-name",
+                "tiny",
+            ],
+        ),
         ("generic", ["{python}", "-m", "llama_cpp.server", "--model", "{model}"]),
     ],
 )
@@ -260,6 +273,7 @@ def test_llamacpp_alias_environment_is_judged_as_expanded(
     assert "'other'" in msg and "MODEL_ALIAS" in msg
     monkeypatch.setenv("FIX62_ALIAS", "tiny")
     assert load_campaign(_campaign(tmp_path, [], env={"MODEL_ALIAS": "${FIX62_ALIAS}"}))
-    # a variable that is not set: the launch refuses it (it names the variable), not the loader
+    # a variable that is not set: the launch refuses it (it names the variable), not the loader (nor as
+    # naming no alias: fix 88)
     monkeypatch.delenv("FIX62_ALIAS")
     assert load_campaign(_campaign(tmp_path, [], env={"MODEL_ALIAS": "${FIX62_ALIAS}"}))

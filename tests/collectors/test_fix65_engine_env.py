@@ -43,7 +43,7 @@ def _campaign(
     attempts: list[dict[str, str]] | None = None,
     backend_version: str | None = None,
 ) -> Path:
-    command = ["{python}", "-m", "llama_cpp.server", "--model", "{model}"]
+    command = ["{python}", "-m", "llama_cpp.server", "--model", "{model}", "--model_alias", "{served_name}"]
     lines = ['[campaign]\nid = "c"']
     if backend_version is not None:
         lines.append(f'backend_version = "{backend_version}"')

@@ -26,6 +26,24 @@ SGLANG = ["{python}", "-m", "sglang.launch_server"]
 PORT = ["--port", "{port}"]
 
 
+# fix 88: a known engine program told no served name serves its model under its default id (its model
+# argument; llama-server's differs between builds), which is refused at load; these campaigns judge the
+# model check, so each command names the served model in its program's own spelling, right after the
+# program (vLLM's at the end: its positional model stays first)
+def _naming_served(command: list[str], kind: str) -> list[str]:
+    for i, item in enumerate(command):
+        for program, alias in (
+            ("llama_cpp.server", "--model_alias"),
+            ("llama-server", "--alias"),
+            ("sglang.launch_server", "--served-model-name"),
+        ):
+            if item.endswith(program):
+                return [*command[: i + 1], alias, "{served_name}", *command[i + 1 :]]
+    if kind == "vllm":
+        return [*command, "--served-model-name", "{served_name}"]
+    return command
+
+
 def _campaign(
     tmp_path: Path,
     command: list[str],
@@ -37,8 +55,11 @@ def _campaign(
     model = tmp_path / "models" / "pinned"
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text("{}")
+    # vLLM serves its model argument where no --served-model-name is given (fix 88): that is served_name
+    served = str(model) if kind == "vllm" else "tiny"
+    command = command if kind == "vllm" else _naming_served(command, kind)
     text = (
-        f'[campaign]\nid = "c"\n[model]\npath = "{model}"\nserved_name = "tiny"\n'
+        f'[campaign]\nid = "c"\n[model]\npath = "{model}"\nserved_name = {json.dumps(served)}\n'
         f'[engine]\nkind = "{kind}"\ncommand = {json.dumps(command)}\n'
     )
     if env:

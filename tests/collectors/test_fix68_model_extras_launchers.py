@@ -24,6 +24,24 @@ PY = ["{python}", "-m", "llama_cpp.server", "--model", "{model}"]
 SERVER = ["llama-server", "-m", "{model}"]
 
 
+# fix 88: a known engine program told no served name serves its model under its default id (its model
+# argument; llama-server's differs between builds), which is refused at load; these campaigns judge the
+# model check, so each command names the served model in its program's own spelling, right after the
+# program (vLLM's at the end: its positional model stays first)
+def _naming_served(command: list[str], kind: str) -> list[str]:
+    for i, item in enumerate(command):
+        for program, alias in (
+            ("llama_cpp.server", "--model_alias"),
+            ("llama-server", "--alias"),
+            ("sglang.launch_server", "--served-model-name"),
+        ):
+            if item.endswith(program):
+                return [*command[: i + 1], alias, "{served_name}", *command[i + 1 :]]
+    if kind == "vllm":
+        return [*command, "--served-model-name", "{served_name}"]
+    return command
+
+
 def _campaign(
     tmp_path: Path,
     command: list[str],
@@ -39,7 +57,7 @@ def _campaign(
         model.write_bytes(b"GGUF pinned")
     text = (
         f'[campaign]\nid = "c"\n[model]\npath = "{model}"\nserved_name = "tiny"\n'
-        f'[engine]\nkind = "{kind}"\ncommand = {json.dumps(command)}\n'
+        f'[engine]\nkind = "{kind}"\ncommand = {json.dumps(_naming_served(command, kind))}\n'
     )
     if env:
         text += "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\n"

@@ -92,7 +92,9 @@ def test_inherited_alias_variable_of_the_other_program_is_not_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], own: str, other: str
 ) -> None:
     monkeypatch.setenv(other, "other")
-    _loads(_campaign(tmp_path, command))
+    # nothing names the served model to the program: its default id is refused (fix 88), never 'other'
+    msg = _refused(_campaign(tmp_path, command), "its default id")
+    assert other not in msg and "'other'" not in msg
     _loads(_campaign(tmp_path, command, env={own: "tiny"}))
 
 
@@ -101,11 +103,12 @@ def test_llama_cpp_python_reads_its_variable_in_any_case_llama_server_as_written
 ) -> None:
     monkeypatch.setenv("Model_Alias", "other")
     _refused(_campaign(tmp_path, LLAMA_CPP_PYTHON), "Model_Alias", "'other'")
-    _loads(_campaign(tmp_path, LLAMA_SERVER))
+    # llama-server does not read it: it names no alias, and llama-server's default id is refused (fix 88)
+    assert "'other'" not in _refused(_campaign(tmp_path, LLAMA_SERVER), "differs between its builds")
     monkeypatch.delenv("Model_Alias")
     monkeypatch.setenv("llama_arg_alias", "other")  # llama-server reads LLAMA_ARG_ALIAS only as written
-    _loads(_campaign(tmp_path, LLAMA_SERVER))
-    _loads(_campaign(tmp_path, LLAMA_CPP_PYTHON))
+    assert "'other'" not in _refused(_campaign(tmp_path, LLAMA_SERVER), "differs between its builds")
+    assert "'other'" not in _refused(_campaign(tmp_path, LLAMA_CPP_PYTHON), "its default id")
 
 
 @pytest.mark.parametrize(("command", "own", "other"), PROGRAMS)
@@ -124,8 +127,9 @@ def test_an_env_launcher_removes_or_sets_the_alias_variable_the_engine_gets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], own: str, other: str
 ) -> None:
     monkeypatch.setenv(own, "other")
-    _loads(_campaign(tmp_path, ["env", "-u", own, *command]))
-    _loads(_campaign(tmp_path, ["env", "-i", *command]))
+    # removed: nothing names the served model, so the engine's default id is refused (fix 88), not 'other'
+    assert "'other'" not in _refused(_campaign(tmp_path, ["env", "-u", own, *command]), "default id")
+    assert "'other'" not in _refused(_campaign(tmp_path, ["env", "-i", *command]), "default id")
     _loads(_campaign(tmp_path, ["env", f"{own}={{served_name}}", *command]))  # placeholder filled
     _refused(_campaign(tmp_path, ["env", f"{own}=another", *command]), own, "'another'")
 

@@ -103,7 +103,8 @@ def _campaign(tmp_path: Path, sequential: str) -> Path:
     p.write_text(
         '[campaign]\nid = "c"\n\n'
         f'[model]\npath = "{tmp_path}"\nserved_name = "m"\n\n'
-        '[engine]\nkind = "vllm"\ncommand = ["vllm", "serve", "{model}", "--port", "{port}"]\n\n'
+        '[engine]\nkind = "vllm"\ncommand = ["vllm", "serve", "{model}", "--served-model-name", "m",'
+        ' "--port", "{port}"]\n\n'
         f"[gates.sequential]\n{sequential}\n",
         encoding="utf-8",
     )

@@ -28,6 +28,24 @@ SERVE = ["vllm", "serve"]
 PUT_FIRST = "put the model first: `vllm serve {model} …`"
 
 
+# fix 88: a known engine program told no served name serves its model under its default id (its model
+# argument; llama-server's differs between builds), which is refused at load; these campaigns judge the
+# model check, so each command names the served model in its program's own spelling, right after the
+# program (vLLM's at the end: its positional model stays first)
+def _naming_served(command: list[str], kind: str) -> list[str]:
+    for i, item in enumerate(command):
+        for program, alias in (
+            ("llama_cpp.server", "--model_alias"),
+            ("llama-server", "--alias"),
+            ("sglang.launch_server", "--served-model-name"),
+        ):
+            if item.endswith(program):
+                return [*command[: i + 1], alias, "{served_name}", *command[i + 1 :]]
+    if kind == "vllm":
+        return [*command, "--served-model-name", "{served_name}"]
+    return command
+
+
 def _campaign(
     tmp_path: Path,
     command: list[str],
@@ -41,6 +59,11 @@ def _campaign(
     (model / "config.json").write_text("{}")
     other = tmp_path / "models" / "other"
     other.mkdir(parents=True, exist_ok=True)
+    # vLLM serves its model argument where no --served-model-name is given (fix 88): that is served_name
+    if kind == "vllm" and served_name == "tiny":
+        served_name = str(model)
+    if kind != "vllm" and not any("ALIAS" in key.upper() for key in env or {}):
+        command = _naming_served(command, kind)
     text = (
         f'[campaign]\nid = "c"\n[model]\npath = "{model}"\nserved_name = {json.dumps(served_name)}\n'
         f'[engine]\nkind = "{kind}"\ncommand = {json.dumps(command)}\n'
@@ -270,7 +293,9 @@ def test_an_unset_alias_variable_is_not_read(tmp_path: Path) -> None:
     env = {"MODEL_ALIAS": "another-name"}
     command = [*LLAMA_CPP_PYTHON, "--model", "{model}"]
     _refused(_campaign(tmp_path, command, env=env), "another-name")
-    _loads(_campaign(tmp_path, ["env", "-u", "MODEL_ALIAS", *command], env=env))
+    # unset: nothing names the served model, so the engine's default id is refused (fix 88)
+    msg = _refused(_campaign(tmp_path, ["env", "-u", "MODEL_ALIAS", *command], env=env), "default id")
+    assert "another-name" not in msg
 
 
 # ---- F4: vllm serve's positional model after options ----------------------------------------------------

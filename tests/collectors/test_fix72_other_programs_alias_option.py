@@ -168,8 +168,8 @@ def test_other_programs_alias_option_is_refused_before_its_value_is_judged(tmp_p
         [*SERVER, "--alias", "{served_name}"],
         [*SERVER, "-a=tiny"],
         # an option that merely shares a prefix is none of the alias options
-        [*SERVER, "--aliases-x", "1"],
-        [*PYTHON, "--api_key", "k"],
+        [*SERVER, "--aliases-x", "1", "--alias", "{served_name}"],
+        [*PYTHON, "--api_key", "k", "--model_alias", "{served_name}"],
     ],
     ids=[
         "python-own",
@@ -229,7 +229,11 @@ def test_a_program_not_read_is_held_to_both_programs_alias_options(tmp_path: Pat
 
 def test_other_kinds_do_not_judge_llamacpp_alias_options(tmp_path: Path) -> None:
     # -a / --alias mean something else, or nothing, to other engines
-    _loads(_campaign(tmp_path, ["vllm", "serve", "{model}", "-a", "x"], kind="vllm"))
+    _loads(
+        _campaign(
+            tmp_path, ["vllm", "serve", "{model}", "--served-model-name", "tiny", "-a", "x"], kind="vllm"
+        )
+    )
     _loads(_campaign(tmp_path, [*PYTHON, "-a", "x", "--model_alias", "y"], kind="generic"))
 
 

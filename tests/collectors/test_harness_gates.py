@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ledger.collectors.campaign import CampaignRunner, load_campaign
+from ledger.collectors.campaign import CampaignRunner, code_commit, load_campaign
 from ledger.entries import format_time, now_utc, pin_bindings
 from ledger.errors import ConfigError, PolicyError
 from ledger.hashing import blake3_hex
@@ -151,7 +151,12 @@ def review_and_accept(ledger: Ledger, *entries: str) -> None:
     for eid in entries:
         subject = dict(ledger.get(eid).statement.subject)
         ledger.record(
-            "review", subject, {"result": "PASS", "commit": "c" * 40}, key="reviewer", refs=[("reviews", eid)]
+            "review",
+            subject,
+            # the commit the collector ran at: its job binds it, and a PASS of another commit credits nothing
+            {"result": "PASS", "commit": code_commit()[0]},
+            key="reviewer",
+            refs=[("reviews", eid)],
         )
         ledger.record(
             "acceptance",
