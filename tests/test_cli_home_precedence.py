@@ -28,7 +28,9 @@ def test_the_root_home_option_beats_ledger_home(tmp_path: Path, cli: Any, home: 
     assert json.loads(r.out)["verdict"] == "QUALIFIED"
     dep = tmp_path / "dep.json"
     dep.write_text(
-        json.dumps({"host": "gpu-box-1", "services": [{"name": "s", "model": "m-7", "gpus": [0]}]})
+        json.dumps(
+            {"host": "gpu-box-1", "services": [{"engine": "vllm", "name": "s", "model": "m-7", "gpus": [0]}]}
+        )
     )
     route = [f"{k}={CAMPAIGN[k]}" for k in ("backend", "model", "host")]
     args = ["check", "routing-change", *(x for r_ in route for x in ("-s", r_)), "--deployment", str(dep)]

@@ -35,7 +35,9 @@ from tests.test_routing_verdict_shopping import failed_campaign, moved
 ROUTE = [f"--subject={k}={CAMPAIGN[k]}" for k in ("backend", "model", "host")]
 LAYOUT = {
     "host": "gpu-box-1",
-    "services": [{"name": "vllm-m7", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.25}],
+    "services": [
+        {"engine": "vllm", "name": "vllm-m7", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.25}
+    ],
 }
 
 

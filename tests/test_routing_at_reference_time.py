@@ -121,7 +121,7 @@ def test_recording_a_decision_judged_before_the_logs_head_is_refused_and_records
 
 ONE_GPU = {
     "host": "gpu-box-1",
-    "services": [{"name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}],
+    "services": [{"engine": "vllm", "name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}],
 }
 
 
@@ -209,7 +209,10 @@ def test_a_gpu_qualified_model_on_a_cpu_service_is_refused_but_a_cpu_neighbour_s
     assert r["allowed"] is False
     assert any("on device cpu" in x and "qualified it on device gpu" in x for x in r["reasons"]), r["reasons"]
     # a CPU service of another model on the same GPU host reserves no GPU and routes nothing of this model
-    dep = {**OK, "services": [*OK["services"], {"name": "tiny", "model": "other", "device": "cpu"}]}
+    dep = {
+        **OK,
+        "services": [*OK["services"], {"engine": "vllm", "name": "tiny", "model": "other", "device": "cpu"}],
+    }
     assert check(b, dep)["allowed"] is True
 
 
@@ -235,9 +238,14 @@ def test_a_cpu_qualified_campaign_deployed_on_gpu_is_refused_naming_both_devices
     subject = {k: CAMPAIGN[k] for k in ("backend", "model", "host")}
     gpu = {
         "host": "gpu-box-1",
-        "services": [{"name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}],
+        "services": [
+            {"engine": "vllm", "name": "s", "model": "m-7", "gpus": [0], "gpu_memory_utilization": 0.5}
+        ],
     }
-    cpu = {"host": "gpu-box-1", "services": [{"name": "s", "model": "m-7", "device": "cpu"}]}
+    cpu = {
+        "host": "gpu-box-1",
+        "services": [{"engine": "vllm", "name": "s", "model": "m-7", "device": "cpu"}],
+    }
     pol = load_policy("routing-change")
     now = parse_time("2026-09-11T09:00:00Z")
     r = check_routing_change(ledger, pol, dict(subject), deployment=gpu, now=now)
@@ -274,7 +282,7 @@ def test_a_p2p_fault_recorded_under_an_uppercase_host_name_is_the_hosts(build) -
     text = {
         "host": "GPU-BOX-1",
         "services": [
-            {"name": "t", "model": "x", "gpus": [0, 1], "gpu_memory_utilization": 0.5},
+            {"engine": "vllm", "name": "t", "model": "x", "gpus": [0, 1], "gpu_memory_utilization": 0.5},
             *OK["services"],
         ],
     }
@@ -301,12 +309,19 @@ def test_a_gpu_memory_sum_of_0_8800000004_is_above_0_88_not_rounded_to_it(build)
         "host": "gpu-box-1",
         "services": [
             {
+                "engine": "vllm",
                 "name": "vllm-embed",
                 "model": "Qwen3-Embedding-8B",
                 "gpus": [2],
                 "gpu_memory_utilization": 0.78,
             },
-            {"name": "vllm-ocr", "model": "OvisOCR2", "gpus": [2], "gpu_memory_utilization": 0.1000000004},
+            {
+                "engine": "vllm",
+                "name": "vllm-ocr",
+                "model": "OvisOCR2",
+                "gpus": [2],
+                "gpu_memory_utilization": 0.1000000004,
+            },
         ],
     }
     r = check(b, dep)
@@ -325,8 +340,9 @@ def test_a_gpu_memory_sum_of_0_8800000004_is_above_0_88_not_rounded_to_it(build)
 def test_a_json_deployment_with_a_duplicate_key_is_refused_naming_it(build, cli, tmp_path: Path) -> None:
     p = tmp_path / "dep.json"
     p.write_text(
-        '{"host": "gpu-box-1", "services": [{"name": "vllm-embed", "model": "Qwen3-Embedding-8B",'
-        ' "gpus": [2], "gpu_memory_utilization": 0.95, "gpu_memory_utilization": 0.25}]}'
+        '{"host": "gpu-box-1", "services": [{"engine": "vllm", "name": "vllm-embed", '
+        '"model": "Qwen3-Embedding-8B", "gpus": [2], "gpu_memory_utilization": 0.95, '
+        '"gpu_memory_utilization": 0.25}]}'
     )
     with pytest.raises(InputError, match="duplicate JSON key 'gpu_memory_utilization'"):
         load_deployment(p)

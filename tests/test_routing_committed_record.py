@@ -53,7 +53,7 @@ BACKDATED = "2026-09-10T10:50:00.000000Z"  # the verdict back-dated before it (t
 # P2P fault is refused; without that note it would be allowed
 P2P_UNSAFE = {
     "host": "gpu-box-1",
-    "services": [{"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [0, 1],
+    "services": [{"engine": "vllm", "name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [0, 1],
                   "gpu_memory_utilization": 0.25}],
 }  # fmt: skip
 

@@ -66,7 +66,13 @@ def _route(
 
 
 def _svc(engine: str | None = None, model: str = "m-7", name: str = "svc", gpu: int = 0) -> dict[str, Any]:
-    s: dict[str, Any] = {"name": name, "model": model, "gpus": [gpu], "gpu_memory_utilization": 0.4}
+    s: dict[str, Any] = {
+        "engine": "vllm",
+        "name": name,
+        "model": model,
+        "gpus": [gpu],
+        "gpu_memory_utilization": 0.4,
+    }
     if engine is not None:
         s["engine"] = engine
     return s

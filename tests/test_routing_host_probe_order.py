@@ -35,6 +35,7 @@ def _home(tmp_path: Path) -> Path:
                 "host": "gpu-box-1",
                 "services": [
                     {
+                        "engine": "vllm",
                         "name": "embed",
                         "model": "Qwen3-Embedding-8B",
                         "gpus": [2],

@@ -193,8 +193,8 @@ def test_a_refused_restoration_exits_1_naming_the_failed_probe(build, cli) -> No
 # --- a GPU fault after the host's latest probe ----------------------------------------------------------
 
 ROUTE_NOW = "2026-09-11T09:00:00Z"
-ON_GPU2 = {"host": "gpu-box-1", "services": [{"name": "vllm-embed", "model": "m-7", "gpus": [2],
-                                              "gpu_memory_utilization": 0.25}]}  # fmt: skip
+ON_GPU2 = {"host": "gpu-box-1", "services": [{"name": "vllm-embed", "engine": "vllm", "model": "m-7",
+                                              "gpus": [2], "gpu_memory_utilization": 0.25}]}  # fmt: skip
 ON_GPU0 = {**ON_GPU2, "services": [{**ON_GPU2["services"][0], "gpus": [0]}]}
 X79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=48211, name=python3, GPU has fallen off the bus."
 VERDICT = {"name": "verdict", "at": "2026-09-10T11:00:00Z",

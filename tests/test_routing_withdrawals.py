@@ -36,13 +36,25 @@ build = policy_conftest.build  # the policy tests' fixture: a ledger built from 
 SEED004 = "routing-change/seed004-router.toml"
 SUBJECT = {"backend": "vllm", "model": "Qwen3-Embedding-8B", "host": "gpu-box-1"}
 NOW = parse_time("2026-09-11T09:00:00Z")
-EMBED = {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2], "gpu_memory_utilization": 0.25}
+EMBED = {
+    "engine": "vllm",
+    "name": "vllm-embed",
+    "model": "Qwen3-Embedding-8B",
+    "gpus": [2],
+    "gpu_memory_utilization": 0.25,
+}
 ON_GPU2 = {"host": "gpu-box-1", "services": [EMBED]}
 # a multi-GPU service without NCCL_P2P_DISABLE=1: refused while the host records the P2P fault
 P2P_LAYOUT = {
     "host": "gpu-box-1",
     "services": [
-        {"name": "vllm-text", "model": "Qwen3.6-35B-A3B-FP8", "gpus": [0, 1], "gpu_memory_utilization": 0.85},
+        {
+            "engine": "vllm",
+            "name": "vllm-text",
+            "model": "Qwen3.6-35B-A3B-FP8",
+            "gpus": [0, 1],
+            "gpu_memory_utilization": 0.85,
+        },
         EMBED,
     ],
 }

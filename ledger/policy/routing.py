@@ -195,7 +195,10 @@ class Service(_Strict):
     # a GPU service (the form before device existed); one that lists none must say device = "cpu".
     device: Device | None = None
     gpus: list[Annotated[int, Field(ge=0)]] | None = None  # GPU indexes on the host: 0, 1, …
-    engine: Text = "vllm"
+    # required: the engine that serves it ("llamacpp", "vllm", …), judged against the engine the route's
+    # campaign qualified — a service that leaves it out is no layout (``services.N.engine: required``),
+    # never one defaulted to some engine the file does not name (audit 79 f3)
+    engine: Text
     model: Text | None = None
     port: int | None = None
     # the fraction of each of its GPUs' memory the engine reserves: above 0 (an engine reserving none does not

@@ -22,6 +22,7 @@ from ledger.policy import result_cache
 from ledger.policy.acceptance import (
     ACTING_KINDS,
     Filtered,
+    Rejection,
     check_artifact,
     filter_evidence,
     render,
@@ -205,6 +206,124 @@ def _judge_gate(
     return out
 
 
+EXCUSED_RESULT_GATES = "excused_result_gates"  # the params that name what ``_excused_results`` excuses
+EXCUSING_LAUNCH_RULES = "excusing_launch_rules"
+
+
+def _names_param(policy: LoadedPolicy, name: str, known: set[str], what: str) -> set[str]:
+    """The names ``params[name]`` lists, each one of ``known`` (a policy's gates or rules); the param left
+    out: none. A value that is no list of such names is the policy's error (PolicyError naming it), never
+    read as some other set."""
+    value = policy.params.get(name)
+    if value is None:
+        return set()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PolicyError(
+            f"policy {policy.name}: params.{name} must be a list of {what} names; got {value!r}"
+        )
+    unknown = [v for v in value if v not in known]
+    if unknown:
+        raise PolicyError(
+            f"policy {policy.name}: params.{name} names {', '.join(map(repr, unknown))}, no {what} of the "
+            f"policy (its {what}s: {', '.join(sorted(known))})"
+        )
+    return set(value)
+
+
+def _excused_results(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[Filtered, set[str]]:
+    """``filtered`` with the failed ``gate.result`` entries that record no failure of the engine withheld, and
+    the entries that decided it (for signature checks). Such a result is one of a gate in
+    ``params.excused_result_gates`` (a gate that judges its own evidence: the collector's api-readiness
+    "no attempt reached API readiness") that no gate selects, whose every engine launch is withheld by a rule
+    of ``params.excusing_launch_rules`` (``campaign-config-error``, ``operator-stopped-before-ready``) as a
+    rule that withdraws its credit only, showing nothing against the engine — the launch's own non-failure,
+    recorded again by the collector: withheld under that rule, as ``operator-stopped`` withholds a harness
+    run the operator cut. Its launches are judged from the log, never from the result's own claim: those of
+    the jobs it belongs to (the running entry it refs as its job, the job open when the log took it), and the
+    entries it refs or names (``payload.evidence``) only add to them. It stays (``_unjudged``, INCONCLUSIVE)
+    where it belongs to no job the log knows, where no launch is found, or where any launch — or any entry it
+    names that is no launch — is not so withheld (a fault, superseded, rejected for its signature)."""
+    gates = _names_param(policy, EXCUSED_RESULT_GATES, {g.spec.name for g in policy.gates}, "gate")
+    rules = _names_param(policy, EXCUSING_LAUNCH_RULES, {r.name for r, _ in policy.rules}, "rule")
+    if not gates or not rules:
+        return filtered, set()
+    candidates = [
+        e
+        for e in [*filtered.accepted, *filtered.against]
+        if e.kind == "gate.result"
+        and e.payload.get("status") == "failed"
+        and e.payload.get("gate") in gates
+        and not any(_safe_selected(e, g.spec, g, policy.params) for g in policy.gates)
+    ]
+    if not candidates:
+        return filtered, set()
+    by_id = snap.by_id
+    withheld = {r.entry.id: r for r in filtered.rejected}
+
+    def job_key(j: Evidence) -> tuple[Any, Any]:
+        return (j.subject.get(CAMPAIGN), j.payload.get("job_id"))
+
+    def jobs_of(e: Evidence) -> tuple[set[tuple[Any, Any]], set[str]]:
+        """The jobs ``e`` belongs to as the log knows them, and the job entries that say so."""
+        keys: set[tuple[Any, Any]] = set()
+        entries: set[str] = set()
+        for jid in e.refs("job"):
+            j = by_id.get(jid)
+            if j is not None and j.kind == "job" and isinstance(j.payload.get("job_id"), str):
+                keys.add(job_key(j))
+                entries.add(j.id)
+        if e.derived.get("job") is not None:
+            keys.add((e.subject.get(CAMPAIGN), e.derived["job"]))
+        return keys, entries
+
+    launches_of: dict[tuple[Any, Any], list[Evidence]] = {}
+    for e in snap.entries:
+        if e.kind == "engine.launch":
+            for key in jobs_of(e)[0]:
+                launches_of.setdefault(key, []).append(e)
+    excused: dict[str, Rejection] = {}
+    deciding: set[str] = set()
+    for e in candidates:
+        keys, job_entries = jobs_of(e)
+        if not keys:
+            continue  # no job the log knows: what it records cannot be told from the log
+        launches = {x.id: x for key in keys for x in launches_of.get(key, [])}
+        if not launches:
+            continue
+        cited = [r["id"] for r in e.statement.get("refs") or [] if r.get("rel") != "job"]
+        named = e.payload.get("evidence")
+        cited += [i for i in named if isinstance(i, str)] if isinstance(named, list) else []
+        if any((c := by_id.get(i)) is None or c.kind != "engine.launch" for i in cited):
+            continue  # it names an entry the log does not hold, or one that is no launch
+        launches.update({i: by_id[i] for i in cited})
+        why = [withheld.get(i) for i in sorted(launches, key=lambda i: launches[i].seq)]
+        if not all(r is not None and r.rule in rules and not r.counts_against for r in why):
+            continue
+        held = [r for r in why if r is not None]
+        named_rules = sorted({r.rule for r in held})
+        listed = ", ".join(r.entry.id[:12] for r in held)
+        excused[e.id] = Rejection(
+            e,
+            held[-1].rule,  # the rule of its job's last launch (the one the failure it records names)
+            f"a failed {e.payload.get('gate')} result of a job whose every engine launch ({listed}) is "
+            f"withheld by {' or '.join(named_rules)}: the failure it records is that launch's, which shows "
+            "nothing of the engine either way — not a failure of the engine (run it again, fixed)",
+            held[0].entry.id,
+        )
+        deciding |= {e.id, *launches, *job_entries}
+    if not excused:
+        return filtered, set()
+    return (
+        dataclasses.replace(
+            filtered,
+            accepted=[e for e in filtered.accepted if e.id not in excused],
+            against=[e for e in filtered.against if e.id not in excused],
+            rejected=sorted([*filtered.rejected, *excused.values()], key=lambda r: r.entry.seq),
+        ),
+        deciding,
+    )
+
+
 def _unjudged(policy: LoadedPolicy, filtered: Filtered) -> list[dict[str, str]]:
     """What no gate judges: the failed ``gate.result`` entries (credited, or kept because they
     show a failure) that no gate selects — a misspelled gate, a gate of another policy, or a gate of this
@@ -246,6 +365,9 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
     entries that show a failure (``filtered.against``), the gate is judged again with them added, and
     fails if it then fails: such entries can fail a gate, never pass it, and never make it INCONCLUSIVE."""
     params = policy.params
+    # the failed results that record only a launch's non-failure (the campaign's configuration, an
+    # operator's stop): withheld before any gate reads the pool, as the acceptance rules withhold
+    filtered, excusing = _excused_results(snap, policy, filtered)
     gates: list[dict[str, Any]] = []
     not_credited: list[dict[str, str]] = []
     used: set[str] = set()
@@ -335,6 +457,7 @@ def _judge(snap: Snapshot, policy: LoadedPolicy, filtered: Filtered) -> tuple[di
     }
     influential = set(used) | {r.by for r in filtered.rejected if r.by} | set(filtered.manifest_sources)
     influential |= {u["entry"] for u in unjudged}
+    influential |= excusing
     return result, influential
 
 

@@ -679,8 +679,20 @@ def test_routing_check_refuses_without_a_qualified_verdict_and_allows_a_restorat
         "deployment": {
             "host": subj["host"],
             "services": [
-                {"name": "text", "model": "other", "gpus": [0], "gpu_memory_utilization": 0.85},
-                {"name": "embed", "model": subj["model"], "gpus": [0], "gpu_memory_utilization": 0.25},
+                {
+                    "engine": "vllm",
+                    "name": "text",
+                    "model": "other",
+                    "gpus": [0],
+                    "gpu_memory_utilization": 0.85,
+                },
+                {
+                    "engine": "vllm",
+                    "name": "embed",
+                    "model": subj["model"],
+                    "gpus": [0],
+                    "gpu_memory_utilization": 0.25,
+                },
             ],
         },
     }
@@ -702,7 +714,13 @@ def test_routing_check_refuses_malformed_requests(http: httpx.Client, deployment
             ({"subject": target, "now": "the day before"}, "bad-input"),
             ({"subject": target, "now": "9999-12-31T23:59:59Z"}, "bad-input"),  # out of range, as the CLI's
             ({"subject": target, "now": 5}, "bad-input"),
-            ({"subject": target, "deployment": {"services": [{"name": "a", "gpus": "0"}]}}, "bad-input"),
+            (
+                {
+                    "subject": target,
+                    "deployment": {"services": [{"engine": "vllm", "name": "a", "gpus": "0"}]},
+                },
+                "bad-input",
+            ),
             ({"subject": target, "deployment": {"services": []}}, "bad-input"),
             ({"subject": target, "policy": "backend-qualification"}, "bad-policy"),
             ({"subject": target, "policy": "../routing-change"}, "bad-input"),
@@ -718,8 +736,9 @@ def test_routing_check_refuses_malformed_requests(http: httpx.Client, deployment
             "/v1/routing-check",
             content=(
                 b'{"subject": {"backend": "b", "model": "m", "host": "h"}, "deployment": {"host": "h", '
-                b'"services": [{"name": "a", "gpus": [0], "gpu_memory_utilization": 0.44}, '
-                b'{"name": "b", "gpus": [0], "gpu_memory_utilization": 0.440000000000000001}]}}'
+                b'"services": [{"engine": "vllm", "name": "a", "gpus": [0], "gpu_memory_utilization": 0.44}, '
+                b'{"engine": "vllm", "name": "b", "gpus": [0], '
+                b'"gpu_memory_utilization": 0.440000000000000001}]}}'
             ),
             headers={**rd, "content-type": "application/json"},
         )

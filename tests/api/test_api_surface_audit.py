@@ -44,14 +44,27 @@ WITHIN_BOUNDS: dict[str, Any] = {  # seed004-router.toml's "within bounds: allow
     "host": "gpu-box-1",
     "services": [
         {
+            "engine": "vllm",
             "name": "vllm-text",
             "model": "Qwen3.6-35B-A3B-FP8",
             "gpus": [0, 1],
             "gpu_memory_utilization": 0.85,
             "env": {"NCCL_P2P_DISABLE": "1"},
         },
-        {"name": "vllm-ocr", "model": "OvisOCR2", "gpus": [2], "gpu_memory_utilization": 0.10},
-        {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2], "gpu_memory_utilization": 0.25},
+        {
+            "engine": "vllm",
+            "name": "vllm-ocr",
+            "model": "OvisOCR2",
+            "gpus": [2],
+            "gpu_memory_utilization": 0.10,
+        },
+        {
+            "engine": "vllm",
+            "name": "vllm-embed",
+            "model": "Qwen3-Embedding-8B",
+            "gpus": [2],
+            "gpu_memory_utilization": 0.25,
+        },
     ],
 }
 
@@ -113,7 +126,7 @@ def _route(client: TestClient, deployment: Any, **extra: Any) -> Any:
 
 
 def _service(**fields: Any) -> dict[str, Any]:
-    return {"host": "gpu-box-1", "services": [{"name": "a", "model": "m-7", **fields}]}
+    return {"host": "gpu-box-1", "services": [{"name": "a", "engine": "vllm", "model": "m-7", **fields}]}
 
 
 # --- 1. one deployment vocabulary: the API reads what a --deployment file reads, by the same rules --------
@@ -132,8 +145,8 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "unknown-device": (_service(device="tpu"), "services.0.device"),
     "env-not-text": (_service(gpus=[0], env={"NCCL_P2P_DISABLE": 1}), "services.0.env.NCCL_P2P_DISABLE"),
     "port-string": (_service(gpus=[0], port="8000"), "services.0.port"),
-    "no-host": ({"services": [{"name": "a", "gpus": [0]}]}, "host"),
-    "host-not-text": ({"host": 7, "services": [{"name": "a", "gpus": [0]}]}, "host"),
+    "no-host": ({"services": [{"engine": "vllm", "name": "a", "gpus": [0]}]}, "host"),
+    "host-not-text": ({"host": 7, "services": [{"engine": "vllm", "name": "a", "gpus": [0]}]}, "host"),
     "no-services": ({"host": "gpu-box-1", "services": []}, "services"),
     "no-gpus-no-device": (_service(), "device"),
     "gpu-without-gpus": (_service(device="gpu"), 'device "gpu" needs its gpus'),
@@ -143,7 +156,13 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "gpu-negative": (_service(gpus=[-1]), "services.0.gpus.0"),  # a GPU index is 0, 1, …
     "engine-without-util": (_service(gpus=[0], engine="sglang"), "gpu_memory_utilization"),
     "name-twice": (
-        {"host": "gpu-box-1", "services": [{"name": "a", "gpus": [0]}, {"name": "a", "gpus": [1]}]},
+        {
+            "host": "gpu-box-1",
+            "services": [
+                {"engine": "vllm", "name": "a", "gpus": [0]},
+                {"engine": "vllm", "name": "a", "gpus": [1]},
+            ],
+        },
         "is already services[0]'s",
     ),
     "not-an-object": ("gpu-box-1", "a deployment must be an object"),
@@ -191,7 +210,13 @@ def test_routing_check_refuses_gpus_true_that_it_read_as_gpu_1(
     """The audit's reproduction: ``"gpus": [true]`` was read as GPU 1 and the route allowed (200)."""
 
     def embed(gpus: list[Any]) -> dict[str, Any]:
-        service = {"name": "vllm-embed", "model": ROUTE["model"], "gpus": gpus, "gpu_memory_utilization": 0.5}
+        service = {
+            "engine": "vllm",
+            "name": "vllm-embed",
+            "model": ROUTE["model"],
+            "gpus": gpus,
+            "gpu_memory_utilization": 0.5,
+        }
         return {"host": "gpu-box-1", "services": [service]}
 
     mistyped = embed([True])
@@ -255,7 +280,7 @@ def test_openapi_shows_the_deployment_file_format_for_routing_check(router: Home
     dep = next(s for s in schema["properties"]["deployment"]["anyOf"] if s.get("type") == "object")
     assert dep["required"] == ["host", "services"] and dep["additionalProperties"] is False
     service = dep["properties"]["services"]["items"]
-    assert service["additionalProperties"] is False and service["required"] == ["name"]
+    assert service["additionalProperties"] is False and service["required"] == ["name", "engine"]
     assert {"name", "device", "gpus", "engine", "model", "port", "gpu_memory_utilization", "env"} == set(
         service["properties"]
     )

@@ -282,7 +282,9 @@ def test_the_routing_gate_reads_the_hosts_gpus_from_the_jobs_machine_only(tmp_pa
     def dep(gpu: int) -> dict[str, Any]:
         return {
             "host": "gpu-box-1",
-            "services": [{"name": "s", "model": "m-7", "gpus": [gpu], "gpu_memory_utilization": 0.5}],
+            "services": [
+                {"engine": "vllm", "name": "s", "model": "m-7", "gpus": [gpu], "gpu_memory_utilization": 0.5}
+            ],
         }
 
     refused = check_routing_change(ledger, pol, dict(subject), deployment=dep(5), now=now)

@@ -20,7 +20,13 @@ NOW = parse_time("2026-09-11T09:00:00Z")
 ON_GPU2 = {
     "host": "gpu-box-1",
     "services": [
-        {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2], "gpu_memory_utilization": 0.25}
+        {
+            "engine": "vllm",
+            "name": "vllm-embed",
+            "model": "Qwen3-Embedding-8B",
+            "gpus": [2],
+            "gpu_memory_utilization": 0.25,
+        }
     ],
 }
 GPU01 = [{"index": 0, "name": "NVIDIA H100"}, {"index": 1, "name": "NVIDIA H100"}]

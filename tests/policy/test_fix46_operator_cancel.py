@@ -174,8 +174,8 @@ def test_a_campaign_whose_launch_claims_cancelled_in_a_failed_job_stands_against
             'now = "2026-09-11T09:00:00Z"\nexpect.allowed = false\n'
             'expect.reasons = ["campaign vllm-embed-rerun of the same", '
             '"is NOT QUALIFIED — RUNTIME RELIABILITY"]\n'
-            '[checks.deployment]\nhost = "gpu-box-1"\nservices = [{ name = "vllm-embed", model = '
-            '"Qwen3-Embedding-8B", gpus = [2], gpu_memory_utilization = 0.25 }]\n'
+            '[checks.deployment]\nhost = "gpu-box-1"\nservices = [{ name = "vllm-embed", engine = "vllm", '
+            'model = "Qwen3-Embedding-8B", gpus = [2], gpu_memory_utilization = 0.25 }]\n'
         ),
     )
     failures = _run(path)

@@ -147,8 +147,8 @@ def test_a_verdict_recorded_before_the_rejection_no_longer_routes(tmp_path: Path
     check = (
         '[[checks]]\nsubject = { backend = "vllm", model = "Qwen3-Embedding-8B", host = "gpu-box-1" }\n'
         'now = "2026-09-11T09:00:00Z"\nexpect.allowed = false\n'
-        '[checks.deployment]\nhost = "gpu-box-1"\nservices = [{ name = "vllm-embed", model = '
-        '"Qwen3-Embedding-8B", gpus = [2], gpu_memory_utilization = 0.25 }]\n'
+        '[checks.deployment]\nhost = "gpu-box-1"\nservices = [{ name = "vllm-embed", engine = "vllm", '
+        'model = "Qwen3-Embedding-8B", gpus = [2], gpu_memory_utilization = 0.25 }]\n'
     )
     failures = _run(tmp_path, recorded, INCONCLUSIVE + "\n" + check)
     assert not failures, failures

@@ -39,7 +39,13 @@ NOW = parse_time("2026-09-11T09:00:00Z")
 ON_GPU0 = {
     "host": "gpu-box-1",
     "services": [
-        {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [0], "gpu_memory_utilization": 0.25}
+        {
+            "engine": "vllm",
+            "name": "vllm-embed",
+            "model": "Qwen3-Embedding-8B",
+            "gpus": [0],
+            "gpu_memory_utilization": 0.25,
+        }
     ],
 }
 SHIPPED_BENIGN = 'gpu_benign_classes = ["informational"]\n'
@@ -143,8 +149,8 @@ def _act(ledger: Ledger, kind: str, target: str, payload: dict[str, Any], key: s
 
 
 def _check(ledger: Ledger) -> dict[str, Any]:
-    dep = {"host": "gpu-box-1", "services": [{"name": "e", "model": "Qwen3-Embedding-8B", "gpus": [2],
-                                              "gpu_memory_utilization": 0.25}]}  # fmt: skip
+    dep = {"host": "gpu-box-1", "services": [{"name": "e", "engine": "vllm", "model": "Qwen3-Embedding-8B",
+                                              "gpus": [2], "gpu_memory_utilization": 0.25}]}  # fmt: skip
     return check_routing_change(ledger, load_policy("routing-change"), dict(SUBJECT), deployment=dep, now=NOW)
 
 
@@ -246,7 +252,13 @@ def test_routing_record_at_a_past_now_allowed_then_refused_now_is_not_recorded(t
     ledger, _vid = _seed004(tmp_path)
     home = tmp_path / "home"
     dep = tmp_path / "dep.json"
-    service = {"name": "e", "model": "Qwen3-Embedding-8B", "gpus": [2], "gpu_memory_utilization": 0.25}
+    service = {
+        "engine": "vllm",
+        "name": "e",
+        "model": "Qwen3-Embedding-8B",
+        "gpus": [2],
+        "gpu_memory_utilization": 0.25,
+    }
     dep.write_text(json.dumps({"host": "gpu-box-1", "services": [service]}))
     args = ["check", "routing-change", "--home", str(home), "--deployment", str(dep)]
     args += [x for k, v in SUBJECT.items() for x in ("-s", f"{k}={v}")]

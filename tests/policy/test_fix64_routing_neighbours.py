@@ -116,6 +116,7 @@ def _dep(gpus: list[int], host: str = "gpu-box-1") -> dict[str, Any]:
         "host": host,
         "services": [
             {
+                "engine": "vllm",
                 "name": "vllm-embed",
                 "model": "Qwen3-Embedding-8B",
                 "gpus": gpus,
@@ -493,6 +494,7 @@ def test_the_other_machines_probe_withdrawn_the_host_is_judged_again(tmp_path: P
 
 def _svc(**kw: Any) -> dict[str, Any]:
     return {
+        "engine": "vllm",
         "name": "vllm-embed",
         "model": "Qwen3-Embedding-8B",
         "gpus": [2],
@@ -567,7 +569,7 @@ def test_a_blank_deployment_host_exits_2_and_records_nothing(tmp_path: Path) -> 
     ledger.close()
     dep = tmp_path / "dep.toml"
     dep.write_text(
-        'host = "   "\n[[services]]\nname = "  "\nmodel = "Qwen3-Embedding-8B"\ngpus = [2]\n'
+        'host = "   "\n[[services]]\nname = "  "\nengine = "vllm"\nmodel = "Qwen3-Embedding-8B"\ngpus = [2]\n'
         "gpu_memory_utilization = 0.25\n"
     )
     r = subprocess.run(

@@ -34,7 +34,13 @@ S2 = {"campaign": "vllm-embed-2"}
 DEPLOYMENT = {
     "host": "gpu-box-1",
     "services": [
-        {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2], "gpu_memory_utilization": 0.25}
+        {
+            "engine": "vllm",
+            "name": "vllm-embed",
+            "model": "Qwen3-Embedding-8B",
+            "gpus": [2],
+            "gpu_memory_utilization": 0.25,
+        }
     ],
 }
 

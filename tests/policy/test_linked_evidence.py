@@ -325,7 +325,15 @@ def test_f1_the_routing_check_refuses_once_a_supersession_under_another_subject_
     }
     deployment = {
         "host": SUBJECT["host"],
-        "services": [{"name": "n7", "model": SUBJECT["model"], "gpus": [0], "gpu_memory_utilization": 0.25}],
+        "services": [
+            {
+                "engine": "vllm",
+                "name": "n7",
+                "model": SUBJECT["model"],
+                "gpus": [0],
+                "gpu_memory_utilization": 0.25,
+            }
+        ],
     }
     route = {k: SUBJECT[k] for k in ("backend", "model", "host")}
     policy = load_policy("routing-change", POLICY_DIR)

@@ -183,12 +183,19 @@ def test_routing_change_exit_codes(build, cli, tmp_path: Path) -> None:
         "--subject",
         "host=gpu-box-1",
     ]
-    embed = {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2]}
-    ocr = {"name": "vllm-ocr", "model": "OvisOCR2", "gpus": [2], "gpu_memory_utilization": 0.10}
+    embed = {"engine": "vllm", "name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2]}
+    ocr = {
+        "engine": "vllm",
+        "name": "vllm-ocr",
+        "model": "OvisOCR2",
+        "gpus": [2],
+        "gpu_memory_utilization": 0.10,
+    }
     ok = tmp_path / "ok.toml"
     ok.write_text(
-        'host = "gpu-box-1"\n[[services]]\nname = "vllm-embed"\nmodel = "Qwen3-Embedding-8B"\ngpus = [2]\n'
-        'gpu_memory_utilization = 0.25\n[[services]]\nname = "vllm-ocr"\ngpus = [2]\n'
+        'host = "gpu-box-1"\n[[services]]\nname = "vllm-embed"\nengine = "vllm"\n'
+        'model = "Qwen3-Embedding-8B"\ngpus = [2]\n'
+        'gpu_memory_utilization = 0.25\n[[services]]\nname = "vllm-ocr"\nengine = "vllm"\ngpus = [2]\n'
         "gpu_memory_utilization = 0.10\n"
     )
     over = tmp_path / "over.json"

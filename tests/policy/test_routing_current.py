@@ -21,8 +21,20 @@ NOW = parse_time("2026-09-11T09:00:00Z")
 OK = {
     "host": "gpu-box-1",
     "services": [
-        {"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "gpus": [2], "gpu_memory_utilization": 0.25},
-        {"name": "vllm-ocr", "model": "OvisOCR2", "gpus": [2], "gpu_memory_utilization": 0.10},
+        {
+            "engine": "vllm",
+            "name": "vllm-embed",
+            "model": "Qwen3-Embedding-8B",
+            "gpus": [2],
+            "gpu_memory_utilization": 0.25,
+        },
+        {
+            "engine": "vllm",
+            "name": "vllm-ocr",
+            "model": "OvisOCR2",
+            "gpus": [2],
+            "gpu_memory_utilization": 0.10,
+        },
     ],
 }
 
@@ -99,7 +111,10 @@ def test_deployment_host_must_match_subject_host(build) -> None:
 
 def test_gpu_index_not_on_host_probe_refuses(build) -> None:
     b = build("routing-change/seed004-router.toml")
-    dep = {"host": "gpu-box-1", "services": [{"name": "x", "gpus": [7], "gpu_memory_utilization": 0.2}]}
+    dep = {
+        "host": "gpu-box-1",
+        "services": [{"engine": "vllm", "name": "x", "gpus": [7], "gpu_memory_utilization": 0.2}],
+    }
     r = check(b, dep)
     assert r["allowed"] is False
     assert any("GPU7" in x and "is not on gpu-box-1" in x for x in r["reasons"]), r["reasons"]
@@ -115,8 +130,8 @@ def test_missing_gpu_memory_utilization_is_the_engine_default_not_zero(build, tm
     b = build("routing-change/seed004-router.toml")
     p = tmp_path / "d.toml"
     p.write_text(
-        'host = "gpu-box-1"\n[[services]]\nname = "a"\ngpus = [2]\n'
-        '[[services]]\nname = "b"\ngpus = [2]\ngpu_memory_utilization = 0.05\n'
+        'host = "gpu-box-1"\n[[services]]\nname = "a"\nengine = "vllm"\ngpus = [2]\n'
+        '[[services]]\nname = "b"\nengine = "vllm"\ngpus = [2]\ngpu_memory_utilization = 0.05\n'
     )
     dep = load_deployment(p)
     assert dep["services"][0]["gpu_memory_utilization"] == 0.9
@@ -134,9 +149,9 @@ def test_a_gpu_memory_utilization_of_zero_or_out_of_range_is_an_error_not_a_free
     values are errors naming the key and the file."""
     p = tmp_path / "d.toml"
     p.write_text(
-        'host = "gpu-box-1"\n[[services]]\nname = "a"\ngpus = [2]\n'
+        'host = "gpu-box-1"\n[[services]]\nname = "a"\nengine = "vllm"\ngpus = [2]\n'
         f"gpu_memory_utilization = {util}\n"
-        '[[services]]\nname = "b"\ngpus = [2]\ngpu_memory_utilization = 0.88\n'
+        '[[services]]\nname = "b"\nengine = "vllm"\ngpus = [2]\ngpu_memory_utilization = 0.88\n'
     )
     with pytest.raises(InputError) as ei:
         load_deployment(p)
@@ -155,13 +170,13 @@ def test_a_utilisation_with_more_digits_than_a_float_keeps_is_an_error_not_round
         p = tmp_path / f"d{suffix}"
         if suffix == ".toml":
             p.write_text(
-                f'host = "h"\n[[services]]\nname = "a"\ngpus = [0]\ngpu_memory_utilization = {value}\n'
+                f'host = "h"\n[[services]]\nname = "a"\nengine = "vllm"\ngpus = [0]\n'
+                f"gpu_memory_utilization = {value}\n"
             )
         else:
             p.write_text(
-                '{"host": "h", "services": [{"name": "a", "gpus": [0], "gpu_memory_utilization": '
-                + value
-                + "}]}"
+                '{"host": "h", "services": [{"name": "a", "engine": "vllm", "gpus": [0], '
+                '"gpu_memory_utilization": ' + value + "}]}"
             )
         if ok:
             assert load_deployment(p)["services"][0]["gpu_memory_utilization"] in (fine, 0.5)
@@ -175,7 +190,9 @@ def test_a_utilisation_with_more_digits_than_a_float_keeps_is_an_error_not_round
 @pytest.mark.parametrize("bad", ["gpu_memory_utilisation", "gpu_mem_util", "GPU_MEMORY_UTILIZATION"])
 def test_misspelled_deployment_key_is_an_error_naming_key_and_file(tmp_path: Path, bad: str) -> None:
     p = tmp_path / "dep.json"
-    p.write_text(json.dumps({"host": "h", "services": [{"name": "a", "gpus": [0], bad: 0.95}]}))
+    p.write_text(
+        json.dumps({"host": "h", "services": [{"engine": "vllm", "name": "a", "gpus": [0], bad: 0.95}]})
+    )
     with pytest.raises(InputError) as ei:
         load_deployment(p)
     assert bad in ei.value.message and str(p) in ei.value.message
@@ -183,7 +200,11 @@ def test_misspelled_deployment_key_is_an_error_naming_key_and_file(tmp_path: Pat
 
 def test_deployment_without_host_is_an_error(tmp_path: Path) -> None:
     p = tmp_path / "dep.json"
-    p.write_text(json.dumps({"services": [{"name": "a", "gpus": [0], "gpu_memory_utilization": 0.5}]}))
+    p.write_text(
+        json.dumps(
+            {"services": [{"engine": "vllm", "name": "a", "gpus": [0], "gpu_memory_utilization": 0.5}]}
+        )
+    )
     with pytest.raises(InputError, match="host"):
         load_deployment(p)
 
@@ -207,7 +228,7 @@ def test_routing_check_record_appends_routing_change(build, cli, clock_at, tmp_p
 
 CPU_ONLY = {
     "host": "gpu-box-1",
-    "services": [{"name": "vllm-embed", "model": "Qwen3-Embedding-8B", "device": "cpu"}],
+    "services": [{"engine": "vllm", "name": "vllm-embed", "model": "Qwen3-Embedding-8B", "device": "cpu"}],
 }
 
 
@@ -251,7 +272,9 @@ def test_a_gpu_deployment_on_a_host_without_gpus_fails_closed(build) -> None:
     assert {c["name"] for c in r["checks"] if c["status"] == "failed"} == {"deployment-device"}
     dep = {
         "host": "gpu-box-1",
-        "services": [{"name": "x", "model": "Qwen3-Embedding-8B", "device": "gpu", "gpus": [0]}],
+        "services": [
+            {"engine": "vllm", "name": "x", "model": "Qwen3-Embedding-8B", "device": "gpu", "gpus": [0]}
+        ],
     }
     r = check(b, dep)
     assert r["allowed"] is False
@@ -259,30 +282,37 @@ def test_a_gpu_deployment_on_a_host_without_gpus_fails_closed(build) -> None:
 
 
 def test_a_service_with_neither_device_nor_gpus_is_an_error_naming_device(tmp_path: Path) -> None:
-    msg = _dep_error(tmp_path, [{"name": "a"}])
+    msg = _dep_error(tmp_path, [{"name": "a", "engine": "vllm"}])
     assert "device" in msg and "services[0] (a)" in msg
 
 
 def test_device_gpu_without_gpu_indexes_is_an_error(tmp_path: Path) -> None:
-    for services in ([{"name": "a", "device": "gpu"}], [{"name": "a", "device": "gpu", "gpus": []}]):
+    for services in (
+        [{"engine": "vllm", "name": "a", "device": "gpu"}],
+        [{"engine": "vllm", "name": "a", "device": "gpu", "gpus": []}],
+    ):
         assert "needs its gpus" in _dep_error(tmp_path, services)
 
 
 @pytest.mark.parametrize("word", ["GPU", "cuda", "tpu", ""])
 def test_an_unknown_device_word_is_an_error(tmp_path: Path, word: str) -> None:
-    msg = _dep_error(tmp_path, [{"name": "a", "device": word, "gpus": [0]}])
+    msg = _dep_error(tmp_path, [{"engine": "vllm", "name": "a", "device": word, "gpus": [0]}])
     assert "services.0.device" in msg and "'gpu' or 'cpu'" in msg
 
 
 def test_a_cpu_service_takes_no_gpus_and_no_gpu_memory_utilization(tmp_path: Path) -> None:
-    assert "takes no gpus" in _dep_error(tmp_path, [{"name": "a", "device": "cpu", "gpus": [0]}])
-    msg = _dep_error(tmp_path, [{"name": "a", "device": "cpu", "gpu_memory_utilization": 0.5}])
+    assert "takes no gpus" in _dep_error(
+        tmp_path, [{"engine": "vllm", "name": "a", "device": "cpu", "gpus": [0]}]
+    )
+    msg = _dep_error(
+        tmp_path, [{"engine": "vllm", "name": "a", "device": "cpu", "gpu_memory_utilization": 0.5}]
+    )
     assert "takes no gpu_memory_utilization" in msg
 
 
 def test_a_service_listing_gpus_without_device_is_a_gpu_service(tmp_path: Path) -> None:
     p = tmp_path / "dep.json"
-    p.write_text(json.dumps({"host": "h", "services": [{"name": "a", "gpus": [1]}]}))
+    p.write_text(json.dumps({"host": "h", "services": [{"engine": "vllm", "name": "a", "gpus": [1]}]}))
     assert load_deployment(p)["services"][0]["device"] == "gpu"
 
 
@@ -313,7 +343,10 @@ def test_a_deployment_naming_a_service_twice_is_an_error(tmp_path: Path) -> None
 
 
 def test_a_service_listing_a_gpu_twice_is_an_error(tmp_path: Path) -> None:
-    dep = {"host": "gpu-box-1", "services": [{"name": "a", "gpus": [2, 2], "gpu_memory_utilization": 0.2}]}
+    dep = {
+        "host": "gpu-box-1",
+        "services": [{"engine": "vllm", "name": "a", "gpus": [2, 2], "gpu_memory_utilization": 0.2}],
+    }
     path = tmp_path / "dep.json"
     path.write_text(json.dumps(dep))
     with pytest.raises(InputError, match=r"gpus \[2, 2\] lists a GPU more than once"):
