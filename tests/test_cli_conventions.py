@@ -195,7 +195,8 @@ def test_relative_times_and_subject_warnings(cli: Any) -> None:
     assert cli("log", "--until", "1 hour ago", "--kind", "note", "--json").json()["items"] == []
     bad = cli("log", "--since", "last blue moon")
     assert bad.code == 2 and bad.err.startswith("error[bad-input]: cannot read time")
-    typo = cli("log", "-s", "campain=c1")  # a misspelling of a known field: refused, naming both (audit 75 f2)
+    # a misspelling of a known field: refused, naming both (audit 75 f2)
+    typo = cli("log", "-s", "campain=c1")
     assert typo.code == 2
     assert "subject field 'campain' misspells the subject field 'campaign'" in typo.err
     other = cli("log", "-s", "region=eu")  # another field: a warning, as before

@@ -222,8 +222,8 @@ def test_a_campaign_stating_the_commit_under_review_binds_it_over_the_checkouts(
 def test_a_stated_commit_that_is_no_full_commit_is_refused_at_load(
     tmp_path: Path,
     tiny_model_dir: Path,
-    corpus: tuple[Path, str],
-    commit: str,  # noqa: F811
+    corpus: tuple[Path, str],  # noqa: F811
+    commit: str,
 ) -> None:
     from ledger.collectors.campaign import load_campaign
     from ledger.errors import ConfigError

@@ -115,6 +115,7 @@ def _run_lines(tmp_path: Path, lines: tuple[str, ...]) -> EngineRun:
     run = EngineRun(spec, tmp_path / "logs")
     run.start()
     run.ready_lines = {"stdout.log": 0, "stderr.log": 0}
+
     # wait for what the engine printed, not for a time (regression: under load the log file was not yet
     # there when first read — FileNotFoundError — and a fixed sleep could end before the lines came)
     def printed() -> str:
