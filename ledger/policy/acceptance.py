@@ -878,8 +878,10 @@ def filter_evidence(
     # the attempts whose engine launch binds otherwise than the pinned manifest: what a harness measured while
     # such a launch ran (its gate.result, whose own bindings name only the served ids) measured that engine,
     # not the approved one — a campaign edited between two runs (another model, another engine version) does
-    # not lend the first run's harness results to the second's engine. The attempt as the result claims it
-    # (by collected_at) and as the log took it: either one off the manifest withholds credit
+    # not lend the first run's harness results to the second's engine, nor the probes that answered it (a
+    # health.probe binds nothing itself). The attempt as the entry claims it (by collected_at) and as the log
+    # took it: either one off the manifest withholds credit; a failed probe or run still counts against the
+    # engine (BINDINGS_MISMATCH only withholds credit, [acceptance.against])
     off_manifest: dict[int, tuple[Evidence, str]] = {}
     if acc.bindings is not None:
         for launch in trusted:
@@ -1145,7 +1147,7 @@ def filter_evidence(
         ran_on = (
             next((off_manifest[a] for a in (e.derived.get("attempt"), e.derived.get("attempt_logged"))
                   if a in off_manifest), None)
-            if e.kind == "gate.result" and off_manifest
+            if e.kind in ("gate.result", "health.probe") and off_manifest
             else None
         )  # fmt: skip
         if ran_on is not None:
@@ -2115,8 +2117,11 @@ def _derive(
     * ``after_launch_end`` — for an entry attributed to an attempt (``attempt`` above), whether it was
       observed after the end of that attempt: the earlier of the end its launch records (``ended_at``)
       and the end of the job the launch ran in (``_job_end``) — a probe then answered some other engine,
-      not the one launched. False otherwise (no end recorded: the claim only ever takes credit away, so
-      it is read as written).
+      not the one launched. For a ``health.probe``, also whether the log took it after its attempt's launch
+      entry where that entry records the run's end (``ended_at``) and was logged at or after it: the log
+      knew the run was over, whatever ``collected_at`` the probe claims (the collector records a launch
+      when its run ends, after its probes). False otherwise
+      (no end recorded: the claim only ever takes credit away, so it is read as written).
     * ``unmatched_job_ends`` — for an ``engine.launch`` of the evaluated subject, the ``job_id`` of every
       trusted, not superseded terminal job entry of its campaign logged before every ``running`` entry of
       its job (``_JobLog.unmatched``: a misspelled job_id, or an end logged before its start): it ends no
@@ -2151,6 +2156,10 @@ def _derive(
     starts: list[tuple[datetime, int]] = []
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     launch_of: dict[int, Evidence] = {}  # attempt → its launch (``stop_cut``)
+    # attempt → the log position of its launch entry where that entry records the run's end (``ended_at``)
+    # and was logged at or after it: from then on the log knows the run was over, whatever time a probe
+    # logged later claims
+    ended_in_log: dict[int, int] = {}
     # launch id → why its stored logs do not show a clean run after readiness (``_LogScan.unclean``)
     unclean: dict[str, str | None] = {}
     subject_launches: list[Evidence] = []
@@ -2240,6 +2249,8 @@ def _derive(
                 if ended:
                     with contextlib.suppress(LedgerError):  # an end that does not parse ends nothing
                         ends[n] = parse_time(ended)
+                        if e.logged_time >= ends[n]:  # logged once the run it records was over
+                            ended_in_log[n] = e.seq
                 # the engine ran no longer than the job it ran in: a probe observed after that job ended
                 # (in a later job, with no launch of its own) answered no engine of this attempt
                 job_end = _job_end(jobs.ended.get(job_key) if job_key is not None else None)
@@ -2280,6 +2291,12 @@ def _derive(
             attempt = e.derived_["attempt"] = best[i - 1]
             attempt_end = ends.get(attempt)
             if attempt_end is not None and e.observed_time > attempt_end:
+                e.derived_["after_launch_end"] = True
+            # a probe the log took after its attempt's launch entry recorded the run's end (the collector
+            # records a launch when its run ends, after its probes): the log knew that engine was gone — a
+            # claimed collected_at inside the run cannot lend it that run's credit (a probe spooled and
+            # pushed after its launch loses credit: the same fail-closed trade as a harness result's)
+            if e.kind == "health.probe" and attempt in ended_in_log and e.seq > ended_in_log[attempt]:
                 e.derived_["after_launch_end"] = True
     _mark_stop_cuts(trusted, launch_of, params or {}, unclean)
 
