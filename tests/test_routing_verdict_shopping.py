@@ -48,7 +48,8 @@ def failed_campaign(
     entry(es, "completion")["payload"].update(ok=False, text=None, error="EngineDeadError")
     for e in es:
         e["name"] = f"{name}-{e['name']}"
-        e["subject"] = {"campaign": name, **(subject or {})}
+        # the entry's own subject fields kept (a reviewed result names the commit it was produced at)
+        e["subject"] = {**e.get("subject", {}), "campaign": name, **(subject or {})}
         e["refs"] = {rel: f"{name}-{t}" for rel, t in e.get("refs", {}).items()}
         if e["kind"] == "job":
             e["payload"]["job_id"] = f"{name}-job"
