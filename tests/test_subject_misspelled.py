@@ -167,7 +167,8 @@ def _engine_entries_name(field: str | None, value: str = "gpu-box-2") -> list[di
     (None: no host at all)."""
     es = qualified_entries()
     for e in es:
-        e["subject"] = dict(SUBJECT)
+        # the entry's own subject fields kept (a reviewed result names the commit it was produced at)
+        e["subject"] = {**e.get("subject", {}), **SUBJECT}
     for name in RAN_ELSEWHERE:
         entry(es, name)["subject"] = {**NO_HOST, **({} if field is None else {field: value})}
     return es
