@@ -1996,7 +1996,7 @@ def _check_backend(spec: CampaignFile, p: Path) -> None:
         return
     from ledger.errors import PolicyError
     from ledger.policy.loader import load_policy
-    from ledger.policy.routing import engine_aliases, engine_key
+    from ledger.policy.names import engine_aliases, engine_key
 
     try:
         aliases = engine_aliases(load_policy(ROUTING_POLICY))

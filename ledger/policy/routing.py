@@ -60,6 +60,7 @@ from ledger.policy.loader import (
     routing_shapes,
 )
 from ledger.policy.model import ENTRY_VIEW_FIELDS, QUALIFIED, PolicyFile, parse_duration
+from ledger.policy.names import engine_aliases, engine_key, model_key
 from ledger.policy.rules import TRUST_RULES, Rule
 from ledger.policy.snapshot import (
     NO_DERIVED,
@@ -103,51 +104,6 @@ ACTIONS = ("route", "restore")
 ENGINE_DEFAULT_UTIL = {"vllm": 0.9}
 # the rule codes of the trust path (a signer unknown, revoked, outside its validity, of another role)
 _TRUST_RULE_CODES = frozenset(str(rule) for rule in TRUST_RULES.values())
-
-
-def engine_key(name: Any, aliases: Mapping[str, str] | None = None) -> str | None:
-    """One engine's one name, as every engine comparison of the routing gate reads it: surrounding
-    whitespace and case set aside (``vLLM`` is ``vllm``), then the name the policy's ``params.engine_names``
-    maps it to (``aliases``, from ``engine_aliases``: ``llama.cpp`` is ``llamacpp``; a name it does not list
-    stands for itself). None for no name (not a text, or blank): it names no engine, and matches none."""
-    if not isinstance(name, str) or not name.strip():
-        return None
-    key = name.strip().casefold()
-    return (aliases or {}).get(key, key)
-
-
-def model_key(name: Any) -> str | None:
-    """One model's one name, as every model comparison of the routing gate reads it: surrounding whitespace
-    and case set aside (``qwen3-embedding-8b `` is ``Qwen3-Embedding-8B``). The policy's CEL reads it as
-    ``request.model_key`` and each service's ``model_key`` (``deployment-serves-model``,
-    ``deployment-engine``, ``deployment-device``), and the verdict-shopping check compares campaigns' models
-    by it: a service of the routed model spelled otherwise is still a service of that model, judged as one.
-    None for no name (not a text, or blank): it names no model, and matches none."""
-    if not isinstance(name, str) or not name.strip():
-        return None
-    return name.strip().casefold()
-
-
-def engine_aliases(policy: LoadedPolicy) -> dict[str, str]:
-    """The policy's ``params.engine_names`` (another spelling of an engine -> its name) as ``engine_key``
-    reads it, both sides compared as engine names are (whitespace and case aside). Absent: no aliases. A
-    table that is not one of texts, or that maps one spelling to two engines, is the policy's error: the
-    engine a route must reach could not be told."""
-    names = policy.params.get("engine_names")
-    if names is None:
-        return {}
-    where = f"{policy.path}: params.engine_names"
-    if not isinstance(names, Mapping):
-        raise PolicyError(f"{where} must be a table of engine spellings to engine names, not {names!r}")
-    out: dict[str, str] = {}
-    for k, v in names.items():
-        key, value = engine_key(k), engine_key(v)
-        if key is None or value is None:
-            raise PolicyError(f"{where}: {k!r} = {v!r} is not a spelling and an engine name (both texts)")
-        if out.get(key, value) != value:
-            raise PolicyError(f"{where}: {k!r} names two engines ({out[key]}, {value}) as names compare")
-        out[key] = value
-    return out
 
 
 class _Strict(BaseModel):
