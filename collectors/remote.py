@@ -431,13 +431,16 @@ class Spool:
     ``<order>-<id>.target``: the server it was collected for), ``artifacts/<hex>`` (beside
     ``<hex>.targets``: the servers it still waits for), and ``refused/``: entries a server refused for good
     (``<order>-<id>.json`` with its ``.target`` and the server's reason, ``.refusal.json``), kept and never
-    sent again unless moved back to ``entries/``."""
+    sent again unless moved back to ``entries/``; ``refused/artifacts/``: artifacts a server refused for good
+    (``<hex>``, with the servers' reasons in ``<hex>.refusal.json``), kept and never sent to that server
+    again unless moved back to ``artifacts/``."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.entries_dir = self.root / "entries"
         self.artifacts_dir = self.root / "artifacts"
         self.refused_dir = self.root / "refused"
+        self.refused_artifacts_dir = self.refused_dir / "artifacts"
 
     def _ensure(self) -> None:
         self.entries_dir.mkdir(parents=True, exist_ok=True)
@@ -476,6 +479,16 @@ class Spool:
             p
             for p in self.refused_dir.iterdir()
             if p.suffix == ".json" and not p.name.endswith(_REFUSAL) and not p.name.startswith(".")
+        )
+
+    def refused_artifact_files(self) -> list[Path]:
+        """Artifacts a server refused for good, set aside (``push`` never sends them to it again)."""
+        if not self.refused_artifacts_dir.is_dir():
+            return []
+        return sorted(
+            p
+            for p in self.refused_artifacts_dir.iterdir()
+            if len(p.name) == 64 and not p.name.startswith(".")
         )
 
     @staticmethod
@@ -613,6 +626,45 @@ class Spool:
         fsync_dir(entry.parent)
         return dest
 
+    def set_aside_artifact(self, art: Path, server: str, error: LedgerError, *, adopt: bool = False) -> Path:
+        """Set aside an artifact ``server`` refused for good (its bytes no longer hash to their name, too
+        large …): its bytes kept in ``refused/artifacts/`` with the server's reason (added to the reasons
+        already there, ``.refusal.json``), and it no longer waits for ``server`` (nor, ``adopt``, for the
+        server it was spooled for without naming it) — for another server it still waits in ``artifacts/``.
+        Nothing is lost: the bytes are linked (or copied) into ``refused/`` before ``artifacts/`` forgets
+        them, and never sent to ``server`` again unless an operator moves them back."""
+        self.refused_artifacts_dir.mkdir(parents=True, exist_ok=True)
+        dest = self.refused_artifacts_dir / art.name
+        why_path = dest.with_name(dest.name + _REFUSAL)
+        reasons: list[Any] = []
+        with contextlib.suppress(OSError, ValueError):
+            held = json.loads(why_path.read_bytes())
+            reasons = held if isinstance(held, list) else [held]
+        reasons.append(
+            {
+                "server": server,
+                "code": error.code,
+                "message": error.message,
+                "hint": error.hint_text,
+                "at": format_time(now_utc()),
+            }
+        )
+        write_atomic(why_path, (json.dumps(reasons, indent=2) + "\n").encode(), mode=0o600)
+        if not dest.exists():
+            tmp = dest.with_name(f".{dest.name}.tmp")
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            try:
+                os.link(art, tmp)
+            except OSError:  # another file system, or no hard links: a copy
+                shutil.copyfile(art, tmp)
+                with tmp.open("rb") as f:
+                    os.fsync(f.fileno())
+            os.replace(tmp, dest)
+        fsync_dir(self.refused_artifacts_dir)
+        self.artifact_sent(art, server, adopt=adopt)
+        return dest
+
     @staticmethod
     def refusal(refused: Path) -> dict[str, Any]:
         """The server's reason kept beside a refused entry (empty when unreadable)."""
@@ -629,8 +681,9 @@ class PushReport:
     ``remaining_artifacts`` for that server (it was unreachable: ``error``), entries spooled for other servers
     (``elsewhere``, by server) or for none recorded (``untargeted``, spooled by an older ledger), entries a
     server refused for good (``refused``: set aside by this push; ``held_refused``: all that are set aside),
-    artifacts that wait for other servers only (``other_artifacts``) and spool files whose target cannot be
-    read (``unreadable``)."""
+    artifacts a server refused for good (``refused_artifacts``: set aside by this push;
+    ``held_refused_artifacts``: all that are set aside), artifacts that wait for other servers only
+    (``other_artifacts``) and spool files whose target cannot be read (``unreadable``)."""
 
     delivered: int = 0
     duplicates: int = 0
@@ -643,6 +696,8 @@ class PushReport:
     untargeted: int = 0
     refused: list[dict[str, Any]] = field(default_factory=list)
     held_refused: int = 0
+    refused_artifacts: list[dict[str, Any]] = field(default_factory=list)
+    held_refused_artifacts: int = 0
     unreadable: list[str] = field(default_factory=list)
     other_artifacts: int = 0
 
@@ -655,6 +710,7 @@ class PushReport:
             or self.other_artifacts
             or self.untargeted
             or self.held_refused
+            or self.held_refused_artifacts
             or self.unreadable
         )
 
@@ -671,6 +727,8 @@ class PushReport:
             "untargeted": self.untargeted,
             "refused": self.refused,
             "held_refused": self.held_refused,
+            "refused_artifacts": self.refused_artifacts,
+            "held_refused_artifacts": self.held_refused_artifacts,
             "unreadable": self.unreadable,
             "other_artifacts": self.other_artifacts,
         }
@@ -691,6 +749,18 @@ class PushReport:
                 f"{self.held_refused - len(self.refused)} entries refused for good earlier wait in the "
                 "spool's refused/ folder (each beside the server's reason): move one back to entries/ to "
                 "send it again"
+            )
+        for a in self.refused_artifacts:
+            said.append(
+                f"{self.server} refused the spooled artifact {a['digest']} for good ([{a['code']}] "
+                f"{a['message']}): set aside, kept in {a['file']} with the server's reason beside it; it is "
+                "not sent to it again (an entry naming it is refused artifact-missing) — once the server "
+                "would take it, move it back to the spool's artifacts/ folder and run `ledger push`"
+            )
+        if self.held_refused_artifacts > len(self.refused_artifacts):
+            said.append(
+                f"{self.held_refused_artifacts - len(self.refused_artifacts)} artifacts refused for good "
+                "earlier wait in the spool's refused/artifacts/ folder (each beside the servers' reasons)"
             )
         for server, n in sorted(self.elsewhere.items()):
             said.append(
@@ -849,9 +919,10 @@ def _push_locked(
             except LedgerError as e:
                 if not _refused_for_good(e):
                     raise
-                # kept; an entry naming it is refused (artifact-missing) and set aside with the reason
-                report.unreadable.append(
-                    f"{server} refused the spooled artifact {art} ([{e.code}] {e.message})"
+                # set aside, kept; an entry naming it is refused (artifact-missing) and set aside too
+                kept = spool.set_aside_artifact(art, server, e, adopt=adopt)
+                report.refused_artifacts.append(
+                    {"digest": str(digest), "file": str(kept), "code": e.code, "message": e.message}
                 )
                 continue
             spool.artifact_sent(art, server, adopt=adopt)
@@ -878,6 +949,7 @@ def _push_locked(
     report.other_artifacts = left.other_artifacts
     report.unreadable += left.unreadable
     report.held_refused = len(spool.refused_files())
+    report.held_refused_artifacts = len(spool.refused_artifact_files())
     return report
 
 
@@ -1025,6 +1097,7 @@ class RemoteRecorder:
         self.spooled: list[str] = []  # ids of the entries this recorder could only spool
         self.unreachable: str | None = None  # why the server could not take them
         self.refused: list[dict[str, Any]] = []  # spooled entries its catching up set aside (``PushReport``)
+        self.refused_artifacts: list[dict[str, Any]] = []  # ... and spooled artifacts
 
     def close(self) -> None:
         self.client.close()
@@ -1045,6 +1118,7 @@ class RemoteRecorder:
             return True
         report = push_spool(self.ledger, server=self.server, token=self.token, client=self.client)
         self.refused += report.refused
+        self.refused_artifacts += report.refused_artifacts
         return not self.spool.pending(self.client.server)
 
     def notices(self) -> list[str]:
@@ -1058,6 +1132,8 @@ class RemoteRecorder:
             other_artifacts=left.other_artifacts,
             refused=self.refused,
             held_refused=len(self.spool.refused_files()),
+            refused_artifacts=self.refused_artifacts,
+            held_refused_artifacts=len(self.spool.refused_artifact_files()),
             unreadable=left.unreadable,
         )
         return report.notices()

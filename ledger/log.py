@@ -51,6 +51,7 @@ __all__ = [
     "parse_record",
     "parse_verifier_key",
     "receipt_claim",
+    "receipt_place",
     "record_leaf",
     "sign_checkpoint",
     "sign_receipt",
@@ -620,6 +621,46 @@ class ReceiptClaim:
                 f"its record names index {rec.index} and entry {rec.entry_id}, not the ones its fields name"
             )
         return {k: v for k, v in rec.to_json().items() if k != "v"}
+
+
+def receipt_place(doc: dict[str, Any], origin: str, key_name: str) -> tuple[int, str] | None:
+    """Where a kept receipt (its JSON) says the log ``origin`` holds its entry: its ``index`` and
+    ``entry_id`` fields. None when it is another log's: none of its claims names ``origin`` — not its JSON
+    ``origin``, not its note's origin line, not a signature line of its note by the log's key name
+    ``key_name`` (a receipt whose signature verifies under the log key carries one). A receipt of this log
+    whose fields cannot place it — ``index`` no integer (absent, text, a float, a bool), ``entry_id`` no
+    text, its JSON ``origin`` another log's (or none) while its note names this one — cannot judge the
+    log: ``ProofError`` naming the field, never set aside as another log's. Cheap (no signature checked:
+    the signing guard reads each receipt kept past the held checkpoint)."""
+    outer = doc.get("origin")
+    note = doc.get("note")
+    body, _, sigs = note.partition("\n\n") if isinstance(note, str) else ("", "", "")
+    lines = body.split("\n")
+    named = len(lines) > 1 and lines[0] == RECEIPT_HEADER and lines[1] == origin
+    sig_lines = (line.split(" ") for line in sigs.splitlines())
+    signed = any(len(p) == 3 and p[0] == "\u2014" and p[1] == key_name for p in sig_lines)
+    if outer != origin and not named and not signed:
+        return None
+    if outer != origin:
+        raise ProofError(
+            f"its origin field ({outer!r}) is not the log its signed note names ({origin!r})"
+            if "origin" in doc
+            else f"it has no origin field (its signed note names the log {origin!r})"
+        )
+    index, entry_id = doc.get("index"), doc.get("entry_id")
+    if type(index) is not int or index < 0:
+        raise ProofError(
+            f"its index field is {index!r} ({type(index).__name__}), not an index of the log"
+            if "index" in doc
+            else "it has no index field"
+        )
+    if not isinstance(entry_id, str):
+        raise ProofError(
+            f"its entry_id field is {entry_id!r} ({type(entry_id).__name__}), not an entry id"
+            if "entry_id" in doc
+            else "it has no entry_id field"
+        )
+    return index, entry_id
 
 
 def receipt_claim(doc: dict[str, Any], origin: str, index: int, entry_id: str) -> ReceiptClaim:

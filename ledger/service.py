@@ -73,6 +73,7 @@ from ledger.log import (
     parse_checkpoint,
     parse_record,
     receipt_claim,
+    receipt_place,
     record_leaf,
     sign_checkpoint,
     sign_receipt,
@@ -257,8 +258,9 @@ class Ledger:
         # reading the tiles again (``_guard_head``)
         self._extends: tuple[int, bytes, int, str] | None = None
         # the receipts of its own log this home kept, read from ``receipts.jsonl`` once and then only what
-        # was appended: (where the read ended, floor, {index: kept} of those at index >= floor: ``_Kept``)
-        self._kept: tuple[ReceiptsRead, int, dict[int, set[_Kept]]] | None = None
+        # was appended: (where the read ended, floor, {index: kept} of those at index >= floor: ``_Kept``,
+        # and those of this log whose fields place them nowhere: (entry id, index, why) as they say them)
+        self._kept: tuple[ReceiptsRead, int, dict[int, set[_Kept]], list[tuple[Any, Any, str]]] | None = None
         # (held size, held root, {size: root}): the checkpoints of smaller sizes proved to be the held
         # checkpoint's tree at their size (``_within_held``)
         self._prefixes: tuple[int, bytes, dict[int, bytes]] | None = None
@@ -1431,7 +1433,7 @@ class Ledger:
         if fault is not None:
             raise fault[0]
 
-    def _receipt_fault(self, floor: int) -> tuple[LedgerError, int, str] | None:
+    def _receipt_fault(self, floor: int) -> tuple[LedgerError, int | None, str | None] | None:
         """The first receipt this home kept of its own log at an index ``>= floor`` that the log no longer
         stands by, as (the error, its index, its entry id); None when the log stands by every one. The log
         lost the entry (it is not at that index: deleted behind its back, maybe appended over), or holds it
@@ -1439,16 +1441,18 @@ class Ledger:
         hashes to its row's leaf hash is ``ChainBrokenError``), is not the leaf the receipt signs (its
         ``logged_at``, kind, signer … rewritten with the leaf and chain hashes agreeing): either is
         ``LogInconsistentError`` naming the entry, its index and what differs. A kept receipt that names no
-        leaf the log signed, or contradicts itself (``receipt_claim``), cannot judge the log and is
-        ``ConfigError`` naming it (never passed).
+        leaf the log signed, or contradicts itself (``receipt_claim``), or whose fields place it nowhere
+        (``receipt_place``: an index that is no integer, an entry id that is no text — whatever its index,
+        the held checkpoint below it cannot be told), cannot judge the log and is ``ConfigError`` naming it
+        (never passed); the index and entry id returned are then those of its fields that are ones.
 
         Cheap: the receipts file is read once per process, then only its new lines; only the receipts past
         the held checkpoint are kept in memory and looked up (one query per 500 of them, their rows'
         records and leaf hashes with their entry ids). The file is read before the database (a read begun
         after it): a receipt is kept only after its entry committed, so an entry a fresh read lacks was
         lost, never "not yet"."""
-        kept = self._kept_since(floor)
-        if not kept:
+        kept, unplaced = self._kept_since(floor)
+        if not kept and not unplaced:
             return None
         ids = sorted({k.entry_id for ks in kept.values() for k in ks})
         with self.repo.read() as conn:
@@ -1467,12 +1471,24 @@ class Ledger:
                 leaf = checked_leaf(index, k.entry_id, row.record, row.leaf_hash)
                 if leaf != k.claim.leaf:
                     return self._receipt_error(k, index, there, row.record, leaf), index, k.entry_id
+        for entry_id, index, why in unplaced:
+            return (
+                self._unjudged(index, entry_id, why),
+                index if type(index) is int else None,
+                entry_id if isinstance(entry_id, str) else None,
+            )
         return None
 
-    def _unjudged(self, index: int, entry_id: str, why: str) -> ConfigError:
-        """The refusal over a kept receipt that cannot judge the log (``why``: ``receipt_claim``)."""
+    def _unjudged(self, index: Any, entry_id: Any, why: str) -> ConfigError:
+        """The refusal over a kept receipt that cannot judge the log (``why``: ``receipt_claim``, or
+        ``receipt_place`` — its index and entry id then named as its fields say them)."""
+        of = (
+            f"entry {entry_id} at index {index}"
+            if type(index) is int and isinstance(entry_id, str)
+            else f"entry_id {entry_id!r}, index {index!r} (as its fields say)"
+        )
         return ConfigError(
-            f"{self.home.receipts_path}: the receipt this home kept of entry {entry_id} at index {index} "
+            f"{self.home.receipts_path}: the receipt this home kept of {of} "
             f"cannot judge the log: {why}; nothing is signed under the log's key (no checkpoint, receipt "
             "or proof) and nothing is appended",
             hint="`ledger audit` names every receipt it cannot check; restore HOME/receipts.jsonl from a "
@@ -1524,31 +1540,39 @@ class Ledger:
             "database from a backup that holds the received entries as they were received",
         )
 
-    def _kept_since(self, floor: int) -> dict[int, set[_Kept]]:
+    def _kept_since(self, floor: int) -> tuple[dict[int, set[_Kept]], list[tuple[Any, Any, str]]]:
         """The receipts this home kept of its own log at each index ``>= floor`` (``_Kept``: the entry id
         and the leaf each signs): what was read of ``receipts.jsonl`` before, and what was appended since
         (``Home.receipts_since``). A file replaced, removed or rewritten in place (emptied and refilled)
-        is read again from the start, and what was read of it before is dropped."""
+        is read again from the start, and what was read of it before is dropped. With them, every receipt
+        of this log whose fields place it nowhere (``receipt_place``), whatever the floor: (its entry id,
+        index, why) as its fields say them."""
         with self._cache_lock:
             kept = self._kept
             if kept is not None and floor < kept[1]:
                 kept = None  # the receipts below the floor read then were not kept: read them all again
             docs, read = self.home.receipts_since(None if kept is None else kept[0])
-            pending = (
-                {} if kept is None or read.restarted else {i: s for i, s in kept[2].items() if i >= floor}
-            )
+            pending: dict[int, set[_Kept]] = {}
+            unplaced: list[tuple[Any, Any, str]] = []
+            if kept is not None and not read.restarted:
+                pending = {i: s for i, s in kept[2].items() if i >= floor}
+                unplaced = list(kept[3])
             for d in docs:
-                index, entry_id = d.get("index"), d.get("entry_id")
-                if d.get("origin") != self.cfg.origin or type(index) is not int or index < floor:
-                    continue  # another log's, or one ``ledger audit`` reports as not a receipt
-                if isinstance(entry_id, str):
-                    try:
-                        k = _Kept(entry_id, receipt_claim(d, self.cfg.origin, index, entry_id))
-                    except ProofError as e:
-                        k = _Kept(entry_id, None, e.message)
-                    pending.setdefault(index, set()).add(k)
-            self._kept = (read, floor, pending)
-            return {i: set(ks) for i, ks in pending.items()}
+                try:
+                    place = receipt_place(d, self.cfg.origin, self.note_key_name)
+                except ProofError as e:
+                    unplaced.append((d.get("entry_id"), d.get("index"), e.message))
+                    continue
+                if place is None or place[0] < floor:
+                    continue  # another log's, or one the held checkpoint covers
+                index, entry_id = place
+                try:
+                    k = _Kept(entry_id, receipt_claim(d, self.cfg.origin, index, entry_id))
+                except ProofError as e:
+                    k = _Kept(entry_id, None, e.message)
+                pending.setdefault(index, set()).add(k)
+            self._kept = (read, floor, pending, unplaced)
+            return {i: set(ks) for i, ks in pending.items()}, list(unplaced)
 
     def _guard_head(self, conn: sa.Connection, head: Head | None) -> Checkpoint | None:
         """``_refuse_fork`` for the sequencer, in its transaction, before it appends (the receipts of what
