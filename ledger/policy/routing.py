@@ -297,13 +297,38 @@ for _name, _below in _BELOW.items():
         raise AssertionError(f"routing context {_name}: {sorted(_below)} is not among the loader's names")
 
 
+# what a param list's element holds where its elements are not all of one kind (a table in one, a value or a
+# list in another): which names it holds cannot be told, so any read below it is refused
+_MIXED = "mixed"
+
+
 def _params_node(value: Any) -> _Node:
-    """What a param holds, from its value: a table's names are the ones it sets."""
+    """What a param holds, from its value: a table's names are the ones it sets; a list's element, what its
+    elements hold together (``_elements_node``)."""
     if isinstance(value, Mapping):
         return _Map({str(k): _params_node(v) for k, v in value.items()})
     if isinstance(value, list):
-        return _List(_SCALAR if all(not isinstance(v, Mapping | list) for v in value) else _ENTRY)
+        return _List(_elements_node([_params_node(v) for v in value]))
     return _SCALAR
+
+
+def _elements_node(nodes: Sequence[_Node]) -> _Node:
+    """What one element of a list holds, each element holding one of ``nodes``: tables, the names any of them
+    sets (those not every one sets are optional: a read of one an element leaves out is a CEL error when the
+    change is judged, so it is refused, never passed; a name none sets is refused at load); lists, what
+    their elements hold together; values, one value (an empty list: none of its elements holds a name).
+    Elements of different kinds: ``_MIXED``."""
+    if all(n == _SCALAR for n in nodes):
+        return _SCALAR
+    if all(isinstance(n, _Map) for n in nodes):
+        maps = [n for n in nodes if isinstance(n, _Map)]
+        names = sorted({k for m in maps for k in m.fields})
+        fields = {k: _elements_node([m.fields[k] for m in maps if k in m.fields]) for k in names}
+        optional = frozenset(k for k in names if any(k not in m.fields for m in maps))
+        return _Map(fields, optional=optional)
+    if all(isinstance(n, _List) for n in nodes):
+        return _List(_elements_node([n.element for n in nodes if isinstance(n, _List)]))
+    return _MIXED
 
 
 def _routing_schema(spec: PolicyFile, params: Mapping[str, Any]) -> dict[str, _Node]:
@@ -376,6 +401,12 @@ def _step(node: _Node | None, base: str, name: str | None, how: str = "read") ->
             "parenthesised choice or a call's result, of maps or lists): read them through the context's "
             "own names (`host.gpu_indexes`, `services.exists(s, s.env …)`, `deployment.services[0].name`)",
         )
+    if node == _MIXED:
+        raise _Misread(
+            shown,
+            f"which names {base} holds cannot be told: it is an element of a param list whose elements are "
+            "not all of one kind (a table in one, a value or a list in another) — make them all tables",
+        )
     if isinstance(node, _List):
         if name is None or name.isdigit():
             return node.element
@@ -406,10 +437,11 @@ def _step(node: _Node | None, base: str, name: str | None, how: str = "read") ->
 def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
     """The first read of ``source`` (a routing check's CEL) of a name its value cannot hold, at any depth:
     through a context name (``request.subject.x``), an index (``m['x']``, ``deployment.services[0].x``), a
-    key test (``'x' in request.subject``, ``has(m.x)``), or a macro's variable over a list below the top
-    level (``deployment.services.exists(s, s.x)``, ``gpus.exists(g, g.faults.all(f, f.x))``), or of a
-    value whose names cannot be told (``[item.env].exists(m, m.X)``). None where every read holds (or the
-    text cannot be read: the loader refuses that)."""
+    key test (``'x' in request.subject``, ``has(m.x)``, or a macro's variable over a map's names compared
+    with a name: ``request.subject.exists(k, k == 'x')``, ``_name_tests``), or a macro's variable over a
+    list below the top level (``deployment.services.exists(s, s.x)``, ``gpus.exists(g, g.faults.all(f,
+    f.x))``), or of a value whose names cannot be told (``[item.env].exists(m, m.X)``). None where every
+    read holds (or the text cannot be read: the loader refuses that)."""
     from ledger.policy.conditions import (
         _KEY_TEST_EDGES,
         _binder,
@@ -445,7 +477,7 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
         for k in range(start, end + 1):
             if (name_at(k) or raw[k] in ")]}") and ends_chain(k) and k not in binding:
                 node = typed(k)[0]
-                if isinstance(node, _Map | _List) or node == _UNTOLD:
+                if isinstance(node, _Map | _List) or node in (_UNTOLD, _MIXED):
                     return True
         return False
 
@@ -511,7 +543,8 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
                     return (_UNTOLD if held_in(k, scope.end - 1) else None), f"{base}.map(…)"
                 if method in ("exists", "all", "exists_one"):
                     return _SCALAR, f"{base}.{method}(…)"
-                return (_UNTOLD if isinstance(node, _Map | _List) else None), f"{base}.{method}(…)"
+                held = isinstance(node, _Map | _List) or node == _MIXED
+                return (_UNTOLD if held else None), f"{base}.{method}(…)"
             return (_UNTOLD if held_in(o + 1, end - 1) else None), "(…)"
         if t == "}" and end in opening:
             # a map literal (``{'s': request.subject}.s``): like a list literal, what it holds of the
@@ -532,18 +565,93 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
                 continue  # a function's or method's name
             typed(k)
         for k in range(1, n - 1):  # ``'x' in m``: the name tested, in the map it is tested in
-            key = _string_value(raw[k - 1]) if raw[k] == "in" else None
-            end = _chain_end(raw, k + 1, closing) if key is not None else None
+            lit = raw[k - 1] if raw[k] == "in" and _is_string_literal(raw[k - 1]) else None
+            end = _chain_end(raw, k + 1, closing) if lit is not None else None
             edges = (raw[k - 2] if k >= 2 else "", raw[end + 1] if end is not None and end + 1 < n else "")
-            if key is None or end is None or not all(e in _KEY_TEST_EDGES for e in edges):
+            if lit is None or end is None or not all(e in _KEY_TEST_EDGES for e in edges):
                 continue
             node, shown = typed(end)
             if isinstance(node, _Map):  # (of a list, ``in`` tests membership)
-                _step(node, shown, key, "in")
+                _key_test(node, shown, f"{lit} in {shown}", lit)
+        for scope in scopes:  # ``m.exists(k, k == 'x')``: each name of a map, compared with a name
+            recv, shown = typed(scope.receiver_at) if scope.receiver_at >= 0 else (None, "")
+            if isinstance(recv, _Map):
+                for test, lit in _name_tests(raw, scope, scopes):
+                    try:
+                        _key_test(recv, shown, test, lit)
+                    except _Misread as e:  # (what the variable ranges over, said once: not again below)
+                        return _Misread(e.shown, f"{e.why} ({scope.var}: each name of {shown})")
     except _Misread as e:
         first = re.split(r"[.\[ ]", e.shown.split(" in ")[-1], maxsplit=1)[0]
         return _Misread(e.shown, f"{e.why} ({first}: {notes[first]})") if first in notes else e
     return None
+
+
+def _is_string_literal(tok: str) -> bool:
+    """Whether the CEL token ``tok`` is a string (or bytes) literal, of any quoting or prefix."""
+    return bool(re.match(r"[rRbB]{0,2}['\"]", tok))
+
+
+def _key_test(node: _Map, shown: str, test: str, literal: str) -> None:
+    """A test (``test``, as written) of whether the map ``shown`` (holding ``node``) holds the name written
+    as the string literal ``literal``: raises ``_Misread`` where its names are fixed and that name is not
+    one of them — the test would always come out the same, a check silently always on or off — or where
+    the literal's text is not read here (a raw, bytes, triple-quoted or escaped one)."""
+    from ledger.policy.conditions import _string_value
+
+    name = _string_value(literal)
+    if name is not None:
+        try:
+            _step(node, shown, name, "in")
+        except _Misread as e:
+            raise _Misread(test, e.why) from None
+    elif node.free is None:
+        raise _Misread(
+            test,
+            f"a name of {shown}, whose names are fixed, tested with a string literal whose text is not read "
+            "at load (a raw, bytes, triple-quoted or escaped one): write the name as a plain literal; "
+            f"{shown} holds: {', '.join(sorted(node.fields)) or 'no name'}",
+        )
+
+
+def _name_tests(raw: Sequence[str], scope: Any, scopes: Sequence[Any]) -> list[tuple[str, str]]:
+    """Where the variable of the macro ``scope`` (over a map: each of its names) is compared with a name
+    written as a string literal — ``k == 'x'``, ``k != 'x'``, ``'x' == k``, ``k in ['x', 'y']``, with nothing
+    binding tighter on either side (``_KEY_TEST_EDGES``): a key test in another spelling. Each as (the
+    test as written, the literal)."""
+    from ledger.policy.conditions import _KEY_TEST_EDGES, _binder
+
+    n = len(raw)
+
+    def at(i: int) -> str:
+        return raw[i] if 0 <= i < n else ""
+
+    def literal(i: int) -> bool:
+        return 0 <= i < n and _is_string_literal(raw[i])
+
+    def edge(i: int) -> bool:
+        return at(i) in _KEY_TEST_EDGES
+
+    out: list[tuple[str, str]] = []
+    for i in range(scope.start, scope.end):
+        if raw[i] != scope.var or at(i - 1) == "." or _binder(scopes, raw[i], i) is not scope:
+            continue
+        op, before = at(i + 1) + at(i + 2), at(i - 2) + at(i - 1)
+        if op in ("==", "!=") and literal(i + 3) and edge(i - 1) and edge(i + 4):
+            out.append((f"{raw[i]} {op} {raw[i + 3]}", raw[i + 3]))
+        elif before in ("==", "!=") and literal(i - 3) and edge(i - 4) and edge(i + 1):
+            out.append((f"{raw[i - 3]} {before} {raw[i]}", raw[i - 3]))
+        elif at(i + 1) == "in" and at(i + 2) == "[" and edge(i - 1):
+            k, items = i + 3, []  # ``k in ['x', 'y']``: a list literal of string literals only
+            while literal(k) and at(k + 1) in (",", "]"):
+                items.append(raw[k])
+                k += 1 if at(k + 1) == "]" else 2
+                if at(k) == "]":
+                    break
+            if items and at(k) == "]" and edge(k + 1):
+                shown = f"{raw[i]} in [{', '.join(items)}]"
+                out.extend((shown, t) for t in items)
+    return out
 
 
 def _chain_end(raw: Sequence[str], start: int, closing: Mapping[int, int]) -> int | None:
@@ -635,7 +743,7 @@ def check_routing_reads(policy: LoadedPolicy) -> None:
 def _context_problem(value: Any, node: _Node, where: str) -> str | None:
     """Why ``value``, built for the routing context at ``where``, does not hold what ``_routing_schema`` says
     its name holds (what the policy's reads were checked against), or None. Null stands for any value."""
-    if value is None or node == _ENTRY:
+    if value is None or node in (_ENTRY, _MIXED):
         return None
     if node == _SCALAR:
         return (
