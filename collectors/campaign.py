@@ -23,7 +23,7 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -423,7 +423,9 @@ class CampaignSection(_Section):
     host: str | None = Field(default=None, min_length=1, max_length=255)
     # the commit of the code under review (a native engine's or a patched backend's source, as its reviewers
     # name it: a full git object name); left out: the collector's own checkout's HEAD (``code_commit``), none
-    # where the collector runs from no checkout (an installed package) — then no review PASS credits the job
+    # where the collector runs from no checkout (an installed package) or from a checkout that is not its HEAD
+    # (uncommitted changes to tracked files, untracked files in the code's folders) — then no review PASS
+    # credits the job
     commit: str | None = None
 
     @field_validator("id")
@@ -1960,8 +1962,11 @@ def code_commit(where: Path | None = None) -> tuple[str | None, str]:
     whose tracked files include this module (``where``: another file, for tests), full and lower case —
     never a branch or a tag, which move. (None, why) where it cannot be told: not a tracked file of a git
     checkout (an installed package inside some other repository's folder is not that repository's code), no
-    ``git``, or an answer that is no full commit hash. Changes not committed are not told apart: the
-    commit names what the reviewer can check out."""
+    ``git``, or an answer that is no full commit hash; and (None, why) where the checkout is not that commit
+    (``uncommitted_changes``): a tracked file changed, staged or deleted, or an untracked file in the code's
+    own folders — the code that runs is then not the code a reviewer checks out at ``HEAD``, so no commit is
+    bound and no review PASS credits the job (fail closed). An untracked file elsewhere in the checkout (an
+    operator's campaign file, notes) is no code of the collector and changes nothing."""
     f = (where or Path(__file__)).resolve()
     git = shutil.which("git")
     if git is None:
@@ -1969,8 +1974,13 @@ def code_commit(where: Path | None = None) -> tuple[str | None, str]:
 
     def ask(*args: str) -> subprocess.CompletedProcess[str] | None:
         try:
+            # --no-optional-locks: reading the checkout never writes its index (as `git status` would)
             return subprocess.run(
-                [git, "-C", str(f.parent), *args], capture_output=True, text=True, timeout=30, check=False
+                [git, "--no-optional-locks", "-C", str(f.parent), *args],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
             )
         except (OSError, subprocess.SubprocessError):
             return None
@@ -1982,7 +1992,94 @@ def code_commit(where: Path | None = None) -> tuple[str | None, str]:
     commit = head.stdout.strip().lower() if head is not None and head.returncode == 0 else ""
     if not _FULL_COMMIT.fullmatch(commit):
         return None, f"git names no HEAD commit of the checkout of {f}"
+    top = ask("rev-parse", "--show-toplevel")
+    root = (
+        Path(top.stdout.strip()) if top is not None and top.returncode == 0 and top.stdout.strip() else None
+    )
+    changed = uncommitted_changes(ask, root, code_folders(f if where is not None else None))
+    if changed is not None:
+        return None, (
+            f"the checkout {root or f.parent} is not its HEAD {commit}: {changed} — the code that runs is "
+            "not the commit a reviewer would check out (commit the changes, or state the commit under "
+            "review as [campaign] commit)"
+        )
     return commit, f"git HEAD of the checkout of {f.parent}"
+
+
+_CHANGES_NAMED = 5  # the changed files a warning names (then a count)
+
+
+def code_folders(where: Path | None = None) -> list[Path]:
+    """The folders whose files are the collector's code and the data it reads: the ``ledger`` package's, and
+    the folders it links to (``collectors``, ``policies``, ``migrations``, ``campaigns``); for a test's
+    ``where``, that file's folder and the folders it links to. An untracked file in one of them may be
+    imported or read by the run (a new module not yet added), so it makes the checkout differ from HEAD."""
+    import ledger
+
+    base = where.parent if where is not None else Path(ledger.__file__).resolve().parent
+    folders = [base]
+    with contextlib.suppress(OSError):
+        for child in sorted(base.iterdir()):
+            if child.is_symlink() and child.is_dir():
+                folders.append(child.resolve())
+    return folders
+
+
+def uncommitted_changes(
+    ask: Callable[..., subprocess.CompletedProcess[str] | None],
+    root: Path | None,
+    folders: Sequence[Path],
+) -> str | None:
+    """What makes a checkout (``root``: its top folder; ``ask``: git run in it) differ from its HEAD
+    (``git status``), named for a warning, or None: none. Counted: every change to a tracked file anywhere
+    in the checkout (modified, staged, deleted, renamed, a new file added to the index) and every untracked,
+    not ignored file in ``folders`` (the code's own: ``code_folders``). A ``git status`` that does not
+    answer, or a checkout whose top folder git does not name, counts as a change (it cannot be told)."""
+    if root is None:
+        return "git names no top folder of the checkout, so whether files changed cannot be told"
+    status = ask("status", "--porcelain=v1", "-z", "--untracked-files=no", "--ignore-submodules=none")
+    if status is None or status.returncode != 0:
+        return "git status gave no answer, so whether files changed cannot be told"
+    tracked = _status_paths(status.stdout)
+    inside = [str(d) for d in folders if d.is_relative_to(root.resolve())]
+    untracked: list[str] = []
+    if inside:
+        found = ask("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *inside)
+        if found is None or found.returncode != 0:
+            return "git status gave no answer, so whether files changed cannot be told"
+        untracked = [p for code, p in _status_entries(found.stdout) if code == "??"]
+    parts = []
+    if tracked:
+        parts.append(f"{len(tracked)} tracked file(s) changed ({_named(tracked)})")
+    if untracked:
+        parts.append(f"{len(untracked)} untracked file(s) in the code's folders ({_named(untracked)})")
+    return "; ".join(parts) or None
+
+
+def _status_entries(out: str) -> list[tuple[str, str]]:
+    """(status code, path) of each entry of ``git status --porcelain=v1 -z`` (a rename's source skipped)."""
+    fields = out.split("\0")
+    entries: list[tuple[str, str]] = []
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2], entry[3:]
+        entries.append((code, path))
+        if "R" in code or "C" in code:
+            i += 1  # the rename's or copy's source follows as a field of its own
+    return entries
+
+
+def _status_paths(out: str) -> list[str]:
+    return [p for _, p in _status_entries(out)]
+
+
+def _named(paths: Sequence[str]) -> str:
+    shown = ", ".join(paths[:_CHANGES_NAMED])
+    return shown + (f", and {len(paths) - _CHANGES_NAMED} more" if len(paths) > _CHANGES_NAMED else "")
 
 
 def _check_backend(spec: CampaignFile, p: Path) -> None:
@@ -2473,7 +2570,7 @@ class CampaignRunner:
             f"code commit: {self.code_commit} ({source}): a review PASS credits this job's results only "
             "where it names this commit"
             if self.code_commit is not None
-            else f"code commit: none bound ({source}): no review PASS credits this job's results"
+            else f"warning: code commit: none bound ({source}): no review PASS credits this job's results"
         )
         if self.c.spec.gates.benchmark.enabled:
             # judged by the engine detected: a kind whose package no version of was found gets the
