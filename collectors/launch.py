@@ -62,8 +62,8 @@ from ledger.signatures import (
     Signature,
     classify,
     echoed_line,
-    find_engine_text,
     load_signatures,
+    shows_stop_marker,
     stop_markers,
 )
 
@@ -648,7 +648,15 @@ class EngineRun:
         """The engine's logs, after readiness, already show a stop marker (``stop_markers`` of the signature
         table: the line an engine prints when told to stop from outside) before this process told it to
         stop: someone else stopped it, and it is shutting down."""
-        if self.ready_lines is None or self.stop_lines is not None:
+        if self.stop_lines is not None:
+            return False
+        return self._marked_after_ready()
+
+    def _marked_after_ready(self) -> bool:
+        """Whether the engine's logs show a stop marker (``shows_stop_marker``) after readiness and before
+        this process told it to stop (where it did: ``stop_lines``, a lease's stop too): someone else told
+        it to stop (``RunOutcome.stop_marked``). Read from the log files, as the policy reads them back."""
+        if self.ready_lines is None:
             return False
         markers = stop_markers()
         for t in self._tees:
@@ -656,8 +664,8 @@ class EngineRun:
                 lines = t.path.read_text(encoding="utf-8", errors="replace").splitlines()
             except OSError:
                 continue
-            after = "\n".join(lines[self.ready_lines.get(t.path.name, 0) :])
-            if any(find_engine_text(after, m) >= 0 for m in markers):
+            end = self.stop_lines.get(t.path.name) if self.stop_lines is not None else None
+            if shows_stop_marker("\n".join(lines[self.ready_lines.get(t.path.name, 0) : end]), markers):
                 return True
         return False
 
@@ -794,6 +802,7 @@ class EngineRun:
             signal=sig,
             lease_expired=self.lease_expired,
             request_failed=self.failure_observed is not None,
+            stop_marked=self._marked_after_ready(),
         )
         sigs = self.signatures
         if self.stop_reason not in ENGINE_ENDED:

@@ -40,6 +40,7 @@ __all__ = [
     "load_signatures",
     "not_a_completion",
     "pattern_signatures",
+    "shows_stop_marker",
     "signature_classes",
     "status_signatures",
     "stop_markers",
@@ -184,6 +185,11 @@ class RunOutcome:
     signal: int | None = None  # the signal that terminated it
     lease_expired: bool = False
     request_failed: bool = False  # the collector saw a request fail server-side
+    # the engine's logs show a stop marker (``stop_markers``: the line an engine prints when it is told to
+    # stop) after readiness, printed before the collector told it to stop (if it ever did): someone else
+    # stopped it. Derived from the logs by whoever classifies the run (the collector from what it read, the
+    # policy engine from the stored logs: ``stop_marked``), never taken from a record's claim
+    stop_marked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +202,7 @@ class Signature:
     lease_expired: bool | None = None
     ready: bool | None = None
     request_failed: bool | None = None
+    stop_marked: bool | None = None
     failure_class: FailureClass = FailureClass.STARTUP
 
     def match(self, text: str, outcome: RunOutcome) -> str | None:
@@ -215,6 +222,8 @@ class Signature:
         if self.ready is not None and outcome.ready != self.ready:
             return None
         if self.request_failed is not None and outcome.request_failed != self.request_failed:
+            return None
+        if self.stop_marked is not None and outcome.stop_marked != self.stop_marked:
             return None
         if not self.patterns:
             return 0, ""
@@ -273,6 +282,7 @@ def _signature(raw: dict[str, Any], where: str) -> Signature:
         "lease_expired",
         "ready",
         "request_failed",
+        "stop_marked",
         "class",
     }
     unknown = set(raw) - known
@@ -287,6 +297,9 @@ def _signature(raw: dict[str, Any], where: str) -> Signature:
         raise ConfigError(f"{where} ({sid}): `class` is required (one of {choices})")
     if cls not in {c.value for c in FailureClass}:
         raise ConfigError(f"{where} ({sid}): unknown class {cls!r} (one of {choices})")
+    for flag in ("lease_expired", "ready", "request_failed", "stop_marked"):
+        if flag in raw and not isinstance(raw[flag], bool):
+            raise ConfigError(f"{where} ({sid}): `{flag}` must be true or false, not {raw[flag]!r}")
     try:
         patterns = tuple(re.compile(p) for p in raw.get("patterns", []))
     except re.error as e:
@@ -300,6 +313,7 @@ def _signature(raw: dict[str, Any], where: str) -> Signature:
         lease_expired=raw.get("lease_expired"),
         ready=raw.get("ready"),
         request_failed=raw.get("request_failed"),
+        stop_marked=raw.get("stop_marked"),
         failure_class=FailureClass(cls),
     )
 
@@ -471,6 +485,13 @@ def unanswered_error(error: object) -> bool:
 def stop_markers(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
     """The log lines an engine prints when told to stop from outside (``stop_markers`` in the table)."""
     return _stop_markers(*_stamp(path))
+
+
+def shows_stop_marker(text: str, markers: Sequence[re.Pattern[str]]) -> bool:
+    """Whether ``text`` (log lines an engine printed after readiness, before any stop of the collector's)
+    holds one of ``markers`` on a line of the engine's own (``find_engine_text``: an echoed prompt quoting
+    one is none): ``RunOutcome.stop_marked``, the one reading of it the collector and the policy share."""
+    return any(find_engine_text(text, m) >= 0 for m in markers)
 
 
 def before_stop(
