@@ -63,10 +63,16 @@ field "$WORK/run-trained.json" "'\n'.join(f\"  {g['gate']:20} {g['status']}\" fo
   || fail "not every collector gate of $TRAINED passed"
 SEM=$(field "$WORK/run-trained.json" "next(g['entry_id'] for g in r['gates'] if g['gate'] == 'semantic')")
 BENCH=$(field "$WORK/run-trained.json" "next(g['entry_id'] for g in r['gates'] if g['gate'] == 'benchmark')")
-# the commit reviewed: the checkout's — the commit the collector ran at, which its job binds
-# (spec.bindings.commit); outside a git checkout no commit is bound and no review PASS credits the results
-COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null) \
-  || fail "not a git checkout: the collector binds no code commit, so no review PASS could credit the results"
+# the commit reviewed: the one the collector ran at, which its job binds (spec.bindings.commit) — read back
+# from the job entry; none is bound outside a git checkout, or from a checkout that is not its HEAD (changed
+# tracked files, untracked files in the code's folders: the collector's warning names them), and then no
+# review PASS could credit the results
+JOB=$(field "$WORK/run-trained.json" "r['job_entry'] or ''")
+[[ -n "$JOB" ]] || fail "collect run $TRAINED recorded no job entry"
+L show "$JOB" --json >"$WORK/job-trained.json"
+COMMIT=$(field "$WORK/job-trained.json" "(r['payload'].get('spec') or {}).get('bindings', {}).get('commit') or ''")
+[[ -n "$COMMIT" ]] || fail "the collector bound no code commit (not a git checkout, or one with uncommitted \
+changes: see its warning above), so no review PASS could credit the results; commit the changes and run again"
 
 step "review and acceptance: what the evidence-acceptance policy needs before it credits them"
 L review "$SEM" --pass --commit "$COMMIT" --key reviewer --summary "semantic items and their checks read"
