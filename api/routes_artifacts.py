@@ -33,7 +33,10 @@ router = APIRouter(
 )
 
 _CHUNK = 1024 * 1024
-_RANGE = re.compile(r"^bytes=(\d{0,19})-(\d{0,19})$")  # longer numbers: not a range we serve
+# one byte range (RFC 9110 14.1.2: its positions are any number of digits); a position of more than
+# _POS_DIGITS digits is past the end of any artifact, read without converting it
+_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
+_POS_DIGITS = 18
 DigestPath = Annotated[str, Path(pattern=r"^blake3:[0-9a-f]{64}$", description="blake3:<64 hex>")]
 _UPLOAD_BODY = {
     "requestBody": {
@@ -100,15 +103,18 @@ def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     first, last = m.group(1), m.group(2)
     if not first and not last:
         return None
+    shown = header.strip()[:80]
     if not first:
-        n = int(last)
+        n = int(last) if len(last) <= _POS_DIGITS else size  # a longer suffix: the whole artifact
         if n == 0:
             raise RangeNotSatisfiableError(f"empty suffix range of an artifact of {size} bytes")
         return max(0, size - n), size
+    if len(first) > _POS_DIGITS:
+        raise RangeNotSatisfiableError(f"range {shown} starts past the end of an artifact of {size} bytes")
     start = int(first)
-    end = min(int(last) + 1, size) if last else size
-    if start >= size or (last and int(last) < start):
-        raise RangeNotSatisfiableError(f"range {header} is outside an artifact of {size} bytes")
+    end = size if not last or len(last) > _POS_DIGITS else min(int(last) + 1, size)
+    if start >= size or (last and len(last) <= _POS_DIGITS and int(last) < start):
+        raise RangeNotSatisfiableError(f"range {shown} is outside an artifact of {size} bytes")
     return start, end
 
 

@@ -91,28 +91,40 @@ def _one_value(in_path: str, in_query: str | None, name: str) -> str:
 def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | None:
     """The latest recorded ``verdict`` entry naming FIELD=VALUE (``ledger verdict --record`` writes them):
     a claim as of its checkpoint, which later evidence (a supersession, a rejection, staleness) may have
-    overturned — a page shows it as recorded, with its time, never as the verdict now."""
+    overturned — a page shows it as recorded, with its time, never as the verdict now. Its word is shown
+    only when its recorded result reads (``Ledger.verdict_result``) and says that word; else ``problem``
+    says why, and the page shows it as unreadable (never as the word its payload claims).
+
+    ``subject`` is the subject a page derives the verdict now for — from what the log knows of the row
+    FIELD=VALUE, never from a subject the entry's payload names: the row itself where FIELD is the
+    campaign; else the campaign the entry is logged under, with FIELD=VALUE as a claim the verdict checks
+    against the campaign's own entries (none: the row alone, which the verdict refuses to judge)."""
     found = ledger.query(subject={field: value}, kind="verdict", descending=True, limit=1)
     if not found:
         return None
-    p = found[0].statement.payload
+    entry = found[0]
+    p = entry.statement.payload
     policy: dict[str, Any] = p["policy"] if isinstance(p.get("policy"), dict) else {}
     checkpoint: dict[str, Any] = p["checkpoint"] if isinstance(p.get("checkpoint"), dict) else {}
-    judged = p.get("subject")
-    # the subject the verdict evaluated (a campaign's verdict also names its backend, model and host)
-    subject = (
-        {str(k): str(v) for k, v in judged.items()}
-        if isinstance(judged, dict) and judged and all(isinstance(v, str) for v in judged.values())
-        else {field: value}
-    )
+    problem: str | None = None
+    try:
+        result = ledger.verdict_result(entry)
+    except LedgerError as e:
+        problem = e.message
+    else:
+        if result.get("verdict") != p.get("verdict"):
+            problem = f"its payload says {p.get('verdict')!r}, its recorded result {result.get('verdict')!r}"
+    campaign = entry.statement.subject.get("campaign")
+    subject = {field: value} if field == "campaign" or not campaign else {"campaign": campaign, field: value}
     return {
-        "verdict": p.get("verdict"),
+        "verdict": p.get("verdict") if problem is None else None,
+        "problem": problem,
         "status": p.get("status"),
-        "id": found[0].entry_id,
+        "id": entry.entry_id,
         "policy": policy,
         "policy_name": policy.get("name", ""),
         "checkpoint_size": checkpoint.get("size"),
-        "logged_at": found[0].logged_at,
+        "logged_at": entry.logged_at,
         "subject": subject,
     }
 
@@ -123,9 +135,10 @@ _DERIVE_MAX = 20  # verdicts a list page derives now (distinct subjects); past t
 def _verdict_now(
     ledger: Ledger, recorded: dict[str, Any] | None, memo: dict[tuple[str, ...], dict[str, Any]]
 ) -> dict[str, Any] | None:
-    """Beside a recorded verdict, the verdict derived now for the subject it judged under its policy
-    (``verdict``, or ``problem`` when the server cannot derive it) and the ``href`` of its gate ladder;
-    past ``_DERIVE_MAX`` distinct subjects only the ``href``. ``memo`` spans one page's rows."""
+    """Beside a recorded verdict, the verdict derived now for its row's subject (``_latest_verdict``'s
+    ``subject``: what the log knows of the row, never the entry's claim) under its policy (``verdict``,
+    or ``problem`` when the server cannot derive it) and the ``href`` of its gate ladder; past
+    ``_DERIVE_MAX`` distinct subjects only the ``href``. ``memo`` spans one page's rows."""
     if recorded is None:
         return None
     name = str(recorded["policy_name"] or "backend-qualification")

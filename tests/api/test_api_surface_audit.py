@@ -432,7 +432,7 @@ def test_subjects_page_without_a_recorded_verdict_and_with_one_it_cannot_derive(
     home = qualified.client.get("/")
     assert home.status_code == 200
     was, now = _cells(home.text, "campaign=elsewhere")[2:]
-    assert was.startswith("QUALIFIED recorded ") and now == "cannot be derived here"
+    assert was.startswith("result unreadable recorded ") and now == "cannot be derived here"
 
 
 # --- 4. an unknown kind filter is refused, naming the known kinds --------------------------------------
