@@ -36,13 +36,16 @@ __all__ = [
     "check_ingest",
     "check_kind_filter",
     "format_time",
+    "host_key",
     "misspelled_subject_field",
     "misspelled_subject_words",
     "misspelling_of",
     "parse_statement",
     "parse_time",
     "parse_when",
+    "same_subject_value",
     "subject_problem",
+    "time_range_problem",
     "validate_payload",
 ]
 
@@ -342,14 +345,22 @@ _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
+def time_range_problem(dt: datetime) -> str | None:
+    """Why ``dt`` is no time a new entry or a command may carry (None: it is one) — the one range both
+    take: from 1970 to before 9000. Near year 1 or 9999 the windows the policy computes (its age bounds
+    are subtracted from a time) overflow, so ``ledger record --collected-at`` (``parse_when``) and every
+    ingest (``check_ingest``: the CLI's and the API's) refuse such a time alike."""
+    if _EARLIEST <= dt < _LATEST:
+        return None
+    return f"give a time from {_EARLIEST:%Y-%m-%d} to before {_LATEST:%Y-%m-%d}"
+
+
 def _in_range(dt: datetime, text: str) -> datetime:
-    """A typed time the commands can compute windows from (a policy's age bounds are subtracted from it):
-    near year 1 or 9999 that arithmetic overflows, so such a time is refused as input, not a crash."""
-    if not _EARLIEST <= dt < _LATEST:
-        raise InputError(
-            f"time {text!r} is out of range",
-            hint=f"give a time from {_EARLIEST:%Y-%m-%d} to before {_LATEST:%Y-%m-%d}",
-        )
+    """A typed time the commands can compute windows from (``time_range_problem``): one out of range is
+    refused as input, not a crash."""
+    problem = time_range_problem(dt)
+    if problem is not None:
+        raise InputError(f"time {text!r} is out of range", hint=problem)
     return dt
 
 
@@ -1050,10 +1061,66 @@ def parse_statement(value: Any) -> Statement:
     return st
 
 
+def host_key(name: str) -> str:
+    """A host name as every part compares it: host names are DNS names, case-insensitive (a trailing dot,
+    or white space around it, names the same host), so ``GPU-BOX-1`` and ``gpu-box-1`` are one host
+    everywhere — in the verdict (a host's probes, pins, kernel logs), the routing gate and at ingest."""
+    return name.strip().rstrip(".").casefold()
+
+
+def same_subject_value(field: str, got: str, asked: str) -> bool:
+    """Whether two values of one subject field name the same thing: a host as a host name (``host_key``),
+    every other field exactly as stored (the subject index matches them so)."""
+    if field == "host":
+        return host_key(got) == host_key(asked)
+    return got == asked
+
+
+# kinds whose payload names the subject the entry judged (``subject``) beside the statement's own subject:
+# a verdict's evaluated subject. A routing.change names none (its ``deployment.host`` is the layout the
+# check judged, which may be another host's: the routing check's ``deployment-host`` gate refuses it, and a
+# refused decision is recorded as it was judged)
+_JUDGED_SUBJECT_KINDS = ("verdict",)
+
+
+def _judged_subject_problem(st: Statement) -> str | None:
+    """Why the subject a payload says it judged contradicts the entry's own subject (None: it does not).
+    Every field of the payload's ``subject`` must be in the statement's subject with the same value
+    (``same_subject_value``): the log indexes the entry by its statement's subject, and every page and
+    gate that finds it there reads it as a verdict about that subject — one judging another campaign
+    would be shown as this one's. A payload field the statement leaves out is refused too: the entry
+    would be a verdict about a subject no reader of that field finds it under (``ledger verdict
+    --record`` names every field it judged in both)."""
+    judged = st.payload.get("subject") if st.kind in _JUDGED_SUBJECT_KINDS else None
+    if not isinstance(judged, Mapping):
+        return None
+    for key, value in sorted(judged.items()):
+        mine = st.subject.get(key)
+        if mine is None:
+            return (
+                f"payload subject names {key}={value}, which the entry's subject does not name: the log "
+                f"finds an entry by its own subject (name {key}={value} there too)"
+            )
+        if not isinstance(value, str) or not same_subject_value(key, mine, value):
+            return (
+                f"payload subject names {key}={value}, the entry's subject {key}={mine}: a {st.kind} "
+                f"entry judges the subject it is logged under (record it under {key}={value})"
+            )
+    return None
+
+
 def check_ingest(st: Statement) -> Statement:
     """What the log refuses of a new statement beyond its schema (``parse_statement``, which reads stored
     entries too, so an entry stored before one of these rules stays readable): a host's facts that name
-    no host, a launch that claims it started after it was recorded."""
+    no host, a launch that claims it started after it was recorded, a ``collected_at`` out of the range
+    of times (``time_range_problem``), a verdict whose payload says it judged another subject than the
+    one it is logged under (``_judged_subject_problem``)."""
+    range_problem = time_range_problem(parse_time(st.collected_at))
+    if range_problem is not None:
+        raise SchemaError(f"collected_at {st.collected_at} is out of range: {range_problem}")
+    judged_problem = _judged_subject_problem(st)
+    if judged_problem is not None:
+        raise SchemaError(judged_problem)
     started = st.payload.get("started_at") if st.kind == "engine.launch" else None
     # a launch is recorded once it started: a start after the record is a claim from the future that would
     # move the attempt past the probes of the run before it
