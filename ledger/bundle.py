@@ -66,6 +66,8 @@ from ledger.trust import replay_keys
 if TYPE_CHECKING:
     from ledger.logged import LoggedEntry
     from ledger.policy.loader import LoadedPolicy
+    from ledger.policy.port import PolicyLedger
+    from ledger.policy.snapshot import Evidence
     from ledger.service import Ledger
     from ledger.witness import TrustPolicy
 
@@ -191,6 +193,21 @@ def _stored_note(ledger: Ledger, size: int) -> str | None:
     return None
 
 
+def _judged_entries(ledger: PolicyLedger, subject: dict[str, str], size: int) -> list[Evidence]:
+    """The entries the verdict about ``subject`` judges at ``size`` (its campaign's, whatever else the
+    subject names — ``judged_scope`` — and the host entries read for it): the one reading of which
+    bundled entries need their artifacts, by ``create_bundle`` over the ledger and by ``verify_bundle``
+    over the bundle's own rows. Every other bundled entry (a ``key.*`` entry, the last entry, whose
+    ``logged_at`` is the reference time) is bundled for its log record and proof alone: its artifacts
+    belong to another subject and stay out of the bundle."""
+    from ledger.policy.snapshot import snapshot_from_rows
+    from ledger.policy.verdict import subject_snapshot_rows
+
+    raw = subject_snapshot_rows(ledger, subject, size, None)
+    snap, _ = snapshot_from_rows(ledger, raw)
+    return list(snap.entries)
+
+
 def create_bundle(
     ledger: Ledger,
     subject: dict[str, str],
@@ -202,15 +219,12 @@ def create_bundle(
 ) -> dict[str, Any]:
     """Write the reviewer bundle of ``subject`` under ``policy`` (the log at ``at_size``, default now) to
     ``out``; returns the manifest. ``redact``: artifact names (or digests) bundled as digests only."""
-    from ledger.policy.snapshot import snapshot_from_rows
-    from ledger.policy.verdict import evaluate, result_digest, subject_snapshot_rows
+    from ledger.policy.verdict import evaluate, result_digest
 
     n = ledger.size() if at_size is None else at_size
     result = evaluate(ledger, subject, policy, at_size=n)
-    # the rows the verdict judged (its campaign's, whatever else the subject names: ``judged_scope``)
-    raw = subject_snapshot_rows(ledger, subject, n, None)
-    snap, _ = snapshot_from_rows(ledger, raw)
-    seqs = {e.seq for e in snap.entries}
+    judged = _judged_entries(ledger, subject, n)
+    seqs = {e.seq for e in judged}
     with ledger.repo.read() as conn:
         seqs.update(seq for seq, _ in ledger.repo.key_rows(conn, 0, n))
     seqs.add(n - 1)  # its logged_at is the verdict's reference time
@@ -248,7 +262,7 @@ def create_bundle(
 
     wanted = set(redact)
     artifacts: dict[str, dict[str, Any]] = {}
-    for e in snap.entries:
+    for e in judged:  # only the judged entries' artifacts: the others are bundled for their record alone
         for a in e.artifacts:
             if not a.get("stored", True):
                 continue
@@ -869,7 +883,20 @@ def _verify(
             )
         blobs[digest] = data  # as bundled: the policy's own artifact check judges it too
     report.artifacts = len(blobs)
+    # the artifacts of the entries the verdict judges (``_judged_entries``, over the bundle's own rows, as
+    # ``create_bundle`` chose them) must be bundled; an entry bundled for its record alone is checked by
+    # record and proof above. Where the judged entries cannot be read, every bundled entry's (fails closed).
+    need: set[str] | None
+    try:
+        need = {
+            e.id
+            for e in _judged_entries(BundleLedger(repo, MemoryStore(blobs, redacted)), report.subject, size)
+        }
+    except LedgerError:
+        need = None
     for row, env in parsed:
+        if need is not None and row.entry_id not in need:
+            continue
         for a in env.statement().get("artifacts") or ():
             if a.get("stored", True) and a.get("digest") not in listed:
                 report.add(
