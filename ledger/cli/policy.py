@@ -185,6 +185,7 @@ def verdict(
         return
     from ledger.canonical import canonical_bytes
     from ledger.entries import now_utc, parse_when
+    from ledger.policy.record_time import size_as_of
     from ledger.policy.verdict import evaluate
 
     subj = _subject(subject)
@@ -204,13 +205,13 @@ def verdict(
         if record:
             _refuse_past_record(ledger, at, when)
         elif now:
-            at = _size_as_of(ledger, at, when)
+            at = size_as_of(ledger, at, when)
         result = evaluate(ledger, subj, pol, at_size=at, reference_time=when)
     else:
         reader = _read_ledger(home)
         check_extends_held(reader)
         if now:
-            at = _size_as_of(reader, at, when)
+            at = size_as_of(reader, at, when)
         result = evaluate(reader, subj, pol, at_size=at, reference_time=when)
     if trust is not None:  # the checkpoint the verdict was judged at must carry the policy's quorum
         problems = checkpoint_problems(ledger, int(result["checkpoint"]["size"]), trust)
@@ -241,42 +242,6 @@ def verdict(
         _render_verdict(result)
     if entry is not None:
         err.print(f"recorded verdict entry {entry.entry_id} (seq {entry.seq})")
-
-
-def _size_as_of(ledger: Any, at: int | None, when: Any) -> int | None:
-    """The log as it stood at ``when`` (``--now``): the entries the log took at or before it — evidence
-    logged after the time a verdict is judged at did not exist then. The log's clock never runs back, so
-    the count is found by bisection on the log times. With ``--at``, that size must not read past
-    ``when`` (an error naming the first entry after it); without an entry at or before ``when`` there is
-    nothing to judge (an error)."""
-    from ledger.entries import format_time, parse_time
-    from ledger.errors import InputError
-
-    total = ledger.size()
-    limit = total if at is None else at
-    if when is None or not 0 < limit <= total:
-        return at  # the evaluation reports a size out of range
-    with ledger.repo.read() as conn:
-        lo, hi = 0, limit  # entries [0, lo) were logged at or before ``when``; [hi, limit) after it
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if parse_time(ledger.repo.logged_at(conn, mid)) <= when:
-                lo = mid + 1
-            else:
-                hi = mid
-        first_after = ledger.repo.logged_at(conn, lo) if lo < limit else None
-    if lo == 0:
-        raise InputError(
-            f"the log holds no entry logged at or before {format_time(when)}: nothing to judge as of then",
-            hint="judge as of a later time (--now)",
-        )
-    if at is not None and first_after is not None:
-        raise InputError(
-            f"--at {at} reads entries logged after --now {format_time(when)} (seq {lo}, logged "
-            f"{first_after}): as of then the log had {lo} entries",
-            hint=f"leave out --at (the log as it stood at --now), or --at {lo} or less",
-        )
-    return lo
 
 
 def _refuse_past_record(ledger: Any, at: int | None, when: Any) -> None:
@@ -376,6 +341,9 @@ def check_routing_change_cmd(
     when = parse_when(now) if now else None
     if record or trust is not None:
         led = get_ledger(home)
+        # the log's head as the decision is judged: a --now before it judges the log cut at that time
+        # (``record_time.size_as_of``), and is still a past what-if, for reading (refused with --record)
+        head = led.size()
         result = led.check_routing(subj, pol, action=action, deployment=dep, now=when)
     else:
         result = check_routing_change(_read_ledger(home), pol, subj, action=action, deployment=dep, now=when)
@@ -392,7 +360,7 @@ def check_routing_change_cmd(
         from ledger.policy.record_time import refuse_pass_not_holding_now, refuse_unrecordable_time
 
         # the log's head and the clock first (as record_routing_change checks them), then the clock's answer
-        refuse_unrecordable_time(led, int(result["checkpoint"]["size"]), when, "routing decision")
+        refuse_unrecordable_time(led, head, when, "routing decision")
 
         def judge_now(t: Any) -> tuple[bool, str]:
             r = led.check_routing(subj, pol, action=action, deployment=dep, now=t)

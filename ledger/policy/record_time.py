@@ -19,6 +19,10 @@ No clock-skew tolerance (``RECORD_FUTURE_TOLERANCE`` is zero): the clock the ref
 is the one that stamps the entry's ``logged_at`` (this process's), and a reference time left out is read
 from that same clock, so a judgement recorded without ``--now``, or with ``--now now``, is never refused by
 it; any tolerance would let a judgement that many seconds ahead pass (fail closed).
+
+A judgement read (not recorded) at a stated reference time judges the log as it stood then
+(``size_as_of``): the entries it took at or before that time, never one it took later claiming an earlier
+time.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ledger.errors import InputError
 if TYPE_CHECKING:
     from ledger.policy.port import PolicyLedger as Ledger
 
-__all__ = ["RECORD_FUTURE_TOLERANCE", "refuse_pass_not_holding_now", "refuse_unrecordable_time"]
+__all__ = ["RECORD_FUTURE_TOLERANCE", "refuse_pass_not_holding_now", "refuse_unrecordable_time", "size_as_of"]
 
 # how far after the clock a recorded judgement's reference time may lie: none (see the module's text)
 RECORD_FUTURE_TOLERANCE = timedelta(0)
@@ -89,3 +93,41 @@ def refuse_pass_not_holding_now(
             "as passing",
             hint=f"record without --now (the {what} is judged now), or judge the past without --record",
         )
+
+
+def size_as_of(ledger: Ledger, at: int | None, when: datetime | None) -> int | None:
+    """The log as it stood at ``when`` (a judgement's ``--now``): how many entries it held then — those the
+    log took at or before ``when``. Evidence logged after the time a judgement is made at did not exist
+    then, whatever earlier time it claims (a probe uploaded late from a spool), so a judgement "as of
+    ``when``" reads only these: asked again later it says the same. The one rule for it, that ``ledger
+    verdict --now`` and the routing gate (``check routing-change --now``, ``POST /v1/routing-check``) keep.
+
+    The log's clock never runs back, so the count is found by bisection on the log times. With ``at``
+    (``--at``: a size the caller names) that size must not read past ``when`` (InputError naming the first
+    entry after it); without an entry at or before ``when`` there is nothing to judge (InputError). ``when``
+    None, or an ``at`` out of range, returns ``at`` as given (the judgement reports a size out of range)."""
+    total = ledger.size()
+    limit = total if at is None else at
+    if when is None or not 0 < limit <= total:
+        return at
+    with ledger.repo.read() as conn:
+        lo, hi = 0, limit  # entries [0, lo) were logged at or before ``when``; [hi, limit) after it
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if parse_time(ledger.repo.logged_at(conn, mid)) <= when:
+                lo = mid + 1
+            else:
+                hi = mid
+        first_after = ledger.repo.logged_at(conn, lo) if lo < limit else None
+    if lo == 0:
+        raise InputError(
+            f"the log holds no entry logged at or before {format_time(when)}: nothing to judge as of then",
+            hint="judge as of a later time (--now)",
+        )
+    if at is not None and first_after is not None:
+        raise InputError(
+            f"--at {at} reads entries logged after --now {format_time(when)} (seq {lo}, logged "
+            f"{first_after}): as of then the log had {lo} entries",
+            hint=f"leave out --at (the log as it stood at --now), or --at {lo} or less",
+        )
+    return lo

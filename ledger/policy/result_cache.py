@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 import blake3
 
 from ledger.canonical import canonical_bytes
-from ledger.hashing import blake3_hex
 from ledger.policy import snapshot as _snapshot
 
 if TYPE_CHECKING:
@@ -51,10 +50,8 @@ __all__ = [
     "load_parsed",
     "load_signatures",
     "put",
-    "put_value",
     "recall",
     "remember",
-    "rows_key",
     "save_parsed",
     "save_signatures",
     "stamp",
@@ -170,18 +167,6 @@ def key_for(raw: _snapshot.SnapshotRows, policy: LoadedPolicy) -> bytes:
         h.update(_columns(rows))
         h.update(b"\0")
         h.update(hashlib.sha256(b"".join(digests)).hexdigest().encode())
-    return h.digest()
-
-
-def rows_key(label: str, rows: list[tuple[Any, ...]]) -> bytes:
-    """The digest that names a pure function (``label``) of exactly these evidence tuples."""
-    h = hashlib.sha256(FORMAT)
-    h.update(_snapshot.RESULT_SALT[0])
-    h.update(_code_digest())
-    h.update(label.encode() + b"\0")
-    h.update(_columns(rows))
-    h.update(b"\0")
-    h.update(blake3_hex(b"".join([r[5] if type(r[5]) is bytes else bytes(r[5]) for r in rows])).encode())
     return h.digest()
 
 
@@ -523,11 +508,6 @@ def _shared_strings(value: Any, strings: dict[str, str]) -> Any:
     if t is str and len(value) <= SHARED_STRING_CHARS:
         return strings.setdefault(value, value)
     return value
-
-
-def put_value(ledger: Ledger, key: bytes, value: Any) -> None:
-    """Remember any JSON value under ``key`` (read back as ``get(…)["value"]``)."""
-    _store(ledger, key, canonical_bytes({"value": value}))
 
 
 def _prune(folder: Path) -> None:

@@ -95,7 +95,6 @@ REQUIRED_SUBJECT = ("model", "host")
 # a route is judged on the verdict of one backend: without it, any backend's QUALIFIED verdict for the model
 # on the host would route it (a restoration, seed 000, names the model and host it restores)
 REQUIRED_FOR_ACTION = {"route": ("backend",), "restore": ()}
-_probe_time = lru_cache(maxsize=1 << 16)(parse_time)
 ACTIONS = ("route", "restore")
 
 
@@ -842,12 +841,11 @@ def _entries(
     since: datetime | None = None,
 ) -> list[Evidence]:
     """The entries below ``size`` of these kinds whose subject has every field of ``subject``, parsed
-    (through the snapshot's parse cache), in seq order; with ``since``, those observed no earlier than it.
-
-    An entry's observed time is never after the log took it (``Evidence.observed_time``), so one the log
-    took before ``since`` cannot be recent: the database leaves those out (``logged_since``, a second
-    early, as the log writes its times) before any envelope is read, and the observed time decides the
-    rest here — a long campaign's old probes are neither read nor hashed.
+    (through the snapshot's parse cache), in seq order; with ``since``, those the log took no earlier than
+    it (the database leaves the others out, ``logged_since``, a second early as the log writes its times,
+    before any envelope is read: a long campaign's old probes are neither read nor hashed). What time an
+    entry claims is the caller's to judge: a probe claiming an older time than ``since`` is read, for it
+    may show a failure that stands (``check_routing_change``).
 
     A ``host`` is matched as a host name (``host_key``: case-insensitive): the entries of every spelling of
     it the log holds for these kinds are read."""
@@ -876,42 +874,12 @@ def _entries(
                     by_seq[r[0]] = r
             rows = [by_seq[q] for q in sorted(by_seq)]
         result_cache.remember(st, "kind-rows", args, rows)
-    if since is not None:
-        kept = result_cache.recall(st, "collected-since", (args, since))
-        if kept is None:
-            times = _collected_times(ledger, rows)
-            kept = [r for r, t in zip(rows, times, strict=True) if _recent(t, since)]
-            result_cache.remember(st, "collected-since", (args, since), kept)
-        rows = kept
     out = _parse_rows(rows)
     for e in out:
         rec = snap.keyring.keys.get(e.signer)  # type: ignore[call-overload]
         if rec is not None:
             e.signer_name, e.roles = rec.name, tuple(sorted(rec.roles))
     return out
-
-
-def _recent(collected_at: Any, oldest: datetime) -> bool:
-    """A cheap first cut (the age test of ``check_routing_change`` decides): collected no earlier than
-    ``oldest``, or a time that is absent or does not parse (kept, so that the age test sees it)."""
-    try:
-        return bool(_probe_time(collected_at) >= oldest)
-    except (TypeError, ValueError, AttributeError):
-        return True
-
-
-def _collected_times(ledger: Ledger, rows: list[tuple[Any, ...]]) -> list[Any]:
-    """Each row's ``collected_at`` (None where its statement has none), remembered for exactly these rows
-    (``result_cache.rows_key``: their columns and envelope bytes), so that a fresh process picks the
-    recent probes of a long campaign without parsing every envelope again."""
-    key = result_cache.rows_key("collected_at", rows)
-    got = result_cache.get(ledger, key)
-    times = got.get("value") if got is not None else None
-    if isinstance(times, list) and len(times) == len(rows):
-        return times
-    times = [e.statement.get("collected_at") for e in _parse_rows(rows)]
-    result_cache.put_value(ledger, key, times)
-    return times
 
 
 def _cancelled(
@@ -997,7 +965,14 @@ def check_routing_change(
     # the log must still be the one its home saw: a log truncated or rewritten below the checkpoint the
     # home holds (outside the database) is refused before anything in it is judged (IntegrityError)
     check_extends_held(ledger)
-    size = ledger.size() if at_size is None else at_size
+    # a reference time given (``--now``, the API's ``now``): the log as it stood then, the entries it took at
+    # or before that time (``record_time.size_as_of``, the verdict's rule) — one logged later claiming an
+    # earlier time did not exist then, so the answer "as of T" does not change when it is appended; an
+    # ``at_size`` reaching past that time is refused (InputError)
+    from ledger.policy.record_time import size_as_of
+
+    cut = size_as_of(ledger, at_size, now)
+    size = ledger.size() if cut is None else cut
     if not 0 < size <= ledger.size():
         raise InputError(f"the log has {ledger.size()} entries; cannot check it at size {size}")
     when = now or now_utc()
@@ -1141,10 +1116,16 @@ def check_routing_change(
         return _counts_against(policy, e, qual.params, None, against_memo)
 
     for e in _entries(ledger, subject=match, kinds=ROUTING_PROBE_KINDS, size=size, snap=snap, since=oldest):
-        # observed: collected_at, never after the log took it (a probe claiming a later time stays as old)
-        age = (when - e.observed_time).total_seconds()
-        if not 0 <= age <= max_probe_age:
+        # freshness decides credit, and a claimed time takes no failure out of "the newest": a probe the log
+        # took before the bound is stale whatever it claims; one it took within the bound is fresh where it
+        # was observed within it too (observed: collected_at, never after the log took it — a probe claiming
+        # a later time stays as old), and one claiming an older time is not credited, but a failure it shows
+        # stays among the probes (``counts_against``, as the verdict keeps a stale failure): as the one the
+        # log took last it is the newest and refuses — an earlier pass does not lift it
+        if not 0 <= (when - e.logged_time).total_seconds() <= max_probe_age:
             continue
+        age = (when - e.observed_time).total_seconds()
+        fresh = 0 <= age <= max_probe_age
         if e.derived_ is None:  # success judged from the record, as the verdict's filter judges it
             e.set_derived({**NO_DERIVED, "ok": probe_ok(e.payload)})
         qual = qual or _qualification(policy)
@@ -1158,9 +1139,20 @@ def check_routing_change(
                     "refusal": refusal(e.payload, qual.params),
                 }
             )
+        if not fresh and not probe_shows_failure(e):
+            continue  # a pass observed before the bound: not credited
         # a failed probe whose credit is withheld (rejected, or superseded by its own signer) still shows
         # the engine failing: it stays among the probes (it passes no check, and as the newest it refuses)
         if usable(e, shows_failure=probe_shows_failure):
+            if not fresh:
+                note(
+                    e,
+                    Rule.STALE,
+                    f"collected {e.collected_at}, more than {routing.probe_max_age} before the reference "
+                    f"time {format_time(when)}, but logged {e.logged_at}, within it: a claimed earlier time "
+                    "does not take a failure out of the newest probes",
+                    counts_against=True,
+                )
             probes.append(e)
     verdict_age = (when - verdict.logged_time).total_seconds() if verdict is not None else None
     if verdict is not None and verdict_age is not None and verdict_age < 0:

@@ -120,10 +120,16 @@ def test_gpu_index_not_on_host_probe_refuses(build) -> None:
     assert any("GPU7" in x and "is not on gpu-box-1" in x for x in r["reasons"]), r["reasons"]
 
 
-def test_reference_time_before_the_verdict_is_an_error(build) -> None:
+def test_reference_time_before_the_verdict_finds_no_verdict(build) -> None:
+    """As of a time before the verdict was logged the log held none (the gate judges the log as it stood
+    then, ``record_time.size_as_of``): refused, never judged on a verdict that did not exist yet."""
     b = build("routing-change/seed004-router.toml")
-    with pytest.raises(InputError, match="before the verdict"):
-        check(b, OK, now=parse_time("2026-09-10T10:00:00Z"))
+    r = check(b, OK, now=parse_time("2026-09-10T10:00:00Z"))
+    assert r["allowed"] is False and r["verdict"] is None
+    assert r["checkpoint"]["size"] < b.ledger.size()
+    assert any("no trusted backend-qualification verdict recorded" in x for x in r["reasons"]), r["reasons"]
+    with pytest.raises(InputError, match="holds no entry logged at or before"):
+        check(b, OK, now=parse_time("2020-01-01T00:00:00Z"))
 
 
 def test_missing_gpu_memory_utilization_is_the_engine_default_not_zero(build, tmp_path: Path) -> None:
