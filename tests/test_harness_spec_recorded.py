@@ -36,6 +36,7 @@ from ledger.recorder import LocalRecorder
 from ledger.service import Ledger
 from tests.engines.stub_openai import StubConfig, serve_stub
 from tests.policy import test_fail_closed as fc  # the qualified campaign as data, and its verdict
+from tests.policy.test_fix95_verdict_side import as_backend
 
 REPO = Path(__file__).resolve().parents[1]
 QUALIFIED = "QUALIFIED"
@@ -305,11 +306,12 @@ def test_over_saturation_reported_is_approved_only_for_the_engines_the_policy_na
     over-saturation is reported (c4 and c32 can only queue; the TTFT bound still judges) …"""
     es = fc.qualified_entries()
     _llamacpp(es)
+    subject = as_backend(es, "llamacpp")  # fix 95: the campaign labelled as the engine it ran
     _bounds(es, "benchmark")["saturation"] = "report"
-    assert fc.verdict_of(tmp_path, es)["verdict"] == QUALIFIED
+    assert fc.verdict_of(tmp_path, es, subject=subject)["verdict"] == QUALIFIED
     # … as well as one judged by the stricter rule (over-saturation invalidates the run) …
     _bounds(es, "benchmark")["saturation"] = "invalid"
-    assert fc.verdict_of(tmp_path, es)["verdict"] == QUALIFIED
+    assert fc.verdict_of(tmp_path, es, subject=subject)["verdict"] == QUALIFIED
     # … but not one that records neither
     del _bounds(es, "benchmark")["saturation"]
     v = fc.verdict_of(tmp_path, es)

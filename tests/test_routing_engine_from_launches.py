@@ -118,7 +118,12 @@ def test_a_campaign_labelled_sglang_whose_launches_ran_vllm_is_not_routed_onto_s
     why = _reasons(onto_sglang, "deployment-engine")
     assert "with engine sglang, not the qualified engine vllm" in why, onto_sglang["reasons"]
     assert "the engine every launch the verdict credits ran" in why
+    # fix 95: nor onto vllm — a campaign labelled sglang whose launches ran vllm is no QUALIFIED campaign
+    # at all (the verdict compares the backend with the engine its launches ran: engine-contradicted)
     onto_vllm = _route(tmp_path, es, [_svc()], backend="sglang")  # a service without `engine` runs vllm
+    assert onto_vllm["allowed"] is False, onto_vllm["reasons"]
+    assert "is INCONCLUSIVE" in " ".join(onto_vllm["reasons"]), onto_vllm["reasons"]
+    onto_vllm = _route(tmp_path, es, [_svc()], backend="vllm")  # labelled as it ran: allowed
     assert onto_vllm["allowed"] is True, onto_vllm["reasons"]
     assert onto_vllm["verdict"]["current"]["engine"] is None
     assert onto_vllm["verdict"]["current"]["launch_engines"] == ["vllm"]
@@ -155,9 +160,7 @@ def test_a_bound_engine_still_refuses_another_engine_whatever_the_label(tmp_path
 
 
 def test_a_service_of_another_model_is_not_asked_its_engine(tmp_path: Path) -> None:
-    r = _route(
-        tmp_path, _unbound(), [_svc(), _svc("sglang", model="other", name="o", gpu=1)], backend="sglang"
-    )
+    r = _route(tmp_path, _unbound(), [_svc(), _svc("sglang", model="other", name="o", gpu=1)], backend="vllm")
     assert r["allowed"] is True, r["reasons"]
 
 
@@ -165,22 +168,35 @@ def test_a_service_of_another_model_is_not_asked_its_engine(tmp_path: Path) -> N
 
 
 def test_credited_launches_of_different_engines_leave_the_engine_untold_and_refuse(tmp_path: Path) -> None:
+    """A second launch of a generic server (any backend: it contradicts none, fix 95) beside the vllm one:
+    which engine the route must reach cannot be told — refused."""
     es = _unbound()
-    _second_launch(es, "sglang")
-    for engine in ("vllm", "sglang"):
-        r = _route(tmp_path, es, [_svc(engine)], backend=engine)
+    _second_launch(es, "generic")
+    for engine in ("vllm", "generic"):
+        r = _route(tmp_path, es, [_svc(engine)], backend="vllm")
         assert r["verdict"]["current"]["verdict"] == "QUALIFIED", r["verdict"]["current"]
         assert r["allowed"] is False, (engine, r["reasons"])
         assert _status(r, "deployment-engine") == "not_applicable"
         why = _reasons(r, "qualified-engine-known")
-        assert UNBOUND in why and "ran different engines (sglang, vllm)" in why, r["reasons"]
+        assert UNBOUND in why and "ran different engines (generic, vllm)" in why, r["reasons"]
+
+
+def test_credited_launches_of_two_named_engines_are_no_qualified_campaign(tmp_path: Path) -> None:
+    """Fix 95: launches of vllm and sglang — one contradicts the backend whichever it names: the verdict
+    is INCONCLUSIVE (engine-contradicted), so no route stands on it."""
+    es = _unbound()
+    _second_launch(es, "sglang")
+    for engine in ("vllm", "sglang"):
+        r = _route(tmp_path, es, [_svc(engine)], backend=engine)
+        assert r["verdict"]["current"]["verdict"] == "INCONCLUSIVE", r["verdict"]["current"]
+        assert r["allowed"] is False, (engine, r["reasons"])
 
 
 @pytest.mark.parametrize("spelled", ["vLLM", " VLLM"])
 def test_credited_launches_naming_one_engine_in_two_spellings_agree(tmp_path: Path, spelled: str) -> None:
     es = _unbound()
     _second_launch(es, spelled)
-    r = _route(tmp_path, es, [_svc()], backend="sglang")
+    r = _route(tmp_path, es, [_svc()], backend="vllm")
     assert r["allowed"] is True, r["reasons"]
 
 
@@ -189,7 +205,7 @@ def test_credited_launches_of_two_spellings_the_policy_maps_to_one_engine_agree(
     for e in (entry(es, "launch"),):
         e["payload"]["engine"] = e["payload"]["bindings"]["engine"] = "llamacpp"
     _second_launch(es, "llama.cpp")
-    r = _route(tmp_path, es, [_svc("Llama.CPP")], backend="vllm")
+    r = _route(tmp_path, es, [_svc("Llama.CPP")], backend="llamacpp")
     assert r["verdict"]["current"]["verdict"] == "QUALIFIED", r["verdict"]["current"]
     assert r["allowed"] is True, r["reasons"]
     assert _route(tmp_path, es, [_svc()], backend="llamacpp")["allowed"] is False  # a vllm service
@@ -204,11 +220,11 @@ def test_a_credited_launch_recording_no_engine_leaves_the_engine_untold(
     launch["engine"] = recorded
     del launch["bindings"]["engine"]
     r = _route(tmp_path, es, [_svc()], backend="vllm")
-    assert r["verdict"]["current"]["verdict"] == "QUALIFIED", r["verdict"]["current"]
+    # fix 95: an engine that is no name cannot bear the backend out: the verdict is not QUALIFIED, and the
+    # route is refused on it before its engine is asked
+    assert r["verdict"]["current"]["verdict"] == "INCONCLUSIVE", r["verdict"]["current"]
     assert r["allowed"] is False, r["reasons"]
-    why = _reasons(r, "qualified-engine-known")
-    assert UNBOUND in why and "records no engine" in why, r["reasons"]
-    assert "bind `engine` in the campaign job's spec.bindings" in why
+    assert "is INCONCLUSIVE" in " ".join(r["reasons"]), r["reasons"]
 
 
 def test_a_launch_without_its_engine_field_is_refused_at_ingest(tmp_path: Path) -> None:

@@ -2117,10 +2117,11 @@ def _derive(
     * ``after_launch_end`` — for an entry attributed to an attempt (``attempt`` above), whether it was
       observed after the end of that attempt: the earlier of the end its launch records (``ended_at``)
       and the end of the job the launch ran in (``_job_end``) — a probe then answered some other engine,
-      not the one launched. For a ``health.probe``, also whether the log took it after its attempt's launch
-      entry where that entry records the run's end (``ended_at``) and was logged at or after it: the log
-      knew the run was over, whatever ``collected_at`` the probe claims (the collector records a launch
-      when its run ends, after its probes). False otherwise
+      not the one launched. Also — for a probe, a harness result and any other evidence of the run alike
+      (one rule, by log order) — whether the log took it after its attempt's launch entry where that entry
+      records the run's end (``ended_at``) and was logged at or after it: the log knew the run was over,
+      whatever ``collected_at`` the entry claims (the collector records a launch when its run ends, after
+      its probes and harness results). False otherwise
       (no end recorded: the claim only ever takes credit away, so it is read as written).
     * ``unmatched_job_ends`` — for an ``engine.launch`` of the evaluated subject, the ``job_id`` of every
       trusted, not superseded terminal job entry of its campaign logged before every ``running`` entry of
@@ -2292,11 +2293,12 @@ def _derive(
             attempt_end = ends.get(attempt)
             if attempt_end is not None and e.observed_time > attempt_end:
                 e.derived_["after_launch_end"] = True
-            # a probe the log took after its attempt's launch entry recorded the run's end (the collector
-            # records a launch when its run ends, after its probes): the log knew that engine was gone — a
-            # claimed collected_at inside the run cannot lend it that run's credit (a probe spooled and
-            # pushed after its launch loses credit: the same fail-closed trade as a harness result's)
-            if e.kind == "health.probe" and attempt in ended_in_log and e.seq > ended_in_log[attempt]:
+            # an entry the log took after its attempt's launch entry recorded the run's end (the collector
+            # records a launch when its run ends, after its probes and harness results): the log knew that
+            # engine was gone — a claimed collected_at inside the run cannot lend it that run's credit, be it
+            # a probe or a harness result (one rule for both; an entry spooled and pushed after its launch
+            # loses credit: the fail-closed trade)
+            if attempt in ended_in_log and e.seq > ended_in_log[attempt]:
                 e.derived_["after_launch_end"] = True
     _mark_stop_cuts(trusted, launch_of, params or {}, unclean)
 
@@ -2342,16 +2344,15 @@ def _unanswered_claim_problem(e: Evidence) -> str | None:
     (``bounds.fault_kind`` "unanswered") is not one its own record can bear out, before that record is read
     back (``_harness_artifact_problem`` reads it): a run stopped from outside leaves unanswered only the
     requests in flight when the stop came — a benchmark's ``counts.unanswered`` must be a whole number from
-    1 to its largest concurrency level (``bounds.concurrency``), a semantic run (one item at a time) must
-    store its per-request record (``semantic-requests.jsonl``: a record written before it was kept shows
-    no HTTP status per item, so what stopped the run cannot be read back — fail closed). None: it can."""
-    gate = e.payload.get("gate")
-    if gate == "semantic":
-        if not any(a.get("name") == _SEMANTIC_REQUESTS for a in e.artifacts):
-            return f"it stores no {_SEMANTIC_REQUESTS}: which request went unanswered cannot be read back"
+    1 to its largest concurrency level (``bounds.concurrency``); and either harness must store its
+    per-request record (``_request_record_missing``, one rule for both: a result without it — a semantic
+    record written before it was kept, a benchmark that dropped it — shows no HTTP status per request, so
+    what stopped the run cannot be read back: fail closed). None: it can."""
+    missing = _request_record_missing(e)
+    if missing is not None:
+        return missing
+    if e.payload.get("gate") != "benchmark":
         return None
-    if gate != "benchmark":
-        return f"gate {gate!r} is no harness whose unanswered requests can be read back"
     counts = e.payload.get("counts")
     n = counts.get("unanswered") if isinstance(counts, dict) else None
     most = _max_concurrency(e.payload.get("bounds"))
@@ -3244,6 +3245,41 @@ _BENCHMARK_REQUESTS = "benchmark-requests.jsonl"
 _SEMANTIC_REQUESTS = "semantic-requests.jsonl"
 
 
+# each harness's per-request record (every request it sent, with its HTTP status, ``fault``, ``unanswered``
+# and ``refusal``): the only record a claim about its requests — unanswered when a stop from outside came,
+# refused for the campaign's configuration — can be read back from (``_request_record_missing``)
+_REQUEST_RECORDS = {"semantic": _SEMANTIC_REQUESTS, "benchmark": _BENCHMARK_REQUESTS}
+
+
+def _request_record_missing(e: Evidence) -> str | None:
+    """Why what a harness result claims of its requests cannot be read back: it is no harness's result
+    (``_REQUEST_RECORDS``), or it stores no per-request record. One rule for both harnesses: a claim
+    (``counts.unanswered``, ``counts.refused``, ``bounds.fault_kind``) on the payload alone is never
+    excused nor credited — the record read back (``_requests_shown``) is. None: it stores its record."""
+    gate = e.payload.get("gate")
+    name = _REQUEST_RECORDS.get(gate) if isinstance(gate, str) else None
+    if name is None:
+        return f"gate {gate!r} is no harness whose requests can be read back"
+    if any(a.get("name") == name for a in e.artifacts):
+        return None
+    return f"it stores no {name}, its per-request record: what it claims of its requests cannot be read back"
+
+
+def _request_claims(e: Evidence) -> list[str]:
+    """What a harness result claims of its requests that only its per-request record can bear out — the
+    claims a rule excuses a failed run on: ``bounds.fault_kind`` "unanswered" and ``counts.unanswered``
+    (a stop from outside, ``stopped-from-outside``), ``bounds.outcome`` "config" and ``counts.refused``
+    (the campaign's configuration, ``harness-campaign-config``). A count of 0 claims nothing; any other
+    value, mistyped too, is a claim."""
+    bounds, counts = e.payload.get("bounds"), e.payload.get("counts")
+    b: Mapping[str, Any] = bounds if isinstance(bounds, dict) else {}
+    c: Mapping[str, Any] = counts if isinstance(counts, dict) else {}
+    out = [f"bounds.fault_kind {FAULT_UNANSWERED!r}"] if b.get("fault_kind") == FAULT_UNANSWERED else []
+    out += ["bounds.outcome 'config'"] if b.get("outcome") == "config" else []
+    out += [f"counts.{k} {c[k]!r}" for k in ("unanswered", "refused") if k in c and c[k] != 0]
+    return out
+
+
 class _Unreadable(Exception):
     """An artifact line that is not the record the harness writes (``_artifact_records``)."""
 
@@ -3308,7 +3344,9 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
 
     An artifact named twice, recorded by reference only, missing from the store, failing its digest, or
     holding a line that is not such a record cannot show what the result counted: that is a problem too
-    (fail closed)."""
+    (fail closed). So is a result that claims what only its per-request record shows (``_request_claims``:
+    requests unanswered, or refused for the campaign's configuration) and stores none
+    (``_request_record_missing``): the claim is the payload's alone, never excused on it."""
     gate = e.payload.get("gate")
     names = (
         (_SEMANTIC_ITEMS, _SEMANTIC_FAILURES, _SEMANTIC_REQUESTS)
@@ -3317,6 +3355,9 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
         if gate == "benchmark"
         else ()
     )
+    claims = _request_claims(e) if names else []
+    if claims and (missing := _request_record_missing(e)) is not None:
+        return f"{', '.join(claims)}: {missing}"
     named: dict[str, list[Mapping[str, Any]]] = {}
     for a in e.artifacts:
         if a.get("name") in names:

@@ -31,6 +31,7 @@ from ledger.policy.acceptance import (
 from ledger.policy.conditions import Condition, FieldsRead, fields_read, shared_context
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
+from ledger.policy.names import engine_aliases, engine_key
 from ledger.policy.record_time import refuse_unrecordable_time
 from ledger.policy.rules import CREDIT_ONLY_BY_CLAIM, RULES, Rule
 from ledger.policy.snapshot import (
@@ -692,7 +693,7 @@ def _evaluate(
         parsed_before, answers_before = PARSED_HERE[0], ANSWERS_HERE[0]
         snap, consistent = snapshot_from_rows(ledger, raw)
         result, artifacts, window = _compute(ledger, snap, policy)
-        result = _with_claims(result, snap, subject)
+        result = _with_claims(result, snap, subject, policy)
         if PARSED_HERE[0] - parsed_before >= SAVE_PARSED_AFTER or ANSWERS_HERE[0] != answers_before:
             # enough was parsed or judged here that the home's file should hold it
             result_cache.save_parsed(ledger, raw.subject, parsed_items(snap.entries))
@@ -840,7 +841,73 @@ def _splits(campaign: str, own: list[Evidence], asked: Mapping[str, str]) -> lis
     return out
 
 
-def _with_claims(result: dict[str, Any], snap: Snapshot, subject: Mapping[str, str]) -> dict[str, Any]:
+ENGINES_OF_ANY_BACKEND = "engines_of_any_backend"  # the param naming engines that name no engine family
+
+
+def _engine_contradicted(
+    campaign: str, own: list[Evidence], policy: LoadedPolicy, asked: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """The campaign's backend against the engine its own entries record running — each job's approved spec
+    (``spec.bindings.engine``) and each launch's ``engine`` — as engine names compare (``engine_key``, by
+    ``params.engine_names``: ``vLLM`` is vllm, ``llama.cpp`` llamacpp): a campaign filed as backend vllm
+    whose job bound llama.cpp (a job recorded by hand, past the collector's ``_check_backend``) would
+    qualify vllm on what llama.cpp ran. One item, status ``engine-contradicted``, naming the backend and
+    each entry recording another engine, or an engine that is no name (mistyped, blank: which engine ran
+    cannot be told); like a split, it keeps a QUALIFIED verdict from standing. An engine in
+    ``params.engines_of_any_backend`` (the collector's generic kind: any server) names no engine family
+    and contradicts no backend; a campaign naming no backend, or recording no engine, has nothing here
+    to contradict."""
+    aliases = engine_aliases(policy)
+    listed_any = policy.params.get(ENGINES_OF_ANY_BACKEND, [])
+    if not isinstance(listed_any, list) or not all(engine_key(v) is not None for v in listed_any):
+        raise PolicyError(
+            f"policy {policy.name}: params.{ENGINES_OF_ANY_BACKEND} must be a list of engine names; "
+            f"got {listed_any!r}"
+        )
+    any_backend = {engine_key(v, aliases) for v in listed_any}
+    backends = {e.subject["backend"] for e in own if "backend" in e.subject}
+    if len(backends) != 1:
+        return []  # none named, or several (a split: ``_splits`` names it)
+    backend = next(iter(backends))
+    named = engine_key(backend, aliases)
+    found: list[tuple[Evidence, Any, str]] = []
+    for e in own:
+        if e.kind == "job":
+            spec = e.payload.get("spec")
+            bindings = spec.get("bindings") if isinstance(spec, dict) else None
+            if not isinstance(bindings, dict) or "engine" not in bindings:
+                continue
+            value, what = bindings["engine"], "binds engine"
+        elif e.kind == "engine.launch" and "engine" in e.payload:
+            value, what = e.payload["engine"], "ran engine"
+        else:
+            continue
+        key = engine_key(value, aliases)
+        if key is not None and key in any_backend:
+            continue
+        if key is None or named is None or key != named:
+            found.append((e, value, what))
+    if not found:
+        return []
+    listed = "; ".join(f"{e.kind} {e.id[:16]} {what} {v!r}" for e, v, what in found[:NAMED_AT_MOST])
+    more = f"; and {len(found) - NAMED_AT_MOST} more" if len(found) > NAMED_AT_MOST else ""
+    return [
+        {
+            "field": "backend",
+            "asked": asked.get("backend"),
+            "status": "engine-contradicted",
+            "entries": [{"entry": e.id, "kind": e.kind, "value": v} for e, v, _ in found],
+            "detail": f"campaign {campaign}'s entries name backend {backend!r} (engine {named}), but its own "
+            f"records of what ran name another engine, or none that can be told ({listed}{more}): its "
+            f"verdict would qualify backend {backend!r} on what another engine ran (engine names compare "
+            "by params.engine_names; record the campaign again under the backend of the engine it ran)",
+        }
+    ]
+
+
+def _with_claims(
+    result: dict[str, Any], snap: Snapshot, subject: Mapping[str, str], policy: LoadedPolicy
+) -> dict[str, Any]:
     """``result`` (the campaign judged whole) as the answer to ``subject``: each field it names beside the
     campaign checked against the campaign's own entries (``claims``, one item per field, in field order):
     ``holds`` where every entry of the campaign that names the field names the asked value (a host compared
@@ -849,12 +916,17 @@ def _with_claims(result: dict[str, Any], snap: Snapshot, subject: Mapping[str, s
     (INCONCLUSIVE: the campaign is QUALIFIED, but not shown to be what was asked); a verdict that is not
     QUALIFIED stands as it is. The campaign's own entries are those still its evidence
     (``_campaign_evidence``: not an acting entry, not withdrawn); beside the claims, the route fields they
-    disagree on (``_splits``) and the subject fields they misspell (``_misspelled``) are items too. Only the
+    disagree on (``_splits``), the subject fields they misspell (``_misspelled``) and a backend the engine
+    they record running contradicts (``_engine_contradicted``) are items too. Only the
     campaign asked alone, its entries agreeing, is answered without ``claims``."""
     claims = {k: v for k, v in subject.items() if k != CAMPAIGN}
     campaign = subject[CAMPAIGN]
     own = _campaign_evidence(result, snap)
-    splits = _splits(campaign, own, claims) + _misspelled(campaign, own, claims)
+    splits = (
+        _splits(campaign, own, claims)
+        + _misspelled(campaign, own, claims)
+        + _engine_contradicted(campaign, own, policy, claims)
+    )
     if not claims and not splits:
         return result
     checked: list[dict[str, Any]] = []

@@ -23,6 +23,7 @@ from ledger.collectors.probe import probe_completion, probe_sequential, probe_st
 from ledger.entries import HealthProbe
 from tests.engines.stub_openai import StubConfig, serve_stub
 from tests.policy.test_fail_closed import entry, gates, qualified_entries, verdict_of
+from tests.policy.test_fix95_verdict_side import as_backend
 
 COMPLETIONS = ("completion", "structured", "sequential")
 
@@ -67,7 +68,7 @@ def test_an_engine_that_echoes_the_asked_name_is_not_failed_on_it(tmp_path: Path
     es = qualified_entries()
     _engine(es, "llamacpp")
     _answered_by(es, "other-model")
-    v = verdict_of(tmp_path, es)
+    v = verdict_of(tmp_path, es, subject=as_backend(es, "llamacpp"))  # fix 95: labelled as it ran
     assert gates(v)["api-readiness"] == "passed", v["gates"]
     assert v["verdict"] == "QUALIFIED", v["gates"]
 

@@ -1308,7 +1308,10 @@ def test_a_ready_api_engine_without_an_identity_probe_cannot_pass_api_readiness(
     launch = entry(es, "launch")["payload"]
     launch["engine"] = launch["bindings"]["engine"] = engine
     entry(es, "campaign-job")["payload"]["spec"]["bindings"]["engine"] = engine  # what the job pins
-    v = verdict_of(tmp_path, es)
+    # the campaign's backend is the engine it runs (fix 95: a backend its engine contradicts is INCONCLUSIVE)
+    for e in es:
+        e["subject"] = {**e.get("subject", {}), "backend": engine}
+    v = verdict_of(tmp_path, es, subject={**SUBJECT, "backend": engine})
     g = next(g for g in v["gates"] if g["name"] == "api-readiness")
     if needs_probe:
         assert g["status"] == "missing" and "no /v1/models identity probe" in g["reason"], g

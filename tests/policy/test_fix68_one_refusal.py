@@ -28,6 +28,7 @@ from tests.policy.test_fail_closed import (
     rejected,
     verdict_of,
 )
+from tests.policy.test_fix95_verdict_side import store_request_record
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 ACC = POLICIES / "evidence-acceptance.toml"
@@ -255,6 +256,9 @@ def _config_run(es: list[dict[str, Any]], gate: str, counts: dict[str, int]) -> 
     else:
         p["figures"] = {"score": None}
     p["reason"] = VLLM_REASON
+    # its per-request record, as the harness stores it (fix 95: a refusal is read back from it, never
+    # excused on the payload's counts alone)
+    store_request_record(entry(es, gate))
     return p
 
 

@@ -25,6 +25,7 @@ from ledger.entries import validate_payload
 from ledger.errors import LedgerError
 from ledger.policy.conditions import compile_condition
 from tests.policy.test_fail_closed import counted_against, entry, qualified_entries, rejected, verdict_of
+from tests.policy.test_fix95_verdict_side import store_request_record
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 PARAMS: dict[str, Any] = tomllib.loads((POLICIES / "evidence-acceptance.toml").read_text())["params"]
@@ -206,6 +207,7 @@ def test_config_outcome_with_a_refused_request_and_no_aggregate_is_excused(tmp_p
     p["status"], p["reason"], p["figures"] = "failed", "no aggregate result: the engine refused …", {}
     p["bounds"].update(outcome="config", aggregate=False, valid=False)
     p["counts"].update(issued=1, completed=0, errors=1, cut=0, refused=1)
+    store_request_record(entry(es, "benchmark"))  # fix 95: the refusal is read back from its record
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == "INCONCLUSIVE", v["gates"]
     assert rejected(v)["benchmark"] == RULE and "benchmark" not in counted_against(v)
@@ -253,5 +255,6 @@ def test_semantic_config_outcome_judged_by_its_refused_items(
     )
     p["counts"] = dict(counts)
     p["bounds"].update(outcome="config", aggregate=False)
+    store_request_record(entry(es, "semantic"))  # fix 95: the refusal is read back from its record
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == verdict, v["gates"]

@@ -216,9 +216,16 @@ def test_the_payload_alone_without_a_bounded_unanswered_count_is_not_excused(
     assert not _excused(v, "benchmark"), v["rejected"]
 
 
-def test_the_payload_alone_within_the_largest_level_is_still_excused(tmp_path: Path) -> None:
-    """Neighbour: the fixture's own cut (1 unanswered, levels up to 32), no stored record: excused."""
-    assert _excused(_bench_cut(tmp_path, [{}], 1, artifact=False), "benchmark")
+def test_the_payload_alone_within_the_largest_level_is_not_excused(tmp_path: Path) -> None:
+    """Fix 95: the fixture's own cut (1 unanswered, levels up to 32) with no stored record is not excused
+    any more — a benchmark's claim of unanswered requests is read back from its per-request record, as a
+    semantic run's is (one rule): on the payload alone the fault stands, named. With the record: excused."""
+    v = _bench_cut(tmp_path, [{}], 1, artifact=False)
+    assert not _excused(v, "benchmark"), v["rejected"]
+    assert v["verdict"] == RUNTIME
+    [r] = [r for r in v["rejected"] if r["rule"] == MISMATCH]
+    assert "it stores no benchmark-requests.jsonl" in r["detail"]
+    assert _excused(_bench_cut(tmp_path, [{}], 1), "benchmark")
 
 
 def test_fault_kind_unanswered_beside_an_http_500_in_the_record_is_not_excused(tmp_path: Path) -> None:

@@ -628,10 +628,14 @@ def test_the_qualified_engine_is_the_one_the_approved_spec_binds_not_the_backend
     policy = load_policy("routing-change")
     subject = dict(SUBJECT)  # backend "vllm": the label the campaign gave its llama.cpp run
     served = {**OK["services"][0]}
-    for engine, allowed in (("vllm", False), ("llamacpp", True), ("llama.cpp", True)):
+    # fix 95: the verdict itself compares the label with the engine the spec binds — a llama.cpp run
+    # labelled vllm is no QUALIFIED campaign (engine-contradicted), so no route stands on it, whichever
+    # engine the service runs
+    for engine in ("vllm", "llamacpp", "llama.cpp"):
         dep = {**OK, "services": [{**served, "engine": engine}]}
         r = check_routing_change(ledger, policy, dict(subject), deployment=dep, now=NOW)
-        assert r["allowed"] is allowed, (engine, r["reasons"])
+        assert r["allowed"] is False, (engine, r["reasons"])
+        assert any("is INCONCLUSIVE" in x for x in r["reasons"]), (engine, r["reasons"])
     refused = check_routing_change(
         ledger, policy, dict(subject), deployment={**OK, "services": [served]}, now=NOW
     )
