@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -1955,6 +1956,8 @@ def _check_listen(spec: CampaignFile, p: Path) -> None:
 
 
 _FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git's SHA-1 and SHA-256 object names
+# no file-system monitor or untracked cache answers for the checkout's files: git looks at them itself
+_GIT_READS_FILES = ("-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false")
 
 
 def code_commit(where: Path | None = None) -> tuple[str | None, str]:
@@ -1963,22 +1966,29 @@ def code_commit(where: Path | None = None) -> tuple[str | None, str]:
     never a branch or a tag, which move. (None, why) where it cannot be told: not a tracked file of a git
     checkout (an installed package inside some other repository's folder is not that repository's code), no
     ``git``, or an answer that is no full commit hash; and (None, why) where the checkout is not that commit
-    (``uncommitted_changes``): a tracked file changed, staged or deleted, or an untracked file in the code's
-    own folders — the code that runs is then not the code a reviewer checks out at ``HEAD``, so no commit is
+    (``uncommitted_changes``): a tracked file changed, staged or deleted, a file git is told not to compare
+    (assume-unchanged, skip-worktree), a file of the code's own folders whose content is not HEAD's, or a
+    file in those folders that HEAD does not hold, ignored or not (only Python's and the tools' caches are
+    no code) — the code that runs is then not the code a reviewer checks out at ``HEAD``, so no commit is
     bound and no review PASS credits the job (fail closed). An untracked file elsewhere in the checkout (an
     operator's campaign file, notes) is no code of the collector and changes nothing."""
     f = (where or Path(__file__)).resolve()
     git = shutil.which("git")
     if git is None:
         return None, "no git program to read the collector's checkout"
+    # git reads the checkout the file lies in, never one an inherited GIT_DIR / GIT_INDEX_FILE… names
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
-    def ask(*args: str) -> subprocess.CompletedProcess[str] | None:
+    def ask(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str] | None:
         try:
             # --no-optional-locks: reading the checkout never writes its index (as `git status` would)
             return subprocess.run(
-                [git, "--no-optional-locks", "-C", str(f.parent), *args],
+                [git, "--no-optional-locks", *_GIT_READS_FILES, "-C", str(f.parent), *args],
+                input=stdin,
                 capture_output=True,
                 text=True,
+                errors="surrogateescape",
+                env=env,
                 timeout=30,
                 check=False,
             )
@@ -1996,7 +2006,7 @@ def code_commit(where: Path | None = None) -> tuple[str | None, str]:
     root = (
         Path(top.stdout.strip()) if top is not None and top.returncode == 0 and top.stdout.strip() else None
     )
-    changed = uncommitted_changes(ask, root, code_folders(f if where is not None else None))
+    changed = uncommitted_changes(ask, root, code_folders(f if where is not None else None), commit)
     if changed is not None:
         return None, (
             f"the checkout {root or f.parent} is not its HEAD {commit}: {changed} — the code that runs is "
@@ -2007,6 +2017,14 @@ def code_commit(where: Path | None = None) -> tuple[str | None, str]:
 
 
 _CHANGES_NAMED = 5  # the changed files a warning names (then a count)
+
+# What Python and the project's tools write into a checkout on their own: no code of the run. Anything
+# else untracked in the code's folders, ignored or not, may be imported or read (a sourceless ``x.pyc``
+# beside the modules is importable: Python writes its caches into ``__pycache__`` only).
+_CACHE_FOLDERS = frozenset(
+    {".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", ".import_linter_cache"}
+)
+_PYTHON_CACHE = "__pycache__"
 
 
 def code_folders(where: Path | None = None) -> list[Path]:
@@ -2029,31 +2047,106 @@ def uncommitted_changes(
     ask: Callable[..., subprocess.CompletedProcess[str] | None],
     root: Path | None,
     folders: Sequence[Path],
+    commit: str = "HEAD",
 ) -> str | None:
-    """What makes a checkout (``root``: its top folder; ``ask``: git run in it) differ from its HEAD
-    (``git status``), named for a warning, or None: none. Counted: every change to a tracked file anywhere
-    in the checkout (modified, staged, deleted, renamed, a new file added to the index) and every untracked,
-    not ignored file in ``folders`` (the code's own: ``code_folders``). A ``git status`` that does not
-    answer, or a checkout whose top folder git does not name, counts as a change (it cannot be told)."""
+    """What makes a checkout (``root``: its top folder; ``ask``: git run in it) differ from its ``commit``,
+    named for a warning, or None: none. Counted: every change ``git status`` sees to a tracked file anywhere
+    in the checkout (modified, staged, deleted, renamed, a new file added to the index); every tracked file
+    git is told not to compare (``git ls-files -v``: assume-unchanged, skip-worktree — ``git status`` is
+    blind to their changes); in ``folders`` (the code's own: ``code_folders``) every file of ``commit``
+    whose bytes (or link target) are not its blob — read, not trusted to the index's timestamps — and every
+    file ``commit`` does not hold, ignored or not (``.git/info/exclude`` and a global excludes file hide
+    code from ``git status``), but Python's and the tools' caches. A git that does not answer, or a checkout
+    whose top folder git does not name, counts as a change (it cannot be told)."""
     if root is None:
         return "git names no top folder of the checkout, so whether files changed cannot be told"
+    unknown = "git gave no answer, so whether files changed cannot be told"
     status = ask("status", "--porcelain=v1", "-z", "--untracked-files=no", "--ignore-submodules=none")
-    if status is None or status.returncode != 0:
-        return "git status gave no answer, so whether files changed cannot be told"
+    flags = ask("ls-files", "-v", "-z", "--full-name", "--", ":(top)")
+    if status is None or status.returncode != 0 or flags is None or flags.returncode != 0:
+        return unknown
     tracked = _status_paths(status.stdout)
-    inside = [str(d) for d in folders if d.is_relative_to(root.resolve())]
+    hidden = [e[2:] for e in flags.stdout.split("\0") if e and not e.startswith("H ")]
+    top = root.resolve()
+    inside = [d for d in folders if d.is_relative_to(top)]
+    differ: list[str] = []
     untracked: list[str] = []
     if inside:
-        found = ask("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *inside)
-        if found is None or found.returncode != 0:
-            return "git status gave no answer, so whether files changed cannot be told"
-        untracked = [p for code, p in _status_entries(found.stdout) if code == "??"]
+        content = _content_changes(ask, top, inside, commit)
+        others = ask("ls-files", "--others", "-z", "--full-name", "--", *map(str, inside))
+        if content is None or others is None or others.returncode != 0:
+            return unknown
+        differ = [p for p in content if p not in tracked and p not in hidden]
+        untracked = [p for p in others.stdout.split("\0") if p and not _is_cache(p)]
     parts = []
-    if tracked:
-        parts.append(f"{len(tracked)} tracked file(s) changed ({_named(tracked)})")
+    if tracked or differ:
+        parts.append(f"{len(tracked) + len(differ)} tracked file(s) changed ({_named([*tracked, *differ])})")
+    if hidden:
+        parts.append(
+            f"{len(hidden)} tracked file(s) git is told not to compare (assume-unchanged or skip-worktree: "
+            f"{_named(hidden)})"
+        )
     if untracked:
         parts.append(f"{len(untracked)} untracked file(s) in the code's folders ({_named(untracked)})")
     return "; ".join(parts) or None
+
+
+def _content_changes(
+    ask: Callable[..., subprocess.CompletedProcess[str] | None],
+    top: Path,
+    folders: Sequence[Path],
+    commit: str,
+) -> list[str] | None:
+    """The files of ``commit`` in ``folders`` (under the checkout's top folder ``top``) whose content in the
+    checkout is not the commit's: a regular file's bytes hashed as they lie (``git hash-object
+    --no-filters``: no clean filter of the checkout's own configuration answers for them), a link's target,
+    a file gone or of another kind; a submodule's content is not read, so it counts. None: git did not
+    answer."""
+    rel = sorted({d.relative_to(top).as_posix() for d in folders})
+    listed = ask("ls-tree", "-r", "-z", "--full-tree", commit, "--", *([] if "." in rel else rel))
+    if listed is None or listed.returncode != 0:
+        return None
+    differ: list[str] = []
+    files: list[tuple[str, str]] = []  # (path, blob) of the regular files to hash
+    for entry in listed.stdout.split("\0"):
+        if not entry:
+            continue
+        meta, _, path = entry.partition("\t")
+        mode, _, blob = meta.split(" ")
+        try:
+            st = (top / path).lstat()
+        except OSError:
+            differ.append(path)
+            continue
+        if mode in ("100644", "100755") and stat.S_ISREG(st.st_mode) and "\n" not in path:
+            files.append((path, blob))
+        elif mode == "120000" and stat.S_ISLNK(st.st_mode):
+            with contextlib.suppress(OSError):
+                target = ask("hash-object", "--no-filters", "--stdin", stdin=os.readlink(top / path))
+                if target is not None and target.returncode == 0 and target.stdout.strip() == blob:
+                    continue
+            differ.append(path)
+        else:  # another kind of file than the commit's, or a submodule (its content is not compared)
+            differ.append(path)
+    if files:
+        hashed = ask(
+            "hash-object", "--no-filters", "--stdin-paths", stdin="".join(f"{top / p}\n" for p, _ in files)
+        )
+        if hashed is None or hashed.returncode != 0:
+            return None
+        got = hashed.stdout.split()
+        if len(got) != len(files):
+            return None
+        differ += [p for (p, blob), h in zip(files, got, strict=True) if h != blob]
+    return differ
+
+
+def _is_cache(path: str) -> bool:
+    """A file Python or a tool writes on its own (``__pycache__/*.pyc``, ``.mypy_cache/``…): no code."""
+    parts = path.split("/")
+    if any(p in _CACHE_FOLDERS for p in parts[:-1]):
+        return True
+    return len(parts) >= 2 and parts[-2] == _PYTHON_CACHE and parts[-1].endswith(".pyc")
 
 
 def _status_entries(out: str) -> list[tuple[str, str]]:
@@ -2602,7 +2695,7 @@ class CampaignRunner:
         """The engine's interpreter (its packages, ``pip freeze``) read under the environment an engine
         given ``extra`` runs under: ``launch_env``, the merge the launch itself does."""
         py = self.c.python
-        return engine_env(py, launch_env(extra)) if extra else engine_env(py)
+        return engine_env(py, launch_env(extra))
 
     def _detect_engine_version(self) -> None:
         """Read the engine's interpreter (its packages, ``pip freeze``) before the job starts, under the
@@ -2753,7 +2846,10 @@ class CampaignRunner:
             aborted = err
             at = gates[max(order, 1) - 1]
             state, reason = "failed", f"the collector stopped during gate {at}: {err.message}"
-            self._finish_engine("finished")
+            # a second ledger error (the launch's record refused too) is retried once more below, and never
+            # skips the terminal job entry
+            with contextlib.suppress(LedgerError):
+                self._finish_engine("finished")
             with contextlib.suppress(LedgerError):
                 self._not_run_undecided(gates, f"the collector stopped: {err.message}")
         except Exception as bug:
@@ -2770,7 +2866,16 @@ class CampaignRunner:
             with contextlib.suppress(Exception):
                 self._not_run_undecided(gates, f"the collector stopped: {what}")
         finally:
-            self._finish_engine("finished")
+            # the engine's launch is recorded on every way out; where the ledger refuses even that, the job
+            # still ends (failed, saying why) below: no launch-recording error skips the terminal job entry
+            try:
+                self._finish_engine("finished")
+            except Exception as late:  # any error here must still end the job
+                what = late.message if isinstance(late, LedgerError) else f"{type(late).__name__}: {late}"
+                said = f"the engine's launch could not be recorded: {what}"[:500]
+                state, reason = "failed", f"{reason}; {said}" if reason else said
+                if aborted is None:
+                    aborted = late if isinstance(late, LedgerError) else CollectorError(said)
         changed = self._model_changes()
         if changed:
             # the files the engine ran are not the ones pinned: a newer pin says so (the model-pinned gate
@@ -3505,15 +3610,19 @@ class CampaignRunner:
         run = self.engine
         if run is None or self.engine_entry is not None:
             return self.engine_entry
+        probe_error: LedgerError | None = None
         if reason == "finished":
-            self._health_before_stop(run)
+            try:
+                self._health_before_stop(run)
+            except LedgerError as e:  # the probe's record refused: the engine is still stopped and recorded
+                probe_error = e
         run.stop(reason)
         logs = run.log_files()
-        arts = [self.rec.artifact(name, path, media_type="text/plain") for name, path, _n in logs]
         payload = run.payload()
         redactions = sum(n for _, _, n in logs)
         if redactions:
             payload["details"]["log_redactions"] = redactions
+        arts = self._launch_logs(logs, payload)
         self.engine_entry = self._record("engine.launch", payload, artifacts=arts)
         self.result.attempts.append(
             {
@@ -3529,4 +3638,23 @@ class CampaignRunner:
                 "entry": self.engine_entry,
             }
         )
+        if probe_error is not None:
+            raise probe_error
         return self.engine_entry
+
+    def _launch_logs(self, logs: list[tuple[str, Path, int]], payload: dict[str, Any]) -> list[Any]:
+        """The launch's log artifacts, stored; where the store refuses them (a full or read-only disk), the
+        same files by reference (``stored: false``, their digests) and the reason in
+        ``details.logs_not_stored``: the launch is recorded, and the policy sees its logs were not stored
+        (never a launch left unrecorded). A log that cannot even be read is left out, the reason said."""
+        try:
+            return [self.rec.artifact(name, path, media_type="text/plain") for name, path, _n in logs]
+        except LedgerError as e:
+            payload["details"]["logs_not_stored"] = e.message
+        arts: list[Any] = []
+        for name, path, _n in logs:
+            try:
+                arts.append(self.rec.artifact(name, path, media_type="text/plain", by_reference=True))
+            except LedgerError as e:
+                payload["details"]["logs_not_stored"] += f"; {name}: {e.message}"
+        return arts

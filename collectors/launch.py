@@ -48,6 +48,7 @@ from ledger.collectors.lease_keeper import (
     marked_processes,
     proc_stats,
     stop_marked,
+    stopped_processes,
 )
 from ledger.collectors.phases import PhaseTracker
 from ledger.collectors.readiness import ReadyState, check_ready, http_client
@@ -63,6 +64,8 @@ from ledger.signatures import (
     classify,
     echoed_line,
     load_signatures,
+    outside_stop_shown,
+    own_end_lines,
     shows_stop_marker,
     stop_markers,
 )
@@ -71,9 +74,11 @@ __all__ = [
     "PORT_CONFLICT",
     "READINESS_REFUSED",
     "RELEVANT_ENV_PREFIXES",
+    "SUSPENDED",
     "EngineRun",
     "LaunchSpec",
     "group_alive",
+    "inherited_env",
     "launch_env",
     "listening_sockets",
     "relevant_env",
@@ -87,6 +92,14 @@ PORT_CONFLICT = "ledger-collector: port {port} answered readiness from a process
 # campaign's command gives the engine and not the collector), the engine's own words after it (signature
 # `readiness-refused`, class config: the campaign's configuration, not the engine's fault)
 READINESS_REFUSED = "ledger-collector: the engine refused the collector's readiness requests: {note}"
+# the line the collector adds to a launch's failure text when a process of the engine was suspended from
+# outside (stopped or traced: ``/proc/<pid>/stat`` state T/t — SIGSTOP, a debugger, a cgroup freezer) when the
+# collector stopped it: it answered nothing because someone else held it, which is no hang of the engine's
+# (signature `suspended-from-outside` in signatures.toml matches it, class operator-stop)
+SUSPENDED = (
+    "ledger-collector: the engine was suspended from outside (stopped, process state T/t) when the collector "
+    "stopped it: {processes}"
+)
 DRAIN_S = 1.0  # at most this long, before SIGTERM, for the engine's pipes to be read empty
 EXIT_POLL_S = 0.02  # how often the leader's end is polled where no pidfd can watch it (``_watch_exit``)
 
@@ -120,12 +133,38 @@ def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     return redact_env(keep)
 
 
+# what an engine inherits from the collector's environment besides the engine-relevant variables the launch
+# records (``relevant_env``): what any process needs to run (its programs, home, locale, time zone,
+# temporary folder), none of them a setting an engine reads. Every other variable of the operator's shell
+# stays behind: llama-cpp-python's server reads its settings from the environment in any case and without a
+# prefix (INTERRUPT_REQUESTS, CHAT_FORMAT, N_CTX, MODEL …), so a variable the campaign does not state and
+# the launch does not record would change what is qualified (audit 83, f10)
+INHERITED_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP")
+INHERITED_ENV_PREFIXES = ("LC_",)
+
+
+def inherited_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``env`` (the collector's environment) an engine inherits: ``INHERITED_ENV_NAMES`` /
+    ``INHERITED_ENV_PREFIXES``, and the engine-relevant variables (``RELEVANT_ENV_PREFIXES`` /
+    ``RELEVANT_ENV_NAMES``) that every launch records in its ``env`` (``relevant_env``)."""
+    return {
+        k: v
+        for k, v in env.items()
+        if k in INHERITED_ENV_NAMES
+        or k.startswith(INHERITED_ENV_PREFIXES)
+        or k.startswith(RELEVANT_ENV_PREFIXES)
+        or k in RELEVANT_ENV_NAMES
+    }
+
+
 def launch_env(engine_env: Mapping[str, str]) -> dict[str, str]:
-    """The environment an engine runs under: this process's, then the variables the engine is given
-    (a campaign's ``[engine] env``, then its attempt's). One merge for the launch and for every reading
-    of the engine's interpreter (its version, ``pip freeze``): a ``PYTHONPATH`` the engine runs with is
-    one its version is read with."""
-    return {**os.environ, **engine_env}
+    """The environment an engine runs under: what it inherits of this process's (``inherited_env``: the
+    variables a process needs, and the engine-relevant ones the launch records), then the variables the
+    engine is given (a campaign's ``[engine] env``, then its attempt's). Nothing else of the operator's
+    shell reaches the engine: what the engine reads is what the campaign states or the launch records. One
+    merge for the launch and for every reading of the engine's interpreter (its version, ``pip freeze``):
+    a ``PYTHONPATH`` the engine runs with is one its version is read with."""
+    return {**inherited_env(os.environ), **engine_env}
 
 
 @dataclass
@@ -343,6 +382,8 @@ class EngineRun:
         self.readiness_refused: str | None = None  # the engine answered readiness 401/403 (READINESS_REFUSED)
         self.survivors: list[dict[str, Any]] = []  # marked processes still running after the group's stop
         self.lease_expired = False
+        # the engine's processes found suspended from outside when the collector stopped it (SUSPENDED)
+        self.suspended: list[dict[str, object]] = []
         self.failure_observed: str | None = None  # set by probes that saw the engine fail a request
         self.stop_escalated = False
         # when the engine's leader process ended, as a thread watching it saw (``_watch_exit``), and when
@@ -654,20 +695,33 @@ class EngineRun:
 
     def _marked_after_ready(self) -> bool:
         """Whether the engine's logs show a stop marker (``shows_stop_marker``) after readiness and before
-        this process told it to stop (where it did: ``stop_lines``, a lease's stop too): someone else told
-        it to stop (``RunOutcome.stop_marked``). Read from the log files, as the policy reads them back."""
-        if self.ready_lines is None:
-            return False
+        this process told it to stop (where it did: ``stop_lines``, a lease's stop too): it is shutting
+        down — who asked it to, ``_stop_marked`` tells. Read from the log files."""
+        logs = self._logs_after_ready()
         markers = stop_markers()
+        return logs is not None and any(shows_stop_marker(text, markers) for text in logs)
+
+    def _stop_marked(self) -> bool:
+        """``RunOutcome.stop_marked`` (``outside_stop_shown``): a stop marker after readiness, before this
+        process told it to stop, and nothing of the engine's own that explains its end before it (an error
+        line, a traceback, ``own_end_lines``: a request answered 5xx, uvicorn's request limit) — someone
+        else stopped it. Read from the log files, as the policy reads them back."""
+        return outside_stop_shown(self._logs_after_ready(), stop_markers(), own_end_lines())
+
+    def _logs_after_ready(self) -> list[str] | None:
+        """Each log's lines after readiness and before this process told the engine to stop (where it did:
+        ``stop_lines``), joined; None before readiness or where a log cannot be read (fail closed)."""
+        if self.ready_lines is None:
+            return None
+        logs = []
         for t in self._tees:
             try:
                 lines = t.path.read_text(encoding="utf-8", errors="replace").splitlines()
             except OSError:
-                continue
+                return None
             end = self.stop_lines.get(t.path.name) if self.stop_lines is not None else None
-            if shows_stop_marker("\n".join(lines[self.ready_lines.get(t.path.name, 0) : end]), markers):
-                return True
-        return False
+            logs.append("\n".join(lines[self.ready_lines.get(t.path.name, 0) : end]))
+        return logs
 
     def traceback_after_ready(self) -> bool:
         """Whether a log shows a Python traceback after readiness (``PYTHON_TRACEBACK``): the engine failed
@@ -692,11 +746,25 @@ class EngineRun:
         times = [t for t in (self.exited_at, self.stop_marker_at) if t is not None]
         return min(times) if times else None
 
+    def _note_suspended(self) -> None:
+        """Note the engine's processes (the leader and every process carrying the launch's mark) that are
+        suspended from outside right now (``stopped_processes``), once, before the collector stops them: a
+        probe or request that got no answer from a stopped engine is no hang of the engine."""
+        if self.proc is None or self.suspended:
+            return
+        pids = sorted({self.proc.pid, *marked_processes(self.launch_id)})
+        found = [{"pid": pid, "cmdline": cmdline(pid)} for pid in stopped_processes(pids)]
+        if found:
+            with self._lock:
+                self.suspended = found
+
     def stop(self, reason: str) -> None:
         """Stop the whole process group: SIGTERM, a grace period, then SIGKILL; then any process of the
         engine that left the group. Idempotent. An engine already shutting down when asked (its logs show a
         stop marker after readiness: stopped from outside) is given the grace period to end on its own
         first: its end is then its own (``exited``, with the signal that ended it), not this stop's."""
+        if self.proc is not None and self.proc.poll() is None:
+            self._note_suspended()
         if self.proc is not None and self.proc.poll() is None and self._stopping_already():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=self.spec.grace_seconds)
@@ -789,6 +857,7 @@ class EngineRun:
             or self.failure_observed is not None
             or bool(self.port_conflict)
             or bool(self.readiness_refused)
+            or bool(self.suspended)
         )
 
     def classification(self) -> Classification:
@@ -802,7 +871,7 @@ class EngineRun:
             signal=sig,
             lease_expired=self.lease_expired,
             request_failed=self.failure_observed is not None,
-            stop_marked=self._marked_after_ready(),
+            stop_marked=self._stop_marked(),
         )
         sigs = self.signatures
         if self.stop_reason not in ENGINE_ENDED:
@@ -813,12 +882,26 @@ class EngineRun:
             text += "\n" + self.port_conflict
         if self.readiness_refused:  # the same: the engine's refusal, in its words
             text += "\n" + self.readiness_refused
-        result = classify(text, outcome, sigs)
+        if self.suspended:  # the collector's own finding: someone else held the engine stopped
+            text += "\n" + self.suspended_line()
+        # the texts the collector handed the engine (its command as recorded: the model's path, a served
+        # name) are the operator's words wherever the engine quotes them (ledger.signatures._within_given);
+        # the recorded (redacted) command, so the policy engine reads the same values from the entry
+        result = classify(text, outcome, sigs, given=redact_command(self.spec.command))
         if result.signature == "request-failed" and self.failure_observed:
             result = Classification(
                 result.signature, result.title, self.failure_observed, result.matched, result.failure_class
             )
         return result
+
+    def suspended_line(self) -> str:
+        """The ``SUSPENDED`` line for the processes found suspended (secrets of their commands redacted)."""
+        red = self.redactor()
+        return SUSPENDED.format(
+            processes=", ".join(
+                f"pid {sv['pid']} ({red.text(str(sv['cmdline']))[0]})" for sv in self.suspended
+            )
+        )
 
     def payload(self) -> dict[str, Any]:
         """The ``engine.launch`` payload (logs attached separately)."""
@@ -856,6 +939,8 @@ class EngineRun:
             details["port_conflict"] = self.port_conflict
         if self.readiness_refused:
             details["readiness_refused"] = self.redactor().text(self.readiness_refused)[0]
+        if self.suspended:
+            details["suspended_from_outside"] = self.suspended_line()
         if self.ready_state is not None:
             details["ready_server"] = self.ready_state.server
         if c.signature:

@@ -42,7 +42,7 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 __all__ = [
     "EXIT_COLLECTOR_GONE",
@@ -58,6 +58,7 @@ __all__ = [
     "marked_processes",
     "proc_stats",
     "stop_marked",
+    "stopped_processes",
 ]
 
 RELEASE = b"r"  # written by the launcher: the run ended under its control, exit without signalling
@@ -76,6 +77,18 @@ def _stat(pid: str) -> list[str] | None:
     except OSError:
         return None
     return stat[stat.rfind(")") + 2 :].split()
+
+
+def stopped_processes(pids: Iterable[int]) -> list[int]:
+    """Those of ``pids`` that are stopped (``/proc/<pid>/stat`` state ``T``: SIGSTOP / SIGTSTP, a cgroup
+    freezer's v1 stop) or traced (``t``: a debugger holds them): suspended from outside, so they answer
+    nothing until continued — no hang of their own. A process that cannot be read is not counted."""
+    found: list[int] = []
+    for pid in pids:
+        rest = _stat(str(pid))
+        if rest is not None and rest[0] in ("T", "t"):
+            found.append(pid)
+    return found
 
 
 def cmdline(pid: int) -> str:

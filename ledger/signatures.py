@@ -34,12 +34,16 @@ __all__ = [
     "classify_logs",
     "collector_stop_end",
     "decisive",
+    "echo_dumps",
     "echoed_line",
     "engine_words",
     "find_engine_text",
     "load_signatures",
     "not_a_completion",
+    "outside_stop_shown",
+    "own_end_lines",
     "pattern_signatures",
+    "shows_own_end",
     "shows_stop_marker",
     "signature_classes",
     "status_signatures",
@@ -62,8 +66,18 @@ ENGINE_ENDED = ("exited", "lease-expired")
 COLLECTOR_STOPPED = ("finished", "cancelled", "ready", "lease-end")
 # the signals the collector's own stop sends (SIGTERM, then SIGKILL after the grace period)
 COLLECTOR_STOP_SIGNALS = (signal.SIGTERM, signal.SIGKILL)
-# signals of a crash: no stop of the collector's ends an engine with one of these
-CRASH_SIGNALS = (signal.SIGILL, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGSEGV)
+# signals of a crash: no stop of the collector's ends an engine with one of these (the signature table's
+# crash signatures — abort, bus-error, killed-crash-signal — name these and no others)
+CRASH_SIGNALS = (
+    signal.SIGILL,
+    signal.SIGTRAP,
+    signal.SIGABRT,
+    signal.SIGBUS,
+    signal.SIGFPE,
+    signal.SIGSEGV,
+    signal.SIGSTKFLT,
+    signal.SIGSYS,
+)
 
 
 def collector_stop_end(exit_code: int | None, sig: int | None) -> bool:
@@ -143,11 +157,66 @@ _ECHO_LINE = re.compile(
 )
 
 
-def echoed_line(line: str) -> bool:
-    """Whether a log line is one where the engine echoes a request's or an answer's content (``_ECHO_LINE``:
-    vLLM's request logger), judged by the logger's header at the line's start: its content is the client's
-    or the model's text, no word of the engine's runtime — no fault, stop marker or traceback in it counts."""
-    return _ECHO_LINE.match(_ANSI_COLOUR.sub("", line)) is not None
+# Lines in which an engine dumps its own arguments or the model's metadata — the operator's text (a model
+# path such as ".../release GPU Hang fixes/tiny.gguf", a served name) or the model's (GGUF ``general.name``,
+# its chat template), not words of the engine's runtime: ``[echo_lines]`` of the signature table, per engine
+# (llama.cpp's loader "loaded meta data … from PATH" and its "- kv N: general.name …", llama-cpp-python's
+# "Model metadata: {…}", vLLM's "non-default args: {…}" …). Each is a regular expression matched at a line's
+# start (colour codes removed); every engine's lines are recognised in every log (each is the head its own
+# logger writes). A table without the section recognises none (the lines are judged as the engine's).
+def _dump_patterns(raw: Any, p: Path) -> tuple[re.Pattern[str], ...]:
+    if not isinstance(raw, dict) or not all(
+        isinstance(v, list) and all(isinstance(x, str) and x for x in v) for v in raw.values()
+    ):
+        raise ConfigError(f"{p}: echo_lines must map an engine to a list of regular expressions")
+    try:
+        return tuple(re.compile(x) for v in raw.values() for x in v)
+    except re.error as e:
+        raise ConfigError(f"{p}: bad echo line pattern: {e}") from e
+
+
+@lru_cache(maxsize=8)
+def _echo_dumps(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8")).get("echo_lines", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read signatures file {p}: {e}") from e
+    return _dump_patterns(raw, p)
+
+
+def echo_dumps(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
+    """The heads of the lines where an engine dumps its arguments or the model's metadata (``echo_lines``
+    of the table at ``path``, default the shipped one)."""
+    return _echo_dumps(*_stamp(path))
+
+
+def echoed_line(line: str, dumps: Sequence[re.Pattern[str]] | None = None) -> bool:
+    """Whether a log line is one where the engine echoes text that is not its runtime's words: a request's
+    or an answer's content (``_ECHO_LINE``: vLLM's request logger), or its arguments or the model's metadata
+    (``dumps``, default ``echo_dumps()``: the table's ``echo_lines``), judged by the head at the line's
+    start: its content is the client's, the operator's or the model's text — no fault, stop marker or
+    traceback in it counts."""
+    plain = _ANSI_COLOUR.sub("", line)
+    if _ECHO_LINE.match(plain) is not None:
+        return True
+    return any(d.match(plain) for d in (echo_dumps() if dumps is None else dumps))
+
+
+def _within_given(text: str, start: int, end: int, given: Sequence[str]) -> bool:
+    """Whether ``text[start:end]`` (a pattern's match) lies inside an occurrence in ``text`` of one of
+    ``given`` — the texts the collector handed the engine (its command's values: the model's path, a served
+    name) — that is more than the match: the operator's words quoted by the engine (a model path
+    ".../release GPU Hang fixes/tiny.gguf" in a loader line, even one that reports a real failure), not the
+    engine's. A given text that is no more than the match itself (an argument "GPU Hang") hides nothing:
+    the engine may have said it (fail closed)."""
+    for g in given:
+        if not isinstance(g, str) or len(g) <= end - start:
+            continue
+        at = text.find(g, max(0, end - len(g)), start + len(g))
+        if at >= 0:
+            return True
+    return False
 
 
 def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
@@ -158,20 +227,33 @@ def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
     return first, last if last >= 0 else len(text)
 
 
-def _echoed_span(lines: str) -> bool:
+def _echoed_span(lines: str, dumps: Sequence[re.Pattern[str]] | None = None) -> bool:
     """Whether every line of ``lines`` (those a match touches) is an echo (``echoed_line``)."""
-    return all(echoed_line(line) for line in lines.split("\n"))
+    d = echo_dumps() if dumps is None else dumps
+    return all(echoed_line(line, d) for line in lines.split("\n"))
 
 
-def find_engine_text(text: str, pattern: re.Pattern[str] | str, start: int = 0) -> int:
+def _not_engine_words(
+    text: str, m: re.Match[str], given: Sequence[str], dumps: Sequence[re.Pattern[str]]
+) -> bool:
+    """Whether a pattern's match in ``text`` is no word of the engine's: on echoed lines only
+    (``echoed_line``), or inside a text the collector handed the engine (``_within_given``)."""
+    a, b = _line_bounds(text, m.start(), m.end())
+    return _echoed_span(text[a:b], dumps) or _within_given(text, m.start(), m.end(), given)
+
+
+def find_engine_text(
+    text: str, pattern: re.Pattern[str] | str, start: int = 0, given: Sequence[str] = ()
+) -> int:
     """The offset in ``text`` of the first occurrence (from ``start``) of ``pattern`` (a regular expression,
-    or a plain text such as ``PYTHON_TRACEBACK``) on a line that is no echo of request content
-    (``echoed_line``), or -1 where there is none: how the collector and the policy engine find the engine's
-    own stop markers and traceback heads, as the signatures' patterns are found (``Signature.locate``)."""
+    or a plain text such as ``PYTHON_TRACEBACK``) on a line that is no echo (``echoed_line``) and not inside
+    a text the collector handed the engine (``given``: ``_within_given``), or -1 where there is none: how the
+    collector and the policy engine find the engine's own stop markers and traceback heads, as the
+    signatures' patterns are found (``Signature.locate``)."""
     pat = pattern if isinstance(pattern, re.Pattern) else re.compile(re.escape(pattern))
+    dumps = echo_dumps()
     for m in pat.finditer(text, start):
-        a, b = _line_bounds(text, m.start(), m.end())
-        if not _echoed_span(text[a:b]):
+        if not _not_engine_words(text, m, given, dumps):
             return m.start()
     return -1
 
@@ -186,9 +268,11 @@ class RunOutcome:
     lease_expired: bool = False
     request_failed: bool = False  # the collector saw a request fail server-side
     # the engine's logs show a stop marker (``stop_markers``: the line an engine prints when it is told to
-    # stop) after readiness, printed before the collector told it to stop (if it ever did): someone else
-    # stopped it. Derived from the logs by whoever classifies the run (the collector from what it read, the
-    # policy engine from the stored logs: ``stop_marked``), never taken from a record's claim
+    # stop) after readiness, printed before the collector told it to stop (if it ever did), and nothing of
+    # the engine's own that explains its end before it (an error line, a traceback, ``own_end_lines``):
+    # someone else stopped it (``outside_stop_shown``). Derived from the logs by whoever classifies the run
+    # (the collector from what it read, the policy engine from the stored logs), never taken from a
+    # record's claim
     stop_marked: bool = False
 
 
@@ -197,7 +281,7 @@ class Signature:
     id: str
     title: str
     patterns: tuple[re.Pattern[str], ...] = ()
-    signal: int | None = None
+    signals: tuple[int, ...] = ()  # the table's ``signal``: one, or a list
     exit_codes: tuple[int, ...] = ()
     lease_expired: bool | None = None
     ready: bool | None = None
@@ -205,15 +289,16 @@ class Signature:
     stop_marked: bool | None = None
     failure_class: FailureClass = FailureClass.STARTUP
 
-    def match(self, text: str, outcome: RunOutcome) -> str | None:
+    def match(self, text: str, outcome: RunOutcome, given: Sequence[str] = ()) -> str | None:
         """The evidence line when every condition holds (``""`` for status-only matches), else None."""
-        found = self.locate(text, outcome)
+        found = self.locate(text, outcome, given)
         return None if found is None else found[1]
 
-    def locate(self, text: str, outcome: RunOutcome) -> tuple[int, str] | None:
+    def locate(self, text: str, outcome: RunOutcome, given: Sequence[str] = ()) -> tuple[int, str] | None:
         """(offset of the evidence line's start in ``text``, the line) when every condition holds
-        (``(0, "")`` for status-only matches), else None."""
-        if self.signal is not None and outcome.signal != self.signal:
+        (``(0, "")`` for status-only matches), else None. ``given``: the texts the collector handed the
+        engine (its command's values): a match inside one is the operator's text (``_within_given``)."""
+        if self.signals and outcome.signal not in self.signals:
             return None
         if self.exit_codes and outcome.exit_code not in self.exit_codes:
             return None
@@ -227,13 +312,15 @@ class Signature:
             return None
         if not self.patterns:
             return 0, ""
+        dumps = echo_dumps()
         for pat in self.patterns:
             # the last one: a traceback ends with the error itself; a line that echoes a request's or an
-            # answer's content (``echoed_line``) is the client's text, never the engine's fault
+            # answer's content, the engine's arguments or the model's metadata (``echoed_line``), and the
+            # text the collector handed the engine (``given``) are not the engine's words, never its fault
             for m in reversed(list(pat.finditer(text))):
-                start, end = _line_bounds(text, m.start(), m.end())
-                if _echoed_span(text[start:end]):
+                if _not_engine_words(text, m, given, dumps):
                     continue
+                start, end = _line_bounds(text, m.start(), m.end())
                 return start, text[start:end].strip()[:_MAX_DETAIL]
         return None
 
@@ -297,6 +384,15 @@ def _signature(raw: dict[str, Any], where: str) -> Signature:
         raise ConfigError(f"{where} ({sid}): `class` is required (one of {choices})")
     if cls not in {c.value for c in FailureClass}:
         raise ConfigError(f"{where} ({sid}): unknown class {cls!r} (one of {choices})")
+    sig_raw = raw.get("signal")
+    signals = tuple(sig_raw) if isinstance(sig_raw, list) else () if sig_raw is None else (sig_raw,)
+    if (sig_raw is not None and not signals) or not all(
+        type(n) is int and 1 <= n <= signal.SIGRTMAX for n in signals
+    ):
+        raise ConfigError(
+            f"{where} ({sid}): `signal` must be a signal number or a list of them "
+            f"(1..{int(signal.SIGRTMAX)}), not {sig_raw!r}"
+        )
     for flag in ("lease_expired", "ready", "request_failed", "stop_marked"):
         if flag in raw and not isinstance(raw[flag], bool):
             raise ConfigError(f"{where} ({sid}): `{flag}` must be true or false, not {raw[flag]!r}")
@@ -308,7 +404,7 @@ def _signature(raw: dict[str, Any], where: str) -> Signature:
         id=sid,
         title=str(raw.get("title", sid)),
         patterns=patterns,
-        signal=raw.get("signal"),
+        signals=signals,
         exit_codes=tuple(raw.get("exit_codes", ())),
         lease_expired=raw.get("lease_expired"),
         ready=raw.get("ready"),
@@ -362,30 +458,39 @@ def signature_classes(path: Path | None = None) -> dict[str, str]:
 _ERROR_LINE = re.compile(r"\b[A-Za-z_.]*(Error|Exception)\b|\berror:|\bERROR\b|\bFATAL\b")
 
 
-def engine_words(text: str, signatures: Sequence[Signature]) -> str | None:
+def engine_words(text: str, signatures: Sequence[Signature], given: Sequence[str] = ()) -> str | None:
     """The engine's last error-looking line in ``text`` (``_ERROR_LINE``), stripped and cut to the detail's
     bound, or None where it has none: the ``failure_detail`` of a run whose deciding signature reads no log
     line (``engine-died-before-readiness`` …), so its record quotes the engine's words. A line that any log
     pattern of ``signatures`` matches is passed over: the detail names no class the run was not judged by
-    (the policy engine reads ``failure_detail`` with the same patterns)."""
+    (the policy engine reads ``failure_detail`` with the same patterns); so is one whose error words all lie
+    inside a text the collector handed the engine (``given``: ``_within_given``)."""
     patterns = [p for s in signatures for p in s.patterns]
+    dumps = echo_dumps()
     for line in reversed(text.splitlines()):
-        if echoed_line(line):  # the client's text or the model's, not the engine's words
+        if echoed_line(line, dumps):  # the client's, the operator's or the model's text, not the engine's
             continue
-        if _ERROR_LINE.search(line) and not any(p.search(line) for p in patterns):
+        words = [m for m in _ERROR_LINE.finditer(line) if not _within_given(line, m.start(), m.end(), given)]
+        if words and not any(p.search(line) for p in patterns):
             return line.strip()[:_MAX_DETAIL]
     return None
 
 
-def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | None = None) -> Classification:
+def classify(
+    text: str,
+    outcome: RunOutcome,
+    signatures: Sequence[Signature] | None = None,
+    given: Sequence[str] = (),
+) -> Classification:
     """The signature a failed run is classified by (``decisive``: the first matching one in table order,
     unless a log line of a graver class matched) and every signature that matched. A signature that reads
-    no log line takes the engine's last error-looking line as its detail (``engine_words``)."""
+    no log line takes the engine's last error-looking line as its detail (``engine_words``). ``given``: the
+    texts the collector handed the engine (its command's values), never read as the engine's words."""
     sigs = load_signatures() if signatures is None else signatures
     lines: dict[str, str] = {}
     matched: list[Signature] = []
     for sig in sigs:
-        line = sig.match(text, outcome)
+        line = sig.match(text, outcome, given)
         if line is None:
             continue
         matched.append(sig)
@@ -393,7 +498,7 @@ def classify(text: str, outcome: RunOutcome, signatures: Sequence[Signature] | N
     pick = decisive(matched)
     if pick is None:
         return Classification(None)
-    detail = lines[pick.id] or (None if pick.patterns else engine_words(text, sigs))
+    detail = lines[pick.id] or (None if pick.patterns else engine_words(text, sigs, given))
     return Classification(pick.id, pick.title, detail, [s.id for s in matched], pick.failure_class.value)
 
 
@@ -418,7 +523,7 @@ def status_signatures(path: Path | None = None) -> tuple[Signature, ...]:
 
 
 def classify_logs(
-    pieces: Iterable[str], outcome: RunOutcome, signatures: Sequence[Signature]
+    pieces: Iterable[str], outcome: RunOutcome, signatures: Sequence[Signature], given: Sequence[str] = ()
 ) -> Classification:
     """``classify`` over log text that arrives in pieces, each of whole lines (a stream of any length).
 
@@ -430,10 +535,10 @@ def classify_logs(
     words: str | None = None  # the engine's last error-looking line (``engine_words``) of any piece
     for text in pieces:
         for sig in signatures:
-            line = sig.match(text, outcome)
+            line = sig.match(text, outcome, given)
             if line is not None:
                 last[sig.id] = line
-        words = engine_words(text, signatures) or words
+        words = engine_words(text, signatures, given) or words
     matched = [s for s in signatures if s.id in last]
     pick = decisive(matched)
     if pick is None:
@@ -490,8 +595,67 @@ def stop_markers(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
 def shows_stop_marker(text: str, markers: Sequence[re.Pattern[str]]) -> bool:
     """Whether ``text`` (log lines an engine printed after readiness, before any stop of the collector's)
     holds one of ``markers`` on a line of the engine's own (``find_engine_text``: an echoed prompt quoting
-    one is none): ``RunOutcome.stop_marked``, the one reading of it the collector and the policy share."""
+    one is none): the engine is shutting down — not who asked it to (``outside_stop_shown``)."""
     return any(find_engine_text(text, m) >= 0 for m in markers)
+
+
+@lru_cache(maxsize=8)
+def _own_end_lines(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8")).get("own_end_lines", [])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read signatures file {p}: {e}") from e
+    if not isinstance(raw, list) or not all(isinstance(m, str) and m for m in raw):
+        raise ConfigError(f"{p}: own_end_lines must be a list of regular expressions")
+    try:
+        return tuple(re.compile(m) for m in raw)
+    except re.error as e:
+        raise ConfigError(f"{p}: bad own_end_lines pattern: {e}") from e
+
+
+def own_end_lines(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
+    """The log lines that show an engine ended or failed on its own (``own_end_lines`` in the table: a
+    request limit reached, a request answered 5xx), besides its error lines and tracebacks."""
+    return _own_end_lines(*_stamp(path))
+
+
+def shows_own_end(text: str, own_end: Sequence[re.Pattern[str]]) -> bool:
+    """Whether ``text`` holds, on a line of the engine's own (``echoed_line``: a prompt or a dump is none),
+    an error line (``_ERROR_LINE``, as ``engine_words`` reads one), a Python traceback
+    (``PYTHON_TRACEBACK``) or one of ``own_end`` (``own_end_lines``): something of the engine's own that
+    explains an end."""
+    dumps = echo_dumps()
+    for line in text.splitlines():
+        if echoed_line(line, dumps):
+            continue
+        if _ERROR_LINE.search(line) or PYTHON_TRACEBACK in line or any(p.search(line) for p in own_end):
+            return True
+    return False
+
+
+def outside_stop_shown(
+    logs: Sequence[str] | None, markers: Sequence[re.Pattern[str]], own_end: Sequence[re.Pattern[str]]
+) -> bool:
+    """``RunOutcome.stop_marked``, the one reading of it: ``logs`` (each log's lines after readiness, up to
+    any stop of the collector's; None: a log could not be read) show a stop marker (``shows_stop_marker``)
+    and nothing of the engine's own that explains its end (``shows_own_end``) before it — in the log that
+    holds the marker up to its line (what follows is the shutdown), in every other log all of it (lines of
+    two logs cannot be ordered: fail closed). A shutdown line shows a shutdown happened, not who asked for
+    it: uvicorn prints it for every end, a signal, its own ``should_exit`` after an internal fault, its
+    ``limit_max_requests``. False where no log was read or none shows a marker."""
+    if logs is None:
+        return False
+    marked = False
+    for text in logs:
+        found = [at for at in (find_engine_text(text, m) for m in markers) if at >= 0]
+        cut = len(text)
+        if found:
+            marked = True
+            cut = text.rfind("\n", 0, min(found)) + 1
+        if shows_own_end(text[:cut], own_end):
+            return False
+    return marked
 
 
 def before_stop(

@@ -128,7 +128,7 @@ def test_lines_that_are_not_pydantics_refusal_of_the_settings_fall_back(line: st
         # another exit status before readiness: not the refusal's (argparse's 2 needs its own line)
         (RunOutcome(ready=False, exit_code=2), "engine-died-before-readiness", "startup"),
         (RunOutcome(ready=False, exit_code=0), "engine-died-before-readiness", "startup"),
-        (RunOutcome(ready=False, exit_code=139), "engine-died-before-readiness", "startup"),
+        (RunOutcome(ready=False, exit_code=139), "crash-exit-status-at-startup", "startup"),
         (RunOutcome(ready=False, signal=6), "abort-at-startup", "startup"),
         (RunOutcome(ready=False, signal=9), "killed-sigkill", "resource"),
         (RunOutcome(ready=False, exit_code=1, lease_expired=True), "lease-expired", "lease"),

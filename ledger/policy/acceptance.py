@@ -3055,6 +3055,11 @@ def _classify_stored_logs(
     p = e.payload
     raw = p.get("details")
     details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    # the launch's recorded command: the texts the collector handed the engine (the model's path …), the
+    # operator's words wherever the engine quotes them (``ledger.signatures._within_given``); a value that
+    # is no text is left out (nothing masked for it: fail closed)
+    cmd = p.get("command")
+    given = tuple(v for v in cmd if isinstance(v, str)) if isinstance(cmd, list) else ()
     stop_lines = details.get("stop_lines")
     collector_stopped = details.get("stop_reason") in COLLECTOR_STOPPED
     drained = details.get("stop_drained") is True and isinstance(stop_lines, dict)
@@ -3096,10 +3101,10 @@ def _classify_stored_logs(
     def feed(name: str, first_line: int, text: str, after_ready: bool) -> None:
         if not text:
             return
-        if after_ready and not unclean and (at := find_engine_text(text, PYTHON_TRACEBACK)) >= 0:
+        if after_ready and not unclean and (at := find_engine_text(text, PYTHON_TRACEBACK, given=given)) >= 0:
             unclean.append(f"{name} line {first_line + text.count(chr(10), 0, at)}: a Python traceback")
         for sig in signatures:
-            found = sig.locate(text, outcome)
+            found = sig.locate(text, outcome, given)
             if found is not None:
                 where = (name, first_line + text.count("\n", 0, found[0]), found[1])
                 whole[sig.id] = where

@@ -128,7 +128,10 @@ def test_an_untracked_file_elsewhere_in_the_checkout_binds_head(checkout: Path) 
 
 
 def test_an_ignored_file_in_the_codes_folder_binds_head(checkout: Path) -> None:
-    (checkout / "pkg" / "collector.pyc").write_bytes(b"\0")
+    """Python's own cache (``__pycache__/*.pyc``) is no code of the run; a ``.pyc`` beside the modules is
+    (fix 102: tests/collectors/test_fix102_commit_hidden_changes.py)."""
+    (checkout / "pkg" / "__pycache__").mkdir()
+    (checkout / "pkg" / "__pycache__" / "collector.cpython-312.pyc").write_bytes(b"\0")
     commit, why = code_commit(_module(checkout))
     assert commit == _git(checkout, "rev-parse", "HEAD"), why
 
