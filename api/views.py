@@ -19,6 +19,7 @@ from ledger.api.lookup import artifact_info, is_text, subject_query
 from ledger.api.models import ENTRY_ID
 from ledger.api.pages import page, templates
 from ledger.db import SEQ_MAX
+from ledger.entries import judged_subject_problem
 from ledger.errors import EntryNotFoundError, InputError, LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.snapshot import same_hosts
@@ -92,8 +93,10 @@ def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | 
     """The latest recorded ``verdict`` entry naming FIELD=VALUE (``ledger verdict --record`` writes them):
     a claim as of its checkpoint, which later evidence (a supersession, a rejection, staleness) may have
     overturned — a page shows it as recorded, with its time, never as the verdict now. Its word is shown
-    only when its recorded result reads (``Ledger.verdict_result``) and says that word; else ``problem``
-    says why, and the page shows it as unreadable (never as the word its payload claims).
+    only when its recorded result reads (``Ledger.verdict_result``), says that word and judged the subject
+    the entry is logged under (``judged_subject_problem``, as ingest and replay read it: a result of
+    another campaign is never this row's); else ``problem`` says why, and the page shows it as unreadable
+    (never as the word its payload claims).
 
     ``subject`` is the subject a page derives the verdict now for — from what the log knows of the row
     FIELD=VALUE, never from a subject the entry's payload names: the row itself where FIELD is the
@@ -114,6 +117,8 @@ def _latest_verdict(ledger: Ledger, field: str, value: str) -> dict[str, Any] | 
     else:
         if result.get("verdict") != p.get("verdict"):
             problem = f"its payload says {p.get('verdict')!r}, its recorded result {result.get('verdict')!r}"
+        else:
+            problem = judged_subject_problem(entry.statement, result)
     campaign = entry.statement.subject.get("campaign")
     subject = {field: value} if field == "campaign" or not campaign else {"campaign": campaign, field: value}
     return {

@@ -431,9 +431,11 @@ class Spool:
     ``<order>-<id>.target``: the server it was collected for), ``artifacts/<hex>`` (beside
     ``<hex>.targets``: the servers it still waits for), and ``refused/``: entries a server refused for good
     (``<order>-<id>.json`` with its ``.target`` and the server's reason, ``.refusal.json``), kept and never
-    sent again unless moved back to ``entries/``; ``refused/artifacts/``: artifacts a server refused for good
-    (``<hex>``, with the servers' reasons in ``<hex>.refusal.json``), kept and never sent to that server
-    again unless moved back to ``artifacts/``."""
+    sent again unless moved back to ``entries/`` with its ``.target``; ``refused/artifacts/``: artifacts a
+    server refused for good (``<hex>``, beside ``<hex>.targets``: the servers that refused it, and their
+    reasons in ``<hex>.refusal.json``), kept and never sent to those servers again unless moved back to
+    ``artifacts/`` with its ``.targets``. ``restore_refused`` (``ledger push --retry-refused``) moves back
+    what one server refused."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -632,7 +634,8 @@ class Spool:
         already there, ``.refusal.json``), and it no longer waits for ``server`` (nor, ``adopt``, for the
         server it was spooled for without naming it) — for another server it still waits in ``artifacts/``.
         Nothing is lost: the bytes are linked (or copied) into ``refused/`` before ``artifacts/`` forgets
-        them, and never sent to ``server`` again unless an operator moves them back."""
+        them, beside the servers that refused them (``<hex>.targets``), and never sent to ``server`` again
+        unless an operator moves them back (``restore_refused``)."""
         self.refused_artifacts_dir.mkdir(parents=True, exist_ok=True)
         dest = self.refused_artifacts_dir / art.name
         why_path = dest.with_name(dest.name + _REFUSAL)
@@ -650,6 +653,12 @@ class Spool:
             }
         )
         write_atomic(why_path, (json.dumps(reasons, indent=2) + "\n").encode(), mode=0o600)
+        # the servers that refused it, as a targets file: moved back to ``artifacts/`` with its bytes (or
+        # ``restore_refused``), it waits for them again — never an artifact that names no server
+        refusing: list[str] = []
+        with contextlib.suppress(ConfigError):
+            refusing = [t for t in self.artifact_targets(dest) if t != UNTARGETED]
+        self._write_targets(dest, [*refusing, server_key(server)])
         if not dest.exists():
             tmp = dest.with_name(f".{dest.name}.tmp")
             with contextlib.suppress(FileNotFoundError):
@@ -664,6 +673,79 @@ class Spool:
         fsync_dir(self.refused_artifacts_dir)
         self.artifact_sent(art, server, adopt=adopt)
         return dest
+
+    def restore_refused(self, server: str, *, adopt: bool = False) -> tuple[int, int]:
+        """Send again what ``server`` refused for good (once it would take it: ``ledger push
+        --retry-refused``): each set-aside entry collected for it (with ``adopt``, one that names no
+        server too) back to ``entries/`` with its ``.target``, in its order; each set-aside artifact it
+        refused back to ``artifacts/``, waiting for it (besides any server it waits for there), and kept
+        in ``refused/`` while another server refused it too. The servers' reasons of what moved back are
+        dropped. Returns how many entries and artifacts moved back. A file whose target cannot be read
+        stays where it is."""
+        server = server_key(server)
+        entries = artifacts = 0
+        with self.locked():
+            for refused in self.refused_files():
+                try:
+                    t = self.entry_target(refused)
+                except ConfigError:
+                    continue
+                if not (t.server == server if t is not None else adopt):
+                    continue
+                dest = self.entries_dir / refused.name
+                if t is not None:  # its target first: an entry never waits unaddressed
+                    os.replace(refused.with_suffix(_TARGET), dest.with_suffix(_TARGET))
+                os.replace(refused, dest)
+                with contextlib.suppress(FileNotFoundError):
+                    refused.with_name(refused.stem + _REFUSAL).unlink()
+                entries += 1
+            for art in self.refused_artifact_files():
+                try:
+                    refusing = self._refused_by(art)
+                except ConfigError:
+                    continue
+                if server not in refusing:
+                    continue
+                dest = self.artifacts_dir / art.name
+                held: list[str] = []
+                with contextlib.suppress(ConfigError):  # an unreadable one is replaced
+                    held = self.artifact_targets(dest) if dest.exists() else []
+                self._write_targets(dest, [*(h for h in held if h != UNTARGETED), server])
+                left = [s for s in refusing if s != server]
+                if not dest.exists():
+                    if left:
+                        shutil.copyfile(art, dest)
+                    else:
+                        os.replace(art, dest)
+                if left:
+                    self._write_targets(art, left)
+                else:
+                    for p in (art, art.with_name(art.name + _TARGETS), art.with_name(art.name + _REFUSAL)):
+                        with contextlib.suppress(FileNotFoundError):
+                            p.unlink()
+                artifacts += 1
+            if entries or artifacts:
+                fsync_dir(self.entries_dir)
+                fsync_dir(self.artifacts_dir)
+                if self.refused_dir.is_dir():
+                    fsync_dir(self.refused_dir)
+        return entries, artifacts
+
+    def _refused_by(self, art: Path) -> list[str]:
+        """The servers that refused a set-aside artifact: its targets file, else (set aside before one was
+        kept) the servers its reasons name."""
+        if art.with_name(art.name + _TARGETS).exists():
+            return [t for t in self.artifact_targets(art) if t != UNTARGETED]
+        try:
+            reasons = json.loads(art.with_name(art.name + _REFUSAL).read_bytes())
+        except (OSError, ValueError):
+            return []
+        reasons = reasons if isinstance(reasons, list) else [reasons]
+        return [
+            server_key(r["server"])
+            for r in reasons
+            if isinstance(r, dict) and isinstance(r.get("server"), str)
+        ]
 
     @staticmethod
     def refusal(refused: Path) -> dict[str, Any]:
@@ -741,26 +823,30 @@ class PushReport:
             said.append(
                 f"{self.server} refused the spooled entry {r['id']} for good ([{r['code']}] {r['message']}): "
                 f"set aside, kept in {r['file']} with the server's reason beside it; it is not sent again — "
-                "once the server would take it (its key trusted again, say), move it back to the spool's "
-                "entries/ folder and run `ledger push`"
+                "once the server would take it (its key trusted again, say), "
+                f"`ledger push --server {self.server} --retry-refused` sends it again (or move it back to "
+                "the spool's entries/ folder with its .target file beside it)"
             )
         if self.held_refused > len(self.refused):
             said.append(
                 f"{self.held_refused - len(self.refused)} entries refused for good earlier wait in the "
-                "spool's refused/ folder (each beside the server's reason): move one back to entries/ to "
-                "send it again"
+                "spool's refused/ folder (each beside the server's reason): "
+                f"`ledger push --server {self.server} --retry-refused` sends those for it again (or move "
+                "one back to entries/ with its .target file)"
             )
         for a in self.refused_artifacts:
             said.append(
                 f"{self.server} refused the spooled artifact {a['digest']} for good ([{a['code']}] "
                 f"{a['message']}): set aside, kept in {a['file']} with the server's reason beside it; it is "
                 "not sent to it again (an entry naming it is refused artifact-missing) — once the server "
-                "would take it, move it back to the spool's artifacts/ folder and run `ledger push`"
+                f"would take it, `ledger push --server {self.server} --retry-refused` sends it again (or "
+                "move it back to the spool's artifacts/ folder with its .targets file beside it)"
             )
         if self.held_refused_artifacts > len(self.refused_artifacts):
             said.append(
                 f"{self.held_refused_artifacts - len(self.refused_artifacts)} artifacts refused for good "
-                "earlier wait in the spool's refused/artifacts/ folder (each beside the servers' reasons)"
+                "earlier wait in the spool's refused/artifacts/ folder (each beside the servers' reasons): "
+                f"`ledger push --server {self.server} --retry-refused` sends those it refused again"
             )
         for server, n in sorted(self.elsewhere.items()):
             said.append(
@@ -957,6 +1043,12 @@ def spool_size(ledger: Ledger) -> tuple[int, int]:
     """How many entries and artifacts wait in the home's spool."""
     spool = Spool(ledger.spool_dir)
     return len(spool.entry_files()), len(spool.artifact_files())
+
+
+def restore_refused(ledger: Ledger, server: str, *, adopt: bool = False) -> tuple[int, int]:
+    """Move back into the home's spool what ``server`` refused for good, to be pushed again
+    (``Spool.restore_refused``); how many entries and artifacts."""
+    return Spool(ledger.spool_dir).restore_refused(server, adopt=adopt)
 
 
 def spool_bytes(ledger: Ledger, server: str | None = None, *, adopt: bool = False) -> int:

@@ -23,6 +23,7 @@ from ledger.errors import InputError, SchemaError, UnknownKindError, more_proble
 from ledger.listing import SUBJECT_FIELDS
 
 __all__ = [
+    "JUDGED_SUBJECT_KINDS",
     "KIND_MODELS",
     "KIND_ROLES",
     "REVIEW_COMMIT",
@@ -37,6 +38,8 @@ __all__ = [
     "check_kind_filter",
     "format_time",
     "host_key",
+    "judged_subject",
+    "judged_subject_problem",
     "misspelled_subject_field",
     "misspelled_subject_words",
     "misspelling_of",
@@ -1080,30 +1083,101 @@ def same_subject_value(field: str, got: str, asked: str) -> bool:
 # a verdict's evaluated subject. A routing.change names none (its ``deployment.host`` is the layout the
 # check judged, which may be another host's: the routing check's ``deployment-host`` gate refuses it, and a
 # refused decision is recorded as it was judged)
-_JUDGED_SUBJECT_KINDS = ("verdict",)
+JUDGED_SUBJECT_KINDS = ("verdict",)
 
 
-def _judged_subject_problem(st: Statement) -> str | None:
-    """Why the subject a payload says it judged contradicts the entry's own subject (None: it does not).
-    Every field of the payload's ``subject`` must be in the statement's subject with the same value
+def _stated_subject(where: str, value: Any) -> dict[str, str] | None:
+    """A subject as one place of a verdict entry states it: a mapping of text values (None: it states none,
+    an empty mapping too); anything else is refused (SchemaError), never read as naming nothing."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise SchemaError(f"{where} is not a subject (field=value text pairs): {value!r}")
+    return dict(value) or None
+
+
+def judged_subject(
+    payload: Mapping[str, Any], result: Mapping[str, Any] | None = None
+) -> dict[str, str] | None:
+    """The subject a verdict entry judged — one reading for ingest, ``ledger verdict replay``, the pages,
+    the routing gate and the summaries: what its payload's ``subject`` names, else what its inline
+    ``result`` (entries recorded before results moved to an artifact) names, else what its stored result
+    artifact names (``result``: the result the caller read from the store, ``recorded_result``; readers
+    without the store pass none). Each place that states one must state the same subject (field by
+    field, ``same_subject_value``; the order of the fields is no matter): where two disagree the entry
+    judged no one subject and SchemaError says why — ingest refuses it, a reader shows it unreadable. A
+    result (inline or stored) always names the subject it judged (``evaluate`` writes it): one naming
+    none is refused too. None: nothing names one (an entry recorded before payloads named it)."""
+    found = _judged(payload, result)
+    return None if found is None else found[1]
+
+
+def _judged(
+    payload: Mapping[str, Any], result: Mapping[str, Any] | None
+) -> tuple[str, dict[str, str]] | None:
+    """``judged_subject``, with the place that named it first (for a refusal's words)."""
+    stated: list[tuple[str, dict[str, str]]] = []
+    own = _stated_subject("payload subject", payload.get("subject"))
+    if own is not None:
+        stated.append(("payload subject", own))
+    inline = payload.get("result")
+    for where, value in (("inline result", inline), ("recorded result artifact", result)):
+        if value is None or (where == "inline result" and value == {}):
+            continue
+        if not isinstance(value, Mapping):
+            raise SchemaError(f"the verdict's {where} is not a JSON object")
+        subject = _stated_subject(f"the {where}'s subject", value.get("subject"))
+        if subject is None:
+            raise SchemaError(f"the verdict's {where} names no subject it judged")
+        stated.append((where, subject))
+    if not stated:
+        return None
+    first_where, first = stated[0]
+    for where, subject in stated[1:]:
+        if set(subject) != set(first) or not all(
+            same_subject_value(k, first[k], v) for k, v in subject.items()
+        ):
+            raise SchemaError(
+                f"the {where} judged {_pairs(subject)}, the {first_where} names {_pairs(first)}: a "
+                "verdict entry judges one subject"
+            )
+    return first_where, first
+
+
+def _pairs(subject: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(subject.items()))
+
+
+def judged_subject_problem(st: Statement, result: Mapping[str, Any] | None = None) -> str | None:
+    """Why the subject a verdict entry judged (``judged_subject``: its payload's, its inline result's, the
+    stored ``result``'s) contradicts the entry's own subject, or cannot be read (None: it does not).
+    Every field of the judged subject must be in the statement's subject with the same value
     (``same_subject_value``): the log indexes the entry by its statement's subject, and every page and
     gate that finds it there reads it as a verdict about that subject — one judging another campaign
-    would be shown as this one's. A payload field the statement leaves out is refused too: the entry
+    would be shown as this one's. A judged field the statement leaves out is refused too: the entry
     would be a verdict about a subject no reader of that field finds it under (``ledger verdict
     --record`` names every field it judged in both)."""
-    judged = st.payload.get("subject") if st.kind in _JUDGED_SUBJECT_KINDS else None
-    if not isinstance(judged, Mapping):
+    if st.kind not in JUDGED_SUBJECT_KINDS:
         return None
+    try:
+        found = _judged(st.payload, result)
+    except SchemaError as e:
+        return e.message
+    if found is None:
+        return None
+    where, judged = found
     for key, value in sorted(judged.items()):
         mine = st.subject.get(key)
         if mine is None:
             return (
-                f"payload subject names {key}={value}, which the entry's subject does not name: the log "
+                f"{where} names {key}={value}, which the entry's subject does not name: the log "
                 f"finds an entry by its own subject (name {key}={value} there too)"
             )
-        if not isinstance(value, str) or not same_subject_value(key, mine, value):
+        if not same_subject_value(key, mine, value):
             return (
-                f"payload subject names {key}={value}, the entry's subject {key}={mine}: a {st.kind} "
+                f"{where} names {key}={value}, the entry's subject {key}={mine}: a {st.kind} "
                 f"entry judges the subject it is logged under (record it under {key}={value})"
             )
     return None
@@ -1113,12 +1187,13 @@ def check_ingest(st: Statement) -> Statement:
     """What the log refuses of a new statement beyond its schema (``parse_statement``, which reads stored
     entries too, so an entry stored before one of these rules stays readable): a host's facts that name
     no host, a launch that claims it started after it was recorded, a ``collected_at`` out of the range
-    of times (``time_range_problem``), a verdict whose payload says it judged another subject than the
-    one it is logged under (``_judged_subject_problem``)."""
+    of times (``time_range_problem``), a verdict whose payload (or inline result) says it judged another
+    subject than the one it is logged under (``judged_subject_problem``; the service checks the stored
+    result artifact a verdict names the same way, ``Ledger._check_recorded_result``)."""
     range_problem = time_range_problem(parse_time(st.collected_at))
     if range_problem is not None:
         raise SchemaError(f"collected_at {st.collected_at} is out of range: {range_problem}")
-    judged_problem = _judged_subject_problem(st)
+    judged_problem = judged_subject_problem(st)
     if judged_problem is not None:
         raise SchemaError(judged_problem)
     started = st.payload.get("started_at") if st.kind == "engine.launch" else None

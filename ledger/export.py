@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ledger.canonical import canonical_bytes, parse_canonical
-from ledger.entries import parse_time
+from ledger.entries import judged_subject_problem, parse_time
 from ledger.errors import ArtifactMissingError, InputError, ProofError, RoleError, SignatureError
 from ledger.log import parse_checkpoint, parse_record, record_leaf, verify_inclusion
 from ledger.signing import PublicKey, SigningKey, pae
@@ -164,6 +164,11 @@ def _vsa(ledger: Ledger, entry: LoggedEntry) -> dict[str, Any]:
                 "digest": {"sha256": str(cp["root"])},
             }
         )
+    # the subject it judged, one reading with ingest, replay and the pages: a result of another subject
+    # than the entry is logged under (an entry stored before ingest checked it) is never summarised
+    problem = judged_subject_problem(entry.statement, result)
+    if problem is not None:
+        raise InputError(f"verdict {entry.entry_id}: {problem}; it cannot be summarised")
     status = p.get("status")
     evaluated = result.get("subject") or dict(entry.statement.subject)
     return {

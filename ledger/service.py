@@ -25,10 +25,12 @@ from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes, parse_canonical
 from ledger.db import SEQ_MAX, analyse_if_grown, check_schema, make_engine, migrate
 from ledger.entries import (
+    JUDGED_SUBJECT_KINDS,
     ArtifactRef,
     Statement,
     check_ingest,
     format_time,
+    judged_subject_problem,
     now_utc,
     parse_statement,
     parse_time,
@@ -52,6 +54,7 @@ from ledger.errors import (
     LogTimeBackwardsError,
     ProofError,
     RequestTooLargeError,
+    SchemaError,
     StorageError,
 )
 from ledger.hashing import Digest, blake3_hex, hash_file, parse_digest
@@ -152,6 +155,9 @@ class _Prepared:
     entry_id: EntryId
     statement: Statement
     verified_with: PublicKey | None = None  # the key its signature verified with before ordering
+    # an ingest rule's refusal of an envelope the log held when it was checked (``_prepare``): answered as
+    # a duplicate in the lock, or refused with this where the log does not hold it then
+    refusal: LedgerError | None = None
 
 
 @dataclass(eq=False)
@@ -604,10 +610,56 @@ class Ledger:
         data = envelope.canonical()
         if len(data) > MAX_ENVELOPE_BYTES:
             raise RequestTooLargeError(_too_large(len(data)))
-        statement = check_ingest(parse_statement(envelope.statement()))
-        st = statement
-        _refuse_nul(*st.subject.keys(), *st.subject.values(), *(a.name for a in st.artifacts))
-        return _Prepared(envelope, data, entry_id_of(data), statement)
+        statement = parse_statement(envelope.statement())
+        entry_id = entry_id_of(data)
+        try:
+            check_ingest(statement)
+            self._check_recorded_result(statement)
+            st = statement
+            _refuse_nul(*st.subject.keys(), *st.subject.values(), *(a.name for a in st.artifacts))
+        except LedgerError as e:
+            # an envelope the log already holds (stored before a newer ingest rule) is re-sent: it is
+            # answered as the duplicate it is (``append``'s contract), never refused by a rule it predates.
+            # The lookup is made only for a refused envelope; the lock decides (``_append_locked``
+            # raises the refusal kept here unless the log holds the id then)
+            if self.repo.by_id(entry_id) is None:
+                raise
+            return _Prepared(envelope, data, entry_id, statement, refusal=e)
+        return _Prepared(envelope, data, entry_id, statement)
+
+    def _check_recorded_result(self, st: Statement) -> None:
+        """Ingest of a verdict that names a stored result (``result_digest``): the result is in the store
+        now (else ArtifactMissingError, as for an entry naming an artifact not uploaded: a verdict whose
+        result no reader can open is never stored; one holding its result inline, the older shape, is read
+        from there), reads as a JSON object (``recorded_result``'s reading,
+        else SchemaError) and judged the subject the entry is logged under, as its payload and inline
+        result must (``judged_subject_problem``, one reading for ingest, replay and the pages: else
+        SchemaError)."""
+        digest = st.payload.get("result_digest") if st.kind in JUDGED_SUBJECT_KINDS else None
+        if digest is None:
+            return
+        from ledger.policy.verdict import recorded_result
+
+        try:
+            address = parse_digest(str(digest))
+        except InputError as e:
+            raise SchemaError(f"verdict result_digest: {e.message}") from e
+        if not self.store.has(address):
+            inline = st.payload.get("result")
+            if isinstance(inline, dict) and inline:  # what every reader reads (``recorded_result``), checked
+                return  # by ``check_ingest``: the older shape, whose result_digest is the inline's digest
+            raise ArtifactMissingError(
+                f"the verdict's result artifact {digest} (its result_digest) is not in the store: a verdict "
+                "whose result cannot be read is not stored",
+                hint="upload the result artifact before the entry",
+            )
+        try:
+            result = recorded_result(self.store, {"result_digest": str(digest)}, "")
+        except InputError as e:
+            raise SchemaError(f"the verdict's result artifact {digest} cannot be read: {e.message}") from e
+        problem = judged_subject_problem(st, result)
+        if problem is not None:
+            raise SchemaError(problem)
 
     def _precheck(self, prepared: Sequence[_Prepared]) -> None:
         """The sequencer's checks outside the lock: each signature against the keys this process knows
@@ -914,6 +966,8 @@ class Ledger:
                     if p.entry_id in batch_ids:
                         out.append(replace(batch_entries[p.entry_id], duplicate=True))
                         continue
+                    if p.refusal is not None:  # not held after all: what ingest refused stays refused
+                        raise p.refusal
                     st = p.statement
                     pub = p.verified_with
                     trusted.admit(next_seq, p.envelope, st.kind, st.payload, when, verified=pub)

@@ -1031,15 +1031,29 @@ def push(
             "older ledger): only when it was collected for that server.",
         ),
     ] = False,
+    retry_refused: Annotated[
+        bool,
+        typer.Option(
+            "--retry-refused",
+            help="First move back into the spool what --server refused for good earlier (set aside in the "
+            "spool's refused/ folder), to send it again: once the server would take it.",
+        ),
+    ] = False,
     json_out: JsonOption = False,
 ) -> Outcome:
     """Deliver the entries and artifacts spooled for --server while it was unreachable, in order, exactly
     once. What was spooled for another server is left alone (and named); an entry the server refuses for
-    good is set aside in the spool's refused/ folder with the server's reason, and the rest delivered. Exit 1
-    while anything is left in the spool."""
-    from ledger.collectors.remote import push_spool, spool_bytes
+    good is set aside in the spool's refused/ folder with the server's reason, and the rest delivered
+    (``--retry-refused`` sends what it refused again). Exit 1 while anything is left in the spool."""
+    from ledger.collectors.remote import push_spool, restore_refused, spool_bytes
 
     ledger = get_ledger(home)
+    if retry_refused:
+        back, back_artifacts = restore_refused(ledger, server, adopt=adopt_untargeted)
+        if not json_out:
+            sys.stdout.write(
+                f"moved back {back} refused entries and {back_artifacts} refused artifacts to send again\n"
+            )
     total = spool_bytes(ledger, server, adopt=adopt_untargeted)
     with progress("pushing", total=total, unit="bytes", quiet=json_out) as bar:
         report = push_spool(

@@ -15,8 +15,16 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_bytes
-from ledger.entries import KIND_MODELS, ArtifactRef, format_time, misspelled_subject_field, parse_time
-from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError
+from ledger.entries import (
+    KIND_MODELS,
+    ArtifactRef,
+    format_time,
+    judged_subject,
+    judged_subject_problem,
+    misspelled_subject_field,
+    parse_time,
+)
+from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SchemaError
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy import result_cache
 from ledger.policy.acceptance import (
@@ -1114,7 +1122,11 @@ def recorded_result(store: ArtifactStore, payload: Mapping[str, Any], entry_id: 
     if not isinstance(digest, str):
         raise InputError(f"verdict {entry_id} holds no result and no result_digest")
     with store.open_verified(parse_digest(digest)) as f:
-        value = json.loads(f.read())
+        data = f.read()
+    try:
+        value = json.loads(data)
+    except ValueError as e:  # not JSON (nor UTF-8): unreadable, never a server error
+        raise InputError(f"verdict {entry_id}: its result artifact {digest} is not JSON ({e})") from e
     if not isinstance(value, dict):
         raise InputError(f"verdict {entry_id}: its result artifact {digest} is not a JSON object")
     return value
@@ -1126,12 +1138,14 @@ def names_campaign(subject: Mapping[str, str]) -> bool:
 
 
 def evaluated_subject(payload: Mapping[str, Any]) -> dict[str, str] | None:
-    """The subject a verdict entry evaluated (in the payload; inline in the result of older entries)."""
-    subject = payload.get("subject")
-    if not isinstance(subject, dict):
-        inline = payload.get("result")
-        subject = inline.get("subject") if isinstance(inline, dict) else None
-    return dict(subject) if isinstance(subject, dict) and subject else None
+    """The subject a verdict entry evaluated, as its payload says (its ``subject``; inline in the result of
+    older entries): ``judged_subject`` read without the store (ingest checked the stored result against
+    it). None where it names none, or where its payload and inline result disagree (it judged no one
+    subject: nothing is re-derived from it)."""
+    try:
+        return judged_subject(payload)
+    except SchemaError:
+        return None
 
 
 def replay_verdict(
@@ -1143,6 +1157,11 @@ def replay_verdict(
         raise InputError(f"entry {entry.entry_id} is a {entry.kind} entry, not a verdict")
     payload = entry.statement.payload
     recorded = recorded_result(ledger.store, payload, entry.entry_id)
+    # what the recorded result judged is the subject the entry is logged under (and its payload names):
+    # one reading with ingest and the pages; an entry stored before ingest checked it replays as differing
+    subject_problem = judged_subject_problem(entry.statement, recorded)
+    if not isinstance(recorded.get("subject"), dict):
+        raise InputError(f"cannot replay verdict {entry.entry_id}: its recorded result names no subject")
     pol = payload["policy"]
     policy = load_policy(policy_path or pol["name"], policy_dir)
     size = int(payload["checkpoint"]["size"])
@@ -1156,6 +1175,8 @@ def replay_verdict(
     except EntryNotFoundError as e:
         raise LedgerError(f"cannot replay verdict {entry.entry_id}: {e.message}") from e
     differences: list[str] = []
+    if subject_problem is not None:
+        differences.append(f"it judged another subject than the one it is logged under: {subject_problem}")
     now_policy = _policy_identity(policy)
     if now_policy.get("digest") != pol.get("digest"):
         differences.append(
@@ -1189,7 +1210,7 @@ def replay_verdict(
         differences.append("the recorded result does not match its recorded result_digest")
     return {
         "entry": entry.entry_id,
-        "same": same and digest_ok,
+        "same": same and digest_ok and subject_problem is None,
         "recorded": {"verdict": recorded.get("verdict"), "policy": pol, "checkpoint": payload["checkpoint"]},
         "current": {"verdict": current["verdict"], "policy": now_policy, "checkpoint": current["checkpoint"]},
         "differences": differences,

@@ -28,6 +28,7 @@ from ledger.api.app import create_app
 from ledger.api.settings import ApiSettings
 from ledger.canonical import canonical_bytes
 from ledger.entries import ArtifactRef, parse_time
+from ledger.errors import ArtifactMissingError
 from ledger.hashing import blake3_hex
 from ledger.policy import evaluate, load_policy, record_verdict
 from ledger.policy.fixtures import build_fixture_ledger
@@ -71,11 +72,11 @@ def _stored_before_the_rule(
     """An entry as the log stored it before ingest refused a judged subject that is not its own."""
     import ledger.service as service
 
-    monkeypatch.setattr(service, "check_ingest", lambda st: st)
-    try:
+    # its own patches only (monkeypatch.undo() would undo every patch of the test)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(service, "check_ingest", lambda st: st)
+        mp.setattr(service.Ledger, "_check_recorded_result", lambda self, st: None)
         return led.record("verdict", subject, payload, key="reviewer", collected_at=RECORDED_AT, **kw)
-    finally:
-        monkeypatch.undo()
 
 
 def _claim(size: int, judged: dict[str, str] | None, **more: Any) -> dict[str, Any]:
@@ -135,12 +136,17 @@ def test_recorded_verdict_whose_result_artifact_is_missing_is_shown_unreadable(
 ) -> None:
     led = qualified.ledger
     digest = "blake3:" + "0" * 64
-    led.record(
-        "verdict",
-        {"campaign": GOOD},
-        _claim(led.size(), {"campaign": GOOD}, result_digest=digest),
-        key="reviewer",
-        collected_at=RECORDED_AT,
+    # ingest refuses it now (a verdict whose result no reader can open is never stored): one stored before
+    with pytest.raises(ArtifactMissingError, match="is not in the store"):
+        led.record(
+            "verdict",
+            {"campaign": GOOD},
+            _claim(led.size(), {"campaign": GOOD}, result_digest=digest),
+            key="reviewer",
+            collected_at=RECORDED_AT,
+        )
+    _stored_before_the_rule(
+        monkeypatch, led, {"campaign": GOOD}, _claim(led.size(), {"campaign": GOOD}, result_digest=digest)
     )
     was, now = _cells(qualified.client.get("/").text, f"campaign={GOOD}")[2:]
     derived = evaluate(led, {"campaign": GOOD}, load_policy("backend-qualification"))["verdict"]
