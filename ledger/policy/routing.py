@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 from ledger.answers import refusal
 from ledger.canonical import float_as_stated, parse_json
 from ledger.devices import gpu_at, gpu_index, gpu_name, gpus_gone_at
-from ledger.entries import format_time, now_utc, parse_time
+from ledger.entries import format_time, host_key, now_utc, parse_time
 from ledger.errors import (
     EntryNotFoundError,
     InputError,
@@ -68,7 +68,6 @@ from ledger.policy.snapshot import (
     Snapshot,
     _parse_rows,
     check_signature,
-    host_key,
     keyring_at,
     newest_entries,
     probe_ok,
@@ -246,7 +245,10 @@ def validate_deployment(data: Any, where: str) -> dict[str, Any]:
 # template are read against it (``check_routing_reads``), at every depth: ``request.subject.modle``,
 # ``deployment.services.exists(s, s.modle …)`` or ``{item[faults][0][codee]}`` is refused naming file, line,
 # the name and the names that are there — never read as absent at check time (a CEL error only where
-# evaluation reaches it, or a key test that is always false, a check silently always on or off).
+# evaluation reaches it, or a key test that is always false, a check silently always on or off). A map whose
+# names are fixed here is read by its names only: iterated over, converted or computed with whole
+# (``request.subject.exists(k, k == 'modle')``, ``dyn(request.subject)``, ``size(request.subject)``), which
+# name a check tests could not be checked, so that is refused too (``_whole_use``).
 
 
 @dataclass(frozen=True)
@@ -436,11 +438,12 @@ def _step(node: _Node | None, base: str, name: str | None, how: str = "read") ->
 def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
     """The first read of ``source`` (a routing check's CEL) of a name its value cannot hold, at any depth:
     through a context name (``request.subject.x``), an index (``m['x']``, ``deployment.services[0].x``), a
-    key test (``'x' in request.subject``, ``has(m.x)``, or a macro's variable over a map's names compared
-    with a name: ``request.subject.exists(k, k == 'x')``, ``_name_tests``), or a macro's variable over a
-    list below the top level (``deployment.services.exists(s, s.x)``, ``gpus.exists(g, g.faults.all(f,
-    f.x))``), or of a value whose names cannot be told (``[item.env].exists(m, m.X)``). None where every
-    read holds (or the text cannot be read: the loader refuses that)."""
+    key test (``'x' in request.subject``, ``has(m.x)``), or a macro's variable over a list below the top
+    level (``deployment.services.exists(s, s.x)``, ``gpus.exists(g, g.faults.all(f, f.x))``), or of a value
+    whose names cannot be told (``[item.env].exists(m, m.X)``); else the first use of a map whose names are
+    fixed other than a read by name — a macro over its names (``request.subject.exists(k, k == 'x')``, in
+    any spelling), ``dyn()``, ``size()``, a comparison, a computed name test (``_whole_use``). None where
+    every read holds (or the text cannot be read: the loader refuses that)."""
     from ledger.policy.conditions import (
         _KEY_TEST_EDGES,
         _binder,
@@ -552,6 +555,26 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
             return (_UNTOLD if held_in(o + 1, end - 1) else None), "{…}"
         return None, t
 
+    def at(i: int) -> str:
+        return raw[i] if 0 <= i < n else ""
+
+    def start_of(end: int) -> int:
+        """The first token of the chain ending at token ``end`` (``request`` of ``request.subject``, ``dyn``
+        of ``dyn(x)``, ``[`` of a list literal)."""
+        t = raw[end]
+        if name_at(end):
+            return start_of(end - 2) if at(end - 1) == "." and end >= 2 else end
+        o = opening.get(end)
+        if o is None:
+            return end
+        if t == ")" and o >= 3 and raw[o - 2] == "." and name_at(o - 1):
+            return start_of(o - 3)
+        if t == ")" and o >= 1 and name_at(o - 1):
+            return o - 1  # a function's call
+        if t == "]" and o > 0 and (name_at(o - 1) or raw[o - 1] in ")]}"):
+            return start_of(o - 1)
+        return o
+
     def depth(i: int, o: int) -> int:
         """How many brackets enclose token ``i`` from the one at ``o`` on (1: directly inside it)."""
         return sum(1 for a, b in closing.items() if o <= a < i < b)
@@ -572,14 +595,13 @@ def _cel_misread(source: str, roots: Mapping[str, _Node]) -> _Misread | None:
             node, shown = typed(end)
             if isinstance(node, _Map):  # (of a list, ``in`` tests membership)
                 _key_test(node, shown, f"{lit} in {shown}", lit)
-        for scope in scopes:  # ``m.exists(k, k == 'x')``: each name of a map, compared with a name
-            recv, shown = typed(scope.receiver_at) if scope.receiver_at >= 0 else (None, "")
-            if isinstance(recv, _Map):
-                for test, lit in _name_tests(raw, scope, scopes):
-                    try:
-                        _key_test(recv, shown, test, lit)
-                    except _Misread as e:  # (what the variable ranges over, said once: not again below)
-                        return _Misread(e.shown, f"{e.why} ({scope.var}: each name of {shown})")
+        for k in range(n):  # a closed map's names: read only by name (``_whole_use``)
+            if k in binding or not (name_at(k) or raw[k] in ")]}") or at(k + 1) == "(":
+                continue
+            node, shown = typed(k)
+            held = _whole_use(raw, k, start_of(k), node, shown, closing)
+            while held is not None:  # a literal or a choice holding it: judged as it is
+                held = _whole_use(raw, held, start_of(held), _UNTOLD, typed(held)[1], closing, holder=True)
     except _Misread as e:
         first = re.split(r"[.\[ ]", e.shown.split(" in ")[-1], maxsplit=1)[0]
         return _Misread(e.shown, f"{e.why} ({first}: {notes[first]})") if first in notes else e
@@ -613,44 +635,159 @@ def _key_test(node: _Map, shown: str, test: str, literal: str) -> None:
         )
 
 
-def _name_tests(raw: Sequence[str], scope: Any, scopes: Sequence[Any]) -> list[tuple[str, str]]:
-    """Where the variable of the macro ``scope`` (over a map: each of its names) is compared with a name
-    written as a string literal — ``k == 'x'``, ``k != 'x'``, ``'x' == k``, ``k in ['x', 'y']``, with nothing
-    binding tighter on either side (``_KEY_TEST_EDGES``): a key test in another spelling. Each as (the
-    test as written, the literal)."""
-    from ledger.policy.conditions import _KEY_TEST_EDGES, _binder
+def _closed(node: _Node | None) -> bool:
+    """Whether ``node`` is a closed map: one whose names the gate builds and ``_routing_schema`` knows (not a
+    service's ``env`` nor top-level ``params``, whose names are free)."""
+    return isinstance(node, _Map) and node.free is None
+
+
+def _closed_list(node: _Node | None) -> bool:
+    """Whether ``node`` is a list of closed maps (or of lists of them): ``deployment.services``."""
+    return isinstance(node, _List) and (_closed(node.element) or _closed_list(node.element))
+
+
+# what may stand beside ``m == null`` / ``m != null`` for it to compare ``m`` itself with null
+_NULL_TEST_BEFORE = frozenset({"", "(", "&", "|", "?", ":", ","})
+_NULL_TEST_AFTER = frozenset({"", ")", "&", "|", "?", ":", ","})
+
+
+def _whole_use(
+    raw: Sequence[str],
+    end: int,
+    start: int,
+    node: _Node | None,
+    shown: str,
+    closing: Mapping[int, int],
+    holder: bool = False,
+) -> int | None:
+    """The rule for a value used whole — the tokens ``start``..``end`` of ``raw``, shown as ``shown``: a
+    closed map (``_closed``), a list of them, what holds one (``holder``: a list or map literal, a
+    parenthesised choice) or a value whose names cannot be told (``_UNTOLD``, ``_MIXED``).
+
+    A closed map may be read only by its names — ``m.name``, ``m['name']``, ``has(m.name)``, ``'name' in m``,
+    each checked against the names it holds — or compared with null, or held by a list or map literal or a
+    choice; anything else iterates over, converts or computes with its names — a macro or method over it
+    (``m.exists(k, k == 'x')``, ``m.map(k, k)``, ``m.size()``), ``dyn(m)``, ``string(m)``, ``size(m)``, a
+    comparison, a name test of a name computed at check time (``params.key in m``, ``'a' + 'b' in m``) —
+    which cannot be checked against its names at load and may come out the same whatever they are: a check
+    silently always on or off. A list of them may be iterated (its elements are typed: ``_step`` judges
+    their reads), counted (``size()``) and compared with null, not otherwise used whole (``dyn()``, ``in``,
+    a comparison). What holds one is judged as the map is (besides, a map literal's own keys, written in it,
+    may be tested: ``'s' in {'s': m}``). A value whose names cannot be told is iterated by no macro.
+
+    Raises ``_Misread``; returns where what holds the value ends (a literal or a choice: judged in turn), or
+    None."""
+    from ledger.policy.conditions import _KEY_TEST_EDGES, _is_name
 
     n = len(raw)
 
     def at(i: int) -> str:
         return raw[i] if 0 <= i < n else ""
 
-    def literal(i: int) -> bool:
-        return 0 <= i < n and _is_string_literal(raw[i])
+    after, before = at(end + 1), at(start - 1)
+    call = after == "." and at(end + 3) == "("
+    closed, listed = _closed(node) or holder, _closed_list(node)
+    if after in ("[", ".") and not call:
+        return None  # a read by name (or by index): ``_step`` judges it
+    if not (closed or listed) and not (call and node in (_UNTOLD, _MIXED)):
+        return None  # (a value whose names cannot be told is read by name nowhere: ``_step``)
+    if listed and call:
+        return None  # a macro over a list: its elements are typed
+    read = shown
+    if call:
+        used, read = f"{at(end + 2)}() over it", f"{shown}.{at(end + 2)}(…)"
+    else:
+        held = _held_by(raw, end, start, closing)
+        if held is not None or _null_test(raw, end, start):
+            return held
+        plain = before == "in" and _is_string_literal(at(start - 2)) and at(start - 3) in _KEY_TEST_EDGES
+        plain = plain and after in _KEY_TEST_EDGES
+        if plain and _closed(node) and _chain_end(raw, start, closing) == end:
+            return None  # ``'x' in m``: the name is checked where it is tested (``_key_test``)
+        if plain and holder and raw[start] == "{" and raw[end] == "}":
+            return None  # ``'s' in {'s': m}``: the map literal's own keys, written in it
+        if listed and before == "(" and at(start - 2) == "size" and at(start - 3) != "." and after == ")":
+            return None  # how many elements a list holds
+        if before == "in" and listed:
+            used, read = "a membership test (its elements compared whole)", f"… in {shown}"
+        elif before == "in":
+            used = "a name test not written `'name' in m` (a plain literal, nothing as tight beside)"
+            read = f"… in {shown}"
+        elif before == "(" and _is_name(at(start - 2)):
+            used = f"{at(start - 2)}() of it"
+            read = f"{at(start - 2)}({shown}{')' if after == ')' else ', …)'}"
+        elif {before, after} & {"=", "<", ">", "in"} or (after == "!" and at(end + 2) == "="):
+            used = "compared whole"
+        else:
+            used = "used whole (an argument, an operand, a condition)"
+    if isinstance(node, _Map) and not holder:
+        names = ", ".join(sorted(node.fields)) or "no name"
+        why = (
+            f"a routing check may not iterate over, convert or compute with the names of {shown}, a map "
+            f"whose names are fixed ({names}) — which name it tests cannot be checked at load, and it may "
+            f"come out the same whatever the map holds; a name test is written `has({shown}.name)` or "
+            f"`'name' in {shown}`, checked against those names"
+        )
+    elif listed:
+        why = (
+            f"{shown} is a list of maps whose names are fixed: iterate its elements (`{shown}.exists(x, "
+            f"x.name …)`), count them (`size({shown})`) or read one (`{shown}[0].name`); used whole, what "
+            "it computes with their names cannot be checked at load"
+        )
+    elif holder:
+        why = (
+            f"{shown} holds a map of the routing context whose names are fixed, and a routing check may not "
+            "iterate over, convert or compute with them — read its names where it is named: "
+            "`has(request.subject.model)`, `'model' in request.subject`"
+        )
+    else:
+        why = (
+            f"which names {shown} holds cannot be told, so neither can what a macro or method over it ranges "
+            "over: read the context's own maps and lists by name (`deployment.services.exists(s, s.name …)`, "
+            "`'model' in request.subject`)"
+        )
+    raise _Misread(read, f"{used}: {why}")
 
-    def edge(i: int) -> bool:
-        return at(i) in _KEY_TEST_EDGES
 
-    out: list[tuple[str, str]] = []
-    for i in range(scope.start, scope.end):
-        if raw[i] != scope.var or at(i - 1) == "." or _binder(scopes, raw[i], i) is not scope:
-            continue
-        op, before = at(i + 1) + at(i + 2), at(i - 2) + at(i - 1)
-        if op in ("==", "!=") and literal(i + 3) and edge(i - 1) and edge(i + 4):
-            out.append((f"{raw[i]} {op} {raw[i + 3]}", raw[i + 3]))
-        elif before in ("==", "!=") and literal(i - 3) and edge(i - 4) and edge(i + 1):
-            out.append((f"{raw[i - 3]} {before} {raw[i]}", raw[i - 3]))
-        elif at(i + 1) == "in" and at(i + 2) == "[" and edge(i - 1):
-            k, items = i + 3, []  # ``k in ['x', 'y']``: a list literal of string literals only
-            while literal(k) and at(k + 1) in (",", "]"):
-                items.append(raw[k])
-                k += 1 if at(k + 1) == "]" else 2
-                if at(k) == "]":
-                    break
-            if items and at(k) == "]" and edge(k + 1):
-                shown = f"{raw[i]} in [{', '.join(items)}]"
-                out.extend((shown, t) for t in items)
-    return out
+def _null_test(raw: Sequence[str], end: int, start: int) -> bool:
+    """Whether the value at tokens ``start``..``end`` of ``raw`` is compared with null, nothing binding
+    tighter beside (``deployment != null``, ``null == current``)."""
+    n = len(raw)
+
+    def at(i: int) -> str:
+        return raw[i] if 0 <= i < n else ""
+
+    op_after, op_before = at(end + 1) + at(end + 2), at(start - 2) + at(start - 1)
+    if op_after in ("==", "!=") and at(end + 3) == "null":
+        return at(start - 1) in _NULL_TEST_BEFORE and at(end + 4) in _NULL_TEST_AFTER
+    if op_before in ("==", "!=") and at(start - 3) == "null":
+        return at(start - 4) in _NULL_TEST_BEFORE and at(end + 1) in _NULL_TEST_AFTER
+    return False
+
+
+def _held_by(raw: Sequence[str], end: int, start: int, closing: Mapping[int, int]) -> int | None:
+    """Where the list literal, map literal or parenthesised choice that holds the value at tokens
+    ``start``..``end`` of ``raw`` as an element, a value or a choice's value ends; None where nothing does
+    (it is a call's argument, an index, an operand, …)."""
+    from ledger.policy.conditions import _is_name
+
+    n = len(raw)
+
+    def at(i: int) -> str:
+        return raw[i] if 0 <= i < n else ""
+
+    before, after = at(start - 1), at(end + 1)
+    o = max((o for o, c in closing.items() if o < start and c > end), default=-1)  # the innermost bracket
+    if o < 0 or (
+        o > 0
+        and raw[o - 1] not in ("in", "true", "false", "null")
+        and (_is_name(raw[o - 1]) or raw[o - 1] in (")", "]", "}"))
+    ):
+        return None  # (a call's parentheses or an index's brackets)
+    element = raw[o] == "[" and before in ("[", ",") and after in ("]", ",")
+    value = raw[o] == "{" and before == ":" and after in ("}", ",")
+    choice = (before == "?" and after == ":") or (before == ":" and after in (")", "]", "}", ","))
+    return closing[o] if element or value or choice else None
 
 
 def _chain_end(raw: Sequence[str], start: int, closing: Mapping[int, int]) -> int | None:
