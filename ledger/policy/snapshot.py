@@ -15,7 +15,7 @@ from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ledger.answers import structured_answer_problem
-from ledger.entries import KIND_MODELS, REF_REQUIRED, parse_time
+from ledger.entries import KIND_MODELS, REF_REQUIRED, host_key, parse_time
 from ledger.errors import EntryNotFoundError, IntegrityError, SignatureError
 from ledger.keyring import Keyring
 from ledger.policy.model import ENTRY_VIEW_FIELDS
@@ -107,13 +107,6 @@ _VERIFIED = _Bounded(SIGNATURE_CACHE_ENTRIES)
 # registers the hook that forgets its results
 RESULT_SALT = [b""]
 CLEAR_HOOKS: list[Callable[[], None]] = []
-
-
-def host_key(name: str) -> str:
-    """A host name as the policy compares it: host names are DNS names, case-insensitive (a trailing dot,
-    or white space around it, names the same host), so ``GPU-BOX-1`` and ``gpu-box-1`` are one host
-    everywhere — in the verdict (a host's probes, pins, kernel logs) and in the routing gate alike."""
-    return name.strip().rstrip(".").casefold()
 
 
 def same_hosts(named: Iterable[str], among: Iterable[str]) -> list[str]:

@@ -19,10 +19,12 @@ from ledger.entries import (
     KIND_MODELS,
     ArtifactRef,
     format_time,
+    host_key,
     judged_subject,
     judged_subject_problem,
     misspelled_subject_field,
     parse_time,
+    same_subject_value,
 )
 from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SchemaError
 from ledger.hashing import blake3_hex, parse_digest
@@ -49,7 +51,6 @@ from ledger.policy.snapshot import (
     Snapshot,
     SnapshotRows,
     _defaults,
-    host_key,
     parsed_items,
     read_snapshot_rows,
     signature_problems,
@@ -742,14 +743,6 @@ def judged_scope(subject: Mapping[str, str]) -> dict[str, str]:
     return dict(subject)
 
 
-def _same_value(field: str, got: str, asked: str) -> bool:
-    """Whether an entry's subject value is the one asked: a host as a host name (``host_key``, the one case
-    rule), every other field exactly as stored."""
-    if field == "host":
-        return host_key(got) == host_key(asked)
-    return got == asked
-
-
 # the fields a route is named by (routing matches backend, model and host): one campaign runs one of each
 SPLIT_FIELDS = ("backend", "model", "host")
 
@@ -940,7 +933,7 @@ def _with_claims(
     checked: list[dict[str, Any]] = []
     for field_name, asked in sorted(claims.items()):
         naming = [(e, e.subject[field_name]) for e in own if field_name in e.subject]
-        other = [(e, v) for e, v in naming if not _same_value(field_name, v, asked)]
+        other = [(e, v) for e, v in naming if not same_subject_value(field_name, v, asked)]
         item: dict[str, Any] = {"field": field_name, "asked": asked}
         if other:
             values = sorted({v for _, v in other})
@@ -1091,7 +1084,9 @@ def record_verdict(
     artifact = ArtifactRef(
         name=RESULT_ARTIFACT, digest=str(stored.digest), size=stored.size, media_type="application/json"
     )
-    subject = {**result["subject"], **result["identity"]}
+    # the subject it judged, as asked; the identity fills the fields the question left out (an entry is
+    # logged under the subject it judged: ingest refuses one whose payload subject it contradicts)
+    subject = {**result["identity"], **result["subject"]}
     payload = {
         "verdict": result["verdict"],
         "status": result["status"],
