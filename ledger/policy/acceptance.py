@@ -14,7 +14,7 @@ import math
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -35,7 +35,15 @@ from ledger.devices import (
     index_text,
     visible_device_items,
 )
-from ledger.entries import FAULT_UNANSWERED, format_time, misspelling_of, parse_time, pin_bindings
+from ledger.entries import (
+    FAULT_TIMEOUT,
+    FAULT_UNANSWERED,
+    format_time,
+    host_key,
+    misspelling_of,
+    parse_time,
+    pin_bindings,
+)
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
 from ledger.policy.conditions import Condition
@@ -45,7 +53,6 @@ from ledger.policy.snapshot import (
     NO_DERIVED,
     Evidence,
     Snapshot,
-    host_key,
     newest_entries,
     newest_text,
     probe_ok,
@@ -63,6 +70,8 @@ from ledger.signatures import (
     decisive,
     find_engine_text,
     not_a_completion,
+    outside_stop_shown,
+    own_end_lines,
     pattern_signatures,
     signature_classes,
     status_signatures,
@@ -2154,6 +2163,7 @@ def _derive(
     log_signatures = pattern_signatures()
     end_signatures = status_signatures()
     markers = stop_markers()
+    held = stop_classes(params or {}, "held_stop_signatures")
     starts: list[tuple[datetime, int]] = []
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     launch_of: dict[int, Evidence] = {}  # attempt → its launch (``stop_cut``)
@@ -2224,7 +2234,13 @@ def _derive(
             if sig is not None:
                 derived["failure_class"] = classes.get(str(sig), UNKNOWN_CLASS)
             outcome = _outcome(e.payload)
-            scan = _classify_stored_logs(e, outcome, store, log_signatures, markers)
+            # whether the stored logs show a stop from outside (``RunOutcome.stop_marked``) is read where it
+            # can change how the recorded end is classified (an exit 0 after readiness: stopped-from-outside)
+            marked = (
+                _classify_end(e.payload, replace(outcome, stop_marked=True), end_signatures).signature
+                != _classify_end(e.payload, outcome, end_signatures).signature
+            )
+            scan = _classify_stored_logs(e, outcome, store, log_signatures, markers, marked=marked)
             unclean[e.id] = scan.unclean
             derived["log_failure_signature"] = scan.whole.signature
             derived["log_failure_class"] = scan.whole.failure_class
@@ -2232,7 +2248,15 @@ def _derive(
             derived["log_failure_after_ready_signature"] = scan.after_ready.signature
             derived["log_failure_after_ready_class"] = scan.after_ready.failure_class
             derived["log_failure_after_ready_named"] = scan.after_ready_named
-            end = _classify_end(e.payload, outcome, end_signatures)
+            # the end as the collector classifies it, stop_marked read from the stored logs, never claimed
+            end = _classify_end(e.payload, replace(outcome, stop_marked=scan.stop_marked), end_signatures)
+            if end.signature is not None and held is not None and scan.whole.signature in held:
+                # an engine held from outside (suspended: SIGSTOP, a debugger, a freezer — its decisive
+                # signature, read by the policy from what the launch stored, is one of
+                # params.held_stop_signatures) answered nothing while held: its lease running out and the
+                # SIGKILL the collector's stop escalated to are the hold's doing, as the collector's table
+                # lists such a signature before lease-expired and killed-sigkill
+                end = scan.whole
             derived["end_failure_signature"] = end.signature
             derived["end_failure_class"] = end.failure_class
             of_campaign = campaign is not None and e.subject.get("campaign") == campaign
@@ -2327,6 +2351,39 @@ def _unanswered(e: Evidence) -> bool | None:
             return True if _unanswered_claim_problem(e) is None else None
         return False if outcome == "completed" else None
     return None
+
+
+# A health probe's error (``collectors/probe.py``: ``f"{type(e).__name__}: {e}"`` of the httpx error; the
+# readiness poll, ``collectors/readiness.py``, records the bare name) that says its request timed out: the
+# engine took it and answered nothing in time. Only an engine held from outside (``_held_from_outside``) is
+# excused one; a hang is otherwise the engine's.
+_TIMEOUT_ERROR = re.compile(r"(?:ReadTimeout|WriteTimeout|ConnectTimeout|PoolTimeout)(?::|$)")
+
+
+def _unanswered_while_held(e: Evidence) -> bool:
+    """Whether ``e`` got no answer in a way an engine held from outside (``_held_from_outside``) explains,
+    beyond ``_unanswered``: a ``health.probe`` that is not ok, records no HTTP status and whose error is a
+    timeout (``_TIMEOUT_ERROR``, matched at the start) or a refused, reset or closed connection
+    (``unanswered_error``) recorded by its bare name (the readiness poll's ``ReadError``); a
+    ``gate.result`` whose harness run an engine fault stopped (``bounds.outcome`` "fault") where the
+    gravest fault of its requests was a timeout (``bounds.fault_kind`` "timeout": none answered that it
+    failed), with its per-request record stored (``_request_record_missing``: what stopped it can be read
+    back). False otherwise — an answer (an HTTP status, an error object) is never the hold's."""
+    if e.kind == "health.probe":
+        error = e.payload.get("error")
+        if e.payload.get("http_status") is not None or e.derived.get("ok") or not isinstance(error, str):
+            return False
+        bare = ":" not in error and unanswered_error(f"{error}: ")
+        return _TIMEOUT_ERROR.match(error) is not None or bare
+    if e.kind == "gate.result":
+        bounds = e.payload.get("bounds")
+        return (
+            isinstance(bounds, dict)
+            and bounds.get("outcome") == "fault"
+            and bounds.get("fault_kind") == FAULT_TIMEOUT
+            and _request_record_missing(e) is None
+        )
+    return False
 
 
 def _max_concurrency(bounds: Any) -> int | None:
@@ -2425,41 +2482,69 @@ def stop_classes(params: Mapping[str, Any], name: str) -> frozenset[str] | None:
     return frozenset(value)
 
 
+def _held_from_outside(launch: Evidence, params: Mapping[str, Any]) -> bool:
+    """Whether ``launch`` was held from outside (suspended: SIGSTOP, a debugger, a cgroup freezer): its
+    decisive signature, as the policy reads what the launch stored (``log_failure_signature``: its logs and
+    ``failure_detail``, where the collector states what it found — never the entry's ``failure_signature``
+    claim), is one of ``params.held_stop_signatures``. Such an engine answers nothing while held, and
+    closes no connection: a request that timed out then is the hold's as much as a refused one. A policy
+    that names none (or mistypes them) has none (fail closed)."""
+    held = stop_classes(params, "held_stop_signatures")
+    return held is not None and launch.derived.get("log_failure_signature") in held
+
+
 def _stopped_from_outside(
     launch: Evidence, params: Mapping[str, Any], unclean: Mapping[str, str | None] | None = None
 ) -> str | None:
-    """Why ``launch`` (a ready one) was ended by a signal the policy classes as a stop
+    """Why ``launch`` (a ready one) was stopped from outside, in a way the policy classes as a stop
     (``params.stop_classes``), from its recorded end (``end_failure_class``: the status-only signature of
-    its exit status, where the launch does not attribute the end to the collector's own stop) — a signal
-    the collector saw end the process (``signal`` a whole number, no ``exit_code``: an exit status 143 is
-    the engine's own exit, no signal) —, with no failure in its stored logs the policy does not excuse (a
-    class in ``params.fault_classes`` anywhere, or one outside ``params.stop_classes`` after readiness)
-    and logs that show a clean run after readiness (``unclean``: every log read, no Python traceback);
-    None otherwise — a SIGKILL (class resource: the OOM killer) is no such stop."""
+    its end, where the launch does not attribute the end to the collector's own stop): a signal the
+    collector saw end the process (``signal`` a whole number, no ``exit_code``: an exit status 143 is the
+    engine's own exit, no signal); an exit 0 after the engine's own shutdown line with nothing of its own
+    before it (``stopped-from-outside``: ``RunOutcome.stop_marked``, read by the policy from the stored
+    logs — llama-cpp-python on SIGINT); or an engine held from outside (``_held_from_outside``: its end
+    is then the hold's, whatever signal or lease ended it) — with no failure in its stored logs the policy
+    does not excuse (a class in ``params.fault_classes`` anywhere, or one outside ``params.stop_classes``
+    after readiness) and logs that show a clean run after readiness (``unclean``: every log read, no
+    Python traceback); None otherwise — a SIGKILL (class resource: the OOM killer) is no such stop."""
     stop = stop_classes(params, "stop_classes")
     faults = stop_classes(params, "fault_classes")
     d = launch.derived
     if stop is None or faults is None or launch.payload.get("ready") is not True:
         return None
-    sig = launch.payload.get("signal")
-    if isinstance(sig, bool) or not isinstance(sig, int) or sig <= 0:
-        return None
-    if launch.payload.get("exit_code") is not None:  # an exit status (143 too) is the engine's own exit
+    sig, code = launch.payload.get("signal"), launch.payload.get("exit_code")
+    held = _held_from_outside(launch, params)
+    if held:
+        how = (
+            f"was held from outside ({d.get('log_failure_signature')}, class {d.get('log_failure_class')}, "
+            "as its stored logs and failure_detail show)"
+        )
+    elif type(sig) is int and sig > 0 and code is None:  # an exit status (143 too) is the engine's own exit
+        how = f"ended by signal {sig}"
+    elif type(code) is int and code == 0 and sig is None:
+        # its end class below decides: stopped-from-outside only where the policy read the shutdown line
+        # from the stored logs (``_LogScan.stop_marked``); any other exit 0 is the engine's own end
+        how = "ended by exit 0 after its shutdown line"
+    else:
         return None
     if unclean is None or launch.id not in unclean or unclean[launch.id] is not None:
         return None
-    if d.get("end_failure_class") not in stop:
+    # a held engine's hold is its decisive signature (its class a stop's too); an end the collector's own
+    # stop accounts for (none judged) is then no other end of its own
+    end = d.get("end_failure_class")
+    if not (end in stop or (held and end is None and d.get("log_failure_class") in stop)):
         return None
     if d.get("log_failure_class") is not None and d.get("log_failure_class") in faults:
         return None
     after = d.get("log_failure_after_ready_class")
     if after is not None and after not in stop:
         return None
-    if launch.payload.get("lease_expired") is True:  # a hung engine the lease cut
+    if launch.payload.get("lease_expired") is True and not held:  # a hung engine the lease cut
         return None
+    if held:
+        return f"launch {launch.id[:12]} (attempt {d.get('attempt')}) {how}: a stop from outside"
     return (
-        f"launch {launch.id[:12]} (attempt {d.get('attempt')}) ended by signal "
-        f"{launch.payload.get('signal')} "
+        f"launch {launch.id[:12]} (attempt {d.get('attempt')}) {how} "
         f"({d.get('end_failure_signature')}, class {d.get('end_failure_class')}: a stop from outside, "
         "params.stop_classes)"
     )
@@ -2479,7 +2564,12 @@ def _mark_stop_cuts(
     is the engine's), and the failure was not seen before the stop reached the engine (``_failed_at`` no
     earlier than ``_stopped_at`` less ``params.stop_cut_tolerance_s``: a failure before the signal cannot
     be its doing). The text names the launch and its end; None otherwise. A failure the engine showed with
-    an answer (an HTTP 5xx, a wrong answer) or a timeout (a hang) is never such a cut."""
+    an answer (an HTTP 5xx, a wrong answer) is never such a cut, nor is a timeout (a hang) — except where
+    the launch was held from outside (``_held_from_outside``: suspended, its processes found stopped when
+    the collector stopped it): a held engine answers nothing and closes nothing, so a request that timed
+    out (``_unanswered_while_held``) is cut as a refused one is; and since when the hold began cannot be
+    told, so is every such failure of the attempt with no answer logged after it (no stop time to compare
+    it with)."""
     tolerance = stop_cut_tolerance(params)
     if tolerance is None:
         return
@@ -2491,7 +2581,10 @@ def _mark_stop_cuts(
         if isinstance(attempt, int) and attempt > 0 and _unanswered(e) is False:
             answered_last[attempt] = max(answered_last.get(attempt, -1), e.seq)
     for e in trusted:
-        if e.derived_ is None or not e.in_subject or _unanswered(e) is not True:
+        if e.derived_ is None or not e.in_subject:
+            continue
+        unanswered = _unanswered(e)
+        if unanswered is False:
             continue
         attempt = e.derived_.get("attempt")
         if not isinstance(attempt, int) or attempt <= 0 or e.derived_.get("attempt_logged") != attempt:
@@ -2499,10 +2592,13 @@ def _mark_stop_cuts(
         launch = launch_of.get(attempt)
         if launch is None or answered_last.get(attempt, -1) > e.seq:
             continue
+        held = _held_from_outside(launch, params)
+        if unanswered is not True and not (held and _unanswered_while_held(e)):
+            continue
         if e.derived_.get("artifact_problem") is not None:
             continue  # its stored record contradicts what it counts (no answer among them): no excuse
         failed, stopped = _failed_at(e), _stopped_at(launch)
-        if failed is None or stopped is None or (stopped - failed).total_seconds() > tolerance:
+        if not held and (failed is None or stopped is None or (stopped - failed).total_seconds() > tolerance):
             continue
         why = _stopped_from_outside(launch, params, unclean)
         if why is not None:
@@ -3032,6 +3128,11 @@ class _LogScan:
     # why the logs do not show a clean run after readiness (a Python traceback there, a log not read
     # back, none stored); None: clean (``_stopped_from_outside``)
     unclean: str | None = None
+    # ``RunOutcome.stop_marked`` read from the stored logs (``outside_stop_shown``, the collector's one
+    # reading): each log after readiness, up to the collector's stop, shows the engine's own shutdown line
+    # with nothing of the engine's own that explains its end before it. False where it was not asked
+    # (``marked``), a log was not stored or read back, or a log's readiness line count is not recorded
+    stop_marked: bool = False
 
 
 def _classify_stored_logs(
@@ -3040,6 +3141,8 @@ def _classify_stored_logs(
     store: ArtifactStore,
     signatures: Sequence[Signature],
     markers: Sequence[re.Pattern[str]],
+    *,
+    marked: bool = False,
 ) -> _LogScan:
     """The log-pattern signature of one launch, read from what it stored, not from what it claims.
 
@@ -3051,6 +3154,12 @@ def _classify_stored_logs(
     the engine's start-up: the after-readiness reading starts past them; a launch that records none (or a
     malformed count) is read after readiness from its first line (fail closed). ``failure_detail`` is
     read in both.
+
+    ``marked``: also read whether the logs show a stop from outside (``_LogScan.stop_marked``: the
+    collector's ``outside_stop_shown`` over each stored log's text after readiness, as far as it is read
+    here — a collector-stopped log up to its stop; ``failure_detail``, the launch's claim, is no log). A
+    log stored without a readiness line count of its own (``details.ready_lines``), not stored, or not
+    read back shows none (fail closed: the engine's own end).
     """
     p = e.payload
     raw = p.get("details")
@@ -3088,15 +3197,20 @@ def _classify_stored_logs(
         n = stop_bytes.get(name)
         return n if type(n) is int and n >= 0 else None
 
+    def ready_count(name: Any) -> int | None:
+        n = ready_lines.get(name) if isinstance(ready_lines, dict) else None
+        return n if type(n) is int and n >= 0 else None
+
     def ready_at(name: Any) -> int:
-        if isinstance(ready_lines, dict):
-            n = ready_lines.get(name)
-            return n if type(n) is int and n >= 0 else 0
-        return 0
+        return ready_count(name) or 0
 
     whole: dict[str, tuple[str, int, str]] = {}  # signature id → (log, line number, line): the last match
     after: dict[str, tuple[str, int, str]] = {}
     unclean: list[str] = [] if e.artifacts else ["no log stored"]
+    # each stored log's text after readiness as read (``marked``), by its place among the artifacts; and
+    # whether every log can show a stop from outside (stored, read back, its readiness count recorded)
+    after_texts: dict[int, str] = {}
+    readable = marked
 
     def feed(name: str, first_line: int, text: str, after_ready: bool) -> None:
         if not text:
@@ -3114,21 +3228,33 @@ def _classify_stored_logs(
     detail = p.get("failure_detail")
     if isinstance(detail, str):
         feed("failure_detail", 1, detail, True)
-    for a in e.artifacts:
+    for index, a in enumerate(e.artifacts):
         if not a.get("stored", True):
             unclean.append(f"{a.get('name')} not stored")
+            readable = False
             continue
         name = str(a.get("name"))
         keep = kept(a.get("name"))
         cut = cut_at(a.get("name")) if keep is not None else None
         start = ready_at(a.get("name"))
+        if ready_count(a.get("name")) is None:
+            readable = False
 
-        def scan(pieces: Iterable[str], name: str = name, start: int = start) -> tuple[int, str]:
+        def scan(
+            pieces: Iterable[str],
+            name: str = name,
+            start: int = start,
+            index: int = index,
+            keep_text: bool = readable,
+        ) -> tuple[int, str]:
             """Feed one log's pieces; the newlines read and the last character. A piece that ends inside
             a line (one longer than a piece, cut by ``_lines_of``) is read again, up to ``_LOG_OVERLAP``
             characters of its open line, at the head of the next: a fault line that straddles the cut is
-            seen whole (it holds no newline, so the line numbers stand)."""
+            seen whole (it holds no newline, so the line numbers stand). With ``keep_text`` (every log so far
+            can show a stop from outside), the text after readiness is kept whole (each piece once, without
+            the overlap) for ``outside_stop_shown``."""
             line, last, carry = 1, "", ""
+            kept_text: list[str] = []
             for piece in pieces:
                 last = piece[-1:] or last
                 text = carry + piece
@@ -3138,9 +3264,13 @@ def _classify_stored_logs(
                     at, need = (len(text) if nl < 0 else nl + 1), need - 1
                 feed(name, line, text[:at], False)
                 feed(name, line + text.count("\n", 0, at), text[at:], True)
+                if keep_text:
+                    kept_text.append(text[max(at, len(carry)) :])
                 line += piece.count("\n")
                 open_line = text[text.rfind("\n") + 1 :]
                 carry = open_line[max(0, len(open_line) - _LOG_OVERLAP) :]
+            if keep_text:
+                after_texts[index] = "".join(kept_text)  # a second reading of the log replaces the first
             return line - 1, last
 
         try:
@@ -3163,6 +3293,7 @@ def _classify_stored_logs(
                 scan(before_stop(_lines_of(f), markers, keep, exact=drained))
         except LedgerError:
             unclean.append(f"{name} not read back")
+            readable = False
             continue
 
     def pick(found: dict[str, tuple[str, int, str]]) -> tuple[Classification, str]:
@@ -3181,7 +3312,8 @@ def _classify_stored_logs(
 
     w, w_named = pick(whole)
     r, r_named = pick(after)
-    return _LogScan(w, w_named, r, r_named, unclean[0] if unclean else None)
+    stop_marked = readable and outside_stop_shown(list(after_texts.values()), markers, own_end_lines())
+    return _LogScan(w, w_named, r, r_named, unclean[0] if unclean else None, stop_marked)
 
 
 def _count(v: Any) -> bool:

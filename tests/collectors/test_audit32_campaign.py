@@ -93,7 +93,7 @@ def test_audit32_f5_neighbour_what_the_interpreter_holds_decides(
     packages: dict[str, str],
     saturation: str,
 ) -> None:
-    monkeypatch.setattr(campaign_mod, "engine_env", lambda py: EnvInfo({"packages": packages}, ""))
+    monkeypatch.setattr(campaign_mod, "engine_env", lambda py, env=None: EnvInfo({"packages": packages}, ""))
     path = _llamacpp(stub_campaign(tmp_path, tiny_model_dir, sem))
     runner = _runner(
         path, recorder, tmp_path, policy_with(tmp_path, sem[1], benchmark_saturation='"invalid"')

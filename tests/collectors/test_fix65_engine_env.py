@@ -19,7 +19,7 @@ import pytest
 
 from ledger.collectors.campaign import CampaignRunner, load_campaign
 from ledger.collectors.host import engine_env
-from ledger.collectors.launch import EngineRun, LaunchSpec, launch_env
+from ledger.collectors.launch import EngineRun, LaunchSpec, inherited_env, launch_env
 from ledger.errors import ConfigError
 from ledger.recorder import LocalRecorder
 from ledger.service import Ledger
@@ -191,7 +191,11 @@ def test_engine_env_reads_under_the_env_it_is_given(tmp_path: Path) -> None:
 def test_launch_env_is_the_merge_the_engine_runs_under(tmp_path: Path) -> None:
     merged = launch_env({"PYTHONPATH": "/x", "PATH": "/only"})
     assert merged["PYTHONPATH"] == "/x" and merged["PATH"] == "/only"
-    assert all(merged[k] == v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PATH"))
+    # the engine inherits only the allow-list of this process's environment (fix 104, audit 83 f10: an
+    # operator's shell variable the launch does not record never reaches the engine), then what it is given
+    inherited = inherited_env(os.environ)
+    assert all(merged[k] == v for k, v in inherited.items() if k not in ("PYTHONPATH", "PATH"))
+    assert set(merged) == set(inherited) | {"PYTHONPATH", "PATH"}
     # the engine sees it: a launch given PYTHONPATH runs with it
     out = tmp_path / "seen.txt"
     code = f"import os; open({str(out)!r}, 'w').write(os.environ.get('PYTHONPATH', ''))"

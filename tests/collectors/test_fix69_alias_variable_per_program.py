@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ledger.collectors.campaign import load_campaign
+from ledger.collectors.launch import launch_env
 from ledger.errors import ConfigError, InputError
 
 LLAMA_SERVER = ["llama-server", "-m", "{model}", "--port", "{port}"]
@@ -64,7 +65,13 @@ PROGRAMS = [
 ]
 
 
-@pytest.mark.parametrize(("command", "own", "other"), PROGRAMS)
+# the programs whose alias variable the engine inherits from the collector's environment: LLAMA_* is on the
+# allow-list (and recorded by every launch); llama-cpp-python's MODEL_ALIAS is not (fix 104, audit 83 f10:
+# only the allow-list and the engine variables every launch records reach the engine)
+INHERITING = [p for p in PROGRAMS if p.id == "llama-server"]
+
+
+@pytest.mark.parametrize(("command", "own", "other"), INHERITING)
 def test_alias_variable_of_the_other_program_was_taken_as_the_served_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], own: str, other: str
 ) -> None:
@@ -75,7 +82,17 @@ def test_alias_variable_of_the_other_program_was_taken_as_the_served_name(
     assert f"the environment's {other}" not in msg
 
 
-@pytest.mark.parametrize(("command", "own", "other"), PROGRAMS)
+def test_an_operators_model_alias_no_longer_reaches_llama_cpp_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same campaign for llama-cpp-python: the operator's MODEL_ALIAS stays behind (no variable the
+    engine inherits), so it serves no 'other' and the campaign loads."""
+    monkeypatch.setenv("MODEL_ALIAS", "other")
+    _loads(_campaign(tmp_path, LLAMA_CPP_PYTHON, env={"LLAMA_ARG_ALIAS": "tiny"}))
+    assert "MODEL_ALIAS" not in launch_env({})
+
+
+@pytest.mark.parametrize(("command", "own", "other"), INHERITING)
 def test_inherited_alias_variable_the_program_reads_is_held_to_served_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], own: str, other: str
 ) -> None:
@@ -85,6 +102,17 @@ def test_inherited_alias_variable_the_program_reads_is_held_to_served_name(
     _loads(_campaign(tmp_path, command))
     monkeypatch.setenv(own, "")
     _refused(_campaign(tmp_path, command), own, "no value")
+
+
+@pytest.mark.parametrize("value", ["other", "tiny", ""])
+def test_an_operators_model_alias_names_nothing_to_llama_cpp_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """An inherited MODEL_ALIAS, whatever it says, does not reach llama-cpp-python: nothing names the served
+    model to it, so its default id is refused (fix 88) — never judged by the operator's value."""
+    monkeypatch.setenv("MODEL_ALIAS", value)
+    msg = _refused(_campaign(tmp_path, LLAMA_CPP_PYTHON), "no MODEL_ALIAS in its environment", "default id")
+    assert "the environment's MODEL_ALIAS" not in msg
 
 
 @pytest.mark.parametrize(("command", "own", "other"), PROGRAMS)
@@ -101,9 +129,11 @@ def test_inherited_alias_variable_of_the_other_program_is_not_read(
 def test_llama_cpp_python_reads_its_variable_in_any_case_llama_server_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the campaign's own variable, in any case (an inherited one no longer reaches the engine: fix 104)
+    _refused(_campaign(tmp_path, LLAMA_CPP_PYTHON, env={"Model_Alias": "other"}), "Model_Alias", "'other'")
+    # llama-server does not read it (nor inherits it): it names no alias, and llama-server's default id is
+    # refused (fix 88)
     monkeypatch.setenv("Model_Alias", "other")
-    _refused(_campaign(tmp_path, LLAMA_CPP_PYTHON), "Model_Alias", "'other'")
-    # llama-server does not read it: it names no alias, and llama-server's default id is refused (fix 88)
     assert "'other'" not in _refused(_campaign(tmp_path, LLAMA_SERVER), "differs between its builds")
     monkeypatch.delenv("Model_Alias")
     monkeypatch.setenv("llama_arg_alias", "other")  # llama-server reads LLAMA_ARG_ALIAS only as written
@@ -148,10 +178,14 @@ def test_a_program_not_read_is_held_to_both_variables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Python script (not ``-m`` of a known module): which program reads the environment is not known,
-    so each variable either program reads is held to served_name (fail closed)."""
+    so each variable either program reads is held to served_name (fail closed) — the inherited
+    LLAMA_ARG_ALIAS, and the campaign's own MODEL_ALIAS in any case (an inherited MODEL_ALIAS no longer
+    reaches the engine: fix 104)."""
     script = ["{python}", str(tmp_path / "serve.py"), "--model", "{model}"]
-    for variable in ("LLAMA_ARG_ALIAS", "MODEL_ALIAS"):
-        monkeypatch.setenv(variable, "other")
-        _refused(_campaign(tmp_path, script), variable, "'other'")
-        monkeypatch.delenv(variable)
+    monkeypatch.setenv("LLAMA_ARG_ALIAS", "other")
+    _refused(_campaign(tmp_path, script), "LLAMA_ARG_ALIAS", "'other'")
+    monkeypatch.delenv("LLAMA_ARG_ALIAS")
+    for variable in ("MODEL_ALIAS", "model_alias"):
+        _refused(_campaign(tmp_path, script, env={variable: "other"}), variable, "'other'")
+    monkeypatch.setenv("MODEL_ALIAS", "other")
     _loads(_campaign(tmp_path, script))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ledger.collectors.campaign import load_campaign
+from ledger.collectors.launch import launch_env
 from ledger.errors import ConfigError, InputError
 
 LLAMA_SERVER = ["llama-server", "--port", "{port}"]
@@ -112,15 +113,18 @@ def test_llama_cpp_python_naming_its_model_by_llama_arg_model_is_refused(tmp_pat
     _refused(p, "names no model", "no --model option; no MODEL in the engine's environment")
 
 
-def test_llama_cpp_python_with_llama_arg_model_loading_an_inherited_model_is_refused(
+def test_llama_cpp_python_with_llama_arg_model_and_a_model_in_the_shell_names_no_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The audit's case: LLAMA_ARG_MODEL names the pin, the operator's shell exports MODEL=<other>, which
-    llama-cpp-python loads."""
+    """The audit's case: LLAMA_ARG_MODEL names the pin, the operator's shell exports MODEL=<other>. The
+    engine no longer inherits MODEL (fix 104: only the allow-list and the variables every launch records
+    reach it), so it would not load <other> — the attempt still names no model llama-cpp-python reads, and
+    is refused for that."""
     monkeypatch.setenv("MODEL", _other(tmp_path))
     p = _campaign(tmp_path, LLAMA_CPP_PYTHON, env={"LLAMA_ARG_MODEL": _pinned(tmp_path)})
-    msg = _refused(p, "the engine would load", "the environment's MODEL, inherited by the engine")
-    assert _other(tmp_path) in msg
+    msg = _refused(p, "names no model", "no --model option; no MODEL in the engine's environment")
+    assert "inherited by the engine" not in msg
+    assert "MODEL" not in launch_env({})
 
 
 def test_llama_server_with_model_only_is_refused(tmp_path: Path) -> None:
@@ -138,23 +142,25 @@ def test_llama_server_with_llama_arg_model_passes(tmp_path: Path) -> None:
     _loads(_campaign(tmp_path, LLAMA_SERVER, env={"LLAMA_ARG_MODEL": _pinned(tmp_path)}))
 
 
-@pytest.mark.parametrize(
-    ("command", "key"),
-    [(LLAMA_CPP_PYTHON, "MODEL"), (LLAMA_CPP_PYTHON, "model"), (LLAMA_SERVER, "LLAMA_ARG_MODEL")],
-    ids=["python-MODEL", "python-model", "server-LLAMA_ARG_MODEL"],
-)
-def test_inherited_model_variable_contradicting_the_pin_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], key: str
+def test_inherited_llama_arg_model_the_campaign_overrides_loads_the_pin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The campaign's own variable names the pin; one the engine inherits in another case (or the same
-    name, overridden — then it passes) must too where no option names the model."""
+    """LLAMA_* is still inherited (and recorded): the operator's LLAMA_ARG_MODEL reaches llama-server, and
+    the campaign's own LLAMA_ARG_MODEL, naming the pin, replaces it — the campaign loads."""
+    monkeypatch.setenv("LLAMA_ARG_MODEL", _other(tmp_path))
+    _loads(_campaign(tmp_path, LLAMA_SERVER, env={"LLAMA_ARG_MODEL": _pinned(tmp_path)}))
+    assert launch_env({})["LLAMA_ARG_MODEL"] == _other(tmp_path)  # it does reach the engine
+
+
+@pytest.mark.parametrize("key", ["MODEL", "model"])
+def test_model_variable_in_the_shell_contradicting_the_pin_is_not_inherited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """An operator's MODEL (any case) no longer reaches llama-cpp-python (fix 104: it is no variable the
+    engine inherits), so the campaign's own Model is what it loads: the campaign loads."""
     monkeypatch.setenv(key, _other(tmp_path))
-    own = "Model" if key.upper() == "MODEL" else key  # MODEL in another case: both reach the engine
-    p = _campaign(tmp_path, command, env={own: _pinned(tmp_path)})
-    if own == key:
-        _loads(p)  # the campaign's value replaces the inherited one
-    else:
-        _refused(p, "the engine would load", f"the environment's {key}, inherited by the engine")
+    _loads(_campaign(tmp_path, LLAMA_CPP_PYTHON, env={"Model": _pinned(tmp_path)}))
+    assert key not in launch_env({})
 
 
 def test_inherited_model_variable_alone_names_no_model(
