@@ -42,7 +42,7 @@ from pydantic import (
     model_validator,
 )
 
-from ledger.answers import REFUSAL_REQUEST_FORM, refusal
+from ledger.answers import REFUSAL_CONTEXT, REFUSAL_REQUEST_FORM, context_overflow, refusal
 from ledger.collectors.benchmark import (
     BEFORE_THE_CUT,
     LEASE_EXPIRED,
@@ -1955,6 +1955,77 @@ def _check_listen(spec: CampaignFile, p: Path) -> None:
                 )
 
 
+# The option that sets the context length an engine serves requests in (prompt and generated tokens
+# together), in each program's own spelling, keyed like ``_LISTEN_OPTIONS``: (whole option, shortest prefix
+# its parser takes — llama-server and vLLM take whole names only). llama-server's -c / --ctx-size is the
+# whole context (each slot gets its share: a request beyond its slot is refused with a 400 the policy
+# knows); llama-cpp-python's --n_ctx (llama.cpp may round it up, but its server's own arrays keep the
+# value given: a request beyond it fails with HTTP 500); vLLM's --max-model-len; SGLang's --context-length.
+_CONTEXT_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "llama-server": (("--ctx-size", "--ctx-size"), ("-c", "-c")),
+    "llama_cpp.server": (("--n_ctx", "--n_c"),),
+    "vllm": (("--max-model-len", "--max-model-len"), ("--max_model_len", "--max_model_len")),
+    "sglang": (("--context-length", "--context-length"),),
+}
+# the collector's own probes of the engine, by their gate: each sends its max_tokens with its prompt
+_SIZED_GATES = ("control", "structured", "sequential")
+# the gate of each probe's ``check``
+_GATE_OF_CHECK = {"completion": "control", "structured": "structured", "sequential": "sequential"}
+
+
+def _context_option(readers: tuple[str, ...], name: str) -> _NameOption | None:
+    for whole, shortest in _spellings(_CONTEXT_OPTIONS, readers):
+        if name.startswith(shortest) and whole.startswith(name):
+            return _NameOption(many=False, commas=False)
+    return None
+
+
+def context_length(
+    kind: str, argv: list[str], values: dict[str, str] | None = None
+) -> tuple[str, int] | None:
+    """The context length one attempt's ``argv`` launches its engine with: the last context option of the
+    program it runs (``_CONTEXT_OPTIONS`` by ``_model_readers``; the ``=`` form and the prefixes its parser
+    takes), as written, and its value, a whole number above 0. None where no option gives one, or where
+    the last gives a value read otherwise (0, llama-server's "the model's own"; vLLM's -1, "auto", "1k"),
+    or an unset variable: the context is then not known here, and nothing is judged by it."""
+    readers = _model_readers(kind, argv)
+    try:
+        found = _option_values(argv, functools.partial(_context_option, readers), values or _placeholders())
+    except ConfigError:  # ${VAR} that is not set: the launch refuses it
+        return None
+    if not found:
+        return None
+    option, given, _ = found[-1]
+    value = given[0] if given else ""
+    return (option, int(value)) if re.fullmatch(r"[0-9]{1,9}", value) and int(value) > 0 else None
+
+
+def _check_context(spec: CampaignFile, p: Path) -> None:
+    """Refuse a campaign whose engine's context length (``context_length``) cannot hold one of the
+    collector's own probes (``_SIZED_GATES``): a prompt is at least one token, so a probe whose
+    ``max_tokens`` reaches the context never fits it, and the engine's refusal — or its failure, where it
+    takes the request (llama-cpp-python's HTTP 500) — would be recorded for a request the campaign made too
+    long. ConfigError naming the option and the gate, before anything is recorded. (A prompt and
+    max_tokens that together exceed it are found at run time, as the engine counts the prompt:
+    ``ledger.answers.context_overflow``.)"""
+    gates = spec.gates
+    for attempt in spec.engine.attempts:
+        known = context_length(spec.engine.kind, [*spec.engine.command, *attempt.extra_args])
+        if known is None:
+            continue
+        option, length = known
+        for name in _SIZED_GATES:
+            gate = getattr(gates, name)
+            if gate.enabled and gate.max_tokens >= length:
+                raise ConfigError(
+                    f"campaign {p}: attempt {attempt.name!r}: [gates.{name}] max_tokens {gate.max_tokens} "
+                    f"cannot fit the context length the command gives the engine ({option} {length}): "
+                    "the probe's prompt and its answer must fit it together, and the engine would refuse "
+                    f"or fail a request the campaign made too long; raise {option} or lower [gates.{name}] "
+                    "max_tokens"
+                )
+
+
 _FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git's SHA-1 and SHA-256 object names
 # no file-system monitor or untracked cache answers for the checkout's files: git looks at them itself
 _GIT_READS_FILES = ("-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false")
@@ -2237,6 +2308,7 @@ def load_campaign(path: Path) -> Campaign:
     _check_model(spec, p, model_path)
     _check_served_name(spec, p, model_path)
     _check_listen(spec, p)
+    _check_context(spec, p)
     _check_backend(spec, p)
     python = expand(spec.engine.python) if spec.engine.python else None
     return Campaign(spec, p, str(hash_file(p).blake3), model_path, python)
@@ -3215,8 +3287,12 @@ class CampaignRunner:
             details: dict[str, Any] = raw if isinstance(raw, dict) else {}
             # … but an engine that refused the structured probe's request form (llama-cpp-python's 500
             # naming response_format for json_schema) refused the campaign's setting: no runtime fault
-            refused_form = request_form_refused(payload, self.policy.params) and run.alive()
-            server_side = not refused_form and (
+            # … and a request the campaign's context length cannot hold (its prompt, as the engine counted
+            # it, and its max_tokens: ledger.answers.context_overflow) is the campaign's configuration too
+            shown = refusal(payload, self.policy.params) if run.alive() else None
+            refused_form = shown == REFUSAL_REQUEST_FORM
+            overflow = context_overflow(payload) if shown == REFUSAL_CONTEXT else None
+            server_side = shown is None and (
                 payload.get("http_status") in (None, 500, 502, 503, 504)
                 or bool(details.get("server_error"))
                 or not run.alive()
@@ -3236,6 +3312,17 @@ class CampaignRunner:
                 raise _GateFailed(f"{payload.get('error')}: {outside}", evidence)
             if sig and server_side:
                 raise _GateFailed(f"{payload.get('error')} [engine failure: {sig}]", evidence)
+            if overflow is not None:
+                option, length, prompt, asked = overflow
+                gate = _GATE_OF_CHECK.get(str(payload.get("check")), "the probe's gate")
+                raise _GateFailed(
+                    f"the {payload.get('check')} probe's request cannot fit the context length the campaign "
+                    f"launches the engine with ({option} {length}): its prompt is {prompt} tokens as the "
+                    f"engine counts them, and it asks max_tokens {asked} (the engine answered "
+                    f"{payload.get('error')}): the campaign's configuration — raise {option} or lower "
+                    f"[gates.{gate}] max_tokens",
+                    evidence,
+                )
             if refused_form:
                 form = details.get("format")
                 raise _GateFailed(
@@ -3282,8 +3369,14 @@ class CampaignRunner:
                 model=self.model_id,
                 max_tokens=g.max_tokens,
                 timeout=g.timeout_seconds,
+                context=self._context_length(),
             )
         return self._probe_gate(p)
+
+    def _context_length(self) -> tuple[str, int] | None:
+        """The context length the running engine was launched with (``context_length`` of its command)."""
+        run = self.engine
+        return None if run is None else context_length(self.c.spec.engine.kind, list(run.spec.command))
 
     def _gate_sequential(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         g = self.c.spec.gates.sequential

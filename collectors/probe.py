@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from ledger.answers import CUT_FINISH_REASON, cut_undecided, schema_problem
+from ledger.answers import CONTEXT_DETAIL, CUT_FINISH_REASON, context_record, cut_undecided, schema_problem
 from ledger.collectors.readiness import check_ready, http_client
 from ledger.signatures import ANSWER_BODY_LIMIT as _BODY_LIMIT
 from ledger.signatures import not_a_completion
@@ -219,6 +219,19 @@ def probe_completion(
     }
 
 
+def _prompt_tokens(c: httpx.Client, base: str, model: str | None, prompt: str) -> int | None:
+    """How many tokens the engine counts in a probe's prompt (its chat template applied): the
+    ``usage.prompt_tokens`` of its answer to the same messages with ``max_tokens`` 1; None where it gives
+    no such whole number (no answer, an error, no usage)."""
+    try:
+        r = c.post(base + "/v1/chat/completions", json=_body(model, prompt, 1))
+        usage = r.json().get("usage") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return tokens if type(tokens) is int and tokens >= 0 else None
+
+
 def _response_format(fmt: str, schema: dict[str, Any]) -> dict[str, Any]:
     if fmt == "json_schema":
         return {"type": "json_schema", "json_schema": {"name": "control", "schema": schema, "strict": True}}
@@ -234,12 +247,20 @@ def probe_structured(
     model: str | None = None,
     max_tokens: int = 64,
     timeout: float = 60.0,
+    context: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     """JSON-schema constrained output: the answer must parse and validate against ``schema`` (the
     qualification policy's ``structured_schema``: ``campaign.structured_schema``).
 
     ``fmt`` is ``json_schema`` (OpenAI/vLLM form), ``json_object`` (llama-cpp-python form) or ``auto``:
     ``json_schema`` first and, only when the server refuses that request form, ``json_object``.
+
+    ``context``: the context option the campaign launched the engine with and its value (``--n_ctx``
+    128). Where the engine answered the probe without a completion, the probe asks it how many tokens
+    its prompt is (``_prompt_tokens``) and records both in ``details.context``
+    (``ledger.answers.context_record``): a request whose prompt and ``max_tokens`` the campaign's context
+    cannot hold is the campaign's configuration (``ledger.answers.context_overflow``, judged by
+    ``refusal``), not the engine's failure.
     """
     base = base_url.rstrip("/")
     tried: list[dict[str, Any]] = []
@@ -269,6 +290,9 @@ def probe_structured(
             # fall back only when the server refused the request form, not when the engine broke
             if text is not None or r is None or r.status_code not in (400, 422, 500, 501):
                 break
+        sized: dict[str, Any] = {}
+        if context is not None and text is None and r is not None:
+            sized[CONTEXT_DETAIL] = context_record(*context, _prompt_tokens(c, base, model, prompt))
     ok = False
     if text is not None:
         # judged as the policy re-judges the recorded answer: one check, ledger.answers
@@ -288,7 +312,13 @@ def probe_structured(
         **stopped,
         "text": None if text is None else text[:_TEXT_LIMIT],
         "error": err or None,
-        "details": {"format": used, "schema": schema, "attempts": tried, **_failure_details(r, failed_body)},
+        "details": {
+            "format": used,
+            "schema": schema,
+            "attempts": tried,
+            **sized,
+            **_failure_details(r, failed_body),
+        },
     }
 
 

@@ -28,6 +28,8 @@ __all__ = [
     "REFUSAL_PARAMS",
     "REFUSAL_REQUEST_FORM",
     "Refusal",
+    "context_overflow",
+    "context_record",
     "cut_undecided",
     "refusal",
     "request_unanswered",
@@ -139,6 +141,51 @@ REFUSAL_PARAMS = (
 )
 
 
+# --- a probe's request that cannot fit the context length the campaign launched the engine with -------------
+
+# the key of a probe's ``details`` that records the context length its engine was launched with and the size
+# of its prompt as the engine counted it (``context_record``; read by ``context_overflow``)
+CONTEXT_DETAIL: Final = "context"
+# the probes whose record may show their request did not fit the campaign's context (``context_overflow``)
+_PROBES_SIZED = ("completion", "structured", "sequential")
+
+
+def context_record(option: str, length: int, prompt_tokens: int | None) -> dict[str, Any]:
+    """What a probe records in ``details.context`` (``CONTEXT_DETAIL``) of the context its request had to
+    fit: the engine's context option as the campaign's command gives it (``--n_ctx``, ``--ctx-size``,
+    ``--max-model-len``), its value, and the prompt's tokens as the engine counted them (its answer's
+    ``usage.prompt_tokens`` for the same messages; None where it gave none)."""
+    return {"option": option, "length": length, "prompt_tokens": prompt_tokens}
+
+
+def _whole(value: Any, least: int) -> int | None:
+    return value if type(value) is int and value >= least else None
+
+
+def context_overflow(payload: Any) -> tuple[str, int, int, int] | None:
+    """(option, context length, prompt tokens, max_tokens) where a probe's record shows its request cannot
+    fit the context length the campaign launched the engine with: its prompt's tokens (as the engine counted
+    them) plus its own ``max_tokens`` exceed it (vLLM's rule: it refuses such a request with HTTP 400; an
+    engine that takes it may fail it — llama-cpp-python 0.3.36 answers HTTP 500 "could not broadcast input
+    array" where its --n_ctx is below the context llama.cpp rounded it up to). The campaign asked a request
+    its own context cannot hold: its configuration, not the engine's. None where the record does not show
+    that: ``details.context`` missing or not ``context_record``'s shape, a value that is no whole number
+    (a boolean, a text, a fraction; a length below 1, tokens below 0, max_tokens below 1), or a request that
+    fits (fail closed: the failure is judged as any other)."""
+    if not isinstance(payload, Mapping):
+        return None
+    details = payload.get("details")
+    ctx = details.get(CONTEXT_DETAIL) if isinstance(details, Mapping) else None
+    if not isinstance(ctx, Mapping):
+        return None
+    option = ctx.get("option")
+    length, prompt = _whole(ctx.get("length"), 1), _whole(ctx.get("prompt_tokens"), 0)
+    asked = _whole(payload.get("max_tokens"), 1)
+    if not isinstance(option, str) or not option or length is None or prompt is None or asked is None:
+        return None
+    return (option, length, prompt, asked) if prompt + asked > length else None
+
+
 # the ``check`` a harness (benchmark, semantic) gives ``refusal`` for one request it sent, with ``count`` (the
 # run's requests the engine answered before this one) and ``prompt_count`` (those of them that asked the same
 # prompt, by corpus id): the harness passes what it saw, ``refusal`` judges it
@@ -199,7 +246,10 @@ def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
       the campaign the collector does not meet);
     * ``context``: a status in ``params.context_refused_http_statuses`` (400) whose recorded ``error`` (the
       engine's message) matches one of ``params.context_refusal_patterns`` (vLLM's "maximum context length
-      is N tokens", llama-server's "exceeds the available context size");
+      is N tokens", llama-server's "exceeds the available context size"); or a probe (``completion``,
+      ``structured``, ``sequential``) failed with any other non-2xx status whose record shows its request
+      could not fit the context length the campaign launched the engine with (``context_overflow``: its
+      prompt's tokens plus its ``max_tokens`` beyond it — llama-cpp-python's HTTP 500 under a small --n_ctx);
     * ``request-form``: a ``structured`` probe whose status is in
       ``params.request_form_refused_http_statuses`` and whose error matches one of
       ``params.request_form_refusal_patterns`` (a request validation error naming response_format).
@@ -235,9 +285,10 @@ def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
     error = payload.get("error")
     if not isinstance(error, str):
         return None
-    if _listed(status, params.get("context_refused_http_statuses")) and _matches(
+    refused_context = _listed(status, params.get("context_refused_http_statuses")) and _matches(
         error, params.get("context_refusal_patterns")
-    ):
+    )
+    if refused_context or (check in _PROBES_SIZED and context_overflow(payload) is not None):
         return REFUSAL_CONTEXT if prompt_unanswered else None
     if (
         check == "structured"
