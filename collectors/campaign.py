@@ -143,7 +143,6 @@ STEP_FOR_GATE = {
     "benchmark": "_gate_benchmark",
 }
 DEFAULT_POLICY = "backend-qualification"
-ROUTING_POLICY = "routing-change"  # the policy whose params.engine_names is the one mapping of engine names
 # The console's word for each status a step records in its ``gate.result``. A step is the collector's view
 # as it ran; the gate's status is the policy's, which re-judges the recorded evidence (a probe the engine
 # refused, HTTP 401 or a context-length 400, is not credited: the gate is ``missing`` and the verdict
@@ -2249,29 +2248,35 @@ def _named(paths: Sequence[str]) -> str:
 def _check_backend(spec: CampaignFile, p: Path) -> None:
     """A campaign's ``[campaign] backend`` (the subject's backend, the name its verdict qualifies and a route
     is judged by) must name the engine its ``[engine] kind`` runs, as engine names compare (``engine_key``,
-    by the routing policy's ``params.engine_names``: ``llama.cpp`` is llamacpp): a llama.cpp campaign filed
-    as backend vllm would qualify vllm on what llama.cpp ran. A generic engine names no engine family: any
-    backend. ConfigError naming both, before anything is recorded."""
+    by the qualification policy's ``params.engine_names``, the one copy the verdict and the routing gate
+    read too: ``llama.cpp`` is llamacpp): a llama.cpp campaign filed as backend vllm would qualify vllm on
+    what llama.cpp ran. An engine kind in that policy's ``params.engines_of_any_backend`` (generic: any
+    server) names no engine family: any backend, as the verdict reads it (``verdict._engine_contradicted``;
+    that param missing names none, mistyped is refused). ConfigError naming both, before anything is
+    recorded."""
     backend, kind = spec.campaign.backend, spec.engine.kind
-    if backend is None or kind == "generic":
+    if backend is None:
         return
     from ledger.errors import PolicyError
-    from ledger.policy.loader import load_policy
-    from ledger.policy.names import engine_aliases, engine_key
+    from ledger.policy.names import engine_aliases, engine_key, engines_of_any_backend
 
     try:
-        aliases = engine_aliases(load_policy(ROUTING_POLICY))
+        policy = _policy()
+        aliases = engine_aliases(policy)
+        any_backend = engines_of_any_backend(policy, aliases)
     except PolicyError as e:
         raise ConfigError(
             f"campaign {p}: campaign.backend {backend!r}: which engine it names cannot be told ({e})"
         ) from e
     named, runs = engine_key(backend, aliases), engine_key(kind, aliases)
+    if runs in any_backend:
+        return
     if named != runs:
         raise ConfigError(
             f"campaign {p}: campaign.backend {backend!r} names engine {named}, but [engine] kind is {kind!r} "
             f"(engine {runs}): its verdict would qualify backend {backend!r} on what {kind} ran — leave "
             f"backend out (it defaults to the engine kind) or name engine {runs} (engine names compare by "
-            f"the {ROUTING_POLICY} policy's params.engine_names)"
+            f"the {policy.name} policy's params.engine_names)"
         )
 
 

@@ -7,7 +7,7 @@ service ("engine vllm, not the qualified engine vLLM"), while the verdict-shoppi
 read vLLM as vllm. Now the engine is the one the re-derived verdict's approved spec binds, else the one engine
 every launch it credits recorded (none, or several: the route cannot be judged, and is refused); and every
 engine comparison goes through one normaliser (``routing.engine_key``: case and surrounding whitespace aside,
-then ``params.engine_names``)."""
+then the qualification's ``params.engine_names``, its one copy)."""
 
 from __future__ import annotations
 
@@ -276,11 +276,13 @@ def test_engine_key_is_the_one_normaliser() -> None:
     ],
 )
 def test_a_policy_whose_engine_names_cannot_be_read_is_refused(tmp_path: Path, table: str) -> None:
-    shipped = load_policy("routing-change").data.decode()
+    """The table is the qualification's (its one copy, fix 107): one there that cannot be read refuses the
+    route (PolicyError naming engine_names), never compares engines by their spelling alone."""
+    shipped = load_policy("backend-qualification").data.decode()
     start = shipped.index("engine_names = {")
     end = shipped.index("\n", start)
-    (tmp_path / "routing-change.toml").write_text(shipped[:start] + table + shipped[end:])
-    for name in ("backend-qualification", "evidence-acceptance"):
+    (tmp_path / "backend-qualification.toml").write_text(shipped[:start] + table + shipped[end:])
+    for name in ("routing-change", "evidence-acceptance"):
         (tmp_path / f"{name}.toml").write_bytes(load_policy(name).data)
     with pytest.raises(PolicyError, match="engine_names"):
         _route(tmp_path / "run", qualified_entries(), [_svc()], policy_dir=tmp_path)

@@ -13,7 +13,9 @@ from ledger.errors import PolicyError
 if TYPE_CHECKING:
     from ledger.policy.loader import LoadedPolicy
 
-__all__ = ["engine_aliases", "engine_key", "model_key"]
+__all__ = ["ENGINES_OF_ANY_BACKEND", "engine_aliases", "engine_key", "engines_of_any_backend", "model_key"]
+
+ENGINES_OF_ANY_BACKEND = "engines_of_any_backend"  # the param naming engines that name no engine family
 
 
 def engine_key(name: Any, aliases: Mapping[str, str] | None = None) -> str | None:
@@ -59,3 +61,18 @@ def engine_aliases(policy: LoadedPolicy) -> dict[str, str]:
             raise PolicyError(f"{where}: {k!r} names two engines ({out[key]}, {value}) as names compare")
         out[key] = value
     return out
+
+
+def engines_of_any_backend(policy: LoadedPolicy, aliases: Mapping[str, str]) -> set[str]:
+    """The engines that name no engine family — the qualification's ``params.engines_of_any_backend`` (the
+    collector's generic kind: any server), as ``engine_key`` reads them: a campaign running one names any
+    backend. Missing: none (every engine is one family's). Not a list of engine names: the policy's error
+    (``PolicyError``), never read as none. The one reading the verdict (``_engine_contradicted``) and the
+    collector (``_check_backend``) share."""
+    listed = policy.params.get(ENGINES_OF_ANY_BACKEND, [])
+    if not isinstance(listed, list) or any(engine_key(v) is None for v in listed):
+        raise PolicyError(
+            f"policy {policy.name}: params.{ENGINES_OF_ANY_BACKEND} must be a list of engine names; "
+            f"got {listed!r}"
+        )
+    return {k for v in listed if (k := engine_key(v, aliases)) is not None}

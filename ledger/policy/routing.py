@@ -33,11 +33,14 @@ from ledger.listing import SUBJECT_FIELDS
 from ledger.policy import result_cache
 from ledger.policy.acceptance import (
     KEPT_AGAINST,
+    TERMINAL_STATES,
     _counts_against,
     _host_gpu_events,
+    _job_end,
     _named_events,
     _pci,
     _probe_failed,
+    _run_end,
     _trust_problem,
     render,
     taken_out,
@@ -867,9 +870,12 @@ def check_routing_reads(policy: LoadedPolicy) -> None:
     s.x)``, ``params.served_identity.x``), is one its value holds: else PolicyError naming file, line, the
     read and the names there. A map with free names (a service's ``env``) takes any name; a read of one it
     does not hold when the change is judged is a CEL error, so the check is not judged and the change is
-    refused — never allowed."""
+    refused — never allowed. A param whose one copy is the qualification's (``_QUALIFICATION_PARAMS``:
+    ``gpu_benign_classes``, ``engine_names``) stated by the routing policy is refused too: its checks read
+    no copy of it (engines compare by ``item.engine_key`` and ``qualified_engine``, the gate's mapping)."""
     if policy.spec.routing is None:
         return
+    _refuse_own_copies(policy)  # a param whose one copy is the qualification's: refused when loaded
     params = json.dumps(policy.params, sort_keys=True, default=str)
     problem = _reads_problem(str(policy.path), policy.data, params)
     if problem is not None:
@@ -976,6 +982,7 @@ def _entries(
     size: int,
     snap: Snapshot,
     since: datetime | None = None,
+    aliases: Mapping[str, str] | None = None,
 ) -> list[Evidence]:
     """The entries below ``size`` of these kinds whose subject has every field of ``subject``, parsed
     (through the snapshot's parse cache), in seq order; with ``since``, those the log took no earlier than
@@ -985,10 +992,17 @@ def _entries(
     may show a failure that stands (``check_routing_change``).
 
     A ``host`` is matched as a host name (``host_key``: case-insensitive): the entries of every spelling of
-    it the log holds for these kinds are read."""
+    it the log holds for these kinds are read. With ``aliases`` (the qualification's engine-name table), a
+    ``backend`` and a ``model`` are matched as names too (``_names_match``: ``llama.cpp`` is ``llamacpp``, a
+    model's case aside), as the gate compares a deployment's engine and model: the entries are read by the
+    other fields and each one's subject judged so."""
     for t in (*subject.keys(), *subject.values()):
         if "\x00" in t:  # as the service's query says: indexed text never holds NUL
             raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
+    if aliases is not None and set(subject) & set(_NAMED_FIELDS):
+        asked = {k: v for k, v in subject.items() if k not in _NAMED_FIELDS}
+        found = _entries(ledger, subject=asked, kinds=kinds, size=size, snap=snap, since=since)
+        return [e for e in found if _of_subject(e.subject, subject, aliases)]
     logged_since = format_time(since - timedelta(seconds=1)) if since is not None else None
     # remembered while the database is unchanged (``result_cache.stamp``): a warm check reads them once
     st = result_cache.stamp(ledger)
@@ -1017,6 +1031,37 @@ def _entries(
         if rec is not None:
             e.signer_name, e.roles = rec.name, tuple(sorted(rec.roles))
     return out
+
+
+# the subject fields whose spellings name one thing as the gate's normalisers read them
+# (``ledger.policy.names``): a backend as engine names compare, a model as model names compare (a host, by
+# ``host_key``, everywhere)
+_NAMED_FIELDS = ("backend", "model")
+
+
+def _names_match(field: str, got: Any, asked: str, aliases: Mapping[str, str]) -> bool:
+    """Whether a subject's ``field`` value ``got`` names what the request's ``asked`` names, as every other
+    comparison of the gate reads names: a host by ``host_key``, a backend by ``engine_key`` (with the
+    qualification's ``params.engine_names``: ``llama.cpp`` is ``llamacpp``), a model by ``model_key`` (case
+    and surrounding whitespace aside); any other field exactly. A value that is no name (missing, not a
+    text, blank) matches nothing."""
+    if not isinstance(got, str):
+        return False
+    if field == "host":
+        return host_key(got) == host_key(asked)
+    if field == "backend":
+        key = engine_key(asked, aliases)
+        return key is not None and engine_key(got, aliases) == key
+    if field == "model":
+        key = model_key(asked)
+        return key is not None and model_key(got) == key
+    return got == asked
+
+
+def _of_subject(told: Mapping[str, Any], asked: Mapping[str, str], aliases: Mapping[str, str]) -> bool:
+    """Whether a subject (``told``) holds every field of ``asked``, each naming the same thing
+    (``_names_match``)."""
+    return all(_names_match(k, told.get(k), v, aliases) for k, v in asked.items())
 
 
 def _cancelled(
@@ -1052,6 +1097,54 @@ def _acting(ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: Load
         if _trust_problem(r, snap, policy) is None:
             out.append(r)
     return out
+
+
+# the kinds whose entries record a run of the subject over: an engine launch (the collector records one when
+# its run ends) and a job's terminal entry
+_RUN_KINDS = ("engine.launch", "job")
+
+
+def _recorded_ends(entries: list[Evidence]) -> list[tuple[Evidence, datetime]]:
+    """The runs ``entries`` record as over, each with its end as far as the log can know — the verdict's
+    reading, one copy: an ``engine.launch`` (the collector records one when its run ends), its
+    ``ended_at`` never after the log took it (``acceptance._run_end``); a job's terminal entry
+    (``acceptance.TERMINAL_STATES``), its ``ended_at`` never after the log took it (``acceptance._job_end``).
+    Every such entry the log holds counts, trusted or not: an end only ever takes a probe's credit away."""
+    out: list[tuple[Evidence, datetime]] = []
+    for x in entries:
+        end = (
+            _run_end(x, None)
+            if x.kind == "engine.launch"
+            else _job_end(x)
+            if x.kind == "job" and x.payload.get("state") in TERMINAL_STATES
+            else None
+        )
+        if end is not None:
+            out.append((x, end))
+    return out
+
+
+def _before_end(e: Evidence, x: Evidence, end: datetime) -> str | None:
+    """Why the probe ``e`` shows nothing of the engine serving now, given a run ``x`` records over at
+    ``end`` (``_recorded_ends``): the log took ``e`` before ``x`` (that run, or one before it, was on when
+    it probed), or ``e`` claims to be observed at or before that end (a claimed time only ever takes credit
+    away). None where ``e`` was logged after ``x`` and observed after its end."""
+    what = (
+        f"engine launch {x.id[:16]}"
+        if x.kind == "engine.launch"
+        else f"job {x.payload.get('job_id')!r} ({x.payload.get('state')}, entry {x.id[:16]})"
+    )
+    over = f"{what} (logged {x.logged_at}) records its run over at {format_time(end)}"
+    if x.seq > e.seq:
+        why = f"the log took it (logged {e.logged_at}) before {over}"
+    elif e.observed_time <= end:
+        why = f"observed {format_time(e.observed_time)}, not after {over}"
+    else:
+        return None
+    return (
+        f"{why}: it probed an engine that is gone since and shows nothing of the one serving now "
+        "(a restoration is judged on probes taken after the last recorded end of a run of the subject)"
+    )
 
 
 def _age_text(seconds: float) -> str:
@@ -1123,6 +1216,9 @@ def check_routing_change(
     params = policy.params
     benign = _benign_classes(policy)  # the qualification's one copy: a routing policy's own is refused
     match = {k: v for k, v in subject.items() if k in routing.match_subject}
+    # the subject is read as the deployment's fields are (``_names_match``): a verdict, probe or run recorded
+    # under backend=llamacpp is one of backend=llama.cpp, a model's case aside — never "no verdict recorded"
+    names = _engine_aliases(policy)  # the qualification's one copy
     ignored: list[dict[str, str]] = []
 
     def note(e: Evidence, rule: str, detail: str, counts_against: bool = False) -> None:
@@ -1182,7 +1278,9 @@ def check_routing_change(
     recorded = [
         e
         for e in reversed(
-            _entries(ledger, subject=match, kinds=ROUTING_ENTRIES["verdict"], size=size, snap=snap)
+            _entries(
+                ledger, subject=match, kinds=ROUTING_ENTRIES["verdict"], size=size, snap=snap, aliases=names
+            )
         )
         if (e.payload.get("policy") or {}).get("name") == routing.qualification
     ]
@@ -1238,7 +1336,7 @@ def check_routing_change(
     if deployment is not None:
         deployment = validate_deployment(deployment, deployment_source or "deployment")
     util_max = params.get("gpu_util_sum_max")
-    aliases = engine_aliases(policy)
+    aliases = names  # the qualification's one copy, read above
     gpus, services = _layout(deployment, util_max, aliases) if deployment is not None else ([], [])
     max_probe_age = parse_duration(routing.probe_max_age)
     probes = []
@@ -1252,7 +1350,16 @@ def check_routing_change(
         assert qual is not None
         return _counts_against(policy, e, qual.params, None, against_memo)
 
-    for e in _entries(ledger, subject=match, kinds=ROUTING_PROBE_KINDS, size=size, snap=snap, since=oldest):
+    # the runs of the subject the log records as over (``_recorded_ends``): a probe the log took before one
+    # of them ended, or that claims to be observed before its end, probed an engine that is gone since (a
+    # qualification job's own, stopped at the job's end) and shows nothing of what serves now — it credits
+    # no restoration, and a failure it shows is that gone engine's (audit 86 f2, f1)
+    ends = _recorded_ends(
+        _entries(ledger, subject=match, kinds=_RUN_KINDS, size=size, snap=snap, since=oldest, aliases=names)
+    )
+    for e in _entries(
+        ledger, subject=match, kinds=ROUTING_PROBE_KINDS, size=size, snap=snap, since=oldest, aliases=names
+    ):
         # freshness decides credit, and a claimed time takes no failure out of "the newest": a probe the log
         # took before the bound is stale whatever it claims; one it took within the bound is fresh where it
         # was observed within it too (observed: collected_at, never after the log took it — a probe claiming
@@ -1278,6 +1385,10 @@ def check_routing_change(
             )
         if not fresh and not probe_shows_failure(e):
             continue  # a pass observed before the bound: not credited
+        gone = next((why for x, t in ends if (why := _before_end(e, x, t)) is not None), None)
+        if gone is not None:
+            note(e, Rule.STALE, gone)
+            continue
         # a failed probe whose credit is withheld (rejected, or superseded by its own signer) still shows
         # the engine failing: it stays among the probes (it passes no check, and as the newest it refuses)
         if usable(e, shows_failure=probe_shows_failure):
@@ -1486,8 +1597,8 @@ def _rederive(
     once, and so does evidence gone stale by ``when``. The verdict was found by the subject its entry
     names; what it judged is the subject it evaluated: every requested field (``match``) must be what the
     re-derived verdict judged (its evaluated subject, else the one value its accepted evidence names; a
-    host compares as a host name) — a verdict entry naming another model than it evaluated qualifies
-    nothing here."""
+    host, backend or model compares as the verdict was found, ``_names_match``) — a verdict entry naming
+    another model than it evaluated qualifies nothing here."""
     from ledger.policy.verdict import evaluate, evaluated_subject, names_campaign
 
     qual = _qualification(policy)
@@ -1544,9 +1655,11 @@ def _rederive(
         "host_probes": _judged_host_probes(qual, result),
     }
 
+    names = _engine_aliases(policy)  # the qualification's one copy
+
     def same(k: str, got: Any) -> bool:
-        v = match[k]
-        return got == v or (k == "host" and isinstance(got, str) and host_key(got) == host_key(v))
+        # as the verdict was found (``_names_match``): a host, backend or model by the gate's normalisers
+        return got == match[k] or _names_match(k, got, match[k], names)
 
     wrong = [f"{k}={judged[k]}, not {v}" for k, v in match.items() if k in judged and not same(k, judged[k])]
     untold = [f"{k}=(cannot be told), not {v}" for k, v in match.items() if k not in judged]
@@ -1748,10 +1861,10 @@ def _standing_failures(
     entry names, or the one a verdict evaluated) within the policy's ``verdict_max_age`` before ``when`` —
     by the time the log took it, not a time the entry claims — under the requested host, model or backend.
     It is of the requested subject unless what it is judged to be says otherwise (derived, not read from
-    labels alone): a host compares as a host name; a backend by the name ``params.engine_names`` maps it
-    to, its label or the engine its approved spec binds; a model by its name (case and surrounding
-    whitespace aside) or the model revision its spec binds, which the route's own campaign binds too. A
-    field it leaves untold is the requested one (fail closed).
+    labels alone): a host compares as a host name; a backend by the name the qualification's
+    ``params.engine_names`` maps it to, its label or the engine its approved spec binds; a model by its
+    name (case and surrounding whitespace aside) or the model revision its spec binds, which the route's own
+    campaign binds too. A field it leaves untold is the requested one (fail closed).
 
     It shows a failure when it is NOT QUALIFIED, or when a gate past the one that stopped its ladder fails
     on its evidence all the same (``failing_beyond_ladder``: a crash behind a missing host probe). The
@@ -1761,7 +1874,7 @@ def _standing_failures(
 
     assert policy.spec.routing is not None
     routing = policy.spec.routing
-    aliases = engine_aliases(policy)
+    aliases = _engine_aliases(policy)  # the qualification's one copy
 
     def engine(v: Any) -> str | None:
         return engine_key(v, aliases)
@@ -2146,17 +2259,41 @@ def _qualification(policy: LoadedPolicy) -> LoadedPolicy:
     return load_policy(policy.spec.routing.qualification, policy.path.parent)
 
 
+# the params whose one copy is the qualification's, which the routing gate reads there (``_qualification``):
+# the GPU-fault classes that are no fault, and the engine-name table (another spelling of an engine -> its
+# name) that the verdict and the collector compare engines by too. A routing policy stating its own is
+# refused (``_refuse_own_copies``): a second copy could disagree with the verdict's — a GPU reset the
+# qualification fails on, routed onto; a backend the verdict finds contradicted by the engine it ran, routed
+# to as that engine
+_QUALIFICATION_PARAMS = ("gpu_benign_classes", "engine_names")
+
+
+def _refuse_own_copies(policy: LoadedPolicy) -> None:
+    """PolicyError where the routing policy (with its acceptance policy) states a param of
+    ``_QUALIFICATION_PARAMS``, naming it and where its one copy lives."""
+    qual = policy.spec.routing.qualification if policy.spec.routing is not None else "the qualification"
+    for name in _QUALIFICATION_PARAMS:
+        if name in policy.params:
+            raise PolicyError(
+                f"{policy.path}: params.{name} is the qualification's ({qual}'s params.{name}, one copy): "
+                "the routing gate reads it there; remove it from this policy"
+            )
+
+
+def _engine_aliases(policy: LoadedPolicy) -> dict[str, str]:
+    """The engine-name table every engine comparison of the routing gate reads (``names.engine_key``): the
+    qualification's ``params.engine_names``, its one copy, as the verdict and the collector read it (a
+    routing policy stating its own is refused; a table there that cannot be read is the qualification's
+    PolicyError: which engine a route must reach could not be told)."""
+    _refuse_own_copies(policy)
+    return engine_aliases(_qualification(policy))
+
+
 def _benign_classes(policy: LoadedPolicy) -> set[str]:
     """The GPU-fault catalogue's classes that are no fault: the qualification's ``params.gpu_benign_classes``,
     its one copy (``unknown`` never is; a list missing or mistyped there names none: every event is a
-    fault). A routing policy that states its own list is refused: a second copy could disagree with the
-    verdict's (a GPU reset the qualification fails on, routed onto)."""
-    if "gpu_benign_classes" in policy.params:
-        qual = policy.spec.routing.qualification if policy.spec.routing is not None else "the qualification"
-        raise PolicyError(
-            f"{policy.path}: params.gpu_benign_classes is the qualification's ({qual}'s params."
-            "gpu_benign_classes, one copy): the routing gate reads it there; remove it from this policy"
-        )
+    fault). A routing policy that states its own list is refused (``_refuse_own_copies``)."""
+    _refuse_own_copies(policy)
     benign = _qualification(policy).params.get("gpu_benign_classes")
     return {str(c) for c in benign} - {"unknown"} if isinstance(benign, list) else set()
 

@@ -41,7 +41,7 @@ from ledger.policy.acceptance import (
 from ledger.policy.conditions import Condition, FieldsRead, fields_read, shared_context
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
-from ledger.policy.names import engine_aliases, engine_key
+from ledger.policy.names import engine_aliases, engine_key, engines_of_any_backend
 from ledger.policy.record_time import refuse_unrecordable_time
 from ledger.policy.rules import CREDIT_ONLY_BY_CLAIM, RULES, Rule
 from ledger.policy.snapshot import (
@@ -842,9 +842,6 @@ def _splits(campaign: str, own: list[Evidence], asked: Mapping[str, str]) -> lis
     return out
 
 
-ENGINES_OF_ANY_BACKEND = "engines_of_any_backend"  # the param naming engines that name no engine family
-
-
 def _engine_contradicted(
     campaign: str, own: list[Evidence], policy: LoadedPolicy, asked: Mapping[str, str]
 ) -> list[dict[str, Any]]:
@@ -859,13 +856,7 @@ def _engine_contradicted(
     and contradicts no backend; a campaign naming no backend, or recording no engine, has nothing here
     to contradict."""
     aliases = engine_aliases(policy)
-    listed_any = policy.params.get(ENGINES_OF_ANY_BACKEND, [])
-    if not isinstance(listed_any, list) or not all(engine_key(v) is not None for v in listed_any):
-        raise PolicyError(
-            f"policy {policy.name}: params.{ENGINES_OF_ANY_BACKEND} must be a list of engine names; "
-            f"got {listed_any!r}"
-        )
-    any_backend = {engine_key(v, aliases) for v in listed_any}
+    any_backend = engines_of_any_backend(policy, aliases)
     backends = {e.subject["backend"] for e in own if "backend" in e.subject}
     if len(backends) != 1:
         return []  # none named, or several (a split: ``_splits`` names it)

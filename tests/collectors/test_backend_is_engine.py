@@ -2,8 +2,9 @@
 campaign filed as ``backend = "vllm"`` earned a QUALIFIED verdict for backend=vllm at llama-cpp-python's
 version, and a route of backend=vllm was allowed). It is refused when loaded — bad-config naming
 campaign.backend and the engine kind, before anything is recorded — by the one mapping of engine names
-(``routing.engine_key`` with the routing policy's ``params.engine_names``): another spelling of the same
-engine loads; another engine, or a name that maps to none, is refused; left out, it is the engine kind."""
+(``names.engine_key`` with the qualification policy's ``params.engine_names``, the one copy the verdict
+and the routing gate read too: fix 107): another spelling of the same engine loads; another engine, or a
+name that maps to none, is refused; left out, it is the engine kind."""
 
 from __future__ import annotations
 

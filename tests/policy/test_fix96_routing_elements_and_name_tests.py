@@ -292,7 +292,8 @@ def test_all_over_subject_names_against_a_misspelled_name_is_refused(policies: P
         ("request.subject.exists(k, k in ['model', 'modle'])", "`request.subject.exists(…)`"),
         ('request.subject.exists(k, k == "modle")', "`request.subject.exists(…)`"),
         ("current.subject.exists(k, k == 'campain')", "`current.subject.exists(…)`"),
-        ("params.engine_names.exists(k, k == 'llama.cp')", "`params.engine_names.exists(…)`"),
+        # (fix 107: params.engine_names is the qualification's one copy; a routing policy's own table here)
+        ("params.served_identity.exists(k, k == 'gaet')", "`params.served_identity.exists(…)`"),
         ("deployment.services.exists(s, s.exists(k, k == 'modle'))", "`s.exists(…)`"),
     ],
 )
@@ -316,7 +317,7 @@ def test_key_test_with_a_literal_not_read_at_load_is_refused(policies: Path, exp
 @pytest.mark.parametrize(
     "expr",
     [
-        # fix 101: the macros over request.subject's, current.subject's and params.engine_names' names
+        # fix 101: the macros over request.subject's, current.subject's and a params table's names
         # that loaded here (``request.subject.exists(k, k == 'model')``, ``k.startsWith('mod')``, …) are
         # refused now: tests/policy/test_fix101_closed_map_names.py
         "'model' in request.subject",
@@ -326,7 +327,7 @@ def test_key_test_with_a_literal_not_read_at_load_is_refused(policies: Path, exp
         "deployment.services.exists(s, s.env.exists(k, k == 'ANY_NAME'))",
         "deployment.services.exists(s, s.env.exists(k, k == r'ANY_NAME'))",
         "params.exists(k, k == 'not_set')",
-        "'llama.cpp' in params.engine_names",
+        "'gate' in params.served_identity",  # fix 107: engine_names is the qualification's, not here
         # a list's elements compared with a name are values, not a map's names
         "params.gpu_codes_handled.exists(c, c == 'no-such-code')",
         "host.gpu_indexes.exists(i, i == 'gpu7')",

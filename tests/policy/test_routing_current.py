@@ -594,15 +594,18 @@ def test_a_route_to_a_service_of_another_engine_than_the_qualified_backend_is_re
 
 def test_an_engine_spelling_maps_to_the_backend_by_the_policys_engine_names(build, tmp_path: Path) -> None:
     """The neighbour: one engine under another spelling (seed 000 writes "llama.cpp" for "llamacpp") is the
-    same engine where the policy's engine_names maps it; the map is the policy's one copy."""
+    same engine where the qualification's engine_names maps it; that map is the one copy (the routing
+    policy states none: fix 107)."""
     b = build("routing-change/seed004-router.toml")
-    shipped = load_policy("routing-change")
-    assert shipped.spec.params["engine_names"]["llama.cpp"] == "llamacpp"
+    qual = load_policy("backend-qualification")
+    assert qual.spec.params["engine_names"]["llama.cpp"] == "llamacpp"
+    assert "engine_names" not in load_policy("routing-change").params
     dep = {**OK, "services": [{**OK["services"][0], "engine": "vllm-openai"}]}
     assert check(b, dep)["allowed"] is False
-    text = shipped.data.decode().replace("engine_names = { ", 'engine_names = { "vllm-openai" = "vllm", ')
-    (tmp_path / "routing-change.toml").write_text(text)
-    (tmp_path / "backend-qualification.toml").write_bytes(load_policy("backend-qualification").data)
+    text = qual.data.decode().replace("engine_names = { ", 'engine_names = { "vllm-openai" = "vllm", ')
+    assert text != qual.data.decode()
+    (tmp_path / "backend-qualification.toml").write_text(text)
+    (tmp_path / "routing-change.toml").write_bytes(load_policy("routing-change").data)
     (tmp_path / "evidence-acceptance.toml").write_bytes(load_policy("evidence-acceptance").data)
     mapped = load_policy("routing-change", tmp_path)
     r = check_routing_change(b.ledger, mapped, dict(SUBJECT), deployment=dep, now=NOW)

@@ -243,7 +243,8 @@ def test_nested_name_not_there_is_refused(policies: Path, old: str, new: str, wo
             _expr("!('backend' in request.subject) || request.subject.backend != ''"),
         ),  # optional: guarded
         (PLAIN, _expr("current == null || current.subject.campaign != ''")),
-        (PLAIN, _expr("params.served_identity.gate != '' && params.engine_names['llama.cpp'] == 'llamacpp'")),
+        # (fix 107: the routing policy states no params.engine_names: the qualification's is the one copy)
+        (PLAIN, _expr("params.served_identity.gate != '' && params.served_identity['check'] != ''")),
         (PLAIN, _expr("deployment.services.exists(s, s.model != null && s.env.X == '1')")),  # env: free names
         (PLAIN, _expr("deployment['services'][0]['env']['ANY_NAME'] == '1'")),
         (PLAIN, _expr("deployment.services.map(s, s.env).exists(m, 'X' in m)")),

@@ -109,7 +109,7 @@ def test_template_names_reads_first_names() -> None:
 # --- audit 61 f3: `item` outside a for_each check; a placeholder nested in a format spec --------------------
 
 IDENTITY_FAIL = 'fail = "no fresh /v1/models answer served the expected {request[subject][model]}'
-IDENTITY_EXPR = 'expr = """probes.exists(p, p.payload.check == \'models\' && p.serves_model == true) &&'
+IDENTITY_EXPR = 'expr = """probes.exists(p, p.payload.check == \'models\' && p.serves_model == true)'
 
 
 def test_item_in_the_fail_of_a_routing_check_without_for_each_loaded_and_printed_question_marks(
