@@ -43,6 +43,7 @@ from pydantic import (
 )
 
 from ledger.answers import REFUSAL_CONTEXT, REFUSAL_REQUEST_FORM, context_overflow, refusal
+from ledger.canonical import canonical_bytes
 from ledger.collectors.benchmark import (
     BEFORE_THE_CUT,
     LEASE_EXPIRED,
@@ -80,7 +81,7 @@ from ledger.collectors.probe import (
     probe_sequential,
     probe_structured,
 )
-from ledger.collectors.secrets import REDACTED, Redactor, redact_command
+from ledger.collectors.secrets import REDACTED, Redactor, redact_command, redact_env
 from ledger.collectors.semantic import (
     CHECKS_ARTIFACT,
     SemanticResult,
@@ -95,13 +96,14 @@ from ledger.collectors.semantic import (
 from ledger.devices import items_not_listed, visible_device_items
 from ledger.entries import FAULT_UNANSWERED, MAX_LEASE_S, format_time, now_utc, parse_time, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
-from ledger.hashing import hash_file, parse_digest
+from ledger.hashing import blake3_hex, hash_file, parse_digest
 from ledger.policy.acceptance import COMMIT_BINDING
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures, unanswered_error
 
 __all__ = [
     "BOUND_KEYS",
+    "ENGINE_CONFIG",
     "ENGINE_VERSION",
     "NOT_BOUND",
     "REQUEST_TOKEN_IDS",
@@ -367,12 +369,18 @@ ENGINE_VERSION = "engine_version"  # the engine package's version, as detected i
 # the campaign's [gates.benchmark] request_token_ids, as its job's approved spec records it ("true" or
 # "false": bindings are texts): the policy judges what c1 parity compared by what the campaign asked
 REQUEST_TOKEN_IDS = "request_token_ids"  # noqa: S105 (a binding key, not a secret)
+# how the engine is launched (``engine_config_digest``: every attempt's argv and the environment its engine
+# gets, as a launch records them), bound by the job's spec and by every launch: a campaign edited to launch
+# the engine otherwise (another option, another variable) is another configuration, and its results are not
+# the first configuration's (audit 86 f3)
+ENGINE_CONFIG = "engine_config"
 # the code commit the collector ran at (``code_commit``), bound in the job's spec.bindings: the commit a
 # review PASS of the job's results must name (the acceptance policy's one name for it)
 CODE_COMMIT = COMMIT_BINDING
 BOUND_KEYS = (
     "engine",
     ENGINE_VERSION,
+    ENGINE_CONFIG,
     "model_revision",
     "model_repo",
     "shard:*",
@@ -1110,6 +1118,39 @@ def _placeholders(**filled: str) -> dict[str, str]:
     """The placeholder values a check fills argv with: those named, the rest left as written."""
     names = ("python", "model", "port", "host", "served_name")
     return {name: filled.get(name, "{" + name + "}") for name in names}
+
+
+def engine_config_digest(engine: EngineSection, inherited: Mapping[str, str] | None = None) -> str:
+    """The ``engine_config`` binding (``ENGINE_CONFIG``): ``blake3:`` of the canonical JSON of how each
+    attempt, in order, launches the engine — its argv (``command`` then its ``extra_args``, ``${VAR}``
+    expanded, the placeholders left as written — ``{port}`` is picked per attempt, ``{model}`` and
+    ``{served_name}`` are bound by their own keys — secret values redacted, ``redact_command``) and the
+    environment its engine gets as a launch records it (``relevant_env`` of ``inherited``, default this
+    process's environment, then the engine's and the attempt's ``env``, expanded, ``redact_env``). Two
+    campaigns that launch the engine the same way bind the same digest (another attempt name, lease,
+    gate, comment or variable order does not change it); another option, option order (the engine's parser
+    may take the last of a repeated option), value or variable does. A ``${VAR}`` that does not expand is
+    digested as written (its launch refuses it)."""
+    base = relevant_env(os.environ if inherited is None else inherited)
+
+    def filled(part: str) -> str:
+        with contextlib.suppress(ConfigError):
+            return _fill(part, _placeholders())
+        return part
+
+    def value(text: str) -> str:
+        with contextlib.suppress(ConfigError):
+            return expand(text)
+        return text
+
+    launches = [
+        {
+            "argv": redact_command([filled(part) for part in [*engine.command, *attempt.extra_args]]),
+            "env": {**base, **redact_env({k: value(v) for k, v in {**engine.env, **attempt.env}.items()})},
+        }
+        for attempt in engine.attempts
+    ]
+    return f"blake3:{blake3_hex(canonical_bytes({'launches': launches}))}"
 
 
 def _served_names(kind: str, argv: list[str], served: str) -> list[tuple[str, list[str] | None, _NameOption]]:
@@ -2546,6 +2587,7 @@ class CampaignRunner:
         # the code commit the collector runs at (``code_commit``, read before the job starts): bound in the
         # job's spec, the commit a review PASS of its results must name
         self.code_commit: str | None = None
+        self._engine_config_digest: str | None = None  # ``_engine_config``: computed once per job
         self._env: EnvInfo | None = None
         self._env_error: LedgerError | None = None
         self.job_id = str(uuid.uuid4())
@@ -2694,6 +2736,13 @@ class CampaignRunner:
         copy.write_text(clean, encoding="utf-8")
         return copy, n
 
+    def _engine_config(self) -> str:
+        """This job's ``engine_config`` binding (``engine_config_digest``), computed once: the job's spec and
+        each of its launches bind the same value."""
+        if self._engine_config_digest is None:
+            self._engine_config_digest = engine_config_digest(self.c.spec.engine)
+        return self._engine_config_digest
+
     def _job_spec(self) -> dict[str, Any]:
         e = self.c.spec.engine
         return {
@@ -2718,6 +2767,8 @@ class CampaignRunner:
                 "hostname": socket.gethostname(),
                 # the engine version every launch must be bound to (detected; absent when none was)
                 **({ENGINE_VERSION: self.engine_version} if self.engine_version is not None else {}),
+                # how the engine is launched (every attempt's argv and environment): every launch binds it
+                ENGINE_CONFIG: self._engine_config(),
                 # whether the benchmark asks the engine for token ids: the policy reads what c1 parity
                 # must have compared from here, never from the benchmark result's own claim
                 REQUEST_TOKEN_IDS: "true" if self.c.spec.gates.benchmark.request_token_ids else "false",
@@ -3208,6 +3259,7 @@ class CampaignRunner:
         }
         if self.engine_version is not None:
             bindings[ENGINE_VERSION] = self.engine_version
+        bindings[ENGINE_CONFIG] = self._engine_config()
         return LaunchSpec(
             engine=e.kind,
             command=cmd,
