@@ -178,11 +178,7 @@ def _dump_patterns(raw: Any, p: Path) -> tuple[re.Pattern[str], ...]:
 @lru_cache(maxsize=8)
 def _echo_dumps(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
     p = Path(path)
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8")).get("echo_lines", {})
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"cannot read signatures file {p}: {e}") from e
-    return _dump_patterns(raw, p)
+    return _dump_patterns(_table_section(p, "echo_lines", {}), p)
 
 
 def echo_dumps(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
@@ -547,21 +543,32 @@ def classify_logs(
     return Classification(pick.id, pick.title, detail, [s.id for s in matched], pick.failure_class.value)
 
 
-@lru_cache(maxsize=8)
-def _stop_markers(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
-    p = Path(path)
+def _table_section(p: Path, key: str, default: object) -> object:
+    """One section of the signature table at ``p`` (``default`` where it has none)."""
     try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8")).get("stop_markers", [])
+        return tomllib.loads(p.read_text(encoding="utf-8")).get(key, default)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read signatures file {p}: {e}") from e
+
+
+def _line_patterns(p: Path, key: str, flags: int = 0) -> tuple[re.Pattern[str], ...]:
+    """The table's list ``key`` of regular expressions (``stop_markers``, ``own_end_lines``), compiled with
+    ``flags``; a list that is not one of non-empty texts, or a pattern that does not compile, is the table's
+    error naming the list."""
+    raw = _table_section(p, key, [])
     if not isinstance(raw, list) or not all(isinstance(m, str) and m for m in raw):
-        raise ConfigError(f"{p}: stop_markers must be a list of regular expressions")
+        raise ConfigError(f"{p}: {key} must be a list of regular expressions")
     try:
-        # each marker is a line's: ``^``/``$`` anchor at every line of the text searched (the collector's
-        # ``_stopping_already`` and ``before_stop`` search text of many lines)
-        return tuple(re.compile(m, re.MULTILINE) for m in raw)
+        return tuple(re.compile(m, flags) for m in raw)
     except re.error as e:
-        raise ConfigError(f"{p}: bad stop marker: {e}") from e
+        raise ConfigError(f"{p}: bad {key} pattern: {e}") from e
+
+
+@lru_cache(maxsize=8)
+def _stop_markers(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
+    # each marker is a line's: ``^``/``$`` anchor at every line of the text searched (the collector's
+    # ``_stopping_already`` and ``before_stop`` search text of many lines)
+    return _line_patterns(Path(path), "stop_markers", re.MULTILINE)
 
 
 # A health probe's error (``collectors/probe.py``: ``f"{type(e).__name__}: {e}"`` of the httpx error) that
@@ -601,17 +608,7 @@ def shows_stop_marker(text: str, markers: Sequence[re.Pattern[str]]) -> bool:
 
 @lru_cache(maxsize=8)
 def _own_end_lines(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
-    p = Path(path)
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8")).get("own_end_lines", [])
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"cannot read signatures file {p}: {e}") from e
-    if not isinstance(raw, list) or not all(isinstance(m, str) and m for m in raw):
-        raise ConfigError(f"{p}: own_end_lines must be a list of regular expressions")
-    try:
-        return tuple(re.compile(m) for m in raw)
-    except re.error as e:
-        raise ConfigError(f"{p}: bad own_end_lines pattern: {e}") from e
+    return _line_patterns(Path(path), "own_end_lines")
 
 
 def own_end_lines(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
