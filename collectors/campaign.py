@@ -42,7 +42,13 @@ from pydantic import (
     model_validator,
 )
 
-from ledger.answers import REFUSAL_CONTEXT, REFUSAL_REQUEST_FORM, context_overflow, refusal
+from ledger.answers import (
+    REFUSAL_CONTEXT,
+    REFUSAL_REQUEST_FORM,
+    context_overflow,
+    read_context,
+    refusal,
+)
 from ledger.canonical import canonical_bytes
 from ledger.collectors.benchmark import (
     BEFORE_THE_CUT,
@@ -1995,49 +2001,27 @@ def _check_listen(spec: CampaignFile, p: Path) -> None:
                 )
 
 
-# The option that sets the context length an engine serves requests in (prompt and generated tokens
-# together), in each program's own spelling, keyed like ``_LISTEN_OPTIONS``: (whole option, shortest prefix
-# its parser takes — llama-server and vLLM take whole names only). llama-server's -c / --ctx-size is the
-# whole context (each slot gets its share: a request beyond its slot is refused with a 400 the policy
-# knows); llama-cpp-python's --n_ctx (llama.cpp may round it up, but its server's own arrays keep the
-# value given: a request beyond it fails with HTTP 500); vLLM's --max-model-len; SGLang's --context-length.
-_CONTEXT_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
-    "llama-server": (("--ctx-size", "--ctx-size"), ("-c", "-c")),
-    "llama_cpp.server": (("--n_ctx", "--n_c"),),
-    "vllm": (("--max-model-len", "--max-model-len"), ("--max_model_len", "--max_model_len")),
-    "sglang": (("--context-length", "--context-length"),),
-}
 # the collector's own probes of the engine, by their gate: each sends its max_tokens with its prompt
 _SIZED_GATES = ("control", "structured", "sequential")
 # the gate of each probe's ``check``
 _GATE_OF_CHECK = {"completion": "control", "structured": "structured", "sequential": "sequential"}
 
 
-def _context_option(readers: tuple[str, ...], name: str) -> _NameOption | None:
-    for whole, shortest in _spellings(_CONTEXT_OPTIONS, readers):
-        if name.startswith(shortest) and whole.startswith(name):
-            return _NameOption(many=False, commas=False)
-    return None
-
-
 def context_length(
     kind: str, argv: list[str], values: dict[str, str] | None = None
 ) -> tuple[str, int] | None:
     """The context length one attempt's ``argv`` launches its engine with: the last context option of the
-    program it runs (``_CONTEXT_OPTIONS`` by ``_model_readers``; the ``=`` form and the prefixes its parser
+    program it runs (``ledger.answers.read_context`` of ``CONTEXT_OPTIONS`` by ``_model_readers``, over the
+    engine's own arguments, ``_engine_start``; the ``=`` form and the prefixes its parser
     takes), as written, and its value, a whole number above 0. None where no option gives one, or where
     the last gives a value read otherwise (0, llama-server's "the model's own"; vLLM's -1, "auto", "1k"),
     or an unset variable: the context is then not known here, and nothing is judged by it."""
     readers = _model_readers(kind, argv)
+    filled = values or _placeholders()
     try:
-        found = _option_values(argv, functools.partial(_context_option, readers), values or _placeholders())
+        return read_context(readers, argv[_engine_start(argv) :], lambda v: _fill(v, filled))
     except ConfigError:  # ${VAR} that is not set: the launch refuses it
         return None
-    if not found:
-        return None
-    option, given, _ = found[-1]
-    value = given[0] if given else ""
-    return (option, int(value)) if re.fullmatch(r"[0-9]{1,9}", value) and int(value) > 0 else None
 
 
 def _check_context(spec: CampaignFile, p: Path) -> None:
@@ -3408,6 +3392,7 @@ class CampaignRunner:
                 model=self.model_id,
                 max_tokens=g.max_tokens,
                 timeout=g.timeout_seconds,
+                context=self._context_length(),
             )
         return self._probe_gate(p)
 
@@ -3449,6 +3434,7 @@ class CampaignRunner:
                 max_tokens=g.max_tokens,
                 max_latency_ms=self.sequential_max_latency_ms,
                 timeout=g.timeout_seconds,
+                context=self._context_length(),
             )
         status, why, ev, _ = self._probe_gate(p)
         slow = (p.get("details") or {}).get("over_latency")

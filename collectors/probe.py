@@ -190,12 +190,19 @@ def probe_completion(
     model: str | None = None,
     max_tokens: int = 8,
     timeout: float = 60.0,
+    context: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Bounded chat completion; passes when the answer, stripped of whitespace, is exactly ``expect``."""
+    """Bounded chat completion; passes when the answer, stripped of whitespace, is exactly ``expect``.
+
+    ``context``: the context option the campaign launched the engine with and its value; an answer that
+    is no completion is sized as ``probe_structured`` sizes it (``details.context``)."""
     base = base_url.rstrip("/")
     t0 = time.monotonic()
+    sized: dict[str, Any] = {}
     with http_client(timeout) as c:
         r, text, err, failed_body, stopped = _chat(c, base, _body(model, prompt, max_tokens))
+        if context is not None and text is None and r is not None:
+            sized[CONTEXT_DETAIL] = context_record(*context, _prompt_tokens(c, base, model, prompt))
     cut = _cut(stopped, max_tokens, "completion", text, expect) if text is not None else None
     ok = text is not None and text.strip() == expect and cut is None
     if cut is not None:
@@ -215,7 +222,7 @@ def probe_completion(
         **stopped,
         "text": None if text is None else text[:_TEXT_LIMIT],
         "error": err or None,
-        "details": {"prompt": prompt, **_failure_details(r, failed_body)},
+        "details": {"prompt": prompt, **sized, **_failure_details(r, failed_body)},
     }
 
 
@@ -332,12 +339,17 @@ def probe_sequential(
     max_latency_ms: float | None = None,
     timeout: float = 60.0,
     stop_on_failure: bool = True,
+    context: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     """``count`` sequential chat completions; passes (``ok``) when every one answers 200 with a completion.
 
     ``max_latency_ms`` (the qualification policy's ``sequential_max_latency_ms``) is recorded beside the
     latencies, never folded into ``ok``: a request answered too slowly was answered, and the policy judges
-    the recorded latencies against its own bar. ``details.over_latency`` lists the requests above it."""
+    the recorded latencies against its own bar. ``details.over_latency`` lists the requests above it.
+
+    ``context``: the context option the campaign launched the engine with and its value; where the first
+    request got an answer that is no completion, it is sized as ``probe_structured`` sizes it
+    (``details.context``: every request asks the same prompt and max_tokens)."""
     base = base_url.rstrip("/")
     latencies: list[float] = []
     failures: list[str] = []
@@ -345,6 +357,7 @@ def probe_sequential(
     statuses: list[int | None] = []
     answered: list[str] = []  # the distinct model names the answers gave, in the order first seen
     failed: dict[str, Any] = {}  # the first answer that was no completion
+    sized: dict[str, Any] = {}  # the first request's size, where its answer was no completion
     last: httpx.Response | None = None
     with http_client(timeout) as c:
         for i in range(count):
@@ -364,6 +377,8 @@ def probe_sequential(
                 latencies.append(ms)
                 if max_latency_ms is not None and ms > max_latency_ms:
                     slow.append(f"request {i + 1}: {ms} ms > {max_latency_ms} ms")
+            if context is not None and i == 0 and text is None and r is not None:
+                sized[CONTEXT_DETAIL] = context_record(*context, _prompt_tokens(c, base, model, prompt))
             if failures and stop_on_failure:
                 break
     done = len(latencies)
@@ -390,7 +405,7 @@ def probe_sequential(
         "answered_model": next((a for a in answered if a != model), answered[0] if answered else None),
         "max_tokens": max_tokens,
         "error": failures[0] if failures else None,
-        "details": {**summary, "max_latency_ms": max_latency_ms, **failed},
+        "details": {**summary, "max_latency_ms": max_latency_ms, **sized, **failed},
     }
 
 

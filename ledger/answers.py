@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
 from typing import Any, Final, Literal
 
 from ledger.canonical import parse_json
 from ledger.errors import LedgerError
 
 __all__ = [
+    "CONTEXT_OPTIONS",
     "CUT_FINISH_REASON",
     "HARNESS_REQUEST",
     "REFUSALS",
@@ -31,6 +33,8 @@ __all__ = [
     "context_overflow",
     "context_record",
     "cut_undecided",
+    "launched_context",
+    "read_context",
     "refusal",
     "request_unanswered",
     "schema_problem",
@@ -158,6 +162,65 @@ def context_record(option: str, length: int, prompt_tokens: int | None) -> dict[
     return {"option": option, "length": length, "prompt_tokens": prompt_tokens}
 
 
+# The option that sets the context length an engine serves requests in (prompt and generated tokens
+# together), in each program's own spelling, keyed by the program that reads it (the collector's
+# ``_model_readers``; vLLM and SGLang by their kind): (whole option, shortest prefix its parser takes —
+# llama-server and vLLM take whole names only). llama-server's -c / --ctx-size is the whole context (each
+# slot gets its share: a request beyond its slot is refused with a 400 the policy knows); llama-cpp-python's
+# --n_ctx (llama.cpp may round it up, but its server's own arrays keep the value given: a request beyond it
+# fails with HTTP 500); vLLM's --max-model-len; SGLang's --context-length. The collector reads a campaign's
+# command by it (``collectors.campaign.context_length``), the policy a launch's recorded command
+# (``launched_context``).
+CONTEXT_OPTIONS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "llama-server": (("--ctx-size", "--ctx-size"), ("-c", "-c")),
+    "llama_cpp.server": (("--n_ctx", "--n_c"),),
+    "vllm": (("--max-model-len", "--max-model-len"), ("--max_model_len", "--max_model_len")),
+    "sglang": (("--context-length", "--context-length"),),
+}
+
+
+def _is_context_option(readers: Sequence[str], name: str) -> bool:
+    spellings = dict.fromkeys(s for r in readers for s in CONTEXT_OPTIONS.get(r, ()))
+    return any(name.startswith(shortest) and whole.startswith(name) for whole, shortest in spellings)
+
+
+def read_context(
+    readers: Sequence[str], args: Sequence[str], fill: Callable[[str], str] = str
+) -> tuple[str, int] | None:
+    """The context length an engine's arguments ``args`` give it: the last context option of the programs
+    ``readers`` (``CONTEXT_OPTIONS``; the ``=`` form and the prefixes its parser takes), as written, and its
+    value (``fill``: as launched), a whole number above 0. None where no option gives one, or where the
+    last gives none (the next item is an option) or a value read otherwise (0, llama-server's "the model's
+    own"; vLLM's -1, "auto", "1k"): the context is then not known, and nothing is judged by it."""
+    last: tuple[str, str] | None = None
+    for i, item in enumerate(args):
+        name, eq, value = item.partition("=")
+        if not _is_context_option(readers, name):
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else ""
+        last = (name, fill(value) if value else "")
+    if last is None:
+        return None
+    option, given = last
+    return (option, int(given)) if re.fullmatch(r"[0-9]{1,9}", given) and int(given) > 0 else None
+
+
+def launched_context(launch: Any) -> tuple[str, int] | None:
+    """The context length an ``engine.launch`` entry's payload records its engine was launched with, read
+    from its recorded ``command`` (the argv as launched, placeholders filled) by ``read_context`` over every
+    program's spellings (which program the command runs is the collector's reading, not re-read here: an
+    option of another program, a launcher's or the interpreter's ``-c`` read as one, can only make the
+    lengths differ). None where the payload is not a mapping, its ``engine`` is no text, or its
+    ``command`` is not a list of texts (fail closed: nothing is excused by it)."""
+    if not isinstance(launch, Mapping) or not isinstance(launch.get("engine"), str):
+        return None
+    command = launch.get("command")
+    if not isinstance(command, list) or not all(isinstance(item, str) for item in command):
+        return None
+    return read_context(tuple(CONTEXT_OPTIONS), command[1:])
+
+
 def _whole(value: Any, least: int) -> int | None:
     return value if type(value) is int and value >= least else None
 
@@ -235,7 +298,15 @@ def _answered_before(payload: Mapping[str, Any], check: Any) -> tuple[bool, bool
     return True, True
 
 
-def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
+class _Unread(Enum):
+    UNREAD = "unread"
+
+
+def refusal(
+    payload: Any,
+    params: Mapping[str, Any],
+    launched: tuple[str, int] | _Unread | None = _Unread.UNREAD,
+) -> Refusal | None:
     """Which refusal of the campaign's configuration a request's record shows (``REFUSALS``), or None: the
     engine failed it, or answered it. ``payload``: a ``health.probe``'s (``check``, ``http_status``,
     ``error``, ``count``) or what a harness passes of one request it sent (``check`` ``HARNESS_REQUEST``,
@@ -269,7 +340,13 @@ def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
 
     A count missing, mistyped (a boolean, a text) or negative, a ``prompt_count`` above ``count``; a status
     that is not a non-2xx whole number (none: no answer), an error that is no text, a param missing or
-    mistyped: no refusal — the request is judged as any other failure (fail closed)."""
+    mistyped: no refusal — the request is judged as any other failure (fail closed).
+
+    ``launched``: the context length the probe's launch gave the engine as the reader derives it
+    (``launched_context`` of its attempt's ``engine.launch``; None where that is not known). Where given, a
+    context refusal that rests on the record alone (``context_overflow``) holds only where the context the
+    record names — the collector's claim — is that one (derive, don't trust); the collector, which sized the
+    request by the command it launched, passes none."""
     if not isinstance(payload, Mapping) or not isinstance(params, Mapping):
         return None
     status = payload.get("http_status")
@@ -288,7 +365,10 @@ def refusal(payload: Any, params: Mapping[str, Any]) -> Refusal | None:
     refused_context = _listed(status, params.get("context_refused_http_statuses")) and _matches(
         error, params.get("context_refusal_patterns")
     )
-    if refused_context or (check in _PROBES_SIZED and context_overflow(payload) is not None):
+    overflow = context_overflow(payload) if check in _PROBES_SIZED else None
+    if overflow is not None and launched is not _Unread.UNREAD and launched != overflow[:2]:
+        overflow = None  # the record names another context than its launch's command gives
+    if refused_context or overflow is not None:
         return REFUSAL_CONTEXT if prompt_unanswered else None
     if (
         check == "structured"

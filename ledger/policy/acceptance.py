@@ -24,6 +24,7 @@ from ledger.answers import (
     REFUSAL_CONTEXT,
     REFUSALS,
     cut_undecided,
+    launched_context,
     refusal,
     request_unanswered,
 )
@@ -1503,7 +1504,8 @@ def _counts_against(
         # a probe whose facts another reader derived from the defaults (the routing gate's): its refusal
         # (``e.derived.refusal``, a pure function of its record and the params) judged with the params this
         # condition is judged with — one judgement, never the default's "none"
-        shown = refusal(e.payload, params if isinstance(params, Mapping) else {})
+        # (a context refusal resting on the record alone needs its launch, ``_refusals``: none here)
+        shown = refusal(e.payload, params if isinstance(params, Mapping) else {}, launched=None)
         if shown is not None:
             e.set_derived({**e.derived, "refusal": shown})
     reads = _e_reads(cond.source)
@@ -2197,7 +2199,8 @@ def _derive(
             derived["answer_not_completion"] = _answer_not_completion(e.payload)
             derived["probe_failed"] = _probe_failed(e, derived["ok"], params or {})
             derived["cut_undecided"] = cut_undecided(e.payload, (params or {}).get("control_answer"))
-            derived["refusal"] = refusal(e.payload, params or {})
+            # a context refusal resting on the record alone waits for its attempt's launch (``_refusals``)
+            derived["refusal"] = refusal(e.payload, params or {}, launched=None)
             derived["sequential_slowest_ms"] = _slowest(e.payload)
         if kind == "health.probe" and e.payload.get("check") == "structured":
             problem = e.structured_problem()
@@ -2324,7 +2327,25 @@ def _derive(
             # loses credit: the fail-closed trade)
             if attempt in ended_in_log and e.seq > ended_in_log[attempt]:
                 e.derived_["after_launch_end"] = True
+    _refusals(trusted, launch_of, params or {})
     _mark_stop_cuts(trusted, launch_of, params or {}, unclean)
+
+
+def _refusals(
+    trusted: Sequence[Evidence], launch_of: Mapping[int, Evidence], params: Mapping[str, Any]
+) -> None:
+    """``e.derived.refusal`` of each ``health.probe`` judged with the context length its attempt's launch
+    gave the engine (``ledger.answers.launched_context`` of the launch's recorded ``engine`` and
+    ``command``), never the one the probe's own record names: a failure excused as a
+    request the campaign's context could not hold (``context_overflow``) stays excused only where the two
+    are the same. No attempt, no launch, a command missing or mistyped: none known, nothing so excused."""
+    for e in trusted:
+        if e.kind != "health.probe" or e.derived_ is None:
+            continue
+        attempt = e.derived_.get("attempt")
+        launch = launch_of.get(attempt) if isinstance(attempt, int) else None
+        launched = launched_context(launch.payload) if launch is not None else None
+        e.derived_["refusal"] = refusal(e.payload, params, launched=launched)
 
 
 def _unanswered(e: Evidence) -> bool | None:

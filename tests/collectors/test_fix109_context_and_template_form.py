@@ -289,3 +289,45 @@ def test_each_llamacpp_templates_structured_form_passes_against_llama_cpp_python
         )
         assert p["ok"] is True, (path.name, p)
         assert "context" not in p["details"]  # answered: nothing to size
+
+
+# ------------------------------------------------------------ fix112: control and sequential are sized too
+def _engine_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine that fails every request asking more than 1 token with llama-cpp-python's 500, and
+    answers the sizing request (max_tokens 1) with its usage."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body.get("max_tokens") == 1:
+            usage = {"prompt_tokens": 111, "completion_tokens": 1, "total_tokens": 112}
+            choice = {"index": 0, "message": {"role": "assistant", "content": "R"}, "finish_reason": "length"}
+            return httpx.Response(200, json={"choices": [choice], "usage": usage})
+        return httpx.Response(500, json={"error": {"message": "could not broadcast input array"}})
+
+    import ledger.collectors.probe as probe_module
+
+    monkeypatch.setattr(
+        probe_module, "http_client", lambda timeout=5.0: httpx.Client(transport=httpx.MockTransport(handle))
+    )
+
+
+def test_control_probe_beyond_the_context_records_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ledger.collectors.probe import probe_completion
+
+    _engine_500(monkeypatch)
+    p = probe_completion("http://engine", max_tokens=64, context=("--n_ctx", 128))
+    assert p["details"]["context"] == context_record("--n_ctx", 128, 111)
+    assert refusal(p, PARAMS) == REFUSAL_CONTEXT
+    assert "context" not in probe_completion("http://engine", max_tokens=64)["details"]  # not asked: unsized
+
+
+def test_sequential_probe_whose_first_request_overflows_records_its_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ledger.collectors.probe import probe_sequential
+
+    _engine_500(monkeypatch)
+    p = probe_sequential("http://engine", count=3, max_tokens=64, context=("--n_ctx", 128))
+    assert p["count"] == 0
+    assert p["details"]["context"] == context_record("--n_ctx", 128, 111)
+    assert refusal(p, PARAMS) == REFUSAL_CONTEXT
