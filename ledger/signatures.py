@@ -571,13 +571,14 @@ def _stop_markers(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
     return _line_patterns(Path(path), "stop_markers", re.MULTILINE)
 
 
-# A health probe's error (``collectors/probe.py``: ``f"{type(e).__name__}: {e}"`` of the httpx error) that
-# says the request got no answer because its connection was refused, reset or closed: the engine said nothing
-# (no HTTP status). Anything else — a timeout (``ReadTimeout``, ``ConnectTimeout``, … : the engine hung), a
+# A health probe's error (``collectors/probe.py``: ``f"{type(e).__name__}: {e}"`` of the httpx error, or the
+# bare name, as the readiness poll records it — ``collectors/readiness.py``: ``ConnectError``) that says the
+# request got no answer because its connection was refused, reset or closed: the engine said nothing (no HTTP
+# status). Anything else — a timeout (``ReadTimeout``, ``ConnectTimeout``, … : the engine hung), a
 # protocol error that is no bare disconnect, no error at all — is not (fail closed). The policy's
 # ``stop_cut`` and the collector's ``_stopped_from_outside`` read this one judgement.
 _UNANSWERED_ERROR = re.compile(
-    r"(?:ConnectError|ReadError|WriteError): "
+    r"(?:ConnectError|ReadError|WriteError)(?:: |\Z)"
     r"|RemoteProtocolError: Server disconnected without sending a response"
 )
 

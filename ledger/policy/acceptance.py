@@ -2385,7 +2385,7 @@ def _unanswered_while_held(e: Evidence) -> bool:
     """Whether ``e`` got no answer in a way an engine held from outside (``_held_from_outside``) explains,
     beyond ``_unanswered``: a ``health.probe`` that is not ok, records no HTTP status and whose error is a
     timeout (``_TIMEOUT_ERROR``, matched at the start) or a refused, reset or closed connection
-    (``unanswered_error``) recorded by its bare name (the readiness poll's ``ReadError``); a
+    (``unanswered_error``, the bare name the readiness poll records, ``ReadError``, too); a
     ``gate.result`` whose harness run an engine fault stopped (``bounds.outcome`` "fault") where the
     gravest fault of its requests was a timeout (``bounds.fault_kind`` "timeout": none answered that it
     failed), with its per-request record stored (``_request_record_missing``: what stopped it can be read
@@ -2394,8 +2394,7 @@ def _unanswered_while_held(e: Evidence) -> bool:
         error = e.payload.get("error")
         if e.payload.get("http_status") is not None or e.derived.get("ok") or not isinstance(error, str):
             return False
-        bare = ":" not in error and unanswered_error(f"{error}: ")
-        return _TIMEOUT_ERROR.match(error) is not None or bare
+        return _TIMEOUT_ERROR.match(error) is not None or unanswered_error(error)
     if e.kind == "gate.result":
         bounds = e.payload.get("bounds")
         return (

@@ -190,7 +190,9 @@ def _policy_copy(tmp_path: Path, old: str, new: str) -> Path:
     return out
 
 
-_PARAM = 'excusing_launch_rules = ["campaign-config-error", "operator-stopped-before-ready"]'
+_PARAM = (
+    'excusing_launch_rules = ["campaign-config-error", "operator-stopped-before-ready", "held-before-ready"]'
+)
 
 
 # --- the regressions ------------------------------------------------------------------------------------
