@@ -73,21 +73,26 @@ BENCH_CORPUS = "blake3:bfef1eb8aa1c4ed5c7c2a49036f79dd2653cb993594020b1e6c7f66b5
 
 
 class _HarnessBeforeTheEnd(LocalRecorder):
-    """A recorder that, just before the run job of ``campaign`` records its end, records what
-    ``before_end(subject)`` does (once): what the job ran, logged while it ran."""
+    """A recorder that, just before the launch of ``campaign`` records its run's end, records what
+    ``before_end(subject, launch_payload)`` does (once): what the job ran, logged while its engine ran (since
+    559d6e5 a harness result the log took after its launch entry recorded the run's end is not credited,
+    `after-launch-end`: the collector logs its results before that entry)."""
 
     def __init__(
-        self, ledger: Ledger, key: str, campaign: str, before_end: Callable[[dict[str, str]], None]
+        self,
+        ledger: Ledger,
+        key: str,
+        campaign: str,
+        before_end: Callable[[dict[str, str], dict[str, Any]], None],
     ) -> None:
         super().__init__(ledger, key)
         self.campaign, self.before_end = campaign, before_end
         self.done = False
 
     def record(self, kind: str, subject: dict[str, str], payload: dict[str, Any], **kw: Any) -> str:
-        ending = kind == "job" and payload.get("state") != "running"
-        if ending and not self.done and subject.get("campaign") == self.campaign:
+        if kind == "engine.launch" and not self.done and subject.get("campaign") == self.campaign:
             self.done = True
-            self.before_end(dict(subject))
+            self.before_end(dict(subject), payload)
         return super().record(kind, subject, payload, **kw)
 
 
@@ -192,12 +197,11 @@ def build(tmp: Path) -> CampaignLedger:
     ids: dict[str, str] = {}
     harness: dict[str, str] = {}
 
-    def harness_runs(subj: dict[str, str]) -> None:
-        """The harness runs of the healthy campaign, recorded here by hand within its run job (before its
-        terminal entry: output the log takes after the job ended is not credited, `after-job-terminal`),
-        collected while its engine ran (a result collected after the launch ended measured no engine)."""
-        [launch] = led.query(subject={"campaign": "healthy"}, kind="engine.launch", limit=1)
-        run = launch.statement.payload
+    def harness_runs(subj: dict[str, str], run: dict[str, Any]) -> None:
+        """The harness runs of the healthy campaign, recorded here by hand within its run job, before its
+        launch entry (``run``: its payload, about to be logged) records the run's end, as the collector
+        does (559d6e5: output the log takes after that is not credited, `after-launch-end`), collected while
+        its engine ran (a result collected after the launch ended measured no engine)."""
         began, ended = parse_time(run["started_at"]), parse_time(run["ended_at"])
         during = format_time(began + (ended - began) / 2)
         harness["semantic"] = _semantic_result(led, subj, during)

@@ -9,6 +9,7 @@ import base64
 import json
 import secrets
 import subprocess
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import blake3
@@ -829,10 +830,23 @@ def test_routing_check_reads_now_as_the_cli_does(http: httpx.Client, deployment:
     as out of range was judged by the API. One parser (``parse_when``) reads both."""
     rd = deployment.headers("reader")
     target = {"backend": "b", "model": "m", "host": "h"}
+    # 7b65cde: the gate judges the log as it stood at `now`, so `now` is after what this deployment logged
+    # (a fixed past date held no entry: 422); the three spellings of one instant
+    later = datetime.now(UTC).replace(microsecond=0, tzinfo=None) + timedelta(days=1)
+    spellings = (
+        later.isoformat(),
+        later.isoformat() + "Z",
+        (later + timedelta(hours=2)).isoformat() + "+02:00",
+    )
     with Unchanged(deployment):
         answers = [
             http.post("/v1/routing-check", json={"subject": target, "now": now}, headers=rd)
-            for now in ("2026-09-11T09:00:00", "2026-09-11T09:00:00Z", "2026-09-11T11:00:00+02:00")
+            for now in spellings
         ]
+        before = http.post(
+            "/v1/routing-check", json={"subject": target, "now": "2000-01-01T00:00:00Z"}, headers=rd
+        )
     assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
     assert answers[0].json() == answers[1].json() == answers[2].json()
+    # before the log's first entry there is nothing to judge as of then, a bad input as the CLI says
+    assert before.status_code == 422 and "no entry logged at or before" in before.text, before.text

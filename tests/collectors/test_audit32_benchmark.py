@@ -34,6 +34,7 @@ from ledger.entries import validate_payload
 from ledger.errors import SchemaError
 from tests.engines.stub_openai import StubConfig, serve_stub
 from tests.policy import test_fail_closed as fc
+from tests.policy.test_fix95_verdict_side import as_backend
 
 QUALIFIED = "QUALIFIED"
 
@@ -281,8 +282,11 @@ def test_audit32_f9_the_verdict_names_repeatability(tmp_path: Path) -> None:
 # --- f5 (policy): the over-saturation exemption follows the detected engine ---------------------------
 
 
-def _llamacpp(es: list[dict[str, Any]], version: Any = "0.3.16", *, drop: bool = False) -> None:
-    """The job's manifest names llama.cpp; ``version``: the engine_version it binds (and its launch)."""
+def _llamacpp(es: list[dict[str, Any]], version: Any = "0.3.16", *, drop: bool = False) -> dict[str, str]:
+    """The job's manifest names llama.cpp; ``version``: the engine_version it binds (and its launch).
+    Returns the subject to judge: the campaign's backend is the engine it ran (559d6e5, engine-contradicted:
+    a backend its jobs and launches contradict is INCONCLUSIVE whatever the benchmark shows)."""
+    subject = as_backend(es, "llamacpp")
     job = fc.entry(es, "campaign-job")["payload"]["spec"]["bindings"]
     launch = fc.entry(es, "launch")["payload"]
     job["engine"] = "llamacpp"
@@ -293,12 +297,13 @@ def _llamacpp(es: list[dict[str, Any]], version: Any = "0.3.16", *, drop: bool =
         else:
             b["engine_version"] = version
     fc.entry(es, "benchmark")["payload"]["bounds"]["saturation"] = "report"
+    return subject
 
 
 def test_audit32_f5_no_exemption_for_an_engine_whose_version_was_not_detected(tmp_path: Path) -> None:
     es = fc.qualified_entries()
-    _llamacpp(es, drop=True)
-    v = fc.verdict_of(tmp_path, es)
+    subject = _llamacpp(es, drop=True)
+    v = fc.verdict_of(tmp_path, es, subject=subject)
     assert v["verdict"] == "INCONCLUSIVE", v["verdict"]
     assert fc.rejected(v)["benchmark"] == "spec-mismatch"
     assert "over-saturation report, approved invalid" in _detail(v, "benchmark")
@@ -316,13 +321,13 @@ def test_audit32_f5_neighbour_the_exemption_needs_a_bound_engine_version(
     tmp_path: Path, version: Any, drop: bool, credited: bool
 ) -> None:
     es = fc.qualified_entries()
-    _llamacpp(es, version, drop=drop)
-    v = fc.verdict_of(tmp_path, es)
+    subject = _llamacpp(es, version, drop=drop)
+    v = fc.verdict_of(tmp_path, es, subject=subject)
     assert (v["verdict"] == QUALIFIED) is credited, (v["verdict"], v["rejected"])
 
 
 def test_audit32_f5_neighbour_the_strict_rule_is_credited_without_a_version(tmp_path: Path) -> None:
     es = fc.qualified_entries()
-    _llamacpp(es, drop=True)
+    subject = _llamacpp(es, drop=True)
     fc.entry(es, "benchmark")["payload"]["bounds"]["saturation"] = "invalid"
-    assert fc.verdict_of(tmp_path, es)["verdict"] == QUALIFIED
+    assert fc.verdict_of(tmp_path, es, subject=subject)["verdict"] == QUALIFIED

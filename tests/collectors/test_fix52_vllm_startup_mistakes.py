@@ -231,5 +231,31 @@ def test_the_policys_config_exit_codes_are_the_exit_statuses_of_the_config_signa
         if sig.get("class") == FailureClass.CONFIG.value
         for code in sig.get("exit_codes", [])
     }
+    # e277bea added uvicorn's 3 (engine-could-not-bind) to the policy: the signature states the statuses it
+    # ends with (exit_codes = [1, 3]), so the table stays the one truth
     assert sorted(codes) == sorted(policy["params"]["config_exit_codes"])
     assert 139 not in codes
+
+
+BIND_TAKEN = (
+    "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 40989): "
+    "address already in use"
+)
+
+
+@pytest.mark.parametrize("code", [139, 2, 0, None])
+def test_a_bind_failure_line_with_an_exit_status_no_bind_failure_ends_with_is_not_config(
+    code: int | None,
+) -> None:
+    """engine-could-not-bind names the exit statuses a bind failure ends with (uvicorn's 3, llama-server's
+    and vLLM's 1): the same line before a crash status, a usage status or no status is no excused config
+    mistake."""
+    c = classify(BIND_TAKEN + "\n", RunOutcome(ready=False, exit_code=code), load_signatures())
+    assert c.signature != "engine-could-not-bind", c
+    assert c.failure_class != FailureClass.CONFIG.value, c
+
+
+@pytest.mark.parametrize("code", [1, 3])
+def test_a_bind_failure_line_with_its_own_exit_status_is_config(code: int) -> None:
+    c = classify(BIND_TAKEN + "\n", RunOutcome(ready=False, exit_code=code), load_signatures())
+    assert (c.signature, c.failure_class) == ("engine-could-not-bind", FailureClass.CONFIG.value)

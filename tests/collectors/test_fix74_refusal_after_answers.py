@@ -20,7 +20,13 @@ import pytest
 import uvicorn
 from starlette.responses import JSONResponse
 
-from ledger.collectors.benchmark import BenchmarkSpec, benchmark_gate_payload, run_benchmark
+from ledger.collectors.benchmark import (
+    REQUESTS_ARTIFACT,
+    BenchmarkResult,
+    BenchmarkSpec,
+    benchmark_gate_payload,
+    run_benchmark,
+)
 from ledger.collectors.corpus import corpus_digest
 from ledger.collectors.semantic import SemanticSpec, run_semantic, semantic_gate_payload
 from ledger.entries import validate_payload
@@ -125,13 +131,21 @@ def _semantic(tmp_path: Path, n: int, contains: str = "y") -> SemanticSpec:
     return SemanticSpec(path, corpus_digest(path))
 
 
-def _verdict(tmp_path: Path, payload: dict[str, Any]) -> dict[str, Any]:
+def _verdict(tmp_path: Path, payload: dict[str, Any], result: BenchmarkResult) -> dict[str, Any]:
     """The shipped policy's verdict over the qualified baseline with this run's benchmark outcome and counts
-    (the approved spec kept: only what the run measured replaces the baseline's)."""
+    (the approved spec kept: only what the run measured replaces the baseline's), and the per-request record
+    the run wrote, stored beside it as the collector stores it (559d6e5: a refusal is read back from that
+    record, never excused on the payload's counts alone)."""
     es = qualified_entries()
-    p = entry(es, "benchmark")["payload"]
+    e = entry(es, "benchmark")
+    p = e["payload"]
     p["status"], p["reason"] = payload["status"], payload["reason"]
+    p["counts"] = {k: v for k, v in p["counts"].items() if not k.startswith("completed@c")}
+    p["counts"].update({k: v for k, v in payload["counts"].items() if k.startswith("completed@c")})
     p["counts"].update({k: payload["counts"][k] for k in ("issued", "completed", "errors", "cut", "refused")})
+    record = result.artifacts[REQUESTS_ARTIFACT].read_text()
+    e["artifacts"] = [a for a in e.get("artifacts", []) if a.get("name") != REQUESTS_ARTIFACT]
+    e["artifacts"].append({"name": REQUESTS_ARTIFACT, "text": record})
     for k in ("outcome", "aggregate", "valid"):
         p["bounds"][k] = payload["bounds"][k]
     if not payload["bounds"]["aggregate"]:
@@ -152,7 +166,7 @@ def test_benchmark_access_refused_after_answers_stopped_as_campaign_config(
     payload = benchmark_gate_payload(result, BOUNDS)
     assert payload["bounds"]["outcome"] == "completed" and payload["status"] == "failed"
     assert payload["counts"]["refused"] == 0 and payload["counts"]["errors"] == 3
-    v = _verdict(tmp_path, payload)
+    v = _verdict(tmp_path, payload, result)
     assert v["verdict"] == "NOT QUALIFIED — PERFORMANCE", v["gates"]
     assert gates(v)["benchmark"] == "failed" and "benchmark" not in rejected(v)
 
@@ -169,7 +183,7 @@ def test_benchmark_access_refused_from_the_first_request_is_the_campaigns(
     payload = benchmark_gate_payload(result, BOUNDS)
     validate_payload("gate.result", 1, payload)
     assert payload["counts"]["refused"] == 1 and payload["bounds"]["aggregate"] is False
-    v = _verdict(tmp_path, payload)
+    v = _verdict(tmp_path, payload, result)
     assert v["verdict"] == "INCONCLUSIVE", v["gates"]
     assert rejected(v)["benchmark"] == "harness-campaign-config"
     assert "benchmark" not in counted_against(v)

@@ -9,6 +9,9 @@ prefixes its parser takes) whose value is not ``{port}`` / ``{host}`` (or the va
 a port / host variable the program reads whose value differs (refused rather than dropped: the collector
 does not rewrite the engine's environment behind the campaign's back; ``env -u PORT`` is the named fix).
 A command that gives no port option at all is not judged (the engine's default port; reported as a gap).
+Since e277bea (audit 83 f10) the engine inherits only an allow-list of the collector's environment
+(``collectors/launch.py`` ``launch_env``): an inherited PORT / HOST / port stays behind and is no longer
+refused; one the engine does inherit (``LLAMA_ARG_PORT``) or the campaign states still is.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from ledger.collectors.campaign import load_campaign
+from ledger.collectors.launch import launch_env
 from ledger.errors import ConfigError, InputError
 
 LLAMA_CPP_PYTHON = [
@@ -165,24 +169,37 @@ def test_literal_port_to_a_script_is_still_refused(tmp_path: Path) -> None:
     )
 
 
-def test_inherited_port_variable_read_over_the_port_option_is_refused(
+def test_inherited_port_variable_stays_behind_and_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The audit's case (b): PORT=18779 in the collector's environment, ``--port {port}`` in the command."""
+    """The audit's case (b): PORT=18779 in the collector's environment, ``--port {port}`` in the command.
+    Since e277bea (audit 83 f10) the engine inherits only an allow-list of the collector's environment
+    (``launch_env``): the operator's PORT never reaches it, so nothing to refuse; the campaign's own PORT
+    still is (``test_port_variable_in_the_campaign_env_is_refused``)."""
     monkeypatch.setenv("PORT", "18779")
+    assert "PORT" not in launch_env({})
+    _loads(_campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"]))
     _refused(
-        _campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"]),
-        "PORT='18779', inherited by the engine",
+        _campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"], env={"PORT": "18779"}),
+        "PORT='18779'",
         "over its port option",
-        "env -u PORT",
     )
 
 
-def test_inherited_host_variable_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inherited_host_variable_stays_behind_the_campaigns_own_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """e277bea: an inherited HOST does not reach the engine (loads); the campaign's own is judged."""
     monkeypatch.setenv("HOST", "0.0.0.0")
-    _refused(_campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"]), "HOST='0.0.0.0', inherited")
-    monkeypatch.setenv("HOST", "127.0.0.1")  # the host the collector polls: loads
+    assert "HOST" not in launch_env({})
     _loads(_campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"]))
+    msg = _refused(
+        _campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"], env={"HOST": "0.0.0.0"}),
+        "HOST='0.0.0.0'",
+    )
+    assert "inherited by the engine" not in msg
+    # the host the collector polls: loads
+    _loads(_campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"], env={"HOST": "127.0.0.1"}))
 
 
 def test_port_variable_equal_to_the_engine_port_loads(
@@ -214,10 +231,13 @@ def test_port_variable_through_env_launcher(tmp_path: Path, monkeypatch: pytest.
 def test_any_case_port_setting_counts_only_where_no_option_sets_the_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """llama-cpp-python's settings read ``port`` in any case, but its --port option wins over them."""
+    """llama-cpp-python's settings read ``port`` in any case, but its --port option wins over them (the
+    campaign's own: since e277bea an inherited ``port`` stays behind and loads either way)."""
+    own = {"port": "18779"}
+    _loads(_campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"], env=own))
+    _refused(_campaign(tmp_path, LLAMA_CPP_PYTHON, env=own), "port='18779'", "where no option sets the port")
     monkeypatch.setenv("port", "18779")
-    _loads(_campaign(tmp_path, [*LLAMA_CPP_PYTHON, "--port", "{port}"]))
-    _refused(_campaign(tmp_path, LLAMA_CPP_PYTHON), "port='18779'", "where no option sets the port")
+    _loads(_campaign(tmp_path, LLAMA_CPP_PYTHON))
 
 
 def test_port_variable_other_programs_do_not_read_is_not_judged(
