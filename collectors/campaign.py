@@ -1186,6 +1186,11 @@ _DEFAULT_ID_IS_MODEL = (
 )
 
 
+def _env_owner(key: str) -> str:
+    """The program (``_ALIAS_ENV``) whose alias variable ``key`` is (in its program's case rule)."""
+    return next(p for p, names in _ALIAS_ENV.items() if any(_env_key_is(key, n) for n in names))
+
+
 def _alias_spelling(program: str) -> tuple[str, tuple[str, ...]]:
     """The option (and the variables) that name the served model to ``program``, as the refusals write
     them: llama.cpp's programs' own (``_ALIAS_OPTIONS`` / ``_ALIAS_ENV``), else ``--served-model-name``."""
@@ -1201,18 +1206,22 @@ def _default_id(
     values: dict[str, str],
     envs: tuple[Mapping[str, str], Mapping[str, str]],
     where: str,
+    unread: tuple[str, ...] = (),
 ) -> None:
-    """Refuse an attempt whose command names no served name (no alias option, no alias variable) to a
-    known engine program of its kind when the id that program then serves is not ``served``: the model
-    argument as launched for ``_DEFAULT_ID_IS_MODEL`` (``_models_given``, each value: a repeated option or
-    a variable beside it must all be ``served``), and for any other known program (llama-server) always,
-    its default not being known before launch. ``envs``: the campaign's own part of the engine's
-    environment and the whole of it. A program the collector does not know (a script) is not judged."""
+    """Refuse an attempt whose command names no served name (no alias option, no alias variable it reads)
+    to a known engine program of its kind when the id that program then serves is not ``served``: the
+    model argument as launched for ``_DEFAULT_ID_IS_MODEL`` (``_models_given``, each value: a repeated
+    option or a variable beside it must all be ``served``), and for any other known program (llama-server)
+    always, its default not being known before launch. ``envs``: the campaign's own part of the engine's
+    environment and the whole of it; ``unread``: the campaign's alias variables of another program of the
+    kind, which name nothing to this one (said, so that the refusal explains why they do not count). A
+    program the collector does not know (a script) is not judged."""
     program = _engine_program(argv)
     if program is None or _KIND_OF_PROGRAM.get(program) != kind:
         return
     option, variables = _alias_spelling(program)
     said = f"no {option}" + "".join(f" and no {v} in its environment" for v in variables)
+    said += "".join(f" ({k} is {_env_owner(k)}'s variable: {program} does not read it)" for k in unread)
     fix = f"add {option} {{served_name}} to the command"
     if program not in _DEFAULT_ID_IS_MODEL:
         raise ConfigError(
@@ -1239,11 +1248,12 @@ def _check_served_name(spec: CampaignFile, p: Path, model: Path) -> None:
     reads (``_ALIAS_ENV`` by ``_model_readers``; both where it runs neither) in the environment the engine
     gets (inherited values included, an ``env`` launcher's -u / -i applied: ``_Launch.engine_env``) must
     name it, and the campaign's own variable of the other program, which names nothing to this one, must
-    not contradict it. An alias llama-server would split at a comma is refused (builds differ in whether
-    it does). The other llama.cpp program's alias option (``_foreign_alias_option``: llama-server's
-    ``-a`` / ``--alias`` to llama-cpp-python, its ``--model_alias`` or a prefix argparse takes to
-    llama-server) is refused: the program exits on it at start-up. Where neither an option nor a variable
-    names the model, the engine's own default id applies (``_default_id``: llama-cpp-python, vLLM and
+    not contradict it, nor does it count as naming the model (fix 115). An alias llama-server would split
+    at a comma is refused (builds differ in whether it does). The other llama.cpp program's alias option
+    (``_foreign_alias_option``: llama-server's ``-a`` / ``--alias`` to llama-cpp-python, its
+    ``--model_alias`` or a prefix argparse takes to llama-server) is refused: the program exits on it at
+    start-up. Where neither an option nor a variable the program reads names the model, the engine's own
+    default id applies (``_default_id``: llama-cpp-python, vLLM and
     SGLang serve the model under its model argument as launched, so it must be served_name; llama-server's
     default differs between builds, so its alias is required); a script's default is not known here."""
     served = spec.model.served_name
@@ -1286,6 +1296,10 @@ def _check_served_name(spec: CampaignFile, p: Path, model: Path) -> None:
         # sets it, llama-server its LLAMA_ARG_ALIAS likewise — audit 55 f2): the variables count only where
         # the command gives none; each program reads only its own variable (the other's, the campaign's
         # own, names nothing to it, but must not contradict served_name)
+        # the other program's variables (``unread_names``) are held to served_name too, but name nothing:
+        # they never stand in for an alias the program reads (fix 115)
+        unread_names: list[tuple[str, list[str] | None, _NameOption]] = []
+        unread: list[str] = []
         if not given:
             for key, value in _env_names(readers, whole_env):
                 said = f"the environment's {key}" + ("" if key in own_env else ", inherited by the engine")
@@ -1295,13 +1309,9 @@ def _check_served_name(spec: CampaignFile, p: Path, model: Path) -> None:
             for key, value in _env_names(others, own_env):
                 said = f"the environment's {key} ({program} does not read it, but the campaign names it)"
                 how = _NameOption(many=False, commas=key in _ALIAS_COMMAS)
-                given.append((said, [value] if value else None, how))
-        # no alias named: the engine's default id, unless an alias variable it reads does not expand (the
-        # launch refuses that, naming the variable)
-        alias_unread = any(_env_key_is(k, n) for k in unexpanded for n in _spellings(_ALIAS_ENV, readers))
-        if not given and not alias_unread:
-            _default_id(kind, argv, served, values, (own_env, whole_env), where)
-        for option, names, how in given:
+                unread_names.append((said, [value] if value else None, how))
+                unread.append(key)
+        for option, names, how in [*given, *unread_names]:
             if names is None:
                 raise ConfigError(
                     f"{where}: {option} is given no value "
@@ -1319,6 +1329,11 @@ def _check_served_name(spec: CampaignFile, p: Path, model: Path) -> None:
                     f"model.served_name is {served!r}: the identity probe would find no {served!r}; make "
                     f"them agree (write {{served_name}})"
                 )
+        # no alias the program reads named: the engine's default id, unless an alias variable it reads does
+        # not expand (the launch refuses that, naming the variable)
+        alias_unread = any(_env_key_is(k, n) for k in unexpanded for n in _spellings(_ALIAS_ENV, readers))
+        if not given and not alias_unread:
+            _default_id(kind, argv, served, values, (own_env, whole_env), where, tuple(unread))
 
 
 # The options that name the model file or folder an engine loads, in each engine's own spelling (checked

@@ -184,17 +184,21 @@ def verdict(
     if ctx.invoked_subcommand is not None:
         return
     from ledger.canonical import canonical_bytes
-    from ledger.entries import now_utc, parse_when
-    from ledger.policy.record_time import size_as_of
-    from ledger.policy.verdict import evaluate
+    from ledger.entries import parse_when
+    from ledger.policy.record_time import record_clock, size_as_of
+    from ledger.policy.verdict import evaluate, record_verdict
 
     subj = _subject(subject)
     # the policy loads before the ledger opens: a bad policy is reported before a missing home
     pol = _load_policy(policy or "backend-qualification", policy_dir)
     trust = load_policy_option(trust_policy)
     # a recorded verdict is judged at the time it is signed (or --now), never at the last entry's log time:
-    # evidence stale now must not be signed QUALIFIED
-    when = parse_when(now) if now else (now_utc() if record else None)
+    # evidence stale now must not be signed QUALIFIED. The clock is read once (after --now, which may read
+    # it: "now", "1 hour ago"): the time it is judged at without --now, and the clock ``record_verdict``'s
+    # one check holds --now to
+    stated = parse_when(now) if now else None
+    clock = record_clock() if record else None
+    when = stated or clock
     # a log that no longer extends the checkpoint its home holds is refused, as the routing gate refuses
     # it (exit 2): a verdict judged (or signed) on a truncated or rewritten log would vouch for it
     from ledger.reads import check_extends_held
@@ -202,9 +206,7 @@ def verdict(
     if record or trust is not None:
         ledger = get_ledger(home)
         check_extends_held(ledger)
-        if record:
-            _refuse_past_record(ledger, at, when)
-        elif now:
+        if now and not record:  # a recorded verdict at a past --now is refused (record_verdict), not cut
             at = size_as_of(ledger, at, when)
         result = evaluate(ledger, subj, pol, at_size=at, reference_time=when)
     else:
@@ -222,19 +224,18 @@ def verdict(
                 f"the verdict's checkpoint (size {result['checkpoint']['size']}) is refused by "
                 f"{trust.source}: " + "; ".join(problems)
             )
-    # a stated time before the clock records QUALIFIED only where it holds at the clock too
-    if record and now and when is not None:
-        from ledger.policy.record_time import refuse_pass_not_holding_now
-
+    entry = None
+    if record:
+        # a stated time before the clock records QUALIFIED only where it holds at the clock too: the one
+        # check (``record_time.refuse_unrecordable_judgement``), the log's head and the clock first
         def judge_now(t: Any) -> tuple[bool, str]:
             r = evaluate(ledger, subj, pol, at_size=int(result["checkpoint"]["size"]), reference_time=t)
             failing = next((g for g in r["gates"] if g["status"] != "passed"), None)
             why = f" ({failing['name']} {failing['status']}: {failing.get('reason', '')})" if failing else ""
             return r["verdict"] == "QUALIFIED", f"{r['verdict']}{why}"
 
-        passed = "QUALIFIED" if result["verdict"] == "QUALIFIED" else None
-        refuse_pass_not_holding_now("verdict", passed, when, judge_now)
-    entry = ledger.record_verdict(result, key=key) if record else None
+        signer = key or ledger.cfg.admin_key  # as ``Ledger.record_verdict``
+        entry = record_verdict(ledger, result, key=signer, clock=clock, judge_at=judge_now)
     if json_out:
         sys.stdout.buffer.write(canonical_bytes(result) + b"\n")
         sys.stdout.flush()
@@ -242,18 +243,6 @@ def verdict(
         _render_verdict(result)
     if entry is not None:
         err.print(f"recorded verdict entry {entry.entry_id} (seq {entry.seq})")
-
-
-def _refuse_past_record(ledger: Any, at: int | None, when: Any) -> None:
-    """A recorded verdict is judged at a time the log and the clock have both reached (the rule
-    ``check routing-change --record`` keeps too, ``record_time.refuse_unrecordable_time``): before the log
-    time of the last entry it reads it judged a log that did not exist then, and after the clock it would
-    sign today what holds only then (evidence stale or a failure aged out by that time). Either is refused
-    (exit 2, nothing recorded)."""
-    from ledger.policy.record_time import refuse_unrecordable_time
-
-    if when is not None:
-        refuse_unrecordable_time(ledger, ledger.size() if at is None else at, when, "verdict")
 
 
 @verdict_app.command("replay")
@@ -332,7 +321,8 @@ def check_routing_change_cmd(
     is not what its Merkle leaf commits (edited behind the log's back). With --trust-policy the checkpoint
     it is judged at must carry the policy's witness quorum."""
     from ledger.entries import parse_when
-    from ledger.policy.routing import check_routing_change, load_deployment
+    from ledger.policy.record_time import record_clock
+    from ledger.policy.routing import check_routing_change, load_deployment, record_routing_change
 
     subj = _subject(subject)
     pol = _load_policy(policy or "routing-change", policy_dir)
@@ -344,7 +334,11 @@ def check_routing_change_cmd(
         # the log's head as the decision is judged: a --now before it judges the log cut at that time
         # (``record_time.size_as_of``), and is still a past what-if, for reading (refused with --record)
         head = led.size()
-        result = led.check_routing(subj, pol, action=action, deployment=dep, now=when)
+        # with --record the clock is read once (after --now, which may read it, and after the head, so each
+        # entry the head counts was logged before it): the time it is judged at without --now, and the
+        # clock the one check holds --now to
+        clock = record_clock() if record else None
+        result = led.check_routing(subj, pol, action=action, deployment=dep, now=when or clock)
     else:
         result = check_routing_change(_read_ledger(home), pol, subj, action=action, deployment=dep, now=when)
     if trust is not None:
@@ -356,20 +350,17 @@ def check_routing_change_cmd(
                 f"the checkpoint (size {result['checkpoint']['size']}) is not cosigned as {trust.source} "
                 "asks: " + "; ".join(problems)
             )
-    if record and when is not None:  # a stated time before the clock records allowed only where it holds now
-        from ledger.policy.record_time import refuse_pass_not_holding_now, refuse_unrecordable_time
-
-        # the log's head and the clock first (as record_routing_change checks them), then the clock's answer
-        refuse_unrecordable_time(led, head, when, "routing decision")
-
+    if record:
+        # one check (``record_time.refuse_unrecordable_judgement``): the log's head as it was asked (a past
+        # --now cuts it, and is still a past what-if) and the clock first, then a stated time before the
+        # clock records allowed only where it holds at the clock too
         def judge_now(t: Any) -> tuple[bool, str]:
             r = led.check_routing(subj, pol, action=action, deployment=dep, now=t)
             return bool(r["allowed"]), "allowed" if r["allowed"] else "refused: " + "; ".join(r["reasons"])
 
-        passed = "allowed" if result["allowed"] else None
-        refuse_pass_not_holding_now("routing decision", passed, when, judge_now)
-    if record:
-        result["recorded"] = led.record_routing_change(result, key=key).entry_id
+        signer = key or led.cfg.admin_key  # as ``Ledger.record_routing_change``
+        entry = record_routing_change(led, result, key=signer, clock=clock, read=head, judge_at=judge_now)
+        result["recorded"] = entry.entry_id
     if json_out:
         print_json(result)
     else:

@@ -37,10 +37,24 @@ from ledger.errors import InputError
 if TYPE_CHECKING:
     from ledger.policy.port import PolicyLedger as Ledger
 
-__all__ = ["RECORD_FUTURE_TOLERANCE", "refuse_pass_not_holding_now", "refuse_unrecordable_time", "size_as_of"]
+__all__ = [
+    "RECORD_FUTURE_TOLERANCE",
+    "record_clock",
+    "refuse_pass_not_holding_now",
+    "refuse_unrecordable_judgement",
+    "refuse_unrecordable_time",
+    "size_as_of",
+]
 
 # how far after the clock a recorded judgement's reference time may lie: none (see the module's text)
 RECORD_FUTURE_TOLERANCE = timedelta(0)
+
+
+def record_clock() -> datetime:
+    """The clock a recorded judgement's reference time is held to (the one that stamps the entry's
+    ``logged_at``): read once by a caller that judges and records (``ledger verdict --record``, ``ledger
+    check routing-change --record``), and passed to the record_* call as its ``clock``."""
+    return now_utc()
 
 
 def refuse_unrecordable_time(
@@ -93,6 +107,28 @@ def refuse_pass_not_holding_now(
             "as passing",
             hint=f"record without --now (the {what} is judged now), or judge the past without --record",
         )
+
+
+def refuse_unrecordable_judgement(
+    ledger: Ledger,
+    size: int,
+    when: datetime,
+    what: str,
+    *,
+    clock: datetime | None = None,
+    passed: str | None = None,
+    judge_at: Callable[[datetime], tuple[bool, str]] | None = None,
+) -> None:
+    """The one check a judgement passes before it is recorded (``record_verdict``,
+    ``record_routing_change``; the CLI's ``--record`` asks nothing before them): the clock is read once
+    (``clock``, default now), then its reference time ``when`` against the log it read (``size`` entries)
+    and that clock (``refuse_unrecordable_time``), then, where the caller can judge it again at the clock
+    (``judge_at``), a pass (``passed``) judged before the clock against its answer there
+    (``refuse_pass_not_holding_now``). InputError (exit 2, nothing recorded) names the first rule broken."""
+    now = clock if clock is not None else now_utc()
+    refuse_unrecordable_time(ledger, size, when, what, clock=now)
+    if judge_at is not None:
+        refuse_pass_not_holding_now(what, passed, when, judge_at, clock=now)
 
 
 def size_as_of(ledger: Ledger, at: int | None, when: datetime | None) -> int | None:

@@ -2371,22 +2371,37 @@ def _identities_text(views: list[dict[str, Any]]) -> str:
 
 
 def record_routing_change(
-    ledger: Ledger, result: dict[str, Any], *, key: str, at: datetime | None = None
+    ledger: Ledger,
+    result: dict[str, Any],
+    *,
+    key: str,
+    at: datetime | None = None,
+    clock: datetime | None = None,
+    read: int | None = None,
+    judge_at: Callable[[datetime], tuple[bool, str]] | None = None,
 ) -> Any:
     """Append the decision as a signed ``routing.change`` entry (refs the verdict it relied on), carrying
     the reference time it was judged at (``judged_at``). Only a decision judged at a time the log and the
-    clock have both reached is recorded (``record_time.refuse_unrecordable_time``, the rule ``ledger verdict
-    --record`` keeps too): one judged before the log time of the last entry it read (``--now`` in the past)
-    judged a ledger that did not exist then, and one judged after the clock (``--now`` in the future; ``at``
-    where the caller sets the log time) may allow what is refused now — a failure that ages out of its
-    bound tomorrow still stands today. Either is refused (InputError, nothing recorded): a what-if is for
-    reading."""
+    clock have both reached is recorded (``record_time.refuse_unrecordable_judgement``, the one check
+    ``ledger verdict --record`` passes too): one judged before the log time of the last entry of the log
+    it was asked of (``read``: its size when judged, which a past ``--now`` cuts — still a past what-if;
+    the checkpoint it was judged at where later) judged a ledger that did not exist then, and one judged after
+    the clock (``clock``, the one reading the caller judged by; else ``at`` where the caller sets the log
+    time; else now: ``--now`` in the future) may allow what is refused now — a failure that ages out of
+    its bound tomorrow still stands today; an allowed decision judged before the clock is refused where
+    ``judge_at`` (the same decision judged at a given time) does not allow it there. Each is refused
+    (InputError, nothing recorded): a what-if is for reading."""
     from ledger.entries import KIND_MODELS
-    from ledger.policy.record_time import refuse_unrecordable_time
+    from ledger.policy.record_time import refuse_unrecordable_judgement
 
     judged_at = str(result["now"])
-    size = int(result["checkpoint"]["size"])
-    refuse_unrecordable_time(ledger, size, parse_time(judged_at), "routing decision", clock=at)
+    # the later of the two heads: the log's times never run back, so its last entry is the later one
+    size = max(int(result["checkpoint"]["size"]), read or 0)
+    passed = "allowed" if result["allowed"] is True else None
+    when, what = parse_time(judged_at), "routing decision"
+    refuse_unrecordable_judgement(
+        ledger, size, when, what, clock=clock or at, passed=passed, judge_at=judge_at
+    )
     dep = result.get("deployment_spec") or {}
     payload = {
         "action": result["action"],

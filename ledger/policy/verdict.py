@@ -8,7 +8,7 @@ import io
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from itertools import pairwise
@@ -42,7 +42,7 @@ from ledger.policy.conditions import Condition, FieldsRead, fields_read, shared_
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
 from ledger.policy.names import engine_aliases, engine_key, engines_of_any_backend
-from ledger.policy.record_time import refuse_unrecordable_time
+from ledger.policy.record_time import refuse_unrecordable_judgement
 from ledger.policy.rules import CREDIT_ONLY_BY_CLAIM, RULES, Rule
 from ledger.policy.snapshot import (
     ANSWERS_HERE,
@@ -1051,7 +1051,13 @@ def _verify(ledger: Ledger, snap: Snapshot, ids: set[str]) -> dict[str, str]:
 
 
 def record_verdict(
-    ledger: Ledger, result: dict[str, Any], *, key: str, at: datetime | None = None
+    ledger: Ledger,
+    result: dict[str, Any],
+    *,
+    key: str,
+    at: datetime | None = None,
+    clock: datetime | None = None,
+    judge_at: Callable[[datetime], tuple[bool, str]] | None = None,
 ) -> LoggedEntry:
     """Append a signed ``verdict`` entry: the verdict word, status, policy, checkpoint, evaluated subject,
     counts and the result's digest; the full result (gates, used and rejected ids) is a stored artifact
@@ -1059,16 +1065,21 @@ def record_verdict(
 
     Only a verdict judged at a time the log and the clock have both reached is recorded — every caller
     (``Ledger.record_verdict``, ``ledger verdict --record``, fixtures) passes here: its ``reference_time``
-    before the log time of the last entry it read (``checkpoint.size``), or after the clock (``at`` where
-    the caller sets the log time, else now), is refused (``record_time.refuse_unrecordable_time``,
-    InputError, nothing stored)."""
+    before the log time of the last entry it read (``checkpoint.size``), or after the clock (``clock``, the
+    one reading the caller judged by; else ``at`` where the caller sets the log time; else now), is refused,
+    and so is a QUALIFIED judged before that clock that ``judge_at`` (the same verdict judged at a given
+    time: whether it passes, what it says) does not find QUALIFIED at it
+    (``record_time.refuse_unrecordable_judgement``: one check, InputError, nothing stored)."""
     when, size = result.get("reference_time"), (result.get("checkpoint") or {}).get("size")
     if not isinstance(when, str) or not isinstance(size, int) or isinstance(size, bool):
         raise InputError(
             f"a verdict result records its reference_time (text) and checkpoint.size (an integer); "
             f"got {when!r} and {size!r}: nothing recorded"
         )
-    refuse_unrecordable_time(ledger, size, parse_time(when), "verdict", clock=at)
+    passed = "QUALIFIED" if result.get("verdict") == "QUALIFIED" else None
+    refuse_unrecordable_judgement(
+        ledger, size, parse_time(when), "verdict", clock=clock or at, passed=passed, judge_at=judge_at
+    )
     data = canonical_bytes(result)
     digest = result_digest(result)
     stored = ledger.store.put_stream(io.BytesIO(data), expected=parse_digest(digest))

@@ -86,9 +86,12 @@ def test_an_operators_model_alias_no_longer_reaches_llama_cpp_python(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same campaign for llama-cpp-python: the operator's MODEL_ALIAS stays behind (no variable the
-    engine inherits), so it serves no 'other' and the campaign loads."""
+    engine inherits), so it serves no 'other'; the campaign's LLAMA_ARG_ALIAS names nothing to it either
+    (fix 115), so its default id is refused, never the operator's 'other'; with MODEL_ALIAS it loads."""
     monkeypatch.setenv("MODEL_ALIAS", "other")
-    _loads(_campaign(tmp_path, LLAMA_CPP_PYTHON, env={"LLAMA_ARG_ALIAS": "tiny"}))
+    msg = _refused(_campaign(tmp_path, LLAMA_CPP_PYTHON, env={"LLAMA_ARG_ALIAS": "tiny"}), "its default id")
+    assert "'other'" not in msg
+    _loads(_campaign(tmp_path, LLAMA_CPP_PYTHON, env={"LLAMA_ARG_ALIAS": "tiny", "MODEL_ALIAS": "tiny"}))
     assert "MODEL_ALIAS" not in launch_env({})
 
 
@@ -146,10 +149,14 @@ def test_the_campaigns_own_variable_of_the_other_program_still_must_not_contradi
     tmp_path: Path, command: list[str], own: str, other: str
 ) -> None:
     """The other program's variable names nothing to this one, but a campaign naming another name there
-    contradicts its served_name (as the model check holds the other program's model variable to the pin)."""
+    contradicts its served_name (as the model check holds the other program's model variable to the pin).
+    Naming served_name there is no contradiction, but names nothing either (fix 115): the program's default
+    id is judged; with its own variable beside it the campaign loads."""
     program = command[2] if command[0] == "{python}" else command[0]
     _refused(_campaign(tmp_path, command, env={other: "other"}), other, f"{program} does not read it")
-    _loads(_campaign(tmp_path, command, env={other: "tiny"}))
+    _refused(_campaign(tmp_path, command, env={other: "tiny"}), "default id", f"{program} does not read it")
+    _loads(_campaign(tmp_path, command, env={other: "tiny", own: "tiny"}))
+    _refused(_campaign(tmp_path, command, env={other: "other", own: "tiny"}), other, "'other'")
 
 
 @pytest.mark.parametrize(("command", "own", "other"), PROGRAMS)
