@@ -39,7 +39,14 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
-from ledger.answers import HARNESS_REQUEST, Refusal, refusal, request_unanswered
+from ledger.answers import (
+    CONTEXT_DETAIL,
+    HARNESS_REQUEST,
+    Refusal,
+    context_record,
+    refusal,
+    request_unanswered,
+)
 from ledger.atomic import write_atomic
 from ledger.collectors.corpus import (
     ChatMessage,
@@ -62,6 +69,7 @@ from ledger.entries import (
 )
 from ledger.errors import ConfigError, LedgerError
 from ledger.hashing import blake3_hex, parse_digest
+from ledger.policy.acceptance import request_timed_out  # the policy reads the stored record by it too
 from ledger.policy.bounds import (  # the figure names: one grammar, read by the policy loader too
     DISTRIBUTION_METRICS,
     DISTRIBUTION_STATS,
@@ -137,7 +145,9 @@ __all__ = [
 # +7: the requests the run itself cut are counted apart (counts.cut); corpus messages are the one chat
 #     message model (collectors/corpus.py), refused at load, and a blank prompt or id too; the figure names
 #     are ledger.policy.bounds' (the one grammar a policy's bounds are checked against when it loads)
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+7"
+# +8: a request that failed without a completion is sized against the campaign's context (``size_request``:
+#     max_tokens, context): one the context cannot hold is refused (outcome config), not the engine's fault
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+8"
 NO_AGGREGATE = "no aggregate result"
 # the word a failure of the c1 parity bound (PARITY_FIGURE, ledger.policy.bounds) is reported with
 REPEATABILITY = "c1 repeatability"
@@ -394,10 +404,24 @@ class RequestRecord:
     model: str | None = None  # the model the answer's chunks named (comma-joined if more than one)
     # the engine refused the request for the campaign's configuration (``refused_by_campaign``): which refusal
     refusal: Refusal | None = None
+    # the max_tokens the request asked (``send_request``: none where its body gave no whole number)
+    max_tokens: int | None = None
+    # where it failed without a completion and the campaign's context length is known: that length and the
+    # prompt's size as the engine counts it (``size_request``, ``ledger.answers.context_record``)
+    context: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def timed_out(self) -> bool:
+        """It got no (complete) answer within its timeout, or the engine did not accept its connection in
+        time — fault or not (``send_request`` begins its error so; :func:`timed_out` is the plain error
+        before the engine is asked). Stored with the record (``to_json``): the policy counts the stored
+        records by ``acceptance.request_timed_out`` as the collector does its own (``counts.timed_out``)
+        — an engine held from outside times out every request in flight (rule stopped-from-outside)."""
+        return (self.error or "").startswith((_TIMED_OUT, _CONNECT_TIMED_OUT))
 
     @property
     def tpot_ms(self) -> float | None:
@@ -409,6 +433,7 @@ class RequestRecord:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["tpot_ms"] = self.tpot_ms
+        out["timed_out"] = self.timed_out
         return out
 
 
@@ -466,8 +491,9 @@ def request_fault_kind(record: RequestRecord) -> HarnessFaultKind | None:
     # is not (the policy's ``acceptance._request_unanswered`` judges the stored record the same way)
     if request_unanswered(record.fault, record.unanswered, record.http_status):
         return FAULT_UNANSWERED
-    error = record.error or ""
-    if error.startswith((_TIMED_OUT, _CONNECT_TIMED_OUT)):
+    # no answer in time, and no error status (a 5xx whose body then stalled is an answer): as the policy reads
+    # the stored record (``request_timed_out``)
+    if request_timed_out(record.timed_out, record.error, record.http_status):
         return FAULT_TIMEOUT
     if record.http_status is not None:
         return FAULT_ANSWERED
@@ -788,6 +814,7 @@ async def send_request(
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         max_tokens = None
+    record.max_tokens = max_tokens
     t0 = time.perf_counter()
     s = _Stream(chat, t0)
     try:
@@ -855,6 +882,62 @@ async def send_request(
         record.e2e_ms = (end - t0) * 1000
         record.model = record.model or (",".join(s.models) or None)
     return _finish(record, s, max_tokens)
+
+
+def sizable(record: RequestRecord) -> bool:
+    """Whether a request is sized (``size_request``) once it failed: an error without a completed
+    generation (no finish_reason) that is neither a timeout (a hang, a connection not accepted) nor one the
+    run cut, and whose status is none, a 2xx one (the stream cut or no event stream: llama-cpp-python's
+    streamed context overflow) or a 5xx one — a 4xx is the engine's own answer, judged by its words. A
+    request that passed is never sized: a passing run costs nothing."""
+    status = record.http_status
+    return (
+        record.error is not None
+        and record.finish_reason is None
+        and not record.error.startswith((_TIMED_OUT, _CONNECT_TIMED_OUT))
+        and not _cut(record)
+        and (status is None or 200 <= status <= 299 or status >= 500)
+    )
+
+
+async def size_request(
+    client: aiohttp.ClientSession,
+    url: str,
+    body: Mapping[str, Any],
+    record: RequestRecord,
+    context: tuple[str, int],
+    timeout_s: float,
+) -> None:
+    """Record in ``record.context`` (``ledger.answers.context_record``) the context length the campaign
+    launched the engine with (``context``: its option and value) and the request's prompt as the engine
+    counts it: the ``usage.prompt_tokens`` of its answer to the same body, not streamed, with max_tokens 1
+    (as ``collectors.probe._prompt_tokens`` sizes a probe's). Where the engine answers that with an error
+    status instead, the status and its error are recorded (``sizing``: a prompt it refuses even one token
+    for); no answer, or no whole number: ``prompt_tokens`` None. ``refusal`` judges the record
+    (``refused_by_campaign``): a request whose prompt and max_tokens the campaign's context cannot hold
+    is the campaign's configuration, not the engine's fault."""
+    ask = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "return_token_ids")}
+    ask["max_tokens"] = 1
+    tokens: int | None = None
+    sizing: tuple[int, str] | None = None
+    try:
+        # on a connection of its own: the one the failed request went over may be the one the engine cut
+        # (llama-cpp-python's "Exception in ASGI application" leaves it broken), with the run's headers
+        async with (
+            asyncio.timeout(timeout_s),
+            http_session(1, timeout_s, client.headers) as fresh,
+            fresh.post(url, json=ask) as r,
+        ):
+            raw = await r.read()
+            if r.status >= 400:
+                sizing = (r.status, f"HTTP {r.status}: {_error_message(raw)}")
+            elif 200 <= r.status <= 299:
+                usage = json.loads(raw).get("usage")
+                n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+                tokens = n if type(n) is int and n >= 0 else None
+    except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
+        pass
+    record.context = context_record(*context, tokens, sizing)
 
 
 # --- statistics per run and per level ----------------------------------------------------------------
@@ -1604,7 +1687,9 @@ def refused_by_campaign(
     own answers contradict the engine's (an access refusal after any answer, a context refusal of a prompt
     answered before). Set on ``record.refusal``; None — no params given, a fault, no error, or another
     error — and the request is judged as before (an error against the engine)."""
-    if params is None or record.fault or record.error is None:
+    # a fault is judged only by its size (``record.context``, ``size_request``): whether the campaign's
+    # context length could hold its prompt and max_tokens
+    if params is None or record.error is None or (record.fault and record.context is None):
         return None
     record.refusal = refusal(
         {
@@ -1613,6 +1698,8 @@ def refused_by_campaign(
             "error": record.error,
             "count": sum(answered.values()),
             "prompt_count": answered[record.prompt_id],
+            "max_tokens": record.max_tokens,
+            "details": {} if record.context is None else {CONTEXT_DETAIL: record.context},
         },
         params,
     )
@@ -1673,6 +1760,7 @@ async def _run_level(
     check: EngineCheck | None = None,
     params: Mapping[str, Any] | None = None,
     answered: Counter[str] | None = None,
+    context: tuple[str, int] | None = None,
 ) -> list[RequestRecord]:
     """The requests of one (repetition, level), ``level`` in flight; the harness's own scheduling delays
     meanwhile are appended to ``stalls_ms``. After a request timed out, and when the lease expires with
@@ -1680,7 +1768,9 @@ async def _run_level(
     engine fault that stops the run. A request the engine refused for the campaign's configuration
     (``refused_by_campaign``, the policy's ``params``) stops the run too, outcome ``config``. ``answered``:
     the run's answered requests by prompt id, across its levels and repetitions (counted here as they
-    come back; ``refused_by_campaign`` reads it)."""
+    come back; ``refused_by_campaign`` reads it). ``context``: the context length the campaign launched the
+    engine with (its option and value): a request that failed without a completion (``sizable``) of an engine
+    still alive is sized (``size_request``), so that one its context could not hold is the campaign's."""
     records: list[RequestRecord] = []
     tally: Counter[str] = answered if answered is not None else Counter()
     prompts = corpus.prompts
@@ -1700,11 +1790,12 @@ async def _run_level(
             prompt = prompts[i % len(prompts)]
             rec = RequestRecord(prompt.id, level, repetition, i, _now(), time.perf_counter() - origin)
             records.append(rec)
+            body = request_body(prompt, spec, model)
             try:
                 await send_request(
                     client,
                     url,
-                    request_body(prompt, spec, model),
+                    body,
                     rec,
                     clock_origin=origin,
                     timeout_s=spec.request_timeout_s,
@@ -1725,6 +1816,9 @@ async def _run_level(
                 if hangs is not None:
                     rec.fault = True
                     rec.error = f"{rec.error}; {hangs}"
+            alive = engine_alive is None or engine_alive()
+            if context is not None and params is not None and alive and sizable(rec) and stop.reason is None:
+                await size_request(client, url, body, rec, context, spec.request_timeout_s)
             if rec.ok:
                 tally[rec.prompt_id] += 1
             if refused_by_campaign(rec, params, tally) is not None:
@@ -1790,6 +1884,7 @@ async def run_benchmark_async(
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
     params: Mapping[str, Any] | None = None,
+    context: tuple[str, int] | None = None,
 ) -> BenchmarkResult:
     """Run the benchmark against ``base_url``; write the request JSONL and the summary under ``out_dir``.
 
@@ -1807,7 +1902,10 @@ async def run_benchmark_async(
     answers contradict (an access refusal after the engine answered a request of the run, a context
     refusal of a prompt it answered before: the engine changed its answer mid-run). A corpus digest
     mismatch, or a corpus whose items do not fit ``spec.api`` (:func:`check_corpus_api`), raises before any
-    request is sent.
+    request is sent. ``context``: the context length the campaign launched the engine with (its option and
+    value, ``collectors.campaign.context_length``): a request that failed without a completion is sized
+    (``size_request``), and one whose prompt and max_tokens it cannot hold is refused too (a stream
+    llama-cpp-python cut on "Requested tokens (N) exceed context window of M"), outcome ``config``.
     """
     corpus = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
     check_corpus_api(corpus, spec.api)
@@ -1874,6 +1972,7 @@ async def run_benchmark_async(
                     check,
                     params,
                     answered,
+                    context,
                 )
                 if stop.reason is not None:
                     runs.append(
@@ -1953,6 +2052,7 @@ def run_benchmark(
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
     params: Mapping[str, Any] | None = None,
+    context: tuple[str, int] | None = None,
 ) -> BenchmarkResult:
     """:func:`run_benchmark_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
@@ -1965,6 +2065,7 @@ def run_benchmark(
             headers=headers,
             should_stop=should_stop,
             params=params,
+            context=context,
         )
     )
 
@@ -2079,6 +2180,9 @@ def benchmark_gate_payload(
         # of the errors, the faults whose connection was refused, reset or closed before an answer
         # (``request_fault_kind`` "unanswered"): the only ones a stop from outside can excuse
         "unanswered": sum(1 for r in result.records if request_fault_kind(r) == FAULT_UNANSWERED),
+        # of the errors, the requests that got no (complete) answer in time, with no error status
+        # (``request_timed_out``): the only others an engine held from outside excuses (a hang otherwise)
+        "timed_out": sum(1 for r in result.records if request_timed_out(r.timed_out, r.error, r.http_status)),
     }
     for level in spec.concurrency:
         counts[f"completed@c{level}"] = sum(1 for r in result.records if r.ok and r.level == level)

@@ -103,7 +103,7 @@ from ledger.devices import items_not_listed, visible_device_items
 from ledger.entries import FAULT_UNANSWERED, MAX_LEASE_S, format_time, now_utc, parse_time, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
 from ledger.hashing import blake3_hex, hash_file, parse_digest
-from ledger.policy.acceptance import COMMIT_BINDING
+from ledger.policy.acceptance import COMMIT_BINDING, ENGINE_CONFIG_BINDING
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures, unanswered_error
 
@@ -379,7 +379,7 @@ REQUEST_TOKEN_IDS = "request_token_ids"  # noqa: S105 (a binding key, not a secr
 # gets, as a launch records them), bound by the job's spec and by every launch: a campaign edited to launch
 # the engine otherwise (another option, another variable) is another configuration, and its results are not
 # the first configuration's (audit 86 f3)
-ENGINE_CONFIG = "engine_config"
+ENGINE_CONFIG = ENGINE_CONFIG_BINDING
 # the code commit the collector ran at (``code_commit``), bound in the job's spec.bindings: the commit a
 # review PASS of the job's results must name (the acceptance policy's one name for it)
 CODE_COMMIT = COMMIT_BINDING

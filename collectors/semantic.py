@@ -67,6 +67,8 @@ from ledger.collectors.benchmark import (
     refused_by_campaign,
     run_fault_kind,
     send_request,
+    sizable,
+    size_request,
     timed_out,
     unjudged_checks,
     until_stopped,
@@ -113,7 +115,9 @@ __all__ = [
 #     messages are the one chat message model (collectors/corpus.py), refused at load
 # +8: every request the run sent is recorded (REQUESTS_ARTIFACT: its HTTP status or none, fault, unanswered,
 #     refusal), the one that stopped the run too: the policy reads what stopped it back from the record
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+8"
+# +9: an item that failed without a completion is sized against the campaign's context (max_tokens, context):
+#     one the context cannot hold is refused (outcome config), not the engine's fault
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+9"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -454,6 +458,7 @@ async def run_semantic_async(
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
     params: Mapping[str, Any] | None = None,
+    context: tuple[str, int] | None = None,
 ) -> SemanticResult:
     """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts.
     ``bindings`` gives what the run is bound to, read before the first item and after the last (default:
@@ -465,7 +470,11 @@ async def run_semantic_async(
     the context length cannot hold its prompt and max_tokens) is not scored and stops the run, outcome
     ``config`` — no aggregate result, nothing of the engine judged; without them it is a failed item, and so
     is a refusal the run's own answers contradict (an access refusal after the engine answered an item of
-    the run: ``ledger.answers.refusal``)."""
+    the run: ``ledger.answers.refusal``). ``context``: the context length the campaign launched the engine
+    with (its option and value): an item that failed without a completion is sized
+    (``benchmark.size_request``), and one whose prompt and max_tokens it cannot hold is refused too
+    (llama-cpp-python's stream cut on "Requested tokens (N) exceed context window of M"), outcome
+    ``config``."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
     base = base_url.rstrip("/")
     url = base + "/v1/chat/completions"
@@ -555,6 +564,9 @@ async def run_semantic_async(
                     break
                 if (hangs := asking.result()) is not None:
                     rec.fault, rec.error = True, f"{rec.error}; {hangs}"
+            alive = engine_alive is None or engine_alive()
+            if context is not None and params is not None and alive and sizable(rec):
+                await size_request(client, url, body, rec, context, min(spec.request_timeout_s, left))
             if refused_by_campaign(rec, params, answered) is not None:
                 outcome, stopped = CAMPAIGN_CONFIG, refusal_reason(rec, f"item {item.id}")
                 refused.append(item.id)
@@ -623,6 +635,7 @@ def run_semantic(
     headers: Mapping[str, str] | None = None,
     should_stop: StopCheck | None = None,
     params: Mapping[str, Any] | None = None,
+    context: tuple[str, int] | None = None,
 ) -> SemanticResult:
     """:func:`run_semantic_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
@@ -635,6 +648,7 @@ def run_semantic(
             headers=headers,
             should_stop=should_stop,
             params=params,
+            context=context,
         )
     )
 

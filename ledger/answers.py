@@ -29,6 +29,7 @@ __all__ = [
     "REFUSAL_CONTEXT",
     "REFUSAL_PARAMS",
     "REFUSAL_REQUEST_FORM",
+    "SIZING_REFUSED",
     "Refusal",
     "context_overflow",
     "context_record",
@@ -154,12 +155,24 @@ CONTEXT_DETAIL: Final = "context"
 _PROBES_SIZED = ("completion", "structured", "sequential")
 
 
-def context_record(option: str, length: int, prompt_tokens: int | None) -> dict[str, Any]:
-    """What a probe records in ``details.context`` (``CONTEXT_DETAIL``) of the context its request had to
-    fit: the engine's context option as the campaign's command gives it (``--n_ctx``, ``--ctx-size``,
-    ``--max-model-len``), its value, and the prompt's tokens as the engine counted them (its answer's
-    ``usage.prompt_tokens`` for the same messages; None where it gave none)."""
-    return {"option": option, "length": length, "prompt_tokens": prompt_tokens}
+def context_record(
+    option: str, length: int, prompt_tokens: int | None, sizing: tuple[int, str] | None = None
+) -> dict[str, Any]:
+    """What a probe records in ``details.context`` (``CONTEXT_DETAIL``) — a harness in its request's
+    ``context`` — of the context its request had to fit: the engine's context option as the campaign's
+    command gives it (``--n_ctx``, ``--ctx-size``, ``--max-model-len``), its value, and the prompt's tokens
+    as the engine counted them (its answer's ``usage.prompt_tokens`` for the same messages with max_tokens
+    1; None where it gave none). ``sizing``: where the engine answered that sizing request with an error
+    status instead, that status and its error (``sizing``: a prompt the engine refuses with one token to
+    generate — llama-cpp-python's 400 "maximum context length is N tokens" — is read by ``refusal``)."""
+    out: dict[str, Any] = {"option": option, "length": length, "prompt_tokens": prompt_tokens}
+    if sizing is not None:
+        out[SIZING_REFUSED] = {"http_status": sizing[0], "error": sizing[1]}
+    return out
+
+
+# the key of a context record (``context_record``) holding the engine's error answer to the sizing request
+SIZING_REFUSED: Final = "sizing"
 
 
 # The option that sets the context length an engine serves requests in (prompt and generated tokens
@@ -249,6 +262,31 @@ def context_overflow(payload: Any) -> tuple[str, int, int, int] | None:
     return (option, length, prompt, asked) if prompt + asked > length else None
 
 
+def _context_of(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    details = payload.get("details")
+    ctx = details.get(CONTEXT_DETAIL) if isinstance(details, Mapping) else None
+    return ctx if isinstance(ctx, Mapping) else None
+
+
+def _sizing_refused(payload: Mapping[str, Any], params: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(option, context length) where a request's context record (``context_record``) shows the engine
+    refused the sizing request itself — the same prompt with max_tokens 1 — for the context length: a status
+    in ``params.context_refused_http_statuses`` whose error matches ``params.context_refusal_patterns``
+    (the engine's own word that the prompt alone does not fit). None otherwise, or for a record missing,
+    renamed or mistyped (fail closed)."""
+    ctx = _context_of(payload)
+    sized = ctx.get(SIZING_REFUSED) if ctx is not None else None
+    if ctx is None or not isinstance(sized, Mapping):
+        return None
+    option, length = ctx.get("option"), _whole(ctx.get("length"), 1)
+    status, error = sized.get("http_status"), sized.get("error")
+    if not isinstance(option, str) or not option or length is None or type(status) is not int:
+        return None
+    if not isinstance(error, str) or not _listed(status, params.get("context_refused_http_statuses")):
+        return None
+    return (option, length) if _matches(error, params.get("context_refusal_patterns")) else None
+
+
 # the ``check`` a harness (benchmark, semantic) gives ``refusal`` for one request it sent, with ``count`` (the
 # run's requests the engine answered before this one) and ``prompt_count`` (those of them that asked the same
 # prompt, by corpus id): the harness passes what it saw, ``refusal`` judges it
@@ -321,6 +359,10 @@ def refusal(
       ``structured``, ``sequential``) failed with any other non-2xx status whose record shows its request
       could not fit the context length the campaign launched the engine with (``context_overflow``: its
       prompt's tokens plus its ``max_tokens`` beyond it — llama-cpp-python's HTTP 500 under a small --n_ctx);
+      so too a harness request (``HARNESS_REQUEST``) failed without an answer — its stream cut after a 2xx
+      status, or none — or with any such status, whose record shows it (``context_overflow``, or the engine
+      refusing its sizing request for the context, ``_sizing_refused``: llama-cpp-python's streamed
+      "Requested tokens (N) exceed context window of M");
     * ``request-form``: a ``structured`` probe whose status is in
       ``params.request_form_refused_http_statuses`` and whose error matches one of
       ``params.request_form_refusal_patterns`` (a request validation error naming response_format).
@@ -350,28 +392,39 @@ def refusal(
     if not isinstance(payload, Mapping) or not isinstance(params, Mapping):
         return None
     status = payload.get("http_status")
-    if type(status) is not int or 200 <= status <= 299:
-        return None
     check = payload.get("check")
+    # a harness request the engine took and then failed without an answer — its stream cut after a 2xx
+    # status (llama-cpp-python's streamed overflow: "Requested tokens (N) exceed context window of M" raised
+    # after the headers), or no status at all: only its context record can show it refused
+    cut = check == HARNESS_REQUEST and (status is None or (type(status) is int and 200 <= status <= 299))
+    if not cut and (type(status) is not int or 200 <= status <= 299):
+        return None
     before = _answered_before(payload, check)
     if before is None:
         return None
     none_answered, prompt_unanswered = before
-    if _listed(status, params.get("refused_http_statuses")):
+    if type(status) is int and not cut and _listed(status, params.get("refused_http_statuses")):
         return REFUSAL_ACCESS if none_answered else None
     error = payload.get("error")
     if not isinstance(error, str):
         return None
-    refused_context = _listed(status, params.get("context_refused_http_statuses")) and _matches(
-        error, params.get("context_refusal_patterns")
+    refused_context = (
+        type(status) is int
+        and not cut
+        and _listed(status, params.get("context_refused_http_statuses"))
+        and _matches(error, params.get("context_refusal_patterns"))
     )
-    overflow = context_overflow(payload) if check in _PROBES_SIZED else None
-    if overflow is not None and launched is not _Unread.UNREAD and launched != overflow[:2]:
+    overflow: tuple[str, int] | None = None
+    if check in _PROBES_SIZED or check == HARNESS_REQUEST:
+        found = context_overflow(payload)
+        overflow = found[:2] if found is not None else _sizing_refused(payload, params)
+    if overflow is not None and launched is not _Unread.UNREAD and launched != overflow:
         overflow = None  # the record names another context than its launch's command gives
     if refused_context or overflow is not None:
         return REFUSAL_CONTEXT if prompt_unanswered else None
     if (
         check == "structured"
+        and type(status) is int
         and _listed(status, params.get("request_form_refused_http_statuses"))
         and _matches(error, params.get("request_form_refusal_patterns"))
     ):

@@ -20,6 +20,8 @@ from functools import lru_cache
 from typing import Any
 
 from ledger.answers import (
+    CONTEXT_DETAIL,
+    HARNESS_REQUEST,
     REFUSAL_ACCESS,
     REFUSAL_CONTEXT,
     REFUSALS,
@@ -92,6 +94,7 @@ __all__ = [
     "filter_evidence",
     "not_independent",
     "render",
+    "request_timed_out",
     "taken_out",
 ]
 
@@ -459,9 +462,16 @@ def _manifest(
     *,
     campaign: str | None,
     hosts: frozenset[str],
+    launch_kinds: Container[str] = (),
 ) -> tuple[dict[str, str], list[str]]:
     """The campaign's pinned manifest: the first campaign job's ``spec.bindings`` and the latest model pin
-    (a key both bind differently is a ``manifest_conflict``). A spec key that is not one of the policy's
+    (a key both bind differently is a ``manifest_conflict``). Every job entry of the campaign binds what
+    ``_job_bindings`` reads — a running entry without ``spec`` or ``spec.bindings`` binds nothing, as
+    ``entries.Job`` reads it — and a later one that binds otherwise conflicts (``spec_conflict``); so does
+    a trusted, not superseded launch of the campaign (``launch_kinds``) that records another
+    ``ENGINE_CONFIG_BINDING`` than the manifest's: another configuration evidently ran under the campaign
+    (``launch_conflict``; a launch of a job whose running entries are all superseded is withdrawn with that
+    job's spec). A spec key that is not one of the policy's
     binding ``keys`` but a misspelling of one (``misspelling_of``: one but for case, whitespace, ``.``, ``-``
     or ``_`` — ``modelRevision``, ``"model_revision "`` — or a typo away — ``engine_verison``) is a
     ``misspelled_binding`` of it: what the approved spec meant to bind is never silently dropped. Only
@@ -476,19 +486,21 @@ def _manifest(
         if e.kind == "job"
         and e.id not in superseded
         and (campaign is None or e.subject.get("campaign") == campaign)
-        and isinstance(e.payload.get("spec", {}).get("bindings"), dict)
+        and _job_bindings(e) is not None
     ]
+    first_bound: dict[str, str] = {}
     if jobs:
         first = min(jobs, key=lambda x: x.seq)
-        out.update({str(k): str(v) for k, v in first.payload["spec"]["bindings"].items()})
+        first_bound = _job_bindings(first) or {}
+        out.update(first_bound)
         sources.append(first.id)
         # the campaign's approved spec is one spec: a later job of it that binds a key otherwise (or leaves
         # out one the first binds, or binds one it does not) contradicts it — neither value is the manifest
         for later in sorted(jobs, key=lambda x: x.seq):
             if later is first:
                 continue
-            other = {str(k): str(v) for k, v in later.payload["spec"]["bindings"].items()}
-            for k in sorted(set(other) | set(first.payload["spec"]["bindings"])):
+            other = _job_bindings(later) or {}
+            for k in sorted(set(other) | set(first_bound)):
                 if out.get(k) != other.get(k) and not str(out.get(k, "")).startswith("conflict: "):
                     out[k] = spec_conflict(k, out.get(k), other.get(k), later)
                     if later.id not in sources:
@@ -501,13 +513,82 @@ def _manifest(
             # match it (a launch bound to either value is rejected, naming both)
             out[k] = v if out.get(k, v) == v else manifest_conflict(out[k], v)
         sources.append(pin.id)
+    ran = _launch_conflict(trusted, superseded, out, campaign=campaign, launch_kinds=launch_kinds)
+    if ran is not None:
+        out[ENGINE_CONFIG_BINDING], launch_id = ran
+        sources.append(launch_id)
     if jobs:
         meant = [k for k in keys if k != "shard:*"]
-        for k in first.payload["spec"]["bindings"]:
+        for k in first_bound:
             known = misspelling_of(str(k), meant)
             if known is not None:
                 out[known] = misspelled_binding(str(k), known)
     return out, sources
+
+
+def _job_bindings(job: Evidence) -> dict[str, str] | None:
+    """What a job entry's approved spec binds, as ``entries.Job`` reads it: its ``spec.bindings``; a running
+    entry whose ``spec`` or ``spec.bindings`` is missing binds nothing (``{}``, which conflicts with a first
+    job that binds something — the two spellings of "binds nothing" are one); None for a terminal entry (told
+    apart by its ``state``) that records no bindings: it ends its job's run and approves no spec."""
+    spec = job.payload.get("spec")
+    bindings = spec.get("bindings") if isinstance(spec, dict) else None
+    if isinstance(bindings, dict):
+        return {str(k): str(v) for k, v in bindings.items()}
+    return {} if job.payload.get("state") == "running" else None
+
+
+def _launch_conflict(
+    trusted: Sequence[Evidence],
+    superseded: Container[str],
+    manifest: Mapping[str, str],
+    *,
+    campaign: str | None,
+    launch_kinds: Container[str],
+) -> tuple[str, str] | None:
+    """(the manifest's ``ENGINE_CONFIG_BINDING`` value, the launch's id) where a trusted, not superseded
+    launch of the campaign (of ``launch_kinds``, in the subject) records an engine configuration other than
+    the one the manifest pins, or none (dropped, its bindings missing or mistyped: what it ran cannot be
+    told to be the pinned one, as a later job that binds none conflicts) — whatever its job's spec says,
+    another configuration ran under the campaign, so no configuration is the manifest (``launch_conflict``;
+    not only that launch's own credit is lost) — else None. A launch the log took in a job whose running
+    entries are all superseded is withdrawn with that job's spec (how an operator settles a conflict); a
+    manifest that pins none (no job binds one: not compared), or already conflicts, is left as it is."""
+    pinned = manifest.get(ENGINE_CONFIG_BINDING)
+    if pinned is None or pinned.startswith("conflict: "):
+        return None
+    # (campaign, job_id) → whether every running entry of that job is superseded
+    running: dict[tuple[Any, Any], bool] = {}
+    for j in trusted:
+        if j.kind == "job" and j.payload.get("state") == "running":
+            key = (j.subject.get("campaign"), j.payload.get("job_id"))
+            running[key] = running.get(key, True) and j.id in superseded
+    for launch in sorted(trusted, key=lambda x: x.seq):
+        if (
+            launch.kind not in launch_kinds
+            or not launch.in_subject
+            or launch.id in superseded
+            or (campaign is not None and launch.subject.get("campaign") != campaign)
+        ):
+            continue
+        if running.get((launch.subject.get("campaign"), launch.derived.get("job")), False):
+            continue  # its job's spec is withdrawn, and the run with it
+        bindings = launch.payload.get("bindings")
+        value = bindings.get(ENGINE_CONFIG_BINDING) if isinstance(bindings, dict) else None
+        if value is None or str(value) != pinned:
+            return launch_conflict(pinned, None if value is None else str(value), launch), launch.id
+    return None
+
+
+def launch_conflict(pinned: str, ran: str | None, launch: Evidence) -> str:
+    """The manifest's ``ENGINE_CONFIG_BINDING`` value where a launch of the campaign ran another engine
+    configuration than the one its approved spec pins (None: it records none): a text no binding equals,
+    naming both."""
+    return (
+        f"conflict: the campaign's approved spec binds {ENGINE_CONFIG_BINDING} to {pinned}, its engine "
+        f"launch {launch.id[:16]} (job {launch.derived.get('job')}) "
+        + (f"ran {ran}" if ran is not None else "records no configuration it ran")
+    )
 
 
 def misspelled_binding(spec_key: str, key: str) -> str:
@@ -557,7 +638,7 @@ def _misspelled_reads(
         return []
     read = [k for k in keys if k not in bind_keys]
     out: list[dict[str, str]] = []
-    for k in first.payload["spec"]["bindings"]:
+    for k in _job_bindings(first) or {}:
         known = misspelling_of(str(k), read)
         if known is not None:
             out.append(
@@ -867,7 +948,12 @@ def filter_evidence(
     hosts = campaign_hosts(snap.subject, trusted, superseded_by)
     campaign = snap.subject.get("campaign")
     manifest, manifest_sources = _manifest(
-        trusted, set(superseded_by), bind_keys, campaign=campaign, hosts=hosts
+        trusted,
+        set(superseded_by),
+        bind_keys,
+        campaign=campaign,
+        hosts=hosts,
+        launch_kinds=frozenset(acc.bindings.kinds) if acc.bindings is not None else frozenset(),
     )
     freshness = policy.freshness_seconds()
     art_cache = _ArtifactAnswers()
@@ -1563,6 +1649,10 @@ def _may_be_commit(failed: str, c: Any) -> bool:
 # The job's approved spec binding that names the code commit the collector ran at (collectors/campaign.py
 # binds it in ``spec.bindings``): the commit a review PASS of the job's results must name
 COMMIT_BINDING = "commit"
+# The binding of how the engine is launched (collectors/campaign.py ``engine_config_digest``), in the job's
+# approved spec and every launch: a launch of the campaign that records another is a conflict of the
+# campaign (``launch_conflict``), not only its own lost credit
+ENGINE_CONFIG_BINDING = "engine_config"
 
 
 def produced_at(e: Evidence, jobs: Iterable[Evidence]) -> tuple[str | None, str | None]:
@@ -2338,13 +2428,19 @@ def _refusals(
     gave the engine (``ledger.answers.launched_context`` of the launch's recorded ``engine`` and
     ``command``), never the one the probe's own record names: a failure excused as a
     request the campaign's context could not hold (``context_overflow``) stays excused only where the two
-    are the same. No attempt, no launch, a command missing or mistyped: none known, nothing so excused."""
+    are the same. No attempt, no launch, a command missing or mistyped: none known, nothing so excused. The
+    attempt is the one the log took the probe in (``attempt_logged``); where the one its claimed
+    ``collected_at`` picks (``attempt``) is another, its launch must give the same context too — a claimed
+    time never picks the launch that excuses a failure (audit 87)."""
     for e in trusted:
         if e.kind != "health.probe" or e.derived_ is None:
             continue
-        attempt = e.derived_.get("attempt")
-        launch = launch_of.get(attempt) if isinstance(attempt, int) else None
-        launched = launched_context(launch.payload) if launch is not None else None
+        given = {
+            launched_context(launch.payload) if launch is not None else None
+            for attempt in (e.derived_.get("attempt_logged"), e.derived_.get("attempt"))
+            for launch in [launch_of.get(attempt) if isinstance(attempt, int) else None]
+        }
+        launched = given.pop() if len(given) == 1 else None
         e.derived_["refusal"] = refusal(e.payload, params, launched=launched)
 
 
@@ -2389,7 +2485,8 @@ def _unanswered_while_held(e: Evidence) -> bool:
     ``gate.result`` whose harness run an engine fault stopped (``bounds.outcome`` "fault") where the
     gravest fault of its requests was a timeout (``bounds.fault_kind`` "timeout": none answered that it
     failed), with its per-request record stored (``_request_record_missing``: what stopped it can be read
-    back). False otherwise — an answer (an HTTP status, an error object) is never the hold's."""
+    back; ``_requests_shown`` holds the fault kind to it — a record it contradicts is an ``artifact_problem``,
+    never cut). False otherwise — an answer (an HTTP status, an error object) is never the hold's."""
     if e.kind == "health.probe":
         error = e.payload.get("error")
         if e.payload.get("http_status") is not None or e.derived.get("ok") or not isinstance(error, str):
@@ -3589,14 +3686,65 @@ def _request_unanswered(r: Mapping[str, Any]) -> bool:
     return request_unanswered(r.get("fault"), r.get("unanswered"), r.get("http_status"))
 
 
-def _requests_shown(records: Iterable[dict[str, Any]], bounds: Any) -> tuple[dict[str, int], list[str]]:
+def request_timed_out(timed_out: Any, error: Any, http_status: Any) -> bool:
+    """A harness request that got no (complete) answer within its timeout, or whose connection the engine did
+    not accept in time (``timed_out`` true: ``collectors.benchmark.RequestRecord.timed_out``), recorded as an
+    error (a text), with no error status — none, or a 2xx one whose stream then stalled: an error status (a
+    4xx, a 5xx whose body stalled) is an answer, read as ``request_unanswered`` reads it (the same reading of
+    the status). ``timed_out`` anything but true (left out by a harness that did not record it, mistyped): no
+    timeout. The collector counts its live records by it (``counts.timed_out``), the policy the stored ones
+    (``_requests_shown``): an engine held from outside times out every request in flight (rule
+    ``stopped-from-outside``)."""
+    return timed_out is True and isinstance(error, str) and request_unanswered(True, True, http_status)
+
+
+def _context_refusal_unshown(
+    r: Mapping[str, Any], n: int, params: Mapping[str, Any] | None, launched: tuple[str, int] | None
+) -> str | None:
+    """Why a request recorded refused for the campaign's context length (``refusal`` "context") whose own
+    answer was no 4xx — its stream cut after a 2xx status, none, a 5xx: llama-cpp-python's streamed
+    "Requested tokens (N) exceed context window of M" — does not show it: such a refusal rests on the
+    request's size alone (its ``context``, ``ledger.answers.context_record``, and ``max_tokens``), judged by
+    ``ledger.answers.refusal`` with ``params`` and held to ``launched``, the context its attempt's launch
+    command gives (None: not known — nothing rests on the record alone). None: it shows it, or its answer
+    was a 4xx (the engine's own words, judged by the collector)."""
+    status = r.get("http_status")
+    if type(status) is int and 400 <= status <= 499:
+        return None
+    payload = {
+        "check": HARNESS_REQUEST,
+        "http_status": status,
+        "error": r.get("error"),
+        "count": 0,  # the run's own answers are compared below, whatever their order
+        "prompt_count": 0,
+        "max_tokens": r.get("max_tokens"),
+        "details": {CONTEXT_DETAIL: r.get("context")},
+    }
+    if refusal(payload, params or {}, launched=launched) == REFUSAL_CONTEXT:
+        return None
+    return (
+        f"request {n} is recorded refused for the campaign's context length (HTTP {status}) but its record "
+        f"does not show its prompt and max_tokens beyond the context its launch gave the engine "
+        f"(context {r.get('context')!r}, max_tokens {r.get('max_tokens')!r}, launched {launched!r})"
+    )
+
+
+def _requests_shown(
+    records: Iterable[dict[str, Any]],
+    bounds: Any,
+    params: Mapping[str, Any] | None = None,
+    launched: tuple[str, int] | None = None,
+) -> tuple[dict[str, int], list[str]]:
     """What a harness's per-request record (``benchmark-requests.jsonl``, ``semantic-requests.jsonl``: one
     ``benchmark.RequestRecord`` per request sent, in order) shows, judged request by request: its counts
-    (``issued``, ``completed``, ``errors``, ``unanswered``, ``refused``, ``completed@cN``) and where it
-    contradicts itself or the result:
+    (``issued``, ``completed``, ``errors``, ``unanswered``, ``timed_out`` — ``request_timed_out`` —,
+    ``refused``, ``completed@cN``) and where it contradicts itself or the result:
 
     * ``bounds.fault_kind`` "unanswered" (outcome "fault") where it records no faulted request, or one that
       is not unanswered (``_request_unanswered``);
+    * ``bounds.fault_kind`` "timeout" (outcome "fault": the gravest fault a timeout, none answered) where it
+      records no faulted request that timed out, or a faulted one the engine answered (an HTTP status, not
+      unanswered nor timed out: the collector's "answered" outranks "timeout");
     * more requests unanswered than were in flight at once: a stop from outside cuts the requests in flight
       when it comes — those of one (repetition, level), at most that level's concurrency (and never more
       than the largest level of ``bounds.concurrency``, where it records one);
@@ -3607,12 +3755,13 @@ def _requests_shown(records: Iterable[dict[str, Any]], bounds: Any) -> tuple[dic
 
     Raises ``_Unreadable`` for a request that records no error (null or a text), no whole-number level, a
     or a refusal that is none of ``ledger.answers.REFUSALS``."""
-    issued = completed = unanswered = faulted = 0
+    issued = completed = unanswered = faulted = timed_out = faulted_timed_out = faulted_answered = 0
     by_level: dict[str, int] = {}
     in_flight: dict[tuple[int | None, int], int] = {}  # (repetition, level) → its requests unanswered
     first_answered: int | None = None
     answered_prompts: dict[str, int] = {}  # prompt id → the first request that answered it
     refused: list[tuple[int, str, Any, Any]] = []  # (request, refusal, prompt id, HTTP status)
+    unshown: list[str] = []  # context refusals its record does not show (``_context_refusal_unshown``)
     for r in records:
         n = issued + 1
         error, level, kind = r.get("error", ...), r.get("level"), r.get("refusal")
@@ -3629,6 +3778,15 @@ def _requests_shown(records: Iterable[dict[str, Any]], bounds: Any) -> tuple[dic
             first_answered = n if first_answered is None else first_answered
             answered_prompts.setdefault(str(r.get("prompt_id")), n)
         faulted += r.get("fault") is True
+        timed = request_timed_out(r.get("timed_out"), error, r.get("http_status"))
+        timed_out += timed
+        faulted_timed_out += timed and r.get("fault") is True
+        faulted_answered += (
+            r.get("fault") is True
+            and not timed
+            and not _request_unanswered(r)
+            and r.get("http_status") is not None
+        )
         if _request_unanswered(r):
             # a repetition left out or mistyped: one run of its level with every other such request (never
             # fewer in flight at once than the record shows — the bound below only tightens)
@@ -3638,7 +3796,9 @@ def _requests_shown(records: Iterable[dict[str, Any]], bounds: Any) -> tuple[dic
             in_flight[(repetition, level)] = in_flight.get((repetition, level), 0) + 1
         if kind is not None:
             refused.append((n, kind, r.get("prompt_id"), r.get("http_status")))
-    problems: list[str] = []
+        if kind == REFUSAL_CONTEXT and (why := _context_refusal_unshown(r, n, params, launched)):
+            unshown.append(why)
+    problems: list[str] = list(unshown)
     b: Mapping[str, Any] = bounds if isinstance(bounds, dict) else {}
     if (
         b.get("outcome") == "fault"
@@ -3648,6 +3808,15 @@ def _requests_shown(records: Iterable[dict[str, Any]], bounds: Any) -> tuple[dic
         problems.append(
             f"bounds.fault_kind {FAULT_UNANSWERED!r}, its record shows {faulted} faulted request(s), "
             f"{unanswered} of them unanswered (no HTTP status, or a 2xx one whose stream was cut)"
+        )
+    if (
+        b.get("outcome") == "fault"
+        and b.get("fault_kind") == FAULT_TIMEOUT
+        and (faulted_timed_out == 0 or faulted_answered > 0)
+    ):
+        problems.append(
+            f"bounds.fault_kind {FAULT_TIMEOUT!r}, its record shows {faulted_timed_out} faulted request(s) "
+            f"timed out and {faulted_answered} the engine answered (an HTTP status)"
         )
     most = _max_concurrency(b) if "concurrency" in b else None
     if len(in_flight) > 1:
@@ -3679,6 +3848,7 @@ def _requests_shown(records: Iterable[dict[str, Any]], bounds: Any) -> tuple[dic
         "completed": completed,
         "errors": issued - completed,
         "unanswered": unanswered,
+        "timed_out": timed_out,
         "refused": len(refused),
         **by_level,
     }

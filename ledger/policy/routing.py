@@ -1109,7 +1109,9 @@ def _recorded_ends(entries: list[Evidence]) -> list[tuple[Evidence, datetime]]:
     reading, one copy: an ``engine.launch`` (the collector records one when its run ends), its
     ``ended_at`` never after the log took it (``acceptance._run_end``); a job's terminal entry
     (``acceptance.TERMINAL_STATES``), its ``ended_at`` never after the log took it (``acceptance._job_end``).
-    Every such entry the log holds counts, trusted or not: an end only ever takes a probe's credit away."""
+    Every such entry the log holds is read, trusted or not: the caller lets any of them take a passing
+    probe's credit away, and only those still standing (trusted, not taken out) drop a failure
+    (``_before_end``'s ``by_claim``)."""
     out: list[tuple[Evidence, datetime]] = []
     for x in entries:
         end = (
@@ -1124,11 +1126,13 @@ def _recorded_ends(entries: list[Evidence]) -> list[tuple[Evidence, datetime]]:
     return out
 
 
-def _before_end(e: Evidence, x: Evidence, end: datetime) -> str | None:
+def _before_end(e: Evidence, x: Evidence, end: datetime, *, by_claim: bool = True) -> str | None:
     """Why the probe ``e`` shows nothing of the engine serving now, given a run ``x`` records over at
     ``end`` (``_recorded_ends``): the log took ``e`` before ``x`` (that run, or one before it, was on when
-    it probed), or ``e`` claims to be observed at or before that end (a claimed time only ever takes credit
-    away). None where ``e`` was logged after ``x`` and observed after its end."""
+    it probed), or — ``by_claim``, for a pass — ``e`` claims to be observed at or before that end (a claimed
+    time only ever takes credit away). A probe that shows a failure is judged with ``by_claim`` False: no
+    claimed time removes a failure, only the log's order does (audit 87 f2). None where ``e`` was logged
+    after ``x`` and (``by_claim``) observed after its end."""
     what = (
         f"engine launch {x.id[:16]}"
         if x.kind == "engine.launch"
@@ -1137,7 +1141,7 @@ def _before_end(e: Evidence, x: Evidence, end: datetime) -> str | None:
     over = f"{what} (logged {x.logged_at}) records its run over at {format_time(end)}"
     if x.seq > e.seq:
         why = f"the log took it (logged {e.logged_at}) before {over}"
-    elif e.observed_time <= end:
+    elif by_claim and e.observed_time <= end:
         why = f"observed {format_time(e.observed_time)}, not after {over}"
     else:
         return None
@@ -1233,6 +1237,7 @@ def check_routing_change(
         roles: list[str] | None = None,
         *,
         shows_failure: Callable[[Evidence], bool] | None = None,
+        quiet: bool = False,
     ) -> bool:
         """Whether ``e`` may be read: trusted, signed by one of ``roles`` where given, and not taken out by
         the supersessions and acceptances in force (``_cancelled``). ``shows_failure`` (``e`` -> bool, for
@@ -1242,7 +1247,8 @@ def check_routing_change(
         such an entry ``counts_against``; only a withdrawal does (not trusted, superseded by another key with
         its reason). Such an entry stands against the change and is listed in ``ignored`` with
         ``counts_against``: it is never credited, so callers that read it for credit pass no
-        ``shows_failure``."""
+        ``shows_failure``. ``quiet``: only the answer, nothing listed in ``ignored`` (an entry read only to
+        decide whether another stands, as a run's end for a failed probe)."""
         problem = _trust_problem(e, snap, policy)
         if problem is None and roles is not None and not set(e.roles) & set(roles):
             problem = (Rule.WRONG_ROLE, f"signer {e.signer_name} holds {list(e.roles)}; needs one of {roles}")
@@ -1257,9 +1263,10 @@ def check_routing_change(
             except SignatureError as ex:
                 problem = (Rule.BAD_SIGNATURE, ex.message)
         if problem is not None:
-            note(e, *problem)
+            if not quiet:
+                note(e, *problem)
             return False
-        if kept is not None:
+        if kept is not None and not quiet:
             note(e, *kept, counts_against=True)
         return True
 
@@ -1353,10 +1360,13 @@ def check_routing_change(
     # the runs of the subject the log records as over (``_recorded_ends``): a probe the log took before one
     # of them ended, or that claims to be observed before its end, probed an engine that is gone since (a
     # qualification job's own, stopped at the job's end) and shows nothing of what serves now — it credits
-    # no restoration, and a failure it shows is that gone engine's (audit 86 f2, f1)
+    # no restoration (audit 86 f2, f1). A failure it shows is that gone engine's only where the log itself
+    # took it before an end entry still standing (trusted, not taken out: ``usable``, read quietly): no
+    # claimed time, and no withdrawn or untrusted end, removes a failure (audit 87 f2)
     ends = _recorded_ends(
         _entries(ledger, subject=match, kinds=_RUN_KINDS, size=size, snap=snap, since=oldest, aliases=names)
     )
+    standing_ends: list[tuple[Evidence, datetime]] | None = None  # read at the first failed probe
     for e in _entries(
         ledger, subject=match, kinds=ROUTING_PROBE_KINDS, size=size, snap=snap, since=oldest, aliases=names
     ):
@@ -1383,9 +1393,19 @@ def check_routing_change(
                     "refusal": refusal(e.payload, qual.params),
                 }
             )
-        if not fresh and not probe_shows_failure(e):
+        failed = probe_shows_failure(e)
+        if not fresh and not failed:
             continue  # a pass observed before the bound: not credited
-        gone = next((why for x, t in ends if (why := _before_end(e, x, t)) is not None), None)
+        if failed and standing_ends is None:
+            standing_ends = [(x, t) for x, t in ends if usable(x, quiet=True)]
+        gone = next(
+            (
+                why
+                for x, t in (standing_ends if failed and standing_ends is not None else ends)
+                if (why := _before_end(e, x, t, by_claim=not failed)) is not None
+            ),
+            None,
+        )
         if gone is not None:
             note(e, Rule.STALE, gone)
             continue

@@ -107,7 +107,7 @@ def test_context_overflow_not_shown_by_the_record_excuses_nothing(details: Any) 
         pytest.param({"http_status": 200}, id="answered"),
         pytest.param({"http_status": None}, id="no-answer"),
         pytest.param({"error": None}, id="error-dropped"),
-        pytest.param({"check": "harness", "count": 0, "prompt_count": 0}, id="not-a-probe"),
+        pytest.param({"check": "models"}, id="not-a-sized-request"),  # harness requests are sized (fix 114)
         pytest.param({"check": "sequential", "count": 3}, id="sequential-answered-before"),
     ],
 )

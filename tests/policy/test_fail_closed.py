@@ -546,7 +546,13 @@ def _job_started(name: str, job_id: str, at: str) -> dict[str, Any]:
         "kind": "job",
         "key": "collector",
         "at": at,
-        "payload": {"job_id": job_id, "state": "running", "started_at": at},
+        # the campaign's approved spec, as every job of it binds it (a job binding none conflicts: fix117)
+        "payload": {
+            "job_id": job_id,
+            "state": "running",
+            "started_at": at,
+            "spec": copy.deepcopy(entry(qualified_entries(), "campaign-job")["payload"]["spec"]),
+        },
     }
 
 
@@ -3078,6 +3084,7 @@ def test_a_probe_in_a_later_job_is_not_credited_to_a_launch_whose_job_ended(tmp_
                 "state": "running",
                 "started_at": "2026-09-10T10:01:18Z",
                 "lease_seconds": 3600.0,
+                "spec": copy.deepcopy(entry(es, "campaign-job")["payload"]["spec"]),
             },
         }
     )

@@ -24,6 +24,13 @@ REPO = Path(__file__).resolve().parents[2]
 POLICY_DIR = REPO / "policies"
 FIXTURES = POLICY_DIR / "fixtures"
 QUAL = FIXTURES / "backend-qualification" / "operator-cancel-before-ready.toml"
+# the approved spec of QUAL's first job: a second job of the campaign binds it too (one binding none
+# conflicts with it: fix117)
+SPEC = (
+    '{ bindings = { engine = "vllm", engine_version = "0.32.0", '
+    'model_revision = "1111111111111111111111111111111111111111", '
+    'served_name = "m", hostname = "gpu-box-1" } }'
+)
 ROUTE = FIXTURES / "routing-change" / "operator-cancel-no-standing-failure.toml"
 
 LAUNCH = 'ready = false, exit_code = 0, details = { stop_reason = "cancelled" }'
@@ -189,7 +196,7 @@ def test_another_job_cancelled_beside_the_launchs_own_failed_job_excuses_nothing
     other = (
         '[[entries]]\nname = "other-job"\nkind = "job"\nkey = "collector"\nat = "2026-09-10T10:00:01Z"\n'
         'payload = { job_id = "campaign-2", state = "running", started_at = "2026-09-10T10:00:01Z", '
-        "lease_seconds = 3600.0 }\n\n"
+        f"lease_seconds = 3600.0, spec = {SPEC} }}\n\n"
         '[[entries]]\nname = "other-cancelled"\nkind = "job"\nkey = "collector"\n'
         'at = "2026-09-10T10:00:34Z"\n'
         'payload = { job_id = "campaign-2", state = "cancelled", ended_at = "2026-09-10T10:00:34Z", '
@@ -214,7 +221,7 @@ def test_a_launch_of_a_job_that_has_not_ended_is_no_operator_stop(tmp_path: Path
     other = (
         '[[entries]]\nname = "other-job"\nkind = "job"\nkey = "collector"\nat = "2026-09-10T10:00:01Z"\n'
         'payload = { job_id = "campaign-2", state = "running", started_at = "2026-09-10T10:00:01Z", '
-        "lease_seconds = 3600.0 }\n\n"
+        f"lease_seconds = 3600.0, spec = {SPEC} }}\n\n"
     )
     path = _variant(
         tmp_path,

@@ -220,9 +220,12 @@ def test_a_fault_between_two_jobs_of_the_campaign_counts(
 ) -> None:
     """A first job of the campaign ran 08:30–08:40 (no engine); the reset at 09:01 falls between it and the
     10:00 job: the campaign had begun — the campaign's kernel log fails it, though no launch ran then."""
+    shared = _shared()
+    # the warm-up job approves the campaign's spec, as the later job does (one binding none conflicts: fix117)
+    spec = copy.deepcopy(_by(shared, "campaign-job")["payload"]["spec"])
     es = [
-        *_shared(),
-        _job("first-job", "2026-09-10T08:30:00Z", "running", "warm-up"),
+        *shared,
+        _job("first-job", "2026-09-10T08:30:00Z", "running", "warm-up", payload={"spec": spec}),
         _job("first-job-done", "2026-09-10T08:40:00Z", "succeeded", "warm-up"),
         *_own(POST_RESET),
     ]
