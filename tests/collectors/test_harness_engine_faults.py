@@ -41,6 +41,7 @@ from ledger.recorder import LocalRecorder
 from ledger.service import Ledger
 from tests.engines.stub_openai import StubConfig, free_port, serve_stub
 
+from .conftest import entries_of
 from .test_harness_gates import (
     DEFAULT_BENCHMARK,
     corpus,  # noqa: F401  (the fixture)
@@ -324,10 +325,10 @@ def test_f1_campaign_engine_stopped_mid_benchmark_is_not_qualified_runtime_relia
     corpus: tuple[Path, str],  # noqa: F811
 ) -> None:
     policy = policy_with(tmp_path, corpus[1])
-    # 1 control + 1 structured + 20 sequential + 2 semantic requests, then the 40th benchmark request
-    # SIGSTOPs the engine (as `kill -STOP` would): the process is alive, nothing answers
+    # 1 control + 1 structured + 20 sequential + 2 semantic requests, then from the 40th benchmark request
+    # on nothing answers, /health included, while the process runs (a hang of the engine's own)
     bench = DEFAULT_BENCHMARK + "\nrequest_timeout_seconds = 2"
-    c = stub_campaign(tmp_path, tiny_model_dir, corpus, stub_args=("--stop-after", "64"), benchmark=bench)
+    c = stub_campaign(tmp_path, tiny_model_dir, corpus, stub_args=("--hang-after", "64"), benchmark=bench)
     result = run(c, recorder, tmp_path, policy)
     b = result.gates[-1]
     assert (b.gate, b.status) == ("benchmark", "failed")
@@ -337,6 +338,28 @@ def test_f1_campaign_engine_stopped_mid_benchmark_is_not_qualified_runtime_relia
     review_and_accept(ledger, gate(ledger, "semantic")["id"])
     v = evaluate(ledger, {"campaign": "harness"}, policy)
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
+
+
+def test_f1_neighbour_engine_suspended_mid_benchmark_is_inconclusive_not_a_hang(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    ledger: Ledger,
+    recorder: LocalRecorder,
+    corpus: tuple[Path, str],  # noqa: F811
+) -> None:
+    """The same run with the engine's process stopped (SIGSTOP, process state T, as `kill -STOP` from outside
+    would): suspended from outside, no evidence of the engine either way (e277bea, ebc80a2) — never a pass."""
+    policy = policy_with(tmp_path, corpus[1])
+    bench = DEFAULT_BENCHMARK + "\nrequest_timeout_seconds = 2"
+    c = stub_campaign(tmp_path, tiny_model_dir, corpus, stub_args=("--stop-after", "64"), benchmark=bench)
+    result = run(c, recorder, tmp_path, policy)
+    b = result.gates[-1]
+    assert (b.gate, b.status) == ("benchmark", "failed")
+    review_and_accept(ledger, gate(ledger, "semantic")["id"])
+    v = evaluate(ledger, {"campaign": "harness"}, policy)
+    assert v["verdict"] == "INCONCLUSIVE", v["gates"]
+    launch = entries_of(ledger, "engine.launch")[-1]
+    assert launch["payload"].get("failure_signature") == "suspended-from-outside", launch["payload"]
 
 
 def test_f4_campaign_model_renamed_during_semantic_is_not_qualified_runtime_reliability(
