@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from ledger.api.app import create_app
 from ledger.api.settings import ApiSettings
 from ledger.db import LOG_TABLES
-from ledger.errors import ChainBrokenError, LogInconsistentError
+from ledger.errors import ChainBrokenError, ConfigError, LogInconsistentError
 from ledger.log import Checkpoint, MerkleTree, merkle_root
 from ledger.service import Ledger
 from ledger.tiles import TILE_WIDTH
@@ -188,24 +188,21 @@ def test_a_receipt_of_another_log_at_a_lost_index_refuses_nothing(receipted: tup
     assert now is not None and held.size < now.size == led.size()
 
 
-def test_a_receipt_index_mistyped_or_renamed_is_not_read_as_a_loss(receipted: tuple[Log, Checkpoint]) -> None:
-    """Neighbour: a line whose index is a string, or that names no index, is the audit's to report (not a
-    receipt this check can place); the receipts that are whole still guard the log."""
+def test_a_receipt_index_mistyped_or_renamed_refuses_signing(receipted: tuple[Log, Checkpoint]) -> None:
+    """Neighbour: a receipt of this log (its origin names it) whose index is a string, or that names no
+    index, cannot place its entry: since 21bda6b it is never skipped — nothing is signed under the log's key
+    until it is restored (bad-config naming the field), where it was once left to the audit alone."""
     log, held = receipted
     led = log.led
     base = {"origin": led.origin, "entry_id": "cd" * 32, "logged_at": "2026-01-01T00:00:00Z"}
     led.home.keep_receipts([{**base, "index": str(led.size() + 1)}, {**base, "idx": led.size() + 1}])
     reader = Ledger.open(led.home_path, database_url=log.url)  # a server's reader: it holds what it signs
     try:
-        # signed (and held) below the last receipted entry: the held checkpoint does not cover it
-        assert reader.signed_checkpoint(size=held.size + 2).size == held.size + 2
-        log.delete_from(held.size + 2)
-        with pytest.raises(LogInconsistentError, match=f"at index {held.size + 2}, whose signed receipt"):
-            reader.signed_checkpoint()
+        with pytest.raises(ConfigError, match=r"its index field is '|it has no index field"):
+            reader.signed_checkpoint(size=held.size + 2)
     finally:
         reader.close()
-    now = led.held()
-    assert now is not None and now.size == held.size + 2
+    assert led.held() == held  # nothing signed, nothing held
 
 
 def test_a_healthy_audit_does_not_move_the_held_checkpoint_and_the_log_still_signs(
