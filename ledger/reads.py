@@ -69,6 +69,7 @@ __all__ = [
     "committed_rows",
     "find_key",
     "first_logged_since",
+    "gap_error",
     "held_checkpoint_of",
     "key_candidates",
     "missing_row_error",
@@ -457,6 +458,17 @@ def first_logged_since(since: str, n: int, candidate: int | None, logged_at_of: 
         else:
             lo = mid + 1
     return lo
+
+
+def gap_error(seq: int) -> IntegrityError:
+    """The refusal of a log-time read (``logged_at``, asked only for a seq below the size read at) that
+    finds no row there: the row was deleted or moved behind the log's back — an integrity error, never
+    "no such entry"."""
+    return IntegrityError(
+        f"the log has no entry at seq {seq}, below the entries it is read at: its row was deleted or moved "
+        "behind the log's back; no verdict or routing decision is made on it",
+        hint=COMMITTED_HINT,
+    )
 
 
 def missing_row_error(seq: int, n: int) -> IntegrityError:
@@ -887,7 +899,7 @@ class SqlitePolicyRepo:
             (seq,),
         ).fetchone()
         if row is None:
-            raise EntryNotFoundError(f"no entry at seq {seq}")
+            raise gap_error(seq)
         if record_leaf_hex(int(row[0]), row[4], row[1], row[2], row[3]) != row[6]:
             raise uncommitted_error(row, None if row[5] is None else bytes(row[5]))
         return str(row[4])

@@ -39,6 +39,7 @@ from ledger.reads import (
     committed_key_rows,
     committed_rows,
     first_logged_since,
+    gap_error,
     key_candidates,
     missing_row_error,
     record_leaf_hex,
@@ -591,7 +592,9 @@ class LogRepo:
             sa.select(
                 e.c.seq, e.c.entry_id, e.c.kind, e.c.signer, e.c.logged_at, e.c.record, e.c.leaf_hash
             ).where(e.c.seq == seq)
-        ).one()
+        ).one_or_none()
+        if row is None:
+            raise gap_error(seq)
         if record_leaf_hex(int(row[0]), row[4], row[1], row[2], row[3]) != row[6]:
             raise uncommitted_error(tuple(row), _named_record(int(row[0]), row[5]))
         return str(row[4])
