@@ -266,7 +266,13 @@ def test_a_bounded_figure_that_is_missing_fails_closed(
     ledger.record(
         "job",
         bench["subject"],
-        {"job_id": "forged-run", "state": "running", "started_at": format_time(now_utc())},
+        # it approves the campaign's own spec (a job binding nothing conflicts with it since f57543e)
+        {
+            "job_id": "forged-run",
+            "state": "running",
+            "started_at": format_time(now_utc()),
+            "spec": next(j["payload"]["spec"] for j in entries_of(ledger, "job") if "spec" in j["payload"]),
+        },
         key="collector",
     )
     eid = ledger.record("gate.result", bench["subject"], forged, key="collector").entry_id
