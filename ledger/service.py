@@ -38,6 +38,7 @@ from ledger.entries import (
 from ledger.errors import (
     HOME_FAULTS,
     ArtifactMissingError,
+    ArtifactTooLargeError,
     BatchTooLargeError,
     Category,
     ChainBrokenError,
@@ -634,32 +635,80 @@ class Ledger:
         from there), reads as a JSON object (``recorded_result``'s reading,
         else SchemaError) and judged the subject the entry is logged under, as its payload and inline
         result must (``judged_subject_problem``, one reading for ingest, replay and the pages: else
-        SchemaError)."""
+        SchemaError).
+
+        The result is one of the entry's own artifacts: ``result_digest`` names, character for character,
+        the one artifact it lists as ``verdict-result.json`` (``RESULT_ARTIFACT``), stored, not by
+        reference only — else SchemaError naming what is wrong (not listed, listed twice, under another
+        name, by reference). A result over ``MAX_RESULT_BYTES`` is refused (ArtifactTooLargeError): its
+        size is looked up before a byte of it is read. The older shape (its result inline, no artifact
+        listed) names the inline result's own digest."""
         digest = st.payload.get("result_digest") if st.kind in JUDGED_SUBJECT_KINDS else None
         if digest is None:
             return
-        from ledger.policy.verdict import recorded_result
+        from ledger.policy.verdict import RESULT_ARTIFACT, recorded_result, result_digest
 
+        if not isinstance(digest, str):
+            raise SchemaError(f"verdict result_digest is {type(digest).__name__}, not a content address")
         try:
-            address = parse_digest(str(digest))
+            address = parse_digest(digest)
         except InputError as e:
             raise SchemaError(f"verdict result_digest: {e.message}") from e
+        listed = [a for a in st.artifacts if a.digest == digest]
+        inline = st.payload.get("result")
+        if isinstance(inline, dict) and inline and not listed:
+            # the older shape: what every reader reads is the inline result (``recorded_result``), whose
+            # subject ``check_ingest`` checked; its result_digest is that result's digest
+            if digest != result_digest(inline):
+                raise SchemaError(
+                    f"verdict result_digest {digest} names neither its inline result (whose digest is "
+                    f"{result_digest(inline)}) nor an artifact the entry lists"
+                )
+            return
         if not self.store.has(address):
-            inline = st.payload.get("result")
-            if isinstance(inline, dict) and inline:  # what every reader reads (``recorded_result``), checked
-                return  # by ``check_ingest``: the older shape, whose result_digest is the inline's digest
             raise ArtifactMissingError(
                 f"the verdict's result artifact {digest} (its result_digest) is not in the store: a verdict "
-                "whose result cannot be read is not stored",
-                hint="upload the result artifact before the entry",
+                "whose result cannot be read is not stored"
+                + ("" if listed else f", and the entry does not list it as its {RESULT_ARTIFACT}"),
+                hint="upload the result artifact before the entry, and list it among the entry's artifacts",
             )
+        self._check_result_listed(digest, listed, RESULT_ARTIFACT)
         try:
-            result = recorded_result(self.store, {"result_digest": str(digest)}, "")
+            result = recorded_result(self.store, {"result_digest": digest}, "")
+        except ArtifactTooLargeError as e:
+            raise ArtifactTooLargeError(f"the verdict's result artifact {digest}: {e.message}") from e
         except InputError as e:
             raise SchemaError(f"the verdict's result artifact {digest} cannot be read: {e.message}") from e
         problem = judged_subject_problem(st, result)
         if problem is not None:
             raise SchemaError(problem)
+
+    @staticmethod
+    def _check_result_listed(digest: str, listed: Sequence[ArtifactRef], name: str) -> None:
+        """The artifacts a verdict lists under its ``result_digest`` (``listed``) are exactly one, named
+        ``name``, stored (SchemaError naming the problem: a result the entry does not carry as its own is
+        bytes the entry's signature and artifact checks never covered)."""
+        if not listed:
+            raise SchemaError(
+                f"verdict result_digest {digest} is not among the entry's artifacts: a verdict's result is "
+                f"one of its own artifacts (list it as {name})"
+            )
+        if len(listed) > 1:
+            raise SchemaError(
+                f"verdict result_digest {digest} is listed {len(listed)} times among the entry's artifacts "
+                f"({', '.join(a.name for a in listed)}): a verdict lists its result once, as {name}"
+            )
+        art = listed[0]
+        if art.name != name:
+            raise SchemaError(
+                f"verdict result_digest {digest} is listed as {art.name!r}, not as {name}: a verdict's "
+                "result is the artifact of that name"
+            )
+        if not art.stored:
+            raise SchemaError(
+                f"verdict result_digest {digest} is listed by reference only (stored: false): a verdict's "
+                "result is stored with it, so every reader can open it"
+            )
 
     def _precheck(self, prepared: Sequence[_Prepared]) -> None:
         """The sequencer's checks outside the lock: each signature against the keys this process knows
@@ -1266,14 +1315,34 @@ class Ledger:
         return reader if reader is not False else self
 
     def record_verdict(
-        self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
+        self,
+        result: dict[str, Any],
+        *,
+        key: str | None = None,
+        at: datetime | None = None,
+        clock: datetime | None = None,
+        judge_at: Callable[[datetime], tuple[bool, str]] | None = None,
     ) -> LoggedEntry:
         """Append a signed ``verdict`` entry for ``result`` (signed by ``key``, default the admin key); a
-        result judged at a time the log or the clock (``at``, else now) has not reached is refused
-        (InputError, nothing stored: ``policy.verdict.record_verdict``)."""
-        from ledger.policy.verdict import record_verdict
+        result judged at a time the log or the clock (``clock``: the one reading the caller judged by, as
+        ``ledger verdict --record`` passes it; else ``at``; else now, read once) has not reached is refused
+        (InputError, nothing stored: ``policy.verdict.record_verdict``), and so is a QUALIFIED judged
+        before that clock that is not QUALIFIED judged again at it — by ``judge_at``, else by this ledger
+        under the policy the result names, loaded by its name (``policy.verdict.judge_again_at``: one
+        that is not the policy it was judged under judges nothing, and the QUALIFIED is refused)."""
+        from ledger.policy.verdict import judge_again_at, record_verdict
 
-        return record_verdict(self, result, key=key or self.cfg.admin_key, at=at)
+        def again(when: datetime) -> tuple[bool, str]:
+            name = str((result.get("policy") or {}).get("name") or "")
+            try:
+                policy = self._policy(name, None)
+            except LedgerError as e:
+                return False, f"not judged again: its policy {name!r} does not load here ({e.message})"
+            return judge_again_at(self._policy_reads(), result, policy)(when)
+
+        return record_verdict(
+            self, result, key=key or self.cfg.admin_key, at=at, clock=clock, judge_at=judge_at or again
+        )
 
     def verdict_result(self, entry: LoggedEntry) -> dict[str, Any]:
         """The full result a ``verdict`` entry recorded (its stored result artifact, read verified; the
@@ -1323,12 +1392,41 @@ class Ledger:
         )
 
     def record_routing_change(
-        self, result: dict[str, Any], *, key: str | None = None, at: datetime | None = None
+        self,
+        result: dict[str, Any],
+        *,
+        key: str | None = None,
+        at: datetime | None = None,
+        clock: datetime | None = None,
+        read: int | None = None,
+        judge_at: Callable[[datetime], tuple[bool, str]] | None = None,
     ) -> LoggedEntry:
-        """Append a routing decision (``check_routing``'s result) as a signed ``routing.change`` entry."""
-        from ledger.policy.routing import record_routing_change
+        """Append a routing decision (``check_routing``'s result) as a signed ``routing.change`` entry, as
+        strictly as ``ledger check routing-change --record`` (``policy.routing.record_routing_change``):
+        judged at a time the log it read (``read``: the log's size when it was asked; None: the log as it
+        stands now) and the clock (``clock``, the one reading the caller judged by; else ``at``; else now,
+        read once) have both reached, and, judged allowed before that clock, allowed when judged again at
+        it — by ``judge_at``, else by this ledger under the policy the result names, loaded by its name
+        (``decision_again_at``). Else InputError, nothing stored."""
+        from ledger.policy.routing import decision_again_at, record_routing_change
 
-        entry: LoggedEntry = record_routing_change(self, result, key=key or self.cfg.admin_key, at=at)
+        def again(when: datetime) -> tuple[bool, str]:
+            name = str((result.get("policy") or {}).get("name") or "")
+            try:
+                policy = self._policy(name, None)
+            except LedgerError as e:
+                return False, f"not judged again: its policy {name!r} does not load here ({e.message})"
+            return decision_again_at(self._policy_reads(), result, policy)(when)
+
+        entry: LoggedEntry = record_routing_change(
+            self,
+            result,
+            key=key or self.cfg.admin_key,
+            at=at,
+            clock=clock,
+            read=read,
+            judge_at=judge_at or again,
+        )
         return entry
 
     @classmethod

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from in_toto_attestation.v1.statement import Statement as InTotoStatement
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 
+from ledger.entries import parse_time
 from ledger.errors import ArtifactMissingError, LedgerError, ProofError, RoleError, SignatureError
 from ledger.export import (
     BUNDLE_MEDIA_TYPE,
@@ -53,7 +55,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     tmp = tmp_path_factory.mktemp("export")
     led, _spec, builder = build_fixture_ledger(QUALIFIED, tmp / "home", POLICY_DIR, init=Ledger.init)
     names = {n: e.entry_id for n, e in builder.names.items()}
-    verdict = led.record_verdict(led.evaluate_verdict(SUBJECT), key="reviewer")
+    # judged at the fixture's last log time: recorded a minute after it (the clock it is held to), where
+    # its evidence is still fresh — on today's clock it is stale, and a stale QUALIFIED is not signed
+    head = parse_time(led.query(limit=1, descending=True)[0].logged_at)
+    verdict = led.record_verdict(
+        led.evaluate_verdict(SUBJECT), key="reviewer", at=head + timedelta(minutes=1)
+    )
     names["verdict"] = verdict.entry_id
     led.new_key("exporter", ["exporter"])
     log = tmp / "engine.log"

@@ -22,6 +22,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ledger.bundle import BundleProblem, BundleReport, _log_key, verify_bundle
 from ledger.canonical import canonical_bytes, parse_canonical
 from ledger.cli import main
+from ledger.entries import parse_time
 from ledger.errors import BundleError, InputError, ProofError
 from ledger.export import (
     ENTRY_PREDICATE,
@@ -83,7 +85,12 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
     """Every entry of the QUALIFIED fixture campaign exported, a recorded verdict among them."""
     tmp = tmp_path_factory.mktemp("fix70-export")
     led, _spec, _builder = build_fixture_ledger(QUALIFIED, tmp / "home", POLICY_DIR, init=Ledger.init)
-    verdict = led.record_verdict(led.evaluate_verdict(SUBJECT), key="reviewer")
+    # judged at the fixture's last log time: recorded a minute after it (the clock it is held to), where
+    # its evidence is still fresh — on today's clock it is stale, and a stale QUALIFIED is not signed
+    head = parse_time(led.query(limit=1, descending=True)[0].logged_at)
+    verdict = led.record_verdict(
+        led.evaluate_verdict(SUBJECT), key="reviewer", at=head + timedelta(minutes=1)
+    )
     led.new_key("exporter", ["exporter"])
     bundles = subject_bundles(led, {"campaign": "vllm-embed"}, key="exporter")
     yield Exported(led, bundles, verdict.entry_id)

@@ -186,7 +186,7 @@ def verdict(
     from ledger.canonical import canonical_bytes
     from ledger.entries import parse_when
     from ledger.policy.record_time import record_clock, size_as_of
-    from ledger.policy.verdict import evaluate, record_verdict
+    from ledger.policy.verdict import evaluate, judge_again_at, record_verdict
 
     subj = _subject(subject)
     # the policy loads before the ledger opens: a bad policy is reported before a missing home
@@ -227,14 +227,10 @@ def verdict(
     entry = None
     if record:
         # a stated time before the clock records QUALIFIED only where it holds at the clock too: the one
-        # check (``record_time.refuse_unrecordable_judgement``), the log's head and the clock first
-        def judge_now(t: Any) -> tuple[bool, str]:
-            r = evaluate(ledger, subj, pol, at_size=int(result["checkpoint"]["size"]), reference_time=t)
-            failing = next((g for g in r["gates"] if g["status"] != "passed"), None)
-            why = f" ({failing['name']} {failing['status']}: {failing.get('reason', '')})" if failing else ""
-            return r["verdict"] == "QUALIFIED", f"{r['verdict']}{why}"
-
+        # check (``record_time.refuse_unrecordable_judgement``), the log's head and the clock first; judged
+        # again as ``Ledger.record_verdict`` judges it (``judge_again_at``, one copy)
         signer = key or ledger.cfg.admin_key  # as ``Ledger.record_verdict``
+        judge_now = judge_again_at(ledger, result, pol)
         entry = record_verdict(ledger, result, key=signer, clock=clock, judge_at=judge_now)
     if json_out:
         sys.stdout.buffer.write(canonical_bytes(result) + b"\n")
@@ -322,7 +318,12 @@ def check_routing_change_cmd(
     it is judged at must carry the policy's witness quorum."""
     from ledger.entries import parse_when
     from ledger.policy.record_time import record_clock
-    from ledger.policy.routing import check_routing_change, load_deployment, record_routing_change
+    from ledger.policy.routing import (
+        check_routing_change,
+        decision_again_at,
+        load_deployment,
+        record_routing_change,
+    )
 
     subj = _subject(subject)
     pol = _load_policy(policy or "routing-change", policy_dir)
@@ -353,12 +354,10 @@ def check_routing_change_cmd(
     if record:
         # one check (``record_time.refuse_unrecordable_judgement``): the log's head as it was asked (a past
         # --now cuts it, and is still a past what-if) and the clock first, then a stated time before the
-        # clock records allowed only where it holds at the clock too
-        def judge_now(t: Any) -> tuple[bool, str]:
-            r = led.check_routing(subj, pol, action=action, deployment=dep, now=t)
-            return bool(r["allowed"]), "allowed" if r["allowed"] else "refused: " + "; ".join(r["reasons"])
-
+        # clock records allowed only where it holds at the clock too (``decision_again_at``: the decision
+        # on the deployment it judged, as ``Ledger.record_routing_change`` judges it again)
         signer = key or led.cfg.admin_key  # as ``Ledger.record_routing_change``
+        judge_now = decision_again_at(led, result, pol)
         entry = record_routing_change(led, result, key=signer, clock=clock, read=head, judge_at=judge_now)
         result["recorded"] = entry.entry_id
     if json_out:

@@ -86,6 +86,7 @@ __all__ = [
     "Deployment",
     "Service",
     "check_routing_change",
+    "decision_again_at",
     "host_key",
     "load_deployment",
     "model_key",
@@ -2409,18 +2410,26 @@ def record_routing_change(
     the clock (``clock``, the one reading the caller judged by; else ``at`` where the caller sets the log
     time; else now: ``--now`` in the future) may allow what is refused now — a failure that ages out of
     its bound tomorrow still stands today; an allowed decision judged before the clock is refused where
-    ``judge_at`` (the same decision judged at a given time) does not allow it there. Each is refused
-    (InputError, nothing recorded): a what-if is for reading."""
+    ``judge_at`` (the same decision judged at a given time, ``decision_again_at``) does not allow it there.
+    Each is refused (InputError, nothing recorded): a what-if is for reading.
+
+    A caller that does not say what it read (``read`` None, a library call) is held to the whole log as
+    it stands when the decision is recorded: a decision judged at a past time the log has moved past is
+    refused, as the CLI refuses it. One that does not say how it judges again (``judge_at`` None) records
+    no allowed decision judged before the clock: whether it is allowed now is unknown (``Ledger.
+    record_routing_change`` judges it again itself). The clock is read once, here, where the caller gave
+    none (``record_time.record_clock``)."""
     from ledger.entries import KIND_MODELS
-    from ledger.policy.record_time import refuse_unrecordable_judgement
+    from ledger.policy.record_time import record_clock, refuse_unrecordable_judgement
 
     judged_at = str(result["now"])
     # the later of the two heads: the log's times never run back, so its last entry is the later one
-    size = max(int(result["checkpoint"]["size"]), read or 0)
+    size = max(int(result["checkpoint"]["size"]), ledger.size() if read is None else read)
     passed = "allowed" if result["allowed"] is True else None
     when, what = parse_time(judged_at), "routing decision"
+    now = clock or at or record_clock()
     refuse_unrecordable_judgement(
-        ledger, size, when, what, clock=clock or at, passed=passed, judge_at=judge_at
+        ledger, size, when, what, clock=now, passed=passed, judge_at=judge_at or _not_judged_again
     )
     dep = result.get("deployment_spec") or {}
     payload = {
@@ -2436,6 +2445,38 @@ def record_routing_change(
         "routing.change", dict(result["subject"]), payload, refs=refs, collected_at=at
     )
     return ledger.append([ledger.sign(statement, key)], logged_at=at)[0]
+
+
+def _not_judged_again(when: datetime) -> tuple[bool, str]:
+    """``record_routing_change``'s answer at the clock where its caller gave no way to judge again."""
+    return False, "not judged again (the caller gave no judge_at): whether it is allowed now is unknown"
+
+
+def decision_again_at(
+    ledger: Ledger, result: Mapping[str, Any], policy: LoadedPolicy
+) -> Callable[[datetime], tuple[bool, str]]:
+    """The decision ``result`` judged again at another time (``record_routing_change``'s ``judge_at``):
+    its subject, action and deployment under ``policy`` on the log as it stands, (whether it is allowed,
+    what it says). ``policy`` must be the one it was judged under (its identity): else it is not judged
+    again and reads as not allowed (a past allowed decision is then not recorded)."""
+
+    def judge(when: datetime) -> tuple[bool, str]:
+        if policy.identity() != result.get("policy"):
+            return False, (
+                f"not judged again: it was judged under {result.get('policy')!r}, not the policy given "
+                f"({policy.identity()!r})"
+            )
+        r = check_routing_change(
+            ledger,
+            policy,
+            dict(result["subject"]),
+            action=str(result["action"]),
+            deployment=result.get("deployment_spec"),
+            now=when,
+        )
+        return bool(r["allowed"]), "allowed" if r["allowed"] else "refused: " + "; ".join(r["reasons"])
+
+    return judge
 
 
 def parse_now(text: str | None) -> datetime | None:

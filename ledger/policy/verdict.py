@@ -26,7 +26,14 @@ from ledger.entries import (
     parse_time,
     same_subject_value,
 )
-from ledger.errors import EntryNotFoundError, InputError, LedgerError, PolicyError, SchemaError
+from ledger.errors import (
+    ArtifactTooLargeError,
+    EntryNotFoundError,
+    InputError,
+    LedgerError,
+    PolicyError,
+    SchemaError,
+)
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.policy import result_cache
 from ledger.policy.acceptance import (
@@ -42,7 +49,7 @@ from ledger.policy.conditions import Condition, FieldsRead, fields_read, shared_
 from ledger.policy.loader import CompiledGate, LoadedPolicy, load_policy
 from ledger.policy.model import INCONCLUSIVE, QUALIFIED
 from ledger.policy.names import engine_aliases, engine_key, engines_of_any_backend
-from ledger.policy.record_time import refuse_unrecordable_judgement
+from ledger.policy.record_time import record_clock, refuse_unrecordable_judgement
 from ledger.policy.rules import CREDIT_ONLY_BY_CLAIM, RULES, Rule
 from ledger.policy.snapshot import (
     ANSWERS_HERE,
@@ -71,9 +78,11 @@ if TYPE_CHECKING:
 __all__ = [
     "CAMPAIGN",
     "IDENTITY_FIELDS",
+    "MAX_RESULT_BYTES",
     "RESULT_ARTIFACT",
     "evaluate",
     "evaluated_subject",
+    "judge_again_at",
     "judged_scope",
     "record_verdict",
     "recorded_result",
@@ -90,6 +99,12 @@ MAX_SIGNATURE_ROUNDS = 5
 # than rewriting the file costs this one (≈ 45 ms at 10,000 entries, after every append to the campaign).
 SAVE_PARSED_AFTER = 256
 RESULT_ARTIFACT = "verdict-result.json"  # the artifact of a verdict entry that holds its full result
+# The most bytes a verdict's result artifact may hold: every reader loads it whole (``recorded_result``).
+# A result grows by about 140 bytes for each entry it used and 320 for each it rejected (its id, rule and
+# detail): the 10,000-entry campaign of bench/bench_verdict.py gives 1.4 MB all used, 3.2 MB all rejected.
+# Ten times that: a bigger result is refused when recorded (``record_verdict``) and at ingest, and read as
+# unreadable (ArtifactTooLargeError) — never loaded into memory.
+MAX_RESULT_BYTES = 32 * 1024 * 1024
 
 
 def result_digest(result: dict[str, Any]) -> str:
@@ -1068,8 +1083,10 @@ def record_verdict(
     before the log time of the last entry it read (``checkpoint.size``), or after the clock (``clock``, the
     one reading the caller judged by; else ``at`` where the caller sets the log time; else now), is refused,
     and so is a QUALIFIED judged before that clock that ``judge_at`` (the same verdict judged at a given
-    time: whether it passes, what it says) does not find QUALIFIED at it
-    (``record_time.refuse_unrecordable_judgement``: one check, InputError, nothing stored)."""
+    time: whether it passes, what it says, ``judge_again_at``) does not find QUALIFIED at it
+    (``record_time.refuse_unrecordable_judgement``: one check, InputError, nothing stored). The clock is
+    read once, here, where the caller gave none (``record_time.record_clock``); ``Ledger.record_verdict``
+    always judges a past QUALIFIED again (its own ``judge_at`` where the caller gives none)."""
     when, size = result.get("reference_time"), (result.get("checkpoint") or {}).get("size")
     if not isinstance(when, str) or not isinstance(size, int) or isinstance(size, bool):
         raise InputError(
@@ -1077,10 +1094,17 @@ def record_verdict(
             f"got {when!r} and {size!r}: nothing recorded"
         )
     passed = "QUALIFIED" if result.get("verdict") == "QUALIFIED" else None
+    now = clock or at or record_clock()
     refuse_unrecordable_judgement(
-        ledger, size, parse_time(when), "verdict", clock=clock or at, passed=passed, judge_at=judge_at
+        ledger, size, parse_time(when), "verdict", clock=now, passed=passed, judge_at=judge_at
     )
     data = canonical_bytes(result)
+    # refused before anything is stored: ingest would refuse the entry, and no reader would read it
+    if len(data) > MAX_RESULT_BYTES:
+        raise ArtifactTooLargeError(
+            f"the verdict's result is {len(data)} bytes, more than a recorded result may hold "
+            f"({MAX_RESULT_BYTES}, MAX_RESULT_BYTES): nothing recorded"
+        )
     digest = result_digest(result)
     stored = ledger.store.put_stream(io.BytesIO(data), expected=parse_digest(digest))
     artifact = ArtifactRef(
@@ -1108,18 +1132,56 @@ def record_verdict(
     return ledger.append([ledger.sign(statement, key)], logged_at=at)[0]
 
 
+def judge_again_at(
+    ledger: Ledger, result: Mapping[str, Any], policy: LoadedPolicy
+) -> Callable[[datetime], tuple[bool, str]]:
+    """The verdict ``result`` judged again at another time (``record_verdict``'s ``judge_at``): its subject
+    on the log it read (its checkpoint's size) under ``policy``, (whether it is QUALIFIED, what it says).
+    ``policy`` must be the policy it was judged under (its identity, digests included): else it is not
+    judged again and reads as not QUALIFIED (a past QUALIFIED is then not recorded)."""
+
+    def judge(when: datetime) -> tuple[bool, str]:
+        if _policy_identity(policy) != result.get("policy"):
+            return False, (
+                f"not judged again: it was judged under {result.get('policy')!r}, not the policy given "
+                f"({_policy_identity(policy)!r})"
+            )
+        size = int(result["checkpoint"]["size"])
+        r = evaluate(ledger, dict(result["subject"]), policy, at_size=size, reference_time=when)
+        failing = next((g for g in r["gates"] if g["status"] != "passed"), None)
+        why = f" ({failing['name']} {failing['status']}: {failing.get('reason', '')})" if failing else ""
+        return r["verdict"] == QUALIFIED, f"{r['verdict']}{why}"
+
+    return judge
+
+
 def recorded_result(store: ArtifactStore, payload: Mapping[str, Any], entry_id: str = "") -> dict[str, Any]:
     """The full result a verdict entry recorded: the stored artifact its ``result_digest`` names (read
     verified), or, in entries recorded before results moved out of the payload, the inline ``result``.
-    A verdict whose result cannot be read raises (ArtifactMissingError, InputError): never an empty one."""
+    A verdict whose result cannot be read raises (ArtifactMissingError, InputError): never an empty one —
+    one over ``MAX_RESULT_BYTES`` too (ArtifactTooLargeError, an InputError: its size is looked up before
+    a byte is read, and no more than the cap is ever read)."""
     inline = payload.get("result")
     if isinstance(inline, dict) and inline:
         return inline
     digest = payload.get("result_digest")
     if not isinstance(digest, str):
         raise InputError(f"verdict {entry_id} holds no result and no result_digest")
-    with store.open_verified(parse_digest(digest)) as f:
-        data = f.read()
+    address = parse_digest(digest)
+
+    def too_large(size: int) -> ArtifactTooLargeError:
+        return ArtifactTooLargeError(
+            f"verdict {entry_id}: its result artifact {digest} holds {size} bytes, more than a verdict's "
+            f"result may ({MAX_RESULT_BYTES}, MAX_RESULT_BYTES): it is not read"
+        )
+
+    size = store.size(address)  # ArtifactMissingError where it is not stored
+    if size > MAX_RESULT_BYTES:
+        raise too_large(size)
+    with store.open_verified(address) as f:
+        data = f.read(MAX_RESULT_BYTES + 1)  # never more, whatever the store said its size was
+    if len(data) > MAX_RESULT_BYTES:
+        raise too_large(len(data))
     try:
         value = json.loads(data)
     except ValueError as e:  # not JSON (nor UTF-8): unreadable, never a server error
