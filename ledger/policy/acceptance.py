@@ -2233,6 +2233,12 @@ def _derive(
       engine was being stopped from outside (``_mark_stop_cuts``): the launch of its attempt ended by a
       signal in ``params.stop_classes`` and nothing of the attempt logged after it was answered; the text
       names the launch and its end. None otherwise.
+    * ``stop_cut_held`` — beside ``stop_cut``: whether the launch it names was held from outside
+      (``_held_from_outside``: its decisive signature, read from what it stored, one of
+      ``params.held_stop_signatures`` — never the entry's own claim); then the run's timed-out requests
+      (``counts.timed_out``, read back from its per-request record) are the hold's whatever its fault kind
+      (rule stopped-from-outside). False otherwise — a launch not held (an outside SIGTERM, a hang) keeps
+      its timeouts.
     * ``newer_run`` — set by ``_mark_newer_runs`` once ``filter_evidence`` knows which results a rule
       withdraws.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
@@ -2686,7 +2692,9 @@ def _mark_stop_cuts(
     the collector stopped it): a held engine answers nothing and closes nothing, so a request that timed
     out (``_unanswered_while_held``) is cut as a refused one is; and since when the hold began cannot be
     told, so is every such failure of the attempt with no answer logged after it (no stop time to compare
-    it with)."""
+    it with). ``e.derived.stop_cut_held``: whether that launch was so held (False wherever ``stop_cut`` is
+    None): a held run's timed-out requests are the hold's whatever fault kind it ended with — a run the
+    collector's kill then cut (fault kind "unanswered") as much as one a timeout stopped."""
     tolerance = stop_cut_tolerance(params)
     if tolerance is None:
         return
@@ -2720,6 +2728,10 @@ def _mark_stop_cuts(
         why = _stopped_from_outside(launch, params, unclean)
         if why is not None:
             e.derived_["stop_cut"] = why
+            # the cut's launch was held from outside (read from what the launch stored, never the entry's
+            # claim): every request of the run timed out in the hold is the hold's, whatever fault kind the
+            # run ended with (rule stopped-from-outside subtracts ``counts.timed_out``)
+            e.derived_["stop_cut_held"] = held
 
 
 def _mark_newer_runs(

@@ -157,6 +157,9 @@ DERIVED_FIELDS: dict[str, Any] = {
     # a probe or harness result that failed for lack of an answer while its engine was stopped from outside
     # (``acceptance._mark_stop_cuts``): the launch and its end, named; None: none
     "stop_cut": str | None,
+    # … and whether the launch it names was held from outside (``params.held_stop_signatures``, read from
+    # what the launch stored): its timed-out requests are the hold's, whatever the run's fault kind
+    "stop_cut_held": bool,
     "operator_stopped": bool,
     "newer_run": bool,
     "newer_run_named": str,

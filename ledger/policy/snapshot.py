@@ -230,6 +230,8 @@ NO_DERIVED: dict[str, Any] = {
     "after_launch_end": False,
     # a probe or harness result its engine's stop from outside cut (``acceptance._mark_stop_cuts``)
     "stop_cut": None,
+    # … and whether its launch was held from outside (``acceptance._mark_stop_cuts``)
+    "stop_cut_held": False,
     # an engine launch the operator stopped (``acceptance._operator_stopped``): set by ``filter_evidence``
     "operator_stopped": False,
     "newer_run": False,
