@@ -10,11 +10,14 @@ import os
 import re
 import secrets
 import socket
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import blake3
 
 from ledger.atomic import write_atomic
 from ledger.errors import ConfigError, HomeNotInitialisedError, InputError, StorageError
@@ -142,19 +145,41 @@ class HomeConfig:
 
 
 _ANCHOR = 4096  # the bytes a read of receipts.jsonl keeps of what it read last (``ReceiptsRead.anchor``)
+# A file whose status changed less than this long before it was read may change again unseen by its status
+# (a timestamp is as coarse as the kernel's clock tick, or a file system's granularity): such a read keeps
+# no ``ReceiptsRead.stat``, and the next one checks the bytes read (``ReceiptsRead.digest``).
+_RACY_NS = 2_000_000_000
+
+_Stat = tuple[int, int, int, int]  # st_ino, st_size, st_mtime_ns, st_ctime_ns
+
+
+def _stat_of(st: os.stat_result) -> _Stat:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)
 class ReceiptsRead:
     """Where a read of ``receipts.jsonl`` ended (``Home.receipts_since``): the file (``inode``), the byte
-    after its last whole line read (``offset``) and the bytes just before it (``anchor``, up to 4 KiB: they
-    tell the file appended to from the file rewritten in place); ``restarted``: this read began again at
-    byte 0, the file the earlier one read being gone, replaced or rewritten."""
+    after its last whole line read (``offset``), the bytes just before it (``anchor``, up to 4 KiB: a cheap
+    first look), the BLAKE3 of every byte before it (``hasher``: ``digest``) and the file's status when it
+    was read (``stat``: inode, size, mtime and ctime in ns; None where it changed too shortly before the
+    read to be trusted, ``_RACY_NS``). A file whose status is still ``stat`` is unchanged (no write leaves
+    its ctime as it was); else it was only appended to when the bytes before ``offset`` still hash to
+    ``digest`` — an edit in place anywhere before it, whatever its length and last 4 KiB, is seen.
+    ``restarted``: this read began again at byte 0, the file the earlier one read being gone, replaced or
+    rewritten."""
 
     inode: int
     offset: int
     anchor: bytes
     restarted: bool = False
+    stat: _Stat | None = None
+    hasher: Any = dataclasses.field(default=None, compare=False, repr=False)  # blake3 of [0, offset)
+
+    @property
+    def digest(self) -> bytes | None:
+        """The BLAKE3 of the bytes before ``offset`` as read; None when not known (then never continued)."""
+        return None if self.hasher is None else bytes(self.hasher.digest())
 
 
 class Home:
@@ -242,12 +267,13 @@ class Home:
         try:
             with self.receipts_path.open("rb") as f:
                 st = os.fstat(f.fileno())
-                go_on = read is not None and _continues(f.fileno(), st.st_ino, st.st_size, read)
+                now = time.time_ns()
+                go_on = read is not None and _continues(f.fileno(), _stat_of(st), read)
                 start = read.offset if read is not None and go_on else 0
                 f.seek(start)
                 data = f.read()
         except FileNotFoundError:
-            return [], ReceiptsRead(0, 0, b"", restarted=read is not None)
+            return [], ReceiptsRead(0, 0, b"", restarted=read is not None, hasher=blake3.blake3())
         except OSError as e:
             raise ConfigError(f"{self.receipts_path}: cannot be read ({e})") from e
         end = data.rfind(b"\n") + 1
@@ -261,11 +287,17 @@ class Home:
             [line.rstrip(b"\r\n") for line in lines], lambda n: f" (byte {starts[n - 1]})"
         )
         before = read.anchor if read is not None and go_on else b""
+        hasher = read.hasher.copy() if read is not None and go_on else blake3.blake3()
+        hasher.update(data[:end])
+        # trusted next time only when it changed well before this read and nothing was read past its size
+        settled = max(st.st_mtime_ns, st.st_ctime_ns) < now - _RACY_NS and start + len(data) == st.st_size
         return docs, ReceiptsRead(
             st.st_ino,
             start + end,
             (before + data[:end])[-_ANCHOR:],
             restarted=read is not None and not go_on,
+            stat=_stat_of(st) if settled else None,
+            hasher=hasher,
         )
 
     def _receipt_lines(self, lines: list[bytes], where: Callable[[int], str]) -> list[dict[str, Any]]:
@@ -456,13 +488,29 @@ def _whole_lines_end(fd: int) -> int:
     return 0
 
 
-def _continues(fd: int, inode: int, size: int, read: ReceiptsRead) -> bool:
-    """Whether the open file ``fd`` (``inode``, ``size`` bytes) is the one ``read`` ended in, only appended
-    to since: the same inode, at least as long, the same bytes just before where it ended."""
-    if inode != read.inode or size < read.offset:
+def _continues(fd: int, stat: _Stat, read: ReceiptsRead) -> bool:
+    """Whether the open file ``fd`` (its ``stat``: inode, size, mtime, ctime) is the one ``read`` ended in,
+    only appended to since: the same inode, at least as long, and either its status unchanged since the
+    read (``ReceiptsRead.stat``: no write leaves a file's ctime as it was) or every byte before where the
+    read ended the same (the bytes just before it first, then the BLAKE3 of all of them: an edit in place
+    anywhere is seen, whatever its length). A read whose digest is not known is never continued."""
+    inode, size = stat[0], stat[1]
+    if inode != read.inode or size < read.offset or read.digest is None:
         return False
+    if read.stat is not None and stat == read.stat:
+        return True
     start = read.offset - len(read.anchor)
-    return os.pread(fd, len(read.anchor), start) == read.anchor
+    if os.pread(fd, len(read.anchor), start) != read.anchor:
+        return False
+    hasher = blake3.blake3()
+    done = 0
+    while done < read.offset:
+        chunk = os.pread(fd, min(1 << 20, read.offset - done), done)
+        if not chunk:
+            return False
+        hasher.update(chunk)
+        done += len(chunk)
+    return bytes(hasher.digest()) == read.digest
 
 
 def _whole_line(raw: bytes) -> bool:

@@ -51,6 +51,8 @@ __all__ = [
     "parse_record",
     "parse_verifier_key",
     "receipt_claim",
+    "receipt_names",
+    "receipt_of_log",
     "receipt_place",
     "record_leaf",
     "sign_checkpoint",
@@ -623,25 +625,55 @@ class ReceiptClaim:
         return {k: v for k, v in rec.to_json().items() if k != "v"}
 
 
-def receipt_place(doc: dict[str, Any], origin: str, key_name: str) -> tuple[int, str] | None:
-    """Where a kept receipt (its JSON) says the log ``origin`` holds its entry: its ``index`` and
-    ``entry_id`` fields. None when it is another log's: none of its claims names ``origin`` — not its JSON
-    ``origin``, not its note's origin line, not a signature line of its note by the log's key name
-    ``key_name`` (a receipt whose signature verifies under the log key carries one). A receipt of this log
-    whose fields cannot place it — ``index`` no integer (absent, text, a float, a bool), ``entry_id`` no
-    text, its JSON ``origin`` another log's (or none) while its note names this one — cannot judge the
-    log: ``ProofError`` naming the field, never set aside as another log's. Cheap (no signature checked:
-    the signing guard reads each receipt kept past the held checkpoint)."""
-    outer = doc.get("origin")
-    note = doc.get("note")
+def receipt_names(doc: Any, key_name: str) -> tuple[frozenset[str], bool]:
+    """The logs a kept receipt (its JSON; anything else names none) names, read without checking its
+    signature: its JSON ``origin`` and its note's origin line (a note whose first line is
+    ``RECEIPT_HEADER``) where each is non-empty text; and whether a signature line of its note is by the
+    key name ``key_name`` (a receipt whose signature verifies under that key carries one)."""
+    if not isinstance(doc, dict):
+        return frozenset(), False
+    outer, note = doc.get("origin"), doc.get("note")
     body, _, sigs = note.partition("\n\n") if isinstance(note, str) else ("", "", "")
     lines = body.split("\n")
-    named = len(lines) > 1 and lines[0] == RECEIPT_HEADER and lines[1] == origin
+    inner = lines[1] if len(lines) > 1 and lines[0] == RECEIPT_HEADER else None
+    names = frozenset(n for n in (outer, inner) if isinstance(n, str) and n)
     sig_lines = (line.split(" ") for line in sigs.splitlines())
     signed = any(len(p) == 3 and p[0] == "\u2014" and p[1] == key_name for p in sig_lines)
-    if outer != origin and not named and not signed:
+    return names, signed
+
+
+def receipt_of_log(doc: Any, origin: str, key_name: str) -> bool:
+    """The one reading of "a receipt of the log ``origin``" (signing as ``key_name``), for the signing
+    guard (``receipt_place``) and ``ledger audit`` (``ledger.proofs``) alike: a kept receipt is another
+    log's — set aside — only when it names another log and nothing of it names this one: its JSON
+    ``origin``, its note's origin line, a signature line of its note by ``key_name`` (``receipt_names``).
+    A receipt that names no log at all (no origin field or note naming one, a mistyped or empty one, not
+    even a JSON object) is this log's to check — and, placing nothing, refused — never set aside
+    unseen. Cheap (no signature checked)."""
+    names, signed = receipt_names(doc, key_name)
+    return signed or origin in names or not names
+
+
+def receipt_place(doc: dict[str, Any], origin: str, key_name: str) -> tuple[int, str] | None:
+    """Where a kept receipt (its JSON) says the log ``origin`` holds its entry: its ``index`` and
+    ``entry_id`` fields. None when it is another log's (``receipt_of_log``: it names another log and
+    nothing of it names ``origin``). A receipt of this log whose fields cannot place it — its JSON
+    ``origin`` not ``origin`` (another log's, none, mistyped: it names no log at all, or its note names
+    this one), ``index`` no integer (absent, text, a float, a bool), ``entry_id`` no text — cannot judge
+    the log: ``ProofError`` naming the field, never set aside as another log's. Cheap (no signature
+    checked: the signing guard reads each receipt kept past the held checkpoint)."""
+    if not receipt_of_log(doc, origin, key_name):
         return None
+    outer = doc.get("origin")
     if outer != origin:
+        names, _ = receipt_names(doc, key_name)
+        if not names:
+            raise ProofError(
+                f"it names no log: its origin field is {outer!r} ({type(outer).__name__}) and its note "
+                "names none"
+                if "origin" in doc
+                else "it names no log: it has no origin field and its note names none"
+            )
         raise ProofError(
             f"its origin field ({outer!r}) is not the log its signed note names ({origin!r})"
             if "origin" in doc

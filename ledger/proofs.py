@@ -27,6 +27,8 @@ from ledger.log import (
     parse_receipt,
     parse_record,
     parse_verifier_key,
+    receipt_names,
+    receipt_of_log,
     record_leaf,
     verifier_key,
     verify_consistency,
@@ -288,43 +290,35 @@ _FIELDS = ("type", "origin", "index", "entry_id", "logged_at")
 
 @dataclass(frozen=True)
 class _Claims:
-    """What a kept receipt's signed note says (read, not yet verified): its origin, index and entry id, and
-    the key names that sign it. The JSON fields beside the note are unsigned: a receipt is grouped and told
-    apart by these, never by them."""
+    """What a kept receipt's signed note says (read, not yet verified): its origin, index and entry id. The
+    JSON fields beside the note are unsigned: a receipt is grouped and told apart by these, never by them.
+    Whose receipt it is, is ``receipt_of_log``'s to say (one reading with the signing guard)."""
 
     origin: str | None
     index: int | None
     entry_id: str | None
-    signers: frozenset[str]
-
-    def of(self, doc: Any, origin: str, key_name: str) -> bool:
-        """Whether any of the receipt's claims (signed note, signature, JSON field) names the log
-        ``origin`` (signing as ``key_name``): such a receipt is that log's to check, never set aside."""
-        outer = doc.get("origin") if isinstance(doc, dict) else None
-        if self.origin is None and not isinstance(outer, str):
-            return True  # it names no log: checked (and refused) rather than set aside unseen
-        return origin in (self.origin, outer) or key_name in self.signers
 
     def label(self, doc: Any) -> str:
-        """The log a receipt set aside is of: the one its signed note names, else its JSON field."""
+        """The log a receipt set aside is of: the one its signed note names, else its JSON field, else
+        any other it names (``receipt_names``)."""
         if self.origin is not None:
             return self.origin
-        return str(doc.get("origin")) if isinstance(doc, dict) else "(not a receipt)"
+        outer = doc.get("origin") if isinstance(doc, dict) else None
+        if isinstance(outer, str) and outer:
+            return outer
+        names = sorted(receipt_names(doc, "")[0])
+        return names[0] if names else "(names no log)"
 
 
 def _claims(doc: Any) -> _Claims:
     note = doc.get("note") if isinstance(doc, dict) else None
     if not isinstance(note, str):
-        return _Claims(None, None, None, frozenset())
-    body, _, sigs = note.partition("\n\n")
-    lines = body.split("\n")
+        return _Claims(None, None, None)
+    lines = note.partition("\n\n")[0].split("\n")
     if lines[0] != RECEIPT_HEADER or len(lines) < 4:
-        return _Claims(None, None, None, frozenset())
+        return _Claims(None, None, None)
     index = int(lines[2]) if lines[2].isascii() and lines[2].isdigit() else None
-    signers = frozenset(
-        p[1] for p in (s.split(" ") for s in sigs.splitlines()) if len(p) == 3 and p[0] == "\u2014"
-    )
-    return _Claims(lines[1], index, lines[3], signers)
+    return _Claims(lines[1], index, lines[3])
 
 
 def _signed_doc(doc: Any) -> dict[str, Any] | None:
@@ -369,11 +363,12 @@ def _where(doc: Any) -> tuple[str | None, Any]:
 def _receipts_of(
     report: AuditReport, receipts: Iterable[dict[str, Any]], origin: str | None, name: str | None
 ) -> list[dict[str, Any]]:
-    """The kept receipts of the log ``origin`` (its key named ``name``); every other one is set aside on
-    ``report``, counted by the log it names (None: no log known, all set aside)."""
+    """The kept receipts of the log ``origin`` (its key named ``name``: ``receipt_of_log``, the signing
+    guard's reading too); every other one is set aside on ``report``, counted by the log it names (None: no
+    log known, all set aside)."""
     ours: list[dict[str, Any]] = []
     for doc in receipts:
-        if origin is not None and name is not None and _claims(doc).of(doc, origin, name):
+        if origin is not None and name is not None and receipt_of_log(doc, origin, name):
             ours.append(doc)
             continue
         other = _claims(doc).label(doc)
@@ -398,10 +393,11 @@ def audit_receipts(
     checked, whatever its age. A missing entry, an altered record or a bad proof is a problem; so is a log
     that cannot answer for one entry (its error, that entry's problem: the other receipts are still checked).
 
-    A receipt is the log's when its signed note, a signature on it or its JSON ``origin`` names the log; it
-    is told apart from the others by the record it signs (exact copies are checked once). Its JSON fields
-    are not signed: one that disagrees with the signed note and record is a problem (``receipt-mismatch``),
-    and the entry the log signed is checked all the same.
+    A receipt is the log's when its signed note, a signature on it or its JSON ``origin`` names the log, or
+    when it names no log at all (``receipt_of_log``: the signing guard's reading too); it is told apart
+    from the others by the record it signs (exact copies are checked once). Its JSON fields are not signed:
+    one that disagrees with the signed note and record is a problem (``receipt-mismatch``), and the entry
+    the log signed is checked all the same.
 
     Receipts of other logs are set aside, counted by origin (``other_origins``); when every receipt kept is
     of another log, nothing was checked and that is a problem (``receipts-unchecked``), never an "ok"; so is
