@@ -3541,6 +3541,7 @@ class CampaignRunner:
             engine_alive=run.alive,
             should_stop=self._stop_requested,
             params=self.policy.params,  # a request refused for the campaign's configuration: outcome config
+            context=self._context_length(),  # one failed without a completion is sized against it
         )
         evidence: list[str] = []
         fault = result.outcome == "fault" or not run.alive()
@@ -3614,6 +3615,7 @@ class CampaignRunner:
             engine_alive=run.alive,
             should_stop=self._stop_requested,
             params=self.policy.params,  # a request refused for the campaign's configuration: outcome config
+            context=self._context_length(),  # one failed without a completion is sized against it
         )
         evidence: list[str] = []
         fault = result.outcome == "fault" or not run.alive()

@@ -6,13 +6,14 @@ import json
 import re
 import signal
 import tomllib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ledger.answers import REFUSAL_CONTEXT, REFUSALS
 from ledger.errors import ConfigError
 
 __all__ = [
@@ -25,7 +26,9 @@ __all__ = [
     "ENGINE_ENDED",
     "PYTHON_TRACEBACK",
     "Classification",
+    "Explanation",
     "FailureClass",
+    "Occurrence",
     "RunOutcome",
     "Signature",
     "before_stop",
@@ -37,9 +40,12 @@ __all__ = [
     "echo_dumps",
     "echoed_line",
     "engine_words",
+    "explained_by_refusals",
+    "explanations",
     "find_engine_text",
     "load_signatures",
     "not_a_completion",
+    "occurrences",
     "outside_stop_shown",
     "own_end_lines",
     "pattern_signatures",
@@ -541,6 +547,198 @@ def classify_logs(
         return Classification(None)
     detail = last[pick.id] or (None if pick.patterns else words)
     return Classification(pick.id, pick.title, detail, [s.id for s in matched], pick.failure_class.value)
+
+
+# A recorded refusal of the campaign's configuration that explains a graver log line it caused, one
+# occurrence at a time: ``[[explanation]]`` of the signature table. llama-cpp-python takes a streamed request
+# whose prompt its context cannot hold (HTTP 200), then raises inside the stream — uvicorn's "ERROR:
+# Exception in ASGI application" (signature server-unhandled-exception, class runtime-fault) and a traceback
+# whose exception is "ValueError: Requested tokens (N) exceed context window of M": that occurrence is the
+# campaign's context refusal, not a runtime fault — but only where the request it served IS recorded as one
+# (the harness's per-request record: refused for the context, sized, held to the launch's command). Read by
+# whoever judges a run's logs beside the requests it recorded (the policy engine: ``explained_by_refusals``).
+_EXPLANATION_FIELDS = frozenset({"id", "explains", "refusal", "shows"})
+# the named groups a context refusal's ``shows`` must give: the prompt's tokens as the engine counted them,
+# and the context window it serves requests in
+_CONTEXT_GROUPS = frozenset({"tokens", "window"})
+# the lines of a Python traceback after its record's head line (``_traceback_after``)
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+_CHAIN_LINES = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:: .*)?")
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """One ``[[explanation]]`` of the signature table: an occurrence of signature ``explains``'s log line
+    whose traceback (``_traceback_after``) holds ``shows`` is the recorded refusal ``refusal``
+    (``ledger.answers.REFUSALS``) of the campaign's configuration, where a request so recorded pairs with it
+    (``explained_by_refusals``). For ``context``, ``shows`` names the groups ``tokens`` and ``window``."""
+
+    id: str
+    explains: str
+    refusal: str
+    shows: re.Pattern[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One line of a log that a signature's pattern matched (``occurrences``), with what its traceback
+    shows: the explanation whose ``shows`` it holds (None: none) and that line's ``tokens`` and ``window``."""
+
+    signature: str
+    line: str
+    explanation: str | None = None
+    tokens: int | None = None
+    window: int | None = None
+
+
+def _explanation(raw: Any, where: str, sigs: Mapping[str, Signature]) -> Explanation:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = set(raw) - _EXPLANATION_FIELDS
+    missing = _EXPLANATION_FIELDS - set(raw)
+    if unknown or missing:
+        raise ConfigError(
+            f"{where}: unknown field(s) {sorted(unknown)}, missing field(s) {sorted(missing)} "
+            f"(fields: {', '.join(sorted(_EXPLANATION_FIELDS))})"
+        )
+    eid, explains, kind, shows = raw["id"], raw["explains"], raw["refusal"], raw["shows"]
+    if not isinstance(eid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", eid):
+        raise ConfigError(f"{where}: id must be kebab-case text")
+    target = sigs.get(explains) if isinstance(explains, str) else None
+    if target is None or not target.patterns:
+        raise ConfigError(f"{where} ({eid}): explains {explains!r}: no signature of the table with patterns")
+    if kind != REFUSAL_CONTEXT:
+        # the one refusal whose log line can be held to what the request's record shows (its size)
+        raise ConfigError(f"{where} ({eid}): refusal {kind!r}: only {REFUSAL_CONTEXT!r} of {list(REFUSALS)}")
+    if not isinstance(shows, str) or not shows:
+        raise ConfigError(f"{where} ({eid}): shows must be a regular expression")
+    try:
+        pattern = re.compile(shows)
+    except re.error as e:
+        raise ConfigError(f"{where} ({eid}): bad shows pattern: {e}") from e
+    if not set(pattern.groupindex) >= _CONTEXT_GROUPS:
+        raise ConfigError(f"{where} ({eid}): shows must name the groups {sorted(_CONTEXT_GROUPS)}")
+    return Explanation(eid, explains, kind, pattern)
+
+
+@lru_cache(maxsize=8)
+def _explanations(path: str, mtime_ns: int) -> tuple[Explanation, ...]:
+    p = Path(path)
+    raw = _table_section(p, "explanation", [])
+    if not isinstance(raw, list):
+        raise ConfigError(f"{p}: explanation must be a list of tables ([[explanation]])")
+    sigs = {s.id: s for s in load_signatures(p)}
+    found = tuple(_explanation(r, f"{p} explanation #{i + 1}", sigs) for i, r in enumerate(raw))
+    if len({x.id for x in found}) != len(found):
+        raise ConfigError(f"{p}: duplicate explanation ids")
+    return found
+
+
+def explanations(path: Path | None = None) -> tuple[Explanation, ...]:
+    """The table's ``[[explanation]]`` entries (``Explanation``), in table order; none where it has none."""
+    return _explanations(*_stamp(path))
+
+
+def _traceback_after(text: str, start: int) -> str:
+    """The Python traceback a log record printed after its head line (``start``: the offset where the line
+    after the head begins): its indented lines (frames, code, an exception group's "  | …" lines), its
+    "Traceback (most recent call last):" lines, the chain lines between two tracebacks, blank lines, and the
+    unindented exception line that ends a plain traceback ("ValueError: …"). It ends at the first line that is
+    none of these, at a second unindented line after that exception line (no chain between: the next record,
+    such as another request's own "Exception: …"), and at any unindented line after an exception group (its
+    last line is indented). Empty where no traceback follows the head."""
+    pos, out = start, []
+    seen = ended = plain = False
+    chained = True  # a traceback may begin
+    while pos < len(text):
+        nl = text.find("\n", pos)
+        end = len(text) if nl < 0 else nl
+        line = _ANSI_COLOUR.sub("", text[pos:end]).rstrip("\r")
+        pos = end + 1
+        if not line.strip():
+            out.append(line)
+            continue
+        if line in _CHAIN_LINES and seen:
+            chained, ended = True, False
+        elif line == _TRACEBACK_HEAD and (chained or not ended):
+            plain, chained, ended = True, False, False
+        elif line[0] in " \t" and not ended:
+            plain = plain and not line.lstrip().startswith("+ Exception Group Traceback")
+        elif plain and seen and not ended and _EXCEPTION_LINE.fullmatch(line) is not None:
+            ended = True
+        else:
+            break
+        seen = True
+        out.append(line)
+    return "\n".join(out) if seen else ""
+
+
+def occurrences(
+    text: str,
+    sig: Signature,
+    outcome: RunOutcome,
+    given: Sequence[str] = (),
+    rules: Sequence[Explanation] = (),
+) -> list[Occurrence]:
+    """Every line of ``text`` on which ``sig`` matches (its conditions on ``outcome`` holding; a line of the
+    engine's own: ``Signature.locate``'s reading), once per line, in order, each with the first of ``rules``
+    (those explaining ``sig``) whose ``shows`` its traceback (``_traceback_after``) holds on a line of the
+    engine's own, and that line's ``tokens`` and ``window`` (whole numbers, else no explanation)."""
+    if sig.locate(text, outcome, given) is None or not sig.patterns:
+        return []
+    dumps = echo_dumps()
+    starts: dict[int, int] = {}  # line start → line end
+    for pat in sig.patterns:
+        for m in pat.finditer(text):
+            if not _not_engine_words(text, m, given, dumps):
+                a, b = _line_bounds(text, m.start(), m.end())
+                starts.setdefault(a, b)
+    found: list[Occurrence] = []
+    mine = [r for r in rules if r.explains == sig.id]
+    for a in sorted(starts):
+        b = starts[a]
+        block = _traceback_after(text, b + 1) if b < len(text) else ""
+        occ = Occurrence(sig.id, text[a:b].strip()[:_MAX_DETAIL])
+        for rule in mine:
+            shown = rule.shows.search(block)
+            if shown is None:
+                continue
+            tokens, window = shown.group("tokens"), shown.group("window")
+            if tokens is not None and window is not None and tokens.isdigit() and window.isdigit():
+                occ = Occurrence(sig.id, occ.line, rule.id, int(tokens), int(window))
+                break
+        found.append(occ)
+    return found
+
+
+def explained_by_refusals(
+    found: Sequence[Occurrence], refused: Sequence[int | None], launched: tuple[str, int] | None
+) -> bool:
+    """Whether every occurrence of ``found`` is the campaign's context refusal: its traceback shows the
+    overflow (``Occurrence.explanation``) in the engine's own numbers — the prompt's ``tokens`` at or beyond
+    the ``window`` it served, a window at least the context the launch's command gives (``launched``: a
+    smaller window is the engine's, not the campaign's) — and it pairs with a request of ``refused`` of its
+    own (each used once): the requests the run recorded refused for the context, held to the launch's
+    command (``ledger.answers.refusal`` with ``launched``), given by the prompt tokens each records (None:
+    the engine refused its sizing too — any occurrence; a number: only an occurrence of those tokens). No
+    occurrence, a context not known, or more occurrences than such requests: False (fail closed)."""
+    if not found or launched is None:
+        return False
+    left = list(refused)
+    for occ in sorted(found, key=lambda o: o.tokens is None):
+        if occ.explanation is None or occ.tokens is None or occ.window is None:
+            return False
+        if not occ.tokens >= occ.window >= launched[1]:
+            return False
+        pick = occ.tokens if occ.tokens in left else None
+        if pick not in left:
+            return False
+        left.remove(pick)
+    return True
 
 
 def _table_section(p: Path, key: str, default: object) -> object:

@@ -65,14 +65,19 @@ from ledger.signatures import (
     PYTHON_TRACEBACK,
     UNKNOWN_CLASS,
     Classification,
+    Explanation,
+    Occurrence,
     RunOutcome,
     Signature,
     before_stop,
     classify,
     collector_stop_end,
     decisive,
+    explained_by_refusals,
+    explanations,
     find_engine_text,
     not_a_completion,
+    occurrences,
     outside_stop_shown,
     own_end_lines,
     pattern_signatures,
@@ -2260,6 +2265,7 @@ def _derive(
     classes = signature_classes()
     log_signatures = pattern_signatures()
     end_signatures = status_signatures()
+    rules = explanations()  # a recorded refusal that explains a graver log line (``_explained_log_lines``)
     markers = stop_markers()
     held = stop_classes(params or {}, "held_stop_signatures")
     starts: list[tuple[datetime, int]] = []
@@ -2271,6 +2277,7 @@ def _derive(
     ended_in_log: dict[int, int] = {}
     # launch id → why its stored logs do not show a clean run after readiness (``_LogScan.unclean``)
     unclean: dict[str, str | None] = {}
+    scans: dict[str, _LogScan] = {}  # launch id → what its stored logs show (``_explained_log_lines``)
     subject_launches: list[Evidence] = []
     host_events = _host_gpu_events(trusted, superseded)
     campaign_starts = _campaign_starts(trusted, output_kinds)
@@ -2303,7 +2310,8 @@ def _derive(
             derived["structured_valid"] = problem is None
             derived["structured_problem"] = problem
         if kind == "gate.result":
-            derived["artifact_problem"] = _harness_artifact_problem(e, store)
+            # a context refusal resting on a request's size alone waits for its launch (``_refusals``)
+            derived["artifact_problem"] = _harness_artifact_problem(e, store, params or {})
         if kind == "kernel.log":
             recorded = host_events.by_entry.get(e.id, [])
             derived["gpu_events"] = [fact for _, fact in recorded]
@@ -2339,7 +2347,10 @@ def _derive(
                 _classify_end(e.payload, replace(outcome, stop_marked=True), end_signatures).signature
                 != _classify_end(e.payload, outcome, end_signatures).signature
             )
-            scan = _classify_stored_logs(e, outcome, store, log_signatures, markers, marked=marked)
+            scan = _classify_stored_logs(
+                e, outcome, store, log_signatures, markers, marked=marked, rules=rules
+            )
+            scans[e.id] = scan
             unclean[e.id] = scan.unclean
             derived["log_failure_signature"] = scan.whole.signature
             derived["log_failure_class"] = scan.whole.failure_class
@@ -2423,23 +2434,29 @@ def _derive(
             # loses credit: the fail-closed trade)
             if attempt in ended_in_log and e.seq > ended_in_log[attempt]:
                 e.derived_["after_launch_end"] = True
-    _refusals(trusted, launch_of, params or {})
+    _refusals(trusted, launch_of, params or {}, store)
+    _explained_log_lines(trusted, superseded, launch_of, params or {}, store, scans, log_signatures)
     _mark_stop_cuts(trusted, launch_of, params or {}, unclean)
 
 
 def _refusals(
-    trusted: Sequence[Evidence], launch_of: Mapping[int, Evidence], params: Mapping[str, Any]
+    trusted: Sequence[Evidence],
+    launch_of: Mapping[int, Evidence],
+    params: Mapping[str, Any],
+    store: ArtifactStore | None = None,
 ) -> None:
-    """``e.derived.refusal`` of each ``health.probe`` judged with the context length its attempt's launch
-    gave the engine (``ledger.answers.launched_context`` of the launch's recorded ``engine`` and
-    ``command``), never the one the probe's own record names: a failure excused as a
+    """``e.derived.refusal`` of each ``health.probe``, and ``e.derived.artifact_problem`` of each harness
+    ``gate.result`` (``_harness_artifact_problem``: a request its record shows refused for the context,
+    ``_context_refusal_unshown``), judged with the context length its attempt's launch gave the engine
+    (``ledger.answers.launched_context`` of the launch's recorded ``engine`` and ``command``), never the one
+    the probe's (the request's) own record names: a failure excused as a
     request the campaign's context could not hold (``context_overflow``) stays excused only where the two
     are the same. No attempt, no launch, a command missing or mistyped: none known, nothing so excused. The
     attempt is the one the log took the probe in (``attempt_logged``); where the one its claimed
     ``collected_at`` picks (``attempt``) is another, its launch must give the same context too — a claimed
     time never picks the launch that excuses a failure (audit 87)."""
     for e in trusted:
-        if e.kind != "health.probe" or e.derived_ is None:
+        if e.kind not in ("health.probe", "gate.result") or e.derived_ is None:
             continue
         given = {
             launched_context(launch.payload) if launch is not None else None
@@ -2447,7 +2464,95 @@ def _refusals(
             for launch in [launch_of.get(attempt) if isinstance(attempt, int) else None]
         }
         launched = given.pop() if len(given) == 1 else None
-        e.derived_["refusal"] = refusal(e.payload, params, launched=launched)
+        if e.kind == "health.probe":
+            e.derived_["refusal"] = refusal(e.payload, params, launched=launched)
+        elif store is not None and launched is not None and e.derived_.get("artifact_problem") is not None:
+            # read first with no launch known (nothing rests on a request's size alone): read again held
+            # to the launch's context only where that found a problem
+            e.derived_["artifact_problem"] = _harness_artifact_problem(e, store, params, launched)
+
+
+def _explained_log_lines(
+    trusted: Sequence[Evidence],
+    superseded: set[str],
+    launch_of: Mapping[int, Evidence],
+    params: Mapping[str, Any],
+    store: ArtifactStore,
+    scans: Mapping[str, _LogScan],
+    signatures: Sequence[Signature],
+) -> None:
+    """A launch's log lines of a graver signature that a recorded refusal of the campaign explains
+    (``[[explanation]]`` of the signature table: ``ledger.signatures.explained_by_refusals``) decide its
+    ``log_failure_*`` and ``log_failure_after_ready_*`` no more — where every such line in its stored logs
+    (``_LogScan.explainable``) shows the refusal in its own traceback, in numbers that overflow at least the
+    context its command gives (``launched_context``), and pairs with a request of its own that its attempt's
+    harness runs recorded refused for the context (``_context_refused_requests``). Anything else — one such
+    line whose traceback shows something else, more lines than such requests, a command that gives no
+    context — leaves the decision as it was (fail closed)."""
+    for attempt, launch in launch_of.items():
+        scan = scans.get(launch.id)
+        if scan is None or not scan.explainable or launch.derived_ is None:
+            continue
+        launched = launched_context(launch.payload)
+        found = [o for occ in scan.explainable.values() for o in occ]
+        if launched is None:
+            continue
+        refused = _context_refused_requests(trusted, superseded, attempt, params, store, launched)
+        if not explained_by_refusals(found, refused, launched):
+            continue
+        w, w_named = _pick_found(scan.whole_found, signatures, scan.explainable)
+        r, r_named = _pick_found(scan.after_found, signatures, scan.explainable)
+        launch.derived_["log_failure_signature"] = w.signature
+        launch.derived_["log_failure_class"] = w.failure_class
+        launch.derived_["log_failure_named"] = w_named
+        launch.derived_["log_failure_after_ready_signature"] = r.signature
+        launch.derived_["log_failure_after_ready_class"] = r.failure_class
+        launch.derived_["log_failure_after_ready_named"] = r_named
+
+
+def _context_refused_requests(
+    trusted: Sequence[Evidence],
+    superseded: set[str],
+    attempt: int,
+    params: Mapping[str, Any],
+    store: ArtifactStore,
+    launched: tuple[str, int],
+) -> list[int | None]:
+    """The requests of attempt ``attempt``'s harness runs recorded refused for the campaign's context that
+    the engine took and did not answer with a 4xx (a stream cut after a 2xx status, none, a 5xx), each
+    shown by its own record held to the launch's context ``launched`` (``_context_refusal_unshown``), as the
+    prompt tokens it records (None: not counted — the engine refused its sizing too). Read from the stored
+    per-request record of each ``gate.result`` of a harness (benchmark, semantic) of the subject, not
+    superseded, that the log took in that attempt and whose claimed time picks it too, and whose record reads
+    back with no problem (``artifact_problem`` None); any other result counts none."""
+    out: list[int | None] = []
+    for e in trusted:
+        gate = e.payload.get("gate")
+        if e.kind != "gate.result" or e.derived_ is None or e.id in superseded or not e.in_subject:
+            continue
+        if e.derived_.get("attempt_logged") != attempt or e.derived_.get("attempt") != attempt:
+            continue
+        if e.derived_.get("artifact_problem") is not None or gate not in ("benchmark", "semantic"):
+            continue
+        name = _BENCHMARK_REQUESTS if gate == "benchmark" else _SEMANTIC_REQUESTS
+        named = [a for a in e.artifacts if a.get("name") == name]
+        if len(named) != 1:
+            continue
+        found: list[int | None] = []
+        try:
+            for n, r in enumerate(_artifact_records(store, named[0]), start=1):
+                status = r.get("http_status")
+                if r.get("refusal") != REFUSAL_CONTEXT or (type(status) is int and 400 <= status <= 499):
+                    continue
+                if _context_refusal_unshown(r, n, params, launched) is not None:
+                    continue
+                ctx = r.get("context")
+                tokens = ctx.get("prompt_tokens") if isinstance(ctx, Mapping) else None
+                found.append(tokens if type(tokens) is int else None)
+        except (_Unreadable, LedgerError):
+            continue
+        out += found
+    return out
 
 
 def _unanswered(e: Evidence) -> bool | None:
@@ -3262,6 +3367,12 @@ class _LogScan:
     # with nothing of the engine's own that explains its end before it. False where it was not asked
     # (``marked``), a log was not stored or read back, or a log's readiness line count is not recorded
     stop_marked: bool = False
+    # signature id → (log, line number, line) of its last match, over everything read (``whole``) and after
+    # readiness (``after``); and every line of a signature an explanation names (``Explanation``), with what
+    # its traceback shows (``occurrences``): ``_explained_log_lines`` decides again without those explained
+    whole_found: Mapping[str, tuple[str, int, str]] = field(default_factory=dict)
+    after_found: Mapping[str, tuple[str, int, str]] = field(default_factory=dict)
+    explainable: Mapping[str, tuple[Occurrence, ...]] = field(default_factory=dict)
 
 
 def _classify_stored_logs(
@@ -3272,6 +3383,7 @@ def _classify_stored_logs(
     markers: Sequence[re.Pattern[str]],
     *,
     marked: bool = False,
+    rules: Sequence[Explanation] = (),
 ) -> _LogScan:
     """The log-pattern signature of one launch, read from what it stored, not from what it claims.
 
@@ -3340,10 +3452,15 @@ def _classify_stored_logs(
     # whether every log can show a stop from outside (stored, read back, its readiness count recorded)
     after_texts: dict[int, str] = {}
     readable = marked
+    # every line of a signature an explanation names, with what its traceback shows (``occurrences``)
+    explainable: dict[str, list[Occurrence]] = {r.explains: [] for r in rules}
 
     def feed(name: str, first_line: int, text: str, after_ready: bool) -> None:
         if not text:
             return
+        for sig in signatures:
+            if sig.id in explainable:
+                explainable[sig.id] += occurrences(text, sig, outcome, given, rules)
         if after_ready and not unclean and (at := find_engine_text(text, PYTHON_TRACEBACK, given=given)) >= 0:
             unclean.append(f"{name} line {first_line + text.count(chr(10), 0, at)}: a Python traceback")
         for sig in signatures:
@@ -3425,24 +3542,38 @@ def _classify_stored_logs(
             readable = False
             continue
 
-    def pick(found: dict[str, tuple[str, int, str]]) -> tuple[Classification, str]:
-        """The signature that decides (``decisive``: the gravest class any log line shows, the table's
-        order among equals), named with its log, line and class."""
-        matched = [s for s in signatures if s.id in found]
-        first = decisive(matched)
-        if first is None:
-            return Classification(None), ""
-        log, n, text = found[first.id]
-        c = Classification(
-            first.id, first.title, text or None, [s.id for s in matched], first.failure_class.value
-        )
-        where = "its failure_detail" if log == "failure_detail" else f"{log} line {n}"
-        return c, f"{where}: {text!r} (signature {first.id}, class {first.failure_class.value})"
-
-    w, w_named = pick(whole)
-    r, r_named = pick(after)
+    w, w_named = _pick_found(whole, signatures)
+    r, r_named = _pick_found(after, signatures)
     stop_marked = readable and outside_stop_shown(list(after_texts.values()), markers, own_end_lines())
-    return _LogScan(w, w_named, r, r_named, unclean[0] if unclean else None, stop_marked)
+    return _LogScan(
+        w,
+        w_named,
+        r,
+        r_named,
+        unclean[0] if unclean else None,
+        stop_marked,
+        whole,
+        after,
+        {k: tuple(v) for k, v in explainable.items() if v},
+    )
+
+
+def _pick_found(
+    found: Mapping[str, tuple[str, int, str]], signatures: Sequence[Signature], skip: Iterable[str] = ()
+) -> tuple[Classification, str]:
+    """The signature that decides among those ``found`` (``decisive``: the gravest class any log line
+    shows, the table's order among equals), but ``skip``, named with its log, line and class."""
+    left = set(skip)
+    matched = [s for s in signatures if s.id in found and s.id not in left]
+    first = decisive(matched)
+    if first is None:
+        return Classification(None), ""
+    log, n, text = found[first.id]
+    c = Classification(
+        first.id, first.title, text or None, [s.id for s in matched], first.failure_class.value
+    )
+    where = "its failure_detail" if log == "failure_detail" else f"{log} line {n}"
+    return c, f"{where}: {text!r} (signature {first.id}, class {first.failure_class.value})"
 
 
 def _count(v: Any) -> bool:
@@ -3589,7 +3720,12 @@ def _differing_counts(counts: Any, found: Mapping[str, int], what: str) -> list[
     return out
 
 
-def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
+def _harness_artifact_problem(
+    e: Evidence,
+    store: ArtifactStore,
+    params: Mapping[str, Any] | None = None,
+    launched: tuple[str, int] | None = None,
+) -> str | None:
     """For a ``gate.result`` of a harness (semantic, benchmark): where its own stored record of what it
     counted contradicts the counts it records, why (None: it does not, or it names no such artifact). Read
     back, streamed, from the store — the payload's counts are the collector's claim:
@@ -3612,7 +3748,10 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
     holding a line that is not such a record cannot show what the result counted: that is a problem too
     (fail closed). So is a result that claims what only its per-request record shows (``_request_claims``:
     requests unanswered, or refused for the campaign's configuration) and stores none
-    (``_request_record_missing``): the claim is the payload's alone, never excused on it."""
+    (``_request_record_missing``): the claim is the payload's alone, never excused on it. A request recorded
+    refused for the context whose answer was no 4xx is judged with ``params`` (the policy's) and held to
+    ``launched``, the context the attempt's launch command gives (``_context_refusal_unshown``; None: not
+    known, a problem)."""
     gate = e.payload.get("gate")
     names = (
         (_SEMANTIC_ITEMS, _SEMANTIC_FAILURES, _SEMANTIC_REQUESTS)
@@ -3639,7 +3778,7 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
         if gate == "benchmark":
             name = _BENCHMARK_REQUESTS
             shown, problems = _requests_shown(
-                _artifact_records(store, named[name][0]), e.payload.get("bounds")
+                _artifact_records(store, named[name][0]), e.payload.get("bounds"), params, launched
             )
             if isinstance(counts, dict):
                 # a level the result counts that no completed request of the artifact is at: 0 there
@@ -3665,7 +3804,7 @@ def _harness_artifact_problem(e: Evidence, store: ArtifactStore) -> str | None:
         if _SEMANTIC_REQUESTS in named:
             name = _SEMANTIC_REQUESTS
             shown, problems = _requests_shown(
-                _artifact_records(store, named[name][0]), e.payload.get("bounds")
+                _artifact_records(store, named[name][0]), e.payload.get("bounds"), params, launched
             )
             differs = _differing_counts(
                 counts, {"refused": shown["refused"]}, f"{name} ({shown['issued']} requests)"
