@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
@@ -984,6 +984,7 @@ def _entries(
     snap: Snapshot,
     since: datetime | None = None,
     aliases: Mapping[str, str] | None = None,
+    takes_credit_away: bool = False,
 ) -> list[Evidence]:
     """The entries below ``size`` of these kinds whose subject has every field of ``subject``, parsed
     (through the snapshot's parse cache), in seq order; with ``since``, those the log took no earlier than
@@ -996,10 +997,19 @@ def _entries(
     it the log holds for these kinds are read. With ``aliases`` (the qualification's engine-name table), a
     ``backend`` and a ``model`` are matched as names too (``_names_match``: ``llama.cpp`` is ``llamacpp``, a
     model's case aside), as the gate compares a deployment's engine and model: the entries are read by the
-    other fields and each one's subject judged so."""
+    other fields and each one's subject judged so.
+
+    ``takes_credit_away``: the entries are read to take credit away (a run recorded over, whose end takes a
+    probe's credit): a field of ``subject`` an entry leaves out (or gives as no name: not a text, blank)
+    hides nothing and matches, as verdict shopping reads a label left out (``_may_be_of_subject``); one it
+    names otherwise still keeps it out. Every entry of these kinds is read (since ``since``) and each one's
+    subject judged so. Never for entries that give credit: there a field left out matches nothing."""
     for t in (*subject.keys(), *subject.values()):
         if "\x00" in t:  # as the service's query says: indexed text never holds NUL
             raise InputError(f"{t[:40]!r}: NUL characters are not allowed in subjects, names or filters")
+    if takes_credit_away:
+        found = _entries(ledger, subject={}, kinds=kinds, size=size, snap=snap, since=since)
+        return [e for e in found if _may_be_of_subject(e.subject, subject, aliases or {})]
     if aliases is not None and set(subject) & set(_NAMED_FIELDS):
         asked = {k: v for k, v in subject.items() if k not in _NAMED_FIELDS}
         found = _entries(ledger, subject=asked, kinds=kinds, size=size, snap=snap, since=since)
@@ -1065,6 +1075,26 @@ def _of_subject(told: Mapping[str, Any], asked: Mapping[str, str], aliases: Mapp
     return all(_names_match(k, told.get(k), v, aliases) for k, v in asked.items())
 
 
+def _hides_nothing(told: Iterable[Any], names: Callable[[str], bool]) -> bool:
+    """How a field is read where an entry takes credit away (verdict shopping's other campaigns, a run
+    recorded over): by the values its entries tell of it, the one reading — any value that names something
+    (a text, not blank) for which ``names`` holds, or none that does: a label left out, mistyped or blank
+    hides nothing (fail closed). Never where an entry gives credit: there a field left out matches nothing
+    (``_names_match``)."""
+    values = [v for v in told if isinstance(v, str) and v.strip()]
+    return not values or any(names(v) for v in values)
+
+
+def _may_be_of_subject(told: Mapping[str, Any], asked: Mapping[str, str], aliases: Mapping[str, str]) -> bool:
+    """Whether an entry read to take credit away may be of ``asked`` (``_hides_nothing``): every field of
+    ``asked`` its subject (``told``) leaves out matches; one it names must name the same thing
+    (``_names_match``)."""
+    return all(
+        _hides_nothing([told.get(k)], partial(_names_match, k, asked=v, aliases=aliases))
+        for k, v in asked.items()
+    )
+
+
 def _cancelled(
     ledger: Ledger, e: Evidence, size: int, snap: Snapshot, policy: LoadedPolicy
 ) -> tuple[str, str] | None:
@@ -1127,23 +1157,40 @@ def _recorded_ends(entries: list[Evidence]) -> list[tuple[Evidence, datetime]]:
     return out
 
 
+def _observed(e: Evidence) -> datetime | None:
+    """When ``e`` was observed (``Evidence.observed_time``: its collected_at, never after the log took
+    it); None where its collected_at is missing or no time."""
+    try:
+        return e.observed_time
+    except (LedgerError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _before_end(e: Evidence, x: Evidence, end: datetime, *, by_claim: bool = True) -> str | None:
     """Why the probe ``e`` shows nothing of the engine serving now, given a run ``x`` records over at
-    ``end`` (``_recorded_ends``): the log took ``e`` before ``x`` (that run, or one before it, was on when
-    it probed), or — ``by_claim``, for a pass — ``e`` claims to be observed at or before that end (a claimed
-    time only ever takes credit away). A probe that shows a failure is judged with ``by_claim`` False: no
-    claimed time removes a failure, only the log's order does (audit 87 f2). None where ``e`` was logged
-    after ``x`` and (``by_claim``) observed after its end."""
+    ``end`` (``_recorded_ends``). For a pass (``by_claim``): the log took ``e`` before ``x`` (that run, or
+    one before it, was on when it probed), or ``e`` claims to be observed at or before that end (a claimed
+    time only ever takes credit away; one that cannot be read, too). A probe that shows a failure is judged
+    with ``by_claim`` False, and is the gone engine's only where BOTH hold: the log took it before ``x``, and
+    it was observed (``_observed``) at or before ``end`` — each only narrows what is dropped, so no claimed
+    time removes a failure (audit 87 f2), nor does the log's order alone one seen after the end the entry
+    records (audit 90 f2); one whose observed time cannot be read is not dropped. None where it is not."""
     what = (
         f"engine launch {x.id[:16]}"
         if x.kind == "engine.launch"
         else f"job {x.payload.get('job_id')!r} ({x.payload.get('state')}, entry {x.id[:16]})"
     )
     over = f"{what} (logged {x.logged_at}) records its run over at {format_time(end)}"
-    if x.seq > e.seq:
+    seen = _observed(e)
+    if not by_claim:
+        if x.seq <= e.seq or seen is None or seen > end:
+            return None
+        why = f"the log took it (logged {e.logged_at}, observed {format_time(seen)}) before {over}"
+    elif x.seq > e.seq:
         why = f"the log took it (logged {e.logged_at}) before {over}"
-    elif by_claim and e.observed_time <= end:
-        why = f"observed {format_time(e.observed_time)}, not after {over}"
+    elif seen is None or seen <= end:
+        said = format_time(seen) if seen is not None else f"at {e.statement.get('collected_at')!r} (no time)"
+        why = f"observed {said}, not after {over}"
     else:
         return None
     return (
@@ -1364,8 +1411,18 @@ def check_routing_change(
     # no restoration (audit 86 f2, f1). A failure it shows is that gone engine's only where the log itself
     # took it before an end entry still standing (trusted, not taken out: ``usable``, read quietly): no
     # claimed time, and no withdrawn or untrusted end, removes a failure (audit 87 f2)
+    # read to take credit away: an end entry that leaves out a field of the subject matches it (audit 90 f1)
     ends = _recorded_ends(
-        _entries(ledger, subject=match, kinds=_RUN_KINDS, size=size, snap=snap, since=oldest, aliases=names)
+        _entries(
+            ledger,
+            subject=match,
+            kinds=_RUN_KINDS,
+            size=size,
+            snap=snap,
+            since=oldest,
+            aliases=names,
+            takes_credit_away=True,
+        )
     )
     standing_ends: list[tuple[Evidence, datetime]] | None = None  # read at the first failed probe
     for e in _entries(
@@ -1398,7 +1455,11 @@ def check_routing_change(
         if not fresh and not failed:
             continue  # a pass observed before the bound: not credited
         if failed and standing_ends is None:
-            standing_ends = [(x, t) for x, t in ends if usable(x, quiet=True)]
+            # a field an end entry leaves out counts only where it takes credit away: one that drops a
+            # failure names every field of the subject (``_of_subject``) and still stands
+            standing_ends = [
+                (x, t) for x, t in ends if _of_subject(x.subject, match, names) and usable(x, quiet=True)
+            ]
         gone = next(
             (
                 why
@@ -1911,14 +1972,14 @@ def _standing_failures(
     def same(field: str, told: dict[str, set[str]], bound_revisions: set[str]) -> bool:
         """Whether a campaign that tells these values (labels, the engine, host and revision its spec binds,
         what its verdict judged) may be of the requested ``field``: any told value is the requested one, or
-        none is told (fail closed)."""
-        values = {v for v in told.get(field, set()) if v.strip()}
+        none is told (fail closed: ``_hides_nothing``, the one reading)."""
+        values = told.get(field, set())
         if field == "host":
-            return not values or any(host_key(v) in want_hosts for v in values)
+            return _hides_nothing(values, lambda v: host_key(v) in want_hosts)
         if field == "backend":
-            return not values or engine(match["backend"]) in {engine(v) for v in values}
+            return _hides_nothing(values, lambda v: engine(v) == engine(match["backend"]))
         by_revision = bool(revision) and revision in bound_revisions
-        return not values or by_revision or any(_same_name(v, match["model"]) for v in values)
+        return by_revision or _hides_nothing(values, lambda v: _same_name(v, match["model"]))
 
     # every campaign the log took a job, launch or verdict of within the bound, whatever its labels say
     # (a label left out or spelled otherwise hides nothing); by the time the log took it, not a claim
