@@ -529,9 +529,15 @@ def test_a_verdict_entry_naming_another_model_than_it_evaluated_does_not_qualify
     payload evaluated the embedding campaign (QUALIFIED) let OvisOCR2 be routed. The re-derived verdict
     must judge every requested field."""
     b = build("routing-change/seed004-router.toml")
-    real = b.ledger.get(b.names["verdict"]).statement.payload
+    entry = b.ledger.get(b.names["verdict"])
+    real, listed = entry.statement.payload, entry.statement.artifacts
     named = {"backend": "vllm", "model": "OvisOCR2", "host": "gpu-box-1", "campaign": "router-embed"}
-    append(b, "verdict", named, dict(real), "reviewer")
+    # the forged entry lists the real verdict's result artifact (a verdict's result is one of its own
+    # artifacts since fix 120)
+    st = b.ledger.make_statement(
+        "verdict", named, dict(real), artifacts=list(listed), collected_at="2026-09-10T12:00:00Z"
+    )
+    b.ledger.append([b.ledger.sign(st, "reviewer")], logged_at=parse_time("2026-09-10T12:00:00Z"))
     ocr = {"backend": "vllm", "model": "OvisOCR2", "host": "gpu-box-1"}
     r = check_routing_change(b.ledger, load_policy("routing-change"), ocr, deployment=OK, now=NOW)
     assert r["allowed"] is False
