@@ -1282,9 +1282,12 @@ class RemoteRecorder:
             raise
         if ready:
             try:
-                got = self.client.append([env.to_json()])  # a refusal is raised, not spooled
+                got = self.client.append([env.to_json()])
             except RemoteUnavailableError as e:
                 self.unreachable = e.message
+            except LedgerError as e:  # a refusal is raised, the entry never dropped (``_kept_refused``)
+                self._kept_refused(data, entry_id, e)
+                raise
             else:
                 try:
                     if len(got) != 1 or got[0].get("id") != entry_id:
@@ -1296,6 +1299,21 @@ class RemoteRecorder:
                 return entry_id
         self._spool(data, entry_id)
         return entry_id
+
+    def _kept_refused(self, data: bytes, entry_id: str, error: LedgerError) -> None:
+        """Keep an entry the server refused when it was sent online: set aside in the spool's ``refused/``
+        beside the server's reason where the refusal is for good (``_refused_for_good``: the bytes sent),
+        else spooled for a later push (a token the server does not take, a code this client does not
+        know) — never dropped."""
+        path = self.spool.add_entry(data, entry_id, target=self.target())
+        if _refused_for_good(error):
+            kept = self.spool.set_aside(path, server_key(self.client.server), error)
+            self.refused.append(
+                {"id": entry_id, "file": str(kept), "code": error.code, "message": error.message}
+            )
+        else:
+            self.spooled.append(entry_id)
+            self.unreachable = error.message
 
     def _spool(self, data: bytes, entry_id: str, why: LedgerError | None = None) -> None:
         self.spool.add_entry(data, entry_id, target=self.target())

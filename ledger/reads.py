@@ -27,6 +27,7 @@ import blake3
 
 from ledger.entries import format_time, parse_time, subject_problem
 from ledger.errors import (
+    ChainBrokenError,
     EntryNotFoundError,
     InputError,
     IntegrityError,
@@ -56,6 +57,7 @@ from ledger.trust import replay_keys
 
 __all__ = [
     "SCHEMA_HEAD",
+    "SIGNED_CONSEQUENCE",
     "SUBJECT_FIELDS",
     "EntryReader",
     "SqliteEntries",
@@ -66,6 +68,7 @@ __all__ = [
     "check_extends_held",
     "check_revision",
     "committed_key_rows",
+    "committed_row",
     "committed_rows",
     "find_key",
     "first_logged_since",
@@ -271,10 +274,12 @@ def uncommitted_error(
     row: Sequence[Any],
     record: bytes | None = None,
     consequence: str = "no verdict or routing decision is made on it",
+    error: type[IntegrityError] = IntegrityError,
 ) -> IntegrityError:
     """The refusal of an evidence row (seq, entry_id, kind, signer, logged_at, …, leaf_hash) whose columns
     are not the record its leaf commits; ``record``: the row's stored log record bytes, when read, to name
-    which column differs."""
+    which column differs; ``error``: its class (``ChainBrokenError`` where the log would sign or serve the
+    row: a home fault, ``committed_row``)."""
     seq, entry_id, kind, signer, logged_at = row[0], row[1], row[2], row[3], row[4]
     leaf = row[-1]
     what = "its index, logged_at, entry id, kind or signer column is not what its Merkle leaf commits"
@@ -297,7 +302,7 @@ def uncommitted_error(
             if got != want
         ]
         what = "; ".join(diffs) or what
-    return IntegrityError(
+    return error(
         f"the log's entry at seq {seq} ({str(entry_id)[:16]}) is not as the log committed it: {what} "
         f"(its row was edited behind the log's back); {consequence}",
         hint="`ledger verify` names every altered row; restore the database from a backup that the "
@@ -309,11 +314,12 @@ def committed_rows(
     rows: Iterable[tuple[Any, ...]],
     record_of: Callable[[int], bytes | None] | None = None,
     consequence: str = "no verdict or routing decision is made on it",
+    error: type[IntegrityError] = IntegrityError,
 ) -> list[tuple[Any, ...]]:
     """Evidence tuples (seq, entry_id, kind, signer, logged_at, envelope) from rows that carry the stored
-    ``leaf_hash`` last, each checked against it (``record_leaf_hex``); ``IntegrityError`` for the first
-    row whose columns are not the record its leaf commits (``record_of(seq)``: its stored record bytes,
-    read only then, to name the column)."""
+    ``leaf_hash`` last, each checked against it (``record_leaf_hex``); ``IntegrityError`` (or ``error``)
+    for the first row whose columns are not the record its leaf commits (``record_of(seq)``: its stored
+    record bytes, read only then, to name the column)."""
     rows = rows if isinstance(rows, list) else list(rows)
     sha = hashlib.sha256
     try:
@@ -338,14 +344,40 @@ def committed_rows(
         suspect = rows
     for r in suspect:  # the canonical record decides (``LogRecord.to_bytes``)
         if record_leaf_hex(r[0], r[4], r[1], r[2], r[3]) != r[6]:
-            raise uncommitted_error(r, record_of(r[0]) if record_of is not None else None, consequence)
+            raise uncommitted_error(r, record_of(r[0]) if record_of is not None else None, consequence, error)
     # the leaf commits the entry id, and the id is the envelope's BLAKE3: an envelope replaced behind the
     # log's back (another entry's, validly signed) would be judged under this entry's id and place
     blake = blake3.blake3
     for r in rows:
         if blake(r[5]).hexdigest() != r[1]:
-            raise envelope_replaced_error(r[0], r[1], entry_id_of(bytes(r[5])))
+            raise envelope_replaced_error(r[0], r[1], entry_id_of(bytes(r[5])), consequence, error)
     return [r[:6] for r in rows]
+
+
+SIGNED_CONSEQUENCE = "the log signs no receipt over it and serves no proof or record of it"
+
+
+def committed_row(
+    row: Any,
+    record: bytes | None,
+    envelope: bytes,
+    consequence: str = SIGNED_CONSEQUENCE,
+) -> None:
+    """The one check of a ``log_entries`` row (``seq``, ``entry_id``, ``kind``, ``signer``, ``logged_at``,
+    ``leaf_hash`` by name; ``record`` and ``envelope``: its record and envelope columns as bytes) before
+    the log key signs anything built from it (a receipt, a duplicate's answer) or a response carries its
+    record (an inclusion proof): its columns must be the record its leaf commits and its envelope its entry
+    id's (``committed_rows``), and its stored record must hash to that leaf (``checked_leaf``).
+    ``ChainBrokenError`` naming the row otherwise — the log's own state, a home fault (HTTP 500), never
+    the request's; ``LogFormatError`` for a row without a record (log format 1)."""
+    seq, entry_id = int(row.seq), str(row.entry_id)
+    committed_rows(
+        [(seq, entry_id, row.kind, row.signer, row.logged_at, envelope, row.leaf_hash)],
+        lambda _seq: record,
+        consequence,
+        ChainBrokenError,
+    )
+    checked_leaf(seq, entry_id, record, row.leaf_hash)
 
 
 COMMITTED_HINT = (
@@ -354,12 +386,18 @@ COMMITTED_HINT = (
 )
 
 
-def envelope_replaced_error(seq: int, entry_id: str, got: str) -> IntegrityError:
+def envelope_replaced_error(
+    seq: int,
+    entry_id: str,
+    got: str,
+    consequence: str = "no verdict or routing decision is made on it",
+    error: type[IntegrityError] = IntegrityError,
+) -> IntegrityError:
     """The refusal of a row whose envelope does not hash to the entry id its leaf commits."""
-    return IntegrityError(
+    return error(
         f"the log's entry at seq {seq} ({str(entry_id)[:16]}) is not as the log committed it: its "
         f"envelope hashes to {got[:16]}…, not to its entry id (the envelope was replaced behind "
-        "the log's back); no verdict or routing decision is made on it",
+        f"the log's back); {consequence}",
         hint=COMMITTED_HINT,
     )
 

@@ -88,6 +88,7 @@ from ledger.proofs import AuditReport, audit_receipts
 from ledger.reads import (  # parse_subject_args: defined there, imported by the CLI without the service
     SUBJECT_FIELDS,
     admin_ids,
+    committed_row,
     find_key,
     page_json,
     parse_subject_args,
@@ -95,7 +96,16 @@ from ledger.reads import (  # parse_subject_args: defined there, imported by the
     resolve_entry_id,
     signer_names,
 )
-from ledger.repo import EntryFilter, Head, KeysSince, LogRepo, SubjectSummary, checked_leaf
+from ledger.repo import (
+    EntryFilter,
+    Head,
+    KeysSince,
+    LogRepo,
+    SubjectSummary,
+    checked_leaf,
+    envelope_bytes,
+    record_bytes,
+)
 from ledger.signing import Envelope, KeyId, PublicKey, SigningKey, parse_envelope, sign_envelope
 from ledger.store import StoredArtifact, open_store, put_file
 from ledger.tiles import (
@@ -895,10 +905,12 @@ class Ledger:
                     dues = [self._commit([r]) for r in group if not r.done]  # each, then any due
                     return any(dues)
                 raise StorageError(_db_refusal(e)) from e
-        except LedgerError as e:
+        except LedgerError as e:  # met reading the log's own state for the group (its head, its key rows,
+            # a re-sent entry's row): the home's fault, never the entries' (``_log_state_fault``)
+            fault = _log_state_fault(e)
             for r in group:
                 if not r.done:
-                    r.error, r.done = e, True
+                    r.error, r.done = fault, True
             return False
         with self._cache_lock:  # committed: the keys as of the new head are this process's cache
             self._keyring, self._keyring_chain = plan.ring, plan.chain
@@ -1009,7 +1021,8 @@ class Ledger:
                 for p in req.prepared:
                     seen = accepted.get(p.entry_id)
                     if p.entry_id in existing or seen is not None:
-                        e = seen if seen is not None else entry_from_row(existing[p.entry_id])
+                        # a re-sent entry is answered (and receipted) from its row as its leaf commits it
+                        e = seen if seen is not None else _committed_entry(existing[p.entry_id])
                         out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
                         continue
                     if p.entry_id in batch_ids:
@@ -2200,9 +2213,11 @@ class Ledger:
             ) from e
 
     def receipt(self, entry: LoggedEntry) -> Receipt:
-        """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin. Signed
-        only while the log extends the checkpoint the home holds: the sequencer checked it in the
-        transaction that appended (or found) the entry; otherwise it is checked here (``_refuse_fork``)."""
+        """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin.
+        ``entry`` is one ``append`` answered: written by the sequencer, or a re-sent entry's row checked
+        against its leaf there (``_committed_entry``) — never a row read unchecked. Signed only while the
+        log extends the checkpoint the home holds: the sequencer checked it in the transaction that
+        appended (or found) the entry; otherwise it is checked here (``_refuse_fork``)."""
         try:  # what the home holds is the home's to answer for, never the entry's (``_raise_home_fault``)
             held = self.held()
             memo = self._extends
@@ -2304,13 +2319,23 @@ class Ledger:
             tree = self._tree_at(conn, size, checked=anchor)  # the audit judges each leaf it is given
             if anchor:  # the proof carries a checkpoint signed under the log key
                 self._refuse_fork(conn, held, tree)
+                # and the row's record and envelope: read in this snapshot, as its leaf commits them
+                row = self.repo.by_ids(conn, [entry.entry_id]).get(entry.entry_id)
+                if row is None:
+                    raise EntryNotFoundError(f"no entry with id {entry.entry_id}")
+                entry = _committed_entry(row)
+                record = record_bytes(entry.seq, row.record)
             n = tree.size
             if entry.seq >= n:
                 raise InputError(f"entry {entry.entry_id} (seq {entry.seq}) is not in a tree of size {n}")
             root = tree.root()
             proof = tree.inclusion_proof(entry.seq)
             leaf = tree.leaf(entry.seq)
-            record = self.repo.record_at(conn, entry.seq)
+            if anchor:  # the record must be the leaf the tree proves (a stored full tile's, or its row's)
+                if record is None or hashlib.sha256(b"\x00" + record).digest() != leaf:
+                    raise self._bundle_leaf_error(conn, entry.seq, record)
+            else:  # the local audit judges what it is given (``audit``)
+                record = self.repo.record_at(conn, entry.seq)
         cp = self._sign(n, root, hold=anchor)  # an audit's proof never moves the held checkpoint
         return {
             "type": "inclusion",
@@ -2440,15 +2465,45 @@ _OWN_RECEIPTS = (
 )
 
 
+def _home_fault(e: LedgerError) -> LedgerError:
+    """``e``, met reading the home's own state, as the home's fault (``_raise_home_fault``)."""
+    if isinstance(e, HOME_FAULTS) or e.category is Category.SYSTEM:
+        return e
+    return HomeFaultError.wrapping(e)
+
+
+def _log_state_fault(e: LedgerError) -> LedgerError:
+    """``e``, met reading the log's own rows for an append, as the home's fault (``_home_fault``): a row
+    not as the log committed it (a plain ``IntegrityError``: ``ledger.reads.uncommitted_error``,
+    ``gap_error`` …) is ``ChainBrokenError`` with its message — still an integrity error to a library
+    caller, HTTP 500 to a client, which keeps the entry spooled."""
+    if type(e) is IntegrityError:
+        return ChainBrokenError(e.message, hint=e.hint_text or None)
+    return _home_fault(e)
+
+
+def _committed_entry(row: Any) -> LoggedEntry:
+    """The entry of a ``log_entries`` row the log key signs or a response carries, checked against its
+    leaf first (``ledger.reads.committed_row``: ``ChainBrokenError``, a home fault, for a row edited
+    behind the log's back; ``HomeFaultError`` wrapping what else it met: a row without a record)."""
+    seq = int(row.seq)
+    try:
+        committed_row(row, record_bytes(seq, row.record), envelope_bytes(seq, row.envelope))
+    except LedgerError as e:
+        _raise_home_fault(e)
+    return entry_from_row(row)
+
+
 def _raise_home_fault(e: LedgerError) -> NoReturn:
     """Raise an error met reading the home's own state for an append or its receipt (the held checkpoint,
     the kept receipts, the log's rows) as the home's fault, never the entry's: ``e`` itself where it names
     such a fault already (``HOME_FAULTS``) or is a system one (storage, database), else ``HomeFaultError``
     wrapping it (a ``proof-invalid`` HOME/checkpoint, a ``bad-config`` receipts.jsonl, ``log-format``
     rows)."""
-    if isinstance(e, HOME_FAULTS) or e.category is Category.SYSTEM:
+    fault = _home_fault(e)
+    if fault is e:
         raise e
-    raise HomeFaultError.wrapping(e) from e
+    raise fault from e
 
 
 def record_leaf_error(seq: int) -> ChainBrokenError:
