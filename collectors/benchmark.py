@@ -42,9 +42,11 @@ import ledger
 from ledger.answers import (
     CONTEXT_DETAIL,
     HARNESS_REQUEST,
+    REQUEST_CUT,
     Refusal,
     context_record,
     refusal,
+    request_cut,
     request_unanswered,
 )
 from ledger.atomic import write_atomic
@@ -172,8 +174,9 @@ CAMPAIGN_CONFIG: Outcome = "config"
 # harnesses): only such a run is evidence against the engine
 BEFORE_THE_CUT = "failed before the lease ran out"
 # the error of a request the run itself cut (its lease ran out, an operator's stop, another request's engine
-# fault): no answer the engine failed to give — counted apart (``counts.cut``)
-CUT = "stopped:"
+# fault): no answer the engine failed to give — counted apart (``counts.cut``; ``ledger.answers.request_cut``,
+# the test the policy reads the stored record by too)
+CUT = REQUEST_CUT
 STOP_POLL_S = 0.1  # how often a run asks ``should_stop`` while requests are in flight
 # The harness times its own scheduling: a task sleeping STALL_TICK_S records how late it wakes. A client
 # the machine does not run cannot read a chunk when it arrives, so every latency it measures meanwhile
@@ -1731,8 +1734,9 @@ async def until_stopped(awaitable: Any, should_stop: StopCheck | None) -> str | 
 
 
 def _cut(record: RequestRecord) -> bool:
-    """Whether the run itself cut ``record`` (``CUT``), rather than the engine failing it."""
-    return record.error is not None and record.error.startswith(CUT)
+    """Whether the run itself cut ``record`` (``CUT``), rather than the engine failing it: as the policy reads
+    the stored record (``ledger.answers.request_cut``)."""
+    return request_cut(record.error)
 
 
 async def _watch_stalls(out: list[float]) -> None:

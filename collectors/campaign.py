@@ -2023,18 +2023,32 @@ _GATE_OF_CHECK = {"completion": "control", "structured": "structured", "sequenti
 
 
 def context_length(
-    kind: str, argv: list[str], values: dict[str, str] | None = None
+    kind: str,
+    argv: list[str],
+    values: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[str, int] | None:
     """The context length one attempt's ``argv`` launches its engine with: the last context option of the
     program it runs (``ledger.answers.read_context`` of ``CONTEXT_OPTIONS`` by ``_model_readers``, over the
     engine's own arguments, ``_engine_start``; the ``=`` form and the prefixes its parser
-    takes), as written, and its value, a whole number above 0. None where no option gives one, or where
-    the last gives a value read otherwise (0, llama-server's "the model's own"; vLLM's -1, "auto", "1k"),
-    or an unset variable: the context is then not known here, and nothing is judged by it."""
+    takes), as written, and its value, a whole number above 0; where no option is written, the context
+    variable that program reads (``CONTEXT_ENV``: llama-server's LLAMA_ARG_CTX_SIZE, llama-cpp-python's
+    N_CTX in any case) in the environment the engine gets: ``env`` (``launch_env`` of the campaign's
+    ``env``: what the allow-list passes of this process's, then the campaign's), less what an ``env``
+    launcher in front of the engine unsets, then its NAME=VALUE items (``_Launch.engine_env``). None where
+    neither gives one, where the last option gives a value read otherwise (0, llama-server's "the model's
+    own"; vLLM's -1, "auto", "1k"), where the variables give none (two that differ, a value that is no whole
+    number above 0), or an unset variable: the context is then not known here, and nothing is judged by it.
+    ``env`` None: only an option is read."""
     readers = _model_readers(kind, argv)
     filled = values or _placeholders()
     try:
-        return read_context(readers, argv[_engine_start(argv) :], lambda v: _fill(v, filled))
+        engine_env: dict[str, str] | None = None
+        if env is not None:
+            launch = _skip_launchers(argv)
+            assigned = {k: _fill(v, filled) for k, v in launch.env.items()}
+            engine_env = launch.engine_env(env, assigned)
+        return read_context(readers, argv[_engine_start(argv) :], lambda v: _fill(v, filled), env=engine_env)
     except ConfigError:  # ${VAR} that is not set: the launch refuses it
         return None
 
@@ -2049,7 +2063,11 @@ def _check_context(spec: CampaignFile, p: Path) -> None:
     ``ledger.answers.context_overflow``.)"""
     gates = spec.gates
     for attempt in spec.engine.attempts:
-        known = context_length(spec.engine.kind, [*spec.engine.command, *attempt.extra_args])
+        try:
+            env = launch_env({k: expand(v) for k, v in {**spec.engine.env, **attempt.env}.items()})
+        except ConfigError:  # a value that does not expand: the launch refuses it
+            env = None
+        known = context_length(spec.engine.kind, [*spec.engine.command, *attempt.extra_args], env=env)
         if known is None:
             continue
         option, length = known
@@ -2058,7 +2076,7 @@ def _check_context(spec: CampaignFile, p: Path) -> None:
             if gate.enabled and gate.max_tokens >= length:
                 raise ConfigError(
                     f"campaign {p}: attempt {attempt.name!r}: [gates.{name}] max_tokens {gate.max_tokens} "
-                    f"cannot fit the context length the command gives the engine ({option} {length}): "
+                    f"cannot fit the context length the launch gives the engine ({option} {length}): "
                     "the probe's prompt and its answer must fit it together, and the engine would refuse "
                     f"or fail a request the campaign made too long; raise {option} or lower [gates.{name}] "
                     "max_tokens"
@@ -3431,9 +3449,14 @@ class CampaignRunner:
         return self._probe_gate(p)
 
     def _context_length(self) -> tuple[str, int] | None:
-        """The context length the running engine was launched with (``context_length`` of its command)."""
+        """The context length the running engine was launched with (``context_length`` of its command and
+        of the environment it was started under, ``launch_env`` of its ``env``: the one its launch
+        records)."""
         run = self.engine
-        return None if run is None else context_length(self.c.spec.engine.kind, list(run.spec.command))
+        if run is None:
+            return None
+        kind = self.c.spec.engine.kind
+        return context_length(kind, list(run.spec.command), env=launch_env(run.spec.env))
 
     def _gate_sequential(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         g = self.c.spec.gates.sequential

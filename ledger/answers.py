@@ -21,7 +21,9 @@ from ledger.canonical import parse_json
 from ledger.errors import LedgerError
 
 __all__ = [
+    "CONTEXT_ENV",
     "CONTEXT_OPTIONS",
+    "CONTEXT_PADDING",
     "CUT_FINISH_REASON",
     "HARNESS_REQUEST",
     "REFUSALS",
@@ -29,6 +31,7 @@ __all__ = [
     "REFUSAL_CONTEXT",
     "REFUSAL_PARAMS",
     "REFUSAL_REQUEST_FORM",
+    "REQUEST_CUT",
     "SIZING_REFUSED",
     "Refusal",
     "context_overflow",
@@ -37,9 +40,12 @@ __all__ = [
     "launched_context",
     "read_context",
     "refusal",
+    "request_cut",
     "request_unanswered",
     "schema_problem",
+    "stated_windows",
     "structured_answer_problem",
+    "window_explained",
 ]
 
 # the finish reason of an answer the request's max_tokens cut (OpenAI's, as vLLM and llama.cpp report it)
@@ -192,19 +198,69 @@ CONTEXT_OPTIONS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
 }
 
 
+# The variable that sets the same context length through the engine's environment, keyed by the engine
+# kind whose programs read it (a launch records its ``engine`` kind) and then by the program (the keys of
+# ``CONTEXT_OPTIONS``): llama-server's LLAMA_ARG_CTX_SIZE (common/arg.cpp, read as written), llama-cpp-
+# python's N_CTX (its server's pydantic-settings ``ModelSettings.n_ctx``, read in any case:
+# ``_ANY_CASE_PROGRAMS``). vLLM and SGLang read no variable for it (vLLM's envs.py has none; its
+# VLLM_ALLOW_LONG_MAX_MODEL_LEN only lets --max-model-len pass the model's own length). Both llama.cpp
+# programs let the option win over the variable (llama-server applies its variables before its arguments;
+# llama-cpp-python builds its settings from the arguments given, which pydantic-settings puts before the
+# environment), so a variable counts only where no context option is written (``read_context``).
+CONTEXT_ENV: Final[dict[str, dict[str, tuple[str, ...]]]] = {
+    "llamacpp": {"llama-server": ("LLAMA_ARG_CTX_SIZE",), "llama_cpp.server": ("N_CTX",)},
+}
+# the programs that read their variables in any case (pydantic-settings' default ``case_sensitive=False``)
+_ANY_CASE_PROGRAMS = ("llama_cpp.server",)
+_ENV_OF_PROGRAM: Final = {p: names for programs in CONTEXT_ENV.values() for p, names in programs.items()}
+
+
 def _is_context_option(readers: Sequence[str], name: str) -> bool:
     spellings = dict.fromkeys(s for r in readers for s in CONTEXT_OPTIONS.get(r, ()))
     return any(name.startswith(shortest) and whole.startswith(name) for whole, shortest in spellings)
 
 
+def _length(option: str, given: str) -> tuple[str, int] | None:
+    """(option, length) for a context value written as a whole number above 0; None for any other."""
+    return (option, int(given)) if re.fullmatch(r"[0-9]{1,9}", given) and int(given) > 0 else None
+
+
+def _env_context(readers: Sequence[str], env: Mapping[str, str]) -> tuple[str, int] | None:
+    """The context length the variables of ``env`` that the programs ``readers`` read (``CONTEXT_ENV``,
+    each in its program's case rule) give: (variable as written, length). None where none is set, where
+    two set differ (``N_CTX`` and ``n_ctx``: which one pydantic-settings takes depends on the order of the
+    environment; two programs' variables: which the engine reads is the program's), or where the value is
+    no whole number above 0 (0: the model's own; a text, a sign: the engine refuses it or reads it its
+    own way) — the context is then not known."""
+    found: dict[str, str] = {}
+    for r in readers:
+        for name in _ENV_OF_PROGRAM.get(r, ()):
+            any_case = r in _ANY_CASE_PROGRAMS
+            for key, value in env.items():
+                if (key.upper() == name) if any_case else (key == name):
+                    found[key] = value
+    if not found or len(set(found.values())) != 1:
+        return None
+    key = sorted(found)[0]
+    return _length(key, found[key])
+
+
 def read_context(
-    readers: Sequence[str], args: Sequence[str], fill: Callable[[str], str] = str
+    readers: Sequence[str],
+    args: Sequence[str],
+    fill: Callable[[str], str] = str,
+    env: Mapping[str, str] | None = None,
+    env_readers: Sequence[str] | None = None,
 ) -> tuple[str, int] | None:
-    """The context length an engine's arguments ``args`` give it: the last context option of the programs
-    ``readers`` (``CONTEXT_OPTIONS``; the ``=`` form and the prefixes its parser takes), as written, and its
-    value (``fill``: as launched), a whole number above 0. None where no option gives one, or where the
-    last gives none (the next item is an option) or a value read otherwise (0, llama-server's "the model's
-    own"; vLLM's -1, "auto", "1k"): the context is then not known, and nothing is judged by it."""
+    """The context length an engine's arguments ``args`` and environment ``env`` give it. The last context
+    option of the programs ``readers`` (``CONTEXT_OPTIONS``; the ``=`` form and the prefixes its parser
+    takes), as written, and its value (``fill``: as launched), a whole number above 0; where no option is
+    written, the variable of the programs ``env_readers`` (default ``readers``) set in ``env``
+    (``CONTEXT_ENV``, ``_env_context``): the option wins, as in both programs that read one. None where
+    neither gives one, or where the last option gives none (the next item is an option) or a value read
+    otherwise (0, llama-server's "the model's own"; vLLM's -1, "auto", "1k") — an option so written still
+    wins over the variable — or the variables give none: the context is then not known, and nothing is
+    judged by it. ``env`` None: the environment is not known (only an option gives a context)."""
     last: tuple[str, str] | None = None
     for i, item in enumerate(args):
         name, eq, value = item.partition("=")
@@ -213,10 +269,16 @@ def read_context(
         if not eq:
             value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else ""
         last = (name, fill(value) if value else "")
-    if last is None:
+    if last is not None:
+        return _length(*last)
+    if env is None:
         return None
-    option, given = last
-    return (option, int(given)) if re.fullmatch(r"[0-9]{1,9}", given) and int(given) > 0 else None
+    return _env_context(readers if env_readers is None else env_readers, env)
+
+
+# a launcher that may set, unset or clear the engine's variables in front of it (``env NAME=VALUE …``):
+# the recorded environment is then not the one the engine got (``launched_context``)
+_ENV_LAUNCHER = "env"
 
 
 def launched_context(launch: Any) -> tuple[str, int] | None:
@@ -224,14 +286,72 @@ def launched_context(launch: Any) -> tuple[str, int] | None:
     from its recorded ``command`` (the argv as launched, placeholders filled) by ``read_context`` over every
     program's spellings (which program the command runs is the collector's reading, not re-read here: an
     option of another program, a launcher's or the interpreter's ``-c`` read as one, can only make the
-    lengths differ). None where the payload is not a mapping, its ``engine`` is no text, or its
-    ``command`` is not a list of texts (fail closed: nothing is excused by it)."""
+    lengths differ) and, where the command writes no context option, from its recorded ``env`` (the
+    engine-relevant variables it inherited and the campaign's ``env``) by the variables of the programs of
+    its ``engine`` kind (``CONTEXT_ENV``). None where the payload is not a mapping, its ``engine`` is no
+    text, or its ``command`` is not a list of texts; and, where no option gives the context, where its
+    ``env`` is missing or not a mapping of texts, or its command runs an ``env`` launcher (which may set or
+    unset the variables in front of the engine: the recorded ``env`` is then not what the engine got) —
+    fail closed: nothing is excused by it."""
     if not isinstance(launch, Mapping) or not isinstance(launch.get("engine"), str):
         return None
     command = launch.get("command")
     if not isinstance(command, list) or not all(isinstance(item, str) for item in command):
         return None
-    return read_context(tuple(CONTEXT_OPTIONS), command[1:])
+    env = launch.get("env")
+    known_env = (
+        isinstance(env, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+        and not any(item.rsplit("/", 1)[-1] == _ENV_LAUNCHER for item in command)
+    )
+    return read_context(
+        tuple(CONTEXT_OPTIONS),
+        command[1:],
+        env=env if known_env else None,
+        env_readers=tuple(CONTEXT_ENV.get(launch["engine"], {})),
+    )
+
+
+# --- the context window an engine's refusal states ------------------------------------------------------
+
+# How the engines' refusals state the context window they serve requests in (a group ``window``): vLLM's
+# and llama-cpp-python's 400 "This model's maximum context length is N tokens", llama-server's 400
+# "request (T tokens) exceeds the available context size (N tokens)" (older builds state no N), and
+# llama-cpp-python's "Requested tokens (T) exceed context window of N" (its streamed overflow)
+_STATED_WINDOW = (
+    re.compile(r"maximum context length is (?P<window>[0-9]{1,9}) tokens"),
+    re.compile(r"available context size \((?P<window>[0-9]{1,9}) tokens\)"),
+    re.compile(r"exceed context window of (?P<window>[0-9]{1,9})"),
+)
+# llama.cpp pads the context it is given up to a multiple of this (its llama_context: --n_ctx 100 serves
+# 256, 300 serves 512, 513 serves 768 — llama-cpp-python 0.3.36; older builds pad less), and states the
+# padded window in its refusals; vLLM states its --max-model-len as given (``window_explained``)
+CONTEXT_PADDING: Final = 256
+
+
+def stated_windows(error: str) -> tuple[int, ...]:
+    """Every context window ``error`` (an engine's refusal) states (``_STATED_WINDOW``), in order; none
+    where it states none."""
+    return tuple(int(m.group("window")) for p in _STATED_WINDOW for m in p.finditer(error))
+
+
+def window_explained(window: int, length: int) -> bool:
+    """Is a window an engine states it serves what a launch's context ``length`` gives it, or what the
+    engine derives from it: ``length`` itself (vLLM's --max-model-len; a larger one than the model's own is
+    refused at start-up, not served) up to ``length`` padded to ``CONTEXT_PADDING`` (llama.cpp's). A smaller
+    window (the engine served less than launched — a model's own length, a slot's share) or a larger one is
+    not the launch's: a refusal stating it is no refusal of the campaign's context."""
+    padded = -(-length // CONTEXT_PADDING) * CONTEXT_PADDING
+    return length <= window <= padded
+
+
+def _windows_explained(error: Any, length: int | None) -> bool:
+    """Does every window ``error`` states (``stated_windows``) fit the context ``length``
+    (``window_explained``)? True where it states none or the length is not known (nothing to hold it
+    to); an error that is no text states none."""
+    if not isinstance(error, str) or length is None:
+        return True
+    return all(window_explained(w, length) for w in stated_windows(error))
 
 
 def _whole(value: Any, least: int) -> int | None:
@@ -268,12 +388,21 @@ def _context_of(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return ctx if isinstance(ctx, Mapping) else None
 
 
+def _recorded_context(payload: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(option, length) the request's context record names; None where it names none, or mistyped."""
+    ctx = _context_of(payload)
+    option, length = (ctx.get("option"), _whole(ctx.get("length"), 1)) if ctx is not None else (None, None)
+    return (option, length) if isinstance(option, str) and option and length is not None else None
+
+
 def _sizing_refused(payload: Mapping[str, Any], params: Mapping[str, Any]) -> tuple[str, int] | None:
     """(option, context length) where a request's context record (``context_record``) shows the engine
     refused the sizing request itself — the same prompt with max_tokens 1 — for the context length: a status
     in ``params.context_refused_http_statuses`` whose error matches ``params.context_refusal_patterns``
-    (the engine's own word that the prompt alone does not fit). None otherwise, or for a record missing,
-    renamed or mistyped (fail closed)."""
+    (the engine's own word that the prompt alone does not fit), stating no window, or one the record's
+    context length gives (``window_explained``: an engine that says it serves another window than the one
+    the request was sized for refused it for its own context, not the campaign's). None otherwise, or for a
+    record missing, renamed or mistyped (fail closed)."""
     ctx = _context_of(payload)
     sized = ctx.get(SIZING_REFUSED) if ctx is not None else None
     if ctx is None or not isinstance(sized, Mapping):
@@ -283,6 +412,8 @@ def _sizing_refused(payload: Mapping[str, Any], params: Mapping[str, Any]) -> tu
     if not isinstance(option, str) or not option or length is None or type(status) is not int:
         return None
     if not isinstance(error, str) or not _listed(status, params.get("context_refused_http_statuses")):
+        return None
+    if not _windows_explained(error, length):
         return None
     return (option, length) if _matches(error, params.get("context_refusal_patterns")) else None
 
@@ -388,7 +519,15 @@ def refusal(
     (``launched_context`` of its attempt's ``engine.launch``; None where that is not known). Where given, a
     context refusal that rests on the record alone (``context_overflow``) holds only where the context the
     record names — the collector's claim — is that one (derive, don't trust); the collector, which sized the
-    request by the command it launched, passes none."""
+    request by the command it launched, passes none.
+
+    A context refusal whose error states a window (``stated_windows``: "maximum context length is N
+    tokens", "available context size (N tokens)", "context window of N") holds only where each such N is
+    one the context gives (``window_explained``: the launch's, ``launched``, where given; else the one the
+    record names; N at least it and at most it padded to ``CONTEXT_PADDING``, llama.cpp's rounding): the
+    engine serving a smaller or larger window than launched refused the request for its own context, not
+    the campaign's — whatever the request's size. An error that states no window, or a context known to
+    neither, holds the refusal to the rest of the rules alone."""
     if not isinstance(payload, Mapping) or not isinstance(params, Mapping):
         return None
     status = payload.get("http_status")
@@ -420,6 +559,12 @@ def refusal(
         overflow = found[:2] if found is not None else _sizing_refused(payload, params)
     if overflow is not None and launched is not _Unread.UNREAD and launched != overflow:
         overflow = None  # the record names another context than its launch's command gives
+    # the window the engine's own words state must be one the context the request was launched into gives
+    # (the launch's, where the reader knows it, else the one the record names): one it does not give is the
+    # engine serving another context than the campaign's — its failure, however large the request
+    held = launched if isinstance(launched, tuple) else _recorded_context(payload)
+    if not _windows_explained(error, held[1] if held is not None else None):
+        refused_context, overflow = False, None
     if refused_context or overflow is not None:
         return REFUSAL_CONTEXT if prompt_unanswered else None
     if (
@@ -441,3 +586,16 @@ def request_unanswered(fault: Any, unanswered: Any, http_status: Any) -> bool:
     stored record's fields."""
     no_answer = http_status is None or (type(http_status) is int and 200 <= http_status <= 299)
     return fault is True and unanswered is True and no_answer
+
+
+# how the error of a harness request the run itself cut begins (its lease ran out, an operator's stop,
+# another request's engine fault): no answer the engine failed to give (``request_cut``)
+REQUEST_CUT: Final = "stopped:"
+
+
+def request_cut(error: Any) -> bool:
+    """A harness request the run itself cut rather than the engine failing it: its error, a text, begins
+    ``REQUEST_CUT``. The collectors count their live records by it (``counts.cut``), the policy the stored
+    record's ``error`` (``acceptance._requests_shown``): one test, so a count a rule subtracts from the
+    errors is the one the record shows. Anything else (no error, a mistyped one): not cut."""
+    return isinstance(error, str) and error.startswith(REQUEST_CUT)

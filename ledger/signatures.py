@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ledger.answers import REFUSAL_CONTEXT, REFUSALS
+from ledger.answers import REFUSAL_CONTEXT, REFUSALS, window_explained
 from ledger.errors import ConfigError
 
 __all__ = [
@@ -720,8 +720,9 @@ def explained_by_refusals(
 ) -> bool:
     """Whether every occurrence of ``found`` is the campaign's context refusal: its traceback shows the
     overflow (``Occurrence.explanation``) in the engine's own numbers — the prompt's ``tokens`` at or beyond
-    the ``window`` it served, a window at least the context the launch's command gives (``launched``: a
-    smaller window is the engine's, not the campaign's) — and it pairs with a request of ``refused`` of its
+    the ``window`` it served, a window the context the launch gives explains (``launched``,
+    ``ledger.answers.window_explained``: it, up to it padded to 256 — a smaller or larger one is the
+    engine's, not the campaign's) — and it pairs with a request of ``refused`` of its
     own (each used once): the requests the run recorded refused for the context, held to the launch's
     command (``ledger.answers.refusal`` with ``launched``), given by the prompt tokens each records (None:
     the engine refused its sizing too — any occurrence; a number: only an occurrence of those tokens). No
@@ -732,7 +733,7 @@ def explained_by_refusals(
     for occ in sorted(found, key=lambda o: o.tokens is None):
         if occ.explanation is None or occ.tokens is None or occ.window is None:
             return False
-        if not occ.tokens >= occ.window >= launched[1]:
+        if not (occ.tokens >= occ.window and window_explained(occ.window, launched[1])):
             return False
         pick = occ.tokens if occ.tokens in left else None
         if pick not in left:

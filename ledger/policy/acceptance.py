@@ -28,6 +28,7 @@ from ledger.answers import (
     cut_undecided,
     launched_context,
     refusal,
+    request_cut,
     request_unanswered,
 )
 from ledger.devices import (
@@ -3651,7 +3652,8 @@ _REQUEST_RECORDS = {"semantic": _SEMANTIC_REQUESTS, "benchmark": _BENCHMARK_REQU
 def _request_record_missing(e: Evidence) -> str | None:
     """Why what a harness result claims of its requests cannot be read back: it is no harness's result
     (``_REQUEST_RECORDS``), or it stores no per-request record. One rule for both harnesses: a claim
-    (``counts.unanswered``, ``counts.refused``, ``bounds.fault_kind``) on the payload alone is never
+    (``counts.unanswered``, ``counts.refused``, ``counts.cut``, ``counts.timed_out``, ``bounds.fault_kind``:
+    ``_request_claims``) on the payload alone is never
     excused nor credited — the record read back (``_requests_shown``) is. None: it stores its record."""
     gate = e.payload.get("gate")
     name = _REQUEST_RECORDS.get(gate) if isinstance(gate, str) else None
@@ -3662,18 +3664,31 @@ def _request_record_missing(e: Evidence) -> str | None:
     return f"it stores no {name}, its per-request record: what it claims of its requests cannot be read back"
 
 
+# the counts a rule subtracts from a harness run's errors (``stopped-from-outside``: cut, unanswered and, for
+# an engine held from outside, timed_out; ``harness-campaign-config``: cut and refused;
+# ``harness-lease-expired``: cut), each read back from the run's per-request record (``_requests_shown``),
+# request by request, by the one test the collector counted it with
+_EXCUSED_COUNTS = ("cut", "unanswered", "timed_out", "refused")
+# the excused counts one rule subtracts together: a request may count in one of each at most — a record
+# that shows one request in two is a problem (``_requests_shown``), never an error excused twice. (A context
+# refusal streamed as a cut 2xx answer is refused and unanswered both, honestly: no rule subtracts both.)
+_EXCUSED_TOGETHER = (("cut", "unanswered", "timed_out"), ("cut", "refused"))
+
+
 def _request_claims(e: Evidence) -> list[str]:
     """What a harness result claims of its requests that only its per-request record can bear out — the
     claims a rule excuses a failed run on: ``bounds.fault_kind`` "unanswered" and ``counts.unanswered``
-    (a stop from outside, ``stopped-from-outside``), ``bounds.outcome`` "config" and ``counts.refused``
-    (the campaign's configuration, ``harness-campaign-config``). A count of 0 claims nothing; any other
-    value, mistyped too, is a claim."""
+    (a stop from outside, ``stopped-from-outside``), ``counts.timed_out`` (the same rule, an engine held
+    from outside), ``bounds.outcome`` "config" and ``counts.refused`` (the campaign's configuration,
+    ``harness-campaign-config``), ``counts.cut`` (the requests the run itself cut, which those rules and
+    ``harness-lease-expired`` subtract from its errors: ``_EXCUSED_COUNTS``). A count of 0 claims nothing;
+    any other value, mistyped too, is a claim."""
     bounds, counts = e.payload.get("bounds"), e.payload.get("counts")
     b: Mapping[str, Any] = bounds if isinstance(bounds, dict) else {}
     c: Mapping[str, Any] = counts if isinstance(counts, dict) else {}
     out = [f"bounds.fault_kind {FAULT_UNANSWERED!r}"] if b.get("fault_kind") == FAULT_UNANSWERED else []
     out += ["bounds.outcome 'config'"] if b.get("outcome") == "config" else []
-    out += [f"counts.{k} {c[k]!r}" for k in ("unanswered", "refused") if k in c and c[k] != 0]
+    out += [f"counts.{k} {c[k]!r}" for k in _EXCUSED_COUNTS if k in c and c[k] != 0]
     return out
 
 
@@ -3888,9 +3903,14 @@ def _requests_shown(
 ) -> tuple[dict[str, int], list[str]]:
     """What a harness's per-request record (``benchmark-requests.jsonl``, ``semantic-requests.jsonl``: one
     ``benchmark.RequestRecord`` per request sent, in order) shows, judged request by request: its counts
-    (``issued``, ``completed``, ``errors``, ``unanswered``, ``timed_out`` — ``request_timed_out`` —,
-    ``refused``, ``completed@cN``) and where it contradicts itself or the result:
+    (``issued``, ``completed``, ``errors``, ``cut`` — ``ledger.answers.request_cut`` —, ``unanswered``,
+    ``timed_out`` — ``request_timed_out`` —, ``refused``, ``completed@cN``) and where it contradicts itself
+    or the result:
 
+    * a request it records in two excused categories a rule subtracts together (``_EXCUSED_TOGETHER``: cut,
+      unanswered, timed out; cut, refused): one request is one error, excused once at most — the collector
+      never records one so (a cut request is one the engine was not asked to finish, an unanswered one lost
+      its connection, a timed-out one got nothing in time);
     * ``bounds.fault_kind`` "unanswered" (outcome "fault") where it records no faulted request, or one that
       is not unanswered (``_request_unanswered``);
     * ``bounds.fault_kind`` "timeout" (outcome "fault": the gravest fault a timeout, none answered) where it
@@ -3906,9 +3926,10 @@ def _requests_shown(
 
     Raises ``_Unreadable`` for a request that records no error (null or a text), no whole-number level, a
     or a refusal that is none of ``ledger.answers.REFUSALS``."""
-    issued = completed = unanswered = faulted = timed_out = faulted_timed_out = faulted_answered = 0
+    issued = completed = unanswered = faulted = timed_out = faulted_timed_out = faulted_answered = cut = 0
     by_level: dict[str, int] = {}
     in_flight: dict[tuple[int | None, int], int] = {}  # (repetition, level) → its requests unanswered
+    twice: list[str] = []  # requests recorded in two excused categories one rule subtracts together
     first_answered: int | None = None
     answered_prompts: dict[str, int] = {}  # prompt id → the first request that answered it
     refused: list[tuple[int, str, Any, Any]] = []  # (request, refusal, prompt id, HTTP status)
@@ -3931,6 +3952,14 @@ def _requests_shown(
         faulted += r.get("fault") is True
         timed = request_timed_out(r.get("timed_out"), error, r.get("http_status"))
         timed_out += timed
+        stopped = request_cut(error)
+        excused = {"cut": stopped, "unanswered": _request_unanswered(r), "timed_out": timed}
+        excused["refused"] = kind is not None
+        for together in _EXCUSED_TOGETHER:
+            if len(both := [k for k in together if excused[k]]) > 1:
+                twice.append(f"request {n} is recorded {' and '.join(both)}")
+                break
+        cut += stopped
         faulted_timed_out += timed and r.get("fault") is True
         faulted_answered += (
             r.get("fault") is True
@@ -3938,7 +3967,7 @@ def _requests_shown(
             and not _request_unanswered(r)
             and r.get("http_status") is not None
         )
-        if _request_unanswered(r):
+        if excused["unanswered"]:
             # a repetition left out or mistyped: one run of its level with every other such request (never
             # fewer in flight at once than the record shows — the bound below only tightens)
             rep = r.get("repetition")
@@ -3950,6 +3979,12 @@ def _requests_shown(
         if kind == REFUSAL_CONTEXT and (why := _context_refusal_unshown(r, n, params, launched)):
             unshown.append(why)
     problems: list[str] = list(unshown)
+    if twice:
+        more = f" (and {len(twice) - 1} more request(s) so)" if len(twice) > 1 else ""
+        problems.append(
+            f"{twice[0]}{more}: one request is one error, excused once at most — a rule subtracts both "
+            "counts from the run's errors"
+        )
     b: Mapping[str, Any] = bounds if isinstance(bounds, dict) else {}
     if (
         b.get("outcome") == "fault"
@@ -3998,6 +4033,7 @@ def _requests_shown(
         "issued": issued,
         "completed": completed,
         "errors": issued - completed,
+        "cut": cut,
         "unanswered": unanswered,
         "timed_out": timed_out,
         "refused": len(refused),

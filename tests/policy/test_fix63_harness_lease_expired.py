@@ -6,6 +6,7 @@ gate (failed items that leave the threshold out of reach, engine errors beyond t
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,25 @@ def _semantic_cut(es: list[dict[str, Any]], *, asked: int, failed: int) -> dict[
 
 
 def _benchmark_cut(es: list[dict[str, Any]], *, errors: int, cut: int | None) -> dict[str, Any]:
+    """The shipped benchmark, as the harness records a run whose lease cut ``cut`` requests in flight at c4
+    after the engine failed ``errors - cut`` (HTTP 400) at c1 — and its per-request record, from which the
+    policy reads counts.cut back (audit 88: a cut claimed with no record is excused nothing)."""
     p = entry(es, "benchmark")["payload"]
     p["status"] = "failed"
-    p["counts"].update(issued=100, completed=100 - errors, errors=errors)
+    p["counts"] = {k: v for k, v in p["counts"].items() if not k.startswith("completed@c")}
+    p["counts"].update(issued=100, completed=100 - errors, errors=errors, **{"completed@c1": 100 - errors})
+    answered = {"level": 1, "repetition": 0, "error": None, "fault": False, "http_status": 200}
+    failed = {**answered, "error": "HTTP 400: bad request", "http_status": 400}
+    stopped = {
+        **answered,
+        "level": 4,
+        "error": "stopped: the lease of 900 s expired during c4",
+        "http_status": None,
+    }
+    records = [answered] * (100 - errors) + [failed] * (errors - (cut or 0)) + [stopped] * (cut or 0)
+    entry(es, "benchmark")["artifacts"] = [
+        {"name": "benchmark-requests.jsonl", "text": "".join(json.dumps(r) + "\n" for r in records)}
+    ]
     if cut is not None:
         p["counts"]["cut"] = cut
     p["bounds"].update(outcome="lease-expired", aggregate=False, valid=False)
@@ -126,7 +143,12 @@ def test_lease_expired_rule_fires_only_on_the_recorded_outcome(
     rule: dict[str, Any], bounds: dict[str, Any], fires: bool
 ) -> None:
     cond = compile_condition(rule["when"], "backend-qualification.toml")
-    assert cond.holds({"e": {"payload": {"gate": "semantic", "bounds": bounds}}}) is fires
+    e = {"payload": {"gate": "semantic", "bounds": bounds}, "derived": {"artifact_problem": None}}
+    assert cond.holds({"e": e}) is fires
+    # a run whose stored record contradicts its counts (audit 88: a cut it does not show) is never excused
+    # here: harness-artifact-mismatch judges it, its failure counted against the engine
+    e["derived"] = {"artifact_problem": "counts.cut 4, its benchmark-requests.jsonl (100 requests) shows 3"}
+    assert cond.holds({"e": e}) is False
 
 
 @pytest.mark.parametrize(

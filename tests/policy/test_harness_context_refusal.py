@@ -269,3 +269,15 @@ def test_the_captured_llama_cpp_python_log_is_explained_by_its_recorded_refusal(
     assert gates(v)["runtime-stability"] == "passed", v["gates"]
     unpaired = verdict_of(tmp_path, _campaign(log, [ANSWERED]))
     assert gates(unpaired)["runtime-stability"] == "failed", unpaired["gates"]
+
+
+def test_an_occurrence_whose_window_the_launch_does_not_give_is_not_explained() -> None:
+    """Regression (fix 125's note): the explanation held an occurrence's window to the launched context with
+    a lower bound only, so a traceback showing a 4096-token window under a launch of ``--n_ctx 256`` was
+    explained. The window must be one the launched context gives (``ledger.answers.window_explained``)."""
+    from ledger.signatures import Occurrence, explained_by_refusals, explanations
+
+    ex = explanations()[0]
+    for window, explained in ((256, True), (4096, False), (128, False)):
+        occ = Occurrence(ex.explains, "line", explanation=ex.id, tokens=471, window=window)
+        assert explained_by_refusals([occ], [471], ("--n_ctx", 256)) is explained, window

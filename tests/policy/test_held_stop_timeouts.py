@@ -316,11 +316,6 @@ def test_a_held_semantic_runs_timed_out_failed_item_still_decides_the_score(tmp_
 # --- a request its record shows both unanswered and timed out ----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="acceptance._requests_shown counts such a request in counts.unanswered and counts.timed_out both "
-    "(fix119 other.md: a request recorded both is a problem of the record)",
-)
 def test_a_request_recorded_both_unanswered_and_timed_out_is_not_subtracted_twice(tmp_path: Path) -> None:
     """The record claims one request both reset (unanswered) and timed out: subtracted twice, it would
     excuse the 4xx the engine answered beside it (3 errors − 1 unanswered − 2 timed out = 0)."""
