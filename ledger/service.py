@@ -1345,17 +1345,30 @@ class Ledger:
         that is not the policy it was judged under judges nothing, and the QUALIFIED is refused)."""
         from ledger.policy.verdict import judge_again_at, record_verdict
 
+        again = self._judged_again(result, judge_again_at)
+        return record_verdict(
+            self, result, key=key or self.cfg.admin_key, at=at, clock=clock, judge_at=judge_at or again
+        )
+
+    def _judged_again(
+        self,
+        result: dict[str, Any],
+        judge: Callable[[Any, dict[str, Any], LoadedPolicy], Callable[[datetime], tuple[bool, str]]],
+    ) -> Callable[[datetime], tuple[bool, str]]:
+        """How ``record_verdict`` / ``record_routing_change`` judge a pass made before the clock again where
+        the caller gives no ``judge_at``: under the policy the result names, loaded here by its name, with
+        ``judge`` (``verdict.judge_again_at``, ``routing.decision_again_at``); a policy that does not load
+        judges nothing (the pass is refused, saying why)."""
+
         def again(when: datetime) -> tuple[bool, str]:
             name = str((result.get("policy") or {}).get("name") or "")
             try:
                 policy = self._policy(name, None)
             except LedgerError as e:
                 return False, f"not judged again: its policy {name!r} does not load here ({e.message})"
-            return judge_again_at(self._policy_reads(), result, policy)(when)
+            return judge(self._policy_reads(), result, policy)(when)
 
-        return record_verdict(
-            self, result, key=key or self.cfg.admin_key, at=at, clock=clock, judge_at=judge_at or again
-        )
+        return again
 
     def verdict_result(self, entry: LoggedEntry) -> dict[str, Any]:
         """The full result a ``verdict`` entry recorded (its stored result artifact, read verified; the
@@ -1423,14 +1436,7 @@ class Ledger:
         (``decision_again_at``). Else InputError, nothing stored."""
         from ledger.policy.routing import decision_again_at, record_routing_change
 
-        def again(when: datetime) -> tuple[bool, str]:
-            name = str((result.get("policy") or {}).get("name") or "")
-            try:
-                policy = self._policy(name, None)
-            except LedgerError as e:
-                return False, f"not judged again: its policy {name!r} does not load here ({e.message})"
-            return decision_again_at(self._policy_reads(), result, policy)(when)
-
+        again = self._judged_again(result, decision_again_at)
         entry: LoggedEntry = record_routing_change(
             self,
             result,
