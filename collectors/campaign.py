@@ -44,10 +44,12 @@ from pydantic import (
 
 from ledger.answers import (
     REFUSAL_CONTEXT,
+    REFUSAL_OPTION_VALUE,
     REFUSAL_REQUEST_FORM,
     context_overflow,
     read_context,
     refusal,
+    refused_option_value,
 )
 from ledger.canonical import canonical_bytes
 from ledger.collectors.benchmark import (
@@ -3363,7 +3365,10 @@ class CampaignRunner:
             # naming response_format for json_schema) refused the campaign's setting: no runtime fault
             # … and a request the campaign's context length cannot hold (its prompt, as the engine counted
             # it, and its max_tokens: ledger.answers.context_overflow) is the campaign's configuration too
-            shown = refusal(payload, self.policy.params) if run.alive() else None
+            # … and a value the campaign's command gives an option the engine refused (llama-cpp-python's
+            # 500 "Invalid chat handler: X" for --chat_format X), read from the command the launch records
+            command = redact_command(run.spec.command)
+            shown = refusal(payload, self.policy.params, command=command) if run.alive() else None
             refused_form = shown == REFUSAL_REQUEST_FORM
             overflow = context_overflow(payload) if shown == REFUSAL_CONTEXT else None
             server_side = shown is None and (
@@ -3395,6 +3400,15 @@ class CampaignRunner:
                     f"engine counts them, and it asks max_tokens {asked} (the engine answered "
                     f"{payload.get('error')}): the campaign's configuration — raise {option} or lower "
                     f"[gates.{gate}] max_tokens",
+                    evidence,
+                )
+            refused_value = refused_option_value(payload, self.policy.params, command)
+            if shown == REFUSAL_OPTION_VALUE and refused_value is not None:
+                option, value = refused_value
+                raise _GateFailed(
+                    f"the engine refused the value {value!r} the campaign's command gives {option} "
+                    f"({str(payload.get('error'))[:200]}): the campaign's configuration — give {option} a "
+                    "value this engine version takes",
                     evidence,
                 )
             if refused_form:

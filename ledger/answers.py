@@ -21,6 +21,7 @@ from ledger.canonical import parse_json
 from ledger.errors import LedgerError
 
 __all__ = [
+    "CHAT_PROBES",
     "CONTEXT_ENV",
     "CONTEXT_OPTIONS",
     "CONTEXT_PADDING",
@@ -29,6 +30,7 @@ __all__ = [
     "REFUSALS",
     "REFUSAL_ACCESS",
     "REFUSAL_CONTEXT",
+    "REFUSAL_OPTION_VALUE",
     "REFUSAL_PARAMS",
     "REFUSAL_REQUEST_FORM",
     "REQUEST_CUT",
@@ -37,9 +39,13 @@ __all__ = [
     "context_overflow",
     "context_record",
     "cut_undecided",
+    "launched_command",
     "launched_context",
+    "option_value_refusal_problem",
+    "option_values",
     "read_context",
     "refusal",
+    "refused_option_value",
     "request_cut",
     "request_unanswered",
     "schema_problem",
@@ -134,13 +140,24 @@ def _json_prefix(text: str) -> bool:
 # Which refusal a request's record shows (``refusal``; the policy's ``e.derived.refusal``): the engine
 # refused the collector's credentials (an API key or access rule of the campaign: HTTP 401/403), the
 # campaign's context length (vLLM's --max-model-len, llama-server's --ctx-size) cannot hold the request, or
-# the engine does not accept the request form the campaign asks ([gates.structured] format). Each is the
-# campaign's configuration: nothing of the engine was judged.
-Refusal = Literal["access", "context", "request-form"]
+# the engine does not accept the request form the campaign asks ([gates.structured] format), or the engine
+# refused an option value the campaign's command gives it (llama-cpp-python's --chat_format: HTTP 500
+# "Invalid chat handler: …", ``refused_option_value``). Each is the campaign's configuration: nothing of the
+# engine was judged.
+Refusal = Literal["access", "context", "request-form", "option-value"]
 REFUSAL_ACCESS: Final = "access"
 REFUSAL_CONTEXT: Final = "context"
 REFUSAL_REQUEST_FORM: Final = "request-form"
-REFUSALS: tuple[Refusal, ...] = (REFUSAL_ACCESS, REFUSAL_CONTEXT, REFUSAL_REQUEST_FORM)
+REFUSAL_OPTION_VALUE: Final = "option-value"
+REFUSALS: tuple[Refusal, ...] = (
+    REFUSAL_ACCESS,
+    REFUSAL_CONTEXT,
+    REFUSAL_REQUEST_FORM,
+    REFUSAL_OPTION_VALUE,
+)
+# the probes that send a chat request (``/v1/chat/completions``): those an ``option-value`` refusal may be of,
+# and those whose answer shows the engine took its launch's options (``ledger.policy.acceptance._refusals``)
+CHAT_PROBES: Final = ("completion", "structured", "sequential")
 # the params ``refusal`` reads (evidence-acceptance's [params]; a policy's CEL reads them only through
 # ``e.derived.refusal``: tests/policy/test_fix68_one_refusal.py)
 REFUSAL_PARAMS = (
@@ -149,6 +166,8 @@ REFUSAL_PARAMS = (
     "context_refusal_patterns",
     "request_form_refused_http_statuses",
     "request_form_refusal_patterns",
+    "option_value_refused_http_statuses",
+    "option_value_refusal_patterns",
 )
 
 
@@ -312,6 +331,39 @@ def launched_context(launch: Any) -> tuple[str, int] | None:
     )
 
 
+# --- the values a launch's recorded command gives an engine's options ---------------------------------------
+
+
+def option_values(args: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
+    """The value ``args`` (an engine's arguments) give each option of ``options`` as the engine reads it:
+    the last time the option is written, whole (``--chat_format X`` or ``--chat_format=X``), its value — one
+    per option written, in the order of ``options``. An option written last with no value after it gives
+    none. A prefix argparse would take (``--chat_f``) is not read: its value is then not known (fail closed:
+    nothing is excused by it)."""
+    out: list[str] = []
+    for option in options:
+        last: str | None = None
+        for i, item in enumerate(args):
+            name, eq, value = item.partition("=")
+            if name != option:
+                continue
+            last = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+        if last is not None:
+            out.append(last)
+    return tuple(out)
+
+
+def launched_command(launch: Any) -> tuple[str, ...] | None:
+    """The argv an ``engine.launch`` entry's payload records its engine was launched with (its ``command``:
+    placeholders filled, secrets redacted), the one reader of it for the collector (which passes the command
+    it launched, as it records it) and the policy (``ledger.policy.acceptance._refusals``). None where the
+    payload is not a mapping or its ``command`` is not a non-empty list of texts: not known."""
+    command = launch.get("command") if isinstance(launch, Mapping) else None
+    if not isinstance(command, list) or not command or not all(isinstance(i, str) for i in command):
+        return None
+    return tuple(command)
+
+
 # --- the context window an engine's refusal states ------------------------------------------------------
 
 # How the engines' refusals state the context window they serve requests in (a group ``window``): vLLM's
@@ -444,6 +496,72 @@ def _matches(error: str, patterns: Any) -> bool:
     return False
 
 
+# the named group of an ``option_value_refusal_patterns`` pattern that holds the value the engine refused
+OPTION_VALUE_GROUP: Final = "value"
+
+
+def option_value_refusal_problem(value: Any) -> str | None:
+    """Why ``value`` is no ``option_value_refusal_patterns`` param (checked at policy load): a list of
+    tables, each with ``pattern`` — a regular expression that compiles and has the named group
+    ``OPTION_VALUE_GROUP`` (``(?P<value>…)``: the value the engine's error names) — and ``options`` — a
+    non-empty list of the options (``--chat_format``) whose value in the launch's command it must be. None:
+    it is one."""
+    if not isinstance(value, list):
+        return f"{value!r} is no list of tables {{pattern = ..., options = [...]}}"
+    for n, item in enumerate(value):
+        if not isinstance(item, Mapping) or set(item) != {"pattern", "options"}:
+            return f"item {n} ({item!r}) is no table of exactly pattern and options"
+        pattern, options = item["pattern"], item["options"]
+        if not isinstance(pattern, str):
+            return f"item {n}: pattern {pattern!r} is no text"
+        try:
+            groups = re.compile(pattern).groupindex
+        except re.error as e:
+            return f"item {n}: pattern {pattern!r} does not compile: {e}"
+        if OPTION_VALUE_GROUP not in groups:
+            return (
+                f"item {n}: pattern {pattern!r} has no group (?P<{OPTION_VALUE_GROUP}>...) for the value "
+                "the engine's error names"
+            )
+        if (
+            not isinstance(options, list)
+            or not options
+            or not all(isinstance(o, str) and o.startswith("-") for o in options)
+        ):
+            return f"item {n}: options {options!r} is no non-empty list of options (texts beginning '-')"
+    return None
+
+
+def refused_option_value(
+    payload: Any, params: Mapping[str, Any], command: Sequence[str] | None
+) -> tuple[str, str] | None:
+    """(option, value) where a request's record shows the engine refused a value the launch's ``command``
+    (``launched_command``: the recorded argv, never the request's own claim) gives one of its options: its
+    ``http_status`` in ``params.option_value_refused_http_statuses`` and its ``error`` matching a pattern of
+    ``params.option_value_refusal_patterns`` whose group ``value`` is the value the command gives
+    (``option_values``) one of the options that pattern names — llama-cpp-python's HTTP 500 "Invalid chat
+    handler: X (valid formats: […])" for ``--chat_format X``. None otherwise: a value the command does not
+    give (the engine's own), a status or error not listed, a command not known, a param missing or
+    malformed (``option_value_refusal_problem``: matches nothing; the load refuses it)."""
+    if not isinstance(payload, Mapping) or not isinstance(params, Mapping) or command is None:
+        return None
+    status, error = payload.get("http_status"), payload.get("error")
+    if type(status) is not int or not isinstance(error, str):
+        return None
+    patterns = params.get("option_value_refusal_patterns")
+    if not _listed(status, params.get("option_value_refused_http_statuses")):
+        return None
+    if not isinstance(patterns, list) or option_value_refusal_problem(patterns) is not None:
+        return None
+    for item in patterns:
+        found = re.search(item["pattern"], error)
+        value = found.group(OPTION_VALUE_GROUP) if found is not None else None
+        for option in item["options"]:
+            if value is not None and value in option_values(command[1:], (option,)):
+                return option, value
+    return None
+
+
 def _none_yet(value: Any) -> bool | None:
     """Is a recorded count of answers the whole number 0 (True), another whole number ≥ 0 (False)? None:
     missing, mistyped (a boolean, a text, a fraction) or negative — no count at all."""
@@ -475,6 +593,7 @@ def refusal(
     payload: Any,
     params: Mapping[str, Any],
     launched: tuple[str, int] | _Unread | None = _Unread.UNREAD,
+    command: Sequence[str] | None = None,
 ) -> Refusal | None:
     """Which refusal of the campaign's configuration a request's record shows (``REFUSALS``), or None: the
     engine failed it, or answered it. ``payload``: a ``health.probe``'s (``check``, ``http_status``,
@@ -496,7 +615,13 @@ def refusal(
       "Requested tokens (N) exceed context window of M");
     * ``request-form``: a ``structured`` probe whose status is in
       ``params.request_form_refused_http_statuses`` and whose error matches one of
-      ``params.request_form_refusal_patterns`` (a request validation error naming response_format).
+      ``params.request_form_refusal_patterns`` (a request validation error naming response_format);
+    * ``option-value``: a probe's chat request (``completion``, ``structured``, ``sequential``) refused with
+      a value the launch's ``command`` gives one of the engine's options (``refused_option_value``:
+      llama-cpp-python's HTTP 500 "Invalid chat handler: X" for ``--chat_format X``) — ``command`` is the
+      launch's recorded argv (``launched_command``; the collector passes the one it launched), None where
+      not known: no such refusal then. A harness request is never one (its run began after the probes'
+      chat requests were answered).
 
     Checked in that order (the first that holds is the one). A refusal the run's own earlier answers
     contradict is none — the engine changed its answer mid-run, its failure:
@@ -505,6 +630,8 @@ def refusal(
       of the run the engine answered before it refused this one: an access refusal holds only where it is
       the whole number 0 — the run sends the same credentials with every request, so one answer shows
       they were met;
+    * an option-value refusal, as an access one, holds only where the run answered none before (the engine
+      reads the option once, at launch: one answer shows it took the value);
     * a context refusal holds only where no request of the run that asked the same prompt was answered
       before (``prompt_count`` 0; a sequential probe asks one prompt: its ``count``): whether a request
       fits the context length the engine was launched with (--max-model-len; --ctx-size, per slot) depends
@@ -574,6 +701,8 @@ def refusal(
         and _matches(error, params.get("request_form_refusal_patterns"))
     ):
         return REFUSAL_REQUEST_FORM
+    if check in CHAT_PROBES and none_answered and refused_option_value(payload, params, command) is not None:
+        return REFUSAL_OPTION_VALUE
     return None
 
 

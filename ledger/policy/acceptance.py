@@ -20,12 +20,15 @@ from functools import lru_cache
 from typing import Any
 
 from ledger.answers import (
+    CHAT_PROBES,
     CONTEXT_DETAIL,
     HARNESS_REQUEST,
     REFUSAL_ACCESS,
     REFUSAL_CONTEXT,
+    REFUSAL_OPTION_VALUE,
     REFUSALS,
     cut_undecided,
+    launched_command,
     launched_context,
     refusal,
     request_cut,
@@ -2455,18 +2458,38 @@ def _refusals(
     are the same. No attempt, no launch, a command missing or mistyped: none known, nothing so excused. The
     attempt is the one the log took the probe in (``attempt_logged``); where the one its claimed
     ``collected_at`` picks (``attempt``) is another, its launch must give the same context too — a claimed
-    time never picks the launch that excuses a failure (audit 87)."""
+    time never picks the launch that excuses a failure (audit 87).
+
+    So too the launch's recorded command (``ledger.answers.launched_command``) an ``option-value`` refusal
+    is held to — the value the engine refused must be the one that command gives the option — the same for
+    both attempts, or none known. And such a refusal of a probe is none where a chat probe of the same
+    launch (attempt) was answered — an HTTP 2xx — before it in the log: the engine read the option at launch
+    and took it then; refusing it later is the engine's failure, not the campaign's (fix 130)."""
+    answered_at: dict[int, int] = {}  # attempt → the log seq of its first answered chat probe
+    for e in trusted:
+        status = e.payload.get("http_status") if e.kind == "health.probe" else None
+        attempt = e.derived_.get("attempt_logged") if e.derived_ is not None else None
+        chat = e.kind == "health.probe" and e.payload.get("check") in CHAT_PROBES
+        if chat and type(status) is int and 200 <= status <= 299 and isinstance(attempt, int):
+            answered_at[attempt] = min(answered_at.get(attempt, e.seq), e.seq)
     for e in trusted:
         if e.kind not in ("health.probe", "gate.result") or e.derived_ is None:
             continue
-        given = {
-            launched_context(launch.payload) if launch is not None else None
+        launches = [
+            launch_of.get(attempt) if isinstance(attempt, int) else None
             for attempt in (e.derived_.get("attempt_logged"), e.derived_.get("attempt"))
-            for launch in [launch_of.get(attempt) if isinstance(attempt, int) else None]
-        }
+        ]
+        given = {launched_context(launch.payload) if launch is not None else None for launch in launches}
         launched = given.pop() if len(given) == 1 else None
+        commands = {launched_command(launch.payload) if launch is not None else None for launch in launches}
+        command = commands.pop() if len(commands) == 1 else None
         if e.kind == "health.probe":
-            e.derived_["refusal"] = refusal(e.payload, params, launched=launched)
+            shown = refusal(e.payload, params, launched=launched, command=command)
+            logged = e.derived_.get("attempt_logged")
+            first = answered_at.get(logged) if isinstance(logged, int) else None
+            if shown == REFUSAL_OPTION_VALUE and first is not None and first < e.seq:
+                shown = None  # the launch answered a chat request before: it took the value
+            e.derived_["refusal"] = shown
         elif store is not None and launched is not None and e.derived_.get("artifact_problem") is not None:
             # read first with no launch known (nothing rests on a request's size alone): read again held
             # to the launch's context only where that found a problem

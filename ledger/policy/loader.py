@@ -757,6 +757,17 @@ def positive_number_problem(value: Any) -> str | None:
     return None
 
 
+def _check_option_value_patterns(spec: PolicyFile, text: str, filename: str) -> None:
+    """``params.option_value_refusal_patterns`` is refused at load unless each is a table of a ``pattern``
+    with a ``(?P<value>…)`` group and the ``options`` it names (the reading the refusal itself uses,
+    ``ledger.answers.option_value_refusal_problem``): a malformed one would match nothing while judging."""
+    from ledger.answers import option_value_refusal_problem
+
+    name = "option_value_refusal_patterns"
+    if name in spec.params and (why := option_value_refusal_problem(spec.params[name])) is not None:
+        raise PolicyError(f"{_where(filename, text, 'params', None, name)}: params.{name}: {why}")
+
+
 def _check_number_params(spec: PolicyFile, text: str, filename: str) -> None:
     for name in POSITIVE_NUMBER_PARAMS:
         if name in spec.params and (why := positive_number_problem(spec.params[name])) is not None:
@@ -898,6 +909,7 @@ def load_policy(
         raise PolicyError(f"{filename}: a routing policy needs a [routing] table")
     _check_classes(spec, text, filename)
     _check_number_params(spec, text, filename)
+    _check_option_value_patterns(spec, text, filename)
     _check_bounds(spec, text, filename, acceptance_policy)
     gates = _qualification_gates(spec, path, _seen)
     _check_gates(spec, text, filename, gates)

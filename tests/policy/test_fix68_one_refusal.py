@@ -106,6 +106,7 @@ def test_both_policies_read_the_derived_refusal() -> None:
     assert [r["when"] for r in rules] == [
         "e.derived.refusal == 'access' || e.derived.refusal == 'context'",
         "e.derived.refusal == 'request-form'",
+        "e.derived.refusal == 'option-value'",
     ]
     # the params stay where they are: evidence-acceptance's
     assert set(REFUSAL_PARAMS) <= set(acc["params"])
