@@ -5,7 +5,9 @@ An adapter (it speaks HTTP through httpx), so it lives beside the collectors, no
 Entries are signed locally with a key of the home and sent to the server, which verifies them before
 storing. When the server cannot be reached, envelopes and artifacts are spooled durably in
 ``HOME/spool/``; ``push_spool`` (``ledger push``, or the next remote record) delivers them in order.
-The server recognises a re-sent envelope by its entry id, so delivery is exactly once.
+The server recognises a re-sent envelope by its entry id, so delivery is exactly once. Each spooled file is
+checked against the name it was spooled under (``Spool.read_entry``: its bytes are the entry its name gives)
+before it is sent, and leaves the spool only on a receipt for that entry; one that is not is kept and named.
 
 Every append's answer must carry the log's receipt for the entry sent, signed by the log key: the key
 pinned for that server (``LEDGER_LOG_VKEY``, the C2SP verifier key ``ledger keys export log --vkey``
@@ -20,6 +22,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -48,10 +51,10 @@ from ledger.errors import (
     RemoteUnavailableError,
 )
 from ledger.hashing import Digest, HexDigest, hash_file, parse_digest
-from ledger.log import entry_id_of, parse_checkpoint, parse_verifier_key, verifier_key
+from ledger.log import EntryId, entry_id_of, parse_checkpoint, parse_verifier_key, verifier_key
 from ledger.proofs import check_receipt
 from ledger.recorder import LocalRecorder, Recorder
-from ledger.signing import PublicKey
+from ledger.signing import Envelope, PublicKey, parse_canonical_envelope, parse_envelope
 
 if TYPE_CHECKING:
     from ledger.service import Ledger
@@ -64,6 +67,7 @@ __all__ = [
     "RemoteRecorder",
     "Spool",
     "SpoolTarget",
+    "SpooledEntry",
     "log_key",
     "make_recorder",
     "push_spool",
@@ -383,6 +387,8 @@ def server_key(url: str) -> str:
 _TARGET = ".target"  # beside entries/<order>-<id>.json: the server it was collected for (SpoolTarget)
 _TARGETS = ".targets"  # beside artifacts/<hex>: the servers it waits for (a JSON list of URLs)
 _REFUSAL = ".refusal.json"  # beside refused/<order>-<id>.json: the server's reason
+# the name an entry is spooled under (``Spool.add_entry``): its order, then the id of the entry it holds
+_ENTRY_NAME = re.compile(r"(?P<order>[0-9]+)-(?P<id>[0-9a-f]{64})\.json")
 UNTARGETED = "*"  # what a file spooled by an older ledger, which recorded no server, is for
 
 
@@ -424,6 +430,17 @@ class SpoolTarget:
 
     def label(self) -> str:
         return self.server if self.origin is None else f"{self.server} (log {self.origin})"
+
+
+@dataclass(frozen=True)
+class SpooledEntry:
+    """A spooled entry file checked against the name it was written under (``Spool.read_entry``): the id
+    its name gives (that of ``envelope``, which is what is sent of it) and its size in the spool."""
+
+    path: Path
+    entry_id: EntryId
+    envelope: Envelope
+    size: int
 
 
 class Spool:
@@ -501,6 +518,39 @@ class Spool:
         return SpoolTarget.read(path) if path.exists() else None
 
     @staticmethod
+    def read_entry(entry: Path) -> SpooledEntry:
+        """The entry a spooled file holds, checked against the name it was written under
+        (``<order>-<entry id>.json``, ``add_entry``): its bytes must be a signed envelope whose entry id
+        (``entry_id_of`` its canonical form) is the one its name gives. ``ConfigError`` naming the file and
+        what is wrong when it is not (unreadable, not JSON, not an envelope, another entry): such a file is
+        never sent, nor removed, nor counted as delivered — it stays where it is, named."""
+        m = _ENTRY_NAME.fullmatch(entry.name)
+        if m is None:
+            raise ConfigError(
+                f"{entry}: not the name of a spooled entry (<order>-<entry id>.json): the entry it holds "
+                "cannot be checked against the one it was spooled as; kept, not sent",
+                hint="look at it, then move it out of the spool (or back under its own name)",
+            )
+        named, data = EntryId(m["id"]), b""
+        try:
+            data = entry.read_bytes()
+            env = parse_canonical_envelope(data) or parse_envelope(data)
+        except OSError as e:
+            problem = f"unreadable ({e.strerror or e})"
+        except (LedgerError, ValueError, RecursionError) as e:
+            why = e.message if isinstance(e, LedgerError) else str(e)
+            problem = "empty" if not data else f"not a signed envelope ({why})"
+        else:
+            held = entry_id_of(env.canonical())
+            if held == named:
+                return SpooledEntry(entry, named, env, len(data))
+            problem = f"it holds the entry {held}"
+        raise ConfigError(
+            f"{entry}: not the spooled entry its name says ({problem}); kept, not sent",
+            hint="look at it, then move it out of the spool; `ledger push` names it until then",
+        )
+
+    @staticmethod
     def artifact_targets(art: Path) -> list[str]:
         """The servers a spooled artifact still waits for; ``UNTARGETED`` among them: an older ledger spooled
         it for a server it did not record (it has no targets file). ``ConfigError`` when that file is
@@ -518,7 +568,8 @@ class Spool:
 
     def pending(self, server: str | None = None, *, adopt: bool = False) -> bool:
         """Whether anything waits in the spool; with ``server``, for that server only (with ``adopt``, what
-        names no server too). A file whose target is unreadable waits for none."""
+        names no server too). A file whose target is unreadable, or that is not the entry its name says
+        (``read_entry``), waits for none."""
         if server is None:
             return bool(self.entry_files() or self.artifact_files())
         wanted = {server_key(server), *([UNTARGETED] if adopt else [])}
@@ -526,6 +577,7 @@ class Spool:
             with contextlib.suppress(ConfigError):
                 t = self.entry_target(entry)
                 if (t.server if t is not None else UNTARGETED) in wanted:
+                    self.read_entry(entry)
                     return True
         for art in self.artifact_files():
             with contextlib.suppress(ConfigError):
@@ -538,8 +590,9 @@ class Spool:
         first: an entry is never in the spool without the server it is for (``target`` None: for none, as an
         older ledger spooled them)."""
         with self.locked():
-            files = self.entry_files()
-            order = int(files[-1].name.split("-", 1)[0]) + 1 if files else 1
+            # after the last order a spooled name gives (a file not named <order>-<id>.json has none)
+            orders = [int(m["order"]) for p in self.entry_files() if (m := _ENTRY_NAME.fullmatch(p.name))]
+            order = max(orders, default=0) + 1
             final = self.entries_dir / f"{order:012d}-{entry_id}.json"
             if target is not None:
                 write_atomic(final.with_suffix(_TARGET), target.to_bytes(), mode=0o600)
@@ -680,17 +733,18 @@ class Spool:
         server too) back to ``entries/`` with its ``.target``, in its order; each set-aside artifact it
         refused back to ``artifacts/``, waiting for it (besides any server it waits for there), and kept
         in ``refused/`` while another server refused it too. The servers' reasons of what moved back are
-        dropped. Returns how many entries and artifacts moved back. A file whose target cannot be read
-        stays where it is."""
+        dropped. Returns how many entries and artifacts moved back. A file whose target cannot be read, or
+        that is not the entry its name says (``read_entry``), stays where it is (``ledger push`` names it)."""
         server = server_key(server)
         entries = artifacts = 0
         with self.locked():
             for refused in self.refused_files():
                 try:
                     t = self.entry_target(refused)
+                    if not (t.server == server if t is not None else adopt):
+                        continue
+                    self.read_entry(refused)
                 except ConfigError:
-                    continue
-                if not (t.server == server if t is not None else adopt):
                     continue
                 dest = self.entries_dir / refused.name
                 if t is not None:  # its target first: an entry never waits unaddressed
@@ -765,7 +819,8 @@ class PushReport:
     server refused for good (``refused``: set aside by this push; ``held_refused``: all that are set aside),
     artifacts a server refused for good (``refused_artifacts``: set aside by this push;
     ``held_refused_artifacts``: all that are set aside), artifacts that wait for other servers only
-    (``other_artifacts``) and spool files whose target cannot be read (``unreadable``)."""
+    (``other_artifacts``) and spool files whose target cannot be read, or that are not the entry their name
+    says (``Spool.read_entry``; kept where they are, never sent): ``unreadable``, each named."""
 
     delivered: int = 0
     duplicates: int = 0
@@ -887,16 +942,22 @@ class _Refused(Exception):
         self.error = error
 
 
-def _batches(files: list[Path]) -> Iterator[list[tuple[Path, bytes]]]:
-    batch: list[tuple[Path, bytes]] = []
+def _batches(files: list[Path]) -> Iterator[list[SpooledEntry]]:
+    """The files in batches to send, each read and checked against its name again as it is read
+    (``Spool.read_entry``): what is sent is what was checked. One that is no longer the entry its name says
+    is left out, kept where it is; the push's closing ``_Sorted`` names it (``unreadable``)."""
+    batch: list[SpooledEntry] = []
     size = 0
     for p in files:
-        data = p.read_bytes()
-        if batch and (len(batch) >= _BATCH_ENTRIES or size + len(data) > _BATCH_BYTES):
+        try:
+            one = Spool.read_entry(p)
+        except ConfigError:
+            continue
+        if batch and (len(batch) >= _BATCH_ENTRIES or size + one.size > _BATCH_BYTES):
             yield batch
             batch, size = [], 0
-        batch.append((p, data))
-        size += len(data)
+        batch.append(one)
+        size += one.size
     if batch:
         yield batch
 
@@ -925,9 +986,11 @@ class _Sorted:
                 self.other_artifacts += 1
         for entry in spool.entry_files():
             try:
+                spool.read_entry(entry)  # a file that is not the entry its name says waits for none
                 t = spool.entry_target(entry)
             except ConfigError as e:
-                self.unreadable.append(e.message)
+                if os.path.lexists(entry):  # (not one a push beside this delivered meanwhile)
+                    self.unreadable.append(e.message)
                 continue
             if t is None:
                 if adopt:
@@ -942,6 +1005,12 @@ class _Sorted:
                 self.elsewhere[where] = self.elsewhere.get(where, 0) + 1
             else:
                 self.entries.append(entry)
+        for refused in spool.refused_files():  # kept in refused/ (``--retry-refused`` leaves it there)
+            try:
+                spool.read_entry(refused)
+            except ConfigError as e:
+                if os.path.lexists(refused):
+                    self.unreadable.append(e.message)
 
 
 def _push_locked(
@@ -963,9 +1032,9 @@ def _push_locked(
     advance = progress or (lambda _n: None)
     ours = _Sorted(spool, server, vkey, adopt)
 
-    def deliver(batch: list[tuple[Path, bytes]]) -> None:
+    def deliver(batch: list[SpooledEntry]) -> None:
         try:
-            entries = client.append([json.loads(data) for _, data in batch])
+            entries = client.append([one.envelope.to_json() for one in batch])
         except RemoteUnavailableError:
             raise
         except LedgerError as e:  # the server's refusal (what this client checks of its answer is not)
@@ -974,22 +1043,22 @@ def _push_locked(
             raise
         if len(entries) != len(batch):
             raise IntegrityError(f"server answered {len(entries)} entries for a batch of {len(batch)}")
-        for (path, data), got in zip(batch, entries, strict=True):
-            if got.get("id") != entry_id_of(data):
-                raise IntegrityError(f"server logged {got.get('id')} for spooled {path.name}")
+        # each answer, and its receipt, must name the entry the file's own name gives (which ``read_entry``
+        # checked its bytes are): a file leaves the spool only on a receipt for the entry it was spooled as
+        for one, got in zip(batch, entries, strict=True):
+            if got.get("id") != one.entry_id:
+                raise IntegrityError(f"server logged {got.get('id')} for spooled {one.path.name}")
         # checked, then kept, before the spool forgets them: `ledger audit` checks them later
-        keep_receipts(entries, [entry_id_of(data) for _, data in batch])
-        spool.remove([p for p, _ in batch])
+        keep_receipts(entries, [one.entry_id for one in batch])
+        spool.remove([one.path for one in batch])
         report.delivered += sum(1 for e in entries if not e.get("duplicate"))
         report.duplicates += sum(1 for e in entries if e.get("duplicate"))
-        advance(sum(len(data) for _, data in batch))
+        advance(sum(one.size for one in batch))
 
-    def set_aside(path: Path, data: bytes, e: LedgerError) -> None:
-        kept = spool.set_aside(path, server, e)
-        report.refused.append(
-            {"id": entry_id_of(data), "file": str(kept), "code": e.code, "message": e.message}
-        )
-        advance(len(data))
+    def set_aside(one: SpooledEntry, e: LedgerError) -> None:
+        kept = spool.set_aside(one.path, server, e)
+        report.refused.append({"id": one.entry_id, "file": str(kept), "code": e.code, "message": e.message})
+        advance(one.size)
 
     try:
         for art in ours.artifacts:
@@ -1019,13 +1088,13 @@ def _push_locked(
                 continue
             except _Refused as r:
                 if len(batch) == 1:
-                    set_aside(*batch[0], r.error)
+                    set_aside(batch[0], r.error)
                     continue
             for one in batch:  # which of the batch does the server refuse? each alone, in order
                 try:
                     deliver([one])
                 except _Refused as r:
-                    set_aside(*one, r.error)
+                    set_aside(one, r.error)
     except RemoteUnavailableError as e:
         report.error = e.message
     left = _Sorted(spool, server, vkey, adopt)

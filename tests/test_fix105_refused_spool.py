@@ -15,6 +15,7 @@ from typing import Any
 
 from ledger.collectors.remote import Spool, SpoolTarget, push_spool, restore_refused
 from ledger.errors import SchemaError
+from ledger.log import entry_id_of
 from ledger.service import Ledger
 from tests.test_fix98_receipts_spool import SERVER, _Refusing, _spooled_artifact
 
@@ -114,8 +115,16 @@ def test_retry_refused_moves_back_entries_for_that_server_with_their_target(tmp_
     led = Ledger.init(tmp_path / "home")
     try:
         spool = Spool(led.spool_dir)
-        mine = spool.add_entry(b"{}", "a" * 64, target=SpoolTarget.of(SERVER))
-        theirs = spool.add_entry(b"{}", "b" * 64, target=SpoolTarget.of(OTHER))
+        led.new_key("gpu01", ["collector"])
+        # real envelopes: a spool file is moved back only when it is the entry its name says (fix127)
+        envs = [
+            led.sign(led.make_statement("note", {"campaign": "c"}, {"text": t}), led.signing_key("gpu01"))
+            for t in ("mine", "theirs")
+        ]
+        mine, theirs = (
+            spool.add_entry(e.canonical(), entry_id_of(e.canonical()), target=SpoolTarget.of(s))
+            for e, s in zip(envs, (SERVER, OTHER), strict=True)
+        )
         for p, server in ((mine, SERVER), (theirs, OTHER)):
             spool.set_aside(p, server, SchemaError("no"))
         assert spool.entry_files() == []
