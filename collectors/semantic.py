@@ -77,6 +77,7 @@ from ledger.collectors.corpus import ChatMessage, CorpusId, chat_messages, corpu
 from ledger.entries import format_time, validate_payload
 from ledger.errors import CanonicalJsonError, ConfigError, PolicyError
 from ledger.hashing import blake3_hex, parse_digest
+from ledger.policy.acceptance import request_timed_out  # the policy reads the stored record by it too
 from ledger.policy.conditions import Condition, compile_condition
 from ledger.recorder import Recorder
 
@@ -117,7 +118,9 @@ __all__ = [
 #     refusal), the one that stopped the run too: the policy reads what stopped it back from the record
 # +9: an item that failed without a completion is sized against the campaign's context (max_tokens, context):
 #     one the context cannot hold is refused (outcome config), not the engine's fault
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+9"
+# +10: of the failed items, those whose request timed out are counted (``counts.timed_out``, by the one test
+#     the policy reads semantic-requests.jsonl back by: an engine held from outside answers none in flight)
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+10"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -418,6 +421,17 @@ class SemanticResult:
     def answered_models(self) -> str:
         """The models the answers named, sorted and comma-joined (``bounds.bindings.answered_models``)."""
         return answered_models(i.model for i in self.items)
+
+    @property
+    def timed_out(self) -> int:
+        """Of the failed items, those whose request got no (complete) answer in time with no error status
+        (``acceptance.request_timed_out``, the test the policy counts the stored ``REQUESTS_ARTIFACT`` by):
+        an engine held from outside answers none in flight, so rule ``stopped-from-outside`` subtracts them
+        from the failed items of a held run. The scored items' requests are the first ``len(items)`` the
+        run sent, in order — every request sent is scored but the one that stopped the run, sent last and
+        never an item (a fault, a refusal, a cut: not among the failed items, not counted)."""
+        scored = self.requests[: len(self.items)]
+        return sum(1 for r in scored if request_timed_out(r.timed_out, r.error, r.http_status))
 
     @property
     def score(self) -> float | None:
@@ -732,6 +746,10 @@ def semantic_gate_payload(
         "failed": len(failed),
         "errors": sum(1 for i in result.items if i.error),
     }
+    if timed := result.timed_out:  # of the failed items, those whose request timed out: the only ones an
+        # engine held from outside excuses (rule stopped-from-outside, read back from REQUESTS_ARTIFACT; a
+        # hang otherwise). Left out where none did: the rule then subtracts none, as it should
+        counts["timed_out"] = timed
     if result.refused:  # the item the engine refused for the campaign's configuration (outcome config), not
         # scored: the policy's `harness-campaign-config` excuses a run only where its own record shows one
         counts["refused"] = len(result.refused)

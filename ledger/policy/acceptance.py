@@ -3695,6 +3695,8 @@ _EXCUSED_COUNTS = ("cut", "unanswered", "timed_out", "refused")
 # the excused counts one rule subtracts together: a request may count in one of each at most — a record
 # that shows one request in two is a problem (``_requests_shown``), never an error excused twice. (A context
 # refusal streamed as a cut 2xx answer is refused and unanswered both, honestly: no rule subtracts both.)
+# A semantic run's rules subtract one count only, stopped-from-outside's timed_out (of its failed items, for
+# a held engine: ``_timed_out_items``), so no two of its counts are subtracted together.
 _EXCUSED_TOGETHER = (("cut", "unanswered", "timed_out"), ("cut", "refused"))
 
 
@@ -3777,7 +3779,10 @@ def _harness_artifact_problem(
       ``unanswered`` (``_request_unanswered``), ``refused`` and ``completed@cN`` for
       each level a request records.
     * both (``_requests_shown``, the one reading of a harness's per-request record — semantic:
-      ``semantic-requests.jsonl``, every request it sent, ``counts.refused`` compared): a
+      ``semantic-requests.jsonl``, every request it sent, ``counts.refused`` compared, and
+      ``counts.timed_out``, its failed items whose request timed out, each item asked joined to the request
+      it was asked by (``_timed_out_items``; a count above 0 with no ``semantic-items.jsonl`` to join is a
+      problem)): a
       ``bounds.fault_kind`` "unanswered" the faulted requests it records do not all show; more requests
       unanswered than were in flight at once; a refusal of the campaign's configuration another request of
       the same run contradicts, whatever their order.
@@ -3824,9 +3829,15 @@ def _harness_artifact_problem(
             differs = _differing_counts(counts, shown, f"{name} ({shown['issued']} requests)")
             return "; ".join(differs + problems) or None
         failed_ids: list[str] = []
+        # counts.timed_out (the failed items whose request timed out: rule stopped-from-outside subtracts
+        # them for a held engine) is read back by joining each item asked to the request it was asked by
+        # (``_timed_out_items``); left out, nothing is subtracted and nothing joined
+        timed_claimed = isinstance(counts, dict) and "timed_out" in counts
+        scored: list[tuple[Any, Any, bool]] | None = None  # each item asked: (id, error, passed), in order
         if _SEMANTIC_ITEMS in named:
             name = _SEMANTIC_ITEMS
             asked = passed = errors = 0
+            scored = [] if timed_claimed else None
             for r in _artifact_records(store, named[name][0]):
                 if type(r.get("passed")) is not bool:
                     raise _Unreadable(f"item {asked + 1} records no boolean passed")
@@ -3835,18 +3846,30 @@ def _harness_artifact_problem(
                 errors += bool(r.get("error"))
                 if not r["passed"]:
                     failed_ids.append(str(r.get("id")))
+                if scored is not None:
+                    scored.append((r.get("id"), r.get("error"), r["passed"]))
             shown = {"asked": asked, "passed": passed, "failed": asked - passed, "errors": errors}
             differs = _differing_counts(counts, shown, f"{name} ({asked} items, {asked - passed} failed)")
             if differs:
                 return "; ".join(differs)
         if _SEMANTIC_REQUESTS in named:
             name = _SEMANTIC_REQUESTS
-            shown, problems = _requests_shown(
-                _artifact_records(store, named[name][0]), e.payload.get("bounds"), params, launched
-            )
-            differs = _differing_counts(
-                counts, {"refused": shown["refused"]}, f"{name} ({shown['issued']} requests)"
-            )
+            joined: dict[str, Any] = {}
+            records = _artifact_records(store, named[name][0])
+            if scored is not None:
+                records = _timed_out_items(records, scored, joined)
+            shown, problems = _requests_shown(records, e.payload.get("bounds"), params, launched)
+            compared = {"refused": shown["refused"]}
+            claimed = counts.get("timed_out") if isinstance(counts, dict) else None
+            if scored is not None:
+                problems += joined["problems"]
+                compared["timed_out"] = joined["timed_out"]
+            elif timed_claimed and claimed != 0:
+                problems.append(
+                    f"counts.timed_out {claimed!r}: it stores no {_SEMANTIC_ITEMS}, so which of its "
+                    "requests were scored items, and which failed items timed out, cannot be told"
+                )
+            differs = _differing_counts(counts, compared, f"{name} ({shown['issued']} requests)")
             if differs or problems:
                 return "; ".join(differs + problems)
         if _SEMANTIC_FAILURES in named:
@@ -3867,6 +3890,42 @@ def _harness_artifact_problem(
     except LedgerError as ex:
         return f"artifact {name} cannot be read back: {ex.message}"
     return None
+
+
+def _timed_out_items(
+    records: Iterable[dict[str, Any]], scored: Sequence[tuple[Any, Any, bool]], out: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """A semantic run's ``semantic-requests.jsonl`` ``records``, passed on as read, each item asked
+    (``scored``: its id, error and passed, in the order of ``semantic-items.jsonl``) joined to the request it
+    was asked by — the harness asks one request per item, in corpus order, and scores every request it sent
+    but the one that stopped the run (sent last: a fault, a refusal, a cut), so the first ``len(scored)``
+    requests are the items'. Once read, ``out["timed_out"]``: the failed items whose request timed out
+    (``request_timed_out``, the test the collector counted ``counts.timed_out`` by), and ``out["problems"]``:
+    where the join fails — fewer requests than items, a request of another prompt or another error than its
+    item records, or one recorded as the run's fault (a faulted request stops the run, never scored): which
+    failed items timed out then cannot be told, and nothing is counted (fail closed)."""
+    timed = n = 0
+    problems: list[str] = []
+    for r in records:
+        if n < len(scored) and not problems:
+            item_id, error, passed = scored[n]
+            if r.get("prompt_id") != item_id or r.get("error") != error or r.get("fault") is True:
+                problems.append(
+                    f"request {n + 1} (prompt {r.get('prompt_id')!r}, error {r.get('error')!r}, fault "
+                    f"{r.get('fault')!r}) is not the request item {n + 1} ({item_id!r}, error {error!r}) was "
+                    f"scored on in {_SEMANTIC_ITEMS}: which failed items timed out cannot be told"
+                )
+            elif not passed and request_timed_out(r.get("timed_out"), r.get("error"), r.get("http_status")):
+                timed += 1
+        n += 1
+        yield r
+    if n < len(scored) and not problems:
+        problems.append(
+            f"it records {n} request(s) for the {len(scored)} item(s) {_SEMANTIC_ITEMS} shows asked: which "
+            "failed items timed out cannot be told"
+        )
+    out["timed_out"] = 0 if problems else timed
+    out["problems"] = problems
 
 
 def _request_unanswered(r: Mapping[str, Any]) -> bool:

@@ -11,8 +11,9 @@ collector kills the held engine: the next request's connection is reset, so the 
 (``acceptance._mark_stop_cuts``: the stop cut's launch was held, derived from the log, never from the
 result's claim). A launch not held (an outside SIGTERM, a SIGKILL) keeps its timeouts: a hang.
 
-The semantic harness records no count of timed-out items, so a held semantic run's timed-out item that
-failed still counts against SEMANTIC QUALITY (nothing is read back to subtract: fail closed)."""
+A semantic run that records no count of timed-out items (an older harness) keeps a held run's timed-out
+failed item against SEMANTIC QUALITY (nothing to subtract: fail closed); fix 128's count, read back, is
+tests/policy/test_held_semantic_timeouts.py."""
 
 from __future__ import annotations
 
@@ -300,17 +301,23 @@ def test_a_held_semantic_run_whose_timed_out_item_was_the_fault_is_inconclusive(
 
 def test_a_held_semantic_runs_timed_out_failed_item_still_decides_the_score(tmp_path: Path) -> None:
     """An item timed out while the hang check still got an answer (a plain error: a failed item), then the
-    collector's kill reset the next one ("unanswered"). The semantic harness records no count of timed-out
-    items read back from its record, so none is less: with semantic_min_score 1.0 the failed item decides
-    the score (fail closed) — whatever counts.timed_out the result claims."""
-    for claim in ({}, {"timed_out": 1}):
-        es = qualified_entries()
-        _held_launch(es)
-        _held_semantic(es, [_TIMED_OUT, _UNANSWERED], "unanswered", **claim)
-        v = verdict_of(tmp_path, es)
-        assert rejected(v)["semantic"] == RULE, claim
-        assert gates(v)["semantic"] == "failed", (claim, v["gates"])
-        assert v["verdict"] == SEMANTIC, (claim, v["gates"])
+    collector's kill reset the next one ("unanswered"). A result that records no counts.timed_out (an older
+    harness) has none less: with semantic_min_score 1.0 the failed item decides the score (fail closed). A
+    count it claims with no semantic-items.jsonl to join its requests to is a problem of its record, never
+    excused (fix 128: tests/policy/test_held_semantic_timeouts.py)."""
+    es = qualified_entries()
+    _held_launch(es)
+    _held_semantic(es, [_TIMED_OUT, _UNANSWERED], "unanswered")
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["semantic"] == RULE
+    assert gates(v)["semantic"] == "failed", v["gates"]
+    assert v["verdict"] == SEMANTIC, v["gates"]
+    es = qualified_entries()
+    _held_launch(es)
+    _held_semantic(es, [_TIMED_OUT, _UNANSWERED], "unanswered", timed_out=1)
+    v = verdict_of(tmp_path, es)
+    assert rejected(v)["semantic"] == "harness-artifact-mismatch", v["gates"]
+    assert v["verdict"] not in ("INCONCLUSIVE", "QUALIFIED"), v["gates"]
 
 
 # --- a request its record shows both unanswered and timed out ----------------------------------------------
