@@ -55,6 +55,7 @@ from ledger.canonical import canonical_bytes
 from ledger.collectors.benchmark import (
     BEFORE_THE_CUT,
     LEASE_EXPIRED,
+    LIVENESS_TIMEOUT_S,
     NO_AGGREGATE,
     BenchmarkResult,
     BenchmarkSpec,
@@ -153,6 +154,15 @@ STEP_FOR_GATE = {
     "benchmark": "_gate_benchmark",
 }
 DEFAULT_POLICY = "backend-qualification"
+# what a harness run leaves of its engine's lease: the time the collector needs after the run ends before
+# its own stop reaches the engine (the harness's lease-end check of the engine, the result's record, the
+# /health before the stop) — as long as the harness's lease-end check gives the engine's HTTP front. A
+# harness run never outlives the engine it measures: the lease the campaign set ends the run
+# (``lease-expired``), never the engine's lease watchdog (a stop that cut the run, an "engine fault")
+ENGINE_STOP_RESERVE_S = LIVENESS_TIMEOUT_S
+# the shortest lease a harness run is given (a harness needs a lease > 0): where the engine's lease left
+# is shorter than the reserve, the run ends at once as ``lease-expired`` (the campaign's lease named)
+MIN_HARNESS_LEASE_S = 0.001
 # The console's word for each status a step records in its ``gate.result``. A step is the collector's view
 # as it ran; the gate's status is the policy's, which re-judges the recorded evidence (a probe the engine
 # refused, HTTP 401 or a context-length 400, is not credited: the gate is ``missing`` and the verdict
@@ -3563,11 +3573,12 @@ class CampaignRunner:
         if run is None or g.corpus is None or g.digest is None:  # _require_engine / the model checked
             raise _GateFailed("no running engine or no corpus", [])
         min_score = self._param("semantic_min_score")
+        lease, bound_by = self._harness_lease(g.lease_seconds)
         spec = SemanticSpec(
             corpus=self._corpus_path(g.corpus),
             corpus_digest=g.digest,
             request_timeout_s=g.request_timeout_seconds,
-            lease_s=max(1.0, min(g.lease_seconds, self._job_lease_left())),
+            lease_s=lease,
             model=self.model_id,
         )
         self._check_cancel()
@@ -3608,6 +3619,7 @@ class CampaignRunner:
                 else self._fault_reason(payload.get("reason"), result.stopped)
             )
         self._operator_stopped(payload, result.outcome)
+        self._lease_named(payload, lease, bound_by)
         out = self._record_harness_gate(
             "semantic",
             payload,
@@ -3627,6 +3639,7 @@ class CampaignRunner:
         run = self.engine
         if run is None or g.corpus is None or g.digest is None:  # _require_engine / the model checked
             raise _GateFailed("no running engine or no corpus", [])
+        lease, bound_by = self._harness_lease(g.lease_seconds)
         try:
             spec = BenchmarkSpec(
                 corpus=self._corpus_path(g.corpus),
@@ -3635,7 +3648,7 @@ class CampaignRunner:
                 requests_per_level=g.requests,
                 repetitions=g.repetitions,
                 request_timeout_s=g.request_timeout_seconds,
-                lease_s=max(1.0, min(g.lease_seconds, self._job_lease_left())),
+                lease_s=lease,
                 api=g.api,
                 model=self.model_id,
                 request_token_ids=g.request_token_ids,
@@ -3670,6 +3683,7 @@ class CampaignRunner:
                 else self._fault_reason(payload.get("reason"), result.stopped)
             )
         self._operator_stopped(payload, result.outcome)
+        self._lease_named(payload, lease, bound_by)
         out = self._record_harness_gate(
             "benchmark",
             payload,
@@ -3679,6 +3693,36 @@ class CampaignRunner:
         out.undecided = out.undecided or outside is not None  # the policy: stopped-from-outside
         self._check_cancel()
         return self._harness_outcome("benchmark", payload, evidence)
+
+    def _harness_lease(self, gate_lease: float) -> tuple[float, str | None]:
+        """A harness run's lease: the gate's (``[gates.*] lease_seconds``), the job's lease left, and the
+        lease left to the engine it measures less :data:`ENGINE_STOP_RESERVE_S`, whichever is shortest — a
+        harness run never outlives its engine: the bound the campaign set ends the run as ``lease-expired``
+        (the policy's harness-lease-expired: INCONCLUSIVE, run it again with a longer lease), and the
+        collector then stops the engine itself, before its lease watchdog does. With it, which of the
+        campaign's leases set it where that was not the gate's own (None: the gate's)."""
+        job_left = self._job_lease_left()
+        lease, why = max(1.0, min(gate_lease, job_left)), None
+        if job_left < gate_lease:
+            why = f"the job's lease left ([campaign] lease_seconds = {self.c.spec.campaign.lease_seconds:g})"
+        run = self.engine
+        if run is not None and run.lease_left() - ENGINE_STOP_RESERVE_S < lease:
+            lease = run.lease_left() - ENGINE_STOP_RESERVE_S
+            why = (
+                f"the engine's lease left ([engine] lease_seconds = {self.c.spec.engine.lease_seconds:g}, "
+                f"{run.spec.lease_seconds:g} s for this launch) less {ENGINE_STOP_RESERVE_S:g} s kept for "
+                "the collector's stop of the engine"
+            )
+        return max(MIN_HARNESS_LEASE_S, lease), why
+
+    @staticmethod
+    def _lease_named(payload: dict[str, Any], lease: float, why: str | None) -> None:
+        """A harness run its lease ended, where that lease was set by the campaign's engine or job lease,
+        not the gate's own: the reason names that bound (run it again with a longer one)."""
+        if (payload.get("bounds") or {}).get("outcome") != LEASE_EXPIRED or why is None:
+            return
+        said = f"the harness's lease of {lease:g} s was {why}: the campaign's lease is too short for them"
+        payload["reason"] = f"{payload['reason']}; {said}" if payload.get("reason") else said
 
     def _not_run_undecided(self, gates: list[str], reason: str) -> None:
         """Record every gate of ``gates`` the job did not decide as ``not_run``, saying why."""
@@ -3774,13 +3818,20 @@ class CampaignRunner:
         harness request gets (``canary_timeout``): a paused or busy engine answers then, a stopped one does
         not. The probe is recorded (``details.phase = "before-stop"``, with the first try where there were
         two); a failure marks the run failed (``request-failed``, a runtime fault) and the policy's readiness
-        check fails on it like any failed ``/health`` after readiness."""
+        check fails on it like any failed ``/health`` after readiness. An engine whose stop has begun (its
+        lease ran out: the watchdog's stop; any stop reason set) is not asked — what it answers then is the
+        collector's own stop, not the engine — and a probe during which such a stop began is not recorded
+        (its answer is the stop's): why, in the launch's ``details.before_stop``."""
         if run.ready_state is None or run.failure_observed is not None or not run.alive():
+            return
+        if (begun := run.stop_begun()) is not None:
+            run.before_stop_note = f"not asked: the collector's own stop ({begun}) had begun"
+            self.log(f"/health before the stop: {run.before_stop_note}")
             return
         # not interruptible: this runs on every way out of the ladder, where a cancel must not skip the
         # engine's own record; the probe is bounded by its own timeout
         health = probe_health(run.spec.base_url, run.spec.engine)
-        if not health["ok"] and health.get("http_status") is None and run.alive():
+        if not health["ok"] and health.get("http_status") is None and run.alive() and not run.stop_begun():
             # no answer at all: a paused or busy engine, or a hung one — asked once more, given as long as a
             # harness request got (``canary_timeout``): a 14 s stall is a slow engine, not a stopped one
             first = health.get("error")
@@ -3788,6 +3839,13 @@ class CampaignRunner:
             health = probe_health(run.spec.base_url, run.spec.engine, timeout=wait)
             health["details"] = {**health.get("details", {}), "first_try": first, "timeout_s": wait}
         health["details"] = {**health.get("details", {}), "phase": "before-stop"}
+        if not health["ok"] and (begun := run.stop_begun()) is not None:
+            run.before_stop_note = (
+                f"not recorded: the collector's own stop ({begun}) began while /health was asked "
+                f"({health.get('error') or 'not ready'})"
+            )[:300]
+            self.log(f"/health before the stop: {run.before_stop_note}")
+            return
         if not health["ok"]:
             said = health.get("error") or "not ready"
             run.failure_observed = f"{health.get('endpoint')} before the stop: {said}"[:300]

@@ -391,6 +391,13 @@ class EngineRun:
         # (``_on_line``): the policy's ``stop_cut`` compares a failure's time with the earlier of the two
         self.exited_at: Any = None
         self.stop_marker_at: Any = None
+        # when this process began its own stop of a running engine (its SIGTERM: a lease's, a cancel's, the
+        # end of the run): a request or probe that failed from then on saw the collector's stop, not the
+        # engine (the policy's ``stop_cut`` reads it back); None: this process signalled no running engine
+        self.stop_sent_at: Any = None
+        # why the collector did not ask ``/health`` before its stop (its own stop had begun), or why the
+        # probe it asked is not recorded (its own stop began while it waited): ``details.before_stop``
+        self.before_stop_note: str | None = None
         self._markers = stop_markers()
         self._exit_watch: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
@@ -565,10 +572,16 @@ class EngineRun:
                 os.close(fd)
 
     def _watch_lease(self) -> None:
-        """Stop the group when the lease runs out, even while the caller is blocked in a request."""
+        """Stop the group when the lease runs out, even while the caller is blocked in a request. A stop
+        already under way when the lease runs out (the caller's: the end of the run, a cancel) is that
+        stop's, not the lease's: the run is not marked ``lease-expired``."""
         while not self._stopped.is_set():
             left = self._deadline - time.monotonic()
             if left <= 0:
+                with self._lock:
+                    begun = self.stop_reason is not None
+                if begun:
+                    return
                 if self.alive() and self.spec.lease_ends_run and self.ready_state is not None:
                     self.stop("lease-end")
                 elif self.alive():
@@ -582,6 +595,18 @@ class EngineRun:
 
     def lease_left(self) -> float:
         return max(0.0, self._deadline - time.monotonic())
+
+    def stop_begun(self) -> str | None:
+        """Why the engine is being stopped, or was (its ``stop_reason``: the collector's own stop, the
+        lease's, its own end), or its lease has run out (the watchdog's stop is then due); None while it runs
+        on its lease. No probe is asked of an engine so stopped: what it answers then is the stop's."""
+        with self._lock:
+            reason = self.stop_reason
+        if reason is not None:
+            return reason
+        if self.lease_expired or (self._deadline and self.lease_left() <= 0):
+            return "lease-expired"
+        return None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -789,6 +814,8 @@ class EngineRun:
                     self.stop_bytes = {t.path.name: t.size() for t in self._tees}
                     # only a drain that completed says so: otherwise the policy reads on to a stop marker
                     self.stop_drained = drained
+                if self.stop_sent_at is None:
+                    self.stop_sent_at = now_utc()
             self._signal_group(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=self.spec.grace_seconds)
@@ -932,6 +959,10 @@ class EngineRun:
             details["exited_at"] = format_time(self.exited_at)
         if self.stop_marker_at is not None:
             details["stop_marker_at"] = format_time(self.stop_marker_at)
+        if self.stop_sent_at is not None:
+            details["stop_sent_at"] = format_time(self.stop_sent_at)
+        if self.before_stop_note is not None:
+            details["before_stop"] = self.before_stop_note
         details["launch_id"] = self.launch_id
         if self.port is not None:
             details["port"] = self.port

@@ -2802,6 +2802,46 @@ def _stopped_from_outside(
     )
 
 
+# the stop reasons under which the collector itself stopped a running engine (``details.stop_sent_at``: when
+# it sent its stop): its own stops, and its lease watchdog's (``lease-expired`` with the time it was sent; the
+# lease keeper's, which sends none, is no such stop)
+_OWN_STOP_REASONS = (*COLLECTOR_STOPPED, "lease-expired")
+
+
+def _own_stop_cut(launch: Evidence, failed: datetime | None, unclean: Mapping[str, str | None]) -> str | None:
+    """Why a failure for lack of an answer (a refused, reset or closed connection: never a timeout, never an
+    answer) seen at ``failed`` is the collector's own stop of ``launch``'s engine, not the engine: the
+    launch (a ready one) records that the collector stopped it (``details.stop_reason`` one of
+    :data:`_OWN_STOP_REASONS`) and when it sent that stop (``details.stop_sent_at``), the failure was seen
+    at or after that time (a failure before it is the engine's), and its stored logs, every one read back,
+    show a clean run after readiness (``unclean``); None otherwise (a launch that records no such time,
+    or one that does not parse: fail closed). Read from the launch entry and its logs, never the failed
+    entry's own claim (a probe's ``phase``). A lease-expired launch is still judged a hang by
+    runtime-stability: this excuses only what the stop itself cut."""
+    raw = launch.payload.get("details")
+    details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    reason, sent = details.get("stop_reason"), details.get("stop_sent_at")
+    if (
+        launch.payload.get("ready") is not True
+        or reason not in _OWN_STOP_REASONS
+        or not isinstance(sent, str)
+    ):
+        return None
+    if failed is None or launch.id not in unclean or unclean[launch.id] is not None:
+        return None
+    try:
+        at = parse_time(sent)
+    except LedgerError:
+        return None
+    if failed < at:
+        return None
+    return (
+        f"launch {launch.id[:12]} (attempt {launch.derived.get('attempt')}) was being stopped by the "
+        f"collector itself (stop reason {reason}, its stop sent {sent}): the failure, seen "
+        f"{format_time(failed)}, came at or after the collector's own stop"
+    )
+
+
 def _mark_stop_cuts(
     trusted: Sequence[Evidence],
     launch_of: Mapping[int, Evidence],
@@ -2852,6 +2892,10 @@ def _mark_stop_cuts(
         if e.derived_.get("artifact_problem") is not None:
             continue  # its stored record contradicts what it counts (no answer among them): no excuse
         failed, stopped = _failed_at(e), _stopped_at(launch)
+        own = _own_stop_cut(launch, failed, unclean) if unanswered is True and not held else None
+        if own is not None:
+            e.derived_["stop_cut"], e.derived_["stop_cut_held"] = own, False
+            continue
         if not held and (failed is None or stopped is None or (stopped - failed).total_seconds() > tolerance):
             continue
         why = _stopped_from_outside(launch, params, unclean)
