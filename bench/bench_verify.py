@@ -48,16 +48,18 @@ if sys.argv[3] == "nosig":  # the ceiling: every check but the signature's (fork
     from ledger.signing import Verifier
     Verifier.verify = lambda self, signature, message: None
 led = Ledger.open(Path(sys.argv[2]))
+# "from": `verify --from` the checkpoint the home holds (at the log's head: the entries below it re-derived)
+since = led.home.checkpoint_path.read_text() if sys.argv[3] == "from" else None
 def cpu():  # this process and its workers (waited for when verify returns)
     who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, who))
 c = cpu()
 t = time.perf_counter()
-r = led.verify(artifacts=False)
+r = led.verify(artifacts=False, since=since)
 dt = time.perf_counter() - t
 c = cpu() - c
 print(json.dumps({"ok": bool(r), "size": r.size, "seconds": dt, "cpu_seconds": c, "module": ledger.__file__,
-                  "problems": r.to_json()["problems"][:3]}))
+                  "checked_from": r.checked_from, "problems": r.to_json()["problems"][:3]}))
 """
 
 
@@ -84,7 +86,7 @@ def _tree_rss(pid: int) -> tuple[int, int]:
 def run_one(src: str, home: Path, mode: str = "") -> dict[str, Any]:
     """One `verify` (all cores) in a fresh process: seconds, CPU seconds (the process and its workers),
     peak RSS (largest process; process tree, as RSS and as PSS). ``mode`` "nosig": signature checks
-    stubbed out."""
+    stubbed out; "from": ``verify --from`` the checkpoint the home holds (``--from-held``)."""
     cmd = ["/usr/bin/time", "-v", sys.executable, "-c", _ONE, src, str(home), mode or "-"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = peak_pss = 0
@@ -181,6 +183,12 @@ def main() -> None:
     ap.add_argument("--raw", type=int, default=5000, help="signatures for the raw Ed25519 rate")
     ap.add_argument("--name", default="verify", help="results file name (bench/results/NAME.json)")
     ap.add_argument("--ceiling", action="store_true", help="also verify with signature checks stubbed out")
+    ap.add_argument(
+        "--from-held",
+        action="store_true",
+        help="also `verify --from` the checkpoint the home holds (its head): the cost of re-deriving the "
+        "entries below a held checkpoint, as a share of a full verify's time in the same run",
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-verify-"))
     try:
@@ -199,6 +207,7 @@ def main() -> None:
         cores = os.cpu_count() or 1
         raws: dict[str, list[tuple[float, float, float]]] = {lib: [] for lib in LIBS}
         runs: dict[str, list[dict[str, Any]]] = {"reference": [], "current": [], "no signatures": []}
+        runs |= {"reference --from": [], "current --from": []}
         for _ in range(args.rounds):
             for lib in LIBS:
                 raws[lib].append(raw_rates(home, args.raw, cores, lib))
@@ -207,6 +216,10 @@ def main() -> None:
             runs["current"].append(run_one("", home))
             if args.ceiling:
                 runs["no signatures"].append(run_one("", home, "nosig"))
+            if args.from_held:
+                if ref_src:
+                    runs["reference --from"].append(run_one(ref_src, home, "from"))
+                runs["current --from"].append(run_one("", home, "from"))
         for lib in LIBS:
             raws[lib].append(raw_rates(home, args.raw, cores, lib))
         rows: list[dict[str, Any]] = []
@@ -249,6 +262,10 @@ def main() -> None:
                     "target": ">= 0.8 x cores x raw, <= 200 MB" if label == "current" else "",
                 }
             )
+        for label in ("reference", "current"):
+            if f"{label} --from" in rates:  # the --from time as a share of the full verify's (same run)
+                share = rates[label] / rates[f"{label} --from"]
+                rows.append({"what": f"--from held head / full verify, seconds ({label})", "per_s": share})
         if "reference" in rates:
             speedup = rates["current"] / rates["reference"]
             rows.append({"what": "speed-up current / reference", "per_s": speedup})

@@ -32,18 +32,34 @@ from ledger.entries import Statement, parse_statement
 from ledger.errors import (
     CanonicalJsonError,
     ChainBrokenError,
+    IntegrityError,
     LedgerError,
     LogFormatError,
+    LogInconsistentError,
     UnknownSignerError,
 )
-from ledger.log import LOG_FORMAT, MAX_RECORD_BYTES, LogRecord, chain_hash, entry_id_of, leaf_hash
+from ledger.log import (
+    LOG_FORMAT,
+    MAX_RECORD_BYTES,
+    LogRecord,
+    chain_hash,
+    checked_leaf,
+    entry_id_of,
+    leaf_hash,
+    parse_record,
+    record_leaf,
+)
+from ledger.reads import committed_rows, record_leaf_hex
+from ledger.repo import envelope_bytes, record_bytes
 from ledger.signing import PAYLOAD_TYPE, PublicKey, Verifier, pae, parse_canonical_envelope, parse_envelope
 
 __all__ = [
     "INDEX_TABLES",
+    "BelowFacts",
     "IndexRows",
     "RangeFacts",
     "check_range",
+    "committed_below",
     "index_rows",
     "orphan_index_rows",
     "pool_init",
@@ -186,12 +202,19 @@ def _in_range(table: sa.Table, *columns: str, seq: str = "seq") -> sa.Select[Any
 
 
 _ENTRY_COLUMNS = ("seq", "entry_id", "kind", "signer", "collected_at", "logged_at", "envelope")
+# the rows below a held checkpoint (``committed_below``): ``committed_rows``'s evidence columns, the leaf hash
+# last, then the record and the chain link
+_BELOW_COLUMNS = (
+    *("seq", "entry_id", "kind", "signer", "logged_at", "envelope", "leaf_hash"),
+    *("record", "prev_hash", "chain_hash"),
+)
 _QUERIES = {
     "entries": _in_range(
         T_ENTRIES, *_ENTRY_COLUMNS, "leaf_hash", "prev_hash", "chain_hash", "record"
     ).order_by(T_ENTRIES.c.seq),
     **{table.name: _in_range(table, "seq", *cols) for table, cols, _k in INDEX_TABLES},
     "tiles": _in_range(T_TILES, "level", "idx", "chain_hash", "last_seq", "hashes", "root", seq="last_seq"),
+    "below": _in_range(T_ENTRIES, *_BELOW_COLUMNS).order_by(T_ENTRIES.c.seq),
 }
 _COMPILED: dict[tuple[str, str], tuple[str, bool]] = {}
 
@@ -581,6 +604,136 @@ def _check_row(
     except LedgerError as e:
         problem(e.code, e.message)
     return kind, key_payload, leaf
+
+
+# --- the entries below a held checkpoint (``ledger verify --from``) ----------------------------------------
+
+# the consequence a refused row below the held checkpoint names (``committed_rows``)
+_BELOW_CONSEQUENCE = "`ledger verify --from` carries over what its record commits, not its columns"
+LOG_INCONSISTENT = LogInconsistentError.code
+
+
+class BelowFacts(NamedTuple):
+    """What one page of the entries below a held checkpoint gives ``verify --from`` (``committed_below``),
+    each read from the entry's stored record (its leaf: the held root proves the records) and the envelope
+    its entry id commits — never from the kind, signer, time or hash columns, which are only checked
+    against the record."""
+
+    problems: list[tuple[Any, ...]]  # (seq, entry id, code, message)
+    leaves: bytes  # 32 bytes per entry: SHA-256(0x00 || its stored record)
+    keys: list[tuple[int, bytes]]  # (seq, envelope) of the entries whose record's kind is ``key.*``
+    chain: str  # the chain hash of the page's last entry, linked from ``prev`` over the records
+    logged_at: str | None  # the log time the page's last record commits
+    stop: bool  # an entry nothing can be carried over from (named): what follows it is not carried over
+
+
+def committed_below(conn: sa.Connection, lo: int, hi: int, prev: str) -> BelowFacts:
+    """The entries with lo <= seq < hi below a held checkpoint, each re-derived from its committed record,
+    in one snapshot ``conn``: its leaf (the record's hash: the caller builds the tree and compares its root
+    with the held one), its columns checked against the record and its envelope against its entry id
+    (``committed_rows``), its leaf hash column against the record (``checked_leaf``), its chain link
+    re-derived from ``prev`` (the chain hash of the entry before); the ``key.*`` entries (by their record's
+    kind) and the last log time, for the keys and the time carried over. Hash-only: no signature, schema or
+    index row is checked here (a full ``verify`` does, as it did when the checkpoint was taken). A row
+    whose columns disagree with its record is named and read from its record; a missing seq, a row with
+    no record (or one rewritten, or not a record of its seq) or a key entry whose envelope is not the one
+    its record commits stops the page (``stop``): nothing can be carried over past it."""
+    rows = _fetch(conn, "below", lo, hi)
+    problems: list[tuple[Any, ...]] = []
+    leaves: list[bytes] = []
+    keys: list[tuple[int, bytes]] = []
+    evidence: list[tuple[Any, ...]] = []  # (seq, entry id, kind, signer, logged_at, envelope, leaf hex)
+    records: dict[int, bytes] = {}
+    chain: str = prev
+    at: str | None = None
+
+    def stopped(seq: int, entry_id: object, code: str, message: str) -> BelowFacts:
+        problems.append((seq, None if entry_id is None else str(entry_id), code, message))
+        return BelowFacts(problems, b"".join(leaves), keys, chain, at, True)
+
+    expected = lo
+    for row in rows:
+        seq, entry_id, stored_env, leaf_column, stored_record = row[0], row[1], row[5], row[6], row[7]
+        if seq != expected:
+            return stopped(
+                expected, None, SEQ_GAP, f"expected seq {expected}, found {seq}: an entry below the held "
+                "checkpoint is missing (its row was deleted or moved behind the log's back)"
+            )  # fmt: skip
+        expected = seq + 1
+        try:
+            record = record_bytes(seq, stored_record)
+        except LedgerError as e:
+            return stopped(seq, entry_id, RECORD_MISMATCH, e.message)
+        if record is None:
+            return stopped(seq, entry_id, NO_LOG_RECORD, "the row has no log record (log format 1)")
+        try:  # the leaf hash column is the record's (the one check every reader of leaves applies)
+            leaf = checked_leaf(seq, entry_id, record, leaf_column)
+        except LedgerError as e:
+            if record_leaf_hex(seq, row[4], entry_id, row[2], row[3]) == leaf_column:
+                # the columns give the leaf hash: the record is the one rewritten (nothing to carry over)
+                return stopped(
+                    seq, entry_id, RECORD_MISMATCH, "stored log record disagrees with the row's columns "
+                    "and its leaf hash (rewritten behind the log's back): nothing is carried over from it"
+                )  # fmt: skip
+            problems.append((seq, entry_id, LEAF_HASH_MISMATCH, e.message))
+            leaf = record_leaf(record)
+        env = stored_env if type(stored_env) is bytes else b""
+        if type(stored_env) is not bytes:
+            try:
+                env = envelope_bytes(seq, stored_env)
+            except LedgerError as e:  # named here; the empty envelope is named by ``committed_rows`` too
+                problems.append((seq, entry_id, CHAIN_BROKEN, e.message))
+        leaves.append(leaf)
+        records[seq] = record
+        evidence.append((seq, entry_id, row[2], row[3], row[4], env, leaf.hex()))
+    if expected < hi:
+        return stopped(
+            expected, None, SEQ_GAP, f"the log has no entry at seq {expected}, below the held checkpoint "
+            "(its row was deleted or moved behind the log's back)"
+        )  # fmt: skip
+    # the columns against the record the leaf commits, the envelope against the entry id: the page at once,
+    # and entry by entry (each named) only where one of them is not
+    refused: set[int] = set()
+    try:
+        committed_rows(evidence, records.get, _BELOW_CONSEQUENCE)
+    except IntegrityError:
+        for r in evidence:
+            try:
+                committed_rows([r], records.get, _BELOW_CONSEQUENCE)
+            except IntegrityError as e:
+                refused.add(r[0])
+                columns_ok = record_leaf_hex(r[0], r[4], r[1], r[2], r[3]) == r[6]
+                problems.append((r[0], r[1], ENTRY_ID_MISMATCH if columns_ok else RECORD_MISMATCH, e.message))
+    for r, row in zip(evidence, rows, strict=True):
+        seq, entry_id, kind, logged_at, env = r[0], r[1], r[2], r[4], r[5]
+        if seq in refused:  # what the record commits, not the columns
+            try:
+                committed = parse_record(records[seq])
+            except LedgerError as e:
+                return stopped(seq, entry_id, LOG_INCONSISTENT, f"its stored log record: {e.message}")
+            if committed.index != seq:
+                return stopped(
+                    seq, entry_id, LOG_INCONSISTENT, f"its log record is the one of seq {committed.index}"
+                )
+            entry_id, kind, logged_at = committed.entry_id, committed.kind, committed.logged_at
+            if kind.startswith("key.") and entry_id_of(env) != entry_id:
+                return stopped(
+                    seq, entry_id, LOG_INCONSISTENT, "the envelope of this key entry is not the one its "
+                    "record commits: the keys as of the held checkpoint cannot be carried over"
+                )  # fmt: skip
+        # the chain link, re-derived over the records from the entry before (the row's columns only checked)
+        if _FAST and _PLAIN_TEXT.fullmatch(entry_id + chain + logged_at):
+            link = blake3.blake3(_chain_text(seq, entry_id, chain, logged_at)).hexdigest()
+        else:
+            link = chain_hash(seq, entry_id, chain, logged_at)
+        if row[8] != chain:
+            problems.append((seq, entry_id, CHAIN_BROKEN, "entry does not link to its predecessor"))
+        if row[9] != link:
+            problems.append((seq, entry_id, CHAIN_BROKEN, "chain hash does not match the log record"))
+        chain, at = link, logged_at
+        if kind.startswith("key."):
+            keys.append((seq, env))
+    return BelowFacts(problems, b"".join(leaves), keys, chain, at, False)
 
 
 # --- the worker processes --------------------------------------------------------------------------------

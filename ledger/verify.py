@@ -6,7 +6,8 @@ that only ever answers "no problem", the exact per-row check naming any problem)
 (chain links, key roles and revocations, the tree) is checked as each range comes back, in log order,
 keeping only the tree's right edge (``ledger.tiles.TileBuilder``). Stored checkpoints are checked as the
 log passes their size, stored tiles as they complete. From a held signed checkpoint (``since``) only the
-entries after it are checked, once the log is proved consistent with it.
+entries after it are checked in full, once the log is proved consistent with it and every entry before it
+re-derived from its committed record (hash-only: ``_held_start``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ledger._verify_range import (
     IndexRows,
     RangeFacts,
     check_range,
+    committed_below,
     index_rows,
     orphan_index_rows,
     pool_init,
@@ -45,15 +47,13 @@ from ledger.log import (
     MAX_CLOCK_SKEW,
     Checkpoint,
     HeldFault,
-    LogRecord,
-    entry_id_of,
     held_fault,
     parse_checkpoint,
 )
-from ledger.repo import LogRepo, envelope_bytes
+from ledger.repo import LogRepo
 from ledger.signing import PublicKey, parse_envelope
 from ledger.store.base import ArtifactStore
-from ledger.tiles import TileBuilder, TileTree, tile_last_seq
+from ledger.tiles import TILE_WIDTH, Tile, TileBuilder, TileSource, TileTree, tile_last_seq, tile_path
 from ledger.trust import TrustedLog, replay_keys, trust_problem
 
 __all__ = [
@@ -244,64 +244,156 @@ def check_held(repo: LogRepo, held: Checkpoint) -> list[VerifyProblem]:
 def _held_start(
     repo: LogRepo, since: Checkpoint, root_key_id: str, problems: list[VerifyProblem]
 ) -> tuple[_Order, int] | None:
-    """The in-order state at a held checkpoint's size, read from the tiles and the key entries before it,
-    after proving the log consistent with it. None (with the problem named) when it is not."""
+    """The in-order state at a held checkpoint's size, after proving the log consistent with it: re-derived
+    from every entry below it (``committed_below``, page by page in one snapshot: each record hashed into
+    the tree, whose root must be the held one; each row's columns checked against its record, its envelope
+    against its entry id, its chain link re-derived), so the keys (the ``key.*`` entries by their records'
+    kind), the log time and the chain hash carried over are the ones the checkpoint commits — no column or
+    index decides which rows below it matter. A row whose columns are not its record is named (and read
+    from its record); so is each stored full tile below it, at every level, that is not the tile the
+    records build (``_unlike_stored``: compared as the pages complete them; named once the records give
+    the held root, as ``TileTree`` names it: ``_stored_tile_problem``) — never read for the tree. None
+    (with the problem named) when the log is not consistent with the checkpoint or an entry below it
+    cannot be carried over."""
     s = since.size
     with repo.read(snapshot=True) as conn:
         current = _consistent(repo, conn, since, problems, "the held checkpoint")
         if current is None:
             return None
-        # Below the checkpoint the tree is proved; each key entry and the last entry are checked against
-        # its leaves (so the keys and the log time carried over are the ones the checkpoint commits).
-        held = TileTree(repo.tile_source(conn), s)
-        rows = list(repo.key_entries(conn, 0, s))
-        last = repo.row_at(conn, s - 1) if s else None
-        envelopes: dict[int, bytes] = {}
-        for r in rows + ([last] if last is not None else []):
-            seq = int(r.seq)
-            try:  # a stored tile that is not the log's is named (``TileTree._tile``), not the entry
-                leaf = held.leaf(seq)
-            except LedgerError as e:
-                problems.append(VerifyProblem(e.code, e.message))
+        builder, source = TileBuilder(), repo.tile_source(conn)
+        chain, last_at, key_rows = GENESIS_PREV, None, []
+        suspects: list[Tile] = []  # the full tiles built below it whose stored tile is not the same
+        for a in range(0, s, _CHUNK):
+            page = committed_below(conn, a, min(a + _CHUNK, s), chain)
+            problems.extend(
+                VerifyProblem(code=_CODES.get(c, c), message=m, seq=q, id=i) for q, i, c, m in page.problems
+            )
+            if page.stop:
                 return None
-            try:
-                envelopes[seq] = envelope_bytes(seq, r.envelope)
-            except LedgerError as e:
-                problems.append(VerifyProblem(e.code, e.message, seq=seq, id=str(r.entry_id)))
-                return None
-            record = LogRecord(seq, r.logged_at, r.entry_id, r.kind, r.signer)
-            if record.leaf() != leaf or entry_id_of(envelopes[seq]) != r.entry_id:
-                problems.append(
-                    VerifyProblem(
-                        Problem.LOG_INCONSISTENT,
-                        "an entry before the held checkpoint is not the one its tree commits",
-                        seq=seq,
-                        id=str(r.entry_id),
-                    )
+            append, leaves, done = builder.append, page.leaves, []
+            for i in range(0, len(leaves), 32):
+                if tiles := append(leaves[i : i + 32]):
+                    done += tiles
+            suspects += _unlike_stored(source, done)
+            chain, last_at = page.chain, page.logged_at or last_at
+            key_rows += page.keys
+        if builder.root() != since.root:
+            seq = _first_uncommitted(repo, conn, s)
+            where = (
+                f"the entry at seq {seq} is not the one its tree commits (its record was rewritten with its "
+                "leaf hash)"
+                if seq is not None
+                else "the stored tiles were rewritten with them (a full `ledger verify` names the entry)"
+            )
+            problems.append(
+                VerifyProblem(
+                    Problem.LOG_INCONSISTENT,
+                    f"the records of the {s} entries before the held checkpoint do not hash to its root: "
+                    + where,
+                    seq=seq,
                 )
-                return None
-        # the candidates hold the admins' other entries too (``LogRepo.key_entries``): fold the key entries
-        ring = replay_keys(
-            Keyring(),
-            [(int(r.seq), envelopes[int(r.seq)]) for r in rows if str(r.kind).startswith("key.")],
-            s,
-        )
-        last_at = parse_time(last.logged_at) if last is not None else None
-        try:
-            builder = held.builder()
-        except LedgerError as e:
-            problems.append(VerifyProblem(e.code, e.message))
+            )
             return None
-    order = _Order(
-        TrustedLog(root_key_id, ring, last_logged_at=last_at),
-        str(last.chain_hash) if last is not None else GENESIS_PREV,
-        s,
-        builder,
-        None,
-        iter(()),
-        None,
-    )
+        # the records hash to the held root: a stored tile below it that is not their tile is named (one a
+        # C2SP client reads, ``/tile/…``, ``ledger tiles export``); the tree was not read from it
+        problems.extend(p for t in suspects if (p := _stored_tile_problem(source, s, t)) is not None)
+        try:  # the records the held root proves: their keys and log time are the checkpoint's
+            ring = replay_keys(Keyring(), key_rows, s)
+            at = parse_time(last_at) if last_at is not None else None
+        except LedgerError as e:
+            problems.append(VerifyProblem(Problem.BAD_KEY_ENTRY, f"before the held checkpoint: {e.message}"))
+            return None
+    order = _Order(TrustedLog(root_key_id, ring, last_logged_at=at), chain, s, builder, None, iter(()), None)
     return order, current
+
+
+def _unlike_stored(source: TileSource, built: list[Tile]) -> list[Tile]:
+    """The tiles of ``built`` (the full tiles the re-derived leaves below a held checkpoint complete, in
+    order) whose stored tile is not the same (its hashes or its root; one stored as no tile, not bytes:
+    every tile of that level read at once): one query per level, a bytes comparison per tile. A tile not
+    stored is none (``TileTree`` computes it)."""
+    out: list[Tile] = []
+    for level in sorted({t.level for t in built}):
+        tiles = [t for t in built if t.level == level]
+        lo, hi = tiles[0].index, tiles[-1].index + 1
+        try:
+            stored, roots = source.tiles(level, lo, hi), source.roots(level, lo, hi)
+        except LedgerError:  # one of them is no tile: each is read on its own (``_stored_tile_problem``)
+            out += tiles
+            continue
+        out += [
+            t
+            for t in tiles
+            if (stored.get(t.index), roots.get(t.index)) not in ((None, None), (t.hashes, t.root))
+        ]
+    return out
+
+
+class _BuiltBelow:
+    """A ``TileSource`` for checking the one stored tile ``tile.level``/``tile.index``: the stored tiles and
+    roots are the database's, what is below that tile (the leaves at level 0, the roots of the tiles of the
+    level below above) the hashes ``tile`` was built with — so ``TileTree``'s check of a tile against what
+    is below it compares it with the tree the records give, not with the rows or other stored tiles."""
+
+    def __init__(self, source: TileSource, tile: Tile) -> None:
+        self.source, self.tile = source, tile
+        h = tile.hashes
+        self.below = [h[i : i + 32] for i in range(0, len(h), 32)]
+        self.lo = tile.index * TILE_WIDTH
+
+    def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        return self.source.tiles(level, lo, hi)
+
+    def roots(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
+        if level == self.tile.level - 1 and lo == self.lo:
+            return {lo + i: h for i, h in enumerate(self.below[: hi - lo])}
+        return self.source.roots(level, lo, hi)
+
+    def leaves(self, lo: int, hi: int) -> list[bytes]:
+        if self.tile.level == 0 and lo == self.lo:
+            return self.below[: hi - lo]
+        return self.source.leaves(lo, hi)
+
+
+def _stored_tile_problem(source: TileSource, size: int, tile: Tile) -> VerifyProblem | None:
+    """The problem of the stored tile ``tile.level``/``tile.index`` below a held checkpoint when it is not
+    ``tile`` (a suspect of ``_unlike_stored``), as ``TileTree`` names it (``ChainBrokenError``: "stored
+    tile L/NNN is not the log's", or "is no tile"): its hashes against its stored root, then against the
+    hashes ``tile`` was built with (``_BuiltBelow``) — one of them fails when it is not ``tile``. None when
+    it is ``tile``, or not stored."""
+    level, index = tile.level, tile.index
+    try:
+        TileTree(_BuiltBelow(source, tile), size, strict=True).tile(level, index)
+        stored = source.tiles(level, index, index + 1).get(index)
+        root = source.roots(level, index, index + 1).get(index)
+    except LedgerError as e:
+        return VerifyProblem(e.code, e.message)
+    if (stored, root) in ((None, None), (tile.hashes, tile.root)):
+        return None
+    return VerifyProblem(  # unreachable while ``TileTree`` checks both: fail closed all the same
+        Problem.CHAIN_BROKEN,
+        f"stored tile {level}/{tile_path(index)} is not the tile the records below the held checkpoint give",
+    )
+
+
+def _first_uncommitted(repo: LogRepo, conn: Any, size: int) -> int | None:
+    """The first seq below ``size`` whose record's leaf is not the one the stored tiles give (the tiles
+    are proved against the held root by ``_consistent``); None when none is found (the tiles were
+    rewritten with it) or a tile cannot be read. Only to name a rewritten entry: it re-reads the rows."""
+    held = TileTree(repo.tile_source(conn), size)
+    chain = GENESIS_PREV
+    for a in range(0, size, _CHUNK):
+        b = min(a + _CHUNK, size)
+        page = committed_below(conn, a, b, chain)
+        try:
+            want = b"".join(held.hashes(0, a, b))
+        except LedgerError:
+            return None
+        for i in range(0, min(len(page.leaves), len(want)), 32):
+            if page.leaves[i : i + 32] != want[i : i + 32]:
+                return a + i // 32
+        chain = page.chain
+    return None
 
 
 def verify_log(
