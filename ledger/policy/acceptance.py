@@ -2806,18 +2806,59 @@ def _stopped_from_outside(
 # it sent its stop): its own stops, and its lease watchdog's (``lease-expired`` with the time it was sent; the
 # lease keeper's, which sends none, is no such stop)
 _OWN_STOP_REASONS = (*COLLECTOR_STOPPED, "lease-expired")
+# ``time_to_ready_s`` is recorded to the millisecond (collectors/launch.py rounds it): a readiness time read
+# from it may lie that much after the true one
+_READY_ROUNDING = timedelta(milliseconds=1)
 
 
-def _own_stop_cut(launch: Evidence, failed: datetime | None, unclean: Mapping[str, str | None]) -> str | None:
+def _ready_time(launch: Evidence) -> datetime | None:
+    """When ``launch``'s engine became ready, as the launch records it: its ``started_at`` plus its
+    ``time_to_ready_s`` (a finite number ≥ 0); None where either is missing, mistyped or does not parse."""
+    started, took = launch.payload.get("started_at"), launch.payload.get("time_to_ready_s")
+    if not isinstance(started, str) or isinstance(took, bool) or not isinstance(took, (int, float)):
+        return None
+    if not math.isfinite(took) or took < 0:
+        return None
+    try:
+        return parse_time(started) + timedelta(seconds=took)
+    except (LedgerError, OverflowError):
+        return None
+
+
+def _stop_grace(launch: Evidence) -> float | None:
+    """How long the collector gave ``launch``'s engine to end after its stop before it killed it, as the
+    launch records it (``details.grace_seconds``, the campaign's ``[engine] grace_seconds``: a finite number
+    ≥ 0); None where it records none or mistypes it."""
+    raw = launch.payload.get("details")
+    v = raw.get("grace_seconds") if isinstance(raw, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
+
+
+def _own_stop_cut(
+    launch: Evidence,
+    failed: datetime | None,
+    unclean: Mapping[str, str | None],
+    tolerance: float,
+    answered_seen: datetime | None,
+) -> str | None:
     """Why a failure for lack of an answer (a refused, reset or closed connection: never a timeout, never an
     answer) seen at ``failed`` is the collector's own stop of ``launch``'s engine, not the engine: the
     launch (a ready one) records that the collector stopped it (``details.stop_reason`` one of
-    :data:`_OWN_STOP_REASONS`) and when it sent that stop (``details.stop_sent_at``), the failure was seen
-    at or after that time (a failure before it is the engine's), and its stored logs, every one read back,
-    show a clean run after readiness (``unclean``); None otherwise (a launch that records no such time,
-    or one that does not parse: fail closed). Read from the launch entry and its logs, never the failed
-    entry's own claim (a probe's ``phase``). A lease-expired launch is still judged a hang by
-    runtime-stability: this excuses only what the stop itself cut."""
+    :data:`_OWN_STOP_REASONS`) and when it sent that stop (``details.stop_sent_at``), that time fits the
+    launch's other recorded times, the failure was seen while the stop was under way, and its stored logs,
+    every one read back, show a clean run after readiness (``unclean``); None otherwise (fail closed: the
+    failure is the engine's). The stop fits where it was sent after the launch's readiness
+    (``_ready_time``), no later than its recorded end (``_stopped_at``: its leader's end or an earlier stop
+    marker; a launch that records neither has no end to compare with; its ``ended_at`` no earlier either),
+    and that end came within the stop's grace (``_stop_grace``: the collector killed the engine then) plus
+    ``tolerance`` (``params.stop_cut_tolerance_s``) after it; the failure was seen at or after the stop and
+    no later than that end plus ``tolerance``; and no entry of the attempt shows an answer observed after
+    the stop (``answered_seen``: the latest such observed time — an engine that answered then was not
+    being stopped). Read from the launch entry and its logs, never the failed entry's own claim (a
+    probe's ``phase``). A lease-expired launch is still judged a hang by runtime-stability: this excuses
+    only what the stop itself cut."""
     raw = launch.payload.get("details")
     details: dict[str, Any] = raw if isinstance(raw, dict) else {}
     reason, sent = details.get("stop_reason"), details.get("stop_sent_at")
@@ -2833,12 +2874,28 @@ def _own_stop_cut(launch: Evidence, failed: datetime | None, unclean: Mapping[st
         at = parse_time(sent)
     except LedgerError:
         return None
-    if failed < at:
-        return None
+    ready, end, grace = _ready_time(launch), _stopped_at(launch), _stop_grace(launch)
+    if ready is None or end is None or grace is None or at < ready - _READY_ROUNDING:
+        return None  # a stop before the engine was ready, or a launch that cannot say when it was
+    ended = launch.payload.get("ended_at")
+    if ended is not None:
+        try:
+            if not isinstance(ended, str) or parse_time(ended) < at:
+                return None
+        except LedgerError:
+            return None
+    slack = timedelta(seconds=tolerance)
+    if end < at or end > at + timedelta(seconds=grace) + slack:
+        return None  # an end before the stop, or after the collector would have killed the engine
+    if failed < at or failed > end + slack:
+        return None  # a failure before the stop is the engine's; one long after its end no stop's doing
+    if answered_seen is not None and answered_seen > at:
+        return None  # the engine answered after the stop the launch claims: it was not being stopped
     return (
         f"launch {launch.id[:12]} (attempt {launch.derived.get('attempt')}) was being stopped by the "
-        f"collector itself (stop reason {reason}, its stop sent {sent}): the failure, seen "
-        f"{format_time(failed)}, came at or after the collector's own stop"
+        f"collector itself (stop reason {reason}, its stop sent {sent}, the engine ended "
+        f"{format_time(end)}): the failure, seen {format_time(failed)}, came while the collector's own stop "
+        "was under way"
     )
 
 
@@ -2868,12 +2925,15 @@ def _mark_stop_cuts(
     if tolerance is None:
         return
     answered_last: dict[int, int] = {}  # attempt → the seq of the last entry of it showing an answer
+    answered_seen: dict[int, datetime] = {}  # attempt → the latest observed time of such an entry
     for e in trusted:
         if e.derived_ is None or e.kind not in ("health.probe", "gate.result"):
             continue
         attempt = e.derived_.get("attempt_logged")
         if isinstance(attempt, int) and attempt > 0 and _unanswered(e) is False:
             answered_last[attempt] = max(answered_last.get(attempt, -1), e.seq)
+            seen = answered_seen.get(attempt)
+            answered_seen[attempt] = e.observed_time if seen is None else max(seen, e.observed_time)
     for e in trusted:
         if e.derived_ is None or not e.in_subject:
             continue
@@ -2892,7 +2952,11 @@ def _mark_stop_cuts(
         if e.derived_.get("artifact_problem") is not None:
             continue  # its stored record contradicts what it counts (no answer among them): no excuse
         failed, stopped = _failed_at(e), _stopped_at(launch)
-        own = _own_stop_cut(launch, failed, unclean) if unanswered is True and not held else None
+        own = (
+            _own_stop_cut(launch, failed, unclean, tolerance, answered_seen.get(attempt))
+            if unanswered is True and not held
+            else None
+        )
         if own is not None:
             e.derived_["stop_cut"], e.derived_["stop_cut_held"] = own, False
             continue

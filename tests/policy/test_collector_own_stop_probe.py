@@ -31,7 +31,9 @@ BENCHMARK_SENT = "2026-09-10T10:29:59.700000Z"
 
 
 def _own_stop(es: list[dict[str, Any]], reason: str = "lease-expired", sent: Any = SENT, **kw: Any) -> None:
-    """The launch ended by the collector's own stop (its SIGTERM, sent at ``sent``)."""
+    """The launch ended by the collector's own stop (its SIGTERM, sent at ``sent``, with the grace the
+    collector records: ``details.grace_seconds``, the campaign's ``[engine] grace_seconds``, 10 s)."""
+    kw.setdefault("grace_seconds", 10.0)
     _stopped(es, signature=None if reason != "lease-expired" else "lease-expired", **kw)
     details = entry(es, "launch")["payload"]["details"]
     details["stop_reason"] = reason
@@ -131,3 +133,154 @@ def test_a_traceback_after_readiness_excuses_nothing(tmp_path: Path) -> None:
     _cut_structured(es)
     v = verdict_of(tmp_path, es)
     assert v["verdict"] != "INCONCLUSIVE" and rejected(v).get("structured") != RULE
+
+
+# Audit 93 f3: ``details.stop_sent_at`` was taken as the launch stated it. A launch started 10:00:20, ready
+# 40 s later (10:01:00), that records its own stop sent at 09:59:00 — before it existed — had the probe that
+# failed at 10:01:20 excused (INCONCLUSIVE, stopped-from-outside); so did a stop time far before any failure.
+# A stop time excuses a failure only where it fits the launch's other recorded times: after its readiness,
+# no later than its recorded end, that end within the stop's grace (``details.grace_seconds``) after it; the
+# failure at or after the stop and no later than the end plus ``params.stop_cut_tolerance_s``; and no answer
+# of the attempt observed after the stop.
+
+
+def _own_stop_verdict(tmp_path: Path, *, sent: str = SENT, **kw: Any) -> dict[str, Any]:
+    es = qualified_entries()
+    _own_stop(es, "cancelled", sent=sent, **kw)
+    _cut_structured(es)
+    return verdict_of(tmp_path, es)
+
+
+def _counts_against(v: dict[str, Any]) -> None:
+    assert v["verdict"] == RUNTIME, v["gates"]
+    assert rejected(v).get("structured") != RULE
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        pytest.param("2026-09-10T09:59:00Z", id="before-the-launch-started"),
+        pytest.param("2026-09-10T10:00:20Z", id="at-the-launch-start"),
+    ],
+)
+def test_own_stop_sent_before_the_launch_existed_excuses_nothing(tmp_path: Path, sent: str) -> None:
+    _counts_against(_own_stop_verdict(tmp_path, sent=sent))
+
+
+def test_own_stop_sent_before_readiness_excuses_nothing(tmp_path: Path) -> None:
+    """Every answer of the attempt came before the stop (10:01:19.7), its end 0.2 s after it: only the
+    launch's readiness (started 10:00:20, ready 100 s later: 10:02:00) contradicts it."""
+    es = qualified_entries()
+    _own_stop(es, "cancelled")
+    entry(es, "launch")["payload"]["time_to_ready_s"] = 100.0
+    _cut_structured(es)
+    _counts_against(verdict_of(tmp_path, es))
+
+
+@pytest.mark.parametrize("how", ["dropped", "null", "renamed"])
+def test_own_stop_launch_that_cannot_say_when_it_was_ready_excuses_nothing(tmp_path: Path, how: str) -> None:
+    """The schema refuses a mistyped, negative or infinite ``time_to_ready_s``; one left out (or null) gives
+    no readiness time to put the stop after."""
+    es = qualified_entries()
+    _own_stop(es, "cancelled")
+    p = entry(es, "launch")["payload"]
+    if how == "dropped":
+        del p["time_to_ready_s"]
+    elif how == "null":
+        p["time_to_ready_s"] = None
+    else:
+        p["details"]["time_to_ready"] = p.pop("time_to_ready_s")
+    _cut_structured(es)
+    _counts_against(verdict_of(tmp_path, es))
+
+
+def test_own_stop_sent_after_the_launch_ended_excuses_nothing(tmp_path: Path) -> None:
+    """The engine's process ended 10:01:19.9; a stop 'sent' 10:01:19.95, after it, stopped nothing."""
+    _counts_against(_own_stop_verdict(tmp_path, sent="2026-09-10T10:01:19.950000Z"))
+
+
+@pytest.mark.parametrize(
+    ("grace", "excused"),
+    [
+        pytest.param(1.0, False, id="end-long-after-the-stop"),
+        pytest.param(10.0, True, id="end-within-the-grace"),
+    ],
+)
+def test_own_stop_whose_engine_ended_long_after_it_excuses_nothing(
+    tmp_path: Path, grace: float, excused: bool
+) -> None:
+    """Stop sent 10:01:18, the engine ended 10:01:19.9 (1.9 s later): past a 1 s grace (plus the 0.5 s
+    tolerance) the collector had killed it — the stop it records is not the one that ended the engine."""
+    v = _own_stop_verdict(tmp_path, sent="2026-09-10T10:01:18Z", grace_seconds=grace)
+    if excused:
+        assert v["verdict"] == "INCONCLUSIVE", v["gates"]
+        assert rejected(v)["structured"] == RULE
+    else:
+        _counts_against(v)
+
+
+@pytest.mark.parametrize("how", ["dropped", "renamed", "mistyped", "negative", "bool"])
+def test_own_stop_launch_that_records_no_stop_grace_excuses_nothing(tmp_path: Path, how: str) -> None:
+    es = qualified_entries()
+    _own_stop(es, "cancelled")
+    details = entry(es, "launch")["payload"]["details"]
+    if how == "dropped":
+        del details["grace_seconds"]
+    elif how == "renamed":
+        details["grace_s"] = details.pop("grace_seconds")
+    elif how == "mistyped":
+        details["grace_seconds"] = "10"
+    elif how == "negative":
+        details["grace_seconds"] = -10.0
+    else:
+        details["grace_seconds"] = True
+    _cut_structured(es)
+    _counts_against(verdict_of(tmp_path, es))
+
+
+@pytest.mark.parametrize(
+    ("exited", "excused"),
+    [
+        pytest.param("2026-09-10T10:01:19Z", False, id="failure-1s-after-the-end"),
+        pytest.param("2026-09-10T10:01:19.600000Z", True, id="failure-within-the-tolerance"),
+    ],
+)
+def test_own_stop_failure_long_after_the_engine_ended_excuses_nothing(
+    tmp_path: Path, exited: str, excused: bool
+) -> None:
+    """The probe failed 10:01:20: 1 s after the engine's end (10:01:19) is past
+    ``params.stop_cut_tolerance_s`` (0.5 s) — no stop under way cut it; 0.4 s after is within it."""
+    v = _own_stop_verdict(tmp_path, sent="2026-09-10T10:01:18.900000Z", exited_at=exited)
+    if excused:
+        assert v["verdict"] == "INCONCLUSIVE", v["gates"]
+        assert rejected(v)["structured"] == RULE
+    else:
+        _counts_against(v)
+
+
+def test_own_stop_launch_that_records_no_end_excuses_nothing(tmp_path: Path) -> None:
+    es = qualified_entries()
+    _own_stop(es, "cancelled")
+    del entry(es, "launch")["payload"]["details"]["exited_at"]
+    _cut_structured(es)
+    _counts_against(verdict_of(tmp_path, es))
+
+
+@pytest.mark.parametrize(
+    ("sent", "excused"),
+    [
+        pytest.param("2026-09-10T10:01:08Z", False, id="completion-answered-after-the-stop"),
+        pytest.param("2026-09-10T10:01:11Z", True, id="every-answer-before-the-stop"),
+    ],
+)
+def test_own_stop_with_a_passing_probe_after_it_excuses_nothing(
+    tmp_path: Path, sent: str, excused: bool
+) -> None:
+    """The completion probe answered at 10:01:10: an engine that answered after the stop the launch claims
+    (10:01:08) was not being stopped then. A 30 s grace, so that only the answer tells them apart."""
+    v = _own_stop_verdict(tmp_path, sent=sent, grace_seconds=30.0)
+    if excused:
+        assert v["verdict"] == "INCONCLUSIVE", v["gates"]
+        assert rejected(v)["structured"] == RULE
+    else:
+        _counts_against(v)
