@@ -43,11 +43,15 @@ from pydantic import (
 )
 
 from ledger.answers import (
+    ENGINE_PROGRAMS,
     REFUSAL_CONTEXT,
     REFUSAL_OPTION_VALUE,
     REFUSAL_REQUEST_FORM,
+    command_program,
     context_overflow,
-    read_context,
+    is_python,
+    launch_context,
+    python_run,
     refusal,
     refused_option_value,
 )
@@ -808,12 +812,6 @@ def _name_option(kind: str, name: str) -> _NameOption | None:
     return _alias_option(_KIND_PROGRAMS.get(kind, ()), name)
 
 
-# a Python interpreter's own options that take the next item as their value (``python -W error -m …``)
-_PYTHON_VALUE_OPTIONS = ("-W", "-X", "--check-hash-based-pycs")
-# CPython's short options that take no value (they may be joined: ``-Im``, ``-uBm``)
-_PYTHON_FLAGS = "bBdEhiIOPqsSuvVx?"
-
-
 @dataclass(frozen=True)
 class _Launcher:
     """How one program that runs another (``taskset -c 0-3 PROGRAM …``) takes its own arguments, as its
@@ -902,8 +900,9 @@ _LAUNCHERS: dict[str, _Launcher] = {
     ),
     "nohup": _Launcher(),
 }
-# the engines' own programs (basename): llama.cpp's server, vLLM's CLI (``vllm serve``)
-_ENGINE_PROGRAMS = ("llama-server", "vllm")
+# the engines' own programs (basename): llama.cpp's server, vLLM's CLI (``vllm serve``) — ledger.answers'
+# which reads the program a recorded command runs for the policy too (``command_program``)
+_ENGINE_PROGRAMS = ENGINE_PROGRAMS
 # the engine kind each known program (an engine's own, by basename, or the module ``python -m`` runs) is
 # the engine of: a campaign of one kind whose command runs another kind's program is refused — the model
 # check reads the options, variables and positional model of its kind, not the ones that program reads
@@ -940,10 +939,6 @@ def _program_name(item: str) -> str:
     with contextlib.suppress(ConfigError):  # ${VAR} that is not set: the launch refuses it
         item = _fill(item, _placeholders())
     return item
-
-
-def _is_python(program: str) -> bool:
-    return program == "{python}" or re.fullmatch(r"python[0-9.]*", os.path.basename(program)) is not None
 
 
 def _launcher_options(
@@ -1054,38 +1049,9 @@ def _engine_start(argv: list[str]) -> int:
     start = _skip_launchers(argv).program
     if start >= len(argv):
         return len(argv)
-    if not _is_python(_program_name(argv[start])):
+    if not is_python(_program_name(argv[start])):
         return start + 1
-    return _python_run(argv, start)[0]
-
-
-def _python_run(argv: list[str], start: int) -> tuple[int, str | None]:
-    """For a Python interpreter at ``argv[start]``: where its program's own arguments begin, and the module
-    it runs (``-m MODULE``; None for ``-c CODE``, a script or stdin). CPython's short options may be joined
-    (``-Im llama_cpp.server`` is ``-I -m llama_cpp.server``; ``-mllama_cpp.server``, ``-IWignore``): a run
-    of flags that take no value, ended by one that takes the rest of the item or the next item."""
-    i = start + 1
-    while i < len(argv):
-        item = argv[i]
-        if not item.startswith("-") or item == "-":
-            return i + 1, None  # a script (or stdin)
-        if item.startswith("--"):
-            i += 2 if item in _PYTHON_VALUE_OPTIONS else 1
-            continue
-        for k, flag in enumerate(item[1:], start=1):
-            rest = item[k + 1 :]
-            if flag in "mc":  # the rest of the item, or the next item, is the module or the code
-                value = rest if rest else (argv[i + 1] if i + 1 < len(argv) else "")
-                end = i + 1 if rest else i + 2
-                return end, (value if flag == "m" else None)
-            if flag in "WX":  # takes a value: the rest of the item, or the next item
-                i += 1 if rest else 2
-                break
-            if flag not in _PYTHON_FLAGS:
-                return i + 1, None  # an option the check does not know: no module is read
-        else:
-            i += 1
-    return i, None
+    return python_run(argv, start)[0]
 
 
 def _engine_program(argv: list[str]) -> str | None:
@@ -1095,12 +1061,7 @@ def _engine_program(argv: list[str]) -> str | None:
     start = _skip_launchers(argv).program
     if start >= len(argv):
         return None
-    program = _program_name(argv[start])
-    if os.path.basename(program) in _ENGINE_PROGRAMS:
-        return os.path.basename(program)
-    if not _is_python(program):
-        return None
-    return _python_run(argv, start)[1]
+    return command_program([_program_name(argv[start]), *argv[start + 1 :]])[0]
 
 
 def _option_values(
@@ -1783,7 +1744,7 @@ def _check_program(kind: str, argv: list[str], where: str) -> _Launch:
         program = _fill(argv[launch.program], _placeholders())
     except ConfigError:
         return launch  # ${VAR} that is not set: the launch refuses it
-    if not _is_python(program) and os.path.basename(program) not in _ENGINE_PROGRAMS:
+    if not is_python(program) and os.path.basename(program) not in _ENGINE_PROGRAMS:
         raise ConfigError(
             f"{where}: the command starts {program!r}, which is neither a launcher the collector reads, "
             f"a Python interpreter, nor an engine's own program: the model check cannot tell what it "
@@ -2040,27 +2001,28 @@ def context_length(
     values: dict[str, str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tuple[str, int] | None:
-    """The context length one attempt's ``argv`` launches its engine with: the last context option of the
-    program it runs (``ledger.answers.read_context`` of ``CONTEXT_OPTIONS`` by ``_model_readers``, over the
-    engine's own arguments, ``_engine_start``; the ``=`` form and the prefixes its parser
+    """The context length one attempt's ``argv`` launches its engine with, read by the policy's own reader
+    (``ledger.answers.launch_context``) over ``argv`` past its launchers (``_skip_launchers``): the last
+    context option of the program it runs (``CONTEXT_OPTIONS``; the ``=`` form and the prefixes its parser
     takes), as written, and its value, a whole number above 0; where no option is written, the context
     variable that program reads (``CONTEXT_ENV``: llama-server's LLAMA_ARG_CTX_SIZE, llama-cpp-python's
-    N_CTX in any case) in the environment the engine gets: ``env`` (``launch_env`` of the campaign's
-    ``env``: what the allow-list passes of this process's, then the campaign's), less what an ``env``
-    launcher in front of the engine unsets, then its NAME=VALUE items (``_Launch.engine_env``). None where
-    neither gives one, where the last option gives a value read otherwise (0, llama-server's "the model's
-    own"; vLLM's -1, "auto", "1k"), where the variables give none (two that differ, a value that is no whole
-    number above 0), or an unset variable: the context is then not known here, and nothing is judged by it.
-    ``env`` None: only an option is read."""
-    readers = _model_readers(kind, argv)
+    N_CTX in any case; none where the program cannot be told) in the environment the engine gets: ``env``
+    (``launch_env`` of the campaign's ``env``: what the allow-list passes of this process's, then the
+    campaign's), less what an ``env`` launcher in front of the engine unsets, then its NAME=VALUE items
+    (``_Launch.engine_env``). None where neither gives one, where the last option gives a value read
+    otherwise (0, llama-server's "the model's own"; vLLM's -1, "auto", "1k"), where the variables give none
+    (two that differ, a value that is no whole number above 0), or an unset variable: the context is then
+    not known here, and nothing is judged by it. ``env`` None: only an option is read."""
     filled = values or _placeholders()
     try:
+        launch = _skip_launchers(argv)
         engine_env: dict[str, str] | None = None
         if env is not None:
-            launch = _skip_launchers(argv)
             assigned = {k: _fill(v, filled) for k, v in launch.env.items()}
             engine_env = launch.engine_env(env, assigned)
-        return read_context(readers, argv[_engine_start(argv) :], lambda v: _fill(v, filled), env=engine_env)
+        start = launch.program
+        at_program = [_program_name(argv[start]), *argv[start + 1 :]] if start < len(argv) else []
+        return launch_context(kind, at_program, lambda v: _fill(v, filled), env=engine_env)
     except ConfigError:  # ${VAR} that is not set: the launch refuses it
         return None
 

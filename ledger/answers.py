@@ -11,6 +11,7 @@ and the policy's read-back of the stored request record alike.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,10 @@ __all__ = [
     "CONTEXT_OPTIONS",
     "CONTEXT_PADDING",
     "CUT_FINISH_REASON",
+    "ENGINE_PROGRAMS",
     "HARNESS_REQUEST",
+    "PYTHON_FLAGS",
+    "PYTHON_VALUE_OPTIONS",
     "REFUSALS",
     "REFUSAL_ACCESS",
     "REFUSAL_CONTEXT",
@@ -36,13 +40,17 @@ __all__ = [
     "REQUEST_CUT",
     "SIZING_REFUSED",
     "Refusal",
+    "command_program",
     "context_overflow",
     "context_record",
     "cut_undecided",
+    "is_python",
+    "launch_context",
     "launched_command",
     "launched_context",
     "option_value_refusal_problem",
     "option_values",
+    "python_run",
     "read_context",
     "refusal",
     "refused_option_value",
@@ -295,23 +303,115 @@ def read_context(
     return _env_context(readers if env_readers is None else env_readers, env)
 
 
+# --- which program a launch's command runs: the context it gives is that program's --------------------------
+
+# the engines' own programs (basename): llama.cpp's server, vLLM's CLI (``vllm serve``)
+ENGINE_PROGRAMS: Final = ("llama-server", "vllm")
+# a Python interpreter's own options that take the next item as their value (``python -W error -m …``)
+PYTHON_VALUE_OPTIONS: Final = ("-W", "-X", "--check-hash-based-pycs")
+# CPython's short options that take no value (they may be joined: ``-Im``, ``-uBm``)
+PYTHON_FLAGS: Final = "bBdEhiIOPqsSuvVx?"
+
+
+def is_python(program: str) -> bool:
+    """Is ``program`` a Python interpreter: the collector's ``{python}`` or a program named ``python…``."""
+    return program == "{python}" or re.fullmatch(r"python[0-9.]*", program.rsplit("/", 1)[-1]) is not None
+
+
+def python_run(argv: Sequence[str], start: int) -> tuple[int, str | None]:
+    """For a Python interpreter at ``argv[start]``: where its program's own arguments begin, and the module
+    it runs (``-m MODULE``; None for ``-c CODE``, a script or stdin). CPython's short options may be joined
+    (``-Im llama_cpp.server`` is ``-I -m llama_cpp.server``; ``-mllama_cpp.server``, ``-IWignore``): a run
+    of flags that take no value, ended by one that takes the rest of the item or the next item."""
+    i = start + 1
+    while i < len(argv):
+        item = argv[i]
+        if not item.startswith("-") or item == "-":
+            return i + 1, None  # a script (or stdin)
+        if item.startswith("--"):
+            i += 2 if item in PYTHON_VALUE_OPTIONS else 1
+            continue
+        for k, flag in enumerate(item[1:], start=1):
+            rest = item[k + 1 :]
+            if flag in "mc":  # the rest of the item, or the next item, is the module or the code
+                value = rest if rest else (argv[i + 1] if i + 1 < len(argv) else "")
+                end = i + 1 if rest else i + 2
+                return end, (value if flag == "m" else None)
+            if flag in "WX":  # takes a value: the rest of the item, or the next item
+                i += 1 if rest else 2
+                break
+            if flag not in PYTHON_FLAGS:
+                return i + 1, None  # an option the check does not know: no module is read
+        else:
+            i += 1
+    return i, None
+
+
+def command_program(argv: Sequence[str]) -> tuple[str | None, int]:
+    """The program that reads an engine's arguments, for ``argv`` whose first item is the program (the
+    collector passes its command past the launchers it reads; the policy a launch's recorded command, whose
+    launchers it does not read): an engine's own program (``ENGINE_PROGRAMS``, by basename) or the module a
+    Python interpreter runs (``-m MODULE``), and where the program's own arguments begin (past the
+    interpreter's options and its ``-m MODULE``). None for a script, code, a launcher or a program not
+    known: which options and variables it reads cannot be told."""
+    if not argv:
+        return None, 0
+    name = argv[0].rsplit("/", 1)[-1]
+    if name in ENGINE_PROGRAMS:
+        return name, 1
+    if not is_python(argv[0]):
+        return None, 1
+    start, module = python_run(argv, 0)
+    return module, start
+
+
+def _context_readers(kind: str, program: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The programs whose context options and whose context variables count for an engine of ``kind``
+    running ``program`` (``command_program``). A kind whose programs read their own spellings
+    (``CONTEXT_ENV``: llamacpp): the program's own where it runs one of them — its options and variables —,
+    else every one of their options and no variable (a variable counts only where the program that reads it
+    is known to run: llama-cpp-python ignores llama-server's LLAMA_ARG_CTX_SIZE); any other kind: its own
+    options (``CONTEXT_OPTIONS``; none for generic) and no variable."""
+    programs = tuple(CONTEXT_ENV.get(kind, {}))
+    if not programs:
+        return (kind,), ()
+    if program in programs:
+        return (program,), (program,)
+    return programs, ()
+
+
+def launch_context(
+    kind: str,
+    argv: Sequence[str],
+    fill: Callable[[str], str] = str,
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, int] | None:
+    """The context length an engine of ``kind`` launched by ``argv`` (its first item the program,
+    ``command_program``) in the environment ``env`` gets: ``read_context`` of the program's own arguments by
+    the options and variables of the program it runs (``_context_readers``). The one reader of the collector
+    (``collectors.campaign.context_length``, ``fill``: placeholders as launched) and the policy
+    (``launched_context``). ``env`` None: not known (only an option gives a context)."""
+    program, start = command_program(argv)
+    options, variables = _context_readers(kind, program)
+    return read_context(options, argv[start:], fill, env=env, env_readers=variables)
+
+
 # a launcher that may set, unset or clear the engine's variables in front of it (``env NAME=VALUE …``):
 # the recorded environment is then not the one the engine got (``launched_context``)
 _ENV_LAUNCHER = "env"
 
 
 def launched_context(launch: Any) -> tuple[str, int] | None:
-    """The context length an ``engine.launch`` entry's payload records its engine was launched with, read
-    from its recorded ``command`` (the argv as launched, placeholders filled) by ``read_context`` over every
-    program's spellings (which program the command runs is the collector's reading, not re-read here: an
-    option of another program, a launcher's or the interpreter's ``-c`` read as one, can only make the
-    lengths differ) and, where the command writes no context option, from its recorded ``env`` (the
-    engine-relevant variables it inherited and the campaign's ``env``) by the variables of the programs of
-    its ``engine`` kind (``CONTEXT_ENV``). None where the payload is not a mapping, its ``engine`` is no
-    text, or its ``command`` is not a list of texts; and, where no option gives the context, where its
-    ``env`` is missing or not a mapping of texts, or its command runs an ``env`` launcher (which may set or
-    unset the variables in front of the engine: the recorded ``env`` is then not what the engine got) —
-    fail closed: nothing is excused by it."""
+    """The context length an ``engine.launch`` entry's payload records its engine was launched with
+    (``launch_context``, the collector's reader): from its recorded ``command`` (the argv as launched,
+    placeholders filled) by the options of the program it runs, and, where the command writes no context
+    option, from its recorded ``env`` (the engine-relevant variables it inherited and the campaign's
+    ``env``) by the variables that program reads (``CONTEXT_ENV``). None where the payload is not a
+    mapping, its ``engine`` is no text, or its ``command`` is not a list of texts; and, where no option
+    gives the context, where its ``env`` is missing or not a mapping of texts, where the program cannot be
+    told (a launcher in front of it — the policy does not read launchers —, a script), or its command runs
+    an ``env`` launcher (which may set or unset the variables in front of the engine: the recorded ``env``
+    is then not what the engine got) — fail closed: nothing is excused by it."""
     if not isinstance(launch, Mapping) or not isinstance(launch.get("engine"), str):
         return None
     command = launch.get("command")
@@ -323,12 +423,7 @@ def launched_context(launch: Any) -> tuple[str, int] | None:
         and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
         and not any(item.rsplit("/", 1)[-1] == _ENV_LAUNCHER for item in command)
     )
-    return read_context(
-        tuple(CONTEXT_OPTIONS),
-        command[1:],
-        env=env if known_env else None,
-        env_readers=tuple(CONTEXT_ENV.get(launch["engine"], {})),
-    )
+    return launch_context(launch["engine"], command, env=env if known_env else None)
 
 
 # --- the values a launch's recorded command gives an engine's options ---------------------------------------
@@ -498,12 +593,54 @@ def _matches(error: str, patterns: Any) -> bool:
 
 # the named group of an ``option_value_refusal_patterns`` pattern that holds the value the engine refused
 OPTION_VALUE_GROUP: Final = "value"
+# the optional named group that holds the values the engine's error says it accepts, as the engine prints
+# them (a Python list: llama-cpp-python's "(valid formats: ['llama-2', 'chatml', …])")
+OPTION_VALID_GROUP: Final = "valid"
+# one item of such a list as Python prints it (a quoted text), and the separator between two
+_LISTED_ITEM = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+
+
+def _listed_values(text: str) -> tuple[tuple[str, ...], bool] | None:
+    """The values an engine's error lists (``OPTION_VALID_GROUP``), read as the engine prints them: a Python
+    list of texts (``ast.literal_eval``, which evaluates nothing; its ``repr`` the text) — ``(items,
+    False)`` — or that list cut where the collector's record of the error ends (its probe keeps the first
+    300 characters of an error: llama-cpp-python's list of 27 formats is cut) — ``(its whole items,
+    True)``. None where it is no such list (a text, numbers, an item not followed by ``, `` or the end, not
+    as Python prints it): malformed."""
+    if not text.startswith("["):
+        return None
+    if text.endswith("]"):
+        try:
+            items = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items) or repr(items) != text:
+            return None  # no list of texts, or not as Python prints one (``['a' 'b']`` joins two)
+        return tuple(items), False
+    whole: list[str] = []
+    at = 1
+    while (found := _LISTED_ITEM.match(text, at)) is not None:
+        item = ast.literal_eval(found.group())
+        if repr(item) != found.group():
+            return None  # not as Python prints it
+        whole.append(item)
+        at = found.end()
+        if text[at:] in ("", ","):
+            return tuple(whole), True  # cut right after an item
+        if not text.startswith(", ", at):
+            return None  # an item not followed by the next: no list
+        at += 2
+    rest = text[at:]
+    if rest and (rest[0] not in "'\"" or rest[0] in rest[1:] or "\n" in rest):
+        return None  # what follows the whole items is no item cut at the end
+    return tuple(whole), True
 
 
 def option_value_refusal_problem(value: Any) -> str | None:
     """Why ``value`` is no ``option_value_refusal_patterns`` param (checked at policy load): a list of
     tables, each with ``pattern`` — a regular expression that compiles and has the named group
-    ``OPTION_VALUE_GROUP`` (``(?P<value>…)``: the value the engine's error names) — and ``options`` — a
+    ``OPTION_VALUE_GROUP`` (``(?P<value>…)``: the value the engine's error names), and may have
+    ``OPTION_VALID_GROUP`` (``(?P<valid>…)``: the values it says it accepts), no other — and ``options`` — a
     non-empty list of the options (``--chat_format``) whose value in the launch's command it must be. None:
     it is one."""
     if not isinstance(value, list):
@@ -522,6 +659,11 @@ def option_value_refusal_problem(value: Any) -> str | None:
             return (
                 f"item {n}: pattern {pattern!r} has no group (?P<{OPTION_VALUE_GROUP}>...) for the value "
                 "the engine's error names"
+            )
+        if set(groups) - {OPTION_VALUE_GROUP, OPTION_VALID_GROUP}:
+            return (
+                f"item {n}: pattern {pattern!r} has a named group other than (?P<{OPTION_VALUE_GROUP}>...) "
+                f"and (?P<{OPTION_VALID_GROUP}>...) (the values the engine's error says it accepts)"
             )
         if (
             not isinstance(options, list)
@@ -542,7 +684,10 @@ def refused_option_value(
     (``option_values``) one of the options that pattern names — llama-cpp-python's HTTP 500 "Invalid chat
     handler: X (valid formats: […])" for ``--chat_format X``. None otherwise: a value the command does not
     give (the engine's own), a status or error not listed, a command not known, a param missing or
-    malformed (``option_value_refusal_problem``: matches nothing; the load refuses it)."""
+    malformed (``option_value_refusal_problem``: matches nothing; the load refuses it); and, where the
+    pattern has the group ``valid`` (``OPTION_VALID_GROUP``), a refused value that list names (the engine
+    contradicting itself: llama-cpp-python raises it only for a name missing from its registry), or a list
+    that is malformed or not captured (``_listed_values``) — the engine's failure, never the campaign's."""
     if not isinstance(payload, Mapping) or not isinstance(params, Mapping) or command is None:
         return None
     status, error = payload.get("http_status"), payload.get("error")
@@ -556,10 +701,27 @@ def refused_option_value(
     for item in patterns:
         found = re.search(item["pattern"], error)
         value = found.group(OPTION_VALUE_GROUP) if found is not None else None
+        if found is None or value is None or not _not_listed(found, value):
+            continue
         for option in item["options"]:
-            if value is not None and value in option_values(command[1:], (option,)):
+            if value in option_values(command[1:], (option,)):
                 return option, value
     return None
+
+
+def _not_listed(found: re.Match[str], value: str) -> bool:
+    """Does the error ``found`` matched not list ``value`` among the values the engine accepts? True where
+    its pattern has no group ``valid``; False where the list names it, or where the group caught nothing or
+    no list (``_listed_values``: malformed). A list cut where the record ends is held to its whole items:
+    what the record lost cannot show the engine contradicting itself (the refusal then withholds credit,
+    ``engine-refused-probe``: INCONCLUSIVE, not passed)."""
+    if OPTION_VALID_GROUP not in found.re.groupindex:
+        return True
+    text = found.group(OPTION_VALID_GROUP)
+    listed = _listed_values(text) if text is not None else None
+    if listed is None:
+        return False
+    return value not in listed[0]
 
 
 def _none_yet(value: Any) -> bool | None:

@@ -18,8 +18,15 @@ from typing import Any
 
 import pytest
 
-from ledger.answers import CONTEXT_ENV, CONTEXT_OPTIONS, launched_context
-from ledger.collectors.campaign import _KIND_OF_PROGRAM, context_length, load_campaign
+from ledger.answers import CONTEXT_ENV, CONTEXT_OPTIONS, command_program, launched_context
+from ledger.collectors.campaign import (
+    _KIND_OF_PROGRAM,
+    _engine_program,
+    _engine_start,
+    _skip_launchers,
+    context_length,
+    load_campaign,
+)
 from ledger.collectors.launch import launch_env, relevant_env
 from ledger.errors import ConfigError
 
@@ -114,6 +121,105 @@ def test_collector_and_policy_read_one_context_from_a_launch(
     ]
     recorded = {"engine": kind, "command": filled, "env": {**relevant_env(os.environ), **spec_env}}
     assert context_length(kind, filled, env=launch_env(spec_env)) == launched_context(recorded)
+
+
+# fix 133 (audit 93 f1): the collector's and the policy's context, read by one reader, on a table of commands
+_PYI = ["{python}", "-I", "-W", "ignore", "-m", "llama_cpp.server", "--model", "{model}"]
+_SCRIPT = ["{python}", "serve.py", "--model", "{model}"]
+_UNKNOWN = ["/opt/bin/my-server", "--model", "{model}"]
+_ONE_READER = [
+    # (kind, argv, campaign env, the context both read; None: not known)
+    ("llamacpp", PY, {"N_CTX": "128"}, ("N_CTX", 128)),
+    ("llamacpp", PY, {"LLAMA_ARG_CTX_SIZE": "128"}, None),  # the failure: llama-server's variable
+    ("llamacpp", PY, {"LLAMA_ARG_CTX_SIZE": "256", "n_ctx": "128"}, ("n_ctx", 128)),
+    ("llamacpp", [*PY, "--n_ctx", "64"], {"N_CTX": "128"}, ("--n_ctx", 64)),
+    ("llamacpp", [*PY, "--ctx-size", "64"], {}, None),  # llama-server's option: not llama-cpp-python's
+    ("llamacpp", SERVER, {"LLAMA_ARG_CTX_SIZE": "512"}, ("LLAMA_ARG_CTX_SIZE", 512)),
+    ("llamacpp", SERVER, {"N_CTX": "512"}, None),
+    ("llamacpp", [*SERVER, "-c", "256"], {"N_CTX": "512"}, ("-c", 256)),
+    ("llamacpp", [*SERVER, "--n_ctx", "256"], {}, None),
+    ("vllm", [*VLLM, "--max-model-len", "256"], {"N_CTX": "128"}, ("--max-model-len", 256)),
+    ("vllm", VLLM, {"LLAMA_ARG_CTX_SIZE": "512", "N_CTX": "512"}, None),
+    ("llamacpp", _PYI, {"N_CTX": "128"}, ("N_CTX", 128)),  # interpreter options before -m
+    ("llamacpp", _PYI, {"LLAMA_ARG_CTX_SIZE": "128"}, None),
+    ("llamacpp", ["{python}", "-Im", *PY[2:]], {"N_CTX": "128"}, ("N_CTX", 128)),
+    ("llamacpp", _SCRIPT, {"N_CTX": "128", "LLAMA_ARG_CTX_SIZE": "128"}, None),  # cannot be told
+    ("llamacpp", [*_SCRIPT, "--n_ctx", "64"], {}, ("--n_ctx", 64)),  # an option of the kind's programs
+    ("llamacpp", _UNKNOWN, {"N_CTX": "128"}, None),
+    ("llamacpp", _UNKNOWN, {"LLAMA_ARG_CTX_SIZE": "128"}, None),
+    ("generic", [*_UNKNOWN, "--ctx-size", "64"], {"N_CTX": "128"}, None),
+]
+
+
+@pytest.mark.parametrize(("kind", "argv", "spec_env", "both"), _ONE_READER)
+def test_collector_and_policy_context_agree_on_the_program_the_command_runs(
+    kind: str, argv: list[str], spec_env: dict[str, str], both: tuple[str, int] | None
+) -> None:
+    """The failure: the collector read the variables of the program the command runs, the policy every
+    program's of the kind — ``python -m llama_cpp.server`` with LLAMA_ARG_CTX_SIZE was 128 to the policy."""
+    filled = [
+        a.replace("{python}", "/v/bin/python").replace("{model}", "/m").replace("{port}", "1") for a in argv
+    ]
+    recorded = {"engine": kind, "command": filled, "env": {**relevant_env(os.environ), **spec_env}}
+    assert context_length(kind, filled, env=launch_env(spec_env)) == both
+    assert context_length(kind, argv, env=launch_env(spec_env)) == both  # placeholders as written
+    assert launched_context(recorded) == both
+
+
+@pytest.mark.parametrize(
+    ("argv", "spec_env", "collector"),
+    [
+        (["env", "N_CTX=256", *PY], {}, ("N_CTX", 256)),
+        (["env", "LLAMA_ARG_CTX_SIZE=256", *PY], {}, None),  # the other program's, under a launcher too
+        (["taskset", "-c", "0", *PY], {"N_CTX": "128"}, ("N_CTX", 128)),
+        (["taskset", "-c", "0", *PY], {"LLAMA_ARG_CTX_SIZE": "128"}, None),
+        (["nice", "-n", "5", *SERVER, "-c", "64"], {}, ("-c", 64)),
+    ],
+)
+def test_context_under_a_launcher_is_the_collectors_or_not_known_to_the_policy(
+    argv: list[str], spec_env: dict[str, str], collector: tuple[str, int] | None
+) -> None:
+    """The policy reads no launcher (an ``env`` one may change the environment; any other hides the
+    program): where the collector reads a context through one, the policy's is that or not known (None),
+    never another."""
+    filled = [
+        a.replace("{python}", "/v/bin/python").replace("{model}", "/m").replace("{port}", "1") for a in argv
+    ]
+    recorded = {"engine": "llamacpp", "command": filled, "env": {**relevant_env(os.environ), **spec_env}}
+    assert context_length("llamacpp", filled, env=launch_env(spec_env)) == collector
+    assert launched_context(recorded) in (collector, None)
+    if collector is not None and collector[0].startswith("-"):  # an option: the policy reads it too
+        assert launched_context(recorded) == collector
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        PY,
+        SERVER,
+        VLLM,
+        _PYI,
+        _SCRIPT,
+        _UNKNOWN,
+        ["{python}", "-Im", "llama_cpp.server"],
+        ["{python}", "-mllama_cpp.server", "--model", "x"],
+        ["/v/python3.11", "-X", "dev", "-c", "code", "-m", "x"],
+        ["/v/python", "--check-hash-based-pycs", "always", "-m", "vllm.entrypoints.openai.api_server"],
+        ["/v/python", "-Z", "-m", "llama_cpp.server"],
+        ["/v/python", "-"],
+        ["/v/python"],
+        ["env", "A=1", *PY],
+        ["taskset", "-c", "0", "nice", *SERVER],
+        [],
+    ],
+)
+def test_program_the_context_reader_tells_is_the_collectors(argv: list[str]) -> None:
+    """One reading of the program (until the collector's ``_engine_program`` calls
+    ``ledger.answers.command_program``): the program and where its arguments begin agree."""
+    start = _skip_launchers(argv).program
+    program, args = command_program(argv[start:])
+    assert program == _engine_program(argv)
+    assert start + args == _engine_start(argv) or (start >= len(argv) and args == 0)
 
 
 def test_context_env_vocabulary_is_the_collectors_programs() -> None:

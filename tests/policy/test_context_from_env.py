@@ -118,19 +118,85 @@ def test_context_option_wins_over_the_env_when_both_are_given() -> None:
 def test_context_env_vars_that_differ_give_no_context() -> None:
     # the same program's variable in two cases (which one pydantic-settings takes depends on the order)
     assert launched_context(_launch(PY, {"N_CTX": "128", "n_ctx": "256"})) is None
-    # both llama.cpp programs' variables (which the engine reads is the program's)
-    assert launched_context(_launch(PY, {"N_CTX": "128", "LLAMA_ARG_CTX_SIZE": "256"})) is None
+    # both llama.cpp programs' variables: each program reads only its own (fix 133)
+    assert launched_context(_launch(PY, {"N_CTX": "128", "LLAMA_ARG_CTX_SIZE": "256"})) == ("N_CTX", 128)
+    assert launched_context(_launch(SERVER, {"N_CTX": "128", "LLAMA_ARG_CTX_SIZE": "256"})) == (
+        "LLAMA_ARG_CTX_SIZE",
+        256,
+    )
+
+
+# ---------------------------------------------- fix 133 (audit 93 f1): only the launched program's variable
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [
+        (PY, {"LLAMA_ARG_CTX_SIZE": "128"}),  # llama-server's variable: llama-cpp-python runs its 2048
+        (SERVER, {"N_CTX": "128"}),  # llama-cpp-python's variable: llama-server ignores it
+        (SERVER, {"n_ctx": "128"}),  # in another case
+        (
+            ["/venv/bin/python3.11", "-I", "-m", "llama_cpp.server", "--model", "/m.gguf"],
+            {"LLAMA_ARG_CTX_SIZE": "128"},
+        ),
+    ],
+)
+def test_context_variable_the_launched_program_does_not_read_excuses_nothing(
+    command: list[str], env: dict[str, str]
+) -> None:
+    """The failure: ``python -m llama_cpp.server`` with only LLAMA_ARG_CTX_SIZE=128 set was read as launched
+    with 128 (the variables of every program of the kind), and its engine's HTTP 500 at 175 tokens excused."""
+    launched = launched_context(_launch(command, env))
+    assert launched is None
+    assert refusal(_probe("LLAMA_ARG_CTX_SIZE", 128), PARAMS, launched=launched) is None
+    assert refusal(_probe("N_CTX", 128), PARAMS, launched=launched) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["/venv/bin/python", "serve.py", "--model", "/m.gguf"],  # a script: its reading is not known
+        ["/venv/bin/python", "-c", "import llama_cpp.server", "--model", "/m.gguf"],  # code
+        ["/opt/bin/my-server", "--model", "/m.gguf"],  # a program not known
+        ["taskset", "-c", "0", *PY],  # a launcher the policy does not read: the program is not told
+        ["nice", "-n", "5", *SERVER],
+        ["/venv/bin/python", "-m", "llama_cpp.serverx", "--model", "/m.gguf"],  # renamed module
+        ["/venv/bin/python", "-m", "llama_cpp", "--model", "/m.gguf"],  # another module
+    ],
+)
+def test_context_variable_of_a_program_that_cannot_be_told_is_not_known(command: list[str]) -> None:
+    both = {"N_CTX": "128", "LLAMA_ARG_CTX_SIZE": "128"}
+    assert launched_context(_launch(command, both)) is None
+    assert launched_context(_launch(command, {"N_CTX": "128"})) is None
+    assert launched_context(_launch(command, {"LLAMA_ARG_CTX_SIZE": "128"})) is None
+
+
+def test_context_variable_of_the_program_run_by_interpreter_options_is_read() -> None:
+    """``python -I -W ignore -m llama_cpp.server``, ``-Im``: the program is told past the interpreter's own
+    options; its own variable counts, the other program's does not."""
+    for head in (
+        ["/v/python3", "-I", "-W", "ignore", "-m"],
+        ["/v/python", "-Im"],
+        ["/v/python", "-mllama_cpp.server"],
+    ):
+        command = (
+            [*head, "llama_cpp.server", "--model", "/m"]
+            if head[-1] in ("-m", "-Im")
+            else [*head, "--model", "/m"]
+        )
+        assert launched_context(_launch(command, {"N_CTX": "256"})) == ("N_CTX", 256)
+        assert launched_context(_launch(command, {"LLAMA_ARG_CTX_SIZE": "256"})) is None
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "generic"])
 def test_context_env_of_another_engine_kind_is_not_read(engine: str) -> None:
-    """vLLM and SGLang read no context variable: an inherited LLAMA_ARG_CTX_SIZE is nothing to them."""
+    """vLLM and SGLang read no context variable: an inherited LLAMA_ARG_CTX_SIZE is nothing to them. The
+    options are the launch's kind's (the collector's reading): an engine recorded as sglang or generic whose
+    command writes vLLM's option has no context known."""
     launch = _launch(VLLM, {"LLAMA_ARG_CTX_SIZE": "512", "N_CTX": "512"}, engine)
     assert launched_context(launch) is None
-    assert launched_context({**launch, "command": [*VLLM, "--max-model-len", "256"]}) == (
-        "--max-model-len",
-        256,
-    )
+    given = launched_context({**launch, "command": [*VLLM, "--max-model-len", "256"]})
+    assert given == (("--max-model-len", 256) if engine == "vllm" else None)
 
 
 @pytest.mark.parametrize("env", [None, ["N_CTX=128"], {"N_CTX": 128}, {"N_CTX": None}, "N_CTX=128"])

@@ -25,7 +25,34 @@ import pytest
 
 from ledger.answers import context_record
 from ledger.collectors.benchmark import STREAM_CUT
-from tests.policy.test_fail_closed import entry, gates, qualified_entries, rejected, verdict_of
+from tests.policy.test_fail_closed import SUBJECT, entry, gates, rejected
+from tests.policy.test_fail_closed import qualified_entries as _qualified
+from tests.policy.test_fail_closed import verdict_of as _verdict_of
+
+
+def _swap(o: Any) -> Any:
+    if isinstance(o, dict):
+        return {k: _swap(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_swap(v) for v in o]
+    return "llamacpp" if o == "vllm" else o
+
+
+def qualified_entries() -> list[dict[str, Any]]:
+    es = _swap(_qualified())
+    entry(es, "launch")["payload"]["command"] = [
+        "/venv/bin/python",
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        "/models/m",
+    ]
+    return es
+
+
+def verdict_of(tmp_path: Path, es: list[dict[str, Any]]) -> dict[str, Any]:
+    return _verdict_of(tmp_path, es, subject={**SUBJECT, "backend": "llamacpp"})
+
 
 RUNTIME = "NOT QUALIFIED — RUNTIME RELIABILITY"
 RULE = "harness-campaign-config"
@@ -138,10 +165,11 @@ def _campaign(
 
 
 def test_neighbour_the_launch_with_a_context_option_still_qualifies(tmp_path: Path) -> None:
-    es = qualified_entries()
+    # the shared vLLM run (the llama.cpp twin above is judged for what its refusals explain)
+    es = _qualified()
     launch = entry(es, "launch")
-    launch["payload"]["command"] = [*launch["payload"]["command"], "--n_ctx", "128"]
-    assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
+    launch["payload"]["command"] = [*launch["payload"]["command"], "--max-model-len", "128"]
+    assert _verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
 
 def test_streamed_context_overflow_asgi_exception_is_the_campaigns_refusal_not_a_runtime_fault(

@@ -237,3 +237,134 @@ def test_a_malformed_option_value_pattern_is_refused_at_policy_load(tmp_path: Pa
         load_policy("backend-qualification", tmp_path)
     acc.write_text(text)
     assert load_policy("backend-qualification", tmp_path).name == "backend-qualification"
+
+
+# --- fix 133 (audit 93 f2): the value refused, held to the values the engine's own error lists --------------
+
+# llama-cpp-python 0.3.36's registry, as its error prints it; the collector's probe keeps 300 characters
+_FORMATS = [
+    "llama-2", "llama-3", "alpaca", "qwen", "vicuna", "oasst_llama", "baichuan-2", "baichuan", "openbuddy",
+    "redpajama-incite", "snoozy", "phind", "intel", "open-orca", "mistrallite", "zephyr", "pygmalion",
+    "chatml", "mistral-instruct", "chatglm3", "openchat", "saiga", "gemma", "functionary", "functionary-v2",
+    "functionary-v1", "chatml-function-calling",
+]  # fmt: skip
+
+
+def _said(value: str, listed: str) -> dict[str, Any]:
+    return _probe(error=f"HTTP 500: Invalid chat handler: {value} (valid formats: {listed})")
+
+
+def _cut(value: str) -> dict[str, Any]:
+    """The engine's real error for ``value``, cut as the collector's probe records it."""
+    message = f"Invalid chat handler: {value} (valid formats: {_FORMATS})"
+    return _probe(error=f"HTTP 500: {message[:300]}")
+
+
+def _giving(value: str) -> list[str]:
+    return [*COMMAND[:-1], value]
+
+
+def test_chat_format_the_engines_own_error_lists_as_valid_is_the_engines_failure() -> None:
+    """The failure: "Invalid chat handler: chatml (valid formats: ['llama-2', 'chatml'])" for
+    ``--chat_format chatml`` was excused — the engine refused a value it names as accepted."""
+    probe = _said("chatml", "['llama-2', 'chatml']")
+    assert refused_option_value(probe, PARAMS, _giving("chatml")) is None
+    assert refusal(probe, PARAMS, command=_giving("chatml")) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "listed", "excused"),
+    [
+        ("no-such-format", "['llama-2', 'llama-3']", True),  # not listed: the campaign's value
+        ("no-such-format", "[]", True),  # an empty registry lists nothing
+        ("chatml", "['chatml']", False),  # listed alone
+        ("chatml", "['llama-2', 'chatml', 'gemma']", False),  # listed among others (reordered)
+        ("chatml", "['llama-2', 'chatml ']", True),  # another text: not the value
+        ("chatml", "['llama-2', 'Chatml']", True),  # another case: llama-cpp-python's names are as written
+        ("it's", '["it\'s"]', False),  # the double quotes Python prints a text with a quote in
+        ("chatml", '["llama-2", "chatml"]', False),  # not as Python prints it: malformed
+        ("chatml", "llama-2, chatml", False),  # no list: malformed
+        ("chatml", "['llama-2', chatml]", False),  # an item not quoted: malformed
+        ("chatml", "['llama-2', 3]", False),  # an item no text: malformed
+        ("chatml", "('llama-2',)", False),  # a tuple, not the list the engine prints
+        ("chatml", "{'llama-2'}", False),  # a set
+        ("chatml", "['llama-2' 'x']", False),  # joined items
+        ("chatml", "['llama-2',  'x']", False),  # spaced otherwise
+        ("chatml", "[__import__('os').system('true')]", False),  # code: nothing evaluated, malformed
+    ],
+)
+def test_valid_list_neighbours(value: str, listed: str, excused: bool) -> None:
+    expected = ("--chat_format", value) if excused else None
+    assert refused_option_value(_said(value, listed), PARAMS, _giving(value)) == expected
+
+
+def test_real_error_cut_by_the_record_is_held_to_its_whole_items() -> None:
+    """llama-cpp-python's real error (407 characters) is recorded cut at 300: its whole items are read — a
+    value among them is the engine's failure, one not among them (the record lost the rest) the campaign's."""
+    assert len(_cut("no-such-format")["error"]) < len(f"{_FORMATS}") + 60
+    assert refused_option_value(_cut("no-such-format"), PARAMS, _giving("no-such-format")) == (
+        "--chat_format",
+        "no-such-format",
+    )
+    assert refused_option_value(_cut("alpaca"), PARAMS, _giving("alpaca")) is None  # a whole item
+    assert refused_option_value(_cut("chatml"), PARAMS, _giving("chatml")) is None  # listed before the cut
+
+
+@pytest.mark.parametrize(
+    "listed",
+    ["['llama-2', 'cha", "['llama-2', ", "['llama-2',", "['llama-2'", "[", "['llama-2', 'ch'a"],
+)
+def test_list_cut_at_the_end_of_the_record_reads_its_whole_items(listed: str) -> None:
+    probe = _probe(error=f"HTTP 500: Invalid chat handler: chatml (valid formats: {listed}")
+    excused = refused_option_value(probe, PARAMS, _giving("chatml"))
+    assert excused == (None if listed.endswith("'a") else ("--chat_format", "chatml"))
+    listed_llama = _probe(error=f"HTTP 500: Invalid chat handler: llama-2 (valid formats: {listed}")
+    assert refused_option_value(listed_llama, PARAMS, _giving("llama-2")) is None or listed == "["
+
+
+def test_valid_group_that_caught_nothing_excuses_nothing() -> None:
+    params = {
+        **PARAMS,
+        "option_value_refusal_patterns": [
+            {
+                "pattern": "^HTTP 500: Invalid chat handler: (?P<value>.+?) "
+                "\\((valid formats: (?P<valid>\\[.*\\]))?",
+                "options": ["--chat_format"],
+            }
+        ],
+    }
+    probe = _probe(error="HTTP 500: Invalid chat handler: no-such-format (formats: ['a'])")
+    assert refused_option_value(probe, params, COMMAND) is None
+    assert refused_option_value(_probe(), params, COMMAND) == ("--chat_format", "no-such-format")
+
+
+def test_pattern_with_the_valid_group_loads_another_named_group_does_not() -> None:
+    assert (
+        option_value_refusal_problem(
+            [{"pattern": "^(?P<value>x) (?P<valid>\\[.*)", "options": ["--chat_format"]}]
+        )
+        is None
+    )
+    why = option_value_refusal_problem(
+        [{"pattern": "^(?P<value>x) (?P<valid_formats>\\[.*)", "options": ["--chat_format"]}]
+    )
+    assert "other than" in (why or "")
+    assert "(?P<valid>" in PARAMS["option_value_refusal_patterns"][0]["pattern"]
+
+
+def test_chat_format_the_engine_lists_as_valid_is_not_qualified(tmp_path: Path) -> None:
+    es = _refused_run()
+    entry(es, "launch")["payload"]["command"] = _giving("chatml")
+    entry(es, "completion")["payload"]["error"] = _said("chatml", "['llama-2', 'chatml']")["error"]
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"].startswith("NOT QUALIFIED"), v["gates"]
+    assert rejected(v).get("completion") != "engine-refused-probe"
+    assert "completion" in counted_against(v) or gates(v)["runtime-stability"] == "failed"
+
+
+def test_real_cut_error_for_the_campaigns_chat_format_stays_inconclusive(tmp_path: Path) -> None:
+    es = _refused_run()
+    entry(es, "completion")["payload"]["error"] = _cut("no-such-format")["error"]
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "INCONCLUSIVE", v["gates"]
+    assert rejected(v)["completion"] == "engine-refused-probe"
