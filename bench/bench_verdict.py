@@ -43,7 +43,7 @@ from ledger.entries import format_time, parse_time
 from ledger.home import Home
 from ledger.policy import evaluate, load_policy
 from ledger.policy.routing import check_routing_change, load_deployment
-from ledger.policy.verdict import record_verdict
+from ledger.policy.verdict import judge_again_at, record_verdict
 from ledger.reads import SqlitePolicyLedger
 from ledger.service import Ledger
 from ledger.signing import SigningKey, sign_envelope
@@ -443,7 +443,13 @@ def ensure_verdict(ledger: Ledger) -> str:
         return found[0].entry_id
     result = evaluate(ledger, SUBJECT, load_policy("backend-qualification"))
     assert result["verdict"] == "QUALIFIED", result["verdict"]
-    return record_verdict(ledger, result, key=ledger.cfg.admin_key, at=T0 + timedelta(days=1)).entry_id
+    return record_verdict(
+        ledger,
+        result,
+        key=ledger.cfg.admin_key,
+        at=T0 + timedelta(days=1),
+        judge_at=judge_again_at(ledger, result, load_policy("backend-qualification")),
+    ).entry_id
 
 
 TIME_BIN = Path("/usr/bin/time")

@@ -1334,12 +1334,15 @@ class Ledger:
         key: str | None = None,
         at: datetime | None = None,
         clock: datetime | None = None,
+        read: int | None = None,
         judge_at: Callable[[datetime], tuple[bool, str]] | None = None,
     ) -> LoggedEntry:
         """Append a signed ``verdict`` entry for ``result`` (signed by ``key``, default the admin key); a
-        result judged at a time the log or the clock (``clock``: the one reading the caller judged by, as
-        ``ledger verdict --record`` passes it; else ``at``; else now, read once) has not reached is refused
-        (InputError, nothing stored: ``policy.verdict.record_verdict``), and so is a QUALIFIED judged
+        result judged at a time the log it read (``read``: the log's size when it was judged; None: the
+        log as it stands now — never only the checkpoint a past ``--now`` cut) or the clock (``clock``: the
+        one reading the caller judged by, as ``ledger verdict --record`` passes it; else ``at``; else now,
+        read once) has not reached is refused (InputError, nothing stored:
+        ``policy.verdict.record_verdict``), and so is a QUALIFIED judged
         before that clock that is not QUALIFIED judged again at it — by ``judge_at``, else by this ledger
         under the policy the result names, loaded by its name (``policy.verdict.judge_again_at``: one
         that is not the policy it was judged under judges nothing, and the QUALIFIED is refused)."""
@@ -1347,7 +1350,13 @@ class Ledger:
 
         again = self._judged_again(result, judge_again_at)
         return record_verdict(
-            self, result, key=key or self.cfg.admin_key, at=at, clock=clock, judge_at=judge_at or again
+            self,
+            result,
+            key=key or self.cfg.admin_key,
+            at=at,
+            clock=clock,
+            read=read,
+            judge_at=judge_at or again,
         )
 
     def _judged_again(

@@ -194,17 +194,19 @@ def verdict(
     trust = load_policy_option(trust_policy)
     # a recorded verdict is judged at the time it is signed (or --now), never at the last entry's log time:
     # evidence stale now must not be signed QUALIFIED. The clock is read once (after --now, which may read
-    # it: "now", "1 hour ago"): the time it is judged at without --now, and the clock ``record_verdict``'s
-    # one check holds --now to
+    # it: "now", "1 hour ago", and after the log's head, which a recorded verdict is held to): the time it
+    # is judged at without --now, and the clock ``record_verdict``'s one check holds --now to
     stated = parse_when(now) if now else None
-    clock = record_clock() if record else None
-    when = stated or clock
     # a log that no longer extends the checkpoint its home holds is refused, as the routing gate refuses
     # it (exit 2): a verdict judged (or signed) on a truncated or rewritten log would vouch for it
     from ledger.reads import check_extends_held
 
     if record or trust is not None:
         ledger = get_ledger(home)
+        head = ledger.size()  # ``read``: each entry it counts was logged before the clock is read
+    clock = record_clock() if record else None
+    when = stated or clock
+    if record or trust is not None:
         check_extends_held(ledger)
         if now and not record:  # a recorded verdict at a past --now is refused (record_verdict), not cut
             at = size_as_of(ledger, at, when)
@@ -227,11 +229,11 @@ def verdict(
     entry = None
     if record:
         # a stated time before the clock records QUALIFIED only where it holds at the clock too: the one
-        # check (``record_time.refuse_unrecordable_judgement``), the log's head and the clock first; judged
-        # again as ``Ledger.record_verdict`` judges it (``judge_again_at``, one copy)
+        # check (``record_time.refuse_unrecordable_judgement``), the log's head as it was judged and the
+        # clock first; judged again as ``Ledger.record_verdict`` judges it (``judge_again_at``, one copy)
         signer = key or ledger.cfg.admin_key  # as ``Ledger.record_verdict``
         judge_now = judge_again_at(ledger, result, pol)
-        entry = record_verdict(ledger, result, key=signer, clock=clock, judge_at=judge_now)
+        entry = record_verdict(ledger, result, key=signer, clock=clock, read=head, judge_at=judge_now)
     if json_out:
         sys.stdout.buffer.write(canonical_bytes(result) + b"\n")
         sys.stdout.flush()

@@ -21,7 +21,7 @@ from ledger.errors import InputError, LedgerError, PolicyError, more_problems
 from ledger.policy.loader import default_policy_dir, load_policy
 from ledger.policy.model import check_verdict_word, locate
 from ledger.policy.routing import check_routing_change
-from ledger.policy.verdict import evaluate, record_verdict
+from ledger.policy.verdict import evaluate, judge_again_at, record_verdict
 from ledger.signing import SigningKey
 
 if TYPE_CHECKING:
@@ -294,8 +294,14 @@ class _Builder:
             rv = item["record_verdict"]
             policy = load_policy(rv.get("policy", "backend-qualification"), self.policy_dir)
             result = evaluate(self.ledger, dict(rv["subject"]), policy)
+            # a QUALIFIED judged before the time it is recorded at is judged again then (as every record
+            # call judges it: ``record_time.refuse_unrecordable_judgement``)
             entry = record_verdict(
-                self.ledger, result, key=rv.get("key", "admin"), at=parse_time(str(item["at"]))
+                self.ledger,
+                result,
+                key=rv.get("key", "admin"),
+                at=parse_time(str(item["at"])),
+                judge_at=judge_again_at(self.ledger, result, policy),
             )
             if name:
                 self.names[name] = entry

@@ -20,6 +20,17 @@ is the one that stamps the entry's ``logged_at`` (this process's), and a referen
 from that same clock, so a judgement recorded without ``--now``, or with ``--now now``, is never refused by
 it; any tolerance would let a judgement that many seconds ahead pass (fail closed).
 
+The log a recorded judgement is held to (``read_size``) is the whole log as it stands when it is recorded,
+unless the caller says what it read (``read``: its size when the judgement was asked, which a past ``--now``
+cuts): never only the log the judgement itself cut (its checkpoint), else a what-if as of a past time — a
+checkpoint cut before an entry logged since (a supersession withdrawing its evidence) — would be signed now.
+A pass judged before the clock is judged again at the clock on the whole log as it then stands (not at the
+judgement's own checkpoint: ``verdict.judge_again_at``, ``routing.decision_again_at``); a caller that gives
+no way to judge it again (``judge_at`` None) records no pass judged before the clock (``not_judged_again``).
+Every record call passes here: ``ledger verdict --record``, ``ledger check routing-change --record``,
+``Ledger.record_verdict`` / ``Ledger.record_routing_change``, ``policy.verdict.record_verdict`` /
+``policy.routing.record_routing_change``.
+
 A judgement read (not recorded) at a stated reference time judges the log as it stood then
 (``size_as_of``): the entries it took at or before that time, never one it took later claiming an earlier
 time.
@@ -39,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RECORD_FUTURE_TOLERANCE",
+    "not_judged_again",
+    "read_size",
     "record_clock",
     "refuse_pass_not_holding_now",
     "refuse_unrecordable_judgement",
@@ -55,6 +68,29 @@ def record_clock() -> datetime:
     ``logged_at``): read once by a caller that judges and records (``ledger verdict --record``, ``ledger
     check routing-change --record``), and passed to the record_* call as its ``clock``."""
     return now_utc()
+
+
+def read_size(ledger: Ledger, checkpoint: int, read: int | None) -> int:
+    """The log a judgement judged on its first ``checkpoint`` entries is held to when it is recorded: the
+    later of its checkpoint and the log the caller says it read (``read``: the log's size when it asked;
+    None: the log as it stands now, ``ledger.size()``) — the log's times never run back, so the larger
+    size ends with the later entry. A ``read`` that is not a size of this log (mistyped, negative, or
+    beyond its head) is refused (InputError): it would hold the judgement to no log at all."""
+    if read is None:
+        return max(checkpoint, ledger.size())
+    if not isinstance(read, int) or isinstance(read, bool) or not 0 <= read <= ledger.size():
+        raise InputError(
+            f"read={read!r}: the log a recorded judgement read is a size of this log (an integer from 0 "
+            f"to {ledger.size()}): nothing recorded",
+            hint="leave read out (the log as it stands now), or give its size when the judgement was asked",
+        )
+    return max(checkpoint, read)
+
+
+def not_judged_again(when: datetime) -> tuple[bool, str]:
+    """The answer at the clock of a record call whose caller gave no way to judge its pass again
+    (``judge_at`` None): not passing — whether it holds now is unknown, so it is not signed."""
+    return False, "not judged again (the caller gave no judge_at): whether it passes now is unknown"
 
 
 def refuse_unrecordable_time(
@@ -111,24 +147,26 @@ def refuse_pass_not_holding_now(
 
 def refuse_unrecordable_judgement(
     ledger: Ledger,
-    size: int,
+    checkpoint: int,
     when: datetime,
     what: str,
     *,
+    read: int | None = None,
     clock: datetime | None = None,
     passed: str | None = None,
     judge_at: Callable[[datetime], tuple[bool, str]] | None = None,
 ) -> None:
     """The one check a judgement passes before it is recorded (``record_verdict``,
     ``record_routing_change``; the CLI's ``--record`` asks nothing before them): the clock is read once
-    (``clock``, default now), then its reference time ``when`` against the log it read (``size`` entries)
-    and that clock (``refuse_unrecordable_time``), then, where the caller can judge it again at the clock
-    (``judge_at``), a pass (``passed``) judged before the clock against its answer there
-    (``refuse_pass_not_holding_now``). InputError (exit 2, nothing recorded) names the first rule broken."""
+    (``clock``, default now), then its reference time ``when`` against the log it is held to
+    (``read_size``: its ``checkpoint``, or the log the caller read — ``read``, else the whole log as it
+    stands — where later) and that clock (``refuse_unrecordable_time``), then a pass (``passed``) judged
+    before the clock against the same judgement at the clock (``judge_at``; None: ``not_judged_again``,
+    refused) (``refuse_pass_not_holding_now``). InputError (exit 2, nothing recorded) names the first
+    rule broken."""
     now = clock if clock is not None else now_utc()
-    refuse_unrecordable_time(ledger, size, when, what, clock=now)
-    if judge_at is not None:
-        refuse_pass_not_holding_now(what, passed, when, judge_at, clock=now)
+    refuse_unrecordable_time(ledger, read_size(ledger, checkpoint, read), when, what, clock=now)
+    refuse_pass_not_holding_now(what, passed, when, judge_at or not_judged_again, clock=now)
 
 
 def size_as_of(ledger: Ledger, at: int | None, when: datetime | None) -> int | None:

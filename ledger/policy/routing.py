@@ -2475,22 +2475,21 @@ def record_routing_change(
     Each is refused (InputError, nothing recorded): a what-if is for reading.
 
     A caller that does not say what it read (``read`` None, a library call) is held to the whole log as
-    it stands when the decision is recorded: a decision judged at a past time the log has moved past is
-    refused, as the CLI refuses it. One that does not say how it judges again (``judge_at`` None) records
-    no allowed decision judged before the clock: whether it is allowed now is unknown (``Ledger.
-    record_routing_change`` judges it again itself). The clock is read once, here, where the caller gave
-    none (``record_time.record_clock``)."""
+    it stands when the decision is recorded (``record_time.read_size``): a decision judged at a past time
+    the log has moved past is refused, as the CLI refuses it. One that does not say how it judges again
+    (``judge_at`` None) records no allowed decision judged before the clock: whether it is allowed now is
+    unknown (``record_time.not_judged_again``; ``Ledger.record_routing_change`` judges it again itself).
+    The clock is read once, here, where the caller gave none (``record_time.record_clock``)."""
     from ledger.entries import KIND_MODELS
     from ledger.policy.record_time import record_clock, refuse_unrecordable_judgement
 
     judged_at = str(result["now"])
-    # the later of the two heads: the log's times never run back, so its last entry is the later one
-    size = max(int(result["checkpoint"]["size"]), ledger.size() if read is None else read)
+    size = int(result["checkpoint"]["size"])
     passed = "allowed" if result["allowed"] is True else None
     when, what = parse_time(judged_at), "routing decision"
     now = clock or at or record_clock()
     refuse_unrecordable_judgement(
-        ledger, size, when, what, clock=now, passed=passed, judge_at=judge_at or _not_judged_again
+        ledger, size, when, what, read=read, clock=now, passed=passed, judge_at=judge_at
     )
     dep = result.get("deployment_spec") or {}
     payload = {
@@ -2506,11 +2505,6 @@ def record_routing_change(
         "routing.change", dict(result["subject"]), payload, refs=refs, collected_at=at
     )
     return ledger.append([ledger.sign(statement, key)], logged_at=at)[0]
-
-
-def _not_judged_again(when: datetime) -> tuple[bool, str]:
-    """``record_routing_change``'s answer at the clock where its caller gave no way to judge again."""
-    return False, "not judged again (the caller gave no judge_at): whether it is allowed now is unknown"
 
 
 def decision_again_at(

@@ -1072,6 +1072,7 @@ def record_verdict(
     key: str,
     at: datetime | None = None,
     clock: datetime | None = None,
+    read: int | None = None,
     judge_at: Callable[[datetime], tuple[bool, str]] | None = None,
 ) -> LoggedEntry:
     """Append a signed ``verdict`` entry: the verdict word, status, policy, checkpoint, evaluated subject,
@@ -1080,10 +1081,14 @@ def record_verdict(
 
     Only a verdict judged at a time the log and the clock have both reached is recorded — every caller
     (``Ledger.record_verdict``, ``ledger verdict --record``, fixtures) passes here: its ``reference_time``
-    before the log time of the last entry it read (``checkpoint.size``), or after the clock (``clock``, the
-    one reading the caller judged by; else ``at`` where the caller sets the log time; else now), is refused,
+    before the log time of the last entry of the log it is held to (its ``checkpoint.size``, or, where
+    later, the log the caller read — ``read``: the log's size when it judged; None: the whole log as it
+    stands now, so a verdict judged as of a past time on a log cut then is refused once the log has moved
+    past it, as ``ledger verdict --now <past> --record`` is), or after the clock (``clock``, the one
+    reading the caller judged by; else ``at`` where the caller sets the log time; else now), is refused,
     and so is a QUALIFIED judged before that clock that ``judge_at`` (the same verdict judged at a given
-    time: whether it passes, what it says, ``judge_again_at``) does not find QUALIFIED at it
+    time on the whole log: whether it passes, what it says, ``judge_again_at``) does not find QUALIFIED at
+    it — or that the caller gives no ``judge_at`` to judge again (whether it holds now is unknown)
     (``record_time.refuse_unrecordable_judgement``: one check, InputError, nothing stored). The clock is
     read once, here, where the caller gave none (``record_time.record_clock``); ``Ledger.record_verdict``
     always judges a past QUALIFIED again (its own ``judge_at`` where the caller gives none)."""
@@ -1096,7 +1101,7 @@ def record_verdict(
     passed = "QUALIFIED" if result.get("verdict") == "QUALIFIED" else None
     now = clock or at or record_clock()
     refuse_unrecordable_judgement(
-        ledger, size, parse_time(when), "verdict", clock=now, passed=passed, judge_at=judge_at
+        ledger, size, parse_time(when), "verdict", read=read, clock=now, passed=passed, judge_at=judge_at
     )
     data = canonical_bytes(result)
     # refused before anything is stored: ingest would refuse the entry, and no reader would read it
@@ -1136,9 +1141,11 @@ def judge_again_at(
     ledger: Ledger, result: Mapping[str, Any], policy: LoadedPolicy
 ) -> Callable[[datetime], tuple[bool, str]]:
     """The verdict ``result`` judged again at another time (``record_verdict``'s ``judge_at``): its subject
-    on the log it read (its checkpoint's size) under ``policy``, (whether it is QUALIFIED, what it says).
-    ``policy`` must be the policy it was judged under (its identity, digests included): else it is not
-    judged again and reads as not QUALIFIED (a past QUALIFIED is then not recorded)."""
+    on the whole log as it stands then — not the log it read (its checkpoint), which a past ``--now`` cuts
+    before entries logged since (a supersession withdrawing its evidence) — under ``policy``, (whether it is
+    QUALIFIED, what it says). ``policy`` must be the policy it was judged under (its identity, digests
+    included): else it is not judged again and reads as not QUALIFIED (a past QUALIFIED is then not
+    recorded)."""
 
     def judge(when: datetime) -> tuple[bool, str]:
         if _policy_identity(policy) != result.get("policy"):
@@ -1146,8 +1153,7 @@ def judge_again_at(
                 f"not judged again: it was judged under {result.get('policy')!r}, not the policy given "
                 f"({_policy_identity(policy)!r})"
             )
-        size = int(result["checkpoint"]["size"])
-        r = evaluate(ledger, dict(result["subject"]), policy, at_size=size, reference_time=when)
+        r = evaluate(ledger, dict(result["subject"]), policy, reference_time=when)
         failing = next((g for g in r["gates"] if g["status"] != "passed"), None)
         why = f" ({failing['name']} {failing['status']}: {failing.get('reason', '')})" if failing else ""
         return r["verdict"] == QUALIFIED, f"{r['verdict']}{why}"

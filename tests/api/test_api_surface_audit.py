@@ -32,6 +32,7 @@ from ledger.errors import InputError
 from ledger.policy import evaluate, load_policy, record_verdict
 from ledger.policy.fixtures import build_fixture_ledger
 from ledger.policy.routing import load_deployment, validate_deployment
+from ledger.policy.verdict import judge_again_at
 from ledger.reads import parse_subject_args
 from ledger.service import Ledger
 
@@ -363,7 +364,13 @@ def _record_verdict(home: Home) -> Any:
     led = home.ledger
     result = evaluate(led, {"campaign": "vllm-embed"}, load_policy("backend-qualification"))
     assert result["verdict"] == "QUALIFIED"
-    return record_verdict(led, result, key="reviewer", at=parse_time(RECORDED_AT))
+    return record_verdict(
+        led,
+        result,
+        key="reviewer",
+        at=parse_time(RECORDED_AT),
+        judge_at=judge_again_at(led, result, load_policy("backend-qualification")),
+    )
 
 
 def _supersede(home: Home, name: str) -> None:

@@ -32,6 +32,7 @@ from ledger.errors import ArtifactMissingError
 from ledger.hashing import blake3_hex
 from ledger.policy import evaluate, load_policy, record_verdict
 from ledger.policy.fixtures import build_fixture_ledger
+from ledger.policy.verdict import judge_again_at
 from ledger.service import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +176,13 @@ def test_recorded_verdict_whose_result_says_another_word_is_shown_unreadable(qua
 def test_honest_recorded_verdict_still_shows_its_word_and_the_verdict_now(qualified: Home) -> None:
     led = qualified.ledger
     result = evaluate(led, {"campaign": GOOD}, load_policy("backend-qualification"))
-    recorded = record_verdict(led, result, key="reviewer", at=parse_time(RECORDED_AT))
+    recorded = record_verdict(
+        led,
+        result,
+        key="reviewer",
+        at=parse_time(RECORDED_AT),
+        judge_at=judge_again_at(led, result, load_policy("backend-qualification")),
+    )
     home = qualified.client.get("/").text
     assert _cells(home, f"campaign={GOOD}")[2:] == [f"QUALIFIED recorded {recorded.logged_at}", "QUALIFIED"]
     # a row of another field the verdict is logged under: its campaign, the row's field as a claim
@@ -203,7 +210,13 @@ def test_row_of_a_verdict_logged_under_no_campaign_cannot_be_derived(
 def test_range_starting_past_the_end_answers_416_not_the_whole_body(qualified: Home, first: str) -> None:
     led = qualified.ledger
     result = evaluate(led, {"campaign": GOOD}, load_policy("backend-qualification"))
-    e = record_verdict(led, result, key="reviewer", at=parse_time(RECORDED_AT))
+    e = record_verdict(
+        led,
+        result,
+        key="reviewer",
+        at=parse_time(RECORDED_AT),
+        judge_at=judge_again_at(led, result, load_policy("backend-qualification")),
+    )
     d = e.statement.payload["result_digest"]
     whole = qualified.client.get(f"/v1/artifacts/{d}")
     assert whole.status_code == 200 and blake3_hex(whole.content) == d.split(":")[1]
@@ -223,7 +236,13 @@ def test_range_starting_past_the_end_answers_416_not_the_whole_body(qualified: H
 def test_range_neighbours_still_answer(qualified: Home, header: str, status: int, length: int | None) -> None:
     led = qualified.ledger
     result = evaluate(led, {"campaign": GOOD}, load_policy("backend-qualification"))
-    e = record_verdict(led, result, key="reviewer", at=parse_time(RECORDED_AT))
+    e = record_verdict(
+        led,
+        result,
+        key="reviewer",
+        at=parse_time(RECORDED_AT),
+        judge_at=judge_again_at(led, result, load_policy("backend-qualification")),
+    )
     d = e.statement.payload["result_digest"]
     whole = qualified.client.get(f"/v1/artifacts/{d}").content
     r = qualified.client.get(f"/v1/artifacts/{d}", headers={"Range": header})

@@ -10,6 +10,7 @@ import pytest
 import ledger.service as service
 from ledger.entries import parse_time
 from ledger.policy import evaluate, load_policy, record_verdict
+from ledger.policy.verdict import judge_again_at
 from tests.api.test_fix100_pages import GOOD, RECORDED_AT, Home, _bad1, _cells, qualified  # noqa: F401
 
 
@@ -18,7 +19,13 @@ def test_home_page_row_of_a_verdict_carrying_another_campaigns_result_is_unreada
 ) -> None:
     led = qualified.ledger
     result = evaluate(led, {"campaign": GOOD}, load_policy("backend-qualification"))
-    honest = record_verdict(led, result, key="reviewer", at=parse_time(RECORDED_AT))
+    honest = record_verdict(
+        led,
+        result,
+        key="reviewer",
+        at=parse_time(RECORDED_AT),
+        judge_at=judge_again_at(led, result, load_policy("backend-qualification")),
+    )
     bad_now = _bad1(led)
     payload: dict[str, Any] = {k: v for k, v in honest.statement.payload.items() if k != "subject"}
     with pytest.MonkeyPatch.context() as mp:  # stored before ingest read a verdict's result

@@ -22,7 +22,7 @@ from ledger.policy.fixtures import build_fixture_ledger, discover_fixtures
 from ledger.policy.loader import load_policy
 from ledger.policy.routing import check_routing_change
 from ledger.policy.snapshot import clear_caches
-from ledger.policy.verdict import evaluate, record_verdict
+from ledger.policy.verdict import evaluate, judge_again_at, record_verdict
 from ledger.service import Ledger
 
 FIXTURES = Path(__file__).resolve().parents[2] / "policies" / "fixtures"
@@ -184,7 +184,13 @@ def test_a_verdict_recorded_in_more_words_after_a_crash_is_not_qualified_and_the
             clear_caches()
             result = evaluate(led, subject, load_policy("backend-qualification"))
             last = parse_time(led.get_seq(led.size() - 1).logged_at)
-            record_verdict(led, result, key="admin", at=last + timedelta(minutes=1))
+            record_verdict(
+                led,
+                result,
+                key="admin",
+                at=last + timedelta(minutes=1),
+                judge_at=judge_again_at(led, result, load_policy("backend-qualification")),
+            )
             clear_caches()
             checked = check_routing_change(
                 led,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,185 @@ def test_cli_refuses_to_record_a_route_at_a_past_now_that_cut_the_log(
     assert read.code == 0 and json.loads(read.out)["allowed"] is True, read.out + read.err
     assert ledger.size() == size
     assert parse_time(past) < now_utc()
+
+
+# --- fix 132 (audit 94 f1): every record call holds a judgement to the whole log, judges again on it ---
+
+VERDICT_SUBJECT = {"campaign": CAMPAIGN["campaign"]}
+RECORDERS = ["cli", "ledger", "function"]
+
+
+def _withdraw_job(ledger: Ledger, minutes_ago: float) -> None:
+    """The operator supersedes the campaign's job (its evidence withdrawn): judged after it, not QUALIFIED."""
+    at = now_utc() - timedelta(minutes=minutes_ago)
+    job = [
+        e
+        for e in ledger.query(kind="job", limit=1000)
+        if e.statement.subject.get("campaign") == CAMPAIGN["campaign"]
+    ]
+    st = ledger.make_statement(
+        "supersession",
+        dict(job[-1].statement.subject),
+        {"reason": "withdrawn: bad run"},
+        refs=[("supersedes", job[-1].entry_id)],
+        collected_at=at,
+    )
+    ledger.append([ledger.sign(st, "operator")], logged_at=at)
+
+
+def _verdict_at(ledger: Ledger, when: datetime, *, cut: bool) -> dict[str, Any]:
+    """The verdict judged at ``when``: on the log cut as of then (what ``verdict --now`` reads), or whole."""
+    from ledger.policy.record_time import size_as_of
+
+    at = size_as_of(ledger, None, when) if cut else None
+    return evaluate(
+        ledger, VERDICT_SUBJECT, load_policy("backend-qualification"), at_size=at, reference_time=when
+    )
+
+
+def _record(
+    kind: str, via: str, ledger: Ledger, home: Path, tmp_path: Path, cli: Any, when: datetime, *, cut: bool
+) -> Any:
+    """Record the ``kind`` judgement made at ``when`` through ``via``: the entry, or the InputError raised
+    (the CLI's: exit 2 with its message, as an InputError)."""
+    from ledger.policy.routing import record_routing_change as routing_function
+    from ledger.policy.verdict import record_verdict as verdict_function
+
+    clock = None if cut else when  # the honest one is recorded on the clock it was judged at
+    if via == "cli":
+        more = ["--now", format_time(when)] if cut else []
+        if kind == "verdict":
+            r = cli(
+                "verdict",
+                "--home",
+                str(home),
+                "-s",
+                f"campaign={CAMPAIGN['campaign']}",
+                *more,
+                "--record",
+                "--key",
+                "reviewer",
+                "--json",
+            )
+        else:
+            r = _route(cli, home, tmp_path, *more, "--record", "--key", "operator", "--json")
+        if r.code == 2:
+            return InputError(r.err)
+        assert r.code in (0, 1), r.out + r.err
+        return ledger.query(kind=kind if kind == "verdict" else "routing.change", limit=1, descending=True)[0]
+    try:
+        if kind == "verdict":
+            result = _verdict_at(ledger, when, cut=cut)
+            if via == "ledger":
+                return ledger.record_verdict(result, key="reviewer", clock=clock)
+            return verdict_function(ledger, result, key="reviewer", clock=clock)
+        result = _decision(ledger, when)
+        if via == "ledger":
+            return ledger.record_routing_change(result, key="operator", clock=clock)
+        return routing_function(ledger, result, key="operator", clock=clock)
+    except InputError as e:
+        return e
+
+
+@pytest.mark.parametrize("kind", ["verdict", "routing"])
+@pytest.mark.parametrize("via", RECORDERS)
+def test_a_past_judgement_on_a_cut_log_is_refused_by_every_record_call(
+    allowed: tuple[Path, Ledger], tmp_path: Path, cli: Any, via: str, kind: str
+) -> None:
+    """Audit 94 f1: judged as of 5 minutes ago (the log cut to the entries it held then: QUALIFIED),
+    then the campaign's job is withdrawn; ``policy.verdict.record_verdict`` held the judgement only to its
+    own cut checkpoint and signed the withdrawn QUALIFIED. Every record call refuses it now."""
+    home, ledger = allowed
+    past = now_utc() - timedelta(minutes=5)
+    before = _verdict_at(ledger, past, cut=True)
+    assert before["verdict"] == "QUALIFIED"
+    _withdraw_job(ledger, minutes_ago=2)
+    assert _verdict_at(ledger, now_utc(), cut=False)["verdict"] != "QUALIFIED"  # withdrawn, judged now
+    assert _verdict_at(ledger, past, cut=True)["checkpoint"]["size"] == ledger.size() - 1  # the cut log
+    size = ledger.size()
+    got = _record(kind, via, ledger, home, tmp_path, cli, past, cut=True)
+    assert isinstance(got, InputError), got
+    assert "the log it read ends with an entry" in got.message
+    assert ledger.size() == size
+
+
+@pytest.mark.parametrize("kind", ["verdict", "routing"])
+@pytest.mark.parametrize("via", RECORDERS)
+def test_an_honest_judgement_at_the_clock_is_recorded_by_every_record_call(
+    allowed: tuple[Path, Ledger], tmp_path: Path, cli: Any, via: str, kind: str
+) -> None:
+    home, ledger = allowed
+    _note(ledger, minutes_ago=2)  # an unrelated later entry: the judgement at the clock reads it
+    size = ledger.size()
+    got = _record(kind, via, ledger, home, tmp_path, cli, now_utc(), cut=False)
+    assert not isinstance(got, InputError), got.message
+    assert ledger.size() == size + 1
+    if kind == "verdict":
+        assert got.statement.payload["verdict"] == "QUALIFIED"
+        assert got.statement.payload["checkpoint"]["size"] == size
+    else:
+        assert got.statement.payload["allowed"] is True
+
+
+def test_a_past_qualified_is_judged_again_on_the_whole_log_not_its_own_checkpoint(
+    allowed: tuple[Path, Ledger],
+) -> None:
+    """``judge_again_at`` judged again at the result's own (cut) checkpoint: the supersession logged since
+    was never seen. A caller that understates what it read (``read``: the cut size) passes the log-time
+    check, and the judgement at the clock, on the whole log, refuses it."""
+    from ledger.policy.verdict import judge_again_at
+
+    _home, ledger = allowed
+    past = now_utc() - timedelta(minutes=5)
+    cut = _verdict_at(ledger, past, cut=True)
+    _withdraw_job(ledger, minutes_ago=2)
+    size, read = ledger.size(), int(cut["checkpoint"]["size"])
+    holds, text = judge_again_at(ledger, cut, load_policy("backend-qualification"))(now_utc())
+    assert holds is False and text.startswith("INCONCLUSIVE"), text
+    with pytest.raises(InputError, match="judged at the clock"):
+        ledger.record_verdict(cut, key="reviewer", read=read)
+    assert ledger.size() == size
+
+
+def test_library_record_verdict_without_judge_at_refuses_a_past_qualified(
+    allowed: tuple[Path, Ledger],
+) -> None:
+    """``policy.verdict.record_verdict`` with no ``judge_at`` recorded a QUALIFIED judged before the clock
+    unjudged; ``record_routing_change`` refused the same. Both refuse it now; given a judge, it is
+    recorded."""
+    from ledger.policy.verdict import judge_again_at, record_verdict
+
+    _home, ledger = allowed
+    result = _verdict_at(ledger, now_utc() - timedelta(seconds=30), cut=False)
+    assert result["verdict"] == "QUALIFIED"
+    size = ledger.size()
+    with pytest.raises(InputError, match="not judged again"):
+        record_verdict(ledger, result, key="reviewer")
+    assert ledger.size() == size
+    judge = judge_again_at(ledger, result, load_policy("backend-qualification"))
+    e = record_verdict(ledger, result, key="reviewer", judge_at=judge)
+    assert e.statement.payload["verdict"] == "QUALIFIED" and ledger.size() == size + 1
+
+
+@pytest.mark.parametrize("read", ["12", True, -1, 1.5, "beyond"])
+@pytest.mark.parametrize("kind", ["verdict", "routing"])
+def test_a_read_that_is_not_a_size_of_the_log_is_refused(
+    allowed: tuple[Path, Ledger], kind: str, read: Any
+) -> None:
+    """``read`` mistyped, negative or past the log's head held the judgement to no log (its head check was
+    skipped): refused, naming it."""
+    _home, ledger = allowed
+    clock = now_utc()
+    size = ledger.size()
+    read = size + 1 if read == "beyond" else read
+    record = (
+        partial(ledger.record_verdict, _verdict_at(ledger, clock, cut=False), key="reviewer")
+        if kind == "verdict"
+        else partial(ledger.record_routing_change, _decision(ledger, clock), key="operator")
+    )
+    with pytest.raises(InputError, match=r"read=.*a size of this log"):
+        record(clock=clock, read=read)
+    assert ledger.size() == size
+    # the log's own size, given: recorded
+    e = ledger.record_verdict(_verdict_at(ledger, clock, cut=False), key="reviewer", clock=clock, read=size)
+    assert ledger.size() == size + 1 and e.statement.payload["checkpoint"]["size"] == size
