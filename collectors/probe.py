@@ -23,6 +23,10 @@ __all__ = [
 
 DEFAULT_PROMPT = "Reply with exactly one word: READY"
 _TEXT_LIMIT = 2000
+# how much of an engine's error a probe records: whole enough that what the error states can be judged
+# (llama-cpp-python 0.3.36's "Invalid chat handler: X (valid formats: [...])" is 407 characters; the policy
+# holds an option-value refusal to the list it prints, ledger.answers.refused_option_value)
+_ERROR_LIMIT = 1000
 
 
 def _ms(t0: float) -> float:
@@ -33,13 +37,13 @@ def _error_text(r: httpx.Response) -> str:
     try:
         body = r.json()
     except ValueError:
-        return r.text[:300]
+        return r.text[:_ERROR_LIMIT]
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict):
-            return str(err.get("message", err))[:300]
-        return str(err or body.get("detail") or body)[:300]
-    return str(body)[:300]
+            return str(err.get("message", err))[:_ERROR_LIMIT]
+        return str(err or body.get("detail") or body)[:_ERROR_LIMIT]
+    return str(body)[:_ERROR_LIMIT]
 
 
 def probe_health(base_url: str, engine: str = "generic", *, timeout: float = 10.0) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ledger.answers import REFUSAL_OPTION_VALUE, launched_command, refusal
@@ -84,3 +85,18 @@ def test_the_same_words_in_a_400_are_not_the_option_value_refusal(engine: str) -
         _Refusing.status = 500
     assert payload["http_status"] == 400
     assert refusal(payload, PARAMS, command=COMMAND) is None
+
+
+def test_a_probe_records_the_engines_whole_chat_handler_error() -> None:
+    """Regression (fix 133's note): the probe kept 300 characters of an engine's error, so llama-cpp-python's
+    407-character "Invalid chat handler: X (valid formats: [...])" was always cut and its valid list could
+    not be judged whole. The probe keeps up to ``_ERROR_LIMIT`` characters; longer errors are still cut."""
+    from ledger.collectors.probe import _ERROR_LIMIT, _error_text
+
+    formats = ", ".join(repr(f"format-{i:02d}") for i in range(27))
+    message = f"Invalid chat handler: no-such-format (valid formats: [{formats}])"
+    assert 400 < len(message) < _ERROR_LIMIT
+    r = httpx.Response(500, json={"error": {"message": message}})
+    assert _error_text(r) == message
+    long = httpx.Response(500, json={"error": {"message": "x" * (_ERROR_LIMIT + 50)}})
+    assert len(_error_text(long)) == _ERROR_LIMIT
