@@ -2491,9 +2491,12 @@ def _log_state_fault(e: LedgerError) -> LedgerError:
     """``e``, met reading the log's own rows for an append, as the home's fault (``_home_fault``): a row
     not as the log committed it (a plain ``IntegrityError``: ``ledger.reads.uncommitted_error``,
     ``gap_error`` …) is ``ChainBrokenError`` with its message — still an integrity error to a library
-    caller, HTTP 500 to a client, which keeps the entry spooled."""
+    caller, HTTP 500 to a client, which keeps the entry spooled. A ``ConfigError`` (this home's own
+    settings: a mistyped ``LEDGER_CHECKPOINT_INTERVAL``) stays what it is (bad-config names the setting)."""
     if type(e) is IntegrityError:
         return ChainBrokenError(e.message, hint=e.hint_text or None)
+    if isinstance(e, ConfigError):
+        return e
     return _home_fault(e)
 
 
