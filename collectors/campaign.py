@@ -832,7 +832,7 @@ class _Launcher:
 # The launchers a campaign may put in front of the engine (checked against util-linux, coreutils and
 # numactl): what follows them, past their own options, is the engine's command as the collector reads it.
 # ``env`` also takes NAME=VALUE items, which are the engine's environment. Any other first program that
-# is neither a Python interpreter nor a known engine program (``_ENGINE_PROGRAMS``) is refused at load
+# is neither a Python interpreter nor a known engine program (``ENGINE_PROGRAMS``) is refused at load
 # (``uv run``, ``sh -c``, a wrapper script: what they start is not known before launch); kind generic
 # keeps its own rule (its first item is the program).
 _LAUNCHERS: dict[str, _Launcher] = {
@@ -900,9 +900,6 @@ _LAUNCHERS: dict[str, _Launcher] = {
     ),
     "nohup": _Launcher(),
 }
-# the engines' own programs (basename): llama.cpp's server, vLLM's CLI (``vllm serve``) — ledger.answers'
-# which reads the program a recorded command runs for the policy too (``command_program``)
-_ENGINE_PROGRAMS = ENGINE_PROGRAMS
 # the engine kind each known program (an engine's own, by basename, or the module ``python -m`` runs) is
 # the engine of: a campaign of one kind whose command runs another kind's program is refused — the model
 # check reads the options, variables and positional model of its kind, not the ones that program reads
@@ -1056,7 +1053,7 @@ def _engine_start(argv: list[str]) -> int:
 
 def _engine_program(argv: list[str]) -> str | None:
     """The program that reads the engine's arguments: an engine's own program past the launchers
-    (``_ENGINE_PROGRAMS``, by basename), or the module a Python interpreter runs (``-m MODULE``); None for
+    (``ENGINE_PROGRAMS``, by basename), or the module a Python interpreter runs (``-m MODULE``); None for
     a script, code, or a program not read here."""
     start = _skip_launchers(argv).program
     if start >= len(argv):
@@ -1734,7 +1731,7 @@ def _check_program(kind: str, argv: list[str], where: str) -> _Launch:
     launch = _skip_launchers(argv)
     if kind == "generic":
         return launch
-    known = f"launchers read: {', '.join(_LAUNCHERS)}; engine programs: {', '.join(_ENGINE_PROGRAMS)}, python"
+    known = f"launchers read: {', '.join(_LAUNCHERS)}; engine programs: {', '.join(ENGINE_PROGRAMS)}, python"
     if launch.problem is not None:
         raise ConfigError(
             f"{where}: the command's launcher cannot be read: {launch.problem}; the model check would "
@@ -1744,7 +1741,7 @@ def _check_program(kind: str, argv: list[str], where: str) -> _Launch:
         program = _fill(argv[launch.program], _placeholders())
     except ConfigError:
         return launch  # ${VAR} that is not set: the launch refuses it
-    if not is_python(program) and os.path.basename(program) not in _ENGINE_PROGRAMS:
+    if not is_python(program) and os.path.basename(program) not in ENGINE_PROGRAMS:
         raise ConfigError(
             f"{where}: the command starts {program!r}, which is neither a launcher the collector reads, "
             f"a Python interpreter, nor an engine's own program: the model check cannot tell what it "

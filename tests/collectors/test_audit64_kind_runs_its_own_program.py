@@ -160,7 +160,7 @@ def test_the_kind_table_and_the_program_tables_agree() -> None:
 
     kinds = {"llamacpp", "vllm", "sglang", "generic"}
     assert set(c._KIND_OF_PROGRAM.values()) <= kinds
-    assert all(p in c._KIND_OF_PROGRAM for p in c._ENGINE_PROGRAMS)
+    assert all(p in c._KIND_OF_PROGRAM for p in c.ENGINE_PROGRAMS)
     for program in c._MODEL_OPTIONS:
         assert program in kinds or program in c._KIND_OF_PROGRAM, program
     assert set(c._KIND_PROGRAMS["llamacpp"]) == {p for p, k in c._KIND_OF_PROGRAM.items() if k == "llamacpp"}
