@@ -6,8 +6,11 @@ Entries are signed locally with a key of the home and sent to the server, which 
 storing. When the server cannot be reached, envelopes and artifacts are spooled durably in
 ``HOME/spool/``; ``push_spool`` (``ledger push``, or the next remote record) delivers them in order.
 The server recognises a re-sent envelope by its entry id, so delivery is exactly once. Each spooled file is
-checked against the name it was spooled under (``Spool.read_entry``: its bytes are the entry its name gives)
-before it is sent, and leaves the spool only on a receipt for that entry; one that is not is kept and named.
+checked against the name it was spooled under (``Spool.read_entry``: its bytes are the entry its name gives;
+``Spool.read_artifact``: an artifact's bytes hash to its name) before it is sent, and an entry leaves the
+spool only on a receipt for that entry. A spool file is read only as a regular file (a link or a FIFO is never
+followed nor waited on); one that is not what its name says is moved by the push to ``spool/bad/``, kept
+beside why (``Spool.quarantine``), and named.
 
 Every append's answer must carry the log's receipt for the entry sent, signed by the log key: the key
 pinned for that server (``LEDGER_LOG_VKEY``, the C2SP verifier key ``ledger keys export log --vkey``
@@ -19,24 +22,26 @@ refused). An answer without a valid receipt for the entry sent is refused: the e
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from ledger import errors as _errors
 from ledger.atomic import fsync_dir, write_atomic
-from ledger.entries import ArtifactRef, format_time, now_utc
+from ledger.entries import ArtifactRef, format_time, now_utc, parse_statement
 from ledger.errors import (
     HOME_FAULTS,
     ArtifactMissingError,
@@ -50,7 +55,7 @@ from ledger.errors import (
     ReceiptMismatchError,
     RemoteUnavailableError,
 )
-from ledger.hashing import Digest, HexDigest, hash_file, parse_digest
+from ledger.hashing import Digest, HexDigest, hash_file, hash_stream, parse_digest
 from ledger.log import EntryId, entry_id_of, parse_checkpoint, parse_verifier_key, verifier_key
 from ledger.proofs import check_receipt
 from ledger.recorder import LocalRecorder, Recorder
@@ -67,6 +72,7 @@ __all__ = [
     "RemoteRecorder",
     "Spool",
     "SpoolTarget",
+    "SpooledArtifact",
     "SpooledEntry",
     "log_key",
     "make_recorder",
@@ -390,6 +396,58 @@ _REFUSAL = ".refusal.json"  # beside refused/<order>-<id>.json: the server's rea
 # the name an entry is spooled under (``Spool.add_entry``): its order, then the id of the entry it holds
 _ENTRY_NAME = re.compile(r"(?P<order>[0-9]+)-(?P<id>[0-9a-f]{64})\.json")
 UNTARGETED = "*"  # what a file spooled by an older ledger, which recorded no server, is for
+_ARTIFACT_NAME = re.compile(r"[0-9a-f]{64}")  # the name an artifact is spooled under: its BLAKE3 hex
+_BAD_DIR = "bad"  # spool/bad/: files that are not what their name says, quarantined (``Spool.quarantine``)
+_BAD = ".bad.json"  # beside bad/<folder>/<name>: why it was quarantined, and where it was
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words (``_open_regular``)."""
+    for test, kind in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _not_regular(path: Path, mode: int) -> OSError:
+    kind = _file_kind(mode)
+    if stat.S_ISLNK(mode):
+        with contextlib.suppress(OSError):
+            kind += f" (to {os.readlink(path)})"
+    return OSError(errno.EINVAL, f"{kind}, not a regular file: a spool file is never followed nor waited on")
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """A spool file opened for reading as the regular file the spool writes: a symbolic link (even to a good
+    file), a FIFO, a socket, a device or a folder in its place is refused without being followed, opened or
+    waited on (``lstat`` first; then ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat``, for one swapped in between)
+    — ``OSError`` saying what it is."""
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise _not_regular(path, mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a spool file that must be a regular file (``_open_regular``)."""
+    with _open_regular(path) as f:
+        return f.read()
 
 
 @dataclass(frozen=True)
@@ -416,7 +474,7 @@ class SpoolTarget:
     def read(cls, path: Path) -> SpoolTarget:
         """The target recorded in ``path``; ``ConfigError`` naming the file when it is unreadable."""
         try:
-            doc = json.loads(path.read_bytes())
+            doc = json.loads(_read_regular(path))
             server, origin, vkey = doc["server"], doc.get("origin"), doc.get("vkey")
             if (
                 not isinstance(server, str)
@@ -443,6 +501,16 @@ class SpooledEntry:
     size: int
 
 
+@dataclass(frozen=True)
+class SpooledArtifact:
+    """A spooled artifact file checked against the name it was written under (``Spool.read_artifact``): a
+    regular file whose bytes hash (BLAKE3) to the digest its name gives, and its size."""
+
+    path: Path
+    digest: Digest
+    size: int
+
+
 class Spool:
     """Envelopes and artifacts waiting for a server: ``entries/<order>-<id>.json`` (each beside its
     ``<order>-<id>.target``: the server it was collected for), ``artifacts/<hex>`` (beside
@@ -452,7 +520,10 @@ class Spool:
     server refused for good (``<hex>``, beside ``<hex>.targets``: the servers that refused it, and their
     reasons in ``<hex>.refusal.json``), kept and never sent to those servers again unless moved back to
     ``artifacts/`` with its ``.targets``. ``restore_refused`` (``ledger push --retry-refused``) moves back
-    what one server refused."""
+    what one server refused. ``bad/``: files that are not what their name says (``read_entry``,
+    ``read_artifact``), or whose target file cannot be read, quarantined by a push (``quarantine``) under
+    the folder they were in (``bad/entries/``, ``bad/refused/``, ``bad/artifacts/``) with what belongs to
+    them and why (``<name>.bad.json``): kept, never sent, never deleted."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -460,6 +531,7 @@ class Spool:
         self.artifacts_dir = self.root / "artifacts"
         self.refused_dir = self.root / "refused"
         self.refused_artifacts_dir = self.refused_dir / "artifacts"
+        self.bad_dir = self.root / _BAD_DIR
 
     def _ensure(self) -> None:
         self.entries_dir.mkdir(parents=True, exist_ok=True)
@@ -467,9 +539,19 @@ class Spool:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """One writer or pusher at a time per home (collectors may run side by side)."""
+        """One writer or pusher at a time per home (collectors may run side by side). ``ConfigError`` when
+        the lock file is not a regular file (a FIFO there would block every push)."""
         self._ensure()
-        with (self.root / ".lock").open("a") as f:
+        path = self.root / ".lock"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as e:
+            raise ConfigError(f"{path}: the spool's lock file cannot be opened ({e.strerror or e})") from e
+        with os.fdopen(fd, "ab") as f:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigError(f"{path}: the spool's lock file is {_file_kind(mode)}, not a regular file")
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
@@ -515,7 +597,7 @@ class Spool:
         """The server a spooled entry was collected for; None: it names none (an older ledger spooled it).
         ``ConfigError`` when its target file is unreadable."""
         path = entry.with_suffix(_TARGET)
-        return SpoolTarget.read(path) if path.exists() else None
+        return SpoolTarget.read(path) if os.path.lexists(path) else None
 
     @staticmethod
     def read_entry(entry: Path) -> SpooledEntry:
@@ -533,7 +615,7 @@ class Spool:
             )
         named, data = EntryId(m["id"]), b""
         try:
-            data = entry.read_bytes()
+            data = _read_regular(entry)
             env = parse_canonical_envelope(data) or parse_envelope(data)
         except OSError as e:
             problem = f"unreadable ({e.strerror or e})"
@@ -551,15 +633,45 @@ class Spool:
         )
 
     @staticmethod
+    def read_artifact(art: Path, *, check_bytes: bool = True) -> SpooledArtifact:
+        """The artifact a spooled file holds, checked against the name it was written under
+        (``artifacts/<BLAKE3 hex>``, ``add_artifact``): a regular file (never a link followed, nor a FIFO
+        waited on: ``_open_regular``) whose bytes hash to that name (with ``check_bytes`` False, its name and
+        kind only). ``ConfigError`` naming the file and what is wrong when it is not: such a file is never
+        sent."""
+        if _ARTIFACT_NAME.fullmatch(art.name) is None:
+            raise ConfigError(
+                f"{art}: not the name of a spooled artifact (its BLAKE3 digest, 64 lower-case hex): its "
+                "bytes cannot be checked against the artifact it was spooled as; not sent",
+                hint="look at it, then move it out of the spool (or back under its own name)",
+            )
+        named = Digest(HexDigest(art.name))
+        try:
+            with _open_regular(art) as f:
+                got = hash_stream(f) if check_bytes else None
+                size = os.fstat(f.fileno()).st_size if got is None else got.size
+        except OSError as e:
+            problem = f"unreadable ({e.strerror or e})"
+        else:
+            if got is None or got.blake3 == named:
+                return SpooledArtifact(art, named, size)
+            problem = f"its bytes are the artifact {got.blake3}, {got.size} bytes"
+        raise ConfigError(
+            f"{art}: not the spooled artifact its name says ({problem}); not sent",
+            hint="spool the artifact's real bytes again (a collect that names it does), or put them back "
+            "in the spool's artifacts/ folder under its name",
+        )
+
+    @staticmethod
     def artifact_targets(art: Path) -> list[str]:
         """The servers a spooled artifact still waits for; ``UNTARGETED`` among them: an older ledger spooled
         it for a server it did not record (it has no targets file). ``ConfigError`` when that file is
         unreadable."""
         path = art.with_name(art.name + _TARGETS)
-        if not path.exists():
+        if not os.path.lexists(path):
             return [UNTARGETED]
         try:
-            servers = json.loads(path.read_bytes())
+            servers = json.loads(_read_regular(path))
             if not isinstance(servers, list) or not all(isinstance(s, str) and s for s in servers):
                 raise TypeError("not a list of server URLs")
         except (OSError, ValueError, TypeError) as e:
@@ -607,17 +719,28 @@ class Spool:
         """Copy an artifact into the spool, checking the copy hashes to ``digest``; it waits for the server
         of ``target`` besides any it waits for already (``target`` None: for none recorded, as an older
         ledger spooled them). Its targets are written before its bytes: an artifact never waits unaddressed
-        (a crash in between leaves a targets file alone, which the next copy takes up)."""
+        (a crash in between leaves a targets file alone, which the next copy takes up). A file already there
+        under its name that is not it (``read_artifact``: other bytes, a link, a FIFO …) is quarantined
+        (``quarantine``, with its targets, kept) and replaced by this copy, waiting for the same servers."""
         with self.locked():
             final = self.artifacts_dir / digest.hex
-            if target is not None:
-                sidecar = final.with_name(final.name + _TARGETS)
-                held: list[str] = []
-                with contextlib.suppress(ConfigError):  # an unreadable one is replaced
-                    held = self.artifact_targets(final) if final.exists() or sidecar.exists() else []
-                if target.server not in held:
-                    self._write_targets(final, [*held, target.server])
-            if final.is_file():
+            sidecar = final.with_name(final.name + _TARGETS)
+            held: list[str] = []
+            with contextlib.suppress(ConfigError):  # an unreadable one is replaced
+                there = os.path.lexists(final) or os.path.lexists(sidecar)
+                held = self.artifact_targets(final) if there else []
+            good = quarantined = False
+            if os.path.lexists(final):
+                try:
+                    self.read_artifact(final)
+                    good = True
+                except ConfigError as e:
+                    self.quarantine(final, f"{e.message} (replaced by the copy spooled again)")
+                    quarantined = True
+            want = [*held, *([target.server] if target is not None and target.server not in held else [])]
+            if want and want != [UNTARGETED] and (quarantined or want != held):
+                self._write_targets(final, want)
+            if good:
                 return final
             fd, tmp = tempfile.mkstemp(prefix=".spool-", dir=self.artifacts_dir)
             try:
@@ -647,6 +770,72 @@ class Spool:
         self.remove([art])
         with contextlib.suppress(FileNotFoundError):
             art.with_name(art.name + _TARGETS).unlink()
+
+    def quarantine(self, path: Path, problem: str) -> Path:
+        """Move a spool file out of the spool that is not what its name says (``read_entry``,
+        ``read_artifact``: torn, another entry's or artifact's bytes, a link, a FIFO, a folder …) or whose
+        target file cannot be read: into ``bad/<the folder it was in>/`` with what belongs to it (an entry's
+        ``.target`` and ``.refusal.json``, an artifact's ``.targets``), beside why (``<name>.bad.json``:
+        ``problem``, where it was, when). Never deleted, never sent, no longer named by every push; a name
+        taken there already gets ``~2``, ``~3`` … after its stem. A link or FIFO is moved as it is, never
+        followed or opened. Returns where it went; ``FileNotFoundError`` when it is gone (a push beside this
+        one delivered it). Call it holding the spool's lock."""
+        if not os.path.lexists(path):
+            raise FileNotFoundError(errno.ENOENT, "no longer in the spool", str(path))
+        folder = self.bad_dir / path.parent.relative_to(self.root)
+        folder.mkdir(parents=True, exist_ok=True)
+        if path.parent in (self.artifacts_dir, self.refused_artifacts_dir):
+            stem, sidecars = path.name, [path.with_name(path.name + _TARGETS)]
+        else:
+            stem = path.stem
+            sidecars = [path.with_suffix(_TARGET), path.with_name(path.stem + _REFUSAL)]
+        tag, n = stem, 1
+        while any(
+            os.path.lexists(folder / (tag + p.name[len(stem) :])) for p in (path, *sidecars)
+        ) or os.path.lexists(folder / (tag + path.name[len(stem) :] + _BAD)):
+            n += 1
+            tag = f"{stem}~{n}"
+        dest = folder / (tag + path.name[len(stem) :])
+        moved = [p for p in sidecars if os.path.lexists(p)]
+        why = {
+            "file": str(path),
+            "problem": problem,
+            "with": [p.name for p in moved],
+            "at": format_time(now_utc()),
+        }
+        reason = dest.with_name(dest.name + _BAD)
+        write_atomic(reason, (json.dumps(why, indent=2) + "\n").encode(), mode=0o600)
+        try:
+            os.replace(path, dest)  # the file first: an entry never waits without its target
+        except FileNotFoundError:
+            reason.unlink()
+            raise
+        for p in moved:
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(p, folder / (tag + p.name[len(stem) :]))
+        fsync_dir(folder)
+        fsync_dir(path.parent)
+        return dest
+
+    def bad_files(self) -> list[Path]:
+        """What pushes quarantined (``quarantine``): each file in ``bad/``, beside why."""
+        found: list[Path] = []
+        for folder in (self.entries_dir, self.refused_dir, self.artifacts_dir, self.refused_artifacts_dir):
+            bad = self.bad_dir / folder.relative_to(self.root)
+            if bad.is_dir():
+                found += [bad / p.name[: -len(_BAD)] for p in bad.iterdir() if p.name.endswith(_BAD)]
+        return sorted(found)
+
+    def bad_artifacts(self) -> dict[Digest, Path]:
+        """The artifacts whose spooled bytes were quarantined (``bad/artifacts/``), by the digest their name
+        gives: an entry naming one waits until its server holds the real bytes."""
+        held: dict[Digest, Path] = {}
+        folder = self.bad_dir / self.artifacts_dir.relative_to(self.root)
+        for p in self.bad_files():
+            hex_ = p.name.split("~", 1)[0]
+            if p.parent == folder and _ARTIFACT_NAME.fullmatch(hex_):
+                held.setdefault(Digest(HexDigest(hex_)), p)
+        return held
 
     def remove(self, paths: Sequence[Path]) -> None:
         """Forget delivered entries (with their targets) or artifacts."""
@@ -694,7 +883,7 @@ class Spool:
         why_path = dest.with_name(dest.name + _REFUSAL)
         reasons: list[Any] = []
         with contextlib.suppress(OSError, ValueError):
-            held = json.loads(why_path.read_bytes())
+            held = json.loads(_read_regular(why_path))
             reasons = held if isinstance(held, list) else [held]
         reasons.append(
             {
@@ -788,10 +977,10 @@ class Spool:
     def _refused_by(self, art: Path) -> list[str]:
         """The servers that refused a set-aside artifact: its targets file, else (set aside before one was
         kept) the servers its reasons name."""
-        if art.with_name(art.name + _TARGETS).exists():
+        if os.path.lexists(art.with_name(art.name + _TARGETS)):
             return [t for t in self.artifact_targets(art) if t != UNTARGETED]
         try:
-            reasons = json.loads(art.with_name(art.name + _REFUSAL).read_bytes())
+            reasons = json.loads(_read_regular(art.with_name(art.name + _REFUSAL)))
         except (OSError, ValueError):
             return []
         reasons = reasons if isinstance(reasons, list) else [reasons]
@@ -805,7 +994,7 @@ class Spool:
     def refusal(refused: Path) -> dict[str, Any]:
         """The server's reason kept beside a refused entry (empty when unreadable)."""
         try:
-            doc = json.loads(refused.with_name(refused.stem + _REFUSAL).read_bytes())
+            doc = json.loads(_read_regular(refused.with_name(refused.stem + _REFUSAL)))
         except (OSError, ValueError):
             return {}
         return doc if isinstance(doc, dict) else {}
@@ -819,8 +1008,12 @@ class PushReport:
     server refused for good (``refused``: set aside by this push; ``held_refused``: all that are set aside),
     artifacts a server refused for good (``refused_artifacts``: set aside by this push;
     ``held_refused_artifacts``: all that are set aside), artifacts that wait for other servers only
-    (``other_artifacts``) and spool files whose target cannot be read, or that are not the entry their name
-    says (``Spool.read_entry``; kept where they are, never sent): ``unreadable``, each named."""
+    (``other_artifacts``), spool files whose target cannot be read, or that are not the entry or artifact
+    their name says (``Spool.read_entry``, ``Spool.read_artifact``): moved to the spool's ``bad/`` by this
+    push (``quarantined``: where each was, where it went, why; ``held_bad``: all that wait there), or, where
+    one could not be moved (or was found outside a push), named where it is (``unreadable``); and entries kept
+    in the spool, not sent, because they name an artifact whose spooled bytes were quarantined and the server
+    does not hold (``held``, counted in ``remaining``)."""
 
     delivered: int = 0
     duplicates: int = 0
@@ -837,11 +1030,17 @@ class PushReport:
     held_refused_artifacts: int = 0
     unreadable: list[str] = field(default_factory=list)
     other_artifacts: int = 0
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
+    held_bad: int = 0
+    held: list[dict[str, Any]] = field(default_factory=list)
 
     def left(self) -> bool:
-        """Whether anything is still in the spool, for this server or another (``ledger push`` exit 1)."""
+        """Whether anything is still in the spool, for this server or another, or this push found a bad
+        spool file (``quarantined``): ``ledger push`` exit 1. What earlier pushes quarantined (``held_bad``)
+        is out of the spool: named, it fails no later push."""
         return bool(
-            self.remaining
+            self.quarantined
+            or self.remaining
             or self.remaining_artifacts
             or self.elsewhere
             or self.other_artifacts
@@ -868,6 +1067,9 @@ class PushReport:
             "held_refused_artifacts": self.held_refused_artifacts,
             "unreadable": self.unreadable,
             "other_artifacts": self.other_artifacts,
+            "quarantined": self.quarantined,
+            "held_bad": self.held_bad,
+            "held": self.held,
         }
 
     def notices(self) -> list[str]:
@@ -921,6 +1123,26 @@ class PushReport:
                 f"`ledger push --server {self.server} --adopt-untargeted` delivers them there"
             )
         said.extend(f"not delivered: {u}" for u in self.unreadable)
+        for q in self.quarantined:
+            said.append(
+                f"not delivered, quarantined: {q['problem']} — moved out of the spool to {q['kept']} (why "
+                f"beside it, {Path(q['kept']).name}{_BAD}); it is never sent and later pushes leave it "
+                "there: look at it, and move it back (with its .target or .targets file) once it holds what "
+                "its name says"
+            )
+        for h in self.held:
+            said.append(
+                f"the spooled entry {h['id']} was not sent: it names the artifact {h['artifact']}, whose "
+                f"spooled copy was quarantined ({h['kept']}, why beside it) and which {self.server} does "
+                f"not hold; it stays in the spool ({h['file']}) until {self.server} holds the real "
+                "bytes (spool them again, or put them in the spool's artifacts/ folder under their name with "
+                f"the quarantined .targets file beside them, then `ledger push --server {self.server}`)"
+            )
+        if self.held_bad > len(self.quarantined):
+            said.append(
+                f"{self.held_bad - len(self.quarantined)} spool files quarantined by earlier pushes wait in "
+                f"the spool's {_BAD_DIR}/ folder (each beside why, {_BAD}); nothing there is sent"
+            )
         return said
 
 
@@ -942,16 +1164,21 @@ class _Refused(Exception):
         self.error = error
 
 
-def _batches(files: list[Path]) -> Iterator[list[SpooledEntry]]:
+def _batches(
+    files: list[Path], hold: Callable[[SpooledEntry], bool] = lambda _one: False
+) -> Iterator[list[SpooledEntry]]:
     """The files in batches to send, each read and checked against its name again as it is read
     (``Spool.read_entry``): what is sent is what was checked. One that is no longer the entry its name says
-    is left out, kept where it is; the push's closing ``_Sorted`` names it (``unreadable``)."""
+    is left out; the push's closing ``_Sorted`` finds it (and the push quarantines it). One ``hold`` says
+    must wait is left out too, where it is."""
     batch: list[SpooledEntry] = []
     size = 0
     for p in files:
         try:
             one = Spool.read_entry(p)
         except ConfigError:
+            continue
+        if hold(one):
             continue
         if batch and (len(batch) >= _BATCH_ENTRIES or size + one.size > _BATCH_BYTES):
             yield batch
@@ -962,8 +1189,26 @@ def _batches(files: list[Path]) -> Iterator[list[SpooledEntry]]:
         yield batch
 
 
+def _stored_artifacts(envelope: Envelope) -> list[Digest]:
+    """The artifacts an entry names as stored (``ArtifactRef.stored``: the server must hold them to take
+    it); none when its payload is no statement (the server refuses such an entry, and the push sets it
+    aside)."""
+    try:
+        st = parse_statement(envelope.statement())
+    except (LedgerError, ValueError, RecursionError):
+        return []
+    named = []
+    for a in st.artifacts:
+        if a.stored:
+            with contextlib.suppress(LedgerError):
+                named.append(parse_digest(a.digest))
+    return named
+
+
 class _Sorted:
-    """The spool's files sorted by the server they are for: ``ours`` are this push's to deliver."""
+    """The spool's files sorted by the server they are for: ``ours`` are this push's to deliver. A file that
+    is not what its name says, or whose target cannot be read, is for none: in ``bad`` (with why), named
+    in ``unreadable`` until a push quarantines it (``_quarantine``)."""
 
     def __init__(self, spool: Spool, server: str, vkey: Callable[[], str | None], adopt: bool) -> None:
         self.entries: list[Path] = []
@@ -972,11 +1217,19 @@ class _Sorted:
         self.untargeted = 0
         self.other_artifacts = 0  # waiting for other servers only
         self.unreadable: list[str] = []
+        self.bad: list[tuple[Path, str]] = []
+
+        def bad(path: Path, e: ConfigError) -> None:
+            if os.path.lexists(path):  # (not one a push beside this delivered meanwhile)
+                self.unreadable.append(e.message)
+                self.bad.append((path, e.message))
+
         for art in spool.artifact_files():
             try:
+                spool.read_artifact(art, check_bytes=False)  # its bytes: as the push sends it
                 targets = spool.artifact_targets(art)
             except ConfigError as e:
-                self.unreadable.append(e.message)
+                bad(art, e)
                 continue
             if server in targets or (adopt and UNTARGETED in targets):
                 self.artifacts.append(art)
@@ -989,8 +1242,7 @@ class _Sorted:
                 spool.read_entry(entry)  # a file that is not the entry its name says waits for none
                 t = spool.entry_target(entry)
             except ConfigError as e:
-                if os.path.lexists(entry):  # (not one a push beside this delivered meanwhile)
-                    self.unreadable.append(e.message)
+                bad(entry, e)
                 continue
             if t is None:
                 if adopt:
@@ -1009,8 +1261,24 @@ class _Sorted:
             try:
                 spool.read_entry(refused)
             except ConfigError as e:
-                if os.path.lexists(refused):
-                    self.unreadable.append(e.message)
+                bad(refused, e)
+
+
+def _quarantine(spool: Spool, found: list[tuple[Path, str]], report: PushReport) -> list[str]:
+    """Move each bad spool file ``_Sorted`` found out of the spool (``Spool.quarantine``), named in
+    ``report.quarantined``; returns, for one that could not be moved, its problem and why not (named where
+    it is, ``unreadable``)."""
+    named = []
+    for path, problem in found:
+        try:
+            kept = spool.quarantine(path, problem)
+        except FileNotFoundError:  # a push beside this one delivered it meanwhile
+            continue
+        except OSError as e:
+            named.append(f"{problem} (it could not be moved to {spool.bad_dir}: {e.strerror or e})")
+            continue
+        report.quarantined.append({"file": str(path), "kept": str(kept), "problem": problem})
+    return named
 
 
 def _push_locked(
@@ -1026,11 +1294,37 @@ def _push_locked(
     ``keep_receipts(answers, ids)`` checks and keeps the receipts of each batch (it raises when one is
     missing or wrong: the batch stays in the spool). An entry the server refuses for good is set aside
     (``Spool.set_aside``) and the push goes on; ``vkey()``: the log key this home trusts for the server now
-    (an entry spooled for another log at that URL is left alone)."""
+    (an entry spooled for another log at that URL is left alone). A spool file that is not what its name
+    says (an entry's bytes, an artifact's BLAKE3 digest checked before it is sent), or whose target cannot be
+    read, is quarantined (``Spool.quarantine``: ``report.quarantined``) and the rest delivered; an entry
+    naming a stored artifact whose spooled bytes were quarantined stays in the spool, not sent, while the
+    server does not hold that artifact (``report.held``)."""
     server = server_key(client.server)
     report = PushReport(server=server)
     advance = progress or (lambda _n: None)
     ours = _Sorted(spool, server, vkey, adopt)
+    report.unreadable += _quarantine(spool, ours.bad, report)
+    served: dict[Digest, bool] = {}  # whether the server holds an artifact whose spooled bytes were bad
+
+    def waits(one: SpooledEntry, bad: dict[Digest, Path]) -> bool:
+        """Whether an entry waits for an artifact whose spooled bytes were quarantined (``bad``) that the
+        server does not hold: sent, the server would refuse it for good (artifact-missing), though the
+        fault is this spool's — it stays spooled (``report.held``) until the server holds the real bytes."""
+        for digest in _stored_artifacts(one.envelope) if bad else ():
+            if digest in bad:
+                if digest not in served:
+                    served[digest] = client.has_artifact(digest)
+                if not served[digest]:
+                    report.held.append(
+                        {
+                            "id": one.entry_id,
+                            "file": str(one.path),
+                            "artifact": str(digest),
+                            "kept": str(bad[digest]),
+                        }
+                    )
+                    return True
+        return False
 
     def deliver(batch: list[SpooledEntry]) -> None:
         try:
@@ -1062,8 +1356,12 @@ def _push_locked(
 
     try:
         for art in ours.artifacts:
-            digest = Digest(HexDigest(art.name))
-            size = art.stat().st_size
+            try:  # its bytes hash to its name, else it is never sent (nor counted as the server's)
+                checked = spool.read_artifact(art)
+            except ConfigError as e:
+                report.unreadable += _quarantine(spool, [(art, e.message)], report)
+                continue
+            digest, size = checked.digest, checked.size
             try:
                 if client.has_artifact(digest):
                     advance(size)  # nothing to send: the server holds these bytes already
@@ -1082,7 +1380,8 @@ def _push_locked(
                 continue
             spool.artifact_sent(art, server, adopt=adopt)
             report.artifacts += 1
-        for batch in _batches(ours.entries):
+        bad = spool.bad_artifacts()
+        for batch in _batches(ours.entries, lambda one: waits(one, bad)):
             try:
                 deliver(batch)
                 continue
@@ -1098,13 +1397,16 @@ def _push_locked(
     except RemoteUnavailableError as e:
         report.error = e.message
     left = _Sorted(spool, server, vkey, adopt)
+    if left.bad:  # what changed while it was pushed (what could not be moved is named once)
+        report.unreadable += [u for u in _quarantine(spool, left.bad, report) if u not in report.unreadable]
+        left = _Sorted(spool, server, vkey, adopt)
     report.remaining = len(left.entries)
     report.remaining_artifacts = len(left.artifacts)
     report.elsewhere, report.untargeted = left.elsewhere, left.untargeted
     report.other_artifacts = left.other_artifacts
-    report.unreadable += left.unreadable
     report.held_refused = len(spool.refused_files())
     report.held_refused_artifacts = len(spool.refused_artifact_files())
+    report.held_bad = len(spool.bad_files())
     return report
 
 
@@ -1259,6 +1561,7 @@ class RemoteRecorder:
         self.unreachable: str | None = None  # why the server could not take them
         self.refused: list[dict[str, Any]] = []  # spooled entries its catching up set aside (``PushReport``)
         self.refused_artifacts: list[dict[str, Any]] = []  # ... and spooled artifacts
+        self.quarantined: list[dict[str, Any]] = []  # spool files its catching up moved to the spool's bad/
 
     def close(self) -> None:
         self.client.close()
@@ -1280,6 +1583,7 @@ class RemoteRecorder:
         report = push_spool(self.ledger, server=self.server, token=self.token, client=self.client)
         self.refused += report.refused
         self.refused_artifacts += report.refused_artifacts
+        self.quarantined += report.quarantined
         return not self.spool.pending(self.client.server)
 
     def notices(self) -> list[str]:
@@ -1296,6 +1600,7 @@ class RemoteRecorder:
             refused_artifacts=self.refused_artifacts,
             held_refused_artifacts=len(self.spool.refused_artifact_files()),
             unreadable=left.unreadable,
+            quarantined=self.quarantined,
         )
         return report.notices()
 

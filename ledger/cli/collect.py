@@ -1068,10 +1068,13 @@ def push(
             f"(and {report.remaining_artifacts} artifacts)\n"
         )
         if report.remaining or report.remaining_artifacts:
-            warn(
-                f"not delivered: {report.error or 'the server did not take them'}; "
-                f"run `ledger push --server {server}` again when it is reachable"
-            )
+            if report.error is not None:
+                warn(
+                    f"not delivered: {report.error}; "
+                    f"run `ledger push --server {server}` again when it is reachable"
+                )
+            else:  # reachable: what holds them is named below (held for a quarantined artifact, refused)
+                warn("not delivered: the server did not take them (see below)")
     for notice in report.notices():
         warn(notice)
     return Outcome.NO if report.left() else Outcome.OK

@@ -243,11 +243,16 @@ def test_unreadable_target_file_is_delivered_nowhere_and_named(
     _, b, host = hosts
     entry_id = _offline(host, B, "target file damaged")
     [entry] = Spool(host.spool_dir).entry_files()
+    assert entry.name.endswith(f"-{entry_id}.json")
     entry.with_suffix(".target").write_bytes(garbage)
     client = Server(b, B)
     report = push_spool(host, server=B, token=None, client=client, adopt_untargeted=True)
-    assert client.appended == [] and _spooled(host) == [entry_id] and report.left()
-    assert any(".target" in u for u in report.unreadable)
+    # delivered nowhere; out of the spool with its target (fix135: quarantined, kept), named, exit 1
+    kept = Spool(host.spool_dir).bad_dir / "entries" / entry.name
+    assert client.appended == [] and _spooled(host) == [] and report.left()
+    assert kept.exists() and kept.with_suffix(".target").read_bytes() == garbage
+    [q] = report.quarantined
+    assert q["file"] == str(entry) and ".target" in q["problem"] and q["kept"] == str(kept)
 
 
 def test_unreadable_artifact_targets_file_is_uploaded_nowhere(
@@ -261,7 +266,10 @@ def test_unreadable_artifact_targets_file_is_uploaded_nowhere(
     kept.with_name(kept.name + ".targets").write_text('{"servers": "http://staging.test"}')
     client = Server(b, B)
     report = push_spool(host, server=B, token=None, client=client, adopt_untargeted=True)
-    assert client.uploaded == [] and spool.artifact_files() == [kept] and report.unreadable
+    out = spool.bad_dir / "artifacts" / kept.name  # fix135: quarantined with its targets file, kept
+    assert client.uploaded == [] and spool.artifact_files() == [] and report.left()
+    assert out.read_bytes() == b"x" and out.with_name(out.name + ".targets").exists()
+    assert [q["file"] for q in report.quarantined] == [str(kept)]
 
 
 def test_artifact_without_targets_file_waits_for_an_adopting_push(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ delivering none of the intact entries, every time.
 
 Each spooled file is now checked against the name it was written under (``Spool.read_entry``: its bytes are
 a signed envelope whose entry id, ``entry_id_of`` its canonical form, is the one the name gives) while the
-spool is sorted and again as it is sent; one that fails is kept where it is, named (``unreadable``), and the
+spool is sorted and again as it is sent; one that fails is moved by the push to the spool's ``bad/entries/``
+beside why (fix135, ``Spool.quarantine``: kept, never sent, no longer named by every later push), and the
 rest delivered; a file leaves the spool only on a receipt for the id its own name gives.
 """
 
@@ -117,6 +118,18 @@ def _files(host: Ledger) -> list[Path]:
     return Spool(host.spool_dir).entry_files()
 
 
+def _bad(host: Ledger, name: str, folder: str = "entries") -> Path:
+    """Where a push quarantines the spool file ``folder/name`` (fix135)."""
+    return Spool(host.spool_dir).bad_dir / folder / name
+
+
+def _quarantined(report: remote.PushReport, path: Path) -> str:
+    """The problem the push quarantined ``path`` for (it names the file, and where it went)."""
+    [problem] = [q["problem"] for q in report.quarantined if q["file"] == str(path)]
+    assert str(path) in problem
+    return problem
+
+
 def _push(srv: Ledger, host: Ledger) -> tuple[remote.PushReport, Server]:
     server = Server(srv, A)
     return push_spool(host, server=A, token=None, client=server), server
@@ -137,11 +150,12 @@ def test_spool_file_holding_another_entrys_bytes_is_kept_named_not_counted_alrea
     assert (report.delivered, report.duplicates) == (3, 0)  # not "1 already there"
     assert server.appended == ids[:3]  # the copy of the 2nd was never sent
     assert not _on(srv, ids[3])
-    assert _files(host) == [f4] and f4.read_bytes() == b2  # kept as it is ...
-    assert f4.with_suffix(".target").exists() and not (Spool(host.spool_dir).refused_dir).exists()
-    [named] = report.unreadable
-    assert str(f4) in named and f"it holds the entry {ids[1]}" in named and "kept, not sent" in named
-    assert report.left() and f"not delivered: {f4}" in " ".join(report.notices())
+    kept = _bad(host, f4.name)
+    assert _files(host) == [] and kept.read_bytes() == b2  # kept as it is, out of the spool ...
+    assert kept.with_suffix(".target").exists() and not (Spool(host.spool_dir).refused_dir).exists()
+    named = _quarantined(report, f4)
+    assert f"it holds the entry {ids[1]}" in named and "kept, not sent" in named and report.unreadable == []
+    assert report.left() and f"not delivered, quarantined: {f4}" in " ".join(report.notices())
 
 
 def test_spool_files_swapped_with_each_others_bytes_are_both_kept_and_named(
@@ -155,8 +169,8 @@ def test_spool_files_swapped_with_each_others_bytes_are_both_kept_and_named(
     f4.write_bytes(b2)
     report, server = _push(srv, host)
     assert server.appended == [ids[0], ids[2]] and report.delivered == 2
-    assert _files(host) == [f2, f4] and (f2.read_bytes(), f4.read_bytes()) == (b4, b2)
-    assert [str(f2) in report.unreadable[0], str(f4) in report.unreadable[1]] == [True, True]
+    assert _files(host) == [] and [_bad(host, f.name).read_bytes() for f in (f2, f4)] == [b4, b2]
+    assert [q["file"] for q in report.quarantined] == [str(f2), str(f4)]
     assert not (f1.exists() or f3.exists())
 
 
@@ -168,9 +182,8 @@ def test_spool_file_renamed_to_another_entrys_id_is_kept_and_named(pair: tuple[L
     os.replace(f2, moved)
     os.replace(f2.with_suffix(".target"), moved.with_suffix(".target"))
     report, server = _push(srv, host)
-    assert server.appended == [ids[0]] and _files(host) == [moved]
-    [named] = report.unreadable
-    assert str(moved) in named and f"it holds the entry {ids[1]}" in named
+    assert server.appended == [ids[0]] and _files(host) == [] and _bad(host, moved.name).exists()
+    assert f"it holds the entry {ids[1]}" in _quarantined(report, moved)
 
 
 def test_spool_file_renamed_out_of_the_spool_name_form_is_kept_and_named(pair: tuple[Ledger, Ledger]) -> None:
@@ -180,9 +193,8 @@ def test_spool_file_renamed_out_of_the_spool_name_form_is_kept_and_named(pair: t
     moved = f2.with_name("note.json")
     os.replace(f2, moved)
     report, server = _push(srv, host)
-    assert server.appended == [ids[0]] and _files(host) == [moved] and moved.exists()
-    [named] = report.unreadable
-    assert str(moved) in named and "<order>-<entry id>.json" in named
+    assert server.appended == [ids[0]] and _files(host) == [] and _bad(host, moved.name).exists()
+    assert "<order>-<entry id>.json" in _quarantined(report, moved)
 
 
 def test_spool_file_renamed_back_to_its_own_name_is_delivered(pair: tuple[Ledger, Ledger]) -> None:
@@ -191,8 +203,8 @@ def test_spool_file_renamed_back_to_its_own_name_is_delivered(pair: tuple[Ledger
     [f1] = _files(host)
     os.replace(f1, f1.with_name("note.json"))
     first, _ = _push(srv, host)
-    assert first.delivered == 0 and len(first.unreadable) == 1
-    os.replace(f1.with_name("note.json"), f1)
+    assert first.delivered == 0 and len(first.quarantined) == 1 and first.left()
+    os.replace(_bad(host, "note.json"), f1)  # moved back from the quarantine under its own name
     again, server = _push(srv, host)
     assert server.appended == ids and again.delivered == 1 and not again.left() and _on(srv, ids[0])
 
@@ -241,11 +253,14 @@ def test_spool_file_that_is_no_envelope_is_named_and_the_intact_entries_delivere
     f4.write_bytes(bad)
     report, server = _push(srv, host)  # no traceback: a report
     assert server.appended == ids[:3] and report.delivered == 3 and not _on(srv, ids[3])
-    assert _files(host) == [f4] and f4.read_bytes() == bad and f4.with_suffix(".target").exists()
-    [named] = report.unreadable
+    kept = _bad(host, f4.name)
+    assert _files(host) == [] and kept.read_bytes() == bad and kept.with_suffix(".target").exists()
+    named = _quarantined(report, f4)
     assert named.startswith(f"{f4}: not the spooled entry its name says") and _SAID[damage] in named, named
-    again, server = _push(srv, host)  # every later push says the same, and delivers nothing twice
-    assert server.appended == [] and again.unreadable == [named] and again.left()
+    assert report.left() and report.unreadable == []
+    again, server = _push(srv, host)  # later pushes deliver nothing twice, and are not held back by it
+    assert server.appended == [] and again.unreadable == again.quarantined == [] and not again.left()
+    assert again.held_bad == 1 and "quarantined by earlier pushes" in " ".join(again.notices())
 
 
 def test_spool_file_that_cannot_be_read_is_named(pair: tuple[Ledger, Ledger]) -> None:
@@ -255,9 +270,9 @@ def test_spool_file_that_cannot_be_read_is_named(pair: tuple[Ledger, Ledger]) ->
     f2.unlink()
     f2.mkdir()  # a .json name read_bytes cannot read
     report, server = _push(srv, host)
-    assert server.appended == ids[:1] and f2.is_dir()
-    [named] = report.unreadable
-    assert str(f2) in named and "(unreadable (" in named
+    assert server.appended == ids[:1] and not os.path.lexists(f2) and _bad(host, f2.name).is_dir()
+    named = _quarantined(report, f2)
+    assert "(unreadable (a folder, not a regular file" in named
 
 
 def test_spool_file_with_its_keys_reordered_is_the_same_entry_and_delivered(
@@ -371,9 +386,11 @@ def test_retry_refused_leaves_a_refused_file_that_is_not_its_entry_and_push_name
     assert restore_refused(host, A) == (1, 0)  # the good one only
     assert _files(host) == [f1] and spool.refused_files() == [kept[1]]
     report, server = _push(srv, host)
-    assert server.appended == ids[:1] and report.held_refused == 1
-    [named] = report.unreadable
-    assert str(kept[1]) in named and f"it holds the entry {ids[0]}" in named
+    assert server.appended == ids[:1] and report.held_refused == 0  # quarantined, with its reason
+    assert f"it holds the entry {ids[0]}" in _quarantined(report, kept[1])
+    out = _bad(host, kept[1].name, "refused")
+    assert out.exists() and out.with_suffix(".target").exists()
+    assert out.with_name(out.stem + ".refusal.json").exists()
 
 
 def test_read_entry_names_the_file_and_what_is_wrong(pair: tuple[Ledger, Ledger]) -> None:
@@ -402,7 +419,9 @@ def test_cli_push_names_a_torn_spool_file_exits_1_without_a_traceback(
     r = cli("push", "--server", A, "--home", str(host.home_path))
     assert r.code == 1 and "Traceback" not in r.err, r.out + r.err
     assert "delivered 3 entries (0 already there)" in r.out, r.out
-    assert f"not delivered: {f4}: not the spooled entry its name says" in " ".join(r.err.split()), r.err
+    said = " ".join(r.err.split())
+    assert f"not delivered, quarantined: {f4}: not the spooled entry its name says" in said, r.err
+    assert str(_bad(host, f4.name)) in said, r.err
     assert server.appended == ids[:3]
 
 
