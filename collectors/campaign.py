@@ -44,9 +44,11 @@ from pydantic import (
 
 from ledger.answers import (
     ENGINE_PROGRAMS,
+    LAUNCHERS,
     REFUSAL_CONTEXT,
     REFUSAL_OPTION_VALUE,
     REFUSAL_REQUEST_FORM,
+    Launch,
     command_program,
     context_overflow,
     is_python,
@@ -54,6 +56,7 @@ from ledger.answers import (
     python_run,
     refusal,
     refused_option_value,
+    skip_launchers,
 )
 from ledger.canonical import canonical_bytes
 from ledger.collectors.benchmark import (
@@ -812,94 +815,6 @@ def _name_option(kind: str, name: str) -> _NameOption | None:
     return _alias_option(_KIND_PROGRAMS.get(kind, ()), name)
 
 
-@dataclass(frozen=True)
-class _Launcher:
-    """How one program that runs another (``taskset -c 0-3 PROGRAM …``) takes its own arguments, as its
-    getopt parser reads them (options up to the first item that is none; long options also as any
-    unambiguous prefix): short options that take a value (``-N 0`` / ``-N0``) and that take none, long
-    options likewise (``--cpunodebind=0`` / ``--cpunodebind 0``), the options that make it run no program
-    or run it elsewhere than the collector judges (refused), and how many plain items it takes before the
-    program (taskset's CPU mask, chrt's priority)."""
-
-    short_value: str = ""
-    short_flag: str = ""
-    long_value: tuple[str, ...] = ()
-    long_flag: tuple[str, ...] = ()
-    refused: tuple[str, ...] = ()
-    operands: int = 0
-
-
-# The launchers a campaign may put in front of the engine (checked against util-linux, coreutils and
-# numactl): what follows them, past their own options, is the engine's command as the collector reads it.
-# ``env`` also takes NAME=VALUE items, which are the engine's environment. Any other first program that
-# is neither a Python interpreter nor a known engine program (``ENGINE_PROGRAMS``) is refused at load
-# (``uv run``, ``sh -c``, a wrapper script: what they start is not known before launch); kind generic
-# keeps its own rule (its first item is the program).
-_LAUNCHERS: dict[str, _Launcher] = {
-    "env": _Launcher(
-        short_flag="i0v",
-        short_value="u",
-        long_flag=(
-            "ignore-environment",
-            "null",
-            "debug",
-            "list-signal-handling",
-            "default-signal",
-            "ignore-signal",
-            "block-signal",
-        ),
-        long_value=("unset",),
-        # -C starts the engine in another folder (relative paths would name other files); -S splits a
-        # text into the command, which is then not read here
-        refused=("-C", "--chdir", "-S", "--split-string"),
-    ),
-    "taskset": _Launcher(
-        short_flag="ac", long_flag=("all-tasks", "cpu-list"), refused=("-p", "--pid"), operands=1
-    ),
-    "numactl": _Launcher(
-        short_value="NmCipwP",
-        short_flag="lab",
-        long_value=(
-            "cpunodebind",
-            "membind",
-            "physcpubind",
-            "interleave",
-            "preferred",
-            "weighted-interleave",
-            "preferred-many",
-        ),
-        long_flag=("localalloc", "all", "balancing"),
-        refused=("-s", "--show", "-H", "--hardware"),
-    ),
-    "nice": _Launcher(short_value="n", long_value=("adjustment",)),
-    "chrt": _Launcher(
-        short_value="TPD",
-        short_flag="bdfioRrav",
-        long_value=("sched-runtime", "sched-period", "sched-deadline"),
-        long_flag=(
-            "batch",
-            "deadline",
-            "fifo",
-            "idle",
-            "other",
-            "rr",
-            "reset-on-fork",
-            "all-tasks",
-            "verbose",
-        ),
-        refused=("-p", "--pid", "-m", "--max"),
-        operands=1,
-    ),
-    "stdbuf": _Launcher(short_value="ioe", long_value=("input", "output", "error")),
-    "ionice": _Launcher(
-        short_value="cn",
-        short_flag="t",
-        long_value=("class", "classdata"),
-        long_flag=("ignore",),
-        refused=("-p", "--pid", "-P", "--pgid", "-u", "--uid"),
-    ),
-    "nohup": _Launcher(),
-}
 # the engine kind each known program (an engine's own, by basename, or the module ``python -m`` runs) is
 # the engine of: a campaign of one kind whose command runs another kind's program is refused — the model
 # check reads the options, variables and positional model of its kind, not the ones that program reads
@@ -913,137 +828,20 @@ _KIND_OF_PROGRAM: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class _Launch:
-    """What the collector reads in front of the engine: where the program that is not a launcher stands,
-    the environment an ``env`` launcher gives it, and why the launchers cannot be read (None if they can)."""
-
-    program: int
-    env: dict[str, str]
-    problem: str | None
-    unset: frozenset[str] = frozenset()  # names ``env -u`` / ``--unset`` removes (no later NAME=VALUE sets)
-    cleared: bool = False  # ``env -i`` / ``-`` / ``--ignore-environment``: the engine inherits nothing
-
-    def engine_env(self, base: Mapping[str, str], assigned: Mapping[str, str]) -> dict[str, str]:
-        """The environment the engine gets when the launchers start it under ``base``: ``base`` less what
-        an ``env`` launcher unsets (all of it where one clears it), then the launchers' NAME=VALUE items
-        (``assigned``: this launch's ``env``, as filled by the caller)."""
-        kept = {} if self.cleared else {k: v for k, v in base.items() if k not in self.unset}
-        return {**kept, **assigned}
-
-
 def _program_name(item: str) -> str:
+    """A command's item as the program it names (``ledger.answers.skip_launchers`` reads the launchers by
+    it): ``${VAR}`` and the placeholders filled, where they can be."""
     with contextlib.suppress(ConfigError):  # ${VAR} that is not set: the launch refuses it
         item = _fill(item, _placeholders())
     return item
 
 
-def _launcher_options(
-    name: str, how: _Launcher, argv: list[str], i: int, read: list[tuple[str, str | None]] | None = None
-) -> tuple[int, str | None]:
-    """Past the options of the launcher ``name`` whose first argument is ``argv[i]``: the index of the
-    first item that is no option of it, or a problem. Each option read is added to ``read`` (when given)
-    under its whole name (``-u``, ``--unset``; ``env -`` as ``-i``) with its value (None for a flag)."""
-    seen: list[tuple[str, str | None]] = [] if read is None else read
-    while i < len(argv):
-        item = argv[i]
-        if item == "--":
-            return i + 1, None
-        if item.startswith("--"):
-            opt, eq, value = item[2:].partition("=")
-            known = [o for o in (*how.long_value, *how.long_flag) if o.startswith(opt)] if opt else []
-            refused = [r for r in how.refused if r.startswith("--") and r[2:].startswith(opt)] if opt else []
-            if opt in how.long_value or opt in how.long_flag:
-                known = [opt]
-            if refused and (opt == refused[0][2:] or not known):
-                return i, f"{name} {item} (it runs no engine, or runs it where the check does not look)"
-            if len(known) != 1:
-                return i, f"{name} option {item!r} is not one the collector knows"
-            takes = known[0] in how.long_value
-            given = value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-            seen.append((f"--{known[0]}", given if takes else None))
-            i += 2 if takes and not eq else 1
-            continue
-        if item == "-" and name == "env":  # env - : the same as -i
-            seen.append(("-i", None))
-            i += 1
-            continue
-        if not item.startswith("-") or item == "-":
-            return i, None
-        if name == "nice" and re.fullmatch(r"-[0-9]+", item):  # nice's old form: -10
-            i += 1
-            continue
-        j = 1
-        step = 1
-        while j < len(item):
-            c = item[j]
-            if f"-{c}" in how.refused:
-                return i, f"{name} -{c} (it runs no engine, or runs it where the check does not look)"
-            if c in how.short_value:
-                step = 1 if j + 1 < len(item) else 2  # -N0, or -N 0
-                rest = item[j + 1 :] if j + 1 < len(item) else (argv[i + 1] if i + 1 < len(argv) else None)
-                seen.append((f"-{c}", rest))
-                break
-            if c not in how.short_flag:
-                return i, f"{name} option {item!r} is not one the collector knows"
-            seen.append((f"-{c}", None))
-            j += 1
-        i += step
-    return i, None
-
-
-# what ``env``'s options do to the environment it passes on (coreutils: every -u, and a clearing -i, take
-# effect before its NAME=VALUE items)
-_ENV_CLEARS = ("-i", "--ignore-environment")
-_ENV_UNSETS = ("-u", "--unset")
-
-
-def _skip_launchers(argv: list[str]) -> _Launch:
-    """Where the engine's program stands in ``argv`` past the launchers in front of it (``_LAUNCHERS``), and
-    what an ``env`` launcher leaves the engine: its NAME=VALUE items, the names it unsets, whether it
-    clears the environment (``_Launch.engine_env``); launchers in a row each act on what the one before
-    passes on."""
-    i = 0
-    env: dict[str, str] = {}
-    unset: set[str] = set()
-    cleared = False
-
-    def launch(at: int, problem: str | None) -> _Launch:
-        return _Launch(at, env, problem, frozenset(unset), cleared)
-
-    while i < len(argv):
-        name = os.path.basename(_program_name(argv[i]))
-        how = _LAUNCHERS.get(name)
-        if how is None:
-            return launch(i, None)
-        read: list[tuple[str, str | None]] = []
-        i, problem = _launcher_options(name, how, argv, i + 1, read)
-        if problem is not None:
-            return launch(i, problem)
-        if name == "env":
-            if any(option in _ENV_CLEARS for option, _ in read):
-                cleared = True
-                env.clear()
-                unset.clear()
-            for option, value in read:
-                if option in _ENV_UNSETS and value is not None:
-                    env.pop(value, None)
-                    unset.add(value)
-            while i < len(argv) and "=" in argv[i] and not argv[i].startswith("="):
-                key, _, value = argv[i].partition("=")
-                env[key] = value
-                unset.discard(key)
-                i += 1
-        i += how.operands
-    return launch(i, f"{' '.join(argv[:i])!r} starts no program")
-
-
 def _engine_start(argv: list[str]) -> int:
     """Where the engine's own arguments begin in ``argv``: past the launchers in front of the program
-    (``_skip_launchers``), after the program, and when the program is a Python interpreter (``{python}``,
+    (``skip_launchers``), after the program, and when the program is a Python interpreter (``{python}``,
     or a program named ``python…``) after its own options, its ``-m MODULE`` / ``-c CODE`` or its script —
     the interpreter's ``-m`` is not llama-server's ``-m``."""
-    start = _skip_launchers(argv).program
+    start = skip_launchers(argv, _program_name).program
     if start >= len(argv):
         return len(argv)
     if not is_python(_program_name(argv[start])):
@@ -1055,7 +853,7 @@ def _engine_program(argv: list[str]) -> str | None:
     """The program that reads the engine's arguments: an engine's own program past the launchers
     (``ENGINE_PROGRAMS``, by basename), or the module a Python interpreter runs (``-m MODULE``); None for
     a script, code, or a program not read here."""
-    start = _skip_launchers(argv).program
+    start = skip_launchers(argv, _program_name).program
     if start >= len(argv):
         return None
     return command_program([_program_name(argv[start]), *argv[start + 1 :]])[0]
@@ -1216,7 +1014,7 @@ def _check_served_name(spec: CampaignFile, p: Path, model: Path) -> None:
     spelling (``--served-model-name``; for llamacpp ``--alias`` / ``-a`` / ``--model_alias``:
     ``_ALIAS_OPTIONS``), must name it. Where no option names it, the alias variable the program it runs
     reads (``_ALIAS_ENV`` by ``_model_readers``; both where it runs neither) in the environment the engine
-    gets (inherited values included, an ``env`` launcher's -u / -i applied: ``_Launch.engine_env``) must
+    gets (inherited values included, an ``env`` launcher's -u / -i applied: ``Launch.engine_env``) must
     name it, and the campaign's own variable of the other program, which names nothing to this one, must
     not contradict it, nor does it count as naming the model (fix 115). An alias llama-server would split
     at a comma is refused (builds differ in whether it does). The other llama.cpp program's alias option
@@ -1251,7 +1049,7 @@ def _check_served_name(spec: CampaignFile, p: Path, model: Path) -> None:
                 own[key] = expand(raw)
             except ConfigError:
                 unexpanded.append(key)
-        launch = _skip_launchers(argv)
+        launch = skip_launchers(argv, _program_name)
         assigned: dict[str, str] = {}
         for key, raw in launch.env.items():  # env NAME=VALUE in front of the engine: set last
             try:
@@ -1577,7 +1375,7 @@ def _serves(argv: list[str]) -> bool:
 def _names_no_model(kind: str, argv: list[str], env: Mapping[str, str]) -> str | None:
     """Why one attempt's ``argv`` (as launched) and its engine's environment ``env`` (the campaign's and
     the attempt's variables and an ``env`` launcher's, as the engine gets them past the launchers' -u / -i:
-    ``_Launch.engine_env``; an inherited variable is not the campaign's and names nothing it pinned) name
+    ``Launch.engine_env``; an inherited variable is not the campaign's and names nothing it pinned) name
     no model for an engine of ``kind``, or None when they name one: no model option of its program
     (``_model_options``), no positional model ``vllm serve`` reads, no model variable its program reads
     (``_MODEL_ENV``). The engine would then load a model of its own choosing (vLLM its default hub model,
@@ -1723,15 +1521,15 @@ def within_pin(value: str, model: Path) -> bool:
     return real.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _check_program(kind: str, argv: list[str], where: str) -> _Launch:
+def _check_program(kind: str, argv: list[str], where: str) -> Launch:
     """The launchers and program of one attempt's ``argv``: refused where a launcher cannot be read, where
     the program past them is neither a Python interpreter nor an engine's own program, or where it is a
     known program of another engine kind (``_KIND_OF_PROGRAM``: kind vllm running llama-server). Kind
     generic keeps its own rule: its first item is the program."""
-    launch = _skip_launchers(argv)
+    launch = skip_launchers(argv, _program_name)
     if kind == "generic":
         return launch
-    known = f"launchers read: {', '.join(_LAUNCHERS)}; engine programs: {', '.join(ENGINE_PROGRAMS)}, python"
+    known = f"launchers read: {', '.join(LAUNCHERS)}; engine programs: {', '.join(ENGINE_PROGRAMS)}, python"
     if launch.problem is not None:
         raise ConfigError(
             f"{where}: the command's launcher cannot be read: {launch.problem}; the model check would "
@@ -1770,10 +1568,10 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
     it); an option or variable that makes the engine fetch its model elsewhere (a hub repo, a URL, a
     config file) is refused; a model variable that program reads (``_MODEL_ENV``) must name it too: the
     campaign's own always, and where no option names the model the one the engine gets (inherited values
-    included, an ``env`` launcher's -u / -i applied: ``_Launch.engine_env``); a file of weights or a
+    included, an ``env`` launcher's -u / -i applied: ``Launch.engine_env``); a file of weights or a
     tokenizer beside the model (``_EXTRA_WEIGHTS``: a LoRA adapter, a draft model, a projector …) must lie
     inside the pinned model folder (``within_pin``). Launchers in front of the engine are read past
-    (``_skip_launchers``); another first program than Python or an engine's own is refused
+    (``skip_launchers``); another first program than Python or an engine's own is refused
     (``_check_program``; kind generic keeps its rule). An attempt that names no model at all (no model
     option, no positional model ``vllm serve`` reads, no model variable in the engine's environment:
     ``_names_no_model``) is refused for every kind but generic: the engine would load one of its own
@@ -1786,7 +1584,7 @@ def _check_model(spec: CampaignFile, p: Path, model: Path) -> None:
         options = _model_options(kind, argv)
         variables = _spellings(_MODEL_ENV, _model_readers(kind, argv))
         fix = f"write {options[-1]} {{model}}, the pinned [model] path ({model})"
-        launch = _check_program(kind, argv, where) if argv else _Launch(0, {}, None)
+        launch = _check_program(kind, argv, where) if argv else Launch(0, {}, None)
         foreign = functools.partial(_model_option, _foreign_model_options(kind, argv))
         for option, _, _ in _option_values(argv, foreign, values):
             raise ConfigError(
@@ -1920,7 +1718,7 @@ def _check_listen(spec: CampaignFile, p: Path) -> None:
     forms, prefixes its parser takes, every repetition) must be ``{port}`` / ``{host}`` (or the very value
     they are filled with); a port or host variable that program reads (``_LISTEN_ENV``) in the environment
     the engine gets (inherited values included, an ``env`` launcher's -u / -i applied:
-    ``_Launch.engine_env``) must be that value too. (A command that gives no port option at all is not
+    ``Launch.engine_env``) must be that value too. (A command that gives no port option at all is not
     judged here: the engine then listens on its default port.) Such a variable is refused rather than dropped
     from the engine's environment: the campaign (or the operator's shell) said where the engine listens,
     and the collector does not rewrite what the engine is given behind its back; ``env -u PORT`` in front
@@ -1956,7 +1754,7 @@ def _check_listen(spec: CampaignFile, p: Path) -> None:
         for key, raw in {**e.env, **attempt.env}.items():
             with contextlib.suppress(ConfigError):  # a variable that is not set: the launch refuses it
                 own[key] = expand(raw)
-        launch = _skip_launchers(argv)
+        launch = skip_launchers(argv, _program_name)
         assigned: dict[str, str] = {}
         for key, raw in launch.env.items():  # env NAME=VALUE in front of the engine: filled like the command
             with contextlib.suppress(ConfigError):
@@ -1999,20 +1797,20 @@ def context_length(
     env: Mapping[str, str] | None = None,
 ) -> tuple[str, int] | None:
     """The context length one attempt's ``argv`` launches its engine with, read by the policy's own reader
-    (``ledger.answers.launch_context``) over ``argv`` past its launchers (``_skip_launchers``): the last
+    (``ledger.answers.launch_context``) over ``argv`` past its launchers (``skip_launchers``): the last
     context option of the program it runs (``CONTEXT_OPTIONS``; the ``=`` form and the prefixes its parser
     takes), as written, and its value, a whole number above 0; where no option is written, the context
     variable that program reads (``CONTEXT_ENV``: llama-server's LLAMA_ARG_CTX_SIZE, llama-cpp-python's
     N_CTX in any case; none where the program cannot be told) in the environment the engine gets: ``env``
     (``launch_env`` of the campaign's ``env``: what the allow-list passes of this process's, then the
     campaign's), less what an ``env`` launcher in front of the engine unsets, then its NAME=VALUE items
-    (``_Launch.engine_env``). None where neither gives one, where the last option gives a value read
+    (``Launch.engine_env``). None where neither gives one, where the last option gives a value read
     otherwise (0, llama-server's "the model's own"; vLLM's -1, "auto", "1k"), where the variables give none
     (two that differ, a value that is no whole number above 0), or an unset variable: the context is then
     not known here, and nothing is judged by it. ``env`` None: only an option is read."""
     filled = values or _placeholders()
     try:
-        launch = _skip_launchers(argv)
+        launch = skip_launchers(argv, _program_name)
         engine_env: dict[str, str] | None = None
         if env is not None:
             assigned = {k: _fill(v, filled) for k, v in launch.env.items()}

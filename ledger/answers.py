@@ -15,6 +15,7 @@ import ast
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, Literal
 
@@ -27,8 +28,10 @@ __all__ = [
     "CONTEXT_OPTIONS",
     "CONTEXT_PADDING",
     "CUT_FINISH_REASON",
+    "DEFAULT_CONTEXT",
     "ENGINE_PROGRAMS",
     "HARNESS_REQUEST",
+    "LAUNCHERS",
     "PYTHON_FLAGS",
     "PYTHON_VALUE_OPTIONS",
     "REFUSALS",
@@ -39,6 +42,8 @@ __all__ = [
     "REFUSAL_REQUEST_FORM",
     "REQUEST_CUT",
     "SIZING_REFUSED",
+    "Launch",
+    "Launcher",
     "Refusal",
     "command_program",
     "context_overflow",
@@ -57,6 +62,7 @@ __all__ = [
     "request_cut",
     "request_unanswered",
     "schema_problem",
+    "skip_launchers",
     "stated_windows",
     "structured_answer_problem",
     "window_explained",
@@ -349,8 +355,8 @@ def python_run(argv: Sequence[str], start: int) -> tuple[int, str | None]:
 
 def command_program(argv: Sequence[str]) -> tuple[str | None, int]:
     """The program that reads an engine's arguments, for ``argv`` whose first item is the program (the
-    collector passes its command past the launchers it reads; the policy a launch's recorded command, whose
-    launchers it does not read): an engine's own program (``ENGINE_PROGRAMS``, by basename) or the module a
+    collector and the policy pass a command past the launchers in front of it, ``skip_launchers``): an
+    engine's own program (``ENGINE_PROGRAMS``, by basename) or the module a
     Python interpreter runs (``-m MODULE``), and where the program's own arguments begin (past the
     interpreter's options and its ``-m MODULE``). None for a script, code, a launcher or a program not
     known: which options and variables it reads cannot be told."""
@@ -363,6 +369,222 @@ def command_program(argv: Sequence[str]) -> tuple[str | None, int]:
         return None, 1
     start, module = python_run(argv, 0)
     return module, start
+
+
+# --- the launchers in front of an engine's program: where the program stands, what ``env`` gives it ---------
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How one program that runs another (``taskset -c 0-3 PROGRAM …``) takes its own arguments, as its
+    getopt parser reads them (options up to the first item that is none; long options also as any
+    unambiguous prefix): short options that take a value (``-N 0`` / ``-N0``) and that take none, long
+    options likewise (``--cpunodebind=0`` / ``--cpunodebind 0``), the options that make it run no program
+    or run it elsewhere than the reader judges (refused), and how many plain items it takes before the
+    program (taskset's CPU mask, chrt's priority)."""
+
+    short_value: str = ""
+    short_flag: str = ""
+    long_value: tuple[str, ...] = ()
+    long_flag: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+    operands: int = 0
+
+
+# The launchers a campaign may put in front of the engine (checked against util-linux, coreutils and
+# numactl): what follows them, past their own options, is the engine's command. ``env`` also takes
+# NAME=VALUE items, which are the engine's environment. The one reader of them (``skip_launchers``): the
+# collector's checks of a campaign's command (any other first program that is neither a Python
+# interpreter nor a known engine program, ``ENGINE_PROGRAMS``, is refused at load: ``uv run``, ``sh -c``, a
+# wrapper script — what they start is not known before launch; kind generic keeps its own rule, its first
+# item is the program), and the policy's reading of a launch's recorded command (``launched_context``).
+LAUNCHERS: Final[dict[str, Launcher]] = {
+    "env": Launcher(
+        short_flag="i0v",
+        short_value="u",
+        long_flag=(
+            "ignore-environment",
+            "null",
+            "debug",
+            "list-signal-handling",
+            "default-signal",
+            "ignore-signal",
+            "block-signal",
+        ),
+        long_value=("unset",),
+        # -C starts the engine in another folder (relative paths would name other files); -S splits a
+        # text into the command, which is then not read here
+        refused=("-C", "--chdir", "-S", "--split-string"),
+    ),
+    "taskset": Launcher(
+        short_flag="ac", long_flag=("all-tasks", "cpu-list"), refused=("-p", "--pid"), operands=1
+    ),
+    "numactl": Launcher(
+        short_value="NmCipwP",
+        short_flag="lab",
+        long_value=(
+            "cpunodebind",
+            "membind",
+            "physcpubind",
+            "interleave",
+            "preferred",
+            "weighted-interleave",
+            "preferred-many",
+        ),
+        long_flag=("localalloc", "all", "balancing"),
+        refused=("-s", "--show", "-H", "--hardware"),
+    ),
+    "nice": Launcher(short_value="n", long_value=("adjustment",)),
+    "chrt": Launcher(
+        short_value="TPD",
+        short_flag="bdfioRrav",
+        long_value=("sched-runtime", "sched-period", "sched-deadline"),
+        long_flag=(
+            "batch",
+            "deadline",
+            "fifo",
+            "idle",
+            "other",
+            "rr",
+            "reset-on-fork",
+            "all-tasks",
+            "verbose",
+        ),
+        refused=("-p", "--pid", "-m", "--max"),
+        operands=1,
+    ),
+    "stdbuf": Launcher(short_value="ioe", long_value=("input", "output", "error")),
+    "ionice": Launcher(
+        short_value="cn",
+        short_flag="t",
+        long_value=("class", "classdata"),
+        long_flag=("ignore",),
+        refused=("-p", "--pid", "-P", "--pgid", "-u", "--uid"),
+    ),
+    "nohup": Launcher(),
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What is read in front of the engine (``skip_launchers``): where the program that is not a launcher
+    stands, the environment an ``env`` launcher gives it, and why the launchers cannot be read (None if
+    they can)."""
+
+    program: int
+    env: dict[str, str]
+    problem: str | None
+    unset: frozenset[str] = frozenset()  # names ``env -u`` / ``--unset`` removes (no later NAME=VALUE sets)
+    cleared: bool = False  # ``env -i`` / ``-`` / ``--ignore-environment``: the engine inherits nothing
+
+    def engine_env(self, base: Mapping[str, str], assigned: Mapping[str, str]) -> dict[str, str]:
+        """The environment the engine gets when the launchers start it under ``base``: ``base`` less what
+        an ``env`` launcher unsets (all of it where one clears it), then the launchers' NAME=VALUE items
+        (``assigned``: this launch's ``env``, as filled by the caller)."""
+        kept = {} if self.cleared else {k: v for k, v in base.items() if k not in self.unset}
+        return {**kept, **assigned}
+
+
+def _launcher_options(
+    name: str, how: Launcher, argv: Sequence[str], i: int, read: list[tuple[str, str | None]] | None = None
+) -> tuple[int, str | None]:
+    """Past the options of the launcher ``name`` whose first argument is ``argv[i]``: the index of the
+    first item that is no option of it, or a problem. Each option read is added to ``read`` (when given)
+    under its whole name (``-u``, ``--unset``; ``env -`` as ``-i``) with its value (None for a flag)."""
+    seen: list[tuple[str, str | None]] = [] if read is None else read
+    while i < len(argv):
+        item = argv[i]
+        if item == "--":
+            return i + 1, None
+        if item.startswith("--"):
+            opt, eq, value = item[2:].partition("=")
+            known = [o for o in (*how.long_value, *how.long_flag) if o.startswith(opt)] if opt else []
+            refused = [r for r in how.refused if r.startswith("--") and r[2:].startswith(opt)] if opt else []
+            if opt in how.long_value or opt in how.long_flag:
+                known = [opt]
+            if refused and (opt == refused[0][2:] or not known):
+                return i, f"{name} {item} (it runs no engine, or runs it where the check does not look)"
+            if len(known) != 1:
+                return i, f"{name} option {item!r} is not one the collector knows"
+            takes = known[0] in how.long_value
+            given = value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+            seen.append((f"--{known[0]}", given if takes else None))
+            i += 2 if takes and not eq else 1
+            continue
+        if item == "-" and name == "env":  # env - : the same as -i
+            seen.append(("-i", None))
+            i += 1
+            continue
+        if not item.startswith("-") or item == "-":
+            return i, None
+        if name == "nice" and re.fullmatch(r"-[0-9]+", item):  # nice's old form: -10
+            i += 1
+            continue
+        j = 1
+        step = 1
+        while j < len(item):
+            c = item[j]
+            if f"-{c}" in how.refused:
+                return i, f"{name} -{c} (it runs no engine, or runs it where the check does not look)"
+            if c in how.short_value:
+                step = 1 if j + 1 < len(item) else 2  # -N0, or -N 0
+                rest = item[j + 1 :] if j + 1 < len(item) else (argv[i + 1] if i + 1 < len(argv) else None)
+                seen.append((f"-{c}", rest))
+                break
+            if c not in how.short_flag:
+                return i, f"{name} option {item!r} is not one the collector knows"
+            seen.append((f"-{c}", None))
+            j += 1
+        i += step
+    return i, None
+
+
+# what ``env``'s options do to the environment it passes on (coreutils: every -u, and a clearing -i, take
+# effect before its NAME=VALUE items)
+_ENV_CLEARS = ("-i", "--ignore-environment")
+_ENV_UNSETS = ("-u", "--unset")
+
+
+def skip_launchers(argv: Sequence[str], name: Callable[[str], str] = str) -> Launch:
+    """Where the engine's program stands in ``argv`` past the launchers in front of it (``LAUNCHERS``, by
+    the basename of ``name`` of the item: the collector fills its placeholders there, a recorded command
+    is filled already), and what an ``env`` launcher leaves the engine: its NAME=VALUE items (as written),
+    the names it unsets, whether it clears the environment (``Launch.engine_env``); launchers in a row
+    each act on what the one before passes on. A launcher option not known or one that runs no engine
+    here, or launchers that start no program: ``Launch.problem``."""
+    i = 0
+    env: dict[str, str] = {}
+    unset: set[str] = set()
+    cleared = False
+
+    def launch(at: int, problem: str | None) -> Launch:
+        return Launch(at, env, problem, frozenset(unset), cleared)
+
+    while i < len(argv):
+        launcher = name(argv[i]).rsplit("/", 1)[-1]
+        how = LAUNCHERS.get(launcher)
+        if how is None:
+            return launch(i, None)
+        read: list[tuple[str, str | None]] = []
+        i, problem = _launcher_options(launcher, how, argv, i + 1, read)
+        if problem is not None:
+            return launch(i, problem)
+        if launcher == "env":
+            if any(option in _ENV_CLEARS for option, _ in read):
+                cleared = True
+                env.clear()
+                unset.clear()
+            for option, value in read:
+                if option in _ENV_UNSETS and value is not None:
+                    env.pop(value, None)
+                    unset.add(value)
+            while i < len(argv) and "=" in argv[i] and not argv[i].startswith("="):
+                key, _, value = argv[i].partition("=")
+                env[key] = value
+                unset.discard(key)
+                i += 1
+        i += how.operands
+    return launch(i, f"{' '.join(argv[:i])!r} starts no program")
 
 
 def _context_readers(kind: str, program: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -380,50 +602,110 @@ def _context_readers(kind: str, program: str | None) -> tuple[tuple[str, ...], t
     return programs, ()
 
 
+# The context length a program serves where the command gives no context option and the environment no
+# context variable of it, keyed like ``CONTEXT_OPTIONS`` by the program, as (what gave it, length):
+# llama-cpp-python's server builds its settings from its arguments and its environment, and what neither
+# gives is its ``ModelSettings.n_ctx`` default, 2048 (llama-cpp-python 0.3.36's llama_cpp/server/settings.py;
+# its ``Llama`` class's own default, 512, is not the server's). llama-server has none here: its default is
+# the model's own training context in newer builds and 4096 in older ones, and a launch's record does not
+# say which build ran. vLLM's and SGLang's default is the model's own (its config.json): not known from the
+# record either.
+DEFAULT_CONTEXT: Final[dict[str, tuple[str, int]]] = {"llama_cpp.server": ("--n_ctx (default)", 2048)}
+# how a program with a default reads its settings from a file instead, where its defaults are then the
+# file's: llama-cpp-python's ``--config_file`` (argparse: any prefix it takes, ``--config``) and its
+# ``CONFIG_FILE`` variable, read as written (``os.environ.get``, winning over the option)
+_SETTINGS_FILE: Final[dict[str, tuple[str, str]]] = {"llama_cpp.server": ("--config_file", "CONFIG_FILE")}
+
+
+def _default_context(program: str, args: Sequence[str], env: Mapping[str, str]) -> tuple[str, int] | None:
+    """The context ``program`` serves by its own default (``DEFAULT_CONTEXT``) where its arguments ``args``
+    write no context option of it (as its parser reads them: a prefix it takes; a value read otherwise or
+    none still counts as written) and ``env`` (the whole environment the program gets) sets no context
+    variable of it (in its case rule; a value that is no length still counts as set), and neither names a
+    settings file (``_SETTINGS_FILE``: an option its parser takes for it, any prefix longer than ``--``;
+    the variable, set to anything). None otherwise, or for a program without a default."""
+    default = DEFAULT_CONTEXT.get(program)
+    option, variable = _SETTINGS_FILE.get(program, ("", ""))
+    if default is None or not option:
+        return None
+    for item in args:
+        name = item.partition("=")[0]
+        if _is_context_option((program,), name) or (len(name) > 2 and option.startswith(name)):
+            return None
+    names = _ENV_OF_PROGRAM.get(program, ())
+    any_case = program in _ANY_CASE_PROGRAMS
+    if variable in env or any(((k.upper() if any_case else k) in names) for k in env):
+        return None
+    return default
+
+
 def launch_context(
     kind: str,
     argv: Sequence[str],
     fill: Callable[[str], str] = str,
     env: Mapping[str, str] | None = None,
+    *,
+    default: bool = False,
 ) -> tuple[str, int] | None:
     """The context length an engine of ``kind`` launched by ``argv`` (its first item the program,
-    ``command_program``) in the environment ``env`` gets: ``read_context`` of the program's own arguments by
-    the options and variables of the program it runs (``_context_readers``). The one reader of the collector
-    (``collectors.campaign.context_length``, ``fill``: placeholders as launched) and the policy
-    (``launched_context``). ``env`` None: not known (only an option gives a context)."""
+    ``command_program``: past the launchers, ``skip_launchers``) in the environment ``env`` gets:
+    ``read_context`` of the program's own arguments by the options and variables of the program it runs
+    (``_context_readers``). The one reader of the collector (``collectors.campaign.context_length``,
+    ``fill``: placeholders as launched) and the policy (``launched_context``). ``env`` None: not known (only
+    an option gives a context). ``default``: where neither an option nor a variable is given, the
+    program's own default (``_default_context``), only where the program is known to run, as one of
+    ``kind``'s (``CONTEXT_ENV``), and ``env`` is known; the collector, which sizes its requests by what the
+    campaign gives, asks for none."""
     program, start = command_program(argv)
     options, variables = _context_readers(kind, program)
-    return read_context(options, argv[start:], fill, env=env, env_readers=variables)
-
-
-# a launcher that may set, unset or clear the engine's variables in front of it (``env NAME=VALUE …``):
-# the recorded environment is then not the one the engine got (``launched_context``)
-_ENV_LAUNCHER = "env"
+    found = read_context(options, argv[start:], fill, env=env, env_readers=variables)
+    if found is None and default and env is not None and program is not None and variables == (program,):
+        return _default_context(program, argv[start:], env)
+    return found
 
 
 def launched_context(launch: Any) -> tuple[str, int] | None:
     """The context length an ``engine.launch`` entry's payload records its engine was launched with
-    (``launch_context``, the collector's reader): from its recorded ``command`` (the argv as launched,
-    placeholders filled) by the options of the program it runs, and, where the command writes no context
-    option, from its recorded ``env`` (the engine-relevant variables it inherited and the campaign's
-    ``env``) by the variables that program reads (``CONTEXT_ENV``). None where the payload is not a
-    mapping, its ``engine`` is no text, or its ``command`` is not a list of texts; and, where no option
-    gives the context, where its ``env`` is missing or not a mapping of texts, where the program cannot be
-    told (a launcher in front of it — the policy does not read launchers —, a script), or its command runs
-    an ``env`` launcher (which may set or unset the variables in front of the engine: the recorded ``env``
-    is then not what the engine got) — fail closed: nothing is excused by it."""
+    (``launch_context``, the collector's reader), read past the launchers in front of the engine's program
+    (``skip_launchers``, the collector's reader of them: ``taskset``, ``nice``, ``numactl``, ``env`` …):
+    from its recorded ``command`` (the argv as launched, placeholders filled) by the options of the program
+    it runs; where the command writes no context option, from the environment the engine got by the
+    variables that program reads (``CONTEXT_ENV``); where neither gives one, the program's own default
+    (``DEFAULT_CONTEXT``: llama-cpp-python's server, no settings file named).
+
+    The environment the engine got is the recorded ``env`` with an ``env`` launcher's settings applied
+    (``Launch.engine_env``: what it unsets, or all of it where it clears it, then its NAME=VALUE items, as
+    the recorded command gives them). The recorded ``env`` is what the engine inherited: the collector
+    starts the engine under ``launch_env`` (the allow-listed variables of its own environment, then the
+    campaign's ``env``) and records ``relevant_env`` of its own environment and the campaign's ``env``
+    (``collectors.launch.EngineRun``); the engine-relevant ones are recorded, the rest of the allow-list
+    (PATH, HOME, LANG, LC_* …) holds no variable a program here reads for its context or settings file.
+    An ``env`` launcher's items are not in the recorded ``env``: they are in the recorded command, and are
+    applied from it here as the collector applies them. A value the record redacted is not the engine's:
+    it gives no length (not known).
+
+    None — fail closed: nothing is excused by it — where the payload is not a mapping, its ``engine`` is
+    no text, its ``command`` is not a list of texts, or its launchers cannot be read (``Launch.problem``: a
+    launcher option the reader does not know, one that runs no engine or runs it elsewhere, launchers that
+    start no program); where the last context option gives a value read otherwise (0, a text); and, where
+    no option gives the context, where the recorded ``env`` is missing or not a mapping of texts (the
+    environment the engine got cannot be known from the record), where a variable gives a value read
+    otherwise, or where the program cannot be told (a script, code, a program not known — ``sudo`` or
+    ``sh -c`` in front of it hides it: the options of the kind's programs are read, no variable, no
+    default)."""
     if not isinstance(launch, Mapping) or not isinstance(launch.get("engine"), str):
         return None
     command = launch.get("command")
     if not isinstance(command, list) or not all(isinstance(item, str) for item in command):
         return None
+    front = skip_launchers(command)
+    if front.problem is not None:
+        return None
     env = launch.get("env")
-    known_env = (
-        isinstance(env, Mapping)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-        and not any(item.rsplit("/", 1)[-1] == _ENV_LAUNCHER for item in command)
-    )
-    return launch_context(launch["engine"], command, env=env if known_env else None)
+    engine_env: dict[str, str] | None = None
+    if isinstance(env, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        engine_env = front.engine_env(env, front.env)
+    return launch_context(launch["engine"], command[front.program :], env=engine_env, default=True)
 
 
 # --- the values a launch's recorded command gives an engine's options ---------------------------------------

@@ -18,12 +18,18 @@ from typing import Any
 
 import pytest
 
-from ledger.answers import CONTEXT_ENV, CONTEXT_OPTIONS, command_program, launched_context
+from ledger.answers import (
+    CONTEXT_ENV,
+    CONTEXT_OPTIONS,
+    DEFAULT_CONTEXT,
+    command_program,
+    launched_context,
+    skip_launchers,
+)
 from ledger.collectors.campaign import (
     _KIND_OF_PROGRAM,
     _engine_program,
     _engine_start,
-    _skip_launchers,
     context_length,
     load_campaign,
 )
@@ -163,7 +169,16 @@ def test_collector_and_policy_context_agree_on_the_program_the_command_runs(
     recorded = {"engine": kind, "command": filled, "env": {**relevant_env(os.environ), **spec_env}}
     assert context_length(kind, filled, env=launch_env(spec_env)) == both
     assert context_length(kind, argv, env=launch_env(spec_env)) == both  # placeholders as written
-    assert launched_context(recorded) == both
+    assert launched_context(recorded) == _policys(both, filled)
+
+
+def _policys(collector: tuple[str, int] | None, filled: list[str]) -> tuple[str, int] | None:
+    """The policy's reading where the collector's is ``collector``: the same, or, where the collector knows
+    none and the command runs llama-cpp-python's server with nothing setting the context, the server's own
+    default (fix 136: the collector sizes its requests by what the campaign gives only)."""
+    if collector is None and _engine_program(filled) == "llama_cpp.server":
+        return DEFAULT_CONTEXT["llama_cpp.server"]
+    return collector
 
 
 @pytest.mark.parametrize(
@@ -176,20 +191,18 @@ def test_collector_and_policy_context_agree_on_the_program_the_command_runs(
         (["nice", "-n", "5", *SERVER, "-c", "64"], {}, ("-c", 64)),
     ],
 )
-def test_context_under_a_launcher_is_the_collectors_or_not_known_to_the_policy(
+def test_context_under_a_launcher_is_the_collectors_to_the_policy(
     argv: list[str], spec_env: dict[str, str], collector: tuple[str, int] | None
 ) -> None:
-    """The policy reads no launcher (an ``env`` one may change the environment; any other hides the
-    program): where the collector reads a context through one, the policy's is that or not known (None),
-    never another."""
+    """The policy reads the launchers by the collector's reader (``ledger.answers.skip_launchers``, fix
+    136), an ``env`` launcher's items applied to the recorded environment: where the collector reads a
+    context through one, the policy's is the same."""
     filled = [
         a.replace("{python}", "/v/bin/python").replace("{model}", "/m").replace("{port}", "1") for a in argv
     ]
     recorded = {"engine": "llamacpp", "command": filled, "env": {**relevant_env(os.environ), **spec_env}}
     assert context_length("llamacpp", filled, env=launch_env(spec_env)) == collector
-    assert launched_context(recorded) in (collector, None)
-    if collector is not None and collector[0].startswith("-"):  # an option: the policy reads it too
-        assert launched_context(recorded) == collector
+    assert launched_context(recorded) == _policys(collector, filled)
 
 
 @pytest.mark.parametrize(
@@ -216,7 +229,7 @@ def test_context_under_a_launcher_is_the_collectors_or_not_known_to_the_policy(
 def test_program_the_context_reader_tells_is_the_collectors(argv: list[str]) -> None:
     """One reading of the program (until the collector's ``_engine_program`` calls
     ``ledger.answers.command_program``): the program and where its arguments begin agree."""
-    start = _skip_launchers(argv).program
+    start = skip_launchers(argv).program
     program, args = command_program(argv[start:])
     assert program == _engine_program(argv)
     assert start + args == _engine_start(argv) or (start >= len(argv) and args == 0)

@@ -19,6 +19,7 @@ import pytest
 
 from ledger.answers import (
     CONTEXT_PADDING,
+    DEFAULT_CONTEXT,
     HARNESS_REQUEST,
     REFUSAL_CONTEXT,
     context_record,
@@ -41,6 +42,8 @@ PARAMS: dict[str, Any] = {
 SERVER = ["llama-server", "-m", "/m.gguf", "--port", "8080"]
 PY = ["/venv/bin/python", "-m", "llama_cpp.server", "--model", "/m.gguf", "--port", "8080"]
 VLLM = ["vllm", "serve", "/m", "--port", "8080"]
+# llama-cpp-python's server where nothing sets its context: its own default (fix 136)
+PY_DEFAULT = DEFAULT_CONTEXT["llama_cpp.server"]
 
 
 def _launch(command: list[str], env: Any, engine: str = "llamacpp") -> dict[str, Any]:
@@ -95,7 +98,7 @@ def test_context_refusal_set_through_the_env_is_the_campaigns_not_the_engines() 
 )
 def test_context_env_var_misspelled_gives_no_context(env: dict[str, str]) -> None:
     assert launched_context(_launch(SERVER, env)) is None
-    assert launched_context(_launch(PY, env)) is None
+    assert launched_context(_launch(PY, env)) == PY_DEFAULT  # no variable it reads: its own default
 
 
 @pytest.mark.parametrize(
@@ -147,7 +150,7 @@ def test_context_variable_the_launched_program_does_not_read_excuses_nothing(
     """The failure: ``python -m llama_cpp.server`` with only LLAMA_ARG_CTX_SIZE=128 set was read as launched
     with 128 (the variables of every program of the kind), and its engine's HTTP 500 at 175 tokens excused."""
     launched = launched_context(_launch(command, env))
-    assert launched is None
+    assert launched == (PY_DEFAULT if "llama_cpp.server" in command else None)
     assert refusal(_probe("LLAMA_ARG_CTX_SIZE", 128), PARAMS, launched=launched) is None
     assert refusal(_probe("N_CTX", 128), PARAMS, launched=launched) is None
 
@@ -158,8 +161,8 @@ def test_context_variable_the_launched_program_does_not_read_excuses_nothing(
         ["/venv/bin/python", "serve.py", "--model", "/m.gguf"],  # a script: its reading is not known
         ["/venv/bin/python", "-c", "import llama_cpp.server", "--model", "/m.gguf"],  # code
         ["/opt/bin/my-server", "--model", "/m.gguf"],  # a program not known
-        ["taskset", "-c", "0", *PY],  # a launcher the policy does not read: the program is not told
-        ["nice", "-n", "5", *SERVER],
+        ["sudo", *PY],  # a launcher the reader does not know: the program is not told
+        ["taskset", "-p", "0", *PY],  # a launcher option that runs no engine (fix 136)
         ["/venv/bin/python", "-m", "llama_cpp.serverx", "--model", "/m.gguf"],  # renamed module
         ["/venv/bin/python", "-m", "llama_cpp", "--model", "/m.gguf"],  # another module
     ],
@@ -185,7 +188,7 @@ def test_context_variable_of_the_program_run_by_interpreter_options_is_read() ->
             else [*head, "--model", "/m"]
         )
         assert launched_context(_launch(command, {"N_CTX": "256"})) == ("N_CTX", 256)
-        assert launched_context(_launch(command, {"LLAMA_ARG_CTX_SIZE": "256"})) is None
+        assert launched_context(_launch(command, {"LLAMA_ARG_CTX_SIZE": "256"})) == PY_DEFAULT
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "generic"])
@@ -210,16 +213,20 @@ def test_context_env_missing_or_mistyped_gives_no_context(env: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "command",
+    ("command", "given"),
     [
-        ["env", "N_CTX=256", *PY],
-        ["env", "-u", "N_CTX", *PY],
-        ["/usr/bin/env", "-i", *PY],
-        ["taskset", "-c", "0", "env", "LLAMA_ARG_CTX_SIZE=256", *SERVER],
+        (["env", "N_CTX=256", *PY], ("N_CTX", 256)),
+        (["env", "-u", "N_CTX", *PY], PY_DEFAULT),
+        (["/usr/bin/env", "-i", *PY], PY_DEFAULT),
+        (["taskset", "-c", "0", "env", "LLAMA_ARG_CTX_SIZE=256", *SERVER], ("LLAMA_ARG_CTX_SIZE", 256)),
     ],
 )
-def test_context_env_under_an_env_launcher_is_not_known_from_the_record(command: list[str]) -> None:
-    assert launched_context(_launch(command, {"N_CTX": "128", "LLAMA_ARG_CTX_SIZE": "128"})) is None
+def test_context_env_under_an_env_launcher_is_applied_to_the_record(
+    command: list[str], given: tuple[str, int]
+) -> None:
+    """Fix 136: the launcher's items are in the recorded command, applied to the recorded ``env`` as the
+    collector applies them (``ledger.answers.skip_launchers``)."""
+    assert launched_context(_launch(command, {"N_CTX": "128", "LLAMA_ARG_CTX_SIZE": "128"})) == given
 
 
 # ------------------------------------------------------------------ 2. the window the refusal states
