@@ -62,6 +62,7 @@ __all__ = [
     "SchemaError",
     "SignatureError",
     "StorageError",
+    "TileMismatchError",
     "UnknownKindError",
     "UnknownSignerError",
     "UntrustedRootError",
@@ -300,6 +301,23 @@ class ChainBrokenError(IntegrityError):
     code = "chain-broken"
 
 
+class TileMismatchError(ChainBrokenError):
+    """A stored hash tile that is not the log's: its hashes do not hash to its stored root, are not the
+    hashes below it (the leaves of its rows, the roots of the tiles of the level below), or are no tile
+    (not 256 hashes of bytes). The one name of that finding, whoever meets it: a full ``ledger verify``,
+    ``verify --from``, and every reader of the tiles (proofs, roots, ``/tile/``, entry bundles)."""
+
+    code = "tile-mismatch"
+    hint = (
+        "run `ledger verify` on the log's home (it names the tile); restore the database from a backup the "
+        "checkpoint this home holds vouches for"
+    )
+
+    def __init__(self, message: str, *, tile: tuple[int, int] | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.tile = tile  # (level, index) of the stored tile named, where one is
+
+
 class ProofError(IntegrityError):
     code = "proof-invalid"
 
@@ -421,6 +439,7 @@ class HomeFaultError(LedgerError):
 HOME_FAULTS: tuple[type[LedgerError], ...] = (
     ArtifactCorruptError,
     ChainBrokenError,
+    TileMismatchError,
     LogInconsistentError,
     LogClockAheadError,
     LogOrderError,

@@ -44,6 +44,7 @@ from ledger.log import (
     Checkpoint,
     EntryId,
     LogRecord,
+    chain_hash,
     checked_leaf,
     entry_id_of,
     held_fault,
@@ -65,6 +66,7 @@ __all__ = [
     "SqlitePolicyRepo",
     "admin_ids",
     "admins_named",
+    "chain_linked",
     "check_extends_held",
     "check_revision",
     "committed_key_rows",
@@ -384,6 +386,51 @@ COMMITTED_HINT = (
     "`ledger verify` names every altered row; restore the database from a backup that the checkpoint "
     "this home holds vouches for"
 )
+
+
+def chain_linked(
+    row: Any, before: str | None, after: Any | None, size: int, consequence: str = SIGNED_CONSEQUENCE
+) -> None:
+    """The check of a ``log_entries`` row's place in the log's hash chain (``seq``, ``entry_id``,
+    ``logged_at``, ``prev_hash``, ``chain_hash`` by name), beside ``committed_row``'s of its leaf, before
+    the log key signs anything built from it as it stands (a re-sent entry's answer and receipt, an
+    inclusion proof): its chain hash links its own index, entry id and log time to its predecessor
+    (``chain_hash``); ``before``, the chain hash of the row before it (``GENESIS_PREV`` at seq 0; None:
+    no row there), is the one it links to; and ``after``, the row at the next seq (None: none there —
+    the head, where the log's ``size`` ends after it), links to it with a chain hash of its own columns.
+    ``ChainBrokenError`` naming the row otherwise.
+
+    Past the last checkpoint, outside a stored tile, nothing signed commits a row's log time yet but its
+    neighbours' chain hashes: a row rewritten consistently by itself (``logged_at``, ``record`` and
+    ``leaf_hash`` together, which ``committed_row`` passes) breaks the chain at its own link, or — its
+    chain hash rewritten too — at the next row's. Only a rewrite of every chain hash from it to the head
+    keeps the chain whole: the held checkpoint, the receipts the collectors keep (``ledger audit``) and
+    ``ledger verify`` are what catch that."""
+    seq, entry_id = int(row.seq), str(row.entry_id)
+
+    def broken(why: str) -> ChainBrokenError:
+        return ChainBrokenError(
+            f"the log's entry at seq {seq} ({entry_id[:16]}) is not as the log committed it: {why} (the "
+            f"log's hash chain was rewritten behind its back); {consequence}",
+            hint=COMMITTED_HINT,
+        )
+
+    if before is None:
+        raise broken(f"the log has no entry at seq {seq - 1} for it to link to")
+    if str(row.prev_hash) != before:
+        raise broken(f"its prev_hash is not the chain hash of the entry at seq {seq - 1}")
+    link = str(row.chain_hash)
+    if chain_hash(seq, entry_id, before, str(row.logged_at)) != link:
+        raise broken("its chain hash does not link its index, entry id and logged_at to its predecessor")
+    nxt = seq + 1
+    if after is None:
+        if nxt < size:
+            raise broken(f"the log has no entry at seq {nxt} after it, below its {size} entries")
+        return
+    if str(after.prev_hash) != link:
+        raise broken(f"the entry at seq {nxt} after it does not link to its chain hash")
+    if chain_hash(nxt, str(after.entry_id), link, str(after.logged_at)) != str(after.chain_hash):
+        raise broken(f"the chain hash of the entry at seq {nxt} after it does not link to it")
 
 
 def envelope_replaced_error(

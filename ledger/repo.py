@@ -33,7 +33,7 @@ from ledger.db import (
     read_connection,
     write_transaction,
 )
-from ledger.errors import ChainBrokenError
+from ledger.errors import ChainBrokenError, TileMismatchError
 from ledger.log import checked_leaf as log_checked_leaf
 from ledger.reads import (
     committed_key_rows,
@@ -259,13 +259,14 @@ def checked_leaf(seq: int, entry_id: str, record: object, column: object) -> byt
 
 
 def tile_bytes(level: int, idx: int, value: object) -> bytes:
-    """A stored tile's ``hashes`` or ``root`` as bytes; ``ChainBrokenError`` naming the tile for a value
+    """A stored tile's ``hashes`` or ``root`` as bytes; ``TileMismatchError`` naming the tile for a value
     that is not bytes (``ledger.db.blob``)."""
     return blob(
         value,
-        lambda what: ChainBrokenError(
+        lambda what: TileMismatchError(
             f"stored tile {level}/{tile_path(idx)} is no tile ({what}): the database's hash tiles were "
-            "edited behind the log's back"
+            "edited behind the log's back",
+            tile=(level, idx),
         ),
     )
 

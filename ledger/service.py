@@ -57,6 +57,7 @@ from ledger.errors import (
     RequestTooLargeError,
     SchemaError,
     StorageError,
+    TileMismatchError,
 )
 from ledger.hashing import Digest, blake3_hex, hash_file, parse_digest
 from ledger.home import Home, HomeConfig, ReceiptsRead, resolve_home
@@ -88,6 +89,7 @@ from ledger.proofs import AuditReport, audit_receipts
 from ledger.reads import (  # parse_subject_args: defined there, imported by the CLI without the service
     SUBJECT_FIELDS,
     admin_ids,
+    chain_linked,
     committed_row,
     find_key,
     page_json,
@@ -1021,8 +1023,13 @@ class Ledger:
                 for p in req.prepared:
                     seen = accepted.get(p.entry_id)
                     if p.entry_id in existing or seen is not None:
-                        # a re-sent entry is answered (and receipted) from its row as its leaf commits it
-                        e = seen if seen is not None else _committed_entry(existing[p.entry_id])
+                        # a re-sent entry is answered (and receipted) from its row as its leaf and the
+                        # hash chain around it commit it
+                        e = (
+                            seen
+                            if seen is not None
+                            else _chained_entry(self.repo, conn, existing[p.entry_id])
+                        )
                         out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
                         continue
                     if p.entry_id in batch_ids:
@@ -1567,20 +1574,30 @@ class Ledger:
         return cp
 
     def _refuse_fork(
-        self, conn: sa.Connection, held: Checkpoint | None, tree: TileTree | None = None
+        self,
+        conn: sa.Connection,
+        held: Checkpoint | None,
+        tree: TileTree | None = None,
+        *,
+        receipts: bool = True,
     ) -> None:
         """The one check before anything is signed under the log's key — a checkpoint published, served or
-        carried by a proof, a receipt: the log in the snapshot ``conn`` reads still extends ``held``, the
-        checkpoint the home holds (None: it holds none). A log that lost entries below it (a backup
-        restored), or whose first ``held.size`` entries no longer hash to its root (rewritten, or a tile's
-        root rewritten), is a fork: ``LogInconsistentError`` (HTTP 500), and nothing is signed. ``tree``:
-        the tree about to be signed, of that snapshot (read once for both).
+        carried by a proof, a receipt — or a hash tile served: the log in the snapshot ``conn`` reads still
+        extends ``held``, the checkpoint the home holds (None: it holds none). A log that lost entries
+        below it (a backup restored), or whose first ``held.size`` entries no longer hash to its root
+        (rewritten), is a fork: ``LogInconsistentError`` (HTTP 500), and nothing is signed. Where the
+        stored tiles the root was read from name the cause (a tile's root, or its hashes with it,
+        rewritten: ``TileTree.check_roots``), it is that tile's ``TileMismatchError`` — one name for one
+        bad tile, whoever meets it. ``tree``: the tree about to be signed (or served), of that snapshot
+        (read once for both).
 
         Past the held checkpoint, the receipts this home kept of its own log stand for it: a log that no
         longer holds an entry a kept receipt names, at its index, lost it (deleted behind its back, maybe
-        appended over) — refused the same way (``_receipt_lost``)."""
+        appended over) — refused the same way (``_receipt_lost``) — unless ``receipts`` is False (a tile
+        served: nothing is signed over it)."""
         if held is None:
-            self._receipt_lost(0)
+            if receipts:
+                self._receipt_lost(0)
             return
         current = self.repo.size(conn)
         if tree is None or tree.size < held.size:
@@ -1593,6 +1610,14 @@ class Ledger:
             if not fault.lost:
                 try:  # name the stored tile whose root (or hashes, with it) was rewritten, where one was
                     tree.check_roots()
+                except TileMismatchError as e:
+                    raise TileMismatchError(
+                        f"{e.message}: the log's tree read from the stored tiles does not extend the "
+                        f"checkpoint this home holds (size {held.size}, root {held.root.hex()[:16]}…): "
+                        "nothing is signed under the log's key (no checkpoint, receipt or proof), served "
+                        "or appended",
+                        tile=e.tile,
+                    ) from e
                 except LedgerError as e:
                     why = f": {e.message}"
             raise LogInconsistentError(
@@ -1603,7 +1628,8 @@ class Ledger:
                 "every entry the held checkpoint (HOME/checkpoint) covers",
             )
         # past the held checkpoint (what it covers was checked above: a loss there is named as such)
-        self._receipt_lost(held.size)
+        if receipts:
+            self._receipt_lost(held.size)
 
     def _receipt_lost(self, floor: int) -> None:
         """``LogInconsistentError`` naming the first receipt this home kept of its own log, at an index
@@ -2072,8 +2098,13 @@ class Ledger:
         A tile served is checked against what it commits first (a ``strict`` tree): a full tile against
         its stored root and the 256 rows' leaves (level 0: each the hash of its row's record) or tile
         roots below it; a partial tile's hashes are the leaves of its rows, or the roots of full tiles
-        each checked against its hashes. A tile that is not the log's is ``ChainBrokenError`` naming it
-        (level/index): never served. Reads only (one snapshot)."""
+        each checked against its hashes. The roots a tile above level 0 holds are checked against the
+        tiles below them only this far (the rows under each of up to 255 tiles are not read per request:
+        up to 65,280): so such a tile is served only from a tree that extends the checkpoint the home
+        holds (``_refuse_fork``, its receipts aside: O(log n) reads) — a level-0 tile rewritten with its
+        root, under it, gives another root there. A level-0 tile is the leaves of its rows, each its
+        record's hash, whatever another tile holds. A tile that is not the log's is ``TileMismatchError``
+        naming it (level/index): never served. Reads only (one snapshot)."""
         if not 0 <= level <= 63 or index < 0 or (width is not None and not 1 <= width <= 255):
             raise InputError("no such tile (level 0..63, index >= 0, width 1..255)")
         w = TILE_WIDTH if width is None else width
@@ -2081,6 +2112,8 @@ class Ledger:
             tree = self._tree_at(conn, strict=True)
             if (index * TILE_WIDTH + w) << (TILE_HEIGHT * level) > tree.size:
                 raise EntryNotFoundError(f"the log has no tile {level}/{index} of width {w} yet")
+            if level > 0:
+                self._refuse_fork(conn, self.held(), tree, receipts=False)
             return tree.tile(level, index, width)
 
     def entry_bundle(self, index: int, width: int | None = None) -> bytes:
@@ -2121,10 +2154,11 @@ class Ledger:
         except ValueError:  # a leaf hash column that is not hex: not the record's
             column = []
         if record is not None and column == [hashlib.sha256(b"\x00" + record).digest()]:
-            return ChainBrokenError(
+            return TileMismatchError(
                 f"stored tile 0/{tile_path(seq // TILE_WIDTH)} holds another leaf for seq {seq} than its log "
                 "record, which hashes to the entry's leaf hash: the tile was rewritten behind the log's back "
                 f"(or the record with its leaf hash); entry bundle {seq // TILE_WIDTH} is not served",
+                tile=(0, seq // TILE_WIDTH),
                 hint="run `ledger verify` on the log's home (it names what changed); restore the database "
                 "from a backup the checkpoint this home holds vouches for",
             )
@@ -2195,8 +2229,12 @@ class Ledger:
                 if len(bundle) == TILE_WIDTH:
                     put(f"tile/entries/{tile_path(seq // TILE_WIDTH)}", b"".join(bundle))
                     bundle = []
-            if builder.root() != root:
-                raise IntegrityError("the log's leaves do not give the root its tiles give")
+            if builder.root() != root:  # the stored tiles the root was read from are not the records'
+                tree.check_roots()  # names the tile, where one disagrees with what is below it
+                raise TileMismatchError(
+                    f"the log's records do not give the root its stored hash tiles give at size {n}: the "
+                    "database's hash tiles were edited behind the log's back; nothing is exported"
+                )
         for level in range(builder.levels):
             part = builder.partial(level)
             if part:
@@ -2338,7 +2376,7 @@ class Ledger:
                 row = self.repo.by_ids(conn, [entry.entry_id]).get(entry.entry_id)
                 if row is None:
                     raise EntryNotFoundError(f"no entry with id {entry.entry_id}")
-                entry = _committed_entry(row)
+                entry = _chained_entry(self.repo, conn, row)
                 record = record_bytes(entry.seq, row.record)
             n = tree.size
             if entry.seq >= n:
@@ -2510,6 +2548,23 @@ def _committed_entry(row: Any) -> LoggedEntry:
     except LedgerError as e:
         _raise_home_fault(e)
     return entry_from_row(row)
+
+
+def _chained_entry(repo: LogRepo, conn: sa.Connection, row: Any) -> LoggedEntry:
+    """``_committed_entry``, and the row's place in the log's hash chain in the snapshot ``conn`` reads
+    (``ledger.reads.chain_linked``: its own link, its predecessor's chain hash, the next row's link to
+    it): a row rewritten consistently by itself past the last checkpoint (its log time, record and leaf
+    hash together) is ``ChainBrokenError`` naming it, a home fault — never answered as a duplicate or
+    receipted. Three small reads (two rows' chain columns and the size), only for a re-sent entry or a
+    proof's."""
+    entry = _committed_entry(row)
+    seq = int(row.seq)
+    try:
+        before = GENESIS_PREV if seq == 0 else repo.chain_at(conn, seq - 1)
+        chain_linked(row, before, repo.row_at(conn, seq + 1), repo.size(conn))
+    except LedgerError as e:
+        _raise_home_fault(e)
+    return entry
 
 
 def _raise_home_fault(e: LedgerError) -> NoReturn:

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ledger.errors import ChainBrokenError, InputError
-from ledger.log import _EMPTY_ROOT, _node, _split, merkle_root
+from ledger.errors import ChainBrokenError, InputError, ProofError, TileMismatchError
+from ledger.log import _EMPTY_ROOT, _node, _split, merkle_root, verify_consistency, verify_inclusion
 
 __all__ = [
     "TILE_HEIGHT",
@@ -159,7 +159,7 @@ class TileTree:
         at level 0 the leaves of the 256 rows it spans (each the hash of its row's record: the source's
         ``leaves``), above the stored roots of the 256 tiles below — the latter only in a ``strict`` tree
         (and for ``check_roots``). A tile whose hashes were edited (its root kept; or, strict, rewritten
-        to match) is ``ChainBrokenError`` naming it: never served, never a proof, never a root. Cost
+        to match) is ``TileMismatchError`` naming it: never served, never a proof, never a root. Cost
         (strict): one read of the 256 rows (or roots) below per tile per tree."""
         return self._read_tile(level, index, below=self.strict)
 
@@ -190,40 +190,39 @@ class TileTree:
                     if level == 0
                     else f"the root of stored tile {level - 1}/{tile_path(lo + first)}"
                 )
-                raise ChainBrokenError(
+                raise TileMismatchError(
                     f"stored tile {level}/{tile_path(index)} is not the log's: its hash {first} is not "
                     f"{what} (of {len(under)} of the {TILE_WIDTH} below it the database holds): the "
                     "database's hash tiles were edited behind the log's back; nothing is served, proved "
                     "or signed from it",
-                    hint="run `ledger verify` on the log's home (it names the tile); restore the "
-                    "database from a backup the checkpoint this home holds vouches for",
+                    tile=key,
                 )
             self._below.add(key)
         return got
 
     def _check_tile(self, level: int, index: int, data: bytes, root: bytes | None) -> None:
-        """``ChainBrokenError`` naming tile ``level``/``index`` unless its 256 hashes ``data`` hash to
+        """``TileMismatchError`` naming tile ``level``/``index`` unless its 256 hashes ``data`` hash to
         its stored ``root``."""
         if len(data) != TILE_WIDTH * HASH:
-            raise ChainBrokenError(
+            raise TileMismatchError(
                 f"stored tile {level}/{tile_path(index)} is {len(data)} bytes, not "
-                f"{TILE_WIDTH * HASH}: the database's hash tiles were edited behind the log's back"
+                f"{TILE_WIDTH * HASH}: the database's hash tiles were edited behind the log's back",
+                tile=(level, index),
             )
         if root is None or not _hashes_to(data, root, lambda: self._tile_levels(level, index, data)):
             self._levels.pop((level, index), None)
-            raise ChainBrokenError(
+            raise TileMismatchError(
                 f"stored tile {level}/{tile_path(index)} is not the log's: its 256 hashes do not "
                 "hash to its stored root (the hash the tree above it commits): the database's hash "
                 "tiles were edited behind the log's back; nothing is served, proved or signed "
                 "from it",
-                hint="run `ledger verify` on the log's home (it names the tile); restore the database "
-                "from a backup the checkpoint this home holds vouches for",
+                tile=(level, index),
             )
 
     def _checked_roots(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
         """The stored roots of the full tiles of ``level`` in ``lo .. hi - 1``, each checked against its
         tile's 256 hashes (one read of those tiles, hashed once per process: ``_hashes_to``): a root
-        column edited alone is ``ChainBrokenError`` naming its tile, never a hash of a partial tile
+        column edited alone is ``TileMismatchError`` naming its tile, never a hash of a partial tile
         above, a proof or a root."""
         roots = self.source.roots(level, lo, hi)
         if not roots:
@@ -232,20 +231,39 @@ class TileTree:
         for j in sorted(roots):
             data = tiles.get(j)
             if data is None:
-                raise ChainBrokenError(
+                raise TileMismatchError(
                     f"stored tile {level}/{tile_path(j)} has a root and no hashes: the database's hash "
-                    "tiles were edited behind the log's back"
+                    "tiles were edited behind the log's back",
+                    tile=(level, j),
                 )
             self._check_tile(level, j, data, roots[j])
         return roots
 
     def check_roots(self) -> None:
-        """Each stored tile root this tree took for a right edge (``_unstored``) checked against its
-        tile's hashes, and each such tile against what is below it (``_read_tile``): ``ChainBrokenError``
-        naming the first tile whose root (or hashes and root) was edited. A diagnosis, for a root no
-        held checkpoint signs (it reads the whole tile of each root, and the rows below it)."""
-        for level, index in sorted(self._roots_read):
+        """Each stored tile this tree read — a root it took for a right edge (``_unstored``), a full tile
+        a node or a hash came from — checked against its hashes and against what is below it
+        (``_read_tile``), lowest level first: ``TileMismatchError`` naming the first tile whose root, or
+        hashes (and root), was edited. A diagnosis, for a root no held checkpoint signs or a proof that
+        does not verify (it reads the whole tile of each root, and the rows or roots below each tile)."""
+        read = {key for key, got in self._tiles.items() if got is not None} | self._roots_read
+        for level, index in sorted(read):
             self._read_tile(level, index, below=True)
+
+    def _proved(self, check: Callable[[], None], what: str) -> None:
+        """``check``: a proof this tree built, verified against the roots it gives (O(log n) hashes, the
+        nodes memoised). Stored tiles that disagree with each other — a level-0 tile rewritten with its
+        root under a full level-1 tile that still holds the old one: the root is the signed one, the
+        path is not — give a proof that verifies against no checkpoint: ``TileMismatchError`` naming the
+        tile (``check_roots``), never a proof served or signed over."""
+        try:
+            check()
+        except ProofError as e:
+            self.check_roots()  # names the tile where one disagrees with what is below it
+            raise TileMismatchError(
+                f"{what} read from the stored hash tiles does not verify against the root they give "
+                f"({e.message}): the database's hash tiles were edited behind the log's back; nothing is "
+                "served, proved or signed from them"
+            ) from e
 
     def _tile_levels(self, level: int, index: int, data: bytes) -> list[list[bytes]]:
         """The 9 levels of the subtree a full tile spans (256 hashes up to its root)."""
@@ -370,7 +388,12 @@ class TileTree:
             else:
                 stack.append(self.range_hash(lo, lo + k))
                 lo, m = lo + k, m - k
-        return list(reversed(stack))
+        proof = list(reversed(stack))
+        self._proved(
+            lambda: verify_inclusion(index, n, self.leaf(index), proof, self.root(n)),
+            f"the inclusion proof of leaf {index} at size {n}",
+        )
+        return proof
 
     def consistency_proof(self, old_size: int, size: int | None = None) -> list[bytes]:
         """RFC 6962 PROOF(m, D[n])."""
@@ -386,7 +409,12 @@ class TileTree:
                 return [*sub(m, lo, lo + k, complete), self.range_hash(lo + k, hi)]
             return [*sub(m - k, lo + k, hi, False), self.range_hash(lo, lo + k)]
 
-        return sub(old_size, 0, n, True)
+        proof = sub(old_size, 0, n, True)
+        self._proved(
+            lambda: verify_consistency(old_size, n, self.root(old_size), self.root(n), proof),
+            f"the consistency proof from size {old_size} to {n}",
+        )
+        return proof
 
     def tile(self, level: int, index: int, width: int | None = None) -> bytes:
         """The C2SP hash tile ``level``/``index`` (full, or partial of ``width``) of this tree; ``None``

@@ -39,6 +39,7 @@ from ledger.errors import (
     LedgerError,
     LogInconsistentError,
     LogOrderError,
+    TileMismatchError,
 )
 from ledger.hashing import parse_digest
 from ledger.keyring import Keyring
@@ -117,7 +118,7 @@ class Problem(StrEnum):
     SEQ_GAP = _range.SEQ_GAP
     BAD_KEY_ENTRY = "bad-key-entry"
     CHECKPOINT_MISMATCH = "checkpoint-mismatch"
-    TILE_MISMATCH = "tile-mismatch"
+    TILE_MISMATCH = TileMismatchError.code  # one name wherever a stored tile is found not the log's
     LOG_INCONSISTENT = LogInconsistentError.code
     LOGGED_AT_FUTURE = "logged-at-future"  # later than the verify run's clock + ``MAX_CLOCK_SKEW``
 
@@ -206,30 +207,59 @@ def _consistent(
 ) -> int | None:
     """The log's size when it extends the held checkpoint ``since`` (``held_fault``: the tree the stored
     tiles hold has the held root at its size); None, with the problem named, when entries were lost or
-    the log before it was rewritten."""
+    the log before it was rewritten — or a stored tile the root was read from is not the log's
+    (``_consistency``)."""
+    current, problem, _tile = _consistency(repo, conn, since, whose)
+    if problem is None:
+        return current
+    problems.append(problem)
+    return None
+
+
+def _consistency(
+    repo: LogRepo, conn: Any, since: Checkpoint, whose: str
+) -> tuple[int, VerifyProblem | None, tuple[int, int] | None]:
+    """``_consistent``'s check: (the log's size, None, None) when it extends ``since``; else (its size,
+    the problem, the (level, index) of the stored tile it names, if one). A stored tile the tree read that
+    is not what is below it (its root, or its hashes with it, rewritten: ``TileTree.check_roots``)
+    explains the other root: ``tile-mismatch`` naming it at its last leaf, as a full verify and every
+    reader name it; otherwise ``log-inconsistent``."""
     current = repo.size(conn)
     # the tree at the held size: its root reads nothing past it (an entry the checkpoint does not cover is
     # the whole verify's, or the audit's, to name)
     tree = TileTree(repo.tile_source(conn), min(current, since.size))
     fault = held_fault(current, since, tree.root)
     if fault is None:
-        return current
+        return current, None, None
+    error = fault.error
+    why = "a stored tile or an entry changed"
+    if not fault.lost and error is None:
+        try:  # a stored tile's root edited (its hashes kept, or rewritten with it) gives another root
+            tree.check_roots()
+        except LedgerError as e:
+            error, why = e, e.message
+    if not fault.lost and isinstance(error, TileMismatchError):
+        where = error.tile
+        return (
+            current,
+            VerifyProblem(
+                Problem.TILE_MISMATCH,
+                f"{error.message} (the log's tree read from the stored tiles does not give the root "
+                f"{whose} signs at size {since.size})",
+                seq=None if where is None else tile_last_seq(*where),
+            ),
+            where,
+        )
     if fault.lost:
         message = lost_message(current, since.size, whose)
     elif fault.error is not None:  # a stored tile or a row below its size cannot be read as the log's
         message = f"the log is not consistent with {whose} at size {since.size}: {fault.reason()}"
     else:
-        try:  # a stored tile's root edited (its hashes kept) gives another root: name the tile
-            tree.check_roots()
-            why = "a stored tile or an entry changed"
-        except LedgerError as e:
-            why = e.message
         message = (
             f"the log is not consistent with {whose} at size {since.size} (rewritten before it: the "
             f"stored tiles give another root): {fault.reason()}; {why}"
         )
-    problems.append(VerifyProblem(Problem.LOG_INCONSISTENT, message))
-    return None
+    return current, VerifyProblem(Problem.LOG_INCONSISTENT, message), None
 
 
 def check_held(repo: LogRepo, held: Checkpoint) -> list[VerifyProblem]:
@@ -252,14 +282,20 @@ def _held_start(
     index decides which rows below it matter. A row whose columns are not its record is named (and read
     from its record); so is each stored full tile below it, at every level, that is not the tile the
     records build (``_unlike_stored``: compared as the pages complete them; named once the records give
-    the held root, as ``TileTree`` names it: ``_stored_tile_problem``) — never read for the tree. None
-    (with the problem named) when the log is not consistent with the checkpoint or an entry below it
-    cannot be carried over."""
+    the held root, as ``TileTree`` names it: ``_stored_tile_problem``) — never read for the tree. A stored
+    tile that made the tiles' root differ from the held one is named by the consistency check
+    (``_consistency``: ``tile-mismatch``, as a full verify and the readers name it, once), and the records
+    decide whether the log is the checkpoint's. None (with the problem named) when the log is not
+    consistent with the checkpoint or an entry below it cannot be carried over."""
     s = since.size
     with repo.read(snapshot=True) as conn:
-        current = _consistent(repo, conn, since, problems, "the held checkpoint")
-        if current is None:
-            return None
+        current, problem, named = _consistency(repo, conn, since, "the held checkpoint")
+        if problem is not None:
+            problems.append(problem)
+            if named is None:
+                return None
+            # a stored tile gave another root (named): the records below decide whether the log is the
+            # checkpoint's, as a full verify decides it (the tree is built from them, never the tiles)
         builder, source = TileBuilder(), repo.tile_source(conn)
         chain, last_at, key_rows = GENESIS_PREV, None, []
         suspects: list[Tile] = []  # the full tiles built below it whose stored tile is not the same
@@ -296,7 +332,11 @@ def _held_start(
             return None
         # the records hash to the held root: a stored tile below it that is not their tile is named (one a
         # C2SP client reads, ``/tile/…``, ``ledger tiles export``); the tree was not read from it
-        problems.extend(p for t in suspects if (p := _stored_tile_problem(source, s, t)) is not None)
+        problems.extend(
+            p
+            for t in suspects
+            if (t.level, t.index) != named and (p := _stored_tile_problem(source, s, t)) is not None
+        )
         try:  # the records the held root proves: their keys and log time are the checkpoint's
             ring = replay_keys(Keyring(), key_rows, s)
             at = parse_time(last_at) if last_at is not None else None
@@ -357,22 +397,23 @@ class _BuiltBelow:
 
 def _stored_tile_problem(source: TileSource, size: int, tile: Tile) -> VerifyProblem | None:
     """The problem of the stored tile ``tile.level``/``tile.index`` below a held checkpoint when it is not
-    ``tile`` (a suspect of ``_unlike_stored``), as ``TileTree`` names it (``ChainBrokenError``: "stored
+    ``tile`` (a suspect of ``_unlike_stored``), as ``TileTree`` names it (``TileMismatchError``: "stored
     tile L/NNN is not the log's", or "is no tile"): its hashes against its stored root, then against the
     hashes ``tile`` was built with (``_BuiltBelow``) — one of them fails when it is not ``tile``. None when
-    it is ``tile``, or not stored."""
+    it is ``tile``, or not stored. Named at the tile's last leaf, as a full verify names it (``_tree``)."""
     level, index = tile.level, tile.index
     try:
         TileTree(_BuiltBelow(source, tile), size, strict=True).tile(level, index)
         stored = source.tiles(level, index, index + 1).get(index)
         root = source.roots(level, index, index + 1).get(index)
     except LedgerError as e:
-        return VerifyProblem(e.code, e.message)
+        return VerifyProblem(e.code, e.message, seq=tile.last_seq)
     if (stored, root) in ((None, None), (tile.hashes, tile.root)):
         return None
     return VerifyProblem(  # unreachable while ``TileTree`` checks both: fail closed all the same
-        Problem.CHAIN_BROKEN,
+        Problem.TILE_MISMATCH,
         f"stored tile {level}/{tile_path(index)} is not the tile the records below the held checkpoint give",
+        seq=tile.last_seq,
     )
 
 
@@ -621,7 +662,7 @@ def _in_order(
                     problems.append(
                         VerifyProblem(
                             Problem.TILE_MISMATCH,
-                            f"stored tile {level}/{idx} names leaf {last_seq}, not its last "
+                            f"stored tile {level}/{tile_path(idx)} names leaf {last_seq}, not its last "
                             f"({tile_last_seq(level, idx)})",
                             seq=last_seq,
                         )
@@ -661,7 +702,7 @@ def _tree(
                         problems.append(
                             VerifyProblem(
                                 Problem.TILE_MISMATCH,
-                                f"stored tile {level}/{idx} is not the log's "
+                                f"stored tile {level}/{tile_path(idx)} is not the log's "
                                 "(proofs from it would not verify)",
                                 seq=seq,
                                 id=entry_id,

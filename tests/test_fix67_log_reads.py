@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from ledger.api.app import create_app
 from ledger.api.settings import ApiSettings
 from ledger.db import LOG_TABLES
-from ledger.errors import ChainBrokenError, ConfigError, LogInconsistentError
+from ledger.errors import ChainBrokenError, ConfigError, LogInconsistentError, TileMismatchError
 from ledger.log import Checkpoint, MerkleTree, merkle_root
 from ledger.service import Ledger
 from ledger.tiles import TILE_WIDTH
@@ -274,11 +274,12 @@ def test_a_tile_rewritten_with_a_matching_root_is_not_served(log600: Log) -> Non
 
 
 def test_a_held_checkpoint_over_a_tile_root_edited_names_the_tile(log600: Log) -> None:
-    """``_refuse_fork``'s refusal named no tile ("does not extend the checkpoint this home holds")."""
+    """``_refuse_fork``'s refusal named no tile ("does not extend the checkpoint this home holds"); it is
+    the tile's own ``tile-mismatch`` now (fix137: one name for one bad tile, whoever meets it)."""
     led = log600.led
     led.home.hold_checkpoint(led.signed_checkpoint().note)
     log600.edit("UPDATE tiles SET root = ? WHERE level = 0 AND idx = 1", bytes(32))
-    with pytest.raises(LogInconsistentError, match="stored tile 0/001 is not the log's"):
+    with pytest.raises(TileMismatchError, match="stored tile 0/001 is not the log's"):
         led.signed_checkpoint()
 
 
@@ -293,7 +294,7 @@ def test_a_tile_root_and_hashes_rewritten_under_a_held_checkpoint_names_the_tile
         "UPDATE tiles SET hashes = ?, root = ? WHERE level = 0 AND idx = 0", bytes(hashes), merkle_root(rows)
     )
     with pytest.raises(
-        LogInconsistentError, match="stored tile 0/000 is not the log's: its hash 0 is not the leaf of seq 0"
+        TileMismatchError, match="stored tile 0/000 is not the log's: its hash 0 is not the leaf of seq 0"
     ):
         led.checkpoint()
 

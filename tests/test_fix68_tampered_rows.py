@@ -302,9 +302,9 @@ def test_tile_hashes_stored_as_text_name_the_tile(log302: Log) -> None:
     log302.edit("UPDATE tiles SET hashes = zeroblob(32) || substr(hashes, 33) WHERE level = 0 AND idx = 0")
     report = log302.led.verify(artifacts=False, workers=1)
     assert [p.code for p in report.problems] == ["tile-mismatch"], report.problems
-    assert "stored tile 0/0 " in report.problems[0].message
+    assert "stored tile 0/000 " in report.problems[0].message
     held = log302.led.verify(artifacts=False, workers=1, since=log302.held, anchor=False)
-    assert [p.code for p in held.problems] == ["chain-broken"], held.problems
+    assert [p.code for p in held.problems] == ["tile-mismatch"], held.problems  # one name (fix137)
     assert "stored tile 0/000" in held.problems[0].message
     audit = log302.led.audit()
     assert any("stored tile 0/000" in p["message"] for p in audit.problems), audit.problems
@@ -341,7 +341,7 @@ def test_a_stored_tile_with_edited_hashes_is_refused_naming_the_tile(
         led.entry_bundle(0)
     assert "record was rewritten" not in bundle.value.message
     report = led.verify(artifacts=False, workers=1, since=log.held, anchor=False)
-    assert [p.code for p in report.problems] == ["chain-broken"], report.problems
+    assert [p.code for p in report.problems] == ["tile-mismatch"], report.problems  # one name (fix137)
     assert "stored tile 0/000" in report.problems[0].message
     assert led.tile(0, 1, 46)  # the partial tile beside it reads the leaves: served
     led.close()
@@ -366,7 +366,8 @@ def test_a_tile_root_edited_is_named_by_verify_from(log302: Log) -> None:
     hash to root …" (an entry rewritten); it names the tile. Reading the tile is refused too."""
     log302.edit("UPDATE tiles SET root = zeroblob(32) WHERE level = 0 AND idx = 0")
     report = log302.led.verify(artifacts=False, workers=1, since=log302.held, anchor=False)
-    assert [p.code for p in report.problems] == ["log-inconsistent"], report.problems
+    # the tile's own name, as a full verify and the readers name it (fix137: it was log-inconsistent)
+    assert [p.code for p in report.problems] == ["tile-mismatch"], report.problems
     assert "stored tile 0/000 is not the log's" in report.problems[0].message
     with pytest.raises(ChainBrokenError, match="stored tile 0/000"):
         log302.led.tile(0, 0)

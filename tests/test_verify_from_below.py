@@ -310,7 +310,8 @@ def test_stored_tile_with_edited_hashes_below_the_held_checkpoint_is_named_by_ve
     _tile_hash_zeroed(home, 1, 44)  # tile 0/001: seqs 256 .. 511, all below the checkpoint (601)
     report = _verify(home, template.held)
     [(seq, code, message)] = _problems(report)
-    assert (seq, code) == (None, "chain-broken")
+    # one name, at the tile's last leaf, as a full verify names it (fix137: it was ``chain-broken`` here)
+    assert (seq, code) == (511, "tile-mismatch")
     assert message.startswith("stored tile 0/001 is not the log's: its 256 hashes do not hash to its stored")
     # the tree is the records', not the tile's: the entries after the checkpoint were still checked
     assert report.size == SIZE and report.checked_from == HELD
@@ -321,16 +322,22 @@ def test_stored_tile_rewritten_with_its_root_below_the_held_checkpoint_is_named_
     template: Template, home: Path
 ) -> None:
     """Neighbour: tile 0/000's hash 7 and its root rewritten to match (the tile consistent by itself); the
-    level-1 hash above it is computed from the stored root, so the held root differs: the log is not the
-    checkpoint's (named from the tiles), no tile is read for the tree."""
+    level-1 hash above it is computed from the stored root, so the root the tiles give differs from the
+    held one: the tile is named (``tile-mismatch``, once, as a full verify names it — fix137: it was
+    ``log-inconsistent``), and the records below, which still give the held root, are carried over (no
+    tile is read for the tree)."""
     _tile_hash_zeroed(home, 0, 7)
     conn = sqlite3.connect(home / "ledger.db")
     hashes = conn.execute("SELECT hashes FROM tiles WHERE level = 0 AND idx = 0").fetchone()[0]
     conn.close()
     _edit(home, "UPDATE tiles SET root = ? WHERE level = 0 AND idx = 0", _merkle_root(hashes))
     report = _verify(home, template.held)
-    assert [str(p.code) for p in report.problems] == ["log-inconsistent"], report.problems
-    assert "stored tile 0/000 is not the log's" in report.problems[0].message
+    assert [(p.seq, str(p.code)) for p in report.problems] == [(255, "tile-mismatch")], report.problems
+    assert report.problems[0].message.startswith(
+        "stored tile 0/000 is not the log's: its hash 7 is not the leaf of seq 7"
+    )
+    assert report.size == SIZE and report.checked_from == HELD
+    assert [(p.seq, str(p.code)) for p in _verify(home, None).problems] == [(255, "tile-mismatch")]
 
 
 def test_stored_tile_hashes_mistyped_below_the_held_checkpoint_are_named_and_its_neighbour_is_not(
@@ -341,7 +348,7 @@ def test_stored_tile_hashes_mistyped_below_the_held_checkpoint_are_named_and_its
     _edit(home, "UPDATE tiles SET hashes = 5 WHERE level = 0 AND idx = 1")
     report = _verify(home, template.held)
     [(seq, code, message)] = _problems(report)
-    assert (seq, code) == (None, "chain-broken")
+    assert (seq, code) == (511, "tile-mismatch")
     assert message.startswith("stored tile 0/001 is 1 bytes, not 8192")
 
 
@@ -422,13 +429,13 @@ def test_level_1_tile_edited_below_the_held_checkpoint_is_named(level1: _Tiles) 
     hashes, root = src.stored[(1, 0)]
     src.stored[(1, 0)] = (_replace(hashes, 7, bytes(32)), root)
     [(code, message)] = _named(src)
-    assert code == "chain-broken"
+    assert code == "tile-mismatch"
     assert message.startswith("stored tile 1/000 is not the log's: its 256 hashes do not hash to its stored")
     # rewritten with its root (consistent by itself): named against the roots of the tiles below it
     edited = _replace(hashes, 7, bytes(32))
     src.stored[(1, 0)] = (edited, _merkle_root(edited))
     [(code, message)] = _named(src)
-    assert code == "chain-broken"
+    assert code == "tile-mismatch"
     assert message.startswith(
         "stored tile 1/000 is not the log's: its hash 7 is not the root of stored tile 0/007"
     )
@@ -448,7 +455,7 @@ def test_level_0_tile_under_a_level_1_tile_rewritten_below_the_held_checkpoint_i
     edited = _replace(hashes, 200, bytes(32))
     src.stored[(0, 9)] = (edited, _merkle_root(edited))
     [(code, message)] = _named(src)
-    assert code == "chain-broken"
+    assert code == "tile-mismatch"
     assert message.startswith(
         f"stored tile 0/009 is not the log's: its hash 200 is not the leaf of seq {9 * 256 + 200}"
     )
@@ -463,7 +470,7 @@ class _NoTileAt(_Tiles):
 
     def tiles(self, level: int, lo: int, hi: int) -> dict[int, bytes]:
         if level == 0 and lo <= self.bad < hi:
-            tile_bytes(0, self.bad, "text")  # raises ChainBrokenError naming the tile
+            tile_bytes(0, self.bad, "text")  # raises TileMismatchError naming the tile
         return super().tiles(level, lo, hi)
 
 
@@ -473,7 +480,7 @@ def test_stored_tile_that_is_no_tile_below_the_held_checkpoint_is_named_alone(le
     src = _NoTileAt.__new__(_NoTileAt)
     src.leaf_list, src.built, src.stored = level1.leaf_list, level1.built, dict(level1.stored)
     assert _named(src) == [
-        ("chain-broken", "stored tile 0/005 is no tile (its stored value is str, not bytes): the database's "
+        ("tile-mismatch", "stored tile 0/005 is no tile (its stored value is str, not bytes): the database's "
          "hash tiles were edited behind the log's back"),
     ]  # fmt: skip
 
