@@ -3,10 +3,11 @@
 The template (``campaigns/templates/<engine>-gpu.toml``) keeps what the policy pins — the corpora, their
 digests and the approved benchmark spec — and the gate ladder; this fills in the campaign id, the host the
 campaign runs on (the subject ``host``, what a deployment file names), the model (a local path, or a Hugging
-Face repo id looked up in the HF cache), the engine's interpreter and the GPUs. Values are written as TOML
-basic strings (any Unicode but the control characters, which are escaped) and arrays, the template's comments
-stay, and the result is parsed and loaded by the campaign loader (strictly, as ``ledger collect run`` loads
-it) before it is written: text that is no TOML is a ConfigError, never a traceback.
+Face repo id looked up in the HF cache), the engine's interpreter and the GPUs — or, with ``cpu``, a
+CPU-only host (no GPU required, ``CPU_MIN_DISK_FREE_GIB`` free, no GPU option in the engine command). Values
+are written as TOML basic strings (any Unicode but the control characters, which are escaped) and arrays, the
+template's comments stay, and the result is parsed and loaded by the campaign loader (strictly, as ``ledger
+collect run`` loads it) before it is written: text that is no TOML is a ConfigError, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from ledger.collectors.campaign import Campaign, load_campaign
 from ledger.collectors.corpus import corpus_digest
 from ledger.errors import ConfigError, InputError
 
-__all__ = ["ENGINES", "TEMPLATES", "campaign_id", "init_campaign", "parse_gpus", "render_campaign"]
+__all__ = [
+    "CPU_MIN_DISK_FREE_GIB",
+    "ENGINES",
+    "TEMPLATES",
+    "campaign_id",
+    "init_campaign",
+    "parse_gpus",
+    "render_campaign",
+]
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "campaigns" / "templates"
 # engine → (template file, the interpreter variable it names)
@@ -30,6 +39,15 @@ ENGINES: dict[str, tuple[str, str]] = {
     "vllm": ("vllm-gpu.toml", "VLLM_PYTHON"),
     "llamacpp": ("llamacpp-gpu.toml", "LLAMACPP_PYTHON"),
 }
+# ``--cpu``: the host gate's disk minimum on a CPU-only host (the GPU templates ask 20 GiB), as the shipped
+# CPU campaigns (campaigns/*-cpu.toml) ask
+CPU_MIN_DISK_FREE_GIB = 1
+# ``--cpu``: the engine options that name a GPU, dropped (llama.cpp: layers offloaded to the GPU) or set for
+# the CPU (vLLM's CPU backend reads --gpu-memory-utilization as the share of host memory it reserves: the GPU
+# template's 0.85 leaves too little for anything else; 0.5 is the value its own start-up error proposes)
+_CPU_DROP = {"llamacpp": ("--n_gpu_layers", "--n-gpu-layers")}
+_CPU_SET = {"vllm": ("--gpu-memory-utilization", "0.5")}
+_CPU_ENV = {"vllm": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}}
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
@@ -156,13 +174,42 @@ def _set(lines: list[str], section: str, key: str, value: Any, *, after: str | N
     except ValueError:
         raise ConfigError(f"template has no [{section}] section") from None
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
-    line = f"{key} = {value}" if isinstance(value, _Raw) else f"{key} = {_toml(value)}"
+    new = _assignment(key, value)
     found = _span(lines, start + 1, end, key)
     if found is not None:
-        lines[found[0] : found[1] + 1] = [line]
+        # a comment line inside a multi-line value stays, above the value written anew
+        notes = [x.strip() for x in lines[found[0] + 1 : found[1] + 1] if x.lstrip().startswith("#")]
+        lines[found[0] : found[1] + 1] = [*notes, *new]
         return
     prev = _span(lines, start + 1, end, after) if after is not None else None
-    lines.insert(prev[1] + 1 if prev is not None else start + 1, line)
+    at = prev[1] + 1 if prev is not None else start + 1
+    lines[at:at] = new
+
+
+_WIDTH = 110
+
+
+def _assignment(key: str, value: Any) -> list[str]:
+    """The lines of ``key = value``: an array too wide for one line wrapped, items aligned after ``[``."""
+    if isinstance(value, _Raw):
+        return [f"{key} = {value}"]
+    line = f"{key} = {_toml(value)}"
+    if not isinstance(value, list) or len(line) <= _WIDTH:
+        return [line]
+    items = [_toml(v) for v in value]
+    indent = " " * (len(key) + 4)
+    out: list[str] = []
+    current = f"{key} = ["
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "]")
+        if current.endswith("["):
+            current += piece
+        elif len(current) + 1 + len(piece) > _WIDTH:
+            out.append(current)
+            current = indent + piece
+        else:
+            current += " " + piece
+    return [*out, current]
 
 
 class _Raw(str):
@@ -178,6 +225,35 @@ def _command(lines: list[str]) -> list[str]:
     return list(command)
 
 
+def _inline_table(env: dict[str, str]) -> _Raw:
+    return _Raw("{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in env.items()) + " }")
+
+
+def _cpu_command(engine: str, command: list[str]) -> list[str]:
+    """The template's engine command for a CPU-only host: the GPU options dropped or set (``_CPU_DROP``,
+    ``_CPU_SET``), each as ``--flag value`` or ``--flag=value``."""
+    drop = _CPU_DROP.get(engine, ())
+    setting = _CPU_SET.get(engine)
+    out: list[str] = []
+    found = False
+    i = 0
+    while i < len(command):
+        flag, eq, _value = command[i].partition("=")
+        if flag in drop or (setting is not None and flag == setting[0]):
+            if not eq and i + 1 >= len(command):
+                raise ConfigError(f"the template's engine command ends with {flag} and no value")
+            if setting is not None and flag == setting[0]:
+                out += setting
+                found = True
+            i += 1 if eq else 2
+            continue
+        out.append(command[i])
+        i += 1
+    if setting is not None and not found:
+        out += setting
+    return out
+
+
 def render_campaign(
     engine: str,
     model: str,
@@ -186,10 +262,18 @@ def render_campaign(
     gpus: list[int] | None = None,
     python: str | None = None,
     campaign: str | None = None,
+    cpu: bool = False,
 ) -> str:
-    """The campaign TOML text (not yet validated: :func:`init_campaign` loads it before writing)."""
+    """The campaign TOML text (not yet validated: :func:`init_campaign` loads it before writing). ``cpu``:
+    for a host without GPUs — the host gate requires none and asks ``CPU_MIN_DISK_FREE_GIB`` free, the
+    engine command names no GPU option; it excludes ``gpus``."""
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
+    if cpu and gpus is not None:
+        raise InputError(
+            "--cpu and --gpus exclude each other: --cpu is a host whose engine uses no GPU",
+            hint="drop --gpus for a CPU-only host, or --cpu to use those GPUs",
+        )
     if not _HOST.fullmatch(host):
         raise InputError(f"--host {host!r} is not a host name (letters, digits, '.', '-', '_')")
     template_name, python_var = ENGINES[engine]
@@ -205,7 +289,12 @@ def render_campaign(
     cid = campaign if campaign is not None else campaign_id(engine, name, host)
     _set(lines, "campaign", "id", cid)
     _set(lines, "campaign", "host", host, after="id")
-    _set(lines, "campaign", "description", f"{engine} + {name} on {host}: bounded qualification")
+    _set(
+        lines,
+        "campaign",
+        "description",
+        f"{engine} + {name} on {host}" + (", CPU only" if cpu else "") + ": bounded qualification",
+    )
     _set(lines, "model", "path", model_path)
     if model_name is not None:
         _set(lines, "model", "name", model_name, after="path")
@@ -220,11 +309,18 @@ def render_campaign(
         env = {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         if engine == "vllm":
             env["HF_HUB_OFFLINE"] = "1"
-        table = "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in env.items()) + " }"
-        _set(lines, "engine", "env", _Raw(table), after="command")
+        _set(lines, "engine", "env", _inline_table(env), after="command")
         command = _command(lines)
         if engine == "vllm" and len(gpus) > 1 and "--tensor-parallel-size" not in command:
             _set(lines, "engine", "command", [*command, "--tensor-parallel-size", str(len(gpus))])
+    if cpu:
+        _set(lines, "gates.host", "require_gpu", _Raw("false"))
+        _set(lines, "gates.host", "min_disk_free_gib", CPU_MIN_DISK_FREE_GIB)
+        _set(lines, "engine", "command", _cpu_command(engine, _command(lines)))
+        if engine in _CPU_ENV:
+            template_env = _section(lines, "engine", template_name).get("env", {})
+            env = {**(template_env if isinstance(template_env, dict) else {}), **_CPU_ENV[engine]}
+            _set(lines, "engine", "env", _inline_table(env), after="command")
     # the pinned corpora by absolute path: the file works wherever it is written
     for gate in ("semantic", "benchmark"):
         section = f"gates.{gate}"
@@ -235,7 +331,7 @@ def render_campaign(
             if corpus_digest(path) != data.get("digest"):
                 raise ConfigError(f"template {template}: {section} corpus {path} is not the pinned one")
             _set(lines, section, "corpus", str(path))
-    gpu_text = f" --gpus {','.join(str(g) for g in gpus)}" if gpus is not None else ""
+    gpu_text = f" --gpus {','.join(str(g) for g in gpus)}" if gpus is not None else " --cpu" if cpu else ""
     header = [
         _comment(
             f"# Written by `ledger campaign init --engine {engine} --model {model} --host {host}{gpu_text}`"
@@ -264,6 +360,7 @@ def init_campaign(
     gpus: list[int] | None = None,
     python: str | None = None,
     campaign: str | None = None,
+    cpu: bool = False,
 ) -> Campaign:
     """Render, load (as ``collect run`` would) and only then write the campaign file ``out`` (default:
     ``<campaign id>.toml`` in the current folder)."""
@@ -276,7 +373,7 @@ def init_campaign(
         out = Path(f"{cid}.toml")
     if out.exists() and not force:
         raise InputError(f"{out} exists; not overwritten", hint="pass --force to replace it")
-    text = render_campaign(engine, model, host, gpus=gpus, python=python, campaign=campaign)
+    text = render_campaign(engine, model, host, gpus=gpus, python=python, campaign=campaign, cpu=cpu)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".campaign-init-") as tmp:
         probe = Path(tmp) / out.name

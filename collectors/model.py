@@ -1,11 +1,14 @@
 """Model pins: every file of a model directory or HF cache snapshot hashed (BLAKE3 + SHA-256, one read),
 and, in an HF cache, each blob verified offline against its own name; a model named by one GGUF file is
-every split of its set (``gguf_split_set``), as llama.cpp loads it."""
+every split of its set (``gguf_split_set``), as llama.cpp loads it; every file a sharded-weights index
+(``*.index.json``: ``model.safetensors.index.json``, ``pytorch_model.bin.index.json`` …) names in its
+``weight_map`` must be a file of the folder (``check_weight_indexes``), as vLLM and transformers load it."""
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import mmap
 import os
 import re
@@ -13,7 +16,7 @@ import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ledger.canonical import canonical_bytes
@@ -25,6 +28,7 @@ __all__ = [
     "ModelListing",
     "ModelScan",
     "ModelSource",
+    "check_weight_indexes",
     "gguf_split_set",
     "git_blob_sha1",
     "list_files",
@@ -46,6 +50,14 @@ _GGUF_MAGIC = b"GGUF"
 # the header keys a split set is read by (gguf's Keys.Split names, the ones llama.cpp reads)
 _SPLIT_COUNT_KEY = "split.count"
 _SPLIT_NO_KEY = "split.no"
+# a sharded checkpoint's index (HF save_pretrained: ``model.safetensors.index.json``,
+# ``pytorch_model.bin.index.json``, ``diffusion_pytorch_model.safetensors.index.json``,
+# ``consolidated.safetensors.index.json`` …): its ``weight_map`` maps each tensor to the shard file holding
+# it, a name relative to the index's folder; vLLM refuses to start when one is missing
+_INDEX_SUFFIX = ".index.json"
+_WEIGHT_MAP_KEY = "weight_map"
+# an index lists tensor names (a few MB for the largest models): anything far larger is no index
+_INDEX_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -322,6 +334,74 @@ def _model_file(p: Path, problem: str | None = None, missing: str = "missing") -
     return FileCheck(p.name, p, st.st_size, None, problem=problem)
 
 
+def _weight_map_files(f: FileCheck) -> tuple[list[str], str | None]:
+    """The file names the weight index ``f`` maps tensors to (each once, in order of first mention), or why
+    it is no index that can be read: not JSON, no ``weight_map`` object, an empty one, a value that is not a
+    file name, or a name outside the folder (absolute, or with a ``..`` part: never looked up)."""
+    try:
+        with f.path.open("rb") as fh:
+            data = fh.read(_INDEX_MAX_BYTES + 1)
+    except OSError as e:
+        return [], f"cannot read this weight index: {e.strerror or e}"
+    if len(data) > _INDEX_MAX_BYTES:
+        return [], f"a weight index over {_INDEX_MAX_BYTES // (1024 * 1024)} MiB: not read as one"
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return [], f"not a weight index: not JSON ({str(e)[:200]})"
+    wm = doc.get(_WEIGHT_MAP_KEY) if isinstance(doc, dict) else None
+    if not isinstance(wm, dict):
+        return [], f"not a weight index: no {_WEIGHT_MAP_KEY} object naming the shard of each tensor"
+    if not wm:
+        return [], f"a weight index whose {_WEIGHT_MAP_KEY} names no shard"
+    names: dict[str, None] = {}
+    for tensor, value in wm.items():
+        if not isinstance(value, str) or not value or "\x00" in value:
+            return [], (
+                f"its {_WEIGHT_MAP_KEY} gives tensor {tensor[:200]!r} the shard {value!r:.200}, "
+                "not a file name"
+            )
+        if value.startswith("/") or ".." in PurePosixPath(value).parts:
+            return [], (
+                f"its {_WEIGHT_MAP_KEY} names the shard {value[:200]!r}, outside the model folder "
+                "(an absolute path or one with '..'); not looked up"
+            )
+        names.setdefault(value)
+    return list(names), None
+
+
+def check_weight_indexes(checks: list[FileCheck], root: Path) -> list[FileCheck]:
+    """Every sharded-weights index among ``checks`` (a file named ``*.index.json``) read: each file its
+    ``weight_map`` names, relative to the index's folder, must be a file of the listing — as vLLM refuses to
+    start ("Weight files referenced in index but missing") and transformers to load. An index that cannot be
+    read as one gets that as its problem; each named file the listing lacks is returned as a file of its own
+    with its problem (missing, or not a file the pin lists), as a missing GGUF split is. An index that
+    already has a problem (a link outside the folder, a blob that is not its name) is not read."""
+    listed = {c.rel for c in checks}
+    wanted: dict[str, list[str]] = {}
+    for c in checks:
+        if not c.rel.endswith(_INDEX_SUFFIX) or c.problem is not None:
+            continue
+        names, problem = _weight_map_files(c)
+        if problem is not None:
+            c.problem = problem
+            continue
+        folder = PurePosixPath(c.rel).parent
+        for name in names:
+            rel = (folder / name).as_posix()
+            wanted.setdefault(rel, []).append(c.rel)
+    out = []
+    for rel in sorted(wanted.keys() - listed):
+        by = " and ".join(wanted[rel])
+        p = root / rel
+        if os.path.lexists(p):
+            problem = f"named in the {_WEIGHT_MAP_KEY} of {by}, but not a file the pin lists; not read"
+        else:
+            problem = f"missing: {by} names it in its {_WEIGHT_MAP_KEY} (the engine loads every shard named)"
+        out.append(FileCheck(rel, p, 0, None, problem=problem))
+    return out
+
+
 @dataclass(frozen=True)
 class ModelListing:
     """What a pin lists of a model location: its files (``list_files``) and every folder walked to find
@@ -336,8 +416,10 @@ class ModelListing:
 
 def list_files(src: ModelSource) -> list[FileCheck]:
     """The files of a model location that a pin hashes, as ``scan_model`` lists them (links checked): every
-    file under a folder; for one file, the file and, where it is one split of a GGUF split set, every split
-    of the set (``gguf_split_set``) — the one listing the pin hashes and the end-of-job check lists again."""
+    file under a folder, and every shard a weight index there names that the folder lacks, listed missing
+    (``check_weight_indexes``); for one file, the file and, where it is one split of a GGUF split set, every
+    split of the set (``gguf_split_set``) — the one listing the pin hashes and the end-of-job check lists
+    again."""
     return list_model(src).files
 
 
@@ -395,6 +477,7 @@ def list_model(src: ModelSource) -> ModelListing:
                 checks.append(_check_file(p, rel, root, None))
             else:
                 checks.append(_check_file(p, rel, allowed, hf_blobs))
+    checks += check_weight_indexes(checks, src.root)
     return ModelListing(checks, folders)
 
 

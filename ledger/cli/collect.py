@@ -828,6 +828,14 @@ def campaign_init_cmd(
     gpus: Annotated[
         str | None, typer.Option(help="GPU indexes the engine uses, e.g. 0,1 (CUDA_VISIBLE_DEVICES).")
     ] = None,
+    cpu: Annotated[
+        bool,
+        typer.Option(
+            "--cpu",
+            help="A CPU-only host: the host gate requires no GPU (and a small disk minimum), the engine "
+            "command names no GPU option. Not with --gpus. Without it the host gate expects a GPU.",
+        ),
+    ] = False,
     python: Annotated[
         str | None, typer.Option(help="The engine's interpreter (default: $VLLM_PYTHON / $LLAMACPP_PYTHON).")
     ] = None,
@@ -839,17 +847,35 @@ def campaign_init_cmd(
     json_out: JsonOption = False,
 ) -> None:
     """Write a campaign file for ENGINE + MODEL on HOST from campaigns/templates, checked by the loader
-    `ledger collect run` uses; the corpora and the benchmark spec stay the ones the policy approves."""
+    `ledger collect run` uses; the corpora and the benchmark spec stay the ones the policy approves. Its
+    host gate requires a GPU unless --cpu."""
     from ledger.collectors.campaign_init import init_campaign
 
     gpu_list = _gpu_indexes(gpus) if gpus is not None else None
     c = init_campaign(
-        engine, model, host, out=out, force=force, gpus=gpu_list, python=python, campaign=campaign
+        engine, model, host, out=out, force=force, gpus=gpu_list, python=python, campaign=campaign, cpu=cpu
     )
+    host_gate = c.spec.gates.host
     if json_out:
-        print_json({"path": str(c.path), "campaign": c.id, "host": c.spec.campaign.host, "engine": engine})
+        print_json(
+            {
+                "path": str(c.path),
+                "campaign": c.id,
+                "host": c.spec.campaign.host,
+                "engine": engine,
+                "require_gpu": host_gate.require_gpu,
+                "min_disk_free_gib": host_gate.min_disk_free_gib,
+            }
+        )
     else:
-        sys.stdout.write(f"wrote {c.path} (campaign {c.id}); run it with: ledger collect run {c.path}\n")
+        device = (
+            "its host gate requires a GPU (on a CPU-only host: campaign init --cpu)"
+            if host_gate.require_gpu
+            else "its host gate requires no GPU"
+        )
+        sys.stdout.write(
+            f"wrote {c.path} (campaign {c.id}); {device}; run it with: ledger collect run {c.path}\n"
+        )
 
 
 def _gpu_indexes(text: str) -> list[int]:
