@@ -43,8 +43,11 @@ from pydantic import (
 )
 
 from ledger.answers import (
+    CONTEXT_DETAIL,
+    COUNTED_CONTENT,
     ENGINE_PROGRAMS,
     LAUNCHERS,
+    PROMPT_COUNTED,
     REFUSAL_CONTEXT,
     REFUSAL_OPTION_VALUE,
     REFUSAL_REQUEST_FORM,
@@ -1804,10 +1807,15 @@ def context_length(
     N_CTX in any case; none where the program cannot be told) in the environment the engine gets: ``env``
     (``launch_env`` of the campaign's ``env``: what the allow-list passes of this process's, then the
     campaign's), less what an ``env`` launcher in front of the engine unsets, then its NAME=VALUE items
-    (``Launch.engine_env``). None where neither gives one, where the last option gives a value read
-    otherwise (0, llama-server's "the model's own"; vLLM's -1, "auto", "1k"), where the variables give none
-    (two that differ, a value that is no whole number above 0), or an unset variable: the context is then
-    not known here, and nothing is judged by it. ``env`` None: only an option is read."""
+    (``Launch.engine_env``); where neither gives one, the program's own default where the record shows it
+    (``DEFAULT_CONTEXT``: llama-cpp-python's server, 2048, no settings file named — ``launch_context``'s
+    ``default``, as the policy's ``launched_context`` reads a launch: one reader end to end, so a request a
+    default launch cannot hold is sized and judged by the context the policy holds it to). None where none
+    of these gives one (llama-server's and vLLM's defaults are the model's own), where the last option
+    gives a value read otherwise (0, llama-server's "the model's own"; vLLM's -1, "auto", "1k"), where the
+    variables give none (two that differ, a value that is no whole number above 0), or an unset variable:
+    the context is then not known here, and nothing is judged by it. ``env`` None: only an option is read
+    (no default: what the engine's environment sets is not known)."""
     filled = values or _placeholders()
     try:
         launch = skip_launchers(argv, _program_name)
@@ -1817,7 +1825,7 @@ def context_length(
             engine_env = launch.engine_env(env, assigned)
         start = launch.program
         at_program = [_program_name(argv[start]), *argv[start + 1 :]] if start < len(argv) else []
-        return launch_context(kind, at_program, lambda v: _fill(v, filled), env=engine_env)
+        return launch_context(kind, at_program, lambda v: _fill(v, filled), env=engine_env, default=True)
     except ConfigError:  # ${VAR} that is not set: the launch refuses it
         return None
 
@@ -3161,10 +3169,17 @@ class CampaignRunner:
             if overflow is not None:
                 option, length, prompt, asked = overflow
                 gate = _GATE_OF_CHECK.get(str(payload.get("check")), "the probe's gate")
+                sized = details.get(CONTEXT_DETAIL)
+                lower = isinstance(sized, dict) and sized.get(PROMPT_COUNTED) == COUNTED_CONTENT
+                size = (
+                    f"at least {prompt} tokens (its text alone, by the engine's tokenizer)"
+                    if lower
+                    else f"{prompt} tokens as the engine counts them"
+                )
                 raise _GateFailed(
                     f"the {payload.get('check')} probe's request cannot fit the context length the campaign "
-                    f"launches the engine with ({option} {length}): its prompt is {prompt} tokens as the "
-                    f"engine counts them, and it asks max_tokens {asked} (the engine answered "
+                    f"launches the engine with ({option} {length}): its prompt is {size}, and it asks "
+                    f"max_tokens {asked} (the engine answered "
                     f"{payload.get('error')}): the campaign's configuration — raise {option} or lower "
                     f"[gates.{gate}] max_tokens",
                     evidence,

@@ -27,11 +27,16 @@ __all__ = [
     "CONTEXT_ENV",
     "CONTEXT_OPTIONS",
     "CONTEXT_PADDING",
+    "COUNTED_CONTENT",
+    "COUNTED_MESSAGES",
+    "COUNTED_USAGE",
     "CUT_FINISH_REASON",
     "DEFAULT_CONTEXT",
     "ENGINE_PROGRAMS",
     "HARNESS_REQUEST",
     "LAUNCHERS",
+    "PROMPT_COUNTED",
+    "PROMPT_COUNTS",
     "PYTHON_FLAGS",
     "PYTHON_VALUE_OPTIONS",
     "REFUSALS",
@@ -193,18 +198,48 @@ CONTEXT_DETAIL: Final = "context"
 # the probes whose record may show their request did not fit the campaign's context (``context_overflow``)
 _PROBES_SIZED = ("completion", "structured", "sequential")
 
+# The key of a context record (``context_record``) that says how its ``prompt_tokens`` were counted, and the
+# ways a collector counts them (``PROMPT_COUNTS``): each gives the tokens of the prompt the engine feeds its
+# model, or fewer — never more — so a count plus the request's max_tokens beyond the context shows the
+# request cannot fit it (``context_overflow``; a way not one of these, missing or mistyped, shows nothing):
+# * ``COUNTED_USAGE``: the ``usage.prompt_tokens`` of the engine's answer to the same messages with
+#   max_tokens 1 (its chat template applied): the prompt's own count;
+# * ``COUNTED_MESSAGES``: the engine's tokenizer given the messages, its chat template applied as its chat
+#   completions apply it (vLLM's ``POST /tokenize`` with ``messages``: the generation prompt added, no
+#   special tokens beyond the template's — its chat completions' defaults): the prompt's own count;
+# * ``COUNTED_CONTENT``: the engine's tokenizer given each message's content alone, stripped of the white
+#   space at its ends (a template may trim it), less the tokens it adds to any text (its count of the empty
+#   text: llama-cpp-python's BOS), summed — llama-cpp-python 0.3.36's ``POST /extras/tokenize`` tokenizes a
+#   text only, its server applies the chat template inside a completion alone. A lower bound: the template
+#   writes each content whole among text of its own (role markers, the generation prompt), which adds more
+#   tokens than a token joining a content's first or last characters to the text beside them can save.
+# Where the engine answers the sizing request (max_tokens 1), its usage is the count; the tokenizer is asked
+# only where it gives none (llama-cpp-python fails it too where the prompt alone overflows its --n_ctx).
+PROMPT_COUNTED: Final = "counted"
+COUNTED_USAGE: Final = "usage"
+COUNTED_MESSAGES: Final = "tokenize-messages"
+COUNTED_CONTENT: Final = "tokenize-content"
+PROMPT_COUNTS: Final = (COUNTED_USAGE, COUNTED_MESSAGES, COUNTED_CONTENT)
+
 
 def context_record(
-    option: str, length: int, prompt_tokens: int | None, sizing: tuple[int, str] | None = None
+    option: str,
+    length: int,
+    prompt_tokens: int | None,
+    sizing: tuple[int, str] | None = None,
+    counted: str = COUNTED_USAGE,
 ) -> dict[str, Any]:
     """What a probe records in ``details.context`` (``CONTEXT_DETAIL``) — a harness in its request's
     ``context`` — of the context its request had to fit: the engine's context option as the campaign's
     command gives it (``--n_ctx``, ``--ctx-size``, ``--max-model-len``), its value, and the prompt's tokens
     as the engine counted them (its answer's ``usage.prompt_tokens`` for the same messages with max_tokens
-    1; None where it gave none). ``sizing``: where the engine answered that sizing request with an error
-    status instead, that status and its error (``sizing``: a prompt the engine refuses with one token to
-    generate — llama-cpp-python's 400 "maximum context length is N tokens" — is read by ``refusal``)."""
+    1; None where it gave none) with how they were counted (``PROMPT_COUNTED``: ``counted``, one of
+    ``PROMPT_COUNTS``; None where nothing was counted). ``sizing``: where the engine answered that sizing
+    request with an error status instead, that status and its error (``sizing``: a prompt the engine
+    refuses with one token to generate — llama-cpp-python's 400 "maximum context length is N tokens" — is
+    read by ``refusal``)."""
     out: dict[str, Any] = {"option": option, "length": length, "prompt_tokens": prompt_tokens}
+    out[PROMPT_COUNTED] = counted if prompt_tokens is not None else None
     if sizing is not None:
         out[SIZING_REFUSED] = {"http_status": sizing[0], "error": sizing[1]}
     return out
@@ -790,13 +825,15 @@ def _whole(value: Any, least: int) -> int | None:
 def context_overflow(payload: Any) -> tuple[str, int, int, int] | None:
     """(option, context length, prompt tokens, max_tokens) where a probe's record shows its request cannot
     fit the context length the campaign launched the engine with: its prompt's tokens (as the engine counted
-    them) plus its own ``max_tokens`` exceed it (vLLM's rule: it refuses such a request with HTTP 400; an
-    engine that takes it may fail it — llama-cpp-python 0.3.36 answers HTTP 500 "could not broadcast input
-    array" where its --n_ctx is below the context llama.cpp rounded it up to). The campaign asked a request
-    its own context cannot hold: its configuration, not the engine's. None where the record does not show
-    that: ``details.context`` missing or not ``context_record``'s shape, a value that is no whole number
-    (a boolean, a text, a fraction; a length below 1, tokens below 0, max_tokens below 1), or a request that
-    fits (fail closed: the failure is judged as any other)."""
+    them, ``PROMPT_COUNTS``: the prompt's own count, or a lower bound of it) plus its own ``max_tokens``
+    exceed it (vLLM's rule: it refuses such a request with HTTP 400; an engine that takes it may fail it —
+    llama-cpp-python 0.3.36 answers HTTP 500 "could not broadcast input array" where its --n_ctx is below
+    the context llama.cpp rounded it up to). The campaign asked a request its own context cannot hold: its
+    configuration, not the engine's. None where the record does not show that: ``details.context`` missing
+    or not ``context_record``'s shape, a value that is no whole number (a boolean, a text, a fraction; a
+    length below 1, tokens below 0, max_tokens below 1), tokens counted in a way not known
+    (``PROMPT_COUNTED`` missing, mistyped or not one of ``PROMPT_COUNTS``: a count that may exceed the
+    prompt's shows nothing), or a request that fits (fail closed: the failure is judged as any other)."""
     if not isinstance(payload, Mapping):
         return None
     details = payload.get("details")
@@ -807,6 +844,9 @@ def context_overflow(payload: Any) -> tuple[str, int, int, int] | None:
     length, prompt = _whole(ctx.get("length"), 1), _whole(ctx.get("prompt_tokens"), 0)
     asked = _whole(payload.get("max_tokens"), 1)
     if not isinstance(option, str) or not option or length is None or prompt is None or asked is None:
+        return None
+    counted = ctx.get(PROMPT_COUNTED)
+    if not isinstance(counted, str) or counted not in PROMPT_COUNTS:
         return None
     return (option, length, prompt, asked) if prompt + asked > length else None
 

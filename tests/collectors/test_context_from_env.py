@@ -41,6 +41,8 @@ from .conftest import ensure_engine
 PY = ["{python}", "-m", "llama_cpp.server", "--model", "{model}", "--port", "{port}"]
 SERVER = ["llama-server", "-m", "{model}", "--port", "{port}"]
 VLLM = ["vllm", "serve", "{model}", "--port", "{port}"]
+# llama-cpp-python's server's own context where nothing sets one (fix 142: the collector reads it too)
+PY_DEFAULT = DEFAULT_CONTEXT["llama_cpp.server"]
 
 
 @pytest.fixture(autouse=True)
@@ -62,8 +64,8 @@ def test_context_set_through_the_env_is_read_by_the_collector() -> None:
 
 
 def test_context_env_of_the_other_program_is_not_read() -> None:
-    """llama-cpp-python reads no LLAMA_ARG_CTX_SIZE, llama-server no N_CTX."""
-    assert context_length("llamacpp", PY, env=launch_env({"LLAMA_ARG_CTX_SIZE": "512"})) is None
+    """llama-cpp-python reads no LLAMA_ARG_CTX_SIZE (it serves its own default), llama-server no N_CTX."""
+    assert context_length("llamacpp", PY, env=launch_env({"LLAMA_ARG_CTX_SIZE": "512"})) == PY_DEFAULT
     assert context_length("llamacpp", SERVER, env=launch_env({"N_CTX": "512"})) is None
     assert context_length("vllm", VLLM, env=launch_env({"N_CTX": "512", "LLAMA_ARG_CTX_SIZE": "512"})) is None
 
@@ -90,7 +92,7 @@ def test_context_option_wins_over_the_env() -> None:
 def test_context_env_var_the_allow_list_does_not_pass_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """N_CTX in the collector's own shell never reaches the engine (``inherited_env``); LLAMA_ARG_* does."""
     monkeypatch.setenv("N_CTX", "128")
-    assert context_length("llamacpp", PY, env=launch_env({})) is None
+    assert context_length("llamacpp", PY, env=launch_env({})) == PY_DEFAULT  # the server's own default
     monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "256")
     assert context_length("llamacpp", SERVER, env=launch_env({})) == ("LLAMA_ARG_CTX_SIZE", 256)
 
@@ -136,10 +138,10 @@ _UNKNOWN = ["/opt/bin/my-server", "--model", "{model}"]
 _ONE_READER = [
     # (kind, argv, campaign env, the context both read; None: not known)
     ("llamacpp", PY, {"N_CTX": "128"}, ("N_CTX", 128)),
-    ("llamacpp", PY, {"LLAMA_ARG_CTX_SIZE": "128"}, None),  # the failure: llama-server's variable
+    ("llamacpp", PY, {"LLAMA_ARG_CTX_SIZE": "128"}, PY_DEFAULT),  # the failure: llama-server's variable
     ("llamacpp", PY, {"LLAMA_ARG_CTX_SIZE": "256", "n_ctx": "128"}, ("n_ctx", 128)),
     ("llamacpp", [*PY, "--n_ctx", "64"], {"N_CTX": "128"}, ("--n_ctx", 64)),
-    ("llamacpp", [*PY, "--ctx-size", "64"], {}, None),  # llama-server's option: not llama-cpp-python's
+    ("llamacpp", [*PY, "--ctx-size", "64"], {}, PY_DEFAULT),  # llama-server's option: not llama-cpp-python's
     ("llamacpp", SERVER, {"LLAMA_ARG_CTX_SIZE": "512"}, ("LLAMA_ARG_CTX_SIZE", 512)),
     ("llamacpp", SERVER, {"N_CTX": "512"}, None),
     ("llamacpp", [*SERVER, "-c", "256"], {"N_CTX": "512"}, ("-c", 256)),
@@ -147,7 +149,7 @@ _ONE_READER = [
     ("vllm", [*VLLM, "--max-model-len", "256"], {"N_CTX": "128"}, ("--max-model-len", 256)),
     ("vllm", VLLM, {"LLAMA_ARG_CTX_SIZE": "512", "N_CTX": "512"}, None),
     ("llamacpp", _PYI, {"N_CTX": "128"}, ("N_CTX", 128)),  # interpreter options before -m
-    ("llamacpp", _PYI, {"LLAMA_ARG_CTX_SIZE": "128"}, None),
+    ("llamacpp", _PYI, {"LLAMA_ARG_CTX_SIZE": "128"}, PY_DEFAULT),
     ("llamacpp", ["{python}", "-Im", *PY[2:]], {"N_CTX": "128"}, ("N_CTX", 128)),
     ("llamacpp", _SCRIPT, {"N_CTX": "128", "LLAMA_ARG_CTX_SIZE": "128"}, None),  # cannot be told
     ("llamacpp", [*_SCRIPT, "--n_ctx", "64"], {}, ("--n_ctx", 64)),  # an option of the kind's programs
@@ -169,25 +171,16 @@ def test_collector_and_policy_context_agree_on_the_program_the_command_runs(
     recorded = {"engine": kind, "command": filled, "env": {**relevant_env(os.environ), **spec_env}}
     assert context_length(kind, filled, env=launch_env(spec_env)) == both
     assert context_length(kind, argv, env=launch_env(spec_env)) == both  # placeholders as written
-    assert launched_context(recorded) == _policys(both, filled)
-
-
-def _policys(collector: tuple[str, int] | None, filled: list[str]) -> tuple[str, int] | None:
-    """The policy's reading where the collector's is ``collector``: the same, or, where the collector knows
-    none and the command runs llama-cpp-python's server with nothing setting the context, the server's own
-    default (fix 136: the collector sizes its requests by what the campaign gives only)."""
-    if collector is None and _engine_program(filled) == "llama_cpp.server":
-        return DEFAULT_CONTEXT["llama_cpp.server"]
-    return collector
+    assert launched_context(recorded) == both
 
 
 @pytest.mark.parametrize(
     ("argv", "spec_env", "collector"),
     [
         (["env", "N_CTX=256", *PY], {}, ("N_CTX", 256)),
-        (["env", "LLAMA_ARG_CTX_SIZE=256", *PY], {}, None),  # the other program's, under a launcher too
+        (["env", "LLAMA_ARG_CTX_SIZE=256", *PY], {}, PY_DEFAULT),  # the other program's, under a launcher too
         (["taskset", "-c", "0", *PY], {"N_CTX": "128"}, ("N_CTX", 128)),
-        (["taskset", "-c", "0", *PY], {"LLAMA_ARG_CTX_SIZE": "128"}, None),
+        (["taskset", "-c", "0", *PY], {"LLAMA_ARG_CTX_SIZE": "128"}, PY_DEFAULT),
         (["nice", "-n", "5", *SERVER, "-c", "64"], {}, ("-c", 64)),
     ],
 )
@@ -202,7 +195,7 @@ def test_context_under_a_launcher_is_the_collectors_to_the_policy(
     ]
     recorded = {"engine": "llamacpp", "command": filled, "env": {**relevant_env(os.environ), **spec_env}}
     assert context_length("llamacpp", filled, env=launch_env(spec_env)) == collector
-    assert launched_context(recorded) == _policys(collector, filled)
+    assert launched_context(recorded) == collector
 
 
 @pytest.mark.parametrize(
