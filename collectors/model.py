@@ -1,8 +1,9 @@
 """Model pins: every file of a model directory or HF cache snapshot hashed (BLAKE3 + SHA-256, one read),
 and, in an HF cache, each blob verified offline against its own name; a model named by one GGUF file is
-every split of its set (``gguf_split_set``), as llama.cpp loads it; every file a sharded-weights index
-(``*.index.json``: ``model.safetensors.index.json``, ``pytorch_model.bin.index.json`` …) names in its
-``weight_map`` must be a file of the folder (``check_weight_indexes``), as vLLM and transformers load it."""
+every split of its set (``gguf_split_set``), as llama.cpp loads it; of a folder, every shard the engine
+would load must be a file of it (``check_weight_indexes``): each file named in the ``weight_map`` of a
+weight index vLLM reads in the model's own folder, and each shard of a set named by HF's shard naming where
+its format has no index there."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -50,12 +52,29 @@ _GGUF_MAGIC = b"GGUF"
 # the header keys a split set is read by (gguf's Keys.Split names, the ones llama.cpp reads)
 _SPLIT_COUNT_KEY = "split.count"
 _SPLIT_NO_KEY = "split.no"
-# a sharded checkpoint's index (HF save_pretrained: ``model.safetensors.index.json``,
-# ``pytorch_model.bin.index.json``, ``diffusion_pytorch_model.safetensors.index.json``,
-# ``consolidated.safetensors.index.json`` …): its ``weight_map`` maps each tensor to the shard file holding
-# it, a name relative to the index's folder; vLLM refuses to start when one is missing
-_INDEX_SUFFIX = ".index.json"
+# a sharded checkpoint's index (HF save_pretrained): its ``weight_map`` maps each tensor to the shard file
+# holding it, a name relative to the index's folder
 _WEIGHT_MAP_KEY = "weight_map"
+# The weight formats vLLM's default loader (DefaultModelLoader._prepare_weights, vLLM 0.32) loads from the
+# folder it is pointed at — the model's own folder, never a subfolder (a glob, not recursive) — each as a
+# file pattern and the index it reads there. --load-format auto is mistral where a consolidated*.safetensors
+# exists, else the first of *.safetensors, *.bin, *.pt the folder has; --load-format names one
+# (safetensors, mistral, npcache: *.bin, pt). A safetensors format reads its index when that is a file and
+# refuses to start when it names a file its glob did not find ("Weight files referenced in index but
+# missing"); without the index it loads every file of its pattern. *.bin and *.pt are loaded whole: vLLM
+# never reads pytorch_model.bin.index.json, but it is the one list of the .bin shards the checkpoint needs
+# (transformers reads it) — a shard it names that is missing fails vLLM's load all the same.
+_WEIGHT_FORMATS: tuple[tuple[str, str | None], ...] = (
+    ("consolidated*.safetensors", "consolidated.safetensors.index.json"),  # mistral
+    ("*.safetensors", "model.safetensors.index.json"),  # hf, safetensors (SAFE_WEIGHTS_INDEX_NAME)
+    ("*.bin", "pytorch_model.bin.index.json"),  # hf without safetensors, npcache (WEIGHTS_INDEX_NAME)
+    ("*.pt", None),  # pt, and hf's fall-back
+)
+# what vLLM leaves out of a *.bin / *.pt load (filter_files_not_needed_for_inference: a name ending so)
+_NOT_WEIGHTS = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
+# HF's shard naming (transformers' save_pretrained: ``model-00001-of-00003.safetensors``,
+# ``pytorch_model-00001-of-00003.bin``): with no index, a shard's name is what says which set it is one of
+_HF_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>[0-9]{5})-of-(?P<count>[0-9]{5})\.(?P<ext>safetensors|bin)$")
 # an index lists tensor names (a few MB for the largest models): anything far larger is no index
 _INDEX_MAX_BYTES = 64 * 1024 * 1024
 
@@ -370,34 +389,79 @@ def _weight_map_files(f: FileCheck) -> tuple[list[str], str | None]:
     return list(names), None
 
 
+def _weight_formats(names: Iterable[str]) -> list[tuple[str, str | None]]:
+    """The weight formats (``_WEIGHT_FORMATS``) the model's own folder holds files of, given the names of
+    the files directly in it (as vLLM's glob sees them: no hidden name, none it leaves out of a load): each
+    one the engine could load. The pin does not see the engine's command (its --load-format), so each of
+    them is read — fail closed — not only the one --load-format auto would pick."""
+    loadable = [n for n in names if not n.startswith(".") and not n.endswith(_NOT_WEIGHTS)]
+    return [
+        (pattern, index)
+        for pattern, index in _WEIGHT_FORMATS
+        if any(fnmatchcase(n, pattern) for n in loadable)
+    ]
+
+
 def check_weight_indexes(checks: list[FileCheck], root: Path) -> list[FileCheck]:
-    """Every sharded-weights index among ``checks`` (a file named ``*.index.json``) read: each file its
-    ``weight_map`` names, relative to the index's folder, must be a file of the listing — as vLLM refuses to
-    start ("Weight files referenced in index but missing") and transformers to load. An index that cannot be
-    read as one gets that as its problem; each named file the listing lacks is returned as a file of its own
-    with its problem (missing, or not a file the pin lists), as a missing GGUF split is. An index that
-    already has a problem (a link outside the folder, a blob that is not its name) is not read."""
+    """Every shard the engine would load from the folder ``checks`` lists must be a file of the listing, as
+    vLLM loads it (``_WEIGHT_FORMATS``): in the model's own folder only, for each weight format whose files
+    it holds (``_weight_formats``), the format's index is read — each file its ``weight_map`` names must be
+    a file of the listing (vLLM refuses to start, "Weight files referenced in index but missing") — and,
+    where the folder has no such index, each shard of a set named by HF's shard naming
+    (``…-00001-of-00003.safetensors``) must be there (the engine loads every file of the format and needs
+    the whole set). A folder that holds no weight file of any format has every index of it read: there is
+    nothing else the engine could load. An index the engine does not read — one in a subfolder (an adapter,
+    ``original/``), one of another name, or the index of a format the folder holds no file of (the
+    ``pytorch_model.bin.index.json`` that comes with a download of a repo's safetensors) — is not read and
+    fails nothing. An index read that cannot be read as one gets that as its problem; each file the listing
+    lacks is returned as a file of its own with its problem (missing, or not a file the pin lists), as a
+    missing GGUF split is. An index that already has a problem (a link outside the folder, a blob that is
+    not its name) is not read."""
     listed = {c.rel for c in checks}
+    top = [c.rel for c in checks if "/" not in c.rel]
+    formats = _weight_formats(top)
+    indexes = {index for _, index in (formats or _WEIGHT_FORMATS) if index is not None}
     wanted: dict[str, list[str]] = {}
     for c in checks:
-        if not c.rel.endswith(_INDEX_SUFFIX) or c.problem is not None:
+        if c.rel not in indexes or c.problem is not None:
             continue
         names, problem = _weight_map_files(c)
         if problem is not None:
             c.problem = problem
             continue
-        folder = PurePosixPath(c.rel).parent
         for name in names:
-            rel = (folder / name).as_posix()
+            rel = PurePosixPath(name).as_posix()
             wanted.setdefault(rel, []).append(c.rel)
+    # a format without its index is loaded whole: a set its shards' names give must be whole
+    in_set: dict[str, tuple[str, int, str | None]] = {}
+    for pattern, index in formats:
+        if index in listed:
+            continue
+        for name in top:
+            m = _HF_SHARD.match(name)
+            if m is None or not fnmatchcase(name, pattern) or name.startswith("."):
+                continue
+            no, count = int(m["no"]), int(m["count"])
+            if not 1 <= no <= count:
+                continue
+            for i in range(1, count + 1):
+                rel = f"{m['prefix']}-{i:05d}-of-{count:05d}.{m['ext']}"
+                in_set.setdefault(rel, (name, count, index))
     out = []
-    for rel in sorted(wanted.keys() - listed):
-        by = " and ".join(wanted[rel])
+    for rel in sorted((wanted.keys() | in_set.keys()) - listed):
         p = root / rel
-        if os.path.lexists(p):
-            problem = f"named in the {_WEIGHT_MAP_KEY} of {by}, but not a file the pin lists; not read"
+        if rel in wanted:
+            by = " and ".join(wanted[rel])
+            named = f"named in the {_WEIGHT_MAP_KEY} of {by}"
+            missing = f"missing: {by} names it in its {_WEIGHT_MAP_KEY} (the engine loads every shard named)"
         else:
-            problem = f"missing: {by} names it in its {_WEIGHT_MAP_KEY} (the engine loads every shard named)"
+            shard, count, index = in_set[rel]
+            named = f"one of the {count} shards of the set of {shard} (by its name)"
+            missing = (
+                f"missing: {shard} is one of {count} shards by its name and the folder has no {index} "
+                "(the engine loads every shard of the set)"
+            )
+        problem = f"{named}, but not a file the pin lists; not read" if os.path.lexists(p) else missing
         out.append(FileCheck(rel, p, 0, None, problem=problem))
     return out
 
@@ -416,7 +480,7 @@ class ModelListing:
 
 def list_files(src: ModelSource) -> list[FileCheck]:
     """The files of a model location that a pin hashes, as ``scan_model`` lists them (links checked): every
-    file under a folder, and every shard a weight index there names that the folder lacks, listed missing
+    file under a folder, and every shard the engine would load from it that the folder lacks, listed missing
     (``check_weight_indexes``); for one file, the file and, where it is one split of a GGUF split set, every
     split of the set (``gguf_split_set``) — the one listing the pin hashes and the end-of-job check lists
     again."""

@@ -8,7 +8,10 @@ Now every sharded-weights index the folder holds (a file named ``*.index.json``)
 a file of the pin with its problem, as a missing GGUF split is → the pin fails → NOT QUALIFIED —
 PREREQUISITES, and the engine never starts. An index that cannot be read as one (not JSON, no ``weight_map``,
 a value that is no file name, a name outside the folder) fails closed, naming the index. vLLM's own line is
-the ``model-files-corrupt`` signature (a shard that went after the pin)."""
+the ``model-files-corrupt`` signature (a shard that went after the pin).
+
+fix143 (audit 97 f1) narrowed which index is read to the ones vLLM reads — in the model's own folder, the
+index of each weight format the folder holds (``test_fix143_engine_reads_index.py``)."""
 
 from __future__ import annotations
 
@@ -87,19 +90,22 @@ def test_bin_index_naming_a_missing_shard_fails(tmp_path: Path) -> None:
     assert failure.startswith(f"{shards[1]}: missing: pytorch_model.bin.index.json names it")
 
 
-def test_index_in_a_subfolder_names_shards_beside_it(tmp_path: Path) -> None:
-    """Any ``*.index.json`` (a diffusers component's own): its names are read from its own folder."""
-    d = tmp_path / "m"
+def test_index_in_a_subfolder_is_not_read(tmp_path: Path) -> None:
+    """fix143: an index in a subfolder (a diffusers component's own) is not one vLLM reads — it loads the
+    model's own folder only: a shard it names that is missing fails nothing (the root's own index does)."""
+    d = _sharded(tmp_path / "m")
     shards = ("unet-1.safetensors", "unet-2.safetensors")
     _sharded(d / "unet", index="diffusion_pytorch_model.safetensors.index.json", shards=shards)
-    assert _failures(d) == []
     (d / "unet" / shards[0]).unlink()
+    assert _failures(d) == []
+    (d / S2).unlink()
     [failure] = _failures(d)
-    assert failure.startswith("unet/unet-1.safetensors: missing: unet/diffusion_pytorch_model.safetensors")
+    assert failure.startswith(f"{S2}: missing: {INDEX} names it")
 
 
 def test_two_indexes_naming_one_missing_shard_list_it_once(tmp_path: Path) -> None:
     d = _sharded(tmp_path / "m")
+    (d / "consolidated.safetensors").write_bytes(b"x" * 64)  # mistral's own file: its index is read (fix143)
     _index_text(d, {"weight_map": {"x": S2}}, "consolidated.safetensors.index.json")
     (d / S2).unlink()
     [failure] = _failures(d)
