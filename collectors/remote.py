@@ -777,9 +777,14 @@ class Spool:
         target file cannot be read: into ``bad/<the folder it was in>/`` with what belongs to it (an entry's
         ``.target`` and ``.refusal.json``, an artifact's ``.targets``), beside why (``<name>.bad.json``:
         ``problem``, where it was, when). Never deleted, never sent, no longer named by every push; a name
-        taken there already gets ``~2``, ``~3`` … after its stem. A link or FIFO is moved as it is, never
-        followed or opened. Returns where it went; ``FileNotFoundError`` when it is gone (a push beside this
-        one delivered it). Call it holding the spool's lock."""
+        taken there already by a file (it, or what belongs to it) gets ``~2``, ``~3`` … after its stem — a
+        ``.bad.json`` alone, whose file is gone (moved back by hand, or a push killed before it moved the
+        file), takes no name: it is stale (``bad_files``) and replaced. Why is written first, then the file
+        moved, then what belongs to it: a kill at any point leaves the file in the spool (beside at most a
+        stale note, which the next push replaces) or in ``bad/`` beside why — never lost, never twice. A
+        link or FIFO is moved as it is, never followed or opened. Returns where it went;
+        ``FileNotFoundError`` when it is gone (a push beside this one delivered it). Call it holding the
+        spool's lock."""
         if not os.path.lexists(path):
             raise FileNotFoundError(errno.ENOENT, "no longer in the spool", str(path))
         folder = self.bad_dir / path.parent.relative_to(self.root)
@@ -790,9 +795,7 @@ class Spool:
             stem = path.stem
             sidecars = [path.with_suffix(_TARGET), path.with_name(path.stem + _REFUSAL)]
         tag, n = stem, 1
-        while any(
-            os.path.lexists(folder / (tag + p.name[len(stem) :])) for p in (path, *sidecars)
-        ) or os.path.lexists(folder / (tag + path.name[len(stem) :] + _BAD)):
+        while any(os.path.lexists(folder / (tag + p.name[len(stem) :])) for p in (path, *sidecars)):
             n += 1
             tag = f"{stem}~{n}"
         dest = folder / (tag + path.name[len(stem) :])
@@ -818,12 +821,31 @@ class Spool:
         return dest
 
     def bad_files(self) -> list[Path]:
-        """What pushes quarantined (``quarantine``): each file in ``bad/``, beside why."""
-        found: list[Path] = []
+        """What pushes quarantined (``quarantine``) that is there still: each file in ``bad/`` (``lexists``:
+        a link, FIFO or folder moved as it was counts), named by its ``.bad.json`` or, without one, by the
+        form of the folder it came from (``*.json`` from ``entries/`` and ``refused/``; from ``artifacts/``
+        any name), never what belongs to a file (``.target``, ``.targets``, ``.refusal.json``). A
+        ``.bad.json`` whose file is gone is stale — the file was moved back by hand, or a push was killed
+        before it moved it (it is still in the spool) — and names nothing: not counted, holding no entry
+        (``bad_artifacts``), and left where it is (bad/ is never deleted from), to be replaced by the next
+        ``quarantine`` of that name."""
+        found: set[Path] = set()
         for folder in (self.entries_dir, self.refused_dir, self.artifacts_dir, self.refused_artifacts_dir):
             bad = self.bad_dir / folder.relative_to(self.root)
-            if bad.is_dir():
-                found += [bad / p.name[: -len(_BAD)] for p in bad.iterdir() if p.name.endswith(_BAD)]
+            if not bad.is_dir():
+                continue
+            artifacts = folder in (self.artifacts_dir, self.refused_artifacts_dir)
+            for p in bad.iterdir():
+                if p.name.endswith(_BAD):
+                    kept = bad / p.name[: -len(_BAD)]
+                    if os.path.lexists(kept):
+                        found.add(kept)
+                elif (
+                    not p.name.startswith(".")
+                    and not p.name.endswith((_TARGET, _TARGETS, _REFUSAL))
+                    and (artifacts or p.name.endswith(".json"))
+                ):
+                    found.add(p)
         return sorted(found)
 
     def bad_artifacts(self) -> dict[Digest, Path]:
