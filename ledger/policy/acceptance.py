@@ -806,6 +806,57 @@ def _job_log(job_entries: Iterable[Evidence], superseded: Container[str]) -> _Jo
     return out
 
 
+# the kinds of entries that, logged while a job was open, show the log that the job ran an engine: the
+# engine's launch (the collector records it when the run ends, before the job's terminal entry) and a probe
+# of it (the collector probes only the engine it launched; a launch that could not be recorded leaves these)
+RAN_ENGINE_KINDS = ("engine.launch", "health.probe")
+
+
+def job_ran_engine(
+    end: Evidence, entries: Iterable[Evidence], stands: Callable[[Evidence], bool] = lambda _: True
+) -> bool:
+    """Whether the terminal job entry ``end`` ended a run the log knows ran an engine — what a restoration
+    asks before ``end`` drops a failure as its gone engine's (``routing.check_routing_change``; fix 138).
+    Read from the log, never from ``end``'s claim. ``entries``: the job entries of ``end``'s campaign and
+    its entries of ``RAN_ENGINE_KINDS`` (any logged after ``end`` are not read), of which only those
+    ``stands`` holds for count — the caller's test of an entry it may stand on (trusted, not taken out),
+    asked only of the entries the answer depends on: the job's own entries, those of jobs started after its
+    run did, and, lazily, an entry of ``RAN_ENGINE_KINDS`` only where it would count.
+    ``end`` must be the entry that ended its job (``_job_log``: the job's first terminal entry logged after
+    a running entry of it, its campaign and ``job_id`` compared exactly — one logged before every running
+    entry of its job, or after the job had ended, ends no run), and the log must have taken an entry of
+    ``RAN_ENGINE_KINDS`` of that campaign while that run was open and before ``end`` (``_JobLog.open_at``:
+    the job the log knows an entry by, not the job it names). A job that never ran — an end naming a job the
+    log never saw start, one cancelled before it launched an engine — ended no engine; an end that names no
+    campaign, or no ``job_id`` text, names no job the log can place: False."""
+    campaign, job_id = end.subject.get("campaign"), end.payload.get("job_id")
+    if end.kind != "job" or not (isinstance(campaign, str) and campaign.strip() and isinstance(job_id, str)):
+        return False
+    prior = sorted(
+        (e for e in entries if e.seq < end.seq and e.subject.get("campaign") == campaign), key=lambda e: e.seq
+    )
+    key = _job_key(end)
+    own = [e for e in prior if e.kind == "job" and _job_key(e) == key]
+    if not any(e.payload.get("state") == "running" for e in own):
+        return False  # the log never saw the job start (nothing else need be read)
+    own = [e for e in own if stands(e)]
+    ended = _job_log([*own, end], ())
+    opened = next((s for _, s, t in ended.runs.get(campaign, []) if t is end), None)
+    if ended.ended.get(key) is not end or opened is None:
+        return False
+    # which job the log knows an entry by (``open_at``: of the runs open, the latest to start) is another
+    # job's only where that job started after this run did: only those jobs' entries are read besides its own
+    later = (e for e in prior if e.kind == "job" and _job_key(e) != key and e.seq > opened.seq and stands(e))
+    jobs = _job_log([*own, *later, end], ())
+    return any(
+        e.kind in RAN_ENGINE_KINDS
+        and e.seq > opened.seq
+        and jobs.open_at(campaign, e.seq) == job_id
+        and stands(e)
+        for e in prior
+    )
+
+
 def filter_evidence(
     snap: Snapshot,
     policy: LoadedPolicy,

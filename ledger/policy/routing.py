@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 from ledger.answers import refusal
 from ledger.canonical import float_as_stated, parse_json
 from ledger.devices import gpu_at, gpu_index, gpu_name, gpus_gone_at
-from ledger.entries import format_time, host_key, now_utc, parse_time
+from ledger.entries import format_time, host_key, misspelling_of, now_utc, parse_time, pin_bindings
 from ledger.errors import (
     EntryNotFoundError,
     InputError,
@@ -37,11 +37,13 @@ from ledger.policy.acceptance import (
     _counts_against,
     _host_gpu_events,
     _job_end,
+    _job_key,
     _named_events,
     _pci,
     _probe_failed,
     _run_end,
     _trust_problem,
+    job_ran_engine,
     render,
     taken_out,
     taken_out_text,
@@ -1142,7 +1144,8 @@ def _recorded_ends(entries: list[Evidence]) -> list[tuple[Evidence, datetime]]:
     (``acceptance.TERMINAL_STATES``), its ``ended_at`` never after the log took it (``acceptance._job_end``).
     Every such entry the log holds is read, trusted or not: the caller lets any of them take a passing
     probe's credit away, and only those still standing (trusted, not taken out) drop a failure
-    (``_before_end``'s ``by_claim``)."""
+    (``_before_end``'s ``by_claim``) — a job's terminal entry only where the log knows the job ran an engine
+    (``acceptance.job_ran_engine``: the end of a job that never ran restores nothing, fix 138)."""
     out: list[tuple[Evidence, datetime]] = []
     for x in entries:
         end = (
@@ -1425,6 +1428,42 @@ def check_routing_change(
         )
     )
     standing_ends: list[tuple[Evidence, datetime]] | None = None  # read at the first failed probe
+    ran: dict[str, bool] = {}  # by end entry: ``ran_engine``, asked once
+    stood: dict[str, bool] = {}  # by entry: ``usable``, read quietly, once
+    runs_of: dict[str, list[Evidence]] = {}  # by campaign: its job entries and launches, read once
+
+    def stands(x: Evidence) -> bool:
+        if x.id not in stood:
+            stood[x.id] = usable(x, quiet=True)
+        return stood[x.id]
+
+    def ran_engine(x: Evidence) -> bool:
+        # a launch ran an engine; a job's terminal entry ended one only where the log knows the job ran one
+        # (``acceptance.job_ran_engine``, from the campaign's entries that stand: a running entry before
+        # it, an engine launch or probe logged while that job was open) — a job that never ran restores
+        # nothing, so its end drops no failure (fix 138). Asked only of an end that would drop one; the
+        # campaign's launches first, its probes only where none counts (those logged since the job's
+        # running entries)
+        if x.kind != "job":
+            return True
+        campaign = x.subject.get("campaign")
+        if x.id not in ran and isinstance(campaign, str) and campaign.strip():
+            read = partial(_entries, ledger, subject={"campaign": campaign}, size=size, snap=snap)
+            if campaign not in runs_of:
+                runs_of[campaign] = read(kinds=("job", "engine.launch"))
+            found = runs_of[campaign]
+            jobs = [j for j in found if j.kind == "job"]
+            starts = [
+                j.logged_time
+                for j in jobs
+                if j.payload.get("state") == "running" and _job_key(j) == _job_key(x)
+            ]
+            ran[x.id] = job_ran_engine(x, found, stands) or (
+                bool(starts)
+                and job_ran_engine(x, [*jobs, *read(kinds=("health.probe",), since=min(starts))], stands)
+            )
+        return ran.get(x.id, False)
+
     for e in _entries(
         ledger, subject=match, kinds=ROUTING_PROBE_KINDS, size=size, snap=snap, since=oldest, aliases=names
     ):
@@ -1465,6 +1504,7 @@ def check_routing_change(
                 why
                 for x, t in (standing_ends if failed and standing_ends is not None else ends)
                 if (why := _before_end(e, x, t, by_claim=not failed)) is not None
+                and (not failed or ran_engine(x))
             ),
             None,
         )
@@ -1924,6 +1964,59 @@ def _same_name(a: Any, b: Any) -> bool:
     return key is not None and key == model_key(b)
 
 
+# the binding key of the model revision a campaign ran: the one ``entries.pin_bindings`` gives a pin's
+# revision, the verdict's manifest binds and every launch records (the campaign runner binds launches with it)
+_REVISION = "model_revision"
+
+
+def _revisions_told(kind: str, payload: Mapping[str, Any]) -> tuple[set[str], str | None]:
+    """The model revisions an entry of a campaign says it ran, read as the verdict's manifest reads them
+    (``acceptance._manifest``): a job's approved spec (``spec.bindings``), a model pin (``entries.
+    pin_bindings``, the one reading of a pin) — and a launch's ``bindings``, which the bindings rules hold to
+    that manifest (``collect run`` binds the revision in the pin and each launch, never in the job's spec)
+    — and, where it binds one under a misspelled key (``entries.misspelling_of``: ``modelRevision``,
+    ``model_revison``), which key: a revision the manifest cannot read (None where it binds none)."""
+    if kind == "model.pin":
+        bound: Any = pin_bindings(payload)
+    elif kind == "job":
+        spec = payload.get("spec")
+        bound = spec.get("bindings") if isinstance(spec, Mapping) else None
+    elif kind == "engine.launch":
+        bound = payload.get("bindings")
+    else:
+        return set(), None
+    if not isinstance(bound, Mapping):
+        return set(), None
+    value = bound.get(_REVISION)
+    told = {value} if isinstance(value, str) and value.strip() else set()
+    misspelled = next((str(k) for k in bound if misspelling_of(str(k), (_REVISION,)) is not None), None)
+    return told, (f"{kind} binds {misspelled!r}, not {_REVISION!r}" if misspelled is not None else None)
+
+
+def _manifest_revision(
+    ledger: Ledger, result: Mapping[str, Any], told: set[str]
+) -> tuple[str | None, str | None]:
+    """The model revision the re-derived verdict's manifest binds (``result["manifest"]``), as (a revision,
+    why none can be read): a value its sources (the campaign's first job, the newest pin of its hosts) tell
+    (``_revisions_told``; ``told``: those the campaign's entries already told) is a revision; any other is
+    the manifest naming what it cannot read — a conflict between its spec and pin, a misspelled key — and
+    is no revision; (None, None) where it binds none."""
+    manifest = result.get("manifest") or {}
+    value = (manifest.get("bindings") or {}).get(_REVISION)
+    if not isinstance(value, str) or not value.strip():
+        return None, None
+    if value in told:
+        return value, None
+    for source in manifest.get("sources") or []:
+        try:
+            e = ledger.get(str(source))
+        except EntryNotFoundError:
+            continue
+        if value in _revisions_told(e.kind, e.statement.payload)[0]:
+            return value, None
+    return None, f"its manifest binds no {_REVISION} it can read: {value[:200]}"
+
+
 def _standing_failures(
     ledger: Ledger,
     policy: LoadedPolicy,
@@ -1945,8 +2038,21 @@ def _standing_failures(
     It is of the requested subject unless what it is judged to be says otherwise (derived, not read from
     labels alone): a host compares as a host name; a backend by the name the qualification's
     ``params.engine_names`` maps it to, its label or the engine its approved spec binds; a model by its
-    name (case and surrounding whitespace aside) or the model revision its spec binds, which the route's own
-    campaign binds too. A field it leaves untold is the requested one (fail closed).
+    name (case and surrounding whitespace aside) or by the model revision the route's own campaign binds
+    (``current``: its manifest's). Which revision a campaign ran is read as its verdict's manifest derives
+    it, never from its job's spec alone (``collect run`` binds the revision in its model pin and each
+    launch, not in the spec: a relabelled model's failure of the same bytes was not looked at, audit 96):
+    every revision its job's spec, its model pins and its launches bind (``_revisions_told``), then the one
+    its re-derived manifest binds (``_manifest_revision``). One of them the route's: the requested model
+    whatever its label. Where the route's campaign binds a revision and the campaign's label names another
+    model, it is another model only where it tells a revision and every one can be read and none is the
+    route's: where it tells none (a campaign stopped before it pinned its model), or binds one under a
+    misspelled key, or its manifest binds one it cannot read (a conflict between its spec and its pin),
+    which model it ran cannot be told and it is taken to be the requested one (fail closed: it is judged,
+    and a failure of it stands, its reason saying so). A field it leaves untold is the requested one (fail
+    closed). Only campaigns of the requested host and backend are judged beyond their entries' labels:
+    one of another model that tells another revision is not evaluated (a check does not judge every
+    campaign of a busy host again).
 
     It shows a failure when it is NOT QUALIFIED, or when a gate past the one that stopped its ladder fails
     on its evidence all the same (``failing_beyond_ladder``: a crash behind a missing host probe). The
@@ -1969,26 +2075,66 @@ def _standing_failures(
     if isinstance(machine, str) and machine.strip():
         want_hosts.add(host_key(machine))  # the machine the route's own campaign ran on
 
-    def same(field: str, told: dict[str, set[str]], bound_revisions: set[str]) -> bool:
-        """Whether a campaign that tells these values (labels, the engine, host and revision its spec binds,
-        what its verdict judged) may be of the requested ``field``: any told value is the requested one, or
-        none is told (fail closed: ``_hides_nothing``, the one reading)."""
+    def same(field: str, told: dict[str, set[str]]) -> bool:
+        """Whether a campaign that tells these values (labels, the engine and host its spec binds, what its
+        verdict judged) may be of the requested host or backend: any told value is the requested one, or
+        none is told (fail closed: ``_hides_nothing``, the one reading). A model: ``model_match``."""
         values = told.get(field, set())
         if field == "host":
             return _hides_nothing(values, lambda v: host_key(v) in want_hosts)
         if field == "backend":
             return _hides_nothing(values, lambda v: engine(v) == engine(match["backend"]))
-        by_revision = bool(revision) and revision in bound_revisions
-        return by_revision or _hides_nothing(values, lambda v: _same_name(v, match["model"]))
+        return _hides_nothing(values, lambda v: False)  # no other field is told: none hides anything
+
+    def of_subject(
+        told: dict[str, set[str]], ran: set[str], misread: list[str], *, derived: bool
+    ) -> str | None:
+        """None where the campaign is not of the requested subject (``same``, ``model_match``), else how it
+        is the requested model ("" by its name)."""
+        if not all(same(f, told) for f in match if f != "model"):
+            return None
+        return model_match(told, ran, misread, derived=derived) if "model" in match else ""
+
+    def model_match(
+        told: dict[str, set[str]], ran: set[str], misread: list[str], *, derived: bool
+    ) -> str | None:
+        """Whether a campaign that tells these model names, ran these model revisions (``_revisions_told``,
+        its manifest's) and binds a revision the manifest cannot read (``misread``: why) may be the
+        requested model: "" by its name (or none told: ``_hides_nothing``); else, where the route's
+        campaign binds a revision, a text saying why — it ran that revision, or which revision it ran
+        cannot be told (it tells none, or one it cannot read: fail closed); None where it is not. Before
+        its manifest is ``derived``, one telling revisions that differ may be the route's too: its
+        manifest may name their conflict (its spec and its pin disagree), no revision."""
+        names = told.get("model", set())
+        if _hides_nothing(names, lambda v: _same_name(v, match["model"])):
+            return ""
+        if not isinstance(revision, str) or not revision.strip():
+            return None  # the route's campaign binds no revision: its model is its name
+        labelled = f"labelled model {', '.join(sorted(names))}"
+        if revision in ran:
+            return f"{labelled}, it ran model revision {revision}, the one the route's campaign binds"
+        if misread or not ran or (not derived and len(ran) > 1):
+            why = "; ".join(misread[:3]) or "none of its entries binds one"
+            return (
+                f"{labelled}, which model revision it ran cannot be told ({why}): it may be the route's "
+                f"model (revision {revision})"
+            )
+        return None
 
     # every campaign the log took a job, launch or verdict of within the bound, whatever its labels say
-    # (a label left out or spelled otherwise hides nothing); by the time the log took it, not a claim
+    # (a label left out or spelled otherwise hides nothing); by the time the log took it, not a claim; and
+    # its model pins, for the revision they pin (a pin alone does not make a campaign a candidate)
     with ledger.repo.read() as conn:
         rows = ledger.repo.subject_kind_rows(
-            conn, {}, _CAMPAIGN_KINDS, size, logged_since=format_time(since - timedelta(seconds=1))
+            conn,
+            {},
+            (*_CAMPAIGN_KINDS, "model.pin"),
+            size,
+            logged_since=format_time(since - timedelta(seconds=1)),
         )
     told: dict[str, dict[str, set[str]]] = {}  # campaign -> field -> the values its entries tell
-    revisions: dict[str, set[str]] = {}
+    revisions: dict[str, set[str]] = {}  # campaign -> the model revisions its entries say it ran
+    unread: dict[str, list[str]] = {}  # campaign -> why a revision one of its entries binds cannot be read
     seen: dict[str, tuple[int, str]] = {}  # campaign -> the newest entry that names it (seq, id)
     for e in _parse_rows(rows):
         if not since <= e.logged_time <= when:
@@ -2003,6 +2149,12 @@ def _standing_failures(
             name = labels.get("campaign")
         if not isinstance(name, str) or not name.strip() or name == chosen:
             continue
+        told_revisions, misspelled = _revisions_told(e.kind, e.payload)
+        revisions.setdefault(name, set()).update(told_revisions)
+        if misspelled is not None and len(unread.setdefault(name, [])) < 3:
+            unread[name].append(f"{misspelled} (entry {e.id[:16]})")
+        if e.kind == "model.pin":
+            continue
         seen[name] = max(seen.get(name, (-1, "")), (e.seq, e.id))
         mine = told.setdefault(name, {})
         if e.kind != "verdict":
@@ -2015,9 +2167,12 @@ def _standing_failures(
             for f, key in (("host", "hostname"), ("backend", "engine")):
                 if isinstance(bound.get(key), str):
                     mine.setdefault(f, set()).add(bound[key])
-            if isinstance(bound.get("model_revision"), str):
-                revisions.setdefault(name, set()).add(bound["model_revision"])
-    candidates = [n for n in sorted(seen) if all(same(f, told[n], revisions.get(n, set())) for f in match)]
+
+    candidates = [
+        n
+        for n in sorted(seen)
+        if of_subject(told[n], revisions.get(n, set()), unread.get(n, []), derived=False) is not None
+    ]
     if not candidates:
         return []
     qual = load_policy(routing.qualification, policy.path.parent)
@@ -2038,10 +2193,16 @@ def _standing_failures(
         ):
             if isinstance(value, str):
                 full.setdefault(f, set()).add(value)
-        bound_revisions = set(revisions.get(name, set()))
-        if isinstance(bindings.get("model_revision"), str):
-            bound_revisions.add(bindings["model_revision"])
-        if not all(same(f, full, bound_revisions) for f in match):
+        # the revision its manifest binds, derived as the verdict derives it, joins those its entries told
+        ran_revisions = set(revisions.get(name, set()))
+        misread = list(unread.get(name, []))
+        pinned, unreadable = _manifest_revision(ledger, result, ran_revisions)
+        if pinned is not None:
+            ran_revisions.add(pinned)
+        if unreadable is not None:
+            misread.append(unreadable)
+        how = of_subject(full, ran_revisions, misread, derived=True)
+        if how is None:
             continue
         word = str(result.get("verdict") or "")
         beyond = result.get("failing_beyond_ladder") or []
@@ -2055,6 +2216,8 @@ def _standing_failures(
             )
         else:
             continue
+        if how:  # not by its name: why it is this model all the same
+            reason = f"{reason}; {how}"
         out.append({"campaign": name, "entry": seen[name][1], "verdict": word, "reason": reason})
     return out
 
