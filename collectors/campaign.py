@@ -116,7 +116,7 @@ from ledger.devices import items_not_listed, visible_device_items
 from ledger.entries import FAULT_UNANSWERED, MAX_LEASE_S, format_time, now_utc, parse_time, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
 from ledger.hashing import blake3_hex, hash_file, parse_digest
-from ledger.policy.acceptance import COMMIT_BINDING, ENGINE_CONFIG_BINDING
+from ledger.policy.acceptance import COMMIT_BINDING, ENGINE_CONFIG_BINDING, stop_cut_tolerance
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures, unanswered_error
 
@@ -3064,6 +3064,7 @@ class CampaignRunner:
             attempt=index,
             attempt_name=attempt.name,
             bindings=bindings,
+            stop_cut_tolerance_s=stop_cut_tolerance(self.policy.params),
         )
 
     def _gate_readiness(self) -> tuple[str, str | None, list[str], dict[str, int]]:
@@ -3539,13 +3540,15 @@ class CampaignRunner:
     def _stopped_from_outside(self, run: EngineRun | None, failed_at: datetime | None) -> str | None:
         """Why the engine of the current attempt is no fault of its own when a request got no answer (seen at
         ``failed_at``; None: the failure was an answer or a timeout — never excused): its recorded launch
-        ended by a signal (one the process ended by: an exit status, 143 too, is none) whose class (the
-        signature table's) is one of the policy's ``stop_classes`` (an outside SIGTERM, ``killed-sigterm``,
-        class operator-stop), no Python traceback in its logs after readiness, and the stop reached the
-        engine (``EngineRun.stopped_at``) no later than ``stop_cut_tolerance_s`` after the failure was seen;
-        None otherwise (a SIGKILL, class resource, is the engine's). The policy derives the same from the
-        log (``e.derived.stop_cut``, rule stopped-from-outside); this is the collector's own hint."""
-        from ledger.policy.acceptance import stop_classes, stop_cut_tolerance
+        ended by a signal (one the process ended by: an exit status, 143 too, is none) or by an exit 0 after
+        its shutdown line (``stopped-from-outside``: an outside SIGINT to llama-cpp-python's uvicorn) whose
+        class (the signature table's) is one of the policy's ``stop_classes`` (an outside SIGTERM,
+        ``killed-sigterm``, class operator-stop), no Python traceback in its logs after readiness, and the
+        stop reached the engine (``EngineRun.stopped_at``) no later than ``stop_cut_tolerance_s`` after the
+        failure was seen; None otherwise (a SIGKILL, class resource, is the engine's). The policy derives the
+        same from the log (``e.derived.stop_cut``, rule stopped-from-outside); this is the collector's own
+        hint."""
+        from ledger.policy.acceptance import stop_classes
         from ledger.signatures import signature_classes
 
         last = self.result.attempts[-1] if self.result.attempts else None
@@ -3555,8 +3558,12 @@ class CampaignRunner:
             return None
         if failed_at is None or tolerance is None:  # the policy's own reading of its params (one copy)
             return None
-        signal_no = last.get("signal")
-        if isinstance(signal_no, bool) or not isinstance(signal_no, int) or last.get("exit_code") is not None:
+        signal_no, code = last.get("signal"), last.get("exit_code")
+        by_signal = not isinstance(signal_no, bool) and isinstance(signal_no, int) and code is None
+        # an exit 0 whose signature is a stop's (stopped-from-outside: the engine's shutdown line read from
+        # its logs, ``ledger.signatures.outside_stop_shown``): its class decides below
+        by_exit_0 = signal_no is None and type(code) is int and code == 0
+        if not (by_signal or by_exit_0):
             return None
         stopped = run.stopped_at()
         if (
@@ -3569,8 +3576,9 @@ class CampaignRunner:
         cls = signature_classes().get(str(sig)) if sig is not None else None
         if cls is None or cls not in stops or last.get("stop_reason") != "exited":
             return None
+        how = f"signal {signal_no}" if by_signal else "exit 0 after its shutdown line"
         return (
-            f"the engine was stopped from outside (signal {last.get('signal')}: {sig}, class {cls}) while "
+            f"the engine was stopped from outside ({how}: {sig}, class {cls}) while "
             "the request waited for its answer: no evidence of the engine either way (run it again)"
         )
 

@@ -67,6 +67,8 @@ from ledger.signatures import (
     outside_stop_shown,
     own_end_lines,
     shows_stop_marker,
+    stop_cut_line,
+    stop_cut_lines,
     stop_markers,
 )
 
@@ -186,6 +188,11 @@ class LaunchSpec:
     # ready and is still serving when it ends is stopped with reason `lease-end`, a planned stop, not a
     # failure. False (campaigns): the lease running out is the job being killed, `lease-expired`.
     lease_ends_run: bool = False
+    # the policy's ``params.stop_cut_tolerance_s`` (campaigns): how much earlier than the engine's first stop
+    # marker a stop-cut line of its own (``stop_cut_lines``) may be read and still be that stop's cut of a
+    # request in flight (``ledger.signatures.cut_within_stop``); None (``ledger collect launch``): none is
+    # (the line stays the engine's own error; the policy judges the record with its own)
+    stop_cut_tolerance_s: float | None = None
 
 
 _LOCAL_HOSTS = ("localhost", "::1", "0.0.0.0", "::", "")  # noqa: S104 (names, compared)
@@ -391,6 +398,11 @@ class EngineRun:
         # (``_on_line``): the policy's ``stop_cut`` compares a failure's time with the earlier of the two
         self.exited_at: Any = None
         self.stop_marker_at: Any = None
+        # when its logs first showed a stop-cut line of its own (``stop_cut_lines``: uvicorn's "ASGI callable
+        # returned without completing response.") after readiness, before this process told it to stop
+        # (``_on_line``): the stop's cut of a request in flight where it came within the stop
+        # (``ledger.signatures.cut_within_stop``; the policy reads it back)
+        self.cut_line_at: Any = None
         # when this process began its own stop of a running engine (its SIGTERM: a lease's, a cancel's, the
         # end of the run): a request or probe that failed from then on saw the collector's stop, not the
         # engine (the policy's ``stop_cut`` reads it back); None: this process signalled no running engine
@@ -399,6 +411,7 @@ class EngineRun:
         # probe it asked is not recorded (its own stop began while it waited): ``details.before_stop``
         self.before_stop_note: str | None = None
         self._markers = stop_markers()
+        self._cut_lines = stop_cut_lines()
         self._exit_watch: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -544,6 +557,13 @@ class EngineRun:
                 and any(m.search(line) for m in self._markers)
             ):
                 self.stop_marker_at = now_utc()
+            if (
+                self.cut_line_at is None
+                and self.ready_lines is not None
+                and self.stop_lines is None
+                and stop_cut_line(line, self._cut_lines)
+            ):
+                self.cut_line_at = now_utc()
 
     def _watch_exit(self) -> None:
         """Record when the engine's leader process ends (``exited_at``), as it ends: a pidfd that becomes
@@ -729,9 +749,18 @@ class EngineRun:
     def _stop_marked(self) -> bool:
         """``RunOutcome.stop_marked`` (``outside_stop_shown``): a stop marker after readiness, before this
         process told it to stop, and nothing of the engine's own that explains its end before it (an error
-        line, a traceback, ``own_end_lines``: a request answered 5xx, uvicorn's request limit) — someone
-        else stopped it. Read from the log files, as the policy reads them back."""
-        return outside_stop_shown(self._logs_after_ready(), stop_markers(), own_end_lines())
+        line, a traceback, ``own_end_lines``: a request answered 5xx, uvicorn's request limit; a stop-cut
+        line only where it was read within the stop: ``cut_line_at``, ``stop_marker_at``, the spec's
+        ``stop_cut_tolerance_s``) — someone else stopped it. Read from the log files, as the policy reads
+        them back."""
+        return outside_stop_shown(
+            self._logs_after_ready(),
+            stop_markers(),
+            own_end_lines(),
+            cut_at=self.cut_line_at,
+            marker_at=self.stop_marker_at,
+            tolerance=self.spec.stop_cut_tolerance_s,
+        )
 
     def _logs_after_ready(self) -> list[str] | None:
         """Each log's lines after readiness and before this process told the engine to stop (where it did:
@@ -959,6 +988,8 @@ class EngineRun:
             details["exited_at"] = format_time(self.exited_at)
         if self.stop_marker_at is not None:
             details["stop_marker_at"] = format_time(self.stop_marker_at)
+        if self.cut_line_at is not None:
+            details["cut_line_at"] = format_time(self.cut_line_at)
         if self.stop_sent_at is not None:
             details["stop_sent_at"] = format_time(self.stop_sent_at)
         if self.before_stop_note is not None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +38,7 @@ __all__ = [
     "classify",
     "classify_logs",
     "collector_stop_end",
+    "cut_within_stop",
     "decisive",
     "echo_dumps",
     "echoed_line",
@@ -53,6 +56,8 @@ __all__ = [
     "shows_stop_marker",
     "signature_classes",
     "status_signatures",
+    "stop_cut_line",
+    "stop_cut_lines",
     "stop_markers",
     "unanswered_error",
 ]
@@ -817,40 +822,109 @@ def own_end_lines(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
     return _own_end_lines(*_stamp(path))
 
 
-def shows_own_end(text: str, own_end: Sequence[re.Pattern[str]]) -> bool:
+def shows_own_end(
+    text: str, own_end: Sequence[re.Pattern[str]], passed: Sequence[re.Pattern[str]] = ()
+) -> bool:
     """Whether ``text`` holds, on a line of the engine's own (``echoed_line``: a prompt or a dump is none),
     an error line (``_ERROR_LINE``, as ``engine_words`` reads one), a Python traceback
     (``PYTHON_TRACEBACK``) or one of ``own_end`` (``own_end_lines``): something of the engine's own that
-    explains an end."""
+    explains an end. A line that one of ``passed`` matches whole (``stop_cut_line``: the stop's cut of a
+    request in flight, where the caller has shown it came within the stop) explains none."""
     dumps = echo_dumps()
     for line in text.splitlines():
-        if echoed_line(line, dumps):
+        if echoed_line(line, dumps) or (passed and stop_cut_line(line, passed, dumps)):
             continue
         if _ERROR_LINE.search(line) or PYTHON_TRACEBACK in line or any(p.search(line) for p in own_end):
             return True
     return False
 
 
-def outside_stop_shown(
-    logs: Sequence[str] | None, markers: Sequence[re.Pattern[str]], own_end: Sequence[re.Pattern[str]]
+@lru_cache(maxsize=8)
+def _stop_cut_lines(path: str, mtime_ns: int) -> tuple[re.Pattern[str], ...]:
+    return _line_patterns(Path(path), "stop_cut_lines")
+
+
+def stop_cut_lines(path: Path | None = None) -> tuple[re.Pattern[str], ...]:
+    """The log lines an engine prints when a stop cuts a request it is still answering (``stop_cut_lines``
+    in the table: uvicorn's "ASGI callable returned without completing response."), each matched against a
+    whole line; none where the table has none."""
+    return _stop_cut_lines(*_stamp(path))
+
+
+def stop_cut_line(
+    line: str, cut: Sequence[re.Pattern[str]] | None = None, dumps: Sequence[re.Pattern[str]] | None = None
 ) -> bool:
-    """``RunOutcome.stop_marked``, the one reading of it: ``logs`` (each log's lines after readiness, up to
-    any stop of the collector's; None: a log could not be read) show a stop marker (``shows_stop_marker``)
-    and nothing of the engine's own that explains its end (``shows_own_end``) before it — in the log that
-    holds the marker up to its line (what follows is the shutdown), in every other log all of it (lines of
-    two logs cannot be ordered: fail closed). A shutdown line shows a shutdown happened, not who asked for
-    it: uvicorn prints it for every end, a signal, its own ``should_exit`` after an internal fault, its
-    ``limit_max_requests``. False where no log was read or none shows a marker."""
+    """Whether one log line is a stop-cut line of the engine's own: one of ``cut`` (default the table's
+    ``stop_cut_lines``) matches it (its colour codes and line end removed), and it is no echo
+    (``echoed_line``). How the collector times the first one it reads (``cut_within_stop``) and how
+    ``outside_stop_shown`` passes them over."""
+    plain = _ANSI_COLOUR.sub("", line).rstrip("\r\n")
+    if not any(p.search(plain) for p in (stop_cut_lines() if cut is None else cut)):
+        return False
+    return not echoed_line(plain, dumps)
+
+
+def cut_within_stop(cut_at: datetime | None, marker_at: datetime | None, tolerance: object) -> bool:
+    """Whether the first stop-cut line the collector read after readiness (``cut_at``: when it read it) came
+    within the stop from outside that its logs then show (``marker_at``: when it read the engine's first stop
+    marker after readiness, ``details.stop_marker_at``): read no earlier than ``tolerance`` seconds
+    (``params.stop_cut_tolerance_s``: a number ≥ 0) before the marker, or after it. uvicorn's signal handler
+    (SIGINT, SIGTERM) sets its exit flag, and sse-starlette (llama-cpp-python's streams) ends its streams on
+    that flag — one begun after it at once — while uvicorn's own loop logs "Shutting down" only at its next
+    tick: a stream the stop cut may be logged a little before the marker (uvicorn logs no line when the
+    signal comes). False where a time is not known, the tolerance is no number ≥ 0, or the two times cannot
+    be compared (fail closed: the line is then the engine's own error)."""
+    if cut_at is None or marker_at is None:
+        return False
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
+        return False
+    if not math.isfinite(tolerance) or tolerance < 0:
+        return False
+    try:
+        gap = (marker_at - cut_at).total_seconds()
+    except TypeError:  # one with its zone, one without
+        return False
+    return gap <= tolerance
+
+
+def outside_stop_shown(
+    logs: Sequence[str] | None,
+    markers: Sequence[re.Pattern[str]],
+    own_end: Sequence[re.Pattern[str]],
+    *,
+    cut: Sequence[re.Pattern[str]] | None = None,
+    cut_at: datetime | None = None,
+    marker_at: datetime | None = None,
+    tolerance: object = None,
+) -> bool:
+    """``RunOutcome.stop_marked``, the one reading of it, by the collector and the policy engine alike:
+    ``logs`` (each log's lines after readiness, up to any stop of the collector's; None: a log could not be
+    read) show a stop marker (``shows_stop_marker``) and nothing of the engine's own that explains its end
+    (``shows_own_end``) before it — in the log that holds the marker up to its line (what follows is the
+    shutdown), in every other log all of it (lines of two logs cannot be ordered: fail closed). A shutdown
+    line shows a shutdown happened, not who asked for it: uvicorn prints it for every end, a signal, its own
+    ``should_exit`` after an internal fault, its ``limit_max_requests``. False where no log was read or none
+    shows a marker.
+
+    A stop-cut line (``cut``, default the table's ``stop_cut_lines``: uvicorn's "ERROR:    ASGI callable
+    returned without completing response." — a stream the server left unanswered) is an error line of the
+    engine's own like any other, unless the collector read the first of them within the stop
+    (``cut_within_stop`` of ``cut_at``, ``marker_at``, ``tolerance``): then every one is the stop's cut of
+    a request in flight, passed over. After the marker in its log it is the shutdown's, as every line there.
+    Each request the stop cut is still judged on its own (the policy's ``stop_cut``: no answer, seen within
+    the tolerance of the stop)."""
     if logs is None:
         return False
+    lines = stop_cut_lines() if cut is None else cut
+    passed = lines if lines and cut_within_stop(cut_at, marker_at, tolerance) else ()
     marked = False
     for text in logs:
         found = [at for at in (find_engine_text(text, m) for m in markers) if at >= 0]
-        cut = len(text)
+        at = len(text)
         if found:
             marked = True
-            cut = text.rfind("\n", 0, min(found)) + 1
-        if shows_own_end(text[:cut], own_end):
+            at = text.rfind("\n", 0, min(found)) + 1
+        if shows_own_end(text[:at], own_end, passed):
             return False
     return marked
 

@@ -2403,7 +2403,14 @@ def _derive(
                 != _classify_end(e.payload, outcome, end_signatures).signature
             )
             scan = _classify_stored_logs(
-                e, outcome, store, log_signatures, markers, marked=marked, rules=rules
+                e,
+                outcome,
+                store,
+                log_signatures,
+                markers,
+                marked=marked,
+                rules=rules,
+                cut_tolerance=stop_cut_tolerance(params or {}),
             )
             scans[e.id] = scan
             unclean[e.id] = scan.unclean
@@ -3567,6 +3574,7 @@ def _classify_stored_logs(
     *,
     marked: bool = False,
     rules: Sequence[Explanation] = (),
+    cut_tolerance: float | None = None,
 ) -> _LogScan:
     """The log-pattern signature of one launch, read from what it stored, not from what it claims.
 
@@ -3583,7 +3591,10 @@ def _classify_stored_logs(
     collector's ``outside_stop_shown`` over each stored log's text after readiness, as far as it is read
     here — a collector-stopped log up to its stop; ``failure_detail``, the launch's claim, is no log). A
     log stored without a readiness line count of its own (``details.ready_lines``), not stored, or not
-    read back shows none (fail closed: the engine's own end).
+    read back shows none (fail closed: the engine's own end). ``cut_tolerance``
+    (``params.stop_cut_tolerance_s``): how much earlier than ``details.stop_marker_at`` a stop-cut line first
+    read at ``details.cut_line_at`` is still the stop's (``ledger.signatures.cut_within_stop``; None: none
+    is).
     """
     p = e.payload
     raw = p.get("details")
@@ -3727,7 +3738,16 @@ def _classify_stored_logs(
 
     w, w_named = _pick_found(whole, signatures)
     r, r_named = _pick_found(after, signatures)
-    stop_marked = readable and outside_stop_shown(list(after_texts.values()), markers, own_end_lines())
+    # a stop-cut line before the marker is the stop's only where the collector read it within the stop
+    # (``details.cut_line_at``, ``details.stop_marker_at``, ``params.stop_cut_tolerance_s``)
+    stop_marked = readable and outside_stop_shown(
+        list(after_texts.values()),
+        markers,
+        own_end_lines(),
+        cut_at=_detail_time(details, "cut_line_at"),
+        marker_at=_detail_time(details, "stop_marker_at"),
+        tolerance=cut_tolerance,
+    )
     return _LogScan(
         w,
         w_named,
@@ -3739,6 +3759,18 @@ def _classify_stored_logs(
         after,
         {k: tuple(v) for k, v in explainable.items() if v},
     )
+
+
+def _detail_time(details: Mapping[str, Any], key: str) -> datetime | None:
+    """A time the launch's details record (``cut_line_at``, ``stop_marker_at``), or None where it records
+    none, or one that is no text or does not parse (fail closed: nothing is read within the stop)."""
+    v = details.get(key)
+    if not isinstance(v, str):
+        return None
+    try:
+        return parse_time(v)
+    except LedgerError:
+        return None
 
 
 def _pick_found(

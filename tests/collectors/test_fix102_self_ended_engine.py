@@ -5,9 +5,9 @@ engine that failed after readiness and then shut itself down with exit 0 was rec
 shows a shutdown happened, not who asked for it: an exit 0 with a stop marker is an outside stop only where
 nothing of the engine's own explains the end (``outside_stop_shown``: no error line, no traceback, no
 request answered 5xx, no request limit reached after readiness and before the marker — in another log, at
-all — and no request failure the collector saw, ``request_failed = false`` on the signature); otherwise it
-stays ``engine-exited-after-readiness`` (runtime-fault). An outside SIGINT after a warning line stays an
-outside stop (tests/collectors/test_fix97_stopped_from_outside.py: the plain one)."""
+all; a request the collector saw fail is judged on its own by the policy, fix 141); otherwise it stays
+``engine-exited-after-readiness`` (runtime-fault). An outside SIGINT after a warning line stays an outside
+stop (tests/collectors/test_fix97_stopped_from_outside.py: the plain one)."""
 
 from __future__ import annotations
 
@@ -114,17 +114,18 @@ def test_an_outside_sigint_after_a_warning_line_is_still_an_outside_stop(tmp_pat
     assert isinstance(details, dict) and details["failure_class"] == "operator-stop"
 
 
-def test_an_outside_sigint_after_a_request_failure_the_collector_saw_is_the_engines_end(
+def test_an_outside_sigint_after_a_request_failure_the_collector_saw_is_still_an_outside_stop(
     tmp_path: Path,
 ) -> None:
-    """The collector saw a request fail (``RunOutcome.request_failed``): the end is not told apart from it."""
+    """The collector saw a request fail (``RunOutcome.request_failed``): who ended the process is read from
+    the logs; the failed request is judged on its own by the policy (fix 141)."""
     run = _serving(tmp_path, "warning")
     run.failure_observed = "/health: HTTP 500"
     assert run.proc is not None
     run.proc.send_signal(signal.SIGINT)
     p = _record(run)
     assert p["exit_code"] == 0
-    assert p["failure_signature"] == "engine-exited-after-readiness", p
+    assert p["failure_signature"] == "stopped-from-outside", p
 
 
 def test_a_self_shutdown_before_readiness_lines_are_counted_is_no_outside_stop(tmp_path: Path) -> None:
@@ -192,14 +193,14 @@ def test_logs_not_read_show_no_stop_from_outside() -> None:
     assert outside_stop_shown(None, stop_markers(), own_end_lines()) is False
 
 
-def test_the_signature_needs_no_request_failure_the_collector_saw() -> None:
+def test_the_signature_does_not_read_a_request_failure_the_collector_saw() -> None:
     def end(**outcome: object) -> str | None:
         return classify("", RunOutcome(**outcome), status_signatures()).signature  # type: ignore[arg-type]
 
     assert end(ready=True, exit_code=0, stop_marked=True) == "stopped-from-outside"
-    assert (
-        end(ready=True, exit_code=0, stop_marked=True, request_failed=True) == "engine-exited-after-readiness"
-    )
+    assert end(ready=True, exit_code=0, stop_marked=True, request_failed=True) == "stopped-from-outside"
+    assert end(ready=True, exit_code=0, request_failed=True) == "engine-exited-after-readiness"
+    assert end(ready=True, exit_code=0) == "engine-exited-after-readiness"
 
 
 @pytest.mark.parametrize("value", ['"Maximum request limit"', "[1]", '["("]', '[""]'])
