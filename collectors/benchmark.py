@@ -28,7 +28,7 @@ import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,10 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import ledger
 from ledger.answers import (
     CONTEXT_DETAIL,
+    COUNTED_USAGE,
     HARNESS_REQUEST,
     REQUEST_CUT,
     Refusal,
-    context_record,
     refusal,
     request_cut,
     request_unanswered,
@@ -59,6 +59,7 @@ from ledger.collectors.corpus import (
     corpus_problem,
     read_pinned_jsonl,
 )
+from ledger.collectors.sizing import Answer, sizing
 from ledger.entries import (
     FAULT_ANSWERED,
     FAULT_OTHER,
@@ -149,7 +150,9 @@ __all__ = [
 #     are ledger.policy.bounds' (the one grammar a policy's bounds are checked against when it loads)
 # +8: a request that failed without a completion is sized against the campaign's context (``size_request``:
 #     max_tokens, context): one the context cannot hold is refused (outcome config), not the engine's fault
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+8"
+# +9: where the sizing request gives no usage, the prompt is counted by the tokenizer of the program the
+#     campaign launched, as a probe's is (``collectors.sizing``: ``context.counted``)
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+9"
 NO_AGGREGATE = "no aggregate result"
 # the word a failure of the c1 parity bound (PARITY_FIGURE, ledger.policy.bounds) is reported with
 REPEATABILITY = "c1 repeatability"
@@ -910,37 +913,37 @@ async def size_request(
     record: RequestRecord,
     context: tuple[str, int],
     timeout_s: float,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> None:
     """Record in ``record.context`` (``ledger.answers.context_record``) the context length the campaign
     launched the engine with (``context``: its option and value) and the request's prompt as the engine
-    counts it: the ``usage.prompt_tokens`` of its answer to the same body, not streamed, with max_tokens 1
-    (as ``collectors.probe._prompt_tokens`` sizes a probe's). Where the engine answers that with an error
-    status instead, the status and its error are recorded (``sizing``: a prompt it refuses even one token
-    for); no answer, or no whole number: ``prompt_tokens`` None. ``refusal`` judges the record
-    (``refused_by_campaign``): a request whose prompt and max_tokens the campaign's context cannot hold
-    is the campaign's configuration, not the engine's fault."""
-    ask = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "return_token_ids")}
-    ask["max_tokens"] = 1
-    tokens: int | None = None
-    sizing: tuple[int, str] | None = None
-    try:
-        # on a connection of its own: the one the failed request went over may be the one the engine cut
-        # (llama-cpp-python's "Exception in ASGI application" leaves it broken), with the run's headers
-        async with (
-            asyncio.timeout(timeout_s),
-            http_session(1, timeout_s, client.headers) as fresh,
-            fresh.post(url, json=ask) as r,
-        ):
-            raw = await r.read()
-            if r.status >= 400:
-                sizing = (r.status, f"HTTP {r.status}: {_error_message(raw)}")
-            elif 200 <= r.status <= 299:
-                usage = json.loads(raw).get("usage")
-                n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-                tokens = n if type(n) is int and n >= 0 else None
-    except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
-        pass
-    record.context = context_record(*context, tokens, sizing)
+    counts it, as a probe's is counted (``collectors.sizing.sizing``, the one reading): the
+    ``usage.prompt_tokens`` of its answer to the same body, not streamed, with max_tokens 1; where it gives
+    none, the engine's tokenizer in the ways of ``counts`` (``ledger.answers.prompt_counts`` of the
+    campaign's kind and the program its command runs; not given: usage alone). Where the engine answers the
+    sizing request with an error status instead, the status and its error are recorded (``sizing``: a
+    prompt it refuses even one token for); nothing counted: ``prompt_tokens`` None. ``refusal`` judges the
+    record (``refused_by_campaign``): a request whose prompt and max_tokens the campaign's context cannot
+    hold is the campaign's configuration, not the engine's fault. The sizing's requests get ``timeout_s``
+    all together, each on a connection of its own — the one the failed request went over may be the one the
+    engine cut (llama-cpp-python's "Exception in ASGI application" leaves it broken) —, with the run's
+    headers; one not answered by then, or at all, is no answer (what was counted before it stands)."""
+    steps = sizing(url, body, context, counts)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with http_session(1, timeout_s, client.headers) as fresh:
+        try:
+            ask = next(steps)
+            while True:
+                answer: Answer = None
+                try:
+                    async with asyncio.timeout_at(deadline), fresh.post(ask[0], json=ask[1]) as r:
+                        answer = (r.status, await r.read())
+                except (TimeoutError, aiohttp.ClientError):
+                    pass
+                ask = steps.send(answer)
+        except StopIteration as done:
+            record.context = done.value
 
 
 # --- statistics per run and per level ----------------------------------------------------------------
@@ -1765,6 +1768,7 @@ async def _run_level(
     params: Mapping[str, Any] | None = None,
     answered: Counter[str] | None = None,
     context: tuple[str, int] | None = None,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> list[RequestRecord]:
     """The requests of one (repetition, level), ``level`` in flight; the harness's own scheduling delays
     meanwhile are appended to ``stalls_ms``. After a request timed out, and when the lease expires with
@@ -1774,7 +1778,8 @@ async def _run_level(
     the run's answered requests by prompt id, across its levels and repetitions (counted here as they
     come back; ``refused_by_campaign`` reads it). ``context``: the context length the campaign launched the
     engine with (its option and value): a request that failed without a completion (``sizable``) of an engine
-    still alive is sized (``size_request``), so that one its context could not hold is the campaign's."""
+    still alive is sized (``size_request``, its tokenizer asked in the ways of ``counts``), so that one its
+    context could not hold is the campaign's."""
     records: list[RequestRecord] = []
     tally: Counter[str] = answered if answered is not None else Counter()
     prompts = corpus.prompts
@@ -1822,7 +1827,7 @@ async def _run_level(
                     rec.error = f"{rec.error}; {hangs}"
             alive = engine_alive is None or engine_alive()
             if context is not None and params is not None and alive and sizable(rec) and stop.reason is None:
-                await size_request(client, url, body, rec, context, spec.request_timeout_s)
+                await size_request(client, url, body, rec, context, spec.request_timeout_s, counts)
             if rec.ok:
                 tally[rec.prompt_id] += 1
             if refused_by_campaign(rec, params, tally) is not None:
@@ -1889,6 +1894,7 @@ async def run_benchmark_async(
     should_stop: StopCheck | None = None,
     params: Mapping[str, Any] | None = None,
     context: tuple[str, int] | None = None,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> BenchmarkResult:
     """Run the benchmark against ``base_url``; write the request JSONL and the summary under ``out_dir``.
 
@@ -1908,7 +1914,9 @@ async def run_benchmark_async(
     mismatch, or a corpus whose items do not fit ``spec.api`` (:func:`check_corpus_api`), raises before any
     request is sent. ``context``: the context length the campaign launched the engine with (its option and
     value, ``collectors.campaign.context_length``): a request that failed without a completion is sized
-    (``size_request``), and one whose prompt and max_tokens it cannot hold is refused too (a stream
+    (``size_request``: its usage, else the engine's tokenizer in the ways of ``counts``,
+    ``ledger.answers.prompt_counts`` of the campaign's kind and the program its command runs — not given:
+    usage alone), and one whose prompt and max_tokens it cannot hold is refused too (a stream
     llama-cpp-python cut on "Requested tokens (N) exceed context window of M"), outcome ``config``.
     """
     corpus = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
@@ -1977,6 +1985,7 @@ async def run_benchmark_async(
                     params,
                     answered,
                     context,
+                    counts,
                 )
                 if stop.reason is not None:
                     runs.append(
@@ -2057,6 +2066,7 @@ def run_benchmark(
     should_stop: StopCheck | None = None,
     params: Mapping[str, Any] | None = None,
     context: tuple[str, int] | None = None,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> BenchmarkResult:
     """:func:`run_benchmark_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
@@ -2070,6 +2080,7 @@ def run_benchmark(
             should_stop=should_stop,
             params=params,
             context=context,
+            counts=counts,
         )
     )
 

@@ -56,6 +56,7 @@ from ledger.answers import (
     context_overflow,
     is_python,
     launch_context,
+    prompt_counts,
     python_run,
     refusal,
     refused_option_value,
@@ -3223,6 +3224,7 @@ class CampaignRunner:
                 max_tokens=g.max_tokens,
                 timeout=g.timeout_seconds,
                 context=self._context_length(),
+                counts=self._prompt_counts(),
             )
         return self._probe_gate(p)
 
@@ -3242,6 +3244,7 @@ class CampaignRunner:
                 max_tokens=g.max_tokens,
                 timeout=g.timeout_seconds,
                 context=self._context_length(),
+                counts=self._prompt_counts(),
             )
         return self._probe_gate(p)
 
@@ -3254,6 +3257,15 @@ class CampaignRunner:
             return None
         kind = self.c.spec.engine.kind
         return context_length(kind, list(run.spec.command), env=launch_env(run.spec.env))
+
+    def _prompt_counts(self) -> tuple[str, ...]:
+        """The ways the running engine's collector counts a prompt (``ledger.answers.prompt_counts`` of the
+        campaign's kind and the program its command runs, ``_engine_program``): the tokenizer a probe or a
+        harness may ask where the sizing request gives no count — the ways the policy holds their records
+        to (``launched_counts`` of the launch's recorded command)."""
+        run = self.engine
+        program = _engine_program(list(run.spec.command)) if run is not None else None
+        return prompt_counts(self.c.spec.engine.kind, program)
 
     def _gate_sequential(self) -> tuple[str, str | None, list[str], dict[str, int]]:
         g = self.c.spec.gates.sequential
@@ -3270,6 +3282,7 @@ class CampaignRunner:
                 max_latency_ms=self.sequential_max_latency_ms,
                 timeout=g.timeout_seconds,
                 context=self._context_length(),
+                counts=self._prompt_counts(),
             )
         status, why, ev, _ = self._probe_gate(p)
         slow = (p.get("details") or {}).get("over_latency")
@@ -3363,6 +3376,7 @@ class CampaignRunner:
             should_stop=self._stop_requested,
             params=self.policy.params,  # a request refused for the campaign's configuration: outcome config
             context=self._context_length(),  # one failed without a completion is sized against it
+            counts=self._prompt_counts(),  # and counted by the tokenizer its program serves
         )
         evidence: list[str] = []
         fault = result.outcome == "fault" or not run.alive()
@@ -3439,6 +3453,7 @@ class CampaignRunner:
             should_stop=self._stop_requested,
             params=self.policy.params,  # a request refused for the campaign's configuration: outcome config
             context=self._context_length(),  # one failed without a completion is sized against it
+            counts=self._prompt_counts(),  # and counted by the tokenizer its program serves
         )
         evidence: list[str] = []
         fault = result.outcome == "fault" or not run.alive()

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import Any
 
 import httpx
 
 from ledger.answers import (
     CONTEXT_DETAIL,
-    COUNTED_CONTENT,
-    COUNTED_MESSAGES,
     COUNTED_USAGE,
     CUT_FINISH_REASON,
-    context_record,
     cut_undecided,
     schema_problem,
 )
+from ledger.collectors import sizing
 from ledger.collectors.readiness import check_ready, http_client
 from ledger.signatures import ANSWER_BODY_LIMIT as _BODY_LIMIT
 from ledger.signatures import not_a_completion
@@ -204,18 +203,19 @@ def probe_completion(
     max_tokens: int = 8,
     timeout: float = 60.0,
     context: tuple[str, int] | None = None,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> dict[str, Any]:
     """Bounded chat completion; passes when the answer, stripped of whitespace, is exactly ``expect``.
 
     ``context``: the context option the campaign launched the engine with and its value; an answer that
-    is no completion is sized as ``probe_structured`` sizes it (``details.context``)."""
+    is no completion is sized as ``probe_structured`` sizes it (``details.context``), ``counts`` too."""
     base = base_url.rstrip("/")
     t0 = time.monotonic()
     sized: dict[str, Any] = {}
     with http_client(timeout) as c:
         r, text, err, failed_body, stopped = _chat(c, base, _body(model, prompt, max_tokens))
         if context is not None and text is None and r is not None:
-            sized[CONTEXT_DETAIL] = _sized(c, base, model, prompt, context)
+            sized[CONTEXT_DETAIL] = _sized(c, base, model, prompt, context, counts)
     cut = _cut(stopped, max_tokens, "completion", text, expect) if text is not None else None
     ok = text is not None and text.strip() == expect and cut is None
     if cut is not None:
@@ -240,125 +240,18 @@ def probe_completion(
 
 
 def _sized(
-    c: httpx.Client, base: str, model: str | None, prompt: str, context: tuple[str, int]
+    c: httpx.Client,
+    base: str,
+    model: str | None,
+    prompt: str,
+    context: tuple[str, int],
+    counts: Collection[str],
 ) -> dict[str, Any]:
-    """The context record (``ledger.answers.context_record``) of a probe's request the engine answered
-    without a completion: the context option and length the campaign launched it with (``context``) and
-    the prompt's tokens as the engine counts them — the usage of its answer to the sizing request
-    (``_prompt_tokens``); where it gives none (llama-cpp-python fails the sizing request too where the
-    prompt alone overflows its --n_ctx), the engine's tokenizer (``_tokenized``) — with how they were
-    counted (``PROMPT_COUNTS``), and the engine's error answer to the sizing request, if any. Nothing
-    counted: ``prompt_tokens`` None (the failure is then the engine's: ``context_overflow`` shows none)."""
-    tokens, sizing = _prompt_tokens(c, base, model, prompt)
-    if tokens is not None:
-        return context_record(*context, tokens, sizing, COUNTED_USAGE)
-    counted = _tokenized(c, base, model, _body(model, prompt, 1)["messages"])
-    if counted is None:
-        return context_record(*context, None, sizing)
-    return context_record(*context, counted[0], sizing, counted[1])
-
-
-def _prompt_tokens(
-    c: httpx.Client, base: str, model: str | None, prompt: str
-) -> tuple[int | None, tuple[int, str] | None]:
-    """How many tokens the engine counts in a probe's prompt (its chat template applied): the
-    ``usage.prompt_tokens`` of its answer to the same messages with ``max_tokens`` 1 (None where it gives
-    no such whole number: no answer, an error, no usage); and where it answers with an error status
-    instead (400 and up), that status and its error (``context_record``'s ``sizing``, read by ``refusal``:
-    a prompt the engine refuses one token for)."""
-    try:
-        r = c.post(base + "/v1/chat/completions", json=_body(model, prompt, 1))
-    except httpx.HTTPError:
-        return None, None
-    if r.status_code >= 400:
-        return None, (r.status_code, f"HTTP {r.status_code}: {_error_text(r)}")
-    try:
-        usage = r.json().get("usage") if r.status_code == 200 else None
-    except (ValueError, AttributeError):
-        return None, None
-    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    return (tokens if type(tokens) is int and tokens >= 0 else None), None
-
-
-def _tokenized(
-    c: httpx.Client, base: str, model: str | None, messages: list[dict[str, Any]]
-) -> tuple[int, str] | None:
-    """(tokens, how counted) of a probe's messages by the engine's own tokenizer, where its sizing request
-    gave no count (``ledger.answers.PROMPT_COUNTS``): vLLM's ``POST /tokenize`` given the messages (its
-    chat template applied, as its chat completions apply it: ``COUNTED_MESSAGES``), else llama-cpp-python's
-    ``POST /extras/tokenize`` given each message's text (no template: a lower bound, ``COUNTED_CONTENT``).
-    Each is read only from an answer of its own endpoint's shape; None where neither gives one."""
-    return _tokenized_messages(c, base, model, messages) or _tokenized_content(c, base, model, messages)
-
-
-def _answer(c: httpx.Client, url: str, body: dict[str, Any]) -> Any:
-    """The JSON of the engine's 200 answer to ``body`` at ``url``; None for any other answer, or none."""
-    try:
-        r = c.post(url, json=body)
-        return r.json() if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-
-
-def _token_ids(value: Any) -> list[int] | None:
-    """``value`` where it is a list of token ids (whole numbers from 0), else None."""
-    if isinstance(value, list) and all(type(t) is int and t >= 0 for t in value):
-        return value
-    return None
-
-
-def _tokenized_messages(
-    c: httpx.Client, base: str, model: str | None, messages: list[dict[str, Any]]
-) -> tuple[int, str] | None:
-    """vLLM's count of the prompt its chat completions build from ``messages``: ``POST /tokenize`` with the
-    messages, the generation prompt added and no special tokens beyond the template's (its chat
-    completions' defaults, given whole); read from vLLM's answer only — ``count``, ``tokens`` (ids, as many
-    as ``count``) and ``max_model_len`` (a whole number): llama-server's ``/tokenize`` reads ``content`` and
-    answers ``tokens`` alone, never a count of these messages."""
-    body: dict[str, Any] = {"messages": messages, "add_generation_prompt": True, "add_special_tokens": False}
-    if model:
-        body["model"] = model
-    answer = _answer(c, base + "/tokenize", body)
-    if not isinstance(answer, dict) or type(answer.get("max_model_len")) is not int:
-        return None
-    count, ids = answer.get("count"), _token_ids(answer.get("tokens"))
-    if type(count) is not int or ids is None or len(ids) != count:
-        return None
-    return count, COUNTED_MESSAGES
-
-
-def _tokenized_content(
-    c: httpx.Client, base: str, model: str | None, messages: list[dict[str, Any]]
-) -> tuple[int, str] | None:
-    """llama-cpp-python's lower bound of the prompt its chat completions build from ``messages``
-    (``COUNTED_CONTENT``): ``POST /extras/tokenize`` (``{"input": text}``, answered ``{"tokens": [ids]}``;
-    the text tokenized as the model's own, special tokens parsed, the BOS added where the model adds one —
-    no chat template) of each message's content, stripped of the white space at its ends, less the tokens
-    it gives the empty text (what it adds to any text), summed. None where a content is no text, or an
-    answer is not that shape or gives a text fewer tokens than the empty one."""
-    url = base + "/extras/tokenize"
-
-    def count(text: str) -> int | None:
-        body: dict[str, Any] = {"input": text}
-        if model:
-            body["model"] = model
-        answer = _answer(c, url, body)
-        ids = _token_ids(answer.get("tokens")) if isinstance(answer, dict) else None
-        return None if ids is None else len(ids)
-
-    contents = [m.get("content") for m in messages]
-    if not contents or not all(isinstance(text, str) for text in contents):
-        return None
-    added = count("")
-    if added is None:
-        return None
-    total = 0
-    for text in contents:
-        n = count(str(text).strip())
-        if n is None or n < added:
-            return None
-        total += n - added
-    return total, COUNTED_CONTENT
+    """The context record of a probe's request the engine answered without a completion
+    (``collectors.sizing.sized``, the harnesses' reading too): the same messages with max_tokens 1 — its
+    usage, else its tokenizer in the ways of ``counts`` (those of the program the campaign launched,
+    ``ledger.answers.prompt_counts``)."""
+    return sizing.sized(c, base + "/v1/chat/completions", _body(model, prompt, 1), context, counts)
 
 
 def _response_format(fmt: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -377,6 +270,7 @@ def probe_structured(
     max_tokens: int = 64,
     timeout: float = 60.0,
     context: tuple[str, int] | None = None,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> dict[str, Any]:
     """JSON-schema constrained output: the answer must parse and validate against ``schema`` (the
     qualification policy's ``structured_schema``: ``campaign.structured_schema``).
@@ -386,10 +280,12 @@ def probe_structured(
 
     ``context``: the context option the campaign launched the engine with and its value (``--n_ctx``
     128). Where the engine answered the probe without a completion, the probe asks it how many tokens
-    its prompt is (``_sized``: the usage of its answer with max_tokens 1, else its tokenizer) and records
-    both in ``details.context`` (``ledger.answers.context_record``): a request whose prompt and
-    ``max_tokens`` the campaign's context cannot hold is the campaign's configuration
-    (``ledger.answers.context_overflow``, judged by ``refusal``), not the engine's failure.
+    its prompt is (``_sized``: the usage of its answer with max_tokens 1, else its tokenizer, asked only in
+    the ways of ``counts`` — ``ledger.answers.prompt_counts`` of the campaign's kind and the program its
+    command runs; not given: usage alone) and records both in ``details.context``
+    (``ledger.answers.context_record``): a request whose prompt and ``max_tokens`` the campaign's context
+    cannot hold is the campaign's configuration (``ledger.answers.context_overflow``, judged by
+    ``refusal``), not the engine's failure.
     """
     base = base_url.rstrip("/")
     tried: list[dict[str, Any]] = []
@@ -421,7 +317,7 @@ def probe_structured(
                 break
         sized: dict[str, Any] = {}
         if context is not None and text is None and r is not None:
-            sized[CONTEXT_DETAIL] = _sized(c, base, model, prompt, context)
+            sized[CONTEXT_DETAIL] = _sized(c, base, model, prompt, context, counts)
     ok = False
     if text is not None:
         # judged as the policy re-judges the recorded answer: one check, ledger.answers
@@ -462,6 +358,7 @@ def probe_sequential(
     timeout: float = 60.0,
     stop_on_failure: bool = True,
     context: tuple[str, int] | None = None,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> dict[str, Any]:
     """``count`` sequential chat completions; passes (``ok``) when every one answers 200 with a completion.
 
@@ -470,8 +367,8 @@ def probe_sequential(
     the recorded latencies against its own bar. ``details.over_latency`` lists the requests above it.
 
     ``context``: the context option the campaign launched the engine with and its value; where the first
-    request got an answer that is no completion, it is sized as ``probe_structured`` sizes it
-    (``details.context``: every request asks the same prompt and max_tokens)."""
+    request got an answer that is no completion, it is sized as ``probe_structured`` sizes it, ``counts``
+    too (``details.context``: every request asks the same prompt and max_tokens)."""
     base = base_url.rstrip("/")
     latencies: list[float] = []
     failures: list[str] = []
@@ -500,7 +397,7 @@ def probe_sequential(
                 if max_latency_ms is not None and ms > max_latency_ms:
                     slow.append(f"request {i + 1}: {ms} ms > {max_latency_ms} ms")
             if context is not None and i == 0 and text is None and r is not None:
-                sized[CONTEXT_DETAIL] = _sized(c, base, model, prompt, context)
+                sized[CONTEXT_DETAIL] = _sized(c, base, model, prompt, context, counts)
             if failures and stop_on_failure:
                 break
     done = len(latencies)

@@ -34,7 +34,7 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +44,7 @@ import jsonschema  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import ledger
+from ledger.answers import COUNTED_USAGE
 from ledger.atomic import write_atomic
 from ledger.canonical import parse_json
 from ledger.collectors.benchmark import (
@@ -120,7 +121,9 @@ __all__ = [
 #     one the context cannot hold is refused (outcome config), not the engine's fault
 # +10: of the failed items, those whose request timed out are counted (``counts.timed_out``, by the one test
 #     the policy reads semantic-requests.jsonl back by: an engine held from outside answers none in flight)
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+10"
+# +11: where the sizing request gives no usage, the prompt is counted by the tokenizer of the program the
+#     campaign launched, as a probe's is (``collectors.sizing``: ``context.counted``)
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+11"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -473,6 +476,7 @@ async def run_semantic_async(
     should_stop: StopCheck | None = None,
     params: Mapping[str, Any] | None = None,
     context: tuple[str, int] | None = None,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> SemanticResult:
     """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts.
     ``bindings`` gives what the run is bound to, read before the first item and after the last (default:
@@ -486,7 +490,9 @@ async def run_semantic_async(
     is a refusal the run's own answers contradict (an access refusal after the engine answered an item of
     the run: ``ledger.answers.refusal``). ``context``: the context length the campaign launched the engine
     with (its option and value): an item that failed without a completion is sized
-    (``benchmark.size_request``), and one whose prompt and max_tokens it cannot hold is refused too
+    (``benchmark.size_request``: its usage, else the engine's tokenizer in the ways of ``counts``,
+    ``ledger.answers.prompt_counts``; not given, usage alone), and one whose prompt and max_tokens it
+    cannot hold is refused too
     (llama-cpp-python's stream cut on "Requested tokens (N) exceed context window of M"), outcome
     ``config``."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
@@ -580,7 +586,7 @@ async def run_semantic_async(
                     rec.fault, rec.error = True, f"{rec.error}; {hangs}"
             alive = engine_alive is None or engine_alive()
             if context is not None and params is not None and alive and sizable(rec):
-                await size_request(client, url, body, rec, context, min(spec.request_timeout_s, left))
+                await size_request(client, url, body, rec, context, min(spec.request_timeout_s, left), counts)
             if refused_by_campaign(rec, params, answered) is not None:
                 outcome, stopped = CAMPAIGN_CONFIG, refusal_reason(rec, f"item {item.id}")
                 refused.append(item.id)
@@ -650,6 +656,7 @@ def run_semantic(
     should_stop: StopCheck | None = None,
     params: Mapping[str, Any] | None = None,
     context: tuple[str, int] | None = None,
+    counts: Collection[str] = (COUNTED_USAGE,),
 ) -> SemanticResult:
     """:func:`run_semantic_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
@@ -663,6 +670,7 @@ def run_semantic(
             should_stop=should_stop,
             params=params,
             context=context,
+            counts=counts,
         )
     )
 

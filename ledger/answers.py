@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, Literal
@@ -36,6 +36,7 @@ __all__ = [
     "HARNESS_REQUEST",
     "LAUNCHERS",
     "PROMPT_COUNTED",
+    "PROMPT_COUNTERS",
     "PROMPT_COUNTS",
     "PYTHON_FLAGS",
     "PYTHON_VALUE_OPTIONS",
@@ -58,8 +59,11 @@ __all__ = [
     "launch_context",
     "launched_command",
     "launched_context",
+    "launched_counts",
     "option_value_refusal_problem",
     "option_values",
+    "prompt_counts",
+    "prompt_tokens_exact",
     "python_run",
     "read_context",
     "refusal",
@@ -220,6 +224,41 @@ COUNTED_USAGE: Final = "usage"
 COUNTED_MESSAGES: Final = "tokenize-messages"
 COUNTED_CONTENT: Final = "tokenize-content"
 PROMPT_COUNTS: Final = (COUNTED_USAGE, COUNTED_MESSAGES, COUNTED_CONTENT)
+# The engines whose collector can count a prompt by their tokenizer (every way but ``COUNTED_USAGE``, which
+# any engine's answer gives): (engine kind, its programs — ``command_program`` — that serve the endpoint):
+# vLLM's ``POST /tokenize`` (its CLI, its OpenAI server module), llama-cpp-python's ``POST /extras/tokenize``
+# (llama-server has neither: its ``/tokenize`` reads a text, never the messages, and names no count). The
+# collector asks only the tokenizer of the program it launched (``prompt_counts``); the policy holds a
+# record to the ways of the program its launch's recorded command runs (``launched_counts``): a way that
+# program's collector cannot have counted by — or a program not known — shows nothing.
+PROMPT_COUNTERS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    COUNTED_MESSAGES: ("vllm", ("vllm", "vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")),
+    COUNTED_CONTENT: ("llamacpp", ("llama_cpp.server",)),
+}
+
+
+# the ways that give the prompt's own count (``COUNTED_CONTENT`` gives a lower bound): ``prompt_tokens_exact``
+_EXACT_COUNTS: Final = (COUNTED_USAGE, COUNTED_MESSAGES)
+
+
+def prompt_tokens_exact(ctx: Any) -> int | None:
+    """The prompt's own count a context record (``context_record``) gives: its ``prompt_tokens`` where
+    they were counted in a way that gives it (``COUNTED_USAGE``, ``COUNTED_MESSAGES``); None for a lower
+    bound (``COUNTED_CONTENT``: never the engine's own number of the prompt — an engine's log line stating
+    its tokens pairs with it as with a prompt not counted), nothing counted, or a record missing, renamed
+    or mistyped."""
+    tokens = ctx.get("prompt_tokens") if isinstance(ctx, Mapping) else None
+    exact = isinstance(ctx, Mapping) and ctx.get(PROMPT_COUNTED) in _EXACT_COUNTS
+    return tokens if exact and type(tokens) is int and tokens >= 0 else None
+
+
+def prompt_counts(kind: str, program: str | None) -> tuple[str, ...]:
+    """The ways (``PROMPT_COUNTS``, in its order) a collector counts the prompt of an engine of ``kind``
+    running ``program`` (``command_program``: None where it cannot be told): ``COUNTED_USAGE`` always, each
+    tokenizer's way where ``PROMPT_COUNTERS`` names that kind and program — spelled as written (another case
+    is another program)."""
+    counters = {way: PROMPT_COUNTERS.get(way) for way in PROMPT_COUNTS}
+    return tuple(way for way, by in counters.items() if by is None or (by[0] == kind and program in by[1]))
 
 
 def context_record(
@@ -728,19 +767,41 @@ def launched_context(launch: Any) -> tuple[str, int] | None:
     otherwise, or where the program cannot be told (a script, code, a program not known — ``sudo`` or
     ``sh -c`` in front of it hides it: the options of the kind's programs are read, no variable, no
     default)."""
+    read = _launch_read(launch)
+    if read is None:
+        return None
+    kind, command, front = read
+    env = launch.get("env")
+    engine_env: dict[str, str] | None = None
+    if isinstance(env, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        engine_env = front.engine_env(env, front.env)
+    return launch_context(kind, command[front.program :], env=engine_env, default=True)
+
+
+def _launch_read(launch: Any) -> tuple[str, list[str], Launch] | None:
+    """(engine kind, recorded command, its launchers read: ``skip_launchers``) of an ``engine.launch``
+    entry's payload; None where its ``engine`` is no text, its ``command`` no list of texts, or its
+    launchers cannot be read (``launched_context``'s reading, which ``launched_counts`` shares)."""
     if not isinstance(launch, Mapping) or not isinstance(launch.get("engine"), str):
         return None
     command = launch.get("command")
     if not isinstance(command, list) or not all(isinstance(item, str) for item in command):
         return None
     front = skip_launchers(command)
-    if front.problem is not None:
-        return None
-    env = launch.get("env")
-    engine_env: dict[str, str] | None = None
-    if isinstance(env, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        engine_env = front.engine_env(env, front.env)
-    return launch_context(launch["engine"], command[front.program :], env=engine_env, default=True)
+    return None if front.problem is not None else (launch["engine"], command, front)
+
+
+def launched_counts(launch: Any) -> tuple[str, ...]:
+    """The ways the prompt of a request to the engine an ``engine.launch`` entry's payload records can have
+    been counted (``prompt_counts``): those of its ``engine`` kind and of the program its recorded command
+    runs past the launchers (``command_program``, read as ``launched_context`` reads the launch). None of
+    them — nothing counted shows anything — where the launch cannot be read (``launched_context``'s cases:
+    no ``engine`` text, a ``command`` missing or mistyped, launchers not read)."""
+    read = _launch_read(launch)
+    if read is None:
+        return ()
+    kind, command, front = read
+    return prompt_counts(kind, command_program(command[front.program :])[0])
 
 
 # --- the values a launch's recorded command gives an engine's options ---------------------------------------
@@ -822,7 +883,9 @@ def _whole(value: Any, least: int) -> int | None:
     return value if type(value) is int and value >= least else None
 
 
-def context_overflow(payload: Any) -> tuple[str, int, int, int] | None:
+def context_overflow(
+    payload: Any, counts: Collection[str] = PROMPT_COUNTS
+) -> tuple[str, int, int, int] | None:
     """(option, context length, prompt tokens, max_tokens) where a probe's record shows its request cannot
     fit the context length the campaign launched the engine with: its prompt's tokens (as the engine counted
     them, ``PROMPT_COUNTS``: the prompt's own count, or a lower bound of it) plus its own ``max_tokens``
@@ -833,7 +896,13 @@ def context_overflow(payload: Any) -> tuple[str, int, int, int] | None:
     or not ``context_record``'s shape, a value that is no whole number (a boolean, a text, a fraction; a
     length below 1, tokens below 0, max_tokens below 1), tokens counted in a way not known
     (``PROMPT_COUNTED`` missing, mistyped or not one of ``PROMPT_COUNTS``: a count that may exceed the
-    prompt's shows nothing), or a request that fits (fail closed: the failure is judged as any other)."""
+    prompt's shows nothing) or not one of ``counts`` — the ways the engine the request went to can be
+    counted by (``prompt_counts``; the policy passes its launch's, ``launched_counts``: a tokenizer the
+    launched program does not serve counted nothing) —, ``COUNTED_USAGE`` beside a sizing refusal
+    (``SIZING_REFUSED``: usage is read from the engine's 2xx answer to the sizing request, its refusal from
+    an error status — one answer never gives both), a sizing refusal that is not one (no mapping, its
+    ``http_status`` no whole number from 400), or a request that fits (fail closed: the failure is judged
+    as any other)."""
     if not isinstance(payload, Mapping):
         return None
     details = payload.get("details")
@@ -846,8 +915,13 @@ def context_overflow(payload: Any) -> tuple[str, int, int, int] | None:
     if not isinstance(option, str) or not option or length is None or prompt is None or asked is None:
         return None
     counted = ctx.get(PROMPT_COUNTED)
-    if not isinstance(counted, str) or counted not in PROMPT_COUNTS:
+    if not isinstance(counted, str) or counted not in PROMPT_COUNTS or counted not in counts:
         return None
+    if SIZING_REFUSED in ctx:
+        sizing = ctx[SIZING_REFUSED]
+        status = sizing.get("http_status") if isinstance(sizing, Mapping) else None
+        if counted == COUNTED_USAGE or _whole(status, 400) is None:
+            return None
     return (option, length, prompt, asked) if prompt + asked > length else None
 
 
@@ -864,17 +938,26 @@ def _recorded_context(payload: Mapping[str, Any]) -> tuple[str, int] | None:
     return (option, length) if isinstance(option, str) and option and length is not None else None
 
 
-def _sizing_refused(payload: Mapping[str, Any], params: Mapping[str, Any]) -> tuple[str, int] | None:
+def _sizing_refused(
+    payload: Mapping[str, Any], params: Mapping[str, Any], counts: Collection[str] = PROMPT_COUNTS
+) -> tuple[str, int] | None:
     """(option, context length) where a request's context record (``context_record``) shows the engine
     refused the sizing request itself — the same prompt with max_tokens 1 — for the context length: a status
     in ``params.context_refused_http_statuses`` whose error matches ``params.context_refusal_patterns``
     (the engine's own word that the prompt alone does not fit), stating no window, or one the record's
     context length gives (``window_explained``: an engine that says it serves another window than the one
     the request was sized for refused it for its own context, not the campaign's). None otherwise, or for a
-    record missing, renamed or mistyped (fail closed)."""
+    record missing, renamed or mistyped (fail closed), or one no collector of the engine writes: its prompt
+    counted by ``COUNTED_USAGE`` (read from a 2xx answer to the sizing request: never beside its refusal)
+    or in a way not one of ``counts`` (``context_overflow``'s; nothing counted — ``PROMPT_COUNTED`` None —
+    is the record of a sizing refused with no tokenizer to count by)."""
     ctx = _context_of(payload)
     sized = ctx.get(SIZING_REFUSED) if ctx is not None else None
     if ctx is None or not isinstance(sized, Mapping):
+        return None
+    counted = ctx.get(PROMPT_COUNTED)  # None: nothing counted
+    way = counted if isinstance(counted, str) and counted != COUNTED_USAGE else ""
+    if counted is not None and way not in counts:
         return None
     option, length = ctx.get("option"), _whole(ctx.get("length"), 1)
     status, error = sized.get("http_status"), sized.get("error")
@@ -1078,6 +1161,7 @@ def refusal(
     params: Mapping[str, Any],
     launched: tuple[str, int] | _Unread | None = _Unread.UNREAD,
     command: Sequence[str] | None = None,
+    counts: Collection[str] | None = None,
 ) -> Refusal | None:
     """Which refusal of the campaign's configuration a request's record shows (``REFUSALS``), or None: the
     engine failed it, or answered it. ``payload``: a ``health.probe``'s (``check``, ``http_status``,
@@ -1130,7 +1214,12 @@ def refusal(
     (``launched_context`` of its attempt's ``engine.launch``; None where that is not known). Where given, a
     context refusal that rests on the record alone (``context_overflow``) holds only where the context the
     record names — the collector's claim — is that one (derive, don't trust); the collector, which sized the
-    request by the command it launched, passes none.
+    request by the command it launched, passes none. ``counts``: the ways its prompt may have been counted
+    (``context_overflow``, ``_sizing_refused``): the policy passes those of the program its launch's command
+    runs (``launched_counts``); not given, ``COUNTED_USAGE`` alone where ``launched`` is (the way of any
+    engine: a tokenizer's is held to the program that serves it, which the caller did not tell), every way
+    of ``PROMPT_COUNTS`` where it is not either (the collector, which counted by its own launch's ways,
+    ``prompt_counts``).
 
     A context refusal whose error states a window (``stated_windows``: "maximum context length is N
     tokens", "available context size (N tokens)", "context window of N") holds only where each such N is
@@ -1165,9 +1254,11 @@ def refusal(
         and _matches(error, params.get("context_refusal_patterns"))
     )
     overflow: tuple[str, int] | None = None
+    if counts is None:
+        counts = PROMPT_COUNTS if launched is _Unread.UNREAD else (COUNTED_USAGE,)
     if check in _PROBES_SIZED or check == HARNESS_REQUEST:
-        found = context_overflow(payload)
-        overflow = found[:2] if found is not None else _sizing_refused(payload, params)
+        found = context_overflow(payload, counts)
+        overflow = found[:2] if found is not None else _sizing_refused(payload, params, counts)
     if overflow is not None and launched is not _Unread.UNREAD and launched != overflow:
         overflow = None  # the record names another context than its launch's command gives
     # the window the engine's own words state must be one the context the request was launched into gives

@@ -13,7 +13,7 @@ import json
 import math
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -30,6 +30,8 @@ from ledger.answers import (
     cut_undecided,
     launched_command,
     launched_context,
+    launched_counts,
+    prompt_tokens_exact,
     refusal,
     request_cut,
     request_unanswered,
@@ -2513,7 +2515,9 @@ def _refusals(
     (``ledger.answers.launched_context`` of the launch's recorded ``engine`` and ``command``), never the one
     the probe's (the request's) own record names: a failure excused as a
     request the campaign's context could not hold (``context_overflow``) stays excused only where the two
-    are the same. No attempt, no launch, a command missing or mistyped: none known, nothing so excused. The
+    are the same, and its prompt was counted in a way the program that launch's command runs can count by
+    (``ledger.answers.launched_counts``: a tokenizer another program serves counted nothing). No attempt,
+    no launch, a command missing or mistyped: none known, nothing so excused. The
     attempt is the one the log took the probe in (``attempt_logged``); where the one its claimed
     ``collected_at`` picks (``attempt``) is another, its launch must give the same context too — a claimed
     time never picks the launch that excuses a failure (audit 87).
@@ -2541,8 +2545,10 @@ def _refusals(
         launched = given.pop() if len(given) == 1 else None
         commands = {launched_command(launch.payload) if launch is not None else None for launch in launches}
         command = commands.pop() if len(commands) == 1 else None
+        read = {launched_counts(launch.payload) if launch is not None else () for launch in launches}
+        ways = read.pop() if len(read) == 1 else ()
         if e.kind == "health.probe":
-            shown = refusal(e.payload, params, launched=launched, command=command)
+            shown = refusal(e.payload, params, launched=launched, command=command, counts=ways)
             logged = e.derived_.get("attempt_logged")
             first = answered_at.get(logged) if isinstance(logged, int) else None
             if shown == REFUSAL_OPTION_VALUE and first is not None and first < e.seq:
@@ -2551,7 +2557,7 @@ def _refusals(
         elif store is not None and launched is not None and e.derived_.get("artifact_problem") is not None:
             # read first with no launch known (nothing rests on a request's size alone): read again held
             # to the launch's context only where that found a problem
-            e.derived_["artifact_problem"] = _harness_artifact_problem(e, store, params, launched)
+            e.derived_["artifact_problem"] = _harness_artifact_problem(e, store, params, launched, ways)
 
 
 def _explained_log_lines(
@@ -2579,7 +2585,8 @@ def _explained_log_lines(
         found = [o for occ in scan.explainable.values() for o in occ]
         if launched is None:
             continue
-        refused = _context_refused_requests(trusted, superseded, attempt, params, store, launched)
+        ways = launched_counts(launch.payload)
+        refused = _context_refused_requests(trusted, superseded, attempt, params, store, launched, ways)
         if not explained_by_refusals(found, refused, launched):
             continue
         w, w_named = _pick_found(scan.whole_found, signatures, scan.explainable)
@@ -2599,11 +2606,14 @@ def _context_refused_requests(
     params: Mapping[str, Any],
     store: ArtifactStore,
     launched: tuple[str, int],
+    ways: Collection[str],
 ) -> list[int | None]:
     """The requests of attempt ``attempt``'s harness runs recorded refused for the campaign's context that
     the engine took and did not answer with a 4xx (a stream cut after a 2xx status, none, a 5xx), each
-    shown by its own record held to the launch's context ``launched`` (``_context_refusal_unshown``), as the
-    prompt tokens it records (None: not counted — the engine refused its sizing too). Read from the stored
+    shown by its own record held to the launch's context ``launched`` and the ways its engine counts a
+    prompt, ``ways`` (``_context_refusal_unshown``), as the prompt tokens it records
+    (``ledger.answers.prompt_tokens_exact``; None: not counted — the engine refused its sizing too —, or
+    counted as a lower bound, its text alone: never the engine's number). Read from the stored
     per-request record of each ``gate.result`` of a harness (benchmark, semantic) of the subject, not
     superseded, that the log took in that attempt and whose claimed time picks it too, and whose record reads
     back with no problem (``artifact_problem`` None); any other result counts none."""
@@ -2626,11 +2636,9 @@ def _context_refused_requests(
                 status = r.get("http_status")
                 if r.get("refusal") != REFUSAL_CONTEXT or (type(status) is int and 400 <= status <= 499):
                     continue
-                if _context_refusal_unshown(r, n, params, launched) is not None:
+                if _context_refusal_unshown(r, n, params, launched, ways) is not None:
                     continue
-                ctx = r.get("context")
-                tokens = ctx.get("prompt_tokens") if isinstance(ctx, Mapping) else None
-                found.append(tokens if type(tokens) is int else None)
+                found.append(prompt_tokens_exact(r.get("context")))
         except (_Unreadable, LedgerError):
             continue
         out += found
@@ -3956,6 +3964,7 @@ def _harness_artifact_problem(
     store: ArtifactStore,
     params: Mapping[str, Any] | None = None,
     launched: tuple[str, int] | None = None,
+    ways: Collection[str] | None = None,
 ) -> str | None:
     """For a ``gate.result`` of a harness (semantic, benchmark): where its own stored record of what it
     counted contradicts the counts it records, why (None: it does not, or it names no such artifact). Read
@@ -3984,8 +3993,8 @@ def _harness_artifact_problem(
     requests unanswered, or refused for the campaign's configuration) and stores none
     (``_request_record_missing``): the claim is the payload's alone, never excused on it. A request recorded
     refused for the context whose answer was no 4xx is judged with ``params`` (the policy's) and held to
-    ``launched``, the context the attempt's launch command gives (``_context_refusal_unshown``; None: not
-    known, a problem)."""
+    ``launched``, the context the attempt's launch command gives, and ``ways``, the ways the program it
+    runs counts a prompt (``_context_refusal_unshown``; None: not known, a problem)."""
     gate = e.payload.get("gate")
     names = (
         (_SEMANTIC_ITEMS, _SEMANTIC_FAILURES, _SEMANTIC_REQUESTS)
@@ -4012,7 +4021,7 @@ def _harness_artifact_problem(
         if gate == "benchmark":
             name = _BENCHMARK_REQUESTS
             shown, problems = _requests_shown(
-                _artifact_records(store, named[name][0]), e.payload.get("bounds"), params, launched
+                _artifact_records(store, named[name][0]), e.payload.get("bounds"), params, launched, ways
             )
             if isinstance(counts, dict):
                 # a level the result counts that no completed request of the artifact is at: 0 there
@@ -4049,7 +4058,7 @@ def _harness_artifact_problem(
             records = _artifact_records(store, named[name][0])
             if scored is not None:
                 records = _timed_out_items(records, scored, joined)
-            shown, problems = _requests_shown(records, e.payload.get("bounds"), params, launched)
+            shown, problems = _requests_shown(records, e.payload.get("bounds"), params, launched, ways)
             compared = {"refused": shown["refused"]}
             claimed = counts.get("timed_out") if isinstance(counts, dict) else None
             if scored is not None:
@@ -4138,15 +4147,21 @@ def request_timed_out(timed_out: Any, error: Any, http_status: Any) -> bool:
 
 
 def _context_refusal_unshown(
-    r: Mapping[str, Any], n: int, params: Mapping[str, Any] | None, launched: tuple[str, int] | None
+    r: Mapping[str, Any],
+    n: int,
+    params: Mapping[str, Any] | None,
+    launched: tuple[str, int] | None,
+    ways: Collection[str] | None = None,
 ) -> str | None:
     """Why a request recorded refused for the campaign's context length (``refusal`` "context") whose own
     answer was no 4xx — its stream cut after a 2xx status, none, a 5xx: llama-cpp-python's streamed
     "Requested tokens (N) exceed context window of M" — does not show it: such a refusal rests on the
     request's size alone (its ``context``, ``ledger.answers.context_record``, and ``max_tokens``), judged by
     ``ledger.answers.refusal`` with ``params`` and held to ``launched``, the context its attempt's launch
-    command gives (None: not known — nothing rests on the record alone). None: it shows it, or its answer
-    was a 4xx (the engine's own words, judged by the collector)."""
+    command gives (None: not known — nothing rests on the record alone), and to ``ways``, the ways the
+    program that command runs counts a prompt by (``ledger.answers.launched_counts``; None: usage alone,
+    the way of any engine). None: it shows it, or its answer was a 4xx (the engine's own words, judged by the
+    collector)."""
     status = r.get("http_status")
     if type(status) is int and 400 <= status <= 499:
         return None
@@ -4159,7 +4174,7 @@ def _context_refusal_unshown(
         "max_tokens": r.get("max_tokens"),
         "details": {CONTEXT_DETAIL: r.get("context")},
     }
-    if refusal(payload, params or {}, launched=launched) == REFUSAL_CONTEXT:
+    if refusal(payload, params or {}, launched=launched, counts=ways) == REFUSAL_CONTEXT:
         return None
     return (
         f"request {n} is recorded refused for the campaign's context length (HTTP {status}) but its record "
@@ -4173,6 +4188,7 @@ def _requests_shown(
     bounds: Any,
     params: Mapping[str, Any] | None = None,
     launched: tuple[str, int] | None = None,
+    ways: Collection[str] | None = None,
 ) -> tuple[dict[str, int], list[str]]:
     """What a harness's per-request record (``benchmark-requests.jsonl``, ``semantic-requests.jsonl``: one
     ``benchmark.RequestRecord`` per request sent, in order) shows, judged request by request: its counts
@@ -4249,7 +4265,7 @@ def _requests_shown(
             in_flight[(repetition, level)] = in_flight.get((repetition, level), 0) + 1
         if kind is not None:
             refused.append((n, kind, r.get("prompt_id"), r.get("http_status")))
-        if kind == REFUSAL_CONTEXT and (why := _context_refusal_unshown(r, n, params, launched)):
+        if kind == REFUSAL_CONTEXT and (why := _context_refusal_unshown(r, n, params, launched, ways)):
             unshown.append(why)
     problems: list[str] = list(unshown)
     if twice:

@@ -6,7 +6,7 @@ max_tokens 64) answered the probe with HTTP 500 "could not broadcast input array
 probe recorded ``prompt_tokens: null``, ``context_overflow`` showed nothing, and the verdict was NOT
 QUALIFIED — RUNTIME RELIABILITY, where ``--n_ctx 128`` (prompt fits, prompt + max_tokens does not) was
 INCONCLUSIVE. Now where the sizing request gives no count, the probe asks the engine's own tokenizer
-(``collectors.probe._tokenized``): vLLM's ``POST /tokenize`` with the messages (its chat template applied:
+(``collectors.sizing.sizing``): vLLM's ``POST /tokenize`` with the messages (its chat template applied:
 the count), else llama-cpp-python's ``POST /extras/tokenize`` of each message's text (no template: a lower
 bound), and records how it counted (``details.context.counted``, ``ledger.answers.PROMPT_COUNTS``).
 
@@ -39,6 +39,7 @@ from ledger.answers import (
     context_overflow,
     context_record,
     launched_context,
+    prompt_counts,
     refusal,
 )
 from ledger.collectors.campaign import context_length, load_campaign, structured_schema
@@ -59,6 +60,10 @@ BROADCAST = "could not broadcast input array from shape (93,) into shape (82,)"
 SIZING_500 = (500, f"HTTP 500: {BROADCAST}")
 PROMPT = 'Answer with the JSON object {"status": "READY"}.'
 BOS = 1
+# the ways the collector counts a prompt of each program it launches (fix 144: it asks only the tokenizer
+# the program serves)
+LLAMA_CPP_PYTHON_COUNTS = prompt_counts("llamacpp", "llama_cpp.server")
+VLLM_COUNTS = prompt_counts("vllm", "vllm")
 
 Handler = Callable[[dict[str, Any]], tuple[int, Any]]
 
@@ -137,6 +142,7 @@ def _structured(url: str, n_ctx: int = 100, **over: Any) -> dict[str, Any]:
         "max_tokens": 64,
         "timeout": 10,
         "context": ("--n_ctx", n_ctx),
+        "counts": LLAMA_CPP_PYTHON_COUNTS,
     }
     return probe_structured(url, **{**kwargs, **over})
 
@@ -153,7 +159,7 @@ def test_prompt_alone_beyond_n_ctx_is_counted_by_the_tokenizer_and_is_the_campai
     assert p["details"]["context"] == context_record("--n_ctx", 100, content, SIZING_500, COUNTED_CONTENT)
     assert context_overflow(p) == ("--n_ctx", 100, content, 64)
     assert refusal(p, PARAMS) == REFUSAL_CONTEXT
-    assert refusal(p, PARAMS, launched=("--n_ctx", 100)) == REFUSAL_CONTEXT
+    assert refusal(p, PARAMS, launched=("--n_ctx", 100), counts=LLAMA_CPP_PYTHON_COUNTS) == REFUSAL_CONTEXT
     # the tokenizer got the message's text and the model, and the empty text
     tokenized = [b for path, b in engine.asked if path == "/extras/tokenize"]
     assert {"input": "", "model": "ctx-tiny"} in tokenized
@@ -165,10 +171,19 @@ def test_control_and_sequential_probes_are_counted_by_the_tokenizer_too(
 ) -> None:
     engine = serve(LLAMA_CPP_PYTHON)
     prompt = "x" * 40
-    c = probe_completion(engine.url, prompt=prompt, max_tokens=64, context=("--n_ctx", 100))
+    c = probe_completion(
+        engine.url, prompt=prompt, max_tokens=64, context=("--n_ctx", 100), counts=LLAMA_CPP_PYTHON_COUNTS
+    )
     assert c["details"]["context"] == context_record("--n_ctx", 100, 40, SIZING_500, COUNTED_CONTENT)
     assert refusal(c, PARAMS) == REFUSAL_CONTEXT
-    s = probe_sequential(engine.url, count=3, prompt=prompt, max_tokens=64, context=("--n_ctx", 100))
+    s = probe_sequential(
+        engine.url,
+        count=3,
+        prompt=prompt,
+        max_tokens=64,
+        context=("--n_ctx", 100),
+        counts=LLAMA_CPP_PYTHON_COUNTS,
+    )
     assert s["details"]["context"] == c["details"]["context"] and refusal(s, PARAMS) == REFUSAL_CONTEXT
 
 
@@ -204,7 +219,7 @@ def test_messages_counted_by_vllms_tokenize_are_the_prompts_count(
     serve: Callable[[dict[str, Handler]], _Engine],
 ) -> None:
     engine = serve({**LLAMA_CPP_PYTHON, "/tokenize": _vllm_tokenize(111)})
-    p = _structured(engine.url)
+    p = _structured(engine.url, counts=VLLM_COUNTS)
     assert p["details"]["context"] == context_record("--n_ctx", 100, 111, SIZING_500, COUNTED_MESSAGES)
     assert refusal(p, PARAMS) == REFUSAL_CONTEXT
     asked = next(b for path, b in engine.asked if path == "/tokenize")
@@ -234,7 +249,7 @@ def test_tokenize_answer_not_vllms_shape_is_no_count_of_the_messages(
     serve: Callable[[dict[str, Handler]], _Engine], answer: Any
 ) -> None:
     engine = serve({"/v1/chat/completions": _broadcast, "/tokenize": lambda body: (200, answer)})
-    p = _structured(engine.url)
+    p = _structured(engine.url, counts=VLLM_COUNTS)
     assert p["details"]["context"] == context_record("--n_ctx", 100, None, SIZING_500)
     assert refusal(p, PARAMS) is None  # not counted: the failure is the engine's
 
@@ -463,4 +478,4 @@ def test_real_llama_cpp_python_prompt_beyond_n_ctx_is_counted_and_the_campaigns(
     assert ctx["counted"] == COUNTED_CONTENT
     assert ctx["prompt_tokens"] == len(PROMPT.replace(" ", "\u2581").encode()), ctx
     assert ctx["sizing"]["http_status"] == 500  # the sizing request failed as the probe did
-    assert refusal(p, PARAMS, launched=("--n_ctx", 100)) == REFUSAL_CONTEXT
+    assert refusal(p, PARAMS, launched=("--n_ctx", 100), counts=LLAMA_CPP_PYTHON_COUNTS) == REFUSAL_CONTEXT
