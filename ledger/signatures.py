@@ -864,7 +864,12 @@ def stop_cut_line(
     return not echoed_line(plain, dumps)
 
 
-def cut_within_stop(cut_at: datetime | None, marker_at: datetime | None, tolerance: object) -> bool:
+def cut_within_stop(
+    cut_at: datetime | None,
+    marker_at: datetime | None,
+    tolerance: object,
+    window: tuple[datetime, datetime] | None = None,
+) -> bool:
     """Whether the first stop-cut line the collector read after readiness (``cut_at``: when it read it) came
     within the stop from outside that its logs then show (``marker_at``: when it read the engine's first stop
     marker after readiness, ``details.stop_marker_at``): read no earlier than ``tolerance`` seconds
@@ -872,8 +877,12 @@ def cut_within_stop(cut_at: datetime | None, marker_at: datetime | None, toleran
     (SIGINT, SIGTERM) sets its exit flag, and sse-starlette (llama-cpp-python's streams) ends its streams on
     that flag — one begun after it at once — while uvicorn's own loop logs "Shutting down" only at its next
     tick: a stream the stop cut may be logged a little before the marker (uvicorn logs no line when the
-    signal comes). False where a time is not known, the tolerance is no number ≥ 0, or the two times cannot
-    be compared (fail closed: the line is then the engine's own error)."""
+    signal comes). ``window`` (the policy's reading of a stored launch: from its readiness to the earliest
+    end it records, ``_stop_read_window`` in ``ledger.policy.acceptance``): both times must lie in it, ends
+    included — a time the launch's own record contradicts is no time the collector read a line at; None:
+    times the caller measured itself (the collector). False where a time is not known, the tolerance is no
+    number ≥ 0, a time lies outside ``window``, or the times cannot be compared (fail closed: the line is
+    then the engine's own error)."""
     if cut_at is None or marker_at is None:
         return False
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
@@ -882,6 +891,8 @@ def cut_within_stop(cut_at: datetime | None, marker_at: datetime | None, toleran
         return False
     try:
         gap = (marker_at - cut_at).total_seconds()
+        if window is not None and not all(window[0] <= t <= window[1] for t in (cut_at, marker_at)):
+            return False
     except TypeError:  # one with its zone, one without
         return False
     return gap <= tolerance
@@ -896,6 +907,7 @@ def outside_stop_shown(
     cut_at: datetime | None = None,
     marker_at: datetime | None = None,
     tolerance: object = None,
+    window: tuple[datetime, datetime] | None = None,
 ) -> bool:
     """``RunOutcome.stop_marked``, the one reading of it, by the collector and the policy engine alike:
     ``logs`` (each log's lines after readiness, up to any stop of the collector's; None: a log could not be
@@ -909,14 +921,20 @@ def outside_stop_shown(
     A stop-cut line (``cut``, default the table's ``stop_cut_lines``: uvicorn's "ERROR:    ASGI callable
     returned without completing response." — a stream the server left unanswered) is an error line of the
     engine's own like any other, unless the collector read the first of them within the stop
-    (``cut_within_stop`` of ``cut_at``, ``marker_at``, ``tolerance``): then every one is the stop's cut of
-    a request in flight, passed over. After the marker in its log it is the shutdown's, as every line there.
-    Each request the stop cut is still judged on its own (the policy's ``stop_cut``: no answer, seen within
-    the tolerance of the stop)."""
+    (``cut_within_stop`` of ``cut_at``, ``marker_at``, ``tolerance``, ``window``): then every one is the
+    stop's cut of a request in flight, passed over — but in a log that holds a marker only where ``cut_at``
+    is no later than ``marker_at``: the collector reads a log's lines in order and times the first cut line
+    and the first marker it reads, so a cut line before the marker in that log was read no later than the
+    marker (a later time contradicts the log; where several logs hold a marker, which was read first cannot
+    be told: fail closed). After the marker in its log it is the shutdown's, as every line there. Each
+    request the stop cut is still judged on its own (the policy's ``stop_cut``: no answer, seen within the
+    tolerance of the stop)."""
     if logs is None:
         return False
     lines = stop_cut_lines() if cut is None else cut
-    passed = lines if lines and cut_within_stop(cut_at, marker_at, tolerance) else ()
+    passed = lines if lines and cut_within_stop(cut_at, marker_at, tolerance, window) else ()
+    # cut_within_stop compared the two times: both known, each with its zone
+    in_order = bool(passed) and cut_at is not None and marker_at is not None and cut_at <= marker_at
     marked = False
     for text in logs:
         found = [at for at in (find_engine_text(text, m) for m in markers) if at >= 0]
@@ -924,7 +942,7 @@ def outside_stop_shown(
         if found:
             marked = True
             at = text.rfind("\n", 0, min(found)) + 1
-        if shows_own_end(text[:at], own_end, passed):
+        if shows_own_end(text[:at], own_end, passed if not found or in_order else ()):
             return False
     return marked
 

@@ -356,3 +356,72 @@ def test_the_policy_still_counts_an_answer_the_engine_gave_before_an_outside_sto
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY", v["gates"]
     assert gates(v)["runtime-stability"] == "failed"
     assert "structured" not in rejected(v) and "structured" not in counted_against(v)
+
+
+# --- fix 148 (audit 99 f1): the times are held to the log's order and the launch's own run --------------
+
+WINDOW = (MARKER_AT - timedelta(seconds=60), MARKER_AT + timedelta(seconds=1))
+
+
+def test_a_cut_line_before_the_marker_timed_after_it_is_the_engines() -> None:
+    """The regression: the collector reads a log in order, so a cut line before the marker in the marker's
+    log read after the marker contradicts the log (fail closed)."""
+    logs = [f"{SERVED}\n{CUT}\n{STOP}\n"]
+    assert _shown(logs, cut_at=MARKER_AT + timedelta(seconds=5)) is False
+    assert _shown(logs, cut_at=MARKER_AT + timedelta(microseconds=1)) is False
+    assert _shown(logs, cut_at=MARKER_AT) is True  # read with it: the bound itself
+    assert _shown(logs, cut_at=CUT_AT) is True  # the run's shape
+
+
+@pytest.mark.parametrize(
+    ("logs", "shown"),
+    [
+        ([f"{STOP}\n{CUT}\n"], True),  # after the marker: the shutdown's, whatever the times
+        ([f"{STOP}\n", f"{CUT}\n"], True),  # another log: read after the marker there, within the stop
+        ([f"{STOP}\n{CUT}\n", f"{CUT}\n"], True),
+        ([f"{CUT}\n{STOP}\n", f"{CUT}\n"], False),  # one before the marker in its log
+        ([f"{STOP}\n", f"{CUT}\n{STOP}\n"], False),  # several logs with a marker: which came first is unknown
+    ],
+)
+def test_which_logs_show_a_stop_with_a_cut_line_read_after_the_marker(logs: list[str], shown: bool) -> None:
+    assert _shown(logs, cut_at=MARKER_AT + timedelta(seconds=0.3)) is shown
+
+
+@pytest.mark.parametrize(
+    ("cut_at", "marker_at", "within"),
+    [
+        (CUT_AT, MARKER_AT, True),
+        (WINDOW[0], WINDOW[0], True),  # the window's ends belong to it
+        (WINDOW[1], WINDOW[1], True),
+        (WINDOW[0] - timedelta(microseconds=1), MARKER_AT, False),  # before readiness
+        (CUT_AT, WINDOW[1] + timedelta(microseconds=1), False),  # after the launch's end
+        (MARKER_AT + timedelta(days=365), MARKER_AT, False),  # a year after the marker
+        (CUT_AT - timedelta(hours=1), MARKER_AT - timedelta(hours=1), False),  # both before the launch
+        (CUT_AT + timedelta(days=365), MARKER_AT + timedelta(days=365), False),  # both after it
+        (CUT_AT.replace(tzinfo=None), MARKER_AT.replace(tzinfo=None), False),  # zoneless against the window
+    ],
+)
+def test_a_cut_line_is_read_within_the_stop_only_within_the_launchs_run(
+    cut_at: datetime, marker_at: datetime, within: bool
+) -> None:
+    assert cut_within_stop(cut_at, marker_at, TOLERANCE, WINDOW) is within
+    logs = [f"{SERVED}\n{CUT}\n{STOP}\n"]
+    assert _shown_within(logs, cut_at, marker_at) is within
+
+
+def test_without_a_window_the_callers_own_times_are_compared_alone() -> None:
+    """The collector's reading (times it measured itself): no window, the gap alone decides."""
+    assert cut_within_stop(CUT_AT - timedelta(days=365), MARKER_AT - timedelta(days=365), TOLERANCE) is True
+    assert cut_within_stop(MARKER_AT + timedelta(seconds=3), MARKER_AT, TOLERANCE) is True
+
+
+def _shown_within(logs: list[str], cut_at: datetime, marker_at: datetime) -> bool:
+    return outside_stop_shown(
+        logs,
+        stop_markers(),
+        own_end_lines(),
+        cut_at=cut_at,
+        marker_at=marker_at,
+        tolerance=TOLERANCE,
+        window=WINDOW,
+    )

@@ -3747,14 +3747,17 @@ def _classify_stored_logs(
     w, w_named = _pick_found(whole, signatures)
     r, r_named = _pick_found(after, signatures)
     # a stop-cut line before the marker is the stop's only where the collector read it within the stop
-    # (``details.cut_line_at``, ``details.stop_marker_at``, ``params.stop_cut_tolerance_s``)
+    # (``details.cut_line_at``, ``details.stop_marker_at``, ``params.stop_cut_tolerance_s``), both times
+    # within the launch's own run as it records it (``_stop_read_window``; none: no time is trusted)
+    window = _stop_read_window(e, cut_tolerance)
     stop_marked = readable and outside_stop_shown(
         list(after_texts.values()),
         markers,
         own_end_lines(),
-        cut_at=_detail_time(details, "cut_line_at"),
+        cut_at=_detail_time(details, "cut_line_at") if window is not None else None,
         marker_at=_detail_time(details, "stop_marker_at"),
         tolerance=cut_tolerance,
+        window=window,
     )
     return _LogScan(
         w,
@@ -3770,14 +3773,45 @@ def _classify_stored_logs(
 
 
 def _detail_time(details: Mapping[str, Any], key: str) -> datetime | None:
-    """A time the launch's details record (``cut_line_at``, ``stop_marker_at``), or None where it records
-    none, or one that is no text or does not parse (fail closed: nothing is read within the stop)."""
+    """A time the launch's details record (``cut_line_at``, ``stop_marker_at``, ``exited_at``), or None where
+    it records none, or one that is no text or does not parse (fail closed: nothing is read within the
+    stop)."""
     v = details.get(key)
     if not isinstance(v, str):
         return None
     try:
         return parse_time(v)
     except LedgerError:
+        return None
+
+
+def _stop_read_window(launch: Evidence, tolerance: float | None) -> tuple[datetime, datetime] | None:
+    """When the collector can have read ``launch``'s logs after readiness, as the launch's own record and
+    the log bound it (``ledger.signatures.cut_within_stop``'s ``window`` for ``details.cut_line_at`` and
+    ``details.stop_marker_at``): from its readiness (``_ready_time``, less its rounding: the collector
+    times neither line before it) to the earliest of its leader's end (``details.exited_at``) plus
+    ``tolerance`` (its log readers may read the last lines a moment after the leader ended), its recorded
+    end (``ended_at``: taken once every log was read to its end) and the time the log took the launch (the
+    log's time, not a claim: nothing read later can be in it). None where the launch is not ready, its
+    readiness, ``exited_at`` or the tolerance is not known, or ``ended_at`` is mistyped (fail closed: no
+    time is read within the stop)."""
+    raw = launch.payload.get("details")
+    details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    ready, exited = _ready_time(launch), _detail_time(details, "exited_at")
+    if launch.payload.get("ready") is not True or ready is None or exited is None or tolerance is None:
+        return None
+    ends = [exited + timedelta(seconds=tolerance), launch.logged_time]
+    ended = launch.payload.get("ended_at")
+    if ended is not None:
+        if not isinstance(ended, str):
+            return None
+        try:
+            ends.append(parse_time(ended))
+        except LedgerError:
+            return None
+    try:
+        return ready - _READY_ROUNDING, min(ends)
+    except TypeError:  # a time without its zone
         return None
 
 

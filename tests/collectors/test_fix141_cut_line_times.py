@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from ledger.collectors.launch import EngineRun, LaunchSpec
+from ledger.entries import parse_time
 from tests.collectors.conftest import free_port
-from tests.policy.test_fail_closed import POLICY_DIR, gates, qualified_entries, rejected, verdict_of
+from tests.policy.test_fail_closed import POLICY_DIR, entry, gates, qualified_entries, rejected, verdict_of
 from tests.policy.test_fix106_outside_stops import (
     ACCESS_200,
     READY_LINE,
@@ -74,6 +75,12 @@ def test_a_cut_line_read_just_before_an_outside_sigints_shutdown_is_the_stops(tm
     assert p["exit_code"] == 0 and details["cut_line_at"] <= details["stop_marker_at"]
     assert p["failure_signature"] == "stopped-from-outside", p
     assert details["failure_class"] == "operator-stop"
+    # fix 148: the times the collector measured lie within the run its own record shows (what the policy
+    # holds them to: readiness .. the leader's end plus the tolerance, and its recorded end)
+    ready = parse_time(p["started_at"]).timestamp() + p["time_to_ready_s"] - 0.001
+    end = min(parse_time(details["exited_at"]).timestamp() + 2.0, parse_time(p["ended_at"]).timestamp())
+    for key in ("cut_line_at", "stop_marker_at"):
+        assert ready <= parse_time(details[key]).timestamp() <= end, (key, p)
 
 
 def test_a_cut_line_read_too_long_before_the_shutdown_is_the_engines(tmp_path: Path) -> None:
@@ -139,6 +146,10 @@ def _verdict(tmp_path: Path, policy_dir: Path = POLICY_DIR, **details: Any) -> d
         failure_observed="/v1/chat/completions: ReadError: [Errno 104] Connection reset by peer",
         **details,
     )
+    # the collector logs a launch once its run ended (fix 148: the log's time bounds the times it records)
+    launch = entry(es, "launch")
+    launch["at"] = launch["logged_at"] = "2026-09-10T10:01:21Z"
+    launch["payload"]["ended_at"] = "2026-09-10T10:01:20Z"
     _cut_structured(es, "ReadError: [Errno 104] Connection reset by peer")
     return verdict_of(tmp_path, es, policy_dir=policy_dir)
 
@@ -171,3 +182,103 @@ def test_a_policy_without_stop_cut_tolerance_keeps_the_cut_line_the_engines(tmp_
     v = _verdict(tmp_path, pol, cut_line_at="2026-09-10T10:01:19.760000Z")
     assert v["verdict"] == RUNTIME, v["gates"]
     assert gates(v)["runtime-stability"] == "failed"
+
+
+# --- fix 148 (audit 99 f1): times the launch's own record or its log contradict are no times -------------
+# the launch: started 10:00:20, ready 10:01:00 (40 s), the leader ended 10:01:19.9, its run ended 10:01:20,
+# logged 10:01:21; the cut line comes before the shutdown line in the same log
+
+
+def test_the_policy_keeps_a_cut_line_timed_after_the_engine_exited_the_engines(tmp_path: Path) -> None:
+    """The regression: a cut line before the marker in its log, recorded as read 5 s after the leader
+    ended and after the marker: the log's order and the launch's end contradict it (fail closed)."""
+    assert _verdict(tmp_path, cut_line_at="2026-09-10T10:01:25.000000Z")["verdict"] == RUNTIME
+
+
+def test_the_policy_keeps_a_cut_line_timed_a_year_after_the_marker_the_engines(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, cut_line_at="2027-09-10T10:01:19.000000Z")["verdict"] == RUNTIME
+
+
+def test_the_policy_keeps_a_cut_line_and_marker_timed_before_the_launch_the_engines(tmp_path: Path) -> None:
+    v = _verdict(
+        tmp_path, stop_marker_at="2026-09-10T09:00:00.100000Z", cut_line_at="2026-09-10T09:00:00.000000Z"
+    )
+    assert v["verdict"] == RUNTIME, v["gates"]
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        # both a year later, in order: after the launch's end and after the log took it
+        {"stop_marker_at": "2027-09-10T10:01:19.800000Z", "cut_line_at": "2027-09-10T10:01:19.760000Z"},
+        # both before readiness (10:01:00), in order
+        {"stop_marker_at": "2026-09-10T10:00:59.800000Z", "cut_line_at": "2026-09-10T10:00:59.760000Z"},
+        # the cut line read after the marker though it comes before it in the log, within the run
+        {"stop_marker_at": "2026-09-10T10:01:19.700000Z", "cut_line_at": "2026-09-10T10:01:19.760000Z"},
+        # beyond the leader's end plus the tolerance (0.5 s), before the log took the launch
+        {"stop_marker_at": "2026-09-10T10:01:20.600000Z", "cut_line_at": "2026-09-10T10:01:20.500000Z"},
+        # no exited_at: no end to hold them to
+        {"cut_line_at": "2026-09-10T10:01:19.760000Z", "exited_at": None},
+        {"cut_line_at": "2026-09-10T10:01:19.760000Z", "exited_at": "not a time"},
+        # a time without its zone
+        {"cut_line_at": "2026-09-10T10:01:19.760000", "stop_marker_at": "2026-09-10T10:01:19.800000"},
+    ],
+)
+def test_the_policy_keeps_a_cut_line_timed_outside_the_launchs_run_the_engines(
+    tmp_path: Path, details: dict[str, Any]
+) -> None:
+    assert _verdict(tmp_path, **details)["verdict"] == RUNTIME
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        {"cut_line_at": "2026-09-10T10:01:19.760000Z"},  # the run's shape
+        {"cut_line_at": MARKER_AT},  # read with the marker
+        # both right after readiness
+        {"stop_marker_at": "2026-09-10T10:01:00.400000Z", "cut_line_at": "2026-09-10T10:01:00.000000Z"},
+        # the marker read after the leader ended, within the tolerance and before the run's end
+        {"stop_marker_at": "2026-09-10T10:01:19.950000Z", "cut_line_at": "2026-09-10T10:01:19.900000Z"},
+    ],
+)
+def test_the_policy_reads_a_cut_line_timed_within_the_launchs_run_as_the_stops(
+    tmp_path: Path, details: dict[str, Any]
+) -> None:
+    v = _verdict(tmp_path, **details)
+    assert v["verdict"] == "INCONCLUSIVE", v["gates"]
+    assert gates(v)["runtime-stability"] == "passed"
+
+
+def test_the_launchs_recorded_end_bounds_the_times(tmp_path: Path) -> None:
+    """``ended_at`` (taken once every log was read to its end) earlier than the times: no line was read
+    then (the schema refuses a mistyped one)."""
+    es = qualified_entries()
+    _exit_0(
+        es,
+        READY_LINE + ACCESS_200 + CUT + "\n" + SHUTDOWN,
+        failure_observed="/v1/chat/completions: ReadError: [Errno 104] Connection reset by peer",
+        stop_marker_at=MARKER_AT,
+        cut_line_at="2026-09-10T10:01:19.760000Z",
+    )
+    launch = entry(es, "launch")
+    launch["at"] = launch["logged_at"] = "2026-09-10T10:01:21Z"
+    launch["payload"]["ended_at"] = "2026-09-10T10:01:19.700000Z"
+    _cut_structured(es, "ReadError: [Errno 104] Connection reset by peer")
+    assert verdict_of(tmp_path, es)["verdict"] == RUNTIME
+
+
+def test_the_log_time_of_the_launch_bounds_the_times(tmp_path: Path) -> None:
+    """A launch the log took before the times it records (its claimed ``collected_at`` later): the log's
+    time decides."""
+    es = qualified_entries()
+    _exit_0(
+        es,
+        READY_LINE + ACCESS_200 + CUT + "\n" + SHUTDOWN,
+        failure_observed="/v1/chat/completions: ReadError: [Errno 104] Connection reset by peer",
+        stop_marker_at=MARKER_AT,
+        cut_line_at="2026-09-10T10:01:19.760000Z",
+    )
+    launch = entry(es, "launch")
+    launch["at"], launch["logged_at"] = "2026-09-10T10:01:21Z", "2026-09-10T10:01:10Z"
+    _cut_structured(es, "ReadError: [Errno 104] Connection reset by peer")
+    assert verdict_of(tmp_path, es)["verdict"] == RUNTIME
