@@ -12,9 +12,12 @@ These build the entries as `collect run` writes them: no ``model_revision`` in a
 from __future__ import annotations
 
 import copy
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ledger.entries import format_time, parse_time
 from tests.policy.test_fail_closed import entry, qualified_entries
@@ -193,3 +196,75 @@ def test_a_relabelled_failure_older_than_the_bound_does_not_refuse(tmp_path: Pat
     r = _route(tmp_path, _relabelled(), later=timedelta(days=8))
     assert r["allowed"] is True, r["reasons"]
     _refused_by(_route(tmp_path, _relabelled(), later=timedelta(days=6)), "relabel-b")
+
+
+# --- fix 147 (audit 99 f4): a revision spelled otherwise than a revision is written is compared as none ---
+
+HEX = "abcdef0123" * 4  # a commit hash with letters: one its upper case spells otherwise
+
+
+def _spelled(es: list[dict[str, Any]], value: str) -> list[dict[str, Any]]:
+    """``es`` with the revision ``R`` (pin, launches) spelled ``value``."""
+    out: list[dict[str, Any]] = json.loads(json.dumps(es).replace(R, value))
+    return out
+
+
+def _route_of(tmp_path: Path, other: list[dict[str, Any]], revision: str) -> dict[str, Any]:
+    """``_route``, the route's own campaign pinning (and binding) ``revision``."""
+    qualified = _spelled(
+        moved(_as_collected([*qualified_entries(), copy.deepcopy(VERDICT)]), timedelta(0)), revision
+    )
+    return route_campaign(tmp_path, [*other, *qualified], ROUTE_NOW)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        pytest.param(HEX.upper(), id="upper-case-hex"),
+        pytest.param("sha1:" + HEX, id="sha1-prefix"),
+        pytest.param(" " + HEX, id="white-space"),
+        pytest.param(HEX[:12], id="short-hash"),
+    ],
+)
+def test_a_relabelled_failure_binding_the_revision_spelled_otherwise_refuses(
+    tmp_path: Path, spelling: str
+) -> None:
+    """Regression (audit 99 f4): the relabelled campaign binds the route's revision in upper-case hex (or
+    as "sha1:" + hex): compared as an exact string it was another revision, and the failure of the same
+    bytes left the route allowed. A revision not in the form the qualification pins one (``params.
+    immutable_revision``) cannot be compared: which model it ran cannot be told, and it is judged as the
+    route's model (fail closed), its reason saying why."""
+    reason = _refused_by(_route_of(tmp_path, _spelled(_relabelled(), spelling), HEX), "relabel-b")
+    assert "labelled model m-7-v2, which model revision it ran cannot be told (" in reason, reason
+    assert f"it binds model revision {spelling!r}, not in the form a revision is written (" in reason, reason
+
+
+def test_a_relabelled_failure_binding_the_revision_and_another_spelled_otherwise_refuses(
+    tmp_path: Path,
+) -> None:
+    """Its pin pins another revision in the canonical form and its launch binds one spelled otherwise:
+    the one spelled otherwise may be the route's — judged (fail closed)."""
+    es = _set_revision(_spelled(_relabelled(), HEX), ("model.pin",), OTHER)
+    es = _set_revision(es, ("engine.launch",), HEX.upper())
+    reason = _refused_by(_route_of(tmp_path, es, HEX), "relabel-b")
+    assert "cannot be told" in reason and repr(HEX.upper()) in reason, reason
+
+
+@pytest.mark.parametrize(
+    "revision", [HEX, "b" * 64, "blake3:" + "c" * 64], ids=["git-sha1", "git-sha256", "content-digest"]
+)
+def test_a_relabelled_failure_binding_the_same_revision_as_written_refuses(
+    tmp_path: Path, revision: str
+) -> None:
+    """The case that must still refuse, by the revision itself: spelled as the route's, in the canonical
+    form (a commit hash, a content digest)."""
+    reason = _refused_by(_route_of(tmp_path, _spelled(_relabelled(), revision), revision), "relabel-b")
+    assert f"it ran model revision {revision}, the one the route's campaign binds" in reason, reason
+
+
+def test_a_relabelled_failure_of_another_revision_with_letters_does_not_refuse(tmp_path: Path) -> None:
+    """The case that must still pass: another revision, in the canonical form, letters and all: another
+    model, not judged."""
+    r = _route_of(tmp_path, _spelled(_relabelled(), "fedcba9876" * 4), HEX)
+    assert r["allowed"] is True, r["reasons"]
+    assert r["standing_failures"] == [], r["standing_failures"]

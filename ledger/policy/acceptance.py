@@ -828,9 +828,10 @@ def job_ran_engine(
     a running entry of it, its campaign and ``job_id`` compared exactly — one logged before every running
     entry of its job, or after the job had ended, ends no run), and the log must have taken an entry of
     ``RAN_ENGINE_KINDS`` of that campaign while that run was open and before ``end`` (``_JobLog.open_at``:
-    the job the log knows an entry by, not the job it names). A job that never ran — an end naming a job the
-    log never saw start, one cancelled before it launched an engine — ended no engine; an end that names no
-    campaign, or no ``job_id`` text, names no job the log can place: False."""
+    the job the log knows an entry by, not the job it names), on ``end``'s host — a probe, one an engine
+    answered (``_ran_here``). A job that never ran — an end naming a job the log never saw start, one
+    cancelled before it launched an engine — ended no engine; an end that names no campaign, or no
+    ``job_id`` text, names no job the log can place: False."""
     campaign, job_id = end.subject.get("campaign"), end.payload.get("job_id")
     if end.kind != "job" or not (isinstance(campaign, str) and campaign.strip() and isinstance(job_id, str)):
         return False
@@ -853,10 +854,25 @@ def job_ran_engine(
     return any(
         e.kind in RAN_ENGINE_KINDS
         and e.seq > opened.seq
+        and _ran_here(e, end)
         and jobs.open_at(campaign, e.seq) == job_id
         and stands(e)
         for e in prior
     )
+
+
+def _ran_here(e: Evidence, end: Evidence) -> bool:
+    """Whether ``e``, an entry of ``RAN_ENGINE_KINDS``, shows an engine ran where the job ``end`` ended ran:
+    on ``end``'s host (``host_key``: a host missing or blank on either is not the same — an engine of the
+    campaign on another host is not the one ``end`` ended; audit 99 f3), and, a probe, one an engine
+    answered (``_unanswered`` False: it records an HTTP status; a refused or reset connection, a timeout,
+    an ``ok`` claim with no status show no engine there; audit 99 f2)."""
+    here, there = end.subject.get("host"), e.subject.get("host")
+    if not (isinstance(here, str) and here.strip() and isinstance(there, str) and there.strip()):
+        return False
+    if host_key(here) != host_key(there):
+        return False
+    return e.kind != "health.probe" or _unanswered(e) is False
 
 
 def filter_evidence(

@@ -1169,6 +1169,18 @@ def _observed(e: Evidence) -> datetime | None:
         return None
 
 
+def _drops(e: Evidence, seen: datetime | None, x: Evidence, end: datetime, *, by_claim: bool) -> bool:
+    """Whether a run ``x`` records over at ``end`` shows the probe ``e`` (observed ``seen``: ``_observed(e)``)
+    as one of a gone engine — ``_before_end``'s rule, one copy, decided with no text built: the restore
+    check asks it of every probe against every recorded end, and builds the reason only for the one it
+    reports. A pass (``by_claim``): the log took ``e`` before ``x``, or ``e`` is observed at or before
+    ``end`` (or its observed time cannot be read). A failure: the log took it before ``x`` AND it was
+    observed at or before ``end``."""
+    if not by_claim:
+        return x.seq > e.seq and seen is not None and seen <= end
+    return x.seq > e.seq or seen is None or seen <= end
+
+
 def _before_end(e: Evidence, x: Evidence, end: datetime, *, by_claim: bool = True) -> str | None:
     """Why the probe ``e`` shows nothing of the engine serving now, given a run ``x`` records over at
     ``end`` (``_recorded_ends``). For a pass (``by_claim``): the log took ``e`` before ``x`` (that run, or
@@ -1177,25 +1189,24 @@ def _before_end(e: Evidence, x: Evidence, end: datetime, *, by_claim: bool = Tru
     with ``by_claim`` False, and is the gone engine's only where BOTH hold: the log took it before ``x``, and
     it was observed (``_observed``) at or before ``end`` — each only narrows what is dropped, so no claimed
     time removes a failure (audit 87 f2), nor does the log's order alone one seen after the end the entry
-    records (audit 90 f2); one whose observed time cannot be read is not dropped. None where it is not."""
+    records (audit 90 f2); one whose observed time cannot be read is not dropped. None where it is not.
+    Decided first (``_drops``), the text built only for a reason returned."""
+    seen = _observed(e)
+    if not _drops(e, seen, x, end, by_claim=by_claim):
+        return None
     what = (
         f"engine launch {x.id[:16]}"
         if x.kind == "engine.launch"
         else f"job {x.payload.get('job_id')!r} ({x.payload.get('state')}, entry {x.id[:16]})"
     )
     over = f"{what} (logged {x.logged_at}) records its run over at {format_time(end)}"
-    seen = _observed(e)
-    if not by_claim:
-        if x.seq <= e.seq or seen is None or seen > end:
-            return None
+    if not by_claim and seen is not None:  # a failure is dropped only where its observed time is read
         why = f"the log took it (logged {e.logged_at}, observed {format_time(seen)}) before {over}"
     elif x.seq > e.seq:
         why = f"the log took it (logged {e.logged_at}) before {over}"
-    elif seen is None or seen <= end:
+    else:
         said = format_time(seen) if seen is not None else f"at {e.statement.get('collected_at')!r} (no time)"
         why = f"observed {said}, not after {over}"
-    else:
-        return None
     return (
         f"{why}: it probed an engine that is gone since and shows nothing of the one serving now "
         "(a restoration is judged on probes taken after the last recorded end of a run of the subject)"
@@ -1499,15 +1510,18 @@ def check_routing_change(
             standing_ends = [
                 (x, t) for x, t in ends if _of_subject(x.subject, match, names) and usable(x, quiet=True)
             ]
-        gone = next(
+        # decided per recorded end with no text built (``_drops``, O(1) a pair); the reason is written once,
+        # for the first end that takes the probe out (``_before_end``, the same rule)
+        seen = _observed(e)
+        hit = next(
             (
-                why
+                (x, t)
                 for x, t in (standing_ends if failed and standing_ends is not None else ends)
-                if (why := _before_end(e, x, t, by_claim=not failed)) is not None
-                and (not failed or ran_engine(x))
+                if _drops(e, seen, x, t, by_claim=not failed) and (not failed or ran_engine(x))
             ),
             None,
         )
+        gone = _before_end(e, *hit, by_claim=not failed) if hit is not None else None
         if gone is not None:
             note(e, Rule.STALE, gone)
             continue
@@ -2047,12 +2061,14 @@ def _standing_failures(
     whatever its label. Where the route's campaign binds a revision and the campaign's label names another
     model, it is another model only where it tells a revision and every one can be read and none is the
     route's: where it tells none (a campaign stopped before it pinned its model), or binds one under a
-    misspelled key, or its manifest binds one it cannot read (a conflict between its spec and its pin),
-    which model it ran cannot be told and it is taken to be the requested one (fail closed: it is judged,
-    and a failure of it stands, its reason saying so). A field it leaves untold is the requested one (fail
-    closed). Only campaigns of the requested host and backend are judged beyond their entries' labels:
-    one of another model that tells another revision is not evaluated (a check does not judge every
-    campaign of a busy host again).
+    misspelled key, or one not in the form the qualification pins a revision in (``params.
+    immutable_revision``: upper-case hex, a "sha1:" prefix — both revisions are compared as written, in that
+    form only; audit 99 f4), or its manifest binds one it cannot read (a conflict between its spec and its
+    pin), which model it ran cannot be told and it is taken to be the requested one (fail closed: it is
+    judged, and a failure of it stands, its reason saying so). A field it leaves untold is the requested
+    one (fail closed). Only campaigns of the requested host and backend are judged beyond their entries'
+    labels: one of another model that tells another revision is not evaluated (a check does not judge
+    every campaign of a busy host again).
 
     It shows a failure when it is NOT QUALIFIED, or when a gate past the one that stopped its ladder fails
     on its evidence all the same (``failing_beyond_ladder``: a crash behind a missing host probe). The
@@ -2095,6 +2111,27 @@ def _standing_failures(
             return None
         return model_match(told, ran, misread, derived=derived) if "model" in match else ""
 
+    forms: list[str | None] = []  # the qualification's ``params.immutable_revision``, read once
+
+    def form() -> str | None:
+        if not forms:
+            value = _qualification(policy).params.get("immutable_revision")
+            forms.append(value if isinstance(value, str) and value else None)
+        return forms[0]
+
+    def canonical(value: str) -> bool:
+        """Whether ``value`` is a model revision in the form the qualification pins one (``params.
+        immutable_revision``: a commit hash or a content digest, lower-case hex): only such are compared;
+        a policy stating no form compares none (fail closed)."""
+        pattern = form()
+        return pattern is not None and re.fullmatch(pattern, value) is not None
+
+    def not_canonical() -> str:
+        pattern = form()
+        if pattern is None:
+            return "and the qualification policy states no params.immutable_revision to read it by"
+        return f"not in the form a revision is written ({pattern}): it may name the same bytes"
+
     def model_match(
         told: dict[str, set[str]], ran: set[str], misread: list[str], *, derived: bool
     ) -> str | None:
@@ -2102,7 +2139,8 @@ def _standing_failures(
         its manifest's) and binds a revision the manifest cannot read (``misread``: why) may be the
         requested model: "" by its name (or none told: ``_hides_nothing``); else, where the route's
         campaign binds a revision, a text saying why — it ran that revision, or which revision it ran
-        cannot be told (it tells none, or one it cannot read: fail closed); None where it is not. Before
+        cannot be told (it tells none, or one it cannot read or compare — ``canonical`` — or the route's
+        is not one it can compare: fail closed); None where it is not. Before
         its manifest is ``derived``, one telling revisions that differ may be the route's too: its
         manifest may name their conflict (its spec and its pin disagree), no revision."""
         names = told.get("model", set())
@@ -2111,10 +2149,20 @@ def _standing_failures(
         if not isinstance(revision, str) or not revision.strip():
             return None  # the route's campaign binds no revision: its model is its name
         labelled = f"labelled model {', '.join(sorted(names))}"
+        if not canonical(revision):
+            return (
+                f"{labelled}, whether it ran the route's model cannot be told: the route's campaign binds "
+                f"model revision {revision[:100]!r}, {not_canonical()}"
+            )
         if revision in ran:
             return f"{labelled}, it ran model revision {revision}, the one the route's campaign binds"
-        if misread or not ran or (not derived and len(ran) > 1):
-            why = "; ".join(misread[:3]) or "none of its entries binds one"
+        # a revision spelled otherwise than a revision is written (upper-case hex, a prefix) may be the
+        # route's: it is compared as no revision, and which one the campaign ran cannot be told (audit 99 f4)
+        odd = sorted(v for v in ran if not canonical(v))
+        readable = ran.difference(odd)
+        if misread or odd or not readable or (not derived and len(readable) > 1):
+            spelled = [f"it binds model revision {v[:100]!r}, {not_canonical()}" for v in odd[:3]]
+            why = "; ".join([*misread[:3], *spelled]) or "none of its entries binds one"
             return (
                 f"{labelled}, which model revision it ran cannot be told ({why}): it may be the route's "
                 f"model (revision {revision})"

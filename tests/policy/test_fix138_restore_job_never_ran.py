@@ -305,3 +305,105 @@ def test_job_ran_engine_reads_the_job_from_the_log(build: Any) -> None:
     )
     assert start.seq < j3.seq < launch.seq and not ran(end, [*entries, j3])
     assert ran(end, [*entries, j3], lambda e: e is not j3)  # one the caller does not stand on is not read
+
+
+# --- fix 147 (audit 99 f2, f3): only an engine of the end's host, one that answered, shows the job ran ---
+
+
+def _ran_only(b: Any, kind: str, subject: dict[str, Any], payload: dict[str, Any]) -> str:
+    """Job j2 started (running entry, 18:10:40) and the log took one entry of ``kind`` of its campaign while
+    it ran (18:10:45; ``subject``: its subject); production seen asleep (18:10:50), j2 cancelled (logged
+    18:11:05), production passes after (18:12). The failure's id."""
+    _earlier_job(b)
+    _log(b, "job", CAMP, {**J2, "state": "running"}, "2026-09-01T18:10:40Z")
+    _log(b, kind, subject, payload, "2026-09-01T18:10:45Z")
+    dead = _log(b, "health.probe", PROD, ASLEEP, "2026-09-01T18:10:50Z")
+    _log(b, "job", CAMP, J2_END, "2026-09-01T18:11:05Z")
+    for i, p in enumerate((HEALTH, MODELS, READY)):
+        _log(b, "health.probe", PROD, p, f"2026-09-01T18:12:0{i}Z")
+    return dead
+
+
+UNANSWERED = {**HEALTH, "ok": False, "http_status": None}
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        pytest.param({**UNANSWERED, "error": "ConnectError: [Errno 111] Connection refused"}, id="refused"),
+        pytest.param({**UNANSWERED, "error": "RemoteProtocolError: Server disconnected"}, id="closed"),
+        pytest.param({**UNANSWERED, "error": "ReadTimeout: timed out"}, id="timeout"),
+        pytest.param({**UNANSWERED, "error": "something else"}, id="other-error"),
+        pytest.param({key: v for key, v in UNANSWERED.items() if key != "http_status"}, id="status-left-out"),
+        pytest.param({**HEALTH, "http_status": None}, id="ok-claimed-without-a-status"),
+    ],
+)
+def test_end_entry_of_a_job_whose_only_probe_nothing_answered_drops_nothing(
+    build: Any, probe: dict[str, Any]
+) -> None:
+    """Regression (audit 99 f2): j2's only probe was refused (ok false, no HTTP status): no engine answered
+    it, so it shows none ran, yet the job's end dropped the failure and the passes restored the model. A
+    probe counts only where an engine answered it (an HTTP status): a refused, closed or timed-out one, an
+    error of another text, a status left out, an ``ok`` claim with no status, shows no engine."""
+    b = build(SEED000)
+    dead = _ran_only(b, "health.probe", CAMP, probe)
+    _kept(_restore(b), dead)
+
+
+@pytest.mark.parametrize("status", [200, 503, 404])
+def test_end_entry_of_a_job_whose_engine_answered_a_probe_drops_the_failure(build: Any, status: int) -> None:
+    """The case that must still pass: an engine answered j2's probe, with any HTTP status (a failure too: an
+    engine was there to answer it) — the job ran an engine, and its end drops the failure."""
+    b = build(SEED000)
+    probe = HEALTH if status == 200 else {**HEALTH, "ok": False, "http_status": status, "error": "HTTP error"}
+    dead = _ran_only(b, "health.probe", CAMP, probe)
+    r = _restore(b)
+    assert dead in _dropped(r), r["ignored"]
+    assert r["allowed"] is True, r["reasons"]
+
+
+@pytest.mark.parametrize("kind", ["health.probe", "engine.launch"])
+def test_end_entry_of_a_job_whose_campaign_ran_on_another_host_drops_nothing(build: Any, kind: str) -> None:
+    """Regression (audit 99 f3): j2's campaign was probed (or launched) on another host (acme-box-9) while
+    j2 was open: that engine is not the one j2's end, on acme-box-7, ended — it dropped the failure all the
+    same. An entry of ``RAN_ENGINE_KINDS`` counts only on the end's host."""
+    b = build(SEED000)
+    dead = _ran_only(b, kind, {**CAMP, "host": "acme-box-9"}, HEALTH if kind == "health.probe" else LAUNCH)
+    _kept(_restore(b), dead)
+
+
+@pytest.mark.parametrize("host", ["ACME-BOX-7", "acme-box-7."])
+def test_end_entry_of_a_job_probed_on_its_host_spelled_otherwise_drops_the_failure(
+    build: Any, host: str
+) -> None:
+    """The case that must still pass: the host spelled in another case, or with a trailing dot, is one host
+    (``host_key``): the job ran an engine there."""
+    b = build(SEED000)
+    dead = _ran_only(b, "health.probe", {**CAMP, "host": host}, HEALTH)
+    r = _restore(b)
+    assert dead in _dropped(r), r["ignored"]
+    assert r["allowed"] is True, r["reasons"]
+
+
+def test_job_ran_engine_reads_a_host_left_out_or_blank_as_another(build: Any) -> None:
+    """The one reading on the entries: a probe of the campaign naming no host, or a blank one, and an end
+    naming no host are not of the same host (fail closed: such an entry shows no engine of the end's)."""
+    b = build(SEED000)
+    _ran_only(b, "health.probe", CAMP, HEALTH)
+    entries = _read(b, ("job", "health.probe"), {"campaign": CAMP["campaign"]})
+    (end,) = [e for e in entries if e.kind == "job" and e.payload == J2_END]
+    (probe,) = [
+        e for e in entries if e.kind == "health.probe" and e.logged_time == parse_time("2026-09-01T18:10:45Z")
+    ]
+    ran = acceptance.job_ran_engine
+    assert ran(end, entries)
+
+    def subject(e: Any, host: str | None) -> Any:
+        s = {k: v for k, v in e.subject.items() if k != "host"}
+        return dataclasses.replace(
+            e, statement={**e.statement, "subject": s if host is None else {**s, "host": host}}
+        )
+
+    for host in (None, "", "  "):
+        assert not ran(end, [subject(probe, host) if e is probe else e for e in entries]), host
+        assert not ran(subject(end, host), entries), host
