@@ -56,7 +56,7 @@ def test_semantic_timed_out_failed_item_is_counted_and_read_back(tmp_path: Path,
     assert [i.passed for i in result.items] == [False, True, True]
     payload = semantic_gate_payload(result, min_score=0.5)
     assert payload["counts"]["timed_out"] == 1 == payload["counts"]["failed"]
-    assert HARNESS.endswith("+10")
+    assert int(HARNESS.rsplit("+", 1)[1]) >= 10  # the harness revision that counts timed-out items, or later
     stored = [json.loads(x) for x in (tmp_path / "o" / REQUESTS_ARTIFACT).read_text().splitlines()]
     assert [r["timed_out"] for r in stored] == [True, False, False]
     assert _read_back(tmp_path, result, payload) is None
