@@ -31,10 +31,8 @@ __all__ = [
 
 DEFAULT_PROMPT = "Reply with exactly one word: READY"
 _TEXT_LIMIT = 2000
-# how much of an engine's error a probe records: whole enough that what the error states can be judged
-# (llama-cpp-python 0.3.36's "Invalid chat handler: X (valid formats: [...])" is 407 characters; the policy
-# holds an option-value refusal to the list it prints, ledger.answers.refused_option_value)
-_ERROR_LIMIT = 1000
+# how much of an engine's error a probe records (``sizing.ERROR_LIMIT``: one limit for probes and sizing)
+_ERROR_LIMIT = sizing.ERROR_LIMIT
 
 
 def _ms(t0: float) -> float:
@@ -46,12 +44,7 @@ def _error_text(r: httpx.Response) -> str:
         body = r.json()
     except ValueError:
         return r.text[:_ERROR_LIMIT]
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict):
-            return str(err.get("message", err))[:_ERROR_LIMIT]
-        return str(err or body.get("detail") or body)[:_ERROR_LIMIT]
-    return str(body)[:_ERROR_LIMIT]
+    return sizing.error_message(body)
 
 
 def probe_health(base_url: str, engine: str = "generic", *, timeout: float = 10.0) -> dict[str, Any]:

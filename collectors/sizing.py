@@ -31,9 +31,11 @@ Steps = Generator[Ask, Answer, Any]
 
 # the keys of a streamed request its sizing request leaves out (it is asked whole, with max_tokens 1)
 _STREAMED = ("stream", "stream_options", "return_token_ids")
-# how much of the engine's error answer to the sizing request is recorded (``SIZING_REFUSED``; the probe's
-# own error limit: what the error states is judged, ``ledger.answers._sizing_refused``)
-_ERROR_LIMIT = 1000
+# how much of an engine's error a probe or a sizing request (``SIZING_REFUSED``) records: whole enough that
+# what the error states can be judged (llama-cpp-python 0.3.36's "Invalid chat handler: X (valid formats:
+# [...])" is 407 characters; the policy holds an option-value refusal to the list it prints,
+# ledger.answers.refused_option_value; a sizing refusal, ledger.answers._sizing_refused)
+ERROR_LIMIT = 1000
 
 
 def sizing(
@@ -118,19 +120,25 @@ def _whole(value: Any) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
-def _error_text(raw: bytes) -> str:
-    """The engine's error message in an error answer's body (OpenAI's ``{"error": {"message"}}``, a
-    ``detail``), else the body's text."""
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return raw[:_ERROR_LIMIT].decode("utf-8", "replace")
+def error_message(value: Any) -> str:
+    """The engine's error message in an error answer's parsed JSON body (OpenAI's ``{"error":
+    {"message"}}``, a ``detail``), else the body as text: at most ``ERROR_LIMIT`` characters. The one
+    reader of the probes' and the sizing requests' errors."""
     if isinstance(value, dict):
         err = value.get("error")
         if isinstance(err, dict):
-            return str(err.get("message", err))[:_ERROR_LIMIT]
-        return str(err or value.get("detail") or value)[:_ERROR_LIMIT]
-    return str(value)[:_ERROR_LIMIT]
+            return str(err.get("message", err))[:ERROR_LIMIT]
+        return str(err or value.get("detail") or value)[:ERROR_LIMIT]
+    return str(value)[:ERROR_LIMIT]
+
+
+def _error_text(raw: bytes) -> str:
+    """The engine's error message in an error answer's body (``error_message``), else the body's text."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw[:ERROR_LIMIT].decode("utf-8", "replace")
+    return error_message(value)
 
 
 def _token_ids(value: Any) -> list[int] | None:
