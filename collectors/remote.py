@@ -399,6 +399,13 @@ UNTARGETED = "*"  # what a file spooled by an older ledger, which recorded no se
 _ARTIFACT_NAME = re.compile(r"[0-9a-f]{64}")  # the name an artifact is spooled under: its BLAKE3 hex
 _BAD_DIR = "bad"  # spool/bad/: files that are not what their name says, quarantined (``Spool.quarantine``)
 _BAD = ".bad.json"  # beside bad/<folder>/<name>: why it was quarantined, and where it was
+_TAG = re.compile(r"(?P<stem>.+)~(?P<n>[2-9]|[1-9][0-9]+)")  # a name taken in bad/ already: <stem>~2, ~3 …
+
+
+def _move(src: Path, dst: Path) -> None:
+    """One step of a quarantine (``Spool.quarantine``): ``src`` renamed to ``dst`` (a link or FIFO as it
+    is, never followed). Its own function so that a test can stop a quarantine between two steps."""
+    os.replace(src, dst)
 
 
 def _file_kind(mode: int) -> str:
@@ -771,17 +778,28 @@ class Spool:
         with contextlib.suppress(FileNotFoundError):
             art.with_name(art.name + _TARGETS).unlink()
 
+    def _companions(self, path: Path) -> tuple[str, list[Path]]:
+        """The stem a spool file's companions are named after, and the files that belong to it where it
+        is: an artifact's ``<hex>.targets`` and ``<hex>.refusal.json`` (set aside in ``refused/artifacts/``,
+        or moved back from there by hand with its reasons), an entry's ``.target`` and ``.refusal.json``."""
+        if path.parent in (self.artifacts_dir, self.refused_artifacts_dir):
+            return path.name, [path.with_name(path.name + _TARGETS), path.with_name(path.name + _REFUSAL)]
+        return path.stem, [path.with_suffix(_TARGET), path.with_name(path.stem + _REFUSAL)]
+
     def quarantine(self, path: Path, problem: str) -> Path:
         """Move a spool file out of the spool that is not what its name says (``read_entry``,
         ``read_artifact``: torn, another entry's or artifact's bytes, a link, a FIFO, a folder …) or whose
         target file cannot be read: into ``bad/<the folder it was in>/`` with what belongs to it (an entry's
-        ``.target`` and ``.refusal.json``, an artifact's ``.targets``), beside why (``<name>.bad.json``:
+        ``.target`` and ``.refusal.json``, an artifact's ``.targets`` and ``.refusal.json``: ``_companions``
+        — fix151: a set-aside artifact's reasons stayed behind), beside why (``<name>.bad.json``:
         ``problem``, where it was, when). Never deleted, never sent, no longer named by every push; a name
         taken there already by a file (it, or what belongs to it) gets ``~2``, ``~3`` … after its stem — a
         ``.bad.json`` alone, whose file is gone (moved back by hand, or a push killed before it moved the
-        file), takes no name: it is stale (``bad_files``) and replaced. Why is written first, then the file
-        moved, then what belongs to it: a kill at any point leaves the file in the spool (beside at most a
-        stale note, which the next push replaces) or in ``bad/`` beside why — never lost, never twice. A
+        file), takes no name: it is stale (``bad_files``) and replaced. Why is written first (naming what
+        belongs to it, ``with``), then the file moved, then what belongs to it: a kill at any point leaves
+        the file in the spool (beside at most a stale note, which the next push replaces) or in ``bad/``
+        beside why — never lost, never twice — and what belongs to a file moved never waits in the spool
+        for an entry that is gone: the next push moves it after its file (``finish_quarantines``). A
         link or FIFO is moved as it is, never followed or opened. Returns where it went;
         ``FileNotFoundError`` when it is gone (a push beside this one delivered it). Call it holding the
         spool's lock."""
@@ -789,11 +807,7 @@ class Spool:
             raise FileNotFoundError(errno.ENOENT, "no longer in the spool", str(path))
         folder = self.bad_dir / path.parent.relative_to(self.root)
         folder.mkdir(parents=True, exist_ok=True)
-        if path.parent in (self.artifacts_dir, self.refused_artifacts_dir):
-            stem, sidecars = path.name, [path.with_name(path.name + _TARGETS)]
-        else:
-            stem = path.stem
-            sidecars = [path.with_suffix(_TARGET), path.with_name(path.stem + _REFUSAL)]
+        stem, sidecars = self._companions(path)
         tag, n = stem, 1
         while any(os.path.lexists(folder / (tag + p.name[len(stem) :])) for p in (path, *sidecars)):
             n += 1
@@ -809,16 +823,67 @@ class Spool:
         reason = dest.with_name(dest.name + _BAD)
         write_atomic(reason, (json.dumps(why, indent=2) + "\n").encode(), mode=0o600)
         try:
-            os.replace(path, dest)  # the file first: an entry never waits without its target
+            _move(path, dest)  # the file first: an entry never waits without its target
         except FileNotFoundError:
             reason.unlink()
             raise
         for p in moved:
             with contextlib.suppress(FileNotFoundError):
-                os.replace(p, folder / (tag + p.name[len(stem) :]))
+                _move(p, folder / (tag + p.name[len(stem) :]))
         fsync_dir(folder)
         fsync_dir(path.parent)
         return dest
+
+    def finish_quarantines(self) -> list[Path]:
+        """Complete the quarantines a kill stopped between a file and what belongs to it (``quarantine``):
+        each file of ``bad/`` whose note (``<name>.bad.json``, read as the regular file it was written as)
+        names the spool file it was (``file``) and what was to go with it (``with``) gets each of those
+        still in its folder of the spool moved beside it, under its name in ``bad/`` — but only while no
+        file of its old name is back in the spool (what is beside one then is that file's: an entry or
+        artifact spooled again under that name writes its own), only to a name free in ``bad/``, and only
+        what the note names. A file without a readable note, or whose note names another file, is left as
+        it is (nothing is guessed); where one name was quarantined several times the latest (``~N``) takes
+        it. A step that fails is left for the next push: the companions stay where they are, harmless (no
+        file of theirs waits in the spool). Returns where what it moved went. Call it holding the lock."""
+        done: list[Path] = []
+        todo: list[tuple[int, Path, Path, str, list[str]]] = []
+        folders = (self.entries_dir, self.refused_dir, self.artifacts_dir, self.refused_artifacts_dir)
+        for kept in self.bad_files():
+            folder = self.root / kept.parent.relative_to(self.bad_dir)
+            if folder not in folders:
+                continue
+            try:
+                why = json.loads(_read_regular(kept.with_name(kept.name + _BAD)))
+                named, was_with = why["file"], why["with"]
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+            if not isinstance(named, str) or not isinstance(was_with, list):
+                continue
+            path = folder / Path(named).name
+            stem = self._companions(path)[0]
+            suffix = path.name[len(stem) :]
+            if not kept.name.endswith(suffix) or os.path.lexists(path):
+                continue
+            tag = kept.name[: len(kept.name) - len(suffix)] if suffix else kept.name
+            m = _TAG.fullmatch(tag)
+            if tag != stem and (m is None or m["stem"] != stem):
+                continue
+            todo.append((int(m["n"]) if tag != stem and m is not None else 1, kept, path, tag, was_with))
+        for _n, kept, path, tag, was_with in sorted(todo, key=lambda t: -t[0]):  # the latest first
+            stem, companions = self._companions(path)
+            for p in companions:
+                dest = kept.with_name(tag + p.name[len(stem) :])
+                if p.name not in was_with or not os.path.lexists(p) or os.path.lexists(dest):
+                    continue
+                try:
+                    _move(p, dest)
+                except OSError:
+                    continue
+                done.append(dest)
+        for d in {p.parent for p in done}:
+            fsync_dir(d)
+            fsync_dir(self.root / d.relative_to(self.bad_dir))
+        return done
 
     def bad_files(self) -> list[Path]:
         """What pushes quarantined (``quarantine``) that is there still: each file in ``bad/`` (``lexists``:
@@ -1324,6 +1389,7 @@ def _push_locked(
     server = server_key(client.server)
     report = PushReport(server=server)
     advance = progress or (lambda _n: None)
+    spool.finish_quarantines()  # what a push killed mid-quarantine left beside a file it moved
     ours = _Sorted(spool, server, vkey, adopt)
     report.unreadable += _quarantine(spool, ours.bad, report)
     served: dict[Digest, bool] = {}  # whether the server holds an artifact whose spooled bytes were bad

@@ -272,7 +272,11 @@ def check_held(repo: LogRepo, held: Checkpoint) -> list[VerifyProblem]:
 
 
 def _held_start(
-    repo: LogRepo, since: Checkpoint, root_key_id: str, problems: list[VerifyProblem]
+    repo: LogRepo,
+    since: Checkpoint,
+    root_key_id: str,
+    problems: list[VerifyProblem],
+    anchor: Checkpoint | None = None,
 ) -> tuple[_Order, int] | None:
     """The in-order state at a held checkpoint's size, after proving the log consistent with it: re-derived
     from every entry below it (``committed_below``, page by page in one snapshot: each record hashed into
@@ -286,8 +290,15 @@ def _held_start(
     tile that made the tiles' root differ from the held one is named by the consistency check
     (``_consistency``: ``tile-mismatch``, as a full verify and the readers name it, once), and the records
     decide whether the log is the checkpoint's. None (with the problem named) when the log is not
-    consistent with the checkpoint or an entry below it cannot be carried over."""
+    consistent with the checkpoint or an entry below it cannot be carried over.
+
+    ``anchor``: the checkpoint the home holds, when it is older than ``since``: checked against the root
+    the re-derived records give as they pass its size (``_anchor_problem``, as a full verify checks it;
+    named once the records give the held root, else the log is not the checkpoint's and that is named),
+    never against the stored tiles — a stored tile is named once, by the walk above (fix151: the tiles'
+    consistency proof of the anchor named a rewritten tile a second time)."""
     s = since.size
+    cut = anchor.size if anchor is not None and anchor.size < s else None
     with repo.read(snapshot=True) as conn:
         current, problem, named = _consistency(repo, conn, since, "the held checkpoint")
         if problem is not None:
@@ -299,6 +310,8 @@ def _held_start(
         builder, source = TileBuilder(), repo.tile_source(conn)
         chain, last_at, key_rows = GENESIS_PREV, None, []
         suspects: list[Tile] = []  # the full tiles built below it whose stored tile is not the same
+        # the anchor's problem, named once the records are proved the checkpoint's (else that is the fault)
+        unlike_anchor = _anchor_problem(builder, anchor) if anchor is not None and cut == 0 else None
         for a in range(0, s, _CHUNK):
             page = committed_below(conn, a, min(a + _CHUNK, s), chain)
             problems.extend(
@@ -307,9 +320,13 @@ def _held_start(
             if page.stop:
                 return None
             append, leaves, done = builder.append, page.leaves, []
+            # the byte offset in the page of the leaf that brings the tree to the anchor's size (or none)
+            mark = 32 * (cut - a - 1) if cut is not None and a < cut <= a + len(leaves) // 32 else -1
             for i in range(0, len(leaves), 32):
                 if tiles := append(leaves[i : i + 32]):
                     done += tiles
+                if i == mark and anchor is not None:
+                    unlike_anchor = _anchor_problem(builder, anchor)
             suspects += _unlike_stored(source, done)
             chain, last_at = page.chain, page.logged_at or last_at
             key_rows += page.keys
@@ -330,6 +347,8 @@ def _held_start(
                 )
             )
             return None
+        if unlike_anchor is not None:
+            problems.append(unlike_anchor)
         # the records hash to the held root: a stored tile below it that is not their tile is named (one a
         # C2SP client reads, ``/tile/…``, ``ledger tiles export``); the tree was not read from it
         problems.extend(
@@ -476,7 +495,7 @@ def verify_log(
 
     if since is not None:
         report.checked_from = since.size
-        started = _held_start(repo, since, root_key_id, problems)
+        started = _held_start(repo, since, root_key_id, problems, anchor)
         if started is None:
             report.size = count
             return report
@@ -504,9 +523,8 @@ def verify_log(
         report.anchor = anchor.size
         if anchor.size >= start:
             order.anchor = anchor  # checked as the tree passes its size (``_check_anchor``)
-        else:  # verifying from a newer held checkpoint: the anchor below it is proved by the tiles
-            with repo.read(snapshot=True) as conn:
-                _consistent(repo, conn, anchor, problems, HOME_HOLDS)
+        # else: verifying from a newer held checkpoint, the anchor below it was checked against the records
+        # re-derived below that one (``_held_start``), as the tree passed its size
     _check_anchor(order, report)
 
     def checkpoints_upto(size: int) -> None:
@@ -805,15 +823,20 @@ def _check_anchor(order: _Order, report: VerifyReport) -> None:
     if cp is None or cp.size != len(order.builder):
         return
     order.anchor = None  # checked
-    builder = order.builder
-    if held_fault(len(builder), cp, lambda _size: builder.root()) is not None:
-        report.problems.append(
-            VerifyProblem(
-                Problem.LOG_INCONSISTENT,
-                f"the log's first {cp.size} entries are not the ones {HOME_HOLDS} commits "
-                "(the log was rewritten before it)",
-            )
-        )
+    if (problem := _anchor_problem(order.builder, cp)) is not None:
+        report.problems.append(problem)
+
+
+def _anchor_problem(builder: TileBuilder, cp: Checkpoint) -> VerifyProblem | None:
+    """The problem of the tree the log's records build, standing at the size of the checkpoint the home
+    holds (``cp``), when its root is not that checkpoint's; None when it is."""
+    if held_fault(len(builder), cp, lambda _size: builder.root()) is None:
+        return None
+    return VerifyProblem(
+        Problem.LOG_INCONSISTENT,
+        f"the log's first {cp.size} entries are not the ones {HOME_HOLDS} commits "
+        "(the log was rewritten before it)",
+    )
 
 
 def _check_checkpoint(
