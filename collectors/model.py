@@ -64,6 +64,16 @@ _WEIGHT_MAP_KEY = "weight_map"
 # missing"); without the index it loads every file of its pattern. *.bin and *.pt are loaded whole: vLLM
 # never reads pytorch_model.bin.index.json, but it is the one list of the .bin shards the checkpoint needs
 # (transformers reads it) — a shard it names that is missing fails vLLM's load all the same.
+# How a safetensors format's index is read (filter_duplicate_safetensors_files, vLLM 0.32, run on small
+# folders: fix 150): each ``weight_map`` value is joined to the folder as the engine was given it
+# (os.path.join) and must be, as a string, one of the paths the format's glob found — so a name is
+# accepted only as the name of a file directly in the folder, spelled as listed, matching the format's
+# pattern and not hidden (glob's ``*`` skips a leading dot); ``./x``, ``x/../x``, ``sub/x``, ``x/``,
+# ``sub\x`` (a backslash is a character of the name: accepted where a file is named so), an empty name,
+# another case, a .bin in a safetensors index — refused, "Weight files referenced in index but missing";
+# a value that is no text — a TypeError; an absolute path only where spelled as the folder the engine is
+# given, which the pin does not see (refused here: fail closed). A tensor named twice keeps its last
+# value (json.load), a shard named by many tensors is one shard.
 _WEIGHT_FORMATS: tuple[tuple[str, str | None], ...] = (
     ("consolidated*.safetensors", "consolidated.safetensors.index.json"),  # mistral
     ("*.safetensors", "model.safetensors.index.json"),  # hf, safetensors (SAFE_WEIGHTS_INDEX_NAME)
@@ -72,6 +82,10 @@ _WEIGHT_FORMATS: tuple[tuple[str, str | None], ...] = (
 )
 # what vLLM leaves out of a *.bin / *.pt load (filter_files_not_needed_for_inference: a name ending so)
 _NOT_WEIGHTS = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
+# the indexes vLLM's loader reads itself (above: each name held to its format's glob, as written); the
+# .bin index it never reads is held to the files its *.bin load takes — a name read as a path
+# (``./x.bin`` is ``x.bin``), which must be one of the folder's own loaded .bin files
+_INDEXES_READ = ("consolidated.safetensors.index.json", "model.safetensors.index.json")
 # HF's shard naming (transformers' save_pretrained: ``model-00001-of-00003.safetensors``,
 # ``pytorch_model-00001-of-00003.bin``): with no index, a shard's name is what says which set it is one of
 _HF_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>[0-9]{5})-of-(?P<count>[0-9]{5})\.(?P<ext>safetensors|bin)$")
@@ -353,10 +367,14 @@ def _model_file(p: Path, problem: str | None = None, missing: str = "missing") -
     return FileCheck(p.name, p, st.st_size, None, problem=problem)
 
 
-def _weight_map_files(f: FileCheck) -> tuple[list[str], str | None]:
+def _weight_map_files(f: FileCheck, pattern: str) -> tuple[list[str], str | None]:
     """The file names the weight index ``f`` maps tensors to (each once, in order of first mention), or why
     it is no index that can be read: not JSON, no ``weight_map`` object, an empty one, a value that is not a
-    file name, or a name outside the folder (absolute, or with a ``..`` part: never looked up)."""
+    file name, a name outside the folder (absolute, or with a ``..`` part: never looked up), or a name the
+    engine's loader does not take for a shard of the format (``pattern``) it loads from the folder: for an
+    index vLLM reads (``_INDEXES_READ``), anything but the name of a file directly in the folder as its glob
+    lists it (``./x``, ``sub/x``, a hidden name, one the pattern does not match — vLLM refuses to start);
+    for the .bin index, a name that is not, as a path, one of the folder's own .bin files vLLM loads."""
     try:
         with f.path.open("rb") as fh:
             data = fh.read(_INDEX_MAX_BYTES + 1)
@@ -373,6 +391,7 @@ def _weight_map_files(f: FileCheck) -> tuple[list[str], str | None]:
         return [], f"not a weight index: no {_WEIGHT_MAP_KEY} object naming the shard of each tensor"
     if not wm:
         return [], f"a weight index whose {_WEIGHT_MAP_KEY} names no shard"
+    read = f.rel in _INDEXES_READ
     names: dict[str, None] = {}
     for tensor, value in wm.items():
         if not isinstance(value, str) or not value or "\x00" in value:
@@ -385,7 +404,25 @@ def _weight_map_files(f: FileCheck) -> tuple[list[str], str | None]:
                 f"its {_WEIGHT_MAP_KEY} names the shard {value[:200]!r}, outside the model folder "
                 "(an absolute path or one with '..'); not looked up"
             )
-        names.setdefault(value)
+        name = value if read else PurePosixPath(value).as_posix()
+        loaded = (
+            "/" not in name
+            and not name.startswith(".")
+            and fnmatchcase(name, pattern)
+            and (read or not name.endswith(_NOT_WEIGHTS))
+        )
+        if not loaded:
+            how = (
+                "vLLM's loader takes only the name of a file directly in the model folder, as its glob "
+                "lists it — it refuses to start"
+                if read
+                else "vLLM loads only the folder's own .bin files, less those of training (optimizer.bin, …)"
+            )
+            return [], (
+                f"its {_WEIGHT_MAP_KEY} names the shard {value[:200]!r}, not the name of a {pattern} file "
+                f"the engine loads from the model folder ({how})"
+            )
+        names.setdefault(name)
     return list(names), None
 
 
@@ -406,7 +443,8 @@ def check_weight_indexes(checks: list[FileCheck], root: Path) -> list[FileCheck]
     """Every shard the engine would load from the folder ``checks`` lists must be a file of the listing, as
     vLLM loads it (``_WEIGHT_FORMATS``): in the model's own folder only, for each weight format whose files
     it holds (``_weight_formats``), the format's index is read — each file its ``weight_map`` names must be
-    a file of the listing (vLLM refuses to start, "Weight files referenced in index but missing") — and,
+    a file of the listing, named as vLLM's loader takes a name (``_weight_map_files``: ``./x``, ``sub/x``, a
+    hidden name refused) (vLLM refuses to start, "Weight files referenced in index but missing") — and,
     where the folder has no such index, each shard of a set named by HF's shard naming
     (``…-00001-of-00003.safetensors``) must be there (the engine loads every file of the format and needs
     the whole set). A folder that holds no weight file of any format has every index of it read: there is
@@ -420,18 +458,17 @@ def check_weight_indexes(checks: list[FileCheck], root: Path) -> list[FileCheck]
     listed = {c.rel for c in checks}
     top = [c.rel for c in checks if "/" not in c.rel]
     formats = _weight_formats(top)
-    indexes = {index for _, index in (formats or _WEIGHT_FORMATS) if index is not None}
+    indexes = {index: pattern for pattern, index in (formats or _WEIGHT_FORMATS) if index is not None}
     wanted: dict[str, list[str]] = {}
     for c in checks:
         if c.rel not in indexes or c.problem is not None:
             continue
-        names, problem = _weight_map_files(c)
+        names, problem = _weight_map_files(c, indexes[c.rel])
         if problem is not None:
             c.problem = problem
             continue
         for name in names:
-            rel = PurePosixPath(name).as_posix()
-            wanted.setdefault(rel, []).append(c.rel)
+            wanted.setdefault(name, []).append(c.rel)
     # a format without its index is loaded whole: a set its shards' names give must be whole
     in_set: dict[str, tuple[str, int, str | None]] = {}
     for pattern, index in formats:

@@ -148,17 +148,25 @@ def _token_ids(value: Any) -> list[int] | None:
     return None
 
 
-def _messages_counted(base: str, body: Mapping[str, Any]) -> Steps:
-    """vLLM's count of the prompt its chat completions build from the request's messages
-    (``COUNTED_MESSAGES``): ``POST /tokenize`` with the messages, the generation prompt added and no special
-    tokens beyond the template's (its chat completions' defaults, given whole); read from vLLM's answer only
-    — ``count``, ``tokens`` (ids, as many as ``count``) and ``max_model_len`` (a whole number):
-    llama-server's ``/tokenize`` reads ``content`` and answers ``tokens`` alone, never a count of these
-    messages. None for a request with no messages (a completions request), or another answer."""
-    messages = body.get("messages")
-    if not isinstance(messages, list):
+def _vllm_counted(base: str, body: Mapping[str, Any]) -> Steps:
+    """vLLM's count of the prompt it builds from the request (``COUNTED_MESSAGES``): ``POST /tokenize``
+    asked as the endpoint the request went to builds its prompt — a chat request's messages with the
+    generation prompt added and no special tokens beyond the template's (its chat completions' defaults,
+    given whole); a completions request's ``prompt`` text with the special tokens its completions add
+    (``add_special_tokens``: the request's own where it gives a boolean, else their default, true) — read
+    from vLLM's answer only: ``count``, ``tokens`` (ids, as many as ``count``) and ``max_model_len`` (a
+    whole number): llama-server's ``/tokenize`` reads ``content`` and answers ``tokens`` alone, never a
+    count. None for a request that is neither (messages that are no list; no messages and a prompt that is
+    no text — token ids, a batch — or an ``add_special_tokens`` that is no boolean), or another answer."""
+    messages, prompt = body.get("messages"), body.get("prompt")
+    special = body.get("add_special_tokens", True)
+    ask: dict[str, Any]
+    if isinstance(messages, list):
+        ask = {"messages": messages, "add_generation_prompt": True, "add_special_tokens": False}
+    elif messages is None and isinstance(prompt, str) and isinstance(special, bool):
+        ask = {"prompt": prompt, "add_special_tokens": special}
+    else:
         return None
-    ask: dict[str, Any] = {"messages": messages, "add_generation_prompt": True, "add_special_tokens": False}
     if body.get("model"):
         ask["model"] = body["model"]
     answer = _json((yield base + "/tokenize", ask))
@@ -214,6 +222,6 @@ def _text_counted(base: str, model: Any, text: str) -> Steps:
 # program the campaign launched serves it (``ledger.answers.PROMPT_COUNTERS``; a way without a reader here,
 # or a reader of a way not there, fails tests/collectors/test_fix144_*).
 TOKENIZERS: dict[str, Callable[[str, Mapping[str, Any]], Steps]] = {
-    COUNTED_MESSAGES: _messages_counted,
+    COUNTED_MESSAGES: _vllm_counted,
     COUNTED_CONTENT: _content_counted,
 }

@@ -208,9 +208,12 @@ _PROBES_SIZED = ("completion", "structured", "sequential")
 # request cannot fit it (``context_overflow``; a way not one of these, missing or mistyped, shows nothing):
 # * ``COUNTED_USAGE``: the ``usage.prompt_tokens`` of the engine's answer to the same messages with
 #   max_tokens 1 (its chat template applied): the prompt's own count;
-# * ``COUNTED_MESSAGES``: the engine's tokenizer given the messages, its chat template applied as its chat
-#   completions apply it (vLLM's ``POST /tokenize`` with ``messages``: the generation prompt added, no
-#   special tokens beyond the template's — its chat completions' defaults): the prompt's own count;
+# * ``COUNTED_MESSAGES``: the engine's tokenizer given the request as the endpoint it went to builds its
+#   prompt — vLLM's ``POST /tokenize`` with a chat request's ``messages``, its chat template applied as its
+#   chat completions apply it (the generation prompt added, no special tokens beyond the template's — their
+#   defaults), or with a completions request's ``prompt`` text and the special tokens its completions add
+#   (``add_special_tokens``, default true): the prompt's own count (one way: one endpoint of one program,
+#   exact either way — the name is the one records already carry);
 # * ``COUNTED_CONTENT``: the engine's tokenizer given each message's content alone, stripped of the white
 #   space at its ends (a template may trim it), less the tokens it adds to any text (its count of the empty
 #   text: llama-cpp-python's BOS), summed — llama-cpp-python 0.3.36's ``POST /extras/tokenize`` tokenizes a

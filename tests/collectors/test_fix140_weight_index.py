@@ -104,12 +104,13 @@ def test_index_in_a_subfolder_is_not_read(tmp_path: Path) -> None:
 
 
 def test_two_indexes_naming_one_missing_shard_list_it_once(tmp_path: Path) -> None:
-    d = _sharded(tmp_path / "m")
-    (d / "consolidated.safetensors").write_bytes(b"x" * 64)  # mistral's own file: its index is read (fix143)
-    _index_text(d, {"weight_map": {"x": S2}}, "consolidated.safetensors.index.json")
-    (d / S2).unlink()
+    # consolidated shards: both the mistral format's pattern and *.safetensors load them (fix 150)
+    c1, c2 = "consolidated-00001-of-00002.safetensors", "consolidated-00002-of-00002.safetensors"
+    d = _sharded(tmp_path / "m", shards=(c1, c2))
+    _index_text(d, {"weight_map": {"x": c2}}, "consolidated.safetensors.index.json")
+    (d / c2).unlink()
     [failure] = _failures(d)
-    assert failure.startswith(f"{S2}: missing: consolidated.safetensors.index.json and {INDEX} names it")
+    assert failure.startswith(f"{c2}: missing: consolidated.safetensors.index.json and {INDEX} names it")
 
 
 def test_weight_map_naming_a_folder_is_not_a_shard(tmp_path: Path) -> None:
@@ -165,10 +166,11 @@ def test_malformed_index_fails_closed_naming_it(tmp_path: Path, doc: Any, why: s
     assert failure.startswith(f"{INDEX}: ") and why in failure, failure
 
 
-def test_weight_map_names_reordered_or_dotted_still_pass(tmp_path: Path) -> None:
-    """Neighbour: the order of tensors, a ``./`` prefix and a shard named many times change nothing."""
+def test_weight_map_names_reordered_or_repeated_still_pass(tmp_path: Path) -> None:
+    """Neighbour: the order of tensors and a shard named many times change nothing (a ``./`` prefix, which
+    vLLM refuses, fails the pin: fix 150)."""
     d = _sharded(tmp_path / "m")
-    _index_text(d, {"weight_map": {"z": f"./{S2}", "a": S1, "b": S2, "c": S1}, "metadata": {}})
+    _index_text(d, {"weight_map": {"z": S2, "a": S1, "b": S2, "c": S1}, "metadata": {}})
     assert _failures(d) == []
 
 

@@ -279,8 +279,18 @@ def test_a_completions_prompt_is_counted_whole_by_llama_cpp_pythons_tokenizer() 
     body = {"prompt": f" {TOO_LONG}\n", "max_tokens": 8, "stream": True}
     ctx = _drive(body, LLAMA_CPP_PYTHON_COUNTS, _llama)
     assert ctx == context_record("--n_ctx", 100, 122, SIZING_500, COUNTED_CONTENT)
-    # vLLM's /tokenize counts messages only: a completions request is not counted so
-    assert _drive(body, VLLM_COUNTS, _llama) == context_record("--n_ctx", 100, None, SIZING_500)
+    # vLLM's /tokenize is asked the prompt itself (fix 150): never llama-cpp-python's /extras/tokenize
+    asked: list[Ask] = []
+
+    def vllm(ask: Ask) -> Answer:
+        asked.append(ask)
+        return _llama(ask)
+
+    assert _drive(body, VLLM_COUNTS, vllm)["counted"] == COUNTED_MESSAGES
+    assert [a[1] for a in asked if a[0].endswith("/tokenize")] == [
+        {"prompt": body["prompt"], "add_special_tokens": True}
+    ]
+    assert not any(a[0].endswith("/extras/tokenize") for a in asked)
 
 
 @pytest.mark.parametrize(
