@@ -117,7 +117,12 @@ from ledger.devices import items_not_listed, visible_device_items
 from ledger.entries import FAULT_UNANSWERED, MAX_LEASE_S, format_time, now_utc, parse_time, pin_bindings
 from ledger.errors import CollectorError, ConfigError, LedgerError, more_problems
 from ledger.hashing import blake3_hex, hash_file, parse_digest
-from ledger.policy.acceptance import COMMIT_BINDING, ENGINE_CONFIG_BINDING, stop_cut_tolerance
+from ledger.policy.acceptance import (
+    COLLECTOR_COMMIT,
+    COMMIT_BINDING,
+    ENGINE_CONFIG_BINDING,
+    stop_cut_tolerance,
+)
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures, unanswered_error
 
@@ -1907,19 +1912,30 @@ def code_commit(where: Path | None = None) -> tuple[str | None, str]:
     head = ask("rev-parse", "--verify", "--end-of-options", "HEAD^{commit}")
     commit = head.stdout.strip().lower() if head is not None and head.returncode == 0 else ""
     if not _FULL_COMMIT.fullmatch(commit):
-        return None, f"git names no HEAD commit of the checkout of {f}"
+        return None, CheckoutNoCommit(f"git names no HEAD commit of the checkout of {f}")
     top = ask("rev-parse", "--show-toplevel")
     root = (
         Path(top.stdout.strip()) if top is not None and top.returncode == 0 and top.stdout.strip() else None
     )
     changed = uncommitted_changes(ask, root, code_folders(f if where is not None else None), commit)
     if changed is not None:
-        return None, (
+        return None, CheckoutNoCommit(
             f"the checkout {root or f.parent} is not its HEAD {commit}: {changed} — the code that runs is "
-            "not the commit a reviewer would check out (commit the changes, or state the commit under "
-            "review as [campaign] commit)"
+            "not the commit a reviewer would check out (commit the changes: a [campaign] commit names the "
+            "code under review, and credits nothing a collector ran from a checkout that is no commit)"
         )
     return commit, f"git HEAD of the checkout of {f.parent}"
+
+
+class CheckoutNoCommit(str):
+    """Why the collector's code is no commit though it runs from a git checkout (``code_commit``'s reason
+    where the module is a tracked file of one): its HEAD cannot be read, or the checkout is not its HEAD
+    (uncommitted changes). Told apart from a collector that runs from no checkout at all (an installed
+    package: its reason is a plain text), whose code no commit can name either way: where the campaign
+    states the commit under review, the job records such a collector's code as no commit
+    (``spec.collector_commit`` null), and no review PASS of the stated commit credits its results."""
+
+    __slots__ = ()
 
 
 _CHANGES_NAMED = 5  # the changed files a warning names (then a count)
@@ -2284,6 +2300,8 @@ class CampaignResult:
         for g in self.gates:
             if g.status == "failed":
                 return "INCONCLUSIVE" if g.undecided else self.verdict_words.get(g.gate, "INCONCLUSIVE")
+            if g.undecided:  # a pass no policy credits (its harness record not stored): the ladder stops
+                return "INCONCLUSIVE"
         ran = {g.gate: g.status for g in self.gates}
         if self.verdict_words and all(ran.get(name) == "passed" for name in self.verdict_words):
             return "QUALIFIED"
@@ -2382,9 +2400,17 @@ class CampaignRunner:
         # the code commit the collector runs at (``code_commit``, read before the job starts): bound in the
         # job's spec, the commit a review PASS of its results must name
         self.code_commit: str | None = None
+        # where the campaign states the commit under review and the collector runs from a git checkout: the
+        # collector's own code — its HEAD, or None where the checkout is no commit — recorded beside it in
+        # the job's spec (``{COLLECTOR_COMMIT: …}``); empty where it records none (``_collector_code``)
+        self.collector_code: dict[str, str | None] = {}
         self._engine_config_digest: str | None = None  # ``_engine_config``: computed once per job
         self._env: EnvInfo | None = None
         self._env_error: LedgerError | None = None
+        # a harness run that ran and whose result the ledger refused (``_record_harness_gate``): what it
+        # showed, said in the job's end, and its gate — never recorded ``not_run`` (``_not_run_undecided``)
+        self._harness_unrecorded: str | None = None
+        self._harness_unrecorded_gate: str | None = None
         self.job_id = str(uuid.uuid4())
         self.result = CampaignResult(campaign.id, self.job_id, "", verdict_words=dict(self.ladder))
         self.engine: EngineRun | None = None
@@ -2572,6 +2598,10 @@ class CampaignRunner:
                 # no PASS credits them)
                 **({CODE_COMMIT: self.code_commit} if self.code_commit is not None else {}),
             },
+            # the collector's own code where the commit bound is the one the campaign states
+            # (``_collector_code``): a full commit, or null where its checkout was no commit — then no
+            # review PASS credits this job's results (acceptance.produced_at)
+            **self.collector_code,
         }
 
     def _preflight(self) -> None:
@@ -2581,13 +2611,17 @@ class CampaignRunner:
         resolve_model(self.c.model_path)  # the model is there (InputError naming it, else)
         self._detect_engine_version()
         stated = self.c.spec.campaign.commit
-        self.code_commit, source = (stated, "[campaign] commit") if stated is not None else code_commit()
+        own, why = code_commit()
+        self.code_commit, source = (stated, "[campaign] commit") if stated is not None else (own, why)
         self.log(
             f"code commit: {self.code_commit} ({source}): a review PASS credits this job's results only "
             "where it names this commit"
             if self.code_commit is not None
             else f"warning: code commit: none bound ({source}): no review PASS credits this job's results"
         )
+        self.collector_code = {}
+        if stated is not None:
+            self._collector_code(stated, own, why)
         if self.c.spec.gates.benchmark.enabled:
             # judged by the engine detected: a kind whose package no version of was found gets the
             # policy's default rule (the policy grants its exemptions only to a detected engine version)
@@ -2613,6 +2647,30 @@ class CampaignRunner:
                 check_corpus_api(corpus, bench.api)
             except ConfigError as e:
                 raise ConfigError(f"campaign {self.c.path}: gates.benchmark.api: {e.message}") from e
+
+    def _collector_code(self, stated: str, own: str | None, why: str) -> None:
+        """Record the collector's own code beside the commit its campaign states (``stated``, bound as the
+        code under review): where it runs from a git checkout (``code_commit``: ``own``, its HEAD; else
+        ``why`` it is that or none), ``collector_code`` — its HEAD, or None where the checkout is no commit
+        (``CheckoutNoCommit``: uncommitted changes, say), with a warning: no review PASS of ``stated`` then
+        credits the job's results, as none would of the checkout's own HEAD (audit 101 f2). A HEAD other
+        than ``stated`` is recorded and named (the code under review may be another repository's: an
+        engine's source); a collector that runs from no checkout (an installed package) records nothing."""
+        if own is not None:
+            self.collector_code = {COLLECTOR_COMMIT: own}
+            if own != stated:
+                self.log(
+                    f"warning: code commit: the collector runs at its checkout's HEAD {own}, not the stated "
+                    f"[campaign] commit {stated}: recorded as the job's spec.{COLLECTOR_COMMIT}; a review "
+                    f"PASS of {stated} reviews the code under review, the collector's own code is {own}"
+                )
+        elif isinstance(why, CheckoutNoCommit):
+            self.collector_code = {COLLECTOR_COMMIT: None}
+            self.log(
+                f"warning: code commit: the collector's own code is no commit ({why}): recorded as the "
+                f"job's spec.{COLLECTOR_COMMIT} null — no review PASS of the stated [campaign] commit "
+                f"{stated} credits this job's results"
+            )
 
     def _read_env(self, extra: Mapping[str, str]) -> EnvInfo:
         """The engine's interpreter (its packages, ``pip freeze``) read under the environment an engine
@@ -2769,6 +2827,8 @@ class CampaignRunner:
             aborted = err
             at = gates[max(order, 1) - 1]
             state, reason = "failed", f"the collector stopped during gate {at}: {err.message}"
+            if self._harness_unrecorded is not None:  # a harness run that ran: its end says what it showed
+                reason += f"; {self._harness_unrecorded}"
             # a second ledger error (the launch's record refused too) is retried once more below, and never
             # skips the terminal job entry
             with contextlib.suppress(LedgerError):
@@ -2859,13 +2919,16 @@ class CampaignRunner:
         problems: list[str] = []
         if py is not None and not Path(py).is_file():
             problems.append(f"engine interpreter {py} not found")
+        elif (unread := self._env_unread()) is not None:
+            # an interpreter that cannot be queried (it hangs at start under the engine's environment, it
+            # exits with an error) is no engine prerequisite met, as a missing one is not: the gate fails
+            # naming why, and no env.snapshot is recorded (there is none to record)
+            problems.append(unread)
         else:
-            if self._env_error is not None:
-                raise self._env_error
             # read before the job started (``_detect_engine_version``), or now when the runner skipped that:
             # either way under the environment the first attempt's engine runs under
-            first = self.c.spec.engine.attempts[0]
-            env = self._env if self._env is not None else self._read_env(self._attempt_env(first))
+            env = self._env
+            assert env is not None  # _env_unread read it, or said why it cannot be
             freeze = self.work_dir / "pip-freeze.txt"
             freeze.parent.mkdir(parents=True, exist_ok=True)
             freeze.write_text(env.freeze, encoding="utf-8")
@@ -2884,6 +2947,25 @@ class CampaignRunner:
         if problems:
             raise _GateFailed("; ".join(problems), evidence)
         return "passed", None, evidence, {"gpus": len(hp["gpus"])}
+
+    def _env_unread(self) -> str | None:
+        """Why the engine's interpreter cannot be read (None: it was, ``_env`` holds its reading): the
+        error met reading it before the job started (``_detect_engine_version``), or now where the runner
+        skipped that — under the environment the first attempt's engine runs under. A ``CollectorError``
+        (the interpreter hangs at start, exits with an error, answers no JSON) is the host gate's failure,
+        never the collector's: the job's host-prerequisites step fails naming it (audit 102 f3)."""
+        if self._env is None and self._env_error is None:
+            first = self.c.spec.engine.attempts[0]
+            try:
+                self._env = self._read_env(self._attempt_env(first))
+            except CollectorError as e:
+                self._env_error = e
+        if self._env_error is None:
+            return None
+        return (
+            "the engine's interpreter cannot be read under the environment its engine runs under: "
+            f"{self._env_error.message}"
+        )
 
     def _attempt_env(self, attempt: Any) -> dict[str, str]:
         """The ``env`` an attempt's engine is given: the engine's, then the attempt's, each value expanded
@@ -3329,18 +3411,68 @@ class CampaignRunner:
     def _record_harness_gate(
         self, name: str, payload: dict[str, Any], artifacts: dict[str, Path], media: dict[str, str]
     ) -> GateOutcome:
-        arts = [
-            self.rec.artifact(n, path, media_type=media.get(n, "application/octet-stream"))
-            for n, path in artifacts.items()
-        ]
-        eid = self._record("gate.result", payload, artifacts=arts)
+        """Record a harness run that ran as it ran — its status, figures, counts and invalid reasons —
+        whatever the store does with its artifacts: where the store refuses them (a full or read-only
+        disk), the same files by reference (``stored: false``) and why in ``bounds.artifacts_not_stored``
+        (``_harness_artifacts``). The policy reads a harness's per-request record back, so it credits no
+        pass it cannot read (harness-artifact-mismatch, INCONCLUSIVE) while a failure still counts
+        against the engine. A run whose result the ledger refuses even so is named as unrecorded
+        (``_harness_unrecorded``): never recorded ``not_run`` — it ran (audit 102 f1)."""
+        arts, not_stored = self._harness_artifacts(artifacts, media)
+        if not_stored is not None:
+            payload.setdefault("bounds", {})["artifacts_not_stored"] = not_stored
+            self.log(
+                f"warning: {name}: the store refused the run's artifacts ({not_stored}): its result is "
+                "recorded with them by reference (stored: false) — the policy credits no pass it cannot "
+                "read back; a failure still counts"
+            )
+        try:
+            eid = self._record("gate.result", payload, artifacts=arts)
+        except LedgerError as e:
+            where = sorted({str(p.parent) for p in artifacts.values()})
+            self._harness_unrecorded = (
+                f"the {name} run ran ({payload['status']}"
+                + (f": {payload['reason']}" if payload.get("reason") else "")
+                + f") and its result could not be recorded ({e.message})"
+                + (f"; its files are kept in {', '.join(where)}" if where else "")
+                + ": it is evidence of the engine, not to be superseded as saying nothing of it"
+            )[:1500]
+            self._harness_unrecorded_gate = name
+            raise
         out = GateOutcome(name, payload["status"], payload.get("reason"), list(payload["evidence"]), eid)
         out.undecided = (payload.get("bounds") or {}).get(
             "outcome"
         ) == LEASE_EXPIRED and BEFORE_THE_CUT not in (payload.get("reason") or "")
+        # a pass whose record the policy cannot read back is credited by no policy: not a pass to hint at
+        out.undecided = out.undecided or (not_stored is not None and payload["status"] == "passed")
         self.result.gates.append(out)
         self.log(step_line(payload["order"], name, payload["status"], out.reason))
         return out
+
+    def _harness_artifacts(
+        self, artifacts: dict[str, Path], media: dict[str, str]
+    ) -> tuple[list[Any], str | None]:
+        """A harness run's artifacts, stored; where the store refuses one (a full or read-only disk), every
+        one by reference (``stored: false``, their digests), with why (None: all stored) — as
+        ``_launch_logs`` does for a launch's logs. One that cannot even be read is left out, named."""
+        try:
+            return [
+                self.rec.artifact(n, path, media_type=media.get(n, "application/octet-stream"))
+                for n, path in artifacts.items()
+            ], None
+        except LedgerError as e:
+            why = e.message
+        arts: list[Any] = []
+        for n, path in artifacts.items():
+            try:
+                arts.append(
+                    self.rec.artifact(
+                        n, path, media_type=media.get(n, "application/octet-stream"), by_reference=True
+                    )
+                )
+            except LedgerError as e:
+                why += f"; {n}: {e.message}"
+        return arts, why
 
     def _harness_outcome(
         self, name: str, payload: dict[str, Any], evidence: list[str]
@@ -3513,10 +3645,12 @@ class CampaignRunner:
         payload["reason"] = f"{payload['reason']}; {said}" if payload.get("reason") else said
 
     def _not_run_undecided(self, gates: list[str], reason: str) -> None:
-        """Record every gate of ``gates`` the job did not decide as ``not_run``, saying why."""
+        """Record every gate of ``gates`` the job did not decide as ``not_run``, saying why — except a
+        harness gate whose run ran and whose result the ledger refused (``_harness_unrecorded``): it ran,
+        and the job's end says what it showed (audit 102 f1)."""
         decided = {g.gate for g in self.result.gates}
         for i, name in enumerate(gates, start=1):
-            if name not in decided:
+            if name not in decided and name != self._harness_unrecorded_gate:
                 self._gate(i, name, "not_run", reason=reason)
 
     def _expect_answered_model(self) -> str:

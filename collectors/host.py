@@ -126,6 +126,11 @@ print(json.dumps({"python": platform.python_version(), "executable": sys.executa
 """
 
 
+# how long the engine's interpreter may take to answer the version query (it starts, imports the engine's
+# package metadata, prints one line): one that does not answer by then hangs as it starts
+QUERY_TIMEOUT_S = 60.0
+
+
 @dataclass
 class EnvInfo:
     payload: dict[str, Any]
@@ -147,15 +152,32 @@ def engine_env(python: str | Path | None = None, env: Mapping[str, str] | None =
             [py, "-c", _VERSIONS_SCRIPT, json.dumps(list(ENGINE_PACKAGES))],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=QUERY_TIMEOUT_S,
             check=False,
             env=run_env,
         )
-        info = json.loads(r.stdout) if r.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
-        raise CollectorError(f"cannot query interpreter {py}: {e}") from e
-    if info is None:
-        raise CollectorError(f"cannot query interpreter {py}: {r.stderr.strip()[-300:]}")
+    except subprocess.TimeoutExpired as e:
+        # said in a line: the exception's own text repeats the whole query script
+        raise CollectorError(
+            f"cannot query interpreter {py}: it did not answer within {QUERY_TIMEOUT_S:g} s — it hangs as it "
+            "starts under this environment (a sitecustomize.py or .pth file on its PYTHONPATH, or a package "
+            "it imports at start, that blocks)"
+        ) from e
+    except OSError as e:
+        raise CollectorError(f"cannot query interpreter {py}: {e.strerror or e}") from e
+    if r.returncode != 0:
+        # its last line: what a traceback ends with (the error), said on one line
+        said = scrub_text((r.stderr.strip().splitlines() or ["nothing on stderr"])[-1].strip()[-300:])
+        raise CollectorError(f"cannot query interpreter {py}: it exited with status {r.returncode}: {said}")
+    try:
+        info = json.loads(r.stdout)
+        if not isinstance(info, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise CollectorError(
+            f"cannot query interpreter {py}: its answer is not the JSON object the query prints ({e}): "
+            f"{scrub_text(r.stdout.strip()[:200])!r}"
+        ) from e
     try:
         f = subprocess.run(
             [py, "-m", "pip", "freeze", "--all"],

@@ -17,19 +17,24 @@ from ledger.gpu_faults import (
     HOST_WIDE_KINDS,
     MAX_LINE,
     Catalogue,
+    OomFact,
     classify_events,
     load_catalogue,
+    read_oom,
 )
 
 __all__ = [
     "EVENT_PATTERNS",
+    "KILL_WINDOW_SLACK",
     "KernelRead",
+    "KillCause",
     "classify_kernel_events",
     "kernel_payload",
     "last_reset",
     "parse_kernel_log",
     "parse_since",
     "read_kernel_log",
+    "sigkill_cause",
 ]
 
 # the event patterns are the core's (ledger.gpu_faults), which re-reads every recorded line with them; a
@@ -233,3 +238,72 @@ def kernel_payload(
         "last_reset_at": last_reset(events),
         "catalogue": cat.cite(),
     }
+
+
+# The OOM killer's lines that name the process it killed (its victim); ``oom-killer-invoked`` names the task
+# that could not get memory, which need not be the one killed
+_OOM_VICTIM_KINDS = HOST_WIDE_KINDS - {"oom-killer-invoked"}
+# how far before a launch's start and after its end a kernel line still counts as the launch's: the kernel
+# log's times are the kernel's clock made wall time (dmesg --time-format iso: boot time plus the printk
+# stamp, which drifts from the wall clock across a suspend or a virtual machine's fork — 0.6 s seen here),
+# and the OOM killer logs its kill before the process it killed has ended. A wider window fails closed: an
+# OOM kill it takes in is never a stop from outside
+KILL_WINDOW_SLACK = timedelta(seconds=5)
+
+
+@dataclass(frozen=True, slots=True)
+class KillCause:
+    """Who killed an engine by SIGKILL, as the kernel log shows it (``sigkill_cause``):
+
+    * ``oom-killer`` — the OOM killer killed the engine's process (``pid``): the engine's resource failure;
+    * ``host-out-of-memory`` — the OOM killer ran while the engine ran but names no process the collector
+      knew as the engine's (another process; the engine's child; a pid of another pid namespace — a
+      container's pids are not the kernel's): the host's memory failed under the engine all the same;
+    * ``outside`` — a readable kernel log holds no OOM-killer line in the launch's window: someone else
+      sent the SIGKILL (an operator, a supervisor), no limit of the host's;
+    * ``unread`` — the kernel log cannot be read: the OOM killer cannot be told from an operator.
+
+    ``text`` is what the kernel log shows (the OOM killer's lines, read by ``read_oom``) or why it could not
+    be read; ``source`` where it was read (journalctl, dmesg, none)."""
+
+    cause: str
+    text: str
+    source: str
+
+
+def _oom_events(read: KernelRead, since: datetime, until: datetime) -> list[OomFact]:
+    """The OOM killer's lines of ``read`` that lie from ``since`` to ``until``, each read from its line
+    (``read_oom``), in order; a line without a time counts: it cannot be shown outside the window."""
+    events = parse_kernel_log(read.text, boot_time=boot_time() if read.source == "dmesg" else None)
+    lo, hi = format_time(since), format_time(until)
+    facts: list[OomFact] = []
+    for ev in events:
+        if ev["kind"] not in HOST_WIDE_KINDS or (ev["time"] is not None and not lo <= ev["time"] <= hi):
+            continue
+        fact = read_oom(ev["message"])
+        if fact is not None:
+            facts.append(fact)
+    return facts
+
+
+def sigkill_cause(pid: int, since: datetime, until: datetime, read: KernelRead | None = None) -> KillCause:
+    """Who killed the engine whose leader process ``pid`` ran from ``since`` to ``until`` by SIGKILL, read
+    from the kernel log (``read_kernel_log`` unless ``read`` is given) over that window widened by
+    ``KILL_WINDOW_SLACK`` each way (``KillCause``). The OOM killer is the only sender of a SIGKILL the
+    kernel records; any of its lines in the window keeps the kill the host's memory's (fail closed)."""
+    lo, hi = since - KILL_WINDOW_SLACK, until + KILL_WINDOW_SLACK
+    if read is None:
+        read = read_kernel_log(lo)
+    if not read.readable:
+        return KillCause("unread", read.reason or "not readable", read.source)
+    facts = _oom_events(read, lo, hi)
+    mine = [f for f in facts if f.kind in _OOM_VICTIM_KINDS and f.pid == pid]
+    if mine:
+        return KillCause("oom-killer", mine[0].summary(), read.source)
+    if facts:
+        named = list(dict.fromkeys(f.summary() for f in facts))
+        more = f" (and {len(named) - 3} more)" if len(named) > 3 else ""
+        return KillCause("host-out-of-memory", "; ".join(named[:3]) + more, read.source)
+    return KillCause(
+        "outside", f"no OOM-killer line from {format_time(lo)} to {format_time(hi)}", read.source
+    )

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ledger.collectors import lease_keeper
+from ledger.collectors import kernel, lease_keeper
 from ledger.collectors.lease_keeper import (
     LAUNCH_MARK,
     RELEASE,
@@ -73,6 +73,7 @@ from ledger.signatures import (
 )
 
 __all__ = [
+    "KILLED",
     "PORT_CONFLICT",
     "READINESS_REFUSED",
     "RELEVANT_ENV_PREFIXES",
@@ -102,6 +103,33 @@ SUSPENDED = (
     "ledger-collector: the engine was suspended from outside (stopped, process state T/t) when the collector "
     "stopped it: {processes}"
 )
+# the line the collector adds to a launch's failure text where the engine's leader process died by SIGKILL
+# (signal 9, or exit status 137 through a shell) before the collector or its lease keeper signalled it: who
+# sent it, as the kernel log shows (collectors/kernel.py sigkill_cause), by its ``KillCause.cause``. The
+# signatures of signatures.toml that match them: `killed-by-oom-killer` (class resource: the OOM killer
+# killed the engine's process, or ran while the engine ran), `killed-sigkill-from-outside` and
+# `killed-137-from-outside` (operator-stop: a readable kernel log holds no OOM-killer line in the launch's
+# window — an operator's or a supervisor's kill, as an outside SIGTERM), `killed-sigkill-unattributed` and
+# `killed-137-unattributed` (operator-stop, never credited: the kernel log cannot be read, so the OOM killer
+# cannot be ruled out)
+KILLED = {
+    "oom-killer": (
+        "ledger-collector: the engine was killed by SIGKILL from the kernel's OOM killer: the kernel log "
+        "({source}) shows {text}"
+    ),
+    "host-out-of-memory": (
+        "ledger-collector: the engine was killed by SIGKILL while the kernel's OOM killer ran: the kernel "
+        "log ({source}) shows {text} — none of it names the engine's process (pid {pid})"
+    ),
+    "outside": (
+        "ledger-collector: the engine was killed by SIGKILL from outside: the kernel log ({source}) "
+        "shows {text}"
+    ),
+    "unread": (
+        "ledger-collector: the engine was killed by SIGKILL and the kernel log cannot be read ({text}): "
+        "cannot tell the OOM killer from an operator"
+    ),
+}
 DRAIN_S = 1.0  # at most this long, before SIGTERM, for the engine's pipes to be read empty
 EXIT_POLL_S = 0.02  # how often the leader's end is polled where no pidfd can watch it (``_watch_exit``)
 
@@ -392,6 +420,9 @@ class EngineRun:
         # the engine's processes found suspended from outside when the collector stopped it (SUSPENDED)
         self.suspended: list[dict[str, object]] = []
         self.failure_observed: str | None = None  # set by probes that saw the engine fail a request
+        # who killed the engine by SIGKILL, where it died so on its own (KILLED, read once: ``sigkill_line``)
+        self.sigkill_cause: str | None = None
+        self._sigkill_read = False
         self.stop_escalated = False
         # when the engine's leader process ended, as a thread watching it saw (``_watch_exit``), and when
         # its logs first showed a stop marker after readiness before this process told it to stop
@@ -940,6 +971,9 @@ class EngineRun:
             text += "\n" + self.readiness_refused
         if self.suspended:  # the collector's own finding: someone else held the engine stopped
             text += "\n" + self.suspended_line()
+        killed = self.sigkill_line()
+        if killed:  # the collector's own finding: who sent the SIGKILL, by the kernel log
+            text += "\n" + killed
         # the texts the collector handed the engine (its command as recorded: the model's path, a served
         # name) are the operator's words wherever the engine quotes them (ledger.signatures._within_given);
         # the recorded (redacted) command, so the policy engine reads the same values from the entry
@@ -949,6 +983,30 @@ class EngineRun:
                 result.signature, result.title, self.failure_observed, result.matched, result.failure_class
             )
         return result
+
+    def sigkill_line(self) -> str | None:
+        """The ``KILLED`` line where the engine's leader died by SIGKILL (signal 9, or exit status 137
+        through a shell) on its own — before the collector sent it a stop (``stop_sent_at``), no lease run
+        out (the lease keeper's kill is ``lease-expired``) — read from the kernel log once, when first
+        asked; None for any other end. Redacted as the engine's command is."""
+        with self._lock:
+            if self._sigkill_read:
+                return self.sigkill_cause
+            reason, sent = self.stop_reason, self.stop_sent_at
+        if self.proc is None or self.proc.returncode is None or reason is None:
+            return None  # not ended yet: read once it has
+        with self._lock:
+            self._sigkill_read = True
+        code, sig = self.exit_status
+        if reason != "exited" or sent is not None or self.lease_expired or not (sig == 9 or code == 137):
+            return None
+        until = self.exited_at or self.ended_at or now_utc()
+        cause = kernel.sigkill_cause(self.proc.pid, self.started_at, until)
+        line = KILLED[cause.cause].format(source=cause.source, text=cause.text, pid=self.proc.pid)
+        line = self.redactor().text(line)[0]
+        with self._lock:
+            self.sigkill_cause = line
+        return line
 
     def suspended_line(self) -> str:
         """The ``SUSPENDED`` line for the processes found suspended (secrets of their commands redacted)."""
@@ -1003,6 +1061,8 @@ class EngineRun:
             details["readiness_refused"] = self.redactor().text(self.readiness_refused)[0]
         if self.suspended:
             details["suspended_from_outside"] = self.suspended_line()
+        if self.sigkill_cause is not None:  # read by ``classification`` above
+            details["sigkill_cause"] = self.sigkill_cause
         if self.ready_state is not None:
             details["ready_server"] = self.ready_state.server
         if c.signature:

@@ -294,7 +294,9 @@ def _dir_link_problem(p: Path, allowed: str, chain: frozenset[str], hf: bool) ->
 
 def _gguf_split_keys(path: Path) -> tuple[int | None, int | None, str | None]:
     """``split.count`` and ``split.no`` of a GGUF file's header, read with the gguf library (None for a
-    key it lacks, and for both where the file is not a GGUF), and why the header could not be read."""
+    key it lacks, and for both where the file is not a GGUF), and why the file cannot be loaded: a header
+    that cannot be read, or tensor data cut short (``_gguf_data_cut``: the file ends before the last byte
+    its header places a tensor's data at — an interrupted download, a copy cut short)."""
     try:
         with path.open("rb") as f:
             magic = f.read(len(_GGUF_MAGIC))
@@ -302,20 +304,60 @@ def _gguf_split_keys(path: Path) -> tuple[int | None, int | None, str | None]:
         return None, None, f"cannot read: {e.strerror or e}"
     if magic != _GGUF_MAGIC:
         return None, None, None
-    import gguf
-
     values: list[int | None] = []
     try:
-        reader = gguf.GGUFReader(path, "r")
+        reader, ends = _gguf_header(path)
         for key in (_SPLIT_COUNT_KEY, _SPLIT_NO_KEY):
             field = reader.get_field(key)
             value = None if field is None else field.contents()
             if value is not None and (type(value) is not int or value < 0):
                 return None, None, f"its GGUF header's {key} is {value!r}, not a count"
             values.append(value)
+        size = int(reader.data.size)
     except Exception as e:  # a malformed header: the parser's own error, whatever its type
         return None, None, f"cannot read its GGUF header: {type(e).__name__}: {str(e)[:200]}"
-    return values[0], values[1], None
+    return values[0], values[1], _gguf_data_cut(size, ends)
+
+
+def _gguf_header(path: Path) -> tuple[Any, list[tuple[str, int]]]:
+    """A GGUF file's header, read with the gguf library, and where its header places each tensor's data:
+    (tensor name, the byte its data ends at), in header order. The tensors' data is not mapped — the
+    library's reader maps each tensor as a numpy array, and on a file cut short in its tensor data fails
+    with numpy's error ("cannot reshape array …"), which names neither the file's size nor the header's."""
+    import gguf
+
+    ends: list[tuple[str, int]] = []
+
+    class _HeaderReader(gguf.GGUFReader):
+        def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
+            seen: set[bytes] = set()
+            for fld in fields:
+                _, name, _, dims, raw_type, offset = fld.parts
+                label = bytes(name).decode("utf-8", "replace")[:200]
+                if bytes(name) in seen:  # as the library's own reader refuses it
+                    raise ValueError(f"Found duplicated tensor with name {label}")
+                seen.add(bytes(name))
+                block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_type[0]))]
+                n = 1
+                for d in dims.tolist():
+                    n *= int(d)
+                ends.append((label, int(start_offs) + int(offset[0]) + n * type_size // block))
+
+    return _HeaderReader(path, "r"), ends
+
+
+def _gguf_data_cut(size: int, ends: list[tuple[str, int]]) -> str | None:
+    """Why a GGUF file of ``size`` bytes is cut short in its tensor data, where its header (``ends``: each
+    tensor's name and the byte its data ends at) places data past its end; None where it holds it all."""
+    if not ends:
+        return None
+    name, need = max(ends, key=lambda e: e[1])
+    if size >= need:
+        return None
+    return (
+        f"its tensor data is cut short: the file ends at byte {size}, its GGUF header needs {need} "
+        f"(tensor {name!r} ends there; {need - size} bytes missing — a download or copy cut short)"
+    )
 
 
 def gguf_split_set(path: Path) -> tuple[list[Path], list[str]]:

@@ -42,7 +42,7 @@ from ledger.cli._common import (
     progress,
     warn,
 )
-from ledger.errors import InputError, KeyNotFoundError
+from ledger.errors import InputError, KeyNotFoundError, LedgerError
 
 if TYPE_CHECKING:
     from ledger.collectors.campaign import CampaignResult
@@ -914,14 +914,27 @@ def run_cmd(
     if campaign:
         runner.subject["campaign"] = campaign
         runner.result.campaign = campaign
-    result = runner.run()
+    stopped: LedgerError | None = None
+    try:
+        result = runner.run()
+    except LedgerError as e:
+        if not runner.result.entries:
+            raise  # nothing recorded: exit 2, as every error
+        # the collector stopped once its job was recorded (the job ended failed, saying why): what it
+        # recorded is judged and summed up like any run's, the error printed, and the run exits 1 — exit 2
+        # says nothing was recorded
+        stopped, result = e, runner.result
     derived = policy_verdict(rec, runner.subject, runner.policy)
     result.policy_verdict = derived["verdict"] if derived is not None else None
     result.policy_gates = _policy_gates(derived)
     if json_out:
-        print_json(result.to_json())
+        print_json({**result.to_json(), **({"error": stopped.to_dict()} if stopped is not None else {})})
     else:
         _print_summary(result, _recorded(rec))
+    if stopped is not None:
+        if not json_out:  # under --json: the result's "error"
+            err.print(Text(stopped.one_line()), soft_wrap=True)
+        return Outcome.NO
     if result.state == "cancelled" and result.exit_signal:
         return Cancelled(result.exit_signal)
     # the policy's word decides

@@ -55,6 +55,7 @@ from ledger.entries import (
 )
 from ledger.errors import LedgerError
 from ledger.hashing import parse_digest
+from ledger.policy.bounds import PARITY_LEVEL
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import LoadedPolicy, rule_key
 from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
@@ -1727,6 +1728,12 @@ def _may_be_commit(failed: str, c: Any) -> bool:
 # The job's approved spec binding that names the code commit the collector ran at (collectors/campaign.py
 # binds it in ``spec.bindings``): the commit a review PASS of the job's results must name
 COMMIT_BINDING = "commit"
+# The job's spec field (beside its bindings: a binding is a text, and this may be null) that names the commit
+# the collector's own code ran at where the job binds a commit its campaign states (``[campaign] commit``,
+# the code under review) and the collector runs from a git checkout: its HEAD, or null where that checkout
+# is not its HEAD (uncommitted changes) — results of code no commit names, which no PASS credits
+# (``produced_at``; audit 101 f2)
+COLLECTOR_COMMIT = "collector_commit"
 # The binding of how the engine is launched (collectors/campaign.py ``engine_config_digest``), in the job's
 # approved spec and every launch: a launch of the campaign that records another is a conflict of the
 # campaign (``launch_conflict``), not only its own lost credit
@@ -1739,7 +1746,10 @@ def produced_at(e: Evidence, jobs: Iterable[Evidence]) -> tuple[str | None, str 
     commit it ran at there; a job that binds none says nothing of the code). Where those that name one
     name one commit (``same_commit``) it is that one, in its fullest spelling; where none names any, (None,
     None); where two name different commits, or one names a commit by no text, which code produced it
-    cannot be told: (None, the reason) — never the one a review happens to name."""
+    cannot be told: (None, the reason) — never the one a review happens to name. So too where a job's
+    collector ran code no commit names (``_collector_ran_no_commit``: the commit it binds is the one its
+    campaign states, and its own checkout was not its HEAD): a PASS of the stated commit reviewed the code
+    under review, not the harness that scored it."""
     named: list[tuple[str, str]] = []
     subject_commit = e.subject.get("commit")
     if subject_commit is not None:
@@ -1748,11 +1758,13 @@ def produced_at(e: Evidence, jobs: Iterable[Evidence]) -> tuple[str | None, str 
         named.append(("its subject", str(_commit_text(subject_commit))))
     for j in jobs:
         spec = j.payload.get("spec")
+        where = f"job {j.payload.get('job_id')} ({j.id[:16]})"
+        if (ran := _collector_ran_no_commit(spec)) is not None:
+            return None, f"{where} {ran}"
         bindings = spec.get("bindings") if isinstance(spec, dict) else None
         if not isinstance(bindings, dict) or bindings.get(COMMIT_BINDING) is None:
             continue  # no approved spec, or one that binds no commit: the job says nothing of the code
         bound = bindings[COMMIT_BINDING]
-        where = f"job {j.payload.get('job_id')} ({j.id[:16]})"
         if _commit_text(bound) is None:
             return None, f"{where} binds commit {bound!r}, which names no commit"
         named.append((where, str(_commit_text(bound))))
@@ -1762,6 +1774,26 @@ def produced_at(e: Evidence, jobs: Iterable[Evidence]) -> tuple[str | None, str 
         if not same_commit(c, named[0][1]):
             return None, f"{named[0][0]} names commit {named[0][1]}, {w} commit {c}"
     return max((c for _, c in named), key=len), None
+
+
+def _collector_ran_no_commit(spec: Any) -> str | None:
+    """Why a job's collector ran code no commit names, by what its approved ``spec`` records beside the
+    commit it binds (``COLLECTOR_COMMIT``, written by ``collectors/campaign.py`` where the campaign states
+    the commit under review and the collector runs from a git checkout), or None: it records none (the
+    commit bound is the collector's own, or the collector runs from no checkout), or a full commit (the
+    collector's own code, recorded; the commit under review may be another repository's). A null — the
+    checkout was not its HEAD: uncommitted changes to the harness that scored the results, say — or anything
+    but a full hex commit names no commit (fail closed)."""
+    if not isinstance(spec, dict) or COLLECTOR_COMMIT not in spec:
+        return None
+    ran = _commit_text(spec[COLLECTOR_COMMIT])
+    if ran is not None and _HEX.fullmatch(ran) and len(ran) in (40, 64):
+        return None
+    return (
+        f"ran its collector from a checkout that is no commit (spec.{COLLECTOR_COMMIT} "
+        f"{spec[COLLECTOR_COMMIT]!r}: not its HEAD, with uncommitted changes): the code that produced its "
+        "results is no commit a review names, whatever commit it binds"
+    )
 
 
 def _failed_commit(fail: Evidence, own: str | None) -> str | None:
@@ -2247,7 +2279,10 @@ def _derive(
       signature (no log patterns) that its recorded end matches, and its class, unless the launch shows
       that the collector stopped the run (``details.stop_reason`` one of ``COLLECTOR_STOPPED``) or
       records no end; None then. A ready engine killed by SIGKILL, or that exited on its own, is not
-      judged a clean run because its entry leaves the signature out (``_classify_end``).
+      judged a clean run because its entry leaves the signature out (``_classify_end``). Where the
+      launch's decisive stored-log signature (``log_failure_signature``) is one of
+      ``params.held_stop_signatures`` (a hold from outside) or ``params.outside_kill_signatures`` (a
+      SIGKILL the collector's kernel-log reading attributes to no OOM kill), the end is that one.
     * ``ok`` — for a ``health.probe``: whether it succeeded, judged from its record (``probe_ok``: its
       ``ok`` claim and no non-2xx ``http_status`` beside it); False for every other entry. Gates read
       this, not the claim.
@@ -2341,6 +2376,7 @@ def _derive(
     rules = explanations()  # a recorded refusal that explains a graver log line (``_explained_log_lines``)
     markers = stop_markers()
     held = stop_classes(params or {}, "held_stop_signatures")
+    kills = stop_classes(params or {}, "outside_kill_signatures")  # killed by SIGKILL from outside
     starts: list[tuple[datetime, int]] = []
     ends: dict[int, datetime] = {}  # attempt → the end its launch records (it only ever takes credit away)
     launch_of: dict[int, Evidence] = {}  # attempt → its launch (``stop_cut``)
@@ -2446,6 +2482,14 @@ def _derive(
                 # params.held_stop_signatures) answered nothing while held: its lease running out and the
                 # SIGKILL the collector's stop escalated to are the hold's doing, as the collector's table
                 # lists such a signature before lease-expired and killed-sigkill
+                end = scan.whole
+            elif end.signature is not None and kills is not None and scan.whole.signature in kills:
+                # killed by SIGKILL from outside (params.outside_kill_signatures: the collector read the
+                # kernel log when the engine's leader died so on its own, and found no OOM-killer line in the
+                # launch's window, or could not read it), as the policy reads what the launch stored — such a
+                # signature holds only with the SIGKILL end the launch records: the end is that kill's, judged
+                # in its class (a stop from outside), not the status-only killed-sigkill (class resource). No
+                # hold: its timed-out requests stay the engine's (``_held_from_outside`` is not widened)
                 end = scan.whole
             derived["end_failure_signature"] = end.signature
             derived["end_failure_class"] = end.failure_class
@@ -2840,7 +2884,8 @@ def _stopped_from_outside(
     is then the hold's, whatever signal or lease ended it) — with no failure in its stored logs the policy
     does not excuse (a class in ``params.fault_classes`` anywhere, or one outside ``params.stop_classes``
     after readiness) and logs that show a clean run after readiness (``unclean``: every log read, no
-    Python traceback); None otherwise — a SIGKILL (class resource: the OOM killer) is no such stop."""
+    Python traceback); None otherwise — a SIGKILL (class resource: the OOM killer) is no such stop, unless
+    its end is a kill from outside (``params.outside_kill_signatures``: ``end_failure_class`` then its)."""
     stop = stop_classes(params, "stop_classes")
     faults = stop_classes(params, "fault_classes")
     d = launch.derived
@@ -4023,11 +4068,16 @@ def _harness_artifact_problem(
     * semantic: ``semantic-items.jsonl`` (one object per item asked, with its boolean ``passed`` and its
       ``error``): ``counts.asked`` (items), ``passed``, ``failed``, ``errors`` (items with an error) —
       and ``semantic-failures.jsonl`` (the failed items): as many as ``counts.failed`` (and, beside the
-      items, exactly the ids of the items that failed), each ``passed`` false.
+      items, exactly the ids of the items that failed), each ``passed`` false. Each item's ``passed`` is
+      held to its own record (``_item_scored_otherwise``): passed exactly where its error is null, its
+      ``checks`` are not empty and every check passed — an item recorded passed whose checks failed is
+      a problem naming it, whatever the counts say (audit 101 f2).
     * benchmark: ``benchmark-requests.jsonl`` (one object per request issued, with its ``error``: null
       for a completed request) and its ``level``: ``counts.issued``, ``completed``, ``errors``,
       ``unanswered`` (``_request_unanswered``), ``refused`` and ``completed@cN`` for
-      each level a request records.
+      each level a request records; and, for a passed run, its parity record (``bounds.parity``, whose
+      fraction the ``c1_parity`` figure must be) re-derived from its completed c1 requests' output
+      digests and token counts (``parity_of``, ``_parity_unshown``).
     * both (``_requests_shown``, the one reading of a harness's per-request record — semantic:
       ``semantic-requests.jsonl``, every request it sent, ``counts.refused`` compared, and
       ``counts.timed_out``, its failed items whose request timed out, each item asked joined to the request
@@ -4070,13 +4120,24 @@ def _harness_artifact_problem(
     try:
         if gate == "benchmark":
             name = _BENCHMARK_REQUESTS
+            # a passed run's completed c1 requests: what its c1 parity compared (a parity record credits a
+            # passed run alone: its c1_parity figure)
+            passed_run = e.payload.get("status") == "passed"
+            c1_outputs: list[Mapping[str, Any]] = []
+            records = _artifact_records(store, named[name][0])
             shown, problems = _requests_shown(
-                _artifact_records(store, named[name][0]), e.payload.get("bounds"), params, launched, ways
+                _parity_outputs(records, c1_outputs) if passed_run else records,
+                e.payload.get("bounds"),
+                params,
+                launched,
+                ways,
             )
             if isinstance(counts, dict):
                 # a level the result counts that no completed request of the artifact is at: 0 there
                 shown |= {k: 0 for k in counts if k.startswith("completed@c") and k not in shown}
             differs = _differing_counts(counts, shown, f"{name} ({shown['issued']} requests)")
+            if passed_run:
+                problems += _parity_unshown(c1_outputs, e.payload.get("bounds"))
             return "; ".join(differs + problems) or None
         failed_ids: list[str] = []
         # counts.timed_out (the failed items whose request timed out: rule stopped-from-outside subtracts
@@ -4088,9 +4149,12 @@ def _harness_artifact_problem(
             name = _SEMANTIC_ITEMS
             asked = passed = errors = 0
             scored = [] if timed_claimed else None
+            contradicted: list[str] = []  # items whose ``passed`` their own error and checks do not show
             for r in _artifact_records(store, named[name][0]):
                 if type(r.get("passed")) is not bool:
                     raise _Unreadable(f"item {asked + 1} records no boolean passed")
+                if (why := _item_scored_otherwise(r, asked + 1)) is not None:
+                    contradicted.append(why)
                 asked += 1
                 passed += r["passed"]
                 errors += bool(r.get("error"))
@@ -4102,6 +4166,9 @@ def _harness_artifact_problem(
             differs = _differing_counts(counts, shown, f"{name} ({asked} items, {asked - passed} failed)")
             if differs:
                 return "; ".join(differs)
+            if contradicted:
+                more = f" (and {len(contradicted) - 1} more item(s) so)" if len(contradicted) > 1 else ""
+                return f"{contradicted[0]}{more}: its score is not what its items' own records show"
         if _SEMANTIC_REQUESTS in named:
             name = _SEMANTIC_REQUESTS
             joined: dict[str, Any] = {}
@@ -4142,6 +4209,42 @@ def _harness_artifact_problem(
     return None
 
 
+def _item_scored_otherwise(r: Mapping[str, Any], n: int) -> str | None:
+    """Why item ``n`` of a semantic run's ``semantic-items.jsonl`` (``r``: its boolean ``passed`` read)
+    records a ``passed`` its own record does not show, or None: it shows it. The harness scores an item
+    passed only where the engine answered it (``error`` null) and every one of its ``checks`` (the
+    corpus gives each item one at least: ``collectors/semantic.py`` ``score_answer``) passed; an item
+    with an error is scored on no check, and fails. So the item shows passed exactly where its error is
+    null, its checks are not empty and every check records ``passed`` true — a passed item whose checks
+    failed, or that records an error or no check, is credited by nothing but its own word (audit 101 f2),
+    and a failed item whose every check passed with no error contradicts itself as much. An item that records
+    no error (null or a text), no list of checks, or a check that is no object with a boolean ``passed``
+    shows nothing it was scored on: a problem too (fail closed), named after the run's counts are compared
+    (the caller's ``_differing_counts`` first)."""
+    error, checks, item = r.get("error", ...), r.get("checks"), f"item {r.get('id')!r} (item {n})"
+    unread = ": what it was scored on cannot be read back"
+    if error is not None and not isinstance(error, str):
+        return f"{item} records no error (null or a text){unread}"
+    if not isinstance(checks, list):
+        return f"{item} records no list of checks{unread}"
+    for k, c in enumerate(checks, 1):
+        if not isinstance(c, dict) or type(c.get("passed")) is not bool:
+            return f"{item} check {k} records no boolean passed{unread}"
+    failed = [str(c.get("type")) for c in checks if not c["passed"]]
+    if r["passed"] == (error is None and bool(checks) and not failed):
+        return None
+    shows = (
+        f"error {error!r}"
+        if error is not None
+        else "no check"
+        if not checks
+        else f"{len(failed)} of its {len(checks)} checks failed ({', '.join(failed)})"
+        if failed
+        else f"no error and all {len(checks)} of its checks passed"
+    )
+    return f"{item} is recorded passed {str(r['passed']).lower()} but records {shows}"
+
+
 def _timed_out_items(
     records: Iterable[dict[str, Any]], scored: Sequence[tuple[Any, Any, bool]], out: dict[str, Any]
 ) -> Iterator[dict[str, Any]]:
@@ -4176,6 +4279,111 @@ def _timed_out_items(
         )
     out["timed_out"] = 0 if problems else timed
     out["problems"] = problems
+
+
+def _parity_outputs(
+    records: Iterable[dict[str, Any]], out: list[Mapping[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """A benchmark's ``benchmark-requests.jsonl`` ``records``, passed on as read, each completed request at
+    ``PARITY_LEVEL`` (``error`` null) kept in ``out``: the outputs c1 parity compares (``parity_of``).
+    Raises ``_Unreadable`` for such a request that records no text ``prompt_id`` or no whole-number
+    ``repetition`` and ``index`` (which outputs were compared with which cannot be told)."""
+    for n, r in enumerate(records, 1):
+        if r.get("level") == PARITY_LEVEL and type(r.get("level")) is int and r.get("error", ...) is None:
+            if not isinstance(r.get("prompt_id"), str):
+                raise _Unreadable(f"request {n} records no prompt_id")
+            if type(r.get("repetition")) is not int or type(r.get("index")) is not int:
+                raise _Unreadable(f"request {n} records no whole-number repetition and index")
+            out.append(r)
+        yield r
+
+
+def _same_output(ref: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(two recorded outputs are the same, only their token counts differ): by ``token_ids_digest`` where
+    both carry one; else by ``output_digest`` (the text's, with its reasoning) AND the output token count
+    and where it came from (``output_tokens``, ``tokens_from``) — the same text generated as other tokens
+    is not the same output at temperature 0."""
+    if ref.get("token_ids_digest") and other.get("token_ids_digest"):
+        return ref["token_ids_digest"] == other["token_ids_digest"], False
+    same_text = ref.get("output_digest") == other.get("output_digest")
+    count = (ref.get("output_tokens"), ref.get("tokens_from"))
+    same_count = count == (other.get("output_tokens"), other.get("tokens_from"))
+    return same_text and same_count, same_text and not same_count
+
+
+def parity_of(records: Iterable[Mapping[str, Any]], level: int = PARITY_LEVEL) -> dict[str, Any] | None:
+    """Prompt-by-prompt parity of the outputs at ``level`` (temperature 0: c1) across repetitions, from
+    request records as ``benchmark-requests.jsonl`` stores them (``collectors.benchmark.RequestRecord``
+    ``to_json``): each prompt's reference is its first completed output (by ``repetition``, then
+    ``index``), and every other completed output of it at that level is compared with it
+    (``_same_output``). ``by``: "token_ids" only where every output compared carried ids, else "text".
+    The parity record a run stores as ``bounds.parity`` (less ``asked``, what its spec asked for) — the
+    policy derives it from the stored record (``_parity_unshown``), so the harness's c1 parity is never
+    its own word. None when nothing could be compared."""
+    by_prompt: dict[str, list[Mapping[str, Any]]] = {}
+    for r in sorted(records, key=lambda r: (r["repetition"], r["index"])):
+        if r.get("level") == level and r.get("error") is None:
+            by_prompt.setdefault(str(r.get("prompt_id")), []).append(r)
+    compared = matched = 0
+    mismatched: list[str] = []
+    counts_differ: list[str] = []
+    for pid, outs in by_prompt.items():
+        ref, ok = outs[0], True
+        for other in outs[1:]:
+            compared += 1
+            same, only_count = _same_output(ref, other)
+            matched += same
+            ok = ok and same
+            if only_count and pid not in counts_differ:
+                counts_differ.append(pid)
+        if not ok:
+            mismatched.append(pid)
+    if compared == 0:
+        return None
+    outputs = by_prompt.values()
+    return {
+        "level": level,
+        "compared": compared,
+        "matched": matched,
+        "fraction": round(matched / compared, 6),
+        "prompts": len(by_prompt),
+        "prompts_mismatched": sorted(mismatched),
+        "token_counts_differ": sorted(counts_differ),
+        "by": "token_ids" if all(r.get("token_ids_digest") for o in outputs for r in o) else "text",
+    }
+
+
+def _parity_unshown(outputs: Sequence[Mapping[str, Any]], bounds: Any) -> list[str]:
+    """Where a benchmark's parity record (``bounds.parity``) is not what its stored requests show
+    (``parity_of`` of ``outputs``, its completed c1 requests): each field it records that differs; a
+    record where the requests show nothing compared; no record (null or left out) where a run that
+    aggregated at c1 (``bounds.aggregate`` true, level 1 in ``bounds.concurrency``) shows outputs compared.
+    A record that is no object is the policy's rules' to judge (no c1 parity)."""
+    b: Mapping[str, Any] = bounds if isinstance(bounds, dict) else {}
+    recorded, shown = b.get("parity"), parity_of(outputs)
+    where = f"its {_BENCHMARK_REQUESTS} shows"
+    if recorded is None:
+        levels = b.get("concurrency")
+        at_c1 = isinstance(levels, list) and any(type(v) is int and v == PARITY_LEVEL for v in levels)
+        if shown is None or b.get("aggregate") is not True or not at_c1:
+            return []
+        return [
+            f"it records no parity record (bounds.parity), but {where} {shown['compared']} c1 output(s) "
+            f"compared, {shown['matched']} matched"
+        ]
+    if not isinstance(recorded, dict):
+        return []
+    if shown is None:
+        return [f"bounds.parity records c1 outputs compared ({recorded.get('compared')!r}), but {where} none"]
+    out: list[str] = []
+    for key, value in shown.items():
+        if key not in recorded:
+            continue
+        got = recorded[key]
+        numbers = all(type(v) in (int, float) for v in (got, value))
+        if not (got == value if numbers or type(got) is type(value) else False):
+            out.append(f"bounds.parity.{key} {got!r}, {where} {value!r}")
+    return out
 
 
 def _request_unanswered(r: Mapping[str, Any]) -> bool:

@@ -237,13 +237,16 @@ def test_a_stated_commit_is_bound_from_a_changed_checkout(
     checkout: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``[campaign] commit`` names the code under review: the checkout's state is not asked."""
+    """``[campaign] commit`` names the code under review and is bound; the collector's own code, a checkout
+    that is no commit, is recorded beside it as none, with a warning (fix 154: no PASS credits it)."""
     (checkout / "pkg" / "data.toml").write_text("a = 7\n")
     monkeypatch.setattr(campaign_mod, "code_commit", lambda where=None: code_commit(_module(checkout)))
     runner, lines = _preflight(tmp_path, tiny_model_dir, recorder, STATED)
     assert runner.code_commit == STATED
     assert any(f"code commit: {STATED} ([campaign] commit)" in x for x in lines), lines
-    assert not any(x.startswith("warning: code commit") for x in lines)
+    assert runner.collector_code == {"collector_commit": None}
+    [warning] = [x for x in lines if x.startswith("warning: code commit")]
+    assert "pkg/data.toml" in warning and "no review PASS of the stated [campaign] commit" in warning
 
 
 def test_a_run_from_a_clean_checkout_binds_its_head(

@@ -24,9 +24,17 @@ INCONCLUSIVE = "INCONCLUSIVE"
 
 
 def _items(failed: int, total: int = 12, **extra: Any) -> str:
+    """Items as the harness writes them: each scored on one check, passed where it passed (fix 154)."""
     return "\n".join(
-        json.dumps({"id": f"q{i}", "passed": i >= failed, "error": None, **extra}) for i in range(total)
+        json.dumps(
+            {"id": f"q{i}", "passed": i >= failed, "error": None, "checks": [_check(i >= failed)], **extra}
+        )
+        for i in range(total)
     )
+
+
+def _check(passed: bool) -> dict[str, Any]:
+    return {"type": "exact", "passed": passed, "reason": None if passed else "wrong"}
 
 
 def _failures(ids: list[int]) -> str:
@@ -135,7 +143,10 @@ def _requests(errors: int = 0) -> str:
     for level in (1, 4, 32):
         for n in range(192):
             err = "HTTP 500" if level == 32 and n < errors else None
-            lines.append(json.dumps({"prompt_id": f"p{n % 96}", "level": level, "error": err}))
+            # each prompt twice (repetitions 0 and 1), the same output each time: c1 parity 96 of 96 (fix 154)
+            record = {"prompt_id": f"p{n % 96}", "level": level, "repetition": n // 96, "index": n % 96}
+            record |= {"output_digest": f"blake3:{n % 96}", "output_tokens": 8, "tokens_from": "usage"}
+            lines.append(json.dumps({**record, "error": err}))
     return "\n".join(lines)
 
 

@@ -76,7 +76,8 @@ def _semantic(
             "id": r["prompt_id"],
             "passed": r["error"] is None and not r.get("wrong"),
             "error": r["error"],
-            "checks": [],
+            # scored as the harness scores it: an item with an error on no check (fix 154)
+            "checks": [] if r["error"] else [{"type": "exact", "passed": not r.get("wrong"), "reason": None}],
         }
         for r in sent
         if not r["fault"]
