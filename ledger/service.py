@@ -23,7 +23,15 @@ from sqlalchemy.engine import Engine
 from ledger import __version__
 from ledger.atomic import write_atomic
 from ledger.canonical import canonical_bytes, parse_canonical
-from ledger.db import SEQ_MAX, analyse_if_grown, check_schema, make_engine, migrate
+from ledger.db import (
+    SEQ_MAX,
+    T_CHECKPOINTS,
+    T_ENTRIES,
+    analyse_if_grown,
+    check_schema,
+    make_engine,
+    migrate,
+)
 from ledger.entries import (
     JUDGED_SUBJECT_KINDS,
     ArtifactRef,
@@ -87,9 +95,12 @@ from ledger.log import (
 from ledger.logged import LoggedEntry, entry_from_row
 from ledger.proofs import AuditReport, audit_receipts
 from ledger.reads import (  # parse_subject_args: defined there, imported by the CLI without the service
+    SIGNED_CONSEQUENCE,
     SUBJECT_FIELDS,
+    ChainLink,
     admin_ids,
     chain_linked,
+    chain_walk,
     committed_row,
     find_key,
     page_json,
@@ -273,8 +284,8 @@ class Ledger:
         self.home_bound = home_bound
         self._held_read: tuple[tuple[int, int, int], Checkpoint] | None = None  # (file stat, its checkpoint)
         # (held size, held root, log size, head chain hash): a log this process proved extends the held
-        # checkpoint (``_refuse_fork``); the sequencer signs receipts at a head it left there without
-        # reading the tiles again (``_guard_head``)
+        # checkpoint and the newest stored one (``_refuse_fork``; held size -1: the home held none); the
+        # sequencer signs receipts at a head it left there without reading the tiles again (``_guard_head``)
         self._extends: tuple[int, bytes, int, str] | None = None
         # the receipts of its own log this home kept, read from ``receipts.jsonl`` once and then only what
         # was appended: (where the read ended, floor, {index: kept} of those at index >= floor: ``_Kept``,
@@ -283,6 +294,10 @@ class Ledger:
         # (held size, held root, {size: root}): the checkpoints of smaller sizes proved to be the held
         # checkpoint's tree at their size (``_within_held``)
         self._prefixes: tuple[int, bytes, dict[int, bytes]] | None = None
+        # the newest checkpoint row the database stores, as read (note, size, root, format), and the
+        # checkpoint it is once its signature was checked (None: a format-1 one, which anchors nothing):
+        # checked once per row (``_stored_anchor``)
+        self._stored_read: tuple[tuple[Any, ...], Checkpoint | None] | None = None
         self.cfg = cfg
         self.database_url = database_url or cfg.database_url
         self.engine: Engine = make_engine(self.database_url)
@@ -916,8 +931,8 @@ class Ledger:
             return False
         with self._cache_lock:  # committed: the keys as of the new head are this process's cache
             self._keyring, self._keyring_chain = plan.ring, plan.chain
-        if held is not None:  # the new head extends the one checked: it extends the held checkpoint
-            self._extends = (held.size, held.root, plan.ring.seq, plan.chain)
+        # the new head extends the one checked: it extends the anchors it was checked against
+        self._extends = (*_held_key(held), plan.ring.seq, plan.chain)
         for r, outcome in zip(admitted, plan.outcomes, strict=True):
             if isinstance(outcome, LedgerError):
                 r.error = outcome
@@ -1025,11 +1040,7 @@ class Ledger:
                     if p.entry_id in existing or seen is not None:
                         # a re-sent entry is answered (and receipted) from its row as its leaf and the
                         # hash chain around it commit it
-                        e = (
-                            seen
-                            if seen is not None
-                            else _chained_entry(self.repo, conn, existing[p.entry_id])
-                        )
+                        e = seen if seen is not None else self._anchored_entry(conn, existing[p.entry_id])
                         out.append(LoggedEntry(**{**e.__dict__, "duplicate": True}))
                         continue
                     if p.entry_id in batch_ids:
@@ -1090,6 +1101,33 @@ class Ledger:
         self.repo.insert(conn, rows, subj_rows, ref_rows, art_rows, commit=True)
         ring.seq = next_seq
         return _Plan(outcomes, ring, prev, due)
+
+    def _anchored_entry(self, conn: sa.Connection, row: Any) -> LoggedEntry:
+        """A re-sent entry's row as the log committed it, for its answer and receipt: its leaf and its links
+        to its neighbours (``_chained_entry``), and its place under the anchor (``_anchored``: the held
+        checkpoint or the newest stored one, the log checked against both). Below the anchor's size its
+        leaf must be the one the anchor's tree holds there (a row rewritten inside a stored tile, its record,
+        leaf hash and chain hashes through the head with it, still gives the signed root); past it the
+        rows from the anchor's last one to the one after it are walked (``_walk``: linked, none missing,
+        logged no earlier than the one before) — a row back-dated with every chain hash re-derived through
+        the head breaks the log's order there. A home fault otherwise (``_raise_home_fault``), never an
+        answer. Rare (a re-sent entry): O(log n) reads, and the rows past the anchor up to it.
+
+        What no walk can see: a row past every signed checkpoint rewritten to a time between its
+        neighbours', every chain hash after it re-derived — nothing signed commits it yet but the
+        receipts the collectors keep (``ledger audit``)."""
+        entry = _chained_entry(self.repo, conn, row)
+        try:
+            anchor, tree = self._anchored(conn, self.held(), None, receipts=False)
+            size = 0 if anchor is None else anchor.size
+            if entry.seq < size:
+                if tree is None or tree.leaf(entry.seq) != bytes.fromhex(str(row.leaf_hash)):
+                    raise _unanchored_leaf_error(entry.seq, size)
+            else:
+                self._walk(conn, size, min(entry.seq + 2, self.repo.size(conn)), tree, root=False)
+        except LedgerError as e:
+            _raise_home_fault(e)
+        return entry
 
     def signer_name(self, key_id: str) -> str | None:
         """The enrolled name of ``key_id`` from this process's keys (a key's name never changes), read
@@ -1583,8 +1621,9 @@ class Ledger:
     ) -> None:
         """The one check before anything is signed under the log's key — a checkpoint published, served or
         carried by a proof, a receipt — or a hash tile served: the log in the snapshot ``conn`` reads still
-        extends ``held``, the checkpoint the home holds (None: it holds none). A log that lost entries
-        below it (a backup restored), or whose first ``held.size`` entries no longer hash to its root
+        extends its anchors (``_anchored``): ``held``, the checkpoint the home holds (None: it holds none),
+        and the newest checkpoint the database stores under the log's key (``_stored_anchor``). A log that
+        lost entries below one (a backup restored), or whose first entries no longer hash to its root
         (rewritten), is a fork: ``LogInconsistentError`` (HTTP 500), and nothing is signed. Where the
         stored tiles the root was read from name the cause (a tile's root, or its hashes with it,
         rewritten: ``TileTree.check_roots``), it is that tile's ``TileMismatchError`` — one name for one
@@ -1593,43 +1632,188 @@ class Ledger:
 
         Past the held checkpoint, the receipts this home kept of its own log stand for it: a log that no
         longer holds an entry a kept receipt names, at its index, lost it (deleted behind its back, maybe
-        appended over) — refused the same way (``_receipt_lost``) — unless ``receipts`` is False (a tile
-        served: nothing is signed over it)."""
-        if held is None:
-            if receipts:
-                self._receipt_lost(0)
-            return
+        appended over) — refused the same way (``_receipt_lost``). And a tree signed past the anchor (the
+        larger of the two) is signed only over rows whose hash chain was walked from the anchor
+        (``_walk``): each row there, linked to the one before and logged no earlier, its leaf its
+        record's, and the root the tree gives the anchor's tree extended by those leaves — O(rows past
+        the anchor), and the anchor moves to what is signed (``_hold``). Neither for a tile served
+        (``receipts`` False: nothing is signed over it)."""
+        anchor, _ = self._anchored(conn, held, tree, receipts=receipts)
+        if receipts and tree is not None:
+            start = 0 if anchor is None else anchor.size
+            if tree.size > start:
+                self._walk(conn, start, tree.size, tree, root=True)
+
+    def _anchored(
+        self, conn: sa.Connection, held: Checkpoint | None, tree: TileTree | None, *, receipts: bool
+    ) -> tuple[Checkpoint | None, TileTree | None]:
+        """``_refuse_fork``'s anchors checked against the log in ``conn``'s snapshot; returns the anchor
+        (the larger of the two, None when there is none) and a tree of that snapshot at least as large
+        as it (``tree`` where it is; else one read at the anchor's size).
+
+        Which anchor: the checkpoint the home holds (outside the database: deleting checkpoint rows does
+        not move it) and the newest one the database stores, its note checked under the log's key — the
+        one a home that holds none (a replica with a home of its own, a fresh home on an existing
+        database) still has, and the one another replica publishing on the same database moved past the
+        held one. The log must extend both (checked in that order: the held checkpoint first, then the
+        receipts past it where ``receipts``, then the stored one); then the two are consistent (both
+        the log's tree at their sizes), and the larger is the anchor. A stored checkpoint no larger than
+        the held one is proved to be the held one's tree at its size once per pair (``_prefixes``: a fact
+        of the two signed roots). The receipts this home kept are checked past the checkpoint the home
+        holds only (from 0 where it holds none): a checkpoint another replica published never vouched
+        for this home's receipts."""
         current = self.repo.size(conn)
-        if tree is None or tree.size < held.size:
-            tree = self._tree_at(conn, min(held.size, current))  # lost entries: held_fault reads no root
-        fault = held_fault(current, held, tree.root)
+        if held is not None:
+            if tree is None or tree.size < held.size:
+                tree = self._tree_at(conn, min(held.size, current))  # lost: held_fault reads no root
+            self._extends_checkpoint(current, held, tree, stored=False)
+        if receipts:
+            self._receipt_lost(0 if held is None else held.size)
+        stored = self._stored_anchor(conn)
+        if stored is None:
+            return held, tree
+        if held is not None and stored.size <= held.size and self._proved_prefix(held, stored):
+            return held, tree
+        if tree is None or tree.size < stored.size:
+            tree = self._tree_at(conn, min(stored.size, current))
+        self._extends_checkpoint(current, stored, tree, stored=True)
+        if held is not None and stored.size <= held.size:
+            self._remember_prefix(held, stored)
+            return held, tree
+        return stored, tree
+
+    def _extends_checkpoint(self, current: int, cp: Checkpoint, tree: TileTree, *, stored: bool) -> None:
+        """The log of ``current`` entries, whose tree ``tree`` is (at least ``cp.size`` where it holds
+        that many), extends the signed checkpoint ``cp`` — the one the home holds, or (``stored``) the
+        newest the database stores — else ``LogInconsistentError`` (or the ``TileMismatchError`` of the
+        stored tile that gives another root)."""
+        whose = "the checkpoint the database stores" if stored else "the checkpoint this home holds"
+        backup = "its newest checkpoint" if stored else "the held checkpoint (HOME/checkpoint)"
+        fault = held_fault(current, cp, tree.root)
         if fault is not None and fault.error is not None:
             raise fault.error  # the tree cannot be read (a row deleted behind the log's back): that error
-        if fault is not None:
-            why = ""
-            if not fault.lost:
-                try:  # name the stored tile whose root (or hashes, with it) was rewritten, where one was
-                    tree.check_roots()
-                except TileMismatchError as e:
-                    raise TileMismatchError(
-                        f"{e.message}: the log's tree read from the stored tiles does not extend the "
-                        f"checkpoint this home holds (size {held.size}, root {held.root.hex()[:16]}…): "
-                        "nothing is signed under the log's key (no checkpoint, receipt or proof), served "
-                        "or appended",
-                        tile=e.tile,
-                    ) from e
-                except LedgerError as e:
-                    why = f": {e.message}"
+        if fault is None:
+            return
+        why = ""
+        if not fault.lost:
+            try:  # name the stored tile whose root (or hashes, with it) was rewritten, where one was
+                tree.check_roots()
+            except TileMismatchError as e:
+                raise TileMismatchError(
+                    f"{e.message}: the log's tree read from the stored tiles does not extend {whose} (size "
+                    f"{cp.size}, root {cp.root.hex()[:16]}…): nothing is signed under the log's key (no "
+                    "checkpoint, receipt or proof), served or appended",
+                    tile=e.tile,
+                ) from e
+            except LedgerError as e:
+                why = f": {e.message}"
+        elif stored:
+            why = f": {fault.reason()}"
+        raise LogInconsistentError(
+            f"the log (size {current}) does not extend {whose} (size {cp.size}, root "
+            f"{cp.root.hex()[:16]}…){why}: nothing is signed under the log's key (no checkpoint, receipt or "
+            "proof) and nothing is appended",
+            hint=f"`ledger verify` names what changed; restore the database from a backup that holds every "
+            f"entry {backup} covers",
+        )
+
+    def _stored_anchor(self, conn: sa.Connection) -> Checkpoint | None:
+        """The newest checkpoint the database stores (the largest size), its note checked under the log's
+        key and origin as a held one is (``held_checkpoint``) — once per row as read (``_stored_read``).
+        None when it stores none, or when the newest is a format-1 checkpoint (signed before ``ledger
+        migrate``, its note under the log key's own name: it commits the bare envelopes' tree, not the
+        records' the log signs now, and anchors nothing of it). A newest row that is not a checkpoint of
+        this log signed by its key (its note edited, or the row inserted, behind the log's back), or whose
+        size, root or format column is not what its note says, is ``LogInconsistentError`` naming it:
+        never skipped for an older one (fail closed). One query (the primary key's last row)."""
+        c = T_CHECKPOINTS.c
+        row = conn.execute(
+            sa.select(c.size, c.root, c.note, c.format).order_by(c.size.desc()).limit(1)
+        ).first()
+        if row is None:
+            return None
+        key = tuple(row)
+        with self._cache_lock:
+            memo = self._stored_read
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        size, root, note, fmt = key
+        where = f"the newest checkpoint the database stores (its row of size {size})"
+        hint = (
+            "`ledger verify` names every checkpoint row that is not the log's; restore the database from a "
+            "backup the checkpoint this home holds vouches for"
+        )
+        if fmt == 1 and isinstance(note, str):
+            with contextlib.suppress(ProofError):
+                parse_checkpoint(note, self.cfg.log_key, self.log_public_key())
+                with self._cache_lock:
+                    self._stored_read = (key, None)
+                return None
+        try:
+            if not isinstance(note, str):
+                raise ProofError(f"its note is no text ({type(note).__name__})")
+            cp = self.held_checkpoint(note)
+        except LedgerError as e:
             raise LogInconsistentError(
-                f"the log (size {current}) does not extend the checkpoint this home holds (size "
-                f"{held.size}, root {held.root.hex()[:16]}…){why}: nothing is signed under the log's key "
-                "(no checkpoint, receipt or proof) and nothing is appended",
-                hint="`ledger verify` names what changed; restore the database from a backup that holds "
-                "every entry the held checkpoint (HOME/checkpoint) covers",
+                f"{where} is not a checkpoint of this log signed by its key: {e.message} (the row was edited "
+                "or inserted behind the log's back): nothing is signed under the log's key (no "
+                "checkpoint, receipt or proof) and nothing is appended",
+                hint=hint,
+            ) from e
+        if cp.size != size or cp.root.hex() != root or fmt != LOG_FORMAT:
+            raise LogInconsistentError(
+                f"{where}: its size, root or format column is not what its signed note says (size "
+                f"{cp.size}, root {cp.root.hex()[:16]}…, format {LOG_FORMAT}): the row was edited behind "
+                "the log's back; nothing is signed under the log's key (no checkpoint, receipt or proof) "
+                "and nothing is appended",
+                hint=hint,
             )
-        # past the held checkpoint (what it covers was checked above: a loss there is named as such)
-        if receipts:
-            self._receipt_lost(held.size)
+        with self._cache_lock:
+            self._stored_read = (key, cp)
+        return cp
+
+    def _walk(self, conn: sa.Connection, start: int, end: int, tree: TileTree | None, *, root: bool) -> None:
+        """Walk the log's hash chain over the rows ``start .. end - 1``, past an anchor of size ``start``
+        whose tree ``tree`` gives (its root at ``start`` checked against the anchor's: ``_anchored``), in
+        pages of ``_WALK_PAGE`` rows (``ledger.reads.chain_walk``): none missing, each row's columns and
+        record its leaf's, linked to the row before it (from the anchor's last row, whose leaf must be
+        the one the anchor signs — its log time and chain hash are where the walk starts; from the
+        genesis link at size 0) and logged no earlier. ``root``: ``tree`` is the tree about to be signed
+        (of size ``end``), whose root must be the anchor's tree extended by the leaves walked — a stored
+        tile past the anchor that is not the rows' is named (``check_roots``), never signed over.
+        ``ChainBrokenError`` (``LogOrderError``, ``TileMismatchError``) naming what differs. O(end -
+        start) rows read once, no more than a page held."""
+        lo = max(start - 1, 0)
+        link: ChainLink | None = ChainLink(0, GENESIS_PREV, None) if start == 0 else None
+        builder = (
+            TileBuilder(size=start, stack=tree.compact_range(start)) if root and tree is not None else None
+        )
+        pos = lo
+        while pos < end:
+            rows = _chain_rows(conn, pos, end)
+            if not rows or (link is None and int(rows[0][0]) != lo):
+                break  # a row gone (the anchor's last one, where ``link`` is None): named below
+            leaves, walked = chain_walk(rows, link)
+            if walked is None:  # rows were walked: it stands after the last one
+                break
+            link = walked
+            if pos < start:  # the anchor's last row: its leaf is the one the anchor signs
+                if tree is None or leaves[0] != tree.leaf(lo):
+                    raise _unanchored_leaf_error(lo, start)
+                leaves = leaves[1:]
+            if builder is not None:
+                for leaf in leaves:
+                    builder.append(leaf)
+            pos = link.seq
+        if link is None or link.seq < end:
+            raise _walk_gap_error(lo if link is None else link.seq, end)
+        if builder is not None and tree is not None and builder.root() != tree.root(end):
+            tree.check_roots()  # names the stored tile that disagrees with what is below it, where one does
+            raise TileMismatchError(
+                f"the root the stored hash tiles give at size {end} is not the tree of the checkpoint of "
+                f"size {start} extended by the log's records after it: the database's hash tiles were "
+                "edited behind the log's back; nothing is signed under the log's key",
+            )
 
     def _receipt_lost(self, floor: int) -> None:
         """``LogInconsistentError`` naming the first receipt this home kept of its own log, at an index
@@ -1784,7 +1968,9 @@ class Ledger:
         """``_refuse_fork`` for the sequencer, in its transaction, before it appends (the receipts of what
         it appends are signed under the log's key). Cheap where nothing moved: a head this process left
         (or one after it whose chain still holds the entry it left at) extends what was proved; only a
-        head elsewhere (a backup restored, entries removed) reads the tiles. Returns the held checkpoint.
+        head elsewhere (a backup restored, entries removed) reads the tiles. A home that holds no
+        checkpoint is checked against the newest one the database stores the same way (``_anchored``).
+        Returns the held checkpoint.
 
         The receipts this home kept past the held checkpoint are not checked here (every checkpoint checks
         them, so nothing is signed over a rewrite): checking them at every append looks each up again in
@@ -1792,20 +1978,19 @@ class Ledger:
         checkpoint, the file check itself ≤ 0.1 ms (bench/bench_receipts_check.py,
         bench/results/receipts_check.json)."""
         held = self.held()
-        if held is None:
-            return None
+        key = _held_key(held)
         size, chain = (0, GENESIS_PREV) if head is None else (head.seq + 1, str(head.chain_hash))
         memo = self._extends
-        if memo == (held.size, held.root, size, chain):
+        if memo == (*key, size, chain):
             return held
         if not (
             memo is not None
-            and memo[:2] == (held.size, held.root)
+            and memo[:2] == key
             and 0 < memo[2] <= size
             and self.repo.chain_at(conn, memo[2] - 1) == memo[3]
         ):
-            self._refuse_fork(conn, held)
-        self._extends = (held.size, held.root, size, chain)
+            self._refuse_fork(conn, held)  # a home that holds none: the checkpoint the database stores
+        self._extends = (*key, size, chain)
         return held
 
     def _hold(self, cp: Checkpoint) -> None:
@@ -1868,12 +2053,8 @@ class Ledger:
         ``cp``'s — once per held checkpoint and size (``_prefixes``: a fact of the two signed roots,
         whatever the database holds later); a log that no longer extends ``held`` cannot prove it:
         refused."""
-        if cp.size == held.size and cp.root == held.root:
+        if self._proved_prefix(held, cp):
             return
-        with self._cache_lock:
-            memo = self._prefixes
-            if memo is not None and memo[:2] == (held.size, held.root) and memo[2].get(cp.size) == cp.root:
-                return
         agrees = False
         if cp.size < held.size:
             with self.repo.read(snapshot=True) as conn:
@@ -1890,6 +2071,20 @@ class Ledger:
                 hint="`ledger verify` names what changed; restore the database from a backup that holds "
                 "every entry the held checkpoint (HOME/checkpoint) covers",
             )
+        self._remember_prefix(held, cp)
+
+    def _proved_prefix(self, held: Checkpoint, cp: Checkpoint) -> bool:
+        """Whether ``cp`` is ``held`` itself, or was proved to be ``held``'s tree at its size
+        (``_remember_prefix``)."""
+        if cp.size == held.size and cp.root == held.root:
+            return True
+        with self._cache_lock:
+            memo = self._prefixes
+            return memo is not None and memo[:2] == (held.size, held.root) and memo[2].get(cp.size) == cp.root
+
+    def _remember_prefix(self, held: Checkpoint, cp: Checkpoint) -> None:
+        """Remember that ``cp`` (no larger) is ``held``'s tree at its size: proved on a log whose first
+        ``held.size`` entries hash to ``held``'s root, a fact of the two signed roots."""
         with self._cache_lock:
             memo = self._prefixes
             if memo is None or memo[:2] != (held.size, held.root) or len(memo[2]) >= _PREFIXES_KEPT:
@@ -2269,14 +2464,13 @@ class Ledger:
         """The log's signed receipt for an appended (or re-sent) entry: id, index, logged_at, origin.
         ``entry`` is one ``append`` answered: written by the sequencer, or a re-sent entry's row checked
         against its leaf there (``_committed_entry``) — never a row read unchecked. Signed only while the
-        log extends the checkpoint the home holds: the sequencer checked it in the transaction that
-        appended (or found) the entry; otherwise it is checked here (``_refuse_fork``)."""
+        log extends its anchors (the checkpoint the home holds, the newest one the database stores): the
+        sequencer checked them in the transaction that appended (or found) the entry; otherwise they are
+        checked here (``_refuse_fork``)."""
         try:  # what the home holds is the home's to answer for, never the entry's (``_raise_home_fault``)
             held = self.held()
             memo = self._extends
-            if held is not None and not (
-                memo is not None and memo[:2] == (held.size, held.root) and entry.seq < memo[2]
-            ):
+            if not (memo is not None and memo[:2] == _held_key(held) and entry.seq < memo[2]):
                 with self.repo.read(snapshot=True) as conn:  # not one the sequencer just checked: check now
                     self._refuse_fork(conn, held)
         except LedgerError as e:
@@ -2508,6 +2702,12 @@ class _Kept:
     fault: str = ""
 
 
+def _held_key(held: Checkpoint | None) -> tuple[int, bytes]:
+    """The held checkpoint's (size, root) as ``Ledger._extends`` keys what it proved; (-1, b"") where the
+    home holds none (the log was checked against the checkpoint the database stores, if any)."""
+    return (-1, b"") if held is None else (held.size, held.root)
+
+
 def _at(row: Any, seq: int) -> bool:
     """Whether ``row`` is an entry row (not None) at ``seq``."""
     return row is not None and int(row.seq) == seq
@@ -2536,6 +2736,42 @@ def _log_state_fault(e: LedgerError) -> LedgerError:
     if isinstance(e, ConfigError):
         return e
     return _home_fault(e)
+
+
+_WALK_PAGE = 5000  # rows a chain walk reads at a time (``Ledger._walk``)
+
+
+def _chain_rows(conn: sa.Connection, lo: int, hi: int) -> list[tuple[Any, ...]]:
+    """Up to ``_WALK_PAGE`` rows from seq ``lo`` below ``hi``, in seq order, as ``chain_walk`` takes them:
+    (seq, entry_id, kind, signer, logged_at, record bytes, leaf_hash, prev_hash, chain_hash)."""
+    e = T_ENTRIES.c
+    cols = (e.seq, e.entry_id, e.kind, e.signer, e.logged_at, e.record, e.leaf_hash, e.prev_hash)
+    q = sa.select(*cols, e.chain_hash).where(e.seq >= lo, e.seq < hi).order_by(e.seq).limit(_WALK_PAGE)
+    return [(r[0], r[1], r[2], r[3], r[4], record_bytes(int(r[0]), r[5]), *r[6:]) for r in conn.execute(q)]
+
+
+def _unanchored_leaf_error(seq: int, size: int) -> ChainBrokenError:
+    """The refusal of the row at ``seq``, under the checkpoint of ``size`` the log is anchored to, whose
+    leaf (its record's, its columns' — rewritten together) is not the one the checkpoint's tree holds
+    there (the stored tile its root was proved from)."""
+    return ChainBrokenError(
+        f"the log's entry at seq {seq} is not as the log committed it: its record and leaf hash are not the "
+        f"leaf the checkpoint of size {size} signs there (stored tile 0/{tile_path(seq // TILE_WIDTH)}): its "
+        "row was rewritten behind the log's back, its record and leaf hash with it; "
+        f"{SIGNED_CONSEQUENCE}",
+        hint="`ledger verify` names every altered row; restore the database from a backup the checkpoint "
+        "this home holds vouches for",
+    )
+
+
+def _walk_gap_error(seq: int, end: int) -> ChainBrokenError:
+    """The refusal of a chain walk (``Ledger._walk``) that finds no row at ``seq``, below ``end``."""
+    return ChainBrokenError(
+        f"the log has no entry at seq {seq}, below the {end} entries its hash chain is walked to: its row "
+        "was deleted or moved behind the log's back; nothing is signed under the log's key",
+        hint="`ledger verify` names every altered row; restore the database from a backup the checkpoint "
+        "this home holds vouches for",
+    )
 
 
 def _committed_entry(row: Any) -> LoggedEntry:

@@ -425,12 +425,17 @@ class TileTree:
             raise InputError(f"a tree of size {self.size} has no tile {level}/{index} of width {w}")
         return b"".join(self.hashes(level, lo, lo + w))
 
-    def compact_range(self) -> list[tuple[int, bytes]]:
-        """The right edge at this size: (height, hash) of the greedy perfect subtrees, left to right."""
+    def compact_range(self, size: int | None = None) -> list[tuple[int, bytes]]:
+        """The right edge at this size (or at ``size``, no larger: the perfect subtrees a tree of that size
+        shares with this one, whose fold is ``root(size)``): (height, hash) of the greedy perfect
+        subtrees, left to right."""
+        n = self.size if size is None else size
+        if not 0 <= n <= self.size:
+            raise InputError(f"a tree of size {self.size} has no compact range at size {n}")
         out: list[tuple[int, bytes]] = []
         pos = 0
-        for b in range(self.size.bit_length() - 1, -1, -1):
-            if self.size >> b & 1:
+        for b in range(n.bit_length() - 1, -1, -1):
+            if n >> b & 1:
                 out.append((b, self.node(b, pos >> b)))
                 pos += 1 << b
         return out

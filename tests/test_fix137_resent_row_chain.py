@@ -121,9 +121,13 @@ def test_a_row_rewritten_consistently_past_the_last_checkpoint_is_not_receipted_
         led.append([_envelope_at(led, envs, seq)])
     assert type(got.value) is ChainBrokenError and got.value.code == "chain-broken"
     assert led.size() == size  # nothing appended, nothing answered, nothing signed
-    # the neighbour the log did not touch is answered as logged, its receipt signed
-    (dup,) = led.append([_envelope_at(led, envs, seq + 2)])
+    # the neighbour before it, which the log did not touch, is answered as logged, its receipt signed
+    # (fix149: a re-sent entry past the anchor is answered only from a chain walked from the anchor to
+    # the row after it, so one after the broken row is refused too)
+    (dup,) = led.append([_envelope_at(led, envs, seq - 2)])
     assert dup.duplicate and led.receipt(dup).record.logged_at != BACK
+    with pytest.raises(ChainBrokenError, match=f"seq {seq} "):
+        led.append([_envelope_at(led, envs, seq + 2)])
 
 
 @pytest.mark.parametrize(

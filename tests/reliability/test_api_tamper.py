@@ -28,7 +28,7 @@ from ledger.db import LOG_TABLES
 from ledger.entries import ArtifactRef, format_time, now_utc
 from ledger.hashing import blake3_hex, parse_digest
 from ledger.home import Home
-from ledger.log import leaf_hash
+from ledger.log import chain_hash, leaf_hash
 from ledger.service import Ledger
 from ledger.tokens import create_token
 from tests.api.test_s3_store import S3_ENV
@@ -297,6 +297,18 @@ def test_forked_postgres_log_fails_consistency_via_the_api(tmp_path: Path, pg_da
                 "UPDATE log_entries SET envelope=%s, entry_id=%s, record=%s, leaf_hash=%s WHERE seq=4",
                 (forged, blake3_hex(forged), record, leaf_hash(record).hex()),
             )
+            # ... and its hash chain re-derived from it through the head: a chain that does not link past
+            # the anchor gets nothing signed over it (fix149), so a forger who wants signatures relinks it
+            before = conn.execute("SELECT chain_hash FROM log_entries WHERE seq=3").fetchone()
+            assert before is not None
+            prev = before[0]
+            rows = conn.execute("SELECT seq, entry_id, logged_at FROM log_entries WHERE seq >= 4 ORDER BY 1")
+            for seq, entry_id, logged_at in rows.fetchall():
+                link = chain_hash(seq, entry_id, prev, logged_at)
+                conn.execute(
+                    "UPDATE log_entries SET prev_hash=%s, chain_hash=%s WHERE seq=%s", (prev, link, seq)
+                )
+                prev = link
             conn.execute("DELETE FROM tiles")  # tiles are rebuilt from the rows
             conn.execute("DELETE FROM checkpoints")
 

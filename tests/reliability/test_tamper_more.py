@@ -20,7 +20,7 @@ from ledger.db import LOG_TABLES
 from ledger.entries import format_time, now_utc
 from ledger.errors import KeyRevokedError
 from ledger.home import Home
-from ledger.log import leaf_hash
+from ledger.log import chain_hash, leaf_hash
 from ledger.service import Ledger
 
 
@@ -122,8 +122,10 @@ def test_entry_signed_after_revocation_refused_even_when_back_dated(ready, home:
 # --- a checkpoint from a forked log ----------------------------------------------------------------------
 
 
-def _fork_home(home: Path, to: Path) -> Path:
-    """A copy of the home whose row at seq 3 was rewritten behind the log's back (triggers dropped)."""
+def _fork_home(home: Path, to: Path, *, relink: bool = False) -> Path:
+    """A copy of the home whose row at seq 3 was rewritten behind the log's back (triggers dropped);
+    ``relink``: the hash chain re-derived from it through the head, as a forger who wants the fork's own
+    server to sign over it does (fix149: no checkpoint is signed over a chain that does not link)."""
     shutil.copytree(home, to)
     h = Home(to)
     cfg = h.config()
@@ -149,6 +151,13 @@ def _fork_home(home: Path, to: Path) -> Path:
         "UPDATE log_entries SET envelope=?, entry_id=?, record=?, leaf_hash=? WHERE seq=4",
         (env, blake3_hex(env), record, leaf_hash(record).hex()),
     )
+    if relink:
+        rows = conn.execute("SELECT seq, entry_id, logged_at FROM log_entries WHERE seq >= 4 ORDER BY seq")
+        (prev,) = conn.execute("SELECT chain_hash FROM log_entries WHERE seq = 3").fetchone()
+        for seq, entry_id, logged_at in rows.fetchall():
+            link = chain_hash(seq, entry_id, prev, logged_at)
+            conn.execute("UPDATE log_entries SET prev_hash=?, chain_hash=? WHERE seq=?", (prev, link, seq))
+            prev = link
     conn.execute("DELETE FROM tiles")  # tiles are rebuilt from the rows
     conn.execute("DELETE FROM checkpoints")  # the forger also drops the checkpoints that would betray it
     conn.commit()
@@ -170,7 +179,8 @@ def test_forked_log_fails_consistency_with_held_checkpoint(ready, home: Path, tm
     pub.write_text(ready("keys", "export", "log").out)
 
     forked = _fork_home(home, tmp_path / "forked")
-    for h in (home, forked):
+    relinked = _fork_home(home, tmp_path / "relinked", relink=True)
+    for h in (home, forked, relinked):
         r = ready("--home", str(h), "record", "note", "--key", "hostA", "-s", "campaign=c", "--data",
                   '{"text": "later"}')  # fmt: skip
         assert r.code == 0, r.err
@@ -181,8 +191,12 @@ def test_forked_log_fails_consistency_with_held_checkpoint(ready, home: Path, tm
     ok = ready("proof", "verify", str(honest), "--public-key", f"@{pub}", "--checkpoint", str(held))
     assert ok.code == 0, ok.err
 
-    # The forked log signs fresh checkpoints with the same log key, but cannot match the one we hold.
+    # The forked log signs nothing over its broken chain (fix149: the rows past the anchor are walked) ...
     r = ready("--home", str(forked), "proof", "consistency", str(old_size))
+    assert r.code == 2 and "error[chain-broken]" in r.err and "seq 4" in r.err, r.err
+    # ... and relinked, with its checkpoints and held checkpoint gone, it signs fresh checkpoints with the
+    # same log key, but cannot match the one we hold.
+    r = ready("--home", str(relinked), "proof", "consistency", str(old_size))
     assert r.code == 0, r.err
     proof = tmp_path / "forked.json"
     proof.write_text(r.out)
