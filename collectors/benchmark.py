@@ -16,6 +16,11 @@ endpoint that stopped serving what the run is bound to (the bindings, read befor
 after the last, changed or could not be read). A run that
 stopped returns no aggregate result — its figures are absent, never zero — and its gate fails with "no
 aggregate result".
+
+The run records the endpoint it measured (``bounds.endpoint``: the base URL it was given, without a trailing
+``/``, the prefix of every URL it asked, as a probe's ``endpoint`` is its base URL and path): the policy
+credits a result only where it is the endpoint the launch of its attempt served at (``details.base_url``;
+rule ``harness-other-endpoint``). ``ledger collect run`` gives its harnesses that very base URL.
 """
 
 from __future__ import annotations
@@ -152,7 +157,9 @@ __all__ = [
 #     max_tokens, context): one the context cannot hold is refused (outcome config), not the engine's fault
 # +9: where the sizing request gives no usage, the prompt is counted by the tokenizer of the program the
 #     campaign launched, as a probe's is (``collectors.sizing``: ``context.counted``)
-HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+9"
+# +10: the run records the endpoint it measured (``bounds.endpoint``: the base URL it was given, as the probes
+#     record theirs), which the policy compares with where its launch's engine served (harness-other-endpoint)
+HARNESS = f"evidence-ledger/benchmark@{ledger.__version__}+10"
 NO_AGGREGATE = "no aggregate result"
 # the word a failure of the c1 parity bound (PARITY_FIGURE, ledger.policy.bounds) is reported with
 REPEATABILITY = "c1 repeatability"
@@ -1125,6 +1132,9 @@ class BenchmarkResult:
     engine_checks: list[dict[str, Any]] = field(default_factory=list)
     # when the fault that stopped the run was seen (outcome "fault"; ``bounds.fault_at``)
     fault_at: str | None = None
+    # the endpoint measured: the base URL the run was given, without a trailing "/" (``bounds.endpoint``);
+    # None: not known (a result built by hand), which the policy never credits
+    endpoint: str | None = None
 
     @property
     def has_aggregate(self) -> bool:
@@ -1153,6 +1163,7 @@ class BenchmarkResult:
             "bindings": self.bindings,
             "answered_models": self.answered_models,
             "engine_checks": self.engine_checks,
+            "endpoint": self.endpoint,
             "runs": [
                 {
                     "level": r.level,
@@ -2050,6 +2061,7 @@ async def run_benchmark_async(
         parity=parity,
         notes=notes,
         engine_checks=check.checks,
+        endpoint=base,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -2228,6 +2240,9 @@ def benchmark_gate_payload(
             "limits": judged,
             "figures": result.figures,
             "parity": result.parity,
+            # the endpoint measured (the base URL the run was given): the policy credits the result only
+            # where it is the one the launch of its attempt served at (harness-other-endpoint)
+            "endpoint": result.endpoint,
             # what /v1/models served before the first repetition, and the models the answers named
             # (answers that named none add nothing: answered_models is left out)
             "bindings": {

@@ -25,6 +25,9 @@ keeps the timeout as the item's error; a canary that could not be judged fails t
 Like the benchmark, the run records the model it measured: the ids ``/v1/models`` served before the first
 item (``bounds.bindings``, which the policy compares with the campaign's approved model), read again after
 the last: an endpoint that changed what it served meanwhile, or can no longer say, is an engine fault.
+It records the endpoint it measured too (``bounds.endpoint``: the base URL it was given, without a trailing
+``/``, as the benchmark does): the policy credits a result only where it is the endpoint the launch of its
+attempt served at (``details.base_url``; rule ``harness-other-endpoint``).
 """
 
 from __future__ import annotations
@@ -123,7 +126,9 @@ __all__ = [
 #     the policy reads semantic-requests.jsonl back by: an engine held from outside answers none in flight)
 # +11: where the sizing request gives no usage, the prompt is counted by the tokenizer of the program the
 #     campaign launched, as a probe's is (``collectors.sizing``: ``context.counted``)
-HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+11"
+# +12: the run records the endpoint it measured (``bounds.endpoint``: the base URL it was given, as the probes
+#     record theirs), which the policy compares with where its launch's engine served (harness-other-endpoint)
+HARNESS = f"evidence-ledger/semantic@{ledger.__version__}+12"
 CEL_NAMES = frozenset({"answer", "text"})  # what a corpus item's CEL check reads: the parsed answer, its text
 HARNESS_DIGEST = f"blake3:{blake3_hex(Path(__file__).read_bytes())}"  # the exact code that scored
 DEFAULT_MAX_TOKENS = 64  # an item may set its own max_tokens; short answers fit this one
@@ -407,6 +412,9 @@ class SemanticResult:
     fault_at: str | None = None
     # every request the run sent, in order (``REQUESTS_ARTIFACT``)
     requests: list[RequestRecord] = field(default_factory=list)
+    # the endpoint measured: the base URL the run was given, without a trailing "/" (``bounds.endpoint``);
+    # None: not known (a result built by hand), which the policy never credits
+    endpoint: str | None = None
 
     @property
     def unjudged(self) -> list[str]:
@@ -458,6 +466,7 @@ class SemanticResult:
             "bindings": self.bindings,
             "answered_models": self.answered_models,
             "engine_checks": self.engine_checks,
+            "endpoint": self.endpoint,
         }
 
 
@@ -640,6 +649,7 @@ async def run_semantic_async(
         faulted=faulted,
         fault_at=(fault_at or _now()) if outcome == "fault" else None,
         requests=sent,
+        endpoint=base,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -778,6 +788,9 @@ def semantic_gate_payload(
             "fault_at": result.fault_at,
             "aggregate": score is not None,
             "failed_items": [i.id for i in failed[:100]],
+            # the endpoint measured (the base URL the run was given): the policy credits the result only
+            # where it is the one the launch of its attempt served at (harness-other-endpoint)
+            "endpoint": result.endpoint,
             # the model measured: what /v1/models served before the first item (the policy credits the
             # result only where that includes the campaign's approved model)
             # and the models its answers named (the policy fails an answer naming another model)

@@ -68,7 +68,7 @@ def _kernel_log(
 def _with_log(log: dict[str, Any], engine_pid: int | None = 12345) -> list[dict[str, Any]]:
     es = qualified_entries()
     if engine_pid is not None:
-        entry(es, "launch")["payload"]["details"] = {"pid": engine_pid}
+        entry(es, "launch")["payload"]["details"] |= {"pid": engine_pid}  # (keeps details.base_url)
     es.append(log)
     return es
 

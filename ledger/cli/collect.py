@@ -643,9 +643,21 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
+# A standalone harness run's URL: the policy credits it only at the endpoint its campaign's launch served at
+_HARNESS_URL_HELP = (
+    "Base URL of the engine's OpenAI-compatible API, as the campaign's engine launch records it (its "
+    "details.base_url, e.g. http://127.0.0.1:8081): the run records the endpoint it measured, and the "
+    "policy credits it only where that is the endpoint the launch of its attempt served at "
+    "(harness-other-endpoint; compared as written: 127.0.0.1, localhost and 0.0.0.0 are different hosts)."
+)
+
+
 def _print_gate(entry: str, payload: dict[str, Any], figures: list[str]) -> None:
     colour = "green" if payload["status"] == "passed" else "red"
     out.print(Text.assemble(f"gate {payload['gate']}: ", (payload["status"], colour), f"  entry {entry}"))
+    bounds = payload.get("bounds") or {}
+    if bounds.get("endpoint"):
+        out.print(Text(f"  measured {bounds['endpoint']}"))
     if payload.get("reason"):
         out.print(Text(f"  {payload['reason']}"))
     shown = payload.get("figures") or {}
@@ -656,7 +668,7 @@ def _print_gate(entry: str, payload: dict[str, Any], figures: list[str]) -> None
 
 @collect_app.command("benchmark")
 def benchmark_cmd(
-    url: Annotated[str, typer.Argument(help="Base URL of the engine's OpenAI-compatible API.")],
+    url: Annotated[str, typer.Argument(help=_HARNESS_URL_HELP)],
     corpus: Annotated[Path, typer.Option(help="Benchmark corpus (JSONL; campaigns/README.md).")],
     digest: Annotated[str, typer.Option(help="blake3:… of the corpus bytes (refused if it differs).")],
     levels: Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")] = "1,4,32",
@@ -774,7 +786,7 @@ def _model_to_ask(url: str, model: str | None) -> str | None:
 
 @collect_app.command("semantic")
 def semantic_cmd(
-    url: Annotated[str, typer.Argument(help="Base URL of the engine's OpenAI-compatible API.")],
+    url: Annotated[str, typer.Argument(help=_HARNESS_URL_HELP)],
     corpus: Annotated[Path, typer.Option(help="Semantic corpus (JSONL; campaigns/README.md).")],
     digest: Annotated[str, typer.Option(help="blake3:… of the corpus bytes (refused if it differs).")],
     model: Annotated[

@@ -58,6 +58,7 @@ from ledger.hashing import parse_digest
 from ledger.policy.bounds import PARITY_LEVEL
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import LoadedPolicy, rule_key
+from ledger.policy.names import HARNESS_GATES, HARNESS_OTHER_ENDPOINT, endpoint_key
 from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
 from ledger.policy.snapshot import (
     NO_DERIVED,
@@ -1066,6 +1067,14 @@ def filter_evidence(
             off = _bindings_problem(launch, acc.bindings.keys, acc.bindings.require_manifest, manifest)
             if type(attempt) is int and off is not None:
                 off_manifest.setdefault(attempt, (launch, off))
+    # attempt → its engine launch (``_derive`` numbers them): where a harness result of that attempt must
+    # have measured (``_endpoint_problem``, rule harness-other-endpoint)
+    launch_at: dict[int, Evidence] = {}
+    for launch in trusted:
+        if launch.kind == "engine.launch" and launch.in_subject and launch.id not in superseded_by:
+            numbered = launch.derived.get("attempt")
+            if type(numbered) is int and numbered > 0:
+                launch_at.setdefault(numbered, launch)
 
     def named_jobs_of(e: Evidence) -> list[Evidence]:
         """The job entries ``e`` names (ref job)."""
@@ -1366,6 +1375,13 @@ def filter_evidence(
             break
         if hit:
             continue
+        # after the policy's [[rules]] (a run not run, cut by a stop, of another spec or model, before any
+        # launch: those say so first): a harness result that measured another endpoint than its launch's
+        if e.kind == "gate.result" and e.payload.get("gate") in HARNESS_GATES:
+            elsewhere = _endpoint_problem(e, launch_at)
+            if elsewhere is not None:
+                reject(e, HARNESS_OTHER_ENDPOINT, elsewhere[0], elsewhere[1], credit_only=True)
+                continue
         made = produced_at(e, jobs_of(e)) if reviewed and acc.repaired_commit_required else (None, None)
         problem_r = (
             _review_problem(e, review_list, acc.repaired_commit_required, who, made) if reviewed else None
@@ -1495,6 +1511,66 @@ def filter_evidence(
         against=[e for e in trusted if e.id in kept],
         unjudged_jobs=unended,
     )
+
+
+def _endpoint_problem(e: Evidence, launch_at: Mapping[int, Evidence]) -> tuple[str, str | None] | None:
+    """Why the harness result ``e`` (semantic, benchmark) is not shown to have measured the engine of the
+    launch it is attributed to — (reason, the launch's id) — or None where it is (rule
+    ``harness-other-endpoint``: withholds credit; a failed run still counts against the engine,
+    ``[acceptance.against]``). The launch is read from the log, never from the result's claim: that of each
+    attempt the result is attributed to, by its claimed time and by when the log took it
+    (``e.derived.attempt``, ``attempt_logged``; ``launch_at``: attempt → launch); a result of no attempt is
+    ``before-launch``'s. The endpoint the launch's engine served at is the one the collector started it at
+    and probed it at, the base URL its command was filled with (``details.base_url``, recorded by the
+    collector with the launch); the run's is the base URL it measured (``bounds.endpoint``, recorded by the
+    harness). Compared as ``names.endpoint_key`` reads them — strictly: ``127.0.0.1``, ``localhost`` and a
+    ``0.0.0.0`` bind are different hosts to the record. A result that records no endpoint, or one that is no
+    http(s) base URL, measured a server that cannot be told; a launch that records none served at one that
+    cannot be told: neither credits the run (fail closed). ``ledger collect run`` hands its harnesses the
+    base URL its launch records, so its own runs always match."""
+    attempts = sorted(
+        {a for a in (e.derived.get("attempt"), e.derived.get("attempt_logged")) if type(a) is int and a > 0}
+    )
+    gate = e.payload.get("gate")
+    bounds = e.payload.get("bounds")
+    claimed = bounds.get("endpoint") if isinstance(bounds, dict) else None
+    measured = endpoint_key(claimed)
+    said = "no endpoint" if claimed is None else f"endpoint {claimed!r}, no http(s) base URL,"
+    for attempt in attempts:
+        launch = launch_at.get(attempt)
+        if launch is None:  # (every attempt is a launch's: ``_derive``) none to compare with credits nothing
+            return f"the {gate} run is attributed to attempt {attempt}, of which the log has no launch", None
+        details = launch.payload.get("details")
+        served = details.get("base_url") if isinstance(details, dict) else None
+        served_key = endpoint_key(served)
+        engine = f"the engine of attempt {attempt} (engine launch {launch.id[:12]})"
+        if served_key is None:
+            recorded = "no endpoint" if served is None else f"endpoint {served!r}, no http(s) base URL,"
+            run = f"at {claimed}" if measured is not None else f"recording {said.rstrip(',')}"
+            return (
+                f"{engine} records {recorded} where it served (details.base_url): the {gate} run {run} "
+                "cannot be shown to have measured it",
+                launch.id,
+            )
+        if measured is None:
+            return (
+                f"the {gate} run records {said} (bounds.endpoint): which server it measured cannot be told; "
+                f"{engine} served at {served}",
+                launch.id,
+            )
+        if measured != served_key:
+            spelled = ""
+            if measured.rsplit(":", 1)[-1] == served_key.rsplit(":", 1)[-1]:
+                spelled = (
+                    " (endpoints compare as recorded: 127.0.0.1, localhost and 0.0.0.0 are different hosts — "
+                    "run the harness at the launch's base URL)"
+                )
+            return (
+                f"the {gate} run measured {claimed} (bounds.endpoint), not {served}, where {engine} served "
+                f"(details.base_url): it measured another server{spelled}",
+                launch.id,
+            )
+    return None
 
 
 def _unjudged_jobs(

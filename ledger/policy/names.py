@@ -7,15 +7,63 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from ledger.errors import PolicyError
 
 if TYPE_CHECKING:
     from ledger.policy.loader import LoadedPolicy
 
-__all__ = ["ENGINES_OF_ANY_BACKEND", "engine_aliases", "engine_key", "engines_of_any_backend", "model_key"]
+__all__ = [
+    "ENGINES_OF_ANY_BACKEND",
+    "HARNESS_GATES",
+    "HARNESS_OTHER_ENDPOINT",
+    "endpoint_key",
+    "engine_aliases",
+    "engine_key",
+    "engines_of_any_backend",
+    "model_key",
+]
 
 ENGINES_OF_ANY_BACKEND = "engines_of_any_backend"  # the param naming engines that name no engine family
+# The gates whose results the harnesses record (``collectors/semantic.py``, ``collectors/benchmark.py``):
+# each measured an endpoint and records which (``bounds.endpoint``)
+HARNESS_GATES = frozenset({"semantic", "benchmark"})
+# The rule that withholds credit from a harness result that measured another endpoint than the one the
+# launch of its attempt served at (``ledger.policy.acceptance._endpoint_problem``)
+HARNESS_OTHER_ENDPOINT = "harness-other-endpoint"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def endpoint_key(url: Any) -> str | None:
+    """One endpoint's one spelling, as the policy compares the endpoint a harness run measured
+    (``bounds.endpoint``) with the one its launch served at (``details.base_url``): an http(s) base URL
+    with its scheme and host in lower case, its port written out (80 and 443 where the URL leaves it out)
+    and no trailing ``/`` — ``HTTP://Engine:80/`` is ``http://engine:80``. Strict otherwise: ``127.0.0.1``,
+    ``localhost`` and ``0.0.0.0`` are three hosts (which one a name resolves to, or a bind answers on, is
+    not in the record), and a path is part of the endpoint. None for no endpoint (fail closed): not a
+    text, blank, another scheme, no host, a port that is no port, credentials, a query or a fragment."""
+    if not isinstance(url, str) or not url.strip() or url != url.strip():
+        return None
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError:
+        return None
+    scheme = u.scheme.lower()
+    host = u.hostname
+    if scheme not in _DEFAULT_PORTS or not host or u.username is not None or u.password is not None:
+        return None
+    if u.query or u.fragment or "?" in url or "#" in url:
+        return None
+    if port is None:
+        if u.netloc.endswith(":"):
+            return None  # "http://h:" names no port
+        port = _DEFAULT_PORTS[scheme]
+    if port == 0:
+        return None  # no server answers at port 0
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}{u.path.rstrip('/')}"
 
 
 def engine_key(name: Any, aliases: Mapping[str, str] | None = None) -> str | None:

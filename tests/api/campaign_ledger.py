@@ -96,7 +96,7 @@ class _HarnessBeforeTheEnd(LocalRecorder):
         return super().record(kind, subject, payload, **kw)
 
 
-def _semantic_result(led: Ledger, subj: dict[str, str], during: str) -> str:
+def _semantic_result(led: Ledger, subj: dict[str, str], during: str, endpoint: str) -> str:
     return led.record(
         "gate.result",
         subj,
@@ -105,6 +105,7 @@ def _semantic_result(led: Ledger, subj: dict[str, str], during: str) -> str:
             "status": "passed",
             "counts": {"items": 12, "asked": 12, "passed": 12, "failed": 0},
             "bounds": {
+                "endpoint": endpoint,  # where the run's engine served (its launch's details.base_url)
                 "corpus_digest": SEMANTIC_CORPUS,
                 "outcome": "completed",
                 "bindings": {"served_models": "fault-model"},
@@ -116,7 +117,7 @@ def _semantic_result(led: Ledger, subj: dict[str, str], during: str) -> str:
     ).entry_id
 
 
-def _benchmark_result(led: Ledger, subj: dict[str, str], during: str) -> str:
+def _benchmark_result(led: Ledger, subj: dict[str, str], during: str, endpoint: str) -> str:
     return led.record(
         "gate.result",
         subj,
@@ -135,6 +136,7 @@ def _benchmark_result(led: Ledger, subj: dict[str, str], during: str) -> str:
                 "completed@c32": 192,
             },
             "bounds": {
+                "endpoint": endpoint,  # where the run's engine served (its launch's details.base_url)
                 "concurrency": [1, 4, 32],
                 "requests": 96,
                 "repetitions": 2,
@@ -204,7 +206,9 @@ def build(tmp: Path) -> CampaignLedger:
         its engine ran (a result collected after the launch ended measured no engine)."""
         began, ended = parse_time(run["started_at"]), parse_time(run["ended_at"])
         during = format_time(began + (ended - began) / 2)
-        harness["semantic"] = _semantic_result(led, subj, during)
+        # measured where the collector started and probed the engine (fix 153: harness-other-endpoint)
+        endpoint = run["details"]["base_url"]
+        harness["semantic"] = _semantic_result(led, subj, during, endpoint)
         led.record(
             "review",
             subj,
@@ -212,7 +216,7 @@ def build(tmp: Path) -> CampaignLedger:
             key="reviewer",
             refs=[("reviews", harness["semantic"])],
         )
-        harness["benchmark"] = _benchmark_result(led, subj, during)
+        harness["benchmark"] = _benchmark_result(led, subj, during, endpoint)
 
     rec = _HarnessBeforeTheEnd(led, "collector", "healthy", harness_runs)
     for name, mode in (("gpu-hang", "abort"), ("healthy", "ok")):

@@ -1132,10 +1132,11 @@ def test_ready_launch_ended_by_the_collectors_own_stop_stays_credited(
     """The collector's stop (SIGTERM, escalated to SIGKILL after the grace period; through a shell or not),
     recorded as its stop reason, is no failure of the engine."""
     es = qualified_entries()
-    entry(es, "launch")["payload"].update(
+    launch = entry(es, "launch")["payload"]  # (its details keep where it served: details.base_url)
+    launch.update(
         end,
         ended_at="2026-09-10T10:49:00Z",
-        details={"stop_reason": reason, "stop_escalated_to_sigkill": True},
+        details={**launch["details"], "stop_reason": reason, "stop_escalated_to_sigkill": True},
     )
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
@@ -1187,8 +1188,9 @@ def test_ready_engine_stopped_by_an_outside_sigterm_is_an_operator_stop_not_a_fa
     tmp_path: Path, end: dict[str, int]
 ) -> None:
     es = qualified_entries()
-    entry(es, "launch")["payload"].update(
-        end, ended_at="2026-09-10T10:30:00Z", details={"stop_reason": "exited"}
+    launch = entry(es, "launch")["payload"]  # (its details keep where it served: details.base_url)
+    launch.update(
+        end, ended_at="2026-09-10T10:30:00Z", details={**launch["details"], "stop_reason": "exited"}
     )
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"
 
@@ -1479,6 +1481,10 @@ _ENGINE_DEAD_LOG = (
 
 def _with_log(es: list[dict[str, Any]], text: str, **facts: Any) -> dict[str, Any]:
     launch = entry(es, "launch")
+    served = launch["payload"].get("details", {}).get("base_url")
+    if isinstance(facts.get("details"), dict) and served is not None:
+        # where it served stays recorded (details.base_url): the harness results measured it (fix 153)
+        facts = {**facts, "details": {"base_url": served, **facts["details"]}}
     launch["payload"].update(facts)
     launch["artifacts"] = [
         {"name": "stdout.log", "text": "INFO ready\n"},
@@ -3196,8 +3202,9 @@ def test_a_crash_the_launch_says_the_collector_stopped_is_still_a_crash(
     exit 1 or an expired lease — passed runtime-stability. The collector's stop sends SIGTERM, then SIGKILL:
     any other end is the engine's (``collector_stop_end``), whatever the launch claims."""
     es = qualified_entries()
-    entry(es, "launch")["payload"].update(
-        ended_at="2026-09-10T10:49:00Z", details={"stop_reason": "finished"}, **end
+    launch = entry(es, "launch")["payload"]  # (its details keep where it served: details.base_url)
+    launch.update(
+        ended_at="2026-09-10T10:49:00Z", details={**launch["details"], "stop_reason": "finished"}, **end
     )
     v = verdict_of(tmp_path, es)
     assert gates(v)["runtime-stability"] == "failed", v["gates"]
@@ -3218,8 +3225,9 @@ def test_an_end_the_collectors_stop_causes_is_still_a_clean_stop(tmp_path: Path,
     from ledger.signatures import collector_stop_end
 
     es = qualified_entries()
-    entry(es, "launch")["payload"].update(
-        ended_at="2026-09-10T10:49:00Z", details={"stop_reason": "finished"}, **end
+    launch = entry(es, "launch")["payload"]  # (its details keep where it served: details.base_url)
+    launch.update(
+        ended_at="2026-09-10T10:49:00Z", details={**launch["details"], "stop_reason": "finished"}, **end
     )
     assert collector_stop_end(end.get("exit_code"), end.get("signal"))
     assert verdict_of(tmp_path, es)["verdict"] == "QUALIFIED"

@@ -259,7 +259,10 @@ def _held(es: list[dict[str, Any]], *, detail: str = SUSPENDED, log: str = READY
         failure_detail=detail,
     )
     n = log.count("\n")
+    # where it served (details.base_url) stays: the harness results measured it (fix 153)
+    served = {k: v for k, v in p.get("details", {}).items() if k == "base_url"}
     p["details"] = {
+        **served,
         "stop_reason": "lease-expired",
         "ready_lines": {"stderr.log": 1},
         "stop_lines": {"stderr.log": n},

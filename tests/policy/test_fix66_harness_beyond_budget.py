@@ -106,7 +106,10 @@ def _fourth_attempt(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Attempt 1 ready (ends 10:02:30), 2 and 3 fail at start-up (10:03, 10:04), attempt 4 ready from
     10:05 to 10:46 — the semantic (10:10) and benchmark (10:30) runs are collected while it runs."""
     first = _by(entries, "launch")
-    first["payload"].update(ended_at="2026-09-10T10:02:30Z", details={"stop_reason": "finished"})
+    # (its details keep where it served, details.base_url: the launches here all serve there)
+    first["payload"].update(
+        ended_at="2026-09-10T10:02:30Z", details={**first["payload"]["details"], "stop_reason": "finished"}
+    )
     first["at"] = "2026-09-10T10:02:31Z"
     entries.append(_failed_start(entries, "fail2", "2026-09-10T10:03:30Z", "2026-09-10T10:03:00Z", 2))
     entries.append(_failed_start(entries, "fail3", "2026-09-10T10:04:30Z", "2026-09-10T10:04:00Z", 3))

@@ -62,7 +62,10 @@ def _stopped(
     launch = entry(es, "launch")
     p = launch["payload"]
     p.update(signal=signal, exit_code=None, failure_signature=signature)
+    # where it served (details.base_url) stays: the harness results measured it (fix 153)
+    served = {k: v for k, v in p.get("details", {}).items() if k == "base_url"}
     p["details"] = {
+        **served,
         "stop_reason": "exited",
         "ready_lines": {"stderr.log": 1},
         "exited_at": exited_at,

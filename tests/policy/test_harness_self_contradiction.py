@@ -54,6 +54,8 @@ PERFORMANCE = "NOT QUALIFIED — PERFORMANCE"
 SEMANTIC_QUALITY = "NOT QUALIFIED — SEMANTIC QUALITY"
 CONTRADICTS = "contradicts its own record"
 AT = "2026-09-10T10:20:00.000000Z"
+# where the shared fixtures' launch served (its details.base_url): the harnesses measured it (bounds.endpoint)
+ENDPOINT = "http://127.0.0.1:8000"
 
 
 # --- honest runs, as the harness records them ----------------------------------------------------------
@@ -106,6 +108,7 @@ def _honest_benchmark(policy_dir: Path = POLICY_DIR, mismatched: tuple[int, ...]
         valid=True,
         invalid_reasons=[],
         parity=parity,
+        endpoint=ENDPOINT,
     )
     return benchmark_gate_payload(result, policy_bounds(params))
 
@@ -128,6 +131,7 @@ def _honest_semantic(policy_dir: Path = POLICY_DIR, failed: int = 0) -> dict[str
         items=items,
         total=total,
         bindings=[{"served_models": "m"}] * 2,
+        endpoint=ENDPOINT,
     )
     return semantic_gate_payload(result, min_score=params["semantic_min_score"])
 

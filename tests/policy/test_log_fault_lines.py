@@ -210,7 +210,7 @@ def test_a_launch_recorded_as_killed_sigkill_whose_log_shows_the_scheduler_crash
 ) -> None:
     es = qualified_entries()
     _with_log(es, "INFO serving\n" + SGLANG_CRASH, failure_signature="killed-sigkill", signal=9)
-    entry(es, "launch")["payload"]["details"] = {"stop_reason": "exited", "ready_lines": {"stderr.log": 1}}
+    entry(es, "launch")["payload"]["details"] |= {"stop_reason": "exited", "ready_lines": {"stderr.log": 1}}
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == RUNTIME, v["gates"]
     reason = next(g["reason"] for g in v["gates"] if g["name"] == "runtime-stability")
@@ -234,7 +234,7 @@ def test_a_fault_phrase_straddling_the_cut_of_a_long_line_is_read(
     text = bar + "\n" if before_cut is None else bar[: 2 * 256 - before_cut] + ILLEGAL + "'\n"
     es = qualified_entries()
     _with_log(es, text, exit_code=143)
-    entry(es, "launch")["payload"]["details"] = {"ready_lines": {"stdout.log": 0, "stderr.log": 0}}
+    entry(es, "launch")["payload"]["details"] |= {"ready_lines": {"stdout.log": 0, "stderr.log": 0}}
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == (QUALIFIED if before_cut is None else RUNTIME), (before_cut, v["gates"])
 
@@ -357,10 +357,10 @@ def test_one_launch_whose_startup_logged_an_oom_and_a_gpu_hang_then_came_up_is_n
 ) -> None:
     es = qualified_entries()
     _with_log(es, OOM + HANG + "INFO ready\n", exit_code=143)
-    entry(es, "launch")["payload"]["details"] = {"ready_lines": {"stdout.log": 1, "stderr.log": 3}}
+    entry(es, "launch")["payload"]["details"] |= {"ready_lines": {"stdout.log": 1, "stderr.log": 3}}
     assert verdict_of(tmp_path, es)["verdict"] == RUNTIME
     # the neighbour: an OOM alone in the start-up of the run that then came up is not a fault of the run
     es2 = qualified_entries()
     _with_log(es2, OOM + "INFO ready\n", exit_code=143)
-    entry(es2, "launch")["payload"]["details"] = {"ready_lines": {"stdout.log": 1, "stderr.log": 2}}
+    entry(es2, "launch")["payload"]["details"] |= {"ready_lines": {"stdout.log": 1, "stderr.log": 2}}
     assert verdict_of(tmp_path / "oom-alone", es2)["verdict"] == QUALIFIED
