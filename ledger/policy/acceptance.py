@@ -833,7 +833,18 @@ def job_ran_engine(
     the job the log knows an entry by, not the job it names), on ``end``'s host — a probe, one an engine
     answered (``_ran_here``). A job that never ran — an end naming a job the log never saw start, one
     cancelled before it launched an engine — ended no engine; an end that names no campaign, or no
-    ``job_id`` text, names no job the log can place: False."""
+    ``job_id`` text, names no job the log can place: False.
+
+    The job is the verdict's (``_job_key``: its campaign and ``job_id``, whatever host each entry names —
+    the one reading ``_job_log`` gives every reader), and it must have run on ``end``'s host alone: every
+    entry of that job read here (those that stand, logged before ``end``) names ``end``'s host
+    (``_same_host``: as ``host_key`` compares hosts; one naming none, or a blank one, is not the same).
+    A collector records every entry of a job under its own host and a fresh ``job_id``; a job_id the log
+    took entries of on two hosts is one job to the verdict (a ``killed`` end on one host withholds the
+    other's output; started again after its end it is unjudged, INCONCLUSIVE), and which of its runs
+    ``end`` ended cannot be told: a running entry on another host never shows the job ``end`` ended
+    started, so it ran no engine as far as the log can tell (fail closed: a restoration then drops nothing
+    by it)."""
     campaign, job_id = end.subject.get("campaign"), end.payload.get("job_id")
     if end.kind != "job" or not (isinstance(campaign, str) and campaign.strip() and isinstance(job_id, str)):
         return False
@@ -845,6 +856,8 @@ def job_ran_engine(
     if not any(e.payload.get("state") == "running" for e in own):
         return False  # the log never saw the job start (nothing else need be read)
     own = [e for e in own if stands(e)]
+    if not all(_same_host(e, end) for e in (*own, end)):
+        return False  # the job ran on another host too, or on one the log cannot name: not ``end``'s alone
     ended = _job_log([*own, end], ())
     opened = next((s for _, s, t in ended.runs.get(campaign, []) if t is end), None)
     if ended.ended.get(key) is not end or opened is None:
@@ -869,12 +882,18 @@ def _ran_here(e: Evidence, end: Evidence) -> bool:
     campaign on another host is not the one ``end`` ended; audit 99 f3), and, a probe, one an engine
     answered (``_unanswered`` False: it records an HTTP status; a refused or reset connection, a timeout,
     an ``ok`` claim with no status show no engine there; audit 99 f2)."""
+    if not _same_host(e, end):
+        return False
+    return e.kind != "health.probe" or _unanswered(e) is False
+
+
+def _same_host(e: Evidence, end: Evidence) -> bool:
+    """Whether ``e`` names the host ``end`` names, as hosts compare (``host_key``: ``GPU-BOX-1`` is
+    ``gpu-box-1``); a host missing, blank or no text on either is not the same (fail closed)."""
     here, there = end.subject.get("host"), e.subject.get("host")
     if not (isinstance(here, str) and here.strip() and isinstance(there, str) and there.strip()):
         return False
-    if host_key(here) != host_key(there):
-        return False
-    return e.kind != "health.probe" or _unanswered(e) is False
+    return host_key(here) == host_key(there)
 
 
 def filter_evidence(

@@ -1451,10 +1451,11 @@ def check_routing_change(
     def ran_engine(x: Evidence) -> bool:
         # a launch ran an engine; a job's terminal entry ended one only where the log knows the job ran one
         # (``acceptance.job_ran_engine``, from the campaign's entries that stand: a running entry before
-        # it, an engine launch or probe logged while that job was open) — a job that never ran restores
-        # nothing, so its end drops no failure (fix 138). Asked only of an end that would drop one; the
-        # campaign's launches first, its probes only where none counts (those logged since the job's
-        # running entries)
+        # it, an engine launch or probe logged while that job was open, every entry of the job on the end's
+        # host — a job_id run on two hosts is one job whose run no end can be shown to have ended, fix
+        # 152) — a job that never ran restores nothing, so its end drops no failure (fix 138). Asked only
+        # of an end that would drop one; the campaign's launches first, its probes only where none counts
+        # (those logged since the job's running entries)
         if x.kind != "job":
             return True
         campaign = x.subject.get("campaign")
