@@ -625,6 +625,27 @@ def http_session(
     return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers, trust_env=False)
 
 
+def _one_answer(choices: Sequence[Mapping[str, Any]]) -> None:
+    """Raise _Malformed unless a chunk's ``choices`` (objects) are those of the one answer a harness request
+    asks for: none (a usage chunk), or one whose ``index`` is the whole number 0. The harnesses never ask
+    for more than one answer (no ``n``), and vLLM, SGLang, llama.cpp and llama-cpp-python all send
+    ``"index": 0`` for it: a second choice, another index, or a missing or mistyped one (``"0"``, ``0.0``,
+    ``false``) is a stream of some other answer, never read into this one (audit 103 f2: the texts of
+    choices 0 and 1 were interleaved into one answer, and an answer of choice 1 alone passed)."""
+    if len(choices) > 1:
+        indexes = ", ".join(repr(c.get("index")) for c in choices[:4])
+        raise _Malformed(f"a chunk with {len(choices)} choices (index {indexes}): the request asked for one")
+    for choice in choices:
+        if "index" not in choice:
+            raise _Malformed("a choice with no index (the one answer asked for is index 0)")
+        index = choice["index"]
+        if type(index) is not int or index != 0:
+            raise _Malformed(
+                f"a choice of index {type(index).__name__} {index!r}: the request asked for one answer, "
+                "index 0"
+            )
+
+
 @dataclass
 class _Stream:
     """What a response's event stream said, chunk by chunk."""
@@ -637,7 +658,9 @@ class _Stream:
     token_ids: list[int] = field(default_factory=list)
     has_ids: bool = False
     usage: dict[str, Any] | None = None
-    chunks: int = 0
+    chunks: int = 0  # chunks with text (or reasoning): each at least one token
+    shared: int = 0  # of them, answer text right after reasoning alone (maybe the same token's)
+    reasoned_last: bool = False  # the last chunk with text carried reasoning alone
     models: list[str] = field(default_factory=list)
     data_lines: int = 0
     done: bool = False
@@ -661,6 +684,7 @@ class _Stream:
         choices = chunk["choices"]
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise _Malformed("choices is not a list of objects")
+        _one_answer(choices)
         if choices:
             # A chunk with choices is one step of output, whatever text it carries: an engine streams a
             # delta per decode step, and tokens that do not decode to text yet (part of a UTF-8 character,
@@ -693,6 +717,12 @@ class _Stream:
                 self.token_ids.extend(ids)
             if piece or thought:
                 self.chunks += 1
+                # answer text right after a chunk of reasoning alone may be the rest of the same token
+                # (llama.cpp's server and SGLang send a step's reasoning and answer parts as two chunks):
+                # the one place two chunks with text may be one token (``_usage_tokens``)
+                if piece and self.reasoned_last:
+                    self.shared += 1
+                self.reasoned_last = bool(thought) and not piece
             if piece:
                 self.parts.append(piece)
             if thought:
@@ -712,8 +742,17 @@ class _Stream:
         return a or b
 
 
-def _usage_tokens(usage: Mapping[str, Any], max_tokens: int | None) -> tuple[int | None, str | None]:
-    """(the completion tokens the engine's usage reports, None) or (None, why that count is no count)."""
+def _usage_tokens(
+    usage: Mapping[str, Any], max_tokens: int | None, s: _Stream | None = None
+) -> tuple[int | None, str | None]:
+    """(the completion tokens the engine's usage reports, None) or (None, why that count is no count): not
+    a whole number in 0..max_tokens, or (``s``: the stream it ended) fewer than the chunks with text it
+    carried — each chunk with text (or reasoning) is at least one token (but answer text right after
+    reasoning alone, which may be the same token's: ``_Stream.shared``). vLLM may stream several tokens in
+    one chunk, so a count above the chunks is an answer's own; one below them is an
+    answer that contradicts itself, a plain request error as a count above max_tokens is (audit 103 f1:
+    usage 1 on 8 text chunks made a request of 30 ms per token complete with no TPOT, left out of the
+    distribution its bound judged)."""
     n = usage.get("completion_tokens")
     if isinstance(n, bool) or not isinstance(n, int):
         return None, f"usage.completion_tokens is {n!r}, not a whole number"
@@ -721,6 +760,12 @@ def _usage_tokens(usage: Mapping[str, Any], max_tokens: int | None) -> tuple[int
         return None, f"usage.completion_tokens is {n}, a negative count"
     if max_tokens is not None and n > max_tokens:
         return None, f"usage.completion_tokens is {n}, more than the max_tokens {max_tokens} asked for"
+    streamed = s.chunks - s.shared if s is not None else 0
+    if 0 < n < streamed:  # 0 beside text: ``_finish``'s "no output", as before
+        return None, (
+            f"usage.completion_tokens is {n}, fewer than the {streamed} chunks with text the stream carried "
+            "(each is at least one token): the answer contradicts itself"
+        )
     return n, None
 
 
@@ -771,7 +816,7 @@ def _finish(record: RequestRecord, s: _Stream, max_tokens: int | None) -> Reques
         record.error = "the stream ended without data: [DONE] (cut short, its usage may be lost)"
         return record
     if s.usage is not None:
-        n, why = _usage_tokens(s.usage, max_tokens)
+        n, why = _usage_tokens(s.usage, max_tokens, s)
         if why is not None:
             record.error = why
             return record
@@ -819,7 +864,9 @@ async def send_request(
     Timeouts, 4xx, malformed streams and requests that did not complete are plain errors: a finish_reason
     other than "stop" or "length" (vLLM's "abort"), none, a stream without ``[DONE]``, no output (no answer
     and no reasoning, or 0 completion tokens), "length" before ``max_tokens``, a usage count that is not a
-    whole number in 0..max_tokens. The ``model`` each chunk names is recorded (``record.model``).
+    whole number in 0..max_tokens or is below the chunks with text streamed, a chunk of
+    another answer than the one asked for (more than one choice, an index other than the whole number 0:
+    ``_one_answer``). The ``model`` each chunk names is recorded (``record.model``).
     """
     # the endpoint called decides what its chunks carry (chat: choices[].delta, completions: choices[].text),
     # never the body: a body of the other kind is the caller's error (check_corpus_api), not a parser switch

@@ -163,18 +163,25 @@ def test_a_delta_carrying_both_reasoning_fields_counts_its_text_once_and_two_tex
     same = one(
         sse(
             ["x", "y"],
-            chunk=lambda _i, p: {"choices": [{"delta": {"reasoning_content": p, "reasoning": p}}]},
+            chunk=lambda _i, p: {
+                "choices": [{"index": 0, "delta": {"reasoning_content": p, "reasoning": p}}]
+            },
         )
     )
     assert same.ok and same.reasoning == "xy"
     differ = one(
-        sse(["x"], chunk=lambda _i, p: {"choices": [{"delta": {"reasoning_content": p, "reasoning": "z"}}]})
+        sse(
+            ["x"],
+            chunk=lambda _i, p: {
+                "choices": [{"index": 0, "delta": {"reasoning_content": p, "reasoning": "z"}}]
+            },
+        )
     )
     assert not differ.ok and "different texts" in (differ.error or "")
 
 
 def test_reasoning_that_is_no_text_is_a_malformed_stream() -> None:
-    rec = one(sse(["x"], chunk=lambda _i, _p: {"choices": [{"delta": {"reasoning_content": 7}}]}))
+    rec = one(sse(["x"], chunk=lambda _i, _p: {"choices": [{"index": 0, "delta": {"reasoning_content": 7}}]}))
     assert not rec.ok and "delta.reasoning_content" in (rec.error or "")
 
 
