@@ -123,6 +123,16 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
             "collector",
         ),
         (
+            # the job's env snapshot beside the host probe: the host gate judges the host on both (fix 157)
+            statement(
+                "env.snapshot",
+                subj,
+                {"interpreter": "/opt/vllm/bin/python", "python": "3.12.3"},
+                t,
+            ),
+            "collector",
+        ),
+        (
             statement(
                 "model.pin",
                 subj,

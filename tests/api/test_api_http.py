@@ -490,6 +490,13 @@ def seed_campaign(dep: Deployment) -> dict[str, Any]:
             {"hostname": subj["host"], "os": "linux", "kernel": "6.8", "gpus": [{"index": 0, "name": "GPU"}]},
             key="collector1",
         ),
+        # the env snapshot beside the host probe: the host gate judges the host on both (fix 157)
+        "env": led.record(
+            "env.snapshot",
+            subj,
+            {"interpreter": "/opt/vllm/bin/python", "python": "3.12.3"},
+            key="collector1",
+        ),
         "pin": led.record(
             "model.pin",
             subj,
@@ -585,11 +592,11 @@ def test_verdict_is_the_cli_verdict_json_byte_for_byte(http: httpx.Client, deplo
     assert "reached API readiness" in gates["api-readiness"]["reason"]
     assert gates["ready-control"]["status"] == "not_authorized"
     assert ids["launch"] in gates["api-readiness"]["evidence"]
-    assert {ids["probe"], ids["pin"], ids["launch"], ids["health"]} <= set(v["used"])
+    assert {ids["probe"], ids["env"], ids["pin"], ids["launch"], ids["health"]} <= set(v["used"])
     # the completion is api-readiness evidence too (the model its answer names), read there; its own gate,
     # ready-control, was not reached
     assert ids["completion"] in gates["api-readiness"]["evidence"]
-    assert v["counts"]["considered"] == 6
+    assert v["counts"]["considered"] == 7
 
     # the default policy is backend-qualification; naming it changes nothing
     named = http.get("/v1/verdict", params={**params, "policy": "backend-qualification"}, headers=rd)

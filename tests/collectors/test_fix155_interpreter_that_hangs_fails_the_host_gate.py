@@ -10,8 +10,10 @@ host-prerequisites passed and the reason put on model-pinned ("no accepted model
 Now the interpreter that cannot be queried fails the host gate as a missing interpreter does: the step
 ``host-prerequisites`` fails naming the hang (one short line, no script), no ``env.snapshot`` is recorded,
 the later steps are not authorized, the collector's word is NOT QUALIFIED — PREREQUISITES and the run
-returns its result (no error). The policy's host-prerequisites gate judges host probes only: it still passes
-without the job's ``env.snapshot`` — a policy fail-open (strict xfail below, reported).
+returns its result (no error). The policy's host-prerequisites gate judged host probes only and passed
+without the job's ``env.snapshot`` (a strict xfail here, reported); since fix 157 it reads the job's env
+snapshot and the collector's host-prerequisites result too: the failed host step fails the gate, NOT
+QUALIFIED — PREREQUISITES with the collector's reason.
 """
 
 from __future__ import annotations
@@ -144,10 +146,14 @@ def test_an_engine_interpreter_that_hangs_at_start_fails_the_host_gate(
     assert "importlib" not in reason and len(reason) < 500
     (gr,) = [g for g in entries_of(ledger, "gate.result") if g["payload"]["gate"] == "host-prerequisites"]
     assert gr["payload"]["status"] == "failed" and "it did not answer within 2 s" in gr["payload"]["reason"]
-    # the policy cannot qualify beside it: the failed host result stands (unjudged: INCONCLUSIVE)
+    # the policy's host gate reads the collector's failed host result: it fails with the collector's reason
+    # (fix 157; before, the result was left unjudged and the verdict INCONCLUSIVE)
     v = policy_verdict(recorder, {"campaign": "harness"}, policy)
-    assert v is not None and v["verdict"] != "QUALIFIED"
-    assert any(u.get("gate") == "host-prerequisites" for u in v["unjudged"]), v["unjudged"]
+    assert v is not None and v["verdict"] == PREREQ, v["verdict"]
+    (host,) = [g for g in v["gates"] if g["name"] == "host-prerequisites"]
+    assert host["status"] == "failed" and "it did not answer within 2 s" in host["reason"], host
+    assert gr["id"] in host["evidence"]
+    assert not any(u.get("gate") == "host-prerequisites" for u in v["unjudged"]), v["unjudged"]
 
 
 def test_an_engine_interpreter_that_is_missing_fails_the_host_gate_the_same_way(
@@ -203,12 +209,6 @@ def test_an_engine_interpreter_that_answers_records_its_env_snapshot_and_passes(
     assert snap["payload"]["env"].get("PYTHONPATH") == str(quiet)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="policy fail-open (reported by fix 155): host-prerequisites selects host probes only and passes "
-    "without the job's env.snapshot; the collector's failed host-prerequisites result is left unjudged "
-    "(INCONCLUSIVE) instead of failing the gate — a known gap of issue 11",
-)
 def test_host_prerequisites_never_passes_without_the_jobs_env_snapshot(
     tmp_path: Path,
     tiny_model_dir: Path,
@@ -226,3 +226,6 @@ def test_host_prerequisites_never_passes_without_the_jobs_env_snapshot(
     assert v is not None
     (host,) = [g for g in v["gates"] if g["name"] == "host-prerequisites"]
     assert host["status"] != "passed", host
+    # … and it is the collector's failed host step that decides it (fix 157), not a missing snapshot alone
+    assert host["status"] == "failed" and v["verdict"] == PREREQ, host
+    assert "the collector recorded the job's host step failed" in host["reason"], host

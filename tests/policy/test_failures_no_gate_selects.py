@@ -32,8 +32,10 @@ JUDGED_BY_EVIDENCE = [
     "api-readiness",
     "sequential-requests",
     "ready-control",
-    "host-prerequisites",
 ]
+# … and host-prerequisites until fix 157: it now reads the collector's host-prerequisites results too (a
+# failed one fails it: tests/policy/test_fix157_host_gate_reads_env_snapshot_and_host_step.py)
+RECORDED_BY_THE_COLLECTOR = [*JUDGED_BY_EVIDENCE, "host-prerequisites"]
 
 
 def _result(es: list[dict[str, Any]], gate: str, status: str = "failed", key: str = "collector") -> None:
@@ -68,7 +70,7 @@ def test_a_failed_result_of_a_gate_that_reads_no_results_is_not_ignored(
     assert u["gate"] == gate and "judges the evidence it selects" in u["detail"]
 
 
-@pytest.mark.parametrize("gate", JUDGED_BY_EVIDENCE)
+@pytest.mark.parametrize("gate", RECORDED_BY_THE_COLLECTOR)
 @pytest.mark.parametrize("status", ["passed", "not_run", "not_authorized"])
 def test_a_result_of_such_a_gate_that_records_no_failure_changes_nothing(
     tmp_path: Path, gate: str, status: str
@@ -79,6 +81,19 @@ def test_a_result_of_such_a_gate_that_records_no_failure_changes_nothing(
     v = verdict_of(tmp_path, es)
     assert v["verdict"] == QUALIFIED
     assert v["unjudged"] == []
+
+
+@pytest.mark.parametrize("key", ["collector", "operator"])
+def test_a_failed_host_prerequisites_result_is_judged_by_the_host_gate(tmp_path: Path, key: str) -> None:
+    """Fix 157: the host gate selects the collector's host-prerequisites results; a failed one (the newest)
+    fails it with the reason it records, and is no longer listed as unjudged."""
+    es = qualified_entries()
+    _result(es, "host-prerequisites", key=key)
+    v = verdict_of(tmp_path, es)
+    assert v["verdict"] == "NOT QUALIFIED — PREREQUISITES"
+    assert v["unjudged"] == []
+    (host,) = [g for g in v["gates"] if g["name"] == "host-prerequisites"]
+    assert host["status"] == "failed" and "engine hung under load" in host["reason"], host
 
 
 def test_a_failed_result_a_gate_selects_is_judged_by_it_not_listed(tmp_path: Path) -> None:

@@ -290,7 +290,11 @@ def test_guard_in_a_checks_expr_or_each_covers_its_fail_and_detail(policy_copy: 
 
 
 REQ_MISSING = 'missing = "the accepted host probes of this host name more than one machine'
-REQ_EXPR = 'expr = "evidence.all(e, evidence.all(f, e.payload.hostname == f.payload.hostname))"'
+# (its host probes only: the host gate selects env snapshots and host results beside them, fix 157)
+REQ_EXPR = (
+    "expr = \"evidence.all(e, e.kind != 'host.probe' || "
+    "evidence.all(f, f.kind != 'host.probe' || e.payload.hostname == f.payload.hostname))\""
+)
 
 
 def test_guard_in_a_requirement_covers_its_missing(policy_copy: Path) -> None:
@@ -301,7 +305,7 @@ def test_guard_in_a_requirement_covers_its_missing(policy_copy: Path) -> None:
         (REQ_MISSING, REQ_MISSING.replace("the accepted", "({params[owner]}) the accepted")),
     )
     # … and not the gate's own `missing` (filled where `require` failed, or no evidence was selected)
-    gate_missing = 'missing = "no accepted host probe (post-reset device state is required)"'
+    gate_missing = 'missing = "no accepted host probe (post-reset device state is required)'
     _refused(
         policy_copy,
         QUAL,

@@ -22,7 +22,8 @@ QUAL, ROUTING = "backend-qualification", "routing-change"
 BUDGET_DETAIL = (
     'detail = "launch attempt {e[derived][attempt]} is beyond the attempt budget of {params[attempt_budget]}'
 )
-GATE_MISSING = 'missing = "no accepted host probe (post-reset device state is required)"'
+# (the host gate's `missing` goes on to name the env snapshot too, fix 157: its opening is the anchor)
+GATE_MISSING = 'missing = "no accepted host probe (post-reset device state is required)'
 GATE_FAIL = 'fail = "no GPU visible on the host"'
 ROUTE_FAIL = 'fail = "the verdict (entry {verdict[id]}) was recorded {verdict_age_text} ago;'
 
