@@ -13,8 +13,10 @@ lease expired with requests outstanding, and the engine then did not answer ``/h
 either: :func:`engine_unresponsive`; or its front answered but a one-token canary completion, asked with
 nothing else outstanding, gave no first token: its inference loop hangs — :class:`EngineCheck`), and an
 endpoint that stopped serving what the run is bound to (the bindings, read before every repetition and
-after the last, changed or could not be read). A run that
-stopped returns no aggregate result — its figures are absent, never zero — and its gate fails with "no
+after the last, changed or could not be read). An engine whose processes were suspended from outside while
+the run waited on it (SIGSTOP, a debugger, a cgroup freezer: :class:`EngineHold`) is no fault, and no slow
+engine either, however soon it was let go: the run stops as an operator's stop does, naming the hold. A run
+that stopped returns no aggregate result — its figures are absent, never zero — and its gate fails with "no
 aggregate result".
 
 The run records the endpoint it measured (``bounds.endpoint``: the base URL it was given, without a trailing
@@ -50,6 +52,7 @@ from ledger.answers import (
     HARNESS_REQUEST,
     REQUEST_CUT,
     Refusal,
+    parity_of,
     refusal,
     request_cut,
     request_unanswered,
@@ -64,6 +67,7 @@ from ledger.collectors.corpus import (
     corpus_problem,
     read_pinned_jsonl,
 )
+from ledger.collectors.lease_keeper import cmdline, stopped_processes
 from ledger.collectors.sizing import Answer, sizing
 from ledger.entries import (
     FAULT_ANSWERED,
@@ -98,6 +102,7 @@ __all__ = [
     "BEFORE_THE_CUT",
     "CAMPAIGN_CONFIG",
     "HARNESS",
+    "HELD_FROM_OUTSIDE",
     "LEASE_EXPIRED",
     "NO_AGGREGATE",
     "PERCENTILES",
@@ -108,6 +113,8 @@ __all__ = [
     "BenchmarkSpec",
     "Bindings",
     "EngineCheck",
+    "EngineHold",
+    "EngineProcesses",
     "RequestRecord",
     "answered_models",
     "benchmark_corpus",
@@ -1182,6 +1189,8 @@ class BenchmarkResult:
     # the endpoint measured: the base URL the run was given, without a trailing "/" (``bounds.endpoint``);
     # None: not known (a result built by hand), which the policy never credits
     endpoint: str | None = None
+    # each hold of the engine from outside the run saw (``EngineHold.held``): the first stopped the run
+    held: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def has_aggregate(self) -> bool:
@@ -1211,6 +1220,7 @@ class BenchmarkResult:
             "answered_models": self.answered_models,
             "engine_checks": self.engine_checks,
             "endpoint": self.endpoint,
+            "held_from_outside": self.held,
             "runs": [
                 {
                     "level": r.level,
@@ -1279,62 +1289,18 @@ def _saturation_across_levels(aggregate: Mapping[str, Any], spec: BenchmarkSpec)
     return out
 
 
-def _same_output(ref: RequestRecord, other: RequestRecord) -> tuple[bool, bool]:
-    """(the two outputs are the same, only their token counts differ). By token ids where both carry them;
-    else by the digest of the text AND the output token count the engine reported (or the harness counted):
-    the same text generated as other tokens is not the same output at temperature 0."""
-    if ref.token_ids_digest and other.token_ids_digest:
-        return ref.token_ids_digest == other.token_ids_digest, False
-    same_text = ref.output_digest == other.output_digest
-    same_count = (ref.output_tokens, ref.tokens_from) == (other.output_tokens, other.tokens_from)
-    return same_text and same_count, same_text and not same_count
-
-
 def repeatability(
-    records: Sequence[RequestRecord], level: int = 1, *, token_ids_asked: bool = False
+    records: Sequence[RequestRecord], level: int = PARITY_LEVEL, *, token_ids_asked: bool = False
 ) -> dict[str, Any] | None:
-    """Prompt-by-prompt parity of the outputs at ``level`` (temperature 0: c1), across repetitions.
-
-    Each prompt's reference is its first completed output (repetition 0); every other completed output
-    of that prompt at that level is compared with it — by token ids where both carry them, else by the
-    digest of the text and the output token count (``_same_output``). ``by`` says which: "token_ids"
-    only where every output compared carried ids; ``asked`` what the run asked for (``request_token_ids``:
-    "token_ids", else "text"), so a run that asked for ids and compared text says so. None when nothing
-    could be compared.
-    """
-    by_prompt: dict[str, list[RequestRecord]] = {}
-    for r in sorted(records, key=lambda r: (r.repetition, r.index)):
-        if r.level == level and r.ok:
-            by_prompt.setdefault(r.prompt_id, []).append(r)
-    compared = matched = 0
-    mismatched: list[str] = []
-    counts_differ: list[str] = []
-    for pid, outs in by_prompt.items():
-        ref = outs[0]
-        ok = True
-        for other in outs[1:]:
-            compared += 1
-            same, only_count = _same_output(ref, other)
-            matched += same
-            ok = ok and same
-            if only_count and pid not in counts_differ:
-                counts_differ.append(pid)
-        if not ok:
-            mismatched.append(pid)
-    if compared == 0:
-        return None
-    return {
-        "level": level,
-        "compared": compared,
-        "matched": matched,
-        "fraction": round(matched / compared, 6),
-        "prompts": len(by_prompt),
-        "prompts_mismatched": sorted(mismatched),
-        # the prompts whose text repeated while the output token count did not
-        "token_counts_differ": sorted(counts_differ),
-        "by": "token_ids" if all(r.token_ids_digest for o in by_prompt.values() for r in o) else "text",
-        "asked": "token_ids" if token_ids_asked else "text",
-    }
+    """Prompt-by-prompt parity of the outputs at ``level`` (temperature 0: c1), across repetitions: the
+    run's ``bounds.parity``. ``ledger.answers.parity_of`` of the records as the run stores them
+    (``RequestRecord.to_json``) — the one reading, the policy's of the stored record too: each prompt's
+    reference is its first completed output (repetition 0), every other completed output of that prompt at
+    that level compared with it by token ids where both carry them, else by the digest of the text and the
+    output token count. ``by`` says which ("token_ids" only where every output compared carried ids);
+    ``asked`` what the run asked for (``request_token_ids``: "token_ids", else "text"), so a run that asked
+    for ids and compared text says so. None when nothing could be compared."""
+    return parity_of([r.to_json() for r in records], level, token_ids_asked=token_ids_asked)
 
 
 def parity_not_as_asked(parity: Mapping[str, Any] | None) -> str | None:
@@ -1720,6 +1686,114 @@ class EngineCheck:
             await asyncio.gather(self._task, return_exceptions=True)
 
 
+# --- is the engine held from outside? ------------------------------------------------------------------
+# An engine whose processes someone suspended — SIGSTOP, SIGTSTP, a debugger, a cgroup freezer: process state
+# T/t in /proc (``lease_keeper.stopped_processes``, the reader the launcher's own stop uses) — answers nothing
+# while held, and a request in flight times out. Continued (SIGCONT) before the run asks whether it still
+# answers, it answers at once, and the timeouts would read as the engine's own slowness (audit 102 f2, fix
+# 158): a performance or quality failure of an engine that was only held. So while a run waits on the engine
+# it looks at the state of the engine's processes — the leader, its group and the processes carrying its
+# launch mark (``launch.EngineRun.engine_pids``), listed again every HOLD_REFRESH_S — every STOP_POLL_S while
+# a request is in flight and at each request that timed out, and a hold it saw stops the run as an
+# operator's stop would (outcome ``operator-stop``: the requests in flight are cut, no aggregate result; the
+# policy's ``operator-stopped``: INCONCLUSIVE, run it again), the reason naming the hold — someone else's
+# doing, as the launch's ``suspended-from-outside`` is (class operator-stop): no evidence of the engine either
+# way. The benchmark stops at the first hold it sees (every latency it measures meanwhile is the hold's too);
+# the semantic run, whose answers a hold does not change, only where a request timed out in a hold (seen
+# while it was in flight, or when it timed out). Each hold seen is kept in the run's result
+# (``held_from_outside``): when it was seen, when the run last saw the engine not held (it began between the
+# two: None, at the first look), and the processes held. A run given no engine processes (a standalone
+# ``ledger harness`` run against an endpoint) cannot look, and judges as before.
+HOLD_REFRESH_S = 2.0  # how often the engine's processes are listed again (their state is read every look)
+# the reason a run a hold stopped records, naming the processes held
+HELD_FROM_OUTSIDE = (
+    "the engine was suspended from outside (stopped or traced, process state T/t: SIGSTOP, a debugger, a "
+    "cgroup freezer) while the run waited on it: {processes}; no evidence of the engine either way"
+)
+EngineProcesses = Callable[[], Collection[int]]  # the engine's processes now (``EngineRun.engine_pids``)
+
+
+class EngineHold:
+    """Whether the engine's processes (``processes``; None: not known, nothing is looked at) are held from
+    outside, each time :meth:`check` looks; every hold seen is kept in :attr:`held`. :meth:`stop_check` and
+    :meth:`watch` give a run's stop check that looks too; :meth:`mark` and :meth:`since` tell whether a hold
+    was seen while one request was in flight."""
+
+    def __init__(self, processes: EngineProcesses | None) -> None:
+        self.processes = processes
+        self.held: list[dict[str, Any]] = []
+        self._reasons: list[str] = []  # each hold's HELD_FROM_OUTSIDE, as first seen
+        self._pids: list[int] = []
+        self._listed_at: float | None = None
+        self._clear_at: str | None = None  # when a look last found none of them held
+        self._holding = False
+
+    def _engine(self, fresh: bool = False) -> list[int]:
+        assert self.processes is not None
+        now = time.monotonic()
+        if fresh or self._listed_at is None or now - self._listed_at >= HOLD_REFRESH_S:
+            self._pids, self._listed_at = sorted(set(self.processes())), now
+        return self._pids
+
+    def check(self) -> str | None:
+        """Why the run cannot judge the engine now — :data:`HELD_FROM_OUTSIDE`, naming the processes held —
+        or None: none held (or none known)."""
+        if self.processes is None:
+            return None
+        stopped = stopped_processes(self._engine())
+        if stopped:  # the engine's processes now, not a pid listed before and since reused
+            stopped = stopped_processes(self._engine(fresh=True))
+        if not stopped:
+            self._clear_at, self._holding = _now(), False
+            return None
+        found = [{"pid": pid, "cmdline": cmdline(pid)} for pid in stopped]
+        named = "; ".join(f"pid {p['pid']} ({p['cmdline']})" for p in found[:3])
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        why = HELD_FROM_OUTSIDE.format(processes=named + more)
+        if not self._holding:
+            self._holding = True
+            self.held.append({"seen_at": _now(), "not_held_at": self._clear_at, "processes": found})
+            self._reasons.append(why)
+        return why
+
+    def mark(self) -> int:
+        """Where a request begins: :meth:`since` that mark names a hold seen from then on (one in progress
+        then too)."""
+        return len(self.held) - (1 if self._holding else 0)
+
+    def since(self, mark: int) -> str | None:
+        """A hold seen since ``mark`` (:meth:`mark`) — held now, or seen meanwhile and let go — or None."""
+        now = self.check()
+        if now is not None:
+            return now
+        return self._reasons[-1] if len(self.held) > mark else None
+
+    def stop_check(self, should_stop: StopCheck | None) -> StopCheck | None:
+        """``should_stop`` (the operator's), then :meth:`check`: stop at a hold seen (the benchmark's);
+        ``should_stop`` itself where no engine processes are known."""
+        if self.processes is None:
+            return should_stop
+
+        def check() -> str | None:
+            return (should_stop() if should_stop is not None else None) or self.check()
+
+        return check
+
+    def watch(self, should_stop: StopCheck | None) -> StopCheck | None:
+        """``should_stop`` (the operator's), looking at the engine each time (:meth:`check`) but stopping
+        for the operator alone (the semantic run's, which asks :meth:`since` where a request timed out);
+        ``should_stop`` itself where no engine processes are known."""
+        if self.processes is None:
+            return should_stop
+
+        def check() -> str | None:
+            why = should_stop() if should_stop is not None else None
+            self.check()
+            return why
+
+        return check
+
+
 class _Stop:
     def __init__(self) -> None:
         self.reason: str | None = None
@@ -1827,11 +1901,15 @@ async def _run_level(
     answered: Counter[str] | None = None,
     context: tuple[str, int] | None = None,
     counts: Collection[str] = (COUNTED_USAGE,),
+    hold: EngineHold | None = None,
 ) -> list[RequestRecord]:
     """The requests of one (repetition, level), ``level`` in flight; the harness's own scheduling delays
-    meanwhile are appended to ``stalls_ms``. After a request timed out, and when the lease expires with
-    requests outstanding, ``check`` asks whether the engine still answers: one that does not hangs, an
-    engine fault that stops the run. A request the engine refused for the campaign's configuration
+    meanwhile are appended to ``stalls_ms``. A request that timed out in a hold of the engine from outside
+    (``hold``: held when it timed out, or seen held while it was in flight) stops the run as the operator's
+    stop does (``should_stop``, which looks at ``hold`` too, stops it at a hold seen while requests are in
+    flight): the timeout is the hold's, not the engine's. After a request timed out, and when the lease
+    expires with requests outstanding, ``check`` asks whether the engine still answers: one that does not
+    hangs, an engine fault that stops the run. A request the engine refused for the campaign's configuration
     (``refused_by_campaign``, the policy's ``params``) stops the run too, outcome ``config``. ``answered``:
     the run's answered requests by prompt id, across its levels and repetitions (counted here as they
     come back; ``refused_by_campaign`` reads it). ``context``: the context length the campaign launched the
@@ -1858,6 +1936,7 @@ async def _run_level(
             rec = RequestRecord(prompt.id, level, repetition, i, _now(), time.perf_counter() - origin)
             records.append(rec)
             body = request_body(prompt, spec, model)
+            began = hold.mark() if hold is not None else 0
             try:
                 await send_request(
                     client,
@@ -1878,6 +1957,14 @@ async def _run_level(
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault = True
                 rec.error += " (the engine is no longer alive)"
+            held = hold.since(began) if hold is not None and timed_out(rec) and stop.reason is None else None
+            if held is not None:  # timed out in a hold from outside: no slowness or hang of the engine's
+                rec.error = f"{rec.error}; {held}"
+                stop.operator(f"{held} during c{level} repetition {repetition}")
+                for t in tasks:
+                    if t is not asyncio.current_task():
+                        t.cancel()
+                return
             if timed_out(rec) and check is not None and stop.reason is None:
                 hangs = await check.hangs()
                 if hangs is not None:
@@ -1922,6 +2009,8 @@ async def _run_level(
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         expired = f"the lease of {spec.lease_s:g} s expired during c{level}"
+        if lease and hold is not None and (held := hold.check()) is not None:
+            stop.operator(f"{held} during c{level} repetition {repetition}")
         hangs = await check.hangs() if lease and check is not None and stop.reason is None else None
         if hangs is not None:
             outstanding = sum(1 for r in records if _cut(r))
@@ -1953,6 +2042,7 @@ async def run_benchmark_async(
     params: Mapping[str, Any] | None = None,
     context: tuple[str, int] | None = None,
     counts: Collection[str] = (COUNTED_USAGE,),
+    engine_processes: EngineProcesses | None = None,
 ) -> BenchmarkResult:
     """Run the benchmark against ``base_url``; write the request JSONL and the summary under ``out_dir``.
 
@@ -1976,6 +2066,9 @@ async def run_benchmark_async(
     ``ledger.answers.prompt_counts`` of the campaign's kind and the program its command runs — not given:
     usage alone), and one whose prompt and max_tokens it cannot hold is refused too (a stream
     llama-cpp-python cut on "Requested tokens (N) exceed context window of M"), outcome ``config``.
+    ``engine_processes``: the engine's processes (``launch.EngineRun.engine_pids``): one of them found
+    suspended from outside while the run waits on the engine stops the run (:class:`EngineHold`), outcome
+    ``operator-stop``, the reason naming the hold — its timeouts are no slowness of the engine's.
     """
     corpus = load_benchmark_corpus(spec.corpus, spec.corpus_digest)
     check_corpus_api(corpus, spec.api)
@@ -1990,6 +2083,8 @@ async def run_benchmark_async(
     pool = max(spec.concurrency) + 4
     answered: Counter[str] = Counter()  # the run's answered requests by prompt id (refused_by_campaign)
     check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
+    hold = EngineHold(engine_processes)
+    should_stop = hold.stop_check(should_stop)  # the operator's stop, then a hold of the engine from outside
     async with http_session(pool, spec.request_timeout_s, headers) as client:
         model = spec.model
         for repetition in range(spec.repetitions):
@@ -2044,6 +2139,7 @@ async def run_benchmark_async(
                     answered,
                     context,
                     counts,
+                    hold,
                 )
                 if stop.reason is not None:
                     runs.append(
@@ -2109,6 +2205,7 @@ async def run_benchmark_async(
         notes=notes,
         engine_checks=check.checks,
         endpoint=base,
+        held=hold.held,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -2126,6 +2223,7 @@ def run_benchmark(
     params: Mapping[str, Any] | None = None,
     context: tuple[str, int] | None = None,
     counts: Collection[str] = (COUNTED_USAGE,),
+    engine_processes: EngineProcesses | None = None,
 ) -> BenchmarkResult:
     """:func:`run_benchmark_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
@@ -2140,6 +2238,7 @@ def run_benchmark(
             params=params,
             context=context,
             counts=counts,
+            engine_processes=engine_processes,
         )
     )
 
@@ -2290,6 +2389,9 @@ def benchmark_gate_payload(
             # the endpoint measured (the base URL the run was given): the policy credits the result only
             # where it is the one the launch of its attempt served at (harness-other-endpoint)
             "endpoint": result.endpoint,
+            # each hold of the engine from outside the run saw (benchmark.EngineHold: when, the processes
+            # held), where it saw one: a run it stopped is outcome operator-stop, the reason naming the hold
+            **({"held_from_outside": result.held} if result.held else {}),
             # what /v1/models served before the first repetition, and the models the answers named
             # (answers that named none add nothing: answered_models is left out)
             "bindings": {

@@ -83,6 +83,7 @@ from ledger.collectors.corpus import read_pinned_jsonl
 from ledger.collectors.gpu import scan_gpus
 from ledger.collectors.host import EnvInfo, engine_env, host_probe
 from ledger.collectors.launch import EngineRun, LaunchSpec, launch_env, relevant_env
+from ledger.collectors.lease_keeper import stopped_processes
 from ledger.collectors.model import (
     FileCheck,
     ModelSource,
@@ -3505,6 +3506,7 @@ class CampaignRunner:
             base,
             out_dir=self.work_dir / "semantic",
             engine_alive=run.alive,
+            engine_processes=run.engine_pids,  # one found suspended from outside: the run stops as held
             should_stop=self._stop_requested,
             params=self.policy.params,  # a request refused for the campaign's configuration: outcome config
             context=self._context_length(),  # one failed without a completion is sized against it
@@ -3582,6 +3584,7 @@ class CampaignRunner:
             base,
             out_dir=self.work_dir / "benchmark",
             engine_alive=run.alive,
+            engine_processes=run.engine_pids,  # one found suspended from outside: the run stops as held
             should_stop=self._stop_requested,
             params=self.policy.params,  # a request refused for the campaign's configuration: outcome config
             context=self._context_length(),  # one failed without a completion is sized against it
@@ -3755,6 +3758,12 @@ class CampaignRunner:
             return
         if (begun := run.stop_begun()) is not None:
             run.before_stop_note = f"not asked: the collector's own stop ({begun}) had begun"
+            self.log(f"/health before the stop: {run.before_stop_note}")
+            return
+        if held := stopped_processes(sorted(run.engine_pids())):
+            # held from outside (a harness run stopped at the hold, fix 158): it answers nothing until let go,
+            # and its stop records the hold (launch.SUSPENDED) — asking it would only wait out two timeouts
+            run.before_stop_note = f"not asked: the engine is suspended from outside (pids {held})"
             self.log(f"/health before the stop: {run.before_stop_note}")
             return
         # not interruptible: this runs on every way out of the ladder, where a cancel must not skip the

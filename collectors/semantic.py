@@ -20,7 +20,10 @@ benchmark's (``benchmark.send_request``, an engine no longer alive), and, as the
 request timed out and the engine then did not answer ``/health`` or ``/v1/models`` either
 (``benchmark.engine_unresponsive``), or its front answered but a one-token canary completion gave no first
 token (its inference loop hangs: ``benchmark.EngineCheck``). A slow engine — the canary's first token came —
-keeps the timeout as the item's error; a canary that could not be judged fails the gate with the reason.
+keeps the timeout as the item's error; a canary that could not be judged fails the gate with the reason. An
+item whose request timed out while the engine's processes were suspended from outside (SIGSTOP, a debugger, a
+cgroup freezer: ``benchmark.EngineHold``) is neither: the run stops as an operator's stop does, naming the
+hold, however soon the engine was let go.
 
 Like the benchmark, the run records the model it measured: the ids ``/v1/models`` served before the first
 item (``bounds.bindings``, which the policy compares with the campaign's approved model), read again after
@@ -58,6 +61,8 @@ from ledger.collectors.benchmark import (
     NO_AGGREGATE,
     Bindings,
     EngineCheck,
+    EngineHold,
+    EngineProcesses,
     Outcome,
     RequestRecord,
     StopCheck,
@@ -415,6 +420,9 @@ class SemanticResult:
     # the endpoint measured: the base URL the run was given, without a trailing "/" (``bounds.endpoint``);
     # None: not known (a result built by hand), which the policy never credits
     endpoint: str | None = None
+    # each hold of the engine from outside the run saw (``benchmark.EngineHold.held``): one a request timed
+    # out in stopped the run (outcome operator-stop); one that changed no answer is only kept
+    held: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def unjudged(self) -> list[str]:
@@ -467,6 +475,7 @@ class SemanticResult:
             "answered_models": self.answered_models,
             "engine_checks": self.engine_checks,
             "endpoint": self.endpoint,
+            "held_from_outside": self.held,
         }
 
 
@@ -486,6 +495,7 @@ async def run_semantic_async(
     params: Mapping[str, Any] | None = None,
     context: tuple[str, int] | None = None,
     counts: Collection[str] = (COUNTED_USAGE,),
+    engine_processes: EngineProcesses | None = None,
 ) -> SemanticResult:
     """Ask every corpus item once, in corpus order, and score it; write the item JSONL artifacts.
     ``bindings`` gives what the run is bound to, read before the first item and after the last (default:
@@ -503,7 +513,11 @@ async def run_semantic_async(
     ``ledger.answers.prompt_counts``; not given, usage alone), and one whose prompt and max_tokens it
     cannot hold is refused too
     (llama-cpp-python's stream cut on "Requested tokens (N) exceed context window of M"), outcome
-    ``config``."""
+    ``config``. ``engine_processes``: the engine's processes (``launch.EngineRun.engine_pids``): an item
+    whose request timed out where one of them was found suspended from outside while it was in flight or
+    when it timed out (``benchmark.EngineHold``) is not scored and stops the run, outcome ``operator-stop``,
+    the reason naming the hold — no slowness or hang of the engine's; so does an engine found held when
+    the question whether it still answers found it hanging."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
     base = base_url.rstrip("/")
     url = base + "/v1/chat/completions"
@@ -520,6 +534,8 @@ async def run_semantic_async(
     fault_at: str | None = None
     sent: list[RequestRecord] = []  # every request the run sent (``REQUESTS_ARTIFACT``)
     check = EngineCheck(base, spec.request_timeout_s, headers, url=url, model=spec.model)
+    hold = EngineHold(engine_processes)
+    should_stop = hold.watch(should_stop)  # the operator's stop; each time, a look for a hold from outside
     async with http_session(2, spec.request_timeout_s, headers) as client:
         bound, unread = await read_bindings(client, base, bindings)
         if bound is None:
@@ -553,6 +569,7 @@ async def run_semantic_async(
                 break
             rec = RequestRecord(item.id, 1, 0, index, _now(), time.perf_counter() - origin)
             sent.append(rec)
+            began = hold.mark()
             why = await until_stopped(
                 send_request(
                     client, url, body, rec, clock_origin=origin, timeout_s=min(spec.request_timeout_s, left)
@@ -566,6 +583,11 @@ async def run_semantic_async(
                 break
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault, rec.error = True, rec.error + " (the engine is no longer alive)"
+            held = hold.since(began) if timed_out(rec) else None
+            if held is not None:  # timed out in a hold from outside: no slowness or hang of the engine's
+                outcome, stopped = "operator-stop", f"{held} during item {item.id}"
+                rec.error = f"{rec.error}; {held}"
+                break
             # The request's timeout was the lease's time left, not the engine's own request timeout: the
             # harness's own bound cut it. Not scored (the engine answered nothing wrong); the run ends
             # lease-expired, no aggregate result — unless the engine then hangs (an engine fault, as the
@@ -580,6 +602,8 @@ async def run_semantic_async(
                 why = await until_stopped(asking, should_stop)
                 if why:
                     outcome, stopped = "operator-stop", f"{why} during item {item.id}"
+                elif asking.result() is not None and (held := hold.since(began)) is not None:
+                    outcome, stopped = "operator-stop", f"{held} during item {item.id}"  # held, not hung
                 elif (hangs := asking.result()) is not None:
                     outcome, stopped = "fault", f"engine fault at item {item.id}: {expired}; {hangs}"
                 else:
@@ -590,6 +614,10 @@ async def run_semantic_async(
                 why = await until_stopped(asking, should_stop)
                 if why:
                     outcome, stopped = "operator-stop", f"{why} during item {item.id}"
+                    break
+                if asking.result() is not None and (held := hold.since(began)) is not None:
+                    outcome, stopped = "operator-stop", f"{held} during item {item.id}"  # held, not hung
+                    rec.error = f"{rec.error}; {held}"
                     break
                 if (hangs := asking.result()) is not None:
                     rec.fault, rec.error = True, f"{rec.error}; {hangs}"
@@ -650,6 +678,7 @@ async def run_semantic_async(
         fault_at=(fault_at or _now()) if outcome == "fault" else None,
         requests=sent,
         endpoint=base,
+        held=hold.held,
     )
     _write_artifacts(result, out_dir)
     return result
@@ -667,6 +696,7 @@ def run_semantic(
     params: Mapping[str, Any] | None = None,
     context: tuple[str, int] | None = None,
     counts: Collection[str] = (COUNTED_USAGE,),
+    engine_processes: EngineProcesses | None = None,
 ) -> SemanticResult:
     """:func:`run_semantic_async` from synchronous code (the campaign runner)."""
     return asyncio.run(
@@ -681,6 +711,7 @@ def run_semantic(
             params=params,
             context=context,
             counts=counts,
+            engine_processes=engine_processes,
         )
     )
 
@@ -791,6 +822,9 @@ def semantic_gate_payload(
             # the endpoint measured (the base URL the run was given): the policy credits the result only
             # where it is the one the launch of its attempt served at (harness-other-endpoint)
             "endpoint": result.endpoint,
+            # each hold of the engine from outside the run saw (benchmark.EngineHold: when, the processes
+            # held), where it saw one: a run it stopped is outcome operator-stop, the reason naming the hold
+            **({"held_from_outside": result.held} if result.held else {}),
             # the model measured: what /v1/models served before the first item (the policy credits the
             # result only where that includes the campaign's approved model)
             # and the models its answers named (the policy fails an answer naming another model)

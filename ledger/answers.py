@@ -6,7 +6,8 @@ them; the policy re-judges the recorded answer by them (``ok`` alone is a claim)
 refused a request for the campaign's configuration rather than failing it (``refusal``): the collector's
 probe and harnesses and the policy's ``e.derived.refusal`` judge it by that one function; and whether a
 harness request that faulted got no answer (``request_unanswered``), the collector's ``request_fault_kind``
-and the policy's read-back of the stored request record alike.
+and the policy's read-back of the stored request record alike; and a benchmark's c1 parity (``parity_of``),
+which the harness records of its requests and the policy derives again from the stored record.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, Literal
@@ -62,6 +63,7 @@ __all__ = [
     "launched_counts",
     "option_value_refusal_problem",
     "option_values",
+    "parity_of",
     "prompt_counts",
     "prompt_tokens_exact",
     "python_run",
@@ -1306,3 +1308,69 @@ def request_cut(error: Any) -> bool:
     record's ``error`` (``acceptance._requests_shown``): one test, so a count a rule subtracts from the
     errors is the one the record shows. Anything else (no error, a mistyped one): not cut."""
     return isinstance(error, str) and error.startswith(REQUEST_CUT)
+
+
+# --- c1 parity: the same prompt's outputs across a benchmark's repetitions ----------------------------------
+
+
+def _same_output(ref: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(two recorded outputs are the same, only their token counts differ): by ``token_ids_digest`` where
+    both carry one; else by ``output_digest`` (the text's, with its reasoning) AND the output token count
+    and where it came from (``output_tokens``, ``tokens_from``) — the same text generated as other tokens
+    is not the same output at temperature 0."""
+    if ref.get("token_ids_digest") and other.get("token_ids_digest"):
+        return ref["token_ids_digest"] == other["token_ids_digest"], False
+    same_text = ref.get("output_digest") == other.get("output_digest")
+    count = (ref.get("output_tokens"), ref.get("tokens_from"))
+    same_count = count == (other.get("output_tokens"), other.get("tokens_from"))
+    return same_text and same_count, same_text and not same_count
+
+
+def parity_of(
+    records: Iterable[Mapping[str, Any]], level: int, *, token_ids_asked: bool | None = None
+) -> dict[str, Any] | None:
+    """Prompt-by-prompt parity of the outputs at ``level`` (temperature 0: c1, ``ledger.policy.bounds.
+    PARITY_LEVEL``) across repetitions, from request records as ``benchmark-requests.jsonl`` stores them
+    (``collectors.benchmark.RequestRecord.to_json``): each prompt's reference is its first completed output
+    (``error`` null; by ``repetition``, then ``index``), and every other completed output of it at that
+    level is compared with it (``_same_output``). ``by``: "token_ids" only where every output compared
+    carried ids, else "text". The one reading of c1 parity: the benchmark harness records it of its own
+    records as ``bounds.parity`` (``token_ids_asked``: what its spec asked, recorded as ``asked`` —
+    "token_ids", else "text"), and the policy derives it again from the stored records
+    (``acceptance._parity_unshown``; no ``asked``), so the harness's c1 parity is never its own word. None
+    when nothing could be compared."""
+    by_prompt: dict[str, list[Mapping[str, Any]]] = {}
+    for r in sorted(records, key=lambda r: (r["repetition"], r["index"])):
+        if r.get("level") == level and r.get("error") is None:
+            by_prompt.setdefault(str(r.get("prompt_id")), []).append(r)
+    compared = matched = 0
+    mismatched: list[str] = []
+    counts_differ: list[str] = []
+    for pid, outs in by_prompt.items():
+        ref, ok = outs[0], True
+        for other in outs[1:]:
+            compared += 1
+            same, only_count = _same_output(ref, other)
+            matched += same
+            ok = ok and same
+            if only_count and pid not in counts_differ:
+                counts_differ.append(pid)
+        if not ok:
+            mismatched.append(pid)
+    if compared == 0:
+        return None
+    outputs = by_prompt.values()
+    parity: dict[str, Any] = {
+        "level": level,
+        "compared": compared,
+        "matched": matched,
+        "fraction": round(matched / compared, 6),
+        "prompts": len(by_prompt),
+        "prompts_mismatched": sorted(mismatched),
+        # the prompts whose text repeated while the output token count did not
+        "token_counts_differ": sorted(counts_differ),
+        "by": "token_ids" if all(r.get("token_ids_digest") for o in outputs for r in o) else "text",
+    }
+    if token_ids_asked is not None:
+        parity["asked"] = "token_ids" if token_ids_asked else "text"
+    return parity

@@ -31,6 +31,7 @@ from ledger.answers import (
     launched_command,
     launched_context,
     launched_counts,
+    parity_of,
     prompt_tokens_exact,
     refusal,
     request_cut,
@@ -4393,69 +4394,15 @@ def _parity_outputs(
         yield r
 
 
-def _same_output(ref: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[bool, bool]:
-    """(two recorded outputs are the same, only their token counts differ): by ``token_ids_digest`` where
-    both carry one; else by ``output_digest`` (the text's, with its reasoning) AND the output token count
-    and where it came from (``output_tokens``, ``tokens_from``) — the same text generated as other tokens
-    is not the same output at temperature 0."""
-    if ref.get("token_ids_digest") and other.get("token_ids_digest"):
-        return ref["token_ids_digest"] == other["token_ids_digest"], False
-    same_text = ref.get("output_digest") == other.get("output_digest")
-    count = (ref.get("output_tokens"), ref.get("tokens_from"))
-    same_count = count == (other.get("output_tokens"), other.get("tokens_from"))
-    return same_text and same_count, same_text and not same_count
-
-
-def parity_of(records: Iterable[Mapping[str, Any]], level: int = PARITY_LEVEL) -> dict[str, Any] | None:
-    """Prompt-by-prompt parity of the outputs at ``level`` (temperature 0: c1) across repetitions, from
-    request records as ``benchmark-requests.jsonl`` stores them (``collectors.benchmark.RequestRecord``
-    ``to_json``): each prompt's reference is its first completed output (by ``repetition``, then
-    ``index``), and every other completed output of it at that level is compared with it
-    (``_same_output``). ``by``: "token_ids" only where every output compared carried ids, else "text".
-    The parity record a run stores as ``bounds.parity`` (less ``asked``, what its spec asked for) — the
-    policy derives it from the stored record (``_parity_unshown``), so the harness's c1 parity is never
-    its own word. None when nothing could be compared."""
-    by_prompt: dict[str, list[Mapping[str, Any]]] = {}
-    for r in sorted(records, key=lambda r: (r["repetition"], r["index"])):
-        if r.get("level") == level and r.get("error") is None:
-            by_prompt.setdefault(str(r.get("prompt_id")), []).append(r)
-    compared = matched = 0
-    mismatched: list[str] = []
-    counts_differ: list[str] = []
-    for pid, outs in by_prompt.items():
-        ref, ok = outs[0], True
-        for other in outs[1:]:
-            compared += 1
-            same, only_count = _same_output(ref, other)
-            matched += same
-            ok = ok and same
-            if only_count and pid not in counts_differ:
-                counts_differ.append(pid)
-        if not ok:
-            mismatched.append(pid)
-    if compared == 0:
-        return None
-    outputs = by_prompt.values()
-    return {
-        "level": level,
-        "compared": compared,
-        "matched": matched,
-        "fraction": round(matched / compared, 6),
-        "prompts": len(by_prompt),
-        "prompts_mismatched": sorted(mismatched),
-        "token_counts_differ": sorted(counts_differ),
-        "by": "token_ids" if all(r.get("token_ids_digest") for o in outputs for r in o) else "text",
-    }
-
-
 def _parity_unshown(outputs: Sequence[Mapping[str, Any]], bounds: Any) -> list[str]:
     """Where a benchmark's parity record (``bounds.parity``) is not what its stored requests show
-    (``parity_of`` of ``outputs``, its completed c1 requests): each field it records that differs; a
+    (``answers.parity_of`` of ``outputs``, its completed c1 requests — the reading the harness recorded it
+    by): each field it records that differs; a
     record where the requests show nothing compared; no record (null or left out) where a run that
     aggregated at c1 (``bounds.aggregate`` true, level 1 in ``bounds.concurrency``) shows outputs compared.
     A record that is no object is the policy's rules' to judge (no c1 parity)."""
     b: Mapping[str, Any] = bounds if isinstance(bounds, dict) else {}
-    recorded, shown = b.get("parity"), parity_of(outputs)
+    recorded, shown = b.get("parity"), parity_of(outputs, PARITY_LEVEL)
     where = f"its {_BENCHMARK_REQUESTS} shows"
     if recorded is None:
         levels = b.get("concurrency")

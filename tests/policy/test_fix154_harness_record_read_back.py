@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from ledger.policy.acceptance import _harness_artifact_problem, parity_of
+from ledger.answers import parity_of
+from ledger.policy.acceptance import _harness_artifact_problem
 from ledger.store.filesystem import FilesystemStore
 from tests.policy.test_fail_closed import entry, qualified_entries, rejected, verdict_of
 
@@ -372,7 +373,7 @@ def test_parity_of_is_the_harness_repeatability() -> None:
     ]
     for records in cases:
         harness = repeatability(records, 1)
-        derived = parity_of([r.to_json() for r in records])
+        derived = parity_of([r.to_json() for r in records], 1)
         assert (derived is None) == (harness is None)
         if harness is not None:
             assert derived == {k: v for k, v in harness.items() if k != "asked"}
