@@ -1317,10 +1317,16 @@ def _same_output(ref: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[bool
     """(two recorded outputs are the same, only their token counts differ): by ``token_ids_digest`` where
     both carry one; else by ``output_digest`` (the text's, with its reasoning) AND the output token count
     and where it came from (``output_tokens``, ``tokens_from``) — the same text generated as other tokens
-    is not the same output at temperature 0."""
-    if ref.get("token_ids_digest") and other.get("token_ids_digest"):
-        return ref["token_ids_digest"] == other["token_ids_digest"], False
-    same_text = ref.get("output_digest") == other.get("output_digest")
+    is not the same output at temperature 0. An output that records neither digest (dropped, null, no
+    text) shows nothing to compare: it is the same as no other, so a run whose records lost their digests
+    never reads as matching (audit 104 f1: 96 of 96 c1 outputs with no digest "matched")."""
+    ids, other_ids = ref.get("token_ids_digest"), other.get("token_ids_digest")
+    if isinstance(ids, str) and ids and isinstance(other_ids, str) and other_ids:
+        return ids == other_ids, False
+    text, other_text = ref.get("output_digest"), other.get("output_digest")
+    if not (isinstance(text, str) and text and isinstance(other_text, str) and other_text):
+        return False, False
+    same_text = text == other_text
     count = (ref.get("output_tokens"), ref.get("tokens_from"))
     same_count = count == (other.get("output_tokens"), other.get("tokens_from"))
     return same_text and same_count, same_text and not same_count
