@@ -368,15 +368,15 @@ def test_format_spec_placeholder_of_a_qualification_template_is_checked(tmp_path
     for p in (REPO / "policies").glob("*.toml"):
         shutil.copy(p, d / p.name)
     p = d / "backend-qualification.toml"
-    old = "the {e[payload][gate]} run was stopped by the operator"
+    old = "the {e[payload][gate]} run was stopped before it finished"
     text = p.read_text()
     assert text.count(old) == 1
     p.write_text(
-        text.replace(old, "the {e[payload][gate]:{e[payload][gaet]}} run was stopped by the operator")
+        text.replace(old, "the {e[payload][gate]:{e[payload][gaet]}} run was stopped before it finished")
     )
     with pytest.raises(PolicyError, match=r"backend-qualification\.toml:\d+: .*gaet"):
         load_policy("backend-qualification", d)
     p.write_text(
-        text.replace(old, "the {e[payload][gate]:{e[payload][gate]}} run was stopped by the operator")
+        text.replace(old, "the {e[payload][gate]:{e[payload][gate]}} run was stopped before it finished")
     )
     load_policy("backend-qualification", d)
