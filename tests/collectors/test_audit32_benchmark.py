@@ -291,6 +291,9 @@ def _llamacpp(es: list[dict[str, Any]], version: Any = "0.3.16", *, drop: bool =
     launch = fc.entry(es, "launch")["payload"]
     job["engine"] = "llamacpp"
     launch["engine"] = launch["bindings"]["engine"] = "llamacpp"
+    # the launch runs the job's env snapshot's interpreter: the host gate binds the snapshot to the engine by
+    # it (the shared snapshot lists vllm's package, fix 163)
+    launch["command"] = [fc.entry(es, "env")["payload"]["interpreter"], "-m", "llama_cpp.server"]
     for b in (job, launch["bindings"]):
         if drop:
             b.pop("engine_version", None)

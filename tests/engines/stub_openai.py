@@ -212,8 +212,8 @@ def build_app(cfg: StubConfig) -> FastAPI:
                 c["delta"] = {key: piece} if piece is not None else {}
             else:
                 c["text"] = piece or ""
-            if want_ids and piece is not None:
-                c["token_ids"] = [sum(map(ord, piece)) % 32000, index]
+            if want_ids and piece:  # one token a piece, as its usage counts them (vLLM: the ids of the step)
+                c["token_ids"] = [(sum(map(ord, piece)) + 7 * index) % 32000]
             return "data: " + json.dumps({"id": rid, "object": "chunk", **named, "choices": [c]}) + "\n\n"
 
         async def stream() -> AsyncIterator[str]:
