@@ -127,7 +127,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
             statement(
                 "env.snapshot",
                 subj,
-                {"interpreter": "/opt/vllm/bin/python", "python": "3.12.3", "packages": {"vllm": "0.32.0"}},
+                {"interpreter": "/opt/vllm/bin/python", "python": "3.12.3"},
                 t,
             ),
             "collector",

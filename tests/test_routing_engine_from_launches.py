@@ -204,9 +204,6 @@ def test_credited_launches_of_two_spellings_the_policy_maps_to_one_engine_agree(
     es = _unbound()
     for e in (entry(es, "launch"),):
         e["payload"]["engine"] = e["payload"]["bindings"]["engine"] = "llamacpp"
-        # both launches run the job's env snapshot's interpreter: the host gate binds the snapshot to the
-        # engine by it where no engine package is bound (fix 163)
-        e["payload"]["command"] = [entry(es, "env")["payload"]["interpreter"], "-m", "llama_cpp.server"]
     _second_launch(es, "llama.cpp")
     r = _route(tmp_path, es, [_svc("Llama.CPP")], backend="llamacpp")
     assert r["verdict"]["current"]["verdict"] == "QUALIFIED", r["verdict"]["current"]

@@ -198,12 +198,7 @@ def host_cmd(
         list[str] | None,
         typer.Option(
             "--engine-python",
-            help=(
-                "Interpreter of an engine's virtualenv to snapshot (repeatable; default: this interpreter — "
-                "the ledger's own, whose snapshot satisfies no campaign's host-prerequisites gate unless "
-                "the campaign's engine ran under it). With --campaign, name the interpreter the engine "
-                "runs under."
-            ),
+            help="Interpreter of an engine's virtualenv to snapshot (repeatable; default: this interpreter).",
         ),
     ] = None,
     path: Annotated[
@@ -223,15 +218,6 @@ def host_cmd(
 
     rec = _recorder(home, key, server, token)
     subj = _subject(campaign, subject)
-    if not engine_python and subj["campaign"] != "adhoc":
-        # the snapshot the host gate needs is of the environment the campaign's engine runs under (fix 163):
-        # this interpreter's is recorded as asked, but says nothing of that engine unless it ran under it
-        warn(
-            f"no --engine-python: the env snapshot recorded is of this interpreter ({sys.executable}), "
-            f"not of the engine of campaign {subj['campaign']!r}: it satisfies the campaign's "
-            "host-prerequisites gate only where a launch of the campaign ran this interpreter or it lists "
-            "the campaign's engine package — pass --engine-python with the interpreter the engine runs under"
-        )
     disks = [("ledger", home_path(home))] + [("path", p) for p in path or []]
     scan = scan_gpus()
     hp = host_probe(disks, gpu_scan=scan)

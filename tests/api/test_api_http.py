@@ -494,7 +494,7 @@ def seed_campaign(dep: Deployment) -> dict[str, Any]:
         "env": led.record(
             "env.snapshot",
             subj,
-            {"interpreter": "/opt/vllm/bin/python", "python": "3.12.3", "packages": {"vllm": "0.32.0"}},
+            {"interpreter": "/opt/vllm/bin/python", "python": "3.12.3"},
             key="collector1",
         ),
         "pin": led.record(

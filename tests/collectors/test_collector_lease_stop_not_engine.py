@@ -153,6 +153,10 @@ class _Run:
     def alive(self) -> bool:
         return True
 
+    def engine_pids(self) -> set[int]:
+        """No engine process to find suspended (the before-stop probe asks a held engine nothing: fix 158)."""
+        return set()
+
     def stop_begun(self) -> str | None:
         return self._begun.pop(0) if len(self._begun) > 1 else self._begun[0]
 

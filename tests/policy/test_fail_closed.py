@@ -1315,8 +1315,6 @@ def test_a_ready_api_engine_without_an_identity_probe_cannot_pass_api_readiness(
     es.remove(entry(es, "models"))
     launch = entry(es, "launch")["payload"]
     launch["engine"] = launch["bindings"]["engine"] = engine
-    # the job's env snapshot is of the interpreter this engine ran (no vllm package is its: fix 163)
-    launch["command"] = [entry(es, "env")["payload"]["interpreter"], "-m", f"{engine}_server"]
     entry(es, "campaign-job")["payload"]["spec"]["bindings"]["engine"] = engine  # what the job pins
     # the campaign's backend is the engine it runs (fix 95: a backend its engine contradicts is INCONCLUSIVE)
     for e in es:
@@ -1880,8 +1878,6 @@ def test_a_launch_without_a_job_is_judged_to_its_own_end(tmp_path: Path) -> None
         e.get("refs", {}).pop("job", None)
     launch = entry(es, "launch")["payload"]
     launch["engine"] = launch["bindings"]["engine"] = "native"
-    # the job's env snapshot is of the interpreter the adapter ran (no vllm package is its: fix 163)
-    launch["command"] = [entry(es, "env")["payload"]["interpreter"], "-m", "native_adapter"]
     # it ended after its last probe (10:02:00): a probe after its end would be after-launch-end
     entry(es, "launch")["payload"]["ended_at"] = "2026-09-10T10:02:30Z"
     es.append(_host_health_log("2026-09-10T10:03:00Z"))

@@ -74,8 +74,7 @@ def test_the_baseline_passes_on_the_probe_and_the_snapshot_beside_it(tmp_path: P
     v = verdict_of(tmp_path, qualified_entries())
     assert v["verdict"] == "QUALIFIED"
     names = {v["_names"][i] for i in _host_gate(v)["evidence"]}
-    # … and the campaign's launch: the snapshot is bound to the engine's environment by it (fix 163)
-    assert names == {"host", "env", "launch"}
+    assert names == {"host", "env"}
 
 
 def test_the_snapshot_dropped_the_probe_alone_never_passes(tmp_path: Path) -> None:

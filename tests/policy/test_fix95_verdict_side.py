@@ -254,17 +254,6 @@ def test_the_same_engine_spelled_otherwise_is_no_contradiction(
     es = qualified_entries()
     _engine(es, job=engine, launch=engine)
     _backend(es, backend)
-    # the host gate binds the env snapshot to the engine by the package of the engine the job names exactly
-    # as recorded, else by the interpreter the launch ran (fix 163): the launch ran the snapshot's
-    launch = next(e for e in es if e.get("name") == "launch")["payload"]
-    env = next(e for e in es if e.get("name") == "env")["payload"]
-    launch["command"] = [
-        env["interpreter"],
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        "/models/m",
-    ]
     try:
         v = verdict_of(tmp_path, es, subject=_subject(backend))
     except SchemaError:
