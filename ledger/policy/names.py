@@ -42,8 +42,12 @@ def endpoint_key(url: Any) -> str | None:
     and no trailing ``/`` — ``HTTP://Engine:80/`` is ``http://engine:80``. Strict otherwise: ``127.0.0.1``,
     ``localhost`` and ``0.0.0.0`` are three hosts (which one a name resolves to, or a bind answers on, is
     not in the record), and a path is part of the endpoint. None for no endpoint (fail closed): not a
-    text, blank, another scheme, no host, a port that is no port, credentials, a query or a fragment."""
-    if not isinstance(url, str) or not url.strip() or url != url.strip():
+    text, blank, another scheme, no host, a port that is no port, credentials, a query or a fragment, or
+    a control character or space anywhere in it (``urlsplit`` deletes tab, CR and LF inside a URL: read
+    as written, ``http://127.0.0.1:80\\n00`` would be ``http://127.0.0.1:8000``; audit 104 f2)."""
+    if not isinstance(url, str) or not url.strip():
+        return None
+    if any(c.isspace() or not c.isprintable() for c in url):
         return None
     try:
         u = urlsplit(url)
