@@ -221,9 +221,13 @@ def test_a_crash_after_the_same_job_id_was_started_again_counts(tmp_path: Path) 
         _crash("crash", "2026-09-10T09:41:00Z", "2026-09-10T09:40:10Z", "job1-again"),
         _job("job1-failed", "job1", "2026-09-10T09:45:00Z", "failed"),
     ]
-    host_pin = [e for e in _campaign() if e["name"] in ("host", "pin")]
-    for e, at in zip(host_pin, ("2026-09-10T09:30:05Z", "2026-09-10T09:30:10Z"), strict=True):
+    # the host probe, the job's env snapshot beside it (the host gate judges the host on both: fix 157),
+    # the pin
+    host_pin = [e for e in _campaign() if e["name"] in ("host", "env", "pin")]
+    times = ("2026-09-10T09:30:05Z", "2026-09-10T09:30:07Z", "2026-09-10T09:30:10Z")
+    for e, at in zip(host_pin, times, strict=True):
         e["at"] = at
+        e.pop("refs", None)  # the shared fixture's job is not this campaign's
     v = _verdict(tmp_path, entries + host_pin)
     assert v["verdict"].startswith("NOT QUALIFIED"), (v["verdict"], v["_rejected"])
     assert _rule(v, "crash") == ("after-job-terminal", True)

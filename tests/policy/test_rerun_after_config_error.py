@@ -225,7 +225,10 @@ def test_config_error_result_alone_stays_inconclusive(tmp_path: Path) -> None:
     """The first run alone: no launch credited, api-readiness INCONCLUSIVE naming the rule (never QUALIFIED
     by the excuse: it withholds, it credits nothing)."""
     es = qualified_entries()
-    v = _verdict(tmp_path, [*_first_run(), entry(es, "host"), entry(es, "pin")])
+    # the host gate judges the host on its probe and the job's env snapshot (fix 157; the shared fixture's
+    # refs a job this run does not have)
+    env = {k: v for k, v in entry(es, "env").items() if k != "refs"}
+    v = _verdict(tmp_path, [*_first_run(), entry(es, "host"), env, entry(es, "pin")])
     assert v["verdict"] == INCONCLUSIVE
     assert _rejected(v)["first-result"] == CONFIG
     api = next(g for g in v["gates"] if g["name"] == "api-readiness")
