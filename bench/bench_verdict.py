@@ -49,8 +49,11 @@ from ledger.service import Ledger
 from ledger.signing import SigningKey, sign_envelope
 
 BATCH = 1000
+# where the campaign's launch served (its details.base_url): every probe asked that server (fix 159: a probe
+# of another server, or of none a bare path names, is not credited — probe-other-endpoint)
+BASE_URL = "http://127.0.0.1:8000"
 STRUCTURED = {
-    "endpoint": "/v1/chat",
+    "endpoint": BASE_URL + "/v1/chat",
     "check": "structured",
     "ok": True,
     "http_status": 200,
@@ -160,6 +163,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                     "started_at": format_time(t),
                     "ready": True,
                     "bindings": {"model_revision": rev, "model_repo": "bench/model"},
+                    "details": {"base_url": BASE_URL},
                 },
                 t,
             ),
@@ -170,7 +174,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                 "health.probe",
                 subj,
                 {
-                    "endpoint": "/v1/models",
+                    "endpoint": BASE_URL + "/v1/models",
                     "check": "models",
                     "ok": True,
                     "http_status": 200,
@@ -186,7 +190,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                 "health.probe",
                 subj,
                 {
-                    "endpoint": "/v1/chat",
+                    "endpoint": BASE_URL + "/v1/chat",
                     "check": "completion",
                     "ok": True,
                     "http_status": 200,
@@ -206,7 +210,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                 "health.probe",
                 subj,
                 {
-                    "endpoint": "/v1/chat",
+                    "endpoint": BASE_URL + "/v1/chat",
                     "check": "sequential",
                     "ok": True,
                     "http_status": 200,
@@ -224,7 +228,7 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                 "health.probe",
                 subj,
                 {
-                    "endpoint": "/health",
+                    "endpoint": BASE_URL + "/health",
                     "check": "health",
                     "ok": True,
                     "http_status": 200,

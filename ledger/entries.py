@@ -760,6 +760,13 @@ class HarnessBounds(BaseModel):
     # a run an engine fault stopped: what the fault was (``HarnessFaultKind``) and when the harness saw it
     fault_kind: HarnessFaultKind | None = None
     fault_at: Time | None = None
+    # the endpoint the run measured: the base URL the harness was given, without a trailing "/"
+    # (``http://127.0.0.1:8081``), which the policy compares with where the launch of its attempt served
+    # (``details.base_url``; rule harness-other-endpoint). A text or null: a number, a list or an object is
+    # refused here, never read as no endpoint. Its form is the policy's to read (``ledger.policy.names.
+    # endpoint_key``): a text that is no http(s) base URL is stored and never credited, so a failed run
+    # recorded with it still counts against the engine rather than being lost at ingest
+    endpoint: str | None = None
 
 
 class GateResult(_Model):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlsplit
 
 from ledger.answers import (
     CHAT_PROBES,
@@ -59,7 +60,7 @@ from ledger.hashing import parse_digest
 from ledger.policy.bounds import PARITY_LEVEL
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import LoadedPolicy, rule_key
-from ledger.policy.names import HARNESS_GATES, HARNESS_OTHER_ENDPOINT, endpoint_key
+from ledger.policy.names import HARNESS_GATES, endpoint_key, endpoint_under
 from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
 from ledger.policy.snapshot import (
     NO_DERIVED,
@@ -1088,7 +1089,8 @@ def filter_evidence(
             if type(attempt) is int and off is not None:
                 off_manifest.setdefault(attempt, (launch, off))
     # attempt → its engine launch (``_derive`` numbers them): where a harness result of that attempt must
-    # have measured (``_endpoint_problem``, rule harness-other-endpoint)
+    # have measured and a probe of it asked (``_endpoint_problem``, rules harness-other-endpoint and
+    # probe-other-endpoint)
     launch_at: dict[int, Evidence] = {}
     for launch in trusted:
         if launch.kind == "engine.launch" and launch.in_subject and launch.id not in superseded_by:
@@ -1395,13 +1397,13 @@ def filter_evidence(
             break
         if hit:
             continue
-        # after the policy's [[rules]] (a run not run, cut by a stop, of another spec or model, before any
-        # launch: those say so first): a harness result that measured another endpoint than its launch's
-        if e.kind == "gate.result" and e.payload.get("gate") in HARNESS_GATES:
-            elsewhere = _endpoint_problem(e, launch_at)
-            if elsewhere is not None:
-                reject(e, HARNESS_OTHER_ENDPOINT, elsewhere[0], elsewhere[1], credit_only=True)
-                continue
+        # after the policy's [[rules]] (a run not run, cut by a stop, of another spec or model, a probe or run
+        # before any launch or after its launch's end: those say so first): a harness result that measured,
+        # or a probe credited to a campaign attempt that asked, another endpoint than its launch served at
+        elsewhere = _endpoint_problem(e, launch_at)
+        if elsewhere is not None:
+            reject(e, *elsewhere)
+            continue
         made = produced_at(e, jobs_of(e)) if reviewed and acc.repaired_commit_required else (None, None)
         problem_r = (
             _review_problem(e, review_list, acc.repaired_commit_required, who, made) if reviewed else None
@@ -1533,33 +1535,54 @@ def filter_evidence(
     )
 
 
-def _endpoint_problem(e: Evidence, launch_at: Mapping[int, Evidence]) -> tuple[str, str | None] | None:
-    """Why the harness result ``e`` (semantic, benchmark) is not shown to have measured the engine of the
-    launch it is attributed to — (reason, the launch's id) — or None where it is (rule
-    ``harness-other-endpoint``: withholds credit; a failed run still counts against the engine,
-    ``[acceptance.against]``). The launch is read from the log, never from the result's claim: that of each
-    attempt the result is attributed to, by its claimed time and by when the log took it
-    (``e.derived.attempt``, ``attempt_logged``; ``launch_at``: attempt → launch); a result of no attempt is
-    ``before-launch``'s. The endpoint the launch's engine served at is the one the collector started it at
-    and probed it at, the base URL its command was filled with (``details.base_url``, recorded by the
-    collector with the launch); the run's is the base URL it measured (``bounds.endpoint``, recorded by the
-    harness). Compared as ``names.endpoint_key`` reads them — strictly: ``127.0.0.1``, ``localhost`` and a
-    ``0.0.0.0`` bind are different hosts to the record. A result that records no endpoint, or one that is no
-    http(s) base URL, measured a server that cannot be told; a launch that records none served at one that
-    cannot be told: neither credits the run (fail closed). ``ledger collect run`` hands its harnesses the
-    base URL its launch records, so its own runs always match."""
+def _endpoint_problem(e: Evidence, launch_at: Mapping[int, Evidence]) -> tuple[Rule, str, str | None] | None:
+    """Why ``e`` — a harness result (semantic, benchmark) or a health probe — is not shown to have measured
+    the engine of the launch it is attributed to: (rule, reason, the launch's id), or None where it is, or
+    where ``e`` is neither. Rule ``harness-other-endpoint`` for a harness result, ``probe-other-endpoint``
+    for a probe; both only withhold credit (``CREDIT_ONLY``): a failed run or probe still counts against
+    the engine (``[acceptance.against]``). The launch is read from the log, never from the entry's claim:
+    that of each attempt the entry is attributed to, by its claimed time and by when the log took it
+    (``e.derived.attempt``, ``attempt_logged``; ``launch_at``: attempt → launch). An entry of no attempt is
+    not judged here: a probe or result taken when no launch of the campaign had started is
+    ``before-launch``'s (and a probe of a running service that no campaign launched — the routing gate's
+    production probes — has no attempt at all). The endpoint the launch's engine served at is the one the
+    collector started it at and probed it at, the base URL its command was filled with
+    (``details.base_url``, recorded by the collector with the launch). A harness run's is the base URL it
+    measured (``bounds.endpoint``, recorded by the harness), compared as ``names.endpoint_key`` reads
+    both — strictly: ``127.0.0.1``, ``localhost`` and a ``0.0.0.0`` bind are different hosts to the
+    record. A probe's is the URL it asked (``endpoint``: the base URL it was given and its check's path),
+    which must be of that base URL (``names.endpoint_under``: the same scheme, host and port, the base
+    URL's path a prefix of its path). An entry that records no endpoint, or one that is no http(s) URL (a
+    bare ``/health`` names no server), measured a server that cannot be told; a launch that records none
+    served at one that cannot be told: neither credits the entry (fail closed). ``ledger collect run``
+    hands its harnesses and probes the base URL its launch records, so its own entries always match."""
+    if e.kind == "gate.result" and e.payload.get("gate") in HARNESS_GATES:
+        rule = Rule.HARNESS_OTHER_ENDPOINT
+        bounds = e.payload.get("bounds")
+        claimed = bounds.get("endpoint") if isinstance(bounds, dict) else None
+        field_name = "bounds.endpoint"
+        what = f"the {e.payload.get('gate')} run"
+        did = "measured"
+    elif e.kind == "health.probe":
+        rule = Rule.PROBE_OTHER_ENDPOINT
+        claimed = e.payload.get("endpoint")
+        field_name = "endpoint"
+        what = f"the {e.payload.get('check')} probe"
+        did = "asked"
+    else:
+        return None
     attempts = sorted(
         {a for a in (e.derived.get("attempt"), e.derived.get("attempt_logged")) if type(a) is int and a > 0}
     )
-    gate = e.payload.get("gate")
-    bounds = e.payload.get("bounds")
-    claimed = bounds.get("endpoint") if isinstance(bounds, dict) else None
+    if not attempts:
+        return None
     measured = endpoint_key(claimed)
-    said = "no endpoint" if claimed is None else f"endpoint {claimed!r}, no http(s) base URL,"
+    form = "base URL" if rule is Rule.HARNESS_OTHER_ENDPOINT else "URL"
+    said = "no endpoint" if claimed is None else f"endpoint {claimed!r}, no http(s) {form},"
     for attempt in attempts:
         launch = launch_at.get(attempt)
         if launch is None:  # (every attempt is a launch's: ``_derive``) none to compare with credits nothing
-            return f"the {gate} run is attributed to attempt {attempt}, of which the log has no launch", None
+            return rule, f"{what} is attributed to attempt {attempt}, of which the log has no launch", None
         details = launch.payload.get("details")
         served = details.get("base_url") if isinstance(details, dict) else None
         served_key = endpoint_key(served)
@@ -1568,29 +1591,46 @@ def _endpoint_problem(e: Evidence, launch_at: Mapping[int, Evidence]) -> tuple[s
             recorded = "no endpoint" if served is None else f"endpoint {served!r}, no http(s) base URL,"
             run = f"at {claimed}" if measured is not None else f"recording {said.rstrip(',')}"
             return (
-                f"{engine} records {recorded} where it served (details.base_url): the {gate} run {run} "
-                "cannot be shown to have measured it",
+                rule,
+                f"{engine} records {recorded} where it served (details.base_url): {what} {run} "
+                f"cannot be shown to have {did} it",
                 launch.id,
             )
         if measured is None:
             return (
-                f"the {gate} run records {said} (bounds.endpoint): which server it measured cannot be told; "
+                rule,
+                f"{what} records {said} ({field_name}): which server it {did} cannot be told; "
                 f"{engine} served at {served}",
                 launch.id,
             )
-        if measured != served_key:
+        if rule is Rule.HARNESS_OTHER_ENDPOINT:
+            at_launch = measured == served_key
+        else:
+            at_launch = endpoint_under(claimed, served)
+        if not at_launch:
             spelled = ""
-            if measured.rsplit(":", 1)[-1] == served_key.rsplit(":", 1)[-1]:
+            if _other_host_only(measured, served_key):
+                redo = "run the harness" if rule is Rule.HARNESS_OTHER_ENDPOINT else "probe"
                 spelled = (
                     " (endpoints compare as recorded: 127.0.0.1, localhost and 0.0.0.0 are different hosts — "
-                    "run the harness at the launch's base URL)"
+                    f"{redo} at the launch's base URL)"
                 )
             return (
-                f"the {gate} run measured {claimed} (bounds.endpoint), not {served}, where {engine} served "
-                f"(details.base_url): it measured another server{spelled}",
+                rule,
+                f"{what} {did} {claimed} ({field_name}), not {served}, where {engine} served "
+                f"(details.base_url): it {did} another server{spelled}",
                 launch.id,
             )
     return None
+
+
+def _other_host_only(measured: str, served: str) -> bool:
+    """Whether two ``endpoint_key`` readings name the same scheme and port on hosts spelled otherwise, the
+    measured path that of the base URL or under it (``http://localhost:8000/health`` beside
+    ``http://127.0.0.1:8000``): the same server, perhaps, which the record cannot tell."""
+    m, s = urlsplit(measured), urlsplit(served)
+    same_path = m.path == s.path or m.path.startswith(s.path.rstrip("/") + "/")
+    return m.scheme == s.scheme and m.port == s.port and m.hostname != s.hostname and same_path
 
 
 def _unjudged_jobs(

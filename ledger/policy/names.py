@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ledger.errors import PolicyError
+from ledger.policy.rules import Rule
 
 if TYPE_CHECKING:
     from ledger.policy.loader import LoadedPolicy
@@ -19,6 +20,7 @@ __all__ = [
     "HARNESS_GATES",
     "HARNESS_OTHER_ENDPOINT",
     "endpoint_key",
+    "endpoint_under",
     "engine_aliases",
     "engine_key",
     "engines_of_any_backend",
@@ -30,8 +32,9 @@ ENGINES_OF_ANY_BACKEND = "engines_of_any_backend"  # the param naming engines th
 # each measured an endpoint and records which (``bounds.endpoint``)
 HARNESS_GATES = frozenset({"semantic", "benchmark"})
 # The rule that withholds credit from a harness result that measured another endpoint than the one the
-# launch of its attempt served at (``ledger.policy.acceptance._endpoint_problem``)
-HARNESS_OTHER_ENDPOINT = "harness-other-endpoint"
+# launch of its attempt served at (``ledger.policy.acceptance._endpoint_problem``): the registered rule
+# (``ledger.policy.rules.Rule``, one copy), named here where the harnesses' endpoint is read
+HARNESS_OTHER_ENDPOINT = Rule.HARNESS_OTHER_ENDPOINT
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -68,6 +71,22 @@ def endpoint_key(url: Any) -> str | None:
         return None  # no server answers at port 0
     shown = f"[{host}]" if ":" in host else host
     return f"{scheme}://{shown}:{port}{u.path.rstrip('/')}"
+
+
+def endpoint_under(url: Any, base_url: Any) -> bool:
+    """Whether the URL a health probe asked (its ``endpoint``: the base URL it was given and the path of its
+    check, ``/health``, ``/v1/models``, ``/v1/chat/completions`` …) is one of the server at ``base_url``
+    (a launch's ``details.base_url``), both read by :func:`endpoint_key` — the same scheme, host and port,
+    compared as strictly as a harness run's endpoint, and the base URL's path, if any, a whole-segment prefix
+    of the probe's path: the probe's own path is stripped only so, never guessed (``http://h:80/health``
+    is ``http://h:80``'s, ``http://h:80/proxy/v1/models`` is ``http://h:80/proxy``'s and not
+    ``http://h:80/prox``'s). False where either is no endpoint (fail closed): a bare path (``/health``)
+    names no server."""
+    asked = endpoint_key(url)
+    base = endpoint_key(base_url)
+    if asked is None or base is None:
+        return False
+    return asked == base or asked.startswith(base + "/")
 
 
 def engine_key(name: Any, aliases: Mapping[str, str] | None = None) -> str | None:

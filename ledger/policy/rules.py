@@ -34,6 +34,10 @@ class Rule(StrEnum):
     ARTIFACT_CORRUPT = "artifact-corrupt"
     ARTIFACT_NOT_STORED = "artifact-not-stored"
     BINDINGS_MISMATCH = "bindings-mismatch"
+    # after a policy's own [[rules]] (which say first why a run or probe is not credited: not run, cut by a
+    # stop, of another spec or model, before any launch, after its launch's end, beyond the attempt budget)
+    HARNESS_OTHER_ENDPOINT = "harness-other-endpoint"
+    PROBE_OTHER_ENDPOINT = "probe-other-endpoint"
     REVIEW_FAIL = "review-fail"
     REVIEW_MISSING = "review-missing"
     ACCEPTANCE_MISSING = "acceptance-missing"
@@ -56,6 +60,8 @@ CREDIT_ONLY: frozenset[Rule] = frozenset(
         Rule.ARTIFACT_CORRUPT,
         Rule.ARTIFACT_NOT_STORED,
         Rule.BINDINGS_MISMATCH,
+        Rule.HARNESS_OTHER_ENDPOINT,
+        Rule.PROBE_OTHER_ENDPOINT,
         Rule.REVIEW_FAIL,
         Rule.REVIEW_MISSING,
         Rule.ACCEPTANCE_MISSING,
@@ -89,6 +95,14 @@ _DESCRIPTIONS: dict[Rule, str] = {
     Rule.AFTER_JOB_TERMINAL: "produced after its job's terminal time",
     Rule.KILLED_RUN: "from a cancelled or killed run: not credited as passing",
     Rule.BINDINGS_MISMATCH: "bindings differ from the campaign's pinned manifest",
+    Rule.HARNESS_OTHER_ENDPOINT: (
+        "a semantic or benchmark result that measured another endpoint than the one the launch of its "
+        "attempt served at, or records none"
+    ),
+    Rule.PROBE_OTHER_ENDPOINT: (
+        "a health probe that asked another server than the one the launch of its attempt served at, "
+        "or records none"
+    ),
     Rule.REVIEW_FAIL: "a review FAILed it and no later PASS on a repaired commit lifts that",
     Rule.REVIEW_MISSING: "needs a review PASS it does not have",
     Rule.ACCEPTANCE_MISSING: "needs an acceptance it does not have",

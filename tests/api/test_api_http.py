@@ -519,20 +519,28 @@ def seed_campaign(dep: Deployment) -> dict[str, Any]:
                 "started_at": "2026-09-10T09:00:00Z",
                 "ready": False,
                 "bindings": {"model_revision": rev, "model_repo": subj["model"]},
+                # where it served: its probes asked that server (probe-other-endpoint, fix 159)
+                "details": {"base_url": "http://127.0.0.1:8000"},
             },
             key="collector1",
         ),
         "health": led.record(
             "health.probe",
             subj,
-            {"endpoint": "/health", "check": "health", "ok": True, "http_status": 200, "sleeping": False},
+            {
+                "endpoint": "http://127.0.0.1:8000/health",
+                "check": "health",
+                "ok": True,
+                "http_status": 200,
+                "sleeping": False,
+            },
             key="collector1",
         ),
         "models": led.record(
             "health.probe",
             subj,
             {
-                "endpoint": "/v1/models",
+                "endpoint": "http://127.0.0.1:8000/v1/models",
                 "check": "models",
                 "ok": True,
                 "http_status": 200,
@@ -544,7 +552,7 @@ def seed_campaign(dep: Deployment) -> dict[str, Any]:
             "health.probe",
             subj,
             {
-                "endpoint": "/v1/chat",
+                "endpoint": "http://127.0.0.1:8000/v1/chat",
                 "check": "completion",
                 "ok": True,
                 "http_status": 200,

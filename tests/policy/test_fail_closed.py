@@ -352,7 +352,12 @@ def test_a_probe_taken_after_its_launch_ended_is_not_credited(tmp_path: Path, st
     earned their gates): a probe observed after the end its launch records answered no engine of the
     campaign; it is rejected, whatever it says."""
     es = qualified_entries()
-    entry(es, "launch")["payload"].update(ended_at="2026-09-10T10:01:08Z", **stop)
+    launch = entry(es, "launch")["payload"]
+    # (its details keep where it served, details.base_url: the probes before the end asked it, fix 159)
+    launch.update(
+        ended_at="2026-09-10T10:01:08Z",
+        **{**stop, "details": {**launch["details"], **stop.get("details", {})}},
+    )
     v = verdict_of(tmp_path, es)
     r = rejected(v)
     assert {r[n] for n in ("completion", "structured", "sequential")} == {"after-launch-end"}
@@ -1175,7 +1180,10 @@ def test_ready_engine_killed_or_exiting_on_its_own_without_a_signature_fails_run
     now classified from the recorded outcome with the signature table's status-only signatures, unless the
     launch attributes it to the collector's own stop (``details.stop_reason``)."""
     es = qualified_entries()
-    entry(es, "launch")["payload"].update(end, ended_at="2026-09-10T10:30:00Z", details=details)
+    launch = entry(es, "launch")["payload"]  # (its details keep where it served: details.base_url, fix 159)
+    launch.update(
+        end, ended_at="2026-09-10T10:30:00Z", details={"base_url": launch["details"]["base_url"], **details}
+    )
     v = verdict_of(tmp_path, es)
     assert gates(v)["runtime-stability"] == "failed", v["gates"]
     assert v["verdict"] == "NOT QUALIFIED — RUNTIME RELIABILITY"
@@ -1253,7 +1261,7 @@ def test_engine_serving_another_model_fails_api_readiness(tmp_path: Path) -> Non
     serves(es, "m-7")
     models = entry(es, "models")
     models["payload"] = {
-        "endpoint": "/v1/models",
+        "endpoint": "http://127.0.0.1:8000/v1/models",  # the launch's server (details.base_url; fix 159)
         "check": "models",
         "ok": False,
         "expected": "m-7",
@@ -2173,7 +2181,7 @@ def test_a_models_probe_claiming_ok_beside_an_error_status_fails_the_identity_ch
     serves(es, "m-7")
     models = entry(es, "models")
     models["payload"] = {
-        "endpoint": "/v1/models",
+        "endpoint": "http://127.0.0.1:8000/v1/models",  # the launch's server (details.base_url; fix 159)
         "check": "models",
         "ok": True,
         "http_status": 500,

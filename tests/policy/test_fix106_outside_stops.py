@@ -63,6 +63,8 @@ def _exit_0(
     p = launch["payload"]
     p.update(signal=None, exit_code=exit_code, failure_signature="stopped-from-outside")
     p["details"] = {
+        # where it served stays recorded (details.base_url): its probes and harness results asked it (fix 159)
+        "base_url": p["details"]["base_url"],
         "stop_reason": "exited",
         "ready_lines": {"stderr.log": 1} if ready_lines is None else ready_lines,
         "exited_at": EXITED_AT,
@@ -376,6 +378,7 @@ def test_a_timeout_of_an_engine_stopped_by_sigterm_is_still_a_hang(tmp_path: Pat
     launch = entry(es, "launch")
     launch["payload"].update(signal=15, exit_code=None, failure_signature="killed-sigterm")
     launch["payload"]["details"] = {
+        "base_url": launch["payload"]["details"]["base_url"],  # where it served (fix 159)
         "stop_reason": "exited",
         "ready_lines": {"stderr.log": 1},
         "exited_at": EXITED_AT,
@@ -434,7 +437,11 @@ LOAD_LINE = f"srv  load_model: failed to load {MODEL}\n"
 def _gpu_words_in_the_log(es: list[dict[str, Any]], command: list[str]) -> None:
     launch = entry(es, "launch")
     launch["payload"]["command"] = command
-    launch["payload"]["details"] = {"ready_lines": {"stderr.log": 2}}
+    # where it served stays recorded (details.base_url): its probes asked it (fix 159)
+    launch["payload"]["details"] = {
+        "base_url": launch["payload"]["details"]["base_url"],
+        "ready_lines": {"stderr.log": 2},
+    }
     launch["artifacts"] = [{"name": "stderr.log", "text": LOAD_LINE + "main: server is listening\n"}]
 
 

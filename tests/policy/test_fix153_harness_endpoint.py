@@ -150,7 +150,11 @@ def test_a_launch_that_records_no_endpoint_credits_no_harness_result(tmp_path: P
         del details["base_url"]
     else:
         details["base_url"] = base_url
-    r = _not_credited(fc.verdict_of(tmp_path, es), "semantic")
+    v = fc.verdict_of(tmp_path, es)
+    # its probes are not credited either (probe-other-endpoint, fix 159): the gates after api-readiness are
+    # not authorized, not missing
+    assert fc.rejected(v)["semantic"] == HARNESS_OTHER_ENDPOINT and v["verdict"] != QUALIFIED, v["rejected"]
+    r = _rejection(v, "semantic")
     assert "details.base_url" in r["detail"] and "cannot be shown to have measured it" in r["detail"]
 
 

@@ -138,7 +138,12 @@ def _campaign(
     es = qualified_entries()
     launch = entry(es, "launch")
     launch["payload"]["command"] = [*launch["payload"]["command"], *command]
-    launch["payload"]["details"] = {"stop_reason": "finished", "ready_lines": {"stderr.log": 1}}
+    launch["payload"]["details"] = {
+        # where it served stays recorded (details.base_url): its probes asked it (fix 159)
+        "base_url": launch["payload"]["details"]["base_url"],
+        "stop_reason": "finished",
+        "ready_lines": {"stderr.log": 1},
+    }
     launch["artifacts"] = [{"name": "stderr.log", "text": log}]
     every = [ANSWERED, REFUSED] if records is None else records
     p = entry(es, "benchmark")["payload"]

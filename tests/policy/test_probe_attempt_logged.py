@@ -82,7 +82,7 @@ def _campaign(
             started_at=DAY + start + "Z",
             ended_at=DAY + end + "Z",
             exit_code=0,
-            details={"stop_reason": "finished"},
+            details={**template["payload"]["details"], "stop_reason": "finished"},  # (its base_url: fix 159)
         )
         if n == off:
             launch["payload"]["bindings"] = {**launch["payload"]["bindings"], "engine_version": "0.31.0"}
@@ -295,7 +295,9 @@ def test_probe_logged_after_a_launch_entry_logged_before_the_end_it_records_is_c
     es = _shared()
     launch = _by(es, "launch")
     launch["payload"].update(
-        ended_at="2026-09-10T10:02:30Z", exit_code=0, details={"stop_reason": "finished"}
+        ended_at="2026-09-10T10:02:30Z",
+        exit_code=0,
+        details={**launch["payload"]["details"], "stop_reason": "finished"},  # (its base_url: fix 159)
     )
     v = _verdict(tmp_path, es, POLICY_DIR)
     _probes_credited(v)
