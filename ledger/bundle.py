@@ -16,7 +16,8 @@ bytes) whose ``manifest.json`` (RFC 8785, ``ledger.canonical``) names everything
 ``verify_bundle`` checks all of it and re-derives the verdict over ``BundleLedger`` — the policy port
 implemented in memory over the bundled rows — and requires the canonical result bytes to be equal. Each
 problem carries a stable code (``BundleProblem``). A bundle proves that its entries are in the log;
-it cannot prove that no entry of the subject was left out (see docs/INTEROP.md).
+the log key signs the manifest (``manifest.sig``), so a bundle re-made from fewer members is refused; it
+cannot prove that the log's operator left no entry of the subject out (see docs/INTEROP.md).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from ledger.log import (
     verify_inclusion,
 )
 from ledger.signatures import DEFAULT_SIGNATURES
-from ledger.signing import Envelope, PublicKey, SigningKey, parse_envelope
+from ledger.signing import Envelope, PublicKey, SigningKey, b64d, b64e, pae, parse_envelope
 from ledger.store.base import StoredArtifact
 from ledger.trust import replay_keys
 
@@ -83,11 +84,16 @@ __all__ = [
     "open_manifest",
     "report_markdown",
     "scrub_private_paths",
+    "sign_manifest",
     "verify_bundle",
 ]
 
 BUNDLE_FORMAT = "evidence-ledger/bundle/v1"
 MANIFEST = "manifest.json"
+# the log's signature over the manifest's bytes (DSSE PAE under its own payload type, never an entry's):
+# a bundle re-made from fewer members, its verdict.json re-derived to match, is no longer the log's bundle
+MANIFEST_SIGNATURE = "manifest.sig"
+MANIFEST_PAYLOAD_TYPE = "application/vnd.evidence-ledger.bundle-manifest+json"
 CHECKPOINT_FILE = "checkpoint.txt"
 VERDICT_FILE = "verdict.json"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same ledger gives the same bundle bytes
@@ -120,6 +126,7 @@ class BundleProblem(StrEnum):
     VERDICT_DIFFERS = "bundle-verdict-differs"  # the re-derived verdict is not byte-for-byte the bundled one
     REDERIVE_FAILED = "bundle-rederive-failed"  # the verdict could not be re-derived at all
     COSIGNATURE_QUORUM = "bundle-cosignature-quorum"  # the checkpoint misses the trust policy's quorum
+    MANIFEST_SIGNATURE = "bundle-manifest-signature"  # the manifest is not signed by the log key
 
 
 # the vocabularies a verdict reads besides the policy: the re-derivation uses the verifier's own copies
@@ -206,6 +213,13 @@ def _judged_entries(ledger: PolicyLedger, subject: dict[str, str], size: int) ->
     raw = subject_snapshot_rows(ledger, subject, size, None)
     snap, _ = snapshot_from_rows(ledger, raw)
     return list(snap.entries)
+
+
+def sign_manifest(manifest: bytes, log_key: SigningKey) -> bytes:
+    """``manifest.sig``: the log key's signature over the manifest's bytes (DSSE PAE under
+    ``MANIFEST_PAYLOAD_TYPE``, which no ledger entry carries), as canonical JSON."""
+    sig = log_key.sign(pae(MANIFEST_PAYLOAD_TYPE, manifest))
+    return canonical_bytes({"keyid": log_key.key_id, "payloadType": MANIFEST_PAYLOAD_TYPE, "sig": b64e(sig)})
 
 
 def create_bundle(
@@ -311,8 +325,12 @@ def create_bundle(
         "vocabularies": _vocabulary_digests(),
         "verdict": {"file": VERDICT_FILE, "result_digest": result_digest(result)},
     }
+    manifest_bytes = canonical_bytes(manifest)
     with zipfile.ZipFile(out, "w") as zf:
-        _zip_write(zf, MANIFEST, canonical_bytes(manifest))
+        _zip_write(zf, MANIFEST, manifest_bytes)
+        _zip_write(
+            zf, MANIFEST_SIGNATURE, sign_manifest(manifest_bytes, ledger.signing_key(ledger.log_key_name))
+        )
         _zip_write(zf, CHECKPOINT_FILE, note.encode())
         _zip_write(zf, VERDICT_FILE, verdict_bytes)
         _zip_write(zf, manifest["policy"]["file"], policy.data)
@@ -600,6 +618,7 @@ class BundleReport:
     result_digest: str | None = None
     rederived_digest: str | None = None
     problems: list[dict[str, Any]] = field(default_factory=list)
+    rederived: dict[str, Any] | None = field(default=None, repr=False)  # the result re-derived here
 
     @property
     def ok(self) -> bool:
@@ -739,6 +758,37 @@ def verify_bundle(
     return report
 
 
+def _check_manifest_signature(z: _Zip, pub: PublicKey, report: BundleReport) -> None:
+    """The manifest's bytes as the log signed them (``manifest.sig``, by the log key the checkpoint is
+    checked with): every member is named by digest or proof in the manifest, so a bundle re-made from
+    fewer members — its ``verdict.json`` re-derived from them, self-consistent — is not the log's."""
+    if MANIFEST_SIGNATURE not in z.names:
+        report.add(
+            BundleProblem.MANIFEST_SIGNATURE,
+            f"the manifest carries no signature by the log key (no {MANIFEST_SIGNATURE}): which members the "
+            "log bundled cannot be told",
+        )
+        return
+    data = z.read(MANIFEST_SIGNATURE, "the manifest's signature")
+    if data is None:
+        return  # a damaged member: named by the read
+    try:
+        sig = parse_canonical(data)
+        if not isinstance(sig, dict) or sig.get("payloadType") != MANIFEST_PAYLOAD_TYPE:
+            raise IntegrityError(
+                f"{MANIFEST_SIGNATURE} is not a manifest signature of {MANIFEST_PAYLOAD_TYPE}"
+            )
+        if sig.get("keyid") != pub.key_id:
+            raise IntegrityError(
+                f"{MANIFEST_SIGNATURE} names key {sig.get('keyid')!r}, not the log key {pub.key_id}"
+            )
+        if not isinstance(sig.get("sig"), str):
+            raise IntegrityError(f"{MANIFEST_SIGNATURE} carries no signature")
+        pub.verify(b64d(sig["sig"], "manifest signature"), pae(MANIFEST_PAYLOAD_TYPE, z.zf.read(MANIFEST)))
+    except LedgerError as e:
+        report.add(BundleProblem.MANIFEST_SIGNATURE, f"the manifest: {e.message}")
+
+
 def _verify(
     z: _Zip,
     manifest: dict[str, Any],
@@ -753,6 +803,7 @@ def _verify(
     claimed = manifest["checkpoint"]
     report.checkpoint = {"size": _count(claimed["size"], "checkpoint size"), "root": str(claimed["root"])}
     name, pub = _log_key(manifest, public_key, report)
+    _check_manifest_signature(z, pub, report)
 
     # the checkpoint: signed by the log key, and the one the manifest names
     note = z.read(claimed.get("file"), "checkpoint")
@@ -980,6 +1031,7 @@ def _verify(
             artifact=digest,
         )
     z.unlisted()
+    report.rederived = rederived
     if rederived is not None and bundled is not None:
         report.rederived_digest = result_digest(rederived)
         _considered(rederived, bundled, report)

@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 
 from ledger.bundle import (
+    MANIFEST_SIGNATURE,
     BundleLedger,
     BundleProblem,
     MemoryRepo,
     MemoryStore,
     scrub_private_paths,
+    sign_manifest,
     verify_bundle,
 )
 from ledger.canonical import canonical_bytes, parse_canonical
@@ -422,6 +424,19 @@ def test_a_verifier_with_another_catalogue_says_so(made: Made, tmp_path: Path) -
     manifest = _manifest(members)
     manifest["vocabularies"]["gpu-faults"] = "blake3:" + "0" * 64  # type: ignore[index]
     members["manifest.json"] = canonical_bytes(manifest)
+    # signed again by the log key: the vocabulary check alone is under test (unsigned, the manifest's
+    # signature is refused too)
+    assert _codes(_rewrite(members, tmp_path / "unsigned.zip"), made.vkey) == {
+        BundleProblem.VOCABULARY_DIFFERS,
+        BundleProblem.MANIFEST_SIGNATURE,
+    }
+    led = Ledger.open(made.home)
+    try:
+        members[MANIFEST_SIGNATURE] = sign_manifest(
+            members["manifest.json"], led.signing_key(led.log_key_name)
+        )
+    finally:
+        led.close()
     assert _codes(_rewrite(members, tmp_path / "vocab.zip"), made.vkey) == {BundleProblem.VOCABULARY_DIFFERS}
 
 

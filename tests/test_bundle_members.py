@@ -24,7 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from ledger.bundle import BundleProblem, bundle_report, create_bundle, verify_bundle
+from ledger.bundle import (
+    MANIFEST,
+    MANIFEST_SIGNATURE,
+    BundleProblem,
+    bundle_report,
+    create_bundle,
+    sign_manifest,
+    verify_bundle,
+)
 from ledger.canonical import canonical_bytes, parse_canonical
 from ledger.errors import BundleError
 from ledger.policy.fixtures import build_fixture_ledger
@@ -44,6 +52,7 @@ class Made:
     manifest: dict[str, object]
     verdict: dict[str, object]
     note_ids: list[str]  # the campaign's notes: read by the verdict, named by none of its fields
+    home: Path
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +84,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
     manifest = parse_canonical(files["manifest.json"])
     verdict = parse_canonical(files["verdict.json"])
     assert verdict["verdict"] == "QUALIFIED"
-    return Made(path, members, manifest, verdict, notes)
+    return Made(path, members, manifest, verdict, notes, tmp / "home")
 
 
 def _zip(members: list[tuple[str, bytes]], dest: Path) -> Path:
@@ -87,13 +96,32 @@ def _zip(members: list[tuple[str, bytes]], dest: Path) -> Path:
     return dest
 
 
+def _log_signed(made: Made, manifest: bytes) -> bytes:
+    """``manifest.sig`` as the log's operator (who holds the log key) would sign an edited manifest: the
+    checks past the signature must hold on their own."""
+    led = Ledger.open(made.home)
+    try:
+        return sign_manifest(manifest, led.signing_key(led.log_key_name))
+    finally:
+        led.close()
+
+
 def _edited(
-    made: Made, edit: Callable[[dict[str, object], list[tuple[str, bytes]]], None], dest: Path
+    made: Made,
+    edit: Callable[[dict[str, object], list[tuple[str, bytes]]], None],
+    dest: Path,
+    *,
+    resign: bool = True,
 ) -> Path:
+    """The bundle with ``edit`` applied to its manifest and members; ``resign``: the edited manifest
+    signed again by the log key (the log's operator), else its signature left as made."""
     manifest = json.loads(json.dumps(made.manifest))
-    members = [(n, d) for n, d in made.members if n != "manifest.json"]
+    members = [(n, d) for n, d in made.members if n != MANIFEST]
     edit(manifest, members)
-    return _zip([("manifest.json", canonical_bytes(manifest)), *members], dest)
+    data = canonical_bytes(manifest)
+    if resign:
+        members = [(n, _log_signed(made, data) if n == MANIFEST_SIGNATURE else d) for n, d in members]
+    return _zip([(MANIFEST, data), *members], dest)
 
 
 def _drop(entry_id: str) -> Callable[[dict[str, object], list[tuple[str, bytes]]], None]:
@@ -216,3 +244,82 @@ def test_reordered_members_and_manifest_entries_still_verify_and_report(made: Ma
     assert body["verdict"] == "QUALIFIED" and body["check"]["ok"] is True
     code, _out, err = _run("bundle", "report", str(moved), "--json")
     assert code == 0, err
+
+
+# --- a bundle re-made from fewer members: the log's signature over the manifest ---------------------------
+
+
+def _remade_without(made: Made, entry_id: str, dest: Path, *, resign: bool) -> Path:
+    """The bundle re-made from fewer members as a third party can: the entry dropped, ``verdict.json`` set to
+    the verdict the verifier re-derives from what is left, the manifest's result digest to match it —
+    every check of the members then holds (the pre-signature gap); ``resign``: by the log's operator."""
+    from ledger.policy.verdict import result_digest
+
+    dropped = _edited(made, _drop(entry_id), dest.with_suffix(".dropped.zip"), resign=resign)
+    rederived = verify_bundle(dropped).rederived
+    assert rederived is not None
+
+    def edit(manifest: dict[str, object], members: list[tuple[str, bytes]]) -> None:
+        _drop(entry_id)(manifest, members)
+        manifest["verdict"] = {**manifest["verdict"], "result_digest": result_digest(rederived)}  # type: ignore[dict-item]
+        members[:] = [(n, canonical_bytes(rederived) if n == "verdict.json" else d) for n, d in members]
+
+    return _edited(made, edit, dest, resign=resign)
+
+
+def test_fix170_a_bundle_remade_from_fewer_members_with_its_verdict_rederived_is_refused(
+    made: Made, tmp_path: Path
+) -> None:
+    """Issue 12: dropping a note the verdict read and re-deriving `verdict.json` from what is left made a
+    self-consistent bundle (counts, verdict, digests all agree): only the log can say which members its
+    bundle had — the manifest is signed by the log key."""
+    bad = _remade_without(made, made.note_ids[0], tmp_path / "remade.zip", resign=False)
+    codes = _codes(bad)
+    assert codes == {BundleProblem.MANIFEST_SIGNATURE}, codes
+    code, out, _err = _run("bundle", "verify", str(bad))
+    assert code == 1 and BundleProblem.MANIFEST_SIGNATURE in out
+
+
+def test_fix170_the_remade_bundle_checks_but_for_the_signature(made: Made, tmp_path: Path) -> None:
+    """The neighbour that shows the signature is the only thing that catches it: signed again by the log
+    key, the remade bundle passes every other check (what a log operator could do; what witnesses are for)."""
+    same = _remade_without(made, made.note_ids[0], tmp_path / "resigned.zip", resign=True)
+    assert _codes(same) == set()
+
+
+@pytest.mark.parametrize(
+    "signature",
+    [
+        "dropped",
+        "empty",
+        "not-json",
+        "entry-payload-type",
+        "other-key-id",
+        "sig-mistyped",
+        "sig-of-another-manifest",
+    ],
+)
+def test_fix170_a_manifest_signature_missing_or_wrong_is_refused(
+    made: Made, signature: str, tmp_path: Path
+) -> None:
+    from ledger.signing import PAYLOAD_TYPE, SigningKey
+
+    files = dict(made.members)
+    good = json.loads(files[MANIFEST_SIGNATURE])
+    other = canonical_bytes({**made.manifest, "subject": {"campaign": "another"}})
+    variants: dict[str, bytes | None] = {
+        "dropped": None,
+        "empty": b"",
+        "not-json": b"signature",
+        "entry-payload-type": canonical_bytes({**good, "payloadType": PAYLOAD_TYPE}),
+        "other-key-id": sign_manifest(files[MANIFEST], SigningKey.generate("log")),
+        "sig-mistyped": canonical_bytes({**good, "sig": 7}),
+        "sig-of-another-manifest": _log_signed(made, other),
+    }
+    data = variants[signature]
+    members = [(n, d) for n, d in made.members if n != MANIFEST_SIGNATURE]
+    if data is not None:
+        members.append((MANIFEST_SIGNATURE, data))
+    bad = _zip(members, tmp_path / f"{signature}.zip")
+    problems = verify_bundle(bad).problems
+    assert {p["code"] for p in problems} == {BundleProblem.MANIFEST_SIGNATURE}, problems
