@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 from typing import Annotated, Any
 
@@ -130,13 +131,46 @@ def c2sp_checkpoint(ledger: LedgerDep, settings: SettingsDep, _who: Reader) -> R
     return Response(cp.note, media_type="text/plain; charset=utf-8", headers=headers)
 
 
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether an ``Accept-Encoding`` value (RFC 9110 §12.5.3) takes ``gzip``: named (or ``x-gzip``, or
+    ``*``) with a weight above 0; a name named with ``q=0`` is refused, whatever ``*`` says."""
+    weights: dict[str, float] = {}
+    for item in (accept_encoding or "").split(","):
+        name, *params = (part.strip() for part in item.split(";"))
+        if not name:
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0  # an unreadable weight takes nothing (identity, which every client reads)
+        weights[name.lower()] = q
+    for name in ("gzip", "x-gzip"):
+        if name in weights:
+            return weights[name] > 0
+    return weights.get("*", 0.0) > 0
+
+
 @tiles.get("/tile/entries/{index:path}", summary="C2SP: an entry bundle (the log records)")
-def c2sp_entries(ledger: LedgerDep, settings: SettingsDep, _who: Reader, index: str) -> Response:
+def c2sp_entries(
+    ledger: LedgerDep, settings: SettingsDep, _who: Reader, index: str, request: Request
+) -> Response:
+    """C2SP: "Entry bundles SHOULD be compressed at the HTTP layer" — gzip where the client's
+    ``Accept-Encoding`` takes it (the spec's clients send ``gzip, identity``), else the bytes as they are;
+    ``Vary: Accept-Encoding`` either way, so a shared cache keeps the two apart. The bytes are the same
+    whichever way they travel (gzip with no timestamp: the same bundle compresses to the same bytes)."""
     n, width = _tile_index(index)
     if n * TILE_WIDTH + (width or TILE_WIDTH) > _MAX_INDEX:  # no log holds it (and no query could ask)
         raise EntryNotFoundError(f"the log has no entry bundle {n}: its entries are past any log index")
-    headers = {"Cache-Control": cache_control(settings, IMMUTABLE)}
-    return Response(ledger.entry_bundle(n, width), media_type="application/octet-stream", headers=headers)
+    headers = {"Cache-Control": cache_control(settings, IMMUTABLE), "Vary": "Accept-Encoding"}
+    body = ledger.entry_bundle(n, width)
+    if accepts_gzip(request.headers.get("accept-encoding")):
+        body = gzip.compress(body, mtime=0)
+        headers["Content-Encoding"] = "gzip"
+    return Response(body, media_type="application/octet-stream", headers=headers)
 
 
 @tiles.get("/tile/{level}/{index:path}", summary="C2SP: a Merkle tree hash tile")
@@ -166,8 +200,10 @@ def c2sp_checkpoint_head(ledger: LedgerDep, settings: SettingsDep, who: Reader) 
 
 
 @tiles.head("/tile/entries/{index:path}", summary="C2SP: an entry bundle's headers (HEAD)")
-def c2sp_entries_head(ledger: LedgerDep, settings: SettingsDep, who: Reader, index: str) -> Response:
-    return _head_of(c2sp_entries(ledger, settings, who, index))
+def c2sp_entries_head(
+    ledger: LedgerDep, settings: SettingsDep, who: Reader, index: str, request: Request
+) -> Response:
+    return _head_of(c2sp_entries(ledger, settings, who, index, request))
 
 
 @tiles.head("/tile/{level}/{index:path}", summary="C2SP: a hash tile's headers (HEAD)")
