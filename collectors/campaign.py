@@ -124,6 +124,7 @@ from ledger.policy.acceptance import (
     ENGINE_CONFIG_BINDING,
     stop_cut_tolerance,
 )
+from ledger.policy.names import endpoint_problem
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures, unanswered_error
 
@@ -538,6 +539,16 @@ class EngineSection(_Section):
     @classmethod
     def _not_blank(cls, value: str | None) -> str | None:
         return None if value is None else _text(value, "a path or name")
+
+    @field_validator("host")
+    @classmethod
+    def _an_endpoint_host(cls, value: str) -> str:
+        # the launch's base URL is http://{host}:{port}; one the policy reads as no endpoint credits nothing,
+        # and the probes refuse it (collectors.probe) — refused here, before anything is launched
+        problem = endpoint_problem(f"http://{value}:1")
+        if problem is not None:
+            raise ValueError(f"http://{value}:<port> is no base URL ({problem})")
+        return value
 
     attempts: list[Attempt] = Field(default_factory=lambda: [Attempt(name="default")], min_length=1)
 

@@ -17,6 +17,8 @@ from ledger.answers import (
 )
 from ledger.collectors import sizing
 from ledger.collectors.readiness import check_ready, http_client
+from ledger.errors import InputError
+from ledger.policy.names import endpoint_problem
 from ledger.signatures import ANSWER_BODY_LIMIT as _BODY_LIMIT
 from ledger.signatures import not_a_completion
 
@@ -47,20 +49,37 @@ def _error_text(r: httpx.Response) -> str:
     return sizing.error_message(body)
 
 
+def _base(base_url: str) -> str:
+    """The base URL a probe asks, without a trailing ``/`` — refused up front (``InputError``, nothing
+    asked, nothing recorded) where the policy reads it as no endpoint (``ledger.policy.names.endpoint_key``,
+    the one reading; ``endpoint_problem`` says why): a probe at ``http://h:8000/engine-a/../engine-b``
+    would ask ``/engine-b`` of the server and be recorded at ``/engine-a/…``, a URL the policy never
+    credits (``probe-other-endpoint``; audit 106 f3)."""
+    problem = endpoint_problem(base_url)
+    if problem is not None:
+        raise InputError(
+            f"{base_url!r} is no base URL to probe: {problem}",
+            hint="give the engine's base URL as an HTTP client asks it: http(s)://host[:port][/path], "
+            "its path without . or .. segments or encoded separators, no credentials, query or fragment",
+        )
+    return base_url.rstrip("/")
+
+
 def probe_health(base_url: str, engine: str = "generic", *, timeout: float = 10.0) -> dict[str, Any]:
     """Readiness as the engine family defines it, with the sleeping state where the server tells it."""
+    base = _base(base_url)
     t0 = time.monotonic()
     with http_client(timeout) as c:
         state = check_ready(base_url, engine, c)
         sleeping: bool | None = None
         try:
-            r = c.get(base_url.rstrip("/") + "/is_sleeping")
+            r = c.get(base + "/is_sleeping")
             if r.status_code == 200:
                 sleeping = bool(r.json().get("is_sleeping"))
         except (httpx.HTTPError, ValueError, AttributeError):
             sleeping = None
     return {
-        "endpoint": base_url.rstrip("/") + (state.endpoint or "/health"),
+        "endpoint": base + (state.endpoint or "/health"),
         "check": "health",
         "ok": state.ready,
         "http_status": state.status,
@@ -73,7 +92,7 @@ def probe_health(base_url: str, engine: str = "generic", *, timeout: float = 10.
 
 def probe_models(base_url: str, *, expect: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
     """Model identity from ``/v1/models``; with ``expect``, the served id must equal it."""
-    url = base_url.rstrip("/") + "/v1/models"
+    url = _base(base_url) + "/v1/models"
     t0 = time.monotonic()
     out: dict[str, Any] = {"endpoint": url, "check": "models", "ok": False, "expected": expect}
     try:
@@ -202,7 +221,7 @@ def probe_completion(
 
     ``context``: the context option the campaign launched the engine with and its value; an answer that
     is no completion is sized as ``probe_structured`` sizes it (``details.context``), ``counts`` too."""
-    base = base_url.rstrip("/")
+    base = _base(base_url)
     t0 = time.monotonic()
     sized: dict[str, Any] = {}
     with http_client(timeout) as c:
@@ -280,7 +299,7 @@ def probe_structured(
     cannot hold is the campaign's configuration (``ledger.answers.context_overflow``, judged by
     ``refusal``), not the engine's failure.
     """
-    base = base_url.rstrip("/")
+    base = _base(base_url)
     tried: list[dict[str, Any]] = []
     forms = ["json_schema", "json_object"] if fmt == "auto" else [fmt]
     t0 = time.monotonic()
@@ -362,7 +381,7 @@ def probe_sequential(
     ``context``: the context option the campaign launched the engine with and its value; where the first
     request got an answer that is no completion, it is sized as ``probe_structured`` sizes it, ``counts``
     too (``details.context``: every request asks the same prompt and max_tokens)."""
-    base = base_url.rstrip("/")
+    base = _base(base_url)
     latencies: list[float] = []
     failures: list[str] = []
     slow: list[str] = []  # requests answered above max_latency_ms: answered, so no failure

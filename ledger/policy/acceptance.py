@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
 
 from ledger.answers import (
     CHAT_PROBES,
@@ -60,7 +59,7 @@ from ledger.hashing import parse_digest
 from ledger.policy.bounds import PARITY_LEVEL
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import LoadedPolicy, rule_key
-from ledger.policy.names import HARNESS_GATES, endpoint_key, endpoint_under
+from ledger.policy.names import HARNESS_GATES, endpoint_key, endpoint_under, endpoint_under_but_for_host
 from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
 from ledger.policy.snapshot import (
     NO_DERIVED,
@@ -1609,7 +1608,7 @@ def _endpoint_problem(e: Evidence, launch_at: Mapping[int, Evidence]) -> tuple[R
             at_launch = endpoint_under(claimed, served)
         if not at_launch:
             spelled = ""
-            if _other_host_only(measured, served_key):
+            if endpoint_under_but_for_host(claimed, served):
                 redo = "run the harness" if rule is Rule.HARNESS_OTHER_ENDPOINT else "probe"
                 spelled = (
                     " (endpoints compare as recorded: 127.0.0.1, localhost and 0.0.0.0 are different hosts — "
@@ -1622,15 +1621,6 @@ def _endpoint_problem(e: Evidence, launch_at: Mapping[int, Evidence]) -> tuple[R
                 launch.id,
             )
     return None
-
-
-def _other_host_only(measured: str, served: str) -> bool:
-    """Whether two ``endpoint_key`` readings name the same scheme and port on hosts spelled otherwise, the
-    measured path that of the base URL or under it (``http://localhost:8000/health`` beside
-    ``http://127.0.0.1:8000``): the same server, perhaps, which the record cannot tell."""
-    m, s = urlsplit(measured), urlsplit(served)
-    same_path = m.path == s.path or m.path.startswith(s.path.rstrip("/") + "/")
-    return m.scheme == s.scheme and m.port == s.port and m.hostname != s.hostname and same_path
 
 
 def _unjudged_jobs(

@@ -6,9 +6,10 @@ kind``). One copy, so the three cannot drift apart."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import unquote, urlsplit
 
+from ledger.entries import host_key
 from ledger.errors import PolicyError
 from ledger.policy.rules import Rule
 
@@ -20,7 +21,9 @@ __all__ = [
     "HARNESS_GATES",
     "HARNESS_OTHER_ENDPOINT",
     "endpoint_key",
+    "endpoint_problem",
     "endpoint_under",
+    "endpoint_under_but_for_host",
     "engine_aliases",
     "engine_key",
     "engines_of_any_backend",
@@ -38,39 +41,105 @@ HARNESS_OTHER_ENDPOINT = Rule.HARNESS_OTHER_ENDPOINT
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def endpoint_key(url: Any) -> str | None:
-    """One endpoint's one spelling, as the policy compares the endpoint a harness run measured
-    (``bounds.endpoint``) with the one its launch served at (``details.base_url``): an http(s) base URL
-    with its scheme and host in lower case, its port written out (80 and 443 where the URL leaves it out)
-    and no trailing ``/`` — ``HTTP://Engine:80/`` is ``http://engine:80``. Strict otherwise: ``127.0.0.1``,
-    ``localhost`` and ``0.0.0.0`` are three hosts (which one a name resolves to, or a bind answers on, is
-    not in the record), and a path is part of the endpoint. None for no endpoint (fail closed): not a
-    text, blank, another scheme, no host, a port that is no port, credentials, a query or a fragment, or
-    a control character or space anywhere in it (``urlsplit`` deletes tab, CR and LF inside a URL: read
-    as written, ``http://127.0.0.1:80\\n00`` would be ``http://127.0.0.1:8000``; audit 104 f2)."""
+class _Endpoint(NamedTuple):
+    """An endpoint as :func:`endpoint_key` reads it: its parts, compared part by part."""
+
+    scheme: str
+    host: str  # as ``host_key`` reads host names
+    port: int
+    path: str  # as written, without a trailing ``/``
+
+
+def _unescaped(path: str) -> str:
+    """``path`` percent-decoded again and again until nothing changes: what a server, or a proxy in front
+    of one, may read it as (``%252e`` is ``%2e`` to one decoding and ``.`` to the next)."""
+    while (decoded := unquote(path)) != path:
+        path = decoded
+    return path
+
+
+def _path_problem(path: str) -> str | None:
+    """Why ``path`` (a URL's path, as written) names no one place, or None: read as any server might decode
+    it, a ``.`` or ``..`` segment (``%2e%2e``, ``%2E.``, a ``..;x`` segment — its parameters set aside as
+    some servers do), a backslash (a separator to some) or a slash that was written encoded (``%2f``).
+    Servers and proxies differ on whether and how they decode and remove these — the place asked cannot
+    be told from the record, so it is refused, never normalised (audit 106 f3)."""
+    decoded = _unescaped(path)
+    if "\\" in decoded:
+        return "a backslash in its path (a path separator to some servers)"
+    if decoded.count("/") != path.count("/"):
+        return "an encoded slash (%2f) in its path"
+    if any(seg.split(";", 1)[0] in (".", "..") for seg in decoded.split("/")):
+        return "a dot segment (. or .., literal or percent-encoded) in its path"
+    return None
+
+
+def _read_endpoint(url: Any) -> _Endpoint | str:
+    """``url`` as :func:`endpoint_key` reads it, or why it is no endpoint."""
     if not isinstance(url, str) or not url.strip():
-        return None
+        return "not a text" if not isinstance(url, str) else "blank"
     if any(c.isspace() or not c.isprintable() for c in url):
-        return None
+        return "a control character or a space in it"
     try:
         u = urlsplit(url)
         port = u.port
-    except ValueError:
-        return None
+    except ValueError as e:
+        return f"not a URL ({e})"
     scheme = u.scheme.lower()
-    host = u.hostname
-    if scheme not in _DEFAULT_PORTS or not host or u.username is not None or u.password is not None:
-        return None
+    if scheme not in _DEFAULT_PORTS:
+        return "no http(s) scheme"
+    host = host_key(u.hostname or "")
+    if not host:
+        return "no host"
+    if u.username is not None or u.password is not None:
+        return "credentials in it"
     if u.query or u.fragment or "?" in url or "#" in url:
-        return None
+        return "a query or a fragment"
     if port is None:
         if u.netloc.endswith(":"):
-            return None  # "http://h:" names no port
+            return "an empty port"  # "http://h:" names no port
         port = _DEFAULT_PORTS[scheme]
     if port == 0:
-        return None  # no server answers at port 0
-    shown = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{shown}:{port}{u.path.rstrip('/')}"
+        return "port 0"  # no server answers at port 0
+    problem = _path_problem(u.path)
+    if problem is not None:
+        return problem
+    return _Endpoint(scheme, host, port, u.path.rstrip("/"))
+
+
+def endpoint_problem(url: Any) -> str | None:
+    """Why ``url`` is no endpoint as :func:`endpoint_key` reads it (``"a dot segment … in its path"``), or
+    None where it is one: the one wording of the reasons, for a collector that refuses such a URL up front
+    (``collectors.probe``) rather than record what can never be credited."""
+    read = _read_endpoint(url)
+    return read if isinstance(read, str) else None
+
+
+def endpoint_key(url: Any) -> str | None:
+    """One endpoint's one spelling, as the policy compares the endpoint a harness run measured
+    (``bounds.endpoint``) with the one its launch served at (``details.base_url``): an http(s) base URL
+    with its scheme in lower case, its host as host names compare (``ledger.entries.host_key``, the one
+    reading: case and a trailing dot aside — ``Engine.`` is ``engine``), its port written out (80 and 443
+    where the URL leaves it out) and no trailing ``/`` — ``HTTP://Engine:80/`` is ``http://engine:80``.
+    Strict otherwise: ``127.0.0.1``, ``localhost`` and ``0.0.0.0`` are three hosts (which one a name
+    resolves to, or a bind answers on, is not in the record), and a path is part of the endpoint, as
+    written. None for no endpoint (fail closed; :func:`endpoint_problem` says why): not a text, blank,
+    another scheme, no host, a port that is no port, credentials, a query or a fragment, a control
+    character or space anywhere in it (``urlsplit`` deletes tab, CR and LF inside a URL: read as written,
+    ``http://127.0.0.1:80\\n00`` would be ``http://127.0.0.1:8000``; audit 104 f2), or a path that names
+    no one place — a dot segment, literal or percent-encoded, an encoded slash or a backslash
+    (``http://h:80/engine-a/../engine-b`` is ``/engine-b`` to an HTTP client and ``/engine-a/…`` as
+    written; audit 106 f3)."""
+    read = _read_endpoint(url)
+    if isinstance(read, str):
+        return None
+    shown = f"[{read.host}]" if ":" in read.host else read.host
+    return f"{read.scheme}://{shown}:{read.port}{read.path}"
+
+
+def _path_under(path: str, base: str) -> bool:
+    """Whether ``base`` (a path without a trailing ``/``) is ``path`` or a whole-segment prefix of it."""
+    return path == base or path.startswith(base + "/")
 
 
 def endpoint_under(url: Any, base_url: Any) -> bool:
@@ -80,13 +149,29 @@ def endpoint_under(url: Any, base_url: Any) -> bool:
     compared as strictly as a harness run's endpoint, and the base URL's path, if any, a whole-segment prefix
     of the probe's path: the probe's own path is stripped only so, never guessed (``http://h:80/health``
     is ``http://h:80``'s, ``http://h:80/proxy/v1/models`` is ``http://h:80/proxy``'s and not
-    ``http://h:80/prox``'s). False where either is no endpoint (fail closed): a bare path (``/health``)
-    names no server."""
-    asked = endpoint_key(url)
-    base = endpoint_key(base_url)
-    if asked is None or base is None:
+    ``http://h:80/prox``'s, and ``http://h:80/proxy/../other/v1/models`` is no endpoint at all). False where
+    either is no endpoint (fail closed): a bare path (``/health``) names no server."""
+    asked, base = _read_endpoint(url), _read_endpoint(base_url)
+    if isinstance(asked, str) or isinstance(base, str):
         return False
-    return asked == base or asked.startswith(base + "/")
+    same_server = (asked.scheme, asked.host, asked.port) == (base.scheme, base.host, base.port)
+    return same_server and _path_under(asked.path, base.path)
+
+
+def endpoint_under_but_for_host(url: Any, base_url: Any) -> bool:
+    """Whether ``url`` would be :func:`endpoint_under` ``base_url`` but for its host, spelled otherwise —
+    the same scheme and port, the path the base URL's or under it (``http://localhost:8000/health`` beside
+    ``http://127.0.0.1:8000``): the same server, perhaps, which the record cannot tell. False where either
+    is no endpoint. The one reading the verdict words its hint by (``probe-other-endpoint``,
+    ``harness-other-endpoint``)."""
+    asked, base = _read_endpoint(url), _read_endpoint(base_url)
+    if isinstance(asked, str) or isinstance(base, str):
+        return False
+    return (
+        asked.host != base.host
+        and (asked.scheme, asked.port) == (base.scheme, base.port)
+        and _path_under(asked.path, base.path)
+    )
 
 
 def engine_key(name: Any, aliases: Mapping[str, str] | None = None) -> str | None:
