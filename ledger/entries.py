@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -227,6 +228,7 @@ def misspelling_of(spec_key: str, keys: Sequence[str], *, edge_words: bool = Fal
     return min(near)[2] if near else None
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every subject field of every entry ingested or read
 def misspelled_subject_field(key: str) -> str | None:
     """The known subject field (``ledger.listing.SUBJECT_FIELDS``: the fields the policy judges — the route's
     backend, model and host, the campaign …) that the subject field ``key`` misspells (``misspelling_of``:

@@ -134,9 +134,14 @@ class LogRecord:
         }
 
     def to_bytes(self) -> bytes:
-        data = canonical_bytes(self.to_json())
-        if len(data) > MAX_RECORD_BYTES:
-            raise InputError(f"log record of {len(data)} bytes exceeds {MAX_RECORD_BYTES} bytes")
+        # made once per record (the sequencer's leaf, the receipt's body and its JSON each ask): the
+        # record is frozen, so its bytes are too
+        data: bytes | None = self.__dict__.get("_bytes")
+        if data is None:
+            data = canonical_bytes(self.to_json())
+            if len(data) > MAX_RECORD_BYTES:
+                raise InputError(f"log record of {len(data)} bytes exceeds {MAX_RECORD_BYTES} bytes")
+            object.__setattr__(self, "_bytes", data)
         return data
 
     def leaf(self) -> bytes:
@@ -451,10 +456,31 @@ def _check_key_name(name: str) -> None:
         raise InputError(f"{name!r} cannot be a signed-note key name (no spaces or '+')")
 
 
-def _sign_note(body: str, key: SigningKey, name: str) -> str:
+# (name, id of the key) -> (the key, its signed-note key hash under that name): the log key signs a receipt
+# per append, and deriving its public key and hash again each time cost more than the signature. The key
+# object is kept beside its hash, so its id cannot name another key while the entry is here.
+_NOTE_SIGNERS: dict[tuple[str, int], tuple[SigningKey, bytes]] = {}
+_NOTE_SIGNERS_KEPT = 64
+
+
+def _note_signer_hash(name: str, key: SigningKey) -> bytes:
+    """``note_key_hash(name, key.public)``, derived once per (name, key) this process signs with (the
+    name's check, ``_check_key_name``, with it)."""
+    got = _NOTE_SIGNERS.get((name, id(key)))
+    if got is not None and got[0] is key:
+        return got[1]
     _check_key_name(name)
+    digest = note_key_hash(name, key.public)
+    if len(_NOTE_SIGNERS) >= _NOTE_SIGNERS_KEPT:
+        _NOTE_SIGNERS.clear()
+    _NOTE_SIGNERS[(name, id(key))] = (key, digest)
+    return digest
+
+
+def _sign_note(body: str, key: SigningKey, name: str) -> str:
+    key_hash = _note_signer_hash(name, key)
     sig = key.sign(body.encode())
-    line = base64.b64encode(note_key_hash(name, key.public) + sig).decode()
+    line = base64.b64encode(key_hash + sig).decode()
     return f"{body}\n\u2014 {name} {line}\n"
 
 

@@ -308,6 +308,9 @@ class Ledger:
         self._keyring_chain = GENESIS_PREV  # chain hash of the last entry the cached keyring folded
         self._log_key: SigningKey | None = None
         self._published: tuple[int, float] | None = None  # (size, monotonic time) this process published
+        # (size, monotonic time it was published) of the newest checkpoint the database stored when the
+        # sequencer last asked and it was not yet due (``_publish_due``)
+        self._newest_seen: tuple[int, float] | None = None
         self._witnesses: WitnessSubmitter | None = None  # created on the first publication with witnesses
         self._readers = threading.local()  # each thread's read-only policy ledger (``_policy_reads``)
         # The keyring cache is shared by request threads of one server process (the tree is not cached:
@@ -913,7 +916,7 @@ class Ledger:
                     if not admitted:
                         return False
                     try:  # a fork gets no receipt: nothing is written
-                        held = self._guard_head(conn, head)
+                        held = self._guard_head(conn, head, since)
                     except LedgerError as e:  # the home's fault, never the entries' (``_raise_home_fault``)
                         _raise_home_fault(e)
                     plan = self._append_locked(conn, admitted, head, present, since)
@@ -1964,7 +1967,9 @@ class Ledger:
             self._kept = (read, floor, pending, unplaced)
             return {i: set(ks) for i, ks in pending.items()}, list(unplaced)
 
-    def _guard_head(self, conn: sa.Connection, head: Head | None) -> Checkpoint | None:
+    def _guard_head(
+        self, conn: sa.Connection, head: Head | None, since: KeysSince | None = None
+    ) -> Checkpoint | None:
         """``_refuse_fork`` for the sequencer, in its transaction, before it appends (the receipts of what
         it appends are signed under the log's key). Cheap where nothing moved: a head this process left
         (or one after it whose chain still holds the entry it left at) extends what was proved; only a
@@ -1976,7 +1981,12 @@ class Ledger:
         them, so nothing is signed over a rewrite): checking them at every append looks each up again in
         the database and cost 2.5x (a server) to 3.8x (home-bound) per append with 200 kept past the held
         checkpoint, the file check itself ≤ 0.1 ms (bench/bench_receipts_check.py,
-        bench/results/receipts_check.json)."""
+        bench/results/receipts_check.json).
+
+        ``since``: what the sequencer read in its round trip (``LogRepo.sequence``); where it starts where
+        this process left the head, its chain hash there is the one this check compares (read after the
+        lock, in the same transaction): no further round trip while every appender waits on the lock —
+        the common case with two replicas, each finding the head the other moved."""
         held = self.held()
         key = _held_key(held)
         size, chain = (0, GENESIS_PREV) if head is None else (head.seq + 1, str(head.chain_hash))
@@ -1987,7 +1997,12 @@ class Ledger:
             memo is not None
             and memo[:2] == key
             and 0 < memo[2] <= size
-            and self.repo.chain_at(conn, memo[2] - 1) == memo[3]
+            and (
+                since.chain
+                if since is not None and since.start == memo[2]
+                else self.repo.chain_at(conn, memo[2] - 1)
+            )
+            == memo[3]
         ):
             self._refuse_fork(conn, held)  # a home that holds none: the checkpoint the database stores
         self._extends = (*key, size, chain)
@@ -2268,12 +2283,16 @@ class Ledger:
         """Whether the sequencer publishes after this append: every ``CHECKPOINT_EVERY`` entries, or when
         the newest published checkpoint is older than ``CHECKPOINT_INTERVAL_S`` (or there is none).
 
-        This process's own last publication answers "not yet" without a query; the database's newest
-        checkpoint (another replica's too) decides otherwise."""
-        mine = self._published
+        This process's own last publication answers "not yet" without a query, and so does the newest one
+        the database stored (another replica's) once read, until it is as old as the interval or
+        ``CHECKPOINT_EVERY`` entries behind: the query is made inside the appenders' lock, so a replica
+        asking it at every group while the other's checkpoint was fresh held every appender up by a round
+        trip. The database's newest checkpoint decides otherwise."""
         interval = checkpoint_interval_s()
-        if mine is not None and size - mine[0] < CHECKPOINT_EVERY and time.monotonic() - mine[1] < interval:
-            return False
+        now = time.monotonic()
+        for known in (self._published, self._newest_seen):
+            if known is not None and size - known[0] < CHECKPOINT_EVERY and now - known[1] < interval:
+                return False
         last = self.repo.latest_checkpoint(conn)
         if last is None:
             return True
@@ -2282,7 +2301,12 @@ class Ledger:
         if size == int(last.size):
             return False
         age = (now_utc() - parse_time(last.created_at)).total_seconds()
-        return age >= interval
+        if age >= interval:
+            return True
+        # not due until it is ``interval`` old (by this clock: a publisher's clock ahead of this one's
+        # counts from now, never from the future)
+        self._newest_seen = (int(last.size), now - max(age, 0.0))
+        return False
 
     # --- C2SP tlog-tiles ---------------------------------------------------------------------------
 
