@@ -96,7 +96,8 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
     rev = "1" * 40
     head: list[tuple[dict[str, Any], str]] = [
         (
-            # the campaign's job: its approved spec binds the model id the engine must serve
+            # the campaign's job: its approved spec binds the model id the engine must serve, and the
+            # interpreter the engine runs under (its env snapshot's below: the host gate, fix 164)
             statement(
                 "job",
                 subj,
@@ -105,7 +106,13 @@ def campaign_statements(n: int, keys: dict[str, SigningKey], job_id: str) -> lis
                     "state": "running",
                     "started_at": format_time(t),
                     "lease_seconds": 172800.0,  # the harness results are logged a day on
-                    "spec": {"bindings": {"served_name": "bench-model", "request_token_ids": "false"}},
+                    "spec": {
+                        "bindings": {
+                            "served_name": "bench-model",
+                            "request_token_ids": "false",
+                            "engine_python": "/opt/vllm/bin/python",
+                        }
+                    },
                 },
                 t,
             ),

@@ -124,13 +124,14 @@ from ledger.policy.acceptance import (
     ENGINE_CONFIG_BINDING,
     stop_cut_tolerance,
 )
-from ledger.policy.names import endpoint_problem
+from ledger.policy.names import ENGINE_PYTHON, endpoint_problem
 from ledger.recorder import Recorder
 from ledger.signatures import FailureClass, Signature, load_signatures, unanswered_error
 
 __all__ = [
     "BOUND_KEYS",
     "ENGINE_CONFIG",
+    "ENGINE_PYTHON",
     "ENGINE_VERSION",
     "NOT_BOUND",
     "REQUEST_TOKEN_IDS",
@@ -431,6 +432,9 @@ NOT_BOUND = {
     "review PASS credits the job's results only where it names this commit (acceptance.produced_at)",
     REQUEST_TOKEN_IDS: "whether the benchmark asked the engine for token ids (true/false): judged by the "
     "policy's spec-mismatch rule (c1 parity compared by), never taken from the result's own bounds",
+    ENGINE_PYTHON: "the interpreter the engine runs under (its env snapshot's, its {python}): judged by the "
+    "host-prerequisites gate — an env snapshot counts only of the interpreter the job's spec binds, and a "
+    "launch that records another is not the job's (a launch of an older job records none: not compared)",
 }
 
 # --- the campaign file ----------------------------------------------------------------------------------
@@ -2569,6 +2573,13 @@ class CampaignRunner:
         copy.write_text(clean, encoding="utf-8")
         return copy, n
 
+    def _engine_python(self) -> str:
+        """The interpreter the engine runs under (``ENGINE_PYTHON``): ``[engine] python``, else this one —
+        as ``engine_env`` records it in the job's env snapshot (its ``interpreter``), and as each launch's
+        ``{python}`` is filled. The job's spec and its launches bind it; one text, so the host gate can
+        compare the snapshot with it exactly."""
+        return str(self.c.python or sys.executable)
+
     def _engine_config(self) -> str:
         """This job's ``engine_config`` binding (``engine_config_digest``), computed once: the job's spec and
         each of its launches bind the same value."""
@@ -2600,6 +2611,10 @@ class CampaignRunner:
                 "hostname": socket.gethostname(),
                 # the engine version every launch must be bound to (detected; absent when none was)
                 **({ENGINE_VERSION: self.engine_version} if self.engine_version is not None else {}),
+                # the interpreter the engine runs under: the one whose version was read, whose env snapshot
+                # the host step records and that fills each launch's {python} — the host-prerequisites gate
+                # counts an env snapshot only of this interpreter (another one says nothing of the engine)
+                ENGINE_PYTHON: self._engine_python(),
                 # how the engine is launched (every attempt's argv and environment): every launch binds it
                 ENGINE_CONFIG: self._engine_config(),
                 # whether the benchmark asks the engine for token ids: the policy reads what c1 parity
@@ -3131,7 +3146,7 @@ class CampaignRunner:
         values = {
             # the interpreter whose version was read (``engine_env``: this one where [engine] python is
             # left out), not whichever ``python3`` the launch's PATH finds
-            "python": self.c.python or sys.executable,
+            "python": self._engine_python(),
             "model": str(self.c.model_path),
             "port": str(port),
             "host": e.host,
@@ -3144,6 +3159,8 @@ class CampaignRunner:
             "engine": e.kind,
             "model_path": str(self.c.model_path),
             "attempt": attempt.name,
+            # the interpreter this launch's engine runs under, as the job's spec binds it (``ENGINE_PYTHON``)
+            ENGINE_PYTHON: self._engine_python(),
             **self._model_bindings,
         }
         if self.engine_version is not None:

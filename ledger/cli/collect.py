@@ -198,7 +198,11 @@ def host_cmd(
         list[str] | None,
         typer.Option(
             "--engine-python",
-            help="Interpreter of an engine's virtualenv to snapshot (repeatable; default: this interpreter).",
+            help=(
+                "Interpreter of an engine's virtualenv to snapshot (repeatable; default: this interpreter — "
+                "the ledger's own). With --campaign, name the interpreter the campaign's engine runs under: "
+                "its host-prerequisites gate counts a snapshot only of that one."
+            ),
         ),
     ] = None,
     path: Annotated[
@@ -215,9 +219,20 @@ def host_cmd(
     """Record host.probe (OS, kernel, WSL2, GPUs, disks, Python) and env.snapshot (engines, pip freeze)."""
     from ledger.collectors.gpu import scan_gpus
     from ledger.collectors.host import engine_env, host_probe
+    from ledger.policy.names import ENGINE_PYTHON
 
     rec = _recorder(home, key, server, token)
     subj = _subject(campaign, subject)
+    if not engine_python and subj["campaign"] != "adhoc":
+        # the snapshot the campaign's host gate counts is of the interpreter its engine runs under (fix 164):
+        # this one's is recorded as asked, and says nothing of that engine unless the engine ran under it
+        warn(
+            f"no --engine-python: the env snapshot recorded is of this interpreter ({sys.executable}), the "
+            f"ledger's own, not necessarily that of the engine of campaign {subj['campaign']!r}: its "
+            f"host-prerequisites gate counts it only where the campaign's job binds this interpreter "
+            f"(spec.bindings.{ENGINE_PYTHON}) or, binding none, a launch of the campaign ran it (an item of "
+            f"its recorded command) — pass `--engine-python PATH` with the interpreter the engine runs under"
+        )
     disks = [("ledger", home_path(home))] + [("path", p) for p in path or []]
     scan = scan_gpus()
     hp = host_probe(disks, gpu_scan=scan)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENGINES_OF_ANY_BACKEND",
+    "ENGINE_PYTHON",
     "HARNESS_GATES",
     "HARNESS_OTHER_ENDPOINT",
     "endpoint_key",
@@ -31,6 +32,13 @@ __all__ = [
 ]
 
 ENGINES_OF_ANY_BACKEND = "engines_of_any_backend"  # the param naming engines that name no engine family
+# The interpreter the campaign's engine runs under, as the job's approved spec binds it
+# (``spec.bindings.engine_python``, the manifest's key; each launch records it in its bindings too): the
+# collector (``collectors/campaign.py``, ``ledger collect run``) reads the engine's version and records the
+# job's ``env.snapshot`` in it and fills a launch's ``{python}`` with it; the qualification's
+# host-prerequisites gate counts an env snapshot only of it (``manifest.engine_python``; its CEL spells the
+# key, ``tests/policy/test_fix164_*`` holds the two equal). One name for both sides (fix 164, issue 11).
+ENGINE_PYTHON = "engine_python"
 # The gates whose results the harnesses record (``collectors/semantic.py``, ``collectors/benchmark.py``):
 # each measured an endpoint and records which (``bounds.endpoint``)
 HARNESS_GATES = frozenset({"semantic", "benchmark"})

@@ -515,7 +515,9 @@ def seed_campaign(dep: Deployment) -> dict[str, Any]:
             subj,
             {
                 "engine": "vllm",
-                "command": ["vllm", "serve"],
+                # no job binds the engine's interpreter: the launch names the one it ran, the env
+                # snapshot's (the host gate counts the snapshot by it, fix 164)
+                "command": ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"],
                 "started_at": "2026-09-10T09:00:00Z",
                 "ready": False,
                 "bindings": {"model_revision": rev, "model_repo": subj["model"]},

@@ -1886,6 +1886,9 @@ def test_a_launch_without_a_job_is_judged_to_its_own_end(tmp_path: Path) -> None
         e.get("refs", {}).pop("job", None)
     launch = entry(es, "launch")["payload"]
     launch["engine"] = launch["bindings"]["engine"] = "native"
+    # no job binds the engine's interpreter: the launch's command names the one it ran, the env snapshot's
+    # (the host gate counts the snapshot by it, fix 164)
+    launch["command"] = [entry(es, "env")["payload"]["interpreter"], "-m", "native_adapter"]
     # it ended after its last probe (10:02:00): a probe after its end would be after-launch-end
     entry(es, "launch")["payload"]["ended_at"] = "2026-09-10T10:02:30Z"
     es.append(_host_health_log("2026-09-10T10:03:00Z"))

@@ -74,7 +74,8 @@ def test_the_baseline_passes_on_the_probe_and_the_snapshot_beside_it(tmp_path: P
     v = verdict_of(tmp_path, qualified_entries())
     assert v["verdict"] == "QUALIFIED"
     names = {v["_names"][i] for i in _host_gate(v)["evidence"]}
-    assert names == {"host", "env"}
+    # … and the campaign's launch: which interpreter the engine ran, where the job binds none (fix 164)
+    assert names == {"host", "env", "launch"}
 
 
 def test_the_snapshot_dropped_the_probe_alone_never_passes(tmp_path: Path) -> None:

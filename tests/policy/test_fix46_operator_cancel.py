@@ -25,11 +25,11 @@ POLICY_DIR = REPO / "policies"
 FIXTURES = POLICY_DIR / "fixtures"
 QUAL = FIXTURES / "backend-qualification" / "operator-cancel-before-ready.toml"
 # the approved spec of QUAL's first job: a second job of the campaign binds it too (one binding none
-# conflicts with it: fix117)
+# conflicts with it: fix117), the engine's interpreter included (fix 164)
 SPEC = (
     '{ bindings = { engine = "vllm", engine_version = "0.32.0", '
     'model_revision = "1111111111111111111111111111111111111111", '
-    'served_name = "m", hostname = "gpu-box-1" } }'
+    'served_name = "m", hostname = "gpu-box-1", engine_python = "/opt/engine/bin/python" } }'
 )
 ROUTE = FIXTURES / "routing-change" / "operator-cancel-no-standing-failure.toml"
 

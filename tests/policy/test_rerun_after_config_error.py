@@ -72,6 +72,8 @@ def _first_run(how: str = "config") -> list[dict[str, Any]]:
                     "served_name": "m",
                     "hostname": "gpu-box-1",
                     "request_token_ids": "false",
+                    # the interpreter the engine runs under, as the fixed run's job binds it (fix 164)
+                    "engine_python": "/opt/vllm/bin/python",
                 }
             },
         },
