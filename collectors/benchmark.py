@@ -81,7 +81,12 @@ from ledger.entries import (
 )
 from ledger.errors import ConfigError, LedgerError
 from ledger.hashing import blake3_hex, parse_digest
-from ledger.policy.acceptance import request_timed_out  # the policy reads the stored record by it too
+from ledger.policy.acceptance import (  # the policy reads the stored record by these too
+    CUT_OUTCOMES,
+    cut_decided,
+    figures_decided,
+    request_timed_out,
+)
 from ledger.policy.bounds import (  # the figure names: one grammar, read by the policy loader too
     DISTRIBUTION_METRICS,
     DISTRIBUTION_STATS,
@@ -1815,6 +1820,16 @@ class EngineHold:
                 return why
         return None
 
+    def harness_spanned(self, start: float, end: float) -> str | None:
+        """The hold of the harness a request or a level timed from ``start`` to ``end`` (perf_counter) spans —
+        one that began before it ended and ended after it began: its timing holds the hold (fix 166) — or
+        None."""
+        self.harness_gap()
+        for (held_from, held_to), why in zip(self._gaps, self._gap_reasons, strict=True):
+            if held_from < end and held_to > start:
+                return why
+        return None
+
     def _engine(self, fresh: bool = False) -> list[int]:
         assert self.processes is not None
         now = time.monotonic()
@@ -2050,11 +2065,20 @@ async def _run_level(
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault = True
                 rec.error += " (the engine is no longer alive)"
+            sent = origin + rec.start_s
             held = (
-                (hold.since(began) or hold.harness_held(due)) if hold is not None and timed_out(rec) else None
+                (
+                    hold.since(began)
+                    or hold.harness_held(due)
+                    or hold.harness_spanned(sent, time.perf_counter())
+                )
+                if hold is not None and timed_out(rec)
+                else None
             )
             if held is not None:  # timed out in a hold from outside: no slowness or hang of the engine's
-                rec.error = f"{rec.error}; {held}"
+                # the run cut it (fix 166): its timing spans the hold, so it is neither slow nor an error of
+                # the engine's — counted in counts.cut, never in errors the policy holds against the engine
+                rec.error = f"{CUT} {held} (it timed out in the hold: {rec.error})"
                 stop.operator(f"{held} during c{level} repetition {repetition}")  # unless stopped already
                 for t in tasks:
                     if t is not asyncio.current_task():
@@ -2123,6 +2147,13 @@ async def _run_level(
             stop.reason = expired
             stop.outcome = LEASE_EXPIRED
     await asyncio.gather(*tasks, return_exceptions=True)
+    if hold is not None and stop.reason is None and records:
+        # every request answered, but the harness was held while they ran (answers waiting unread, read as it
+        # ran again): their timing spans the hold — the level is no complete level (fix 166)
+        ends = [r.end_s for r in records if r.end_s is not None]
+        began_s = min(r.start_s for r in records)
+        if (held := hold.harness_spanned(origin + began_s, origin + max(ends, default=began_s))) is not None:
+            stop.operator(f"{held} during c{level} repetition {repetition}")
     watcher.cancel()
     if clock is not None:
         clock.cancel()
@@ -2462,6 +2493,28 @@ def benchmark_gate_payload(
     }
     for level in spec.concurrency:
         counts[f"completed@c{level}"] = sum(1 for r in result.records if r.ok and r.level == level)
+    if result.aggregate is None and result.outcome in CUT_OUTCOMES:
+        # what the engine failed before a cut from outside that already decides the gate, by the policy's
+        # own test (``cut_decided``; the lease's error count is worded above): the spec's bounds as its params
+        spec_params = {
+            "benchmark_max": {
+                k: b["max"] for k, b in bounds.items() if isinstance(b, Mapping) and "max" in b
+            },
+            "benchmark_requests": spec.requests_per_level,
+            "benchmark_repetitions": spec.repetitions,
+            "benchmark_concurrency": list(spec.concurrency),
+        }
+        stored = [r.to_json() for r in result.records]
+        shown = {
+            "counts": counts,
+            "bounds": {"outcome": result.outcome, "concurrency": list(spec.concurrency)},
+        }
+        if result.outcome == LEASE_EXPIRED:
+            decided = "; ".join(figures_decided(stored, spec_params, result.held or None)) or None
+        else:
+            decided = cut_decided({"gate": "benchmark", **shown}, spec_params, stored)
+        if decided is not None:
+            reasons.append(f"decided before the cut: {decided}")
     payload: dict[str, Any] = {
         "gate": "benchmark",
         "status": "failed" if reasons else "passed",

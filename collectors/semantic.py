@@ -87,7 +87,11 @@ from ledger.collectors.corpus import ChatMessage, CorpusId, chat_messages, corpu
 from ledger.entries import format_time, validate_payload
 from ledger.errors import CanonicalJsonError, ConfigError, PolicyError
 from ledger.hashing import blake3_hex, parse_digest
-from ledger.policy.acceptance import request_timed_out  # the policy reads the stored record by it too
+from ledger.policy.acceptance import (  # the policy reads the stored record by these too
+    CUT_OUTCOMES,
+    cut_decided,
+    request_timed_out,
+)
 from ledger.policy.conditions import Condition, compile_condition
 from ledger.recorder import Recorder
 
@@ -586,7 +590,17 @@ async def run_semantic_async(
                 break
             if not rec.fault and rec.error is not None and engine_alive is not None and not engine_alive():
                 rec.fault, rec.error = True, rec.error + " (the engine is no longer alive)"
-            held = (hold.since(began) or hold.harness_held(due)) if timed_out(rec) else None
+            # a timeout whose deadline fell in a hold of the harness, or whose request's timing spans one (fix
+            # 166: the hold ate the time it had), is the hold's
+            held = (
+                (
+                    hold.since(began)
+                    or hold.harness_held(due)
+                    or hold.harness_spanned(origin + rec.start_s, time.perf_counter())
+                )
+                if timed_out(rec)
+                else None
+            )
             if held is not None:  # timed out in a hold from outside: no slowness or hang of the engine's
                 outcome, stopped = "operator-stop", f"{held} during item {item.id}"
                 rec.error = f"{rec.error}; {held}"
@@ -782,6 +796,16 @@ def semantic_gate_payload(
             unreached := _threshold_unreachable(result, failed, min_score)
         ):
             reasons.append(unreached)
+        elif result.outcome in CUT_OUTCOMES and result.outcome != LEASE_EXPIRED:
+            # what failed before an operator's stop, a hold or a refusal that already decides the gate, by the
+            # policy's own test (fix 166): the run withholds credit, never what the engine failed
+            shown_counts = {"items": result.total, "failed": len(failed)}
+            decided = cut_decided(
+                {"gate": "semantic", "bounds": {"outcome": result.outcome}, "counts": shown_counts},
+                {"semantic_min_score": min_score},
+            )
+            if decided is not None:
+                reasons.append(f"decided before the cut: {decided}")
     elif score < min_score:
         shown = ", ".join(i.id for i in failed[:10]) + (" …" if len(failed) > 10 else "")
         reasons.append(

@@ -2478,6 +2478,13 @@ def _derive(
       (``counts.timed_out``, read back from its per-request record) are the hold's whatever its fault kind
       (rule stopped-from-outside). False otherwise — a launch not held (an outside SIGTERM, a hang) keeps
       its timeouts.
+    * ``cut_decided`` — for a ``gate.result`` of a harness run cut short from outside the engine
+      (``bounds.outcome`` one of ``CUT_OUTCOMES``: an operator's stop or a hold from outside, its lease, the
+      campaign's configuration): where what the engine failed before the cut already decides its gate, why
+      (``cut_decided``: the semantic items failed, the benchmark's errors less those the cut made, a bounded
+      figure its level runs completed before the cut already fail, judged over its stored
+      ``benchmark-requests.jsonl``); None otherwise. The rules of those outcomes count such a run against
+      the engine by it — one test, not a CEL expression copied into each.
     * ``newer_run`` — set by ``_mark_newer_runs`` once ``filter_evidence`` knows which results a rule
       withdraws.
     * ``gpu_events`` — for a ``kernel.log``, one fact per recorded event (``fault_class``, ``code``,
@@ -2547,6 +2554,8 @@ def _derive(
         if kind == "gate.result":
             # a context refusal resting on a request's size alone waits for its launch (``_refusals``)
             derived["artifact_problem"] = _harness_artifact_problem(e, store, params or {})
+            # what the engine failed before a cut from outside that already decides its gate (fix 166)
+            derived["cut_decided"] = _cut_decided_of(e, store, params or {})
         if kind == "kernel.log":
             recorded = host_events.by_entry.get(e.id, [])
             derived["gpu_events"] = [fact for _, fact in recorded]
@@ -4474,6 +4483,206 @@ def request_timed_out(timed_out: Any, error: Any, http_status: Any) -> bool:
     (``_requests_shown``): an engine held from outside times out every request in flight (rule
     ``stopped-from-outside``)."""
     return timed_out is True and isinstance(error, str) and request_unanswered(True, True, http_status)
+
+
+# The outcomes of a harness run cut short from outside the engine — an operator's signal, a hold from outside
+# (``operator-stop``: collectors.benchmark.EngineHold, the engine or the harness itself held), its own lease
+# (``lease-expired``), a request refused for the campaign's configuration (``config``) — as the harness
+# records them (bounds.outcome). Such a run withholds credit, never evidence: ``cut_decided``.
+CUT_OUTCOMES = ("operator-stop", "lease-expired", "config")
+# the latency distributions a bound may name whose values are one per request (itl_ms is one per token: how
+# many a request not measured would add cannot be told, so nothing of it is decided before a cut)
+_PER_REQUEST_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def _whole(v: Any) -> int | None:
+    return v if type(v) is int and v >= 0 else None
+
+
+def _number(v: Any) -> float | None:
+    ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+    return float(v) if ok else None
+
+
+def _ended_by(r: Mapping[str, Any]) -> datetime | None:
+    """When a stored benchmark request ended, on the collector's clock: its ``started_at`` plus its
+    ``end_s - start_s``; None where it cannot be told."""
+    start, end, at = _number(r.get("start_s")), _number(r.get("end_s")), r.get("started_at")
+    if start is None or end is None or not isinstance(at, str) or end < start:
+        return None
+    try:
+        return parse_time(at) + timedelta(seconds=end - start)
+    except (LedgerError, ValueError):
+        return None
+
+
+def figures_decided(
+    records: Iterable[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    held: Any = None,
+) -> list[str]:
+    """The bounded figures (``params.benchmark_max``: a latency distribution of one request each,
+    ``_PER_REQUEST_METRICS``) that a benchmark run cut short already fails whatever the requests it did not
+    measure would measure: each (repetition, level) run of ``records`` (the stored benchmark-requests.jsonl)
+    whose every request the approved spec asks (``params.benchmark_requests``) is recorded and none cut
+    (``request_cut``) is complete; of a level's complete runs, the values of its completed requests, and
+    every other request of the approved spec's level (requests x repetitions) taken at 0 — the best any could
+    do — give the least the figure can be (a percentile never falls below the value at the rank that many
+    zeros leave; a mean never below their sum over that many). Above the bound: decided. ``held``: the run's
+    ``bounds.held_from_outside`` — a run that did not end before the time each hold records the run last saw
+    none (``not_held_at``) is no complete run (its timing spans the hold), and a hold whose time cannot be
+    read leaves none. A run that records no whole-number level or repetition decides nothing."""
+    requests, repetitions = (
+        _whole(params.get("benchmark_requests")),
+        _whole(params.get("benchmark_repetitions")),
+    )
+    maxima = params.get("benchmark_max")
+    if not requests or not repetitions or not isinstance(maxima, Mapping):
+        return []
+    clear: list[datetime] = []  # the run must have ended by each of these
+    if held is not None:
+        if not isinstance(held, list):
+            return []
+        for h in held:
+            at = h.get("not_held_at") if isinstance(h, Mapping) else None
+            try:
+                clear.append(parse_time(at) if isinstance(at, str) else None)  # type: ignore[arg-type]
+            except (LedgerError, ValueError):
+                return []
+            if clear[-1] is None:
+                return []
+    runs: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
+    for r in records:
+        level, rep = r.get("level"), r.get("repetition")
+        if type(level) is not int or type(rep) is not int:
+            return []
+        runs.setdefault((rep, level), []).append(r)
+    complete: dict[int, list[Mapping[str, Any]]] = {}
+    for (_, level), rs in runs.items():
+        if len(rs) != requests or any(request_cut(r.get("error")) for r in rs):
+            continue
+        ends = [_ended_by(r) for r in rs]
+        if clear and (None in ends or any(t > c for t in ends for c in clear if t is not None)):
+            continue
+        complete.setdefault(level, []).extend(rs)
+    planned = requests * repetitions
+    out: list[str] = []
+    for name, limit in maxima.items():
+        head, at, level_text = str(name).partition("@c")
+        metric, _, stat = head.partition(".")
+        bound = _number(limit)
+        if not at or metric not in _PER_REQUEST_METRICS or bound is None or not level_text.isdigit():
+            continue
+        level = int(level_text)
+        done = [r for r in complete.get(level, []) if r.get("error") is None]
+        values = [v for r in done if (v := _number(r.get(metric))) is not None and v >= 0]
+        if not values or len(values) > planned:
+            continue
+        if stat == "mean":
+            least = sum(values) / planned
+        elif stat.startswith("p") and stat[1:].isdigit() and 0 < int(stat[1:]) < 100:
+            ranked = sorted(values + [0.0] * (planned - len(values)))
+            least = ranked[math.floor((planned - 1) * int(stat[1:]) / 100)]
+        else:
+            continue
+        if least > bound:
+            out.append(
+                f"{name} is at least {least:g} whatever the rest would measure, above the bound {bound:g} "
+                f"({len(values)} of the {planned} requests of c{level} measured in runs of the level that "
+                "completed before the cut)"
+            )
+    return out
+
+
+def cut_decided(
+    payload: Mapping[str, Any],
+    params: Mapping[str, Any],
+    records: Iterable[Mapping[str, Any]] | None = None,
+) -> str | None:
+    """For a harness run cut short from outside the engine (``bounds.outcome`` one of ``CUT_OUTCOMES``):
+    where what the engine failed before the cut already decides its gate, whatever the rest of the run would
+    show, why — else None (nothing decided: its rule withholds the credit, INCONCLUSIVE). The one test rules
+    operator-stopped, harness-lease-expired and harness-campaign-config count such a run against the engine
+    by (``e.derived.cut_decided``), and the harnesses word their reason by:
+
+    * semantic: the items that failed before the cut (``counts.failed``) leave fewer passing items possible
+      than ``params.semantic_min_score`` of its items (``counts.items``);
+    * benchmark: the requests the engine failed before it — ``counts.errors`` less ``counts.cut``, the
+      requests the harness itself cut (a stop cuts those of one level in flight: a cut above the largest of
+      ``bounds.concurrency`` excuses none), and for ``config`` ``counts.refused`` — exceed
+      ``params.benchmark_max.error_rate`` over every request of the approved spec; or a bounded figure its
+      complete level runs already fail (``figures_decided`` over ``records``, the stored per-request record:
+      None, none read).
+
+    A count left out or mistyped (not a whole number), or a param the policy does not set, decides nothing."""
+    bounds, counts = payload.get("bounds"), payload.get("counts")
+    if not isinstance(bounds, Mapping) or bounds.get("outcome") not in CUT_OUTCOMES:
+        return None
+    if not isinstance(counts, Mapping):
+        return None
+    outcome, gate = bounds["outcome"], payload.get("gate")
+    if gate == "semantic":
+        items, failed, score = _whole(counts.get("items")), _whole(counts.get("failed")), None
+        score = _number(params.get("semantic_min_score"))
+        if items is None or failed is None or score is None or not 0 < failed <= items:
+            return None
+        if items - failed >= score * items:
+            return None
+        return (
+            f"{failed} of its {items} items failed before the run was cut ({outcome}): at most "
+            f"{items - failed} can pass, below semantic_min_score {score:g} of them"
+        )
+    if gate != "benchmark":
+        return None
+    why: list[str] = []
+    errors, cut = _whole(counts.get("errors")), _whole(counts.get("cut"))
+    refused = _whole(counts.get("refused")) if outcome == "config" else 0
+    maxima = params.get("benchmark_max")
+    limit = _number(maxima.get("error_rate")) if isinstance(maxima, Mapping) else None
+    requests, repetitions = (
+        _whole(params.get("benchmark_requests")),
+        _whole(params.get("benchmark_repetitions")),
+    )
+    levels = params.get("benchmark_concurrency")
+    approved = isinstance(levels, list) and requests is not None and repetitions is not None
+    levels_run = bounds.get("concurrency")
+    largest = (
+        max(levels_run)
+        if isinstance(levels_run, list) and levels_run and all(_whole(c) for c in levels_run)
+        else None
+    )
+    if None not in (errors, cut, refused, limit) and approved:
+        planned = requests * len(levels) * repetitions  # type: ignore[operator,arg-type]
+        excused = (cut if largest is not None and cut <= largest else 0) + refused  # type: ignore[operator]
+        if errors - excused > limit * planned:  # type: ignore[operator]
+            why.append(
+                f"{errors - excused} of the {planned} requests of the approved run failed before it was "  # type: ignore[operator]
+                f"cut ({outcome}): the error rate cannot stay within {limit:g} whatever the rest would do"
+            )
+    if records is not None:
+        why += figures_decided(records, params, bounds.get("held_from_outside"))
+    return "; ".join(why) or None
+
+
+def _cut_decided_of(e: Evidence, store: ArtifactStore | None, params: Mapping[str, Any]) -> str | None:
+    """``e.derived.cut_decided``: ``cut_decided`` of a ``gate.result``, a benchmark's figures judged over its
+    stored ``benchmark-requests.jsonl`` (read back once; named other than once, or unreadable: no figure is
+    decided — its counts still are)."""
+    bounds = e.payload.get("bounds")
+    if (
+        e.kind != "gate.result"
+        or not isinstance(bounds, Mapping)
+        or bounds.get("outcome") not in CUT_OUTCOMES
+    ):
+        return None
+    records: list[dict[str, Any]] | None = None
+    named = [a for a in e.artifacts if a.get("name") == _BENCHMARK_REQUESTS]
+    if e.payload.get("gate") == "benchmark" and store is not None and len(named) == 1:
+        try:
+            records = list(_artifact_records(store, named[0]))
+        except (_Unreadable, LedgerError):
+            records = None
+    return cut_decided(e.payload, params, records)
 
 
 def _context_refusal_unshown(

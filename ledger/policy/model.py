@@ -170,6 +170,7 @@ DERIVED_FIELDS: dict[str, Any] = {
     "gpus_gone": list[str],
     "gpus_gone_named": str,
     "artifact_problem": str | None,
+    "cut_decided": str | None,
 }
 
 

@@ -245,6 +245,8 @@ NO_DERIVED: dict[str, Any] = {
     "gpus_gone_named": "",
     # a harness result whose own stored artifact contradicts the counts it records (None: none found)
     "artifact_problem": None,
+    # a harness run cut from outside whose failures before the cut decide its gate (acceptance.cut_decided)
+    "cut_decided": None,
 }
 
 

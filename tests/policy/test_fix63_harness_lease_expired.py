@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ledger.policy.acceptance import cut_decided
 from ledger.policy.conditions import compile_condition
 from tests.policy.test_fail_closed import (
     counted_against,
@@ -111,7 +112,10 @@ def test_benchmark_engine_errors_before_the_cut_still_fail(tmp_path: Path) -> No
 
 
 def _holds(against: Any, payload: dict[str, Any], params: dict[str, Any]) -> bool:
-    return bool(against.holds({"e": {"payload": payload}, "params": params}))
+    # the rule reads the one test every cut outcome is judged by (fix 166: e.derived.cut_decided)
+    shown = {**payload, "bounds": {**payload.get("bounds", {}), "outcome": "lease-expired"}}
+    derived = {"cut_decided": cut_decided(shown, params)}
+    return bool(against.holds({"e": {"payload": payload, "derived": derived}, "params": params}))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ledger.answers import REFUSAL_PARAMS, REFUSALS, refusal
-from ledger.policy.acceptance import _counts_against
+from ledger.policy.acceptance import _counts_against, cut_decided
 from ledger.policy.conditions import compile_condition
 from ledger.policy.loader import load_policy
 from ledger.policy.snapshot import NO_DERIVED, Evidence, probe_ok
@@ -346,4 +346,7 @@ def test_campaign_config_counts_against_only_the_engines_own_failures(
 ) -> None:
     cond = compile_condition(rule["against"], "backend-qualification.toml")
     params = dict(rule["params"], semantic_min_score=1.0)
-    assert bool(cond.holds({"e": {"payload": payload}, "params": params})) is against
+    # the rule reads the one test every cut outcome is judged by (fix 166: e.derived.cut_decided)
+    shown = {**payload, "bounds": {"outcome": "config", "concurrency": [1, 4, 32]}}
+    derived = {"cut_decided": cut_decided(shown, params)}
+    assert bool(cond.holds({"e": {"payload": payload, "derived": derived}, "params": params})) is against
