@@ -3177,6 +3177,9 @@ class CampaignRunner:
             attempt_name=attempt.name,
             bindings=bindings,
             stop_cut_tolerance_s=stop_cut_tolerance(self.policy.params),
+            # a process at readiness running any engine's module is one of the engine's processes: its end
+            # while the leader runs on fails the launch (launch.py ``_engine_process``, fix 168)
+            engine_programs=tuple(_KIND_OF_PROGRAM),
         )
 
     def _gate_readiness(self) -> tuple[str, str | None, list[str], dict[str, int]]:

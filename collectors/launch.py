@@ -15,6 +15,12 @@ refused before the engine starts (``PortInUseError``), and when readiness is rea
 must belong to a process of the engine — else another server answered, and the launch fails readiness
 (``port-served-by-another-process``).
 
+The engine is more than its leader: at readiness the launch records its processes (pid, start time, command
+line) and which of them serve — the engine's own processes (``EngineRun._engine_process``). One of those that
+ends while the leader runs on, before the collector's own stop, ends the run as the engine's fault
+(``engine-process-ended``, ``PROCESS_ENDED``): a supervisor in front of the engine that serves on from a
+standby copy would hide it from every probe, and a native crash prints nothing.
+
 Linux only (process groups, ``/proc``, ``CLOCK_MONOTONIC`` shared across processes).
 """
 
@@ -38,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ledger.answers import ENGINE_PROGRAMS, command_program, skip_launchers
 from ledger.collectors import kernel, lease_keeper
 from ledger.collectors.lease_keeper import (
     LAUNCH_MARK,
@@ -46,6 +53,8 @@ from ledger.collectors.lease_keeper import (
     group_alive,
     keeper_margin,
     marked_processes,
+    proc_argv,
+    proc_start,
     proc_stats,
     stop_marked,
     stopped_processes,
@@ -73,8 +82,10 @@ from ledger.signatures import (
 )
 
 __all__ = [
+    "ENGINE_TITLES",
     "KILLED",
     "PORT_CONFLICT",
+    "PROCESS_ENDED",
     "READINESS_REFUSED",
     "RELEVANT_ENV_PREFIXES",
     "SUSPENDED",
@@ -130,6 +141,20 @@ KILLED = {
         "cannot tell the OOM killer from an operator"
     ),
 }
+# the line the collector adds to a launch's failure text where a process of the engine's set at readiness that
+# counts (``EngineRun.ready_processes``, ``_engine_process``) ended while the engine's leader ran on, before
+# the collector's own stop (signature `engine-process-ended` in signatures.toml matches it, class
+# runtime-fault): a supervisor that serves on from a standby copy hides such an end from every probe, and a
+# native crash without a fault handler logs nothing. Where the leader then ended on its own, its end decides
+# (an outside stop of the whole group ends its members first): the line is not added
+PROCESS_ENDED = (
+    "ledger-collector: a process of the engine ended after readiness while its leader ran on, before the "
+    "collector stopped it: {processes}"
+)
+# the process titles an engine gives its own processes (setproctitle, the head of ``/proc/PID/cmdline``):
+# vLLM's engine core and workers ("VLLM::EngineCore", "VLLM::Worker_TP0")
+ENGINE_TITLES = ("VLLM::",)
+PROCESS_CHECK_S = 0.5  # how often, at most, the watch of the leader also reads the engine's processes
 DRAIN_S = 1.0  # at most this long, before SIGTERM, for the engine's pipes to be read empty
 EXIT_POLL_S = 0.02  # how often the leader's end is polled where no pidfd can watch it (``_watch_exit``)
 
@@ -221,6 +246,10 @@ class LaunchSpec:
     # request in flight (``ledger.signatures.cut_within_stop``); None (``ledger collect launch``): none is
     # (the line stays the engine's own error; the policy judges the record with its own)
     stop_cut_tolerance_s: float | None = None
+    # the programs that are an engine's (past launchers, by ``ledger.answers.command_program``: an engine's
+    # own program or the module a Python interpreter runs), besides ``ENGINE_PROGRAMS`` and the leader's own:
+    # a process at readiness that runs one of them is one of the engine's processes (``_engine_process``)
+    engine_programs: tuple[str, ...] = ()
 
 
 _LOCAL_HOSTS = ("localhost", "::1", "0.0.0.0", "::", "")  # noqa: S104 (names, compared)
@@ -303,6 +332,55 @@ def port_holder(port: int) -> str | None:
         return None
     owners = socket_owners({ino for ino, _ in socks})
     return _describe(sorted({pid for pids in owners.values() for pid in pids}), [uid for _, uid in socks])
+
+
+def listening_tcp() -> dict[int, int] | None:
+    """Socket inode → TCP port of every socket in LISTEN state (IPv4 and IPv6) in this network namespace;
+    None when ``/proc/net/tcp`` cannot be read."""
+    found: dict[int, int] = {}
+    readable = False
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text(encoding="ascii", errors="replace").splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            f = line.split()
+            if len(f) < 10 or f[3] != "0A":  # 0A: TCP_LISTEN
+                continue
+            with contextlib.suppress(ValueError):
+                found[int(f[9])] = int(f[1].rsplit(":", 1)[1], 16)
+    return found if readable else None
+
+
+def held_ports(pid: int, listeners: Mapping[int, int]) -> list[int]:
+    """The TCP ports of ``listeners`` (``listening_tcp``) whose socket process ``pid`` holds open."""
+    ports: set[int] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            ino = _int(target[8:-1])
+            if ino is not None and ino in listeners:
+                ports.add(listeners[ino])
+    return sorted(ports)
+
+
+def program_of(argv: list[str]) -> str | None:
+    """The program ``argv`` runs past the launchers in front of it (``skip_launchers``): an engine's own
+    program by basename, or the module a Python interpreter runs (``command_program``); None for a script,
+    code, a launcher that cannot be read or another program."""
+    launch = skip_launchers(argv)
+    if launch.problem is not None or launch.program >= len(argv):
+        return None
+    return command_program(argv[launch.program :])[0]
 
 
 class _Tee(threading.Thread):
@@ -416,6 +494,13 @@ class EngineRun:
         self.port_conflict: str | None = None  # another process answered readiness on the engine's port
         self.readiness_refused: str | None = None  # the engine answered readiness 401/403 (READINESS_REFUSED)
         self.survivors: list[dict[str, Any]] = []  # marked processes still running after the group's stop
+        # the engine's processes at readiness but its leader (``_note_ready_processes``): pid, start (so a
+        # reused pid is another process), cmdline, and ``counted`` — why it is one of the engine's processes,
+        # None for a helper whose end is its own; and each counted one seen gone while the leader ran on,
+        # before the collector's own stop (``_check_processes``), with when it was seen gone
+        self.ready_processes: list[dict[str, Any]] = []
+        self.processes_ended: list[dict[str, Any]] = []
+        self._processes_read_at = 0.0
         self.lease_expired = False
         # the engine's processes found suspended from outside when the collector stopped it (SUSPENDED)
         self.suspended: list[dict[str, object]] = []
@@ -610,7 +695,7 @@ class EngineRun:
         try:
             while self.exited_at is None:
                 if fd is not None:
-                    ended = bool(select.select([fd], [], [], 0.5)[0])
+                    ended = bool(select.select([fd], [], [], PROCESS_CHECK_S)[0])
                 else:
                     ended = proc.poll() is not None
                     if not ended:
@@ -618,6 +703,8 @@ class EngineRun:
                 if ended:
                     with self._lock:
                         self.exited_at = now_utc()
+                elif time.monotonic() - self._processes_read_at >= PROCESS_CHECK_S:
+                    self._check_processes()  # one of the engine's processes ended: seen as it ends
         finally:
             if fd is not None:
                 os.close(fd)
@@ -633,9 +720,9 @@ class EngineRun:
                     begun = self.stop_reason is not None
                 if begun:
                     return
-                if self.alive() and self.spec.lease_ends_run and self.ready_state is not None:
+                if self.leader_alive() and self.spec.lease_ends_run and self.ready_state is not None:
                     self.stop("lease-end")
-                elif self.alive():
+                elif self.leader_alive():
                     self.lease_expired = True
                     self.stop("lease-expired")
                 return
@@ -659,8 +746,84 @@ class EngineRun:
             return "lease-expired"
         return None
 
-    def alive(self) -> bool:
+    def leader_alive(self) -> bool:
+        """The engine's leader process has not ended."""
         return self.proc is not None and self.proc.poll() is None
+
+    def alive(self) -> bool:
+        """The engine runs: its leader has not ended, and none of its processes at readiness that count has
+        (``processes_ended``, read again now: ``_check_processes``)."""
+        if not self.leader_alive():
+            return False
+        self._check_processes()
+        return not self.processes_ended
+
+    def _note_ready_processes(self) -> None:
+        """Record the engine's processes at readiness, its leader's aside (whose end ``proc`` shows): every
+        process of its group, session or launch mark (``engine_pids``), with its start time and command line,
+        and whether it is one of the engine's own processes (``_engine_process``)."""
+        assert self.proc is not None
+        listeners = listening_tcp() or {}
+        found: list[dict[str, Any]] = []
+        for pid in sorted(self.engine_pids() - {self.proc.pid}):
+            start, argv = proc_start(pid), proc_argv(pid)
+            if start is None or argv is None:  # gone already: nothing of it to watch
+                continue
+            found.append(
+                {
+                    "pid": pid,
+                    "start": start,
+                    "cmdline": cmdline(pid),
+                    "counted": self._engine_process(argv, held_ports(pid, listeners)),
+                }
+            )
+        with self._lock:
+            self.ready_processes = found
+
+    def _engine_process(self, argv: list[str], ports: list[int]) -> str | None:
+        """Why a process of the engine at readiness is one of the engine's own processes, whose end while
+        the leader runs on is the engine's fault; None for a helper whose end is its own. Counted: one that
+        gave itself an engine's process title (``ENGINE_TITLES``: vLLM's ``VLLM::EngineCore``); one that
+        listens on a TCP socket (a server: the engine's API server, a standby copy of it, a forwarder in
+        front of it); one that runs an engine's program (``program_of``: ``ENGINE_PROGRAMS``, the spec's
+        ``engine_programs``, or the program the leader's command runs — a copy of the leader). Not counted:
+        a helper at readiness that is none of these — torch's inductor compile workers (a script), Python's
+        multiprocessing resource tracker (``-c``), a compiler or ``ldconfig`` torch or triton runs — which
+        may end normally while the engine serves."""
+        head = argv[0].strip() if argv else ""
+        if head.startswith(ENGINE_TITLES):
+            return f"the engine's process title {head.split()[0]!r}"
+        if ports:
+            return "listening on TCP port " + ", ".join(str(p) for p in ports)
+        program = program_of(argv)
+        engines = {*ENGINE_PROGRAMS, *self.spec.engine_programs, program_of(list(self.spec.command))}
+        if program is not None and program in engines:
+            return f"running the engine's program {program}"
+        return None
+
+    def _check_processes(self) -> None:
+        """Read whether a counted process of the engine's set at readiness (``ready_processes``) has ended —
+        its pid gone, a zombie, or another process's (another start time: a pid reused) — while the leader
+        runs on and before the collector's own stop (``stop_sent_at``) or the lease keeper's; each one found
+        is added to ``processes_ended`` once, with when it was seen gone. An end seen after the leader's is
+        the leader's end's (not read)."""
+        self._processes_read_at = time.monotonic()
+        if self.proc is None or not self.ready_processes:
+            return
+        with self._lock:
+            if self.stop_sent_at is not None:
+                return
+            known = {p["pid"] for p in self.processes_ended}
+            watched = [p for p in self.ready_processes if p["counted"] is not None and p["pid"] not in known]
+        gone = [p for p in watched if proc_start(p["pid"]) != p["start"]]
+        if not gone or self.proc.poll() is not None or self.keeper_note.exists():
+            return
+        at = format_time(now_utc())
+        with self._lock:
+            if self.stop_sent_at is not None:
+                return
+            known = {p["pid"] for p in self.processes_ended}
+            self.processes_ended.extend({**p, "seen_gone_at": at} for p in gone if p["pid"] not in known)
 
     def wait_ready(self, should_stop: Callable[[], bool] | None = None) -> ReadyState:
         """Poll readiness until ready, the engine exits, or the lease expires (then the group is stopped)."""
@@ -693,6 +856,7 @@ class EngineRun:
                         self.ready_lines = {t.path.name: t.complete() for t in self._tees}
                     self.ready_state = last
                     self.time_to_ready_s = round(self.elapsed(), 3)
+                    self._note_ready_processes()
                     return last
                 time.sleep(self.spec.poll_interval)
 
@@ -849,6 +1013,7 @@ class EngineRun:
         stop marker after readiness: stopped from outside) is given the grace period to end on its own
         first: its end is then its own (``exited``, with the signal that ended it), not this stop's."""
         if self.proc is not None and self.proc.poll() is None:
+            self._check_processes()  # one of the engine's processes that ended before this stop
             self._note_suspended()
         if self.proc is not None and self.proc.poll() is None and self._stopping_already():
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -945,6 +1110,7 @@ class EngineRun:
             or bool(self.port_conflict)
             or bool(self.readiness_refused)
             or bool(self.suspended)
+            or self.process_ended_line() is not None
         )
 
     def classification(self) -> Classification:
@@ -974,6 +1140,9 @@ class EngineRun:
         killed = self.sigkill_line()
         if killed:  # the collector's own finding: who sent the SIGKILL, by the kernel log
             text += "\n" + killed
+        ended = self.process_ended_line()
+        if ended:  # the collector's own finding: a process of the engine ended while its leader ran on
+            text += "\n" + ended
         # the texts the collector handed the engine (its command as recorded: the model's path, a served
         # name) are the operator's words wherever the engine quotes them (ledger.signatures._within_given);
         # the recorded (redacted) command, so the policy engine reads the same values from the entry
@@ -1007,6 +1176,23 @@ class EngineRun:
         with self._lock:
             self.sigkill_cause = line
         return line
+
+    def process_ended_line(self) -> str | None:
+        """The ``PROCESS_ENDED`` line for the engine's processes seen gone while its leader ran on
+        (``processes_ended``), secrets of their commands redacted; None for none, and where the leader then
+        ended on its own (``stop_reason`` ``exited``): its end decides, as for an engine of one process."""
+        with self._lock:
+            ended, reason = list(self.processes_ended), self.stop_reason
+        if not ended or reason == "exited":
+            return None
+        red = self.redactor()
+        return PROCESS_ENDED.format(
+            processes=", ".join(
+                f"pid {p['pid']} ({red.text(str(p['cmdline']))[0][:200]}; {p['counted']}) gone at "
+                f"{p['seen_gone_at']}"
+                for p in ended
+            )
+        )
 
     def suspended_line(self) -> str:
         """The ``SUSPENDED`` line for the processes found suspended (secrets of their commands redacted)."""
@@ -1072,6 +1258,13 @@ class EngineRun:
         red = self.redactor()
         if self.failure_observed:
             details["failure_observed"] = red.text(self.failure_observed)[0]
+        if self.ready_state is not None:  # the engine's processes at readiness, and those seen gone after
+            details["engine_processes"] = [
+                {**p, "cmdline": red.text(str(p["cmdline"]))[0]} for p in self.ready_processes
+            ]
+            details["engine_processes_ended"] = [
+                {**p, "cmdline": red.text(str(p["cmdline"]))[0]} for p in self.processes_ended
+            ]
         if self.ended_at is not None:  # checked once the run was stopped: none, or each one found
             details["survivors"] = [
                 {"pid": sv["pid"], "cmdline": red.text(str(sv["cmdline"]))[0]} for sv in self.survivors

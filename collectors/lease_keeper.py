@@ -56,6 +56,8 @@ __all__ = [
     "keeper_margin",
     "main",
     "marked_processes",
+    "proc_argv",
+    "proc_start",
     "proc_stats",
     "stop_marked",
     "stopped_processes",
@@ -89,6 +91,27 @@ def stopped_processes(pids: Iterable[int]) -> list[int]:
         if rest is not None and rest[0] in ("T", "t"):
             found.append(pid)
     return found
+
+
+def proc_start(pid: int) -> str | None:
+    """When the live process ``pid`` started (``/proc/<pid>/stat`` starttime, clock ticks after boot): with
+    its pid, what names one process — a pid reused by a later process has another start. None when no
+    process of that pid can be read, or it has ended (a zombie awaiting its reaper, ``Z``/``X``)."""
+    rest = _stat(str(pid))
+    if rest is None or len(rest) < 20 or rest[0] in ("Z", "X"):
+        return None
+    return rest[19]
+
+
+def proc_argv(pid: int) -> list[str] | None:
+    """A process's arguments as ``/proc/<pid>/cmdline`` holds them (a title it set itself, such as vLLM's
+    ``VLLM::EngineCore``, is one item); None when it cannot be read, [] for a kernel thread or a zombie."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [a.decode("utf-8", errors="replace") for a in raw.rstrip(b"\0").split(b"\0")] if raw else []
 
 
 def cmdline(pid: int) -> str:
