@@ -28,11 +28,13 @@ __all__ = [
     "KILL_WINDOW_SLACK",
     "KernelRead",
     "KillCause",
+    "ProcessEnd",
     "classify_kernel_events",
     "kernel_payload",
     "last_reset",
     "parse_kernel_log",
     "parse_since",
+    "process_end",
     "read_kernel_log",
     "sigkill_cause",
 ]
@@ -80,21 +82,22 @@ def _mono_time(seconds: str, boot_time: datetime) -> str | None:
         return None
 
 
+def _stamped(line: str, boot_time: datetime | None) -> tuple[str | None, str]:
+    """(the line's time in UTC, or None where it has none that can be read; the line past its stamp)."""
+    m = _ISO.match(line)
+    if m is not None:
+        return _iso_time(m.group("t")), m.group("rest")
+    mm = _MONO.match(line)
+    if mm is not None:
+        return (_mono_time(mm.group("s"), boot_time) if boot_time is not None else None), mm.group("rest")
+    return None, line
+
+
 def _parse_line(raw: str, boot_time: datetime | None) -> dict[str, Any] | None:
     line = raw[:MAX_LINE].strip()
     if not line or not _GPU_HINT.search(line):
         return None
-    when: str | None = None
-    m = _ISO.match(line)
-    if m is not None:
-        when = _iso_time(m.group("t"))
-        line = m.group("rest")
-    else:
-        mm = _MONO.match(line)
-        if mm is not None:
-            line = mm.group("rest")
-            if boot_time is not None:
-                when = _mono_time(mm.group("s"), boot_time)
+    when, line = _stamped(line, boot_time)
     for kind, pat in EVENT_PATTERNS:
         pm = pat.search(line)
         if pm is None:
@@ -286,6 +289,12 @@ def _oom_events(read: KernelRead, since: datetime, until: datetime) -> list[OomF
     return facts
 
 
+def _oom_victim(facts: list[OomFact], pid: int) -> OomFact | None:
+    """The first of the OOM killer's lines ``facts`` that names ``pid`` as the process it killed (or
+    reaped); None for none — a line naming another pid, or the task that invoked it, is not ``pid``'s."""
+    return next((f for f in facts if f.kind in _OOM_VICTIM_KINDS and f.pid == pid), None)
+
+
 def sigkill_cause(pid: int, since: datetime, until: datetime, read: KernelRead | None = None) -> KillCause:
     """Who killed the engine whose leader process ``pid`` ran from ``since`` to ``until`` by SIGKILL, read
     from the kernel log (``read_kernel_log`` unless ``read`` is given) over that window widened by
@@ -297,13 +306,90 @@ def sigkill_cause(pid: int, since: datetime, until: datetime, read: KernelRead |
     if not read.readable:
         return KillCause("unread", read.reason or "not readable", read.source)
     facts = _oom_events(read, lo, hi)
-    mine = [f for f in facts if f.kind in _OOM_VICTIM_KINDS and f.pid == pid]
-    if mine:
-        return KillCause("oom-killer", mine[0].summary(), read.source)
+    mine = _oom_victim(facts, pid)
+    if mine is not None:
+        return KillCause("oom-killer", mine.summary(), read.source)
     if facts:
         named = list(dict.fromkeys(f.summary() for f in facts))
         more = f" (and {len(named) - 3} more)" if len(named) > 3 else ""
         return KillCause("host-out-of-memory", "; ".join(named[:3]) + more, read.source)
     return KillCause(
         "outside", f"no OOM-killer line from {format_time(lo)} to {format_time(hi)}", read.source
+    )
+
+
+# The kernel's line for a user process it ended on a fault of its own (arch/x86/mm/fault.c show_signal_msg,
+# arch/x86/kernel/traps.c; printed while /proc/sys/debug/exception-trace is 1, the default):
+#   "python3[12345]: segfault at 8 ip 00007f… sp 00007ff… error 4 in libc.so.6[7f…+1a5000] likely on CPU 3 …"
+#   "traps: python3[12345] general protection fault ip:7f… sp:7ff… error:0 in libc.so.6[…]"
+#   "traps: python3[12345] trap invalid opcode ip:7f… sp:7ff… error:0 in …" (a divide error, an int3 …)
+# The name in front of the pid is the task's comm (at most 15 characters, vLLM's "VLLM::EngineCor")
+_CRASH = re.compile(
+    r"(?:^|[\s:])(?P<process>[^\s\[\]]{1,16}?)\[(?P<pid>\d{1,10})\]:? "
+    r"(?P<what>segfault at [0-9a-fx]{1,20}|general protection fault|trap [a-z][a-z ]{0,40}?(?=\s+ip[: ]))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEnd:
+    """How the kernel log shows a process of the engine other than its leader (``pid``) ended, where the
+    collector saw it gone before the leader's end or its own stop (``process_end``):
+
+    * ``oom-killer`` — the OOM killer killed (or reaped) that pid: the host's memory failed under the engine;
+    * ``crashed`` — the kernel logged that pid's fault (a segfault, a general protection fault, a trap):
+      the engine's own crash;
+    * ``none`` — a readable kernel log holds neither for that pid in the window (an OOM-killer line that
+      names another pid is not this process's): how it ended is not shown;
+    * ``unread`` — the kernel log cannot be read.
+
+    ``text`` is what the kernel log shows (the OOM killer's line read by ``read_oom``, the fault's line)
+    or what it does not; ``source`` where it was read (journalctl, dmesg, none)."""
+
+    cause: str
+    pid: int
+    text: str
+    source: str
+
+
+def _crashes(read: KernelRead, since: datetime, until: datetime, pid: int) -> list[str]:
+    """The kernel's fault lines (``_CRASH``) for ``pid`` from ``since`` to ``until``, in order, each cut to
+    500 characters; a line without a time counts (it cannot be shown outside the window)."""
+    boot = boot_time() if read.source == "dmesg" else None
+    lo, hi = format_time(since), format_time(until)
+    found: list[str] = []
+    for raw in read.text.splitlines():
+        line = raw[:MAX_LINE].strip()
+        if not line or "[" not in line:
+            continue
+        when, rest = _stamped(line, boot)
+        m = _CRASH.search(rest)
+        if m is None or int(m.group("pid")) != pid or (when is not None and not lo <= when <= hi):
+            continue
+        found.append(rest[m.start("process") :][:500])
+    return found
+
+
+def process_end(pid: int, since: datetime, until: datetime, read: KernelRead | None = None) -> ProcessEnd:
+    """How a process of the engine other than its leader (``pid``), alive at ``since`` and seen gone by
+    ``until``, ended as the kernel log shows it (``read_kernel_log`` unless ``read`` is given), over that
+    window widened by ``KILL_WINDOW_SLACK`` each way as for the leader (``sigkill_cause``: the same reader,
+    the same OOM-killer lines): the OOM killer's kill of that pid first, then the kernel's fault line for it
+    (``ProcessEnd``). Only a line that names the pid counts: an OOM kill of another process is no kill of
+    this one."""
+    lo, hi = since - KILL_WINDOW_SLACK, until + KILL_WINDOW_SLACK
+    if read is None:
+        read = read_kernel_log(lo)
+    if not read.readable:
+        return ProcessEnd("unread", pid, read.reason or "not readable", read.source)
+    killed = _oom_victim(_oom_events(read, lo, hi), pid)
+    if killed is not None:
+        return ProcessEnd("oom-killer", pid, killed.summary(), read.source)
+    crashed = _crashes(read, lo, hi, pid)
+    if crashed:
+        return ProcessEnd("crashed", pid, crashed[0], read.source)
+    return ProcessEnd(
+        "none",
+        pid,
+        f"no OOM-killer or fault line for pid {pid} from {format_time(lo)} to {format_time(hi)}",
+        read.source,
     )

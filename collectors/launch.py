@@ -62,8 +62,8 @@ from ledger.collectors.lease_keeper import (
 from ledger.collectors.phases import PhaseTracker
 from ledger.collectors.readiness import ReadyState, check_ready, http_client
 from ledger.collectors.secrets import Redactor, redact_command, redact_env
-from ledger.entries import format_time, now_utc
-from ledger.errors import CollectorError, PortInUseError
+from ledger.entries import format_time, now_utc, parse_time
+from ledger.errors import CollectorError, LedgerError, PortInUseError
 from ledger.signatures import (
     ENGINE_ENDED,
     PYTHON_TRACEBACK,
@@ -85,7 +85,10 @@ __all__ = [
     "ENGINE_TITLES",
     "KILLED",
     "PORT_CONFLICT",
+    "PROCESS_CRASHED",
+    "PROCESS_DEATH_READINGS",
     "PROCESS_ENDED",
+    "PROCESS_OOM_KILLED",
     "READINESS_REFUSED",
     "RELEVANT_ENV_PREFIXES",
     "SUSPENDED",
@@ -150,6 +153,36 @@ KILLED = {
 PROCESS_ENDED = (
     "ledger-collector: a process of the engine ended after readiness while its leader ran on, before the "
     "collector stopped it: {processes}"
+)
+# The collector's lines where the kernel log shows how a process of the engine other than its leader ended
+# (collectors/kernel.py process_end: the reader of the leader's SIGKILL, KILLED above), for the engine's
+# processes at readiness (``EngineRun.ready_processes``) of a run that failed, over the time from readiness
+# to when the collector saw that process gone, else to the leader's end or the collector's stop:
+# - the OOM killer killed it: KILLED's own OOM-killer line (signature `killed-by-oom-killer`, class resource),
+#   naming the process, read instead of the readings of that process's death that followed it
+#   (PROCESS_DEATH_READINGS: vLLM's EngineDeadError when its engine core is gone, "Engine core proc … died
+#   unexpectedly", the collector's own PROCESS_ENDED) — the OOM killer taking vLLM's EngineCore, the process
+#   that holds the memory, is the host's memory failing under the engine, not a runtime fault with no word
+#   of memory. A graver line of another kind the engine logged (a GPU fault, a crash) still decides;
+# - the kernel logged its fault (a segfault, a general protection fault, a trap): signature
+#   `engine-process-crashed` (class runtime-fault), the engine's own crash, said so in the detail;
+# - neither (a readable log; an OOM kill of another pid is no kill of it), or the kernel log cannot be read:
+#   nothing is added — the reading of its death stands (a kill from outside that cannot be shown is not
+#   excused). What was read for each process is recorded (``details.engine_process_ends``).
+PROCESS_OOM_KILLED = (
+    KILLED["oom-killer"]
+    + " — pid {pid} ({cmdline}), one of the engine's processes at readiness ({counted}), "
+    "{gone} (the engine's leader: pid {leader})"
+)
+PROCESS_CRASHED = (
+    "ledger-collector: the kernel log ({source}) shows a process of the engine crashed: {text} — pid {pid} "
+    "({cmdline}), one of the engine's processes at readiness ({counted}), {gone}: the engine's own crash"
+)
+# the signature ids (signatures.toml) that read a process of the engine dying without saying why: where the
+# kernel log shows the OOM killer killed that process, its kill is read instead (PROCESS_OOM_KILLED). An id
+# the table lacks drops nothing: the reading of the death stands (fail closed)
+PROCESS_DEATH_READINGS = frozenset(
+    {"engine-dead", "engine-process-died", "engine-process-died-at-startup", "engine-process-ended"}
 )
 # the process titles an engine gives its own processes (setproctitle, the head of ``/proc/PID/cmdline``):
 # vLLM's engine core and workers ("VLLM::EngineCore", "VLLM::Worker_TP0")
@@ -499,6 +532,11 @@ class EngineRun:
         # None for a helper whose end is its own; and each counted one seen gone while the leader ran on,
         # before the collector's own stop (``_check_processes``), with when it was seen gone
         self.ready_processes: list[dict[str, Any]] = []
+        self.ready_at: Any = None  # when readiness was reached (the engine's processes then: ready_processes)
+        # what the kernel log shows of how each of them ended, for a run that failed (``process_end_lines``,
+        # read once): one ``{pid, cause, text, source}`` each, and the collector's lines it gave
+        self.process_ends: list[dict[str, Any]] = []
+        self._process_end_lines: tuple[str | None, str | None] | None = None
         self.processes_ended: list[dict[str, Any]] = []
         self._processes_read_at = 0.0
         self.lease_expired = False
@@ -855,6 +893,7 @@ class EngineRun:
                         # an open line belongs to what follows: the after-readiness reading starts with it
                         self.ready_lines = {t.path.name: t.complete() for t in self._tees}
                     self.ready_state = last
+                    self.ready_at = now_utc()
                     self.time_to_ready_s = round(self.elapsed(), 3)
                     self._note_ready_processes()
                     return last
@@ -1143,6 +1182,12 @@ class EngineRun:
         ended = self.process_ended_line()
         if ended:  # the collector's own finding: a process of the engine ended while its leader ran on
             text += "\n" + ended
+        oom, crashed = self.process_end_lines()
+        if oom:  # the kernel log: the OOM killer killed a process of the engine — read instead of its death
+            text += "\n" + oom
+            sigs = [s for s in sigs if s.id not in PROCESS_DEATH_READINGS]
+        if crashed:  # the kernel log: a process of the engine crashed
+            text += "\n" + crashed
         # the texts the collector handed the engine (its command as recorded: the model's path, a served
         # name) are the operator's words wherever the engine quotes them (ledger.signatures._within_given);
         # the recorded (redacted) command, so the policy engine reads the same values from the entry
@@ -1176,6 +1221,61 @@ class EngineRun:
         with self._lock:
             self.sigkill_cause = line
         return line
+
+    def process_end_lines(self) -> tuple[str | None, str | None]:
+        """(``PROCESS_OOM_KILLED`` line, ``PROCESS_CRASHED`` line) for a failed run's processes of the engine
+        at readiness (``ready_processes``, those seen gone while its leader ran on first), as the kernel log
+        shows each ended (``kernel.process_end``): read once, after the leader has ended, over the time from
+        readiness to when the collector saw it gone (``seen_gone_at``), else to the leader's end or the
+        collector's stop, whichever came first. (None, None) before then, for a run without such processes
+        and where the kernel log shows neither. Redacted as the engine's command is."""
+        with self._lock:
+            if self._process_end_lines is not None:
+                return self._process_end_lines
+            processes, ended = list(self.ready_processes), list(self.processes_ended)
+            since, exited, sent = self.ready_at or self.started_at, self.exited_at, self.stop_sent_at
+        if self.proc is None or self.proc.returncode is None or not processes:
+            return None, None
+        with self._lock:
+            self._process_end_lines = (None, None)
+        ends = [t for t in (exited, sent) if t is not None]
+        by_end = min(ends) if ends else (self.ended_at or now_utc())
+        seen = {p["pid"]: p["seen_gone_at"] for p in ended}
+        order = sorted(processes, key=lambda p: (p["pid"] not in seen, p["pid"]))
+        read = kernel.read_kernel_log(since - kernel.KILL_WINDOW_SLACK)
+        red = self.redactor()
+        oom: str | None = None
+        crashed: str | None = None
+        found: list[dict[str, Any]] = []
+        for p in order:
+            until = by_end
+            if p["pid"] in seen:
+                with contextlib.suppress(LedgerError):
+                    until = min(by_end, parse_time(seen[p["pid"]]))
+            end = kernel.process_end(p["pid"], since, until, read)
+            found.append({"pid": end.pid, "cause": end.cause, "text": end.text, "source": end.source})
+            gone = (
+                f"seen gone at {seen[p['pid']]} while the leader ran on"
+                if p["pid"] in seen
+                else "gone by the leader's end or the collector's stop"
+            )
+            fields = {
+                "source": end.source,
+                "text": end.text,
+                "pid": end.pid,
+                "cmdline": str(p["cmdline"])[:200],
+                "counted": p["counted"] or "a helper",
+                "gone": gone,
+                "leader": self.proc.pid,
+            }
+            if end.cause == "oom-killer" and oom is None:
+                oom = red.text(PROCESS_OOM_KILLED.format(**fields))[0]
+            elif end.cause == "crashed" and crashed is None:
+                crashed = red.text(PROCESS_CRASHED.format(**fields))[0]
+        with self._lock:
+            self.process_ends = [{**f, "text": red.text(f["text"])[0]} for f in found]
+            self._process_end_lines = (oom, crashed)
+        return oom, crashed
 
     def process_ended_line(self) -> str | None:
         """The ``PROCESS_ENDED`` line for the engine's processes seen gone while its leader ran on
@@ -1249,6 +1349,8 @@ class EngineRun:
             details["suspended_from_outside"] = self.suspended_line()
         if self.sigkill_cause is not None:  # read by ``classification`` above
             details["sigkill_cause"] = self.sigkill_cause
+        if self.process_ends:  # read by ``classification`` above: how the kernel log shows each ended
+            details["engine_process_ends"] = list(self.process_ends)
         if self.ready_state is not None:
             details["ready_server"] = self.ready_state.server
         if c.signature:
