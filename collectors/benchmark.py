@@ -660,7 +660,21 @@ def _one_answer(choices: Sequence[Mapping[str, Any]]) -> None:
 
 @dataclass
 class _Stream:
-    """What a response's event stream said, chunk by chunk."""
+    """What a response's event stream said, chunk by chunk.
+
+    A chunk is a decode step — time to first token starts at the first, each later one is an inter-token
+    latency, the canary's "first token" (``EngineCheck``) is one — only where it carries a token: non-empty
+    text (``delta.content``, completions' ``text``), non-empty reasoning (``delta.reasoning_content`` /
+    ``delta.reasoning``) or non-empty ``token_ids``. A chunk with choices and none of these — the role alone
+    (``{"role": "assistant", "content": ""}``), content null or absent, an empty id list, a finish_reason
+    alone — is no token: a front that streamed one at once and its first token seconds later put its TTFT at
+    a few ms and passed a bound its plain twin failed (audit 108 f1, fix 169); a hung inference loop behind
+    such a chunk read as a moving one. vLLM sends its role chunk at its first output, llama-cpp-python just
+    before its first text, so their TTFT stands. A token that decodes to no text yet (part of a UTF-8
+    character) streamed without ids is not shown to be one: it is timed with the next chunk with a token —
+    TTFT later, never earlier; a run that asks the ids (``request_token_ids``: every vLLM chunk carries its
+    step's) times it.
+    """
 
     chat: bool
     t0: float
@@ -673,7 +687,7 @@ class _Stream:
     # are some of the answer's only, no count of it (``ids_exact``)
     text_without_ids: int = 0
     usage: dict[str, Any] | None = None
-    chunks: int = 0  # chunks with text (or reasoning): each at least one token
+    chunks: int = 0  # chunks with a token (text, reasoning or token ids): each at least one token
     shared: int = 0  # of them, answer text right after reasoning alone (maybe the same token's)
     reasoned_last: bool = False  # the last chunk with text carried reasoning alone
     models: list[str] = field(default_factory=list)
@@ -700,18 +714,7 @@ class _Stream:
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise _Malformed("choices is not a list of objects")
         _one_answer(choices)
-        if choices:
-            # A chunk with choices is one step of output, whatever text it carries: an engine streams a
-            # delta per decode step, and tokens that do not decode to text yet (part of a UTF-8 character,
-            # a special token) come as empty deltas. Time to first token and the inter-token latencies are
-            # taken at these chunks, as `vllm bench serve` takes them; timing only chunks with text put
-            # the "first token" at the first visible character, up to the whole generation late.
-            now = time.perf_counter()
-            if self.last is None:
-                record.ttft_ms = (now - self.t0) * 1000
-            else:
-                record.itl_ms.append((now - self.last) * 1000)
-            self.last = now
+        now = time.perf_counter()  # when the chunk came, before it is read
         for choice in choices:
             if self.chat:
                 delta = choice.get("delta")
@@ -730,13 +733,18 @@ class _Stream:
                     raise _Malformed("token_ids is not a list of whole numbers")
                 self.has_ids = True
                 self.token_ids.extend(ids)
-            if piece or thought:
+            if piece or thought or ids:  # a chunk with a token (``_Stream``): a decode step, timed here
+                if self.last is None:
+                    record.ttft_ms = (now - self.t0) * 1000
+                else:
+                    record.itl_ms.append((now - self.last) * 1000)
+                self.last = now
                 self.chunks += 1
-                if ids is None:
+                if ids is None:  # (text or reasoning, then)
                     self.text_without_ids += 1
                 # answer text right after a chunk of reasoning alone may be the rest of the same token
                 # (llama.cpp's server and SGLang send a step's reasoning and answer parts as two chunks):
-                # the one place two chunks with text may be one token (``_usage_tokens``)
+                # the one place two chunks with a token may be one token (``_usage_tokens``)
                 if piece and self.reasoned_last:
                     self.shared += 1
                 self.reasoned_last = bool(thought) and not piece
@@ -772,8 +780,8 @@ def _usage_tokens(
     usage: Mapping[str, Any], max_tokens: int | None, s: _Stream | None = None
 ) -> tuple[int | None, str | None]:
     """(the completion tokens the engine's usage reports, None) or (None, why that count is no count): not
-    a whole number in 0..max_tokens, or (``s``: the stream it ended) fewer than the chunks with text it
-    carried — each chunk with text (or reasoning) is at least one token (but answer text right after
+    a whole number in 0..max_tokens, or (``s``: the stream it ended) fewer than the chunks with a token it
+    carried — each chunk with text, reasoning or token ids is at least one token (but answer text right after
     reasoning alone, which may be the same token's: ``_Stream.shared``). vLLM may stream several tokens in
     one chunk, so a count above the chunks is an answer's own; one below them is an
     answer that contradicts itself, a plain request error as a count above max_tokens is (audit 103 f1:
@@ -792,8 +800,8 @@ def _usage_tokens(
     streamed = s.chunks - s.shared if s is not None else 0
     if 0 < n < streamed:  # 0 beside text: ``_finish``'s "no output", as before
         return None, (
-            f"usage.completion_tokens is {n}, fewer than the {streamed} chunks with text the stream carried "
-            "(each is at least one token): the answer contradicts itself"
+            f"usage.completion_tokens is {n}, fewer than the {streamed} chunks with text or token ids the "
+            "stream carried (each is at least one token): the answer contradicts itself"
         )
     if s is not None and s.ids_exact and 0 < n != len(s.token_ids):  # 0: ``_finish``'s "no output"
         return None, (
@@ -857,6 +865,16 @@ def _finish(record: RequestRecord, s: _Stream, max_tokens: int | None) -> Reques
         record.output_tokens, record.tokens_from = n, "usage"
     else:
         count = len(s.token_ids) if s.ids_exact else s.chunks
+        streamed = s.chunks - s.shared
+        if 0 < count < streamed:  # (ids on every chunk with text; 0: "no output" below)
+            # more decode steps timed than the stream's own exact count of its tokens (fix 169): each chunk
+            # with a token is at least one — an answer that contradicts itself, as usage below them is
+            record.error = (
+                f"the stream carried {count} token ids (on every chunk with text, the exact count), fewer "
+                f"than the {streamed} chunks with text or token ids it carried (each is at least one token): "
+                "the answer contradicts itself"
+            )
+            return record
         record.output_tokens, record.tokens_from = count, "chunks"
     # reasoning is output (the engine generated those tokens): a request whose max_tokens ran out while it
     # reasoned, or that answered only in reasoning, completed
@@ -899,8 +917,8 @@ async def send_request(
     Timeouts, 4xx, malformed streams and requests that did not complete are plain errors: a finish_reason
     other than "stop" or "length" (vLLM's "abort"), none, a stream without ``[DONE]``, no output (no answer
     and no reasoning, or 0 completion tokens), "length" before ``max_tokens``, a usage count that is not a
-    whole number in 0..max_tokens, is below the chunks with text streamed or, where every chunk with text
-    carried token ids, is other than their number, a chunk of
+    whole number in 0..max_tokens, is below the chunks with text or token ids streamed or, where every chunk
+    with text carried token ids, is other than their number, a chunk of
     another answer than the one asked for (more than one choice, an index other than the whole number 0:
     ``_one_answer``). The ``model`` each chunk names is recorded (``record.model``).
     """
@@ -1514,7 +1532,8 @@ def _not_answering(said: str) -> str:
 # up (the client closed them: a healthy engine frees their slots) and nothing else is outstanding (the
 # harness sends no new request meanwhile, and the requests still in flight are let finish or time out),
 # one canary completion — ``max_tokens`` 1, the model the run asks for, streamed, on a connection of its
-# own — gets :func:`canary_timeout` to produce its first token (a chunk with choices, as TTFT is taken).
+# own — gets :func:`canary_timeout` to produce its first token (a chunk with a token, as TTFT is taken:
+# ``_Stream``; a role-only chunk ahead of it is none — a hung loop behind one still hangs, fix 169).
 #
 # - a first token: the loop moves, the engine is slow — the timeouts stay request errors (as before);
 # - no first token within the canary timeout: the front answers, the loop does not — the engine hangs:

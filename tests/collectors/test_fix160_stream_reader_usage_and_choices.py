@@ -290,7 +290,8 @@ def test_fix160_f2_neighbour_an_empty_choices_list_then_a_good_chunk_is_the_answ
     chunks = [{"choices": []}, *[_content(p) for p in PIECES], _content("", finish="stop"), _usage(4)]
     rec = one(_stream(chunks))
     assert rec.ok and rec.text == "".join(PIECES) and rec.output_tokens == 4, rec.error
-    assert len(rec.itl_ms) == 4  # timed at the 5 chunks with choices, not at the empty list
+    # timed at the 4 chunks with a token, not at the empty list nor the finish chunk with no token (fix 169)
+    assert len(rec.itl_ms) == 3
 
 
 def test_fix160_f2_a_two_choice_engine_fails_the_benchmark(tmp_path: Path) -> None:
