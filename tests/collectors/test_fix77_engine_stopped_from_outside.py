@@ -40,10 +40,14 @@ def _run(tmp_path: Path, *, stop: bool, marker: str = MARKER) -> EngineRun:
     run.start()
     run.ready_lines = {"stdout.log": 0, "stderr.log": 0}  # as if readiness was reached at the start
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "serving" not in run.stdout_path.read_text():
+
+    def said(text: str) -> bool:  # the log is made by the engine's start: not there yet on a loaded machine
+        return run.stdout_path.exists() and text in run.stdout_path.read_text()
+
+    while time.monotonic() < deadline and not said("serving"):
         time.sleep(0.05)
     if stop:  # past the marker (waited for, not timed: a loaded machine starts the engine late)
-        while time.monotonic() < deadline and marker not in run.stdout_path.read_text():
+        while time.monotonic() < deadline and not said(marker):
             time.sleep(0.05)
     else:
         time.sleep(0.8)  # where a marker would have been
