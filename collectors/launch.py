@@ -299,10 +299,10 @@ def _local_port(base_url: str) -> int | None:
     return port if host in _LOCAL_HOSTS or host.startswith("127.") else None
 
 
-def listening_sockets(port: int) -> list[tuple[int, int]] | None:
-    """(inode, uid) of every TCP socket in LISTEN state on ``port`` (any address, IPv4 and IPv6) in this
-    network namespace; None when ``/proc/net/tcp`` cannot be read."""
-    found: list[tuple[int, int]] = []
+def _tcp_listeners() -> list[tuple[int, int, int]] | None:
+    """(inode, port, uid) of every TCP socket in LISTEN state (IPv4 and IPv6) in this network namespace, read
+    from ``/proc/net/tcp`` and ``tcp6`` (the one reading of them); None when neither can be read."""
+    found: list[tuple[int, int, int]] = []
     readable = False
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -315,9 +315,15 @@ def listening_sockets(port: int) -> list[tuple[int, int]] | None:
             if len(f) < 10 or f[3] != "0A":  # 0A: TCP_LISTEN
                 continue
             with contextlib.suppress(ValueError):
-                if int(f[1].rsplit(":", 1)[1], 16) == port:
-                    found.append((int(f[9]), int(f[7])))
+                found.append((int(f[9]), int(f[1].rsplit(":", 1)[1], 16), int(f[7])))
     return found if readable else None
+
+
+def listening_sockets(port: int) -> list[tuple[int, int]] | None:
+    """(inode, uid) of every TCP socket in LISTEN state on ``port`` (any address, IPv4 and IPv6) in this
+    network namespace; None when ``/proc/net/tcp`` cannot be read."""
+    rows = _tcp_listeners()
+    return None if rows is None else [(ino, uid) for ino, p, uid in rows if p == port]
 
 
 def socket_owners(inodes: set[int]) -> dict[int, list[int]]:
@@ -370,21 +376,8 @@ def port_holder(port: int) -> str | None:
 def listening_tcp() -> dict[int, int] | None:
     """Socket inode → TCP port of every socket in LISTEN state (IPv4 and IPv6) in this network namespace;
     None when ``/proc/net/tcp`` cannot be read."""
-    found: dict[int, int] = {}
-    readable = False
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(name).read_text(encoding="ascii", errors="replace").splitlines()[1:]
-        except OSError:
-            continue
-        readable = True
-        for line in lines:
-            f = line.split()
-            if len(f) < 10 or f[3] != "0A":  # 0A: TCP_LISTEN
-                continue
-            with contextlib.suppress(ValueError):
-                found[int(f[9])] = int(f[1].rsplit(":", 1)[1], 16)
-    return found if readable else None
+    rows = _tcp_listeners()
+    return None if rows is None else {ino: p for ino, p, _uid in rows}
 
 
 def held_ports(pid: int, listeners: Mapping[int, int]) -> list[int]:
