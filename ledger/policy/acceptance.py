@@ -59,7 +59,13 @@ from ledger.hashing import parse_digest
 from ledger.policy.bounds import PARITY_LEVEL
 from ledger.policy.conditions import Condition
 from ledger.policy.loader import LoadedPolicy, rule_key
-from ledger.policy.names import HARNESS_GATES, endpoint_key, endpoint_under, endpoint_under_but_for_host
+from ledger.policy.names import (
+    HARNESS_GATES,
+    STEP_OWN_EVIDENCE,
+    endpoint_key,
+    endpoint_under,
+    endpoint_under_but_for_host,
+)
 from ledger.policy.rules import CREDIT_ONLY, RULES, Rule, trust_rejection
 from ledger.policy.snapshot import (
     NO_DERIVED,
@@ -721,12 +727,15 @@ class _JobLog:
     runs: dict[Any, list[tuple[str, Evidence, Evidence | None]]] = field(default_factory=dict)
 
     # per campaign, read once from ``runs`` (``_timeline``): the seq of each run's start or end in log order
-    # with the job open just after it, and the campaign's ends in log order (their seqs, and the entries)
-    _timelines: dict[Any, tuple[list[int], list[str | None], list[int], list[Evidence]]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    # with the job open just after it (its job_id, and the running entry that opened that run), and the
+    # campaign's ends in log order (their seqs, and the entries)
+    _timelines: dict[
+        Any, tuple[list[int], list[str | None], list[Evidence | None], list[int], list[Evidence]]
+    ] = field(default_factory=dict, repr=False, compare=False)
 
-    def _timeline(self, campaign: Any) -> tuple[list[int], list[str | None], list[int], list[Evidence]]:
+    def _timeline(
+        self, campaign: Any
+    ) -> tuple[list[int], list[str | None], list[Evidence | None], list[int], list[Evidence]]:
         if campaign not in self._timelines:
             runs = self.runs.get(campaign, [])
             events = sorted(
@@ -735,13 +744,15 @@ class _JobLog:
             )
             at: list[int] = []
             job: list[str | None] = []
+            opened: list[Evidence | None] = []
             running: set[int] = set()  # the runs open, by their place in start order
             for seq, i in events:
                 running ^= {i}  # a run starts, else it ends
                 at.append(seq)
                 job.append(runs[max(running)][0] if running else None)
+                opened.append(runs[max(running)][1] if running else None)
             ends = sorted((end for _, _, end in runs if end is not None), key=lambda t: t.seq)
-            self._timelines[campaign] = (at, job, [t.seq for t in ends], ends)
+            self._timelines[campaign] = (at, job, opened, [t.seq for t in ends], ends)
         return self._timelines[campaign]
 
     def open_at(self, campaign: Any, seq: int) -> str | None:
@@ -749,14 +760,21 @@ class _JobLog:
         entry precedes it and whose terminal entry does not, the latest to start (two jobs of a campaign may
         overlap); None when none was open — output logged after every job of the campaign ended belongs to
         none of them."""
-        at, job, _, _ = self._timeline(campaign)
+        at, job, _, _, _ = self._timeline(campaign)
         i = bisect_left(at, seq)
         return job[i - 1] if i else None
+
+    def run_open_at(self, campaign: Any, seq: int) -> Evidence | None:
+        """The running entry that opened the run ``open_at`` reads (the same run: the latest to start of
+        those open when the log took the entry at ``seq``); None when none was open."""
+        at, _, opened, _, _ = self._timeline(campaign)
+        i = bisect_left(at, seq)
+        return opened[i - 1] if i else None
 
     def ended_before(self, campaign: Any, seq: int) -> Evidence | None:
         """The terminal entry of ``campaign``'s run that the log took last before ``seq``: the end of the
         campaign's latest run to end before the entry was logged; None when no run of it had ended."""
-        _, _, end_seqs, ends = self._timeline(campaign)
+        _, _, _, end_seqs, ends = self._timeline(campaign)
         i = bisect_left(end_seqs, seq)
         return ends[i - 1] if i else None
 
@@ -1192,7 +1210,10 @@ def filter_evidence(
 
     # a withdrawn harness result is not evidence of the subject at all: no newer run of another
     newest_runs = _mark_newer_runs(
-        trusted, {e.id for e in trusted if e.kind == "gate.result" and withdrawn(e)}, _held_back
+        trusted,
+        {e.id for e in trusted if e.kind == "gate.result" and withdrawn(e)},
+        _held_back,
+        ran_again=_ran_again_in(trusted, jobs, superseded_by),
     )
     age_limits: dict[str, tuple[Any, timedelta | None]] = {}  # per kind: freshness bound, as a timedelta
     for e in trusted:
@@ -3233,8 +3254,45 @@ def _mark_stop_cuts(
             e.derived_["stop_cut_held"] = held
 
 
+def _ran_again_in(
+    trusted: Sequence[Evidence], jobs: _JobLog, superseded: Container[str]
+) -> Callable[[Evidence, Evidence], bool]:
+    """Whether the newer run ``newer`` of a step's measurement shows the failed run ``failed`` run again,
+    derived from the log, never from either entry's claim (its ref job, its collected_at): ``newer``
+    belongs to a run of the same campaign (``_JobLog.run_open_at``: the run open when the log took it)
+    whose running entry the log took after ``failed`` — a later job, not the failure's own, nor one that
+    was already running beside it — and that run logged, not superseded and of the evaluated subject, its
+    own entry of each kind ``STEP_OWN_EVIDENCE`` names for the failed result's gate. A result logged in
+    the failure's own job, outside every job, or in a later job without the step's own evidence stands in
+    for nothing: both count, and the failure decides."""
+    own: dict[str, set[str]] = {}  # running entry of a run → the kinds of step evidence the run logged
+    kinds = frozenset().union(*STEP_OWN_EVIDENCE.values())
+    for e in trusted:
+        if e.kind in kinds and e.in_subject and e.id not in superseded:
+            run = jobs.run_open_at(e.subject.get("campaign"), e.seq)
+            if run is not None:
+                own.setdefault(run.id, set()).add(e.kind)
+
+    def ran_again(failed: Evidence, newer: Evidence) -> bool:
+        campaign = failed.subject.get("campaign")
+        if campaign is None or newer.subject.get("campaign") != campaign:
+            return False
+        run = jobs.run_open_at(campaign, newer.seq)
+        if run is None or run.seq <= failed.seq:
+            return False
+        gate = failed.payload.get("gate")
+        need = STEP_OWN_EVIDENCE.get(gate, frozenset()) if isinstance(gate, str) else frozenset()
+        return need <= own.get(run.id, set())
+
+    return ran_again
+
+
 def _mark_newer_runs(
-    trusted: Sequence[Evidence], withdrawn: Container[str], held_back: Mapping[str, str]
+    trusted: Sequence[Evidence],
+    withdrawn: Container[str],
+    held_back: Mapping[str, str],
+    *,
+    ran_again: Callable[[Evidence, Evidence], bool] | None = None,
 ) -> dict[str, list[Evidence]]:
     """``e.derived.newer_run`` of each ``gate.result`` of the evaluated subject that ran (passed or failed: a
     gate never run, or not authorized, measured nothing) and that no rule withdraws (``withdrawn``): whether
@@ -3246,6 +3304,10 @@ def _mark_newer_runs(
     key, output logged after its job ended and claiming a time after the end — is not evidence of the
     subject at all. True too for a newest run in ``held_back`` (id → why): another of the newest runs of its
     measurement is not credited, and every newest run must hold (``_held_back_runs``).
+    A failed run, though, is not newer-run merely for a newer result (fix 172, audit 106 f2): only where
+    ``ran_again`` (``_ran_again_in``) holds of it and each of the newest runs — the step run again in a
+    later job of its campaign, with its own evidence — does a newer run stand in for the failure; else the
+    failure stays a newest measurement (False: it counts). None: no run again can be told, a failure stays.
     ``e.derived.newer_run_named`` names the newer run(s). False for the newest, and for every other entry.
 
     Returns, for each newest run, the newest runs of its measurement (itself among them).
@@ -3268,6 +3330,10 @@ def _mark_newer_runs(
         newest = newest_by_spec[spec]
         assert run.derived_ is not None
         if run not in newest:
+            if run.payload.get("status") == "failed" and (
+                ran_again is None or not all(ran_again(run, n) for n in newest)
+            ):
+                continue  # no newer run shows the failed step run again: the failure stands (fix 172)
             run.derived_["newer_run"] = True
             run.derived_["newer_run_named"] = "; ".join(
                 f"run {n.id[:12]} ({newest_text(n, newest)})" for n in newest

@@ -21,6 +21,7 @@ __all__ = [
     "ENGINE_PYTHON",
     "HARNESS_GATES",
     "HARNESS_OTHER_ENDPOINT",
+    "STEP_OWN_EVIDENCE",
     "endpoint_key",
     "endpoint_problem",
     "endpoint_under",
@@ -39,6 +40,14 @@ ENGINES_OF_ANY_BACKEND = "engines_of_any_backend"  # the param naming engines th
 # host-prerequisites gate counts an env snapshot only of it (``manifest.engine_python``; its CEL spells the
 # key, ``tests/policy/test_fix164_*`` holds the two equal). One name for both sides (fix 164, issue 11).
 ENGINE_PYTHON = "engine_python"
+# What a run of a collector step logs besides its gate.result (the entry kinds, of the evaluated subject):
+# a newer result of the step stands in for an older failure only where the later run that logged it logged
+# each of these too (``ledger.policy.acceptance._ran_again_in``, fix 172) — a result alone, entered by
+# hand, shows no step run again. A gate not named here: the later run's result alone. The keys are gate
+# names of the shipped qualification policy (``tests/policy/test_fix172_*`` fails when one is not).
+STEP_OWN_EVIDENCE: Mapping[str, frozenset[str]] = {
+    "host-prerequisites": frozenset({"host.probe", "env.snapshot"}),
+}
 # The gates whose results the harnesses record (``collectors/semantic.py``, ``collectors/benchmark.py``):
 # each measured an endpoint and records which (``bounds.endpoint``)
 HARNESS_GATES = frozenset({"semantic", "benchmark"})
