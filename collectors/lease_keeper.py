@@ -117,12 +117,7 @@ def proc_argv(pid: int) -> list[str] | None:
 def cmdline(pid: int) -> str:
     """A process's command line (arguments joined by spaces; ``[comm]`` for a kernel thread or an unreadable
     one), at most 300 characters."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read(4096)
-    except OSError:
-        raw = b""
-    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace")
+    text = " ".join(proc_argv(pid) or ())
     if not text:
         try:
             with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
